@@ -1,0 +1,31 @@
+"""The project's own exception types. The CLI maps them to exit code 2 in one place."""
+
+from __future__ import annotations
+
+
+class ForensicsError(Exception):
+    """Base class: a problem with the user's input that deserves a one-line message."""
+
+
+class UnknownFormatError(ForensicsError):
+    """No importer recognised the path."""
+
+
+class UnreadableInputError(ForensicsError):
+    """A file was recognised but could not be read (corrupt, empty, no steps)."""
+
+
+class MultipleJobsError(ForensicsError):
+    """The path holds several distinct training jobs; we refuse to guess which one."""
+
+    def __init__(self, path: str, jobs: list[str]) -> None:
+        self.jobs = jobs
+        listing = ", ".join(jobs)
+        super().__init__(
+            f"{path} holds {len(jobs)} separate training jobs ({listing}); "
+            "pass one of them, or use --all to analyze each"
+        )
+
+
+class ConfigError(ForensicsError):
+    """A bad value in [tool.forensics] / forensics.toml or on the command line."""

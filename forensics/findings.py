@@ -1,0 +1,127 @@
+"""Findings: what a detector reports. Plain data, no HTML, no prescriptions (see diagnosis)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Mapping
+
+
+class Severity(StrEnum):
+    """The article's traffic lights: yellow = warning, orange = critical, red = fatal."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+    FATAL = "fatal"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2, Severity.FATAL: 3}
+
+
+class FindingKind(StrEnum):
+    """The fixed vocabulary of finding kinds (findings document schema_version 1)."""
+
+    LOSS_SPIKE = "loss_spike"
+    GRAD_NORM_SPIKE = "grad_norm_spike"
+    PERIODIC_SPIKES = "periodic_spikes"
+    DIVERGENCE = "divergence"
+    NAN_INF = "nan_inf"
+    LOSS_SCALE_DROP = "loss_scale_drop"
+    GRAD_NORM_DRIFT = "grad_norm_drift"
+    PARAM_NORM_JUMP = "param_norm_jump"
+    LAYER_GRAD_SHIFT = "layer_grad_shift"
+    ACTIVATION_OUTLIER = "activation_outlier"
+    OVERFITTING = "overfitting"
+    GAP_ACCELERATION = "gap_acceleration"
+    VAL_SHIFT = "val_shift"
+    EVAL_REGRESSION = "eval_regression"
+    PLATEAU = "plateau"
+    THROUGHPUT_DROP = "throughput_drop"
+    STALL = "stall"
+    MEMORY_GROWTH = "memory_growth"
+    RESTART = "restart"
+    TRUNCATED_LOG = "truncated_log"
+    CRASH = "crash"
+
+
+MeasureValue = float | int | str | bool | None
+
+
+def clean_measure(value: Any) -> MeasureValue:
+    """Make a measure JSON-safe: numpy scalars become Python numbers, NaN/Inf become None."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if hasattr(value, "item"):  # numpy scalar
+        value = value.item()
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a detector saw in the run.
+
+    Steps are optimizer steps as the log gives them. ``start_step`` is the onset of the
+    event, not the step where it was first noticed.
+    """
+
+    kind: FindingKind
+    severity: Severity
+    metric: str | None
+    start_step: int
+    summary: str
+    peak_step: int | None = None
+    end_step: int | None = None
+    measures: Mapping[str, MeasureValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Coerce here so every producer gets JSON-safe measures and plain ints for free.
+        object.__setattr__(self, "kind", FindingKind(self.kind))
+        object.__setattr__(self, "severity", Severity(self.severity))
+        object.__setattr__(self, "start_step", int(self.start_step))
+        for name in ("peak_step", "end_step"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, int(v))
+        object.__setattr__(
+            self, "measures", {str(k): clean_measure(v) for k, v in dict(self.measures).items()}
+        )
+
+    def sort_key(self) -> tuple[int, int, str]:
+        return (self.start_step, -self.severity.rank, self.kind.value)
+
+    def to_dict(self, prescription: str = "") -> dict[str, Any]:
+        """The finding as it appears in the findings document (stable key order)."""
+        return {
+            "kind": self.kind.value,
+            "severity": self.severity.value,
+            "metric": self.metric,
+            "start_step": self.start_step,
+            "peak_step": self.peak_step,
+            "end_step": self.end_step,
+            "measures": dict(self.measures),
+            "summary": self.summary,
+            "prescription": prescription,
+        }
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Step order, then the most severe first at equal steps."""
+    return sorted(findings, key=Finding.sort_key)
+
+
+def worst_severity(findings: list[Finding]) -> Severity | None:
+    if not findings:
+        return None
+    return max((f.severity for f in findings), key=lambda s: s.rank)

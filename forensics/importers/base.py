@@ -1,0 +1,136 @@
+"""What every importer shares: the Source a format claims, the result it returns, file I/O."""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import polars as pl
+
+from forensics.findings import Finding
+
+
+@dataclass
+class Source:
+    """Files one importer will read for one job.
+
+    ``job`` names the training job the files belong to (a path relative to the folder the
+    user gave, ``"."`` for the folder itself). ``scope`` is ``"folder"`` when the job is a
+    whole folder (TensorBoard dir, HF output dir, W&B run dir) and ``"file"`` when a single
+    log file is the job (a SLURM stdout log): file jobs inside a folder job's folder belong
+    to that folder job.
+    """
+
+    importer: str
+    files: list[Path]
+    job: str
+    root: Path
+    scope: str = "folder"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ImportResult:
+    """What an importer returns for one Source."""
+
+    frame: pl.DataFrame  # canonical columns; metric/layer may be left null (filled centrally)
+    notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReadOptions:
+    verify_crc: bool = False
+    aliases: dict[str, str] = field(default_factory=dict)
+    batch_size: int | None = None  # samples per optimizer step, to convert sample-indexed x axes
+
+
+class Importer(Protocol):
+    NAME: str
+
+    def discover(self, root: Path, files: list[Path]) -> list[Source]:
+        """Claim files (among those not yet claimed) that this format reads."""
+        ...
+
+    def read(self, source: Source, options: ReadOptions) -> ImportResult:
+        ...
+
+
+COMPRESSED = (".gz", ".zst")
+
+
+def open_bytes(path: Path) -> IO[bytes]:
+    """Open a file for binary reading, decompressing .gz and .zst transparently."""
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.name.endswith(".zst"):
+        import zstandard
+
+        raw = path.open("rb")
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+    return path.open("rb")
+
+
+def read_bytes(path: Path) -> bytes:
+    with open_bytes(path) as fh:
+        return fh.read()
+
+
+def read_text(path: Path) -> str:
+    return read_bytes(path).decode("utf-8", errors="replace")
+
+
+def read_head(path: Path, n: int = 65536) -> bytes:
+    """The first ``n`` bytes (decompressed), for sniffing. Empty on any error."""
+    try:
+        with open_bytes(path) as fh:
+            return fh.read(n)
+    except Exception:  # noqa: BLE001 - sniffing must never raise
+        return b""
+
+
+def head_lines(path: Path, n_lines: int = 200) -> list[str]:
+    text = read_head(path).decode("utf-8", errors="replace")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[:n_lines]
+
+
+def strip_suffixes(name: str) -> str:
+    for suf in COMPRESSED:
+        if name.endswith(suf):
+            return name[: -len(suf)]
+    return name
+
+
+def rel(path: Path, root: Path) -> str:
+    try:
+        r = path.relative_to(root).as_posix()
+    except ValueError:
+        r = path.name
+    return r or "."
+
+
+def binary_junk(head: bytes) -> bool:
+    """True when the head of a file looks like binary data rather than text."""
+    if not head:
+        return False
+    if b"\x00" in head[:4096]:
+        return True
+    try:
+        head[:4096].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte char cut at the end of the window is fine.
+        return exc.start < len(head[:4096]) - 4
+    return False
+
+
+def frame_from_rows(rows: dict[str, list[Any]]) -> pl.DataFrame:
+    from forensics.schema import conform
+
+    return conform(pl.DataFrame(rows, strict=False))
+
+

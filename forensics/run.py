@@ -1,0 +1,150 @@
+"""A run: everything one training job logged, as one long canonical frame plus provenance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics.findings import Finding
+from forensics.schema import COLUMNS, PER_LAYER, empty_frame
+
+
+@dataclass
+class Run:
+    """One training job.
+
+    Attributes:
+        name: folder name (or file stem) of what the user pointed at.
+        path: absolute path.
+        format: importer name(s) that produced the rows, e.g. ``"tfevents"``.
+        frame: the long canonical frame (see :mod:`forensics.schema`), every row kept,
+            restarts included (``segment`` counts them).
+        notes: data-quality notes for the report (skipped lines, alternative sources,
+            checks that could not run).
+        import_findings: run-level findings the importers saw (restart, truncated_log, crash).
+        config: the run's hyper-parameters when the log carries them.
+        metadata: anything else worth showing (host, start time, framework version).
+    """
+
+    name: str
+    path: Path
+    format: str
+    frame: pl.DataFrame = field(default_factory=empty_frame)
+    notes: list[str] = field(default_factory=list)
+    import_findings: list[Finding] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    _view: pl.DataFrame | None = field(default=None, repr=False)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    # -- the analysis view -------------------------------------------------------------
+    def view(self) -> pl.DataFrame:
+        """Rows the analysis uses: per series, a later segment pre-empts earlier rows.
+
+        TensorBoard's data-server rule: a record at step s pre-empts earlier records at
+        steps >= s. Within a segment the last row for a step wins (a re-logged value).
+        Sorted by (metric, layer, tag, step).
+        """
+        if self._view is None:
+            self._view = analysis_view(self.frame)
+        return self._view
+
+    def series(self, metric: str, layer: int | None = None) -> pl.DataFrame:
+        """One canonical series: columns ``step, value, wall_time`` sorted by step.
+
+        When several raw tags map to the same canonical metric, the tag with the most
+        points is used (see :meth:`metrics`).
+        """
+        v = self.view()
+        sub = v.filter(pl.col("metric") == metric)
+        if layer is not None:
+            sub = sub.filter(pl.col("layer") == layer)
+        if sub.is_empty():
+            return pl.DataFrame(schema={"step": pl.Int64, "value": pl.Float64, "wall_time": pl.Float64})
+        if layer is None and metric not in PER_LAYER:
+            tag = self.metrics().get(metric)
+            sub = sub.filter(pl.col("tag") == tag)
+        return (
+            sub.group_by("step", maintain_order=True)
+            .agg(pl.col("value").last(), pl.col("wall_time").last())
+            .sort("step")
+        )
+
+    def has(self, metric: str) -> bool:
+        return metric in self.metrics()
+
+    def metrics(self) -> dict[str, str]:
+        """Canonical vital sign -> the raw tag it is read from (most points wins).
+
+        Per-layer series are summarised as ``"<n> layer tags"``.
+        """
+        v = self.view()
+        known = v.filter(pl.col("metric").is_not_null())
+        out: dict[str, str] = {}
+        if known.is_empty():
+            return out
+        counts = (
+            known.group_by("metric", "tag")
+            .agg(pl.len().alias("n"), pl.col("layer").first())
+            .sort(["metric", "n", "tag"], descending=[False, True, False])
+        )
+        for metric, grp in counts.group_by("metric", maintain_order=True):
+            m = metric[0]
+            if m in PER_LAYER:
+                out[m] = f"{grp.height} layer tags"
+            else:
+                out[m] = grp.get_column("tag")[0]
+        return out
+
+    def layers(self, metric: str) -> list[int]:
+        v = self.view().filter(pl.col("metric") == metric)
+        return sorted(v.get_column("layer").drop_nulls().unique().to_list())
+
+    @property
+    def first_step(self) -> int:
+        s = self.frame.get_column("step").drop_nulls()
+        return int(s.min()) if len(s) else 0  # type: ignore[arg-type]
+
+    @property
+    def last_step(self) -> int:
+        s = self.frame.get_column("step").drop_nulls()
+        return int(s.max()) if len(s) else 0  # type: ignore[arg-type]
+
+    def unmapped_tags(self) -> list[str]:
+        v = self.frame.filter(pl.col("metric").is_null())
+        return sorted(v.get_column("tag").unique().to_list())
+
+
+def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
+    """Keep, per series, only rows not pre-empted by a later segment (RustBoard semantics)."""
+    if frame.is_empty():
+        return frame
+    f = frame.filter(pl.col("step").is_not_null())
+    key = ["source", "tag"]
+    # For each row, the smallest first-step of any *later* segment of the same series.
+    firsts = f.group_by(key + ["segment"]).agg(pl.col("step").min().alias("_seg_first"))
+    f = f.join(firsts, on=key + ["segment"], how="left")
+    later_min = (
+        firsts.sort("segment", descending=True)
+        .with_columns(
+            pl.col("_seg_first").cum_min().over(key).shift(1).over(key).alias("_later_first")
+        )
+        .select(key + ["segment", "_later_first"])
+    )
+    f = f.join(later_min, on=key + ["segment"], how="left")
+    f = f.filter(pl.col("_later_first").is_null() | (pl.col("step") < pl.col("_later_first")))
+    f = f.drop("_seg_first", "_later_first")
+    # Within what is left, one value per (series, step): the last one logged.
+    f = (
+        f.with_row_index("_i")
+        .sort(["source", "tag", "step", "_i"])
+        .unique(subset=["source", "tag", "step"], keep="last", maintain_order=True)
+        .drop("_i")
+    )
+    return f.sort(["metric", "layer", "tag", "step"], nulls_last=True).select(COLUMNS)
