@@ -41,6 +41,7 @@ THROUGHPUT = "throughput"
 STEP_TIME = "step_time"
 MEMORY = "memory"
 EPOCH = "epoch"
+OVERFLOW = "overflow"  # 1 at each step skipped for an fp16 overflow (DeepSpeed / Megatron lines)
 GRAD_NORM_LAYER = "grad_norm_layer"
 PARAM_NORM_LAYER = "param_norm_layer"
 ACT_MEAN = "act_mean"

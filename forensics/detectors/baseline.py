@@ -1,0 +1,94 @@
+"""Adaptive baselines (article section 6.1): thresholds relative to the run's own early life.
+
+The article records the grad norm's rolling level over the first 500 steps after start-up and
+warns at 2x / 3x of it. We take the median (robust to the odd spike) over the first
+``window`` steps after the LR warm-up; when the log starts mid-training, the first window of
+the log; when the log is short, a window that shrinks with the number of logged points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from forensics.run import Run
+from forensics.schema import GRAD_NORM, LR
+
+
+@dataclass(frozen=True)
+class Baseline:
+    value: float
+    start_step: int
+    end_step: int
+    n_points: int
+    how: str  # a few words for the report: "median of steps 120-620 after warm-up"
+
+
+def warmup_end(run: Run) -> int | None:
+    """The step where the LR first reaches (about) its peak, if the log has an LR series that rises first."""
+    lr = run.series(LR)
+    if lr.height < 3:
+        return None
+    v = lr.get_column("value").to_numpy()
+    s = lr.get_column("step").to_numpy()
+    finite = np.isfinite(v)
+    if not finite.any():
+        return None
+    peak = np.nanmax(v[finite])
+    if peak <= 0:
+        return None
+    first_peak = int(np.argmax(v >= 0.98 * peak))
+    if first_peak == 0 or v[0] >= 0.9 * peak:
+        return None  # no warm-up visible
+    return int(s[first_peak])
+
+
+def series_baseline(
+    steps: np.ndarray, values: np.ndarray, *, start: int | None = None, window: int = 500, min_points: int = 5
+) -> Baseline | None:
+    """Median of ``values`` over ``window`` steps from ``start`` (default: the first step).
+
+    The window is in steps; with sparse logging it holds fewer points, and when it would hold
+    fewer than ``min_points`` it is widened to the first ``min_points`` points (or to a fifth of
+    the log for short logs), so short excerpts still get a baseline.
+    """
+    ok = np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    if len(values) == 0:
+        return None
+    if start is None:
+        start = int(steps[0])
+    sel = (steps >= start) & (steps < start + window)
+    if sel.sum() < min_points:
+        after = np.flatnonzero(steps >= start)
+        if len(after) == 0:
+            after = np.arange(len(steps))
+        k = max(min(min_points, len(after)), len(after) // 5)
+        sel = np.zeros(len(steps), dtype=bool)
+        sel[after[:k]] = True
+    chosen_steps = steps[sel]
+    return Baseline(
+        value=float(np.median(values[sel])),
+        start_step=int(chosen_steps[0]),
+        end_step=int(chosen_steps[-1]),
+        n_points=int(sel.sum()),
+        how=f"median of {int(sel.sum())} points, steps {int(chosen_steps[0])}-{int(chosen_steps[-1])}",
+    )
+
+
+def grad_norm_baseline(run: Run, *, window: int = 500) -> Baseline | None:
+    """The grad-norm baseline: median over the first ``window`` steps after the LR warm-up."""
+    g = run.series(GRAD_NORM)
+    if g.is_empty():
+        return None
+    start = warmup_end(run)
+    b = series_baseline(g.get_column("step").to_numpy(), g.get_column("value").to_numpy(), start=start, window=window)
+    if b is not None and start is not None:
+        b = Baseline(b.value, b.start_step, b.end_step, b.n_points, b.how + " (after the LR warm-up)")
+    return b
+
+
+def as_arrays(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return frame.get_column("step").to_numpy(), frame.get_column("value").to_numpy().astype(float)
