@@ -1,0 +1,257 @@
+"""The command line: parse options, call the pipeline, print, map errors to exit codes.
+
+Exit codes follow linters (ruff, mypy): 0 done, 1 the verdict reached --fail-on, 2 usage
+errors and unreadable or unknown input (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from forensics.errors import ForensicsError
+
+if TYPE_CHECKING:
+    from forensics.config import Config
+    from forensics.diagnosis import Diagnosis
+
+class _Group(TyperGroup):
+    """Maps the project's own errors to one stderr line and exit code 2, for every command."""
+
+    def invoke(self, ctx):  # noqa: ANN001, ANN201
+        try:
+            return super().invoke(ctx)
+        except ForensicsError as exc:
+            _err(f"error: {exc}")
+            raise typer.Exit(code=2) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get("FORENSICS_DEBUG") or type(exc).__module__.startswith(("click", "typer")):
+                raise
+            _err(f"internal error: {type(exc).__name__}: {exc} (set FORENSICS_DEBUG=1 for the traceback)")
+            raise typer.Exit(code=2) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="forensics",
+    help="Offline forensics for training logs: the vital signs the loss hides.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+SEVERITY_ORDER = {"healthy": 0, "warning": 1, "critical": 2, "fatal": 3}
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class FailOn(StrEnum):
+    warning = "warning"
+    critical = "critical"
+    fatal = "fatal"
+
+
+class PlotlyJs(StrEnum):
+    inline = "inline"
+    cdn = "cdn"
+
+
+def _err(msg: str) -> None:
+    typer.echo(f"forensics: {msg}", err=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from forensics import __version__
+
+        typer.echo(f"forensics {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = False,
+) -> None:
+    """Offline forensics for training logs: the vital signs the loss hides."""
+
+
+# ---------------------------------------------------------------------------- helpers
+def _config(config_file: Path | None, aliases: list[str], ignore: list[str], checkpoint_every: int | None) -> Config:
+    from forensics.config import _check_kinds, load, parse_alias
+
+    cfg = load(explicit=config_file)
+    cfg.aliases.update(parse_alias(aliases))
+    cfg.ignore |= _check_kinds(ignore, "--ignore")
+    if checkpoint_every is not None:
+        cfg.checkpoint_every = checkpoint_every
+    return cfg
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "forensics" / "reports"
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", name).strip("._") or "run"
+
+
+def _place(requested: Path | None, default_name: str, run_path: Path) -> Path:
+    """Where an output goes: never inside the run folder (it is evidence)."""
+    target = requested if requested is not None else Path.cwd() / "reports" / default_name
+    evidence = run_path if run_path.is_dir() else run_path.parent
+    if _inside(target, evidence):
+        if requested is not None:
+            raise ForensicsError(f"{requested}: refusing to write inside the run folder {evidence} (it is evidence); choose another path")
+        target = _cache_dir() / default_name
+    return target
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ForensicsError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _emit(
+    diag: Diagnosis, *, out: Path | None, json_out: Path | None, fmt: OutputFormat, no_report: bool,
+    plotlyjs: PlotlyJs, redact: bool, name: str,
+) -> None:
+    run_path = Path(diag.run.path)
+    doc = diag.to_document()
+    if json_out is not None:
+        jpath = _place(json_out, f"{name}.json", run_path)
+        _write(jpath, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        _err(f"findings written to {jpath}")
+    report_path: Path | None = None
+    if not no_report:
+        from forensics.report import render_html
+
+        report_path = _place(out, f"{name}.html", run_path)
+        _write(report_path, render_html(diag, plotlyjs=plotlyjs.value, redact=redact))
+        _err(f"report written to {report_path}")
+    if fmt is OutputFormat.json:
+        typer.echo(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        from forensics.summary import print_summary
+
+        print_summary(diag, report_path=report_path)
+
+
+def _gate(verdicts: list[str], fail_on: str | None) -> None:
+    if fail_on and any(SEVERITY_ORDER[v] >= SEVERITY_ORDER[fail_on] for v in verdicts):
+        raise typer.Exit(code=1)
+
+
+# ---------------------------------------------------------------------------- commands
+@app.command()
+def analyze(
+    path: Annotated[Path, typer.Argument(help="A run folder or a single log file; the format is detected.")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML report path [default: reports/<run>.html].")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the findings document (JSON) here.")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="What to print on stdout.")] = OutputFormat.text,
+    fail_on: Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when the verdict is at or above this.")] = None,
+    ignore: Annotated[list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")] = [],  # noqa: B006
+    all_jobs: Annotated[bool, typer.Option("--all", help="PATH holds several jobs: analyze each into its own report.")] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
+    plotlyjs: Annotated[PlotlyJs, typer.Option("--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN (small file).")] = PlotlyJs.inline,
+    redact: Annotated[bool, typer.Option("--redact", help="Leave paths, host names and config values out of the report.")] = False,
+    checkpoint_every: Annotated[Optional[int], typer.Option("--checkpoint-every", min=1, help="Checkpoint interval for rollback advice when the log does not say [default: 500].")] = None,
+    alias: Annotated[list[str], typer.Option("--alias", help="Map a raw tag to a canonical vital sign: raw=canonical (repeatable).")] = [],  # noqa: B006
+    verify_crc: Annotated[bool, typer.Option("--verify-crc", help="Check TensorBoard record CRCs (needs the crc32c package).")] = False,
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="Read settings from this TOML file.")] = None,
+) -> None:
+    """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
+    from forensics.importers import discover_jobs, read_job
+    from forensics.pipeline import analyze_run, read_options
+
+    cfg = _config(config_file, alias, ignore, checkpoint_every)
+    options = read_options(cfg, verify_crc)
+    jobs = discover_jobs(path)
+    if len(jobs) > 1 and not all_jobs:
+        from forensics.errors import MultipleJobsError
+
+        raise MultipleJobsError(str(path), sorted(jobs))
+    if all_jobs and len(jobs) > 1 and (out is not None or json_out is not None):
+        raise ForensicsError("--out and --json name one file; with --all each job's report and findings go to reports/<job>.html and .json")
+    verdicts: list[str] = []
+    for job, sources in sorted(jobs.items()):
+        run = read_job(path, job, sources, options=options)
+        diag = analyze_run(run, cfg)
+        multi = all_jobs and len(jobs) > 1
+        name = _safe_name(job if multi and job != "." else run.name)
+        jout = json_out
+        if multi:
+            jout = _place(None, f"{name}.json", Path(run.path))
+            _err(f"== {job}")
+        _emit(diag, out=out, json_out=jout, fmt=fmt, no_report=no_report, plotlyjs=plotlyjs, redact=redact, name=name)
+        verdicts.append(diag.verdict)
+    _gate(verdicts, fail_on.value if fail_on else cfg.fail_on)
+
+
+@app.command()
+def metrics(
+    path: Annotated[Path, typer.Argument(help="A run folder or a single log file.")],
+    alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """List every raw tag with its canonical vital sign, points and step range."""
+    from forensics.inspect import metrics_table
+    from forensics.pipeline import read_options, read_run
+
+    cfg = _config(None, alias, [], None)
+    run = read_run(path, options=read_options(cfg))
+    table = metrics_table(run)
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{run.name} ({run.format})")
+    for col in table.columns:
+        t.add_column(col)
+    for row in table.iter_rows():
+        t.add_row(*["" if v is None else str(v) for v in row])
+    Console(width=max(100, os.get_terminal_size(1).columns if sys.stdout.isatty() else 120)).print(t)
+
+
+@app.command()
+def export(
+    path: Annotated[Path, typer.Argument(help="A run folder or a single log file.")],
+    to: Annotated[Path, typer.Option("--to", help="Output file: .parquet or .csv.")],
+    alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Write the run's canonical long frame (every row, restarts included) for a notebook."""
+    from forensics.inspect import export_run
+    from forensics.pipeline import read_options, read_run
+
+    cfg = _config(None, alias, [], None)
+    run = read_run(path, options=read_options(cfg))
+    target = _place(to, to.name, Path(run.path))
+    export_run(run, target)
+    _err(f"{run.frame.height} rows written to {target}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

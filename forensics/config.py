@@ -1,0 +1,106 @@
+"""User configuration: ``[tool.forensics]`` in ./pyproject.toml, or ./forensics.toml.
+
+Recognised keys::
+
+    [tool.forensics]
+    ignore = ["plateau"]              # finding kinds to drop
+    fail_on = "critical"              # default for --fail-on
+    checkpoint_every = 1000           # for rollback advice when the log does not say
+    batch_size = 512                  # samples per step, for sample-indexed x axes
+    aliases = { "my/odd_loss" = "loss" }
+
+    [tool.forensics.detectors.spikes]  # any detector parameter
+    recovery_steps = 300
+
+In ``forensics.toml`` the same keys sit at the top level (or under [tool.forensics]).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import ConfigError
+from forensics.findings import FindingKind
+
+FAIL_ON = ("warning", "critical", "fatal")
+
+
+@dataclass
+class Config:
+    ignore: set[str] = field(default_factory=set)
+    fail_on: str | None = None
+    checkpoint_every: int | None = None
+    batch_size: int | None = None
+    aliases: dict[str, str] = field(default_factory=dict)
+    detectors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    source: str | None = None  # the file it came from
+
+
+def _check_kinds(kinds: list[str] | set[str], where: str) -> set[str]:
+    known = {k.value for k in FindingKind}
+    bad = [k for k in kinds if k not in known]
+    if bad:
+        raise ConfigError(f"{where}: unknown finding kind(s) {', '.join(bad)}; known kinds: {', '.join(sorted(known))}")
+    return set(kinds)
+
+
+def from_mapping(data: dict[str, Any], where: str) -> Config:
+    allowed = {"ignore", "fail_on", "checkpoint_every", "batch_size", "aliases", "detectors"}
+    extra = set(data) - allowed
+    if extra:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; allowed: {', '.join(sorted(allowed))}")
+    cfg = Config(source=where)
+    cfg.ignore = _check_kinds(list(data.get("ignore", [])), where)
+    fail_on = data.get("fail_on")
+    if fail_on is not None and fail_on not in FAIL_ON:
+        raise ConfigError(f"{where}: fail_on must be one of {', '.join(FAIL_ON)}")
+    cfg.fail_on = fail_on
+    for key in ("checkpoint_every", "batch_size"):
+        v = data.get(key)
+        if v is not None and (not isinstance(v, int) or v <= 0):
+            raise ConfigError(f"{where}: {key} must be a positive integer")
+        setattr(cfg, key, v)
+    aliases = data.get("aliases", {})
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise ConfigError(f"{where}: aliases must be a table of raw tag = canonical name")
+    cfg.aliases = dict(aliases)
+    dets = data.get("detectors", {})
+    if not isinstance(dets, dict) or not all(isinstance(v, dict) for v in dets.values()):
+        raise ConfigError(f"{where}: detectors must hold one table per detector")
+    cfg.detectors = {k: dict(v) for k, v in dets.items()}
+    return cfg
+
+
+def load(cwd: Path | None = None, explicit: Path | None = None) -> Config:
+    """The configuration in force: an explicit file, else ./forensics.toml, else ./pyproject.toml."""
+    cwd = cwd or Path.cwd()
+    candidates = [explicit] if explicit else [cwd / "forensics.toml", cwd / "pyproject.toml"]
+    for path in candidates:
+        if path is None or not path.is_file():
+            if explicit:
+                raise ConfigError(f"{explicit}: no such configuration file")
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+        section = data.get("tool", {}).get("forensics")
+        if section is None and path.name != "pyproject.toml":
+            section = data
+        if section is None:
+            continue
+        return from_mapping(section, str(path))
+    return Config()
+
+
+def parse_alias(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        raw, sep, canon = item.rpartition("=")
+        if not sep or not raw or not canon:
+            raise ConfigError(f"--alias {item!r}: expected raw_tag=canonical_name")
+        out[raw] = canon
+    return out

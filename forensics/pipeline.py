@@ -1,0 +1,44 @@
+"""The four stages as plain functions: read -> detect -> diagnose -> render."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forensics.config import Config
+from forensics.importers import ReadOptions, read_job, read_run
+
+if TYPE_CHECKING:
+    from forensics.diagnosis import Diagnosis
+    from forensics.run import Run
+
+
+def read_options(config: Config | None = None, verify_crc: bool = False) -> ReadOptions:
+    config = config or Config()
+    return ReadOptions(verify_crc=verify_crc, aliases=dict(config.aliases), batch_size=config.batch_size)
+
+
+def analyze_run(run: Run, config: Config | None = None) -> Diagnosis:
+    """Detect and diagnose an already-read run."""
+    from forensics.detectors import detect
+    from forensics.diagnosis import diagnose
+
+    config = config or Config()
+    findings = detect(run, config.detectors, ignore=config.ignore)
+    return diagnose(run, findings, checkpoint_every=config.checkpoint_every)
+
+
+def analyze(path: str | os.PathLike[str], config: Config | None = None, *, verify_crc: bool = False) -> Diagnosis:
+    """Read the run at ``path``, run every detector, and diagnose it.
+
+    Example:
+        >>> import forensics
+        >>> diag = forensics.analyze("sample_runs/bad_batch")  # doctest: +SKIP
+        >>> diag.verdict, [f.kind for f in diag.findings]       # doctest: +SKIP
+    """
+    run = read_run(Path(path), options=read_options(config, verify_crc))
+    return analyze_run(run, config)
+
+
+__all__ = ["analyze", "analyze_run", "read_job", "read_run", "read_options"]

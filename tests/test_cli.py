@@ -1,0 +1,161 @@
+"""The CLI contract of `forensics analyze` (issue 2 item 7), through CliRunner and a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from conftest import snapshot, write_tb_run
+from forensics.cli import app
+from issues import SPIKES, open_issue
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    wd = tmp_path / "work"
+    wd.mkdir()
+    monkeypatch.chdir(wd)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return wd
+
+
+def test_analyze_prints_verdict_and_writes_report(spike_run: Path, workdir: Path) -> None:
+    """The default: a text summary on stdout, the HTML report in reports/<run>.html, its place on stderr."""
+    before = snapshot(spike_run)
+    res = runner.invoke(app, ["analyze", str(spike_run)])
+    assert res.exit_code == 0, res.output
+    report = workdir / "reports" / "exp42.html"
+    assert report.is_file() and report.stat().st_size > 1000
+    assert "report written to" in res.stderr and str(report) in res.stderr
+    assert any(w in res.stdout.lower() for w in ("healthy", "warning", "critical", "fatal"))
+    assert snapshot(spike_run) == before  # nothing written into the evidence
+
+
+def test_format_json_matches_schema(spike_run: Path, workdir: Path, findings_schema: dict) -> None:
+    """--format json prints the findings document; it validates against the shipped JSON Schema."""
+    res = runner.invoke(app, ["analyze", str(spike_run), "--format", "json", "--no-report"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, findings_schema)
+    assert doc["run"]["name"] == "exp42"
+    assert doc["run"]["path"] == str(spike_run.resolve())
+    assert doc["run"]["format"] == "tfevents"
+    assert (doc["run"]["first_step"], doc["run"]["last_step"]) == (0, 599)
+    assert doc["run"]["metrics"]["loss"] == "train/loss"
+    assert not (workdir / "reports").exists()  # --no-report
+
+
+@open_issue(SPIKES)
+def test_spike_is_found_at_its_step(spike_run: Path, workdir: Path) -> None:
+    """The loss spike injected at step 300 is reported with its onset there."""
+    res = runner.invoke(app, ["analyze", str(spike_run), "--format", "json", "--no-report"])
+    doc = json.loads(res.stdout)
+    spikes = [f for f in doc["findings"] if f["kind"] == "loss_spike"]
+    assert len(spikes) == 1 and abs(spikes[0]["start_step"] - 300) <= 2
+
+
+@open_issue(SPIKES)
+def test_json_file_and_fail_on(tmp_path: Path, workdir: Path, findings_schema: dict) -> None:
+    """--json writes the document; --fail-on warning exits 1 on a run whose loss turns NaN."""
+    run = write_tb_run(tmp_path / "nanrun", spike_at=None, nan_at=400)
+    out = tmp_path / "out" / "f.json"
+    res = runner.invoke(app, ["analyze", str(run), "--json", str(out), "--no-report", "--fail-on", "warning"])
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, findings_schema)
+    assert doc["verdict"] in ("critical", "fatal")
+    assert res.exit_code == 1
+    ok = runner.invoke(app, ["analyze", str(run), "--no-report", "--fail-on", "fatal", "--ignore", "nan_inf", "--ignore", "divergence"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_report_never_lands_in_run_folder(spike_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from inside the run folder: the report goes to the user cache folder instead."""
+    monkeypatch.chdir(spike_run)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    before = snapshot(spike_run)
+    res = runner.invoke(app, ["analyze", "."])
+    assert res.exit_code == 0, res.output
+    assert snapshot(spike_run) == before
+    assert (tmp_path / "cache" / "forensics" / "reports").is_dir()
+    bad = runner.invoke(app, ["analyze", ".", "--out", str(spike_run / "r.html")])
+    assert bad.exit_code == 2 and "evidence" in bad.stderr
+    assert snapshot(spike_run) == before
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda p: p.mkdir(), "empty"),
+        (lambda p: (p.mkdir(), (p / "notes.md").write_text("hello\n")), "no training log"),
+        (lambda p: p.write_bytes(os.urandom(4096)), "no training log"),
+        (lambda p: None, "no such file"),
+    ],
+    ids=["empty-folder", "unknown-folder", "binary-junk", "missing"],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, workdir: Path, make, needle: str) -> None:
+    """Bad input: exit 2, one line on stderr naming the path, no traceback."""
+    target = tmp_path / "bad"
+    make(target)
+    res = runner.invoke(app, ["analyze", str(target)])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert needle in lines[0] and str(target) in lines[0]
+    assert "Traceback" not in res.output
+
+
+def test_usage_error_exit_2(workdir: Path) -> None:
+    """typer's own usage errors keep exit code 2."""
+    assert runner.invoke(app, ["analyze"]).exit_code == 2
+    assert runner.invoke(app, ["analyze", ".", "--format", "xml"]).exit_code == 2
+    res = runner.invoke(app, ["analyze", ".", "--ignore", "nonsense"])
+    assert res.exit_code == 2 and "nonsense" in res.stderr
+
+
+def test_several_jobs_are_listed_then_all(tmp_path: Path, workdir: Path) -> None:
+    """A folder with two Lightning-style version_N TensorBoard jobs: exit 2 listing them; --all reports each."""
+    root = tmp_path / "lightning_logs"
+    write_tb_run(root / "version_0", n=200, spike_at=None)
+    write_tb_run(root / "version_1", n=200, spike_at=None, seed=3)
+    res = runner.invoke(app, ["analyze", str(root)])
+    assert res.exit_code == 2
+    assert "version_0" in res.stderr and "version_1" in res.stderr and "--all" in res.stderr
+    res = runner.invoke(app, ["analyze", str(root), "--all"])
+    assert res.exit_code == 0, res.output
+    for job in ("version_0", "version_1"):
+        assert (workdir / "reports" / f"{job}.html").is_file()
+        assert json.loads((workdir / "reports" / f"{job}.json").read_text())["schema_version"] == 1
+
+
+def test_config_ignore_from_pyproject(tmp_path: Path, workdir: Path) -> None:
+    """[tool.forensics] ignore in the current folder's pyproject.toml drops that kind; a bad key is exit 2."""
+    run = write_tb_run(tmp_path / "r", n=300, spike_at=None, nan_at=200)
+    (workdir / "pyproject.toml").write_text('[tool.forensics]\nignore = ["nan_inf", "divergence", "loss_spike", "grad_norm_spike"]\n')
+    res = runner.invoke(app, ["analyze", str(run), "--format", "json", "--no-report"])
+    assert res.exit_code == 0, res.output
+    kinds = {f["kind"] for f in json.loads(res.stdout)["findings"]}
+    assert not kinds & {"nan_inf", "divergence", "loss_spike", "grad_norm_spike"}
+    (workdir / "pyproject.toml").write_text('[tool.forensics]\nfrobnicate = 1\n')
+    res = runner.invoke(app, ["analyze", str(run)])
+    assert res.exit_code == 2 and "frobnicate" in res.stderr
+
+
+def test_real_subprocess(spike_run: Path, tmp_path: Path) -> None:
+    """The installed entry point, as a user runs it: python -m forensics and exit codes."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(spike_run), "--format", "json", "--no-report"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["schema_version"] == 1
+    res = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(tmp_path / "nope")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
