@@ -69,21 +69,24 @@ def normalize_tag(tag: str) -> str:
 _ALIASES: dict[str, list[str]] = {
     LOSS: [
         "loss", "train/loss", "train_loss", "training_loss", "lm loss", "lm_loss", "Loss/train",
-        "loss/train", "loss/train/total", "train/train_loss", "Train/Samples/train_loss",
+        "loss/train", "loss/train/total", "Train/Samples/train_loss",
         "reduced_train_loss", "loss_metrics/global_avg_loss", "train/CrossEntropyLoss",
         "learning/loss", "batch_loss", "train_loss_step", "train/loss_step",
+        "epoch_loss", "train/epoch_loss", "train/batch_loss",  # Keras (train/ sub-run)
+        # Not "train/train_loss": HF's callbacks write it once, the mean over the whole run.
     ],
     VAL_LOSS: [
         "val_loss", "val/loss", "eval_loss", "eval/loss", "valid_loss", "valid/loss",
         "validation_loss", "validation loss", "validation/loss", "validation_metrics/loss",
         "Loss/val", "loss/val", "lm loss validation", "eval/avg_loss", "val_loss_epoch",
-        "metrics/eval/LanguageCrossEntropy", "lm loss value",
+        "metrics/eval/LanguageCrossEntropy", "lm loss value", "validation/epoch_loss",
+        "val/epoch_loss", "Loss/validation", "loss/validation", "loss/valid",
     ],
     GRAD_NORM: [
         "grad_norm", "gnorm", "grad-norm", "grad norm", "gradient_norm", "gradient norm",
         "train/grad_norm", "optim/grad_norm", "optim/total_grad_norm", "total_grad_norm",
         "learning/raw_grad_norm", "l2_norm/grad/global", "grad_2.0_norm_total",
-        "train/gnorm", "grad_norm/total",
+        "train/gnorm", "grad_norm/total", "grad/norm/total", "train/gradient_norm",
     ],
     GRAD_NORM_CLIPPED: ["learning/grad_norm", "grad_norm_clipped", "clipped_grad_norm"],
     PARAM_NORM: [
@@ -95,6 +98,7 @@ _ALIASES: dict[str, list[str]] = {
         "lr", "learning_rate", "learning-rate", "learning rate", "train/lr",
         "train/learning_rate", "optim/learning_rate", "optim/learning_rate_group0",
         "learning/current_learning_rate", "Train/Samples/lr", "epoch_learning_rate",
+        "train/epoch_learning_rate",
     ],
     LOSS_SCALE: [
         "loss_scale", "loss-scale", "loss scale", "scaler", "grad_scale",
@@ -105,27 +109,39 @@ _ALIASES: dict[str, list[str]] = {
         "throughput/tokens_per_sec", "throughput/tokens_per_second",
         "throughput/device/tokens_per_second", "throughput(tps)", "tps", "wps",
         "tokens_per_second_per_gpu", "perf/per_device_tokens_per_sec", "train/tokens_per_sec",
-        "train/throughput",
+        "train/tokens_per_second", "train/throughput",
     ],
     MEMORY: [
         "memory", "memory/max_reserved(GiB)", "memory/max_active(GiB)",
         "memory/peak_allocated_mem", "memory/current_allocated_gigabytes",
         "mem-allocated-bytes", "mem-reserved-bytes", "peak_memory_alloc",
         "peak_memory_reserved", "peak_memory_gb", "System/Peak GPU Memory (MB)",
-        "memory/rss_mb", "train/memory", "mem_mb",
+        "memory/rss_mb", "train/memory", "mem_mb", "mem-max-allocated-bytes",
+        "system.gpu.0.memoryAllocated",
     ],
     STEP_TIME: [
         "elapsed time per iteration (ms)", "iteration-time", "time_metrics/end_to_end(s)",
         "perf/step_time_seconds", "throughput/duration", "train_step_timing in s",
-        "step_time", "train/step_time",
+        "step_time", "train/step_time", "train_step_timing",
     ],
     EPOCH: ["epoch", "train/epoch", "trainer/epoch"],
 }
 
-# Aliases that only hold for one source (llm.c's terse keys would be ambiguous elsewhere).
-_SOURCE_ALIASES: dict[str, dict[str, str]] = {
+# Aliases that only hold for one source (terse keys would be ambiguous elsewhere). ``None``
+# keeps a tag unmapped on purpose.
+_SOURCE_ALIASES: dict[str, dict[str, str | None]] = {
     "llmc": {"trl": LOSS, "tel": VAL_LOSS, "norm": GRAD_NORM, "eval": "eval/hellaswag"},
     "fairseq": {"loss": LOSS, "valid_loss": VAL_LOSS},
+    # HF's end-of-training entry: the mean loss over the whole run, not a point of the curve.
+    "hf_trainer_state": {"train_loss": None},
+    # Text logs (forensics/importers/text): llm.c's terse keys, DeepSpeed's loss-scale events,
+    # MLPerf's gpt3 eval_accuracy (a log-perplexity) and timings that are not eval scores.
+    "text_logs": {
+        "trl": LOSS, "tel": VAL_LOSS, "norm": GRAD_NORM, "overflow": OVERFLOW,
+        "loss_scale_reduced_to": LOSS_SCALE, "loss_scale_increased_to": LOSS_SCALE,
+        "eval_accuracy (log perplexity)": VAL_LOSS, "eval_train_loss": None,
+        "validation_step_timing": None, "validation_epoch_timing": None,
+    },
 }
 
 _EXACT: dict[str, str] = {}
@@ -133,51 +149,132 @@ for _canon, _names in _ALIASES.items():
     for _n in _names:
         _EXACT.setdefault(normalize_tag(_n), _canon)
 
-# Per-layer patterns: (regex on the raw tag, canonical per-layer metric).
-_LAYER_INDEX = r"(?:layers?|blocks?|h|block)[._/]?(?P<layer>\d+)"
-_LAYER_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"^(?:grad_norm|grad/norm|l2_norm/grad|optim/grad|gradients?)[/._].*" + _LAYER_INDEX, re.I), GRAD_NORM_LAYER),
-    (re.compile(_LAYER_INDEX + r".*[/._](?:grad_norm|grad)$", re.I), GRAD_NORM_LAYER),
-    (re.compile(r"^(?:param_norm|params?/norm|l2_norm/param|optim/param|weight_norm)[/._].*" + _LAYER_INDEX, re.I), PARAM_NORM_LAYER),
-    (re.compile(_LAYER_INDEX + r".*[/._](?:param_norm|weight_norm)$", re.I), PARAM_NORM_LAYER),
-    (re.compile(r"^(?:act(?:ivations?)?)[/._](?:mean)[/._].*?" + _LAYER_INDEX, re.I), ACT_MEAN),
-    (re.compile(r"^(?:act(?:ivations?)?)[/._](?:std)[/._].*?" + _LAYER_INDEX, re.I), ACT_STD),
-    (re.compile(r"^(?:act(?:ivations?)?)[/._](?:absmax|max_abs|amax)[/._].*?" + _LAYER_INDEX, re.I), ACT_ABSMAX),
-    (re.compile(r"^(?:act(?:ivations?)?)[/._].*?" + _LAYER_INDEX + r".*[/._]mean$", re.I), ACT_MEAN),
-    (re.compile(r"^(?:act(?:ivations?)?)[/._].*?" + _LAYER_INDEX + r".*[/._]std$", re.I), ACT_STD),
-    (re.compile(r"^(?:act(?:ivations?)?)[/._].*?" + _LAYER_INDEX + r".*[/._](?:absmax|max_abs|amax)$", re.I), ACT_ABSMAX),
+# Spellings that need a pattern rather than a list (optimizer names, param-group numbers).
+_REGEX_ALIASES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"^lr-[A-Za-z]\w*(?:/(?:pg|group)\d+)?$"), LR),  # Lightning LearningRateMonitor
+    (re.compile(r"^optim/learning_rate_group\d+$"), LR),
 ]
+
+# Where a layer index sits in a parameter path: model.layers.3.mlp, transformer.h.3.attn,
+# transformer.blocks.3.att_proj, decoder.layers.3, layer_3, block3, Levanter's stacked.3.
+_LAYER_INDEX = re.compile(r"(?:^|(?<=[._/\-]))(?:layers?|blocks?|h|stacked)[._/\-]?(?P<layer>\d+)(?=$|[._/\-])", re.I)
+# A per-parameter statistic that is not a norm (OLMo's .min/.max/.avg, histogram stats).
+_STAT_SUFFIX = re.compile(r"[._/](?:min|max|mean|avg|std|absmax)$", re.I)
+_ACT_STAT = r"(?P<stat>mean|std|absmax|max_abs|amax)"
+_ACT = r"act(?:ivation)?s?"
+
+# (regex capturing the parameter path, canonical per-layer metric); the path must hold a layer index.
+_LAYER_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"^l2_norm/grad/(?P<p>.+)$", re.I), GRAD_NORM_LAYER),  # Composer, NeMo
+    (re.compile(r"^optim/grad/(?P<p>.+)\.norm$", re.I), GRAD_NORM_LAYER),  # OLMo
+    (re.compile(r"^grad/norm/(?P<p>.+)$", re.I), GRAD_NORM_LAYER),  # Levanter watch
+    (re.compile(r"^grad_(?:[\d.]+|inf)_norm[/_.](?P<p>.+)$", re.I), GRAD_NORM_LAYER),  # Lightning grad_norm()
+    (re.compile(r"^grad(?:ient)?s?/(?P<p>.+)/norm$", re.I), GRAD_NORM_LAYER),  # gradient histograms
+    (re.compile(r"^grad_norms?[/_.](?P<p>.+)$", re.I), GRAD_NORM_LAYER),
+    (re.compile(r"^(?P<p>.+)[/_.]grad_norm$", re.I), GRAD_NORM_LAYER),
+    (re.compile(r"^l2_norm/param/(?P<p>.+)$", re.I), PARAM_NORM_LAYER),
+    (re.compile(r"^optim/param/(?P<p>.+)\.norm$", re.I), PARAM_NORM_LAYER),
+    (re.compile(r"^params?/norm/(?P<p>.+)$", re.I), PARAM_NORM_LAYER),
+    (re.compile(r"^(?:parameters|params|weights)/(?P<p>.+)/norm$", re.I), PARAM_NORM_LAYER),  # histograms
+    (re.compile(r"^(?:param|weight)_norms?[/_.](?P<p>.+)$", re.I), PARAM_NORM_LAYER),
+    (re.compile(r"^(?P<p>.+)[/_.](?:param|weight)_norm$", re.I), PARAM_NORM_LAYER),
+]
+_ACT_PATTERNS: list[re.Pattern[str]] = [
+    re.compile(rf"^{_ACT}[/_.]{_ACT_STAT}[/_.](?P<p>.+)$", re.I),  # act/absmax/layers.3
+    re.compile(rf"^{_ACT}[/_.](?P<p>.+)[/_.]{_ACT_STAT}$", re.I),  # act/layers.3/mean, histograms
+    re.compile(rf"^(?P<p>.+)[/_.]{_ACT}[/_.]{_ACT_STAT}$", re.I),  # layers.3/act/std
+]
+_ACT_CANON = {"mean": ACT_MEAN, "std": ACT_STD, "absmax": ACT_ABSMAX, "max_abs": ACT_ABSMAX, "amax": ACT_ABSMAX}
 
 # Eval metrics: a benchmark or accuracy-like score. Direction matters for regressions.
 _EVAL_PATTERN = re.compile(
     r"^(?:eval|evaluation|val|valid|validation|test|benchmark|bench|metrics/eval)[/_ .-]"
-    r"(?P<name>(?!loss$|runtime$|samples_per_second$|steps_per_second$).+)$"
+    r"(?P<name>(?!(?:loss|runtime|samples|steps|epoch|.*_per_second)$).+)$"
     r"|^(?P<bare>hellaswag|mmlu|arc_[a-z]+|winogrande|piqa|accuracy|acc|wer|cer|bleu|rouge\w*)$",
     re.I,
 )
 LOWER_IS_BETTER = re.compile(r"(?:wer|cer|loss|perplexity|ppl|error|err)$", re.I)
 
+# The x axis a tag is indexed by, when it is not optimizer steps (formats.md 5.3).
+# tensorboardX turns the spaces into underscores ("lm_loss_vs_samples").
+_X_SAMPLES = re.compile(r"(?:[\s_]+vs[\s_]+samples$|^Train/Samples/)", re.I)
+_X_TOKENS = re.compile(r"[\s_]+vs[\s_]+tokens$", re.I)
+_X_SUFFIX = re.compile(r"[\s_]+vs[\s_]+(?:samples|tokens|steps|iterations?)$", re.I)
 
-@lru_cache(maxsize=4096)
+# Tags whose numbers mean something other than their canonical name suggests.
+FLAGS: dict[str, str] = {
+    "grad/norm/total": "grad_norm is Levanter's grad/norm/total, the sum of per-parameter L2 norms "
+    "rather than the global L2 norm: its level is not comparable with other runs' grad_norm",
+}
+
+# Every canonical name a user alias may target (plus any "eval/<name>").
+KNOWN_METRICS = (
+    LOSS, VAL_LOSS, GRAD_NORM, GRAD_NORM_CLIPPED, PARAM_NORM, LR, LOSS_SCALE, THROUGHPUT, STEP_TIME,
+    MEMORY, EPOCH, OVERFLOW, *PER_LAYER,
+)
+
+
+def x_kind_of(tag: str) -> str:
+    """``samples`` / ``tokens`` for tags indexed by consumed samples or tokens, else ``step``."""
+    if _X_SAMPLES.search(tag):
+        return "samples"
+    if _X_TOKENS.search(tag):
+        return "tokens"
+    return "step"
+
+
+def layer_of(tag: str) -> int | None:
+    """The layer index in a parameter path (``model.layers.3.mlp`` -> 3), None when there is none."""
+    m = _LAYER_INDEX.search(tag)
+    return int(m.group("layer")) if m else None
+
+
+def check_aliases(aliases: dict[str, str]) -> None:
+    """Raise ConfigError for a user alias whose target is not a canonical vital sign."""
+    from forensics.errors import ConfigError
+
+    bad = [f"{raw}={canon}" for raw, canon in aliases.items()
+           if canon not in KNOWN_METRICS and not (canon.startswith(EVAL_PREFIX) and len(canon) > len(EVAL_PREFIX))]
+    if bad:
+        raise ConfigError(
+            f"alias {', '.join(bad)}: unknown canonical name; use one of {', '.join(KNOWN_METRICS)} or eval/<name>"
+        )
+
+
+@lru_cache(maxsize=8192)
 def canonicalize(tag: str, source: str | None = None, extra: tuple[tuple[str, str], ...] = ()) -> tuple[str | None, int | None]:
     """Map a raw tag to ``(canonical metric, layer index)``; ``(None, None)`` if unknown.
 
-    Order: user aliases -> source-scoped aliases -> exact aliases -> per-layer patterns ->
-    eval-metric pattern.
+    Order: user aliases -> source-scoped aliases -> exact aliases (after normalisation, and
+    with an x-axis suffix such as `` vs samples`` removed) -> spelling patterns -> per-layer
+    patterns (a layer index is required) -> eval-metric pattern.
     """
+    norm = normalize_tag(tag)
     for raw, canon in extra:
-        if tag == raw or normalize_tag(tag) == normalize_tag(raw):
-            return canon, None
+        if tag == raw or norm == normalize_tag(raw):
+            return canon, (layer_of(tag) if canon in PER_LAYER else None)
     if source and source in _SOURCE_ALIASES and tag in _SOURCE_ALIASES[source]:
         return _SOURCE_ALIASES[source][tag], None
-    norm = normalize_tag(tag)
-    if norm in _EXACT:
-        return _EXACT[norm], None
+    base = _X_SUFFIX.sub("", tag)
+    nb = normalize_tag(base)
+    if nb in _EXACT:
+        return _EXACT[nb], None
+    for pattern, canon in _REGEX_ALIASES:
+        if pattern.match(base):
+            return canon, None
     for pattern, canon in _LAYER_PATTERNS:
-        m = pattern.search(tag)
+        m = pattern.match(base)
+        if m and not _STAT_SUFFIX.search(m.group("p")):
+            layer = layer_of(m.group("p"))
+            if layer is not None:
+                return canon, layer
+    for pattern in _ACT_PATTERNS:
+        m = pattern.match(base)
         if m:
-            return canon, int(m.group("layer"))
-    m = _EVAL_PATTERN.match(tag)
+            layer = layer_of(m.group("p"))
+            if layer is not None:
+                return _ACT_CANON[m.group("stat").lower()], layer
+    m = _EVAL_PATTERN.match(base)
     if m:
         name = m.group("name") or m.group("bare")
         return EVAL_PREFIX + normalize_tag(name), None

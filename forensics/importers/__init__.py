@@ -14,9 +14,12 @@ from pathlib import Path
 import polars as pl
 
 from forensics.errors import MultipleJobsError, UnknownFormatError, UnreadableInputError
-from forensics.importers.base import ImportResult, ReadOptions, Source
+from forensics.findings import FindingKind
+from forensics.importers.base import ImportResult, ReadOptions, Source, binary_junk, convert_x_axis, read_head, rel
 from forensics.run import Run
-from forensics.schema import add_canonical, conform
+from forensics.schema import FLAGS, add_canonical, check_aliases, conform
+
+__all__ = ["REGISTRY", "ImportResult", "ReadOptions", "Source", "discover", "discover_jobs", "group_jobs", "read_job", "read_run"]
 
 # Module names under forensics.importers, in claiming order. Imported lazily.
 REGISTRY: list[str] = [
@@ -25,6 +28,7 @@ REGISTRY: list[str] = [
     "hf_trainer_state",
     "lightning_csv",
     "wandb_csv",
+    "megatron_golden",
     "jsonl",
     "text_logs",
 ]
@@ -45,7 +49,11 @@ def _importer(name: str):  # noqa: ANN202 - returns a module implementing Import
 def list_files(root: Path) -> list[Path]:
     """Every regular file under root (sorted, hidden and cache folders skipped)."""
     out: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def fail(exc: OSError) -> None:
+        raise UnreadableInputError(f"{exc.filename}: cannot be listed ({exc.strerror or exc})")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=fail):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
         for f in sorted(filenames):
             if f.startswith("."):
@@ -56,17 +64,25 @@ def list_files(root: Path) -> list[Path]:
     return out
 
 
+_EXPECTED = (
+    "expected TensorBoard event files, W&B exports, JSONL metrics, trainer_state.json, "
+    "Lightning metrics.csv or a trainer's text log"
+)
+
+
 def discover(path: Path) -> list[Source]:
     """All sources under path, each claimed by one importer."""
     path = Path(path)
     if not path.exists():
         raise UnreadableInputError(f"{path}: no such file or folder")
     if path.is_file():
+        if not os.access(path, os.R_OK):
+            raise UnreadableInputError(f"{path}: cannot be read (permission denied)")
         root, files = path.parent, [path]
     else:
         root, files = path, list_files(path)
         if not files:
-            raise UnreadableInputError(f"{path}: the folder is empty; expected training logs")
+            raise UnreadableInputError(f"{path}: the folder is empty; {_EXPECTED}")
     unclaimed = list(files)
     sources: list[Source] = []
     for name in REGISTRY:
@@ -79,28 +95,58 @@ def discover(path: Path) -> list[Source]:
         unclaimed = [f for f in unclaimed if f not in claimed]
         sources.extend(found)
     if not sources:
-        what = "file" if path.is_file() else "folder"
-        raise UnknownFormatError(
-            f"{path}: no training log recognised in this {what} (expected TensorBoard event files, "
-            "W&B exports, JSONL metrics, trainer_state.json, Lightning metrics.csv or a trainer's text log)"
-        )
+        if path.is_file():
+            what = "binary data" if binary_junk(read_head(path, 8192)) else "no training log format recognised"
+            raise UnknownFormatError(f"{path}: {what}; {_EXPECTED}")
+        raise UnknownFormatError(f"{path}: no training log recognised in this folder ({len(files)} files); {_EXPECTED}")
     return sources
 
 
 def group_jobs(sources: list[Source]) -> dict[str, list[Source]]:
-    """Group sources by job; file-scoped jobs inside a folder job's folder join it."""
-    jobs: dict[str, list[Source]] = {}
-    folder_jobs = sorted({s.job for s in sources if s.scope == "folder"}, key=len, reverse=True)
+    """Group sources into training jobs.
+
+    Folder jobs nested inside another folder job's folder belong to it (an HF output folder
+    with its ``runs/<date>/`` event files), unless that folder would take in two nested jobs
+    of one format: two event-file runs, two trainer states. Then they are distinct jobs and the
+    caller refuses to guess. File jobs (a single log file) join the folder job around them.
+    """
+    folder = sorted({s.job for s in sources if s.scope == "folder"}, key=lambda j: (_depth(j), j))
+    parent_of: dict[str, str] = {}
+    for j in folder:
+        enclosing = [a for a in folder if a != j and _inside(j, a)]
+        if enclosing:
+            parent_of[j] = max(enclosing, key=_depth)
+    # Refuse to merge when an enclosing job would absorb two nested jobs of the same format.
+    nested: dict[tuple[str, str], set[str]] = {}
     for s in sources:
-        key = s.job
-        if s.scope == "file":
-            parent = str(Path(s.job).parent.as_posix()) if s.job != "." else "."
-            for fj in folder_jobs:
-                if fj == "." or parent == fj or parent.startswith(fj + "/"):
-                    key = fj
-                    break
+        if s.scope == "folder" and s.job in parent_of:
+            nested.setdefault((parent_of[s.job], s.importer), set()).add(s.job)
+    ambiguous = {j for js in nested.values() if len(js) > 1 for j in js}
+
+    def top(j: str) -> str:
+        while j in parent_of and j not in ambiguous:
+            j = parent_of[j]
+        return j
+
+    jobs: dict[str, list[Source]] = {}
+    tops = sorted({top(j) for j in folder}, key=_depth, reverse=True)
+    for s in sources:
+        if s.scope == "folder":
+            key = top(s.job)
+        else:
+            where = str(Path(s.job).parent.as_posix()) if s.job != "." else "."
+            key = next((fj for fj in tops if _inside(where, fj) or where == fj), s.job)
         jobs.setdefault(key, []).append(s)
     return jobs
+
+
+def _depth(job: str) -> int:
+    return 0 if job == "." else len(Path(job).parts)
+
+
+def _inside(job: str, folder: str) -> bool:
+    """Is job (a relative path) inside folder (a relative path, "." for the root)?"""
+    return folder == "." or job.startswith(folder.rstrip("/") + "/")
 
 
 def discover_jobs(path: Path) -> dict[str, list[Source]]:
@@ -118,20 +164,28 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
     jobs = discover_jobs(path)
     if len(jobs) > 1:
         raise MultipleJobsError(str(path), sorted(jobs))
-    (job, sources), = jobs.items()
+    ((job, sources),) = jobs.items()
     return read_job(path, job, sources, options=options)
 
 
 def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOptions | None = None) -> Run:
+    """Read one job's sources into a Run: canonical names, x axis, one source per vital sign."""
     options = options or ReadOptions()
+    check_aliases(options.aliases)
     path = Path(path).resolve()
     results: list[tuple[Source, ImportResult]] = []
+    x_notes: list[str] = []
     for s in sources:
         mod = _importer(s.importer)
-        res = mod.IMPORTER.read(s, options)
+        try:
+            res = mod.IMPORTER.read(s, options)
+        except OSError as exc:
+            where = exc.filename or ", ".join(str(f) for f in s.files)
+            raise UnreadableInputError(f"{where}: cannot be read ({exc.strerror or exc})") from None
         frame = conform(res.frame)
-        frame = add_canonical(frame, s.importer, options.aliases)
-        res.frame = frame
+        frame, notes = convert_x_axis(frame, options.batch_size)
+        x_notes.extend(notes)
+        res.frame = add_canonical(frame, s.importer, options.aliases)
         results.append((s, res))
 
     results, dropped_notes = _choose_overlapping(results)
@@ -143,22 +197,49 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
               format="+".join(dict.fromkeys(s.importer for s, _ in results)))
     frames = [r.frame for _, r in results]
     run.frame = pl.concat(frames, how="vertical") if frames else run.frame
-    for note in dropped_notes:
+    for note in dropped_notes + x_notes:
         run.note(note)
-    for _, r in results:
+    seen_restarts: set[tuple[object, object]] = set()
+    for s, r in results:
         for n in r.notes:
             run.note(n)
-        run.import_findings.extend(r.findings)
+        for f in r.findings:
+            if f.kind == FindingKind.RESTART:
+                key = (f.measures.get("resumed_from_step"), f.measures.get("last_step_before"))
+                if key in seen_restarts:
+                    continue  # the same restart seen through a second format
+                seen_restarts.add(key)
+            run.import_findings.append(f)
         run.config.update(r.config)
         run.metadata.update(r.metadata)
+    run.metadata["sources"] = {s.importer: [rel(f, s.root) for f in s.files] for s, _ in results}
     if run.frame.filter(pl.col("step").is_not_null()).is_empty():
-        raise UnreadableInputError(f"{path}: the log holds no metric with a step; nothing to analyze")
+        files = ", ".join(rel(f, s.root) for s in sources for f in s.files[:3])
+        raise UnreadableInputError(
+            f"{path}: no metric with a step was found in {files}; expected logged training metrics"
+        )
+    used = set(run.frame.get_column("tag").unique().to_list())
+    for tag, text in FLAGS.items():
+        if tag in used:
+            run.note(text)
     return run
 
 
+def _files(s: Source) -> str:
+    names = [rel(f, s.root) for f in s.files[:1]]
+    return names[0] + (f" (+{len(s.files) - 1} files)" if len(s.files) > 1 and s.importer == "tfevents" else "")
+
+
+# On equal point counts the more precise source wins: JSON keeps doubles, TensorBoard float32.
+_PRECISION = {"hf_trainer_state": 3, "jsonl": 2, "lightning_csv": 2, "tfevents": 1}
+
+
 def _choose_overlapping(results: list[tuple[Source, ImportResult]]) -> tuple[list[tuple[Source, ImportResult]], list[str]]:
-    """The same metrics in two formats (trainer_log.jsonl beside trainer_state.json): keep the
-    source with more points for the metrics they share, and say so."""
+    """The same metrics in two formats (trainer_log.jsonl beside trainer_state.json, an HF
+    folder's event files beside its trainer_state.json): for the vital signs both hold, keep
+    the source with more points and say so. The other source still contributes the vital
+    signs only it has; its unmapped tags are left out (they repeat the winner's under other
+    names)."""
     notes: list[str] = []
     if len(results) < 2:
         return results, notes
@@ -167,21 +248,29 @@ def _choose_overlapping(results: list[tuple[Source, ImportResult]]) -> tuple[lis
         f = r.frame.filter(pl.col("metric").is_not_null())
         return dict(f.group_by("metric").len().iter_rows())
 
-    pts = [points(r) for _, r in results]
-    keep = [True] * len(results)
     for i in range(len(results)):
-        for j in range(len(results)):
-            if i == j or not keep[i] or not keep[j]:
+        for j in range(i + 1, len(results)):
+            (si, ri), (sj, rj) = results[i], results[j]
+            if si.importer == sj.importer:
                 continue
-            shared = set(pts[i]) & set(pts[j])
-            if "loss" in shared or len(shared) >= 2:
-                ni, nj = sum(pts[i][m] for m in shared), sum(pts[j][m] for m in shared)
-                loser = j if (ni, -i) > (nj, -j) else i
-                winner = i if loser == j else j
-                keep[loser] = False
-                ls, ws = results[loser][0], results[winner][0]
-                notes.append(
-                    f"{', '.join(p.name for p in ls.files)} ({ls.importer}) holds the same metrics as "
-                    f"{', '.join(p.name for p in ws.files)} ({ws.importer}) with fewer points; it was not used"
-                )
-    return [r for r, k in zip(results, keep) if k], notes
+            pi, pj = points(ri), points(rj)
+            shared = set(pi) & set(pj)
+            if not ("loss" in shared or len(shared) >= 2):
+                continue
+            # The loss decides when both have it: counting side series (epoch) would let a
+            # source win on bookkeeping rows.
+            basis = ["loss"] if "loss" in shared else sorted(shared)
+            ni, nj = sum(pi[m] for m in basis), sum(pj[m] for m in basis)
+            rank_i, rank_j = (ni, _PRECISION.get(si.importer, 0)), (nj, _PRECISION.get(sj.importer, 0))
+            (ws, wr), (ls, lr) = (results[i], results[j]) if rank_i >= rank_j else (results[j], results[i])
+            win_metrics = set(points(wr))
+            lr.frame = lr.frame.filter(pl.col("metric").is_not_null() & ~pl.col("metric").is_in(list(win_metrics)))
+            lr.findings = [f for f in lr.findings if f.kind != FindingKind.RESTART]
+            kept = sorted(set(points(lr)))
+            why = "more points" if ni != nj else "as many points and more precise numbers"
+            also = f"; it still gives {', '.join(kept)}" if kept else ""
+            notes.append(
+                f"{_files(ls)} ({ls.importer}) and {_files(ws)} ({ws.importer}) hold the same metrics "
+                f"({', '.join(sorted(shared))}); {_files(ws)} has {why} and is used for them{also}"
+            )
+    return [(s, r) for s, r in results if not r.frame.is_empty()], notes

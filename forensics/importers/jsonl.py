@@ -1,22 +1,45 @@
-"""JSONL metric logs: one JSON object per line (generic, LLaMA-Factory, Levanter, W&B history)."""
+"""JSONL metric logs: one JSON object per line (generic, LLaMA-Factory, Levanter, W&B history).
+
+* Nested objects are flattened with ``/`` (``{"train": {"loss": 1}}`` -> ``train/loss``); a
+  nested histogram (``min, max, num, sum, sum_squares``, as Levanter writes) becomes
+  ``<key>/min|max|mean|std|absmax|norm`` like TensorBoard histograms.
+* The step is the first of :data:`STEP_KEYS` present; the time the first of :data:`TIME_KEYS`
+  (unix seconds, or an ISO date). LLaMA-Factory's ``trainer_log.jsonl`` has neither a time
+  stamp nor a ``step``: its ``current_steps`` is the step and ``elapsed_time`` ("1:02:03")
+  gives seconds since the start.
+* Numbers given as strings (``"1.2e-4"``, ``"nan"``, ``"1,234"``) and the bare ``NaN`` /
+  ``Infinity`` Python's json module writes are accepted. Other strings are not metrics.
+* Levanter's json_logger writes its JSON through Python logging, so a line may carry a
+  logging prefix; its ``log`` events give the metrics, ``hparams`` the run config.
+* A line that is not a JSON object is skipped and counted (line numbers in the run notes);
+  it never aborts the file. A cut-off last line is reported as ``truncated_log``.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from forensics.importers.base import ImportResult, ReadOptions, Source, head_lines, read_text, rel, strip_suffixes
+from forensics.errors import UnreadableInputError
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.importers.base import ImportResult, ReadOptions, Source, head_lines, read_bytes, rel, strip_suffixes
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform
 
 NAME = "jsonl"
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "trainer/global_step", "current_steps", "_step")
 TIME_KEYS = ("_timestamp", "timestamp", "wall_time")
-_SKIP_KEYS = set(TIME_KEYS) | {"_runtime", "_step"}
+_SKIP_KEYS = set(STEP_KEYS) | set(TIME_KEYS) | {"_runtime"}
+_SUFFIXES = (".jsonl", ".ndjson", ".json", ".log", ".txt", ".out")
+_HIST_KEYS = {"min", "max", "num", "sum", "sum_squares"}
+_LEVANTER = '{"tracker"'
+_ELAPSED = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)$")
 
 
 def _number(v: Any) -> float | None:
@@ -25,23 +48,71 @@ def _number(v: Any) -> float | None:
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, str):
-        s = v.strip().replace(",", "")
         try:
-            return float(s)  # float() accepts "nan", "inf", "Infinity", "1.2e-4"
+            return float(v.strip().replace(",", ""))  # accepts "nan", "inf", "Infinity", "1.2e-4"
         except ValueError:
             return None
     return None
 
 
+def _hist(d: dict[str, Any]) -> dict[str, float] | None:
+    from forensics.importers.tfevents_proto import _hist_stats
+
+    try:
+        return _hist_stats(float(d["min"]), float(d["max"]), float(d["num"]), float(d["sum"]), float(d["sum_squares"]))
+    except (TypeError, ValueError):
+        return None
+
+
 def flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> one level with ``/``-joined keys; histogram dicts -> their stats."""
     out: dict[str, Any] = {}
     for k, v in obj.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(flatten(v, key + "/"))
+            stats = _hist(v) if _HIST_KEYS <= v.keys() else None
+            if stats is not None:
+                out.update({f"{key}/{s}": x for s, x in stats.items()})
+            else:
+                out.update(flatten(v, key + "/"))
         else:
             out[key] = v
     return out
+
+
+def _time(v: Any) -> float | None:
+    x = _number(v)
+    if x is not None:
+        return x / 1000.0 if x > 1e11 else x  # milliseconds since the epoch
+    if isinstance(v, str):
+        try:
+            return datetime.fromisoformat(v.strip().replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _elapsed(v: Any) -> float | None:
+    m = _ELAPSED.match(v.strip()) if isinstance(v, str) else None
+    if not m:
+        return None
+    days, h, mnt, sec = m.groups()
+    return int(days or 0) * 86400 + int(h) * 3600 + int(mnt) * 60 + float(sec)
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    """A line as a JSON object, or None. Levanter lines may follow a logging prefix."""
+    s = line.strip()
+    if not s.startswith("{"):
+        i = s.find(_LEVANTER)
+        if i < 0:
+            return None
+        s = s[i:]
+    try:
+        obj = json.loads(s)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 class JsonlImporter:
@@ -51,17 +122,13 @@ class JsonlImporter:
         out: list[Source] = []
         for f in files:
             base = strip_suffixes(f.name)
-            if not (base.endswith(".jsonl") or base.endswith(".ndjson") or base.endswith(".json") or base.endswith(".log") or base.endswith(".txt")):
+            if not base.endswith(_SUFFIXES):
                 continue
             lines = head_lines(f, 50)
-            objs = [ln for ln in lines if ln.lstrip().startswith("{")]
-            if not objs or len(objs) < max(1, len(lines) // 2):
-                continue
-            try:
-                first = json.loads(objs[0])
-            except ValueError:
-                continue
-            if not isinstance(first, dict):
+            objs = [ln for ln in lines if _parse(ln) is not None]
+            # Most lines must be objects; a .json file must hold more than one (not a
+            # pretty-printed document such as all_results.json).
+            if not objs or len(objs) < max(1, len(lines) // 2) or (base.endswith(".json") and len(objs) < 2):
                 continue
             if base == "trainer_log.jsonl":  # LLaMA-Factory: the job is its output folder
                 out.append(Source(NAME, [f], rel(f.parent, root), root, scope="folder"))
@@ -72,39 +139,54 @@ class JsonlImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         path = source.files[0]
         name = rel(path, source.root)
+        try:
+            raw = read_bytes(path)
+        except Exception as exc:  # noqa: BLE001 - gzip/zstd raise their own types
+            if isinstance(exc, OSError) and exc.errno is not None:
+                raise  # permission or I/O: read_job names the file
+            raise UnreadableInputError(f"{path}: cannot be decompressed ({exc}); expected JSON lines") from None
+        text = raw.decode("utf-8", errors="replace")
         steps: list[int | None] = []
         tags: list[str] = []
         values: list[float] = []
         times: list[float | None] = []
         recs: list[int] = []
         bad: list[int] = []
-        counter = 0
-        for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+        config: dict[str, Any] = {}
+        relative_time = False
+        lines = text.splitlines()
+        for lineno, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError("not an object")
-            except ValueError:
+            obj = _parse(line)
+            if obj is None:
                 bad.append(lineno)
                 continue
-            flat = flatten(obj)
+            if obj.get("tracker") == "json_logger":  # Levanter
+                event = obj.get("event")
+                if event == "hparams" and isinstance(obj.get("hparams"), dict):
+                    config.update(flatten(obj["hparams"]))
+                if event != "log" or not isinstance(obj.get("metrics"), dict):
+                    continue
+                flat = flatten(obj["metrics"])
+                flat["step"] = obj.get("step")
+            else:
+                flat = flatten(obj)
             step = None
             for k in STEP_KEYS:
-                if k in flat and _number(flat[k]) is not None and math.isfinite(_number(flat[k]) or 0.0):
-                    step = int(_number(flat[k]))  # type: ignore[arg-type]
+                x = _number(flat.get(k))
+                if x is not None and math.isfinite(x):
+                    step = int(x)
                     break
-            if step is None:
-                step = counter
-            counter += 1
             wt = None
             for k in TIME_KEYS:
-                if k in flat and _number(flat[k]) is not None:
-                    wt = _number(flat[k])
+                if k in flat and (wt := _time(flat[k])) is not None:
                     break
+            if wt is None and "elapsed_time" in flat:
+                wt = _elapsed(flat["elapsed_time"])
+                relative_time = relative_time or wt is not None
             for k, v in flat.items():
-                if k in STEP_KEYS or k in _SKIP_KEYS:
+                if k in _SKIP_KEYS:
                     continue
                 x = _number(v)
                 if x is None:
@@ -121,11 +203,25 @@ class JsonlImporter:
             pl.lit(NAME).alias("source"), pl.lit(name).alias("file"), pl.lit(0).alias("file_idx"), pl.lit("step").alias("x_kind")
         )
         frame = assign_segments(conform(frame))
-        notes = []
+        notes: list[str] = []
+        findings = restart_findings(frame)
+        cut = bool(bad) and bad[-1] == len(lines) and not text.endswith("\n")
+        if cut:
+            last = frame.get_column("step").drop_nulls()
+            findings.append(
+                Finding(
+                    kind=FindingKind.TRUNCATED_LOG, severity=Severity.INFO, metric=None,
+                    start_step=int(last[-1]) if len(last) else 0,
+                    measures={"file": name, "line": bad[-1]},
+                    summary=f"The last line of {name} is cut off: the writer stopped mid-line, as when a job is killed.",
+                )
+            )
         if bad:
             shown = ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10 else "")
-            notes.append(f"{name}: skipped {len(bad)} line(s) that are not JSON objects (lines {shown})")
-        return ImportResult(frame=conform(frame), notes=notes, findings=restart_findings(frame))
+            notes.append(f"{name}: skipped {len(bad)} line(s) that are not JSON objects (line {shown})")
+        if relative_time:
+            notes.append(f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started")
+        return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=config)
 
 
 IMPORTER = JsonlImporter()

@@ -1,87 +1,158 @@
-"""Restart detection shared by importers: a step going backwards within a series."""
+"""Restart detection shared by importers: a series' step going backwards starts a new segment.
+
+A job resumed from a checkpoint at step ``c`` logs steps ``c, c+1, ...`` again although the
+first attempt had already logged up to some ``last > c``: the same ``(tag, step)`` appears
+twice. That is a restart. A new event file (or appended lines) whose steps simply continue
+is *not* one: many jobs write several files without ever restarting.
+
+Segments are a job-level idea: when one series goes backwards, every series of the source
+from that point on belongs to the new segment (``segment`` 0, 1, 2 ...). Every row is kept;
+the analysis view (:func:`forensics.run.analysis_view`) then lets a later segment pre-empt
+earlier rows at steps >= its first step, per series (TensorBoard data-server semantics).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
 
+# (file_idx, record_idx, step) of a TensorBoard SessionLog.START: the writer asked readers to
+# purge everything logged at or after ``step`` (torch/tensorboardX ``purge_step=``).
+PurgeMark = tuple[int, int, int]
 
-def assign_segments(frame: pl.DataFrame, order: list[str] | None = None) -> pl.DataFrame:
-    """Number segments per job: +1 each time the step goes backwards in any series.
 
-    A resumed job replays steps it had already logged, usually in a new file. We find,
-    in record order, the points where a series' step drops below the previous step of the
-    same series, and cut *all* series of the job there (the restart is a job-level event).
+def assign_segments(
+    frame: pl.DataFrame,
+    order: list[str] | None = None,
+    purges: Sequence[PurgeMark] = (),
+) -> pl.DataFrame:
+    """Number segments: +1 where a restart begins. Returns the frame in record order.
+
+    Rows are taken in ``order`` (default file then record; ties keep the input order). A row
+    whose step is smaller than the previous step of the same tag *within the current segment*
+    starts a restart. Comparing only within the current segment merges the backward jumps of
+    all tags of one replay into one restart. When the backward row sits in a newer file than
+    the row it jumps back from, the restart is dated to the start of that file: the resumed
+    job opened it, and rows it wrote before the first backward jump belong to it too.
     """
+    order = order or ["file_idx", "record_idx"]
     if frame.is_empty():
         return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
-    order = order or ["file_idx", "record_idx"]
-    f = frame.with_row_index("_row").sort(order + ["_row"])
-    prev = pl.col("step").shift(1).over("tag")
-    f = f.with_columns((pl.col("step") < prev).fill_null(False).alias("_back"))
-    # A restart's position is the record index of the first backwards row; later backwards
-    # rows of other tags at the same replay belong to the same restart, so we collapse
-    # backwards flags into record positions and count unique cut points (in order).
-    cut = f.with_columns(pl.int_range(pl.len()).alias("_pos"))
-    back_pos = cut.filter(pl.col("_back")).get_column("_pos").to_list()
-    if not back_pos:
-        return f.drop("_row", "_back").with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
-    # Merge cut points that are part of one replay: a cut is new only if some series had
-    # moved forward past its replayed steps in between. Approximation: cuts closer than the
-    # number of distinct tags are one restart.
-    n_tags = f.get_column("tag").n_unique()
+    f = frame.with_row_index("_row").sort([*order, "_row"]).drop("_row")
+    steps = f.get_column("step").to_numpy()
+    n = len(f)
+    pos = np.arange(n)
+    tag_ids = f.get_column("tag").cast(pl.Categorical).to_physical().to_numpy()
+    files = f.get_column("file_idx").to_numpy() if "file_idx" in f.columns else np.zeros(n, dtype=np.int64)
+    has_step = ~np.isnan(steps.astype(np.float64)) if steps.dtype.kind == "f" else np.ones(n, dtype=bool)
+    # Previous row of the same tag (with a step): sort positions by (tag, pos) and shift.
+    sel = np.flatnonzero(has_step)
+    by_tag = sel[np.lexsort((sel, tag_ids[sel]))]
+    same = tag_ids[by_tag][1:] == tag_ids[by_tag][:-1]
+    cur, prev = by_tag[1:][same], by_tag[:-1][same]
+    s = steps.astype(np.float64)
+    back = s[cur] < s[prev]
+    cand_pos, cand_prev = cur[back], prev[back]
+    events: list[tuple[int, int, int]] = [(int(p), 0, int(q)) for p, q in zip(cand_pos, cand_prev)]
+    if purges:
+        rec = f.get_column("record_idx").to_numpy() if "record_idx" in f.columns else pos
+        key = files.astype(np.int64) * (1 << 32) + rec.astype(np.int64)
+        for fi, ri, st in purges:
+            p = int(np.searchsorted(key, fi * (1 << 32) + ri, side="left"))
+            if p < n:
+                events.append((p, 1, int(st)))
+    events.sort()
+    file_start = {}
+    for fi in np.unique(files):
+        file_start[int(fi)] = int(np.argmax(files == fi))
     cuts: list[int] = []
-    for p in back_pos:
-        if not cuts or p - cuts[-1] > n_tags:
-            cuts.append(p)
-    seg = cut.with_columns(
-        pl.col("_pos").map_batches(
-            lambda s: pl.Series([sum(1 for c in cuts if c <= x) for x in s.to_list()], dtype=pl.Int32)
-        ).alias("segment")
-    )
-    return seg.drop("_row", "_back", "_pos")
+    current = 0
+    for p, is_purge, other in events:
+        if is_purge:
+            # A purge is a restart only when it throws something away.
+            if p > current and np.nanmax(np.where(has_step[current:p], s[current:p], -np.inf)) >= other:
+                cuts.append(p)
+                current = p
+            continue
+        if other < current:
+            continue  # jumps back across the current cut: part of that restart
+        cut = p
+        if files[p] != files[other]:
+            cut = max(file_start[int(files[p])], current + 1)
+        if cut > current:
+            cuts.append(cut)
+            current = cut
+    seg = np.searchsorted(np.asarray(cuts, dtype=np.int64), pos, side="right").astype(np.int32)
+    return f.with_columns(pl.Series("segment", seg, dtype=pl.Int32))
 
 
 def restart_findings(frame: pl.DataFrame) -> list[Finding]:
-    """One ``restart`` info finding per segment boundary."""
+    """One ``restart`` info finding per segment boundary of a frame from :func:`assign_segments`.
+
+    Measures: ``resumed_from_step`` (first step of the new segment), ``last_step_before``,
+    ``steps_replayed`` (width of the step range logged twice, inclusive), ``points_replayed``
+    (rows the later segment pre-empts), ``wall_clock_gap_s`` (first time stamp after the
+    restart minus the last one before it; negative means skewed clocks), ``file`` and
+    ``segment``.
+    """
     out: list[Finding] = []
-    if frame.is_empty() or frame.get_column("segment").max() in (None, 0):
+    if frame.is_empty() or not (frame.get_column("segment").max() or 0):
         return out
-    segs = (
-        frame.filter(pl.col("step").is_not_null())
-        .group_by("segment")
+    f = frame.with_row_index("_i")
+    per = (
+        f.group_by("segment")
         .agg(
             pl.col("step").min().alias("first"),
             pl.col("step").max().alias("last"),
-            pl.col("wall_time").min().alias("t0"),
-            pl.col("wall_time").max().alias("t1"),
+            pl.col("wall_time").drop_nulls().first().alias("t_first"),
+            pl.col("wall_time").drop_nulls().last().alias("t_last"),
+            pl.col("file").first().alias("file"),
         )
         .sort("segment")
+        .to_dicts()
     )
-    rows = segs.to_dicts()
-    for prev, cur in zip(rows, rows[1:]):
-        replayed = max(0, int(prev["last"]) - int(cur["first"]) + 1)
+    firsts = f.filter(pl.col("step").is_not_null()).group_by("tag", "segment").agg(pl.col("step").min().alias("seg_first"))
+    for prev, cur in zip(per, per[1:]):
+        if cur["first"] is None or prev["last"] is None:
+            continue
+        k = int(cur["segment"])
+        resumed, last = int(cur["first"]), int(prev["last"])
+        # Rows of earlier segments at steps >= this segment's first step of the same tag.
+        later = firsts.filter(pl.col("segment") == k).select("tag", "seg_first")
+        points = (
+            f.filter(pl.col("segment") < k)
+            .join(later, on="tag", how="inner")
+            .filter(pl.col("step") >= pl.col("seg_first"))
+            .height
+        )
         gap = None
-        if prev["t1"] is not None and cur["t0"] is not None:
-            gap = float(cur["t0"]) - float(prev["t1"])
+        if prev["t_last"] is not None and cur["t_first"] is not None:
+            gap = float(cur["t_first"]) - float(prev["t_last"])
+        replayed = max(0, last - resumed + 1)
+        gap_text = f", {gap / 60:.1f} min after the last record before it" if gap is not None else ""
         out.append(
             Finding(
                 kind=FindingKind.RESTART,
                 severity=Severity.INFO,
                 metric=None,
-                start_step=int(cur["first"]),
-                end_step=int(prev["last"]),
+                start_step=resumed,
+                end_step=last,
                 measures={
-                    "resumed_from_step": int(cur["first"]),
-                    "last_step_before": int(prev["last"]),
+                    "resumed_from_step": resumed,
+                    "last_step_before": last,
                     "steps_replayed": replayed,
+                    "points_replayed": points,
                     "wall_clock_gap_s": gap,
-                    "segment": int(cur["segment"]),
+                    "file": cur["file"],
+                    "segment": k,
                 },
                 summary=(
-                    f"The job restarted at step {int(cur['first'])} after reaching step "
-                    f"{int(prev['last'])}: {replayed} steps were logged twice; the later values are used."
+                    f"The job was resumed at step {resumed} after it had logged up to step {last}"
+                    f"{gap_text}; {points} logged points were written twice and the later ones are used."
                 ),
             )
         )

@@ -1,120 +1,270 @@
-"""TensorBoard event files (tfevents): TFRecord framing + tensorboard.Event protobufs."""
+"""TensorBoard event files: discovery of runs and sub-runs, fast reading, restarts, truncation.
+
+Layout. TensorBoard calls every folder that directly holds event files a run. One training
+job often writes several: Keras ``train/`` and ``validation/``, torch ``add_scalars``
+sub-folders, the hparams sub-folder HF's callback adds. The rules here:
+
+* a folder with event files nested under another such folder is part of that job;
+* sibling folders named like data splits (``train``, ``validation``, ``eval`` ...) form one
+  job rooted at their parent;
+* any other top-level event folders are separate jobs (the caller refuses to guess).
+
+Tags written in a sub-folder of the job folder are prefixed with that folder
+(``validation/epoch_loss``), except torch/tensorboardX ``add_scalars`` folders
+(``<main>_<key>``), which become ``<main>/<key>``. Event files of a job are read in name
+order (= start-time order), which is what lets :mod:`restarts` see a resumed job's replay.
+
+Reading is :mod:`tfevents_scan` (numpy, no protobuf) for the common scalar shape and
+:mod:`tfevents_proto` for the rest. Length CRCs are always checked (cheap, vectorised) so a
+corrupt or zero-filled file fails fast; data CRCs only with ``ReadOptions.verify_crc`` (needs
+the ``crc32c`` package). A cut-off last record (a killed job) yields every complete record and
+a ``truncated_log`` finding.
+"""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 
-from forensics.errors import UnreadableInputError
+from forensics.errors import ConfigError, UnreadableInputError
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.base import ImportResult, ReadOptions, Source, rel
 from forensics.importers.restarts import assign_segments, restart_findings
-from forensics.schema import conform
+from forensics.importers.tfevents_proto import decode_records
+from forensics.importers.tfevents_scan import decode_fast, header_ok, length_crc_ok, walk
+from forensics.schema import conform, x_kind_of
 
 NAME = "tfevents"
-MAX_RECORD = 256 * 1024 * 1024  # a length beyond this is corruption, not data
+MAX_RECORD = 1 << 30  # a length beyond this is corruption, not data
+SPLIT_NAMES = {"train", "training", "validation", "valid", "val", "eval", "evaluation", "test", "testing"}
 
 
 def is_event_file(p: Path) -> bool:
     return "tfevents" in p.name and not p.name.endswith(".profile-empty")
 
 
-def _job_of(p: Path, root: Path) -> str:
-    # Lightning writes one version_N folder per job; everything else under root is one job.
-    for parent in p.relative_to(root).parents:
-        if parent.name.startswith("version_") and parent.name[8:].isdigit():
-            return parent.as_posix()
-    return "."
+def event_jobs(root: Path, files: list[Path]) -> dict[Path, list[Path]]:
+    """Job folder -> its event files (name order), following the module's layout rules."""
+    ev = [f for f in files if is_event_file(f)]
+    dirs = {f.parent for f in ev}
+    tops = sorted(d for d in dirs if not any(a in dirs for a in d.parents))
+    jobs: dict[Path, list[Path]] = {}
+    for top in tops:
+        key = top.parent if top.name.lower() in SPLIT_NAMES and top != root and root in top.parents else top
+        jobs.setdefault(key, [])
+    for f in ev:
+        key = next(k for k in sorted(jobs, key=lambda p: len(p.parts), reverse=True) if k == f.parent or k in f.parents)
+        jobs[key].append(f)
+    return {k: sorted(v, key=lambda p: (p.name, str(p))) for k, v in jobs.items()}
 
 
 class TfeventsImporter:
     NAME = NAME
 
     def discover(self, root: Path, files: list[Path]) -> list[Source]:
-        by_job: dict[str, list[Path]] = {}
-        for f in files:
-            if is_event_file(f):
-                by_job.setdefault(_job_of(f, root), []).append(f)
         return [
-            Source(NAME, sorted(fs, key=lambda p: (p.name, str(p))), job, root)
-            for job, fs in by_job.items()
+            Source(NAME, fs, rel(job, root), root, options={"job_dir": job})
+            for job, fs in event_jobs(root, files).items()
         ]
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
-        rows: dict[str, list] = {k: [] for k in ("file", "file_idx", "record_idx", "step", "tag", "value", "wall_time")}
-        notes: list[str] = []
-        findings: list[Finding] = []
-        from tensorboard.compat.proto import event_pb2  # heavy: imported only here
-
+        crc = _crc_function() if options.verify_crc else None
+        job_dir: Path = source.options.get("job_dir", source.root)
         plugin_of: dict[str, str] = {}
+        parts: list[pl.DataFrame] = []
+        purges: list[tuple[int, int, int]] = []
+        findings: list[Finding] = []
+        notes: list[str] = []
+        config: dict[str, Any] = {}
+        skipped: dict[str, int] = {}
         for file_idx, path in enumerate(source.files):
-            buf = path.read_bytes()
             name = rel(path, source.root)
-            pos, idx, n = 0, 0, len(buf)
-            while pos + 12 <= n:
-                (length,) = struct.unpack_from("<Q", buf, pos)
-                if length > MAX_RECORD:
-                    raise UnreadableInputError(f"{path}: corrupt TensorBoard record at byte {pos} (length {length})")
-                end = pos + 12 + length + 4
-                if end > n:
-                    break
-                data = buf[pos + 12 : pos + 12 + length]
-                pos = end
-                try:
-                    ev = event_pb2.Event.FromString(data)
-                except Exception as exc:  # noqa: BLE001
-                    raise UnreadableInputError(f"{path}: record {idx} is not a TensorBoard event ({exc})") from None
-                idx += 1
-                if not ev.HasField("summary"):
-                    continue
-                for v in ev.summary.value:
-                    if v.HasField("metadata") and v.metadata.plugin_data.plugin_name:
-                        plugin_of[v.tag] = v.metadata.plugin_data.plugin_name
-                    kind = v.WhichOneof("value")
-                    if kind == "simple_value":
-                        val = float(v.simple_value)
-                    elif kind == "tensor" and plugin_of.get(v.tag) == "scalars":
-                        val = _tensor_scalar(v.tensor)
-                        if val is None:
-                            continue
-                    else:
-                        continue
-                    rows["file"].append(name)
-                    rows["file_idx"].append(file_idx)
-                    rows["record_idx"].append(idx)
-                    rows["step"].append(int(ev.step))
-                    rows["tag"].append(v.tag)
-                    rows["value"].append(val)
-                    rows["wall_time"].append(float(ev.wall_time))
-            if pos < n:
-                findings.append(
-                    Finding(
-                        kind=FindingKind.TRUNCATED_LOG, severity=Severity.INFO, metric=None,
-                        start_step=rows["step"][-1] if rows["step"] else 0,
-                        measures={"file": name, "bytes_left": n - pos},
-                        summary=f"{name} ends mid-record ({n - pos} bytes cut off): the job was killed while writing; every complete record was read.",
-                    )
-                )
-        frame = pl.DataFrame(rows, schema={"file": pl.Utf8, "file_idx": pl.Int32, "record_idx": pl.Int64, "step": pl.Int64,
-                                           "tag": pl.Utf8, "value": pl.Float64, "wall_time": pl.Float64})
-        frame = frame.with_columns(pl.lit(NAME).alias("source"), pl.lit("step").alias("x_kind"))
-        frame = assign_segments(conform(frame))
+            got = _read_file(path, name, file_idx, plugin_of, crc)
+            if got.frame.height:
+                parts.append(_prefix_tags(got.frame, path.parent, job_dir))
+            purges.extend((file_idx, r, s) for r, s in got.purges)
+            config.update(got.hparams)
+            for k, v in got.skipped.items():
+                skipped[k] = skipped.get(k, 0) + v
+            if got.bad_crc:
+                notes.append(f"{name}: {got.bad_crc} record(s) failed the CRC check and were skipped")
+            if got.cut_bytes:
+                findings.append(_truncated(name, got))
+        if parts:
+            frame = pl.concat(parts, how="vertical")
+            # New-style tensor scalars without metadata count only once the tag is known as scalars.
+            scalar_tags = [t for t, p in plugin_of.items() if p == "scalars"]
+            frame = frame.filter(~pl.col("_tensor") | pl.col("tag").is_in(scalar_tags)).drop("_tensor")
+        else:
+            frame = pl.DataFrame(schema={"file_idx": pl.Int32, "record_idx": pl.Int64, "step": pl.Int64, "tag": pl.Utf8,
+                                         "value": pl.Float64, "wall_time": pl.Float64, "file": pl.Utf8})
+        names = [rel(p, source.root) for p in source.files]
+        frame = frame.with_columns(pl.lit(NAME).alias("source"), _x_kind_expr(frame))
+        frame = assign_segments(conform(frame), purges=purges)
         findings.extend(restart_findings(frame))
-        return ImportResult(frame=conform(frame), notes=notes, findings=findings)
+        if skipped:
+            kinds = ", ".join(f"{n} {k}" for k, n in sorted(skipped.items()))
+            notes.append(f"TensorBoard records without vital signs were ignored ({kinds})")
+        meta = {"tfevents_files": names}
+        return ImportResult(frame=frame, notes=notes, findings=findings, config=config, metadata=meta)
 
 
-def _tensor_scalar(t) -> float | None:  # noqa: ANN001
-    for field in ("float_val", "double_val", "int_val", "int64_val"):
-        vals = getattr(t, field)
-        if len(vals):
-            return float(vals[0])
-    if t.tensor_content:
-        fmt = {1: "<f", 2: "<d", 3: "<i", 9: "<q"}.get(t.dtype)
-        if fmt:
-            return float(struct.unpack_from(fmt, t.tensor_content)[0])
-    return None
+def _x_kind_expr(frame: pl.DataFrame) -> pl.Expr:
+    tags = frame.get_column("tag").unique().to_list()
+    kinds = {t: x_kind_of(t) for t in tags}
+    return pl.col("tag").replace_strict(kinds, default="step", return_dtype=pl.Utf8).alias("x_kind")
+
+
+def _crc_function():  # noqa: ANN202
+    try:
+        import crc32c
+    except ImportError:
+        raise ConfigError(
+            "--verify-crc needs the crc32c package (pip install 'forensics[crc]' or pip install crc32c)"
+        ) from None
+    return crc32c.crc32c
+
+
+class _FileResult:
+    def __init__(self) -> None:
+        self.frame = pl.DataFrame()
+        self.purges: list[tuple[int, int]] = []
+        self.hparams: dict[str, Any] = {}
+        self.skipped: dict[str, int] = {}
+        self.bad_crc = 0
+        self.cut_bytes = 0
+        self.zero_tail = False
+        self.last_step: int | None = None
+        self.records = 0
+
+
+def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], crc) -> _FileResult:  # noqa: ANN001
+    out = _FileResult()
+    try:
+        buf = path.read_bytes()
+    except OSError as exc:
+        raise UnreadableInputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    n = len(buf)
+    if n == 0:
+        return out
+    if n >= 12 and not header_ok(buf[:12]):
+        if buf.count(0) == n:
+            raise UnreadableInputError(f"{path}: the file is all zero bytes; expected TensorBoard event records")
+        raise UnreadableInputError(
+            f"{path}: not a TensorBoard event file (the first record's length check fails); "
+            "expected TFRecord-framed events"
+        )
+    a = np.frombuffer(buf, dtype=np.uint8)
+    fr = walk(buf, MAX_RECORD)
+    good = length_crc_ok(a, fr.offs)
+    k = int(np.argmin(good)) if not good.all() else len(good)
+    offs, lens = fr.offs[:k], fr.lens[:k]
+    end = int(offs[-1] + lens[-1] + 16) if k else 0
+    if k < len(good) or fr.stop != "eof":
+        _classify_tail(path, buf, end, k, fr.stop if k == len(good) else "bad_crc", out)
+    out.records = k
+    keep = np.ones(k, dtype=bool)
+    if crc is not None and k:
+        view = memoryview(buf)
+        for i, (o, ln) in enumerate(zip(offs.tolist(), lens.tolist())):
+            stored = int.from_bytes(view[o + 12 + ln : o + 16 + ln], "little")
+            c = crc(view[o + 12 : o + 12 + ln])
+            if ((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF) != stored:
+                keep[i] = False
+        out.bad_crc = int((~keep).sum())
+    fast = decode_fast(a, offs, lens)
+    # Tags known as scalars from a fast-path record's own metadata.
+    for t in np.unique(fast.tag_id[fast.has_meta]).tolist():
+        plugin_of[fast.tags[t]] = "scalars"
+    rest = np.flatnonzero(~fast.matched & keep)
+    try:
+        proto = decode_records(buf, offs[rest] + 12, offs[rest] + 12 + lens[rest], rest, plugin_of)
+    except ValueError as exc:
+        raise UnreadableInputError(f"{path}: {exc}; the file is corrupt") from None
+    out.purges, out.hparams, out.skipped = proto.purges, proto.hparams, proto.skipped
+    sel = keep[fast.rec]
+    tag_series = pl.Series("tag", fast.tags, dtype=pl.Utf8)
+    fast_df = pl.DataFrame(
+        {
+            "record_idx": fast.rec[sel],
+            "_sub": np.zeros(int(sel.sum()), dtype=np.int64),
+            "step": fast.step[sel],
+            "tag": tag_series.gather(fast.tag_id[sel]) if len(fast.tags) else pl.Series([], dtype=pl.Utf8),
+            "value": fast.value[sel],
+            "wall_time": fast.wall_time[sel],
+            "_tensor": fast.is_tensor[sel] & ~fast.has_meta[sel],
+        },
+        schema={"record_idx": pl.Int64, "_sub": pl.Int64, "step": pl.Int64, "tag": pl.Utf8,
+                "value": pl.Float64, "wall_time": pl.Float64, "_tensor": pl.Boolean},
+    )
+    proto_df = pl.DataFrame(
+        {"record_idx": proto.rec, "_sub": proto.sub, "step": proto.step, "tag": proto.tag,
+         "value": proto.value, "wall_time": proto.wall_time, "_tensor": [False] * len(proto.rec)},
+        schema=fast_df.schema,
+    )
+    df = fast_df if proto_df.is_empty() else pl.concat([fast_df, proto_df]).sort("record_idx", "_sub")
+    out.frame = df.drop("_sub").with_columns(
+        pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name).alias("file")
+    )
+    if df.height:
+        out.last_step = int(df.get_column("step")[-1])
+    return out
+
+
+def _classify_tail(path: Path, buf: bytes, end: int, k: int, stop: str, out: _FileResult) -> None:
+    """After the last good record: a killed job's cut-off tail is fine, corruption is not."""
+    tail = buf[end:]
+    if tail.count(0) == len(tail):
+        if k == 0:
+            raise UnreadableInputError(f"{path}: zero-filled; expected TensorBoard event records")
+        out.cut_bytes, out.zero_tail = len(tail), True
+        return
+    if stop == "short" and (len(tail) < 12 or header_ok(tail[:12])):
+        out.cut_bytes = len(tail)  # the last record was being written when the job stopped
+        return
+    raise UnreadableInputError(
+        f"{path}: corrupt TensorBoard record framing at byte {end} (after {k} good records); "
+        "expected length-prefixed, CRC-checked event records"
+    )
+
+
+def _truncated(name: str, got: _FileResult) -> Finding:
+    how = "is zero-filled" if got.zero_tail else "is cut off mid-record"
+    return Finding(
+        kind=FindingKind.TRUNCATED_LOG,
+        severity=Severity.INFO,
+        metric=None,
+        start_step=got.last_step if got.last_step is not None else 0,
+        measures={"file": name, "bytes_lost": got.cut_bytes, "records_read": got.records, "zero_filled": got.zero_tail},
+        summary=(
+            f"The end of {name} {how} ({got.cut_bytes} bytes): the writer stopped while writing, "
+            f"as when a job is killed; the {got.records} complete records before it were read."
+        ),
+    )
+
+
+def _prefix_tags(frame: pl.DataFrame, folder: Path, job_dir: Path) -> pl.DataFrame:
+    """Tags of a sub-folder get its path as a prefix; add_scalars folders become <main>/<key>
+    (tensorboardX writes them to ``<main>/<key>/``, torch to ``<main with _>_<key>/``)."""
+    if folder == job_dir:
+        return frame
+    try:
+        sub = folder.relative_to(job_dir).as_posix()
+    except ValueError:
+        return frame
+    mapping: dict[str, str] = {}
+    for tag in frame.get_column("tag").unique().to_list():
+        stem = tag.replace("/", "_") + "_"
+        if sub.startswith(tag + "/"):  # tensorboardX add_scalars: <main>/<key>/
+            mapping[tag] = sub
+        elif "/" not in sub and sub.startswith(stem) and len(sub) > len(stem):  # torch: <main>_<key>/
+            mapping[tag] = f"{tag}/{sub[len(stem):]}"
+        else:
+            mapping[tag] = f"{sub}/{tag}"
+    return frame.with_columns(pl.col("tag").replace_strict(mapping, return_dtype=pl.Utf8))
 
 
 IMPORTER = TfeventsImporter()

@@ -1,0 +1,366 @@
+"""The article's phase checklists (section 6.2) evaluated on a run, and a coverage note (6.1).
+
+Each item is answered ``pass``, ``fail`` or ``not measurable`` with the evidence behind the
+answer. Items read the findings first (a detector already judged the event) and fall back to
+plain measurements of the series. Phases: start-up is steps 0-1000, the middle runs from
+1000 to the run's half-way point, the late phase is the second half.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+
+from forensics.findings import Finding, FindingKind
+from forensics.run import Run
+from forensics.schema import ACT_ABSMAX, ACT_MEAN, ACT_STD, GRAD_NORM, GRAD_NORM_LAYER, LOSS, LOSS_SCALE, LR, MEMORY, PARAM_NORM, THROUGHPUT, VAL_LOSS
+
+PASS, FAIL, NA = "pass", "fail", "not measurable"
+STARTUP_END = 1000  # the article's start-up phase: steps 0-1000
+
+
+@dataclass(frozen=True)
+class Item:
+    question: str
+    status: str  # pass | fail | not measurable
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Phase:
+    key: str  # startup | middle | late
+    title: str
+    start: int
+    end: int
+    items: list[Item]
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One row of the article's monitoring-cadence table against what the run logged."""
+
+    signs: str
+    metrics: tuple[str, ...]
+    cadence: str  # the article's recommendation
+    logged: bool
+    observed: str  # what the run did ("every 10 steps", "not logged")
+    sparse: bool  # logged less often than the article recommends
+
+
+# -- memoised series access ------------------------------------------------------------------
+# Run.series() re-derives the metric -> tag map on every call (a group-by over the whole view),
+# which costs about a second per call on a million-step run. Diagnosis, checklists and charts
+# ask for the same few series dozens of times, so they share this per-run memo.
+_MEMO: dict[int, tuple[weakref.ref[Run], int, dict[Any, Any]]] = {}
+
+
+def _memo(run: Run) -> dict[Any, Any]:
+    key = id(run)
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0]() is run and hit[1] == id(run.frame):
+        return hit[2]
+    store: dict[Any, Any] = {}
+    _MEMO[key] = (weakref.ref(run, lambda _r, k=key: _MEMO.pop(k, None)), id(run.frame), store)
+    return store
+
+
+def run_metrics(run: Run) -> dict[str, str]:
+    """``run.metrics()``, computed once per run."""
+    store = _memo(run)
+    if "metrics" not in store:
+        store["metrics"] = run.metrics()
+    return store["metrics"]
+
+
+def run_series(run: Run, metric: str, layer: int | None = None) -> pl.DataFrame:
+    """``run.series(metric, layer)``, computed once per run and series."""
+    store = _memo(run)
+    key = ("series", metric, layer)
+    if key not in store:
+        store[key] = run.series(metric, layer=layer)
+    return store[key]
+
+
+def run_layers(run: Run, metric: str) -> list[int]:
+    store = _memo(run)
+    key = ("layers", metric)
+    if key not in store:
+        store[key] = run.layers(metric)
+    return store[key]
+
+
+def _window(run: Run, metric: str, lo: int, hi: int, layer: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    s = run_series(run, metric, layer=layer)
+    if s.is_empty():
+        return np.array([], dtype=np.int64), np.array([])
+    st = s.get_column("step").to_numpy()
+    v = s.get_column("value").to_numpy().astype(float)
+    m = (st >= lo) & (st <= hi)
+    return st[m], v[m]
+
+
+def _in(findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int) -> list[Finding]:
+    return [f for f in findings if f.kind in kinds and lo <= f.start_step <= hi and f.severity.value != "info"]
+
+
+def _steps(fs: list[Finding]) -> str:
+    return ", ".join(f"{f.start_step:,}" for f in fs[:5]) + (" ..." if len(fs) > 5 else "")
+
+
+def _thirds(v: np.ndarray) -> tuple[float, float]:
+    """Median of the first and last third of the finite values."""
+    v = v[np.isfinite(v)]
+    k = max(1, len(v) // 3)
+    return float(np.median(v[:k])), float(np.median(v[-k:]))
+
+
+def _finding_or_measure(
+    findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int, what: str, measure: Callable[[], Item | None], question: str, missing: str
+) -> Item:
+    hits = _in(findings, kinds, lo, hi)
+    if hits:
+        return Item(question, FAIL, f"{what} at step {_steps(hits)}: {hits[0].summary}")
+    got = measure()
+    return got if got is not None else Item(question, NA, missing)
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
+    items = []
+
+    q = "Does the gradient norm settle into a stable range (not keep diverging)?"
+    def gn() -> Item | None:
+        st, v = _window(run, GRAD_NORM, lo, hi)
+        if np.isfinite(v).sum() < 6:
+            return None
+        a, b = _thirds(v)
+        ok = b <= 1.5 * a
+        return Item(q, PASS if ok else FAIL, f"median {_g(a)} in the first third of steps {lo:,}-{hi:,}, {_g(b)} in the last third")
+    items.append(_finding_or_measure(fs, {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE}, lo, hi, "trouble", gn, q, "grad norm not logged in this phase"))
+
+    q = "Is the loss falling at the expected pace?"
+    def lo_() -> Item | None:
+        st, v = _window(run, LOSS, lo, hi)
+        if np.isfinite(v).sum() < 6:
+            return None
+        a, b = _thirds(v)
+        return Item(q, PASS if b < a else FAIL, f"median loss {_g(a)} early in the phase, {_g(b)} late (no target pace in the log: judged on direction)")
+    items.append(_finding_or_measure(fs, {FindingKind.PLATEAU, FindingKind.DIVERGENCE}, lo, hi, "loss stalled or diverged", lo_, q, "loss not logged in this phase"))
+
+    q = "Any NaN or Inf at some step?"
+    def nan() -> Item | None:
+        bad = []
+        for m in (LOSS, GRAD_NORM):
+            st, v = _window(run, m, lo, hi)
+            if len(v):
+                bad += [int(s) for s in st[~np.isfinite(v)]]
+        if not (LOSS in run_metrics(run)) and not (GRAD_NORM in run_metrics(run)):
+            return None
+        if bad:
+            return Item(q, FAIL, f"non-finite values at step {', '.join(f'{s:,}' for s in sorted(set(bad))[:5])}")
+        return Item(q, PASS, "loss and grad norm finite throughout the phase")
+    items.append(_finding_or_measure(fs, {FindingKind.NAN_INF}, lo, hi, "NaN/Inf", nan, q, "neither loss nor grad norm logged"))
+
+    q = "Are per-layer activation ranges reasonable?"
+    def act() -> Item | None:
+        layers = run_layers(run, ACT_ABSMAX) or run_layers(run, ACT_STD) or run_layers(run, ACT_MEAN)
+        if not layers:
+            return None
+        biggest = 0.0
+        for layer in run_layers(run, ACT_ABSMAX):
+            _, v = _window(run, ACT_ABSMAX, lo, hi, layer)
+            if len(v) and np.isfinite(v).any():
+                biggest = max(biggest, float(np.nanmax(np.abs(v[np.isfinite(v)]))))
+        if biggest >= 1e4:
+            return Item(q, FAIL, f"largest absolute activation {_g(biggest)} (the article flags values past 1e4)")
+        return Item(q, PASS, f"{len(layers)} layers logged; largest absolute activation {_g(biggest)}" if biggest else f"{len(layers)} layers logged, no outlier finding")
+    items.append(_finding_or_measure(fs, {FindingKind.ACTIVATION_OUTLIER}, lo, hi, "activation outlier", act, q, "activation statistics not logged"))
+
+    q = "Does data-loading throughput reach the expected level?"
+    def tp() -> Item | None:
+        st, v = _window(run, THROUGHPUT, lo, hi)
+        if np.isfinite(v).sum() < 3:
+            return None
+        return Item(q, PASS, f"median {_g(float(np.nanmedian(v)))} tokens/s, no drop or stall (no target in the log to compare with)")
+    items.append(_finding_or_measure(fs, {FindingKind.THROUGHPUT_DROP, FindingKind.STALL}, lo, hi, "throughput problem", tp, q, "throughput not logged"))
+    return items
+
+
+def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
+    items = []
+
+    q = "Does the gradient norm fall along with the loss?"
+    def gn() -> Item | None:
+        _, g = _window(run, GRAD_NORM, lo, hi)
+        _, l = _window(run, LOSS, lo, hi)
+        if np.isfinite(g).sum() < 6 or np.isfinite(l).sum() < 6:
+            return None
+        g0, g1 = _thirds(g)
+        l0, l1 = _thirds(l)
+        ok = not (l1 < l0 and g1 > 1.2 * g0)
+        return Item(q, PASS if ok else FAIL, f"grad norm median {_g(g0)} -> {_g(g1)} while loss {_g(l0)} -> {_g(l1)}")
+    items.append(_finding_or_measure(fs, {FindingKind.GRAD_NORM_DRIFT}, lo, hi, "grad-norm climb", gn, q, "grad norm or loss not logged in this phase"))
+
+    q = "Is the per-layer gradient-norm distribution stable?"
+    def layers() -> Item | None:
+        n = len(run_layers(run, GRAD_NORM_LAYER))
+        return Item(q, PASS, f"{n} layers logged, no layer-share shift found") if n else None
+    items.append(_finding_or_measure(fs, {FindingKind.LAYER_GRAD_SHIFT}, lo, hi, "layer shift", layers, q, "per-layer grad norms not logged"))
+
+    q = "Is the train/val gap within a reasonable range?"
+    def gap() -> Item | None:
+        st, v = _window(run, VAL_LOSS, lo, hi)
+        if np.isfinite(v).sum() < 2:
+            return None
+        return Item(q, PASS, f"{len(v)} validation points in the phase, no gap acceleration or overfitting found")
+    items.append(_finding_or_measure(fs, {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT}, lo, hi, "gap problem", gap, q, "validation loss not logged in this phase"))
+
+    q = "Do loss spikes recover at a normal pace?"
+    spikes = [f for f in fs if f.kind == FindingKind.LOSS_SPIKE and lo <= f.start_step <= hi]
+    bad = [f for f in spikes if f.measures.get("classification") in ("pathological", "unresolved")]
+    if bad:
+        items.append(Item(q, FAIL, f"{len(bad)} of {len(spikes)} spikes did not recover (step {_steps(bad)})"))
+    elif spikes:
+        rec = [f.measures.get("recovery_steps") for f in spikes if isinstance(f.measures.get("recovery_steps"), (int, float))]
+        tail = f"; slowest recovery {max(rec):,.0f} steps" if rec else ""
+        items.append(Item(q, PASS, f"{len(spikes)} spike(s), all recovered{tail}"))
+    elif _window(run, LOSS, lo, hi)[0].size:
+        items.append(Item(q, PASS, "no loss spike in this phase"))
+    else:
+        items.append(Item(q, NA, "loss not logged in this phase"))
+
+    q = "Does the parameter norm grow slowly rather than jump?"
+    def pn() -> Item | None:
+        _, v = _window(run, PARAM_NORM, lo, hi)
+        if np.isfinite(v).sum() < 3:
+            return None
+        a, b = _thirds(v)
+        return Item(q, PASS, f"median {_g(a)} -> {_g(b)}, no jump found")
+    items.append(_finding_or_measure(fs, {FindingKind.PARAM_NORM_JUMP}, lo, hi, "param-norm jump", pn, q, "parameter norm not logged"))
+
+    q = "Were checkpoints saved as planned?"
+    saved = run.metadata.get("checkpoints")
+    if saved:
+        items.append(Item(q, PASS, f"{len(saved)} checkpoint folder(s) beside the log, last at step {max(int(s) for s in saved):,}"))
+    else:
+        items.append(Item(q, NA, "no checkpoint folders beside the log"))
+    return items
+
+
+def _late(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
+    items = []
+
+    q = "Has the validation loss started to rise? (if so, consider stopping early)"
+    def val() -> Item | None:
+        st, v = _window(run, VAL_LOSS, lo, hi)
+        ok = np.isfinite(v)
+        if ok.sum() < 2:
+            return None
+        st, v = st[ok], v[ok]
+        best = int(np.argmin(v))
+        if best < len(v) - 1 and v[-1] > v[best] * 1.01:
+            return Item(q, FAIL, f"lowest {_g(v[best])} at step {int(st[best]):,}, {_g(v[-1])} at the last evaluation")
+        return Item(q, PASS, f"last validation loss {_g(v[-1])} at step {int(st[-1]):,} is the lowest of the phase (within 1%)")
+    items.append(_finding_or_measure(fs, {FindingKind.OVERFITTING, FindingKind.VAL_SHIFT}, lo, hi, "validation loss rising", val, q, "validation loss not logged in this phase"))
+
+    q = "Does the loss decline match the learning-rate schedule?"
+    def sched() -> Item | None:
+        _, l = _window(run, LOSS, lo, hi)
+        _, r = _window(run, LR, lo, hi)
+        if np.isfinite(l).sum() < 6 or np.isfinite(r).sum() < 2:
+            return None
+        l0, l1 = _thirds(l)
+        r0, r1 = float(r[np.isfinite(r)][0]), float(r[np.isfinite(r)][-1])
+        return Item(q, PASS, f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)}; no plateau found")
+    items.append(_finding_or_measure(fs, {FindingKind.PLATEAU}, lo, hi, "plateau", sched, q, "loss or learning rate not logged in this phase"))
+
+    q = "Is the loss scale stable?"
+    def ls() -> Item | None:
+        _, v = _window(run, LOSS_SCALE, lo, hi)
+        if np.isfinite(v).sum() < 2:
+            return None
+        return Item(q, PASS, f"loss scale between {_g(float(np.nanmin(v)))} and {_g(float(np.nanmax(v)))}, no sharp drop")
+    items.append(_finding_or_measure(fs, {FindingKind.LOSS_SCALE_DROP, FindingKind.NAN_INF}, lo, hi, "loss-scale trouble", ls, q, "loss scale not logged (bf16 or fp32 runs have none)"))
+
+    q = "Was the final checkpoint fully evaluated?"
+    evals = [m for m in run_metrics(run) if m.startswith("eval/")]
+    if not evals:
+        items.append(Item(q, NA, "no evaluation metric in the log"))
+    else:
+        last_eval = max(int(run_series(run, m).get_column("step").max()) for m in evals)  # type: ignore[arg-type]
+        near = last_eval >= run.last_step - max(1, (run.last_step - run.first_step) // 20)
+        items.append(Item(q, PASS if near else FAIL, f"last evaluation ({len(evals)} metric(s)) at step {last_eval:,}; the run ends at step {run.last_step:,}"))
+    return items
+
+
+def evaluate_checklists(run: Run, findings: list[Finding]) -> list[Phase]:
+    """Answer the article's start-up, middle and late checklists from the run and findings."""
+    first, last = run.first_step, run.last_step
+    half = (first + last) // 2
+    phases = [("startup", "Start-up (steps 0-1,000)", first, min(STARTUP_END, last), _startup)]
+    phases.append(("middle", f"Middle (steps 1,000-{half:,})", STARTUP_END, half, _middle))
+    phases.append(("late", f"Late (second half, steps {half:,}-{last:,})", half, last, _late))
+    out = []
+    for key, title, lo, hi, fn in phases:
+        if hi < lo or (key == "startup" and first > STARTUP_END) or (key == "middle" and half <= STARTUP_END):
+            reason = "the log starts after step 1,000" if key == "startup" else "the run is too short to have a middle phase (it ends before step 2,000)"
+            probe = fn(run, [], 1, 0)  # questions only; every answer becomes not measurable
+            out.append(Phase(key, title, lo, hi, [Item(i.question, NA, reason) for i in probe]))
+            continue
+        out.append(Phase(key, title, lo, hi, fn(run, findings, lo, hi)))
+    return out
+
+
+# -- coverage against the article's cadence table (6.1) --------------------------------------
+
+_CADENCE = [
+    ("loss, grad norm, param norm", (LOSS, GRAD_NORM, PARAM_NORM), "every 50 steps", 50, "steps"),
+    ("per-layer grad norm", (GRAD_NORM_LAYER,), "every 500 steps", 500, "steps"),
+    ("activation statistics", (ACT_MEAN, ACT_STD, ACT_ABSMAX), "every 1,000 steps", 1000, "steps"),
+    ("validation loss", (VAL_LOSS,), "every 2,000 steps", 2000, "steps"),
+    ("throughput, memory", (THROUGHPUT, MEMORY), "every 10 minutes", 600, "seconds"),
+]
+
+
+def _interval(run: Run, metric: str, unit: str) -> float | None:
+    layers = run_layers(run, metric)
+    s = run_series(run, metric, layer=layers[0] if layers else None)
+    col = "step" if unit == "steps" else "wall_time"
+    x = s.get_column(col).drop_nulls().to_numpy().astype(float)
+    if len(x) < 2:
+        return None
+    d = np.diff(np.sort(x))
+    d = d[d > 0]
+    return float(np.median(d)) if len(d) else None
+
+
+def coverage(run: Run) -> list[Coverage]:
+    """Which vital signs the run logged, and how often, against the article's table."""
+    have = run_metrics(run)
+    rows = []
+    for signs, metrics, cadence, every, unit in _CADENCE:
+        present = [m for m in metrics if m in have]
+        missing = [m for m in metrics if m not in have]
+        if not present:
+            rows.append(Coverage(signs, metrics, cadence, False, "not logged", False))
+            continue
+        parts, sparse = [], False
+        for m in present:
+            iv = _interval(run, m, unit)
+            if iv is None:
+                parts.append(f"{m}: one point")
+                continue
+            shown = f"every {iv:,.0f} steps" if unit == "steps" else f"every {iv / 60:,.1f} min"
+            parts.append(f"{m}: {shown}")
+            sparse = sparse or iv > every * 1.5
+        if missing:
+            parts.append("missing: " + ", ".join(missing))
+        rows.append(Coverage(signs, metrics, cadence, True, "; ".join(parts), sparse))
+    return rows

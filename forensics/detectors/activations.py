@@ -1,0 +1,135 @@
+"""activation_outlier: a layer whose activations blow up (article sections 2.3 and 4.2).
+
+Two signs, per layer: the activation absolute maximum above 1e4 (the article locates the
+overflowing layer this way, usually an attention block), and the activation std jumping
+against its own recent history (a middle layer whose std suddenly grows is the early sign
+of a NaN). One finding per layer and sign, naming the layer and the first step.
+
+Measures (kind ``activation_outlier``):
+
+==================  =================================================================
+key                 meaning
+==================  =================================================================
+layer               layer index
+trigger             ``absmax`` (above the limit) or ``std_jump``
+value               absmax at the peak, or the std at the peak (null: non-finite)
+limit               the absmax limit (absmax) or the std ratio limit (std_jump)
+before              typical level before the onset (median of the preceding points)
+ratio               peak / before
+points_over         how many logged points were over the limit
+==================  =================================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from forensics.detectors.trend_utils import arrays, sig
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import ACT_ABSMAX, ACT_STD
+
+CHECK = "activation_outlier"
+
+
+class ActivationDetector:
+    """Flags per-layer activation absmax above a limit and sudden activation std jumps."""
+
+    name = CHECK
+
+    def __init__(self, *, absmax_limit: float = 1e4, std_jump_ratio: float = 3.0, history: int = 10, min_history: int = 3) -> None:
+        self.absmax_limit = absmax_limit
+        self.std_jump_ratio = std_jump_ratio
+        self.history = history
+        self.min_history = min_history
+
+    def detect(self, run: Run) -> list[Finding]:
+        amax_layers, std_layers = run.layers(ACT_ABSMAX), run.layers(ACT_STD)
+        if not amax_layers and not std_layers:
+            run.note(f"{CHECK}: not run, the run logged no per-layer activation statistics")
+            return []
+        out: list[Finding] = []
+        for layer in amax_layers:
+            out += self._absmax(run, layer)
+        for layer in std_layers:
+            out += self._std(run, layer)
+        return out
+
+    def _absmax(self, run: Run, layer: int) -> list[Finding]:
+        s = run.series(ACT_ABSMAX, layer)
+        x = s.get_column("step").to_numpy()
+        y = np.abs(s.get_column("value").to_numpy().astype(float))
+        over = np.nan_to_num(y, nan=np.inf) > self.absmax_limit  # NaN activations count as over
+        if not over.any():
+            return []
+        i0 = int(np.argmax(over))
+        peak = int(np.argmax(np.nan_to_num(y, nan=np.inf)))
+        prior = y[max(0, i0 - self.history) : i0]
+        prior = prior[np.isfinite(prior)]
+        before = float(np.median(prior)) if len(prior) else None
+        finite = bool(np.isfinite(y[peak]))
+        val_txt = f"{y[peak]:.3g}" if finite else "a non-finite value"
+        return [
+            Finding(
+                kind=FindingKind.ACTIVATION_OUTLIER,
+                severity=Severity.WARNING,
+                metric=ACT_ABSMAX,
+                start_step=int(x[i0]),
+                peak_step=int(x[peak]),
+                end_step=int(x[np.flatnonzero(over)[-1]]),
+                measures={
+                    "layer": layer,
+                    "trigger": "absmax",
+                    "value": float(y[peak]),
+                    "limit": self.absmax_limit,
+                    "before": before,
+                    "ratio": float(y[peak]) / before if before else None,
+                    "points_over": int(over.sum()),
+                },
+                summary=(
+                    f"Layer {layer} activation absmax passed {self.absmax_limit:g} at step {int(x[i0])} "
+                    f"and reached {val_txt} at step {int(x[peak])}"
+                    + (f" (typical before: {sig(before)})." if before is not None else ".")
+                ),
+            )
+        ]
+
+    def _std(self, run: Run, layer: int) -> list[Finding]:
+        x, y = arrays(run, ACT_STD, layer)
+        if len(y) <= self.min_history:
+            return []
+        # Typical level = median of the previous `history` points (trailing, excluding the point).
+        prev = (
+            pl.Series(y).rolling_median(self.history, min_samples=self.min_history).shift(1).to_numpy().astype(float)
+        )
+        ratio = np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
+        jump = np.nan_to_num(ratio, nan=0.0) >= self.std_jump_ratio
+        if not jump.any():
+            return []
+        i0 = int(np.argmax(jump))
+        before = float(prev[i0])
+        peak = i0 + int(np.argmax(y[i0:]))
+        return [
+            Finding(
+                kind=FindingKind.ACTIVATION_OUTLIER,
+                severity=Severity.WARNING,
+                metric=ACT_STD,
+                start_step=int(x[i0]),
+                peak_step=int(x[peak]),
+                end_step=int(x[-1]),
+                measures={
+                    "layer": layer,
+                    "trigger": "std_jump",
+                    "value": float(y[peak]),
+                    "limit": self.std_jump_ratio,
+                    "before": before,
+                    "ratio": float(y[peak]) / before,
+                    "points_over": int(jump.sum()),
+                },
+                summary=(
+                    f"Layer {layer} activation std jumped from {sig(before)} to {sig(float(y[i0]))} at step "
+                    f"{int(x[i0])} ({y[i0] / before:.1f}x), peaking at {sig(float(y[peak]))}."
+                ),
+            )
+        ]

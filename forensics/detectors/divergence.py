@@ -1,0 +1,146 @@
+"""Divergence: the loss and the grad norm rising together and not coming back (the red light).
+
+Article 2.2: "grad norm and loss soaring together without falling back is the prelude to
+divergence"; 6.3: red = a divergence that does not recover for N steps.
+
+``divergence`` measures:
+
+| key | meaning |
+|---|---|
+| loss_before | smoothed loss at the onset (the level the rise started from) |
+| loss_peak | highest smoothed loss in the rise (null when it ended in NaN / Inf) |
+| loss_rise_rel | loss_peak / loss_before - 1 |
+| grad_norm_before | median grad norm over the window before the onset |
+| grad_norm_during | median grad norm over the rise |
+| grad_norm_ratio | grad_norm_during / grad_norm_before |
+| steps_observed | steps from the onset to the end of the rise (or of the log) |
+| returned_step | step where the loss came back down (null if it never did) |
+| ended_nonfinite | the loss or grad norm turned NaN / Inf during the rise |
+| confirmed | not back within ``window`` steps (or ended non-finite) |
+| window | the parameter: steps the rise must last |
+
+Severity: fatal when confirmed; critical when the log ends before ``window`` steps have passed
+(the rise is there but the log cannot show that it lasts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import GRAD_NORM, LOSS
+
+
+def _smooth(v: np.ndarray, points: int) -> np.ndarray:
+    w = max(1, min(points, len(v)))
+    return pl.Series(v).rolling_median(w, center=True, min_samples=1).to_numpy()
+
+
+class DivergenceDetector:
+    """Loss and grad norm up together, not back within ``window`` steps."""
+
+    name = "divergence"
+
+    def __init__(
+        self,
+        *,
+        window: int = 500,
+        loss_rise: float = 0.10,
+        grad_rise: float = 2.0,
+        smooth_points: int = 9,
+        min_points: int = 5,
+    ) -> None:
+        self.window = window
+        self.loss_rise = loss_rise
+        self.grad_rise = grad_rise
+        self.smooth_points = smooth_points
+        self.min_points = min_points
+
+    def detect(self, run: Run) -> list[Finding]:
+        if not (run.has(LOSS) and run.has(GRAD_NORM)):
+            run.note("divergence: not run, it needs both a loss and a grad-norm series")
+            return []
+        ls, gs = run.series(LOSS), run.series(GRAD_NORM)
+        t = ls.get_column("step").to_numpy()
+        v = ls.get_column("value").to_numpy().astype(float)
+        ok = np.isfinite(v)
+        if ok.sum() < self.min_points or (v[ok] <= 0).any():
+            if ok.sum() >= self.min_points:
+                run.note("divergence: not run, the loss takes non-positive values")
+            return []
+        # Once the loss is non-finite it has exploded: count it as risen from there on.
+        first_bad = int(np.argmax(~ok)) if (~ok).any() else None
+        tf, y = t[ok], np.log(v[ok])
+        sm = _smooth(y, self.smooth_points)
+        rise = sm - np.minimum.accumulate(sm)
+        thr = np.log1p(self.loss_rise)
+        gt = gs.get_column("step").to_numpy()
+        gv = gs.get_column("value").to_numpy().astype(float)
+        g_ok = np.isfinite(gv) & (gv > 0)
+
+        out: list[Finding] = []
+        i = 0
+        n = len(y)
+        while i < n:
+            if rise[i] < thr:
+                i += 1
+                continue
+            # Onset: walk back to where the climb left the running best.
+            onset = i
+            while onset > 0 and rise[onset - 1] > 0.25 * thr:
+                onset -= 1
+            back = np.flatnonzero(rise[i:] < 0.5 * thr)
+            ret = i + int(back[0]) if len(back) else None
+            t0 = int(tf[onset])
+            end_idx = ret if ret is not None else n - 1
+            t_end = int(tf[end_idx])
+            nonfinite = first_bad is not None and int(t[first_bad]) >= t0 and (ret is None or int(t[first_bad]) <= t_end)
+            g_bad = bool(((~np.isfinite(gv)) & (gt >= t0) & (gt <= (t_end if ret is not None else gt.max()))).any())
+            nonfinite = nonfinite or g_bad
+            last_step = int(t[-1]) if ret is None else t_end
+            observed = last_step - t0
+            if ret is not None and observed < self.window:
+                i = end_idx + 1  # came back in time: a spike, not a divergence
+                continue
+            pre = g_ok & (gt < t0) & (gt >= t0 - self.window)
+            if pre.sum() < 3:
+                pre = g_ok & (gt < t0)
+            during = g_ok & (gt >= t0) & (gt <= last_step)
+            g_before = float(np.median(gv[pre])) if pre.any() else None
+            g_during = float(np.median(gv[during])) if during.any() else None
+            g_ratio = g_during / g_before if (g_before and g_during) else None
+            if not ((g_ratio is not None and g_ratio >= self.grad_rise) or g_bad):
+                i = end_idx + 1
+                continue
+            confirmed = observed >= self.window or nonfinite
+            seg = slice(onset, end_idx + 1)
+            peak_i = onset + int(np.argmax(sm[seg]))
+            loss_before = float(np.exp(sm[onset]))
+            loss_peak = float(np.exp(sm[peak_i]))
+            measures = {
+                "loss_before": loss_before,
+                "loss_peak": None if nonfinite and first_bad is not None and ret is None else loss_peak,
+                "loss_rise_rel": loss_peak / loss_before - 1.0,
+                "grad_norm_before": g_before,
+                "grad_norm_during": g_during,
+                "grad_norm_ratio": g_ratio,
+                "steps_observed": observed,
+                "returned_step": int(tf[ret]) if ret is not None else None,
+                "ended_nonfinite": bool(nonfinite),
+                "confirmed": bool(confirmed),
+                "window": self.window,
+            }
+            how = (f"not back within {observed} steps" if confirmed and not nonfinite
+                   else ("until the values turned non-finite" if nonfinite
+                         else f"for the {observed} steps the log still shows"))
+            gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
+            summary = (f"Divergence from step {t0}: the loss rose from {loss_before:.4g} to {loss_peak:.4g} and the grad "
+                       f"norm ran at {gtxt} its earlier level, {how}.")
+            sev = Severity.FATAL if confirmed else Severity.CRITICAL
+            out.append(Finding(FindingKind.DIVERGENCE, sev, LOSS, t0, summary, int(tf[peak_i]), last_step, measures))
+            if ret is None:
+                break
+            i = end_idx + 1
+        return out

@@ -1,0 +1,199 @@
+"""grad_norm_drift: the grad norm trending up while the loss keeps falling (article section 3).
+
+The article's incident: from step ~6500 the grad norm climbed from about 0.8 to 2.5 and did
+not come back down, while the loss curve fell smoothly; the benchmark score was already
+slipping. Single spikes are the spike detectors' business, so they are filtered out before
+any fit (rolling median + k * MAD). The level now is compared with the grad-norm baseline
+(:func:`forensics.detectors.baseline.grad_norm_baseline`): warning at 2x, critical at 3x.
+
+Measures (kind ``grad_norm_drift``):
+
+=====================  ==============================================================
+key                    meaning
+=====================  ==============================================================
+baseline               grad-norm baseline (median after the LR warm-up)
+baseline_start_step    first step of the baseline window
+baseline_end_step      last step of the baseline window
+current                grad-norm level now (median of the last 2% of points, >= 5)
+ratio                  current / baseline
+peak                   highest smoothed grad-norm level after the onset
+peak_ratio             peak / baseline
+onset_value            smoothed grad-norm level at the onset step
+slope_per_1k_steps     Theil-Sen slope of the grad norm from the onset, per 1000 steps
+loss_slope_per_1k_steps  Theil-Sen slope of the loss over the same window (null: no loss)
+loss_change_pct        loss change over the window in % of its level at the onset
+warning_step           first step where the smoothed level reached warn_ratio x baseline
+critical_step          same for crit_ratio (null if never reached)
+spikes_excluded        number of spike points left out of the fits
+=====================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from forensics.detectors.baseline import grad_norm_baseline
+from forensics.detectors.trend_utils import arrays, bin_median, despike, hinge_onset, rolling_median, sig, theil_sen
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import GRAD_NORM, LOSS
+
+CHECK = "grad_norm_drift"
+
+
+@dataclass
+class DriftResult:
+    """The drift analysis, shared with the eval-regression detector."""
+
+    flagged: bool
+    severity: Severity | None = None
+    onset_step: int = 0
+    end_step: int = 0
+    peak_step: int = 0
+    measures: dict[str, object] = field(default_factory=dict)
+    reason: str = ""
+
+
+def analyze_drift(
+    run: Run,
+    *,
+    warn_ratio: float = 2.0,
+    crit_ratio: float = 3.0,
+    baseline_window: int = 500,
+    recent_frac: float = 0.02,
+    spike_k: float = 5.0,
+    min_points: int = 20,
+) -> DriftResult | None:
+    """Return the drift analysis, or None when the run cannot support it (reason noted)."""
+    x, y = arrays(run, GRAD_NORM)
+    if len(x) == 0:
+        run.note(f"{CHECK}: not run, the run has no grad_norm series")
+        return None
+    if len(x) < min_points:
+        run.note(f"{CHECK}: not run, only {len(x)} finite grad_norm points (need {min_points})")
+        return None
+    # 500 steps (the article) on real runs; at most a fifth of a short log, so the drift itself
+    # does not leak into its own baseline.
+    span = int(x[-1] - x[0])
+    base = grad_norm_baseline(run, window=max(10, min(baseline_window, span // 5)))
+    if base is None or not base.value > 0:
+        run.note(f"{CHECK}: not run, no positive grad-norm baseline")
+        return None
+    keep = despike(y, k=spike_k) & (y >= 0)
+    after = x >= base.start_step
+    xs, ys = x[keep & after], y[keep & after]
+    if len(xs) < min_points:
+        run.note(f"{CHECK}: not run, too few grad_norm points after the baseline window")
+        return None
+    spikes = int(np.sum(~keep & after))
+    n_recent = max(5, int(recent_frac * len(ys)))
+    current = float(np.median(ys[-n_recent:]))
+    ratio = current / base.value
+    xb, yb = bin_median(xs, ys, max_bins=200)
+    smooth = rolling_median(yb, 5)
+    m: dict[str, object] = {
+        "baseline": base.value,
+        "baseline_start_step": base.start_step,
+        "baseline_end_step": base.end_step,
+        "current": current,
+        "ratio": ratio,
+        "spikes_excluded": spikes,
+    }
+    if ratio < warn_ratio:
+        return DriftResult(False, measures=m, reason=f"grad norm now {ratio:.2f}x baseline")
+    warn_idx = int(np.argmax(smooth >= warn_ratio * base.value)) if (smooth >= warn_ratio * base.value).any() else len(xb) - 1
+    onset = _onset(xb[: warn_idx + 1], smooth[: warn_idx + 1], base.value)
+    post = xs >= onset
+    g_slope = theil_sen(xs[post], ys[post])
+    if g_slope is None or not g_slope.rising:
+        return DriftResult(False, measures=m, reason="grad norm high but not trending up")
+    lx, ly = arrays(run, LOSS)
+    loss_sel = (lx >= onset) & despike(ly, k=spike_k)
+    l_slope = theil_sen(lx[loss_sel], ly[loss_sel]) if loss_sel.sum() >= 3 else None
+    if l_slope is not None and l_slope.rising:
+        return DriftResult(False, measures=m, reason="the loss rises too (divergence, not drift)")
+    span = float(x[-1] - onset)
+    loss_change = None
+    if l_slope is not None:
+        at_onset = l_slope.intercept + l_slope.slope * onset
+        if at_onset != 0:
+            loss_change = 100.0 * l_slope.slope * span / abs(at_onset)
+    post_b = xb >= onset
+    peak_i = int(np.argmax(np.where(post_b, smooth, -np.inf)))
+    crit_hit = smooth >= crit_ratio * base.value
+    m.update(
+        peak=float(smooth[peak_i]),
+        peak_ratio=float(smooth[peak_i] / base.value),
+        onset_value=float(np.interp(onset, xb, smooth)),
+        slope_per_1k_steps=g_slope.per_1k(),
+        loss_slope_per_1k_steps=l_slope.per_1k() if l_slope else None,
+        loss_change_pct=loss_change,
+        warning_step=int(round(xb[warn_idx])),
+        critical_step=int(round(xb[int(np.argmax(crit_hit))])) if crit_hit.any() else None,
+    )
+    sev = Severity.CRITICAL if ratio >= crit_ratio else Severity.WARNING
+    return DriftResult(True, sev, int(onset), int(x[-1]), int(round(xb[peak_i])), m)
+
+
+def _onset(xb: np.ndarray, smooth: np.ndarray, base: float) -> int:
+    """Where the climb began: the bend of a two-piece linear fit, else the last step at baseline."""
+    h = hinge_onset(xb, smooth)
+    if h is not None and h[2] > 0 and h[2] > h[1]:
+        return h[0]
+    at_base = np.flatnonzero(smooth <= base * 1.1)
+    return int(round(xb[at_base[-1]])) if len(at_base) else int(round(xb[0]))
+
+
+class GradNormDriftDetector:
+    """Flags a grad norm that keeps climbing while the loss keeps falling."""
+
+    name = CHECK
+
+    def __init__(
+        self,
+        *,
+        warn_ratio: float = 2.0,
+        crit_ratio: float = 3.0,
+        baseline_window: int = 500,
+        recent_frac: float = 0.02,
+        spike_k: float = 5.0,
+        min_points: int = 20,
+    ) -> None:
+        self.warn_ratio = warn_ratio
+        self.crit_ratio = crit_ratio
+        self.baseline_window = baseline_window
+        self.recent_frac = recent_frac
+        self.spike_k = spike_k
+        self.min_points = min_points
+
+    def params(self) -> dict[str, float]:
+        return dict(vars(self))
+
+    def detect(self, run: Run) -> list[Finding]:
+        res = analyze_drift(run, **self.params())
+        if res is None or not res.flagged:
+            return []
+        m = res.measures
+        loss_txt = (
+            "the loss was not logged"
+            if m["loss_slope_per_1k_steps"] is None
+            else f"the loss changed {m['loss_change_pct']:+.1f}%" if m["loss_change_pct"] is not None else "the loss kept falling"
+        )
+        summary = (
+            f"Grad norm drifted up from {sig(m['baseline'])} (baseline) to {sig(m['current'])} "
+            f"({m['ratio']:.1f}x) since step {res.onset_step} while {loss_txt}."
+        )
+        return [
+            Finding(
+                kind=FindingKind.GRAD_NORM_DRIFT,
+                severity=res.severity,  # type: ignore[arg-type]
+                metric=GRAD_NORM,
+                start_step=res.onset_step,
+                peak_step=res.peak_step,
+                end_step=res.end_step,
+                measures=m,
+                summary=summary,
+            )
+        ]

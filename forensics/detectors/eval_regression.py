@@ -1,0 +1,170 @@
+"""eval_regression: an eval metric getting worse while the training loss keeps improving.
+
+The article opens with it: the loss fell smoothly, yet a benchmark checked at step 8000 was
+about three points below its step-6000 score (section 3.1). For each ``eval/<name>`` series
+the best smoothed score is found; when the evals after it are worse by more than the eval's
+own noise and a small relative margin, and the train loss kept falling over that stretch,
+it is a warning. It becomes critical when a grad-norm drift overlaps it, the combination the
+article traced to its root cause. Direction comes from :func:`forensics.schema.lower_is_better`.
+
+Measures (kind ``eval_regression``):
+
+===================  ===================================================================
+key                  meaning
+===================  ===================================================================
+direction            ``higher_is_better`` or ``lower_is_better``
+best                 best smoothed score (rolling median of 3 evals)
+best_step            step of that best score (the onset)
+current              smoothed score now (median of the last evals)
+worst                worst raw score after the best
+worst_step           its step
+drop                 how much worse now is than the best, in the metric's units (> 0)
+drop_pct             drop in % of |best|
+noise                eval noise (robust sigma of the eval series)
+evals_after_best     number of evals after the best one
+loss_change_pct      train-loss change from best_step to the end, in % (null: no loss)
+grad_norm_drift      true when a grad-norm drift overlaps the regression
+===================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from forensics.detectors.drift import analyze_drift
+from forensics.detectors.trend_utils import arrays, despike, robust_sigma, rolling_median, sig, theil_sen
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import EVAL_PREFIX, LOSS, lower_is_better
+
+CHECK = "eval_regression"
+# Eval entries that are counters or timings, not quality scores.
+_NOT_A_SCORE = re.compile(r"(runtime|per_second|samples|num_tokens|tokens|epoch|step|time|entropy)", re.I)
+
+
+class EvalRegressionDetector:
+    """Flags eval scores that worsen while the train loss still falls."""
+
+    name = CHECK
+
+    def __init__(
+        self,
+        *,
+        noise_k: float = 3.0,
+        min_rel_drop: float = 0.01,
+        min_evals_after: int = 2,
+        min_evals: int = 4,
+    ) -> None:
+        self.noise_k = noise_k
+        self.min_rel_drop = min_rel_drop
+        self.min_evals_after = min_evals_after
+        self.min_evals = min_evals
+
+    def detect(self, run: Run) -> list[Finding]:
+        names = [m for m in run.metrics() if m.startswith(EVAL_PREFIX) and not _NOT_A_SCORE.search(m[len(EVAL_PREFIX) :])]
+        if not names:
+            run.note(f"{CHECK}: not run, the run logged no eval metric (eval/<name>)")
+            return []
+        out: list[Finding] = []
+        drift_checked = False
+        drift = None
+        for metric in names:
+            f = self._one(run, metric)
+            if f is None:
+                continue
+            if not drift_checked:  # the drift analysis is shared by every eval metric
+                drift = analyze_drift(run)
+                drift_checked = True
+            out.append(self._finish(f, drift))
+        return out
+
+    def _one(self, run: Run, metric: str) -> dict | None:
+        x, y = arrays(run, metric)
+        if len(x) < self.min_evals:
+            run.note(f"{CHECK}: {metric} not checked, only {len(x)} evals (need {self.min_evals})")
+            return None
+        lower = lower_is_better(metric)
+        score = -y if lower else y  # work on "higher is better"
+        smooth = rolling_median(score, 3)
+        best_i = int(np.argmax(smooth))
+        # The median of three lags a sharp peak by one eval: take the raw best next to it.
+        lo, hi = max(0, best_i - 1), min(len(x), best_i + 2)
+        best_i = lo + int(np.argmax(score[lo:hi]))
+        after = len(x) - 1 - best_i
+        if after < self.min_evals_after:
+            return None
+        n_now = min(3, after)
+        now = float(np.median(score[-n_now:]))
+        best = float(smooth[best_i])
+        drop = best - now
+        noise = robust_sigma(score)
+        if drop <= self.noise_k * noise or drop <= self.min_rel_drop * abs(best):
+            return None
+        # The later evals must really be worse, not a single dip: their trend must not recover.
+        tail = theil_sen(x[best_i:], score[best_i:])
+        if tail is not None and tail.slope > 0:
+            return None
+        lx, ly = arrays(run, LOSS)
+        sel = (lx >= x[best_i]) & despike(ly)
+        loss_change = None
+        if sel.sum() >= 3:
+            ls = theil_sen(lx[sel], ly[sel])
+            if ls is not None:
+                if ls.rising:
+                    return None  # the train loss is worse too: divergence territory, not this kind
+                start = ls.intercept + ls.slope * x[best_i]
+                loss_change = 100.0 * ls.slope * float(lx[sel][-1] - x[best_i]) / abs(start) if start else None
+        worst_i = best_i + int(np.argmin(score[best_i:]))
+        sign = -1.0 if lower else 1.0
+        return {
+            "metric": metric,
+            "start": int(x[best_i]),
+            "peak": int(x[worst_i]),
+            "end": int(x[-1]),
+            "m": {
+                "direction": "lower_is_better" if lower else "higher_is_better",
+                "best": sign * best,
+                "best_step": int(x[best_i]),
+                "current": sign * now,
+                "worst": float(y[worst_i]),
+                "worst_step": int(x[worst_i]),
+                "drop": drop,
+                "drop_pct": 100.0 * drop / abs(best) if best else None,
+                "noise": noise,
+                "evals_after_best": after,
+                "loss_change_pct": loss_change,
+            },
+        }
+
+    def _finish(self, f: dict, drift: object) -> Finding:
+        m = f["m"]
+        overlap = bool(
+            drift is not None
+            and getattr(drift, "flagged", False)
+            and drift.onset_step <= f["end"]  # type: ignore[attr-defined]
+            and drift.end_step >= f["start"]  # type: ignore[attr-defined]
+        )
+        m["grad_norm_drift"] = overlap
+        loss_txt = (
+            "the train loss was not logged"
+            if m["loss_change_pct"] is None
+            else f"the train loss moved {m['loss_change_pct']:+.1f}%"
+        )
+        pct = f" ({m['drop_pct']:.1f}% worse)" if m["drop_pct"] is not None else ""
+        summary = (
+            f"{f['metric']} slipped from {sig(m['best'], 4)} at step {m['best_step']} to "
+            f"{sig(m['current'], 4)}{pct} while {loss_txt}"
+            + ("; the grad norm drifts up over the same stretch." if overlap else ".")
+        )
+        return Finding(
+            kind=FindingKind.EVAL_REGRESSION,
+            severity=Severity.CRITICAL if overlap else Severity.WARNING,
+            metric=f["metric"],
+            start_step=f["start"],
+            peak_step=f["peak"],
+            end_step=f["end"],
+            measures=m,
+            summary=summary,
+        )

@@ -1,0 +1,172 @@
+"""Loss-scale drops of fp16 mixed precision (article 2.4 and 4.2).
+
+A dynamic loss scaler halves its scale at every overflowing step and doubles it after a quiet
+stretch, so single halvings are ordinary. What this reports: each *cascade* of halvings (no
+growth in between, each within ``cascade_gap`` steps of the previous), and each *sustained
+decline* (the scale staying ``decline_halvings`` or more below its earlier peak for
+``decline_steps``, reached through several separate drops). Read from the ``loss_scale``
+series when logged, else from ``overflow`` (1 at each skipped step: DeepSpeed / Megatron lines).
+
+``loss_scale_drop`` measures:
+
+| key | meaning |
+|---|---|
+| pattern | "cascade" or "sustained_decline" |
+| from_scale | scale before the first halving (null when only overflow lines are known) |
+| to_scale | scale after the last halving (null likewise) |
+| halvings | number of halvings (log2 of from/to; one per overflow line otherwise) |
+| steps | steps the cascade or decline spans |
+| overflow_steps | overflow lines logged inside it |
+| drops | separate drop events (sustained_decline only; 1 for a cascade) |
+| calibration | it happened in the scaler's calibration at the start of training |
+| coincides_with_spike | a loss or grad-norm spike began in the same step window |
+| spike_step | onset of that spike (null if none) |
+| source | "loss_scale" or "overflow" |
+
+Severity: calibration = info; a later cascade of ``warn_halvings`` (3) or more halvings, one that
+coincides with a spike, or a sustained decline = warning; a later cascade of two halvings = info.
+Single later halvings are normal scaler behaviour: counted in a run note, not reported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forensics.detectors.spike_context import ScaleCascade, finite_arrays, overlaps, scale_cascades
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
+
+
+class LossScaleDetector:
+    """loss_scale_drop: cascades of halvings and sustained declines."""
+
+    name = "loss_scale"
+
+    def __init__(
+        self,
+        *,
+        cascade_gap: int = 200,
+        calibration_steps: int = 200,
+        warn_halvings: int = 3,
+        decline_halvings: int = 2,
+        decline_steps: int = 2000,
+    ) -> None:
+        self.cascade_gap = cascade_gap
+        self.calibration_steps = calibration_steps
+        self.warn_halvings = warn_halvings
+        self.decline_halvings = decline_halvings
+        self.decline_steps = decline_steps
+
+    def detect(self, run: Run) -> list[Finding]:
+        if not (run.has(LOSS_SCALE) or run.has(OVERFLOW)):
+            run.note("loss_scale: not run, the log has no loss-scale or overflow series (bf16 or fp32 training?)")
+            return []
+        cascades = scale_cascades(run, cascade_gap=self.cascade_gap)
+        spikes = self._spike_windows(run) if cascades else []
+        first = run.first_step
+        calib_end = first + self.calibration_steps if first <= self.calibration_steps else None
+        out: list[Finding] = []
+        singles = 0
+        for c in cascades:
+            calibration = calib_end is not None and c.start_step <= calib_end
+            hit = next((s for s, lo, hi in spikes if overlaps(np.array([[lo, hi]]), c.start_step - 1, c.end_step)), None)
+            if hit is not None or (not calibration and c.halvings >= self.warn_halvings - 1e-9):
+                sev = Severity.WARNING
+            elif calibration or c.halvings >= 2 - 1e-9:
+                sev = Severity.INFO
+            else:
+                singles += 1
+                continue
+            out.append(self._cascade_finding(c, sev, calibration, hit))
+        if singles:
+            run.note(f"loss_scale: {singles} single loss-scale halving(s) after calibration (ordinary dynamic scaling)")
+        out += self._declines(run, calib_end)
+        return out
+
+    def _spike_windows(self, run: Run) -> list[tuple[int, float, float]]:
+        """(onset, lo, hi] windows of the loss and grad-norm spikes, with the default spike detector."""
+        from forensics.detectors.spikes import SpikeDetector
+
+        det = SpikeDetector()
+        out = []
+        for metric in (LOSS, GRAD_NORM):
+            if run.has(metric):
+                for s in det.spikes(run, metric):
+                    iv = s.measures["log_interval"]
+                    out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv)))
+        return sorted(out)
+
+    def _cascade_finding(self, c: ScaleCascade, sev: Severity, calibration: bool, spike: int | None) -> Finding:
+        measures = {
+            "pattern": "cascade",
+            "from_scale": c.from_scale,
+            "to_scale": c.to_scale,
+            "halvings": c.halvings,
+            "steps": c.end_step - c.start_step,
+            "overflow_steps": c.overflow_steps,
+            "drops": 1,
+            "calibration": calibration,
+            "coincides_with_spike": spike is not None,
+            "spike_step": spike,
+            "source": c.source,
+        }
+        fromto = (f" from {c.from_scale:.0f} to {c.to_scale:.0f}" if c.from_scale is not None and c.to_scale is not None
+                  else "")
+        what = ("the scaler calibrating at the start of training" if calibration and spike is None
+                else ("at a spike in the same steps: numeric overflow" if spike is not None
+                      else "gradients overflowing fp16 repeatedly"))
+        summary = (f"Loss scale halved {c.halvings:g} time(s){fromto} between steps {c.start_step} and "
+                   f"{c.end_step}: {what}.")
+        return Finding(FindingKind.LOSS_SCALE_DROP, sev, LOSS_SCALE, c.start_step, summary, c.end_step, c.end_step,
+                       measures)
+
+    def _declines(self, run: Run, calib_end: int | None) -> list[Finding]:
+        t, v = finite_arrays(run, LOSS_SCALE)
+        keep = v > 0
+        t, v = t[keep], v[keep]
+        if calib_end is not None:
+            after = t > calib_end
+            t, v = t[after], v[after]
+        if len(t) < 3:
+            return []
+        lvl = np.log2(v)
+        peak = np.maximum.accumulate(lvl)
+        low = (peak - lvl) >= self.decline_halvings - 1e-9
+        out = []
+        idx = np.flatnonzero(low)
+        if len(idx) == 0:
+            return []
+        for g in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+            a, b = int(g[0]), int(g[-1])
+            span = int(t[b] - t[a])
+            if span < self.decline_steps:
+                continue
+            # Find where the level left its peak and count the separate drops on the way down.
+            start = a
+            while start > 0 and lvl[start - 1] < peak[a]:
+                start -= 1
+            seg = lvl[start - 1 if start > 0 else 0 : b + 1]
+            drop_steps = t[start : b + 1][np.diff(seg) < 0] if len(seg) > 1 else np.array([])
+            events = 1 + int(np.sum(np.diff(drop_steps) > self.cascade_gap)) if len(drop_steps) else 0
+            if events < 2:
+                continue  # one cascade that stayed down: already reported as that cascade
+            measures = {
+                "pattern": "sustained_decline",
+                "from_scale": float(2 ** peak[a]),
+                "to_scale": float(2 ** lvl[a : b + 1].min()),
+                "halvings": float(peak[a] - lvl[a : b + 1].min()),
+                "steps": int(t[b] - t[start]),
+                "overflow_steps": None,
+                "drops": events,
+                "calibration": False,
+                "coincides_with_spike": False,
+                "spike_step": None,
+                "source": "loss_scale",
+            }
+            summary = (f"Loss scale declined from {measures['from_scale']:.0f} to {measures['to_scale']:.0f} over "
+                       f"{measures['steps']} steps in {events} separate drops without growing back: gradients "
+                       "keep overflowing fp16.")
+            out.append(Finding(FindingKind.LOSS_SCALE_DROP, Severity.WARNING, LOSS_SCALE, int(t[start]), summary,
+                               int(t[b]), int(t[b]), measures))
+        return out

@@ -1,0 +1,100 @@
+"""memory_growth: device memory that keeps climbing without levelling off (section 2.4).
+
+Memory normally rises during the first steps (allocator caches, optimizer state) and then
+holds. Memory that is still climbing at the end of the log, at a rate comparable to its
+climb over the whole run, points at fragmentation or a leak (tensors kept alive across steps).
+The first ``skip_frac`` of the log is left out (start-up), spikes are filtered, and two
+Theil-Sen slopes are compared: over the analysed part and over its last third. It is flagged
+when both are measurably positive, the late slope keeps at least half the overall pace (no
+levelling off), and the total growth is a noticeable share of the level.
+
+Measures (kind ``memory_growth``):
+
+====================  ================================================================
+key                   meaning
+====================  ================================================================
+start_level           memory at the start of the analysed part (fitted)
+end_level             memory at the last step (fitted)
+growth_pct            (end_level - start_level) / start_level in %
+slope_per_1k_steps    overall Theil-Sen slope, memory units per 1000 steps
+late_slope_per_1k_steps  the same over the last third
+late_ratio            late slope / overall slope (about 1: no levelling off)
+duration_steps        length of the analysed stretch in steps
+====================  ================================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forensics.detectors.trend_utils import arrays, despike, hinge_onset, bin_median, theil_sen
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import MEMORY
+
+CHECK = "memory_growth"
+
+
+class MemoryGrowthDetector:
+    """Flags memory that climbs steadily to the end of the log."""
+
+    name = CHECK
+
+    def __init__(self, *, skip_frac: float = 0.1, min_growth: float = 0.05, level_off: float = 0.5, min_points: int = 20) -> None:
+        self.skip_frac = skip_frac
+        self.min_growth = min_growth
+        self.level_off = level_off
+        self.min_points = min_points
+
+    def detect(self, run: Run) -> list[Finding]:
+        x, y = arrays(run, MEMORY)
+        if len(x) < self.min_points:
+            run.note(f"{CHECK}: not run, {'no memory series' if len(x) == 0 else f'only {len(x)} memory points'}")
+            return []
+        keep = despike(y)
+        x, y = x[keep], y[keep]
+        start = x[0] + self.skip_frac * (x[-1] - x[0])
+        sel = x >= start
+        xs, ys = x[sel], y[sel]
+        if len(xs) < self.min_points // 2:
+            return []
+        overall = theil_sen(xs, ys)
+        late_sel = xs >= xs[0] + (2.0 / 3.0) * (xs[-1] - xs[0])
+        late = theil_sen(xs[late_sel], ys[late_sel])
+        if overall is None or late is None or not overall.rising or not late.rising:
+            return []
+        if late.slope < self.level_off * overall.slope:
+            return []  # the climb is slowing down: levelling off
+        a = overall.intercept + overall.slope * xs[0]
+        b = overall.intercept + overall.slope * xs[-1]
+        growth = (b - a) / abs(a) if a else np.inf
+        if growth < self.min_growth:
+            return []
+        # Onset: where the growth bends up (a leak may start after start-up), else the analysed start.
+        xb, yb = bin_median(xs.astype(float), ys, max_bins=100)
+        h = hinge_onset(xb, yb)
+        onset = int(h[0]) if h is not None and h[2] > max(h[1], 0) and h[1] <= 0.25 * h[2] else int(xs[0])
+        dur = int(xs[-1] - onset)
+        return [
+            Finding(
+                kind=FindingKind.MEMORY_GROWTH,
+                severity=Severity.WARNING,
+                metric=MEMORY,
+                start_step=onset,
+                peak_step=int(xs[int(np.argmax(ys))]),
+                end_step=int(xs[-1]),
+                measures={
+                    "start_level": a,
+                    "end_level": b,
+                    "growth_pct": 100.0 * growth,
+                    "slope_per_1k_steps": overall.per_1k(),
+                    "late_slope_per_1k_steps": late.per_1k(),
+                    "late_ratio": late.slope / overall.slope,
+                    "duration_steps": dur,
+                },
+                summary=(
+                    f"Memory kept climbing from {a:.4g} to {b:.4g} (+{100 * growth:.0f}%, {overall.per_1k():.3g} per 1k steps) "
+                    f"over {dur} steps without levelling off."
+                ),
+            )
+        ]

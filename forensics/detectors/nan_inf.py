@@ -1,0 +1,134 @@
+"""NaN / Inf in the loss or the grad norm (article 6.2 start-up checklist, 6.3 orange light).
+
+``nan_inf`` measures:
+
+| key | meaning |
+|---|---|
+| first_bad_step | first step whose value is NaN or +-Inf |
+| first_bad_value | "nan", "inf" or "-inf" |
+| last_finite_step | the last finite step before it (null when the series starts bad) |
+| last_finite_value | the value there |
+| bad_points | non-finite points in the whole series |
+| bad_runs | separate stretches of non-finite points |
+| first_run_points | length of the first stretch (logged points) |
+| recovered_step | first finite step after the first stretch (null if none) |
+| persistent | a stretch of at least ``persist_points`` points, or one that lasts to the end of the log |
+| persistent_from | step where the persistent stretch began (null if none) |
+| bad_fraction | bad_points / all points |
+
+Severity: fatal when the NaN persists (training never got a finite value back), critical for
+isolated non-finite steps.
+
+A NaN tail that memory or step-time readings share from the same step is missing data (a
+record padded with "nan" after the run stopped), not a numerical NaN: it is noted, not reported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import GRAD_NORM, LOSS, MEMORY, STEP_TIME, THROUGHPUT
+
+_INFRA = (MEMORY, STEP_TIME, THROUGHPUT)
+
+
+def _label(v: float) -> str:
+    return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _runs(bad: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) index of each stretch of True."""
+    idx = np.flatnonzero(bad)
+    if len(idx) == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(idx) > 1) + 1
+    return [(int(g[0]), int(g[-1])) for g in np.split(idx, cuts)]
+
+
+def _padding_tail(run: Run, metric: str, from_step: int) -> str | None:
+    """An infrastructure series that was finite before ``from_step`` and is non-finite from it on."""
+    for other in _INFRA:
+        if other == metric or not run.has(other):
+            continue
+        s = run.series(other)
+        t = s.get_column("step").to_numpy()
+        v = s.get_column("value").to_numpy().astype(float)
+        before, after = v[t < from_step], v[t >= from_step]
+        if len(after) and np.isfinite(before).any() and not np.isfinite(after).any():
+            return other
+    return None
+
+
+class NanInfDetector:
+    """The first NaN / Inf in the loss and in the grad norm."""
+
+    name = "nan_inf"
+
+    def __init__(self, *, persist_points: int = 3, metrics: tuple[str, ...] = (LOSS, GRAD_NORM)) -> None:
+        self.persist_points = persist_points
+        self.metrics = metrics
+
+    def detect(self, run: Run) -> list[Finding]:
+        present = [m for m in self.metrics if run.has(m)]
+        if not present:
+            run.note("nan_inf: not run, the log has neither a loss nor a grad-norm series")
+            return []
+        out = []
+        for metric in present:
+            f = self._one(run, metric)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def _one(self, run: Run, metric: str) -> Finding | None:
+        s = run.series(metric)
+        t = s.get_column("step").to_numpy()
+        v = s.get_column("value").to_numpy().astype(float)
+        bad = ~np.isfinite(v)
+        runs = _runs(bad)
+        if not runs:
+            return None
+        if runs[-1][1] == len(v) - 1:
+            shared = _padding_tail(run, metric, int(t[runs[-1][0]]))
+            if shared:
+                run.note(f"nan_inf: {metric} is non-finite from step {int(t[runs[-1][0]])} to the end, and so is "
+                         f"{shared}: read as missing values after the run stopped, not as a numerical NaN")
+                bad[runs[-1][0]:] = False
+                runs = runs[:-1]
+                if not runs:
+                    return None
+        first, last = runs[0]
+        persistent = [r for r in runs if r[1] - r[0] + 1 >= self.persist_points or r[1] == len(v) - 1]
+        prev = first - 1
+        measures = {
+            "first_bad_step": int(t[first]),
+            "first_bad_value": _label(v[first]),
+            "last_finite_step": int(t[prev]) if prev >= 0 else None,
+            "last_finite_value": float(v[prev]) if prev >= 0 else None,
+            "bad_points": int(bad.sum()),
+            "bad_runs": len(runs),
+            "first_run_points": last - first + 1,
+            "recovered_step": int(t[last + 1]) if last + 1 < len(v) else None,
+            "persistent": bool(persistent),
+            "persistent_from": int(t[persistent[0][0]]) if persistent else None,
+            "bad_fraction": float(bad.sum() / len(v)),
+        }
+        name = "loss" if metric == LOSS else "grad norm"
+        if persistent:
+            p0, p1 = persistent[0]
+            end = int(t[p1])
+            tail = "to the end of the log" if p1 == len(v) - 1 else f"for {p1 - p0 + 1} logged points"
+            if p0 == first:
+                summary = f"The {name} is {_label(v[first])} from step {int(t[first])} {tail}: no usable values after that."
+            else:
+                summary = (f"The {name} is first {_label(v[first])} at step {int(t[first])}; from step {int(t[p0])} "
+                           f"it stays non-finite {tail}.")
+            sev = Severity.FATAL
+        else:
+            end = int(t[last])
+            summary = (f"The {name} is {_label(v[first])} at step {int(t[first])} ({measures['bad_points']} non-finite "
+                       f"point(s) in {len(runs)} stretch(es)), finite again at step {measures['recovered_step']}.")
+            sev = Severity.CRITICAL
+        return Finding(FindingKind.NAN_INF, sev, metric, int(t[first]), summary, int(t[first]), end, measures)

@@ -1,0 +1,192 @@
+"""param_norm_jump: an abrupt change in the parameter norm against its local trend.
+
+Under AdamW the parameter norm grows slowly and steadily (article section 2.2); a sudden
+jump means an update that was far too large or a numerical overflow. Each logged increment
+is compared with the typical increment around it (rolling median of the increments, scaled
+by their rolling MAD). Slow growth that crosses 1.5x the baseline (the article's warning
+level for the param norm, section 6.1) is reported as an ``info`` note, not as a jump.
+When only per-layer param norms are logged, the total is rebuilt as the root of their sum of
+squares at the steps where every layer was logged.
+
+Measures (kind ``param_norm_jump``):
+
+=====================  ==============================================================
+key                    meaning
+=====================  ==============================================================
+abrupt                 true for a jump (warning), false for slow growth (info)
+before                 param norm just before the jump (jumps only)
+after                  param norm just after it (median of up to 3 points)
+change_pct             (after - before) / before in %, or growth over the run (info)
+robust_z               the jump's increment over the local increment scale (jumps only)
+persistent             true when the level stays changed (false: a one-off blip)
+baseline               param-norm baseline (median after the LR warm-up)
+ratio                  after (or current) / baseline
+crossing_step          first step at ratio_limit x baseline (info only)
+growth_pct_per_1k_steps  Theil-Sen growth rate in % of the baseline (info only)
+source                 ``param_norm`` or ``param_norm_layer`` (rebuilt total)
+=====================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from forensics.detectors.baseline import series_baseline, warmup_end
+from forensics.detectors.trend_utils import MAD_SCALE, arrays, rolling_median, theil_sen
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import PARAM_NORM, PARAM_NORM_LAYER
+
+CHECK = "param_norm"
+
+
+def total_param_norm(run: Run) -> tuple[np.ndarray, np.ndarray, str]:
+    """The param-norm series, or one rebuilt from per-layer norms; empty arrays if neither."""
+    x, y = arrays(run, PARAM_NORM)
+    if len(x):
+        return x, y, PARAM_NORM
+    layers = run.layers(PARAM_NORM_LAYER)
+    if not layers:
+        return x, y, PARAM_NORM
+    v = run.view().filter(pl.col("metric") == PARAM_NORM_LAYER)
+    tot = (
+        v.group_by("step")
+        .agg((pl.col("value") ** 2).sum().sqrt().alias("v"), pl.col("layer").n_unique().alias("n"))
+        .filter(pl.col("n") == len(layers))
+        .sort("step")
+    )
+    x = tot.get_column("step").to_numpy().astype(np.int64)
+    y = tot.get_column("v").to_numpy().astype(float)
+    ok = np.isfinite(y)
+    return x[ok], y[ok], PARAM_NORM_LAYER
+
+
+class ParamNormDetector:
+    """Flags abrupt param-norm changes; notes slow growth past 1.5x the baseline."""
+
+    name = CHECK
+
+    def __init__(
+        self,
+        *,
+        jump_k: float = 8.0,
+        min_rel_jump: float = 0.01,
+        window: int = 21,
+        ratio_limit: float = 1.5,
+        baseline_window: int = 500,
+        min_points: int = 10,
+    ) -> None:
+        self.jump_k = jump_k
+        self.min_rel_jump = min_rel_jump
+        self.window = window
+        self.ratio_limit = ratio_limit
+        self.baseline_window = baseline_window
+        self.min_points = min_points
+
+    def detect(self, run: Run) -> list[Finding]:
+        x, y, source = total_param_norm(run)
+        if len(x) < self.min_points:
+            why = "the run has no param_norm series" if len(x) == 0 else f"only {len(x)} param_norm points"
+            run.note(f"param_norm_jump: not run, {why}")
+            return []
+        base = series_baseline(x, y, start=warmup_end(run), window=self.baseline_window)
+        base_v = base.value if base is not None and base.value > 0 else float("nan")
+        out = self._jumps(x, y, base_v, source)
+        if not out:
+            out = self._slow_growth(x, y, base_v, source)
+        return out
+
+    def _jumps(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
+        d = np.diff(y)
+        med = rolling_median(d, self.window)
+        resid = d - med
+        scale = rolling_median(np.abs(resid), self.window) * MAD_SCALE
+        scale = np.maximum(scale, 1e-5 * np.abs(y[:-1]) + 1e-12)  # a perfectly smooth norm has zero MAD
+        z = np.abs(resid) / scale
+        flag = (z > self.jump_k) & (np.abs(resid) > self.min_rel_jump * np.abs(y[:-1]))
+        idx = np.flatnonzero(flag)
+        if len(idx) == 0:
+            return []
+        # Increments within two points of each other are one event (a blip is up then down).
+        groups = np.split(idx, np.flatnonzero(np.diff(idx) > 2) + 1)
+        out = []
+        for g in groups:
+            i0, i1 = int(g[0]), int(g[-1])
+            before = float(y[i0])
+            j = min(len(y), i1 + 4)
+            after = float(np.median(y[i1 + 1 : j]))
+            big = int(g[np.argmax(np.abs(resid[g]))])
+            peak = float(y[big + 1])
+            change = 100.0 * (after - before) / before if before else None
+            persistent = bool(before and abs(after - before) > 0.5 * self.min_rel_jump * abs(before))
+            what = "jumped" if peak >= before else "dropped"
+            summary = (
+                f"Param norm {what} from {before:.4g} to {peak:.4g} at step {int(x[big + 1])} "
+                f"({abs(resid[big]) / scale[big]:.0f}x its usual step-to-step change)"
+                + ("; the new level held." if persistent else ", then returned to its trend.")
+            )
+            out.append(
+                Finding(
+                    kind=FindingKind.PARAM_NORM_JUMP,
+                    severity=Severity.WARNING,
+                    metric=PARAM_NORM,
+                    start_step=int(x[i0 + 1]),
+                    peak_step=int(x[big + 1]),
+                    end_step=int(x[min(len(x) - 1, i1 + 1)]),
+                    measures={
+                        "abrupt": True,
+                        "before": before,
+                        "after": after,
+                        "change_pct": change,
+                        "robust_z": float(z[big]),
+                        "persistent": persistent,
+                        "baseline": base,
+                        "ratio": after / base,
+                        "crossing_step": None,
+                        "growth_pct_per_1k_steps": None,
+                        "source": source,
+                    },
+                    summary=summary,
+                )
+            )
+        return out
+
+    def _slow_growth(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
+        if not np.isfinite(base):
+            return []
+        smooth = rolling_median(y, self.window)
+        over = smooth >= self.ratio_limit * base
+        if not over.any() or not over[-1]:
+            return []
+        cross = int(np.argmax(over))
+        current = float(np.median(y[-max(3, len(y) // 50) :]))
+        ts = theil_sen(x, y)
+        rate = 100.0 * ts.per_1k() / base if ts is not None else None
+        return [
+            Finding(
+                kind=FindingKind.PARAM_NORM_JUMP,
+                severity=Severity.INFO,
+                metric=PARAM_NORM,
+                start_step=int(x[cross]),
+                peak_step=int(x[int(np.argmax(smooth))]),
+                end_step=int(x[-1]),
+                measures={
+                    "abrupt": False,
+                    "before": None,
+                    "after": None,
+                    "change_pct": 100.0 * (current - base) / base,
+                    "robust_z": None,
+                    "persistent": True,
+                    "baseline": base,
+                    "ratio": current / base,
+                    "crossing_step": int(x[cross]),
+                    "growth_pct_per_1k_steps": rate,
+                    "source": source,
+                },
+                summary=(
+                    f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), "
+                    f"passing {self.ratio_limit}x at step {int(x[cross])}; slow growth like this is usual under AdamW."
+                ),
+            )
+        ]

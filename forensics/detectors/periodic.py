@@ -1,0 +1,232 @@
+"""Spikes that recur at a regular interval (article 4.4: periodic spikes are the more dangerous,
+especially when the interval shrinks; typical causes are a data subset refreshed on a timer,
+epoch boundaries and LR restarts).
+
+Two ways to see a period among the spike onsets found by the spike detector:
+
+* the intervals between consecutive spikes follow a line (constant or steadily changing) with a
+  small spread around it;
+* at least half of the spikes sit on the grid of a period the log itself reveals (epoch starts,
+  evals, checkpoint saves, LR restarts), far more than chance would put there (binomial tail
+  below ``max_p``). This second test tolerates unrelated spikes in between.
+
+Evenly spaced spikes also happen by luck: the first test asks how often random onsets between
+the same first and last spike look as regular (seeded Monte Carlo) and wants that below
+``max_p_regular``.
+
+``periodic_spikes`` measures:
+
+| key | meaning |
+|---|---|
+| period_steps | median interval between the periodic spikes |
+| count | spikes in the pattern |
+| first_interval / last_interval | fitted interval at the first and last spike |
+| interval_trend | change of the interval per spike (steps; negative = shrinking) |
+| shrinking | last_interval <= ``shrink_ratio`` x first_interval |
+| spread | robust spread of the intervals around their line, relative to the period |
+| matches | which revealed period it matches: epoch, eval_interval, checkpoint_interval, lr_restart, or null |
+| matched_period_steps | that period (steps) |
+| multiple | period_steps / matched_period_steps, rounded |
+| phase_steps | for a match: median offset of the spikes from the matched period's grid |
+| spike_steps | the onsets, comma-separated (first 20) |
+
+Severity: warning; critical when the intervals shrink.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forensics.detectors.spike_context import period_origin, revealed_periods, series_interval
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import GRAD_NORM, LOSS
+
+
+def _spread(iv: np.ndarray, linear: bool) -> np.ndarray:
+    """Robust relative spread of intervals (rows) around a constant or a least-squares line."""
+    iv = np.atleast_2d(iv)
+    m = iv.shape[1]
+    period = np.median(iv, axis=1, keepdims=True)
+    if linear:
+        k = np.arange(m, dtype=float)
+        kc = k - k.mean()
+        slope = (iv * kc).sum(axis=1, keepdims=True) / (kc**2).sum()
+        model = iv.mean(axis=1, keepdims=True) + slope * kc
+    else:
+        model = period
+    dev = np.abs(iv - model)
+    # With few intervals the median deviation is blind (one of three is zero by construction):
+    # use the largest; with five or more, the robust median tolerates one odd interval.
+    stat = np.median(dev, axis=1) * 1.4826 if m >= 5 else np.max(dev, axis=1)
+    return stat / np.maximum(period[:, 0], 1e-12)
+
+
+def _regularity_p(onsets: np.ndarray, observed: float, linear: bool, sims: int = 2000) -> float:
+    """How often spikes thrown at random between the first and the last onset look this regular
+    (Monte Carlo, seeded: the same log always gives the same answer)."""
+    rng = np.random.default_rng(12345)
+    n = len(onsets)
+    inner = np.sort(rng.uniform(onsets[0], onsets[-1], size=(sims, n - 2)), axis=1)
+    pts = np.concatenate([np.full((sims, 1), onsets[0]), inner, np.full((sims, 1), onsets[-1])], axis=1)
+    null = _spread(np.diff(pts, axis=1), linear)
+    return float((1 + np.sum(null <= observed)) / (sims + 1))
+
+
+def _offsets(onsets: np.ndarray, origin: float, p: float) -> np.ndarray:
+    """Signed distance of each onset to the nearest point of the grid origin + k x p."""
+    off = np.mod(onsets - origin, p)
+    return np.where(off > p / 2, off - p, off)
+
+
+def _binom_tail(k: int, n: int, p: float) -> float:
+    from scipy.stats import binom
+
+    return float(binom.sf(k - 1, n, p))
+
+
+class PeriodicSpikeDetector:
+    """periodic_spikes for the loss and the grad norm."""
+
+    name = "periodic"
+
+    def __init__(
+        self,
+        *,
+        min_count: int = 4,
+        max_spread: float = 0.2,
+        shrink_ratio: float = 0.8,
+        match_tol: float = 0.1,
+        max_p: float = 1e-3,
+        max_p_regular: float = 0.002,
+        phase_tol: float = 0.03,
+    ) -> None:
+        self.min_count = min_count
+        self.max_spread = max_spread
+        self.shrink_ratio = shrink_ratio
+        self.match_tol = match_tol
+        self.max_p = max_p
+        self.max_p_regular = max_p_regular
+        self.phase_tol = phase_tol
+
+    def detect(self, run: Run) -> list[Finding]:
+        from forensics.detectors.spikes import SpikeDetector
+
+        metrics = [m for m in (LOSS, GRAD_NORM) if run.has(m)]
+        if not metrics:
+            run.note("periodic: not run, the log has neither a loss nor a grad-norm series")
+            return []
+        det = SpikeDetector()
+        periods = revealed_periods(run)
+        out = []
+        for metric in metrics:
+            onsets = np.array(sorted({s.start_step for s in det.spikes(run, metric)}), dtype=float)
+            if len(onsets) < self.min_count:
+                continue
+            f = self._regular(run, metric, onsets, periods) or self._phase_locked(run, metric, onsets, periods)
+            if f is not None:
+                out.append(f)
+        return out
+
+    # -- pattern 1: intervals on a line ------------------------------------------------------
+    def _regular(self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]) -> Finding | None:
+        iv = np.diff(onsets)
+        k = np.arange(len(iv), dtype=float)
+        period = float(np.median(iv))
+        if period <= 0:
+            return None
+        # A line through three intervals fits almost anything: with few intervals the spread is
+        # judged around a constant, and only the reported trend uses the line.
+        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
+        fit = icpt + slope * k
+        linear = len(iv) >= 4
+        spread = float(_spread(iv, linear)[0])
+        if spread > self.max_spread or (fit <= 0).any():
+            return None
+        # Random spikes are sometimes evenly spaced by luck: demand that luck be rare.
+        if _regularity_p(onsets, spread, linear) > self.max_p_regular:
+            return None
+        match = self._match(period, periods)
+        phase = None
+        if match is not None:
+            phase = self._phase(onsets, match[0], match[1], run)
+        return self._finding(metric, onsets, period, float(fit[0]), float(fit[-1]), float(slope), spread, match, phase)
+
+    # -- pattern 2: phase-locked to a revealed period -------------------------------------------
+    def _phase_locked(self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]) -> Finding | None:
+        """Spikes sitting on the grid of a period the log reveals (an epoch start, an eval, a
+        restart). The phase is known in advance, so the chance that k of n spikes land within
+        +-w of the grid is a plain binomial tail (times the number of periods tried)."""
+        interval = series_interval(run, metric)
+        best: tuple[float, str, float, np.ndarray] | None = None
+        for name, p in periods.items():
+            if p <= 0 or (onsets[-1] - onsets[0]) < (self.min_count - 1) * p * (1 - self.match_tol):
+                continue
+            w = max(3 * interval, self.phase_tol * p)
+            off = _offsets(onsets, period_origin(run, name), p)
+            members = onsets[np.abs(off) <= w]
+            cycles = len(np.unique(np.round((members - period_origin(run, name)) / p)))
+            if len(members) < self.min_count or cycles < self.min_count or len(members) < 0.5 * len(onsets):
+                continue
+            pval = _binom_tail(len(members), len(onsets), min(1.0, 2 * w / p)) * len(periods)
+            if pval <= self.max_p and (best is None or pval < best[0]):
+                best = (pval, name, p, members)
+        if best is None:
+            return None
+        _, name, p, members = best
+        iv = np.diff(members)
+        k = np.arange(len(iv), dtype=float)
+        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
+        fit = icpt + slope * k
+        period = float(np.median(iv))
+        spread = float(_spread(iv, len(iv) >= 4)[0])
+        multiple = max(1, int(round(period / p)))
+        return self._finding(metric, members, period, float(fit[0]), float(fit[-1]), float(slope), spread,
+                             (name, p, multiple), self._phase(members, name, p, run))
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _match(self, period: float, periods: dict[str, float]) -> tuple[str, float, int] | None:
+        best = None
+        for name, p in periods.items():
+            if p <= 0:
+                continue
+            m = round(period / p)
+            if m < 1:
+                continue
+            err = abs(period / (m * p) - 1.0)
+            if err <= self.match_tol and (best is None or err < best[0]):
+                best = (err, name, p, int(m))
+        return (best[1], best[2], best[3]) if best else None
+
+    def _phase(self, onsets: np.ndarray, name: str, p: float, run: Run) -> float:
+        return float(np.median(_offsets(onsets, period_origin(run, name), p)))
+
+    def _finding(self, metric: str, onsets: np.ndarray, period: float, first_iv: float, last_iv: float,
+                 slope: float, spread: float, match: tuple[str, float, int] | None, phase: float | None) -> Finding:
+        shrinking = last_iv <= self.shrink_ratio * first_iv
+        measures = {
+            "period_steps": period,
+            "count": len(onsets),
+            "first_interval": first_iv,
+            "last_interval": last_iv,
+            "interval_trend": slope,
+            "shrinking": bool(shrinking),
+            "spread": spread,
+            "matches": match[0] if match else None,
+            "matched_period_steps": match[1] if match else None,
+            "multiple": match[2] if match else None,
+            "phase_steps": phase,
+            "spike_steps": ",".join(str(int(s)) for s in onsets[:20]),
+        }
+        name = "Loss" if metric == LOSS else "Grad-norm"
+        trend = (f", the interval shrinking from about {first_iv:.0f} to {last_iv:.0f} steps" if shrinking else "")
+        label = {"epoch": "the epoch length", "eval_interval": "the eval interval",
+                 "checkpoint_interval": "the checkpoint interval", "lr_restart": "the LR-restart interval"}
+        m = (f"; it matches {label.get(match[0], match[0])} ({match[1]:.0f} steps"
+             f"{'' if match[2] == 1 else f', x{match[2]}'})" if match else "")
+        summary = (f"{name} spikes recur every {period:.0f} steps ({len(onsets)} from step {int(onsets[0])} to "
+                   f"{int(onsets[-1])}){trend}{m}.")
+        sev = Severity.CRITICAL if shrinking else Severity.WARNING
+        end = int(onsets[-1])
+        return Finding(FindingKind.PERIODIC_SPIKES, sev, metric, int(onsets[0]), summary, None, end, measures)
+

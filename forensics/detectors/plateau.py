@@ -1,0 +1,158 @@
+"""plateau: the train loss flat over a long stretch, read against the LR schedule (section 2.1).
+
+The loss should fall at a pace that matches the learning-rate schedule. A long flat stretch at
+a healthy LR means the run stopped learning (or never started); a flat tail while a cosine or
+linear decay has brought the LR close to zero is what the schedule asks for, and the note
+says so. The loss is reduced to bin medians; a plateau is the longest stretch where every
+bin stays within a narrow band (a fraction of the loss level, widened by the bin noise) and
+the robust slope over it is not measurably negative (its 90% band reaches zero). It must cover both a minimum
+number of steps (or half of a short log) and a minimum share of the run. Always ``info``: a note, not an alarm.
+
+Measures (kind ``plateau``):
+
+===============  ======================================================================
+key              meaning
+===============  ======================================================================
+level            median loss over the plateau
+change_pct       loss change across the plateau predicted by its Theil-Sen slope, in %
+                 (at most 2 x flat_rel, else it is a slow trend, not a plateau)
+span_steps       length of the plateau in steps
+run_fraction     span_steps / the run's length
+lr_start         LR at the start of the plateau (null: no LR series)
+lr_end           LR at its end
+lr_peak          highest LR of the run
+lr_ratio         mean LR over the plateau / lr_peak
+lr_context       ``decayed`` (LR near the end of its decay), ``active`` (LR still high),
+                 ``unknown`` (no LR logged)
+expected         true when the schedule explains the plateau (``decayed``)
+from_start       true when the plateau begins within the first 10% of the log
+===============  ======================================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forensics.detectors.trend_utils import arrays, bin_bounds, bin_median, despike, robust_sigma, theil_sen
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import LOSS, LR
+
+CHECK = "plateau"
+
+
+class PlateauDetector:
+    """Notes long flat stretches of the train loss and whether the LR schedule explains them."""
+
+    name = CHECK
+
+    def __init__(
+        self,
+        *,
+        flat_rel: float = 0.005,
+        noise_k: float = 3.0,
+        min_steps: int = 2000,
+        min_fraction: float = 0.25,
+        decayed_lr_ratio: float = 0.1,
+        bins: int = 200,
+        min_points: int = 20,
+    ) -> None:
+        self.flat_rel = flat_rel
+        self.noise_k = noise_k
+        self.min_steps = min_steps
+        self.min_fraction = min_fraction
+        self.decayed_lr_ratio = decayed_lr_ratio
+        self.bins = bins
+        self.min_points = min_points
+
+    def detect(self, run: Run) -> list[Finding]:
+        x, y = arrays(run, LOSS)
+        if len(x) < self.min_points:
+            run.note(f"{CHECK}: not run, {'no loss series' if len(x) == 0 else f'only {len(x)} loss points'}")
+            return []
+        keep = despike(y)
+        x, y = x[keep], y[keep]
+        # Bins of at least ~20 points, so the band reflects the level, not single-step noise.
+        nb = min(self.bins, max(10, len(x) // 20))
+        xb, yb = bin_median(x, y, max_bins=nb)
+        first, last = bin_bounds(x, max_bins=nb)
+        run_span = float(x[-1] - x[0])
+        if run_span <= 0:
+            return []
+        band = np.maximum(self.flat_rel * np.abs(yb), self.noise_k * robust_sigma(yb))
+        best = _longest_flat(xb, yb, band)
+        if best is None:
+            return []
+        i, j = best
+        a, b = int(first[i]), int(last[j])  # report the raw steps the flat bins cover
+        span = float(b - a)
+        # min_steps matters on long runs; on a short log half the log is long enough.
+        if span < min(self.min_steps, 0.5 * run_span) or span < self.min_fraction * run_span:
+            return []
+        sel = (x >= a) & (x <= b)
+        ts = theil_sen(x[sel], y[sel])
+        lvl = float(np.median(y[sel]))
+        change = 100.0 * ts.slope * span / abs(lvl) if ts is not None and lvl else 0.0
+        if abs(change) > 200.0 * self.flat_rel or (ts is not None and ts.falling):
+            return []  # still falling measurably (slowly but surely): a healthy late phase
+        ctx = self._lr_context(run, a, b)
+        ctx["from_start"] = a - int(x[0]) <= 0.1 * run_span
+        return [self._finding(a, b, lvl, change, span, span / run_span, ctx)]
+
+    def _lr_context(self, run: Run, a: int, b: int) -> dict[str, object]:
+        lx, ly = arrays(run, LR)
+        if len(lx) == 0:
+            return {"lr_start": None, "lr_end": None, "lr_peak": None, "lr_ratio": None, "lr_context": "unknown", "expected": False}
+        peak = float(np.max(ly))
+        sel = (lx >= a) & (lx <= b)
+        mean = float(np.mean(ly[sel])) if sel.any() else float(np.interp((a + b) / 2, lx, ly))
+        ratio = mean / peak if peak > 0 else None
+        end_lr = float(np.interp(b, lx, ly))
+        # Expected: the LR over the plateau is small next to its peak and still decaying or at its floor.
+        decayed = ratio is not None and ratio <= self.decayed_lr_ratio * 3 and end_lr <= self.decayed_lr_ratio * peak
+        return {
+            "lr_start": float(np.interp(a, lx, ly)),
+            "lr_end": end_lr,
+            "lr_peak": peak,
+            "lr_ratio": ratio,
+            "lr_context": "decayed" if decayed else "active",
+            "expected": bool(decayed),
+        }
+
+    def _finding(self, a: int, b: int, lvl: float, change: float, span: float, frac: float, ctx: dict[str, object]) -> Finding:
+        if ctx["lr_context"] == "decayed":
+            why = f"the LR had decayed to {100 * float(ctx['lr_end']) / float(ctx['lr_peak']):.1f}% of its peak, so the schedule explains it"  # type: ignore[arg-type]
+        elif ctx["lr_context"] == "active":
+            why = f"the LR was still {100 * float(ctx['lr_ratio']):.0f}% of its peak, so the run stopped learning"  # type: ignore[arg-type]
+        else:
+            why = "no LR was logged to judge it against"
+        if ctx["from_start"] and not ctx["expected"]:
+            why += "; it was flat from the start of the log, so the loss never really fell"
+        return Finding(
+            kind=FindingKind.PLATEAU,
+            severity=Severity.INFO,
+            metric=LOSS,
+            start_step=a,
+            peak_step=None,
+            end_step=b,
+            measures={"level": lvl, "change_pct": change, "span_steps": span, "run_fraction": frac, **ctx},
+            summary=f"The loss stayed flat near {lvl:.4g} from step {a} to {b} ({100 * frac:.0f}% of the run); {why}.",
+        )
+
+
+def _longest_flat(xb: np.ndarray, yb: np.ndarray, band: np.ndarray) -> tuple[int, int] | None:
+    """Longest index range whose values all lie within +-band of the range's median (two pointers)."""
+    n = len(yb)
+    best: tuple[int, int] | None = None
+    best_span = -1.0
+    i = 0
+    for j in range(n):  # a few hundred bins: the inner checks are cheap
+        while i < j:
+            seg = yb[i : j + 1]
+            med = np.median(seg)
+            if np.all(np.abs(seg - med) <= band[j]):
+                break
+            i += 1
+        if xb[j] - xb[i] > best_span:
+            best_span, best = float(xb[j] - xb[i]), (i, j)
+    return best

@@ -1,0 +1,232 @@
+"""What else happened around a spike: LR-schedule kinks, loss-scale drops, periods the log reveals.
+
+Shared by the spike, periodicity and loss-scale detectors (article 4.2 and 4.4: a spike in the
+step of a loss-scale drop is numeric overflow; a spike at a non-smooth point of the LR schedule
+is schedule-induced; spikes that recur with the epoch, the eval or the checkpoint interval point
+at the data pipeline or the job's own housekeeping).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from forensics.detectors.robust import median_interval
+from forensics.run import Run
+from forensics.schema import EPOCH, EVAL_PREFIX, LOSS_SCALE, LR, OVERFLOW, VAL_LOSS
+
+
+def finite_arrays(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    s = run.series(metric)
+    if s.is_empty():
+        return np.array([], dtype=np.int64), np.array([], dtype=float)
+    t = s.get_column("step").to_numpy()
+    v = s.get_column("value").to_numpy().astype(float)
+    ok = np.isfinite(v)
+    return t[ok], v[ok]
+
+
+# -- LR schedule ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kink:
+    step: int
+    kind: str  # warmup_end | restart | drop | slope_change
+    strength: float  # slope change x run length / peak LR (dimensionless)
+
+
+def lr_kinks(run: Run, *, min_strength: float = 3.0, span_frac: float = 0.01) -> list[Kink]:
+    """Non-smooth points of the LR schedule.
+
+    Slopes before and after each point are taken over a span of about ``span_frac`` of the
+    run (at least 3 points) so that an LR printed with three digits does not look like a kink
+    at every step. The strength is the slope change times the run length over the peak LR:
+    a whole cosine schedule changes slope by at most pi/2 on that scale, a warm-up of 5% of
+    the run ending gives 20.
+    """
+    t, v = finite_arrays(run, LR)
+    if len(t) < 5:
+        return []
+    peak = float(np.max(np.abs(v)))
+    length = float(t[-1] - t[0])
+    if peak <= 0 or length <= 0:
+        return []
+    k = max(3, int(round(span_frac * length / median_interval(t))))
+    k = min(k, max(1, (len(t) - 1) // 2))
+    idx = np.arange(k, len(t) - k)
+    if len(idx) == 0:
+        return []
+    before = (v[idx] - v[idx - k]) / (t[idx] - t[idx - k])
+    after = (v[idx + k] - v[idx]) / (t[idx + k] - t[idx])
+    strength = np.abs(after - before) * length / peak
+    # A restart jumps up within one interval after the LR had come down from a higher value
+    # (a coarse-logged warm-up also jumps up, but always from its running maximum).
+    jumps = np.flatnonzero((np.diff(v) > 0.2 * peak) & (v[:-1] < 0.9 * np.maximum.accumulate(v)[:-1]))
+    out: list[Kink] = []
+    for j in jumps:
+        out.append(Kink(int(t[j + 1]), "restart", float("inf")))
+    cand = idx[strength >= min_strength]
+    # Keep the strongest point of each run of candidates (non-maximum suppression).
+    taken: list[int] = []
+    for i in cand[np.argsort(-strength[cand - k])]:
+        if any(abs(i - j) <= k for j in taken):
+            continue
+        if any(abs(int(t[i]) - kk.step) <= k * median_interval(t) for kk in out):
+            continue
+        taken.append(int(i))
+        b, a = before[i - k], after[i - k]
+        if b > 0 and a <= b * 0.5:
+            kind = "warmup_end"
+        elif a < b and b <= 0:
+            kind = "drop"
+        else:
+            kind = "slope_change"
+        out.append(Kink(int(t[i]), kind, float(strength[i - k])))
+    return sorted(out, key=lambda kk: kk.step)
+
+
+# -- loss scale ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScaleCascade:
+    start_step: int
+    end_step: int
+    halvings: float
+    from_scale: float | None
+    to_scale: float | None
+    overflow_steps: int
+    source: str  # loss_scale | overflow
+
+
+def scale_cascades(run: Run, *, cascade_gap: int = 200) -> list[ScaleCascade]:
+    """Groups of loss-scale halvings with no growth in between, each within ``cascade_gap`` steps.
+
+    From the ``loss_scale`` series when logged (from/to known; a drop between two logged
+    points counts log2(from/to) halvings), else from ``overflow`` steps (one halving each).
+    """
+    t, v = finite_arrays(run, LOSS_SCALE)
+    ot, ov = finite_arrays(run, OVERFLOW)
+    over_steps = ot[ov > 0]
+    out: list[ScaleCascade] = []
+    if len(t) >= 2 and np.all(v > 0):
+        drops = np.flatnonzero(v[1:] < v[:-1]) + 1
+        grows = set((np.flatnonzero(v[1:] > v[:-1]) + 1).tolist())
+        group: list[int] = []
+
+        def flush() -> None:
+            if not group:
+                return
+            i0, i1 = group[0], group[-1]
+            s0, s1 = int(t[i0 - 1]) if i0 > 0 else int(t[i0]), int(t[i1])
+            n_over = int(np.sum((over_steps >= s0) & (over_steps <= s1)))
+            out.append(ScaleCascade(int(t[i0]), s1, math.log2(v[i0 - 1] / v[i1]), float(v[i0 - 1]),
+                                    float(v[i1]), n_over, "loss_scale"))
+
+        for i in drops:
+            if group and (int(t[i] - t[group[-1]]) > cascade_gap or any(group[-1] < g <= i for g in grows)):
+                flush()
+                group = []
+            group.append(int(i))
+        flush()
+        return out
+    if len(over_steps):
+        groups = np.split(over_steps, np.flatnonzero(np.diff(over_steps) > cascade_gap) + 1)
+        for g in groups:
+            out.append(ScaleCascade(int(g[0]), int(g[-1]), float(len(g)), None, None, len(g), "overflow"))
+    return out
+
+
+def drop_windows(run: Run) -> np.ndarray:
+    """Where the loss scale fell, as step windows ``(lo, hi]`` (shape (n, 2)).
+
+    A drop seen between two logged points happened somewhere after the first and at or before
+    the second; an overflow line names its step exactly.
+    """
+    t, v = finite_arrays(run, LOSS_SCALE)
+    ot, ov = finite_arrays(run, OVERFLOW)
+    exact = ot[ov > 0]
+    parts = [np.column_stack([exact - 1, exact])]
+    if len(t) >= 2:
+        fell = np.flatnonzero(v[1:] < v[:-1]) + 1
+        parts.append(np.column_stack([t[fell - 1], t[fell]]))
+    return np.concatenate(parts).astype(float)
+
+
+def overlaps(windows: np.ndarray, lo: float, hi: float) -> bool:
+    """Does any ``(a, b]`` window intersect ``(lo, hi]``?"""
+    if len(windows) == 0:
+        return False
+    return bool(np.any((windows[:, 0] < hi) & (windows[:, 1] > lo)))
+
+
+def epoch_boundaries(run: Run) -> list[int]:
+    """Steps at which a new epoch began, from the ``epoch`` series."""
+    t, e = finite_arrays(run, EPOCH)
+    if len(t) < 2:
+        return []
+    whole = np.floor(e + 1e-6)
+    return [int(x) for x in t[1:][whole[1:] > whole[:-1]]]
+
+
+def level_barriers(run: Run) -> list[int]:
+    """Steps where the loss level may jump for reasons of its own (epoch starts, LR restarts
+    and drops): a post-spike plateau is not measured across them."""
+    kinks = [k.step for k in lr_kinks(run) if k.kind in ("restart", "drop")]
+    return sorted(set(epoch_boundaries(run)) | set(kinks))
+
+
+def series_interval(run: Run, metric: str) -> float:
+    t, _ = finite_arrays(run, metric)
+    return median_interval(t)
+
+
+# -- periods the log reveals ------------------------------------------------------------------
+_CKPT_KEYS = ("save_steps", "save_interval", "checkpoint_interval", "ckpt_interval", "checkpointing_steps",
+              "save_every", "checkpoint_every", "save_every_n_steps", "every_n_train_steps", "save_freq")
+
+
+def revealed_periods(run: Run) -> dict[str, float]:
+    """Periods (in steps) the log itself shows: epoch length, eval interval, checkpoint interval,
+    LR-restart interval. Only those the run reveals are returned."""
+    out: dict[str, float] = {}
+    t, e = finite_arrays(run, EPOCH)
+    if len(t) >= 2:
+        de, dt = np.diff(e), np.diff(t)
+        ok = de > 0
+        if ok.any():
+            length = float(np.median(dt[ok] / de[ok]))
+            if length > 0 and (e[-1] - e[0]) >= 1.0:  # an epoch length the log has actually lived through
+                out["epoch"] = length
+    evals = [m for m in run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
+    for m in evals:
+        et, _ = finite_arrays(run, m)
+        if len(et) >= 3:
+            out["eval_interval"] = median_interval(et)
+            break
+    for key in _CKPT_KEYS:
+        val = run.config.get(key)
+        if isinstance(val, (int, float)) and not isinstance(val, bool) and val > 1:
+            out["checkpoint_interval"] = float(val)
+            break
+    restarts = [k.step for k in lr_kinks(run) if k.kind == "restart"]
+    if len(restarts) >= 2:
+        out["lr_restart"] = float(np.median(np.diff(restarts)))
+    return out
+
+
+def period_origin(run: Run, name: str) -> float:
+    """Where the grid of a revealed period starts: the first epoch start, the first eval, the
+    first LR restart; checkpoints are saved at multiples of their interval (origin 0)."""
+    if name == "epoch":
+        eb = epoch_boundaries(run)
+        return float(eb[0]) if eb else 0.0
+    if name == "eval_interval":
+        for m in run.metrics():
+            if m == VAL_LOSS or m.startswith(EVAL_PREFIX):
+                et, _ = finite_arrays(run, m)
+                if len(et):
+                    return float(et[0])
+    if name == "lr_restart":
+        r = [k.step for k in lr_kinks(run) if k.kind == "restart"]
+        return float(r[0]) if r else 0.0
+    return 0.0

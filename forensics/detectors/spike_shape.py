@@ -1,0 +1,217 @@
+"""The shape of one spike (article 4.3-4.4: "the shape matters more than the spike").
+
+Everything is measured against the *pre-spike trend, extrapolated*: a robust (Theil-Sen) line
+of the series (log of it for positive series) against log(step + 1), fitted to the points
+before the onset. A power law is a line in those coordinates, so the extrapolation follows a
+falling loss instead of a flat level: a spike on a falling curve is not called "beneficial"
+just because the loss kept falling after it. The band around the trend widens with the
+distance from the fit by the slope's 95% confidence half-width, so a long extrapolation is
+trusted less.
+
+When fewer than ``min_trend_points`` points precede the spike (a spike at the second line of
+a log), the trend is the median level of what precedes, and the post-spike plateau is not
+judged: a level cannot be extrapolated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from forensics.detectors.robust import MAD_TO_SIGMA, inverse
+
+PHYSIOLOGICAL = "physiological"
+PATHOLOGICAL = "pathological"
+BENEFICIAL = "beneficial"
+UNRESOLVED = "unresolved"
+
+
+@dataclass(frozen=True)
+class ShapeParams:
+    trend_window: int = 500  # steps before the onset used for the trend
+    trend_max_points: int = 300  # cap on points (Theil-Sen is quadratic)
+    min_trend_points: int = 5
+    band_k: float = 3.0  # recovery band half-width in robust sigmas
+    recover_steps: int = 500  # article 4.3: not back after ~500 steps = pathological
+    plateau_window: int = 500  # steps after recovery where the steady level is measured
+    plateau_tol: float = 0.05  # relative shift that counts as "settled clearly higher/lower"
+    smooth_points: int = 3  # recovery needs this many points' median back in the band
+
+
+@dataclass(frozen=True)
+class Trend:
+    intercept: float
+    slope: float
+    slope_halfwidth: float
+    x_center: float
+    sigma: float
+    kind: str  # "trend" | "level"
+    backtest_err: float = 0.0  # how far a fit on the first half missed the second half
+    backtest_h: float = 1.0  # at that distance (x units)
+
+    def at(self, steps: np.ndarray) -> np.ndarray:
+        return self.intercept + self.slope * _x(steps)
+
+    def uncertainty(self, steps: np.ndarray) -> np.ndarray:
+        """How wrong the extrapolation may be at ``steps``, growing with the distance from the fit:
+        the larger of the slope's 95% half-width and the backtest miss per unit of distance."""
+        dx = np.abs(_x(steps) - self.x_center)
+        return np.maximum(self.slope_halfwidth, self.backtest_err / self.backtest_h) * dx
+
+    def upper(self, steps: np.ndarray, k: float) -> np.ndarray:
+        return self.at(steps) + k * self.sigma + self.uncertainty(steps)
+
+
+def _x(steps: np.ndarray | float) -> np.ndarray:
+    return np.log1p(np.maximum(np.asarray(steps, dtype=float), 0.0))
+
+
+def fit_trend(steps: np.ndarray, y: np.ndarray, onset: int, fallback_level: float, fallback_sigma: float,
+              p: ShapeParams) -> Trend:
+    """Robust pre-spike trend from the points before ``onset`` (indices into steps / y)."""
+    from scipy.stats import theilslopes
+
+    lo = max(0, onset - p.trend_max_points)
+    sel = np.arange(lo, onset)
+    sel = sel[steps[sel] >= steps[onset] - p.trend_window] if len(sel) else sel
+    if len(sel) < p.min_trend_points and onset >= p.min_trend_points:
+        sel = np.arange(onset - p.min_trend_points, onset)  # sparse logs: widen to the minimum
+    if len(sel) >= p.min_trend_points:
+        xs, ys = _x(steps[sel]), y[sel]
+        if np.ptp(xs) > 0:
+            slope, intercept, low, high = theilslopes(ys, xs, alpha=0.95)
+            resid = ys - (intercept + slope * xs)
+            sigma = MAD_TO_SIGMA * float(np.median(np.abs(resid - np.median(resid))))
+            err, h = _backtest(xs, ys)
+            return Trend(float(intercept), float(slope), float(high - low) / 2.0, float(np.median(xs)),
+                         max(sigma, fallback_sigma), "trend", err, h)
+    level = float(np.median(y[sel])) if len(sel) else fallback_level
+    return Trend(level, 0.0, 0.0, 0.0, fallback_sigma, "level")
+
+
+def _backtest(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
+    """Fit the first half, predict the second: the miss (median residual) and the distance.
+
+    At the fast-falling start of training a line fitted to a few hundred steps does not
+    extrapolate: this measures by how much, from the data itself.
+    """
+    from scipy.stats import theilslopes
+
+    half = len(xs) // 2
+    if half < 3 or np.ptp(xs[:half]) <= 0:
+        return 0.0, 1.0
+    slope, intercept, _, _ = theilslopes(ys[:half], xs[:half])
+    miss = float(abs(np.median(ys[half:] - (intercept + slope * xs[half:]))))
+    h = float(np.median(xs[half:]) - np.median(xs[:half]))
+    return miss, max(h, 1e-9)
+
+
+def measure(
+    steps: np.ndarray,
+    values: np.ndarray,
+    *,
+    onset: int,
+    peak: int,
+    log_scale: bool,
+    sigma: float,
+    baseline_at_peak: float,
+    alarm: float,
+    p: ShapeParams,
+    barriers: list[int] | None = None,
+) -> dict[str, float | int | str | bool | None]:
+    """Shape measures of one spike. ``steps``/``values`` are the finite points of the series.
+
+    ``alarm`` is the detection threshold above the trend, in transformed units (log units for
+    positive series): the width counts the steps spent above it.
+    """
+    y = np.log(values) if log_scale else values.astype(float)
+    base_y = np.log(baseline_at_peak) if log_scale else baseline_at_peak
+    trend = fit_trend(steps, y, onset, base_y, sigma, p)
+    n = len(y)
+    interval = float(np.median(np.diff(steps))) if n > 1 else 1.0
+    after = np.arange(peak + 1, n)
+    resid = y - trend.at(steps)
+    upper = trend.upper(steps, p.band_k) - trend.at(steps)
+
+    # Recovery: the first point after the peak where the median of it and the next few points
+    # is back inside the band (one lucky low point does not make a recovery).
+    rec_idx: int | None = None
+    if len(after):
+        m = max(1, p.smooth_points)
+        win = np.lib.stride_tricks.sliding_window_view(np.concatenate([resid[after], np.full(m - 1, np.nan)]), m)
+        med = np.nanmedian(win, axis=1)
+        inside = np.flatnonzero(med <= upper[after])
+        if len(inside):
+            rec_idx = int(after[inside[0]])
+    recovered = rec_idx is not None
+    recovery_steps = int(steps[rec_idx] - steps[peak]) if recovered else None
+
+    # Width: the contiguous run of points above the alarm line that holds the peak.
+    above = resid > max(alarm, 0.0)
+    a, b = peak, peak
+    while a - 1 >= onset and above[a - 1]:
+        a -= 1
+    while b + 1 < n and above[b + 1]:
+        b += 1
+    width_steps = int(steps[b] - steps[a] + interval)
+
+    end = rec_idx if recovered else n
+    seg = np.arange(onset, end)
+    trend_v = inverse(trend.at(steps[seg]), log_scale)
+    dt = np.diff(np.append(steps[seg], steps[seg][-1] + interval)) if len(seg) else np.array([])
+    excess = values[seg] - trend_v
+    excess_area = float(np.sum(excess * dt)) if len(seg) else 0.0
+    excess_area_rel = float(np.sum(excess / np.abs(trend_v) * dt)) if len(seg) else 0.0
+
+    # Plateau: the steady level after recovery (or after the recovery limit) minus the trend.
+    plateau_shift = plateau_rel = None
+    clearly = 0
+    if trend.kind == "trend":
+        settle = steps[rec_idx] if recovered else steps[peak] + p.recover_steps
+        stop = settle + p.plateau_window
+        # An epoch start or an LR restart moves the level on its own: stop before it.
+        later = [b for b in (barriers or []) if b > steps[peak]]
+        if later:
+            stop = min(stop, min(later) - 1)
+        win_idx = np.flatnonzero((steps >= settle) & (steps <= stop))
+        if len(win_idx) >= 3:
+            r = resid[win_idx]
+            shift_y = float(np.median(r))
+            tv = inverse(trend.at(steps[win_idx]), log_scale)
+            plateau_shift = float(np.median(values[win_idx] - tv))
+            plateau_rel = float(np.expm1(shift_y)) if log_scale else plateau_shift / max(float(np.median(np.abs(tv))), 1e-12)
+            # "Clearly" shifted: beyond the tolerance plus what the slope's uncertainty allows
+            # at that distance from the fit.
+            unc = float(trend.uncertainty(np.array([np.median(steps[win_idx])]))[0])
+            unc_rel = float(np.expm1(unc)) if log_scale else unc
+            if plateau_rel > p.plateau_tol + unc_rel:
+                clearly = 1
+            elif plateau_rel < -(p.plateau_tol + unc_rel):
+                clearly = -1
+
+    log_left = int(steps[-1] - steps[peak])
+    if not recovered:
+        cls = PATHOLOGICAL if log_left >= p.recover_steps else UNRESOLVED
+    elif recovery_steps is not None and recovery_steps > p.recover_steps:
+        cls = PATHOLOGICAL
+    elif clearly > 0:
+        cls = PATHOLOGICAL
+    elif clearly < 0:
+        cls = BENEFICIAL
+    else:
+        cls = PHYSIOLOGICAL
+
+    return {
+        "width_steps": width_steps,
+        "recovered": recovered,
+        "recovery_steps": recovery_steps,
+        "recovered_step": int(steps[rec_idx]) if recovered else None,
+        "plateau_shift": plateau_shift,
+        "plateau_shift_rel": plateau_rel,
+        "excess_area": excess_area,
+        "excess_area_rel": excess_area_rel,
+        "trend": trend.kind,
+        "steps_logged_after_peak": log_left,
+        "classification": cls,
+    }

@@ -1,0 +1,417 @@
+"""Train and validation loss together (article section 5): gap_acceleration, overfitting, val_shift.
+
+The gap is val minus train, with the train loss smoothed (median around each val step) and
+aligned to the val steps; it may be negative (dropout makes train look worse than val).
+
+* ``gap_acceleration`` (warning): the gap grew over the last window by more than 1.5x its
+  growth over the window before, and by more than the val noise; window = 1000 steps or two
+  val intervals, whichever is longer (the article's yellow light, section 5.2). Logs shorter
+  than six windows use a sixth of their length instead of the 1000 steps. It is
+  confirmed on two consecutive val points, must still hold one window later (the train
+  loss wanders with the data order and such wander comes back down), and is reported at its
+  onset (where the gap bends upward), usually before the val loss itself turns up.
+* ``overfitting`` (warning): the negative slope, train falling while val rises from its
+  minimum. Critical from the fifth epoch on when the gap keeps accelerating, as the article
+  grades it.
+* ``val_shift`` (warning): val jumps to a new level within a few thousand steps and stays
+  there while train is flat, so the gap stops widening: the article's snapshot effect
+  (section 5.4). The first thing to check is whether the validation set changed.
+
+Measures:
+
+kind ``gap_acceleration``
+
+=================  ====================================================================
+growth_last        gap growth over the window ending at the detection step
+growth_prev        gap growth over the window before it
+accel_ratio        growth_last / growth_prev (null when growth_prev <= 0)
+window_steps       window length in steps
+val_noise          robust sigma of the val loss
+gap_at_onset       gap at the onset step
+gap_now            gap at the last val step of the episode
+detected_step      first val step where the acceleration was confirmed
+val_turned_up      true when val was rising over the last window at detection
+=================  ====================================================================
+
+kind ``overfitting``
+
+=================  ====================================================================
+val_min            val loss at the onset (its lowest point)
+val_now            val loss now (median of the last val points)
+val_rise           val_now - val_min
+train_change_pct   smoothed train-loss change from the onset to the end, in %
+gap_at_onset       gap at the onset
+gap_now            gap now
+epoch              epoch (1-based) at the onset; null when no epoch series
+epoch_now          epoch (1-based) at the last val step; null when no epoch series
+gap_accelerating   true when the gap was still accelerating at the end
+val_noise          robust sigma of the val loss
+=================  ====================================================================
+
+kind ``val_shift``
+
+=================  ====================================================================
+val_before         val level before the shift (median)
+val_after          val level after it (median)
+shift              val_after - val_before
+shift_pct          shift in % of val_before
+ramp_steps         steps between the last old-level point and the first new-level point
+train_change       train level change across the same split
+gap_slope_after_per_1k  gap slope after the shift, per 1000 steps (about 0: stopped widening)
+val_noise          robust sigma of the val loss
+=================  ====================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from forensics.detectors.trend_utils import align, arrays, bin_median, despike, hinge_onset, robust_sigma, rolling_median, theil_sen
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.run import Run
+from forensics.schema import EPOCH, LOSS, VAL_LOSS
+
+CHECK = "train_val"
+
+
+@dataclass
+class Gap:
+    vx: np.ndarray
+    vy: np.ndarray
+    train: np.ndarray
+    gap: np.ndarray
+    tx: np.ndarray
+    ty: np.ndarray
+    interval: float
+    window: float
+    noise: float
+
+
+class TrainValDetector:
+    """Gap acceleration, overfitting (negative slope) and val-set shifts."""
+
+    name = CHECK
+
+    def __init__(
+        self,
+        *,
+        accel_ratio: float = 1.5,
+        min_window: int = 1000,
+        window_intervals: int = 2,
+        noise_k: float = 2.0,
+        confirm: int = 2,
+        overfit_noise_k: float = 3.0,
+        critical_epoch: int = 5,
+        shift_window: int = 3000,
+        shift_noise_k: float = 4.0,
+        min_rel_shift: float = 0.02,
+        min_val_points: int = 5,
+    ) -> None:
+        self.accel_ratio = accel_ratio
+        self.min_window = min_window
+        self.window_intervals = window_intervals
+        self.noise_k = noise_k
+        self.confirm = confirm
+        self.overfit_noise_k = overfit_noise_k
+        self.critical_epoch = critical_epoch
+        self.shift_window = shift_window
+        self.shift_noise_k = shift_noise_k
+        self.min_rel_shift = min_rel_shift
+        self.min_val_points = min_val_points
+
+    # -- data ------------------------------------------------------------------------
+    def gap(self, run: Run) -> Gap | None:
+        """The aligned gap series (also useful for plotting), or None with a note."""
+        tx, ty = arrays(run, LOSS)
+        vx, vy = arrays(run, VAL_LOSS)
+        missing = [m for m, x in ((LOSS, tx), (VAL_LOSS, vx)) if len(x) == 0]
+        if missing:
+            run.note(f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), no {' or '.join(missing)} series")
+            return None
+        if len(vx) < self.min_val_points or len(tx) < 5:
+            run.note(f"{CHECK}: not run, only {len(vx)} val and {len(tx)} train points (need {self.min_val_points} and 5)")
+            return None
+        keep = despike(ty)
+        tx, ty = tx[keep], ty[keep]
+        interval = float(np.median(np.diff(vx)))
+        t_int = float(np.median(np.diff(tx))) if len(tx) > 1 else interval
+        train = align(tx, ty, vx.astype(float), max(interval / 2, 2 * t_int))
+        # The article's 1000 steps assume a long run; a short log (under six windows) gets a
+        # sixth of its length instead, never less than two val intervals.
+        span = float(vx[-1] - vx[0])
+        window = max(min(float(self.min_window), span / 6.0), self.window_intervals * interval)
+        # The gap carries the val noise plus what is left of the train noise after smoothing.
+        noise = max(robust_sigma(vy), robust_sigma(vy - train), 1e-9)
+        return Gap(vx, vy, train, vy - train, tx, ty, interval, window, noise)
+
+    def detect(self, run: Run) -> list[Finding]:
+        g = self.gap(run)
+        if g is None:
+            return []
+        accel = self._acceleration(g)
+        shift = self._val_shift(g)
+        if shift:  # a widening that the val-set shift explains is not reported twice
+            s0, s1 = shift[0].start_step, shift[0].peak_step or shift[0].start_step
+            accel = [f for f in accel if not (f.start_step <= s1 + g.window and (f.end_step or f.start_step) >= s0)]
+        return accel + self._overfitting(run, g, accel) + shift
+
+    # -- gap acceleration ------------------------------------------------------------
+    def _growths(self, g: Gap) -> tuple[np.ndarray, np.ndarray]:
+        smooth = rolling_median(g.gap, 3)
+        t = g.vx.astype(float)
+        at = lambda s: np.interp(s, t, smooth)  # noqa: E731 - local shorthand
+        last = at(t) - at(t - g.window)
+        prev = at(t - g.window) - at(t - 2 * g.window)
+        valid = t - 2 * g.window >= t[0]
+        return np.where(valid, last, np.nan), np.where(valid, prev, np.nan)
+
+    def _acceleration(self, g: Gap) -> list[Finding]:
+        last, prev = self._growths(g)
+        # A growth is the difference of two gap readings: its noise is sqrt(2) x the gap noise.
+        thr = self.noise_k * np.sqrt(2.0) * g.noise
+        with np.errstate(invalid="ignore"):
+            hit = (last > self.accel_ratio * np.maximum(prev, 0.0)) & (last > thr)
+        widening = np.nan_to_num(last, nan=-np.inf) > thr
+        out: list[Finding] = []
+        i, n = 0, len(hit)
+        first_i = first_det = 0
+        while i < n:
+            if not (hit[i] and hit[i : i + self.confirm].all() and i + self.confirm <= n):
+                i += 1
+                continue
+            det = i + self.confirm - 1
+            end = det
+            while end + 1 < n and widening[end + 1]:
+                end += 1
+            if not self._sustained(g, i, det, thr):
+                i = end + 1
+                continue
+            onset = self._onset(g, i, end)
+            if out and onset <= (out[-1].end_step or 0) + g.window:
+                # The same widening picked up again after a noisy pause: extend the episode.
+                prev_f = out.pop()
+                f = self._accel_finding(g, prev_f.start_step, first_i, first_det, end, last, prev)
+            else:
+                first_i, first_det = i, det
+                f = self._accel_finding(g, onset, i, det, end, last, prev)
+            out.append(f)
+            i = end + 1
+        return out
+
+    def _sustained(self, g: Gap, i: int, det: int, thr: float) -> bool:
+        """The widening must hold a window after detection: data-order wander comes back down."""
+        smooth = rolling_median(g.gap, 3)
+        t = g.vx.astype(float)
+        later = min(float(t[det]) + g.window, float(t[-1]))
+        return bool(np.interp(later, t, smooth) - np.interp(t[i] - g.window, t, smooth) > thr)
+
+    def _onset(self, g: Gap, i: int, end: int) -> int:
+        """Where the gap bends upward: a two-piece fit from 4 windows before the first
+        accelerating window ending at point i to 2 windows after it (offline: later points help)."""
+        t = g.vx[i]
+        sel = (g.vx >= t - 4 * g.window) & (g.vx <= min(g.vx[end], t + 2 * g.window))
+        if sel.sum() >= 7:
+            h = hinge_onset(g.vx[sel].astype(float), rolling_median(g.gap[sel], 3))
+            if h is not None and h[2] > max(h[1], 0.0) and h[0] <= t:
+                return int(h[0])
+        return int(g.vx[int(np.searchsorted(g.vx, t - g.window))])
+
+    def _accel_finding(self, g: Gap, onset: int, i: int, det: int, end: int, last: np.ndarray, prev: np.ndarray) -> Finding:
+        gl, gp = float(last[i]), float(prev[i])
+        vsel = (g.vx >= g.vx[det] - g.window) & (g.vx <= g.vx[det])
+        vs = theil_sen(g.vx[vsel], g.vy[vsel]) if vsel.sum() >= 3 else None
+        turned = bool(vs is not None and vs.slope > 0)
+        seg = (g.vx >= onset) & (g.vx <= g.vx[end])
+        peak = int(g.vx[seg][int(np.argmax(g.gap[seg]))]) if seg.any() else int(g.vx[det])
+        ratio_txt = f"{gl / gp:.1f}x the previous window's" if gp > 0 else "up from flat or shrinking in the previous window"
+        return Finding(
+            kind=FindingKind.GAP_ACCELERATION,
+            severity=Severity.WARNING,
+            metric=VAL_LOSS,
+            start_step=onset,
+            peak_step=peak,
+            end_step=int(g.vx[end]),
+            measures={
+                "growth_last": gl,
+                "growth_prev": gp,
+                "accel_ratio": gl / gp if gp > 0 else None,
+                "window_steps": g.window,
+                "val_noise": g.noise,
+                "gap_at_onset": float(np.interp(onset, g.vx, g.gap)),
+                "gap_now": float(g.gap[end]),
+                "detected_step": int(g.vx[det]),
+                "val_turned_up": turned,
+            },
+            summary=(
+                f"The val-train gap started widening faster around step {onset}: +{gl:.3g} over the "
+                f"{g.window:.0f} steps to {int(g.vx[i])}, {ratio_txt}"
+                + ("; val loss is rising too." if turned else "; val loss has not turned up yet.")
+            ),
+        )
+
+    # -- overfitting -----------------------------------------------------------------
+    def _overfitting(self, run: Run, g: Gap, accel: list[Finding]) -> list[Finding]:
+        smooth = rolling_median(g.vy, 3)
+        m = int(np.argmin(smooth))
+        lo, hi = max(0, m - 1), min(len(g.vy), m + 2)
+        m = lo + int(np.argmin(g.vy[lo:hi]))
+        after = len(g.vy) - 1 - m
+        if after < 2:
+            return []
+        n_now = min(3, after)
+        val_now = float(np.median(g.vy[-n_now:]))
+        val_min = float(smooth[m])
+        rise = val_now - val_min
+        if rise <= self.overfit_noise_k * g.noise:
+            return []
+        vs = theil_sen(g.vx[m:], g.vy[m:])
+        if vs is None or vs.slope <= 0:
+            return []
+        tsel = g.tx >= g.vx[m]
+        ts = theil_sen(g.tx[tsel], g.ty[tsel]) if tsel.sum() >= 3 else None
+        if ts is None or not ts.falling:
+            return []  # train not falling: not the negative slope (see val_shift / divergence)
+        onset, end = int(g.vx[m]), int(g.vx[-1])
+        t0, t1 = float(g.train[m]), float(np.median(g.train[-n_now:]))
+        train_change = 100.0 * (t1 - t0) / abs(t0) if t0 else None
+        epoch, epoch_now = _epoch_at(run, onset), _epoch_at(run, end)
+        last, prev = self._growths(g)
+        accelerating = bool(
+            any(f.end_step is not None and f.end_step >= end - g.window for f in accel)
+            or (np.isfinite(last[-1]) and last[-1] > self.accel_ratio * max(prev[-1], 0.0) and last[-1] > self.noise_k * g.noise)
+        )
+        critical = epoch_now is not None and epoch_now >= self.critical_epoch and accelerating
+        ep_txt = f" (epoch {epoch})" if epoch is not None else ""
+        return [
+            Finding(
+                kind=FindingKind.OVERFITTING,
+                severity=Severity.CRITICAL if critical else Severity.WARNING,
+                metric=VAL_LOSS,
+                start_step=onset,
+                peak_step=int(g.vx[m + int(np.argmax(g.vy[m:]))]),
+                end_step=end,
+                measures={
+                    "val_min": float(g.vy[m]),
+                    "val_now": val_now,
+                    "val_rise": val_now - float(g.vy[m]),
+                    "train_change_pct": train_change,
+                    "gap_at_onset": float(g.gap[m]),
+                    "gap_now": float(np.median(g.gap[-n_now:])),
+                    "epoch": epoch,
+                    "epoch_now": epoch_now,
+                    "gap_accelerating": accelerating,
+                    "val_noise": g.noise,
+                },
+                summary=(
+                    f"Val loss turned up at step {onset}{ep_txt}, from {float(g.vy[m]):.4g} to {val_now:.4g}, "
+                    f"while the train loss kept falling ({train_change:+.1f}%)"
+                    + ("; the gap is still accelerating." if accelerating else ".")
+                    if train_change is not None
+                    else f"Val loss turned up at step {onset}{ep_txt} while the train loss kept falling."
+                ),
+            )
+        ]
+
+    # -- val shift -------------------------------------------------------------------
+    def _val_shift(self, g: Gap) -> list[Finding]:
+        vx, vy = g.vx.astype(float), g.vy
+        if len(vy) > 400:  # the pair search is quadratic: work on bin medians
+            vx, vy = bin_median(vx, vy, max_bins=400)
+            g = Gap(vx, vy, align(g.tx, g.ty, vx, g.interval), vy - align(g.tx, g.ty, vx, g.interval), g.tx, g.ty, g.interval, g.window, g.noise)
+        n = len(vy)
+        side = 3
+        if n < 2 * side:
+            return []
+        # Levels are medians over up to two shift windows on each side (less on short logs).
+        look = min(2.0 * self.shift_window, max(0.25 * float(np.ptp(vx)), 3 * g.interval))
+        pre = np.array([np.median(vy[(vx >= vx[i] - look) & (vx <= vx[i])]) for i in range(n)])
+        post = np.array([np.median(vy[(vx >= vx[j]) & (vx <= vx[j] + look)]) for j in range(n)])
+        npre = np.array([((vx >= vx[i] - look) & (vx <= vx[i])).sum() for i in range(n)])
+        npost = np.array([((vx >= vx[j]) & (vx <= vx[j] + look)).sum() for j in range(n)])
+        ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        ok = (jj > ii) & (vx[jj] - vx[ii] <= self.shift_window) & (npre[ii] >= side) & (npost[jj] >= side)
+        jump = np.where(ok, post[jj] - pre[ii], 0.0)
+        order = np.argsort(-np.abs(jump), axis=None)
+        for flat in order[:20]:  # the biggest candidate shifts only
+            i, j = np.unravel_index(flat, jump.shape)
+            J = float(jump[i, j])
+            if not ok[i, j] or abs(J) <= self.shift_noise_k * g.noise or abs(J) <= self.min_rel_shift * abs(pre[i]):
+                break  # sorted: nothing further can pass
+            f = self._shift_finding(g, int(i), int(j), J, float(pre[i]), float(post[j]), look)
+            if f is not None:
+                return [f]
+        return []
+
+    def _shift_finding(self, g: Gap, i: int, j: int, J: float, before: float, after: float, look: float) -> Finding | None:
+        vx = g.vx
+        pre_sel = (vx >= vx[i] - look) & (vx <= vx[i])
+        post_sel = (vx >= vx[j]) & (vx <= vx[j] + look)
+        for sel in (pre_sel, post_sel):
+            s = theil_sen(vx[sel], g.vy[sel])
+            if s is None or abs(s.slope * float(np.ptp(vx[sel]))) > 0.5 * abs(J):
+                return None  # a trend, not a level change
+        t_before, t_after = float(np.median(g.train[pre_sel])), float(np.median(g.train[post_sel]))
+        train_change = t_after - t_before
+        tsel = (g.tx >= vx[i] - look) & (g.tx <= vx[j] + look)
+        ts = theil_sen(g.tx[tsel], g.ty[tsel]) if tsel.sum() >= 3 else None
+        if abs(train_change) > 0.5 * abs(J) or (ts is not None and abs(ts.slope * float(np.ptp(g.tx[tsel]))) > 0.5 * abs(J)):
+            return None  # train moved too: not a val-only shift
+        gs = theil_sen(vx[post_sel], g.gap[post_sel])
+        gap_slope = gs.per_1k() if gs is not None else None
+        word = "rose" if J > 0 else "fell"
+        i, j = _pin_ramp(vx.astype(float), np.sign(J) * (g.vy - before) / abs(J), i, j)
+        return Finding(
+            kind=FindingKind.VAL_SHIFT,
+            severity=Severity.WARNING,
+            metric=VAL_LOSS,
+            start_step=int(vx[i]),
+            peak_step=int(vx[j]),
+            end_step=int(vx[-1]),
+            measures={
+                "val_before": before,
+                "val_after": after,
+                "shift": J,
+                "shift_pct": 100.0 * J / abs(before) if before else None,
+                "ramp_steps": int(vx[j] - vx[i]),
+                "train_change": train_change,
+                "gap_slope_after_per_1k": gap_slope,
+                "val_noise": g.noise,
+            },
+            summary=(
+                f"Val loss {word} from {before:.4g} to {after:.4g} between steps {int(vx[i])} and {int(vx[j])} "
+                f"and then held, while train stayed flat ({train_change:+.3g}); check whether the validation set changed."
+            ),
+        )
+
+
+def _epoch_at(run: Run, step: int) -> int | None:
+    """1-based epoch at a step, from the run's epoch series (HF floats or Lightning integers)."""
+    ex, ey = arrays(run, EPOCH)
+    if len(ex) == 0:
+        return None
+    e = float(np.interp(step, ex, ey))
+    return int(np.floor(e + 1e-9)) + 1
+
+
+def _pin_ramp(x: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:
+    """Refine a level shift's start and end indices; z is 0 at the old level and 1 at the new.
+
+    The mid-section of the ramp (0.2 <= z <= 0.8) is fitted with a line; where the line meets
+    the old and the new level gives the start and the end, snapped to logged val steps. An
+    abrupt jump has no mid-section: the last point below half-way and the next one are used.
+    """
+    idx = np.arange(len(z))
+    zone = (idx >= max(0, i - 2)) & (idx <= min(len(z) - 1, j + 2))
+    mid = zone & (z >= 0.2) & (z <= 0.8)
+    if mid.sum() >= 2 and np.ptp(x[mid]) > 0:
+        b, a = np.polyfit(x[mid], z[mid], 1)
+        if b > 0:
+            s0, s1 = -a / b, (1.0 - a) / b
+            k0 = int(np.clip(np.searchsorted(x, s0 + 1e-9, side="right") - 1, 0, len(x) - 1))
+            k1 = int(np.clip(np.searchsorted(x, s1 - 1e-9, side="left"), 0, len(x) - 1))
+            return k0, max(k1, k0 + 1)
+    below = np.flatnonzero(zone & (z < 0.5))
+    k0 = int(below[-1]) if len(below) else i
+    return k0, min(len(z) - 1, k0 + 1)

@@ -1,0 +1,278 @@
+"""Diagnosis: the verdict, a prescription per finding, the timeline, rollback advice, checklists.
+
+``diagnose(run, findings)`` turns what the detectors saw into what the user should do. It
+holds no HTML: the report renders it, the CLI prints it, ``to_document()`` serialises the
+findings document (schema_version 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists, run_metrics, run_series
+from forensics.findings import Finding, FindingKind, Severity, worst_severity
+from forensics.prescriptions import AREAS, STANDING_GUIDANCE, Check, Prescription, needs_action, prescribe
+from forensics.prescriptions import TABLE as PRESCRIPTIONS
+from forensics.run import Run
+from forensics.timeline import Timeline, build_timeline
+
+SCHEMA_VERSION = 1
+DEFAULT_CHECKPOINT_EVERY = 500  # the article keeps a rollback checkpoint every 500 steps (4.3)
+
+# Config keys that carry the checkpoint interval in common trainers (HF, Megatron, torchtitan...).
+_INTERVAL_KEYS = ("save_steps", "save_interval", "checkpoint_every", "checkpoint_interval", "save_every", "ckpt_interval", "interval")
+
+# Learning-rate cuts by situation (the article's numbers): (low, high) fraction removed.
+LR_CUT_SPIKE = (0.2, 0.5)  # a spike that does not recover (7.1)
+LR_CUT_RED_LIGHT = (0.1, 0.1)  # automatic rollback after a fatal divergence (6.3)
+LR_CUT_DRIFT = (2 / 3, 2 / 3)  # grad-norm drift first aid: down to a third (3.5)
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """Where to go back to after a pathological event, and how much to cut the learning rate."""
+
+    finding: Finding
+    rollback: bool  # False for first aid that keeps training (grad-norm drift)
+    onset_step: int  # onset of the episode (may precede the finding when trouble was already going on)
+    last_healthy_step: int | None
+    checkpoint_step: int | None
+    checkpoint_source: str
+    lr_cut: tuple[float, float]
+    lr_cut_text: str
+    lr_at_onset: float | None
+    new_lr: tuple[float, float] | None
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.finding.kind.value,
+            "start_step": self.finding.start_step,
+            "rollback": self.rollback,
+            "onset_step": self.onset_step,
+            "last_healthy_step": self.last_healthy_step,
+            "checkpoint_step": self.checkpoint_step,
+            "checkpoint_source": self.checkpoint_source,
+            "lr_cut": self.lr_cut_text,
+            "lr_at_onset": self.lr_at_onset,
+            "new_lr": list(self.new_lr) if self.new_lr else None,
+        }
+
+
+@dataclass(frozen=True)
+class Investigation:
+    """One area of the order of investigation with the checks the findings call for."""
+
+    area: str
+    checks: list[tuple[Check, list[FindingKind]]]
+
+
+@dataclass
+class Diagnosis:
+    """Everything the report and the summary show about one run."""
+
+    run: Run
+    findings: list[Finding]
+    verdict: str
+    prescriptions: list[str]
+    checkpoint_every: int | None = None
+    rollbacks: list[Rollback] = field(default_factory=list)
+    timeline: Timeline | None = None
+    phases: list[Phase] = field(default_factory=list)
+    coverage: list[Coverage] = field(default_factory=list)
+
+    @property
+    def standing_guidance(self) -> tuple[Prescription, ...]:
+        return STANDING_GUIDANCE
+
+    def prescription_for(self, finding: Finding) -> str:
+        return self.prescriptions[self.findings.index(finding)]
+
+    def ranked(self) -> list[Finding]:
+        """Findings by severity (worst first), then onset: the order the report lists them."""
+        return sorted(self.findings, key=lambda f: (-f.severity.rank, f.start_step, f.kind.value))
+
+    @cached_property
+    def investigation(self) -> list[Investigation]:
+        """The checks the findings call for, data first, then optimizer, then layers (article 3.5)."""
+        by_area: dict[str, dict[str, tuple[Check, list[FindingKind]]]] = {a: {} for a in AREAS}
+        for f in self.ranked():
+            if not needs_action(f):
+                continue
+            for chk in PRESCRIPTIONS[f.kind].checks:
+                slot = by_area.setdefault(chk.area, {})
+                if chk.text not in slot:
+                    slot[chk.text] = (chk, [])
+                if f.kind not in slot[chk.text][1]:
+                    slot[chk.text][1].append(f.kind)
+        return [Investigation(a, list(by_area[a].values())) for a in by_area if by_area[a]]
+
+    def to_document(self) -> dict[str, Any]:
+        """The findings document, schema_version 1 (key order is part of the contract)."""
+        run = self.run
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run": {
+                "name": run.name,
+                "path": str(run.path),
+                "format": run.format,
+                "first_step": run.first_step,
+                "last_step": run.last_step,
+                "metrics": run_metrics(run),
+            },
+            "verdict": self.verdict,
+            "findings": [f.to_dict(p) for f, p in zip(self.findings, self.prescriptions)],
+        }
+
+
+def verdict_of(findings: list[Finding]) -> str:
+    """The highest severity among the findings; ``healthy`` when none is above info."""
+    worst = worst_severity(findings)
+    if worst is None or worst == Severity.INFO:
+        return "healthy"
+    return worst.value
+
+
+def diagnose(run: Run, findings: list[Finding], *, checkpoint_every: int | None = None) -> Diagnosis:
+    """Turn findings into a verdict, prescriptions, a timeline, rollback advice and checklists.
+
+    Args:
+        run: the run the findings are about.
+        findings: detector output, kept in the order given (step order from ``detect``).
+        checkpoint_every: the checkpoint interval to assume when the run shows none
+            (``--checkpoint-every``); the article's 500 when None.
+    """
+    findings = list(findings)
+    return Diagnosis(
+        run=run,
+        findings=findings,
+        verdict=verdict_of(findings),
+        prescriptions=[prescribe(f) for f in findings],
+        checkpoint_every=checkpoint_every,
+        rollbacks=rollback_advice(run, findings, checkpoint_every=checkpoint_every),
+        timeline=build_timeline(findings),
+        phases=evaluate_checklists(run, findings),
+        coverage=coverage(run),
+    )
+
+
+# -- rollback ----------------------------------------------------------------------------
+
+
+def _lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
+    """(roll back?, cut range, wording) for findings that call for a rollback or first aid."""
+    if f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE:
+        return True, LR_CUT_RED_LIGHT, "10% lower (the red-light rule)"
+    if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") in ("pathological", "unresolved"):
+        return True, LR_CUT_SPIKE, "20-50% lower"
+    if f.kind == FindingKind.NAN_INF:
+        return True, LR_CUT_RED_LIGHT, "10% lower once the cause is fixed"
+    if f.kind == FindingKind.GRAD_NORM_DRIFT:
+        return False, LR_CUT_DRIFT, "down to a third (first aid)"
+    return None
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def checkpoint_interval(run: Run) -> tuple[int, str] | None:
+    """The checkpoint interval the run's config states, with the key it came from."""
+    flat = _flatten(run.config) if run.config else {}
+    for key, value in flat.items():
+        leaf = key.rsplit(".", 1)[-1].lower()
+        if leaf == "interval" and "checkpoint" not in key.lower() and "save" not in key.lower():
+            continue  # a bare "interval" is only about checkpoints inside a checkpoint section
+        if leaf in _INTERVAL_KEYS:
+            try:
+                n = int(value)
+            except (TypeError, ValueError):
+                continue
+            if n > 0:
+                return n, key
+    return None
+
+
+def _checkpoint_before(run: Run, step: int, checkpoint_every: int | None) -> tuple[int | None, str]:
+    saved = run.metadata.get("checkpoints")
+    if saved:
+        ok = sorted(int(s) for s in saved if int(s) <= step)
+        listing = ", ".join(f"{int(s):,}" for s in sorted(saved)[:8]) + (" ..." if len(saved) > 8 else "")
+        if ok:
+            return ok[-1], f"checkpoint folders found beside the log ({listing})"
+        return None, f"no saved checkpoint precedes the onset (saved: {listing})"
+    interval = checkpoint_interval(run)
+    if interval is not None:
+        n, key = interval
+        return (step // n) * n, f"the run's checkpoint interval ({key} = {n})"
+    if checkpoint_every:
+        return (step // checkpoint_every) * checkpoint_every, f"--checkpoint-every {checkpoint_every}"
+    n = DEFAULT_CHECKPOINT_EVERY
+    return (step // n) * n, f"assuming a checkpoint every {n} steps (the article's habit; set --checkpoint-every)"
+
+
+def _value_at(run: Run, metric: str, step: int) -> float | None:
+    s = run_series(run, metric)
+    if s.is_empty():
+        return None
+    steps = s.get_column("step").to_numpy()
+    vals = s.get_column("value").to_numpy().astype(float)
+    i = int(np.searchsorted(steps, step, side="right")) - 1
+    while i >= 0 and not np.isfinite(vals[i]):
+        i -= 1
+    return float(vals[i]) if i >= 0 else None
+
+
+def _last_logged_before(run: Run, metric: str | None, step: int) -> int | None:
+    for m in (metric, "loss"):
+        if not m:
+            continue
+        s = run_series(run, m)
+        if s.is_empty():
+            continue
+        steps = s.get_column("step").to_numpy()
+        i = int(np.searchsorted(steps, step, side="left")) - 1
+        if i >= 0:
+            return int(steps[i])
+    return step - 1 if step > run.first_step else None
+
+
+def rollback_advice(run: Run, findings: list[Finding], *, checkpoint_every: int | None = None) -> list[Rollback]:
+    """Rollback and learning-rate advice for each pathological event.
+
+    The episode's onset is the earliest actionable finding still going on when this one
+    began (a grad-norm climb that precedes a spike makes the spike's eve unhealthy too).
+    """
+    actionable = [f for f in findings if needs_action(f)]
+    out: list[Rollback] = []
+    for f in findings:
+        rule = _lr_cut_for(f)
+        if rule is None:
+            continue
+        do_rollback, cut, cut_text = rule
+        onset, cause = f.start_step, None
+        for g in actionable:
+            if g is not f and g.start_step < onset and (g.end_step is None or g.end_step >= f.start_step):
+                onset, cause = g.start_step, g
+        healthy = _last_logged_before(run, f.metric if cause is None else cause.metric, onset)
+        ckpt, source = _checkpoint_before(run, healthy, checkpoint_every) if healthy is not None else (None, "the trouble starts at the first logged step")
+        lr = _value_at(run, "lr", healthy if healthy is not None else onset)
+        new_lr = (lr * (1 - cut[1]), lr * (1 - cut[0])) if lr is not None else None
+        why = (
+            f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
+            if cause is not None
+            else f"onset of the {f.kind.value} at step {f.start_step:,}"
+        )
+        out.append(Rollback(f, do_rollback, onset, healthy, ckpt, source, cut, cut_text, lr, new_lr, why))
+    return out

@@ -1,0 +1,157 @@
+"""Text logs of big-model trainers: one small module per family, one orchestrator here.
+
+:func:`sniff` names the families a file's head and tail show; :func:`parse_text` runs
+them, gives a step to rows printed without one, merges the copies several ranks print,
+and reads the end of the log for how the job ended (:mod:`crash`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import polars as pl
+
+from forensics.findings import Finding
+from forensics.importers.text import (
+    composer,
+    crash,
+    deepspeed,
+    fairseq,
+    generic,
+    llmc,
+    megatron,
+    mlperf,
+    nanogpt,
+    torchtitan,
+)
+from forensics.importers.text.engine import ROWS, Ctx, clean, drop_rank_repeats, empty_rows, sample_text
+
+# Specific families, each recognised by its own line shapes. Several may apply to one file
+# (Megatron-DeepSpeed prints Megatron iteration lines and DeepSpeed overflow lines).
+FAMILIES: list[ModuleType] = [megatron, llmc, nanogpt, torchtitan, fairseq, composer, mlperf, deepspeed]
+CRASH_TAIL_BYTES = 131072
+
+
+@dataclass
+class TextLog:
+    frame: pl.DataFrame  # ROWS columns with steps resolved
+    families: list[str]
+    x_kind: str = "step"
+    notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def sniff(sample: str) -> list[str]:
+    """Names of the families whose lines appear in ``sample`` (generic when none does)."""
+    found = [f.NAME for f in FAMILIES if f.sniff(sample)]
+    if not found and generic.sniff(sample):
+        found = [generic.NAME]
+    return found
+
+
+def looks_crashed(sample_tail: str) -> bool:
+    return crash.find_crash(sample_tail.splitlines()[-crash.TAIL_LINES :]) is not None
+
+
+def parse_text(raw: bytes, name: str) -> TextLog:
+    raw = clean(raw)
+    ctx = Ctx(raw=raw, sample=sample_text(raw), name=name)
+    names = sniff(ctx.sample)
+    mods = [f for f in FAMILIES if f.NAME in names]
+    if deepspeed not in mods and deepspeed.applies(raw):
+        mods.append(deepspeed)
+    parts = [f.parse(ctx) for f in mods]
+    rows = pl.concat(parts) if parts else empty_rows()
+    if rows.filter(pl.col("step").is_not_null()).is_empty() and generic not in mods and generic.sniff(ctx.sample):
+        mods.append(generic)
+        rows = pl.concat([rows, generic.parse(ctx)])
+    rows = resolve_steps(rows, ctx)
+    rows = dedupe(rows)
+    if ctx.bad_lines:
+        ctx.notes.append(f"{name}: skipped {ctx.bad_lines} malformed metric line(s)")
+    findings = []
+    last = int(rows.get_column("step").max()) if rows.height else None  # type: ignore[arg-type]
+    found = crash.crash_finding(_tail_after(raw, rows), last, where=name)
+    if found is not None:
+        findings.append(found)
+    return TextLog(frame=rows, families=[m.NAME for m in mods], x_kind=ctx.x_kind, notes=ctx.notes,
+                   findings=findings, config=ctx.config, metadata=ctx.metadata)
+
+
+def resolve_steps(rows: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
+    """Give rows printed without a step the step of a neighbouring metric line."""
+    pending = rows.filter(pl.col("step").is_null())
+    if pending.is_empty():
+        return rows
+    known = rows.filter(pl.col("step").is_not_null())
+    anchors = known.group_by("ln").agg(pl.col("step").first()).sort("ln")
+    if anchors.is_empty():
+        # No step anywhere (e.g. only DeepSpeed overflow lines): number events in order.
+        ctx.x_kind = "points"
+        ctx.notes.append(f"{ctx.name}: the log prints no step numbers; its events are numbered in the order they appear")
+        return _number_in_order(pending)
+    pending = pending.sort("ln").with_columns(pl.col("ln").alias("_ln"))
+    prev = pending.join_asof(anchors.rename({"step": "_prev"}), on="ln", strategy="backward")
+    both = prev.join_asof(anchors.rename({"step": "_next"}), on="ln", strategy="forward")
+    fill = pl.col("fill")
+    step = (
+        pl.when(fill == "next").then(pl.coalesce("_next", "_prev"))
+        .when(fill == "prev0").then(pl.coalesce("_prev", pl.lit(0, dtype=pl.Int64)))
+        .otherwise(pl.coalesce("_prev", "_next"))
+    )
+    resolved = both.with_columns(step.alias("step")).select(list(ROWS))
+    return pl.concat([known, resolved]).sort("ln", maintain_order=True)
+
+
+def _collapse_copies(events: pl.DataFrame, window: int = 40) -> pl.DataFrame:
+    """Without steps, rank copies of one event are the same tag and value a few lines apart."""
+    events = events.sort("ln")
+    prev_v = pl.col("value").shift(1).over("tag")
+    prev_ln = pl.col("ln").shift(1).over("tag")
+    same = (pl.col("value") == prev_v) & ((pl.col("ln") - prev_ln) <= window)
+    return events.filter(~same.fill_null(False))
+
+
+def _number_in_order(pending: pl.DataFrame) -> pl.DataFrame:
+    """Loss-scale events numbered 0, 1, 2... in file order; each overflow line takes the
+    number of the scale event it belongs to (the one printed with or right after it)."""
+    is_scale = pl.col("tag").is_in([deepspeed.SCALE_TAG, deepspeed.SCALE_UP_TAG])
+    scale = _collapse_copies(pending.filter(is_scale))
+    scale = scale.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("step"))
+    rest = pending.filter(~is_scale).sort("ln")
+    if scale.is_empty():
+        rest = _collapse_copies(rest)
+        return rest.with_columns(pl.int_range(pl.len()).over("tag").cast(pl.Int64).alias("step")).select(list(ROWS))
+    lut = scale.select("ln", pl.col("step").alias("_n"))
+    rest = rest.join_asof(lut, on="ln", strategy="forward").join_asof(lut.rename({"_n": "_p"}), on="ln", strategy="backward")
+    rest = rest.with_columns(pl.coalesce("_n", "_p").alias("step")).select(list(ROWS))
+    return pl.concat([scale.select(list(ROWS)), rest]).sort("ln", maintain_order=True)
+
+
+def dedupe(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per event: rank copies of a metric line collapse; overflow events keep one
+    row per step and loss-scale events one row per (step, new scale)."""
+    events = rows.filter(pl.col("tag").is_in(deepspeed.EVENT_TAGS))
+    other = rows.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS))
+    if not events.is_empty():
+        events = events.sort("ln").unique(subset=["tag", "step", "value"], keep="first", maintain_order=True)
+    out = pl.concat([drop_rank_repeats(other), events]).sort("ln", maintain_order=True)
+    return out
+
+
+def _tail_after(raw: bytes, rows: pl.DataFrame) -> str:
+    """The end of the log after its last metric line (bounded), where a crash would show."""
+    tail = raw[-CRASH_TAIL_BYTES:]
+    if rows.is_empty():
+        return tail.decode("utf-8", "replace")
+    last_ln = int(rows.filter(pl.col("tag") != deepspeed.OVERFLOW_TAG).get_column("ln").max() or 0)
+    lines_before_tail = raw.count(b"\n", 0, max(0, len(raw) - len(tail)))
+    text = tail.decode("utf-8", "replace").split("\n")
+    skip = last_ln - lines_before_tail  # index of the last metric line within the tail
+    if skip >= 0:
+        text = text[skip:]  # keep the last metric line itself: a crash can share its line
+    return "\n".join(text)

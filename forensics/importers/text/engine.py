@@ -1,0 +1,175 @@
+"""Shared machinery for text-log families: the line table, number parsing, row frames.
+
+Every family works on whole columns (polars string expressions over the file's lines, or
+one regex over the text), never a Python loop per field. A family returns *rows*: a frame
+with :data:`ROWS` columns, where ``ln`` is the 0-based line number, ``step`` may be null
+(resolved later from neighbouring lines, see ``fill``) and ``tag`` is the raw metric name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+# A number as trainers print it: 1,234.5  1.2E+01  .5  nan  inf  -Infinity
+NUM = r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[nN][aA][nN]|[iI]nf(?:inity)?|INF)"
+
+# fill: how a row without a step gets one. "prev": the step of the closest metric line
+# above; "next": the closest below (an event printed before the step line that reports
+# it); "prev0": like prev, but 0 before the first step (an evaluation before training).
+ROWS: dict[str, pl.DataType] = {
+    "ln": pl.Int64,
+    "step": pl.Int64,
+    "tag": pl.Utf8,
+    "value": pl.Float64,
+    "wall_time": pl.Float64,
+    "fill": pl.Utf8,
+}
+
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@dataclass
+class Ctx:
+    """One text file being parsed."""
+
+    raw: bytes  # cleaned text (ANSI codes stripped, CR turned into line breaks)
+    sample: str  # head and tail of the file, for sniffing
+    name: str
+    notes: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    x_kind: str = "step"
+    bad_lines: int = 0
+    _lines: pl.DataFrame | None = None
+
+    @property
+    def lines(self) -> pl.DataFrame:
+        """The file as a table: ``ln`` (0-based line number) and ``line``."""
+        if self._lines is None:
+            self._lines = read_lines(self.raw)
+        return self._lines
+
+
+def clean(raw: bytes) -> bytes:
+    """Strip ANSI colour codes and turn carriage returns (progress bars) into line breaks."""
+    if b"\x1b[" in raw:
+        raw = _ANSI.sub(b"", raw)
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return raw
+
+
+def sample_text(raw: bytes, n: int = 262144) -> str:
+    """Head and tail of a file (the metric lines may start after a long preamble)."""
+    if len(raw) <= 2 * n:
+        return raw.decode("utf-8", "replace")
+    return raw[:n].decode("utf-8", "replace") + "\n" + raw[-n:].decode("utf-8", "replace")
+
+
+def read_lines(raw: bytes) -> pl.DataFrame:
+    """All lines of the text as a polars frame, read by polars' CSV reader with a separator
+    that never occurs (multi-threaded and far faster than splitting in Python)."""
+    if not raw:
+        return pl.DataFrame(schema={"ln": pl.Int64, "line": pl.Utf8})
+    df = pl.read_csv(
+        raw, has_header=False, separator="\x1f", quote_char=None, schema={"line": pl.Utf8},
+        truncate_ragged_lines=True, extra_columns="ignore", missing_columns="insert", encoding="utf8-lossy",
+    )
+    return df.with_columns(pl.col("line").fill_null("")).with_row_index("ln").with_columns(pl.col("ln").cast(pl.Int64))
+
+
+def read_pipes(raw: bytes, n_cols: int) -> pl.DataFrame:
+    """The text split on ``|`` into ``c0..c{n-1}`` string columns, one row per line."""
+    schema = {f"c{i}": pl.Utf8 for i in range(n_cols)}
+    df = pl.read_csv(
+        raw, has_header=False, separator="|", quote_char=None, schema=schema,
+        truncate_ragged_lines=True, extra_columns="ignore", missing_columns="insert", encoding="utf8-lossy",
+    )
+    return df.with_row_index("ln").with_columns(pl.col("ln").cast(pl.Int64))
+
+
+def num(expr: pl.Expr) -> pl.Expr:
+    """A printed number -> Float64 (null when it is not one). Accepts 1,234 and nan/inf."""
+    return expr.str.strip_chars().str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
+
+
+def empty_rows() -> pl.DataFrame:
+    return pl.DataFrame(schema=ROWS)
+
+
+def conform_rows(df: pl.DataFrame) -> pl.DataFrame:
+    for name, dtype in ROWS.items():
+        if name not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    return df.select([pl.col(n).cast(t) for n, t in ROWS.items()])
+
+
+def wide_to_rows(df: pl.DataFrame, tags: dict[str, str], fill: str | None = None) -> pl.DataFrame:
+    """Columns of numbers (already Float64) -> long rows. ``tags`` maps column -> raw tag.
+    ``df`` must hold ``ln`` and may hold ``step`` and ``wall_time``."""
+    parts = []
+    keep = [c for c in ("ln", "step", "wall_time") if c in df.columns]
+    for col, tag in tags.items():
+        if col not in df.columns:
+            continue
+        parts.append(
+            df.select(*keep, pl.col(col).cast(pl.Float64).alias("value"))
+            .filter(pl.col("value").is_not_null())
+            .with_columns(pl.lit(tag).alias("tag"))
+        )
+    if not parts:
+        return empty_rows()
+    out = conform_rows(pl.concat(parts, how="diagonal"))
+    return out.with_columns(pl.lit(fill, dtype=pl.Utf8).alias("fill")) if fill else out
+
+
+def kv_rows(df: pl.DataFrame, col: str, pair: str, fill: str | None = None, prefix: str = "") -> pl.DataFrame:
+    """Every ``key sep value`` pair in ``df[col]`` (regex ``pair`` with groups ``key`` and
+    ``val``) -> long rows carrying the frame's ``ln``/``step``/``wall_time``."""
+    keep = [c for c in ("ln", "step", "wall_time") if c in df.columns]
+    if df.is_empty():
+        return empty_rows()
+    long = (
+        df.select(*keep, pl.col(col).str.extract_all(pair).alias("_kv"))
+        .explode("_kv")
+        .filter(pl.col("_kv").is_not_null())
+        .with_columns(pl.col("_kv").str.extract_groups(pair).alias("_g"))
+        .unnest("_g")
+        .with_columns(
+            (pl.lit(prefix) + pl.col("key").str.strip_chars()).alias("tag"),
+            num(pl.col("val")).alias("value"),
+        )
+        .filter(pl.col("value").is_not_null() & (pl.col("tag") != prefix))
+    )
+    out = conform_rows(long)
+    return out.with_columns(pl.lit(fill, dtype=pl.Utf8).alias("fill")) if fill else out
+
+
+def to_unix(expr: pl.Expr, fmt: str = "%Y-%m-%d %H:%M:%S%.f") -> pl.Expr:
+    """A printed date (``2024-05-01 12:00:00[,.]123``) -> unix seconds (naive = UTC)."""
+    return (
+        expr.str.replace(",", ".", literal=True)
+        .str.to_datetime(fmt, strict=False, time_unit="us")
+        .dt.epoch("us")
+        .cast(pl.Float64)
+        / 1e6
+    )
+
+
+def drop_rank_repeats(rows: pl.DataFrame) -> pl.DataFrame:
+    """The same step printed by several ranks is one row: within a tag, in line order,
+    a row repeating the previous row's step is dropped (a replay after a restart goes
+    back to an earlier step, so it is kept)."""
+    if rows.is_empty():
+        return rows
+    return (
+        rows.sort("ln", maintain_order=True)
+        .filter(
+            pl.col("step").is_null()
+            | (pl.col("step") != pl.col("step").shift(1).over("tag")).fill_null(True)
+        )
+    )

@@ -1,0 +1,416 @@
+"""Symptom -> likely causes -> prescription, as data: one entry per finding kind.
+
+The table follows the seven rows of the article's "symptom to prescription" table
+(section 7.1), re-worded, and extends it to every finding kind the detectors produce.
+Two rows have no finding kind of their own (all vitals fine but poor generations;
+persistently low throughput without a drop); they are :data:`STANDING_GUIDANCE`, shown in
+every report.
+
+Each entry also lists what to check, tagged with an *area*. The report asks the user to
+check data first, then the optimizer, then the layers (the article's order of
+investigation, section 3.5): external causes are the cheapest to rule out and the most
+often to blame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from forensics.findings import Finding, FindingKind
+
+# The order in which the report asks the user to look (article 3.5), then the rest.
+AREAS: tuple[str, ...] = ("data", "optimizer", "layers", "numerics", "infrastructure", "evaluation")
+AREA_TITLES: dict[str, str] = {
+    "data": "Data",
+    "optimizer": "Optimizer and learning-rate schedule",
+    "layers": "Layers",
+    "numerics": "Numerics (precision, loss scale)",
+    "infrastructure": "Infrastructure",
+    "evaluation": "Evaluation set",
+}
+
+# Article row numbers (1-based, section 7.1) for cross-reference in tests and the report.
+ROW_GRAD_DRIFT, ROW_SPIKE, ROW_NAN, ROW_VAL, ROW_PARAM, ROW_QUALITY, ROW_THROUGHPUT = range(1, 8)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One thing to look at, in one area."""
+
+    area: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Prescription:
+    """What a finding kind means and what to do about it."""
+
+    kind: FindingKind | None  # None for standing guidance
+    symptom: str
+    causes: tuple[str, ...]
+    treatment: str
+    checks: tuple[Check, ...] = ()
+    article_row: int | None = None  # row of the article's table (7.1) this follows
+    # Alternative treatments keyed by measures["classification"] (loss spikes) or severity.
+    variants: dict[str, str] = field(default_factory=dict)
+
+
+def _c(area: str, text: str) -> Check:
+    return Check(area, text)
+
+
+_ROLLBACK_SPIKE = (
+    "Roll back to the last checkpoint before the onset and resume with the learning rate "
+    "cut by 20-50%; restore model and optimizer state only, keep the data position."
+)
+
+TABLE: dict[FindingKind, Prescription] = {
+    FindingKind.GRAD_NORM_DRIFT: Prescription(
+        FindingKind.GRAD_NORM_DRIFT,
+        "Gradient norm keeps climbing while the loss still falls.",
+        (
+            "Shallow layers learn too fast for the rest of the network.",
+            "Embedding and output head share the trunk's learning rate although their "
+            "gradients run an order of magnitude larger.",
+            "Adam's second-moment estimate is dominated by a few outsized channels (low beta2).",
+        ),
+        "First aid: bring the learning rate down to a third until the climb stops. Then give "
+        "the embedding and output head their own parameter group at about half the trunk's "
+        "rate and use layer-wise learning-rate decay (start near 0.95 per layer); a beta2 "
+        "closer to 0.98 makes Adam less jumpy.",
+        (
+            _c("data", "Rule out the data: a drift is a trend, while a bad batch gives a spike that falls back."),
+            _c("optimizer", "Inspect Adam's exp_avg_sq spread and the parameter groups' learning rates."),
+            _c("layers", "Log per-layer gradient norms and see whether the shallow layers' share grows."),
+        ),
+        ROW_GRAD_DRIFT,
+    ),
+    FindingKind.LAYER_GRAD_SHIFT: Prescription(
+        FindingKind.LAYER_GRAD_SHIFT,
+        "One group of layers takes a growing share of the gradient.",
+        (
+            "Those layers keep re-adapting to features that deeper layers moved under them.",
+            "Their learning rate (or the embedding's) is too high relative to the rest.",
+        ),
+        "Slow the affected layers down: layer-wise learning-rate decay, or a separate group "
+        "with a lower rate for the embedding, output head and shallow blocks.",
+        (
+            _c("optimizer", "Compare parameter-group learning rates with the layers whose share grows."),
+            _c("layers", "Check the same layers' parameter norms: a faster-growing norm confirms it."),
+        ),
+        ROW_GRAD_DRIFT,
+    ),
+    FindingKind.LOSS_SPIKE: Prescription(
+        FindingKind.LOSS_SPIKE,
+        "The loss jumps and does not come back to its trend.",
+        (
+            "The learning rate carried the weights beyond the stable part of the loss landscape.",
+            "A batch of outliers (extreme lengths, malformed samples) hit the model.",
+            "Activations of some layer blew up and took the gradients with them.",
+        ),
+        _ROLLBACK_SPIKE,
+        (
+            _c("data", "Look at the batches logged at the spike steps: lengths, sources, malformed records."),
+            _c("optimizer", "Compare the learning rate at the spike with the schedule (warm-up end, restarts)."),
+            _c("layers", "Pull per-layer activation maxima around the spike to find the layer that blew up."),
+        ),
+        ROW_SPIKE,
+        variants={
+            "physiological": "No action: the loss came back to its trend within a few hundred "
+            "steps, a normal reaction to a hard batch.",
+            "beneficial": "No action: the loss settled below its level before the spike; the "
+            "jump helped the model over a barrier.",
+            "pathological": _ROLLBACK_SPIKE,
+            "unresolved": "The log ends before the loss recovered. If it has not recovered "
+            "within about 500 steps: " + _ROLLBACK_SPIKE,
+        },
+    ),
+    FindingKind.DIVERGENCE: Prescription(
+        FindingKind.DIVERGENCE,
+        "Loss (and gradient norm) rise together and do not come back: the run diverges.",
+        ("The learning rate is above the stable region for the current state of the weights.",),
+        "Red light: roll back to the last healthy checkpoint and restart with the learning "
+        "rate 10% lower (cut more if it diverges again); keep the data position.",
+        (
+            _c("data", "Check whether the onset coincides with a new data shard or source."),
+            _c("optimizer", "Compare the learning rate at the onset with the schedule; look for a missing warm-up after a resume."),
+            _c("layers", "Find the first layer whose activations or gradients left their range."),
+        ),
+        ROW_SPIKE,
+    ),
+    FindingKind.NAN_INF: Prescription(
+        FindingKind.NAN_INF,
+        "The loss or the gradient norm became NaN or infinite.",
+        (
+            "A gradient overflowed.",
+            "The fp16 loss scale misbehaved (too high, or stuck at its floor).",
+        ),
+        "Orange light: stop and look before resuming. Check the loss scale around the step, "
+        "consider training in bf16, and find the layer with extreme activation values.",
+        (
+            _c("data", "Check the batch at the first non-finite step for extreme lengths or weights."),
+            _c("numerics", "Plot the loss scale around the step; check the precision mode."),
+            _c("layers", "Capture activation max/min per layer just before the step; a layer past about 1e4 is the suspect."),
+        ),
+        ROW_NAN,
+    ),
+    FindingKind.LOSS_SCALE_DROP: Prescription(
+        FindingKind.LOSS_SCALE_DROP,
+        "The mixed-precision loss scale fell sharply: gradients overflowed.",
+        (
+            "Part of the gradient left the fp16 range.",
+            "Some layer's activations (often attention) grew far too large.",
+        ),
+        "Check the loss scale history and the activation extremes at that step; if drops "
+        "repeat, move to bf16 or tame the offending layer.",
+        (
+            _c("data", "Check the batch at the drop for unusually long sequences or extreme weights."),
+            _c("numerics", "See whether the scale recovers or keeps falling over the following steps."),
+            _c("layers", "Capture per-layer activation max/min around the drop to find the layer."),
+        ),
+        ROW_NAN,
+    ),
+    FindingKind.OVERFITTING: Prescription(
+        FindingKind.OVERFITTING,
+        "Validation loss rises while the training loss still falls.",
+        (
+            "Overfitting, when it appears after a few epochs.",
+            "A shift of the validation set's distribution, when it appears suddenly or late.",
+        ),
+        "Stop early (keep the checkpoint with the best validation loss), add dropout or "
+        "weight decay, and make sure the validation set is the version you think it is.",
+        (
+            _c("data", "Confirm the validation set did not change (version, preprocessing) and shares no documents with training."),
+            _c("optimizer", "Consider a lower learning rate for the remaining epochs."),
+            _c("evaluation", "Check the validation set is large enough (thousands of samples) for a stable estimate."),
+        ),
+        ROW_VAL,
+    ),
+    FindingKind.GAP_ACCELERATION: Prescription(
+        FindingKind.GAP_ACCELERATION,
+        "The gap between validation and training loss widens faster than before.",
+        ("The model starts to memorise the training data: an early sign of overfitting.",),
+        "Yellow light: act before the validation loss turns. Plan an early stop, add "
+        "regularisation, or lower the learning rate; keep the checkpoint before the onset.",
+        (
+            _c("data", "Check for duplicates between training and validation and for repeated epochs."),
+            _c("evaluation", "Confirm the validation set is unchanged across the run."),
+        ),
+        ROW_VAL,
+    ),
+    FindingKind.VAL_SHIFT: Prescription(
+        FindingKind.VAL_SHIFT,
+        "Validation loss stepped to a new level while training loss was flat.",
+        ("The validation data or its preprocessing changed; the model did not.",),
+        "Check the validation set's version and preprocessing before touching the training "
+        "recipe.",
+        (
+            _c("data", "Diff the validation data and its preprocessing between the two sides of the step."),
+            _c("evaluation", "Re-evaluate an older checkpoint on today's validation set."),
+        ),
+        ROW_VAL,
+    ),
+    FindingKind.PARAM_NORM_JUMP: Prescription(
+        FindingKind.PARAM_NORM_JUMP,
+        "The parameter norm jumped instead of growing slowly.",
+        ("Weight updates were too large, or abnormal gradients got through.",),
+        "Check the gradient-clipping configuration and whether gradient accumulation "
+        "bypasses the clip (clipping per micro-batch instead of on the summed gradient).",
+        (
+            _c("data", "Check the batch at the jump."),
+            _c("optimizer", "Verify where clipping happens relative to accumulation, and the clip threshold."),
+            _c("layers", "See which layers' parameter norms jumped."),
+        ),
+        ROW_PARAM,
+    ),
+    FindingKind.THROUGHPUT_DROP: Prescription(
+        FindingKind.THROUGHPUT_DROP,
+        "Training throughput fell and stayed low.",
+        (
+            "The data loader became the bottleneck.",
+            "GPUs throttled their clocks (heat, power).",
+            "Communication between devices slowed down.",
+        ),
+        "Profile a few steps, add data-loader workers, and check GPU clocks and NVLink / "
+        "network utilisation around the drop.",
+        (
+            _c("data", "Check data-loader wait time per step; more workers or prefetching."),
+            _c("infrastructure", "Check GPU clocks and temperatures, and interconnect utilisation."),
+        ),
+        ROW_THROUGHPUT,
+    ),
+    FindingKind.GRAD_NORM_SPIKE: Prescription(
+        FindingKind.GRAD_NORM_SPIKE,
+        "The gradient norm spiked and fell back.",
+        ("An unusual batch (outlier samples, extreme length mix) produced large gradients.",),
+        "Usually no action; if spikes recur, find the batches behind them and fix the "
+        "sampler or the data.",
+        (
+            _c("data", "Match the spike steps to batch contents: extreme length mixes, noisy samples."),
+            _c("optimizer", "Check the clip threshold relative to the baseline gradient norm."),
+        ),
+        variants={
+            "critical": "Orange light (over 3x the baseline): pause and look at the batch "
+            "and the clip threshold before going on.",
+        },
+    ),
+    FindingKind.PERIODIC_SPIKES: Prescription(
+        FindingKind.PERIODIC_SPIKES,
+        "Loss spikes recur at a regular interval.",
+        (
+            "A data source refreshed on a schedule brings in samples unlike the rest.",
+            "Learning-rate restarts or non-smooth points in the schedule.",
+        ),
+        "Match the period to the data pipeline and the LR schedule; mix refreshed data in "
+        "gradually, or lengthen the warm-up at each restart.",
+        (
+            _c("data", "Look for a data subset that updates at the spike period."),
+            _c("optimizer", "Compare spike steps with the LR schedule's restarts and kinks."),
+        ),
+    ),
+    FindingKind.ACTIVATION_OUTLIER: Prescription(
+        FindingKind.ACTIVATION_OUTLIER,
+        "A layer's activations left their usual range.",
+        (
+            "That layer updates too aggressively.",
+            "Attention scores concentrate on a few tokens, inflating the outputs.",
+        ),
+        "Treat it as an early warning of NaNs: lower that layer's learning rate, check the "
+        "clip threshold, and inspect the inputs that produce the outliers.",
+        (
+            _c("data", "Find the sequences that produce the outliers."),
+            _c("layers", "Watch the layer's activation std and max across steps; a jump precedes NaNs."),
+        ),
+    ),
+    FindingKind.EVAL_REGRESSION: Prescription(
+        FindingKind.EVAL_REGRESSION,
+        "An evaluation score fell although the training loss did not.",
+        (
+            "Hidden instability (a climbing gradient norm, layers reorganising).",
+            "The model over-specialises on the training domain.",
+        ),
+        "Compare with the gradient norm and per-layer panels before reaching for weight "
+        "decay; fall back to the best checkpoint if the score keeps falling.",
+        (
+            _c("data", "Check the training data mix against what the benchmark measures."),
+            _c("optimizer", "Look for a gradient-norm climb starting before the regression."),
+            _c("evaluation", "Make sure the evaluation itself did not change."),
+        ),
+    ),
+    FindingKind.PLATEAU: Prescription(
+        FindingKind.PLATEAU,
+        "The loss stopped falling.",
+        (
+            "The learning rate is too low (or decayed too early) for further progress.",
+            "The data is exhausted or repeated.",
+        ),
+        "Check that the loss's slowdown matches the LR schedule; if not, review the schedule "
+        "and the data position.",
+        (
+            _c("data", "Check for the end of an epoch or a repeated shard."),
+            _c("optimizer", "Compare the plateau's start with the LR schedule."),
+        ),
+    ),
+    FindingKind.STALL: Prescription(
+        FindingKind.STALL,
+        "The run stopped making steps for a while.",
+        ("A hung collective, a stalled data loader, preemption or slow storage.",),
+        "Check the cluster's and scheduler's logs for that time; look for communication "
+        "timeouts and data-loader deadlocks.",
+        (
+            _c("data", "Check the data loader and storage at that time."),
+            _c("infrastructure", "Check node health, preemptions and collective timeouts."),
+        ),
+    ),
+    FindingKind.MEMORY_GROWTH: Prescription(
+        FindingKind.MEMORY_GROWTH,
+        "Memory keeps growing and does not fall back.",
+        ("Allocator fragmentation, or tensors kept alive across steps (a leak).",),
+        "Look for tensors accumulated across steps (losses kept without .item()), and try "
+        "the allocator's expandable segments.",
+        (_c("infrastructure", "Compare allocated and reserved memory to tell fragmentation from a leak."),),
+    ),
+    FindingKind.RESTART: Prescription(
+        FindingKind.RESTART,
+        "The job restarted and logged some steps again.",
+        ("A crash, preemption or manual resume.",),
+        "Check that the resume loaded the intended checkpoint and restored the data "
+        "position; the analysis keeps the later segment.",
+        (_c("data", "Confirm the data loader resumed where it stopped rather than from the start."),),
+    ),
+    FindingKind.TRUNCATED_LOG: Prescription(
+        FindingKind.TRUNCATED_LOG,
+        "The log ends in the middle of a record.",
+        ("The job was killed or the disk filled up while writing.",),
+        "Check the job's exit status and free disk space; the last steps may be missing.",
+        (_c("infrastructure", "Check the scheduler's record of how the job ended."),),
+    ),
+    FindingKind.CRASH: Prescription(
+        FindingKind.CRASH,
+        "The job ended with an error.",
+        ("See the error in the log; the vitals just before it often point to the cause.",),
+        "Read the error, check the vitals in the last steps before it, and resume from the "
+        "last healthy checkpoint once fixed.",
+        (_c("infrastructure", "Read the traceback and the scheduler's exit record."),),
+    ),
+}
+
+STANDING_GUIDANCE: tuple[Prescription, ...] = (
+    Prescription(
+        None,
+        "Every vital sign looks normal, but generations are poor.",
+        (
+            "The evaluation does not measure what the model is for.",
+            "The training data mix does not match the deployment's needs.",
+            "Tasks in a multi-task mix pull the gradients in opposite directions.",
+        ),
+        "Step outside training monitoring: revisit the benchmarks against the goal, compare "
+        "the data mix with real usage, and check for conflicting gradients between tasks.",
+        (
+            _c("data", "Compare the training data's mix (languages, domains, tasks) with the deployment's."),
+            _c("evaluation", "Check that the benchmarks measure what the model is meant to do."),
+        ),
+        ROW_QUALITY,
+    ),
+    Prescription(
+        None,
+        "Throughput is low throughout the run.",
+        (
+            "The data loader cannot keep up.",
+            "GPUs run below their clocks.",
+            "Communication between devices is the bottleneck.",
+        ),
+        "Profile the data loader and the interconnect: add loader workers, check GPU clocks "
+        "and NVLink / network utilisation.",
+        (
+            _c("data", "Measure the time each step waits for data."),
+            _c("infrastructure", "Check GPU clocks and interconnect utilisation with a profiler."),
+        ),
+        ROW_THROUGHPUT,
+    ),
+)
+
+
+def entry(kind: FindingKind | str) -> Prescription:
+    """The table entry for a finding kind."""
+    return TABLE[FindingKind(kind)]
+
+
+def prescribe(finding: Finding) -> str:
+    """The prescription for one finding, adjusted to its classification or severity."""
+    p = TABLE.get(finding.kind)
+    if p is None:  # a kind added without a table entry: the test suite catches this
+        return ""
+    cls = finding.measures.get("classification")
+    if isinstance(cls, str) and cls in p.variants:
+        return p.variants[cls]
+    if finding.severity.value in p.variants:
+        return p.variants[finding.severity.value]
+    return p.treatment
+
+
+def needs_action(finding: Finding) -> bool:
+    """False for findings the table says to leave alone (a recovered or helpful spike, notes)."""
+    if finding.severity.value == "info":
+        return False
+    return finding.measures.get("classification") not in ("physiological", "beneficial")

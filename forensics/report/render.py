@@ -1,0 +1,228 @@
+"""Render a Diagnosis into one self-contained HTML page.
+
+Jinja with ``autoescape=True`` and ``StrictUndefined``: every metric name, tag, run name and
+note comes from a log file and is untrusted, so nothing is marked safe except the figure JSON
+(escaped by :func:`~forensics.report.charts.figure_json`) and plotly.js itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import hashlib
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from forensics.prescriptions import AREA_TITLES, STANDING_GUIDANCE, TABLE
+from forensics.timeline import vital_label
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from forensics.diagnosis import Diagnosis
+
+LIGHTS = {
+    "healthy": ("green", "#2ca02c", "Healthy: no warning sign"),
+    "warning": ("yellow", "#e0b000", "Yellow light: keep an eye on it"),
+    "critical": ("orange", "#f07f0e", "Orange light: pause and look before going on"),
+    "fatal": ("red", "#d62728", "Red light: the run needs a rollback"),
+    "info": ("blue", "#4c78a8", "Note"),
+}
+# Metadata keys that identify machines, people or places; dropped by --redact.
+_SENSITIVE_KEY = re.compile(r"host|node|machine|path|dir|file|cwd|user|email|ip\b|addr|url|cluster|hostname", re.I)
+# Shape measures shown first in the spike table (article 4.4: height, width, recovery, frequency).
+_SPIKE_COLUMNS = ("classification", "height", "height_ratio", "ratio_to_run_baseline", "width_steps", "recovery_steps",
+                  "plateau_shift_rel", "cause", "grad_norm_lead_steps", "leads_loss_by_steps")
+_PATHLIKE = re.compile(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[\\/][^\s\\/'\"<>,;]+)+[\\/]?")
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("forensics.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = _num
+    env.filters["steps"] = _steps
+    env.globals["vital_label"] = vital_label
+    env.globals["LIGHTS"] = LIGHTS
+    return env
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:
+            return f"{int(v):,}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _steps(f: Any) -> str:
+    if f.end_step is not None and f.end_step != f.start_step:
+        return f"{f.start_step:,}–{f.end_step:,}"
+    return f"{f.start_step:,}"
+
+
+def redact_text(text: str) -> str:
+    """Replace path-like pieces of a note with a placeholder."""
+    return _PATHLIKE.sub("[path]", text)
+
+
+@lru_cache(maxsize=1)
+def _plotly_inline() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+@lru_cache(maxsize=1)
+def _plotly_cdn() -> tuple[str, str]:
+    from plotly.offline import get_plotlyjs_version
+
+    digest = hashlib.sha384(_plotly_inline().encode("utf-8")).digest()
+    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js", "sha384-" + base64.b64encode(digest).decode()
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.extend(_flatten(v, key + "."))
+        else:
+            out.append((key, v))
+    return out
+
+
+def _short(v: Any, limit: int = 200) -> str:
+    text = v if isinstance(v, str) else repr(v)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _spike_table(findings: list[Any]) -> tuple[list[str], list[Any]]:
+    from forensics.report.charts import SPIKE_KINDS
+
+    spikes = [f for f in findings if f.kind in SPIKE_KINDS]
+    keys: list[str] = []
+    for f in spikes:
+        for k in f.measures:
+            if k not in keys:
+                keys.append(k)
+    first = [k for k in _SPIKE_COLUMNS if k in keys]
+    return first + sorted(k for k in keys if k not in first), spikes
+
+
+def _metadata(diagnosis: Diagnosis, redact: bool) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
+    run = diagnosis.run
+    meta: list[tuple[str, str]] = [("format", run.format), ("steps", f"{run.first_step:,}–{run.last_step:,}")]
+    if not redact:
+        meta.insert(0, ("path", str(run.path)))
+    for key, value in _flatten(run.metadata):
+        if key == "checkpoints" and isinstance(value, list):
+            value = f"{len(value)} saved: " + ", ".join(f"{int(s):,}" for s in sorted(value)[:10]) + (" …" if len(value) > 10 else "")
+        if redact and (_SENSITIVE_KEY.search(key) or (isinstance(value, str) and _PATHLIKE.search(value))):
+            continue
+        meta.append((key, _short(value)))
+    config = [] if redact else [(k, _short(v)) for k, v in _flatten(run.config)]
+    return meta, config, len(_flatten(run.config))
+
+
+def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: bool = False) -> dict[str, Any]:
+    """Everything the templates need, computed once (templates hold no logic beyond loops)."""
+    from forensics.checklists import run_metrics
+    from forensics.report.charts import build_panels
+
+    run = diagnosis.run
+    panels = build_panels(run, diagnosis.findings)
+    ranked = diagnosis.ranked()
+    rollbacks: dict[int, list[Any]] = {}
+    for rb in diagnosis.rollbacks:
+        rollbacks.setdefault(id(rb.finding), []).append(rb)
+    items = [
+        {"f": f, "kind": f.kind.value, "prescription": diagnosis.prescription_for(f), "entry": TABLE.get(f.kind), "rollbacks": rollbacks.get(id(f), [])}
+        for f in ranked
+    ]
+    kinds_present = []
+    for f in ranked:
+        if f.kind in TABLE and TABLE[f.kind] not in kinds_present and f.severity.value != "info":
+            kinds_present.append(TABLE[f.kind])
+    spike_keys, spikes = _spike_table(diagnosis.findings)
+    meta, config, n_config = _metadata(diagnosis, redact)
+    notes = [redact_text(n) if redact else n for n in run.notes]
+    segments = int(run.frame.get_column("segment").max() or 0) if run.frame.height else 0
+    unmapped = run.unmapped_tags()
+    counts = {s: sum(1 for f in diagnosis.findings if f.severity.value == s) for s in ("fatal", "critical", "warning", "info")}
+    if plotlyjs not in ("inline", "cdn"):
+        raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
+    cdn_url, cdn_sri = _plotly_cdn() if plotlyjs == "cdn" else ("", "")
+    return {
+        "run": run,
+        "metrics": run_metrics(run),
+        "redact": redact,
+        "verdict": diagnosis.verdict,
+        "light": LIGHTS[diagnosis.verdict],
+        "counts": counts,
+        "timeline": diagnosis.timeline,
+        "items": items,
+        "investigation": diagnosis.investigation,
+        "area_titles": AREA_TITLES,
+        "rollbacks": diagnosis.rollbacks,
+        "panels": panels,
+        "spike_keys": spike_keys,
+        "spikes": spikes,
+        "phases": diagnosis.phases,
+        "coverage": diagnosis.coverage,
+        "kinds_present": kinds_present,
+        "standing": STANDING_GUIDANCE,
+        "meta": meta,
+        "config": config,
+        "n_config": n_config,
+        "notes": notes,
+        "restarts": segments,
+        "unmapped": unmapped,
+        "plotlyjs": plotlyjs,
+        "plotly_inline": _plotly_inline() if plotlyjs == "inline" else "",
+        "cdn_url": cdn_url,
+        "cdn_sri": cdn_sri,
+        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "version": _version(),
+    }
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("forensics")
+    except Exception:  # not installed (running from a checkout)
+        return "dev"
+
+
+def render_html(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: bool = False) -> str:
+    """The report as one HTML page.
+
+    Args:
+        diagnosis: what :func:`forensics.diagnosis.diagnose` returned.
+        plotlyjs: ``"inline"`` embeds plotly.js once so the page works offline (about 5 MB);
+            ``"cdn"`` loads it from cdn.plot.ly (a small file that needs the network).
+        redact: leave out paths, host names and config values, for sharing outside the team.
+    """
+    from markupsafe import Markup
+
+    ctx = build_context(diagnosis, plotlyjs=plotlyjs, redact=redact)
+    # plotly.js is our own bundled file, not log data; it contains no "</script".
+    ctx["plotly_inline"] = Markup(ctx["plotly_inline"])
+    ctx["panel_json"] = [Markup(p.json()) for p in ctx["panels"]]
+    return _env().get_template("report.html").render(**ctx)

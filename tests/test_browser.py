@@ -1,0 +1,67 @@
+"""The report in a real browser: headless Chromium renders every chart with no console error.
+
+Skipped when no Chromium is installed (Debian: ``apt-get update && apt-get install -y chromium``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from test_report import _evil_run, full_run
+
+from forensics.diagnosis import diagnose
+from forensics.report import render_html
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.browser
+
+
+def _checker():
+    spec = importlib.util.spec_from_file_location("browser_check", ROOT / "scripts" / "browser_check.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if mod.find_browser() is None:
+        pytest.skip("no chromium on PATH; install it with: apt-get update && apt-get install -y chromium")
+    return mod
+
+
+def test_full_report_renders_in_chromium(tmp_path: Path) -> None:
+    """Every panel of a full offline report is drawn by plotly, no console message, screenshot taken."""
+    bc = _checker()
+    run, fs = full_run()
+    page = tmp_path / "full.html"
+    page.write_text(render_html(diagnose(run, fs)), encoding="utf-8")
+    shot = tmp_path / "full.png"
+    res = bc.check_report(page, shot)
+    assert res["console"] == [] and res["page_errors"] == ""
+    assert res["charts"] == res["charts_rendered"] == res["plot_containers"] == 11
+    assert res["ok"] is True
+    assert shot.stat().st_size > 20_000
+    from PIL import Image
+
+    colours = Image.open(shot).convert("RGB").resize((64, 64)).getcolors(64 * 64)
+    assert colours is not None and len(colours) > 20  # not a blank page
+
+
+def test_hostile_names_stay_inert_in_chromium(tmp_path: Path) -> None:
+    """A report whose tags and names hold script tags runs no injected script in the browser."""
+    bc = _checker()
+    run, fs = _evil_run()
+    page = tmp_path / "evil.html"
+    page.write_text(render_html(diagnose(run, fs)), encoding="utf-8")
+    res = bc.check_report(page)
+    assert res["ok"] is True, res  # an executed alert() would be a console/page event or break rendering
+
+
+def test_checker_catches_a_broken_page(tmp_path: Path) -> None:
+    """The check itself fails on a page that throws, so a pass means something."""
+    bc = _checker()
+    run, fs = full_run(1200)
+    text = render_html(diagnose(run, fs)).replace("</body>", "<script>throw new Error('boom')</script></body>")
+    page = tmp_path / "broken.html"
+    page.write_text(text, encoding="utf-8")
+    res = bc.check_report(page)
+    assert res["ok"] is False and "boom" in str(res["page_errors"])

@@ -1,0 +1,215 @@
+"""Diagnosis: verdict, findings document, timeline, order of investigation, rollback, checklists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame
+
+from forensics.checklists import FAIL, NA, PASS
+from forensics.diagnosis import diagnose, rollback_advice, verdict_of
+from forensics.findings import Finding
+from forensics.run import Run
+
+SCHEMA = Path(__file__).resolve().parents[1] / "forensics" / "schemas" / "findings.schema.json"
+
+
+def _run(n: int = 3000, every: int = 1, lr: float | None = 3e-4, extra: dict | None = None) -> Run:
+    s, loss = healthy_loss(n, every=every)
+    gs, gn = healthy_grad_norm(n, every=every)
+    series = {"train/loss": (s, loss), "grad_norm": (gs, gn)}
+    if lr is not None:
+        series["lr"] = (s, np.full(len(s), lr))
+    series.update(extra or {})
+    return run_from_frame(long_frame(series))
+
+
+def _spike(step: int, cls: str = "pathological", sev: str = "critical") -> Finding:
+    return Finding("loss_spike", sev, "loss", step, f"spike at {step}", peak_step=step + 2, end_step=step + 20, measures={"classification": cls, "height": 2.5})
+
+
+@pytest.mark.parametrize(
+    "severities, verdict",
+    [([], "healthy"), (["info"], "healthy"), (["info", "warning"], "warning"), (["warning", "critical"], "critical"), (["critical", "fatal", "info"], "fatal")],
+)
+def test_verdict_is_the_worst_light(severities: list[str], verdict: str) -> None:
+    """The verdict is the highest severity, healthy when nothing is above info."""
+    fs = [Finding("plateau", s, "loss", i, "x") for i, s in enumerate(severities)]
+    assert verdict_of(fs) == verdict
+    assert diagnose(_run(300), fs).verdict == verdict
+
+
+def test_document_follows_schema_version_1() -> None:
+    """to_document has the contract's keys in order, keeps step order, and is strict JSON."""
+    run = _run()
+    fs = [Finding("grad_norm_drift", "warning", "grad_norm", 500, "climb"), _spike(1200, "physiological", "info"), _spike(2000)]
+    doc = diagnose(run, fs).to_document()
+    assert list(doc) == ["schema_version", "run", "verdict", "findings"]
+    assert doc["schema_version"] == 1
+    assert list(doc["run"]) == ["name", "path", "format", "first_step", "last_step", "metrics"]
+    assert doc["run"]["metrics"] == {"grad_norm": "grad_norm", "loss": "train/loss", "lr": "lr"}
+    assert (doc["run"]["first_step"], doc["run"]["last_step"]) == (0, 2999)
+    assert [f["start_step"] for f in doc["findings"]] == [500, 1200, 2000]
+    assert doc["verdict"] == "critical"
+    assert all(f["prescription"] for f in doc["findings"])
+    assert "No action" in doc["findings"][1]["prescription"]
+    json.dumps(doc, allow_nan=False)
+    if SCHEMA.is_file():
+        import jsonschema
+
+        jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+
+
+def test_ranked_puts_the_worst_first() -> None:
+    """The report's order: severity first, then onset."""
+    fs = [Finding("plateau", "warning", "loss", 10, "a"), Finding("nan_inf", "fatal", "loss", 900, "b"), Finding("stall", "critical", None, 50, "c")]
+    assert [f.summary for f in diagnose(_run(1000), fs).ranked()] == ["b", "c", "a"]
+
+
+def test_timeline_names_the_first_mover_and_the_lag() -> None:
+    """Grad norm climbing at 6500, loss spiking at 8000: the grad norm moved first, 1500 steps earlier."""
+    fs = [
+        _spike(1000, "physiological", "info"),  # a recovered spike is not part of the story
+        Finding("grad_norm_drift", "warning", "grad_norm", 6500, "climb", end_step=9000),
+        _spike(8000),
+        Finding("eval_regression", "warning", "eval/mmlu", 8000, "mmlu fell"),
+    ]
+    tl = diagnose(_run(300), fs).timeline
+    assert tl is not None
+    assert [(m.metric, m.step, m.lag) for m in tl.movers] == [("grad_norm", 6500, 0), ("loss", 8000, 1500), ("eval/mmlu", 8000, 1500)]
+    assert "gradient norm moved first" in tl.sentence()
+    assert "1,500 steps later" in tl.sentence()
+
+
+def test_timeline_without_findings() -> None:
+    """No actionable finding: the timeline says nothing moved."""
+    tl = diagnose(_run(300), []).timeline
+    assert tl is not None and tl.movers == [] and "No vital sign" in tl.sentence()
+
+
+def test_investigation_goes_data_optimizer_layers() -> None:
+    """The order of investigation puts data first, then the optimizer, then the layers."""
+    fs = [Finding("grad_norm_drift", "warning", "grad_norm", 500, "climb"), _spike(900)]
+    areas = [inv.area for inv in diagnose(_run(), fs).investigation]
+    assert areas[:3] == ["data", "optimizer", "layers"]
+
+
+def test_rollback_uses_saved_checkpoints() -> None:
+    """With checkpoint folders beside the log, advise the latest one before the last healthy step."""
+    run = _run()
+    run.metadata["checkpoints"] = [500, 1000, 1500, 2000, 2500]
+    (rb,) = rollback_advice(run, [_spike(1700)])
+    assert rb.rollback and rb.last_healthy_step == 1699 and rb.checkpoint_step == 1500
+    assert rb.lr_cut == (0.2, 0.5)
+    assert rb.new_lr == pytest.approx((1.5e-4, 2.4e-4))
+    assert "checkpoint folders" in rb.checkpoint_source
+
+
+def test_rollback_with_no_checkpoint_before_onset() -> None:
+    """Saved checkpoints all after the onset: no checkpoint to advise, and the advice says so."""
+    run = _run()
+    run.metadata["checkpoints"] = [2500]
+    (rb,) = rollback_advice(run, [_spike(1700)])
+    assert rb.checkpoint_step is None and "no saved checkpoint" in rb.checkpoint_source
+
+
+@pytest.mark.parametrize(
+    "config, every, expected, source",
+    [({"save_steps": 200}, None, 1600, "save_steps = 200"), ({"checkpoint": {"interval": 300}}, None, 1500, "checkpoint.interval"),
+     ({}, 250, 1500, "--checkpoint-every 250"), ({}, None, 1500, "every 500 steps")],
+)
+def test_rollback_interval_sources(config: dict, every: int | None, expected: int, source: str) -> None:
+    """Interval from the log's config, else --checkpoint-every, else the article's 500."""
+    run = _run()
+    run.config.update(config)
+    (rb,) = diagnose(run, [_spike(1700)], checkpoint_every=every).rollbacks
+    assert rb.checkpoint_step == expected
+    assert source in rb.checkpoint_source
+
+
+def test_last_healthy_step_is_a_logged_step() -> None:
+    """With a point every 10 steps, the last healthy step is the last logged one before the onset."""
+    (rb,) = rollback_advice(_run(3000, every=10), [_spike(1705)])
+    assert rb.last_healthy_step == 1700
+
+
+def test_episode_onset_reaches_back_to_an_ongoing_drift() -> None:
+    """A spike during an ongoing grad-norm climb rolls back to before the climb."""
+    fs = [Finding("grad_norm_drift", "warning", "grad_norm", 1100, "climb", end_step=2999), _spike(2000)]
+    rbs = {rb.finding.kind.value: rb for rb in diagnose(_run(), fs).rollbacks}
+    assert rbs["loss_spike"].onset_step == 1100 and rbs["loss_spike"].checkpoint_step == 1000
+    drift = rbs["grad_norm_drift"]
+    assert drift.rollback is False and drift.new_lr == pytest.approx((1e-4, 1e-4))
+
+
+@pytest.mark.parametrize(
+    "finding, cut",
+    [(Finding("divergence", "fatal", "loss", 2000, "d"), (0.1, 0.1)), (Finding("nan_inf", "critical", "loss", 2000, "n"), (0.1, 0.1)),
+     (_spike(2000, "unresolved", "warning"), (0.2, 0.5))],
+)
+def test_lr_cut_per_event(finding: Finding, cut: tuple[float, float]) -> None:
+    """Red-light rollback cuts 10%; an unresolved spike gets the spike's 20-50%."""
+    (rb,) = rollback_advice(_run(), [finding])
+    assert rb.lr_cut == cut
+
+
+def test_no_rollback_for_benign_findings() -> None:
+    """Recovered spikes, plateaus and notes get no rollback advice."""
+    fs = [_spike(500, "physiological", "info"), _spike(900, "beneficial", "warning"), Finding("plateau", "warning", "loss", 1000, "p")]
+    assert rollback_advice(_run(), fs) == []
+
+
+def _items(diag, phase: str) -> dict[str, tuple[str, str]]:
+    ph = next(p for p in diag.phases if p.key == phase)
+    return {i.question: (i.status, i.evidence) for i in ph.items}
+
+
+def test_checklists_on_a_healthy_run() -> None:
+    """A clean run passes the start-up items it can measure; the rest are not measurable."""
+    items = _items(diagnose(_run(6000), []), "startup")
+    status = {q.split("?")[0]: s for q, (s, _) in items.items()}
+    assert status["Does the gradient norm settle into a stable range (not keep diverging)"] == PASS
+    assert status["Is the loss falling at the expected pace"] == PASS
+    assert status["Any NaN or Inf at some step"] == PASS
+    assert status["Are per-layer activation ranges reasonable"] == NA
+    assert status["Does data-loading throughput reach the expected level"] == NA
+    assert len(items) == 5
+    diag = diagnose(_run(6000), [])
+    assert [len(p.items) for p in diag.phases] == [5, 6, 4]
+
+
+def test_checklist_nan_item_fails_with_evidence() -> None:
+    """A NaN in the start-up phase fails the NaN item and names the step."""
+    s, loss = healthy_loss(3000)
+    loss[400] = np.nan
+    gs, gn = healthy_grad_norm(3000)
+    run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (gs, gn)}))
+    status, evidence = _items(diagnose(run, []), "startup")["Any NaN or Inf at some step?"]
+    assert status == FAIL and "400" in evidence
+
+
+def test_checklist_reads_findings() -> None:
+    """A grad-norm drift in the middle phase fails the 'falls with the loss' item, quoting the finding."""
+    diag = diagnose(_run(6000), [Finding("grad_norm_drift", "warning", "grad_norm", 1500, "grad norm climbing 3x")])
+    status, evidence = _items(diag, "middle")["Does the gradient norm fall along with the loss?"]
+    assert status == FAIL and "1,500" in evidence
+
+
+def test_short_run_has_no_middle_phase() -> None:
+    """A 1500-step run: every middle item is not measurable, with the reason."""
+    items = _items(diagnose(_run(1500), []), "middle")
+    assert all(s == NA and "too short" in e for s, e in items.values())
+
+
+def test_coverage_against_the_cadence_table() -> None:
+    """Missing vital signs are named; a validation loss every 5000 steps is sparser than the article's 2000."""
+    vs = np.arange(0, 30000, 5000)
+    run = _run(30000, every=50, extra={"val/loss": (vs, np.linspace(3, 2, len(vs)))})
+    rows = {c.signs: c for c in diagnose(run, []).coverage}
+    assert rows["per-layer grad norm"].logged is False
+    assert rows["validation loss"].logged and rows["validation loss"].sparse
+    core = rows["loss, grad norm, param norm"]
+    assert core.logged and not core.sparse and "missing: param_norm" in core.observed

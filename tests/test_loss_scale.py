@@ -1,0 +1,116 @@
+"""loss_scale_drop: calibration, cascades, overflow lines, sustained declines, spikes in the same step."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from forensics.detectors import loss_scale
+from forensics.detectors.loss_scale import LossScaleDetector
+from forensics.detectors.spikes import SpikeDetector
+from forensics.findings import FindingKind, Severity
+from synthetic import healthy_loss, long_frame, run_from_frame, spiky_loss
+
+
+def _run(**series):
+    return run_from_frame(long_frame({k.replace("__", "/"): v for k, v in series.items()}))
+
+
+def scaler(n: int, *, start: float = 2.0**16, overflows: tuple[int, ...] = (), growth: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    """A GradScaler-like scale logged after each step: halves at each overflow step, doubles after
+    `growth` clean steps. Returns (steps, scale)."""
+    steps = np.arange(n)
+    scale = np.empty(n)
+    cur, clean, over = start, 0, set(overflows)
+    for i in steps:
+        if i in over:
+            cur, clean = cur / 2, 0
+        else:
+            clean += 1
+            if clean == growth:
+                cur, clean = cur * 2, 0
+        scale[i] = cur
+    return steps, scale
+
+
+def _drops(run):
+    return [f for f in LossScaleDetector().detect(run) if f.kind is FindingKind.LOSS_SCALE_DROP]
+
+
+def test_calibration_at_the_start_is_info():
+    """Eight halvings in the first eight steps (the scaler finding its level): one info finding."""
+    s, sc = scaler(3000, start=2.0**24, overflows=tuple(range(8)), growth=5000)
+    (f,) = _drops(_run(train__loss=healthy_loss(3000), loss_scale=(s, sc)))
+    assert f.severity is Severity.INFO and f.measures["calibration"] is True
+    assert f.measures["halvings"] == 7  # the first halving happens before the first logged value
+    assert f.measures["to_scale"] == 2.0**16
+
+
+def test_later_cascade_is_a_warning_with_from_to_and_steps():
+    """Four halvings at steps 1500-1530 (the article's 2^24 -> 2^16 is this, twice over): warning."""
+    s, sc = scaler(3000, start=2.0**24, overflows=(1500, 1510, 1520, 1530), growth=5000)
+    (f,) = _drops(_run(train__loss=healthy_loss(3000), loss_scale=(s, sc)))
+    assert f.severity is Severity.WARNING and f.measures["calibration"] is False
+    assert (f.start_step, f.end_step) == (1500, 1530)
+    assert (f.measures["from_scale"], f.measures["to_scale"], f.measures["halvings"]) == (2.0**24, 2.0**20, 4)
+
+
+def test_ordinary_scaler_sawtooth_is_quiet():
+    """Single overflows now and then with regrowth in between are normal dynamic scaling: nothing reported."""
+    s, sc = scaler(8000, overflows=(900, 2500, 4100, 6000))
+    run = _run(train__loss=healthy_loss(8000), loss_scale=(s, sc))
+    assert _drops(run) == []
+    assert any("single loss-scale halving" in n for n in run.notes)
+
+
+def test_halving_at_a_spike_is_a_warning_and_the_spike_says_overflow():
+    """One halving in the step of a loss spike: warning here, cause numeric_overflow on the spike."""
+    (ls, lv), _ = spiky_loss(3000, spikes=[dict(at=2000, height=1.5)])
+    s, sc = scaler(3000, overflows=(2000,), growth=5000)
+    run = _run(train__loss=(ls, lv), loss_scale=(s, sc))
+    (f,) = _drops(run)
+    assert f.severity is Severity.WARNING and f.measures["coincides_with_spike"] is True
+    assert f.measures["spike_step"] == 2000
+    (spike,) = [x for x in SpikeDetector().detect(run) if x.kind is FindingKind.LOSS_SPIKE]
+    assert spike.measures["cause"] == "numeric_overflow"
+
+
+def test_overflow_lines_without_a_scale_series():
+    """DeepSpeed-style overflow steps only: a later burst of 3 is a warning cascade from the overflow source."""
+    steps = np.array([3, 4, 5, 4000, 4001, 4003])
+    frame = long_frame({"train/loss": healthy_loss(6000), "overflow": (steps, np.ones(len(steps)))})
+    # The text-log importer maps its overflow lines to the canonical "overflow" metric.
+    frame = frame.with_columns(
+        pl.when(pl.col("tag") == "overflow").then(pl.lit("overflow")).otherwise(pl.col("metric")).alias("metric"))
+    run = run_from_frame(frame)
+    found = _drops(run)
+    assert [(f.start_step, f.severity, f.measures["halvings"]) for f in found] == [
+        (3, Severity.INFO, 3.0), (4000, Severity.WARNING, 3.0)]
+    assert all(f.measures["source"] == "overflow" and f.measures["from_scale"] is None for f in found)
+
+
+def test_sustained_decline_over_separate_drops():
+    """Halvings at 2000, 3500, 5000 and no regrowth: a sustained decline of 3 halvings (warning)."""
+    s, sc = scaler(9000, overflows=(2000, 3500, 5000), growth=100000)
+    found = _drops(_run(train__loss=healthy_loss(9000), loss_scale=(s, sc)))
+    (d,) = [f for f in found if f.measures["pattern"] == "sustained_decline"]
+    assert d.severity is Severity.WARNING and d.measures["halvings"] == 3 and d.measures["drops"] == 3
+    assert d.start_step == 2000
+
+
+def test_no_scale_series_is_noted():
+    """bf16 runs log no loss scale: nothing reported, a note says why."""
+    run = _run(train__loss=healthy_loss(500))
+    assert _drops(run) == [] and any(n.startswith("loss_scale: not run") for n in run.notes)
+
+
+def test_measures_documented():
+    """Each measures key appears in the module docstring's table."""
+    documented = set(re.findall(r"^\| (\w+) \|", loss_scale.__doc__ or "", re.M))
+    s, sc = scaler(9000, overflows=(10, 2000, 2010, 2020, 3500, 5000), growth=100000)
+    found = _drops(_run(train__loss=healthy_loss(9000), loss_scale=(s, sc)))
+    assert {f.measures["pattern"] for f in found} == {"cascade", "sustained_decline"}
+    for f in found:
+        assert set(f.measures) <= documented

@@ -1,0 +1,141 @@
+"""nan_inf and divergence on seeded synthetic runs with injected ground truth."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from forensics.detectors import divergence, nan_inf
+from forensics.detectors.divergence import DivergenceDetector
+from forensics.detectors.nan_inf import NanInfDetector
+from forensics.findings import FindingKind, Severity
+from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame, spike_factor
+
+
+def _run(**series):
+    return run_from_frame(long_frame({k.replace("__", "/"): v for k, v in series.items()}))
+
+
+def _documented(module) -> set[str]:
+    return set(re.findall(r"^\| (\w+) \|", module.__doc__ or "", re.M))
+
+
+# -- nan_inf ---------------------------------------------------------------------------------------
+def test_isolated_nan_is_critical_at_its_step():
+    """One NaN loss at step 1234, finite again next step: critical, onset 1234, recovered 1235."""
+    s, v = healthy_loss(3000)
+    v[1234] = np.nan
+    (f,) = NanInfDetector().detect(_run(train__loss=(s, v)))
+    assert (f.kind, f.severity, f.metric, f.start_step) == (FindingKind.NAN_INF, Severity.CRITICAL, "loss", 1234)
+    assert f.measures["recovered_step"] == 1235 and f.measures["persistent"] is False
+    assert f.measures["first_bad_value"] == "nan" and f.measures["last_finite_step"] == 1233
+
+
+def test_persisting_nan_is_fatal():
+    """Loss and grad norm NaN from step 2000 to the end: two fatal findings starting at 2000."""
+    s, v = healthy_loss(3000)
+    gs, g = healthy_grad_norm(3000)
+    v[2000:] = np.nan
+    g[2000:] = np.inf
+    found = NanInfDetector().detect(_run(train__loss=(s, v), train__grad_norm=(gs, g)))
+    assert {(f.metric, f.severity, f.start_step) for f in found} == {
+        ("loss", Severity.FATAL, 2000), ("grad_norm", Severity.FATAL, 2000)}
+    assert {f.measures["first_bad_value"] for f in found} == {"nan", "inf"}
+
+
+def test_isolated_then_persisting():
+    """An isolated Inf at 500, then NaN for good from 2500: fatal, first step 500, persistent from 2500."""
+    s, v = healthy_loss(3000)
+    v[500] = np.inf
+    v[2500:] = np.nan
+    (f,) = NanInfDetector().detect(_run(train__loss=(s, v)))
+    assert f.severity is Severity.FATAL and f.start_step == 500
+    assert f.measures["persistent_from"] == 2500 and f.measures["bad_runs"] == 2
+
+
+def test_nan_tail_shared_with_memory_is_missing_data():
+    """A 'nan' tail that the memory readings share (a padded record) is noted, not reported."""
+    s, v = healthy_loss(3000, every=5)
+    mem = np.full(len(s), 2.0e10)
+    v[-20:] = np.nan
+    mem[-20:] = np.nan
+    run = _run(lm_loss=(s, v), mem_allocated_bytes=(s, mem))
+    assert NanInfDetector().detect(run) == []
+    assert any("missing values" in n for n in run.notes)
+
+
+def test_nan_inf_measures_documented():
+    """Each measures key appears in the module docstring's table."""
+    s, v = healthy_loss(300)
+    v[100] = np.nan
+    (f,) = NanInfDetector().detect(_run(train__loss=(s, v)))
+    assert set(f.measures) <= _documented(nan_inf)
+
+
+# -- divergence ------------------------------------------------------------------------------------
+def _diverging(n: int = 4000, at: int = 2000, loss_up: float = 0.6, gn_up: float = 4.0, tau: float = 150.0,
+               seed: int = 0):
+    """Loss and grad norm ramp up together from `at` (1 - exp(-t/tau)) and stay up."""
+    s, v = healthy_loss(n, seed=seed)
+    gs, g = healthy_grad_norm(n, seed=seed + 1)
+    ramp = np.where(s >= at, 1 - np.exp(-(s - at) / tau), 0.0)
+    return s, v * (1 + loss_up * ramp), g * (1 + (gn_up - 1) * ramp)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_divergence_is_fatal_with_its_onset(seed: int):
+    """Loss +60% and grad norm x4 from step 2000, never back: fatal, onset within 60 steps of 2000."""
+    s, v, g = _diverging(seed=seed)
+    (f,) = DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    assert f.kind is FindingKind.DIVERGENCE and f.severity is Severity.FATAL
+    assert 1990 <= f.start_step <= 2060
+    assert f.measures["confirmed"] is True and f.measures["grad_norm_ratio"] > 2.5
+    assert f.measures["loss_rise_rel"] == pytest.approx(0.6, abs=0.15)
+    assert set(f.measures) <= _documented(divergence)
+
+
+def test_loss_rise_without_grad_norm_is_not_divergence():
+    """The loss rising alone (grad norm flat) is not this detector's red light."""
+    s, v, _ = _diverging()
+    _, g = healthy_grad_norm(4000)
+    assert DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g))) == []
+
+
+def test_rise_that_comes_back_within_the_window_is_not_divergence():
+    """Both rise at 2000 and are back by ~2300: a pathological-looking bump, not a divergence."""
+    s, v = healthy_loss(4000)
+    gs, g = healthy_grad_norm(4000)
+    bump = spike_factor(s, 2000, 0.5, width=150, tau=40)
+    assert DivergenceDetector().detect(_run(train__loss=(s, v * bump), train__grad_norm=(gs, g * bump**2))) == []
+
+
+def test_divergence_ending_in_nan():
+    """A rise that turns into NaN 300 steps later is confirmed at once (fatal, ended_nonfinite)."""
+    s, v, g = _diverging(n=4000, at=2000, tau=100)
+    v[2300:] = np.nan
+    g[2300:] = np.nan
+    (f,) = DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    assert f.severity is Severity.FATAL and f.measures["ended_nonfinite"] is True
+
+
+def test_divergence_cut_short_by_the_log_is_critical():
+    """The log ends 250 steps into the rise: critical, not confirmed."""
+    s, v, g = _diverging(n=2250, at=2000, tau=60)
+    (f,) = DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    assert f.severity is Severity.CRITICAL and f.measures["confirmed"] is False
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_healthy_runs_do_not_diverge(seed: int):
+    """A healthy run, falling start included, gives no divergence and no NaN."""
+    run = _run(train__loss=healthy_loss(5000, seed=seed), train__grad_norm=healthy_grad_norm(5000, seed=seed + 9))
+    assert DivergenceDetector().detect(run) == [] and NanInfDetector().detect(run) == []
+
+
+def test_missing_grad_norm_is_noted():
+    """Without a grad-norm series the detector says so in the run notes."""
+    run = _run(train__loss=healthy_loss(500))
+    assert DivergenceDetector().detect(run) == []
+    assert any(n.startswith("divergence: not run") for n in run.notes)

@@ -1,0 +1,88 @@
+"""periodic_spikes: regular and shrinking intervals, periods the log reveals, no pattern in chance spikes."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from forensics.detectors import periodic
+from forensics.detectors.periodic import PeriodicSpikeDetector
+from forensics.findings import FindingKind, Severity
+from synthetic import healthy_grad_norm, long_frame, run_from_frame, spiky_loss
+
+
+def _run(n: int, at: list[int], *, seed: int = 0, every: int = 1, **extra):
+    (s, v), _ = spiky_loss(n, seed=seed, every=every, spikes=[dict(at=a, height=0.8, tau=10) for a in at])
+    series = {"train/loss": (s, v)}
+    series.update({k.replace("__", "/"): fn(s) for k, fn in extra.items()})  # fn(steps) -> (steps, values)
+    return run_from_frame(long_frame(series))
+
+
+def _periodic(run, **params):
+    return [f for f in PeriodicSpikeDetector(**params).detect(run) if f.kind is FindingKind.PERIODIC_SPIKES]
+
+
+def test_regular_spikes_are_a_warning_with_their_period():
+    """Spikes every 700 steps from step 1000: warning, period 700, count 5."""
+    (f,) = _periodic(_run(5000, [1000, 1700, 2400, 3100, 3800]))
+    assert f.severity is Severity.WARNING and f.metric == "loss"
+    assert f.measures["period_steps"] == pytest.approx(700, abs=2)
+    assert f.measures["count"] == 5 and f.start_step == 1000 and f.end_step == 3800
+    assert f.measures["shrinking"] is False
+
+
+def test_shrinking_intervals_are_critical():
+    """Intervals 1200, 1000, 800, 600 (the article's data-refresh pattern): critical, trend negative."""
+    (f,) = _periodic(_run(5000, [600, 1800, 2800, 3600, 4200]))
+    assert f.severity is Severity.CRITICAL and f.measures["shrinking"] is True
+    assert f.measures["interval_trend"] == pytest.approx(-200, abs=5)
+    assert f.measures["first_interval"] > f.measures["last_interval"]
+
+
+def test_spikes_at_epoch_starts_match_the_epoch_length():
+    """Spikes at each epoch start (epoch = 800 steps) plus two unrelated ones: matched to the epoch."""
+    at = [800, 1600, 2400, 3200, 4000, 1234, 2950]
+    run = _run(4600, sorted(at), train__epoch=lambda s: (s, s / 800.0))
+    (f,) = _periodic(run)
+    assert f.measures["matches"] == "epoch" and f.measures["matched_period_steps"] == pytest.approx(800)
+    assert f.measures["count"] == 5 and abs(f.measures["phase_steps"]) <= 2
+
+
+def test_regular_spikes_matched_to_the_eval_interval():
+    """Spikes every 500 steps, evals every 250: matched to the eval interval, multiple 2."""
+    run = _run(4000, [1000, 1500, 2000, 2500, 3000],
+               val__loss=lambda s: (s[::250], np.full(len(s[::250]), 3.0)))
+    (f,) = _periodic(run)
+    assert f.measures["matches"] == "eval_interval" and f.measures["multiple"] == 2
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chance_spikes_make_no_pattern(seed: int):
+    """Six spikes at random steps are not called periodic."""
+    rng = np.random.default_rng(seed)
+    at = sorted(rng.choice(np.arange(300, 9500, 50), 6, replace=False).tolist())
+    assert _periodic(_run(10000, at, seed=seed)) == []
+
+
+def test_too_few_spikes():
+    """Three regular spikes are below min_count."""
+    assert _periodic(_run(4000, [1000, 2000, 3000])) == []
+
+
+def test_grad_norm_periodicity_is_reported_on_the_grad_norm():
+    """Periodic grad-norm spikes give a finding with metric grad_norm."""
+    s, g = healthy_grad_norm(5000)
+    g = g * np.where(np.isin(s, [1000, 1800, 2600, 3400, 4200]), 6.0, 1.0)
+    run = run_from_frame(long_frame({"train/grad_norm": (s, g)}))
+    (f,) = _periodic(run)
+    assert f.metric == "grad_norm" and f.measures["period_steps"] == pytest.approx(800)
+
+
+def test_every_measure_key_is_documented():
+    """Each measures key appears in the module docstring's table."""
+    documented = set(re.findall(r"^\| (\w+)(?: / (\w+))? \|", periodic.__doc__ or "", re.M))
+    names = {n for pair in documented for n in pair if n}
+    (f,) = _periodic(_run(5000, [1000, 1700, 2400, 3100, 3800]))
+    assert set(f.measures) <= names, set(f.measures) - names

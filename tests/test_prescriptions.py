@@ -1,0 +1,86 @@
+"""The symptom -> causes -> prescription table (article section 7.1) as data."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from forensics.findings import Finding, FindingKind
+from forensics.prescriptions import AREAS, STANDING_GUIDANCE, TABLE, needs_action, prescribe
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "forensics" / "report" / "templates"
+
+
+@pytest.mark.parametrize("kind", list(FindingKind))
+def test_every_kind_has_an_entry_and_a_partial(kind: FindingKind) -> None:
+    """Each finding kind has a table entry with causes and a treatment, and its own report partial."""
+    p = TABLE[kind]
+    assert p.kind is kind
+    assert p.symptom and p.causes and p.treatment
+    assert (TEMPLATES / "findings" / f"_{kind.value}.html").is_file()
+
+
+def test_the_articles_seven_rows_are_covered() -> None:
+    """Every row of the article's table is followed by a kind or by standing guidance."""
+    rows = {p.article_row for p in TABLE.values()} | {p.article_row for p in STANDING_GUIDANCE}
+    assert {1, 2, 3, 4, 5, 6, 7} <= rows
+    # The two rows without a finding kind of their own are standing guidance.
+    assert {p.article_row for p in STANDING_GUIDANCE} == {6, 7}
+    assert all(p.kind is None for p in STANDING_GUIDANCE)
+
+
+def test_row_assignments_follow_the_article() -> None:
+    """Kinds sit on the article row whose symptom they detect."""
+    assert TABLE[FindingKind.GRAD_NORM_DRIFT].article_row == 1
+    assert TABLE[FindingKind.LOSS_SPIKE].article_row == 2
+    assert TABLE[FindingKind.NAN_INF].article_row == 3
+    assert TABLE[FindingKind.OVERFITTING].article_row == 4
+    assert TABLE[FindingKind.PARAM_NORM_JUMP].article_row == 5
+    assert TABLE[FindingKind.THROUGHPUT_DROP].article_row == 7
+
+
+def test_checks_use_known_areas_and_english() -> None:
+    """Every check names a known area; no text is left in the article's language."""
+    cjk = re.compile(r"[\u3000-\u9fff\uff00-\uffef]")
+    for p in list(TABLE.values()) + list(STANDING_GUIDANCE):
+        for chk in p.checks:
+            assert chk.area in AREAS
+        texts = [p.symptom, p.treatment, *p.causes, *(c.text for c in p.checks), *p.variants.values()]
+        assert not any(cjk.search(t) for t in texts), p.symptom
+
+
+@pytest.mark.parametrize(
+    "classification, expected",
+    [("physiological", "No action"), ("beneficial", "No action"), ("pathological", "20-50%"), ("unresolved", "500 steps")],
+)
+def test_spike_prescription_follows_the_classification(classification: str, expected: str) -> None:
+    """A recovered spike is left alone; a non-recovering one gets the rollback and the 20-50% cut."""
+    f = Finding("loss_spike", "warning", "loss", 100, "s", measures={"classification": classification})
+    assert expected in prescribe(f)
+
+
+def test_lr_cuts_match_the_article() -> None:
+    """The three learning-rate cuts: 20-50% for a spike, 10% on red light, a third for drift first aid."""
+    assert "20-50%" in TABLE[FindingKind.LOSS_SPIKE].treatment
+    assert "10%" in TABLE[FindingKind.DIVERGENCE].treatment
+    assert "a third" in TABLE[FindingKind.GRAD_NORM_DRIFT].treatment
+
+
+def test_severity_variant() -> None:
+    """A critical grad-norm spike (past 3x baseline) gets the orange-light advice."""
+    mild = Finding("grad_norm_spike", "warning", "grad_norm", 5, "s")
+    bad = Finding("grad_norm_spike", "critical", "grad_norm", 5, "s")
+    assert prescribe(mild) != prescribe(bad)
+    assert "Orange" in prescribe(bad)
+
+
+@pytest.mark.parametrize(
+    "severity, classification, expected",
+    [("info", None, False), ("warning", "physiological", False), ("warning", "beneficial", False), ("warning", "pathological", True), ("critical", None, True)],
+)
+def test_needs_action(severity: str, classification: str | None, expected: bool) -> None:
+    """Notes and recovered or helpful spikes need no action; the rest do."""
+    measures = {"classification": classification} if classification else {}
+    assert needs_action(Finding("loss_spike", severity, "loss", 1, "s", measures=measures)) is expected

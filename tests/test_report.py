@@ -1,0 +1,395 @@
+"""The HTML report: structure, escaping, redaction, size, downsampling, smoothing, summary."""
+
+from __future__ import annotations
+
+import html
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame
+
+from forensics.diagnosis import diagnose
+from forensics.findings import Finding, FindingKind
+from forensics.report import render_html
+from forensics.report.charts import tb_smooth
+from forensics.report.downsample import minmax_indices
+from forensics.run import Run
+
+EVIL = "<script>alert(1)</script>"
+EVIL_IMG = '"><img src=x onerror=alert(2)>'
+
+
+def full_run(n: int = 6000, name: str = "full", seed: int = 0) -> tuple[Run, list[Finding]]:
+    """A run with every vital sign the report plots, a loss spike at 3000, and findings on most panels."""
+    rng = np.random.default_rng(seed)
+    s, loss = healthy_loss(n, seed=seed)
+    loss[3000:3006] *= 3.0
+    gs, gn = healthy_grad_norm(n, seed=seed + 1)
+    gn[3000:3003] *= 6.0
+    lr = 3e-4 * np.minimum(1.0, (s + 1) / 300) * (0.55 + 0.45 * np.cos(np.pi * s / n))
+    scale = np.where(s < 3000, 2.0**16, 2.0**14)
+    vs = np.arange(0, n, 250)
+    es = np.arange(0, n, 1000)
+    ts = np.arange(0, n, 10)
+    tput = np.where(ts < 4500, 12000.0, 8000.0) * np.exp(rng.normal(0, 0.02, len(ts)))
+    series = {
+        "train/loss": (s, loss), "grad_norm": (gs, gn), "param_norm": (s, 100 + 0.002 * s), "lr": (s, lr),
+        "loss_scale": (s, scale), "val/loss": (vs, 2.6 + 1e-5 * vs + 5.0 / (1 + vs / 100)),
+        "eval/accuracy": (es, 0.3 + 0.04 * es / 1000), "eval/hellaswag": (es, 0.25 + 0.01 * es / 1000),
+        "throughput/tokens_per_sec": (ts, tput), "memory/max_reserved(GiB)": (ts, 30 + 1e-3 * ts),
+    }
+    ls = np.arange(0, n, 50)
+    for layer in range(8):
+        grow = 1 + (2.0 * ls / n if layer < 2 else 0.0)
+        series[f"grad_norm/layers.{layer}"] = (ls, 0.2 * grow * np.exp(rng.normal(0, 0.05, len(ls))))
+        series[f"activations/absmax/layers.{layer}"] = (ls, 10.0 ** (1 + 0.1 * layer) * np.ones(len(ls)))
+    run = run_from_frame(long_frame(series), name=name)
+    findings = [
+        Finding("loss_spike", "critical", "loss", 3000, "Loss tripled at step 3000 and settled higher", peak_step=3002, end_step=3010,
+                measures={"classification": "pathological", "height": 5.0, "height_ratio": 3.0, "recovery_steps": None, "cause": "grad_norm_led"}),
+        Finding("grad_norm_spike", "warning", "grad_norm", 3000, "Grad norm 6x", peak_step=3001, end_step=3003, measures={"ratio_to_run_baseline": 6.0}),
+        Finding("loss_scale_drop", "warning", "loss_scale", 3000, "Loss scale 65536 -> 16384"),
+        Finding("layer_grad_shift", "warning", "grad_norm_layer", 1500, "Layers 0-1 share doubled", end_step=5950,
+                measures={"layer": 0, "layers": "0-1", "share_before": 0.05, "share_after": 0.12}),
+        Finding("throughput_drop", "warning", "throughput", 4500, "Throughput fell by a third"),
+        Finding("eval_regression", "warning", "eval/hellaswag", 4000, "hellaswag stalled"),
+        Finding("restart", "info", None, 2000, "The job restarted at step 2000"),
+    ]
+    return run, sorted(findings, key=Finding.sort_key)
+
+
+class Page(HTMLParser):
+    """Collect what the safety and structure checks need from a rendered report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[tuple[dict[str, str], str]] = []
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self._in_script: dict[str, str] | None = None
+        self._buf: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.tags.append((tag, a))
+        if tag == "script":
+            self._in_script, self._buf = a, []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._in_script is not None:
+            self.scripts.append((self._in_script, "".join(self._buf)))
+            self._in_script = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script is not None:
+            self._buf.append(data)
+        else:
+            self.text.append(data)
+
+    @property
+    def figures(self) -> dict[str, dict]:
+        return {a["id"]: json.loads(body) for a, body in self.scripts if a.get("type") == "application/json"}
+
+    def all(self, tag: str, **match: str) -> list[dict[str, str]]:
+        return [a for t, a in self.tags if t == tag and all(a.get(k) == v for k, v in match.items())]
+
+
+def parse(text: str) -> Page:
+    p = Page()
+    p.feed(text)
+    p.close()
+    return p
+
+
+@pytest.fixture(scope="module")
+def full_page() -> tuple[str, Page, object]:
+    run, fs = full_run()
+    diag = diagnose(run, fs)
+    text = render_html(diag)
+    return text, parse(text), diag
+
+
+def test_one_chart_per_vital_sign(full_page) -> None:
+    """Every vital sign the run logged gets its panel, each with a parseable figure."""
+    _, page, _ = full_page
+    panels = [a["data-panel"] for a in page.all("div", **{"class": "chart"})]
+    assert panels == ["loss", "grad_norm", "param_norm", "lr", "loss_scale", "val_loss", "eval", "throughput", "memory", "grad_norm_layer", "act_absmax"]
+    figs = page.figures
+    assert len(figs) == len(panels)
+    assert all(f["data"] for f in figs.values())
+
+
+def test_plotly_inlined_once(full_page) -> None:
+    """The default page carries plotly.js exactly once and loads nothing from the network."""
+    text, page, _ = full_page
+    big = [body for a, body in page.scripts if "src" not in a and len(body) > 1_000_000]
+    assert len(big) == 1
+    assert not page.all("script", src="")  and not [a for a in page.all("script") if a.get("src")]
+    assert text.count("plotly.js v") <= 2  # the bundle's own banner, not a second copy
+
+
+def test_findings_ranked_by_severity(full_page) -> None:
+    """The report lists findings worst first; the JSON keeps step order."""
+    _, page, diag = full_page
+    sev = [a["data-severity"] for a in page.all("article") if "data-kind" in a]
+    rank = {"fatal": 3, "critical": 2, "warning": 1, "info": 0}
+    assert [rank[s] for s in sev] == sorted((rank[s] for s in sev), reverse=True)
+    assert [f["start_step"] for f in diag.to_document()["findings"]] == sorted(f["start_step"] for f in diag.to_document()["findings"])
+
+
+def test_findings_marked_on_their_panels(full_page) -> None:
+    """The loss spike is shaded over its span and marked at its peak, with the peak value kept."""
+    _, page, _ = full_page
+    loss = page.figures["fig-1"]
+    rects = [s for s in loss["layout"]["shapes"] if s["type"] == "rect"]
+    assert any(r["x0"] == 3000 and r["x1"] == 3010 for r in rects)
+    markers = next(t for t in loss["data"] if t["name"] == "findings")
+    assert 3002 in markers["x"]
+    raw = loss["data"][0]
+    assert 3002 in raw["x"]
+    # run-level findings (the restart) land on the first panel as a dotted line
+    assert any(s["type"] == "line" and s["x0"] == 2000 for s in loss["layout"]["shapes"])
+
+
+def test_grad_norm_panel_has_baseline_bands(full_page) -> None:
+    """The grad-norm panel draws the baseline and the article's 2x and 3x lines."""
+    _, page, _ = full_page
+    gn = page.figures["fig-2"]
+    names = [t["name"] for t in gn["data"]]
+    assert {"baseline", "2x baseline (yellow)", "3x baseline (orange)"} <= set(names)
+    base = next(t for t in gn["data"] if t["name"] == "baseline")["y"][0]
+    two = next(t for t in gn["data"] if t["name"].startswith("2x"))["y"][0]
+    assert two == pytest.approx(2 * base, rel=1e-4)
+
+
+def test_train_val_panel_has_the_gap(full_page) -> None:
+    """Train vs val shows both curves and the gap on a second axis."""
+    _, page, _ = full_page
+    tv = next(f for f in page.figures.values() if f["layout"]["title"]["text"].startswith("Training vs"))
+    gap = next(t for t in tv["data"] if t["name"] == "gap")
+    assert gap["yaxis"] == "y2" and len(gap["x"]) == 24
+
+
+def test_layer_share_heatmap_sums_to_100(full_page) -> None:
+    """The per-layer grad-share heatmap shows shares that add up to 100% per step."""
+    _, page, _ = full_page
+    hm = next(f for f in page.figures.values() if f["data"][0]["type"] == "heatmap")
+    z = np.array(hm["data"][0]["z"], dtype=float)
+    assert z.shape == (8, 120)
+    assert np.allclose(z.sum(axis=0), 100, atol=0.01)
+    assert z[0, -1] > z[0, 0] * 1.5  # the injected growth of layer 0's share
+
+
+def test_sections_present(full_page) -> None:
+    """Verdict, timeline, investigation, rollback, spikes, checklists, coverage, prescriptions, notes, metadata."""
+    _, page, _ = full_page
+    ids = {a.get("id") for _, a in page.tags}
+    assert {"verdict", "timeline", "findings", "investigation", "rollback", "vitals", "spikes", "checklists", "coverage", "prescriptions", "notes", "metadata"} <= ids
+    text = " ".join(page.text)
+    assert "Standing guidance" in text and "generations are poor" in text
+    assert "checkpoint at step" in text
+    rows = [a for a in page.all("tr") if "data-status" in a]
+    assert len(rows) == 15
+
+
+def test_spike_table_lists_shape_measures(full_page) -> None:
+    """The spike table has a column per measure, classification first."""
+    text, _, _ = full_page
+    spikes = text[text.index('id="spikes"'): text.index('id="checklists"')]
+    heads = [h.split("<")[0] for h in spikes.split("<th>")[1:]]
+    assert heads[:5] == ["kind", "severity", "start", "peak", "end"] or "classification" in heads
+    assert heads.index("classification") < heads.index("height") < heads.index("recovery_steps")
+
+
+@pytest.mark.parametrize("kind", list(FindingKind))
+def test_every_kind_renders(kind: FindingKind) -> None:
+    """A finding of each kind renders through its own partial."""
+    run, _ = full_run(1200)
+    f = Finding(kind, "warning", "loss", 600, f"a {kind.value} finding", peak_step=610, end_step=650, measures={"layer": 2, "classification": "pathological"})
+    page = parse(render_html(diagnose(run, [f]), plotlyjs="cdn"))
+    arts = page.all("article", **{"data-kind": kind.value})
+    assert len(arts) == 1
+
+
+def _evil_run() -> tuple[Run, list[Finding]]:
+    s, loss = healthy_loss(800)
+    series = {"train/loss": (s, loss), EVIL: (s, loss), "eval/" + EVIL_IMG: (s[::100], loss[::100]), "eval/</script><script>alert(3)</script>": (s[::100], loss[::100])}
+    run = run_from_frame(long_frame(series), name=EVIL)
+    run.notes.append("skipped line: " + EVIL)
+    run.config.update({"note": EVIL, EVIL_IMG: 1})
+    run.metadata["framework"] = EVIL_IMG
+    fs = [Finding("loss_spike", "critical", "loss", 400, "summary " + EVIL, measures={"classification": EVIL_IMG, EVIL: 1.0}),
+          Finding("eval_regression", "warning", "eval/" + EVIL_IMG, 500, "</script><script>alert(4)</script>")]
+    return run, fs
+
+
+@pytest.mark.parametrize("plotlyjs", ["inline", "cdn"])
+def test_untrusted_text_stays_inert(plotlyjs: str) -> None:
+    """Tags, names, notes and summaries holding HTML cannot inject elements or scripts."""
+    run, fs = _evil_run()
+    text = render_html(diagnose(run, fs), plotlyjs=plotlyjs)
+    page = parse(text)
+    assert not page.all("img")
+    assert not [a for _, a in page.tags if any(k.startswith("on") for k in a)]
+    for attrs, body in page.scripts:
+        if attrs.get("type") == "application/json":
+            assert "<" not in body  # cannot close the element early
+        else:
+            assert "alert(" not in body
+    ours = [a for a, _ in page.scripts if a.get("type") != "application/json"]
+    assert len(ours) == 3  # error recorder, plotly (inline or cdn), the renderer
+    # The figures still carry the names, HTML-escaped for plotly to display as plain text.
+    names = {t.get("name") for f in page.figures.values() for t in f["data"]}
+    assert html.escape('"><img_src=x_onerror=alert(2)>') in names
+    visible = " ".join(page.text)
+    assert EVIL in visible  # shown literally, as text
+
+
+def test_script_json_escaping() -> None:
+    """Figure JSON never contains a literal '<', so '</script>' in a name cannot close the element."""
+    from forensics.report.charts import figure_json
+
+    out = figure_json({"data": [{"name": "</script><b>x</b>&"}]})
+    assert "<" not in out and ">" not in out and "&" not in out
+    assert json.loads(out)["data"][0]["name"] == "</script><b>x</b>&"
+
+
+def test_redact_leaves_out_paths_hosts_and_config() -> None:
+    """--redact drops the run path, host names and config values from the page."""
+    run, fs = full_run(1500, name="exp7")
+    run.path = Path("/home/alice/secret-project/exp7")
+    run.config.update({"learning_rate": 0.000123456, "data_path": "/mnt/corp/data"})
+    run.metadata.update({"hostname": "gpu-node-17.corp.example", "framework": "torch 2.5"})
+    run.notes.append("skipped 2 lines in /home/alice/secret-project/exp7/log.txt")
+    plain = render_html(diagnose(run, fs))
+    red = render_html(diagnose(run, fs), redact=True)
+    for secret in ("/home/alice", "gpu-node-17", "0.000123456", "/mnt/corp"):
+        assert secret in plain
+        assert secret not in red
+    assert "torch 2.5" in red and "configuration value(s) withheld" in red
+
+
+@pytest.mark.slow
+def test_size_limits_on_a_million_points() -> None:
+    """A 1M-step run stays under 8 MB inline and 3 MB with the CDN, and keeps every spike's peak."""
+    n = 1_000_000
+    s, loss = healthy_loss(n, seed=3)
+    gs, gn = healthy_grad_norm(n, seed=4)
+    rng = np.random.default_rng(5)
+    spikes = np.sort(rng.choice(np.arange(1000, n - 1000), 25, replace=False))
+    loss[spikes] *= 4.0
+    series = {"train/loss": (s, loss), "grad_norm": (gs, gn), "lr": (s, np.full(n, 1e-4)), "param_norm": (s, 50 + s * 1e-5), "throughput": (s, 1e4 + rng.normal(0, 50, n))}
+    run = run_from_frame(long_frame(series), name="long")
+    fs = [Finding("loss_spike", "warning", "loss", int(k), "spike", peak_step=int(k), end_step=int(k) + 1, measures={"classification": "unresolved"}) for k in spikes]
+    diag = diagnose(run, fs)
+    inline = render_html(diag)
+    cdn = render_html(diag, plotlyjs="cdn")
+    assert len(inline.encode()) < 8_000_000
+    assert len(cdn.encode()) < 3_000_000
+    loss_fig = parse(cdn).figures["fig-1"]
+    raw = loss_fig["data"][0]
+    kept = dict(zip(raw["x"], raw["y"]))
+    for k in spikes:
+        assert kept[int(k)] == pytest.approx(loss[k], rel=1e-5)
+
+
+def test_minmax_keeps_every_injected_extreme() -> None:
+    """Min/max decimation keeps each injected spike and dip (one per bucket), unlike striding."""
+    rng = np.random.default_rng(11)
+    n, buckets = 200_000, 500
+    y = rng.normal(0, 1, n)
+    size = n // buckets
+    chosen = rng.choice(buckets, 80, replace=False)  # distinct buckets: a bucket shows its one extreme
+    where = chosen * size + rng.integers(0, size, 80)
+    ups, downs = where[:40], where[40:]
+    y[ups] += 50
+    y[downs] -= 50
+    idx = set(minmax_indices(y, buckets).tolist())
+    assert len(idx) <= 4 * buckets
+    assert set(ups.tolist()) <= idx and set(downs.tolist()) <= idx
+    strided = set(range(0, n, 100))
+    assert not set(ups.tolist()) <= strided  # the naive way loses them
+
+
+def test_two_spikes_in_one_bucket_keep_the_higher_unless_asked() -> None:
+    """Within one bucket only the extreme survives; a finding's peak passed as keep survives too."""
+    y = np.zeros(100_000)
+    y[[1500, 1510]] = [5.0, 9.0]
+    idx = minmax_indices(y, 100)
+    assert 1510 in idx and 1500 not in idx
+    assert 1500 in minmax_indices(y, 100, keep=np.array([1500]))
+
+
+def test_minmax_keeps_nan_and_requested_points() -> None:
+    """One NaN per bucket survives (gaps stay visible) and requested indices are always kept."""
+    y = np.linspace(0, 1, 100_000)
+    y[5_000] = np.nan
+    idx = minmax_indices(y, 100, keep=np.array([77_777]))
+    assert 5_000 in idx and 77_777 in idx
+    assert np.array_equal(minmax_indices(y[:50], 100), np.arange(50))
+
+
+def _tb_reference(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's smoothing loop, transcribed point by point."""
+    last, num, out = 0.0, 0, []
+    constant = all(v == values[0] for v in values)
+    for v in values:
+        if constant or not np.isfinite(v):
+            out.append(v)
+            continue
+        last = last * weight + (1 - weight) * v
+        num += 1
+        out.append(last / (1 - weight**num))
+    return out
+
+
+@pytest.mark.parametrize("weight", [0.6, 0.9, 0.99])
+def test_smoothing_matches_tensorboard(weight: float) -> None:
+    """Our vectorised smoothing equals TensorBoard's debiased EMA, NaNs passed through."""
+    rng = np.random.default_rng(2)
+    y = 3 + rng.normal(0, 0.3, 500)
+    y[[10, 200]] = np.nan
+    got = tb_smooth(y, weight)
+    ref = np.array(_tb_reference(y.tolist(), weight))
+    assert np.allclose(got, ref, equal_nan=True)
+    assert got[0] == pytest.approx(y[0])  # debiasing: no pull toward zero at the start
+
+
+def test_healthy_run_report() -> None:
+    """A run with no finding renders a green banner and says nothing needs action."""
+    s, loss = healthy_loss(2000)
+    gs, gn = healthy_grad_norm(2000)
+    run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (gs, gn)}))
+    page = parse(render_html(diagnose(run, []), plotlyjs="cdn"))
+    assert page.all("span", **{"class": "verdict", "data-verdict": "healthy"})
+    assert "No vital sign left its normal range." in " ".join(page.text)
+
+
+def test_cdn_mode_references_plotly() -> None:
+    """--plotlyjs cdn loads plotly.js from cdn.plot.ly with a subresource-integrity hash."""
+    run, fs = full_run(1200)
+    page = parse(render_html(diagnose(run, fs), plotlyjs="cdn"))
+    (src,) = [a for a in page.all("script") if a.get("src")]
+    assert src["src"].startswith("https://cdn.plot.ly/plotly-") and src["integrity"].startswith("sha384-")
+    with pytest.raises(ValueError):
+        render_html(diagnose(run, fs), plotlyjs="bogus")
+
+
+def test_summary_prints_verdict_findings_and_report_path() -> None:
+    """The terminal summary names the verdict, the worst findings with steps, and the report."""
+    from rich.console import Console
+
+    from forensics.summary import print_summary
+
+    run, fs = full_run(6000, name="[red]run[/red]")
+    con = Console(record=True, width=120)
+    print_summary(diagnose(run, fs), report_path=Path("reports/x.html"), console=con)
+    out = con.export_text()
+    assert "CRITICAL" in out and "orange light" in out
+    assert "loss_spike" in out and "3,000" in out
+    assert "[red]run[/red]" in out  # markup in a run name is printed, not interpreted
+    assert "reports/x.html" in out
+    assert "Roll back to the checkpoint at step" in out

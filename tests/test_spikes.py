@@ -1,0 +1,280 @@
+"""Loss and grad-norm spikes: detection against the anchors, shape, classification, context."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from forensics.detectors import robust, spikes
+from forensics.detectors.spikes import SpikeDetector
+from forensics.findings import FindingKind, Severity
+from synthetic import (
+    excerpt,
+    healthy_grad_norm,
+    healthy_loss,
+    long_frame,
+    run_from_frame,
+    spike_factor,
+    spiky_loss,
+)
+
+
+# -- the anchors: what monitors in use today would say on the same data --------------------------
+def kill_loss_spike(values: np.ndarray, window: int = 100, multiplier: float = 2.0, patience: int = 4) -> list[int]:
+    """llm-foundry's KillLossSpike: an outlier is > multiplier x the mean of the last `window`
+    losses; a spike is declared after more than `patience` consecutive outliers."""
+    hits, run = [], 0
+    for i in range(window, len(values)):
+        if values[i] > multiplier * np.mean(values[i - window : i]):
+            run += 1
+            if run == patience + 1:
+                hits.append(i - patience)
+        else:
+            run = 0
+    return hits
+
+
+def olmo_spike(values: np.ndarray, window: int = 128, k: float = 6.0) -> list[int]:
+    """OLMo-core's monitor: a value above mean + k sigma of the previous `window` values (needs a full window)."""
+    return [i for i in range(window, len(values))
+            if values[i] > values[i - window : i].mean() + k * values[i - window : i].std()]
+
+
+def megatron_spike(values: np.ndarray, first: int = 100, factor: float = 10.0) -> list[int]:
+    """Megatron's check: a value above factor x the largest of the first `first` values."""
+    if len(values) <= first:
+        return []
+    ref = factor * np.max(values[:first])
+    return [i for i in range(first, len(values)) if values[i] > ref]
+
+
+def ema_zscore(values: np.ndarray, alpha: float = 0.97, warmup: int = 25, z: float = 6.0) -> list[int]:
+    """The alternative we did not choose: a ZClip-style EMA mean/variance z-score of log(values)."""
+    y = np.log(values)
+    mu, var, hits = y[0], 0.0, []
+    for i in range(1, len(y)):
+        if i >= warmup and var > 0 and (y[i] - mu) / np.sqrt(var) > z:
+            hits.append(i)
+            continue  # like ZClip, an outlier does not update the statistics
+        d = y[i] - mu
+        mu += (1 - alpha) * d
+        var = alpha * (var + (1 - alpha) * d * d)
+    return hits
+
+
+def _run(**series):
+    return run_from_frame(long_frame({k.replace("__", "/"): v for k, v in series.items()}))
+
+
+def _spikes(run, kind=FindingKind.LOSS_SPIKE, **params):
+    return [f for f in SpikeDetector(**params).detect(run) if f.kind is kind]
+
+
+# -- detection ------------------------------------------------------------------------------------
+def test_one_step_spike_found_where_kill_loss_spike_is_blind():
+    """A one-step 1.6x loss spike mid-run: found at its step; KillLossSpike needs 5 steps above 2x."""
+    (s, v), truth = spiky_loss(3000, spikes=[dict(at=1700, height=0.6)])
+    found = _spikes(_run(train__loss=(s, v)))
+    assert [f.start_step for f in found] == [1700]
+    assert kill_loss_spike(v) == []
+
+
+def test_eight_line_excerpt_mid_training_where_olmo_is_silent():
+    """Eight logged lines from step 1500 (every 10 steps) with one spike: found; OLMo needs 128 values."""
+    (s, v), _ = spiky_loss(3000, every=10, spikes=[dict(at=1540, height=0.5, width=10)])
+    es, ev = excerpt(s, v, 150, 8)
+    assert es[0] == 1500 and len(es) == 8
+    found = _spikes(_run(train__loss=(es, ev)))
+    assert [f.start_step for f in found] == [1540]
+    assert olmo_spike(ev) == [] and kill_loss_spike(ev) == []
+
+
+def test_spike_on_the_second_line_of_an_excerpt():
+    """A spike on the second logged line is judged against both neighbours; the EMA z-score has no warm-up yet."""
+    (s, v), _ = spiky_loss(3000, every=10, spikes=[dict(at=2010, height=0.8, width=10)])
+    es, ev = excerpt(s, v, 200, 8)
+    found = _spikes(_run(train__loss=(es, ev)))
+    assert [f.start_step for f in found] == [2010]
+    assert found[0].measures["two_sided"] is True
+    assert ema_zscore(ev) == []
+
+
+def test_moderate_spike_found_where_megatron_is_blind():
+    """A 40% spike at step 2000 is far below 10x the start-of-training maximum Megatron compares with."""
+    (s, v), _ = spiky_loss(3000, spikes=[dict(at=2000, height=0.4, tau=20)])
+    found = _spikes(_run(train__loss=(s, v)))
+    assert [f.start_step for f in found] == [2000]
+    assert megatron_spike(v) == []
+
+
+def test_ema_zscore_misses_the_excerpt_the_median_catches():
+    """Why the rolling median: on the 8-line excerpt the EMA has no variance yet and stays silent."""
+    (s, v), _ = spiky_loss(3000, every=10, spikes=[dict(at=1540, height=0.5, width=10)])
+    es, ev = excerpt(s, v, 150, 8)
+    assert ema_zscore(ev) == []
+    assert len(_spikes(_run(train__loss=(es, ev)))) == 1
+
+
+@pytest.mark.parametrize("every", [5, 10])
+def test_sparse_logging(every: int):
+    """Logged every 5 or 10 steps, a spike lasting one logging interval is found at its step."""
+    (s, v), _ = spiky_loss(4000, every=every, spikes=[dict(at=2500, height=0.5, width=every)])
+    found = _spikes(_run(train__loss=(s, v)))
+    assert [f.start_step for f in found] == [2500]
+    assert found[0].measures["log_interval"] == every
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("every", [1, 5, 10])
+def test_quiet_on_healthy_runs_including_the_noisy_start(seed: int, every: int):
+    """A healthy run, fast-falling noisy start included, gives no spike at all."""
+    run = _run(train__loss=healthy_loss(5000, seed=seed, every=every, noise=0.03),
+               train__grad_norm=healthy_grad_norm(5000, seed=seed + 100, every=every))
+    assert SpikeDetector().detect(run) == []
+
+
+def test_quiet_on_a_healthy_excerpt():
+    """Eight healthy lines from mid-training give nothing."""
+    s, v = healthy_loss(3000, every=10, seed=3)
+    es, ev = excerpt(s, v, 120, 8)
+    assert SpikeDetector().detect(_run(train__loss=(es, ev))) == []
+
+
+def test_score_is_a_per_step_frame():
+    """score() returns one row per finite point with baseline, sigma, z and ratio; the spike stands out."""
+    (s, v), _ = spiky_loss(1000, spikes=[dict(at=600, height=1.0)])
+    v[100] = np.nan
+    sc = robust.score(_run(train__loss=(s, v)).series("loss"))
+    assert sc.columns == list(robust.SCORE_SCHEMA)
+    assert sc.height == 999
+    z = dict(zip(sc["step"].to_list(), sc["z"].to_list()))
+    assert z[600] > 20 and np.nanmax([z[k] for k in z if k != 600 and z[k] is not None]) < 6
+
+
+# -- shape and classification ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("spike", "classification", "severity"),
+    [
+        (dict(at=1500, height=1.5, tau=60), "physiological", Severity.INFO),
+        (dict(at=1500, height=1.5, tau=60, shift=0.15), "pathological", Severity.CRITICAL),
+        (dict(at=1500, height=1.0, tau=400), "pathological", Severity.CRITICAL),
+        (dict(at=1500, height=1.0, tau=40, shift=-0.12), "beneficial", Severity.INFO),
+        (dict(at=2800, height=1.0, tau=400), "unresolved", Severity.WARNING),
+    ],
+    ids=["physiological", "settles-higher", "slow-recovery", "beneficial", "log-ends"],
+)
+def test_classification(spike: dict, classification: str, severity: Severity):
+    """Recovery within 500 steps = physiological (info); not back or settled higher = pathological
+    (critical); settled lower = beneficial; the log ends first = unresolved."""
+    for seed in range(3):
+        (s, v), _ = spiky_loss(3000, seed=seed, spikes=[spike])
+        (f,) = _spikes(_run(train__loss=(s, v)))
+        assert f.start_step == spike["at"]
+        assert (f.measures["classification"], f.severity) == (classification, severity), (seed, f.summary)
+
+
+def test_shape_measures_match_the_injected_spike():
+    """Height, width, recovery and plateau shift come back close to what was injected."""
+    (s, v), _ = spiky_loss(4000, spikes=[dict(at=2000, height=1.0, width=5, tau=30)])
+    (f,) = _spikes(_run(train__loss=(s, v)))
+    m = f.measures
+    assert m["height_ratio"] == pytest.approx(2.0, rel=0.1)
+    assert m["height"] == pytest.approx(m["peak_value"] - m["baseline"])
+    # 5 flat-top steps, then the decay stays above the 1.15x alarm line for 30*ln(1/0.15) = 57 steps
+    assert 55 <= m["width_steps"] <= 70
+    assert 40 <= m["recovery_steps"] <= 200  # 1 + 1.0 * exp(-k/30) falls inside a ~6% band after ~100 steps
+    assert abs(m["plateau_shift_rel"]) < 0.02
+    assert m["excess_area"] > 0 and m["excess_area_rel"] == pytest.approx(5 + 30, rel=0.35)
+    assert f.peak_step in range(2000, 2005) and f.end_step == m["recovered_step"]
+
+
+def test_falling_loss_does_not_make_a_spike_beneficial():
+    """On the steep early fall the trend is extrapolated: a spike with no lasting shift is not 'beneficial'."""
+    for seed in range(4):
+        for at in (150, 300, 600):
+            (s, v), _ = spiky_loss(3000, seed=seed, spikes=[dict(at=at, height=0.8, tau=20)])
+            (f,) = _spikes(_run(train__loss=(s, v)))
+            assert f.measures["classification"] == "physiological", (seed, at, f.summary)
+
+
+def test_plateau_not_judged_across_an_epoch_start():
+    """A drop at an epoch start after the spike is the epoch's, not a 'beneficial' spike."""
+    (s, v), _ = spiky_loss(4000, spikes=[dict(at=1900, height=1.0)])
+    v = v * np.where(s >= 2000, 0.8, 1.0)  # memorization drop at the second epoch
+    (f,) = _spikes(_run(train__loss=(s, v), train__epoch=(s, s / 2000)))
+    assert f.measures["classification"] == "physiological"
+
+
+# -- grad-norm spikes ---------------------------------------------------------------------------------
+def _gn_run(gn_spike: dict, loss_spike: dict | None = None, n: int = 3000):
+    (ls, lv), _ = spiky_loss(n, spikes=[loss_spike] if loss_spike else [])
+    gs, gv = healthy_grad_norm(n)
+    gv = gv * spike_factor(gs, **gn_spike)
+    return _run(train__loss=(ls, lv), train__grad_norm=(gs, gv))
+
+
+def test_transient_grad_norm_spike_with_loss_response_is_a_warning():
+    """A one-step 5x grad-norm spike with the loss jumping in the same step: warning, check that batch."""
+    run = _gn_run(dict(at=1500, height=4.0), dict(at=1500, height=0.5))
+    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
+    assert (g.start_step, g.severity) == (1500, Severity.WARNING)
+    assert g.measures["transient"] is True and g.measures["loss_response"] is True
+
+
+def test_absorbed_grad_norm_spike_is_info_by_default():
+    """A one-step grad-norm outlier the loss ignores is noted (info); the parameter makes it a warning."""
+    run = _gn_run(dict(at=1500, height=9.0))
+    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
+    assert g.severity is Severity.INFO and g.measures["loss_response"] is False
+    assert g.measures["ratio_to_run_baseline"] == pytest.approx(10 * 0.6, rel=0.2)
+    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE, absorbed_gn_severity="warning")
+    assert g.severity is Severity.WARNING
+
+
+def test_grad_norm_spike_that_stays_up_is_not_transient():
+    """A grad norm that jumps 4x and stays there: not transient, critical (3x the run baseline)."""
+    run = _gn_run(dict(at=1500, height=3.0, tau=5000))
+    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
+    assert g.measures["transient"] is False and g.severity is Severity.CRITICAL
+
+
+def test_grad_norm_spike_leading_a_loss_spike():
+    """The grad norm leaves its band 20 steps before the loss spikes: the lead is reported on both."""
+    run = _gn_run(dict(at=1480, height=3.0, width=25), dict(at=1500, height=0.8, tau=30))
+    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
+    (s,) = _spikes(run)
+    assert s.measures["grad_norm_lead_steps"] == 20 and g.measures["leads_loss_by_steps"] == 20
+    assert s.measures["cause"] == "grad_norm_led"
+
+
+# -- co-occurrence ------------------------------------------------------------------------------------
+def test_spike_at_a_loss_scale_drop_is_numeric_overflow():
+    """The loss scale halves in the spike's step (logged at the next point): cause numeric_overflow."""
+    (s, v), _ = spiky_loss(3000, spikes=[dict(at=1800, height=1.0)])
+    scale = np.where(s > 1800, 2.0**15, 2.0**16)
+    (f,) = _spikes(_run(train__loss=(s, v), loss_scale=(s, scale)))
+    assert f.measures["loss_scale_drop"] is True and f.measures["cause"] == "numeric_overflow"
+    (f,) = _spikes(_run(train__loss=(s, v), loss_scale=(s, np.where(s > 2500, 2.0**15, 2.0**16))))
+    assert f.measures["loss_scale_drop"] is False
+
+
+def test_spike_after_an_lr_restart_is_schedule_induced():
+    """A spike 10 steps after a warm restart of a cosine schedule: cause schedule_induced."""
+    (s, v), _ = spiky_loss(4000, spikes=[dict(at=2010, height=0.8, tau=30)])
+    lr = 3e-4 * (0.5 + 0.5 * np.cos(np.pi * (s % 2000) / 2000))
+    (f,) = _spikes(_run(train__loss=(s, v), train__lr=(s, lr)))
+    assert f.measures["cause"] == "schedule_induced"
+    assert f.measures["lr_kink_step"] == 2000 and f.measures["lr_kink_kind"] == "restart"
+
+
+# -- documentation -------------------------------------------------------------------------------------
+def test_every_measure_key_is_documented():
+    """Each measures key a spike finding carries appears in the module docstring's table."""
+    documented = set(re.findall(r"^\| (\w+) \|", spikes.__doc__ or "", re.M))
+    run = _gn_run(dict(at=1480, height=3.0, width=25), dict(at=1500, height=0.8, tau=30))
+    found = SpikeDetector().detect(run)
+    assert {f.kind for f in found} == {FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE}
+    for f in found:
+        assert set(f.measures) <= documented, set(f.measures) - documented

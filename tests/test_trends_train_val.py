@@ -1,0 +1,94 @@
+"""gap_acceleration, overfitting and val_shift on seeded synthetic runs (issue 7, article section 5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from forensics.detectors.train_val import TrainValDetector
+from forensics.findings import FindingKind, Severity
+from synthetic import run_from_frame, trend_train_val
+
+
+def _kinds(findings: list) -> dict[FindingKind, list]:
+    out: dict[FindingKind, list] = {}
+    for f in findings:
+        out.setdefault(f.kind, []).append(f)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("val_every", [250, 1000, 2000])
+def test_quiet_on_healthy_train_val(seed: int, val_every: int) -> None:
+    """Train and val falling together with a steady gap draw nothing."""
+    frame, _ = trend_train_val("healthy", seed=seed, val_every=val_every, n=20000)
+    assert TrainValDetector().detect(run_from_frame(frame)) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gap_acceleration_before_val_turns_up(seed: int) -> None:
+    """Train starts memorising at 7000 while val keeps falling: a gap warning near the onset, val not up yet."""
+    frame, truth = trend_train_val("accelerate", seed=seed)
+    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    assert set(found) == {FindingKind.GAP_ACCELERATION}
+    (f,) = found[FindingKind.GAP_ACCELERATION]
+    assert f.severity is Severity.WARNING and f.metric == "val_loss"
+    assert truth["onset"] - 500 <= f.start_step <= truth["onset"] + 3000
+    assert f.start_step <= f.measures["detected_step"]
+    assert f.measures["val_turned_up"] is False
+    assert f.measures["window_steps"] == 1000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_overfitting_negative_slope(seed: int) -> None:
+    """Val turning up at 7000 while train keeps falling: overfitting at the onset, plus the gap warning."""
+    frame, truth = trend_train_val("overfit", seed=seed)
+    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    (o,) = found[FindingKind.OVERFITTING]
+    assert o.severity is Severity.WARNING and abs(o.start_step - truth["onset"]) <= 500
+    assert o.measures["train_change_pct"] < 0 and o.measures["val_rise"] > 0
+    assert o.measures["epoch"] is None
+    (g,) = found[FindingKind.GAP_ACCELERATION]
+    assert abs(g.start_step - truth["onset"]) <= 1000
+
+
+@pytest.mark.parametrize(("steps_per_epoch", "severity", "epoch"), [(1500, Severity.CRITICAL, 5), (5000, Severity.WARNING, 2)])
+def test_overfitting_graded_by_epoch(steps_per_epoch: int, severity: Severity, epoch: int) -> None:
+    """From the fifth epoch with the gap still accelerating, overfitting is critical (article 5.2)."""
+    frame, _ = trend_train_val("overfit", steps_per_epoch=steps_per_epoch)
+    (o,) = _kinds(TrainValDetector().detect(run_from_frame(frame)))[FindingKind.OVERFITTING]
+    assert o.severity is severity and o.measures["epoch"] == epoch
+    assert o.measures["gap_accelerating"] is True
+
+
+def test_overfitting_sparse_val() -> None:
+    """With val every 2000 steps the window widens to two intervals and the onset is still found."""
+    frame, truth = trend_train_val("overfit", val_every=2000, n=30000, onset=15000)
+    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    (o,) = found[FindingKind.OVERFITTING]
+    assert abs(o.start_step - truth["onset"]) <= 2000
+    assert found[FindingKind.GAP_ACCELERATION][0].measures["window_steps"] == 4000
+
+
+@pytest.mark.parametrize(("seed", "ramp"), [(0, 3000), (1, 3000), (2, 3000), (3, 3000), (0, 1), (1, 1000)])
+def test_val_shift_snapshot_effect(seed: int, ramp: int) -> None:
+    """Val 1.95 -> 2.1 within 3000 steps (or at once) then flat, train flat: val_shift only (article 5.4)."""
+    frame, truth = trend_train_val("val_shift", seed=seed, ramp=ramp)
+    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    assert set(found) == {FindingKind.VAL_SHIFT}
+    (f,) = found[FindingKind.VAL_SHIFT]
+    assert abs(f.start_step - truth["onset"]) <= 500
+    assert f.measures["shift"] == pytest.approx(0.15, abs=0.02)
+    assert f.measures["val_before"] == pytest.approx(1.95, abs=0.01)
+    assert abs(f.measures["train_change"]) < 0.02
+    assert "validation set" in f.summary
+
+
+def test_missing_val_is_noted() -> None:
+    """Without a val series the three checks say they did not run."""
+    frame, _ = trend_train_val("healthy")
+    from forensics.schema import VAL_LOSS
+    import polars as pl
+
+    run = run_from_frame(frame.filter(pl.col("metric") != VAL_LOSS))
+    assert TrainValDetector().detect(run) == []
+    assert any("val_loss" in n and "not run" in n for n in run.notes)
