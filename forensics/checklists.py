@@ -129,7 +129,7 @@ def _finding_or_measure(
 
 
 def _g(x: float) -> str:
-    return f"{x:.4g}"
+    return f"{x:,.0f}" if abs(x) >= 1e4 and abs(x) < 1e12 else f"{x:.4g}"
 
 
 def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
@@ -357,7 +357,10 @@ def coverage(run: Run) -> list[Coverage]:
             if iv is None:
                 parts.append(f"{m}: one point")
                 continue
-            shown = f"every {iv:,.0f} steps" if unit == "steps" else f"every {iv / 60:,.1f} min"
+            if unit == "steps":
+                shown = "every step" if iv <= 1 else f"every {iv:,.0f} steps"
+            else:
+                shown = f"every {iv:,.0f} s" if iv < 60 else f"every {iv / 60:,.1f} min"
             parts.append(f"{m}: {shown}")
             sparse = sparse or iv > every * 1.5
         if missing:

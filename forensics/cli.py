@@ -117,14 +117,19 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("._") or "run"
 
 
-def _place(requested: Path | None, default_name: str, run_path: Path) -> Path:
-    """Where an output goes: never inside the run folder (it is evidence)."""
+def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
+    """Where an output goes: never inside a run folder (it is evidence).
+
+    The default place (reports/ under the current folder) falls back to the user cache
+    folder when it lies inside a run; an explicit path there is refused.
+    """
     target = requested if requested is not None else Path.cwd() / "reports" / default_name
-    evidence = run_path if run_path.is_dir() else run_path.parent
-    if _inside(target, evidence):
-        if requested is not None:
-            raise ForensicsError(f"{requested}: refusing to write inside the run folder {evidence} (it is evidence); choose another path")
-        target = _cache_dir() / default_name
+    for run_path in run_paths:
+        evidence = run_path if run_path.is_dir() else run_path.parent
+        if _inside(target, evidence):
+            if requested is not None:
+                raise ForensicsError(f"{requested}: refusing to write inside the run folder {evidence} (it is evidence); choose another path")
+            target = _cache_dir() / default_name
     return target
 
 
@@ -250,6 +255,35 @@ def export(
     target = _place(to, to.name, Path(run.path))
     export_run(run, target)
     _err(f"{run.frame.height} rows written to {target}")
+
+
+@app.command()
+def compare(
+    paths: Annotated[list[Path], typer.Argument(help="Two or more run folders or log files; the first is the reference.")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML page [default: reports/compare-<a>-vs-<b>.html].")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="What to print on stdout.")] = OutputFormat.text,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML page.")] = False,
+    plotlyjs: Annotated[PlotlyJs, typer.Option("--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN.")] = PlotlyJs.inline,
+    ignore: Annotated[list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")] = [],  # noqa: B006
+    alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
+    from forensics.compare import compare as do_compare
+    from forensics.compare import print_comparison, render_compare_html
+
+    if len(paths) < 2:
+        raise ForensicsError("compare needs at least two runs")
+    cfg = _config(None, alias, ignore, None)
+    cmp = do_compare(paths, cfg)
+    if not no_report:
+        name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"
+        target = _place(out, name, *[Path(d.run.path) for d in cmp.diagnoses])
+        _write(target, render_compare_html(cmp, plotlyjs=plotlyjs.value))
+        _err(f"comparison written to {target}")
+    if fmt is OutputFormat.json:
+        typer.echo(json.dumps(cmp.to_document(), indent=2, allow_nan=False))
+    else:
+        print_comparison(cmp)
 
 
 def main() -> None:

@@ -26,6 +26,14 @@ DEFAULT_CHECKPOINT_EVERY = 500  # the article keeps a rollback checkpoint every 
 # Config keys that carry the checkpoint interval in common trainers (HF, Megatron, torchtitan...).
 _INTERVAL_KEYS = ("save_steps", "save_interval", "checkpoint_every", "checkpoint_interval", "save_every", "ckpt_interval", "interval")
 
+# Kinds that describe the training dynamics going wrong; an ongoing one makes the eve of a later
+# event unhealthy too. Infrastructure and evaluation findings do not move the rollback point.
+_DYNAMICS = {
+    FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE, FindingKind.DIVERGENCE, FindingKind.NAN_INF,
+    FindingKind.LOSS_SCALE_DROP, FindingKind.GRAD_NORM_DRIFT, FindingKind.PARAM_NORM_JUMP,
+    FindingKind.LAYER_GRAD_SHIFT, FindingKind.ACTIVATION_OUTLIER, FindingKind.PERIODIC_SPIKES,
+}
+
 # Learning-rate cuts by situation (the article's numbers): (low, high) fraction removed.
 LR_CUT_SPIKE = (0.2, 0.5)  # a spike that does not recover (7.1)
 LR_CUT_RED_LIGHT = (0.1, 0.1)  # automatic rollback after a fatal divergence (6.3)
@@ -251,10 +259,11 @@ def _last_logged_before(run: Run, metric: str | None, step: int) -> int | None:
 def rollback_advice(run: Run, findings: list[Finding], *, checkpoint_every: int | None = None) -> list[Rollback]:
     """Rollback and learning-rate advice for each pathological event.
 
-    The episode's onset is the earliest actionable finding still going on when this one
-    began (a grad-norm climb that precedes a spike makes the spike's eve unhealthy too).
+    The episode's onset is the earliest actionable training-dynamics finding still going on
+    when this one began (a grad-norm climb that precedes a spike makes the spike's eve
+    unhealthy too; a throughput drop does not).
     """
-    actionable = [f for f in findings if needs_action(f)]
+    actionable = [f for f in findings if needs_action(f) and f.kind in _DYNAMICS]
     out: list[Rollback] = []
     for f in findings:
         rule = _lr_cut_for(f)

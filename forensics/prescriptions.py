@@ -116,8 +116,8 @@ TABLE: dict[FindingKind, Prescription] = {
         ),
         ROW_SPIKE,
         variants={
-            "physiological": "No action: the loss came back to its trend within a few hundred "
-            "steps, a normal reaction to a hard batch.",
+            "physiological": "No action: the loss came back to its trend quickly (the article "
+            "calls 100-300 steps normal), a reaction to a hard batch.",
             "beneficial": "No action: the loss settled below its level before the spike; the "
             "jump helped the model over a barrier.",
             "pathological": _ROLLBACK_SPIKE,

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from conftest import snapshot, write_tb_run
 from forensics.cli import app
-from issues import SPIKES, open_issue
 
 runner = CliRunner()
 
@@ -54,7 +53,6 @@ def test_format_json_matches_schema(spike_run: Path, workdir: Path, findings_sch
     assert not (workdir / "reports").exists()  # --no-report
 
 
-@open_issue(SPIKES)
 def test_spike_is_found_at_its_step(spike_run: Path, workdir: Path) -> None:
     """The loss spike injected at step 300 is reported with its onset there."""
     res = runner.invoke(app, ["analyze", str(spike_run), "--format", "json", "--no-report"])
@@ -63,7 +61,6 @@ def test_spike_is_found_at_its_step(spike_run: Path, workdir: Path) -> None:
     assert len(spikes) == 1 and abs(spikes[0]["start_step"] - 300) <= 2
 
 
-@open_issue(SPIKES)
 def test_json_file_and_fail_on(tmp_path: Path, workdir: Path, findings_schema: dict) -> None:
     """--json writes the document; --fail-on warning exits 1 on a run whose loss turns NaN."""
     run = write_tb_run(tmp_path / "nanrun", spike_at=None, nan_at=400)
@@ -96,7 +93,7 @@ def test_report_never_lands_in_run_folder(spike_run: Path, tmp_path: Path, monke
     [
         (lambda p: p.mkdir(), "empty"),
         (lambda p: (p.mkdir(), (p / "notes.md").write_text("hello\n")), "no training log"),
-        (lambda p: p.write_bytes(os.urandom(4096)), "no training log"),
+        (lambda p: p.write_bytes(os.urandom(4096)), "expected"),
         (lambda p: None, "no such file"),
     ],
     ids=["empty-folder", "unknown-folder", "binary-junk", "missing"],

@@ -86,3 +86,12 @@ def test_every_measure_key_is_documented():
     names = {n for pair in documented for n in pair if n}
     (f,) = _periodic(_run(5000, [1000, 1700, 2400, 3100, 3800]))
     assert set(f.measures) <= names, set(f.measures) - names
+
+
+def test_spikes_after_each_lr_restart_match_the_restart_interval():
+    """Cosine restarts every 1000 steps with a spike 5 steps after each: matched to lr_restart."""
+    run = _run(6000, [1005, 2005, 3005, 4005, 5005],
+               train__lr=lambda s: (s, 3e-4 * (0.55 + 0.45 * np.cos(np.pi * (s % 1000) / 1000))))
+    (f,) = _periodic(run)
+    assert f.measures["matches"] == "lr_restart" and f.measures["matched_period_steps"] == pytest.approx(1000)
+    assert f.measures["phase_steps"] == pytest.approx(5, abs=1)

@@ -278,3 +278,24 @@ def test_every_measure_key_is_documented():
     assert {f.kind for f in found} == {FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE}
     for f in found:
         assert set(f.measures) <= documented, set(f.measures) - documented
+
+
+# -- the start of training ------------------------------------------------------------------------------
+@pytest.mark.parametrize("rise", [10, 30, 100])
+def test_grad_norm_climbing_in_the_warm_up_is_not_a_spike(rise: int):
+    """A grad norm that climbs 20x during the LR warm-up and then decays is the start, not a spike."""
+    rng = np.random.default_rng(rise)
+    s = np.arange(2000)
+    up = 0.1 + 1.9 * np.minimum(1, s / rise)
+    gn = np.where(s > rise, 2.0 * np.exp(-(s - rise) / 500) + 0.5, up) * np.exp(rng.normal(0, 0.05, len(s)))
+    run = _run(train__loss=healthy_loss(2000), train__grad_norm=(s, gn), train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / rise)))
+    assert SpikeDetector().detect(run) == []
+
+
+def test_spike_inside_the_warm_up_is_still_found():
+    """A one-step 3x grad-norm spike at step 60 of a 200-step warm-up is confirmed on both sides and found."""
+    s, g = healthy_grad_norm(2000)
+    g = g * spike_factor(s, 60, 2.0)
+    run = _run(train__loss=healthy_loss(2000), train__grad_norm=(s, g), train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / 200)))
+    (f,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
+    assert f.start_step == 60 and f.measures["two_sided"] is True

@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from forensics.detectors.baseline import grad_norm_baseline
-from forensics.detectors.trend_utils import arrays, bin_median, despike, hinge_onset, rolling_median, sig, theil_sen
+from forensics.detectors.trend_utils import (
+    arrays,
+    bin_median,
+    despike,
+    hinge_onset,
+    rolling_median,
+    sig,
+    theil_sen,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS
@@ -103,7 +111,8 @@ def analyze_drift(
     }
     if ratio < warn_ratio:
         return DriftResult(False, measures=m, reason=f"grad norm now {ratio:.2f}x baseline")
-    warn_idx = int(np.argmax(smooth >= warn_ratio * base.value)) if (smooth >= warn_ratio * base.value).any() else len(xb) - 1
+    warn_hit = smooth >= warn_ratio * base.value
+    warn_idx = int(np.argmax(warn_hit)) if warn_hit.any() else len(xb) - 1
     onset = _onset(xb[: warn_idx + 1], smooth[: warn_idx + 1], base.value)
     post = xs >= onset
     g_slope = theil_sen(xs[post], ys[post])
@@ -176,11 +185,12 @@ class GradNormDriftDetector:
         if res is None or not res.flagged:
             return []
         m = res.measures
-        loss_txt = (
-            "the loss was not logged"
-            if m["loss_slope_per_1k_steps"] is None
-            else f"the loss changed {m['loss_change_pct']:+.1f}%" if m["loss_change_pct"] is not None else "the loss kept falling"
-        )
+        if m["loss_slope_per_1k_steps"] is None:
+            loss_txt = "the loss was not logged"
+        elif m["loss_change_pct"] is not None:
+            loss_txt = f"the loss changed {m['loss_change_pct']:+.1f}%"
+        else:
+            loss_txt = "the loss kept falling"
         summary = (
             f"Grad norm drifted up from {sig(m['baseline'])} (baseline) to {sig(m['current'])} "
             f"({m['ratio']:.1f}x) since step {res.onset_step} while {loss_txt}."

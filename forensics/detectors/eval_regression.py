@@ -37,11 +37,12 @@ from forensics.detectors.drift import analyze_drift
 from forensics.detectors.trend_utils import arrays, despike, robust_sigma, rolling_median, sig, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
-from forensics.schema import EVAL_PREFIX, LOSS, lower_is_better
+from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS, lower_is_better
 
 CHECK = "eval_regression"
 # Eval entries that are counters or timings, not quality scores.
-_NOT_A_SCORE = re.compile(r"(runtime|per_second|samples|num_tokens|tokens|epoch|step|time|entropy)", re.I)
+_NOT_A_SCORE = re.compile(r"(runtime|per_second|samples|num_tokens|tokens|epoch_?$|step|time|entropy)", re.I)
+_RESTATES_VAL = re.compile(r"^(?:epoch_)?(?:perplexity|ppl)$", re.I)
 
 
 class EvalRegressionDetector:
@@ -64,8 +65,16 @@ class EvalRegressionDetector:
 
     def detect(self, run: Run) -> list[Finding]:
         names = [m for m in run.metrics() if m.startswith(EVAL_PREFIX) and not _NOT_A_SCORE.search(m[len(EVAL_PREFIX) :])]
+        restated: list[str] = []
+        if run.has(VAL_LOSS):
+            # A bare val perplexity is exp(val_loss): the train/val checks already read it.
+            restated = [m for m in names if _RESTATES_VAL.match(m[len(EVAL_PREFIX) :])]
+            for m in restated:
+                run.note(f"{CHECK}: {m} not checked, it restates val_loss (see the train/val checks)")
+            names = [m for m in names if m not in restated]
         if not names:
-            run.note(f"{CHECK}: not run, the run logged no eval metric (eval/<name>)")
+            why = "its only eval metrics restate val_loss" if restated else "the run logged no eval metric (eval/<name>)"
+            run.note(f"{CHECK}: not run, {why}")
             return []
         out: list[Finding] = []
         drift_checked = False

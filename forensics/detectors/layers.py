@@ -35,7 +35,15 @@ import numpy as np
 import polars as pl
 
 from forensics.detectors.baseline import warmup_end
-from forensics.detectors.trend_utils import arrays, bin_median, fmt_layers, hinge_onset, robust_sigma, rolling_median, theil_sen
+from forensics.detectors.trend_utils import (
+    arrays,
+    bin_median,
+    fmt_layers,
+    hinge_onset,
+    robust_sigma,
+    rolling_median,
+    theil_sen,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM_LAYER, PARAM_NORM_LAYER
@@ -122,7 +130,15 @@ class LayerGradShiftDetector:
         return out
 
     def _finding(
-        self, run: Run, steps: np.ndarray, series: np.ndarray, grp: np.ndarray, layers: list[int], b: float, a: float, start: int
+        self,
+        run: Run,
+        steps: np.ndarray,
+        series: np.ndarray,
+        grp: np.ndarray,
+        layers: list[int],
+        b: float,
+        a: float,
+        start: int,
     ) -> Finding:
         names = [layers[i] for i in grp]
         xb, yb = bin_median(steps.astype(float), series, max_bins=200)
@@ -138,9 +154,12 @@ class LayerGradShiftDetector:
         g_rates = [growth[l] for l in names if growth.get(l) is not None]
         r_rates = [growth[l] for l in layers if l not in in_grp and growth.get(l) is not None]
         label = fmt_layers(names)
+        by_layer = ",".join(f"{l}:{growth[l]:+.2f}" for l in layers if growth.get(l) is not None)
         pg = float(np.mean(g_rates)) if g_rates else None
         pr = float(np.mean(r_rates)) if r_rates else None
-        param_txt = f"; their param norms grow {pg:+.2f}%/1k steps vs {pr:+.2f}% for the rest" if pg is not None and pr is not None else ""
+        param_txt = ""
+        if pg is not None and pr is not None:
+            param_txt = f"; their param norms grow {pg:+.2f}%/1k steps vs {pr:+.2f}% for the rest"
         return Finding(
             kind=FindingKind.LAYER_GRAD_SHIFT,
             severity=Severity.WARNING,
@@ -160,7 +179,7 @@ class LayerGradShiftDetector:
                 "peak_share": float(smooth.max()),
                 "param_growth_group_pct_per_1k": pg,
                 "param_growth_rest_pct_per_1k": pr,
-                "param_growth_by_layer": ",".join(f"{l}:{growth[l]:+.2f}" for l in layers if growth.get(l) is not None) or None,
+                "param_growth_by_layer": by_layer or None,
             },
             summary=(
                 f"Layers {label} went from {100 * b:.0f}% to {100 * a:.0f}% of the squared grad norm "

@@ -35,6 +35,8 @@ Severity: warning; critical when the intervals shrink.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from forensics.detectors.spike_context import period_origin, revealed_periods, series_interval
@@ -80,9 +82,8 @@ def _offsets(onsets: np.ndarray, origin: float, p: float) -> np.ndarray:
 
 
 def _binom_tail(k: int, n: int, p: float) -> float:
-    from scipy.stats import binom
-
-    return float(binom.sf(k - 1, n, p))
+    """P(X >= k) for X ~ Binomial(n, p), exact (n is a count of spikes: small)."""
+    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
 
 
 class PeriodicSpikeDetector:

@@ -107,12 +107,15 @@ def score(
     window: int = 20,
     min_side: int = 3,
     sigma_floor: float = 0.005,
+    confirm_until: float | None = None,
 ) -> pl.DataFrame:
     """Robust spike score of one series (columns ``step``, ``value``) -> :data:`SCORE_SCHEMA`.
 
     Non-finite values are left out (the NaN detector reports them); the score has one row per
     finite point. ``sigma_floor`` is the smallest noise scale, relative (log units) for
-    positive series and as a fraction of the median magnitude otherwise.
+    positive series and as a fraction of the median magnitude otherwise. Points at steps up to
+    ``confirm_until`` must stand above the following points too (two-sided): at the start of
+    training a grad norm may climb steeply for a while, and a climb is not a spike.
     """
     if frame.is_empty():
         return empty_score()
@@ -143,7 +146,8 @@ def score(
     with np.errstate(invalid="ignore"):
         z_trail = (y - trail) / sig
         z_lead = (y - lead) / sig
-    trailing_ok = n_before >= min_side
+    confirm = steps <= confirm_until if confirm_until is not None else np.zeros(n, dtype=bool)
+    trailing_ok = (n_before >= min_side) & ~(confirm & (n_after >= 1))
     two_sided = ~trailing_ok & (n_before >= 1) & (n_after >= 1)
     z = np.where(trailing_ok, z_trail, np.where(two_sided, np.minimum(z_trail, z_lead), np.nan))
     base_y = np.where(trailing_ok, trail, np.where(two_sided, np.maximum(trail, lead), np.nan))
@@ -162,6 +166,30 @@ def score(
         },
         schema=SCORE_SCHEMA,
     ).with_columns(pl.col("baseline", "z", "ratio").fill_nan(None))
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, float, float, float]:
+    """Theil-Sen line ``(slope, intercept, slope_low, slope_high)``, 95% interval by default.
+
+    The median of pairwise slopes (Sen 1968), intercept median(y - slope x) as scipy's
+    ``theilslopes``; the interval from the normal approximation of Kendall's S without tie
+    corrections. Written with numpy so that spike detection does not pay for importing
+    scipy.stats (over a second) on every run.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    ok = dx != 0
+    slopes = np.sort((y[j] - y[i])[ok] / dx[ok])
+    if len(slopes) == 0:
+        return 0.0, float(np.median(y)), 0.0, 0.0
+    slope = float(np.median(slopes))
+    intercept = float(np.median(y) - slope * np.median(x))
+    n, nt = len(x), len(slopes)
+    sigma = np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    hi = min(int(round((nt + z * sigma) / 2.0)), nt - 1)
+    lo = max(int(round((nt - z * sigma) / 2.0)) - 1, 0)
+    return slope, intercept, float(slopes[lo]), float(slopes[hi])
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forensics.detectors.robust import MAD_TO_SIGMA, inverse
+from forensics.detectors.robust import MAD_TO_SIGMA, inverse, theil_sen
 
 PHYSIOLOGICAL = "physiological"
 PATHOLOGICAL = "pathological"
@@ -70,8 +70,6 @@ def _x(steps: np.ndarray | float) -> np.ndarray:
 def fit_trend(steps: np.ndarray, y: np.ndarray, onset: int, fallback_level: float, fallback_sigma: float,
               p: ShapeParams) -> Trend:
     """Robust pre-spike trend from the points before ``onset`` (indices into steps / y)."""
-    from scipy.stats import theilslopes
-
     lo = max(0, onset - p.trend_max_points)
     sel = np.arange(lo, onset)
     sel = sel[steps[sel] >= steps[onset] - p.trend_window] if len(sel) else sel
@@ -80,7 +78,7 @@ def fit_trend(steps: np.ndarray, y: np.ndarray, onset: int, fallback_level: floa
     if len(sel) >= p.min_trend_points:
         xs, ys = _x(steps[sel]), y[sel]
         if np.ptp(xs) > 0:
-            slope, intercept, low, high = theilslopes(ys, xs, alpha=0.95)
+            slope, intercept, low, high = theil_sen(xs, ys)
             resid = ys - (intercept + slope * xs)
             sigma = MAD_TO_SIGMA * float(np.median(np.abs(resid - np.median(resid))))
             err, h = _backtest(xs, ys)
@@ -96,12 +94,10 @@ def _backtest(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
     At the fast-falling start of training a line fitted to a few hundred steps does not
     extrapolate: this measures by how much, from the data itself.
     """
-    from scipy.stats import theilslopes
-
     half = len(xs) // 2
     if half < 3 or np.ptp(xs[:half]) <= 0:
         return 0.0, 1.0
-    slope, intercept, _, _ = theilslopes(ys[:half], xs[:half])
+    slope, intercept, _, _ = theil_sen(xs[:half], ys[:half])
     miss = float(abs(np.median(ys[half:] - (intercept + slope * xs[half:]))))
     h = float(np.median(xs[half:]) - np.median(xs[:half]))
     return miss, max(h, 1e-9)

@@ -9,7 +9,7 @@
 | height | peak_value - baseline (series units) |
 | height_ratio | peak_value / baseline |
 | z | robust z-score of the peak (log units for positive series) |
-| two_sided | the baseline also used following points (spike near the start of the log) |
+| two_sided | the baseline also used the following points (near the start of the log or in the warm-up) |
 | points | logged points flagged in the spike |
 | log_interval | typical logging interval of the series (steps) |
 | width_steps | steps spent above the alarm line around the peak |
@@ -48,9 +48,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from forensics.detectors import robust
-from forensics.detectors.baseline import grad_norm_baseline
+from forensics.detectors.baseline import grad_norm_baseline, warmup_end
 from forensics.detectors.spike_context import drop_windows, level_barriers, lr_kinks, overlaps
 from forensics.detectors.spike_shape import BENEFICIAL, PATHOLOGICAL, PHYSIOLOGICAL, UNRESOLVED, ShapeParams, measure
 from forensics.findings import Finding, FindingKind, Severity
@@ -99,7 +100,8 @@ def find_spikes(
     if barriers is None:
         barriers = level_barriers(run)
     series = run.series(metric)
-    sc = robust.score(series, window=window, min_side=min_side, sigma_floor=sigma_floor)
+    sc = robust.score(series, window=window, min_side=min_side, sigma_floor=sigma_floor,
+                      confirm_until=start_zone(run, series, window))
     if sc.height < 3:
         return []
     steps = sc.get_column("step").to_numpy()
@@ -128,6 +130,20 @@ def find_spikes(
         }
         out.append(Spike(metric, int(steps[ev.onset]), int(steps[ev.peak]), int(end_step), measures))
     return out
+
+
+def start_zone(run: Run, series: pl.DataFrame, window: int) -> float | None:
+    """Last step of the start of training, where spikes need two-sided confirmation: the LR
+    warm-up, and at least the first ``window`` logged points. None when the log starts
+    mid-training (its step numbers say so)."""
+    steps = series.filter(pl.col("value").is_finite()).get_column("step").to_numpy()
+    if len(steps) == 0:
+        return None
+    interval = robust.median_interval(steps)
+    if steps[0] > 2 * interval + 1:
+        return None
+    first_points = float(steps[min(window, len(steps)) - 1])
+    return max(float(warmup_end(run) or 0), first_points)
 
 
 class SpikeDetector:

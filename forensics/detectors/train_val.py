@@ -26,7 +26,7 @@ growth_last        gap growth over the window ending at the detection step
 growth_prev        gap growth over the window before it
 accel_ratio        growth_last / growth_prev (null when growth_prev <= 0)
 window_steps       window length in steps
-val_noise          robust sigma of the val loss
+val_noise          noise of the val-train gap (robust sigma, at least the val noise)
 gap_at_onset       gap at the onset step
 gap_now            gap at the last val step of the episode
 detected_step      first val step where the acceleration was confirmed
@@ -45,7 +45,7 @@ gap_now            gap now
 epoch              epoch (1-based) at the onset; null when no epoch series
 epoch_now          epoch (1-based) at the last val step; null when no epoch series
 gap_accelerating   true when the gap was still accelerating at the end
-val_noise          robust sigma of the val loss
+val_noise          noise of the val-train gap (robust sigma, at least the val noise)
 =================  ====================================================================
 
 kind ``val_shift``
@@ -58,7 +58,7 @@ shift_pct          shift in % of val_before
 ramp_steps         steps between the last old-level point and the first new-level point
 train_change       train level change across the same split
 gap_slope_after_per_1k  gap slope after the shift, per 1000 steps (about 0: stopped widening)
-val_noise          robust sigma of the val loss
+val_noise          noise of the val-train gap (robust sigma, at least the val noise)
 =================  ====================================================================
 """
 
@@ -68,7 +68,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forensics.detectors.trend_utils import align, arrays, bin_median, despike, hinge_onset, robust_sigma, rolling_median, theil_sen
+from forensics.detectors.trend_utils import (
+    align,
+    arrays,
+    bin_median,
+    despike,
+    hinge_onset,
+    robust_sigma,
+    rolling_median,
+    theil_sen,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import EPOCH, LOSS, VAL_LOSS
@@ -319,7 +328,8 @@ class TrainValDetector:
         vx, vy = g.vx.astype(float), g.vy
         if len(vy) > 400:  # the pair search is quadratic: work on bin medians
             vx, vy = bin_median(vx, vy, max_bins=400)
-            g = Gap(vx, vy, align(g.tx, g.ty, vx, g.interval), vy - align(g.tx, g.ty, vx, g.interval), g.tx, g.ty, g.interval, g.window, g.noise)
+            train = align(g.tx, g.ty, vx, g.interval)
+            g = Gap(vx, vy, train, vy - train, g.tx, g.ty, g.interval, g.window, g.noise)
         n = len(vy)
         side = 3
         if n < 2 * side:

@@ -124,7 +124,7 @@ def _value_at(x: np.ndarray, y: np.ndarray, step: int) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def mark_findings(fig: dict[str, Any], findings: list[Finding], x: np.ndarray | None = None, y: np.ndarray | None = None) -> None:
+def mark_findings(fig: dict[str, Any], findings: list[Finding], x: np.ndarray | None = None, y: np.ndarray | None = None, name: str = "findings") -> None:
     """Shade each finding's span, and put a hoverable marker at its peak on the panel's series."""
     shapes = fig["layout"].setdefault("shapes", [])
     mx: list[int] = []
@@ -149,7 +149,7 @@ def mark_findings(fig: dict[str, Any], findings: list[Finding], x: np.ndarray | 
         texts.append(esc(f"{f.kind.value} ({f.severity.value}), step {f.start_step:,}: {f.summary}"))
         colours.append(colour)
     if mx:
-        fig["data"].append({"type": "scatter", "mode": "markers", "x": mx, "y": my, "name": "findings", "hovertext": texts,
+        fig["data"].append({"type": "scatter", "mode": "markers", "x": mx, "y": my, "name": name, "hovertext": texts,
                             "hoverinfo": "text", "marker": {"color": colours, "size": 11, "symbol": "diamond", "line": {"color": "#000", "width": 1}}})
 
 
@@ -334,7 +334,7 @@ def build_panels(run: Run, findings: list[Finding], *, buckets: int = DEFAULT_BU
         if main.get("type") != "heatmap":
             x = np.array(main["x"], dtype=np.int64)
             y = np.array([np.nan if v is None else v for v in main["y"]], dtype=float)
-            mark_findings(first.figure, rest, x, y)
+            mark_findings(first.figure, rest, x, y, name="run-level findings")
         else:
             mark_findings(first.figure, rest)
         first.findings = first.findings + rest

@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from forensics.prescriptions import AREA_TITLES, STANDING_GUIDANCE, TABLE
+from forensics.prescriptions import AREA_TITLES, STANDING_GUIDANCE, TABLE, needs_action
 from forensics.timeline import vital_label
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: boo
     for rb in diagnosis.rollbacks:
         rollbacks.setdefault(id(rb.finding), []).append(rb)
     items = [
-        {"f": f, "kind": f.kind.value, "prescription": diagnosis.prescription_for(f), "entry": TABLE.get(f.kind), "rollbacks": rollbacks.get(id(f), [])}
+        {"f": f, "kind": f.kind.value, "prescription": diagnosis.prescription_for(f), "entry": TABLE.get(f.kind), "acts": needs_action(f), "rollbacks": rollbacks.get(id(f), [])}
         for f in ranked
     ]
     kinds_present = []

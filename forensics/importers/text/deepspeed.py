@@ -39,9 +39,12 @@ def sniff(sample: str) -> bool:
     return bool(SNIFF.search(sample))
 
 
-def applies(raw: bytes) -> bool:
-    """Overflow lines can sit anywhere in a long log: test the whole text (a fast byte scan)."""
-    return b"verflow" in raw or b"OVERFLOW" in raw or b"dynamic loss scale" in raw or b"skipped=" in raw or b"|step: " in raw
+def applies(ctx: Ctx) -> bool:
+    """Overflow lines can sit anywhere in a long log: test the whole text (a byte scan),
+    unless a family already looked at every line."""
+    if ctx.overflow_hint is not None:
+        return ctx.overflow_hint
+    return b"verflow" in ctx.raw or b"OVERFLOW" in ctx.raw
 
 
 def parse(ctx: Ctx) -> pl.DataFrame:
@@ -80,6 +83,15 @@ def _events(lines: pl.DataFrame) -> pl.DataFrame:
     up = ev.filter(pl.col("up").is_not_null()).select("ln", "step", "wall_time", pl.lit(SCALE_UP_TAG).alias("tag"), pl.col("up").alias("value"))
     rows = conform_rows(pl.concat([overflow, scale, up])).with_columns(pl.lit("next").alias("fill"))
     return rows.sort("ln")
+
+
+def dedupe_events(rows: pl.DataFrame) -> pl.DataFrame:
+    """Once steps are known: one overflow row per step, one scale row per (step, new scale)."""
+    ev = rows.filter(pl.col("tag").is_in(EVENT_TAGS))
+    if ev.is_empty():
+        return rows
+    ev = ev.sort("ln").unique(subset=["tag", "step", "value"], keep="first", maintain_order=True)
+    return pl.concat([rows.filter(~pl.col("tag").is_in(EVENT_TAGS)), ev])
 
 
 def _metrics(lines: pl.DataFrame) -> pl.DataFrame:

@@ -21,6 +21,7 @@ import polars as pl
 from forensics.importers.text.engine import Ctx, conform_rows, empty_rows, num, read_pipes, to_unix
 
 NAME = "megatron"
+DEDUPED = True  # rank copies are dropped here, on the line table (cheaper than on rows)
 SNIFF = re.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|")
 _VAL = re.compile(r"validation loss at")
 _DATE = r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]"
@@ -38,6 +39,7 @@ def _n_cols(sample: str) -> int:
 def parse(ctx: Ctx) -> pl.DataFrame:
     n = _n_cols(ctx.sample)
     cells = read_pipes(ctx.raw, n)
+    ctx.n_lines = cells.height
     cols = [f"c{i}" for i in range(1, n)]
     c0 = pl.col("c0")
     is_val = c0.str.contains("validation loss at", literal=True)
@@ -53,7 +55,11 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     it = it.with_columns(to_unix(c0.str.extract(_DATE, 1)).alias("wall_time") if has_date else pl.lit(None, dtype=pl.Float64).alias("wall_time"))
     # Several ranks printing the same iteration: keep the first copy.
     it = it.filter((pl.col("step") != pl.col("step").shift(1)).fill_null(True))
-    rows = [_layout_rows(it, cols)]
+    ctx.line_steps = it.select("ln", "step")
+    # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule out here.
+    ctx.overflow_hint = bool(cells.select(c0.str.contains(r"(?i)overflow|dynamic loss scale").any()).item())
+    commas = bool(re.search(r"iteration[^\n]*\d,\d{3}\b", ctx.sample))
+    rows = [_layout_rows(it, cols, commas)]
     if not val.is_empty():
         rows.append(_validation_rows(val, cols))
     out = pl.concat(rows) if rows else empty_rows()
@@ -72,7 +78,7 @@ def _prefix(cell: str | None) -> str | None:
     return cell[: cell.index(":") + 1]
 
 
-def _layout_rows(it: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+def _layout_rows(it: pl.DataFrame, cols: list[str], commas: bool = False) -> pl.DataFrame:
     """Read the dominant key layout column-wise; other lines go through the generic split."""
     if it.is_empty():
         return empty_rows()
@@ -94,13 +100,14 @@ def _layout_rows(it: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
             continue
         tag = pre[:-1].strip()
         parts.append(
-            fast.select("ln", "step", "wall_time", num(pl.col(col).str.slice(len(pre))).alias("value"))
+            fast.select("ln", "step", "wall_time", num(pl.col(col).str.slice(len(pre)), commas).alias("value"))
             .filter(pl.col("value").is_not_null())
             .with_columns(pl.lit(tag).alias("tag"))
         )
     slow = it.filter(~pl.col("_fast"))
     if not slow.is_empty():
         parts.append(_split_rows(slow, cols))
+    # Each block holds one tag in line order (the restart check relies on it).
     return conform_rows(pl.concat(parts, how="diagonal")) if parts else empty_rows()
 
 
@@ -116,7 +123,7 @@ def _split_rows(df: pl.DataFrame, cols: list[str], prefix: str = "") -> pl.DataF
             num(pl.col("field_1")).alias("value"),
         )
         .filter(pl.col("value").is_not_null())
-        .sort("ln")
+        .sort("tag", "ln")
     )
     return conform_rows(long)
 

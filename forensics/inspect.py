@@ -1,0 +1,77 @@
+"""Looking at what a run holds: the tag -> vital sign table, and the export of the long frame.
+
+Behind ``forensics metrics PATH`` (which raw tag became which canonical name, how many points,
+over which steps) and ``forensics export PATH --to FILE`` (the canonical long frame, every row,
+restarts included, for a notebook).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from forensics.errors import ConfigError
+from forensics.run import Run
+from forensics.schema import PER_LAYER
+
+EXPORT_SUFFIXES = (".parquet", ".csv")
+
+
+def metrics_table(run: Run) -> pl.DataFrame:
+    """One row per raw tag: ``tag, metric, layer, points, first_step, last_step, source, x_kind, used``.
+
+    ``points`` counts every logged row (restart replays included); ``used`` says whether the
+    analysis reads this tag for its canonical vital sign (when several tags map to one vital
+    sign, the one with the most points is used; every per-layer tag is used).
+    """
+    schema = {"tag": pl.Utf8, "metric": pl.Utf8, "layer": pl.Int32, "points": pl.UInt32, "first_step": pl.Int64,
+              "last_step": pl.Int64, "source": pl.Utf8, "x_kind": pl.Utf8, "used": pl.Boolean}
+    f = run.frame
+    if f.is_empty():
+        return pl.DataFrame(schema=schema)
+    chosen = run.metrics()
+    picked = pl.DataFrame(
+        {"metric": list(chosen), "tag": list(chosen.values()), "_picked": [True] * len(chosen)},
+        schema={"metric": pl.Utf8, "tag": pl.Utf8, "_picked": pl.Boolean},
+    )
+    table = (
+        f.group_by("source", "tag")
+        .agg(
+            pl.col("metric").first(),
+            pl.col("layer").first(),
+            pl.len().alias("points"),
+            pl.col("step").min().alias("first_step"),
+            pl.col("step").max().alias("last_step"),
+            pl.col("x_kind").first(),
+        )
+        .join(picked, on=["metric", "tag"], how="left")
+        .with_columns((pl.col("metric").is_in(list(PER_LAYER)) | pl.col("_picked")).fill_null(False).alias("used"))
+        .sort(["metric", "layer", "tag"], nulls_last=True)
+    )
+    return table.select([pl.col(c).cast(t) for c, t in schema.items()])
+
+
+def export_run(run: Run, out: Path) -> Path:
+    """Write the canonical long frame (with a leading ``run`` column) to ``.parquet`` or ``.csv``.
+
+    Raises:
+        ConfigError: the suffix is neither, or ``out`` lies inside the run folder (the
+            evidence is never written to).
+    """
+    out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise ConfigError(f"{out}: unknown export format {out.suffix or '(no suffix)'!r}; use .parquet or .csv")
+    run_dir = Path(run.path).resolve()
+    run_dir = run_dir if run_dir.is_dir() else run_dir.parent
+    target = out.resolve()
+    if target == run_dir or run_dir in target.parents:
+        raise ConfigError(f"{out}: inside the run folder {run_dir}; write the export somewhere else")
+    frame = run.frame.select(pl.lit(run.name).alias("run"), pl.all())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".parquet":
+        frame.write_parquet(target)
+    else:
+        frame.write_csv(target)
+    return target
