@@ -156,16 +156,17 @@ def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
 
     q = "Any NaN or Inf at some step?"
     def nan() -> Item | None:
-        bad = []
+        bad, checked = [], []
         for m in (LOSS, GRAD_NORM):
             st, v = _window(run, m, lo, hi)
             if len(v):
+                checked.append(m.replace("_", " "))
                 bad += [int(s) for s in st[~np.isfinite(v)]]
-        if not (LOSS in run_metrics(run)) and not (GRAD_NORM in run_metrics(run)):
+        if not checked:
             return None
         if bad:
             return Item(q, FAIL, f"non-finite values at step {', '.join(f'{s:,}' for s in sorted(set(bad))[:5])}")
-        return Item(q, PASS, "loss and grad norm finite throughout the phase")
+        return Item(q, PASS, f"{' and '.join(checked)} finite throughout the phase")
     items.append(_finding_or_measure(fs, {FindingKind.NAN_INF}, lo, hi, "NaN/Inf", nan, q, "neither loss nor grad norm logged"))
 
     q = "Are per-layer activation ranges reasonable?"

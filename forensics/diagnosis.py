@@ -18,6 +18,7 @@ from forensics.findings import Finding, FindingKind, Severity, worst_severity
 from forensics.prescriptions import AREAS, STANDING_GUIDANCE, Check, Prescription, needs_action, prescribe
 from forensics.prescriptions import TABLE as PRESCRIPTIONS
 from forensics.run import Run
+from forensics.schema import VAL_LOSS
 from forensics.timeline import Timeline, build_timeline
 
 SCHEMA_VERSION = 1
@@ -181,7 +182,22 @@ def _lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
         return True, LR_CUT_RED_LIGHT, "10% lower once the cause is fixed"
     if f.kind == FindingKind.GRAD_NORM_DRIFT:
         return False, LR_CUT_DRIFT, "down to a third (first aid)"
+    if f.kind == FindingKind.OVERFITTING:
+        return True, (0.0, 0.0), "unchanged: stop early from the best checkpoint (or lower it for any further epochs)"
     return None
+
+
+def _best_val_step(run: Run, until: int) -> int | None:
+    """The logged step with the lowest validation loss up to ``until`` (overfitting's rollback point)."""
+    s = run_series(run, VAL_LOSS)
+    if s.is_empty():
+        return None
+    steps = s.get_column("step").to_numpy()
+    vals = s.get_column("value").to_numpy().astype(float)
+    ok = np.isfinite(vals) & (steps <= until)
+    if not ok.any():
+        return None
+    return int(steps[ok][np.argmin(vals[ok])])
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -275,13 +291,17 @@ def rollback_advice(run: Run, findings: list[Finding], *, checkpoint_every: int 
             if g is not f and g.start_step < onset and (g.end_step is None or g.end_step >= f.start_step):
                 onset, cause = g.start_step, g
         healthy = _last_logged_before(run, f.metric if cause is None else cause.metric, onset)
+        if f.kind == FindingKind.OVERFITTING:
+            best = _best_val_step(run, f.end_step if f.end_step is not None else run.last_step)
+            healthy = best if best is not None else healthy
         ckpt, source = _checkpoint_before(run, healthy, checkpoint_every) if healthy is not None else (None, "the trouble starts at the first logged step")
         lr = _value_at(run, "lr", healthy if healthy is not None else onset)
-        new_lr = (lr * (1 - cut[1]), lr * (1 - cut[0])) if lr is not None else None
-        why = (
-            f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
-            if cause is not None
-            else f"onset of the {f.kind.value} at step {f.start_step:,}"
-        )
+        new_lr = (lr * (1 - cut[1]), lr * (1 - cut[0])) if lr is not None and cut[1] > 0 else None
+        if f.kind == FindingKind.OVERFITTING:
+            why = "the lowest validation loss before it turned up" if healthy is not None else "no validation loss to pick the best step"
+        elif cause is not None:
+            why = f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
+        else:
+            why = f"onset of the {f.kind.value} at step {f.start_step:,}"
         out.append(Rollback(f, do_rollback, onset, healthy, ckpt, source, cut, cut_text, lr, new_lr, why))
     return out

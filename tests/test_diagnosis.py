@@ -156,6 +156,16 @@ def test_lr_cut_per_event(finding: Finding, cut: tuple[float, float]) -> None:
     assert rb.lr_cut == cut
 
 
+def test_overfitting_goes_back_to_the_best_validation_step() -> None:
+    """Overfitting: keep the checkpoint at or before the lowest validation loss; no LR cut."""
+    vs = np.arange(0, 3000, 250)
+    val = 2.0 + ((vs - 1250) / 1000.0) ** 2  # lowest at step 1250
+    run = _run(extra={"val/loss": (vs, val)})
+    (rb,) = rollback_advice(run, [Finding("overfitting", "warning", "val_loss", 1500, "val up", end_step=2750)])
+    assert rb.last_healthy_step == 1250 and rb.checkpoint_step == 1000
+    assert rb.lr_cut == (0.0, 0.0) and rb.new_lr is None and "stop early" in rb.lr_cut_text
+
+
 def test_no_rollback_for_benign_findings() -> None:
     """Recovered spikes, plateaus and notes get no rollback advice."""
     fs = [_spike(500, "physiological", "info"), _spike(900, "beneficial", "warning"), Finding("plateau", "warning", "loss", 1000, "p")]

@@ -189,12 +189,15 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
         results.append((s, res))
 
     results, dropped_notes = _choose_overlapping(results)
-    base = path if path.is_dir() else path.parent
-    name = path.name if job == "." or path.is_file() else Path(job).name
+    # A folder whose only job is one log file directly inside it is named after the folder.
+    if job != "." and path.is_dir() and Path(job).parent == Path(".") and all(s.scope == "file" for s in sources):
+        job = "."
     if path.is_file():
-        name = path.name.split(".")[0] if path.name.split(".")[0] else path.stem
-    run = Run(name=name, path=(base / job).resolve() if job != "." and path.is_dir() else path,
-              format="+".join(dict.fromkeys(s.importer for s, _ in results)))
+        name = path.name.split(".")[0] or path.stem
+    else:
+        name = path.name if job == "." else Path(job).name
+    run_path = (path / job).resolve() if job != "." and path.is_dir() else path
+    run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in results)))
     frames = [r.frame for _, r in results]
     run.frame = pl.concat(frames, how="vertical") if frames else run.frame
     for note in dropped_notes + x_notes:

@@ -83,7 +83,10 @@ class TextLogsImporter:
             pl.lit(f"{family}_text").alias("source"), pl.lit(name).alias("file"), pl.lit(0).alias("file_idx"),
             pl.lit(log.x_kind).alias("x_kind"),
         )
-        frame = assign_segments(conform(frame))
+        if log.may_restart:
+            frame = assign_segments(conform(frame))
+        else:
+            frame = conform(frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment")))
         notes = list(log.notes)
         if log.families:
             notes.append(f"{name}: read as {' + '.join(log.families)} text log")

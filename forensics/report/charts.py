@@ -19,7 +19,9 @@ import numpy as np
 from forensics.checklists import run_layers, run_metrics, run_series
 from forensics.findings import Finding, FindingKind
 from forensics.run import Run
-from forensics.schema import ACT_ABSMAX, GRAD_NORM, GRAD_NORM_LAYER, LOSS, LOSS_SCALE, LR, MEMORY, PARAM_NORM, STEP_TIME, THROUGHPUT, VAL_LOSS
+from forensics.schema import (
+    ACT_ABSMAX, GRAD_NORM, GRAD_NORM_LAYER, LOSS, LOSS_SCALE, LR, MEMORY, PARAM_NORM, STEP_TIME, THROUGHPUT, VAL_LOSS, lower_is_better,
+)
 from forensics.report.downsample import DEFAULT_BUCKETS, bucket_mean, downsample
 
 SEVERITY_COLOURS = {"info": "#4c78a8", "warning": "#e0b000", "critical": "#f07f0e", "fatal": "#d62728"}
@@ -233,7 +235,9 @@ def eval_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
     for m in evals[:MAX_EVAL_TRACES]:
         x, y = _arrays(run, m)
         dx, dy = downsample(x, y, buckets, _keep_steps([f for f in fs if f.metric == m]))
-        fig["data"].append({"type": "scatter", "mode": "lines+markers", "x": _ints(dx), "y": _nums(dy), "name": esc(m[5:]), "marker": {"size": 4}})
+        label = m[5:] + (" (lower is better)" if lower_is_better(m) else "")
+        fig["data"].append({"type": "scatter", "mode": "lines+markers", "x": _ints(dx), "y": _nums(dy), "name": esc(label), "marker": {"size": 4}})
+    fig["layout"]["showlegend"] = True
     for f in fs:
         x, y = _arrays(run, f.metric) if f.metric else (None, None)
         mark_findings(fig, [f], x, y)

@@ -39,6 +39,7 @@ class TextLog:
     frame: pl.DataFrame  # ROWS columns with steps resolved
     families: list[str]
     x_kind: str = "step"
+    may_restart: bool = True  # False when no series ever steps backwards (no segments needed)
     notes: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
@@ -61,40 +62,63 @@ def parse_text(raw: bytes, name: str) -> TextLog:
     raw = clean(raw)
     ctx = Ctx(raw=raw, sample=sample_text(raw), name=name)
     names = sniff(ctx.sample)
-    mods = [f for f in FAMILIES if f.NAME in names]
-    if deepspeed not in mods and deepspeed.applies(raw):
-        mods.append(deepspeed)
-    parts = [f.parse(ctx) for f in mods]
-    rows = pl.concat(parts) if parts else empty_rows()
-    if rows.filter(pl.col("step").is_not_null()).is_empty() and generic not in mods and generic.sniff(ctx.sample):
-        mods.append(generic)
-        rows = pl.concat([rows, generic.parse(ctx)])
-    rows = resolve_steps(rows, ctx)
-    rows = dedupe(rows)
+    mods = [f for f in FAMILIES if f.NAME in names and f is not deepspeed]
+    parts = [(f, f.parse(ctx)) for f in mods]
+    # DeepSpeed overflow lines may sit anywhere: checked after the other families, which
+    # may already have looked at every line.
+    if deepspeed.NAME in names or deepspeed.applies(ctx):
+        parts.append((deepspeed, deepspeed.parse(ctx)))
+    if not any(p.filter(pl.col("step").is_not_null()).height for _, p in parts) and generic.sniff(ctx.sample):
+        parts.append((generic, generic.parse(ctx)))
+    anchors = _anchors(parts, ctx)
+    done = []
+    for fam, part in parts:
+        part = resolve_steps(part, anchors, ctx)
+        if not getattr(fam, "DEDUPED", False):
+            part = drop_rank_repeats(part.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS))).vstack(
+                part.filter(pl.col("tag").is_in(deepspeed.EVENT_TAGS)))
+        if fam is deepspeed:
+            part = deepspeed.dedupe_events(part)
+        done.append((fam, part))
+    rows = pl.concat([p for _, p in done]) if done else empty_rows()
     if ctx.bad_lines:
         ctx.notes.append(f"{name}: skipped {ctx.bad_lines} malformed metric line(s)")
     findings = []
     last = int(rows.get_column("step").max()) if rows.height else None  # type: ignore[arg-type]
-    found = crash.crash_finding(_tail_after(raw, rows), last, where=name)
+    found = crash.crash_finding(_tail_after(raw, rows, ctx), last, where=name)
     if found is not None:
         findings.append(found)
-    return TextLog(frame=rows, families=[m.NAME for m in mods], x_kind=ctx.x_kind, notes=ctx.notes,
-                   findings=findings, config=ctx.config, metadata=ctx.metadata)
+    return TextLog(frame=rows, families=[f.NAME for f, _ in done], x_kind=ctx.x_kind,
+                   may_restart=_may_restart(done, ctx), notes=ctx.notes, findings=findings,
+                   config=ctx.config, metadata=ctx.metadata)
 
 
-def resolve_steps(rows: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
+def _anchors(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> pl.DataFrame:
+    """(ln, step) of every line that printed a step, for rows printed without one."""
+    if not any(p.filter(pl.col("step").is_null()).height for _, p in parts):
+        return pl.DataFrame(schema={"ln": pl.Int64, "step": pl.Int64})
+    out = []
+    for fam, part in parts:
+        if getattr(fam, "DEDUPED", False) and ctx.line_steps is not None:
+            out.append(ctx.line_steps)
+        else:
+            known = part.filter(pl.col("step").is_not_null() & ~pl.col("tag").is_in(deepspeed.EVENT_TAGS))
+            out.append(known.group_by("ln").agg(pl.col("step").first()))
+    return pl.concat(out).unique("ln").sort("ln") if out else pl.DataFrame(schema={"ln": pl.Int64, "step": pl.Int64})
+
+
+def resolve_steps(rows: pl.DataFrame, anchors: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
     """Give rows printed without a step the step of a neighbouring metric line."""
     pending = rows.filter(pl.col("step").is_null())
     if pending.is_empty():
         return rows
     known = rows.filter(pl.col("step").is_not_null())
-    anchors = known.group_by("ln").agg(pl.col("step").first()).sort("ln")
     if anchors.is_empty():
         # No step anywhere (e.g. only DeepSpeed overflow lines): number events in order.
         ctx.x_kind = "points"
         ctx.notes.append(f"{ctx.name}: the log prints no step numbers; its events are numbered in the order they appear")
-        return _number_in_order(pending)
-    pending = pending.sort("ln").with_columns(pl.col("ln").alias("_ln"))
+        return pl.concat([known, _number_in_order(pending)])
+    pending = pending.sort("ln")
     prev = pending.join_asof(anchors.rename({"step": "_prev"}), on="ln", strategy="backward")
     both = prev.join_asof(anchors.rename({"step": "_next"}), on="ln", strategy="forward")
     fill = pl.col("fill")
@@ -105,6 +129,20 @@ def resolve_steps(rows: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
     )
     resolved = both.with_columns(step.alias("step")).select(list(ROWS))
     return pl.concat([known, resolved]).sort("ln", maintain_order=True)
+
+
+def _may_restart(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> bool:
+    """Does any series step backwards in line order? If not, there is no restart to number
+    (this spares the job-level segmentation on logs of millions of rows)."""
+    for fam, part in parts:
+        if getattr(fam, "DEDUPED", False) and ctx.line_steps is not None:
+            back = ctx.line_steps.select((pl.col("step").diff() < 0).any()).item()
+        else:
+            back = part.sort("tag", "ln").select(
+                ((pl.col("step").diff() < 0) & (pl.col("tag") == pl.col("tag").shift(1))).any()).item()
+        if back:
+            return True
+    return False
 
 
 def _collapse_copies(events: pl.DataFrame, window: int = 40) -> pl.DataFrame:
@@ -132,24 +170,19 @@ def _number_in_order(pending: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([scale.select(list(ROWS)), rest]).sort("ln", maintain_order=True)
 
 
-def dedupe(rows: pl.DataFrame) -> pl.DataFrame:
-    """One row per event: rank copies of a metric line collapse; overflow events keep one
-    row per step and loss-scale events one row per (step, new scale)."""
-    events = rows.filter(pl.col("tag").is_in(deepspeed.EVENT_TAGS))
-    other = rows.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS))
-    if not events.is_empty():
-        events = events.sort("ln").unique(subset=["tag", "step", "value"], keep="first", maintain_order=True)
-    out = pl.concat([drop_rank_repeats(other), events]).sort("ln", maintain_order=True)
-    return out
-
-
-def _tail_after(raw: bytes, rows: pl.DataFrame) -> str:
+def _tail_after(raw: bytes, rows: pl.DataFrame, ctx: Ctx) -> str:
     """The end of the log after its last metric line (bounded), where a crash would show."""
     tail = raw[-CRASH_TAIL_BYTES:]
     if rows.is_empty():
         return tail.decode("utf-8", "replace")
-    last_ln = int(rows.filter(pl.col("tag") != deepspeed.OVERFLOW_TAG).get_column("ln").max() or 0)
-    lines_before_tail = raw.count(b"\n", 0, max(0, len(raw) - len(tail)))
+    events = rows.filter(pl.col("tag").is_in(deepspeed.EVENT_TAGS)).height
+    last_ln = int((rows.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS)) if events else rows).get_column("ln").max() or 0)
+    if ctx.n_lines is not None:
+        # Newlines before the tail = all newlines - those in the tail (no full-file count).
+        total_nl = ctx.n_lines - (0 if raw.endswith(b"\n") else 1)
+        lines_before_tail = total_nl - tail.count(b"\n")
+    else:
+        lines_before_tail = raw.count(b"\n", 0, len(raw) - len(tail))
     text = tail.decode("utf-8", "replace").split("\n")
     skip = last_ln - lines_before_tail  # index of the last metric line within the tail
     if skip >= 0:
