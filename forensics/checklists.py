@@ -218,9 +218,19 @@ def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     q = "Is the train/val gap within a reasonable range?"
     def gap() -> Item | None:
         st, v = _window(run, VAL_LOSS, lo, hi)
-        if np.isfinite(v).sum() < 2:
+        ok = np.isfinite(v)
+        if ok.sum() < 2:
             return None
-        return Item(q, PASS, f"{len(v)} validation points in the phase, no gap acceleration or overfitting found")
+        tail = ""
+        ts, tv = _window(run, LOSS, lo, hi)
+        tok = np.isfinite(tv)
+        if tok.sum() >= 2:
+            # the training loss at the validation steps, from a running mean to calm its noise
+            k = max(1, tok.sum() // 50)
+            sm = np.convolve(tv[tok], np.ones(k) / k, mode="same")
+            g = v[ok] - np.interp(st[ok], ts[tok], sm)
+            tail = f"; gap (val - train) {_g(float(g[0]))} at step {int(st[ok][0]):,}, {_g(float(g[-1]))} at step {int(st[ok][-1]):,}"
+        return Item(q, PASS, f"{int(ok.sum())} validation points, no gap acceleration or overfitting found{tail}")
     items.append(_finding_or_measure(fs, {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT}, lo, hi, "gap problem", gap, q, "validation loss not logged in this phase"))
 
     q = "Do loss spikes recover at a normal pace?"

@@ -99,7 +99,12 @@ class Diagnosis:
         return STANDING_GUIDANCE
 
     def prescription_for(self, finding: Finding) -> str:
-        return self.prescriptions[self.findings.index(finding)]
+        """The prescription diagnose() wrote for this finding (looked up by identity)."""
+        return self._rx_by_id.get(id(finding)) or self.prescriptions[self.findings.index(finding)]
+
+    @cached_property
+    def _rx_by_id(self) -> dict[int, str]:
+        return {id(f): p for f, p in zip(self.findings, self.prescriptions)}
 
     def ranked(self) -> list[Finding]:
         """Findings by severity (worst first), then onset: the order the report lists them."""

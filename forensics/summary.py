@@ -53,13 +53,14 @@ def print_summary(diagnosis: Diagnosis, *, report_path: Path | None = None, cons
         if len(ranked) > TOP_N:
             console.print(f"... and {len(ranked) - TOP_N} more finding(s) in the report.")
     if diagnosis.timeline is not None and diagnosis.timeline.movers:
-        console.print(escape(diagnosis.timeline.sentence()))
-    for rb in diagnosis.rollbacks[:1]:
-        if rb.rollback and rb.checkpoint_step is not None:
-            console.print(
-                f"Roll back to the checkpoint at step {rb.checkpoint_step:,} "
-                f"(last healthy step {rb.last_healthy_step:,}); learning rate {rb.lr_cut_text}."
-            )
+        console.print(escape(diagnosis.timeline.sentence(limit=2)))
+    # The earliest event's advice: going back before it also covers every later one.
+    for rb in [r for r in diagnosis.rollbacks if r.rollback and r.checkpoint_step is not None][:1]:
+        console.print(
+            f"Roll back to the checkpoint at step {rb.checkpoint_step:,} "
+            f"(last healthy step {rb.last_healthy_step:,}, before the {rb.finding.kind.value} "
+            f"at step {rb.finding.start_step:,}); learning rate {rb.lr_cut_text}."
+        )
     infos = len(diagnosis.findings) - len(ranked)
     if infos:
         console.print(f"[dim]{infos} informational note(s).[/dim]")

@@ -65,8 +65,11 @@ class Timeline:
     def first(self) -> Mover | None:
         return self.movers[0] if self.movers else None
 
-    def sentence(self) -> str:
-        """One sentence for the report and the terminal: who moved first, who followed when."""
+    def sentence(self, limit: int | None = None) -> str:
+        """One sentence for the report and the terminal: who moved first, who followed when.
+
+        ``limit`` caps the followers named (the terminal shows three).
+        """
         if not self.movers:
             return "No vital sign left its normal range."
         head = self.movers[0]
@@ -74,10 +77,13 @@ class Timeline:
         if len(self.movers) == 1:
             return text + "."
         parts = []
-        for m in self.movers[1:]:
+        followers = self.movers[1:] if limit is None else self.movers[1 : 1 + limit]
+        for m in followers:
             when = "at the same step" if m.lag == 0 else f"{m.lag:,} steps later"
             parts.append(f"the {m.label} {when} (step {m.step:,}, {m.finding.kind.value})")
-        return text + "; then " + ", ".join(parts) + "."
+        rest = len(self.movers) - 1 - len(followers)
+        tail = f" and {rest} more" if rest > 0 else ""
+        return text + "; then " + ", ".join(parts) + tail + "."
 
 
 def build_timeline(findings: list[Finding]) -> Timeline:

@@ -2,9 +2,10 @@
 """Load forensics HTML reports in headless Chromium: every chart rendered, no console errors.
 
 Usage:
-    python scripts/browser_check.py REPORT.html [REPORT2.html ...] [--screenshot OUT.png]
+    python scripts/browser_check.py REPORT.html [REPORT2.html ...] [--screenshot OUT.png] [--install]
 
-Needs the Debian package ``chromium`` (``apt-get update && apt-get install -y chromium``).
+Needs the Debian package ``chromium`` (``apt-get update && apt-get install -y chromium``);
+``--install`` runs that command first when no browser is found (as root, e.g. in CI).
 Each report is loaded twice from a fresh profile: once with ``--dump-dom`` (the page writes
 ``data-charts-rendered`` / ``data-charts-total`` / ``data-chart-errors`` on <html> once plotly
 has drawn), with console messages logged to stderr; once to take a screenshot. Exit code 0
@@ -55,6 +56,13 @@ def find_browser() -> str | None:
         if path:
             return path
     return None
+
+
+def install() -> None:
+    """Install Debian's chromium package (needs root and the network)."""
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "chromium"], check=True, env=env, stdout=subprocess.DEVNULL)
 
 
 class _RootAttrs(HTMLParser):
@@ -120,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("reports", nargs="+", type=Path)
     ap.add_argument("--screenshot", type=Path, help="PNG of the first report (first screenful of 1280x2400)")
+    ap.add_argument("--install", action="store_true", help="apt-get install chromium when it is missing")
     ns = ap.parse_args(argv)
+    if find_browser() is None and ns.install:
+        install()
     if find_browser() is None:
         print("browser_check: no chromium on PATH; apt-get update && apt-get install -y chromium", file=sys.stderr)
         return 2

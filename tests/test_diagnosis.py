@@ -82,6 +82,7 @@ def test_timeline_names_the_first_mover_and_the_lag() -> None:
     assert [(m.metric, m.step, m.lag) for m in tl.movers] == [("grad_norm", 6500, 0), ("loss", 8000, 1500), ("eval/mmlu", 8000, 1500)]
     assert "gradient norm moved first" in tl.sentence()
     assert "1,500 steps later" in tl.sentence()
+    assert tl.sentence(limit=1).endswith("and 1 more.")
 
 
 def test_timeline_without_findings() -> None:

@@ -179,6 +179,18 @@ def test_steps_going_back_are_a_restart(tmp_path: Path) -> None:
     assert run.series("loss").filter(pl.col("step") >= 20).get_column("value").unique().to_list() == [2.0]
 
 
+def test_two_restarts_two_findings(tmp_path: Path) -> None:
+    """Two resumptions: segments 0/1/2, one finding each, and the view keeps the latest value per step."""
+    objs = [{"step": s, "loss": 1.0} for s in range(100)]
+    objs += [{"step": s, "loss": 2.0} for s in range(60, 150)]
+    objs += [{"step": s, "loss": 3.0} for s in range(120, 200)]
+    run = read_run(_write(tmp_path / "m.jsonl", objs))
+    got = [(f.measures["resumed_from_step"], f.measures["last_step_before"], f.measures["segment"]) for f in run.import_findings]
+    assert got == [(60, 99, 1), (120, 149, 2)]
+    counts = dict(run.series("loss").group_by("value").len().iter_rows())
+    assert counts == {1.0: 60, 2.0: 60, 3.0: 80}
+
+
 def test_cut_off_last_line_is_truncation(tmp_path: Path) -> None:
     """A last line cut mid-object (killed job): every full line read, plus truncated_log."""
     p = tmp_path / "m.jsonl"

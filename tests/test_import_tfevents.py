@@ -64,6 +64,11 @@ def test_tensorboardx_scalars_match_tbparse(tmp_path: Path) -> None:
     assert ours.select("tag", "step").equals(ref.select("tag", "step"))
     a, b = ours.get_column("value").to_numpy(), ref.get_column("value").to_numpy()
     assert np.array_equal(a, b, equal_nan=True)
+    from tbparse import SummaryReader
+
+    wt = SummaryReader(str(tmp_path), extra_columns={"wall_time"}).scalars.sort_values(["tag", "step"])
+    ours_wt = read_run(tmp_path).frame.sort("tag", "step").get_column("wall_time").to_numpy()
+    assert np.array_equal(ours_wt, wt["wall_time"].to_numpy().astype(np.float64))
 
 
 def test_torch_new_style_and_double_scalars_match_tbparse_tensors(tmp_path: Path) -> None:

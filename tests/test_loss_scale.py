@@ -6,19 +6,21 @@ import re
 
 import numpy as np
 import polars as pl
+from synthetic import healthy_loss, long_frame, run_from_frame, spiky_loss
 
 from forensics.detectors import loss_scale
 from forensics.detectors.loss_scale import LossScaleDetector
 from forensics.detectors.spikes import SpikeDetector
 from forensics.findings import FindingKind, Severity
-from synthetic import healthy_loss, long_frame, run_from_frame, spiky_loss
 
 
 def _run(**series):
     return run_from_frame(long_frame({k.replace("__", "/"): v for k, v in series.items()}))
 
 
-def scaler(n: int, *, start: float = 2.0**16, overflows: tuple[int, ...] = (), growth: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+def scaler(
+    n: int, *, start: float = 2.0**16, overflows: tuple[int, ...] = (), growth: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
     """A GradScaler-like scale logged after each step: halves at each overflow step, doubles after
     `growth` clean steps. Returns (steps, scale)."""
     steps = np.arange(n)
@@ -54,7 +56,11 @@ def test_later_cascade_is_a_warning_with_from_to_and_steps():
     (f,) = _drops(_run(train__loss=healthy_loss(3000), loss_scale=(s, sc)))
     assert f.severity is Severity.WARNING and f.measures["calibration"] is False
     assert (f.start_step, f.end_step) == (1500, 1530)
-    assert (f.measures["from_scale"], f.measures["to_scale"], f.measures["halvings"]) == (2.0**24, 2.0**20, 4)
+    assert (f.measures["from_scale"], f.measures["to_scale"], f.measures["halvings"]) == (
+        2.0**24,
+        2.0**20,
+        4,
+    )
 
 
 def test_ordinary_scaler_sawtooth_is_quiet():
@@ -83,12 +89,20 @@ def test_overflow_lines_without_a_scale_series():
     frame = long_frame({"train/loss": healthy_loss(6000), "overflow": (steps, np.ones(len(steps)))})
     # The text-log importer maps its overflow lines to the canonical "overflow" metric.
     frame = frame.with_columns(
-        pl.when(pl.col("tag") == "overflow").then(pl.lit("overflow")).otherwise(pl.col("metric")).alias("metric"))
+        pl.when(pl.col("tag") == "overflow")
+        .then(pl.lit("overflow"))
+        .otherwise(pl.col("metric"))
+        .alias("metric")
+    )
     run = run_from_frame(frame)
     found = _drops(run)
     assert [(f.start_step, f.severity, f.measures["halvings"]) for f in found] == [
-        (3, Severity.INFO, 3.0), (4000, Severity.WARNING, 3.0)]
-    assert all(f.measures["source"] == "overflow" and f.measures["from_scale"] is None for f in found)
+        (3, Severity.INFO, 3.0),
+        (4000, Severity.WARNING, 3.0),
+    ]
+    assert all(
+        f.measures["source"] == "overflow" and f.measures["from_scale"] is None for f in found
+    )
 
 
 def test_sustained_decline_over_separate_drops():
@@ -96,7 +110,9 @@ def test_sustained_decline_over_separate_drops():
     s, sc = scaler(9000, overflows=(2000, 3500, 5000), growth=100000)
     found = _drops(_run(train__loss=healthy_loss(9000), loss_scale=(s, sc)))
     (d,) = [f for f in found if f.measures["pattern"] == "sustained_decline"]
-    assert d.severity is Severity.WARNING and d.measures["halvings"] == 3 and d.measures["drops"] == 3
+    assert (
+        d.severity is Severity.WARNING and d.measures["halvings"] == 3 and d.measures["drops"] == 3
+    )
     assert d.start_step == 2000
 
 
@@ -114,3 +130,29 @@ def test_measures_documented():
     assert {f.measures["pattern"] for f in found} == {"cascade", "sustained_decline"}
     for f in found:
         assert set(f.measures) <= documented
+
+
+def test_scale_logged_only_when_reduced():
+    """DeepSpeed's 'reducing to Y' lines: the scale is known only at overflow steps, one halving each."""
+    over = np.array([3000, 3004, 3009])
+    frame = long_frame(
+        {
+            "train/loss": healthy_loss(6000),
+            "loss_scale": (over, np.array([2.0**15, 2.0**14, 2.0**13])),
+            "overflow": (over, np.ones(3)),
+        }
+    )
+    frame = frame.with_columns(
+        pl.when(pl.col("tag") == "overflow")
+        .then(pl.lit("overflow"))
+        .otherwise(pl.col("metric"))
+        .alias("metric")
+    )
+    (f,) = _drops(run_from_frame(frame))
+    assert f.severity is Severity.WARNING and (f.start_step, f.end_step) == (3000, 3009)
+    assert (f.measures["from_scale"], f.measures["to_scale"], f.measures["halvings"]) == (
+        2.0**16,
+        2.0**13,
+        3,
+    )
+    assert f.measures["overflow_steps"] == 3

@@ -6,12 +6,12 @@ import re
 
 import numpy as np
 import pytest
+from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame, spike_factor
 
 from forensics.detectors import divergence, nan_inf
 from forensics.detectors.divergence import DivergenceDetector
 from forensics.detectors.nan_inf import NanInfDetector
 from forensics.findings import FindingKind, Severity
-from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame, spike_factor
 
 
 def _run(**series):
@@ -28,7 +28,12 @@ def test_isolated_nan_is_critical_at_its_step():
     s, v = healthy_loss(3000)
     v[1234] = np.nan
     (f,) = NanInfDetector().detect(_run(train__loss=(s, v)))
-    assert (f.kind, f.severity, f.metric, f.start_step) == (FindingKind.NAN_INF, Severity.CRITICAL, "loss", 1234)
+    assert (f.kind, f.severity, f.metric, f.start_step) == (
+        FindingKind.NAN_INF,
+        Severity.CRITICAL,
+        "loss",
+        1234,
+    )
     assert f.measures["recovered_step"] == 1235 and f.measures["persistent"] is False
     assert f.measures["first_bad_value"] == "nan" and f.measures["last_finite_step"] == 1233
 
@@ -41,7 +46,9 @@ def test_persisting_nan_is_fatal():
     g[2000:] = np.inf
     found = NanInfDetector().detect(_run(train__loss=(s, v), train__grad_norm=(gs, g)))
     assert {(f.metric, f.severity, f.start_step) for f in found} == {
-        ("loss", Severity.FATAL, 2000), ("grad_norm", Severity.FATAL, 2000)}
+        ("loss", Severity.FATAL, 2000),
+        ("grad_norm", Severity.FATAL, 2000),
+    }
     assert {f.measures["first_bad_value"] for f in found} == {"nan", "inf"}
 
 
@@ -75,8 +82,14 @@ def test_nan_inf_measures_documented():
 
 
 # -- divergence ------------------------------------------------------------------------------------
-def _diverging(n: int = 4000, at: int = 2000, loss_up: float = 0.6, gn_up: float = 4.0, tau: float = 150.0,
-               seed: int = 0):
+def _diverging(
+    n: int = 4000,
+    at: int = 2000,
+    loss_up: float = 0.6,
+    gn_up: float = 4.0,
+    tau: float = 150.0,
+    seed: int = 0,
+):
     """Loss and grad norm ramp up together from `at` (1 - exp(-t/tau)) and stay up."""
     s, v = healthy_loss(n, seed=seed)
     gs, g = healthy_grad_norm(n, seed=seed + 1)
@@ -108,7 +121,12 @@ def test_rise_that_comes_back_within_the_window_is_not_divergence():
     s, v = healthy_loss(4000)
     gs, g = healthy_grad_norm(4000)
     bump = spike_factor(s, 2000, 0.5, width=150, tau=40)
-    assert DivergenceDetector().detect(_run(train__loss=(s, v * bump), train__grad_norm=(gs, g * bump**2))) == []
+    assert (
+        DivergenceDetector().detect(
+            _run(train__loss=(s, v * bump), train__grad_norm=(gs, g * bump**2))
+        )
+        == []
+    )
 
 
 def test_divergence_ending_in_nan():
@@ -130,7 +148,10 @@ def test_divergence_cut_short_by_the_log_is_critical():
 @pytest.mark.parametrize("seed", range(4))
 def test_healthy_runs_do_not_diverge(seed: int):
     """A healthy run, falling start included, gives no divergence and no NaN."""
-    run = _run(train__loss=healthy_loss(5000, seed=seed), train__grad_norm=healthy_grad_norm(5000, seed=seed + 9))
+    run = _run(
+        train__loss=healthy_loss(5000, seed=seed),
+        train__grad_norm=healthy_grad_norm(5000, seed=seed + 9),
+    )
     assert DivergenceDetector().detect(run) == [] and NanInfDetector().detect(run) == []
 
 
@@ -139,3 +160,17 @@ def test_missing_grad_norm_is_noted():
     run = _run(train__loss=healthy_loss(500))
     assert DivergenceDetector().detect(run) == []
     assert any(n.startswith("divergence: not run") for n in run.notes)
+
+
+def test_inf_grad_norm_at_an_fp16_overflow_is_the_scaler_at_work():
+    """An inf grad norm in the step where the loss scale halves (a skipped step) is noted, not reported;
+    the same inf with no scale drop is critical."""
+    s, v = healthy_loss(3000)
+    gs, g = healthy_grad_norm(3000)
+    g[1500] = np.inf
+    scale = np.where(s > 1500, 2.0**15, 2.0**16)
+    run = _run(train__loss=(s, v), train__grad_norm=(gs, g), loss_scale=(s, scale))
+    assert NanInfDetector().detect(run) == []
+    assert any("scaler skipped" in n for n in run.notes)
+    (f,) = NanInfDetector().detect(_run(train__loss=(s, v), train__grad_norm=(gs, g)))
+    assert f.severity is Severity.CRITICAL and f.start_step == 1500

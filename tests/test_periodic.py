@@ -6,22 +6,30 @@ import re
 
 import numpy as np
 import pytest
+from synthetic import healthy_grad_norm, long_frame, run_from_frame, spiky_loss
 
 from forensics.detectors import periodic
 from forensics.detectors.periodic import PeriodicSpikeDetector
 from forensics.findings import FindingKind, Severity
-from synthetic import healthy_grad_norm, long_frame, run_from_frame, spiky_loss
 
 
 def _run(n: int, at: list[int], *, seed: int = 0, every: int = 1, **extra):
-    (s, v), _ = spiky_loss(n, seed=seed, every=every, spikes=[dict(at=a, height=0.8, tau=10) for a in at])
+    (s, v), _ = spiky_loss(
+        n, seed=seed, every=every, spikes=[dict(at=a, height=0.8, tau=10) for a in at]
+    )
     series = {"train/loss": (s, v)}
-    series.update({k.replace("__", "/"): fn(s) for k, fn in extra.items()})  # fn(steps) -> (steps, values)
+    series.update(
+        {k.replace("__", "/"): fn(s) for k, fn in extra.items()}
+    )  # fn(steps) -> (steps, values)
     return run_from_frame(long_frame(series))
 
 
 def _periodic(run, **params):
-    return [f for f in PeriodicSpikeDetector(**params).detect(run) if f.kind is FindingKind.PERIODIC_SPIKES]
+    return [
+        f
+        for f in PeriodicSpikeDetector(**params).detect(run)
+        if f.kind is FindingKind.PERIODIC_SPIKES
+    ]
 
 
 def test_regular_spikes_are_a_warning_with_their_period():
@@ -46,14 +54,19 @@ def test_spikes_at_epoch_starts_match_the_epoch_length():
     at = [800, 1600, 2400, 3200, 4000, 1234, 2950]
     run = _run(4600, sorted(at), train__epoch=lambda s: (s, s / 800.0))
     (f,) = _periodic(run)
-    assert f.measures["matches"] == "epoch" and f.measures["matched_period_steps"] == pytest.approx(800)
+    assert f.measures["matches"] == "epoch" and f.measures["matched_period_steps"] == pytest.approx(
+        800
+    )
     assert f.measures["count"] == 5 and abs(f.measures["phase_steps"]) <= 2
 
 
 def test_regular_spikes_matched_to_the_eval_interval():
     """Spikes every 500 steps, evals every 250: matched to the eval interval, multiple 2."""
-    run = _run(4000, [1000, 1500, 2000, 2500, 3000],
-               val__loss=lambda s: (s[::250], np.full(len(s[::250]), 3.0)))
+    run = _run(
+        4000,
+        [1000, 1500, 2000, 2500, 3000],
+        val__loss=lambda s: (s[::250], np.full(len(s[::250]), 3.0)),
+    )
     (f,) = _periodic(run)
     assert f.measures["matches"] == "eval_interval" and f.measures["multiple"] == 2
 
@@ -90,8 +103,13 @@ def test_every_measure_key_is_documented():
 
 def test_spikes_after_each_lr_restart_match_the_restart_interval():
     """Cosine restarts every 1000 steps with a spike 5 steps after each: matched to lr_restart."""
-    run = _run(6000, [1005, 2005, 3005, 4005, 5005],
-               train__lr=lambda s: (s, 3e-4 * (0.55 + 0.45 * np.cos(np.pi * (s % 1000) / 1000))))
+    run = _run(
+        6000,
+        [1005, 2005, 3005, 4005, 5005],
+        train__lr=lambda s: (s, 3e-4 * (0.55 + 0.45 * np.cos(np.pi * (s % 1000) / 1000))),
+    )
     (f,) = _periodic(run)
-    assert f.measures["matches"] == "lr_restart" and f.measures["matched_period_steps"] == pytest.approx(1000)
+    assert f.measures["matches"] == "lr_restart" and f.measures[
+        "matched_period_steps"
+    ] == pytest.approx(1000)
     assert f.measures["phase_steps"] == pytest.approx(5, abs=1)

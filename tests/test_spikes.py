@@ -6,10 +6,6 @@ import re
 
 import numpy as np
 import pytest
-
-from forensics.detectors import robust, spikes
-from forensics.detectors.spikes import SpikeDetector
-from forensics.findings import FindingKind, Severity
 from synthetic import (
     excerpt,
     healthy_grad_norm,
@@ -20,9 +16,15 @@ from synthetic import (
     spiky_loss,
 )
 
+from forensics.detectors import robust, spikes
+from forensics.detectors.spikes import SpikeDetector
+from forensics.findings import FindingKind, Severity
+
 
 # -- the anchors: what monitors in use today would say on the same data --------------------------
-def kill_loss_spike(values: np.ndarray, window: int = 100, multiplier: float = 2.0, patience: int = 4) -> list[int]:
+def kill_loss_spike(
+    values: np.ndarray, window: int = 100, multiplier: float = 2.0, patience: int = 4
+) -> list[int]:
     """llm-foundry's KillLossSpike: an outlier is > multiplier x the mean of the last `window`
     losses; a spike is declared after more than `patience` consecutive outliers."""
     hits, run = [], 0
@@ -38,8 +40,11 @@ def kill_loss_spike(values: np.ndarray, window: int = 100, multiplier: float = 2
 
 def olmo_spike(values: np.ndarray, window: int = 128, k: float = 6.0) -> list[int]:
     """OLMo-core's monitor: a value above mean + k sigma of the previous `window` values (needs a full window)."""
-    return [i for i in range(window, len(values))
-            if values[i] > values[i - window : i].mean() + k * values[i - window : i].std()]
+    return [
+        i
+        for i in range(window, len(values))
+        if values[i] > values[i - window : i].mean() + k * values[i - window : i].std()
+    ]
 
 
 def megatron_spike(values: np.ndarray, first: int = 100, factor: float = 10.0) -> list[int]:
@@ -50,7 +55,9 @@ def megatron_spike(values: np.ndarray, first: int = 100, factor: float = 10.0) -
     return [i for i in range(first, len(values)) if values[i] > ref]
 
 
-def ema_zscore(values: np.ndarray, alpha: float = 0.97, warmup: int = 25, z: float = 6.0) -> list[int]:
+def ema_zscore(
+    values: np.ndarray, alpha: float = 0.97, warmup: int = 25, z: float = 6.0
+) -> list[int]:
     """The alternative we did not choose: a ZClip-style EMA mean/variance z-score of log(values)."""
     y = np.log(values)
     mu, var, hits = y[0], 0.0, []
@@ -130,8 +137,10 @@ def test_sparse_logging(every: int):
 @pytest.mark.parametrize("every", [1, 5, 10])
 def test_quiet_on_healthy_runs_including_the_noisy_start(seed: int, every: int):
     """A healthy run, fast-falling noisy start included, gives no spike at all."""
-    run = _run(train__loss=healthy_loss(5000, seed=seed, every=every, noise=0.03),
-               train__grad_norm=healthy_grad_norm(5000, seed=seed + 100, every=every))
+    run = _run(
+        train__loss=healthy_loss(5000, seed=seed, every=every, noise=0.03),
+        train__grad_norm=healthy_grad_norm(5000, seed=seed + 100, every=every),
+    )
     assert SpikeDetector().detect(run) == []
 
 
@@ -149,7 +158,7 @@ def test_score_is_a_per_step_frame():
     sc = robust.score(_run(train__loss=(s, v)).series("loss"))
     assert sc.columns == list(robust.SCORE_SCHEMA)
     assert sc.height == 999
-    z = dict(zip(sc["step"].to_list(), sc["z"].to_list()))
+    z = dict(zip(sc["step"].to_list(), sc["z"].to_list(), strict=True))
     assert z[600] > 20 and np.nanmax([z[k] for k in z if k != 600 and z[k] is not None]) < 6
 
 
@@ -172,7 +181,10 @@ def test_classification(spike: dict, classification: str, severity: Severity):
         (s, v), _ = spiky_loss(3000, seed=seed, spikes=[spike])
         (f,) = _spikes(_run(train__loss=(s, v)))
         assert f.start_step == spike["at"]
-        assert (f.measures["classification"], f.severity) == (classification, severity), (seed, f.summary)
+        assert (f.measures["classification"], f.severity) == (classification, severity), (
+            seed,
+            f.summary,
+        )
 
 
 def test_shape_measures_match_the_injected_spike():
@@ -184,7 +196,9 @@ def test_shape_measures_match_the_injected_spike():
     assert m["height"] == pytest.approx(m["peak_value"] - m["baseline"])
     # 5 flat-top steps, then the decay stays above the 1.15x alarm line for 30*ln(1/0.15) = 57 steps
     assert 55 <= m["width_steps"] <= 70
-    assert 40 <= m["recovery_steps"] <= 200  # 1 + 1.0 * exp(-k/30) falls inside a ~6% band after ~100 steps
+    assert (
+        40 <= m["recovery_steps"] <= 200
+    )  # 1 + 1.0 * exp(-k/30) falls inside a ~6% band after ~100 steps
     assert abs(m["plateau_shift_rel"]) < 0.02
     assert m["excess_area"] > 0 and m["excess_area_rel"] == pytest.approx(5 + 30, rel=0.35)
     assert f.peak_step in range(2000, 2005) and f.end_step == m["recovered_step"]
@@ -287,8 +301,14 @@ def test_grad_norm_climbing_in_the_warm_up_is_not_a_spike(rise: int):
     rng = np.random.default_rng(rise)
     s = np.arange(2000)
     up = 0.1 + 1.9 * np.minimum(1, s / rise)
-    gn = np.where(s > rise, 2.0 * np.exp(-(s - rise) / 500) + 0.5, up) * np.exp(rng.normal(0, 0.05, len(s)))
-    run = _run(train__loss=healthy_loss(2000), train__grad_norm=(s, gn), train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / rise)))
+    gn = np.where(s > rise, 2.0 * np.exp(-(s - rise) / 500) + 0.5, up) * np.exp(
+        rng.normal(0, 0.05, len(s))
+    )
+    run = _run(
+        train__loss=healthy_loss(2000),
+        train__grad_norm=(s, gn),
+        train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / rise)),
+    )
     assert SpikeDetector().detect(run) == []
 
 
@@ -296,6 +316,37 @@ def test_spike_inside_the_warm_up_is_still_found():
     """A one-step 3x grad-norm spike at step 60 of a 200-step warm-up is confirmed on both sides and found."""
     s, g = healthy_grad_norm(2000)
     g = g * spike_factor(s, 60, 2.0)
-    run = _run(train__loss=healthy_loss(2000), train__grad_norm=(s, g), train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / 200)))
+    run = _run(
+        train__loss=healthy_loss(2000),
+        train__grad_norm=(s, g),
+        train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / 200)),
+    )
     (f,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
     assert f.start_step == 60 and f.measures["two_sided"] is True
+
+
+def test_onset_of_a_spike_that_builds_over_several_steps():
+    """A loss that climbs for 6 steps before peaking: start_step is where the climb began, peak where it topped."""
+    for seed in range(4):
+        s, v = healthy_loss(3000, seed=seed)
+        climb = np.clip((s - 1999) / 6.0, 0, 1) * (s < 2006)
+        decay = np.where(s >= 2006, np.exp(-(s - 2005) / 30.0), 0.0)
+        (f,) = _spikes(_run(train__loss=(s, v * (1 + 1.2 * (climb + decay)))))
+        assert 2000 <= f.start_step <= 2001 and 2004 <= f.peak_step <= 2006, (
+            seed,
+            f.start_step,
+            f.peak_step,
+        )
+
+
+def test_series_with_negative_values_are_scored_on_the_raw_scale():
+    """A loss that goes negative (preference losses do) cannot be logged: spikes are judged on raw values."""
+    rng = np.random.default_rng(4)
+    s = np.arange(2000)
+    v = -0.5 + 0.05 * rng.standard_normal(2000)
+    v[1200] += 1.0
+    (f,) = _spikes(_run(train__loss=(s, v)))
+    assert f.start_step == 1200 and f.measures["height"] == pytest.approx(1.0, abs=0.15)
+    assert (
+        SpikeDetector().detect(_run(train__loss=(s, -0.5 + 0.05 * rng.standard_normal(2000)))) == []
+    )

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, shared_path
+from test_spikes import kill_loss_spike, megatron_spike, olmo_spike
+
 from forensics.detectors.divergence import DivergenceDetector
 from forensics.detectors.loss_scale import LossScaleDetector
 from forensics.detectors.nan_inf import NanInfDetector
@@ -19,9 +20,14 @@ from forensics.detectors.periodic import PeriodicSpikeDetector
 from forensics.detectors.spikes import SpikeDetector
 from forensics.findings import FindingKind, Severity
 from forensics.importers import read_run
-from test_spikes import kill_loss_spike, megatron_spike, olmo_spike
 
-DETECTORS = (SpikeDetector, PeriodicSpikeDetector, NanInfDetector, DivergenceDetector, LossScaleDetector)
+DETECTORS = (
+    SpikeDetector,
+    PeriodicSpikeDetector,
+    NanInfDetector,
+    DivergenceDetector,
+    LossScaleDetector,
+)
 
 
 def _all(run):
@@ -49,7 +55,9 @@ def test_healthy_real_runs_stay_quiet(rel: str):
 
 def test_llmc_grad_norm_outliers_are_noted_not_alarmed():
     """llm.c 11685414 has one-step grad-norm outliers (up to ~14x) the loss ignores: info, loss_response false."""
-    run = read_run(shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11685414.log"))
+    run = read_run(
+        shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11685414.log")
+    )
     gn = [f for f in SpikeDetector().detect(run) if f.kind is FindingKind.GRAD_NORM_SPIKE]
     assert len(gn) >= 5
     assert max(f.measures["height_ratio"] for f in gn) > 10
@@ -59,29 +67,53 @@ def test_llmc_grad_norm_outliers_are_noted_not_alarmed():
 def test_bigscience_n16_early_spike():
     """The n16 log's loss jumps 12.5 -> 32.8 at iteration 30 (8 logged losses): found, with the fp16
     loss-scale halving of that interval; the anchors see nothing in so short a log."""
-    run = read_run(shared_path("real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out"))
+    run = read_run(
+        shared_path(
+            "real_runs",
+            "bigscience-megatron-experiments",
+            "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out",
+        )
+    )
     (s,) = [f for f in SpikeDetector().detect(run) if f.kind is FindingKind.LOSS_SPIKE]
     assert (s.start_step, s.peak_step) == (30, 30)
     assert s.measures["height_ratio"] == pytest.approx(32.825 / 12.493, rel=0.01)
-    assert s.measures["classification"] == "physiological" and s.measures["cause"] == "numeric_overflow"
+    assert (
+        s.measures["classification"] == "physiological"
+        and s.measures["cause"] == "numeric_overflow"
+    )
     v = run.series("loss")["value"].to_numpy()
     assert kill_loss_spike(v) == [] and olmo_spike(v) == [] and megatron_spike(v) == []
     scale = [f for f in LossScaleDetector().detect(run) if f.kind is FindingKind.LOSS_SCALE_DROP]
-    assert scale and scale[0].measures["calibration"] is True and scale[0].measures["coincides_with_spike"] is True
+    assert (
+        scale
+        and scale[0].measures["calibration"] is True
+        and scale[0].measures["coincides_with_spike"] is True
+    )
 
 
 def test_llmc_nan_from_the_first_step_is_fatal():
     """llm.c 11679010 logs nan loss and norm from step 1: fatal nan_inf at step 1 for both."""
-    run = read_run(shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11679010.log"))
+    run = read_run(
+        shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11679010.log")
+    )
     found = NanInfDetector().detect(run)
     assert {(f.metric, f.severity, f.start_step) for f in found} == {
-        ("loss", Severity.FATAL, 1), ("grad_norm", Severity.FATAL, 1)}
+        ("loss", Severity.FATAL, 1),
+        ("grad_norm", Severity.FATAL, 1),
+    }
 
 
 def test_megatron_golden_nan_padding_is_not_a_nan_finding():
     """The GPT-3 15B golden values stop early and pad with "nan": no nan_inf finding."""
-    run = read_run(shared_path("real_runs", "megatron-lm-golden-values", "gpt", "gpt3_15b_8t_release",
-                               "golden_values_lts_dgx_a100.json"))
+    run = read_run(
+        shared_path(
+            "real_runs",
+            "megatron-lm-golden-values",
+            "gpt",
+            "gpt3_15b_8t_release",
+            "golden_values_lts_dgx_a100.json",
+        )
+    )
     assert NanInfDetector().detect(run) == []
 
 

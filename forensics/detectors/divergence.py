@@ -81,11 +81,17 @@ class DivergenceDetector:
         g_ok = np.isfinite(gv) & (gv > 0)
 
         out: list[Finding] = []
-        i = 0
         n = len(y)
+        above = np.flatnonzero(rise >= thr)
+        i = int(above[0]) if len(above) else n
         while i < n:
-            if rise[i] < thr:
-                i += 1
+            if rise[i] < thr:  # jump to the next point above the threshold
+                nxt = (
+                    above[np.searchsorted(above, i)]
+                    if np.searchsorted(above, i) < len(above)
+                    else n
+                )
+                i = int(nxt)
                 continue
             # Onset: walk back to where the climb left the running best.
             onset = i
@@ -96,8 +102,18 @@ class DivergenceDetector:
             t0 = int(tf[onset])
             end_idx = ret if ret is not None else n - 1
             t_end = int(tf[end_idx])
-            nonfinite = first_bad is not None and int(t[first_bad]) >= t0 and (ret is None or int(t[first_bad]) <= t_end)
-            g_bad = bool(((~np.isfinite(gv)) & (gt >= t0) & (gt <= (t_end if ret is not None else gt.max()))).any())
+            nonfinite = (
+                first_bad is not None
+                and int(t[first_bad]) >= t0
+                and (ret is None or int(t[first_bad]) <= t_end)
+            )
+            g_bad = bool(
+                (
+                    (~np.isfinite(gv))
+                    & (gt >= t0)
+                    & (gt <= (t_end if ret is not None else gt.max()))
+                ).any()
+            )
             nonfinite = nonfinite or g_bad
             last_step = int(t[-1]) if ret is None else t_end
             observed = last_step - t0
@@ -121,7 +137,9 @@ class DivergenceDetector:
             loss_peak = float(np.exp(sm[peak_i]))
             measures = {
                 "loss_before": loss_before,
-                "loss_peak": None if nonfinite and first_bad is not None and ret is None else loss_peak,
+                "loss_peak": None
+                if nonfinite and first_bad is not None and ret is None
+                else loss_peak,
                 "loss_rise_rel": loss_peak / loss_before - 1.0,
                 "grad_norm_before": g_before,
                 "grad_norm_during": g_during,
@@ -132,14 +150,33 @@ class DivergenceDetector:
                 "confirmed": bool(confirmed),
                 "window": self.window,
             }
-            how = (f"not back within {observed} steps" if confirmed and not nonfinite
-                   else ("until the values turned non-finite" if nonfinite
-                         else f"for the {observed} steps the log still shows"))
+            how = (
+                f"not back within {observed} steps"
+                if confirmed and not nonfinite
+                else (
+                    "until the values turned non-finite"
+                    if nonfinite
+                    else f"for the {observed} steps the log still shows"
+                )
+            )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
-            summary = (f"Divergence from step {t0}: the loss rose from {loss_before:.4g} to {loss_peak:.4g} and the grad "
-                       f"norm ran at {gtxt} its earlier level, {how}.")
+            summary = (
+                f"Divergence from step {t0}: the loss rose from {loss_before:.4g} to {loss_peak:.4g} and the grad "
+                f"norm ran at {gtxt} its earlier level, {how}."
+            )
             sev = Severity.FATAL if confirmed else Severity.CRITICAL
-            out.append(Finding(FindingKind.DIVERGENCE, sev, LOSS, t0, summary, int(tf[peak_i]), last_step, measures))
+            out.append(
+                Finding(
+                    FindingKind.DIVERGENCE,
+                    sev,
+                    LOSS,
+                    t0,
+                    summary,
+                    int(tf[peak_i]),
+                    last_step,
+                    measures,
+                )
+            )
             if ret is None:
                 break
             i = end_idx + 1

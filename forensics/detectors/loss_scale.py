@@ -60,7 +60,9 @@ class LossScaleDetector:
 
     def detect(self, run: Run) -> list[Finding]:
         if not (run.has(LOSS_SCALE) or run.has(OVERFLOW)):
-            run.note("loss_scale: not run, the log has no loss-scale or overflow series (bf16 or fp32 training?)")
+            run.note(
+                "loss_scale: not run, the log has no loss-scale or overflow series (bf16 or fp32 training?)"
+            )
             return []
         cascades = scale_cascades(run, cascade_gap=self.cascade_gap)
         spikes = self._spike_windows(run) if cascades else []
@@ -70,7 +72,14 @@ class LossScaleDetector:
         singles = 0
         for c in cascades:
             calibration = calib_end is not None and c.start_step <= calib_end
-            hit = next((s for s, lo, hi in spikes if overlaps(np.array([[lo, hi]]), c.start_step - 1, c.end_step)), None)
+            hit = next(
+                (
+                    s
+                    for s, lo, hi in spikes
+                    if overlaps(np.array([[lo, hi]]), c.start_step - 1, c.end_step)
+                ),
+                None,
+            )
             if hit is not None or (not calibration and c.halvings >= self.warn_halvings - 1e-9):
                 sev = Severity.WARNING
             elif calibration or c.halvings >= 2 - 1e-9:
@@ -80,7 +89,9 @@ class LossScaleDetector:
                 continue
             out.append(self._cascade_finding(c, sev, calibration, hit))
         if singles:
-            run.note(f"loss_scale: {singles} single loss-scale halving(s) after calibration (ordinary dynamic scaling)")
+            run.note(
+                f"loss_scale: {singles} single loss-scale halving(s) after calibration (ordinary dynamic scaling)"
+            )
         out += self._declines(run, calib_end)
         return out
 
@@ -97,7 +108,9 @@ class LossScaleDetector:
                     out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv)))
         return sorted(out)
 
-    def _cascade_finding(self, c: ScaleCascade, sev: Severity, calibration: bool, spike: int | None) -> Finding:
+    def _cascade_finding(
+        self, c: ScaleCascade, sev: Severity, calibration: bool, spike: int | None
+    ) -> Finding:
         measures = {
             "pattern": "cascade",
             "from_scale": c.from_scale,
@@ -111,15 +124,36 @@ class LossScaleDetector:
             "spike_step": spike,
             "source": c.source,
         }
-        fromto = (f" from {c.from_scale:.0f} to {c.to_scale:.0f}" if c.from_scale is not None and c.to_scale is not None
-                  else "")
-        what = ("the scaler calibrating at the start of training" if calibration and spike is None
-                else ("at a spike in the same steps: numeric overflow" if spike is not None
-                      else "gradients overflowing fp16 repeatedly"))
-        summary = (f"Loss scale halved {c.halvings:g} time(s){fromto} between steps {c.start_step} and "
-                   f"{c.end_step}: {what}.")
-        return Finding(FindingKind.LOSS_SCALE_DROP, sev, LOSS_SCALE, c.start_step, summary, c.end_step, c.end_step,
-                       measures)
+        fromto = (
+            f" from {c.from_scale:.0f} to {c.to_scale:.0f}"
+            if c.from_scale is not None and c.to_scale is not None
+            else ""
+        )
+        what = (
+            "the scaler calibrating at the start of training"
+            if calibration and spike is None
+            else (
+                "at a spike in the same steps: numeric overflow"
+                if spike is not None
+                else "gradients overflowing fp16 repeatedly"
+            )
+        )
+        where = (
+            f"at step {c.start_step}"
+            if c.start_step == c.end_step
+            else f"between steps {c.start_step} and {c.end_step}"
+        )
+        summary = f"Loss scale halved {c.halvings:g} time(s){fromto} {where}: {what}."
+        return Finding(
+            FindingKind.LOSS_SCALE_DROP,
+            sev,
+            LOSS_SCALE,
+            c.start_step,
+            summary,
+            c.end_step,
+            c.end_step,
+            measures,
+        )
 
     def _declines(self, run: Run, calib_end: int | None) -> list[Finding]:
         t, v = finite_arrays(run, LOSS_SCALE)
@@ -148,7 +182,9 @@ class LossScaleDetector:
                 start -= 1
             seg = lvl[start - 1 if start > 0 else 0 : b + 1]
             drop_steps = t[start : b + 1][np.diff(seg) < 0] if len(seg) > 1 else np.array([])
-            events = 1 + int(np.sum(np.diff(drop_steps) > self.cascade_gap)) if len(drop_steps) else 0
+            events = (
+                1 + int(np.sum(np.diff(drop_steps) > self.cascade_gap)) if len(drop_steps) else 0
+            )
             if events < 2:
                 continue  # one cascade that stayed down: already reported as that cascade
             measures = {
@@ -164,9 +200,21 @@ class LossScaleDetector:
                 "spike_step": None,
                 "source": "loss_scale",
             }
-            summary = (f"Loss scale declined from {measures['from_scale']:.0f} to {measures['to_scale']:.0f} over "
-                       f"{measures['steps']} steps in {events} separate drops without growing back: gradients "
-                       "keep overflowing fp16.")
-            out.append(Finding(FindingKind.LOSS_SCALE_DROP, Severity.WARNING, LOSS_SCALE, int(t[start]), summary,
-                               int(t[b]), int(t[b]), measures))
+            summary = (
+                f"Loss scale declined from {measures['from_scale']:.0f} to {measures['to_scale']:.0f} over "
+                f"{measures['steps']} steps in {events} separate drops without growing back: gradients "
+                "keep overflowing fp16."
+            )
+            out.append(
+                Finding(
+                    FindingKind.LOSS_SCALE_DROP,
+                    Severity.WARNING,
+                    LOSS_SCALE,
+                    int(t[start]),
+                    summary,
+                    int(t[b]),
+                    int(t[b]),
+                    measures,
+                )
+            )
         return out

@@ -21,15 +21,18 @@ isolated non-finite steps.
 
 A NaN tail that memory or step-time readings share from the same step is missing data (a
 record padded with "nan" after the run stopped), not a numerical NaN: it is noted, not reported.
+Likewise a short non-finite stretch of the grad norm where the fp16 loss scale dropped is the
+scaler skipping an overflowing step: noted, not reported.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from forensics.detectors.spike_context import drop_windows, overlaps
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
-from forensics.schema import GRAD_NORM, LOSS, MEMORY, STEP_TIME, THROUGHPUT
+from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, MEMORY, OVERFLOW, STEP_TIME, THROUGHPUT
 
 _INFRA = (MEMORY, STEP_TIME, THROUGHPUT)
 
@@ -66,7 +69,9 @@ class NanInfDetector:
 
     name = "nan_inf"
 
-    def __init__(self, *, persist_points: int = 3, metrics: tuple[str, ...] = (LOSS, GRAD_NORM)) -> None:
+    def __init__(
+        self, *, persist_points: int = 3, metrics: tuple[str, ...] = (LOSS, GRAD_NORM)
+    ) -> None:
         self.persist_points = persist_points
         self.metrics = metrics
 
@@ -93,14 +98,40 @@ class NanInfDetector:
         if runs[-1][1] == len(v) - 1:
             shared = _padding_tail(run, metric, int(t[runs[-1][0]]))
             if shared:
-                run.note(f"nan_inf: {metric} is non-finite from step {int(t[runs[-1][0]])} to the end, and so is "
-                         f"{shared}: read as missing values after the run stopped, not as a numerical NaN")
-                bad[runs[-1][0]:] = False
+                run.note(
+                    f"nan_inf: {metric} is non-finite from step {int(t[runs[-1][0]])} to the end, and so is "
+                    f"{shared}: read as missing values after the run stopped, not as a numerical NaN"
+                )
+                bad[runs[-1][0] :] = False
                 runs = runs[:-1]
                 if not runs:
                     return None
+        if metric == GRAD_NORM and (run.has(LOSS_SCALE) or run.has(OVERFLOW)):
+            # fp16: the step whose gradients overflowed logs an inf / nan grad norm and is skipped
+            # by the loss scaler. Short stretches at a scale drop are the scaler at work.
+            windows = drop_windows(run)
+            excused = [
+                r
+                for r in runs
+                if r[1] - r[0] + 1 < self.persist_points
+                and r[1] < len(v) - 1
+                and all(overlaps(windows, t[i] - 1, t[i] + 1) for i in range(r[0], r[1] + 1))
+            ]
+            if excused:
+                n_pts = sum(r[1] - r[0] + 1 for r in excused)
+                run.note(
+                    f"nan_inf: the grad norm is non-finite at {n_pts} step(s) where the loss scale "
+                    "dropped (overflowing steps the fp16 scaler skipped); not reported"
+                )
+                for r in excused:
+                    bad[r[0] : r[1] + 1] = False
+                runs = [r for r in runs if r not in excused]
+                if not runs:
+                    return None
         first, last = runs[0]
-        persistent = [r for r in runs if r[1] - r[0] + 1 >= self.persist_points or r[1] == len(v) - 1]
+        persistent = [
+            r for r in runs if r[1] - r[0] + 1 >= self.persist_points or r[1] == len(v) - 1
+        ]
         prev = first - 1
         measures = {
             "first_bad_step": int(t[first]),
@@ -119,16 +150,24 @@ class NanInfDetector:
         if persistent:
             p0, p1 = persistent[0]
             end = int(t[p1])
-            tail = "to the end of the log" if p1 == len(v) - 1 else f"for {p1 - p0 + 1} logged points"
+            tail = (
+                "to the end of the log" if p1 == len(v) - 1 else f"for {p1 - p0 + 1} logged points"
+            )
             if p0 == first:
                 summary = f"The {name} is {_label(v[first])} from step {int(t[first])} {tail}: no usable values after that."
             else:
-                summary = (f"The {name} is first {_label(v[first])} at step {int(t[first])}; from step {int(t[p0])} "
-                           f"it stays non-finite {tail}.")
+                summary = (
+                    f"The {name} is first {_label(v[first])} at step {int(t[first])}; from step {int(t[p0])} "
+                    f"it stays non-finite {tail}."
+                )
             sev = Severity.FATAL
         else:
             end = int(t[last])
-            summary = (f"The {name} is {_label(v[first])} at step {int(t[first])} ({measures['bad_points']} non-finite "
-                       f"point(s) in {len(runs)} stretch(es)), finite again at step {measures['recovered_step']}.")
+            summary = (
+                f"The {name} is {_label(v[first])} at step {int(t[first])} ({measures['bad_points']} non-finite "
+                f"point(s) in {len(runs)} stretch(es)), finite again at step {measures['recovered_step']}."
+            )
             sev = Severity.CRITICAL
-        return Finding(FindingKind.NAN_INF, sev, metric, int(t[first]), summary, int(t[first]), end, measures)
+        return Finding(
+            FindingKind.NAN_INF, sev, metric, int(t[first]), summary, int(t[first]), end, measures
+        )

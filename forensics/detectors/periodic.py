@@ -70,7 +70,9 @@ def _regularity_p(onsets: np.ndarray, observed: float, linear: bool, sims: int =
     rng = np.random.default_rng(12345)
     n = len(onsets)
     inner = np.sort(rng.uniform(onsets[0], onsets[-1], size=(sims, n - 2)), axis=1)
-    pts = np.concatenate([np.full((sims, 1), onsets[0]), inner, np.full((sims, 1), onsets[-1])], axis=1)
+    pts = np.concatenate(
+        [np.full((sims, 1), onsets[0]), inner, np.full((sims, 1), onsets[-1])], axis=1
+    )
     null = _spread(np.diff(pts, axis=1), linear)
     return float((1 + np.sum(null <= observed)) / (sims + 1))
 
@@ -124,13 +126,17 @@ class PeriodicSpikeDetector:
             onsets = np.array(sorted({s.start_step for s in det.spikes(run, metric)}), dtype=float)
             if len(onsets) < self.min_count:
                 continue
-            f = self._regular(run, metric, onsets, periods) or self._phase_locked(run, metric, onsets, periods)
+            f = self._regular(run, metric, onsets, periods) or self._phase_locked(
+                run, metric, onsets, periods
+            )
             if f is not None:
                 out.append(f)
         return out
 
     # -- pattern 1: intervals on a line ------------------------------------------------------
-    def _regular(self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]) -> Finding | None:
+    def _regular(
+        self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]
+    ) -> Finding | None:
         iv = np.diff(onsets)
         k = np.arange(len(iv), dtype=float)
         period = float(np.median(iv))
@@ -151,10 +157,22 @@ class PeriodicSpikeDetector:
         phase = None
         if match is not None:
             phase = self._phase(onsets, match[0], match[1], run)
-        return self._finding(metric, onsets, period, float(fit[0]), float(fit[-1]), float(slope), spread, match, phase)
+        return self._finding(
+            metric,
+            onsets,
+            period,
+            float(fit[0]),
+            float(fit[-1]),
+            float(slope),
+            spread,
+            match,
+            phase,
+        )
 
     # -- pattern 2: phase-locked to a revealed period -------------------------------------------
-    def _phase_locked(self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]) -> Finding | None:
+    def _phase_locked(
+        self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]
+    ) -> Finding | None:
         """Spikes sitting on the grid of a period the log reveals (an epoch start, an eval, a
         restart). The phase is known in advance, so the chance that k of n spikes land within
         +-w of the grid is a plain binomial tail (times the number of periods tried)."""
@@ -167,7 +185,11 @@ class PeriodicSpikeDetector:
             off = _offsets(onsets, period_origin(run, name), p)
             members = onsets[np.abs(off) <= w]
             cycles = len(np.unique(np.round((members - period_origin(run, name)) / p)))
-            if len(members) < self.min_count or cycles < self.min_count or len(members) < 0.5 * len(onsets):
+            if (
+                len(members) < self.min_count
+                or cycles < self.min_count
+                or len(members) < 0.5 * len(onsets)
+            ):
                 continue
             pval = _binom_tail(len(members), len(onsets), min(1.0, 2 * w / p)) * len(periods)
             if pval <= self.max_p and (best is None or pval < best[0]):
@@ -182,8 +204,17 @@ class PeriodicSpikeDetector:
         period = float(np.median(iv))
         spread = float(_spread(iv, len(iv) >= 4)[0])
         multiple = max(1, int(round(period / p)))
-        return self._finding(metric, members, period, float(fit[0]), float(fit[-1]), float(slope), spread,
-                             (name, p, multiple), self._phase(members, name, p, run))
+        return self._finding(
+            metric,
+            members,
+            period,
+            float(fit[0]),
+            float(fit[-1]),
+            float(slope),
+            spread,
+            (name, p, multiple),
+            self._phase(members, name, p, run),
+        )
 
     # -- helpers ----------------------------------------------------------------------------
     def _match(self, period: float, periods: dict[str, float]) -> tuple[str, float, int] | None:
@@ -202,8 +233,18 @@ class PeriodicSpikeDetector:
     def _phase(self, onsets: np.ndarray, name: str, p: float, run: Run) -> float:
         return float(np.median(_offsets(onsets, period_origin(run, name), p)))
 
-    def _finding(self, metric: str, onsets: np.ndarray, period: float, first_iv: float, last_iv: float,
-                 slope: float, spread: float, match: tuple[str, float, int] | None, phase: float | None) -> Finding:
+    def _finding(
+        self,
+        metric: str,
+        onsets: np.ndarray,
+        period: float,
+        first_iv: float,
+        last_iv: float,
+        slope: float,
+        spread: float,
+        match: tuple[str, float, int] | None,
+        phase: float | None,
+    ) -> Finding:
         shrinking = last_iv <= self.shrink_ratio * first_iv
         measures = {
             "period_steps": period,
@@ -220,14 +261,29 @@ class PeriodicSpikeDetector:
             "spike_steps": ",".join(str(int(s)) for s in onsets[:20]),
         }
         name = "Loss" if metric == LOSS else "Grad-norm"
-        trend = (f", the interval shrinking from about {first_iv:.0f} to {last_iv:.0f} steps" if shrinking else "")
-        label = {"epoch": "the epoch length", "eval_interval": "the eval interval",
-                 "checkpoint_interval": "the checkpoint interval", "lr_restart": "the LR-restart interval"}
-        m = (f"; it matches {label.get(match[0], match[0])} ({match[1]:.0f} steps"
-             f"{'' if match[2] == 1 else f', x{match[2]}'})" if match else "")
-        summary = (f"{name} spikes recur every {period:.0f} steps ({len(onsets)} from step {int(onsets[0])} to "
-                   f"{int(onsets[-1])}){trend}{m}.")
+        trend = (
+            f", the interval shrinking from about {first_iv:.0f} to {last_iv:.0f} steps"
+            if shrinking
+            else ""
+        )
+        label = {
+            "epoch": "the epoch length",
+            "eval_interval": "the eval interval",
+            "checkpoint_interval": "the checkpoint interval",
+            "lr_restart": "the LR-restart interval",
+        }
+        m = (
+            f"; it matches {label.get(match[0], match[0])} ({match[1]:.0f} steps"
+            f"{'' if match[2] == 1 else f', x{match[2]}'})"
+            if match
+            else ""
+        )
+        summary = (
+            f"{name} spikes recur every {period:.0f} steps ({len(onsets)} from step {int(onsets[0])} to "
+            f"{int(onsets[-1])}){trend}{m}."
+        )
         sev = Severity.CRITICAL if shrinking else Severity.WARNING
         end = int(onsets[-1])
-        return Finding(FindingKind.PERIODIC_SPIKES, sev, metric, int(onsets[0]), summary, None, end, measures)
-
+        return Finding(
+            FindingKind.PERIODIC_SPIKES, sev, metric, int(onsets[0]), summary, None, end, measures
+        )

@@ -19,7 +19,14 @@ Baseline: the median of the previous ``window`` points (trailing, so a level shi
 its onset). Where fewer than ``min_side`` points precede, the point must also stand above the
 median of the following points (two-sided), which lets a spike at the second line of a log
 be found without calling the first, falling points of training spikes. The first point of a
-log is never scored: nothing says whether it is a spike or the start.
+log is never scored: nothing says whether it is a spike or the start. The same two-sided rule
+holds through the start of training (the LR warm-up, see ``spikes.start_zone``) when the
+step numbers show the log begins there: a grad norm that climbs steeply while the LR warms up
+is above its past but not above its future, and a climb is not a spike.
+
+Subtracting the rolling median removes the trend for detection (within ``window`` points the
+trend moves the level less than the noise, except at the very start where the median lags
+*above* a falling loss). The shape measures (spike_shape) use an extrapolated trend instead.
 
 Noise: 1.4826 x the rolling MAD of detrended first differences / sqrt(2), floored by the
 printing resolution of the log (a value printed with two decimals cannot be known better).
@@ -212,6 +219,7 @@ def find_events(
     log_scale: bool = True,
     gross_ratio: float | None = None,
     z_gross: float = 3.0,
+    onset_frac: float = 0.2,
 ) -> list[Event]:
     """The decision: points with ``z >= z_min`` and height ``>= min_ratio``, merged into events.
 
@@ -243,11 +251,20 @@ def find_events(
         else:
             groups.append([int(i)])
     events = []
+    # Excess over the baseline in the score's own units, to compare a point with the peak.
+    excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
     for g in groups:
-        onset = g[0]
-        while onset - 1 >= 0 and np.isfinite(z[onset - 1]) and z[onset - 1] >= z_onset:
-            onset -= 1
         seg = r[g[0] : g[-1] + 1]
         peak = g[0] + int(np.nanargmax(seg)) if np.isfinite(seg).any() else g[0]
+        # Walk back over points that are both out of the noise and a real part of the rise
+        # (a fifth of the peak's excess), so a noisy neighbour does not move the onset.
+        onset = g[0]
+        while (
+            onset - 1 >= 0
+            and np.isfinite(z[onset - 1])
+            and z[onset - 1] >= z_onset
+            and excess[onset - 1] >= onset_frac * excess[peak]
+        ):
+            onset -= 1
         events.append(Event(onset=onset, peak=peak, last=g[-1], n_flagged=len(g)))
     return events

@@ -62,7 +62,9 @@ def lr_kinks(run: Run, *, min_strength: float = 3.0, span_frac: float = 0.01) ->
     strength = np.abs(after - before) * length / peak
     # A restart jumps up within one interval after the LR had come down from a higher value
     # (a coarse-logged warm-up also jumps up, but always from its running maximum).
-    jumps = np.flatnonzero((np.diff(v) > 0.2 * peak) & (v[:-1] < 0.9 * np.maximum.accumulate(v)[:-1]))
+    jumps = np.flatnonzero(
+        (np.diff(v) > 0.2 * peak) & (v[:-1] < 0.9 * np.maximum.accumulate(v)[:-1])
+    )
     out: list[Kink] = []
     for j in jumps:
         out.append(Kink(int(t[j + 1]), "restart", float("inf")))
@@ -103,14 +105,37 @@ def scale_cascades(run: Run, *, cascade_gap: int = 200) -> list[ScaleCascade]:
 
     From the ``loss_scale`` series when logged (from/to known; a drop between two logged
     points counts log2(from/to) halvings), else from ``overflow`` steps (one halving each).
+    A scale series logged only at overflow steps (DeepSpeed's "reducing to" lines) counts one
+    halving per logged point.
     """
     t, v = finite_arrays(run, LOSS_SCALE)
     ot, ov = finite_arrays(run, OVERFLOW)
     over_steps = ot[ov > 0]
     out: list[ScaleCascade] = []
+    if len(t) and len(over_steps) and np.all(v > 0) and np.isin(t, over_steps).all():
+        # DeepSpeed logs the scale only when it reduces it ("reducing to Y"): each logged point
+        # is one halving, from 2Y to Y; a cascade is a chain where each point halves the last.
+        cuts = (np.diff(t) > cascade_gap) | ~np.isclose(v[1:], v[:-1] / 2)
+        for g in np.split(np.arange(len(t)), np.flatnonzero(cuts) + 1):
+            s0, s1 = int(t[g[0]]), int(t[g[-1]])
+            n_over = int(np.sum((over_steps >= s0) & (over_steps <= s1)))
+            out.append(
+                ScaleCascade(
+                    s0,
+                    s1,
+                    float(len(g)),
+                    2.0 * float(v[g[0]]),
+                    float(v[g[-1]]),
+                    n_over,
+                    "loss_scale",
+                )
+            )
+        return out
     if len(t) >= 2 and np.all(v > 0):
         drops = np.flatnonzero(v[1:] < v[:-1]) + 1
-        grows = set((np.flatnonzero(v[1:] > v[:-1]) + 1).tolist())
+        # grown[i]: how many times the scale grew up to point i (growth between a and b
+        # means grown[b] > grown[a]).
+        grown = np.concatenate([[0], np.cumsum(v[1:] > v[:-1])])
         group: list[int] = []
 
         def flush() -> None:
@@ -119,11 +144,20 @@ def scale_cascades(run: Run, *, cascade_gap: int = 200) -> list[ScaleCascade]:
             i0, i1 = group[0], group[-1]
             s0, s1 = int(t[i0 - 1]) if i0 > 0 else int(t[i0]), int(t[i1])
             n_over = int(np.sum((over_steps >= s0) & (over_steps <= s1)))
-            out.append(ScaleCascade(int(t[i0]), s1, math.log2(v[i0 - 1] / v[i1]), float(v[i0 - 1]),
-                                    float(v[i1]), n_over, "loss_scale"))
+            out.append(
+                ScaleCascade(
+                    int(t[i0]),
+                    s1,
+                    math.log2(v[i0 - 1] / v[i1]),
+                    float(v[i0 - 1]),
+                    float(v[i1]),
+                    n_over,
+                    "loss_scale",
+                )
+            )
 
         for i in drops:
-            if group and (int(t[i] - t[group[-1]]) > cascade_gap or any(group[-1] < g <= i for g in grows)):
+            if group and (int(t[i] - t[group[-1]]) > cascade_gap or grown[i] > grown[group[-1]]):
                 flush()
                 group = []
             group.append(int(i))
@@ -132,7 +166,9 @@ def scale_cascades(run: Run, *, cascade_gap: int = 200) -> list[ScaleCascade]:
     if len(over_steps):
         groups = np.split(over_steps, np.flatnonzero(np.diff(over_steps) > cascade_gap) + 1)
         for g in groups:
-            out.append(ScaleCascade(int(g[0]), int(g[-1]), float(len(g)), None, None, len(g), "overflow"))
+            out.append(
+                ScaleCascade(int(g[0]), int(g[-1]), float(len(g)), None, None, len(g), "overflow")
+            )
     return out
 
 
@@ -181,8 +217,18 @@ def series_interval(run: Run, metric: str) -> float:
 
 
 # -- periods the log reveals ------------------------------------------------------------------
-_CKPT_KEYS = ("save_steps", "save_interval", "checkpoint_interval", "ckpt_interval", "checkpointing_steps",
-              "save_every", "checkpoint_every", "save_every_n_steps", "every_n_train_steps", "save_freq")
+_CKPT_KEYS = (
+    "save_steps",
+    "save_interval",
+    "checkpoint_interval",
+    "ckpt_interval",
+    "checkpointing_steps",
+    "save_every",
+    "checkpoint_every",
+    "save_every_n_steps",
+    "every_n_train_steps",
+    "save_freq",
+)
 
 
 def revealed_periods(run: Run) -> dict[str, float]:
@@ -195,7 +241,9 @@ def revealed_periods(run: Run) -> dict[str, float]:
         ok = de > 0
         if ok.any():
             length = float(np.median(dt[ok] / de[ok]))
-            if length > 0 and (e[-1] - e[0]) >= 1.0:  # an epoch length the log has actually lived through
+            if (
+                length > 0 and (e[-1] - e[0]) >= 1.0
+            ):  # an epoch length the log has actually lived through
                 out["epoch"] = length
     evals = [m for m in run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
     for m in evals:

@@ -67,8 +67,14 @@ def _x(steps: np.ndarray | float) -> np.ndarray:
     return np.log1p(np.maximum(np.asarray(steps, dtype=float), 0.0))
 
 
-def fit_trend(steps: np.ndarray, y: np.ndarray, onset: int, fallback_level: float, fallback_sigma: float,
-              p: ShapeParams) -> Trend:
+def fit_trend(
+    steps: np.ndarray,
+    y: np.ndarray,
+    onset: int,
+    fallback_level: float,
+    fallback_sigma: float,
+    p: ShapeParams,
+) -> Trend:
     """Robust pre-spike trend from the points before ``onset`` (indices into steps / y)."""
     lo = max(0, onset - p.trend_max_points)
     sel = np.arange(lo, onset)
@@ -82,8 +88,16 @@ def fit_trend(steps: np.ndarray, y: np.ndarray, onset: int, fallback_level: floa
             resid = ys - (intercept + slope * xs)
             sigma = MAD_TO_SIGMA * float(np.median(np.abs(resid - np.median(resid))))
             err, h = _backtest(xs, ys)
-            return Trend(float(intercept), float(slope), float(high - low) / 2.0, float(np.median(xs)),
-                         max(sigma, fallback_sigma), "trend", err, h)
+            return Trend(
+                float(intercept),
+                float(slope),
+                float(high - low) / 2.0,
+                float(np.median(xs)),
+                max(sigma, fallback_sigma),
+                "trend",
+                err,
+                h,
+            )
     level = float(np.median(y[sel])) if len(sel) else fallback_level
     return Trend(level, 0.0, 0.0, 0.0, fallback_sigma, "level")
 
@@ -135,7 +149,9 @@ def measure(
     rec_idx: int | None = None
     if len(after):
         m = max(1, p.smooth_points)
-        win = np.lib.stride_tricks.sliding_window_view(np.concatenate([resid[after], np.full(m - 1, np.nan)]), m)
+        win = np.lib.stride_tricks.sliding_window_view(
+            np.concatenate([resid[after], np.full(m - 1, np.nan)]), m
+        )
         med = np.nanmedian(win, axis=1)
         inside = np.flatnonzero(med <= upper[after])
         if len(inside):
@@ -176,11 +192,19 @@ def measure(
             shift_y = float(np.median(r))
             tv = inverse(trend.at(steps[win_idx]), log_scale)
             plateau_shift = float(np.median(values[win_idx] - tv))
-            plateau_rel = float(np.expm1(shift_y)) if log_scale else plateau_shift / max(float(np.median(np.abs(tv))), 1e-12)
+            plateau_rel = (
+                float(np.expm1(shift_y))
+                if log_scale
+                else plateau_shift / max(float(np.median(np.abs(tv))), 1e-12)
+            )
             # "Clearly" shifted: beyond the tolerance plus what the slope's uncertainty allows
             # at that distance from the fit.
             unc = float(trend.uncertainty(np.array([np.median(steps[win_idx])]))[0])
-            unc_rel = float(np.expm1(unc)) if log_scale else unc
+            unc_rel = (
+                float(np.expm1(unc))
+                if log_scale
+                else unc / max(float(np.median(np.abs(tv))), 1e-12)
+            )
             if plateau_rel > p.plateau_tol + unc_rel:
                 clearly = 1
             elif plateau_rel < -(p.plateau_tol + unc_rel):
@@ -189,9 +213,7 @@ def measure(
     log_left = int(steps[-1] - steps[peak])
     if not recovered:
         cls = PATHOLOGICAL if log_left >= p.recover_steps else UNRESOLVED
-    elif recovery_steps is not None and recovery_steps > p.recover_steps:
-        cls = PATHOLOGICAL
-    elif clearly > 0:
+    elif recovery_steps is not None and recovery_steps > p.recover_steps or clearly > 0:
         cls = PATHOLOGICAL
     elif clearly < 0:
         cls = BENEFICIAL

@@ -7,7 +7,7 @@
 | peak_value | the series at the peak |
 | baseline | local robust baseline at the peak (median of the preceding points) |
 | height | peak_value - baseline (series units) |
-| height_ratio | peak_value / baseline |
+| height_ratio | peak_value / baseline (null when the series has non-positive values) |
 | z | robust z-score of the peak (log units for positive series) |
 | two_sided | the baseline also used the following points (near the start of the log or in the warm-up) |
 | points | logged points flagged in the spike |
@@ -40,6 +40,11 @@ responded; when the loss did not move at all the spike was absorbed and is repor
 ``absorbed_gn_severity`` (info by default: healthy GPT-2 runs show several such one-step
 outliers). A grad-norm spike that does not come back is a warning, critical at 3x the run
 baseline.
+
+Steps: ``start_step`` is the onset (where the series left its noise), ``peak_step`` the
+highest point, ``end_step`` the step it was back in the band (the last logged step if never).
+The periodicity and loss-scale detectors call :func:`find_spikes` through a default
+``SpikeDetector``: thresholds set for ``spikes`` in the configuration do not reach them.
 """
 
 from __future__ import annotations
@@ -53,7 +58,14 @@ import polars as pl
 from forensics.detectors import robust
 from forensics.detectors.baseline import grad_norm_baseline, warmup_end
 from forensics.detectors.spike_context import drop_windows, level_barriers, lr_kinks, overlaps
-from forensics.detectors.spike_shape import BENEFICIAL, PATHOLOGICAL, PHYSIOLOGICAL, UNRESOLVED, ShapeParams, measure
+from forensics.detectors.spike_shape import (
+    BENEFICIAL,
+    PATHOLOGICAL,
+    PHYSIOLOGICAL,
+    UNRESOLVED,
+    ShapeParams,
+    measure,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
@@ -100,35 +112,58 @@ def find_spikes(
     if barriers is None:
         barriers = level_barriers(run)
     series = run.series(metric)
-    sc = robust.score(series, window=window, min_side=min_side, sigma_floor=sigma_floor,
-                      confirm_until=start_zone(run, series, window))
+    sc = robust.score(
+        series,
+        window=window,
+        min_side=min_side,
+        sigma_floor=sigma_floor,
+        confirm_until=start_zone(run, series, window),
+    )
     if sc.height < 3:
         return []
     steps = sc.get_column("step").to_numpy()
     values = sc.get_column("value").to_numpy()
     log_scale = robust.use_log(values)
-    events = robust.find_events(sc, z_min=z_threshold, min_ratio=min_ratio, log_scale=log_scale,
-                                gross_ratio=gross_ratio, z_gross=z_gross)
+    events = robust.find_events(
+        sc,
+        z_min=z_threshold,
+        min_ratio=min_ratio,
+        log_scale=log_scale,
+        gross_ratio=gross_ratio,
+        z_gross=z_gross,
+    )
     interval = robust.median_interval(steps)
     out: list[Spike] = []
     for ev in events:
         row = sc.row(ev.peak, named=True)
         alarm = max(float(np.log(min_ratio)) if log_scale else 0.0, z_threshold * row["sigma"])
-        m = measure(steps, values, onset=ev.onset, peak=ev.peak, log_scale=log_scale, sigma=row["sigma"],
-                    baseline_at_peak=row["baseline"], alarm=alarm, p=shape, barriers=barriers)
+        m = measure(
+            steps,
+            values,
+            onset=ev.onset,
+            peak=ev.peak,
+            log_scale=log_scale,
+            sigma=row["sigma"],
+            baseline_at_peak=row["baseline"],
+            alarm=alarm,
+            p=shape,
+            barriers=barriers,
+        )
         end_step = m["recovered_step"] if m["recovered"] else int(steps[-1])
         measures: dict[str, Any] = {
             "peak_value": row["value"],
             "baseline": row["baseline"],
             "height": row["value"] - row["baseline"],
-            "height_ratio": row["value"] / row["baseline"] if row["baseline"] else None,
+            "height_ratio": row["value"] / row["baseline"] if log_scale else None,
             "z": row["z"],
             "two_sided": row["two_sided"],
             "points": ev.n_flagged,
             "log_interval": interval,
             **m,
         }
-        out.append(Spike(metric, int(steps[ev.onset]), int(steps[ev.peak]), int(end_step), measures))
+        out.append(
+            Spike(metric, int(steps[ev.onset]), int(steps[ev.peak]), int(end_step), measures)
+        )
     return out
 
 
@@ -193,16 +228,31 @@ class SpikeDetector:
         self.absorbed_gn_severity = absorbed_gn_severity
 
     def shape_params(self) -> ShapeParams:
-        return ShapeParams(trend_window=self.trend_window, band_k=self.band_k, recover_steps=self.recover_steps,
-                           plateau_window=self.plateau_window, plateau_tol=self.plateau_tol)
+        return ShapeParams(
+            trend_window=self.trend_window,
+            band_k=self.band_k,
+            recover_steps=self.recover_steps,
+            plateau_window=self.plateau_window,
+            plateau_tol=self.plateau_tol,
+        )
 
     def spikes(self, run: Run, metric: str) -> list[Spike]:
         """The detector's spikes in one series, with this detector's parameters."""
         is_loss = metric == LOSS
         ratio = self.loss_min_ratio if is_loss else self.grad_norm_min_ratio
         gross = self.loss_gross_ratio if is_loss else self.grad_norm_gross_ratio
-        return find_spikes(run, metric, window=self.window, min_side=self.min_side, z_threshold=self.z_threshold,
-                           min_ratio=ratio, gross_ratio=gross, z_gross=self.z_gross, sigma_floor=self.sigma_floor, shape=self.shape_params())
+        return find_spikes(
+            run,
+            metric,
+            window=self.window,
+            min_side=self.min_side,
+            z_threshold=self.z_threshold,
+            min_ratio=ratio,
+            gross_ratio=gross,
+            z_gross=self.z_gross,
+            sigma_floor=self.sigma_floor,
+            shape=self.shape_params(),
+        )
 
     def detect(self, run: Run) -> list[Finding]:
         metrics = run.metrics()
@@ -222,19 +272,31 @@ class SpikeDetector:
     def _context(self, run: Run, spikes: list[Spike]) -> None:
         if not spikes:
             return
-        drops = drop_windows(run) if (run.has(LOSS_SCALE) or run.has(OVERFLOW)) else np.empty((0, 2))
+        drops = (
+            drop_windows(run) if (run.has(LOSS_SCALE) or run.has(OVERFLOW)) else np.empty((0, 2))
+        )
         kinks = lr_kinks(run)
         for s in spikes:
             # The spike began after the previous logged point; a scaler logged after its update
             # shows the drop of an overflowing step at the next logged point: allow one interval.
             iv = s.measures["log_interval"]
             overflow = overlaps(drops, s.start_step - iv, s.peak_step + iv)
-            kink = next((k for k in kinks if k.step - s.measures["log_interval"] <= s.start_step
-                         <= k.step + self.schedule_lag), None)
+            kink = next(
+                (
+                    k
+                    for k in kinks
+                    if k.step - s.measures["log_interval"]
+                    <= s.start_step
+                    <= k.step + self.schedule_lag
+                ),
+                None,
+            )
             s.measures["loss_scale_drop"] = overflow
             s.measures["lr_kink_step"] = kink.step if kink else None
             s.measures["lr_kink_kind"] = kink.kind if kink else None
-            s.measures["cause"] = "numeric_overflow" if overflow else ("schedule_induced" if kink else None)
+            s.measures["cause"] = (
+                "numeric_overflow" if overflow else ("schedule_induced" if kink else None)
+            )
 
     def _link(self, loss: list[Spike], gn: list[Spike]) -> None:
         """Pair each grad-norm spike with a loss spike that began within the lead window."""
@@ -246,8 +308,12 @@ class SpikeDetector:
             tol = s.measures["log_interval"]
             # A grad-norm spike leads a loss spike when the loss takes off while the grad norm is
             # still up (or within one logging interval of coming back), and not too long after.
-            near = [g for g in gn if -tol <= s.start_step - g.start_step <= self.lead_window
-                    and s.start_step <= g.end_step + max(tol, g.measures["log_interval"])]
+            near = [
+                g
+                for g in gn
+                if -tol <= s.start_step - g.start_step <= self.lead_window
+                and s.start_step <= g.end_step + max(tol, g.measures["log_interval"])
+            ]
             if not near:
                 continue
             g = min(near, key=lambda g: abs(s.start_step - g.start_step))
@@ -262,7 +328,9 @@ class SpikeDetector:
         for g in gn:
             if not g.measures["loss_response"]:
                 g.measures["loss_response"] = any(
-                    abs(s.start_step - g.start_step) <= max(s.measures["log_interval"], 1) for s in loss)
+                    abs(s.start_step - g.start_step) <= max(s.measures["log_interval"], 1)
+                    for s in loss
+                )
 
     # -- findings -----------------------------------------------------------------------
     def _loss_finding(self, s: Spike) -> Finding:
@@ -276,31 +344,61 @@ class SpikeDetector:
             UNRESOLVED: "still above its trend when the log ends",
         }[cls]
         extra = _cause_text(m)
-        summary = (f"Loss spike at step {s.peak_step}: {m['peak_value']:.4g} against a local baseline of "
-                   f"{m['baseline']:.4g} ({m['height_ratio']:.2f}x), {how}; {cls}{extra}.")
-        return Finding(FindingKind.LOSS_SPIKE, sev, LOSS, s.start_step, summary, s.peak_step, s.end_step, m)
+        summary = (
+            f"Loss spike at step {s.peak_step}: {m['peak_value']:.4g} against a local baseline of "
+            f"{m['baseline']:.4g} ({_height(m)}), {how}; {cls}{extra}."
+        )
+        return Finding(
+            FindingKind.LOSS_SPIKE, sev, LOSS, s.start_step, summary, s.peak_step, s.end_step, m
+        )
 
     def _gn_finding(self, s: Spike, run_base: float | None) -> Finding:
         m = s.measures
         rec = m["recovery_steps"]
-        transient = bool(m["recovered"]) and rec is not None and rec <= max(self.transient_steps,
-                                                                            2 * m["log_interval"])
+        transient = (
+            bool(m["recovered"])
+            and rec is not None
+            and rec <= max(self.transient_steps, 2 * m["log_interval"])
+        )
         m["transient"] = transient
         m["run_baseline"] = run_base
         m["ratio_to_run_baseline"] = m["peak_value"] / run_base if run_base else None
         if transient:
             sev = Severity.WARNING if m["loss_response"] else Severity(self.absorbed_gn_severity)
-            what = ("the loss moved with it: check that batch" if m["loss_response"]
-                    else "the loss did not move: an outlier batch the optimizer absorbed")
+            what = (
+                "the loss moved with it: check that batch"
+                if m["loss_response"]
+                else "the loss did not move: an outlier batch the optimizer absorbed"
+            )
             how = f"back within {rec} steps, {what}"
         else:
             r = m["ratio_to_run_baseline"] or m["height_ratio"]
             sev = Severity.CRITICAL if (r or 0) >= 3.0 and not m["recovered"] else Severity.WARNING
-            how = (f"back only after {rec} steps" if m["recovered"] else "not back on its trend")
-        lead = f"; it led a loss spike by {m['leads_loss_by_steps']} steps" if m["leads_loss_by_steps"] else ""
-        summary = (f"Grad-norm spike at step {s.peak_step}: {m['peak_value']:.4g} against a local baseline of "
-                   f"{m['baseline']:.4g} ({m['height_ratio']:.1f}x), {how}{lead}{_cause_text(m)}.")
-        return Finding(FindingKind.GRAD_NORM_SPIKE, sev, GRAD_NORM, s.start_step, summary, s.peak_step, s.end_step, m)
+            how = f"back only after {rec} steps" if m["recovered"] else "not back on its trend"
+        lead = (
+            f"; it led a loss spike by {m['leads_loss_by_steps']} steps"
+            if m["leads_loss_by_steps"]
+            else ""
+        )
+        summary = (
+            f"Grad-norm spike at step {s.peak_step}: {m['peak_value']:.4g} against a local baseline of "
+            f"{m['baseline']:.4g} ({_height(m)}), {how}{lead}{_cause_text(m)}."
+        )
+        return Finding(
+            FindingKind.GRAD_NORM_SPIKE,
+            sev,
+            GRAD_NORM,
+            s.start_step,
+            summary,
+            s.peak_step,
+            s.end_step,
+            m,
+        )
+
+
+def _height(m: dict[str, Any]) -> str:
+    r = m["height_ratio"]
+    return f"{r:.2f}x" if r is not None else f"+{m['height']:.4g}"
 
 
 def _pathology(m: dict[str, Any], limit: int) -> str:

@@ -188,7 +188,7 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
         res.frame = add_canonical(frame, s.importer, options.aliases)
         results.append((s, res))
 
-    results, dropped_notes = _choose_overlapping(results)
+    kept, dropped_notes = _choose_overlapping(results)
     # A folder whose only job is one log file directly inside it is named after the folder.
     if job != "." and path.is_dir() and Path(job).parent == Path(".") and all(s.scope == "file" for s in sources):
         job = "."
@@ -197,12 +197,14 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
     else:
         name = path.name if job == "." else Path(job).name
     run_path = (path / job).resolve() if job != "." and path.is_dir() else path
-    run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in results)))
-    frames = [r.frame for _, r in results]
+    run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in kept)))
+    frames = [r.frame for _, r in kept]
     run.frame = pl.concat(frames, how="vertical") if frames else run.frame
     for note in dropped_notes + x_notes:
         run.note(note)
     seen_restarts: set[tuple[object, object]] = set()
+    # Notes, findings, config and metadata of every source read, even one whose rows all lost
+    # to a richer source: its checkpoints list or truncated tail are still facts about the run.
     for s, r in results:
         for n in r.notes:
             run.note(n)
@@ -215,7 +217,7 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
             run.import_findings.append(f)
         run.config.update(r.config)
         run.metadata.update(r.metadata)
-    run.metadata["sources"] = {s.importer: [rel(f, s.root) for f in s.files] for s, _ in results}
+    run.metadata["sources"] = {s.importer: [rel(f, s.root) for f in s.files] for s, _ in kept}
     if run.frame.filter(pl.col("step").is_not_null()).is_empty():
         files = ", ".join(rel(f, s.root) for s in sources for f in s.files[:3])
         raise UnreadableInputError(

@@ -58,7 +58,8 @@ class LightningCsvImporter:
             if strip_suffixes(f.name) != "metrics.csv":
                 continue
             cols = _header(f)
-            if "step" not in cols and "epoch" not in cols:
+            # "_step" marks a W&B history export saved under this name: not Lightning's.
+            if ("step" not in cols and "epoch" not in cols) or "_step" in cols:
                 continue
             hp = f.parent / "hparams.yaml"
             extra = [hp] if hp in files else []

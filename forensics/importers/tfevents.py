@@ -19,6 +19,11 @@ Reading is :mod:`tfevents_scan` (numpy, no protobuf) for the common scalar shape
 corrupt or zero-filled file fails fast; data CRCs only with ``ReadOptions.verify_crc`` (needs
 the ``crc32c`` package). A cut-off last record (a killed job) yields every complete record and
 a ``truncated_log`` finding.
+
+Histograms become extra scalar series ``<tag>/min``, ``/max``, ``/mean``, ``/std``,
+``/absmax`` and ``/norm`` (see :mod:`tfevents_proto`). Tags logged against consumed samples
+or tokens (``... vs samples``, ``Train/Samples/...``) get that ``x_kind``. Every
+``SessionLog.START`` that would purge logged steps (``purge_step=``) starts a new segment.
 """
 
 from __future__ import annotations

@@ -60,6 +60,8 @@ class WandbRunImporter:
             main = binaries or history[:1]
             if not main:
                 main = [f for f in members if f.name == "wandb-summary.json"][:1]
+            # The wandb/ folder's own debug logs (symlinks to the latest run's) are not a job.
+            members += [f for f in files if f.parent == d.parent and f.name.startswith("debug") and f.suffix == ".log"]
             out.append(Source(NAME, main, rel(d, root), root, scope="folder",
                               options={"also_claims": members, "run_dir": str(d)}))
         return out
@@ -80,7 +82,7 @@ class WandbRunImporter:
             config.update(log.config)
             metadata.update({f"wandb_{k}": v for k, v in log.run.items()})
             if log.summary:
-                metadata["wandb_summary"] = _json_safe(log.summary)
+                metadata["wandb_summary"] = _json_safe({k: v for k, v in log.summary.items() if not k.startswith("_wandb")})
             exit_code = log.exit_code if log.exit_code is not None else exit_code
             console.extend(log.console)
             if log.bad_chunks:
@@ -118,12 +120,12 @@ class WandbRunImporter:
             metadata["wandb_exit_code"] = exit_code
         out_log = _find(run_dir, "output.log")
         if not console and out_log is not None:
-            console = read_text(out_log).splitlines()[-400:]
+            console = [ln + "\n" for ln in read_text(out_log).splitlines()[-400:]]
         if console and exit_code != 0:
             from forensics.importers.text.crash import crash_finding
 
             last = int(frame.get_column("step").max()) if frame.height else 0  # type: ignore[arg-type]
-            found = crash_finding("\n".join(console[-400:]), last)
+            found = crash_finding("".join(console[-800:]) if any(c.endswith("\n") for c in console) else "\n".join(console[-400:]), last)
             if found is not None:
                 findings.append(found)
         return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=config, metadata=metadata)

@@ -28,6 +28,7 @@ SEVERITY_COLOURS = {"info": "#4c78a8", "warning": "#e0b000", "critical": "#f07f0
 TB_SMOOTHING = 0.6  # TensorBoard's default smoothing weight
 HEATMAP_COLUMNS = 300
 MAX_EVAL_TRACES = 12
+MAX_MARKS = 200  # findings marked per panel
 
 
 @dataclass
@@ -127,7 +128,16 @@ def _value_at(x: np.ndarray, y: np.ndarray, step: int) -> float | None:
 
 
 def mark_findings(fig: dict[str, Any], findings: list[Finding], x: np.ndarray | None = None, y: np.ndarray | None = None, name: str = "findings") -> None:
-    """Shade each finding's span, and put a hoverable marker at its peak on the panel's series."""
+    """Shade each finding's span, and put a hoverable marker at its peak on the panel's series.
+
+    At most :data:`MAX_MARKS` findings per panel, the most severe first, so that a run with
+    thousands of small findings still gives a readable chart and a small file.
+    """
+    if len(findings) > MAX_MARKS:
+        findings = sorted(findings, key=lambda f: (-f.severity.rank, f.start_step))[:MAX_MARKS]
+        fig["layout"].setdefault("annotations", []).append(
+            {"xref": "paper", "yref": "paper", "x": 1, "y": 1.08, "showarrow": False, "font": {"size": 11, "color": "#666"},
+             "text": f"{MAX_MARKS} most severe findings marked"})
     shapes = fig["layout"].setdefault("shapes", [])
     mx: list[int] = []
     my: list[float | None] = []

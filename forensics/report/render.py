@@ -31,10 +31,16 @@ LIGHTS = {
 }
 # Metadata keys that identify machines, people or places; dropped by --redact.
 _SENSITIVE_KEY = re.compile(r"host|node|machine|path|dir|file|cwd|user|email|ip\b|addr|url|cluster|hostname", re.I)
+FULL_FINDINGS = 60  # findings shown as full cards; the rest as table rows
+MAX_ROLLBACKS = 50  # rows in the rollback table
+MAX_ROWS = 500  # rows in the long tables (more findings, spikes, timeline events)
 # Shape measures shown first in the spike table (article 4.4: height, width, recovery, frequency).
 _SPIKE_COLUMNS = ("classification", "height", "height_ratio", "ratio_to_run_baseline", "width_steps", "recovery_steps",
                   "plateau_shift_rel", "cause", "grad_norm_lead_steps", "leads_loss_by_steps")
-_PATHLIKE = re.compile(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[\\/][^\s\\/'\"<>,;]+)+[\\/]?")
+# Absolute paths (POSIX, home-relative, Windows); paths relative to the run folder stay readable.
+_PATHLIKE = re.compile(r"(?<![\w.])(?:[A-Za-z]:[\\/]|~[\\/]|/)[^\s'\"<>,;\]\)]*")
+# TensorBoard names event files events.out.tfevents.<time>.<host name>[.<pid>.<n>].
+_TFEVENTS_HOST = re.compile(r"(events\.out\.tfevents\.\d+\.)[^\s'\"<>,;\]\)]+")
 
 
 @lru_cache(maxsize=1)
@@ -76,8 +82,8 @@ def _steps(f: Any) -> str:
 
 
 def redact_text(text: str) -> str:
-    """Replace path-like pieces of a note with a placeholder."""
-    return _PATHLIKE.sub("[path]", text)
+    """Replace absolute paths and the host names inside event-file names with placeholders."""
+    return _TFEVENTS_HOST.sub(r"\1[host]", _PATHLIKE.sub("[path]", text))
 
 
 @lru_cache(maxsize=1)
@@ -115,6 +121,8 @@ def _spike_table(findings: list[Any]) -> tuple[list[str], list[Any]]:
     from forensics.report.charts import SPIKE_KINDS
 
     spikes = [f for f in findings if f.kind in SPIKE_KINDS]
+    if len(spikes) > MAX_ROWS:  # keep the most severe, shown in step order
+        spikes = sorted(sorted(spikes, key=lambda f: (-f.severity.rank, f.start_step))[:MAX_ROWS], key=lambda f: f.start_step)
     keys: list[str] = []
     for f in spikes:
         for k in f.measures:
@@ -132,9 +140,10 @@ def _metadata(diagnosis: Diagnosis, redact: bool) -> tuple[list[tuple[str, str]]
     for key, value in _flatten(run.metadata):
         if key == "checkpoints" and isinstance(value, list):
             value = f"{len(value)} saved: " + ", ".join(f"{int(s):,}" for s in sorted(value)[:10]) + (" …" if len(value) > 10 else "")
-        if redact and (_SENSITIVE_KEY.search(key) or (isinstance(value, str) and _PATHLIKE.search(value))):
+        if redact and _SENSITIVE_KEY.search(key):
             continue
-        meta.append((key, _short(value)))
+        text = _short(value)
+        meta.append((key, redact_text(text) if redact else text))
     config = [] if redact else [(k, _short(v)) for k, v in _flatten(run.config)]
     return meta, config, len(_flatten(run.config))
 
@@ -150,10 +159,13 @@ def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: boo
     rollbacks: dict[int, list[Any]] = {}
     for rb in diagnosis.rollbacks:
         rollbacks.setdefault(id(rb.finding), []).append(rb)
+    # Findings beyond the first FULL_FINDINGS (worst first) are listed as table rows, not cards.
     items = [
         {"f": f, "kind": f.kind.value, "prescription": diagnosis.prescription_for(f), "entry": TABLE.get(f.kind), "acts": needs_action(f), "rollbacks": rollbacks.get(id(f), [])}
-        for f in ranked
+        for f in ranked[:FULL_FINDINGS]
     ]
+    more = ranked[FULL_FINDINGS:FULL_FINDINGS + MAX_ROWS]
+    n_hidden = max(0, len(ranked) - FULL_FINDINGS - MAX_ROWS)
     kinds_present = []
     for f in ranked:
         if f.kind in TABLE and TABLE[f.kind] not in kinds_present and f.severity.value != "info":
@@ -176,12 +188,19 @@ def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: boo
         "counts": counts,
         "timeline": diagnosis.timeline,
         "items": items,
+        "more": more,
+        "n_hidden": n_hidden,
         "investigation": diagnosis.investigation,
         "area_titles": AREA_TITLES,
-        "rollbacks": diagnosis.rollbacks,
+        # The earliest events first: going back before the first one covers the later ones.
+        "rollbacks": diagnosis.rollbacks[:MAX_ROLLBACKS],
+        "n_rollbacks": len(diagnosis.rollbacks),
         "panels": panels,
         "spike_keys": spike_keys,
         "spikes": spikes,
+        "n_spikes": sum(1 for f in diagnosis.findings if f.kind.value in ("loss_spike", "grad_norm_spike")),
+        "max_rows": MAX_ROWS,
+        "item_rx": diagnosis.prescription_for,
         "phases": diagnosis.phases,
         "coverage": diagnosis.coverage,
         "kinds_present": kinds_present,

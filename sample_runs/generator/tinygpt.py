@@ -79,9 +79,12 @@ def windows(stream: torch.Tensor, n: int, ctx: int, g: torch.Generator) -> tuple
 # ----------------------------------------------------------------------------- model
 
 
+FP16_ACTIVATIONS = True  # switched per run by Trainer
+
+
 def fp16_round(x: torch.Tensor) -> torch.Tensor:
     """Store an activation as float16 would (values beyond 65504 become inf, gradients too)."""
-    return x.half().float()
+    return x.half().float() if FP16_ACTIVATIONS else x
 
 
 class Block(nn.Module):
@@ -150,6 +153,7 @@ class Config:
     clip: float | None = 1.0
     seed: int = 0
     # fp16 dynamic loss scaling (GradScaler semantics; growth interval scaled down from 2000)
+    fp16: bool = True  # False: a bf16-style run without loss scaling (no loss_scale logged)
     init_scale: float = 2.0**16
     growth_interval: int = 200
     # cadence (article section 6.1 divided by 50): scalars every step, per-layer norms
@@ -165,6 +169,7 @@ class Config:
     bad_fraction: float = 1.0  # share of a bad batch's rows that are binary
     lr_windows: tuple[tuple[int, int, float], ...] = ()  # (first, last, factor) on the lr
     lr_ramp: tuple[int, int, float] | None = None  # (first, last, factor): geometric lr ramp, then held
+    ramp_groups: tuple[str, ...] = ()  # param groups the ramp applies to (empty: all)
     group_lr: dict[str, float] = field(default_factory=dict)  # "emb"/"head"/"layers.i" -> factor
     val_transform_from: int | None = None  # the val preprocessing changes at this step
     leak_from: int | None = None  # keep each step's logits alive from this step on
@@ -197,13 +202,15 @@ def val_transform(raw: torch.Tensor) -> torch.Tensor:
 
 class Trainer:
     def __init__(self, cfg: Config, corpus: Corpus | None = None) -> None:
+        global FP16_ACTIVATIONS
         torch.set_num_threads(1)
         torch.manual_seed(cfg.seed)
+        FP16_ACTIVATIONS = cfg.fp16
         self.cfg = cfg
         self.corpus = corpus or load_corpus(cfg.train_bytes)
         self.model = TinyGPT(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.ctx)
         self.opt = torch.optim.AdamW(self._groups(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-        self.scale = cfg.init_scale
+        self.scale = cfg.init_scale if cfg.fp16 else 1.0
         self.growth = 0
         self.step = 0
         self.skipped = 0
@@ -231,7 +238,7 @@ class Trainer:
             {"params": ps, "name": k, "lr_factor": self.cfg.group_lr.get(k, 1.0)} for k, ps in groups.items()
         ]
 
-    def lr_at(self, step: int) -> float:
+    def lr_at(self, step: int, ramp: bool = True) -> float:
         c = self.cfg
         if step <= c.warmup:
             lr = c.lr * step / c.warmup
@@ -243,7 +250,7 @@ class Trainer:
         for first, last, factor in c.lr_windows:
             if first <= step <= last:
                 lr *= factor
-        if c.lr_ramp is not None and step >= c.lr_ramp[0]:
+        if ramp and c.lr_ramp is not None and step >= c.lr_ramp[0]:
             first, last, factor = c.lr_ramp
             lr *= factor ** (min(1.0, (step - first) / max(1, last - first)))
         return lr
@@ -293,8 +300,12 @@ class Trainer:
         t0 = time.process_time()  # CPU time: the shared machine's other jobs must not show up
         x, y = self.batch(s)
         lr = self.lr_at(s)
+        base = self.lr_at(s, ramp=False)
         for grp in self.opt.param_groups:
-            grp["lr"] = lr * grp["lr_factor"]
+            ramped = not c.ramp_groups or grp["name"] in c.ramp_groups
+            grp["lr"] = (lr if ramped else base) * grp["lr_factor"]
+        if c.ramp_groups:
+            lr = base  # the logged lr is the main group's
         m.act_stats = {} if s % c.every_act == 0 else None
         logits = m(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
@@ -303,7 +314,9 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         (loss * self.scale).backward()
         grads = [p.grad for p in m.parameters() if p.grad is not None]
-        overflow = any((~torch.isfinite(gr)).any().item() or gr.abs().max().item() > FP16_MAX for gr in grads)
+        overflow = c.fp16 and any(
+            (~torch.isfinite(gr)).any().item() or gr.abs().max().item() > FP16_MAX for gr in grads
+        )
         scale_used = self.scale
         if overflow:
             gnorm = float("inf")
@@ -320,7 +333,7 @@ class Trainer:
                 torch.nn.utils.clip_grad_norm_(m.parameters(), c.clip)
             self.opt.step()
             self.growth += 1
-            if self.growth >= c.growth_interval:
+            if c.fp16 and self.growth >= c.growth_interval:
                 self.scale *= 2.0
                 self.growth = 0
         dt = time.process_time() - t0
@@ -333,8 +346,8 @@ class Trainer:
         pn, _, pl = self.norms()
         log.scalar("train/param_norm", pn, s)
         log.scalar("train/lr", lr, s)
-        log.scalar("train/loss_scale", scale_used, s)
-        log.scalar("train/skipped_steps", float(self.skipped), s)
+        if c.fp16:
+            log.scalar("train/loss_scale", scale_used, s)
         if s % c.every_layer == 0:
             if not overflow:
                 for i, v in gl.items():

@@ -9,6 +9,7 @@ line repeats the epoch averages with ``train_`` keys.
 
 from __future__ import annotations
 
+import io
 import re
 
 import polars as pl
@@ -32,12 +33,17 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     ).unnest("g")
     if lines.is_empty():
         return empty_rows()
-    # Values are strings or numbers: decode every object as strings, then parse numbers.
-    long = (
-        lines.select("ln", "wall_time", "logger", pl.col("json").str.json_decode(infer_schema_length=None).alias("j"))
-        .unnest("j")
-    )
-    keys = [c for c in long.columns if c not in ("ln", "wall_time", "logger", "j")]
+    # All objects at once through polars' NDJSON reader (keys differ between loggers: the
+    # union of columns, nulls elsewhere); a line whose object does not parse is skipped.
+    ok = lines.filter(pl.col("json").str.json_path_match("$").is_not_null())
+    ctx.bad_lines += lines.height - ok.height
+    if ok.is_empty():
+        return empty_rows()
+    body = "\n".join(ok.get_column("json").to_list()).encode()
+    objs = pl.read_ndjson(io.BytesIO(body), infer_schema_length=None)
+    objs = objs.select([c for c in objs.columns if c not in ("ln", "wall_time", "logger")])
+    long = pl.concat([ok.select("ln", "wall_time", "logger"), objs], how="horizontal")
+    keys = list(objs.columns)
     steps = pl.coalesce([num(pl.col(k).cast(pl.Utf8)) for k in ("num_updates", "train_num_updates", "valid_num_updates") if k in keys])
     long = long.with_columns(steps.cast(pl.Int64).alias("step") if keys else pl.lit(None, dtype=pl.Int64).alias("step"))
     parts = []
@@ -45,8 +51,8 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         if k in _SKIP:
             continue
         col = long.get_column(k)
-        val = num(pl.col(k).cast(pl.Utf8)) if col.dtype in (pl.Utf8,) or col.dtype.is_numeric() else None
-        if val is None:
+        if not (col.dtype == pl.Utf8 or col.dtype.is_numeric()):
             continue
+        val = num(pl.col(k).cast(pl.Utf8))
         parts.append(long.select("ln", "step", "wall_time", val.alias("value"), pl.lit(k).alias("tag")).filter(pl.col("value").is_not_null()))
     return conform_rows(pl.concat(parts)) if parts else empty_rows()

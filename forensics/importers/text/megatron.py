@@ -49,27 +49,21 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     it = it.with_columns(
         c0.str.slice(start, c0.str.find("/", literal=True) - start).str.strip_chars().cast(pl.Int64, strict=False).alias("step")
     )
-    # Lines without "/" (some forks print "iteration 100 |"): fall back to a regex.
-    it = it.with_columns(pl.coalesce("step", c0.str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)).alias("step"))
-    has_date = bool(re.search(_DATE + r"\s*iteration", ctx.sample))
-    it = it.with_columns(to_unix(c0.str.extract(_DATE, 1)).alias("wall_time") if has_date else pl.lit(None, dtype=pl.Float64).alias("wall_time"))
+    if it.get_column("step").null_count():
+        # Lines without "/" (some forks print "iteration 100 |"): fall back to a regex.
+        it = it.with_columns(pl.coalesce("step", c0.str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)).alias("step"))
+    it = it.filter(pl.col("step").is_not_null())
+    it = it.with_columns(_wall_time(it, ctx.sample).alias("wall_time"))
     # Several ranks printing the same iteration: keep the first copy.
     it = it.filter((pl.col("step") != pl.col("step").shift(1)).fill_null(True))
     ctx.line_steps = it.select("ln", "step")
     # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule out here.
     ctx.overflow_hint = bool(cells.select(c0.str.contains(r"(?i)overflow|dynamic loss scale").any()).item())
     commas = bool(re.search(r"iteration[^\n]*\d,\d{3}\b", ctx.sample))
-    rows = [_layout_rows(it, cols, commas)]
+    rows = [_layout_rows(it, cols, ctx, commas)]
     if not val.is_empty():
         rows.append(_validation_rows(val, cols))
-    out = pl.concat(rows) if rows else empty_rows()
-    bad_scale = out.filter((pl.col("tag") == "loss scale") & (pl.col("value") <= 0))
-    if bad_scale.height:
-        # Megatron-DeepSpeed prints -1 when DeepSpeed owns the scaler: not a measurement.
-        out = out.filter(~((pl.col("tag") == "loss scale") & (pl.col("value") <= 0)))
-        ctx.notes.append(f"{ctx.name}: 'loss scale' printed as {bad_scale.get_column('value')[0]:g} "
-                         "(the scaler belongs to DeepSpeed); those values were not used")
-    return out
+    return pl.concat(rows) if rows else empty_rows()
 
 
 def _prefix(cell: str | None) -> str | None:
@@ -78,37 +72,78 @@ def _prefix(cell: str | None) -> str | None:
     return cell[: cell.index(":") + 1]
 
 
-def _layout_rows(it: pl.DataFrame, cols: list[str], commas: bool = False) -> pl.DataFrame:
-    """Read the dominant key layout column-wise; other lines go through the generic split."""
+def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = False) -> pl.DataFrame:
+    """Read each column with its most common key by slicing; cells holding another key
+    (lines printed before grad norm existed, other forks) go through the generic split."""
     if it.is_empty():
         return empty_rows()
     sample = it.tail(200).select(cols).rows()
-    layouts: dict[tuple, int] = {}
-    for row in sample:
-        key = tuple(_prefix(c) for c in row)
-        layouts[key] = layouts.get(key, 0) + 1
-    layout = max(layouts, key=layouts.get)  # type: ignore[arg-type]
-    match = pl.lit(True)
-    for col, pre in zip(cols, layout):
-        if pre is not None:
-            match = match & pl.col(col).str.starts_with(pre).fill_null(False)
-    it = it.with_columns(match.alias("_fast"))
-    fast = it.filter(pl.col("_fast"))
+    prefixes: list[str | None] = []
+    for j in range(len(cols)):
+        seen: dict[str, int] = {}
+        for row in sample:
+            pre = _prefix(row[j])
+            if pre is not None:
+                seen[pre] = seen.get(pre, 0) + 1
+        prefixes.append(max(seen, key=seen.get) if seen else None)  # type: ignore[arg-type]
+    values = []
+    others = []
+    for j, (col, pre) in enumerate(zip(cols, prefixes)):
+        if pre is None:
+            others.append(pl.col(col))
+            continue
+        ok = pl.col(col).str.starts_with(pre)
+        # Padding is plain spaces, and stripping only spaces is much faster than all whitespace.
+        text = pl.col(col).str.slice(len(pre)).str.strip_chars(" ")
+        if commas:
+            text = text.str.replace_all(",", "", literal=True)
+        values.append(pl.when(ok).then(text.cast(pl.Float64, strict=False)).alias(f"_v{j}"))
+        others.append(pl.when(~ok.fill_null(True)).then(pl.col(col)).alias(col))
+    wide = it.select("ln", "step", "wall_time", *values)
+    rest = it.select("ln", "step", "wall_time", *others)
+    rest_cols = [c for c in cols if c in rest.columns]
+    rest = rest.with_columns(pl.any_horizontal([pl.col(c).str.contains(":", literal=True) for c in rest_cols]).fill_null(False).alias("_kv"))
     parts = []
-    for col, pre in zip(cols, layout):
+    for j, pre in enumerate(prefixes):
         if pre is None:
             continue
         tag = pre[:-1].strip()
-        parts.append(
-            fast.select("ln", "step", "wall_time", num(pl.col(col).str.slice(len(pre)), commas).alias("value"))
-            .filter(pl.col("value").is_not_null())
-            .with_columns(pl.lit(tag).alias("tag"))
-        )
-    slow = it.filter(~pl.col("_fast"))
-    if not slow.is_empty():
-        parts.append(_split_rows(slow, cols))
+        block = wide.select("ln", "step", "wall_time", pl.col(f"_v{j}").alias("value")).filter(pl.col("value").is_not_null())
+        if tag == "loss scale":
+            block = _real_scales(block, ctx)
+        parts.append(block.with_columns(pl.lit(tag).alias("tag")))
     # Each block holds one tag in line order (the restart check relies on it).
+    # A line that matched "iteration N/" but gave no value at all is a bad line.
+    no_fast = wide.filter(pl.sum_horizontal([pl.col(f"_v{j}").is_not_null() for j, p in enumerate(prefixes) if p]) == 0)
+    rest = rest.filter(pl.col("_kv"))
+    split = _split_rows(rest, rest_cols) if rest.height else empty_rows()
+    ctx.bad_lines += no_fast.filter(~pl.col("ln").is_in(split.get_column("ln").implode())).height
+    if split.height:
+        scale = _real_scales(split.filter(pl.col("tag") == "loss scale"), ctx)
+        parts.append(pl.concat([split.filter(pl.col("tag") != "loss scale"), scale]))
     return conform_rows(pl.concat(parts, how="diagonal")) if parts else empty_rows()
+
+
+def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
+    """Megatron-DeepSpeed prints loss scale -1 when DeepSpeed owns the scaler: not a measurement."""
+    bad = block.filter(pl.col("value") <= 0)
+    if bad.is_empty():
+        return block
+    note = (f"{ctx.name}: 'loss scale' printed as {bad.get_column('value')[0]:g} "
+            "(the scaler belongs to DeepSpeed); those values were not used")
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+    return block.filter(pl.col("value") > 0)
+
+
+def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
+    """Unix seconds from the line's date; parsed once per distinct date (dates repeat a lot)."""
+    if not re.search(_DATE + r"\s*iteration", sample):
+        return pl.Series("wall_time", [None] * it.height, dtype=pl.Float64)
+    dates = it.get_column("c0").str.extract(_DATE, 1)
+    uniq = dates.unique().drop_nulls()
+    lut = dict(zip(uniq.to_list(), pl.select(to_unix(pl.lit(uniq))).to_series().to_list()))
+    return dates.replace_strict(lut, default=None, return_dtype=pl.Float64).alias("wall_time")
 
 
 def _split_rows(df: pl.DataFrame, cols: list[str], prefix: str = "") -> pl.DataFrame:
