@@ -66,6 +66,9 @@ def from_mapping(data: dict[str, Any], where: str) -> Config:
     aliases = data.get("aliases", {})
     if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
         raise ConfigError(f"{where}: aliases must be a table of raw tag = canonical name")
+    from forensics.schema import check_aliases
+
+    check_aliases(aliases)
     cfg.aliases = dict(aliases)
     dets = data.get("detectors", {})
     if not isinstance(dets, dict) or not all(isinstance(v, dict) for v in dets.values()):
@@ -103,4 +106,7 @@ def parse_alias(items: list[str]) -> dict[str, str]:
         if not sep or not raw or not canon:
             raise ConfigError(f"--alias {item!r}: expected raw_tag=canonical_name")
         out[raw] = canon
+    from forensics.schema import check_aliases
+
+    check_aliases(out)
     return out

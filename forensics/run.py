@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from forensics.findings import Finding
-from forensics.schema import COLUMNS, PER_LAYER, empty_frame
+from forensics.schema import ACT_ABSMAX, COLUMNS, GRAD_NORM_LAYER, PARAM_NORM_LAYER, PER_LAYER, empty_frame
 
 
 @dataclass
@@ -59,7 +59,9 @@ class Run:
         """One canonical series: columns ``step, value, wall_time`` sorted by step.
 
         When several raw tags map to the same canonical metric, the tag with the most
-        points is used (see :meth:`metrics`).
+        points is used (see :meth:`metrics`). For one layer logged as several parameter
+        tensors, the values at a step are combined: L2 for grad/param norms (the layer's
+        norm), max for activation absmax, mean for activation mean and std.
         """
         v = self.view()
         sub = v.filter(pl.col("metric") == metric)
@@ -70,6 +72,9 @@ class Run:
         if layer is None and metric not in PER_LAYER:
             tag = self.metrics().get(metric)
             sub = sub.filter(pl.col("tag") == tag)
+        if layer is not None and sub.get_column("tag").n_unique() > 1:
+            agg = _LAYER_COMBINE.get(metric, pl.col("value").mean())
+            return sub.group_by("step").agg(agg.alias("value"), pl.col("wall_time").max()).sort("step")
         return (
             sub.group_by("step", maintain_order=True)
             .agg(pl.col("value").last(), pl.col("wall_time").last())
@@ -119,6 +124,13 @@ class Run:
     def unmapped_tags(self) -> list[str]:
         v = self.frame.filter(pl.col("metric").is_null())
         return sorted(v.get_column("tag").unique().to_list())
+
+
+_LAYER_COMBINE = {
+    GRAD_NORM_LAYER: (pl.col("value") ** 2).sum().sqrt(),
+    PARAM_NORM_LAYER: (pl.col("value") ** 2).sum().sqrt(),
+    ACT_ABSMAX: pl.col("value").max(),
+}
 
 
 def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:

@@ -156,3 +156,27 @@ def test_real_subprocess(spike_run: Path, tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(tmp_path / "nope")],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_metrics_export_and_alias(tmp_path: Path, workdir: Path) -> None:
+    """`metrics` lists tags with canonical names; `export` writes the frame; --alias maps an odd tag."""
+    import polars as pl
+    from tensorboardX import SummaryWriter
+
+    run = tmp_path / "odd"
+    w = SummaryWriter(str(run))
+    for s in range(100):
+        w.add_scalar("my/strange_objective", 3.0 - s * 0.01, s)
+    w.close()
+    res = runner.invoke(app, ["metrics", str(run)])
+    assert res.exit_code == 0 and "my/strange_objective" in res.stdout
+    res = runner.invoke(app, ["analyze", str(run), "--format", "json", "--no-report", "--alias", "my/strange_objective=loss"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["run"]["metrics"] == {"loss": "my/strange_objective"}
+    out = tmp_path / "frame.parquet"
+    res = runner.invoke(app, ["export", str(run), "--to", str(out)])
+    assert res.exit_code == 0, res.output
+    frame = pl.read_parquet(out)
+    assert frame.height == 100 and {"step", "tag", "metric", "value", "segment"} <= set(frame.columns)
+    bad = runner.invoke(app, ["analyze", str(run), "--alias", "x=not_a_vital"])
+    assert bad.exit_code == 2 and "not_a_vital" in bad.stderr

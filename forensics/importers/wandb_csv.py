@@ -29,6 +29,7 @@ W_STEP, W_TIME = "_step", "_timestamp"
 _UI_SEP = " - "
 _MINMAX = re.compile(r"__(?:MIN|MAX)$")
 _JSON_EXT = (".jsonl", ".ndjson", ".json")
+_INDEX = re.compile(r"^(?:|index|Unnamed: \d+|level_0)$")
 
 
 # -- sniffing ----------------------------------------------------------------------------
@@ -159,8 +160,8 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
     parts = []
     skipped: list[str] = []
     for col in wide.columns:
-        if col == "_row" or col.startswith("_") or col in GLOBAL_STEP_KEYS:
-            continue
+        if col == "_row" or col.startswith("_") or col in GLOBAL_STEP_KEYS or _INDEX.match(col):
+            continue  # W&B's own columns, the step axis, and a saved pandas index
         vals = _as_float(wide.get_column(col))
         if vals is None or (vals.null_count() == vals.len() and wide.get_column(col).null_count() < wide.height):
             skipped.append(col)
