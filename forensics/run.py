@@ -38,6 +38,9 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     _view: pl.DataFrame | None = field(default=None, repr=False)
+    _metrics: dict[str, str] | None = field(default=None, repr=False)
+    _parts: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
+    _cached_for: int | None = field(default=None, repr=False)  # id() of the frame the caches describe
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -51,6 +54,8 @@ class Run:
         steps >= s. Within a segment the last row for a step wins (a re-logged value).
         Sorted by (metric, layer, tag, step).
         """
+        if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
+            self._view, self._metrics, self._parts, self._cached_for = None, None, None, id(self.frame)
         if self._view is None:
             self._view = analysis_view(self.frame)
         return self._view
@@ -63,8 +68,7 @@ class Run:
         tensors, the values at a step are combined: L2 for grad/param norms (the layer's
         norm), max for activation absmax, mean for activation mean and std.
         """
-        v = self.view()
-        sub = v.filter(pl.col("metric") == metric)
+        sub = self._metric_rows(metric)
         if layer is not None:
             sub = sub.filter(pl.col("layer") == layer)
         if sub.is_empty():
@@ -81,6 +85,14 @@ class Run:
             .sort("step")
         )
 
+    def _metric_rows(self, metric: str) -> pl.DataFrame:
+        v = self.view()
+        if self._parts is None:
+            self._parts = {
+                k[0]: part for k, part in v.filter(pl.col("metric").is_not_null()).partition_by("metric", as_dict=True).items()
+            }
+        return self._parts.get(metric, v.clear())
+
     def has(self, metric: str) -> bool:
         return metric in self.metrics()
 
@@ -90,10 +102,13 @@ class Run:
         Per-layer series are summarised as ``"<n> layer tags"``.
         """
         v = self.view()
+        if self._metrics is not None:
+            return dict(self._metrics)
         known = v.filter(pl.col("metric").is_not_null())
         out: dict[str, str] = {}
+        self._metrics = out
         if known.is_empty():
-            return out
+            return dict(out)
         counts = (
             known.group_by("metric", "tag")
             .agg(pl.len().alias("n"), pl.col("layer").first())
@@ -105,10 +120,10 @@ class Run:
                 out[m] = f"{grp.height} layer tags"
             else:
                 out[m] = grp.get_column("tag")[0]
-        return out
+        return dict(out)
 
     def layers(self, metric: str) -> list[int]:
-        v = self.view().filter(pl.col("metric") == metric)
+        v = self._metric_rows(metric)
         return sorted(v.get_column("layer").drop_nulls().unique().to_list())
 
     @property
@@ -134,29 +149,34 @@ _LAYER_COMBINE = {
 
 
 def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
-    """Keep, per series, only rows not pre-empted by a later segment (RustBoard semantics)."""
+    """Keep, per series, only rows not pre-empted by a later segment (RustBoard semantics).
+
+    Then one value per (series, step): the last one logged. Sorted by (source, tag, step).
+    """
     if frame.is_empty():
         return frame
     f = frame.filter(pl.col("step").is_not_null())
     key = ["source", "tag"]
-    # For each row, the smallest first-step of any *later* segment of the same series.
-    firsts = f.group_by(key + ["segment"]).agg(pl.col("step").min().alias("_seg_first"))
-    f = f.join(firsts, on=key + ["segment"], how="left")
-    later_min = (
-        firsts.sort("segment", descending=True)
-        .with_columns(
-            pl.col("_seg_first").cum_min().over(key).shift(1).over(key).alias("_later_first")
+    if f.get_column("segment").n_unique() > 1:
+        # For each segment, the smallest first step of any *later* segment of the same series:
+        # rows at or beyond it were replayed by the restart and lose to the later values.
+        firsts = (
+            f.group_by(key + ["segment"])
+            .agg(pl.col("step").min().alias("_first"))
+            .sort(key + ["segment"], descending=[False, False, True])
+            .with_columns(pl.col("_first").shift(1).over(key).alias("_next_first"))
+            .with_columns(pl.col("_next_first").cum_min().over(key).alias("_later_first"))
+            .select(key + ["segment", "_later_first"])
         )
-        .select(key + ["segment", "_later_first"])
-    )
-    f = f.join(later_min, on=key + ["segment"], how="left")
-    f = f.filter(pl.col("_later_first").is_null() | (pl.col("step") < pl.col("_later_first")))
-    f = f.drop("_seg_first", "_later_first")
-    # Within what is left, one value per (series, step): the last one logged.
-    f = (
-        f.with_row_index("_i")
-        .sort(["source", "tag", "step", "_i"])
-        .unique(subset=["source", "tag", "step"], keep="last", maintain_order=True)
-        .drop("_i")
-    )
-    return f.sort(["metric", "layer", "tag", "step"], nulls_last=True).select(COLUMNS)
+        f = f.join(firsts, on=key + ["segment"], how="left")
+        f = f.filter(pl.col("_later_first").is_null() | (pl.col("step") < pl.col("_later_first")))
+        f = f.drop("_later_first")
+    # Stable sort keeps record order among equal keys, so the last of a run of equal
+    # (source, tag, step) rows is the value logged last.
+    f = f.sort(["source", "tag", "step"], maintain_order=True)
+    last_of_key = (
+        (pl.col("step") != pl.col("step").shift(-1))
+        | (pl.col("tag") != pl.col("tag").shift(-1))
+        | (pl.col("source") != pl.col("source").shift(-1))
+    ).fill_null(True)
+    return f.filter(last_of_key).select(COLUMNS)

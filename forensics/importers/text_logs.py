@@ -15,7 +15,7 @@ import polars as pl
 from forensics.errors import UnreadableInputError
 from forensics.importers.base import ImportResult, ReadOptions, Source, binary_junk, open_bytes, read_bytes, rel, strip_suffixes
 from forensics.importers.restarts import assign_segments, restart_findings
-from forensics.schema import conform
+from forensics.schema import SCHEMA, conform
 
 NAME = "text_logs"
 SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
@@ -78,22 +78,21 @@ class TextLogsImporter:
         log = parse_text(raw, name)
         family = log.families[0] if log.families else "text"
         frame = log.frame.select(
-            (pl.col("ln") + 1).alias("record_idx"), "step", "tag", "value", "wall_time",
-        ).with_columns(
-            pl.lit(f"{family}_text").alias("source"), pl.lit(name).alias("file"), pl.lit(0).alias("file_idx"),
-            pl.lit(log.x_kind).alias("x_kind"),
+            pl.lit(f"{family}_text").alias("source"), pl.lit(name).alias("file"), pl.lit(0, dtype=pl.Int32).alias("file_idx"),
+            (pl.col("ln") + 1).alias("record_idx"), "step", pl.lit(log.x_kind).alias("x_kind"), "tag",
+            pl.lit(None, dtype=pl.Utf8).alias("metric"), pl.lit(None, dtype=pl.Int32).alias("layer"), "value", "wall_time",
+            pl.lit(0, dtype=pl.Int32).alias("segment"),
         )
         if log.may_restart:
             frame = assign_segments(conform(frame))
-        else:
-            frame = conform(frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment")))
         notes = list(log.notes)
         if log.families:
             notes.append(f"{name}: read as {' + '.join(log.families)} text log")
         if frame.is_empty():
             notes.append(f"{name}: no metric line found")
         findings = restart_findings(frame) + log.findings
-        return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=log.config, metadata=log.metadata)
+        return ImportResult(frame=frame if frame.schema == SCHEMA else conform(frame), notes=notes, findings=findings,
+                            config=log.config, metadata=log.metadata)
 
 
 IMPORTER = TextLogsImporter()

@@ -145,7 +145,7 @@ class Config:
     batch: int = 16
     lr: float = 3e-3
     warmup: int = 30
-    schedule: str = "cosine"  # cosine | constant
+    schedule: str = "cosine"  # cosine | constant | exp (geometric decay to min_lr_frac)
     min_lr_frac: float = 0.0
     weight_decay: float = 0.0
     # beta2 0.99: with 0.95 the grad norm of this model creeps up even in a healthy run
@@ -244,6 +244,8 @@ class Trainer:
             lr = c.lr * step / c.warmup
         elif c.schedule == "constant":
             lr = c.lr
+        elif c.schedule == "exp":
+            lr = c.lr * c.min_lr_frac ** ((step - c.warmup) / max(1, c.steps - c.warmup))
         else:
             frac = (step - c.warmup) / max(1, c.steps - c.warmup)
             lr = c.lr * (c.min_lr_frac + (1 - c.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))

@@ -111,6 +111,8 @@ def empty_rows() -> pl.DataFrame:
 
 
 def conform_rows(df: pl.DataFrame) -> pl.DataFrame:
+    if list(df.schema.items()) == list(ROWS.items()):
+        return df  # already in shape: skip a pass over (possibly millions of) rows
     for name, dtype in ROWS.items():
         if name not in df.columns:
             df = df.with_columns(pl.lit(None, dtype=dtype).alias(name))
