@@ -168,6 +168,20 @@ def test_deepspeed_overflow_in_order_when_the_log_has_no_step(tmp_path: Path) ->
     assert any("no step numbers" in n for n in log.notes)
 
 
+@pytest.mark.parametrize("line, scale", [
+    ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768", 32768.0),
+    ("[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 128.0, reducing to 64.0", 64.0),
+    ("[deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648", 2147483648.0),
+    ("[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from 2048.0 to 1024.0", 1024.0),
+])
+def test_deepspeed_loss_scale_spellings(line: str, scale: float) -> None:
+    """Each spelling DeepSpeed versions print gives the new scale at the step printed next."""
+    before = "".join(f"step {s} | loss: 2.5 | lr: 1e-4\n" for s in (7, 8, 9))
+    text = before + f"[2023-04-18 03:36:00,502] [INFO] {line}\n" + "step 10 | loss: 2.4 | lr: 1e-4\n"
+    f = parse_text(text.encode(), "x.log").frame
+    assert dict(f.filter(pl.col("tag") == "loss_scale_reduced_to").select("step", "value").iter_rows()) == {10: scale}
+
+
 LLMC_STDOUT = """+-----------------------+----------------------------------------------------+
 | num_heads NH          | 12                                                 |
 +-----------------------+----------------------------------------------------+
@@ -259,6 +273,20 @@ def test_composer_file_logger(tmp_path: Path) -> None:
     assert _series(run, "throughput")[1] == pytest.approx(12345.5)
     assert _series(run, "val_loss") == {5: pytest.approx(2.9)}
     assert run.config["lr"] == pytest.approx(0.0006) and run.config["run_name"] == "mpt-125m"
+
+
+def test_olmo_console_blocks(tmp_path: Path) -> None:
+    """OLMo prints a [step=N/M] header, then one indented name=value line per metric."""
+    text = "".join(
+        f"[step={s}/739328]\n"
+        f"    train/CrossEntropyLoss={3.0 - s / 100:.4f}\n    optim/total_grad_norm={0.5 + s / 1000:.4f}\n"
+        f"    throughput/device/tokens_per_second=9,{870 + s:03d}\n"
+        for s in range(10, 60, 10)
+    )
+    run = read_run(_write(tmp_path / "olmo.log", text))
+    assert _series(run, "loss") == {s: pytest.approx(3.0 - s / 100) for s in range(10, 60, 10)}
+    assert _series(run, "grad_norm")[30] == pytest.approx(0.53)
+    assert _series(run, "throughput")[20] == 9890
 
 
 def _mllog(key: str, value, **meta) -> str:  # noqa: ANN001

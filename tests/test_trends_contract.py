@@ -75,3 +75,66 @@ def test_quiet_on_healthy_synthetic_run(name: str, seed: int) -> None:
     """A healthy synthetic pre-training run draws no finding from any trend detector."""
     frame, _ = trend_healthy(seed=seed)
     assert load(name)().detect(run_from_frame(frame)) == []
+
+
+def _documented_keys(module_name: str) -> dict[str, set[str]]:
+    """Measures keys per kind from the module docstring tables (``kind ``x`` `` headings split them)."""
+    import importlib
+    import re
+
+    doc = importlib.import_module(f"forensics.detectors.{module_name}").__doc__ or ""
+    out: dict[str, set[str]] = {}
+    kind = None
+    for line in doc.splitlines():
+        m = re.match(r"^(?:kind|Measures \(kind) ``(\w+)``", line)
+        if m:
+            kind = m.group(1)
+        m = re.match(r"^\| `(\w+)` \|", line)
+        if m and kind:
+            out.setdefault(kind, set()).add(m.group(1))
+    return out
+
+
+def _triggering_frame(case: str) -> pl.DataFrame:
+    import synthetic as syn
+
+    return {
+        "drift": lambda: syn.trend_grad_norm_drift(),
+        "eval": lambda: syn.trend_eval_regression(with_drift=True),
+        "param_jump": lambda: syn.trend_param_norm(),
+        "param_growth": lambda: syn.trend_param_norm(jump_at=None, growth=0.8),
+        "layers": lambda: syn.trend_layer_shift(),
+        "activations": lambda: syn.trend_activations(std_layer=1),
+        "overfit": lambda: syn.trend_train_val("overfit", steps_per_epoch=1500),
+        "val_shift": lambda: syn.trend_train_val("val_shift"),
+        "plateau": lambda: syn.trend_plateau(case="stuck"),
+        "throughput": lambda: syn.trend_infra(),
+        "stall": lambda: syn.trend_infra(drop=None, stall_at=3000),
+        "memory": lambda: syn.trend_infra(drop=None, leak=1.0),
+    }[case]()[0]
+
+
+@pytest.mark.parametrize(
+    ("module_name", "registry_name", "case"),
+    [
+        ("drift", "grad_norm_drift", "drift"),
+        ("eval_regression", "eval_regression", "eval"),
+        ("param_norm", "param_norm", "param_jump"),
+        ("param_norm", "param_norm", "param_growth"),
+        ("layers", "layers", "layers"),
+        ("activations", "activations", "activations"),
+        ("train_val", "train_val", "overfit"),
+        ("train_val", "train_val", "val_shift"),
+        ("plateau", "plateau", "plateau"),
+        ("throughput", "throughput", "throughput"),
+        ("stall", "stall", "stall"),
+        ("memory", "memory", "memory"),
+    ],
+)
+def test_measures_match_the_documented_table(module_name: str, registry_name: str, case: str) -> None:
+    """Every finding's measures keys are exactly the keys documented for its kind (the README table)."""
+    documented = _documented_keys(module_name)
+    found = load(registry_name)().detect(run_from_frame(_triggering_frame(case)))
+    assert found
+    for f in found:
+        assert set(f.measures) == documented[f.kind.value], f.kind

@@ -3,21 +3,19 @@
 Two signs, per layer: the activation absolute maximum above 1e4 (the article locates the
 overflowing layer this way, usually an attention block), and the activation std jumping
 against its own recent history (a middle layer whose std suddenly grows is the early sign
-of a NaN). One finding per layer and sign, naming the layer and the first step.
+of a NaN); std growth during the LR warm-up is start-up and is not counted. One finding per layer and sign, naming the layer and the first step.
 
 Measures (kind ``activation_outlier``):
 
-==================  =================================================================
-key                 meaning
-==================  =================================================================
-layer               layer index
-trigger             ``absmax`` (above the limit) or ``std_jump``
-value               absmax at the peak, or the std at the peak (null: non-finite)
-limit               the absmax limit (absmax) or the std ratio limit (std_jump)
-before              typical level before the onset (median of the preceding points)
-ratio               peak / before
-points_over         how many logged points were over the limit
-==================  =================================================================
+| key | meaning |
+|---|---|
+| `layer` | layer index |
+| `trigger` | ``absmax`` (above the limit) or ``std_jump`` |
+| `value` | absmax at the peak, or the std at the peak (null: non-finite) |
+| `limit` | the absmax limit (absmax) or the std ratio limit (std_jump) |
+| `before` | typical level before the onset (median of the preceding points) |
+| `ratio` | peak / before |
+| `points_over` | how many logged points were over the limit |
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.detectors.trend_utils import arrays, sig
+from forensics.detectors.trend_utils import arrays, sig, warmup_start
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import ACT_ABSMAX, ACT_STD
@@ -105,6 +103,10 @@ class ActivationDetector:
         )
         ratio = np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
         jump = np.nan_to_num(ratio, nan=0.0) >= self.std_jump_ratio
+        # Activations settle during the LR warm-up: growth there is start-up, not a jump.
+        settled = warmup_start(run, x)
+        if settled is not None:
+            jump &= x > settled
         if not jump.any():
             return []
         i0 = int(np.argmax(jump))

@@ -8,24 +8,22 @@ any fit (rolling median + k * MAD). The level now is compared with the grad-norm
 
 Measures (kind ``grad_norm_drift``):
 
-=====================  ==============================================================
-key                    meaning
-=====================  ==============================================================
-baseline               grad-norm baseline (median after the LR warm-up)
-baseline_start_step    first step of the baseline window
-baseline_end_step      last step of the baseline window
-current                grad-norm level now (median of the last 2% of points, >= 5)
-ratio                  current / baseline
-peak                   highest smoothed grad-norm level after the onset
-peak_ratio             peak / baseline
-onset_value            smoothed grad-norm level at the onset step
-slope_per_1k_steps     Theil-Sen slope of the grad norm from the onset, per 1000 steps
-loss_slope_per_1k_steps  Theil-Sen slope of the loss over the same window (null: no loss)
-loss_change_pct        loss change over the window in % of its level at the onset
-warning_step           first step where the smoothed level reached warn_ratio x baseline
-critical_step          same for crit_ratio (null if never reached)
-spikes_excluded        number of spike points left out of the fits
-=====================  ==============================================================
+| key | meaning |
+|---|---|
+| `baseline` | grad-norm baseline (median after the LR warm-up) |
+| `baseline_start_step` | first step of the baseline window |
+| `baseline_end_step` | last step of the baseline window |
+| `current` | grad-norm level now (median of the last 2% of points, >= 5) |
+| `ratio` | current / baseline |
+| `peak` | highest smoothed grad-norm level after the onset |
+| `peak_ratio` | peak / baseline |
+| `onset_value` | smoothed grad-norm level at the onset step |
+| `slope_per_1k_steps` | Theil-Sen slope of the grad norm from the onset, per 1000 steps |
+| `loss_slope_per_1k_steps` | Theil-Sen slope of the loss over the same window (null: no loss) |
+| `loss_change_pct` | loss level change from the onset to the end, in % (medians of 5%) |
+| `warning_step` | first step where the smoothed level reached warn_ratio x baseline |
+| `critical_step` | same for crit_ratio (null if never reached) |
+| `spikes_excluded` | number of spike points left out of the fits |
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from forensics.detectors.baseline import grad_norm_baseline
+from forensics.detectors.baseline import grad_norm_baseline, series_baseline
 from forensics.detectors.trend_utils import (
     arrays,
     bin_median,
@@ -43,6 +41,7 @@ from forensics.detectors.trend_utils import (
     rolling_median,
     sig,
     theil_sen,
+    warmup_start,
 )
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
@@ -85,7 +84,10 @@ def analyze_drift(
     # 500 steps (the article) on real runs; at most a fifth of a short log, so the drift itself
     # does not leak into its own baseline.
     span = int(x[-1] - x[0])
-    base = grad_norm_baseline(run, window=max(10, min(baseline_window, span // 5)))
+    window = max(10, min(baseline_window, span // 5))
+    base = grad_norm_baseline(run, window=window)
+    if base is not None and warmup_start(run, x) is None:
+        base = series_baseline(x, y, window=window)  # the LR peak came late: not a warm-up
     if base is None or not base.value > 0:
         run.note(f"{CHECK}: not run, no positive grad-norm baseline")
         return None
@@ -123,12 +125,14 @@ def analyze_drift(
     l_slope = theil_sen(lx[loss_sel], ly[loss_sel]) if loss_sel.sum() >= 3 else None
     if l_slope is not None and l_slope.rising:
         return DriftResult(False, measures=m, reason="the loss rises too (divergence, not drift)")
-    span = float(x[-1] - onset)
     loss_change = None
     if l_slope is not None:
-        at_onset = l_slope.intercept + l_slope.slope * onset
+        # Levels, not the extrapolated line: a curved loss would give changes beyond -100%.
+        lys = ly[loss_sel]
+        k = max(3, len(lys) // 20)
+        at_onset, at_end = float(np.median(lys[:k])), float(np.median(lys[-k:]))
         if at_onset != 0:
-            loss_change = 100.0 * l_slope.slope * span / abs(at_onset)
+            loss_change = 100.0 * (at_end - at_onset) / abs(at_onset)
     post_b = xb >= onset
     peak_i = int(np.argmax(np.where(post_b, smooth, -np.inf)))
     crit_hit = smooth >= crit_ratio * base.value

@@ -11,22 +11,20 @@ group's share at least doubled. Per-layer param-norm growth rates are attached w
 
 Measures (kind ``layer_grad_shift``):
 
-=========================  ==========================================================
-key                        meaning
-=========================  ==========================================================
-layer                      first layer index of the group
-layers                     the group, compact (``"0-3"``)
-n_layers                   layers in the group
-n_layers_logged            layers with a grad-norm series
-share_definition           ``"squared"``: norm^2 / sum of norm^2 over layers
-share_before               group share in the early window (0..1)
-share_after                group share over the last stretch (0..1)
-share_ratio                share_after / share_before
-peak_share                 highest smoothed group share
-param_growth_group_pct_per_1k  mean param-norm growth of the group, % per 1000 steps
-param_growth_rest_pct_per_1k   same for the other layers
-param_growth_by_layer      ``"layer:pct"`` list for every layer (null: not logged)
-=========================  ==========================================================
+| key | meaning |
+|---|---|
+| `layer` | first layer index of the group |
+| `layers` | the group, compact (``"0-3"``) |
+| `n_layers` | layers in the group |
+| `n_layers_logged` | layers with a grad-norm series |
+| `share_definition` | ``"squared"``: norm^2 / sum of norm^2 over layers |
+| `share_before` | group share in the early window (0..1) |
+| `share_after` | group share over the last stretch (0..1) |
+| `share_ratio` | share_after / share_before |
+| `peak_share` | highest smoothed group share |
+| `param_growth_group_pct_per_1k` | mean param-norm growth of the group, % per 1000 steps |
+| `param_growth_rest_pct_per_1k` | same for the other layers |
+| `param_growth_by_layer` | ``"layer:pct"`` list for every layer (null: not logged) |
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.detectors.baseline import warmup_end
 from forensics.detectors.trend_utils import (
     arrays,
     bin_median,
@@ -43,6 +40,7 @@ from forensics.detectors.trend_utils import (
     robust_sigma,
     rolling_median,
     theil_sen,
+    warmup_start,
 )
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
@@ -107,7 +105,7 @@ class LayerGradShiftDetector:
         if len(steps) < self.min_points:
             run.note(f"{CHECK}: not run, the per-layer grad norms are all zero")
             return []
-        start = warmup_end(run) or int(steps[0])
+        start = warmup_start(run, steps) or int(steps[0])
         span = max(1, int(steps[-1]) - start)
         # Windows of min_window steps, or window_frac of the run when that is longer; short runs
         # (a few hundred steps) get windows of 30% so early and late never overlap.

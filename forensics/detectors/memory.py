@@ -10,17 +10,15 @@ levelling off), and the total growth is a noticeable share of the level.
 
 Measures (kind ``memory_growth``):
 
-====================  ================================================================
-key                   meaning
-====================  ================================================================
-start_level           memory at the start of the analysed part (fitted)
-end_level             memory at the last step (fitted)
-growth_pct            (end_level - start_level) / start_level in %
-slope_per_1k_steps    overall Theil-Sen slope, memory units per 1000 steps
-late_slope_per_1k_steps  the same over the last third
-late_ratio            late slope / overall slope (about 1: no levelling off)
-duration_steps        length of the analysed stretch in steps
-====================  ================================================================
+| key | meaning |
+|---|---|
+| `start_level` | memory at the start of the analysed part (fitted) |
+| `end_level` | memory at the last step (fitted) |
+| `growth_pct` | (end_level - start_level) / start_level in % |
+| `slope_per_1k_steps` | overall Theil-Sen slope, memory units per 1000 steps |
+| `late_slope_per_1k_steps` | the same over the last third |
+| `late_ratio` | late slope / overall slope (about 1: no levelling off) |
+| `duration_steps` | length of the analysed stretch in steps |
 """
 
 from __future__ import annotations

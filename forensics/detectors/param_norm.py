@@ -3,28 +3,29 @@
 Under AdamW the parameter norm grows slowly and steadily (article section 2.2); a sudden
 jump means an update that was far too large or a numerical overflow. Each logged increment
 is compared with the typical increment around it (rolling median of the increments, scaled
-by their rolling MAD). Slow growth that crosses 1.5x the baseline (the article's warning
-level for the param norm, section 6.1) is reported as an ``info`` note, not as a jump.
+by their rolling MAD). Growth that crosses 1.5x the baseline (the article's warning level for
+the param norm, section 6.1) is an ``info`` note when it came at a steady pace, as AdamW's
+slow growth does, and a warning when the pace just before the crossing was three times the
+pace of the whole way there (a surge: the norm took off, it did not creep).
 When only per-layer param norms are logged, the total is rebuilt as the root of their sum of
 squares at the steps where every layer was logged.
 
 Measures (kind ``param_norm_jump``):
 
-=====================  ==============================================================
-key                    meaning
-=====================  ==============================================================
-abrupt                 true for a jump (warning), false for slow growth (info)
-before                 param norm just before the jump (jumps only)
-after                  param norm just after it (median of up to 3 points)
-change_pct             (after - before) / before in %, or growth over the run (info)
-robust_z               the jump's increment over the local increment scale (jumps only)
-persistent             true when the level stays changed (false: a one-off blip)
-baseline               param-norm baseline (median after the LR warm-up)
-ratio                  after (or current) / baseline
-crossing_step          first step at ratio_limit x baseline (info only)
-growth_pct_per_1k_steps  Theil-Sen growth rate in % of the baseline (info only)
-source                 ``param_norm`` or ``param_norm_layer`` (rebuilt total)
-=====================  ==============================================================
+| key | meaning |
+|---|---|
+| `abrupt` | true for a jump; false for a crossing of 1.5x (surge or slow growth) |
+| `before` | param norm just before the jump (jumps only) |
+| `after` | param norm just after it (median of up to 3 points) |
+| `change_pct` | (after - before) / before in %, or growth over the run (info) |
+| `robust_z` | the jump's increment over the local increment scale (jumps only) |
+| `persistent` | true when the level stays changed (false: a one-off blip) |
+| `baseline` | param-norm baseline (median after the LR warm-up) |
+| `ratio` | after (or current) / baseline |
+| `crossing_step` | first step at ratio_limit x baseline (crossings only) |
+| `growth_pct_per_1k_steps` | Theil-Sen growth rate up to the crossing, % of the baseline |
+| `pace_ratio` | recent growth pace / pace of the whole way (>= 3: a surge, warning) |
+| `source` | ``param_norm`` or ``param_norm_layer`` (rebuilt total) |
 """
 
 from __future__ import annotations
@@ -32,8 +33,16 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.detectors.baseline import series_baseline, warmup_end
-from forensics.detectors.trend_utils import MAD_SCALE, arrays, rolling_median, theil_sen
+from forensics.detectors.baseline import series_baseline
+from forensics.detectors.trend_utils import (
+    MAD_SCALE,
+    arrays,
+    bin_median,
+    hinge_onset,
+    rolling_median,
+    theil_sen,
+    warmup_start,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import PARAM_NORM, PARAM_NORM_LAYER
@@ -74,6 +83,7 @@ class ParamNormDetector:
         min_rel_jump: float = 0.01,
         window: int = 21,
         ratio_limit: float = 1.5,
+        surge_ratio: float = 3.0,
         baseline_window: int = 500,
         min_points: int = 10,
     ) -> None:
@@ -81,6 +91,7 @@ class ParamNormDetector:
         self.min_rel_jump = min_rel_jump
         self.window = window
         self.ratio_limit = ratio_limit
+        self.surge_ratio = surge_ratio
         self.baseline_window = baseline_window
         self.min_points = min_points
 
@@ -90,11 +101,11 @@ class ParamNormDetector:
             why = "the run has no param_norm series" if len(x) == 0 else f"only {len(x)} param_norm points"
             run.note(f"param_norm_jump: not run, {why}")
             return []
-        base = series_baseline(x, y, start=warmup_end(run), window=self.baseline_window)
+        base = series_baseline(x, y, start=warmup_start(run, x), window=self.baseline_window)
         base_v = base.value if base is not None and base.value > 0 else float("nan")
         out = self._jumps(x, y, base_v, source)
         if not out:
-            out = self._slow_growth(x, y, base_v, source)
+            out = self._growth(x, y, base_v, source)
         return out
 
     def _jumps(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
@@ -145,6 +156,7 @@ class ParamNormDetector:
                         "ratio": after / base,
                         "crossing_step": None,
                         "growth_pct_per_1k_steps": None,
+                        "pace_ratio": None,
                         "source": source,
                     },
                     summary=summary,
@@ -152,7 +164,8 @@ class ParamNormDetector:
             )
         return out
 
-    def _slow_growth(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
+    def _growth(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
+        """Crossing ratio_limit x baseline: info when the pace was steady, warning when it surged."""
         if not np.isfinite(base):
             return []
         smooth = rolling_median(y, self.window)
@@ -161,32 +174,52 @@ class ParamNormDetector:
             return []
         cross = int(np.argmax(over))
         current = float(np.median(y[-max(3, len(y) // 50) :]))
-        ts = theil_sen(x, y)
-        rate = 100.0 * ts.per_1k() / base if ts is not None else None
+        # Pace before the crossing (last tenth of the way there) against the pace of the whole way.
+        k = max(5, cross // 10)
+        whole = theil_sen(x[: cross + 1], y[: cross + 1])
+        recent = theil_sen(x[max(0, cross - k) : cross + 1], y[max(0, cross - k) : cross + 1])
+        rate = 100.0 * whole.per_1k() / base if whole is not None else None
+        pace = recent.slope / whole.slope if whole is not None and recent is not None and whole.slope > 0 else None
+        surged = pace is not None and pace >= self.surge_ratio
+        start = int(x[cross])
+        if surged:
+            xb, yb = bin_median(x[: cross + 1].astype(float), smooth[: cross + 1], max_bins=200)
+            h = hinge_onset(xb, yb)
+            if h is not None and h[2] > max(h[1], 0.0):
+                start = h[0]
+        measures = {
+            "abrupt": False,
+            "before": None,
+            "after": None,
+            "change_pct": 100.0 * (current - base) / base,
+            "robust_z": None,
+            "persistent": True,
+            "baseline": base,
+            "ratio": current / base,
+            "crossing_step": int(x[cross]),
+            "growth_pct_per_1k_steps": rate,
+            "pace_ratio": pace,
+            "source": source,
+        }
+        if surged:
+            summary = (
+                f"Param norm surged from step {start}: it grew {pace:.1f}x faster than before and passed "
+                f"{self.ratio_limit}x its baseline ({base:.4g}) at step {int(x[cross])}, now {current / base:.2f}x."
+            )
+        else:
+            summary = (
+                f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), passing "
+                f"{self.ratio_limit}x at step {int(x[cross])}; slow growth like this is usual under AdamW."
+            )
         return [
             Finding(
                 kind=FindingKind.PARAM_NORM_JUMP,
-                severity=Severity.INFO,
+                severity=Severity.WARNING if surged else Severity.INFO,
                 metric=PARAM_NORM,
-                start_step=int(x[cross]),
+                start_step=start,
                 peak_step=int(x[int(np.argmax(smooth))]),
                 end_step=int(x[-1]),
-                measures={
-                    "abrupt": False,
-                    "before": None,
-                    "after": None,
-                    "change_pct": 100.0 * (current - base) / base,
-                    "robust_z": None,
-                    "persistent": True,
-                    "baseline": base,
-                    "ratio": current / base,
-                    "crossing_step": int(x[cross]),
-                    "growth_pct_per_1k_steps": rate,
-                    "source": source,
-                },
-                summary=(
-                    f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), "
-                    f"passing {self.ratio_limit}x at step {int(x[cross])}; slow growth like this is usual under AdamW."
-                ),
+                measures=measures,
+                summary=summary,
             )
         ]

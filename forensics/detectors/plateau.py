@@ -10,23 +10,19 @@ number of steps (or half of a short log) and a minimum share of the run. Always 
 
 Measures (kind ``plateau``):
 
-===============  ======================================================================
-key              meaning
-===============  ======================================================================
-level            median loss over the plateau
-change_pct       loss change across the plateau predicted by its Theil-Sen slope, in %
-                 (at most 2 x flat_rel, else it is a slow trend, not a plateau)
-span_steps       length of the plateau in steps
-run_fraction     span_steps / the run's length
-lr_start         LR at the start of the plateau (null: no LR series)
-lr_end           LR at its end
-lr_peak          highest LR of the run
-lr_ratio         mean LR over the plateau / lr_peak
-lr_context       ``decayed`` (LR near the end of its decay), ``active`` (LR still high),
-                 ``unknown`` (no LR logged)
-expected         true when the schedule explains the plateau (``decayed``)
-from_start       true when the plateau begins within the first 10% of the log
-===============  ======================================================================
+| key | meaning |
+|---|---|
+| `level` | median loss over the plateau |
+| `change_pct` | loss change across the plateau predicted by its Theil-Sen slope, in % (at most 2 x flat_rel, else it is a slow trend, not a plateau) |
+| `span_steps` | length of the plateau in steps |
+| `run_fraction` | span_steps / the run's length |
+| `lr_start` | LR at the start of the plateau (null: no LR series) |
+| `lr_end` | LR at its end |
+| `lr_peak` | highest LR of the run |
+| `lr_ratio` | mean LR over the plateau / lr_peak |
+| `lr_context` | ``decayed`` (LR near the end of its decay), ``active`` (LR still high), ``unknown`` (no LR logged) |
+| `expected` | true when the schedule explains the plateau (``decayed``) |
+| `from_start` | true when the plateau begins within the first 10% of the log |
 """
 
 from __future__ import annotations

@@ -10,16 +10,14 @@ normal pause are reported. Gaps across a restart are left to the ``restart`` fin
 
 Measures (kind ``stall``, run-level: ``metric`` is null):
 
-=====================  ================================================================
-key                    meaning
-=====================  ================================================================
-gap_seconds            wall time between the two logged steps
-expected_seconds       what those steps should have taken at the usual pace
-usual_step_seconds     median seconds per step
-ratio                  gap_seconds / expected_seconds
-steps_between          step difference between the two logged points
-usual_pause_seconds    typical eval/checkpoint pause (null when none was seen)
-=====================  ================================================================
+| key | meaning |
+|---|---|
+| `gap_seconds` | wall time between the two logged steps |
+| `expected_seconds` | what those steps should have taken at the usual pace |
+| `usual_step_seconds` | median seconds per step |
+| `ratio` | gap_seconds / expected_seconds |
+| `steps_between` | step difference between the two logged points |
+| `usual_pause_seconds` | typical eval/checkpoint pause (null when none was seen) |
 """
 
 from __future__ import annotations

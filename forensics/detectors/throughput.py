@@ -9,17 +9,15 @@ time is logged, its inverse is used: 30% fewer tokens/s is a step time 1/0.7 = 1
 
 Measures (kind ``throughput_drop``):
 
-==============  ========================================================================
-key             meaning
-==============  ========================================================================
-source          ``throughput`` (tokens/s) or ``step_time`` (inverted)
-baseline        rolling-median level before the drop (in the source's units)
-level           median level during the drop (same units)
-drop_pct        how far throughput fell below the baseline, in %
-window_steps    steps from the drop's start to its end
-n_points        logged points in the drop
-recovered       true when throughput came back above the limit before the log ended
-==============  ========================================================================
+| key | meaning |
+|---|---|
+| `source` | ``throughput`` (tokens/s) or ``step_time`` (inverted) |
+| `baseline` | rolling-median level before the drop (in the source's units) |
+| `level` | median level during the drop (same units) |
+| `drop_pct` | how far throughput fell below the baseline, in % |
+| `window_steps` | steps from the drop's start to its end |
+| `n_points` | logged points in the drop |
+| `recovered` | true when throughput came back above the limit before the log ended |
 """
 
 from __future__ import annotations

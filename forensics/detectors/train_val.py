@@ -21,45 +21,45 @@ Measures:
 
 kind ``gap_acceleration``
 
-=================  ====================================================================
-growth_last        gap growth over the window ending at the detection step
-growth_prev        gap growth over the window before it
-accel_ratio        growth_last / growth_prev (null when growth_prev <= 0)
-window_steps       window length in steps
-val_noise          noise of the val-train gap (robust sigma, at least the val noise)
-gap_at_onset       gap at the onset step
-gap_now            gap at the last val step of the episode
-detected_step      first val step where the acceleration was confirmed
-val_turned_up      true when val was rising over the last window at detection
-=================  ====================================================================
+| key | meaning |
+|---|---|
+| `growth_last` | gap growth over the window ending at the detection step |
+| `growth_prev` | gap growth over the window before it |
+| `accel_ratio` | growth_last / growth_prev (null when growth_prev <= 0) |
+| `window_steps` | window length in steps |
+| `val_noise` | noise of the val-train gap (robust sigma, at least the val noise) |
+| `gap_at_onset` | gap at the onset step |
+| `gap_now` | gap at the last val step of the episode |
+| `detected_step` | first val step where the acceleration was confirmed |
+| `val_turned_up` | true when val was rising over the last window at detection |
 
 kind ``overfitting``
 
-=================  ====================================================================
-val_min            val loss at the onset (its lowest point)
-val_now            val loss now (median of the last val points)
-val_rise           val_now - val_min
-train_change_pct   smoothed train-loss change from the onset to the end, in %
-gap_at_onset       gap at the onset
-gap_now            gap now
-epoch              epoch (1-based) at the onset; null when no epoch series
-epoch_now          epoch (1-based) at the last val step; null when no epoch series
-gap_accelerating   true when the gap was still accelerating at the end
-val_noise          noise of the val-train gap (robust sigma, at least the val noise)
-=================  ====================================================================
+| key | meaning |
+|---|---|
+| `val_min` | val loss at the onset (its lowest point) |
+| `val_now` | val loss now (median of the last val points) |
+| `val_rise` | val_now - val_min |
+| `train_change_pct` | smoothed train-loss change from the onset to the end, in % |
+| `gap_at_onset` | gap at the onset |
+| `gap_now` | gap now |
+| `epoch` | epoch (1-based) at the onset; null when no epoch series |
+| `epoch_now` | epoch (1-based) at the last val step; null when no epoch series |
+| `gap_accelerating` | true when the gap was still accelerating at the end |
+| `val_noise` | noise of the val-train gap (robust sigma, at least the val noise) |
 
 kind ``val_shift``
 
-=================  ====================================================================
-val_before         val level before the shift (median)
-val_after          val level after it (median)
-shift              val_after - val_before
-shift_pct          shift in % of val_before
-ramp_steps         steps between the last old-level point and the first new-level point
-train_change       train level change across the same split
-gap_slope_after_per_1k  gap slope after the shift, per 1000 steps (about 0: stopped widening)
-val_noise          noise of the val-train gap (robust sigma, at least the val noise)
-=================  ====================================================================
+| key | meaning |
+|---|---|
+| `val_before` | val level before the shift (median) |
+| `val_after` | val level after it (median) |
+| `shift` | val_after - val_before |
+| `shift_pct` | shift in % of val_before |
+| `ramp_steps` | steps between the last old-level point and the first new-level point |
+| `train_change` | train level change across the same split |
+| `gap_slope_after_per_1k` | gap slope after the shift, per 1000 steps (about 0: stopped widening) |
+| `val_noise` | noise of the val-train gap (robust sigma, at least the val noise) |
 """
 
 from __future__ import annotations
@@ -391,7 +391,7 @@ class TrainValDetector:
             },
             summary=(
                 f"Val loss {word} from {before:.4g} to {after:.4g} between steps {int(vx[i])} and {int(vx[j])} "
-                f"and then held, while train stayed flat ({train_change:+.3g}); check whether the validation set changed."
+                f"and then held, while train moved only {train_change:+.3g}; check whether the validation set changed."
             ),
         )
 

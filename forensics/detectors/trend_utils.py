@@ -154,6 +154,21 @@ def hinge_onset(steps: np.ndarray, values: np.ndarray, *, min_side: int = 3) -> 
     return int(round(x[i])), before, after
 
 
+def warmup_start(run: Run, steps: np.ndarray) -> int | None:
+    """End of the LR warm-up (``baseline.warmup_end``) when it is plausible, else None.
+
+    The LR peak is only a warm-up end when it comes early: an LR that is ramped up late in
+    the run (or a schedule that peaks at the end) would otherwise put the "baseline" at the
+    very end of the log. Past the first quarter of the log the first window is used instead.
+    """
+    from forensics.detectors.baseline import warmup_end
+
+    w = warmup_end(run)
+    if w is None or len(steps) == 0:
+        return None
+    return w if w <= steps[0] + 0.25 * (steps[-1] - steps[0]) else None
+
+
 def level(values: np.ndarray) -> float:
     v = values[np.isfinite(values)]
     return float(np.median(v)) if len(v) else float("nan")

@@ -26,7 +26,7 @@ CHUNK_HEADER = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 # Record oneof fields we read (wandb_internal.proto).
-R_NUM, R_HISTORY, R_SUMMARY, R_CONFIG, R_OUTPUT, R_OUTPUT_RAW, R_RUN, R_EXIT = 1, 2, 3, 5, 4, 13, 17, 18
+R_HISTORY, R_SUMMARY, R_CONFIG, R_OUTPUT, R_OUTPUT_RAW, R_RUN, R_EXIT = 2, 3, 5, 4, 13, 17, 18
 
 
 @dataclass

@@ -24,13 +24,14 @@ from forensics.importers.text import (
     megatron,
     mlperf,
     nanogpt,
+    olmo,
     torchtitan,
 )
 from forensics.importers.text.engine import ROWS, Ctx, clean, drop_rank_repeats, empty_rows, sample_text
 
 # Specific families, each recognised by its own line shapes. Several may apply to one file
 # (Megatron-DeepSpeed prints Megatron iteration lines and DeepSpeed overflow lines).
-FAMILIES: list[ModuleType] = [megatron, llmc, nanogpt, torchtitan, fairseq, composer, mlperf, deepspeed]
+FAMILIES: list[ModuleType] = [megatron, llmc, nanogpt, torchtitan, fairseq, composer, mlperf, olmo, deepspeed]
 CRASH_TAIL_BYTES = 131072
 
 
@@ -68,7 +69,7 @@ def parse_text(raw: bytes, name: str) -> TextLog:
     # may already have looked at every line.
     if deepspeed.NAME in names or deepspeed.applies(ctx):
         parts.append((deepspeed, deepspeed.parse(ctx)))
-    if not any(p.filter(pl.col("step").is_not_null()).height for _, p in parts) and generic.sniff(ctx.sample):
+    if not any(_has_steps(p) for _, p in parts) and generic.sniff(ctx.sample):
         parts.append((generic, generic.parse(ctx)))
     anchors = _anchors(parts, ctx)
     done = []
@@ -81,11 +82,12 @@ def parse_text(raw: bytes, name: str) -> TextLog:
             part = deepspeed.dedupe_events(part)
         done.append((fam, part))
     rows = pl.concat([p for _, p in done]) if done else empty_rows()
+    last_ln = max((_last_metric_ln(f, p) for f, p in done), default=None)
     if ctx.bad_lines:
         ctx.notes.append(f"{name}: skipped {ctx.bad_lines} malformed metric line(s)")
     findings = []
     last = int(rows.get_column("step").max()) if rows.height else None  # type: ignore[arg-type]
-    found = crash.crash_finding(_tail_after(raw, rows, ctx), last, where=name)
+    found = crash.crash_finding(_tail_after(raw, last_ln, ctx), last, where=name)
     if found is not None:
         findings.append(found)
     return TextLog(frame=rows, families=[f.NAME for f, _ in done], x_kind=ctx.x_kind,
@@ -93,9 +95,19 @@ def parse_text(raw: bytes, name: str) -> TextLog:
                    config=ctx.config, metadata=ctx.metadata)
 
 
+def _has_steps(part: pl.DataFrame) -> bool:
+    return part.get_column("step").null_count() < part.height  # no scan: null counts are cached
+
+
+def _last_metric_ln(fam: ModuleType, part: pl.DataFrame) -> int:
+    if fam is deepspeed:
+        part = part.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS))
+    return int(part.get_column("ln").max() or -1) if part.height else -1
+
+
 def _anchors(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> pl.DataFrame:
     """(ln, step) of every line that printed a step, for rows printed without one."""
-    if not any(p.filter(pl.col("step").is_null()).height for _, p in parts):
+    if not any(p.get_column("step").null_count() for _, p in parts):
         return pl.DataFrame(schema={"ln": pl.Int64, "step": pl.Int64})
     out = []
     for fam, part in parts:
@@ -109,9 +121,9 @@ def _anchors(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> pl.DataF
 
 def resolve_steps(rows: pl.DataFrame, anchors: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
     """Give rows printed without a step the step of a neighbouring metric line."""
-    pending = rows.filter(pl.col("step").is_null())
-    if pending.is_empty():
+    if not rows.get_column("step").null_count():
         return rows
+    pending = rows.filter(pl.col("step").is_null())
     known = rows.filter(pl.col("step").is_not_null())
     if anchors.is_empty():
         # No step anywhere (e.g. only DeepSpeed overflow lines): number events in order.
@@ -170,13 +182,11 @@ def _number_in_order(pending: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([scale.select(list(ROWS)), rest]).sort("ln", maintain_order=True)
 
 
-def _tail_after(raw: bytes, rows: pl.DataFrame, ctx: Ctx) -> str:
+def _tail_after(raw: bytes, last_ln: int | None, ctx: Ctx) -> str:
     """The end of the log after its last metric line (bounded), where a crash would show."""
     tail = raw[-CRASH_TAIL_BYTES:]
-    if rows.is_empty():
+    if last_ln is None or last_ln < 0:
         return tail.decode("utf-8", "replace")
-    events = rows.filter(pl.col("tag").is_in(deepspeed.EVENT_TAGS)).height
-    last_ln = int((rows.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS)) if events else rows).get_column("ln").max() or 0)
     if ctx.n_lines is not None:
         # Newlines before the tail = all newlines - those in the tail (no full-file count).
         total_nl = ctx.n_lines - (0 if raw.endswith(b"\n") else 1)

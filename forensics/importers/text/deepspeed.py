@@ -7,6 +7,7 @@ Loss-scale lines, in the spellings DeepSpeed versions print::
     [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 128.0, reducing to 64.0
     [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768
     [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, but hysteresis is 2. ...
+    [deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648
 
 Each event becomes a ``loss_scale_reduced_to`` row (the new scale) and an ``overflow`` row
 (1.0 per skipped step). A line naming its iteration gives the step; a line that does not
@@ -65,7 +66,7 @@ def _events(lines: pl.DataFrame) -> pl.DataFrame:
         line.str.extract(r"Grad overflow on iteration\s+(\d+)", 1).cast(pl.Int64, strict=False).alias("it"),
         num(line.str.extract(r"(?:reducing to|Reducing dynamic loss scale from\s+" + NUM + r"\s+to)\s+(" + NUM + ")", 1)).alias("scale"),
         num(line.str.extract(r"Increasing dynamic loss scale from\s+" + NUM + r"\s+to\s+(" + NUM + ")", 1)).alias("up"),
-        line.str.contains(r"OVERFLOW!|Overflow detected|Grad overflow on iteration").alias("skip"),
+        line.str.contains(r"(?i)overflow!|overflow detected|grad overflow on iteration|skipping step").alias("skip"),
     ).filter(pl.col("it").is_not_null() | pl.col("scale").is_not_null() | pl.col("up").is_not_null() | pl.col("skip"))
     if ev.is_empty():
         return empty_rows()
