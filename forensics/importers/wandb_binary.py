@@ -122,12 +122,20 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value): varints as int, length-delimited as bytes."""
     pos, n = 0, len(buf)
     while pos < n:
-        key, pos = _varint(buf, pos)
+        key = buf[pos]
+        if key < 0x80:  # one-byte keys and lengths are the rule: skip the general varint call
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
         num, wt = key >> 3, key & 7
         if wt == 0:
             val, pos = _varint(buf, pos)
         elif wt == 2:
-            ln, pos = _varint(buf, pos)
+            ln = buf[pos]
+            if ln < 0x80:
+                pos += 1
+            else:
+                ln, pos = _varint(buf, pos)
             val = buf[pos : pos + ln]
             if len(val) != ln:
                 raise ValueError("truncated field")
@@ -145,6 +153,19 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
 
 def _item(buf: bytes) -> tuple[str, Any, bool]:
     """Decode a HistoryItem / SummaryItem / ConfigItem: (name, value, has_value)."""
+    # Fast path for the shape wandb-core writes for nearly every item: one short key
+    # (field 1 or 2) then a short value_json (field 16), lengths below 128.
+    n = len(buf)
+    if n > 4 and buf[0] in (0x0A, 0x12) and buf[1] < 0x80:
+        p = 2 + buf[1]
+        if p + 3 <= n and buf[p] == 0x82 and buf[p + 1] == 0x01 and buf[p + 2] < 0x80 and p + 3 + buf[p + 2] == n:
+            raw = buf[p + 3 :]
+            try:
+                # numbers, NaN and Infinity: the common case, no JSON parser
+                value = int(raw) if raw.lstrip(b"-").isdigit() else float(raw)
+            except ValueError:
+                value = _json(raw.decode("utf-8", "replace"))
+            return buf[2:p].decode("utf-8", "replace"), value, True
     key, nested, value, has = "", [], None, False
     for num, wt, val in fields(buf):
         if num == 1 and wt == 2:
