@@ -5,7 +5,8 @@ Not a test (speed is machine-dependent); run it by hand:
     python benchmarks/bench_text.py [--lines 1000000] [--keep DIR]
 
 It writes a Megatron-LM stdout log of ``--lines`` iteration lines (dated, 11 fields each,
-with a preamble like the real thing) and the same numbers as one JSON object per line, then
+with a preamble like the real thing; as in real bf16 runs, batch size, loss scale and the
+skipped/nan counters print the same text on every line) and the same numbers as one JSON object per line, then
 times, in this one process:
 
 * ``forensics``: the text importer's ``read`` on the log (family sniffing, line table,
@@ -51,15 +52,16 @@ def write_logs(folder: Path, n: int) -> tuple[Path, Path]:
             gn = 1.0 + rng.random()
             ms = 1234.5 + rng.random()
             lr = 1.5e-4 * min(1.0, it / 2000.0)
+            tflops = 150.0 + rng.random()
             f.write(
                 f" [2024-05-01 12:{(it // 60) % 60:02d}:{it % 60:02d}] iteration {it:8d}/ {n:8d} | consumed samples: {it * 512:12d} | "
-                f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 150.2 | "
+                f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | "
                 f"learning rate: {lr:.6E} | global batch size:   512 | lm loss: {loss:.6E} | loss scale: 1.0 | "
                 f"grad norm: {gn:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
             )
             g.write(json.dumps({
                 "iteration": it, "consumed samples": it * 512, "elapsed time per iteration (ms)": round(ms, 1),
-                "throughput per GPU (TFLOP/s/GPU)": 150.2, "learning rate": float(f"{lr:.6E}"), "global batch size": 512,
+                "throughput per GPU (TFLOP/s/GPU)": round(tflops, 1), "learning rate": float(f"{lr:.6E}"), "global batch size": 512,
                 "lm loss": float(f"{loss:.6E}"), "loss scale": 1.0, "grad norm": round(gn, 3),
                 "number of skipped iterations": 0, "number of nan iterations": 0,
             }) + "\n")

@@ -219,6 +219,17 @@ def test_llmc_main_log(tmp_path: Path) -> None:
     assert run.metrics()["loss"] == "trl"
 
 
+def test_llmc_main_log_appended_after_a_resume_is_a_restart(tmp_path: Path) -> None:
+    """llm.c appends to main.log when it resumes: steps going back are a restart, both copies kept."""
+    first = "".join(f"s:{s} trl:{5 - s / 100:.4f} lr:0.000100 norm:1.00\n" for s in range(0, 60))
+    second = "".join(f"s:{s} trl:{4 - s / 100:.4f} lr:0.000100 norm:1.00\n" for s in range(40, 80))
+    run = read_run(_write(tmp_path / "main.log", first + second))
+    (restart,) = [f for f in run.import_findings if f.kind == FindingKind.RESTART]
+    assert restart.start_step == 40
+    assert _series(run, "loss")[50] == pytest.approx(3.5)
+    assert run.frame.filter(pl.col("metric") == "loss").height == 100
+
+
 def test_nanogpt_and_modded_nanogpt(tmp_path: Path) -> None:
     """nanoGPT iter/eval lines and modded-nanogpt step:N/M lines (after the script source it prints)."""
     nano = "step 0: train loss 10.9876, val loss 10.9901\niter 0: loss 10.9812, time 2345.67ms, mfu -100.00%\niter 10: loss 9.1234, time 123.45ms, mfu 35.12%\nstep 250: train loss 3.9876, val loss 4.0123\n"

@@ -40,7 +40,7 @@ def head_and_tail(path: Path, n: int = SNIFF_BYTES) -> tuple[bytes, bytes]:
                 return head, b""
             fh.seek(max(n, size - n))
             return head, fh.read(n)
-    except OSError:
+    except Exception:  # noqa: BLE001 - sniffing never raises (corrupt .gz/.zst, permissions)
         return b"", b""
 
 
@@ -73,8 +73,9 @@ class TextLogsImporter:
         name = rel(path, source.root)
         try:
             raw = read_bytes(path)
-        except OSError as exc:
-            raise UnreadableInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        except Exception as exc:  # noqa: BLE001 - OSError, bad gzip/zstd data: one line, no traceback
+            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise UnreadableInputError(f"{path}: cannot read ({why})") from None
         log = parse_text(raw, name)
         family = log.families[0] if log.families else "text"
         frame = log.frame.select(

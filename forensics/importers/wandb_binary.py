@@ -302,6 +302,8 @@ def _console(buf: bytes, log: WandbLog) -> None:
     for num, wt, val in fields(buf):
         if num == 3 and wt == 2:
             log.console.append(val.decode("utf-8", "replace"))
+    if len(log.console) > 4000:  # only the end of the console says how the job ended
+        del log.console[:-2000]
 
 
 def read_wandb(path: Path, verify_crc: bool = False) -> WandbLog:

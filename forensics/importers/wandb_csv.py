@@ -21,7 +21,7 @@ import polars as pl
 from forensics.errors import UnreadableInputError
 from forensics.importers.base import ImportResult, ReadOptions, Source, read_bytes, read_head, rel, strip_suffixes
 from forensics.importers.restarts import assign_segments, restart_findings
-from forensics.schema import conform
+from forensics.schema import conform, empty_frame
 
 NAME = "wandb_csv"
 GLOBAL_STEP_KEYS = ("train/global_step", "trainer/global_step")
@@ -173,7 +173,7 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
     if skipped:
         notes.append(f"{name}: {len(skipped)} non-numeric column(s) skipped (media, histograms or text): {', '.join(skipped[:5])}")
     if not parts:
-        return conform(pl.DataFrame())
+        return empty_frame()
     long = pl.concat(parts).filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
     return long.with_columns(pl.col("step").cast(pl.Int64))
 
@@ -212,7 +212,7 @@ def _jsonl_history(path: Path, name: str, notes: list[str]) -> pl.DataFrame:
         shown = ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10 else "")
         notes.append(f"{name}: skipped {len(bad)} line(s) that are not JSON objects (lines {shown})")
     if not rows:
-        return conform(pl.DataFrame())
+        return empty_frame()
     cols = sorted({k for r in rows for k in r})
     data = {c: [r.get(c) for r in rows] for c in cols}
     series = {}
@@ -267,7 +267,7 @@ def _read_ui(source: Source) -> ImportResult:
     if sampled:
         notes.append("the chart export was down-sampled (its __MIN/__MAX columns differ from the values)")
     if not parts:
-        return ImportResult(frame=conform(pl.DataFrame()), notes=notes)
+        return ImportResult(frame=empty_frame(), notes=notes)
     frame = pl.concat(parts).filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
     # The same metric drawn on two panels is exported twice: keep one copy.
     frame = frame.unique(subset=["step", "tag", "value"], keep="first", maintain_order=True)

@@ -21,7 +21,7 @@ from forensics.importers.base import ImportResult, ReadOptions, Source, read_tex
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.wandb_binary import read_wandb
 from forensics.importers.wandb_csv import GLOBAL_STEP_KEYS, _jsonl_history
-from forensics.schema import conform
+from forensics.schema import conform, empty_frame
 
 NAME = "wandb_run"
 RUN_DIR = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-[A-Za-z0-9]+$")
@@ -112,7 +112,7 @@ class WandbRunImporter:
                 frames = [_jsonl_history(hist, name, notes).with_columns(
                     pl.lit(0).alias("file_idx"), pl.lit("wandb_history").alias("source"))]
         _read_side_files(run_dir, config, metadata, notes)
-        frame = pl.concat([conform(f.with_columns(pl.lit("step").alias("x_kind"))) for f in frames]) if frames else conform(pl.DataFrame())
+        frame = pl.concat([conform(f.with_columns(pl.lit("step").alias("x_kind"))) for f in frames]) if frames else empty_frame()
         frame = use_global_step(frame, notes)
         frame = assign_segments(conform(frame))
         findings.extend(restart_findings(frame))

@@ -167,10 +167,13 @@ class Config:
     train_bytes: int | None = None  # tiny train set -> overfitting
     bad_steps: tuple[int, ...] = ()  # these steps' batches come from the binary shard
     bad_fraction: float = 1.0  # share of a bad batch's rows that are binary
-    lr_windows: tuple[tuple[int, int, float], ...] = ()  # (first, last, factor) on the lr
+    # (first, last, factor, groups): the lr of these param groups (empty: all) times factor
+    lr_windows: tuple[tuple[int, int, float, tuple[str, ...]], ...] = ()
     lr_ramp: tuple[int, int, float] | None = None  # (first, last, factor): geometric lr ramp, then held
     ramp_groups: tuple[str, ...] = ()  # param groups the ramp applies to (empty: all)
-    group_lr: dict[str, float] = field(default_factory=dict)  # "emb"/"head"/"layers.i" -> factor
+    group_lr: dict[str, float] = field(default_factory=dict)  # "emb"/"head"/"layers.i[.mlp]" -> factor
+    group_wd: dict[str, float] = field(default_factory=dict)  # weight decay per group prefix ...
+    group_wd_from: int = 0  # ... from this step on
     val_transform_from: int | None = None  # the val preprocessing changes at this step
     leak_from: int | None = None  # keep each step's logits alive from this step on
     slow_data_from: int | None = None  # pure-Python data decoding from this step on
@@ -230,13 +233,22 @@ class Trainer:
             elif name.startswith("lm_head"):
                 key = "head"
             elif name.startswith("layers."):
-                key = ".".join(name.split(".")[:2])
+                key = ".".join(name.split(".")[:3])  # layers.2.mlp, layers.2.attn, layers.2.ln1
             else:
                 key = "other"
             groups.setdefault(key, []).append(p)
-        return [
-            {"params": ps, "name": k, "lr_factor": self.cfg.group_lr.get(k, 1.0)} for k, ps in groups.items()
-        ]
+        return [{"params": ps, "name": k, "lr_factor": self._factor(self.cfg.group_lr, k)} for k, ps in groups.items()]
+
+    @staticmethod
+    def _match(prefixes: tuple[str, ...] | dict, name: str) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+    @staticmethod
+    def _factor(table: dict[str, float], name: str, default: float = 1.0) -> float:
+        for p, v in table.items():
+            if name == p or name.startswith(p + "."):
+                return v
+        return default
 
     def lr_at(self, step: int, ramp: bool = True) -> float:
         c = self.cfg
@@ -249,9 +261,6 @@ class Trainer:
         else:
             frac = (step - c.warmup) / max(1, c.steps - c.warmup)
             lr = c.lr * (c.min_lr_frac + (1 - c.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-        for first, last, factor in c.lr_windows:
-            if first <= step <= last:
-                lr *= factor
         if ramp and c.lr_ramp is not None and step >= c.lr_ramp[0]:
             first, last, factor = c.lr_ramp
             lr *= factor ** (min(1.0, (step - first) / max(1, last - first)))
@@ -301,13 +310,19 @@ class Trainer:
         s = self.step
         t0 = time.process_time()  # CPU time: the shared machine's other jobs must not show up
         x, y = self.batch(s)
-        lr = self.lr_at(s)
-        base = self.lr_at(s, ramp=False)
+        ramped_lr, base = self.lr_at(s), self.lr_at(s, ramp=False)
+        lr = base if c.ramp_groups else ramped_lr  # the logged lr: what the main groups get
         for grp in self.opt.param_groups:
-            ramped = not c.ramp_groups or grp["name"] in c.ramp_groups
-            grp["lr"] = (lr if ramped else base) * grp["lr_factor"]
-        if c.ramp_groups:
-            lr = base  # the logged lr is the main group's
+            ramped = not c.ramp_groups or self._match(c.ramp_groups, grp["name"])
+            grp["lr"] = (ramped_lr if ramped else base) * grp["lr_factor"]
+            for first, last, factor, names in c.lr_windows:
+                if first <= s <= last and (not names or self._match(names, grp["name"])):
+                    grp["lr"] *= factor
+            if s >= c.group_wd_from:
+                grp["weight_decay"] = self._factor(c.group_wd, grp["name"], c.weight_decay)
+        for first, last, factor, names in c.lr_windows:
+            if first <= s <= last and not names:
+                lr *= factor
         m.act_stats = {} if s % c.every_act == 0 else None
         logits = m(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())

@@ -102,7 +102,8 @@ def _has_steps(part: pl.DataFrame) -> bool:
 def _last_metric_ln(fam: ModuleType, part: pl.DataFrame) -> int:
     if fam is deepspeed:
         part = part.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS))
-    return int(part.get_column("ln").max() or -1) if part.height else -1
+    last = part.get_column("ln").max() if part.height else None
+    return -1 if last is None else int(last)  # type: ignore[arg-type]
 
 
 def _anchors(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> pl.DataFrame:
@@ -150,8 +151,9 @@ def _may_restart(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> bool
         if getattr(fam, "DEDUPED", False) and ctx.line_steps is not None:
             back = ctx.line_steps.select((pl.col("step").diff() < 0).any()).item()
         else:
-            back = part.sort("tag", "ln").select(
-                ((pl.col("step").diff() < 0) & (pl.col("tag") == pl.col("tag").shift(1))).any()).item()
+            # Loss-scale events are left out: their steps are placed, not printed.
+            series = part.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS)).sort("tag", "ln")
+            back = series.select(((pl.col("step").diff() < 0) & (pl.col("tag") == pl.col("tag").shift(1))).any()).item()
         if back:
             return True
     return False
