@@ -30,7 +30,7 @@ _LABELS = {
     "act_mean": "activation means",
     "act_std": "activation spread",
     "act_absmax": "activation maxima",
-    None: "the run itself",
+    None: "job",  # run-level findings (crash, stall, restart) have no vital sign
 }
 
 

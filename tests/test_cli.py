@@ -180,3 +180,18 @@ def test_metrics_export_and_alias(tmp_path: Path, workdir: Path) -> None:
     assert frame.height == 100 and {"step", "tag", "metric", "value", "segment"} <= set(frame.columns)
     bad = runner.invoke(app, ["analyze", str(run), "--alias", "x=not_a_vital"])
     assert bad.exit_code == 2 and "not_a_vital" in bad.stderr
+
+
+def test_job_that_crashed_before_its_first_step(workdir: Path) -> None:
+    """A real llm.c log that ran out of memory before step 1 still gets a verdict: the crash, critical."""
+    from conftest import shared_path
+
+    log = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11672072.log")
+    res = runner.invoke(app, ["analyze", str(log), "--format", "json", "--fail-on", "critical"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    assert doc["run"]["name"] == "gpt2_train.11672072"
+    assert doc["verdict"] == "critical"
+    (crash,) = [f for f in doc["findings"] if f["kind"] == "crash"]
+    assert crash["measures"]["reason"] == "out_of_memory"
+    assert (workdir / "reports" / "gpt2_train.11672072.html").is_file()

@@ -128,11 +128,11 @@ def test_a_log_file_inside_an_event_run_joins_it(tmp_path: Path) -> None:
 
 
 def test_single_file_path(tmp_path: Path) -> None:
-    """PATH may be one event file; the run is named after the file."""
+    """PATH may be one event file; the run is named after its folder (event file names say nothing)."""
     write_tb_run(tmp_path, n=10, spike_at=None)
     f = next(tmp_path.glob("*tfevents*"))
     run = read_run(f)
-    assert run.series("loss").height == 10 and run.name == "events"
+    assert run.series("loss").height == 10 and run.name == tmp_path.name
 
 
 def test_nothing_is_written_into_the_run_folder(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import polars as pl
 
 from forensics.errors import MultipleJobsError, UnknownFormatError, UnreadableInputError
 from forensics.findings import FindingKind
+from forensics.importers.base import strip_suffixes
 from forensics.importers.base import ImportResult, ReadOptions, Source, binary_junk, convert_x_axis, read_head, rel
 from forensics.run import Run
 from forensics.schema import FLAGS, add_canonical, check_aliases, conform
@@ -193,7 +194,8 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
     if job != "." and path.is_dir() and Path(job).parent == Path(".") and all(s.scope == "file" for s in sources):
         job = "."
     if path.is_file():
-        name = path.name.split(".")[0] or path.stem
+        # The file stem (run.name contract); an event file's name says nothing, its folder does.
+        name = path.parent.name if "tfevents" in path.name else Path(strip_suffixes(path.name)).stem or path.name
     else:
         name = path.name if job == "." else Path(job).name
     run_path = (path / job).resolve() if job != "." and path.is_dir() else path
@@ -218,7 +220,10 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
         run.config.update(r.config)
         run.metadata.update(r.metadata)
     run.metadata["sources"] = {s.importer: [rel(f, s.root) for f in s.files] for s, _ in kept}
-    if run.frame.filter(pl.col("step").is_not_null()).is_empty():
+    crashed = any(f.kind == FindingKind.CRASH for f in run.import_findings)
+    if run.frame.filter(pl.col("step").is_not_null()).is_empty() and not crashed:
+        # A job that crashed before its first step is still worth a report (the crash line);
+        # anything else with no step has nothing to analyze.
         files = ", ".join(rel(f, s.root) for s in sources for f in s.files[:3])
         raise UnreadableInputError(
             f"{path}: no metric with a step was found in {files}; expected logged training metrics"

@@ -173,7 +173,7 @@ class Config:
     ramp_groups: tuple[str, ...] = ()  # param groups the ramp applies to (empty: all)
     group_lr: dict[str, float] = field(default_factory=dict)  # "emb"/"head"/"layers.i[.mlp]" -> factor
     group_wd: dict[str, float] = field(default_factory=dict)  # weight decay per group prefix ...
-    group_wd_from: int = 0  # ... from this step on
+    group_wd_ramp: tuple[int, int] = (0, 0)  # ... growing linearly from 0 at first to full at last
     val_transform_from: int | None = None  # the val preprocessing changes at this step
     leak_from: int | None = None  # keep each step's logits alive from this step on
     slow_data_from: int | None = None  # pure-Python data decoding from this step on
@@ -318,8 +318,10 @@ class Trainer:
             for first, last, factor, names in c.lr_windows:
                 if first <= s <= last and (not names or self._match(names, grp["name"])):
                     grp["lr"] *= factor
-            if s >= c.group_wd_from:
-                grp["weight_decay"] = self._factor(c.group_wd, grp["name"], c.weight_decay)
+            first, last = c.group_wd_ramp
+            ramp = min(1.0, max(0.0, (s - first) / max(1, last - first)))
+            wd = self._factor(c.group_wd, grp["name"], -1.0)
+            grp["weight_decay"] = c.weight_decay if wd < 0 else c.weight_decay + ramp * (wd - c.weight_decay)
         for first, last, factor, names in c.lr_windows:
             if first <= s <= last and not names:
                 lr *= factor
