@@ -109,20 +109,44 @@ def _sample_dirs() -> list[str]:
     return sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and p.name != "generator")
 
 
-# Trend kinds each sample run is built to show (runs not listed must stay quiet).
-SAMPLE_EXPECT: dict[str, set[FindingKind]] = {
-    "bad_batch": set(),
+# The trend kind each pathological sample run is built to show (issue 3's generator).
+SAMPLE_EXPECT: dict[str, FindingKind] = {
+    "grad_norm_drift": FindingKind.GRAD_NORM_DRIFT,
+    "overfitting": FindingKind.OVERFITTING,
+    "val_shift": FindingKind.VAL_SHIFT,
+    "throughput_drop": FindingKind.THROUGHPUT_DROP,
+    "memory_growth": FindingKind.MEMORY_GROWTH,
+    "layer_grad_shift": FindingKind.LAYER_GRAD_SHIFT,
+    "activation_outlier": FindingKind.ACTIVATION_OUTLIER,
+    "param_norm_jump": FindingKind.PARAM_NORM_JUMP,
 }
+# Sample runs whose pathology (if any) is not a trend: no trend warning may appear.
+SAMPLE_QUIET = {"healthy", "bad_batch", "periodic_spikes", "loss_scale_collapse", "truncated_log", "resumed"}
+# Samples too mild for the article's thresholds (name -> why); none at the moment.
+MILD_SAMPLES: dict[str, str] = {}
 
 
-@pytest.mark.parametrize("name", _sample_dirs() or ["(none)"])
+def _sample_params() -> list:
+    out = []
+    for name in _sample_dirs():
+        marks = [pytest.mark.xfail(strict=True, reason=MILD_SAMPLES[name])] if name in MILD_SAMPLES else []
+        out.append(pytest.param(name, marks=marks))
+    return out or [pytest.param("(none)")]
+
+
+@pytest.mark.parametrize("name", _sample_params())
 def test_sample_runs(name: str) -> None:
-    """Each sample run shows exactly the trend kinds it was generated for (none for the healthy ones)."""
+    """Each pathological sample run shows its trend kind; the others draw no trend warning."""
     if name == "(none)":
         pytest.skip("no sample runs generated yet")
+    if name not in SAMPLE_EXPECT and name not in SAMPLE_QUIET:
+        pytest.skip(f"{name}: not a trend sample (spike/divergence/NaN runs are checked by their own tests)")
     try:
         run = read_run(SAMPLES / name)
     except MultipleJobsError as exc:  # a multi-job sample is exercised by the importer tests
         pytest.skip(f"{name}: {exc}")
-    kinds = {f.kind for f in trend_findings(run) if f.severity is not Severity.INFO}
-    assert kinds == SAMPLE_EXPECT.get(name, set())
+    warnings = {f.kind for f in trend_findings(run) if f.severity is not Severity.INFO}
+    if name in SAMPLE_QUIET:
+        assert warnings == set()
+    else:
+        assert SAMPLE_EXPECT[name] in warnings

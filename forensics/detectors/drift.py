@@ -5,6 +5,8 @@ not come back down, while the loss curve fell smoothly; the benchmark score was 
 slipping. Single spikes are the spike detectors' business, so they are filtered out before
 any fit (rolling median + k * MAD). The level now is compared with the grad-norm baseline
 (:func:`forensics.detectors.baseline.grad_norm_baseline`): warning at 2x, critical at 3x.
+When the loss rises over the same stretch (a significant upward slope, or a level more than 2%
+above the one at the onset) the pair is a divergence, left to the divergence detector.
 
 Measures (kind ``grad_norm_drift``):
 
@@ -133,6 +135,8 @@ def analyze_drift(
         at_onset, at_end = float(np.median(lys[:k])), float(np.median(lys[-k:]))
         if at_onset != 0:
             loss_change = 100.0 * (at_end - at_onset) / abs(at_onset)
+        if loss_change is not None and loss_change > 2.0:  # 2%: beyond the level noise
+            return DriftResult(False, measures=m, reason="the loss ended higher than at the onset (divergence)")
     post_b = xb >= onset
     peak_i = int(np.argmax(np.where(post_b, smooth, -np.inf)))
     crit_hit = smooth >= crit_ratio * base.value

@@ -115,7 +115,10 @@ class ParamNormDetector:
         scale = rolling_median(np.abs(resid), self.window) * MAD_SCALE
         scale = np.maximum(scale, 1e-5 * np.abs(y[:-1]) + 1e-12)  # a perfectly smooth norm has zero MAD
         z = np.abs(resid) / scale
-        flag = (z > self.jump_k) & (np.abs(resid) > self.min_rel_jump * np.abs(y[:-1]))
+        # Both the departure from the trend and the move itself must be large: a pause in a
+        # fast climb departs from the trend without the norm jumping anywhere.
+        big_move = np.abs(d) > self.min_rel_jump * np.abs(y[:-1])
+        flag = (z > self.jump_k) & (np.abs(resid) > self.min_rel_jump * np.abs(y[:-1])) & big_move
         idx = np.flatnonzero(flag)
         if len(idx) == 0:
             return []

@@ -178,6 +178,7 @@ class Config:
     leak_from: int | None = None  # keep each step's logits alive from this step on
     slow_data_from: int | None = None  # pure-Python data decoding from this step on
     slow_files: int = 4  # files re-read per batch once the data path is slow
+    remap_inputs: tuple[int, int] | None = None  # share of rows with re-encoded inputs: 0 -> 1 over (first, last)
     crash_at: int | None = None  # raise after this step (resume runs)
 
 
@@ -274,6 +275,10 @@ class Trainer:
             n_bad = max(1, round(c.batch * c.bad_fraction))
             bx, by = windows(self.corpus.binary, n_bad, c.ctx, g)
             x[:n_bad], y[:n_bad] = bx, by
+        if c.remap_inputs is not None and step >= c.remap_inputs[0]:
+            first, last = c.remap_inputs
+            n = round(c.batch * min(1.0, (step - first) / max(1, last - first)))
+            x[:n] = (x[:n] + 128) % 256  # a changed input encoding; the targets stay the same
         if c.slow_data_from is not None and step >= c.slow_data_from:
             x = self._slow_reload(x, step)
         return x, y
@@ -359,6 +364,10 @@ class Trainer:
         self._times.append((dt, x.numel()))
 
         lv = loss.item()
+        # Private tags (leading "_") feed the writers that print them (Megatron); others drop them.
+        log.scalar("_skipped", float(overflow), s)
+        log.scalar("_step_ms", dt * 1000.0, s)
+        log.scalar("_tokens", float(x.numel()), s)
         log.scalar("train/loss", lv, s)
         if math.isfinite(gnorm):
             log.scalar("train/grad_norm", gnorm, s)
