@@ -168,7 +168,7 @@ def test_truncated_binary_reads_every_complete_record(wandb_runs: dict[str, Path
     assert 50 < part.height < full.height
     assert part.get_column("value").to_list() == full.get_column("value").to_list()[: part.height]
     trunc = [f for f in run.import_findings if f.kind == FindingKind.TRUNCATED_LOG]
-    assert len(trunc) == 1 and trunc[0].measures["bytes_left"] > 0
+    assert len(trunc) == 1 and trunc[0].measures["bytes_lost"] > 0
 
 
 def test_zero_padding_at_the_end_is_not_truncation(wandb_runs: dict[str, Path], tmp_path: Path) -> None:

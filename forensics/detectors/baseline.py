@@ -42,6 +42,10 @@ def warmup_end(run: Run) -> int | None:
     first_peak = int(np.argmax(v >= 0.98 * peak))
     if first_peak == 0 or v[0] >= 0.9 * peak:
         return None  # no warm-up visible
+    # A warm-up comes early: an LR raised late in the run (or a schedule peaking at its end)
+    # is not one, and would otherwise put the baseline at the end of the log.
+    if s[first_peak] > s[0] + 0.25 * (s[-1] - s[0]):
+        return None
     return int(s[first_peak])
 
 

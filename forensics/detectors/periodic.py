@@ -20,7 +20,8 @@ the same first and last spike look as regular (seeded Monte Carlo) and wants tha
 |---|---|
 | period_steps | median interval between the periodic spikes |
 | count | spikes in the pattern |
-| first_interval / last_interval | fitted interval at the first and last spike |
+| first_interval | fitted interval at the first spike |
+| last_interval | fitted interval at the last spike |
 | interval_trend | change of the interval per spike (steps; negative = shrinking) |
 | shrinking | last_interval <= ``shrink_ratio`` x first_interval |
 | spread | robust spread of the intervals around their line, relative to the period |

@@ -99,7 +99,7 @@ class WandbRunImporter:
                 last = int(frame.get_column("step").max()) if frame.height else 0  # type: ignore[arg-type]
                 findings.append(Finding(
                     kind=FindingKind.TRUNCATED_LOG, severity=Severity.INFO, metric=None, start_step=last,
-                    measures={"file": name, "bytes_left": log.bytes_left},
+                    measures={"file": name, "bytes_lost": log.bytes_left},
                     summary=(f"{name} ends inside a record ({log.bytes_left} bytes): the job was killed or was "
                              "still running; every complete record was read."),
                 ))
