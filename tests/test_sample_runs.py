@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from issues import IMPORTERS_I, IMPORTERS_II, SPIKES, TRENDS, open_issue
+from issues import open_issue
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_runs"
@@ -46,30 +46,30 @@ def row(run: str, kind: str, step: int, tol: int, *issues: str, severity: str | 
     return pytest.param(run, kind, step, tol, severity, measures or {}, marks=marks, id=f"{run}-{kind}-{step}")
 
 
-# run, finding kind, onset step, tolerance, issues the capability depends on.
+# run, finding kind, onset step, tolerance[, issues still open that the capability depends on].
 EXPECTED = [
     row("bad_batch", "loss_spike", 300, 2),
     row("bad_batch", "loss_spike", 650, 2),
-    row("bad_batch", "loss_spike", 300, 2, SPIKES, measures={"classification": "physiological"}),
-    row("bad_batch", "loss_scale_drop", 301, 2, SPIKES),
-    row("periodic_spikes", "periodic_spikes", 125, 10, SPIKES),
+    row("bad_batch", "loss_spike", 300, 2, measures={"classification": "physiological"}),
+    row("bad_batch", "loss_scale_drop", 301, 2),
+    row("periodic_spikes", "periodic_spikes", 125, 10),
     row("periodic_spikes", "loss_spike", 625, 2),
-    row("divergence", "divergence", 420, 100, SPIKES, IMPORTERS_II, severity="fatal"),
-    row("grad_norm_drift", "grad_norm_drift", 100, 200, TRENDS),
-    row("overfitting", "overfitting", 200, 100, TRENDS, IMPORTERS_I),
-    row("val_shift", "val_shift", 500, 40, TRENDS),
-    row("loss_scale_collapse", "loss_scale_drop", 601, 3, SPIKES, IMPORTERS_II, severity="warning"),
-    row("loss_scale_collapse", "loss_spike", 603, 3, IMPORTERS_II),
-    row("nan", "nan_inf", 637, 3, SPIKES, severity="fatal"),
-    row("resumed", "restart", 601, 1, IMPORTERS_I),
-    row("truncated_log", "truncated_log", 800, 1, IMPORTERS_I),
-    row("throughput_drop", "throughput_drop", 500, 20, TRENDS),
-    row("memory_growth", "memory_growth", 300, 60, TRENDS),
-    row("layer_grad_shift", "layer_grad_shift", 500, 250, TRENDS, measures={"layer": 1}),
-    row("activation_outlier", "activation_outlier", 500, 25, TRENDS, measures={"layer": 2}),
-    row("activation_outlier", "param_norm_jump", 500, 10, TRENDS),
-    row("param_norm_jump", "param_norm_jump", 500, 10, TRENDS),
-    row("param_norm_jump", "loss_spike", 501, 3, SPIKES, measures={"classification": "pathological"}),
+    row("divergence", "divergence", 420, 100, severity="fatal"),
+    row("grad_norm_drift", "grad_norm_drift", 100, 200),
+    row("overfitting", "overfitting", 200, 100),
+    row("val_shift", "val_shift", 500, 40),
+    row("loss_scale_collapse", "loss_scale_drop", 601, 3, severity="warning"),
+    row("loss_scale_collapse", "loss_spike", 603, 3),
+    row("nan", "nan_inf", 637, 3, severity="fatal"),
+    row("resumed", "restart", 601, 1),
+    row("truncated_log", "truncated_log", 800, 1),
+    row("throughput_drop", "throughput_drop", 500, 20),
+    row("memory_growth", "memory_growth", 300, 60),
+    row("layer_grad_shift", "layer_grad_shift", 500, 250, measures={"layer": 1}),
+    row("activation_outlier", "activation_outlier", 500, 25, measures={"layer": 2}),
+    row("activation_outlier", "param_norm_jump", 500, 10),
+    row("param_norm_jump", "param_norm_jump", 500, 10),
+    row("param_norm_jump", "loss_spike", 501, 3, measures={"classification": "pathological"}),
 ]
 
 
@@ -93,13 +93,7 @@ def test_healthy_is_quiet() -> None:
     assert not loud, loud
 
 
-# Formats read by importers that belong to an open issue.
-_IMPORTER_ISSUE = {"overfitting": IMPORTERS_I, "divergence": IMPORTERS_II, "loss_scale_collapse": IMPORTERS_II}
-
-
-@pytest.mark.parametrize(
-    "run", [pytest.param(r, marks=[open_issue(_IMPORTER_ISSUE[r])] if r in _IMPORTER_ISSUE else []) for r in RUNS]
-)
+@pytest.mark.parametrize("run", RUNS)
 def test_every_sample_reads_its_vital_signs(run: str) -> None:
     """Every sample imports with a loss series and at least one other canonical vital sign."""
     import forensics
