@@ -19,6 +19,7 @@ LIGHTS = {
     "fatal": ("red light", "red"),
 }
 TOP_N = 5
+_NOTES_FIRST = {"loss_spike", "restart", "truncated_log", "crash", "plateau", "loss_scale_drop"}
 
 
 def print_summary(diagnosis: Diagnosis, *, report_path: Path | None = None, console: Console | None = None) -> None:
@@ -36,15 +37,23 @@ def print_summary(diagnosis: Diagnosis, *, report_path: Path | None = None, cons
         f"[{colour} bold]{diagnosis.verdict.upper()}[/] ({light})"
     )
     ranked = [f for f in diagnosis.ranked() if f.severity.value != "info"]
+    # Notes about the loss and the job itself first, then the rest in step order.
+    notes = sorted(
+        (f for f in diagnosis.findings if f.severity.value == "info"),
+        key=lambda f: (f.kind.value not in _NOTES_FIRST, f.start_step),
+    )
+    # Fill the screen's spare rows with notes (a physiological spike, a restart): they tell
+    # the user the tool did look at those events.
+    shown = ranked[:TOP_N] + notes[: max(0, TOP_N - len(ranked))]
     if not ranked:
         console.print("No warning, critical or fatal finding.")
-    else:
+    if shown:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("severity")
         table.add_column("kind")
         table.add_column("steps", justify="right")
         table.add_column("what happened", overflow="fold")
-        for f in ranked[:TOP_N]:
+        for f in shown:
             steps = f"{f.start_step:,}" + (f"-{f.end_step:,}" if f.end_step is not None and f.end_step != f.start_step else "")
             table.add_row(
                 f"[{LIGHTS[f.severity.value][1]}]{f.severity.value}[/]", f.kind.value, steps, escape(f.summary)
@@ -61,8 +70,8 @@ def print_summary(diagnosis: Diagnosis, *, report_path: Path | None = None, cons
             f"(last healthy step {rb.last_healthy_step:,}, before the {rb.finding.kind.value} "
             f"at step {rb.finding.start_step:,}); learning rate {rb.lr_cut_text}."
         )
-    infos = len(diagnosis.findings) - len(ranked)
-    if infos:
-        console.print(f"[dim]{infos} informational note(s).[/dim]")
+    hidden = len(notes) - len([f for f in shown if f.severity.value == "info"])
+    if hidden:
+        console.print(f"[dim]{hidden} more informational note(s) in the report.[/dim]")
     if report_path is not None:
         console.print(f"Report: {escape(str(report_path))}")
