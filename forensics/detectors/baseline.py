@@ -88,7 +88,11 @@ def grad_norm_baseline(run: Run, *, window: int = 500) -> Baseline | None:
     if g.is_empty():
         return None
     start = warmup_end(run)
-    b = series_baseline(g.get_column("step").to_numpy(), g.get_column("value").to_numpy(), start=start, window=window)
+    steps = g.get_column("step").to_numpy()
+    # Short logs: at most a fifth of the log, so a drift later on does not leak into its own
+    # baseline (the drift detector and the report's 2x/3x bands both read this one value).
+    window = min(window, max(10, int(steps[-1] - steps[0]) // 5))
+    b = series_baseline(steps, g.get_column("value").to_numpy(), start=start, window=window)
     if b is not None and start is not None:
         b = Baseline(b.value, b.start_step, b.end_step, b.n_points, b.how + " (after the LR warm-up)")
     return b

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from forensics.detectors.baseline import grad_norm_baseline, series_baseline
+from forensics.detectors.baseline import grad_norm_baseline
 from forensics.detectors.trend_utils import (
     arrays,
     bin_median,
@@ -43,7 +43,6 @@ from forensics.detectors.trend_utils import (
     rolling_median,
     sig,
     theil_sen,
-    warmup_start,
 )
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
@@ -85,11 +84,7 @@ def analyze_drift(
         return None
     # 500 steps (the article) on real runs; at most a fifth of a short log, so the drift itself
     # does not leak into its own baseline.
-    span = int(x[-1] - x[0])
-    window = max(10, min(baseline_window, span // 5))
-    base = grad_norm_baseline(run, window=window)
-    if base is not None and warmup_start(run, x) is None:
-        base = series_baseline(x, y, window=window)  # the LR peak came late: not a warm-up
+    base = grad_norm_baseline(run, window=baseline_window)  # shrinks on short logs itself
     if base is None or not base.value > 0:
         run.note(f"{CHECK}: not run, no positive grad-norm baseline")
         return None
