@@ -151,6 +151,14 @@ class Finding:
         }
 
 
+def steps_text(n: int | float | None) -> str:
+    """"1 step", "12 steps": counts of steps in summaries."""
+    if n is None:
+        return "? steps"
+    n = int(n)
+    return f"{n:,} step" if n == 1 else f"{n:,} steps"
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Step order, then the most severe first at equal steps."""
     return sorted(findings, key=Finding.sort_key)

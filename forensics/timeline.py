@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forensics.findings import Finding
+from forensics.findings import Finding, steps_text
 from forensics.prescriptions import needs_action
 
 _LABELS = {
@@ -79,7 +79,7 @@ class Timeline:
         parts = []
         followers = self.movers[1:] if limit is None else self.movers[1 : 1 + limit]
         for m in followers:
-            when = "at the same step" if m.lag == 0 else f"{m.lag:,} steps later"
+            when = "at the same step" if m.lag == 0 else f"{steps_text(m.lag)} later"
             parts.append(f"the {m.label} {when} (step {m.step:,}, {m.finding.kind.value})")
         rest = len(self.movers) - 1 - len(followers)
         tail = f" and {rest} more" if rest > 0 else ""

@@ -46,7 +46,7 @@ class LossScaleDetector:
     def __init__(
         self,
         *,
-        cascade_gap: int = 200,
+        cascade_gap: int = 50,
         calibration_steps: int = 200,
         warn_halvings: int = 3,
         decline_halvings: int = 2,
@@ -143,7 +143,7 @@ class LossScaleDetector:
             if c.start_step == c.end_step
             else f"between steps {c.start_step} and {c.end_step}"
         )
-        summary = f"Loss scale halved {c.halvings:g} time(s){fromto} {where}: {what}."
+        summary = f"Loss scale halved {c.halvings:g} time{'' if c.halvings == 1 else 's'}{fromto} {where}: {what}."
         return Finding(
             FindingKind.LOSS_SCALE_DROP,
             sev,

@@ -100,7 +100,7 @@ class ScaleCascade:
     source: str  # loss_scale | overflow
 
 
-def scale_cascades(run: Run, *, cascade_gap: int = 200) -> list[ScaleCascade]:
+def scale_cascades(run: Run, *, cascade_gap: int = 50) -> list[ScaleCascade]:
     """Groups of loss-scale halvings with no growth in between, each within ``cascade_gap`` steps.
 
     From the ``loss_scale`` series when logged (from/to known; a drop between two logged

@@ -66,7 +66,7 @@ from forensics.detectors.spike_shape import (
     ShapeParams,
     measure,
 )
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
 
@@ -338,7 +338,7 @@ class SpikeDetector:
         cls = m["classification"]
         sev = _LOSS_SEVERITY[cls]
         how = {
-            PHYSIOLOGICAL: f"back on its trend after {m['recovery_steps']} steps",
+            PHYSIOLOGICAL: f"back on its trend after {steps_text(m['recovery_steps'])}",
             BENEFICIAL: f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend",
             PATHOLOGICAL: _pathology(m, self.recover_steps),
             UNRESOLVED: "still above its trend when the log ends",
@@ -370,11 +370,11 @@ class SpikeDetector:
                 if m["loss_response"]
                 else "the loss did not move: an outlier batch the optimizer absorbed"
             )
-            how = f"back within {rec} steps, {what}"
+            how = f"back within {steps_text(rec)}, {what}"
         else:
             r = m["ratio_to_run_baseline"] or m["height_ratio"]
             sev = Severity.CRITICAL if (r or 0) >= 3.0 and not m["recovered"] else Severity.WARNING
-            how = f"back only after {rec} steps" if m["recovered"] else "not back on its trend"
+            how = f"back only after {steps_text(rec)}" if m["recovered"] else "not back on its trend"
         lead = (
             f"; it led a loss spike by {m['leads_loss_by_steps']} steps"
             if m["leads_loss_by_steps"]
@@ -405,7 +405,7 @@ def _pathology(m: dict[str, Any], limit: int) -> str:
     if not m["recovered"]:
         return f"not back on its trend {m['steps_logged_after_peak']} steps later"
     if m["recovery_steps"] > limit:
-        return f"back only after {m['recovery_steps']} steps"
+        return f"back only after {steps_text(m['recovery_steps'])}"
     return f"settled {m['plateau_shift_rel'] or 0:.0%} above its earlier trend"
 
 
