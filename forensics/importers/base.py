@@ -76,8 +76,31 @@ def open_bytes(path: Path) -> IO[bytes]:
 
 
 def read_bytes(path: Path) -> bytes:
-    with open_bytes(path) as fh:
-        return fh.read()
+    """The whole file, decompressed. Bad .gz/.zst data is an UnreadableInputError (one line);
+    OS errors (permission, I/O) propagate for read_job to name the file."""
+    try:
+        with open_bytes(path) as fh:
+            return fh.read()
+    except Exception as exc:  # noqa: BLE001 - gzip and zstandard raise their own types
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise
+        from forensics.errors import UnreadableInputError
+
+        raise UnreadableInputError(f"{path}: cannot be decompressed ({exc or type(exc).__name__})") from None
+
+
+def as_number(v: Any) -> float | None:
+    """A logged value as a float: numbers, bools, and numeric strings ("1.2e-4", "nan", "1,234")."""
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip().replace(",", ""))  # float() accepts "nan", "inf", "Infinity"
+        except ValueError:
+            return None
+    return None
 
 
 def read_text(path: Path) -> str:

@@ -26,9 +26,8 @@ from typing import Any
 
 import polars as pl
 
-from forensics.errors import UnreadableInputError
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.importers.base import ImportResult, ReadOptions, Source, head_lines, read_bytes, rel, strip_suffixes
+from forensics.importers.base import ImportResult, ReadOptions, Source, as_number, head_lines, read_bytes, rel, strip_suffixes
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform
 
@@ -42,17 +41,7 @@ _LEVANTER = '{"tracker"'
 _ELAPSED = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)$")
 
 
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v.strip().replace(",", ""))  # accepts "nan", "inf", "Infinity", "1.2e-4"
-        except ValueError:
-            return None
-    return None
+_number = as_number  # shared with the W&B readers
 
 
 def _hist(d: dict[str, Any]) -> dict[str, float] | None:
@@ -139,12 +128,7 @@ class JsonlImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         path = source.files[0]
         name = rel(path, source.root)
-        try:
-            raw = read_bytes(path)
-        except Exception as exc:  # noqa: BLE001 - gzip/zstd raise their own types
-            if isinstance(exc, OSError) and exc.errno is not None:
-                raise  # permission or I/O: read_job names the file
-            raise UnreadableInputError(f"{path}: cannot be decompressed ({exc}); expected JSON lines") from None
+        raw = read_bytes(path)
         text = raw.decode("utf-8", errors="replace")
         steps: list[int | None] = []
         tags: list[str] = []

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.errors import UnreadableInputError
 from forensics.importers.base import ImportResult, ReadOptions, Source, binary_junk, open_bytes, read_bytes, rel, strip_suffixes
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import SCHEMA, conform
@@ -71,11 +70,7 @@ class TextLogsImporter:
 
         path = source.files[0]
         name = rel(path, source.root)
-        try:
-            raw = read_bytes(path)
-        except Exception as exc:  # noqa: BLE001 - OSError, bad gzip/zstd data: one line, no traceback
-            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise UnreadableInputError(f"{path}: cannot read ({why})") from None
+        raw = read_bytes(path)
         log = parse_text(raw, name)
         family = log.families[0] if log.families else "text"
         frame = log.frame.select(

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from forensics.importers.base import as_number
+
 from forensics.errors import UnreadableInputError
 
 MAGIC = b":W&B"
@@ -196,19 +198,6 @@ def _json(text: str) -> Any:
         return text
 
 
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
-
-
 def _timestamp(buf: bytes) -> float:
     secs = nanos = 0
     for num, wt, val in fields(buf):
@@ -234,15 +223,15 @@ def _history(buf: bytes, rec_num: int, log: WandbLog) -> None:
                 if n2 == 1 and w2 == 0:
                     step = v2 if v2 < 1 << 63 else v2 - (1 << 64)
     log.history_records += 1
-    if "_step" in items and _number(items["_step"]) is not None:
-        step = int(_number(items["_step"]))  # type: ignore[arg-type]
+    if "_step" in items and as_number(items["_step"]) is not None:
+        step = int(as_number(items["_step"]))  # type: ignore[arg-type]
     if step is None:
         step = log.history_records - 1
-    wt_ = _number(items.get("_timestamp"))
+    wt_ = as_number(items.get("_timestamp"))
     for name, value in items.items():
         if name in ("_step", "_runtime", "_timestamp") or name.startswith("_wandb"):
             continue
-        x = _number(value)
+        x = as_number(value)
         if x is None:
             log.skipped_values[name] = log.skipped_values.get(name, 0) + 1
             continue
