@@ -204,7 +204,7 @@ def analyze(
         raise ForensicsError("--out and --json name one file; with --all each job's report and findings go to reports/<job>.html and .json")
     verdicts: list[str] = []
     for job, sources in sorted(jobs.items()):
-        run = read_job(path, job, sources, options=options)
+        run = read_job(path, job, sources, options=options, only_job=len(jobs) == 1)
         diag = analyze_run(run, cfg)
         multi = all_jobs and len(jobs) > 1
         name = _safe_name(job if multi and job != "." else run.name)

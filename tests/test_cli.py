@@ -195,3 +195,20 @@ def test_job_that_crashed_before_its_first_step(workdir: Path) -> None:
     (crash,) = [f for f in doc["findings"] if f["kind"] == "crash"]
     assert crash["measures"]["reason"] == "out_of_memory"
     assert (workdir / "reports" / "gpt2_train.11672072.html").is_file()
+
+
+def test_all_on_a_folder_of_text_logs(workdir: Path) -> None:
+    """--all over a folder of SLURM logs: one report and findings file per log, each named after its file."""
+    from conftest import shared_path
+
+    folder = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas")
+    logs = sorted(p.name for p in folder.glob("*.log"))
+    res = runner.invoke(app, ["analyze", str(folder), "--all"])
+    assert res.exit_code == 0, res.output
+    names = set()
+    for log in logs:
+        doc = json.loads((workdir / "reports" / f"{log}.json").read_text())
+        assert doc["run"]["path"] == str(folder / log)
+        names.add(doc["run"]["name"])
+        assert (workdir / "reports" / f"{log}.html").is_file()
+    assert names == {log.removesuffix(".log") for log in logs}

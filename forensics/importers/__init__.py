@@ -169,7 +169,7 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
     return read_job(path, job, sources, options=options)
 
 
-def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOptions | None = None) -> Run:
+def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOptions | None = None, only_job: bool = True) -> Run:
     """Read one job's sources into a Run: canonical names, x axis, one source per vital sign."""
     options = options or ReadOptions()
     check_aliases(options.aliases)
@@ -190,14 +190,17 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
         results.append((s, res))
 
     kept, dropped_notes = _choose_overlapping(results)
-    # A folder whose only job is one log file directly inside it is named after the folder.
-    if job != "." and path.is_dir() and Path(job).parent == Path(".") and all(s.scope == "file" for s in sources):
+    # A folder whose only job is one log file directly inside it is named after the folder;
+    # one of several file jobs (--all) keeps its own name and path.
+    if only_job and job != "." and path.is_dir() and Path(job).parent == Path(".") and all(s.scope == "file" for s in sources):
         job = "."
     if path.is_file():
         # The file stem (run.name contract); an event file's name says nothing, its folder does.
         name = path.parent.name if "tfevents" in path.name else Path(strip_suffixes(path.name)).stem or path.name
     else:
         name = path.name if job == "." else Path(job).name
+        if job != "." and all(s.scope == "file" for s in sources):
+            name = Path(strip_suffixes(name)).stem or name  # a log file's stem, as for a file PATH
     run_path = (path / job).resolve() if job != "." and path.is_dir() else path
     run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in kept)))
     frames = [r.frame for _, r in kept]
