@@ -179,7 +179,9 @@ class TrainValDetector:
     def _acceleration(self, g: Gap) -> list[Finding]:
         last, prev = self._growths(g)
         # A growth is the difference of two gap readings: its noise is sqrt(2) x the gap noise.
-        thr = self.noise_k * np.sqrt(2.0) * g.noise
+        # The noise is taken locally too: a loss's noise shrinks with its level, so the run-wide
+        # estimate (dominated by the quiet late stretch) would be too strict early on.
+        thr = self.noise_k * np.sqrt(2.0) * np.maximum(g.noise, _local_noise(g.vy, g.gap))
         with np.errstate(invalid="ignore"):
             hit = (last > self.accel_ratio * np.maximum(prev, 0.0)) & (last > thr)
         widening = np.nan_to_num(last, nan=-np.inf) > thr
@@ -194,7 +196,7 @@ class TrainValDetector:
             end = det
             while end + 1 < n and widening[end + 1]:
                 end += 1
-            if not self._sustained(g, i, det, thr):
+            if not self._sustained(g, i, det, float(thr[det])):
                 i = end + 1
                 continue
             onset = self._onset(g, i, end)
@@ -425,3 +427,13 @@ def _pin_ramp(x: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:
     below = np.flatnonzero(zone & (z < 0.5))
     k0 = int(below[-1]) if len(below) else i
     return k0, min(len(z) - 1, k0 + 1)
+
+
+def _local_noise(vy: np.ndarray, gap: np.ndarray, half: int = 12) -> np.ndarray:
+    """Robust noise of the val loss and the gap around each val point (``half`` points each side)."""
+    n = len(vy)
+    out = np.zeros(n)
+    for i in range(n):  # a few hundred val points at most: a loop is clear and cheap here
+        lo, hi = max(0, i - half), min(n, i + half + 1)
+        out[i] = max(robust_sigma(vy[lo:hi]), robust_sigma(gap[lo:hi]))
+    return out
