@@ -56,6 +56,15 @@ def load(name: str) -> type | None:
     return getattr(mod, cls_name)
 
 
+# Detectors that reuse another detector's analysis get that detector's configured settings,
+# so `[tool.forensics.detectors.spikes]` also shapes the spikes periodicity is judged on.
+_SHARED = {
+    "periodic": ("spike_params", "spikes"),
+    "loss_scale": ("spike_params", "spikes"),
+    "eval_regression": ("drift_params", "grad_norm_drift"),
+}
+
+
 def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
     """Instantiate every registered detector with its configured parameters."""
     params = params or {}
@@ -67,8 +76,12 @@ def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
         cls = load(name)
         if cls is None:
             continue
+        kwargs = dict(params.get(name, {}))
+        if name in _SHARED:
+            key, source = _SHARED[name]
+            kwargs.setdefault(key, dict(params.get(source, {})))
         try:
-            out.append(cls(**params.get(name, {})))
+            out.append(cls(**kwargs))
         except TypeError as exc:
             raise ConfigError(f"detector {name}: {exc}") from None
     return out

@@ -28,11 +28,19 @@ Measures (kind ``eval_regression``):
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
 from forensics.detectors.drift import analyze_drift
-from forensics.detectors.trend_utils import arrays, despike, robust_sigma, rolling_median, sig, theil_sen
+from forensics.detectors.trend_utils import (
+    arrays,
+    despike,
+    robust_sigma,
+    rolling_median,
+    sig,
+    theil_sen,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS, lower_is_better
@@ -55,11 +63,13 @@ class EvalRegressionDetector:
         min_rel_drop: float = 0.01,
         min_evals_after: int = 2,
         min_evals: int = 4,
+        drift_params: dict[str, Any] | None = None,
     ) -> None:
         self.noise_k = noise_k
         self.min_rel_drop = min_rel_drop
         self.min_evals_after = min_evals_after
         self.min_evals = min_evals
+        self.drift_params = drift_params  # the grad_norm_drift detector's settings, passed on by build()
 
     def detect(self, run: Run) -> list[Finding]:
         names = [m for m in run.metrics() if m.startswith(EVAL_PREFIX) and not _NOT_A_SCORE.search(m[len(EVAL_PREFIX) :])]
@@ -82,7 +92,7 @@ class EvalRegressionDetector:
             if f is None:
                 continue
             if not drift_checked:  # the drift analysis is shared by every eval metric
-                drift = analyze_drift(run)
+                drift = analyze_drift(run, **(self.drift_params or {}))
                 drift_checked = True
             out.append(self._finish(f, drift))
         return out

@@ -30,6 +30,8 @@ Single later halvings are normal scaler behaviour: counted in a run note, not re
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from forensics.detectors.spike_context import ScaleCascade, finite_arrays, overlaps, scale_cascades
@@ -51,12 +53,14 @@ class LossScaleDetector:
         warn_halvings: int = 3,
         decline_halvings: int = 2,
         decline_steps: int = 2000,
+        spike_params: dict[str, Any] | None = None,
     ) -> None:
         self.cascade_gap = cascade_gap
         self.calibration_steps = calibration_steps
         self.warn_halvings = warn_halvings
         self.decline_halvings = decline_halvings
         self.decline_steps = decline_steps
+        self.spike_params = spike_params  # the `spikes` detector's settings, passed on by build()
 
     def detect(self, run: Run) -> list[Finding]:
         if not (run.has(LOSS_SCALE) or run.has(OVERFLOW)):
@@ -99,7 +103,7 @@ class LossScaleDetector:
         """(onset, lo, hi] windows of the loss and grad-norm spikes, with the default spike detector."""
         from forensics.detectors.spikes import SpikeDetector
 
-        det = SpikeDetector()
+        det = SpikeDetector(**(self.spike_params or {}))
         out = []
         for metric in (LOSS, GRAD_NORM):
             if run.has(metric):

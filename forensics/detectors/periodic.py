@@ -37,6 +37,7 @@ Severity: warning; critical when the intervals shrink.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -104,6 +105,7 @@ class PeriodicSpikeDetector:
         max_p: float = 1e-3,
         max_p_regular: float = 0.002,
         phase_tol: float = 0.03,
+        spike_params: dict[str, Any] | None = None,
     ) -> None:
         self.min_count = min_count
         self.max_spread = max_spread
@@ -112,6 +114,7 @@ class PeriodicSpikeDetector:
         self.max_p = max_p
         self.max_p_regular = max_p_regular
         self.phase_tol = phase_tol
+        self.spike_params = spike_params  # the `spikes` detector's settings, passed on by build()
 
     def detect(self, run: Run) -> list[Finding]:
         from forensics.detectors.spikes import SpikeDetector
@@ -120,7 +123,7 @@ class PeriodicSpikeDetector:
         if not metrics:
             run.note("periodic: not run, the log has neither a loss nor a grad-norm series")
             return []
-        det = SpikeDetector()
+        det = SpikeDetector(**(self.spike_params or {}))
         periods = revealed_periods(run)
         out = []
         for metric in metrics:
