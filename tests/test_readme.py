@@ -65,3 +65,16 @@ def test_every_emitted_measure_is_documented() -> None:
     assert findings
     missing = sorted({(f.kind.value, k) for f in findings for k in f.measures if k not in documented.get(f.kind.value, set())})
     assert not missing, f"undocumented measures: {missing}"
+
+
+def test_configuration_example_is_valid(tmp_path: Path) -> None:
+    """The README's [tool.forensics] example loads and every detector accepts its settings."""
+    from forensics.config import load
+    from forensics.detectors import build
+
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", README, re.S) if "[tool.forensics]" in b]
+    (tmp_path / "pyproject.toml").write_text(block)
+    cfg = load(cwd=tmp_path)
+    assert cfg.ignore == {"plateau"} and cfg.fail_on == "critical" and cfg.checkpoint_every == 1000
+    dets = {d.name: d for d in build(cfg.detectors)}
+    assert dets["spikes"].recover_steps == 300
