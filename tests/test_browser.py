@@ -65,3 +65,17 @@ def test_checker_catches_a_broken_page(tmp_path: Path) -> None:
     page.write_text(text, encoding="utf-8")
     res = bc.check_report(page)
     assert res["ok"] is False and "boom" in str(res["page_errors"])
+
+
+def test_compare_page_renders_in_chromium(tmp_path: Path) -> None:
+    """The `forensics compare` page of two sample runs draws one chart per shared vital sign."""
+    from forensics.compare import compare, render_compare_html
+
+    bc = _checker()
+    cmp = compare([ROOT / "sample_runs" / "healthy", ROOT / "sample_runs" / "grad_norm_drift"])
+    page = tmp_path / "compare.html"
+    page.write_text(render_compare_html(cmp), encoding="utf-8")
+    res = bc.check_report(page, tmp_path / "compare.png")
+    assert res["console"] == [] and res["page_errors"] == ""
+    assert res["charts"] == res["charts_rendered"] == len(cmp.vitals) >= 6
+    assert res["ok"] is True
