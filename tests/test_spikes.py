@@ -242,7 +242,9 @@ def test_absorbed_grad_norm_spike_is_info_by_default():
     run = _gn_run(dict(at=1500, height=9.0))
     (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
     assert g.severity is Severity.INFO and g.measures["loss_response"] is False
-    assert g.measures["ratio_to_run_baseline"] == pytest.approx(10 * 0.6, rel=0.2)
+    # Peak 10 x 0.6; the run baseline is the settled level 0.6 (the start-up decay of
+    # healthy_grad_norm is left out of it, as no LR warm-up is logged): 10x.
+    assert g.measures["ratio_to_run_baseline"] == pytest.approx(10 * 0.6 / 0.6, rel=0.2)
     (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE, absorbed_gn_severity="warning")
     assert g.severity is Severity.WARNING
 

@@ -102,3 +102,39 @@ def test_eval_regression_quiet_when_eval_holds_or_improves(drop: float) -> None:
     """An eval that holds or keeps improving is not flagged."""
     frame, _ = trend_eval_regression(drop=drop)
     assert EvalRegressionDetector().detect(run_from_frame(frame)) == []
+
+
+def test_drift_found_when_no_warmup_is_logged() -> None:
+    """The article's case (0.8 -> 2.5 from step 6500) in a log without an LR series: the grad
+    norm's start-up decay must not inflate the baseline and hide the drift (found in review)."""
+    import numpy as np
+
+    from forensics.detectors.drift import GradNormDriftDetector
+    from synthetic import long_frame, run_from_frame
+
+    rng = np.random.default_rng(0)
+    s = np.arange(0, 10_000, 10)
+    gn = (0.8 + 3 * np.exp(-s / 200) + np.where(s >= 6500, (s - 6500) / 3500 * 1.7, 0)) * np.exp(rng.normal(0, 0.05, len(s)))
+    loss = (2 + 5 / (1 + s / 200) ** 0.6) * np.exp(rng.normal(0, 0.01, len(s)))
+    run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)}))
+    (f,) = GradNormDriftDetector().detect(run)
+    assert abs(f.start_step - 6500) <= 500
+    assert f.measures["baseline"] == pytest.approx(0.8, rel=0.1)
+    assert f.measures["ratio"] >= 2.5
+
+
+def test_drift_onset_is_not_the_start_up_transient() -> None:
+    """A start-up decay above 2x the baseline, then a climb from step 3000: the onset is the climb."""
+    import numpy as np
+
+    from forensics.detectors.drift import GradNormDriftDetector
+    from synthetic import long_frame, run_from_frame
+
+    rng = np.random.default_rng(1)
+    s = np.arange(6000)
+    gn = (0.6 + 2 * np.exp(-s / 150) + np.where(s >= 3000, (s - 3000) / 3000 * 1.6, 0)) * np.exp(rng.normal(0, 0.05, len(s)))
+    loss = (2 + 5 / (1 + s / 200) ** 0.6) * np.exp(rng.normal(0, 0.01, len(s)))
+    run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)}))
+    (f,) = GradNormDriftDetector().detect(run)
+    assert abs(f.start_step - 3000) <= 400, f.start_step
+    assert f.measures["ratio"] >= 3.0 and f.severity is Severity.CRITICAL  # 2.2 / 0.6: the article's orange light

@@ -92,10 +92,41 @@ def grad_norm_baseline(run: Run, *, window: int = 500) -> Baseline | None:
     # Short logs: at most a fifth of the log, so a drift later on does not leak into its own
     # baseline (the drift detector and the report's 2x/3x bands both read this one value).
     window = min(window, max(10, int(steps[-1] - steps[0]) // 5))
-    b = series_baseline(steps, g.get_column("value").to_numpy(), start=start, window=window)
+    values = g.get_column("value").to_numpy().astype(float)
+    how = " (after the LR warm-up)"
+    if start is None and int(steps[0]) <= window:
+        # No warm-up in the log (LR not logged, or constant) but the log starts with training:
+        # the grad norm's start-up decay must not inflate the baseline, so it begins where the
+        # series has settled.
+        start = settle_step(steps, values)
+        how = f" (after the start-up transient, settled at step {start})" if start is not None else ""
+    b = series_baseline(steps, values, start=start, window=window)
     if b is not None and start is not None:
-        b = Baseline(b.value, b.start_step, b.end_step, b.n_points, b.how + " (after the LR warm-up)")
+        b = Baseline(b.value, b.start_step, b.end_step, b.n_points, b.how + how)
     return b
+
+
+def settle_step(steps: np.ndarray, values: np.ndarray, *, tolerance: float = 1.25) -> int | None:
+    """Where a start-up transient ends: the first point whose rolling median is within
+    ``tolerance`` x the level of the 10%-30% stretch of the log. None when there is no transient."""
+    ok = np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    n = len(values)
+    if n < 20:
+        return None
+    span = float(steps[-1] - steps[0])
+    ref = (steps >= steps[0] + 0.1 * span) & (steps <= steps[0] + 0.3 * span)
+    if ref.sum() < 3:
+        return None
+    level = float(np.median(values[ref]))
+    k = max(5, n // 50)
+    from scipy.ndimage import median_filter
+
+    rolling = median_filter(values, size=k, mode="nearest")
+    inside = np.flatnonzero(rolling <= tolerance * level)
+    if len(inside) == 0 or inside[0] == 0:
+        return None
+    return int(steps[inside[0]])
 
 
 def as_arrays(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:

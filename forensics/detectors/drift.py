@@ -111,7 +111,11 @@ def analyze_drift(
     if ratio < warn_ratio:
         return DriftResult(False, measures=m, reason=f"grad norm now {ratio:.2f}x baseline")
     warn_hit = smooth >= warn_ratio * base.value
-    warn_idx = int(np.argmax(warn_hit)) if warn_hit.any() else len(xb) - 1
+    # The crossing that starts the stretch the run ends in: an earlier excursion above the
+    # line (a start-up transient, a bump that came back) is not this drift's beginning.
+    below = np.flatnonzero(~warn_hit)
+    warn_idx = int(below[-1] + 1) if len(below) else 0
+    warn_idx = min(warn_idx, len(xb) - 1)
     onset = _onset(xb[: warn_idx + 1], smooth[: warn_idx + 1], base.value)
     post = xs >= onset
     g_slope = theil_sen(xs[post], ys[post])
