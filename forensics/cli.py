@@ -143,8 +143,8 @@ def _write(path: Path, text: str) -> None:
 
 def _emit(
     diag: Diagnosis, *, out: Path | None, json_out: Path | None, fmt: OutputFormat, no_report: bool,
-    plotlyjs: PlotlyJs, redact: bool, name: str,
-) -> None:
+    plotlyjs: PlotlyJs, redact: bool, name: str, print_json: bool = True,
+) -> dict:
     run_path = Path(diag.run.path)
     doc = diag.to_document()
     if json_out is not None:
@@ -159,11 +159,13 @@ def _emit(
         _write(report_path, render_html(diag, plotlyjs=plotlyjs.value, redact=redact))
         _err(f"report written to {report_path}")
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(doc, indent=2, allow_nan=False))
+        if print_json:
+            typer.echo(json.dumps(doc, indent=2, allow_nan=False))
     else:
         from forensics.summary import print_summary
 
         print_summary(diag, report_path=report_path)
+    return doc
 
 
 def _gate(verdicts: list[str], fail_on: str | None) -> None:
@@ -203,6 +205,7 @@ def analyze(
     if all_jobs and len(jobs) > 1 and (out is not None or json_out is not None):
         raise ForensicsError("--out and --json name one file; with --all each job's report and findings go to reports/<job>.html and .json")
     verdicts: list[str] = []
+    docs: list[dict] = []
     for job, sources in sorted(jobs.items()):
         run = read_job(path, job, sources, options=options, only_job=len(jobs) == 1)
         diag = analyze_run(run, cfg)
@@ -212,8 +215,11 @@ def analyze(
         if multi:
             jout = _place(None, f"{name}.json", Path(run.path))
             _err(f"== {job}")
-        _emit(diag, out=out, json_out=jout, fmt=fmt, no_report=no_report, plotlyjs=plotlyjs, redact=redact, name=name)
+        docs.append(_emit(diag, out=out, json_out=jout, fmt=fmt, no_report=no_report, plotlyjs=plotlyjs,
+                          redact=redact, name=name, print_json=not multi))
         verdicts.append(diag.verdict)
+    if fmt is OutputFormat.json and len(docs) > 1:
+        typer.echo(json.dumps(docs, indent=2, allow_nan=False))  # --all: one JSON array, a document per job
     _gate(verdicts, fail_on.value if fail_on else cfg.fail_on)
 
 

@@ -53,7 +53,10 @@ def from_mapping(data: dict[str, Any], where: str) -> Config:
     if extra:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; allowed: {', '.join(sorted(allowed))}")
     cfg = Config(source=where)
-    cfg.ignore = _check_kinds(list(data.get("ignore", [])), where)
+    ignore = data.get("ignore", [])
+    if not isinstance(ignore, list) or not all(isinstance(k, str) for k in ignore):
+        raise ConfigError(f"{where}: ignore must be a list of finding kinds, e.g. ignore = [\"plateau\"]")
+    cfg.ignore = _check_kinds(ignore, where)
     fail_on = data.get("fail_on")
     if fail_on is not None and fail_on not in FAIL_ON:
         raise ConfigError(f"{where}: fail_on must be one of {', '.join(FAIL_ON)}")

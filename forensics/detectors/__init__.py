@@ -65,6 +65,22 @@ _SHARED = {
 }
 
 
+def _check_types(name: str, cls: type, kwargs: dict[str, Any]) -> None:
+    """A configured parameter must have its default's type (an int is fine for a float)."""
+    import inspect
+
+    sig = inspect.signature(cls.__init__).parameters
+    for key, value in kwargs.items():
+        if key not in sig:
+            continue  # the constructor's own TypeError names it
+        default = sig[key].default
+        if default is None or default is inspect.Parameter.empty:
+            continue
+        want = (int, float) if isinstance(default, float) else type(default)
+        if isinstance(value, bool) and not isinstance(default, bool) or not isinstance(value, want):
+            raise ConfigError(f"detector {name}: {key} = {value!r} should be a {type(default).__name__} (default {default!r})")
+
+
 def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
     """Instantiate every registered detector with its configured parameters."""
     params = params or {}
@@ -77,6 +93,7 @@ def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
         if cls is None:
             continue
         kwargs = dict(params.get(name, {}))
+        _check_types(name, cls, kwargs)
         if name in _SHARED:
             key, source = _SHARED[name]
             kwargs.setdefault(key, dict(params.get(source, {})))

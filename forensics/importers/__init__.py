@@ -57,9 +57,10 @@ def list_files(root: Path) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root, onerror=fail):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
         for f in sorted(filenames):
-            if f.startswith("."):
+            p = Path(dirpath) / f
+            if f.startswith(".") or not p.is_file():  # pipes and sockets would block a read
                 continue
-            out.append(Path(dirpath) / f)
+            out.append(p)
             if len(out) > MAX_FILES:
                 raise UnreadableInputError(f"{root}: more than {MAX_FILES} files; point at one run folder")
     return out
@@ -223,6 +224,12 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
         run.config.update(r.config)
         run.metadata.update(r.metadata)
     run.metadata["sources"] = {s.importer: [rel(f, s.root) for f in s.files] for s, _ in kept}
+    stepless = run.frame.filter(pl.col("step").is_null())
+    if stepless.height:
+        # Values logged without any step (an epoch summary line, a step too large to hold)
+        # cannot be placed on the x axis: counted here, never dropped silently.
+        per_file = stepless.group_by("file").len().sort("file").iter_rows()
+        run.note("values without a step were left out: " + ", ".join(f"{n} in {f}" for f, n in per_file))
     crashed = any(f.kind == FindingKind.CRASH for f in run.import_findings)
     if run.frame.filter(pl.col("step").is_not_null()).is_empty() and not crashed:
         # A job that crashed before its first step is still worth a report (the crash line);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -94,11 +95,14 @@ def as_number(v: Any) -> float | None:
     if isinstance(v, bool):
         return float(v)
     if isinstance(v, (int, float)):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an int beyond float range
+            return math.inf if v > 0 else -math.inf
     if isinstance(v, str):
         try:
             return float(v.strip().replace(",", ""))  # float() accepts "nan", "inf", "Infinity"
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     return None
 

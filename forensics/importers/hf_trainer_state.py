@@ -78,12 +78,27 @@ class HfTrainerStateImporter:
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
-        copies = [(p, _load(p)) for p in source.files]
+        copies: list[tuple[Path, dict[str, Any]]] = []
+        broken: list[str] = []
+        for p in source.files:
+            try:
+                copies.append((p, _load(p)))
+            except UnreadableInputError as exc:
+                # A copy cut short by a job killed while saving: the other copies still hold the run.
+                if len(source.files) == 1:
+                    raise
+                broken.append(f"{rel(p, source.root)} ({str(exc).split(': ', 1)[-1]})")
+        if not copies:
+            raise UnreadableInputError(f"{source.root}: no readable trainer_state.json among {len(source.files)} copies")
+
+        def step_of(e: Any) -> float:
+            st = e.get("step") if isinstance(e, dict) else None
+            return float(st) if isinstance(st, (int, float)) and not isinstance(st, bool) else 0.0
 
         def rank(item: tuple[Path, dict[str, Any]]) -> tuple[float, int, int]:
             p, d = item
             gs = d.get("global_step")
-            gs = gs if isinstance(gs, (int, float)) else max((e.get("step", 0) for e in d["log_history"] if isinstance(e, dict)), default=0)
+            gs = gs if isinstance(gs, (int, float)) else max((step_of(e) for e in d["log_history"]), default=0)
             where = 2 if p.parent.name != "last-checkpoint" and not _CKPT.match(p.parent.name) else 1 if p.parent.name == "last-checkpoint" else 0
             return (float(gs), where, len(d["log_history"]))
 
@@ -117,7 +132,7 @@ class HfTrainerStateImporter:
             schema={"step": pl.Int64, "tag": pl.Utf8, "value": pl.Float64, "record_idx": pl.Int64},
         ).with_columns(pl.lit(NAME).alias("source"), pl.lit(name).alias("file"), pl.lit(0).alias("file_idx"), pl.lit("step").alias("x_kind"))
         frame = assign_segments(conform(frame))
-        notes = []
+        notes = [f"{b}: unreadable copy skipped" for b in broken]
         others = [f"{rel(p, source.root)} (step {d.get('global_step')})" for p, d in copies if p != best_path]
         if others:
             notes.append(f"{name} (step {state.get('global_step')}) has the longest history; other copies not used: {', '.join(others)}")

@@ -99,7 +99,7 @@ def _parse(line: str) -> dict[str, Any] | None:
         s = s[i:]
     try:
         obj = json.loads(s)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -162,6 +162,9 @@ class JsonlImporter:
                 if x is not None and math.isfinite(x):
                     step = int(x)
                     break
+            if step is not None and not -(2**62) < step < 2**62:
+                bad.append(lineno)  # a step no trainer logs: a corrupt line
+                continue
             wt = None
             for k in TIME_KEYS:
                 if k in flat and (wt := _time(flat[k])) is not None:
