@@ -108,3 +108,18 @@ def test_bad_configuration_is_one_line(tmp_path: Path, toml: str, needle: str) -
     assert res.exit_code == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], res.stderr
+
+
+def test_a_cut_short_gzip_log_is_read_up_to_the_cut(tmp_path: Path) -> None:
+    """A .jsonl.gz cut in half by a killed job: the complete lines are read; a corrupt one is a one-line error."""
+    import gzip
+
+    raw = gzip.compress(_jsonl(tmp_path / "m.jsonl", n=2000).read_bytes())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(raw[: len(raw) // 2])
+    run = read_run(cut)
+    assert 100 < run.series("loss").height < 2000
+    junk = tmp_path / "junk.jsonl.gz"
+    junk.write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(2000))
+    res = runner.invoke(app, ["analyze", str(junk), "--no-report"])
+    assert res.exit_code == 2 and "cannot be decompressed" in res.stderr and res.stderr.count("\n") == 1

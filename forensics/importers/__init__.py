@@ -15,8 +15,18 @@ import polars as pl
 
 from forensics.errors import MultipleJobsError, UnknownFormatError, UnreadableInputError
 from forensics.findings import FindingKind
-from forensics.importers.base import strip_suffixes
-from forensics.importers.base import ImportResult, ReadOptions, Source, binary_junk, convert_x_axis, read_head, rel
+from forensics.importers.base import (
+    COMPRESSED,
+    ImportResult,
+    ReadOptions,
+    Source,
+    binary_junk,
+    convert_x_axis,
+    read_bytes,
+    read_head,
+    rel,
+    strip_suffixes,
+)
 from forensics.run import Run
 from forensics.schema import FLAGS, add_canonical, check_aliases, conform
 
@@ -98,6 +108,8 @@ def discover(path: Path) -> list[Source]:
         sources.extend(found)
     if not sources:
         if path.is_file():
+            if path.name.endswith(COMPRESSED):
+                read_bytes(path)  # a corrupt archive: say so rather than "unknown format"
             what = "binary data" if binary_junk(read_head(path, 8192)) else "no training log format recognised"
             raise UnknownFormatError(f"{path}: {what}; {_EXPECTED}")
         raise UnknownFormatError(f"{path}: no training log recognised in this folder ({len(files)} files); {_EXPECTED}")

@@ -79,15 +79,47 @@ def open_bytes(path: Path) -> IO[bytes]:
 def read_bytes(path: Path) -> bytes:
     """The whole file, decompressed. Bad .gz/.zst data is an UnreadableInputError (one line);
     OS errors (permission, I/O) propagate for read_job to name the file."""
+    if path.name.endswith(".gz"):
+        return _gunzip(path)
+    chunks: list[bytes] = []
     try:
         with open_bytes(path) as fh:
-            return fh.read()
+            while chunk := fh.read(1 << 16):  # small reads: a cut stream keeps what came before
+                chunks.append(chunk)
+        return b"".join(chunks)
+    except EOFError:
+        # A compressed log cut short (a killed job): what was decompressed is still evidence;
+        # the importer sees a last line cut mid-record.
+        return b"".join(chunks)
     except Exception as exc:  # noqa: BLE001 - gzip and zstandard raise their own types
         if isinstance(exc, OSError) and exc.errno is not None:
             raise
         from forensics.errors import UnreadableInputError
 
         raise UnreadableInputError(f"{path}: cannot be decompressed ({exc or type(exc).__name__})") from None
+
+
+def _gunzip(path: Path) -> bytes:
+    """Decompress a .gz file with zlib directly: a stream cut short (a killed job) yields what
+    it holds instead of nothing, and several gzip members follow one another."""
+    import zlib
+
+    raw = path.read_bytes()
+    out: list[bytes] = []
+    try:
+        while raw:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out.append(d.decompress(raw))
+            if not d.eof:
+                break  # truncated: keep what came out
+            raw = d.unused_data
+    except zlib.error as exc:
+        if out:
+            return b"".join(out)
+        from forensics.errors import UnreadableInputError
+
+        raise UnreadableInputError(f"{path}: cannot be decompressed ({exc})") from None
+    return b"".join(out)
 
 
 def as_number(v: Any) -> float | None:
@@ -112,12 +144,24 @@ def read_text(path: Path) -> str:
 
 
 def read_head(path: Path, n: int = 65536) -> bytes:
-    """The first ``n`` bytes (decompressed), for sniffing. Empty on any error."""
+    """The first ``n`` bytes (decompressed), for sniffing. Empty on any error; what was read
+    before the end of a cut-short compressed file."""
+    out = b""
+    if path.name.endswith(".gz"):
+        import zlib
+
+        try:
+            with path.open("rb") as fh:
+                return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(fh.read(1 << 20), n)
+        except Exception:  # noqa: BLE001 - sniffing must never raise
+            return b""
     try:
         with open_bytes(path) as fh:
-            return fh.read(n)
+            while len(out) < n and (chunk := fh.read(min(n - len(out), 8192))):
+                out += chunk
+        return out
     except Exception:  # noqa: BLE001 - sniffing must never raise
-        return b""
+        return out
 
 
 def head_lines(path: Path, n_lines: int = 200) -> list[str]:
