@@ -98,9 +98,17 @@ def loss_parts_ways(ref: Any, other: Any) -> dict[str, Any] | None:
 
 def compare(paths: list[str | os.PathLike[str]], config: Config | None = None) -> Comparison:
     """Analyze each path and line the runs up (the first run is the reference)."""
+    from forensics.errors import ForensicsError, MultipleJobsError
     from forensics.pipeline import analyze
 
-    diags = [analyze(Path(p), config) for p in paths]
+    diags = []
+    for p in paths:
+        try:
+            diags.append(analyze(Path(p), config))
+        except MultipleJobsError as exc:
+            raise ForensicsError(
+                f"{p} holds {len(exc.jobs)} separate jobs ({', '.join(exc.jobs)}); compare takes one job per path"
+            ) from None
     labels = _labels([d.run.name for d in diags])
     vitals = {m: [_vital(d.run, m) for d in diags] for m in VITALS}
     vitals = {m: v for m, v in vitals.items() if any(x is not None for x in v)}

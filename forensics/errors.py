@@ -23,7 +23,7 @@ class MultipleJobsError(ForensicsError):
         listing = ", ".join(jobs)
         super().__init__(
             f"{path} holds {len(jobs)} separate training jobs ({listing}); "
-            "pass one of them, or use --all to analyze each"
+            "point at one of them, or use --all to analyze each"
         )
 
 
