@@ -297,7 +297,9 @@ def rollback_advice(run: Run, findings: list[Finding], *, checkpoint_every: int 
                 onset, cause = g.start_step, g
         healthy = _last_logged_before(run, f.metric if cause is None else cause.metric, onset)
         if f.kind == FindingKind.OVERFITTING:
-            best = _best_val_step(run, f.end_step if f.end_step is not None else run.last_step)
+            # The best val step at or before the finding's onset, so the advice never points
+            # past the step the finding says the val loss turned up (a later noisy dip).
+            best = _best_val_step(run, f.start_step)
             healthy = best if best is not None else healthy
         ckpt, source = _checkpoint_before(run, healthy, checkpoint_every) if healthy is not None else (None, "the trouble starts at the first logged step")
         lr = _value_at(run, "lr", healthy if healthy is not None else onset)

@@ -224,3 +224,21 @@ def test_coverage_against_the_cadence_table() -> None:
     assert rows["validation loss"].logged and rows["validation loss"].sparse
     core = rows["loss, grad norm, param norm"]
     assert core.logged and not core.sparse and "missing: param_norm" in core.observed
+
+
+def test_overfitting_rollback_is_not_after_the_onset() -> None:
+    """A noisy val dip after the onset the finding names must not become the rollback point (found in review)."""
+    import numpy as np
+
+    from forensics.diagnosis import diagnose
+    from forensics.findings import Finding
+    from synthetic import long_frame, run_from_frame
+
+    s = np.arange(0, 30_000, 100)
+    vs = s[::5]
+    val = 2.0 + np.where(vs > 25_500, 1e-9 * (vs - 25_500) ** 2, 0.0)
+    val[list(vs).index(27_000)] = 1.9  # a noisy dip after the onset
+    run = run_from_frame(long_frame({"loss": (s, 2 - s / 1e5), "val_loss": (vs, val)}))
+    f = Finding("overfitting", "warning", "val_loss", 25_500, "val turned up", end_step=29_500)
+    (rb,) = [r for r in diagnose(run, [f]).rollbacks if r.finding is f]
+    assert rb.last_healthy_step is not None and rb.last_healthy_step <= 25_500
