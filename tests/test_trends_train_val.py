@@ -112,3 +112,20 @@ def test_quiet_when_the_noise_shrinks_with_the_loss() -> None:
     run = run_from_frame(long_frame({"loss": (s, loss), "val_loss": (val_steps, loss[::1000] + 0.05)}))
     found = [f for f in TrainValDetector().detect(run) if f.severity.value != "info"]
     assert not found, [f.summary for f in found]
+
+
+def test_val_shift_late_in_a_full_log() -> None:
+    """A full 40k-step log: val jumps +0.15 at step 25000 and holds while train creeps on. The early
+    fall of training must not crowd the real shift out of the candidates (found in review)."""
+    from synthetic import long_frame, run_from_frame
+
+    rng = np.random.default_rng(0)
+    s = np.arange(0, 40_000, 50)
+    curve = 2 + 8 / (1 + s / 150) ** 0.9
+    train = curve * np.exp(rng.normal(0, 0.01, len(s)))
+    vs = s[s % 500 == 0][1:]
+    val = 2.05 + 8 / (1 + vs / 150) ** 0.9 + np.where(vs >= 25_000, 0.15, 0.0) + rng.normal(0, 0.003, len(vs))
+    found = TrainValDetector().detect(run_from_frame(long_frame({"loss": (s, train), "val_loss": (vs, val)})))
+    shifts = [f for f in found if f.kind is FindingKind.VAL_SHIFT]
+    assert len(shifts) == 1 and abs(shifts[0].start_step - 25_000) <= 500, [(f.kind, f.start_step) for f in found]
+    assert not [f for f in found if f.kind is FindingKind.GAP_ACCELERATION]

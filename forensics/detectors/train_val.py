@@ -13,9 +13,11 @@ aligned to the val steps; it may be negative (dropout makes train look worse tha
 * ``overfitting`` (warning): the negative slope, train falling while val rises from its
   minimum. Critical from the fifth epoch on when the gap keeps accelerating, as the article
   grades it.
-* ``val_shift`` (warning): val jumps to a new level within a few thousand steps and stays
+* ``val_shift`` (warning): val jumps up to a new level within a few thousand steps and stays
   there while train is flat, so the gap stops widening: the article's snapshot effect
-  (section 5.4). The first thing to check is whether the validation set changed.
+  (section 5.4). The first thing to check is whether the validation set changed. Only upward
+  shifts are looked for (a val set that got easier is not reported), and the new level must
+  hold for at least half a level window before the log ends.
 
 Measures:
 
@@ -344,6 +346,12 @@ class TrainValDetector:
         npost = np.array([((vx >= vx[j]) & (vx <= vx[j] + look)).sum() for j in range(n)])
         ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         ok = (jj > ii) & (vx[jj] - vx[ii] <= self.shift_window) & (npre[ii] >= side) & (npost[jj] >= side)
+        # Upward shifts only (the article's snapshot effect: val jumps up while train is flat).
+        # Downward candidates are nearly all the early fall of training, which would crowd the
+        # real shift out of the few biggest candidates tried below.
+        ok &= post[jj] > pre[ii]
+        # "Then held" needs evidence: at least half a level window of log after the jump.
+        ok &= (vx[-1] - vx[jj]) >= 0.5 * look
         jump = np.where(ok, post[jj] - pre[ii], 0.0)
         order = np.argsort(-np.abs(jump), axis=None)
         for flat in order[:20]:  # the biggest candidate shifts only
@@ -372,6 +380,8 @@ class TrainValDetector:
             return None  # train moved too: not a val-only shift
         gs = theil_sen(vx[post_sel], g.gap[post_sel])
         gap_slope = gs.per_1k() if gs is not None else None
+        if gs is not None and abs(gs.slope * float(np.ptp(vx[post_sel]))) > 0.5 * abs(J):
+            return None  # the gap keeps widening after the jump: overfitting, not a new val set
         word = "rose" if J > 0 else "fell"
         i, j = _pin_ramp(vx.astype(float), np.sign(J) * (g.vy - before) / abs(J), i, j)
         return Finding(
