@@ -11,6 +11,7 @@ kind ``restart`` (info): a series' step went backwards, a resumed job re-logging
 | last_step_before | last step logged before the restart |
 | steps_replayed | steps logged twice (last_step_before - resumed_from_step + 1, at least 0) |
 | points_replayed | logged points that the later segment pre-empts |
+| points_repeated | of those, points whose (tag, step) the later segment logs again (0: interleaved writers, not a replay) |
 | wall_clock_gap_s | seconds between the last old record and the first new one (null without wall times) |
 | file | the file where the new segment starts |
 | segment | the new segment's number |

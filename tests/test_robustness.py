@@ -123,3 +123,18 @@ def test_a_cut_short_gzip_log_is_read_up_to_the_cut(tmp_path: Path) -> None:
     junk.write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(2000))
     res = runner.invoke(app, ["analyze", str(junk), "--no-report"])
     assert res.exit_code == 2 and "cannot be decompressed" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_interleaved_writers_are_not_called_a_replay(tmp_path: Path) -> None:
+    """Two event files, even steps then odd steps: the restart note says no step was logged twice."""
+    from tensorboardX import SummaryWriter
+
+    run = tmp_path / "tb"
+    for suffix, start in ((".a", 0), (".b", 1)):
+        w = SummaryWriter(str(run), filename_suffix=suffix)
+        for s in range(start, 600, 2):
+            w.add_scalar("train/loss", 3.0 - s * 0.001, s)
+        w.close()
+    (restart,) = [f for f in read_run(run).import_findings if f.kind.value == "restart"]
+    assert restart.measures["points_repeated"] == 0
+    assert "no step was logged twice" in restart.summary

@@ -129,6 +129,12 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
             .filter(pl.col("step") >= pl.col("seg_first"))
             .height
         )
+        # Of those, the ones whose (tag, step) the new segment logs again: a true replay.
+        repeats = (
+            f.filter(pl.col("segment") < k)
+            .join(f.filter(pl.col("segment") == k).select("tag", "step").unique(), on=["tag", "step"], how="semi")
+            .height
+        )
         gap = None
         if prev["t_last"] is not None and cur["t_first"] is not None:
             gap = float(cur["t_first"]) - float(prev["t_last"])
@@ -146,13 +152,16 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                     "last_step_before": last,
                     "steps_replayed": replayed,
                     "points_replayed": points,
+                    "points_repeated": repeats,
                     "wall_clock_gap_s": gap,
                     "file": cur["file"],
                     "segment": k,
                 },
                 summary=(
                     f"The job was resumed at step {resumed} after it had logged up to step {last}"
-                    f"{gap_text}; {points} logged points were written twice and the later ones are used."
+                    f"{gap_text}; {points} earlier points from step {resumed} on give way to the later ones"
+                    + (f" ({repeats} of them at steps logged again)." if repeats else
+                       ": no step was logged twice, so two writers may have shared the folder rather than a restart.")
                 ),
             )
         )
