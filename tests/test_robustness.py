@@ -138,3 +138,14 @@ def test_interleaved_writers_are_not_called_a_replay(tmp_path: Path) -> None:
     (restart,) = [f for f in read_run(run).import_findings if f.kind.value == "restart"]
     assert restart.measures["points_repeated"] == 0
     assert "no step was logged twice" in restart.summary
+
+
+def test_lightning_csv_cut_inside_a_quote(tmp_path: Path) -> None:
+    """metrics.csv whose last line stops inside a quoted field: the rest imports, the cut line is noted."""
+    d = tmp_path / "lightning_logs" / "version_0"
+    d.mkdir(parents=True)
+    rows = ["epoch,step,train_loss"] + [f"0,{s},{3 - s / 1000}" for s in range(0, 600, 10)] + ['0,601,"2.4']
+    (d / "metrics.csv").write_text("\n".join(rows))
+    run = read_run(d)
+    assert run.series("loss").height == 60
+    assert any("cut short" in n for n in run.notes), run.notes

@@ -69,12 +69,21 @@ class LightningCsvImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         path = source.files[0]
         name = rel(path, source.root)
+        raw = read_bytes(path)
+        notes: list[str] = []
         try:
-            raw = read_bytes(path)
             df = pl.read_csv(raw, infer_schema=False, truncate_ragged_lines=True)
         except pl.exceptions.PolarsError as exc:
-            raise UnreadableInputError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); expected Lightning metrics.csv") from None
-        notes: list[str] = []
+            # A job killed mid-write leaves a last line cut short (even inside a quoted field):
+            # read the file without it, and say so.
+            head, _, last = raw.rstrip(b"\n").rpartition(b"\n")
+            try:
+                df = pl.read_csv(head + b"\n", infer_schema=False, truncate_ragged_lines=True) if head else None
+            except pl.exceptions.PolarsError:
+                df = None
+            if df is None:
+                raise UnreadableInputError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); expected Lightning metrics.csv") from None
+            notes.append(f"{name}: the last line is cut short ({last[:60]!r}); it was skipped")
         step_col = "step" if "step" in df.columns else "epoch"
         if step_col == "epoch":
             notes.append(f"{name}: no step column; epochs are used as the x axis")
