@@ -149,3 +149,17 @@ def test_lightning_csv_cut_inside_a_quote(tmp_path: Path) -> None:
     run = read_run(d)
     assert run.series("loss").height == 60
     assert any("cut short" in n for n in run.notes), run.notes
+
+
+def test_wandb_ui_csv_with_two_runs_all(tmp_path: Path) -> None:
+    """A W&B chart CSV holding two runs, with --all: each run's document names a path that exists."""
+    d = tmp_path / "export"
+    d.mkdir()
+    head = ["Step"] + [f"{r} - train/loss{s}" for r in ("runA", "runB") for s in ("", "__MIN", "__MAX")]
+    rows = [",".join(head)] + [",".join([str(s)] + [f"{3 - s / 1000:.4f}"] * 6) for s in range(0, 300, 5)]
+    (d / "loss.csv").write_text("\n".join(rows) + "\n")
+    res = runner.invoke(app, ["analyze", str(d), "--all", "--no-report", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    docs = json.loads(res.stdout)
+    assert sorted(doc["run"]["name"] for doc in docs) == ["runA", "runB"]
+    assert all(Path(doc["run"]["path"]).exists() for doc in docs)

@@ -215,6 +215,8 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
         if job != "." and all(s.scope == "file" for s in sources):
             name = Path(strip_suffixes(name)).stem or name  # a log file's stem, as for a file PATH
     run_path = (path / job).resolve() if job != "." and path.is_dir() else path
+    if not run_path.exists():  # a job named by its run, not a path (W&B UI CSV with several runs)
+        run_path = path
     run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in kept)))
     frames = [r.frame for _, r in kept]
     run.frame = pl.concat(frames, how="vertical") if frames else run.frame
