@@ -212,3 +212,13 @@ def test_all_on_a_folder_of_text_logs(workdir: Path) -> None:
         names.add(doc["run"]["name"])
         assert (workdir / "reports" / f"{log}.html").is_file()
     assert names == {log.removesuffix(".log") for log in logs}
+
+
+def test_report_options_reach_the_page(spike_run: Path, workdir: Path) -> None:
+    """--plotlyjs cdn makes a small page that loads plotly.js by URL; --redact leaves the run's path out."""
+    full = runner.invoke(app, ["analyze", str(spike_run), "--out", str(workdir / "full.html")])
+    small = runner.invoke(app, ["analyze", str(spike_run), "--out", str(workdir / "small.html"), "--plotlyjs", "cdn", "--redact"])
+    assert full.exit_code == 0 and small.exit_code == 0, small.output
+    f, s = (workdir / "full.html").read_text(), (workdir / "small.html").read_text()
+    assert len(s) < len(f) / 3 and "cdn.plot.ly" in s
+    assert str(spike_run) in f and str(spike_run) not in s
