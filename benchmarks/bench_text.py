@@ -59,19 +59,33 @@ def write_logs(folder: Path, n: int) -> tuple[Path, Path]:
                 f"learning rate: {lr:.6E} | global batch size:   512 | lm loss: {loss:.6E} | loss scale: 1.0 | "
                 f"grad norm: {gn:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
             )
-            g.write(json.dumps({
-                "iteration": it, "consumed samples": it * 512, "elapsed time per iteration (ms)": round(ms, 1),
-                "throughput per GPU (TFLOP/s/GPU)": round(tflops, 1), "learning rate": float(f"{lr:.6E}"), "global batch size": 512,
-                "lm loss": float(f"{loss:.6E}"), "loss scale": 1.0, "grad norm": round(gn, 3),
-                "number of skipped iterations": 0, "number of nan iterations": 0,
-            }) + "\n")
+            g.write(
+                json.dumps(
+                    {
+                        "iteration": it,
+                        "consumed samples": it * 512,
+                        "elapsed time per iteration (ms)": round(ms, 1),
+                        "throughput per GPU (TFLOP/s/GPU)": round(tflops, 1),
+                        "learning rate": float(f"{lr:.6E}"),
+                        "global batch size": 512,
+                        "lm loss": float(f"{loss:.6E}"),
+                        "loss scale": 1.0,
+                        "grad norm": round(gn, 3),
+                        "number of skipped iterations": 0,
+                        "number of nan iterations": 0,
+                    }
+                )
+                + "\n"
+            )
     return log, jsonl
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
-    ap.add_argument("--keep", type=Path, default=None, help="folder to keep (and reuse) the generated files")
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="folder to keep (and reuse) the generated files"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench_text_"))
@@ -81,7 +95,9 @@ def main() -> None:
         if not (log.exists() and jsonl.exists()):
             t = time.perf_counter()
             write_logs(folder, args.lines)
-            print(f"wrote {args.lines:,} lines in {time.perf_counter() - t:.1f} s ({log.stat().st_size / 1e6:.0f} MB log)")
+            print(
+                f"wrote {args.lines:,} lines in {time.perf_counter() - t:.1f} s ({log.stat().st_size / 1e6:.0f} MB log)"
+            )
         src = Source("text_logs", [log], log.name, folder, scope="file")
         # One untimed warm-up of each (imports, page cache), then the timed runs.
         IMPORTER.read(src, ReadOptions())
@@ -94,7 +110,9 @@ def main() -> None:
             t = time.perf_counter()
             ref = pl.read_ndjson(jsonl)
             t_ref = min(t_ref, time.perf_counter() - t)
-        print(f"forensics text import: {t_ours:6.2f} s  ({res.frame.height:,} rows, {res.frame.get_column('step').n_unique():,} steps)")
+        print(
+            f"forensics text import: {t_ours:6.2f} s  ({res.frame.height:,} rows, {res.frame.get_column('step').n_unique():,} steps)"
+        )
         print(f"polars read_ndjson:    {t_ref:6.2f} s  ({ref.height:,} rows x {ref.width} columns)")
         print(f"ratio forensics / polars = {t_ours / t_ref:.2f}  (target <= 3)")
     finally:

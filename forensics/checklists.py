@@ -9,15 +9,29 @@ plain measurements of the series. Phases: start-up is steps 0-1000, the middle r
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from forensics.findings import Finding, FindingKind
 from forensics.run import Run
-from forensics.schema import ACT_ABSMAX, ACT_MEAN, ACT_STD, GRAD_NORM, GRAD_NORM_LAYER, LOSS, LOSS_SCALE, LR, MEMORY, PARAM_NORM, THROUGHPUT, VAL_LOSS
+from forensics.schema import (
+    ACT_ABSMAX,
+    ACT_MEAN,
+    ACT_STD,
+    GRAD_NORM,
+    GRAD_NORM_LAYER,
+    LOSS,
+    LOSS_SCALE,
+    LR,
+    MEMORY,
+    PARAM_NORM,
+    THROUGHPUT,
+    VAL_LOSS,
+)
 
 PASS, FAIL, NA = "pass", "fail", "not measurable"
 STARTUP_END = 1000  # the article's start-up phase: steps 0-1000
@@ -93,7 +107,9 @@ def run_layers(run: Run, metric: str) -> list[int]:
     return store[key]
 
 
-def _window(run: Run, metric: str, lo: int, hi: int, layer: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _window(
+    run: Run, metric: str, lo: int, hi: int, layer: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     s = run_series(run, metric, layer=layer)
     if s.is_empty():
         return np.array([], dtype=np.int64), np.array([])
@@ -104,7 +120,11 @@ def _window(run: Run, metric: str, lo: int, hi: int, layer: int | None = None) -
 
 
 def _in(findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int) -> list[Finding]:
-    return [f for f in findings if f.kind in kinds and lo <= f.start_step <= hi and f.severity.value != "info"]
+    return [
+        f
+        for f in findings
+        if f.kind in kinds and lo <= f.start_step <= hi and f.severity.value != "info"
+    ]
 
 
 def _steps(fs: list[Finding]) -> str:
@@ -119,7 +139,14 @@ def _thirds(v: np.ndarray) -> tuple[float, float]:
 
 
 def _finding_or_measure(
-    findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int, what: str, measure: Callable[[], Item | None], question: str, missing: str
+    findings: list[Finding],
+    kinds: set[FindingKind],
+    lo: int,
+    hi: int,
+    what: str,
+    measure: Callable[[], Item | None],
+    question: str,
+    missing: str,
 ) -> Item:
     hits = _in(findings, kinds, lo, hi)
     if hits:
@@ -136,25 +163,60 @@ def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     items = []
 
     q = "Does the gradient norm settle into a stable range (not keep diverging)?"
+
     def gn() -> Item | None:
         st, v = _window(run, GRAD_NORM, lo, hi)
         if np.isfinite(v).sum() < 6:
             return None
         a, b = _thirds(v)
         ok = b <= 1.5 * a
-        return Item(q, PASS if ok else FAIL, f"median {_g(a)} in the first third of steps {lo:,}-{hi:,}, {_g(b)} in the last third")
-    items.append(_finding_or_measure(fs, {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE}, lo, hi, "trouble", gn, q, "grad norm not logged in this phase"))
+        return Item(
+            q,
+            PASS if ok else FAIL,
+            f"median {_g(a)} in the first third of steps {lo:,}-{hi:,}, {_g(b)} in the last third",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE},
+            lo,
+            hi,
+            "trouble",
+            gn,
+            q,
+            "grad norm not logged in this phase",
+        )
+    )
 
     q = "Is the loss falling at the expected pace?"
+
     def lo_() -> Item | None:
         st, v = _window(run, LOSS, lo, hi)
         if np.isfinite(v).sum() < 6:
             return None
         a, b = _thirds(v)
-        return Item(q, PASS if b < a else FAIL, f"median loss {_g(a)} early in the phase, {_g(b)} late (no target pace in the log: judged on direction)")
-    items.append(_finding_or_measure(fs, {FindingKind.PLATEAU, FindingKind.DIVERGENCE}, lo, hi, "loss stalled or diverged", lo_, q, "loss not logged in this phase"))
+        return Item(
+            q,
+            PASS if b < a else FAIL,
+            f"median loss {_g(a)} early in the phase, {_g(b)} late (no target pace in the log: judged on direction)",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
+            lo,
+            hi,
+            "loss stalled or diverged",
+            lo_,
+            q,
+            "loss not logged in this phase",
+        )
+    )
 
     q = "Any NaN or Inf at some step?"
+
     def nan() -> Item | None:
         bad, checked = [], []
         for m in (LOSS, GRAD_NORM):
@@ -165,13 +227,32 @@ def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         if not checked:
             return None
         if bad:
-            return Item(q, FAIL, f"non-finite values at step {', '.join(f'{s:,}' for s in sorted(set(bad))[:5])}")
+            return Item(
+                q,
+                FAIL,
+                f"non-finite values at step {', '.join(f'{s:,}' for s in sorted(set(bad))[:5])}",
+            )
         return Item(q, PASS, f"{' and '.join(checked)} finite throughout the phase")
-    items.append(_finding_or_measure(fs, {FindingKind.NAN_INF}, lo, hi, "NaN/Inf", nan, q, "neither loss nor grad norm logged"))
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.NAN_INF},
+            lo,
+            hi,
+            "NaN/Inf",
+            nan,
+            q,
+            "neither loss nor grad norm logged",
+        )
+    )
 
     q = "Are per-layer activation ranges reasonable?"
+
     def act() -> Item | None:
-        layers = run_layers(run, ACT_ABSMAX) or run_layers(run, ACT_STD) or run_layers(run, ACT_MEAN)
+        layers = (
+            run_layers(run, ACT_ABSMAX) or run_layers(run, ACT_STD) or run_layers(run, ACT_MEAN)
+        )
         if not layers:
             return None
         biggest = 0.0
@@ -180,17 +261,56 @@ def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             if len(v) and np.isfinite(v).any():
                 biggest = max(biggest, float(np.nanmax(np.abs(v[np.isfinite(v)]))))
         if biggest >= 1e4:
-            return Item(q, FAIL, f"largest absolute activation {_g(biggest)} (the article flags values past 1e4)")
-        return Item(q, PASS, f"{len(layers)} layers logged; largest absolute activation {_g(biggest)}" if biggest else f"{len(layers)} layers logged, no outlier finding")
-    items.append(_finding_or_measure(fs, {FindingKind.ACTIVATION_OUTLIER}, lo, hi, "activation outlier", act, q, "activation statistics not logged"))
+            return Item(
+                q,
+                FAIL,
+                f"largest absolute activation {_g(biggest)} (the article flags values past 1e4)",
+            )
+        return Item(
+            q,
+            PASS,
+            f"{len(layers)} layers logged; largest absolute activation {_g(biggest)}"
+            if biggest
+            else f"{len(layers)} layers logged, no outlier finding",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.ACTIVATION_OUTLIER},
+            lo,
+            hi,
+            "activation outlier",
+            act,
+            q,
+            "activation statistics not logged",
+        )
+    )
 
     q = "Does data-loading throughput reach the expected level?"
+
     def tp() -> Item | None:
         st, v = _window(run, THROUGHPUT, lo, hi)
         if np.isfinite(v).sum() < 3:
             return None
-        return Item(q, PASS, f"median {_g(float(np.nanmedian(v)))} tokens/s, no drop or stall (no target in the log to compare with)")
-    items.append(_finding_or_measure(fs, {FindingKind.THROUGHPUT_DROP, FindingKind.STALL}, lo, hi, "throughput problem", tp, q, "throughput not logged"))
+        return Item(
+            q,
+            PASS,
+            f"median {_g(float(np.nanmedian(v)))} tokens/s, no drop or stall (no target in the log to compare with)",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.THROUGHPUT_DROP, FindingKind.STALL},
+            lo,
+            hi,
+            "throughput problem",
+            tp,
+            q,
+            "throughput not logged",
+        )
+    )
     return items
 
 
@@ -198,6 +318,7 @@ def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     items = []
 
     q = "Does the gradient norm fall along with the loss?"
+
     def gn() -> Item | None:
         _, g = _window(run, GRAD_NORM, lo, hi)
         _, l = _window(run, LOSS, lo, hi)
@@ -206,16 +327,46 @@ def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         g0, g1 = _thirds(g)
         l0, l1 = _thirds(l)
         ok = not (l1 < l0 and g1 > 1.2 * g0)
-        return Item(q, PASS if ok else FAIL, f"grad norm median {_g(g0)} -> {_g(g1)} while loss {_g(l0)} -> {_g(l1)}")
-    items.append(_finding_or_measure(fs, {FindingKind.GRAD_NORM_DRIFT}, lo, hi, "grad-norm climb", gn, q, "grad norm or loss not logged in this phase"))
+        return Item(
+            q,
+            PASS if ok else FAIL,
+            f"grad norm median {_g(g0)} -> {_g(g1)} while loss {_g(l0)} -> {_g(l1)}",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.GRAD_NORM_DRIFT},
+            lo,
+            hi,
+            "grad-norm climb",
+            gn,
+            q,
+            "grad norm or loss not logged in this phase",
+        )
+    )
 
     q = "Is the per-layer gradient-norm distribution stable?"
+
     def layers() -> Item | None:
         n = len(run_layers(run, GRAD_NORM_LAYER))
         return Item(q, PASS, f"{n} layers logged, no layer-share shift found") if n else None
-    items.append(_finding_or_measure(fs, {FindingKind.LAYER_GRAD_SHIFT}, lo, hi, "layer shift", layers, q, "per-layer grad norms not logged"))
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.LAYER_GRAD_SHIFT},
+            lo,
+            hi,
+            "layer shift",
+            layers,
+            q,
+            "per-layer grad norms not logged",
+        )
+    )
 
     q = "Is the train/val gap within a reasonable range?"
+
     def gap() -> Item | None:
         st, v = _window(run, VAL_LOSS, lo, hi)
         ok = np.isfinite(v)
@@ -230,16 +381,40 @@ def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             sm = np.convolve(tv[tok], np.ones(k) / k, mode="same")
             g = v[ok] - np.interp(st[ok], ts[tok], sm)
             tail = f"; gap (val - train) {_g(float(g[0]))} at step {int(st[ok][0]):,}, {_g(float(g[-1]))} at step {int(st[ok][-1]):,}"
-        return Item(q, PASS, f"{int(ok.sum())} validation points, no gap acceleration or overfitting found{tail}")
-    items.append(_finding_or_measure(fs, {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT}, lo, hi, "gap problem", gap, q, "validation loss not logged in this phase"))
+        return Item(
+            q,
+            PASS,
+            f"{int(ok.sum())} validation points, no gap acceleration or overfitting found{tail}",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
+            lo,
+            hi,
+            "gap problem",
+            gap,
+            q,
+            "validation loss not logged in this phase",
+        )
+    )
 
     q = "Do loss spikes recover at a normal pace?"
     spikes = [f for f in fs if f.kind == FindingKind.LOSS_SPIKE and lo <= f.start_step <= hi]
     bad = [f for f in spikes if f.measures.get("classification") in ("pathological", "unresolved")]
     if bad:
-        items.append(Item(q, FAIL, f"{len(bad)} of {len(spikes)} spikes did not recover (step {_steps(bad)})"))
+        items.append(
+            Item(
+                q, FAIL, f"{len(bad)} of {len(spikes)} spikes did not recover (step {_steps(bad)})"
+            )
+        )
     elif spikes:
-        rec = [f.measures.get("recovery_steps") for f in spikes if isinstance(f.measures.get("recovery_steps"), (int, float))]
+        rec = [
+            f.measures.get("recovery_steps")
+            for f in spikes
+            if isinstance(f.measures.get("recovery_steps"), (int, float))
+        ]
         tail = f"; slowest recovery {max(rec):,.0f} steps" if rec else ""
         items.append(Item(q, PASS, f"{len(spikes)} spike(s), all recovered{tail}"))
     elif _window(run, LOSS, lo, hi)[0].size:
@@ -248,18 +423,37 @@ def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         items.append(Item(q, NA, "loss not logged in this phase"))
 
     q = "Does the parameter norm grow slowly rather than jump?"
+
     def pn() -> Item | None:
         _, v = _window(run, PARAM_NORM, lo, hi)
         if np.isfinite(v).sum() < 3:
             return None
         a, b = _thirds(v)
         return Item(q, PASS, f"median {_g(a)} -> {_g(b)}, no jump found")
-    items.append(_finding_or_measure(fs, {FindingKind.PARAM_NORM_JUMP}, lo, hi, "param-norm jump", pn, q, "parameter norm not logged"))
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.PARAM_NORM_JUMP},
+            lo,
+            hi,
+            "param-norm jump",
+            pn,
+            q,
+            "parameter norm not logged",
+        )
+    )
 
     q = "Were checkpoints saved as planned?"
     saved = run.metadata.get("checkpoints")
     if saved:
-        items.append(Item(q, PASS, f"{len(saved)} checkpoint folder(s) beside the log, last at step {max(int(s) for s in saved):,}"))
+        items.append(
+            Item(
+                q,
+                PASS,
+                f"{len(saved)} checkpoint folder(s) beside the log, last at step {max(int(s) for s in saved):,}",
+            )
+        )
     else:
         items.append(Item(q, NA, "no checkpoint folders beside the log"))
     return items
@@ -269,6 +463,7 @@ def _late(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     items = []
 
     q = "Has the validation loss started to rise? (if so, consider stopping early)"
+
     def val() -> Item | None:
         st, v = _window(run, VAL_LOSS, lo, hi)
         ok = np.isfinite(v)
@@ -277,11 +472,32 @@ def _late(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         st, v = st[ok], v[ok]
         best = int(np.argmin(v))
         if best < len(v) - 1 and v[-1] > v[best] * 1.01:
-            return Item(q, FAIL, f"lowest {_g(v[best])} at step {int(st[best]):,}, {_g(v[-1])} at the last evaluation")
-        return Item(q, PASS, f"last validation loss {_g(v[-1])} at step {int(st[-1]):,} is the lowest of the phase (within 1%)")
-    items.append(_finding_or_measure(fs, {FindingKind.OVERFITTING, FindingKind.VAL_SHIFT}, lo, hi, "validation loss rising", val, q, "validation loss not logged in this phase"))
+            return Item(
+                q,
+                FAIL,
+                f"lowest {_g(v[best])} at step {int(st[best]):,}, {_g(v[-1])} at the last evaluation",
+            )
+        return Item(
+            q,
+            PASS,
+            f"last validation loss {_g(v[-1])} at step {int(st[-1]):,} is the lowest of the phase (within 1%)",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
+            lo,
+            hi,
+            "validation loss rising",
+            val,
+            q,
+            "validation loss not logged in this phase",
+        )
+    )
 
     q = "Does the loss decline match the learning-rate schedule?"
+
     def sched() -> Item | None:
         _, l = _window(run, LOSS, lo, hi)
         _, r = _window(run, LR, lo, hi)
@@ -289,16 +505,49 @@ def _late(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             return None
         l0, l1 = _thirds(l)
         r0, r1 = float(r[np.isfinite(r)][0]), float(r[np.isfinite(r)][-1])
-        return Item(q, PASS, f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)}; no plateau found")
-    items.append(_finding_or_measure(fs, {FindingKind.PLATEAU}, lo, hi, "plateau", sched, q, "loss or learning rate not logged in this phase"))
+        return Item(
+            q,
+            PASS,
+            f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)}; no plateau found",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.PLATEAU},
+            lo,
+            hi,
+            "plateau",
+            sched,
+            q,
+            "loss or learning rate not logged in this phase",
+        )
+    )
 
     q = "Is the loss scale stable?"
+
     def ls() -> Item | None:
         _, v = _window(run, LOSS_SCALE, lo, hi)
         if np.isfinite(v).sum() < 2:
             return None
-        return Item(q, PASS, f"loss scale between {_g(float(np.nanmin(v)))} and {_g(float(np.nanmax(v)))}, no sharp drop")
-    items.append(_finding_or_measure(fs, {FindingKind.LOSS_SCALE_DROP, FindingKind.NAN_INF}, lo, hi, "loss-scale trouble", ls, q, "loss scale not logged (bf16 or fp32 runs have none)"))
+        return Item(
+            q,
+            PASS,
+            f"loss scale between {_g(float(np.nanmin(v)))} and {_g(float(np.nanmax(v)))}, no sharp drop",
+        )
+
+    items.append(
+        _finding_or_measure(
+            fs,
+            {FindingKind.LOSS_SCALE_DROP, FindingKind.NAN_INF},
+            lo,
+            hi,
+            "loss-scale trouble",
+            ls,
+            q,
+            "loss scale not logged (bf16 or fp32 runs have none)",
+        )
+    )
 
     q = "Was the final checkpoint fully evaluated?"
     evals = [m for m in run_metrics(run) if m.startswith("eval/")]
@@ -307,7 +556,13 @@ def _late(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     else:
         last_eval = max(int(run_series(run, m).get_column("step").max()) for m in evals)  # type: ignore[arg-type]
         near = last_eval >= run.last_step - max(1, (run.last_step - run.first_step) // 20)
-        items.append(Item(q, PASS if near else FAIL, f"last evaluation ({len(evals)} metric(s)) at step {last_eval:,}; the run ends at step {run.last_step:,}"))
+        items.append(
+            Item(
+                q,
+                PASS if near else FAIL,
+                f"last evaluation ({len(evals)} metric(s)) at step {last_eval:,}; the run ends at step {run.last_step:,}",
+            )
+        )
     return items
 
 
@@ -320,8 +575,16 @@ def evaluate_checklists(run: Run, findings: list[Finding]) -> list[Phase]:
     phases.append(("late", f"Late (second half, steps {half:,}-{last:,})", half, last, _late))
     out = []
     for key, title, lo, hi, fn in phases:
-        if hi < lo or (key == "startup" and first > STARTUP_END) or (key == "middle" and half <= STARTUP_END):
-            reason = "the log starts after step 1,000" if key == "startup" else "the run is too short to have a middle phase (it ends before step 2,000)"
+        if (
+            hi < lo
+            or (key == "startup" and first > STARTUP_END)
+            or (key == "middle" and half <= STARTUP_END)
+        ):
+            reason = (
+                "the log starts after step 1,000"
+                if key == "startup"
+                else "the run is too short to have a middle phase (it ends before step 2,000)"
+            )
             probe = fn(run, [], 1, 0)  # questions only; every answer becomes not measurable
             out.append(Phase(key, title, lo, hi, [Item(i.question, NA, reason) for i in probe]))
             continue

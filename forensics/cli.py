@@ -12,7 +12,7 @@ import re
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.core import TyperGroup
@@ -22,6 +22,7 @@ from forensics.errors import ForensicsError
 if TYPE_CHECKING:
     from forensics.config import Config
     from forensics.diagnosis import Diagnosis
+
 
 class _Group(TyperGroup):
     """Maps the project's own errors to one stderr line and exit code 2, for every command."""
@@ -35,9 +36,13 @@ class _Group(TyperGroup):
         except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:
-            if os.environ.get("FORENSICS_DEBUG") or type(exc).__module__.startswith(("click", "typer")):
+            if os.environ.get("FORENSICS_DEBUG") or type(exc).__module__.startswith(
+                ("click", "typer")
+            ):
                 raise
-            _err(f"internal error: {type(exc).__name__}: {exc} (set FORENSICS_DEBUG=1 for the traceback)")
+            _err(
+                f"internal error: {type(exc).__name__}: {exc} (set FORENSICS_DEBUG=1 for the traceback)"
+            )
             raise typer.Exit(code=2) from None
 
 
@@ -83,13 +88,20 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Offline forensics for training logs: the vital signs the loss hides."""
 
 
 # ---------------------------------------------------------------------------- helpers
-def _config(config_file: Path | None, aliases: list[str], ignore: list[str], checkpoint_every: int | None) -> Config:
+def _config(
+    config_file: Path | None, aliases: list[str], ignore: list[str], checkpoint_every: int | None
+) -> Config:
     from forensics.config import _check_kinds, load, parse_alias
 
     cfg = load(explicit=config_file)
@@ -128,7 +140,9 @@ def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
         evidence = run_path if run_path.is_dir() else run_path.parent
         if _inside(target, evidence):
             if requested is not None:
-                raise ForensicsError(f"{requested}: refusing to write inside the run folder {evidence} (it is evidence); choose another path")
+                raise ForensicsError(
+                    f"{requested}: refusing to write inside the run folder {evidence} (it is evidence); choose another path"
+                )
             target = _cache_dir() / default_name
     return target
 
@@ -142,8 +156,16 @@ def _write(path: Path, text: str) -> None:
 
 
 def _emit(
-    diag: Diagnosis, *, out: Path | None, json_out: Path | None, fmt: OutputFormat, no_report: bool,
-    plotlyjs: PlotlyJs, redact: bool, name: str, print_json: bool = True,
+    diag: Diagnosis,
+    *,
+    out: Path | None,
+    json_out: Path | None,
+    fmt: OutputFormat,
+    no_report: bool,
+    plotlyjs: PlotlyJs,
+    redact: bool,
+    name: str,
+    print_json: bool = True,
 ) -> dict:
     run_path = Path(diag.run.path)
     doc = diag.to_document()
@@ -176,20 +198,68 @@ def _gate(verdicts: list[str], fail_on: str | None) -> None:
 # ---------------------------------------------------------------------------- commands
 @app.command()
 def analyze(
-    path: Annotated[Path, typer.Argument(help="A run folder or a single log file; the format is detected.")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML report path [default: reports/<run>.html].")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the findings document (JSON) here.")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="What to print on stdout.")] = OutputFormat.text,
-    fail_on: Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when the verdict is at or above this.")] = None,
-    ignore: Annotated[list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")] = [],  # noqa: B006
-    all_jobs: Annotated[bool, typer.Option("--all", help="PATH holds several jobs: analyze each into its own report.")] = False,
-    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
-    plotlyjs: Annotated[PlotlyJs, typer.Option("--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN (small file).")] = PlotlyJs.inline,
-    redact: Annotated[bool, typer.Option("--redact", help="Leave paths, host names and config values out of the report.")] = False,
-    checkpoint_every: Annotated[Optional[int], typer.Option("--checkpoint-every", min=1, help="Checkpoint interval for rollback advice when the log does not say [default: 500].")] = None,
-    alias: Annotated[list[str], typer.Option("--alias", help="Map a raw tag to a canonical vital sign: raw=canonical (repeatable).")] = [],  # noqa: B006
-    verify_crc: Annotated[bool, typer.Option("--verify-crc", help="Check TensorBoard record CRCs (needs the crc32c package).")] = False,
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="Read settings from this TOML file.")] = None,
+    path: Annotated[
+        Path, typer.Argument(help="A run folder or a single log file; the format is detected.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="HTML report path [default: reports/<run>.html]."),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the findings document (JSON) here.")
+    ] = None,
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", help="What to print on stdout.")
+    ] = OutputFormat.text,
+    fail_on: Annotated[
+        FailOn | None,
+        typer.Option("--fail-on", help="Exit 1 when the verdict is at or above this."),
+    ] = None,
+    ignore: Annotated[
+        list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")
+    ] = [],  # noqa: B006
+    all_jobs: Annotated[
+        bool,
+        typer.Option("--all", help="PATH holds several jobs: analyze each into its own report."),
+    ] = False,
+    no_report: Annotated[
+        bool, typer.Option("--no-report", help="Do not write the HTML report.")
+    ] = False,
+    plotlyjs: Annotated[
+        PlotlyJs,
+        typer.Option(
+            "--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN (small file)."
+        ),
+    ] = PlotlyJs.inline,
+    redact: Annotated[
+        bool,
+        typer.Option(
+            "--redact", help="Leave paths, host names and config values out of the report."
+        ),
+    ] = False,
+    checkpoint_every: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-every",
+            min=1,
+            help="Checkpoint interval for rollback advice when the log does not say [default: 500].",
+        ),
+    ] = None,
+    alias: Annotated[
+        list[str],
+        typer.Option(
+            "--alias", help="Map a raw tag to a canonical vital sign: raw=canonical (repeatable)."
+        ),
+    ] = [],  # noqa: B006
+    verify_crc: Annotated[
+        bool,
+        typer.Option(
+            "--verify-crc", help="Check TensorBoard record CRCs (needs the crc32c package)."
+        ),
+    ] = False,
+    config_file: Annotated[
+        Path | None, typer.Option("--config", help="Read settings from this TOML file.")
+    ] = None,
 ) -> None:
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
     from forensics.importers import discover_jobs, read_job
@@ -203,7 +273,9 @@ def analyze(
 
         raise MultipleJobsError(str(path), sorted(jobs))
     if all_jobs and len(jobs) > 1 and (out is not None or json_out is not None):
-        raise ForensicsError("--out and --json name one file; with --all each job's report and findings go to reports/<job>.html and .json")
+        raise ForensicsError(
+            "--out and --json name one file; with --all each job's report and findings go to reports/<job>.html and .json"
+        )
     verdicts: list[str] = []
     docs: list[dict] = []
     for job, sources in sorted(jobs.items()):
@@ -215,11 +287,24 @@ def analyze(
         if multi:
             jout = _place(None, f"{name}.json", Path(run.path))
             _err(f"== {job}")
-        docs.append(_emit(diag, out=out, json_out=jout, fmt=fmt, no_report=no_report, plotlyjs=plotlyjs,
-                          redact=redact, name=name, print_json=not multi))
+        docs.append(
+            _emit(
+                diag,
+                out=out,
+                json_out=jout,
+                fmt=fmt,
+                no_report=no_report,
+                plotlyjs=plotlyjs,
+                redact=redact,
+                name=name,
+                print_json=not multi,
+            )
+        )
         verdicts.append(diag.verdict)
     if fmt is OutputFormat.json and len(docs) > 1:
-        typer.echo(json.dumps(docs, indent=2, allow_nan=False))  # --all: one JSON array, a document per job
+        typer.echo(
+            json.dumps(docs, indent=2, allow_nan=False)
+        )  # --all: one JSON array, a document per job
     _gate(verdicts, fail_on.value if fail_on else cfg.fail_on)
 
 
@@ -243,7 +328,9 @@ def metrics(
         t.add_column(col)
     for row in table.iter_rows():
         t.add_row(*["" if v is None else str(v) for v in row])
-    Console(width=max(100, os.get_terminal_size(1).columns if sys.stdout.isatty() else 120)).print(t)
+    Console(width=max(100, os.get_terminal_size(1).columns if sys.stdout.isatty() else 120)).print(
+        t
+    )
 
 
 @app.command()
@@ -265,12 +352,27 @@ def export(
 
 @app.command()
 def compare(
-    paths: Annotated[list[Path], typer.Argument(help="Two or more run folders or log files; the first is the reference.")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML page [default: reports/compare-<a>-vs-<b>.html].")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="What to print on stdout.")] = OutputFormat.text,
-    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML page.")] = False,
-    plotlyjs: Annotated[PlotlyJs, typer.Option("--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN.")] = PlotlyJs.inline,
-    ignore: Annotated[list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")] = [],  # noqa: B006
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Two or more run folders or log files; the first is the reference."),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="HTML page [default: reports/compare-<a>-vs-<b>.html]."),
+    ] = None,
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", help="What to print on stdout.")
+    ] = OutputFormat.text,
+    no_report: Annotated[
+        bool, typer.Option("--no-report", help="Do not write the HTML page.")
+    ] = False,
+    plotlyjs: Annotated[
+        PlotlyJs,
+        typer.Option("--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN."),
+    ] = PlotlyJs.inline,
+    ignore: Annotated[
+        list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")
+    ] = [],  # noqa: B006
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """Put runs side by side: verdicts, vital signs, and where their losses part ways."""

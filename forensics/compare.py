@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.findings import Severity
-from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, LR, MEMORY, PARAM_NORM, THROUGHPUT, VAL_LOSS
+from forensics.schema import (
+    GRAD_NORM,
+    LOSS,
+    LOSS_SCALE,
+    LR,
+    MEMORY,
+    PARAM_NORM,
+    THROUGHPUT,
+    VAL_LOSS,
+)
 
 if TYPE_CHECKING:
     from forensics.config import Config
@@ -27,7 +36,9 @@ class Comparison:
 
     diagnoses: list[Diagnosis]
     labels: list[str]
-    vitals: dict[str, list[dict[str, float | int | None] | None]]  # metric -> per run: final, best, points
+    vitals: dict[
+        str, list[dict[str, float | int | None] | None]
+    ]  # metric -> per run: final, best, points
     part_ways: list[dict[str, Any] | None]  # per run (vs the first): where the loss curves separate
 
     def to_document(self) -> dict[str, Any]:
@@ -63,10 +74,20 @@ def _vital(run: Any, metric: str) -> dict[str, float | int | None] | None:
     y = s.get_column("value").to_numpy().astype(float)
     fin = y[np.isfinite(y)]
     if len(fin) == 0:
-        return {"final": None, "best": None, "points": len(y), "last_step": int(s.get_column("step")[-1])}
-    tail = fin[-max(1, len(fin) // 20):]  # the last 5% of points: the level the run ended at
+        return {
+            "final": None,
+            "best": None,
+            "points": len(y),
+            "last_step": int(s.get_column("step")[-1]),
+        }
+    tail = fin[-max(1, len(fin) // 20) :]  # the last 5% of points: the level the run ended at
     best = float(fin.max()) if metric in (THROUGHPUT,) else float(fin.min())
-    return {"final": float(np.median(tail)), "best": best, "points": len(y), "last_step": int(s.get_column("step")[-1])}
+    return {
+        "final": float(np.median(tail)),
+        "best": best,
+        "points": len(y),
+        "last_step": int(s.get_column("step")[-1]),
+    }
 
 
 def loss_parts_ways(ref: Any, other: Any) -> dict[str, Any] | None:
@@ -74,8 +95,14 @@ def loss_parts_ways(ref: Any, other: Any) -> dict[str, Any] | None:
     a, b = ref.series(LOSS), other.series(LOSS)
     if a.height < PART_WAYS_POINTS or b.height < 2:
         return None
-    xa, ya = a.get_column("step").to_numpy(), _smooth(a.get_column("value").to_numpy().astype(float))
-    xb, yb = b.get_column("step").to_numpy(), _smooth(b.get_column("value").to_numpy().astype(float))
+    xa, ya = (
+        a.get_column("step").to_numpy(),
+        _smooth(a.get_column("value").to_numpy().astype(float)),
+    )
+    xb, yb = (
+        b.get_column("step").to_numpy(),
+        _smooth(b.get_column("value").to_numpy().astype(float)),
+    )
     ok = np.isfinite(yb)
     if ok.sum() < 2:
         return None
@@ -93,7 +120,12 @@ def loss_parts_ways(ref: Any, other: Any) -> dict[str, Any] | None:
     if len(hits) == 0:
         return {"step": None, "common_steps": [int(lo), int(hi)], "final_rel_diff": final_rel}
     i = int(hits[0])
-    return {"step": int(x[i]), "rel_diff_at_step": float(rel[i]), "common_steps": [int(lo), int(hi)], "final_rel_diff": final_rel}
+    return {
+        "step": int(x[i]),
+        "rel_diff_at_step": float(rel[i]),
+        "common_steps": [int(lo), int(hi)],
+        "final_rel_diff": final_rel,
+    }
 
 
 def compare(paths: list[str | os.PathLike[str]], config: Config | None = None) -> Comparison:
@@ -137,17 +169,46 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
     t.add_row("verdict", *[d.verdict.upper() for d in cmp.diagnoses])
     t.add_row("format", *[d.run.format for d in cmp.diagnoses])
     t.add_row("steps", *[f"{d.run.first_step:,}-{d.run.last_step:,}" for d in cmp.diagnoses])
-    t.add_row("findings", *[", ".join(f"{n} {k}" for k, n in _counts(d).items() if n) or "none" for d in cmp.diagnoses])
+    t.add_row(
+        "findings",
+        *[
+            ", ".join(f"{n} {k}" for k, n in _counts(d).items() if n) or "none"
+            for d in cmp.diagnoses
+        ],
+    )
     for d_row in [
-        ("first alarm", [next((f"{f.kind.value} @ {f.start_step:,}" for f in d.findings if f.severity is not Severity.INFO), "-") for d in cmp.diagnoses]),
+        (
+            "first alarm",
+            [
+                next(
+                    (
+                        f"{f.kind.value} @ {f.start_step:,}"
+                        for f in d.findings
+                        if f.severity is not Severity.INFO
+                    ),
+                    "-",
+                )
+                for d in cmp.diagnoses
+            ],
+        ),
     ]:
         t.add_row(d_row[0], *d_row[1])
     for metric, per_run in cmp.vitals.items():
         t.add_row(f"{metric} (end)", *["-" if v is None else _num(v["final"]) for v in per_run])
-    t.add_row("loss parts ways", "reference", *[
-        "-" if p is None else (f"step {p['step']:,} ({p['rel_diff_at_step']:+.0%})" if p.get("step") is not None else "never (within 5%)")
-        for p in cmp.part_ways[1:]
-    ])
+    t.add_row(
+        "loss parts ways",
+        "reference",
+        *[
+            "-"
+            if p is None
+            else (
+                f"step {p['step']:,} ({p['rel_diff_at_step']:+.0%})"
+                if p.get("step") is not None
+                else "never (within 5%)"
+            )
+            for p in cmp.part_ways[1:]
+        ],
+    )
     console.print(t)
 
 
@@ -167,16 +228,38 @@ def render_compare_html(cmp: Comparison, *, plotlyjs: str = "inline") -> str:
             s = d.run.series(metric)
             if s.is_empty():
                 continue
-            x, y = downsample(s.get_column("step").to_numpy(), s.get_column("value").to_numpy().astype(float))
-            traces.append({"type": "scattergl" if len(x) > 2000 else "scatter", "mode": "lines", "name": esc(lab),
-                           "x": [int(v) for v in x], "y": _nums(y), "line": {"width": 1.2, "color": palette[i % len(palette)]}})
-        fig = {"data": traces, "layout": {"title": {"text": esc(metric)}, "height": 300, "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
-                                           "xaxis": {"title": {"text": "step"}}, "legend": {"orientation": "h"},
-                                           "yaxis": {"type": "log" if metric in (LOSS_SCALE, LR) else "linear"}}}
-        panels.append({"key": metric.replace("/", "_"), "title": metric, "json": Markup(figure_json(fig))})
+            x, y = downsample(
+                s.get_column("step").to_numpy(), s.get_column("value").to_numpy().astype(float)
+            )
+            traces.append(
+                {
+                    "type": "scattergl" if len(x) > 2000 else "scatter",
+                    "mode": "lines",
+                    "name": esc(lab),
+                    "x": [int(v) for v in x],
+                    "y": _nums(y),
+                    "line": {"width": 1.2, "color": palette[i % len(palette)]},
+                }
+            )
+        fig = {
+            "data": traces,
+            "layout": {
+                "title": {"text": esc(metric)},
+                "height": 300,
+                "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
+                "xaxis": {"title": {"text": "step"}},
+                "legend": {"orientation": "h"},
+                "yaxis": {"type": "log" if metric in (LOSS_SCALE, LR) else "linear"},
+            },
+        }
+        panels.append(
+            {"key": metric.replace("/", "_"), "title": metric, "json": Markup(figure_json(fig))}
+        )
     ctx = {
         "cmp": cmp,
-        "runs": list(zip(cmp.labels, cmp.diagnoses, [_counts(d) for d in cmp.diagnoses], cmp.part_ways)),
+        "runs": list(
+            zip(cmp.labels, cmp.diagnoses, [_counts(d) for d in cmp.diagnoses], cmp.part_ways)
+        ),
         "panels": panels,
         "LIGHTS": LIGHTS,
         "plotlyjs": plotlyjs,

@@ -43,7 +43,9 @@ def _check_kinds(kinds: list[str] | set[str], where: str) -> set[str]:
     known = {k.value for k in FindingKind}
     bad = [k for k in kinds if k not in known]
     if bad:
-        raise ConfigError(f"{where}: unknown finding kind(s) {', '.join(bad)}; known kinds: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"{where}: unknown finding kind(s) {', '.join(bad)}; known kinds: {', '.join(sorted(known))}"
+        )
     return set(kinds)
 
 
@@ -51,11 +53,15 @@ def from_mapping(data: dict[str, Any], where: str) -> Config:
     allowed = {"ignore", "fail_on", "checkpoint_every", "batch_size", "aliases", "detectors"}
     extra = set(data) - allowed
     if extra:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(extra))}; allowed: {', '.join(sorted(allowed))}")
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(sorted(extra))}; allowed: {', '.join(sorted(allowed))}"
+        )
     cfg = Config(source=where)
     ignore = data.get("ignore", [])
     if not isinstance(ignore, list) or not all(isinstance(k, str) for k in ignore):
-        raise ConfigError(f"{where}: ignore must be a list of finding kinds, e.g. ignore = [\"plateau\"]")
+        raise ConfigError(
+            f'{where}: ignore must be a list of finding kinds, e.g. ignore = ["plateau"]'
+        )
     cfg.ignore = _check_kinds(ignore, where)
     fail_on = data.get("fail_on")
     if fail_on is not None and fail_on not in FAIL_ON:

@@ -13,9 +13,23 @@ from typing import Any
 
 import numpy as np
 
-from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists, run_metrics, run_series
+from forensics.checklists import (
+    Coverage,
+    Phase,
+    coverage,
+    evaluate_checklists,
+    run_metrics,
+    run_series,
+)
 from forensics.findings import Finding, FindingKind, Severity, worst_severity
-from forensics.prescriptions import AREAS, STANDING_GUIDANCE, Check, Prescription, needs_action, prescribe
+from forensics.prescriptions import (
+    AREAS,
+    STANDING_GUIDANCE,
+    Check,
+    Prescription,
+    needs_action,
+    prescribe,
+)
 from forensics.prescriptions import TABLE as PRESCRIPTIONS
 from forensics.run import Run
 from forensics.schema import VAL_LOSS
@@ -25,14 +39,29 @@ SCHEMA_VERSION = 1
 DEFAULT_CHECKPOINT_EVERY = 500  # the article keeps a rollback checkpoint every 500 steps (4.3)
 
 # Config keys that carry the checkpoint interval in common trainers (HF, Megatron, torchtitan...).
-_INTERVAL_KEYS = ("save_steps", "save_interval", "checkpoint_every", "checkpoint_interval", "save_every", "ckpt_interval", "interval")
+_INTERVAL_KEYS = (
+    "save_steps",
+    "save_interval",
+    "checkpoint_every",
+    "checkpoint_interval",
+    "save_every",
+    "ckpt_interval",
+    "interval",
+)
 
 # Kinds that describe the training dynamics going wrong; an ongoing one makes the eve of a later
 # event unhealthy too. Infrastructure and evaluation findings do not move the rollback point.
 _DYNAMICS = {
-    FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE, FindingKind.DIVERGENCE, FindingKind.NAN_INF,
-    FindingKind.LOSS_SCALE_DROP, FindingKind.GRAD_NORM_DRIFT, FindingKind.PARAM_NORM_JUMP,
-    FindingKind.LAYER_GRAD_SHIFT, FindingKind.ACTIVATION_OUTLIER, FindingKind.PERIODIC_SPIKES,
+    FindingKind.LOSS_SPIKE,
+    FindingKind.GRAD_NORM_SPIKE,
+    FindingKind.DIVERGENCE,
+    FindingKind.NAN_INF,
+    FindingKind.LOSS_SCALE_DROP,
+    FindingKind.GRAD_NORM_DRIFT,
+    FindingKind.PARAM_NORM_JUMP,
+    FindingKind.LAYER_GRAD_SHIFT,
+    FindingKind.ACTIVATION_OUTLIER,
+    FindingKind.PERIODIC_SPIKES,
 }
 
 # Learning-rate cuts by situation (the article's numbers): (low, high) fraction removed.
@@ -47,7 +76,9 @@ class Rollback:
 
     finding: Finding
     rollback: bool  # False for first aid that keeps training (grad-norm drift)
-    onset_step: int  # onset of the episode (may precede the finding when trouble was already going on)
+    onset_step: (
+        int  # onset of the episode (may precede the finding when trouble was already going on)
+    )
     last_healthy_step: int | None
     checkpoint_step: int | None
     checkpoint_source: str
@@ -151,7 +182,9 @@ def verdict_of(findings: list[Finding]) -> str:
     return worst.value
 
 
-def diagnose(run: Run, findings: list[Finding], *, checkpoint_every: int | None = None) -> Diagnosis:
+def diagnose(
+    run: Run, findings: list[Finding], *, checkpoint_every: int | None = None
+) -> Diagnosis:
     """Turn findings into a verdict, prescriptions, a timeline, rollback advice and checklists.
 
     Args:
@@ -181,14 +214,21 @@ def _lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
     """(roll back?, cut range, wording) for findings that call for a rollback or first aid."""
     if f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE:
         return True, LR_CUT_RED_LIGHT, "10% lower (the red-light rule)"
-    if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") in ("pathological", "unresolved"):
+    if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") in (
+        "pathological",
+        "unresolved",
+    ):
         return True, LR_CUT_SPIKE, "20-50% lower"
     if f.kind == FindingKind.NAN_INF:
         return True, LR_CUT_RED_LIGHT, "10% lower once the cause is fixed"
     if f.kind == FindingKind.GRAD_NORM_DRIFT:
         return False, LR_CUT_DRIFT, "down to a third (first aid)"
     if f.kind == FindingKind.OVERFITTING:
-        return True, (0.0, 0.0), "unchanged: stop early from the best checkpoint (or lower it for any further epochs)"
+        return (
+            True,
+            (0.0, 0.0),
+            "unchanged: stop early from the best checkpoint (or lower it for any further epochs)",
+        )
     return None
 
 
@@ -237,7 +277,9 @@ def _checkpoint_before(run: Run, step: int, checkpoint_every: int | None) -> tup
     saved = run.metadata.get("checkpoints")
     if saved:
         ok = sorted(int(s) for s in saved if int(s) <= step)
-        listing = ", ".join(f"{int(s):,}" for s in sorted(saved)[:8]) + (" ..." if len(saved) > 8 else "")
+        listing = ", ".join(f"{int(s):,}" for s in sorted(saved)[:8]) + (
+            " ..." if len(saved) > 8 else ""
+        )
         if ok:
             return ok[-1], f"checkpoint folders found beside the log ({listing})"
         return None, f"no saved checkpoint precedes the onset (saved: {listing})"
@@ -246,9 +288,13 @@ def _checkpoint_before(run: Run, step: int, checkpoint_every: int | None) -> tup
         n, key = interval
         return (step // n) * n, f"the run's checkpoint interval ({key} = {n})"
     if checkpoint_every:
-        return (step // checkpoint_every) * checkpoint_every, f"--checkpoint-every {checkpoint_every}"
+        return (
+            step // checkpoint_every
+        ) * checkpoint_every, f"--checkpoint-every {checkpoint_every}"
     n = DEFAULT_CHECKPOINT_EVERY
-    return (step // n) * n, f"assuming a checkpoint every {n} steps (the article's habit; set --checkpoint-every)"
+    return (
+        step // n
+    ) * n, f"assuming a checkpoint every {n} steps (the article's habit; set --checkpoint-every)"
 
 
 def _value_at(run: Run, metric: str, step: int) -> float | None:
@@ -277,7 +323,9 @@ def _last_logged_before(run: Run, metric: str | None, step: int) -> int | None:
     return step - 1 if step > run.first_step else None
 
 
-def rollback_advice(run: Run, findings: list[Finding], *, checkpoint_every: int | None = None) -> list[Rollback]:
+def rollback_advice(
+    run: Run, findings: list[Finding], *, checkpoint_every: int | None = None
+) -> list[Rollback]:
     """Rollback and learning-rate advice for each pathological event.
 
     The episode's onset is the earliest actionable training-dynamics finding still going on
@@ -293,7 +341,11 @@ def rollback_advice(run: Run, findings: list[Finding], *, checkpoint_every: int 
         do_rollback, cut, cut_text = rule
         onset, cause = f.start_step, None
         for g in actionable:
-            if g is not f and g.start_step < onset and (g.end_step is None or g.end_step >= f.start_step):
+            if (
+                g is not f
+                and g.start_step < onset
+                and (g.end_step is None or g.end_step >= f.start_step)
+            ):
                 onset, cause = g.start_step, g
         healthy = _last_logged_before(run, f.metric if cause is None else cause.metric, onset)
         if f.kind == FindingKind.OVERFITTING:
@@ -301,14 +353,26 @@ def rollback_advice(run: Run, findings: list[Finding], *, checkpoint_every: int 
             # past the step the finding says the val loss turned up (a later noisy dip).
             best = _best_val_step(run, f.start_step)
             healthy = best if best is not None else healthy
-        ckpt, source = _checkpoint_before(run, healthy, checkpoint_every) if healthy is not None else (None, "the trouble starts at the first logged step")
+        ckpt, source = (
+            _checkpoint_before(run, healthy, checkpoint_every)
+            if healthy is not None
+            else (None, "the trouble starts at the first logged step")
+        )
         lr = _value_at(run, "lr", healthy if healthy is not None else onset)
         new_lr = (lr * (1 - cut[1]), lr * (1 - cut[0])) if lr is not None and cut[1] > 0 else None
         if f.kind == FindingKind.OVERFITTING:
-            why = "the lowest validation loss before it turned up" if healthy is not None else "no validation loss to pick the best step"
+            why = (
+                "the lowest validation loss before it turned up"
+                if healthy is not None
+                else "no validation loss to pick the best step"
+            )
         elif cause is not None:
-            why = f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
+            why = (
+                f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
+            )
         else:
             why = f"onset of the {f.kind.value} at step {f.start_step:,}"
-        out.append(Rollback(f, do_rollback, onset, healthy, ckpt, source, cut, cut_text, lr, new_lr, why))
+        out.append(
+            Rollback(f, do_rollback, onset, healthy, ckpt, source, cut, cut_text, lr, new_lr, why)
+        )
     return out

@@ -39,9 +39,10 @@ kind ``crash`` (critical): how a text log says the job ended.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any
 
 
 class Severity(StrEnum):
@@ -153,7 +154,7 @@ class Finding:
 
 
 def steps_text(n: int | float | None) -> str:
-    """"1 step", "12 steps": counts of steps in summaries."""
+    """ "1 step", "12 steps": counts of steps in summaries."""
     if n is None:
         return "? steps"
     n = int(n)

@@ -25,8 +25,17 @@ def metrics_table(run: Run) -> pl.DataFrame:
     analysis reads this tag for its canonical vital sign (when several tags map to one vital
     sign, the one with the most points is used; every per-layer tag is used).
     """
-    schema = {"tag": pl.Utf8, "metric": pl.Utf8, "layer": pl.Int32, "points": pl.UInt32, "first_step": pl.Int64,
-              "last_step": pl.Int64, "source": pl.Utf8, "x_kind": pl.Utf8, "used": pl.Boolean}
+    schema = {
+        "tag": pl.Utf8,
+        "metric": pl.Utf8,
+        "layer": pl.Int32,
+        "points": pl.UInt32,
+        "first_step": pl.Int64,
+        "last_step": pl.Int64,
+        "source": pl.Utf8,
+        "x_kind": pl.Utf8,
+        "used": pl.Boolean,
+    }
     f = run.frame
     if f.is_empty():
         return pl.DataFrame(schema=schema)
@@ -46,7 +55,11 @@ def metrics_table(run: Run) -> pl.DataFrame:
             pl.col("x_kind").first(),
         )
         .join(picked, on=["metric", "tag"], how="left")
-        .with_columns((pl.col("metric").is_in(list(PER_LAYER)) | pl.col("_picked")).fill_null(False).alias("used"))
+        .with_columns(
+            (pl.col("metric").is_in(list(PER_LAYER)) | pl.col("_picked"))
+            .fill_null(False)
+            .alias("used")
+        )
         .sort(["metric", "layer", "tag"], nulls_last=True)
     )
     return table.select([pl.col(c).cast(t) for c, t in schema.items()])
@@ -62,12 +75,16 @@ def export_run(run: Run, out: Path) -> Path:
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in EXPORT_SUFFIXES:
-        raise ConfigError(f"{out}: unknown export format {out.suffix or '(no suffix)'!r}; use .parquet or .csv")
+        raise ConfigError(
+            f"{out}: unknown export format {out.suffix or '(no suffix)'!r}; use .parquet or .csv"
+        )
     run_dir = Path(run.path).resolve()
     run_dir = run_dir if run_dir.is_dir() else run_dir.parent
     target = out.resolve()
     if target == run_dir or run_dir in target.parents:
-        raise ConfigError(f"{out}: inside the run folder {run_dir}; write the export somewhere else")
+        raise ConfigError(
+            f"{out}: inside the run folder {run_dir}; write the export somewhere else"
+        )
     frame = run.frame.select(pl.lit(run.name).alias("run"), pl.all())
     target.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".parquet":

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 def read_options(config: Config | None = None, verify_crc: bool = False) -> ReadOptions:
     config = config or Config()
-    return ReadOptions(verify_crc=verify_crc, aliases=dict(config.aliases), batch_size=config.batch_size)
+    return ReadOptions(
+        verify_crc=verify_crc, aliases=dict(config.aliases), batch_size=config.batch_size
+    )
 
 
 def analyze_run(run: Run, config: Config | None = None) -> Diagnosis:
@@ -29,7 +31,9 @@ def analyze_run(run: Run, config: Config | None = None) -> Diagnosis:
     return diagnose(run, findings, checkpoint_every=config.checkpoint_every)
 
 
-def analyze(path: str | os.PathLike[str], config: Config | None = None, *, verify_crc: bool = False) -> Diagnosis:
+def analyze(
+    path: str | os.PathLike[str], config: Config | None = None, *, verify_crc: bool = False
+) -> Diagnosis:
     """Read the run at ``path``, run every detector, and diagnose it.
 
     Example:

@@ -79,9 +79,18 @@ TABLE: dict[FindingKind, Prescription] = {
         "rate and use layer-wise learning-rate decay (start near 0.95 per layer); a beta2 "
         "closer to 0.98 makes Adam less jumpy.",
         (
-            _c("data", "Rule out the data: a drift is a trend, while a bad batch gives a spike that falls back."),
-            _c("optimizer", "Inspect Adam's exp_avg_sq spread and the parameter groups' learning rates."),
-            _c("layers", "Log per-layer gradient norms and see whether the shallow layers' share grows."),
+            _c(
+                "data",
+                "Rule out the data: a drift is a trend, while a bad batch gives a spike that falls back.",
+            ),
+            _c(
+                "optimizer",
+                "Inspect Adam's exp_avg_sq spread and the parameter groups' learning rates.",
+            ),
+            _c(
+                "layers",
+                "Log per-layer gradient norms and see whether the shallow layers' share grows.",
+            ),
         ),
         ROW_GRAD_DRIFT,
     ),
@@ -95,8 +104,14 @@ TABLE: dict[FindingKind, Prescription] = {
         "Slow the affected layers down: layer-wise learning-rate decay, or a separate group "
         "with a lower rate for the embedding, output head and shallow blocks.",
         (
-            _c("optimizer", "Compare parameter-group learning rates with the layers whose share grows."),
-            _c("layers", "Check the same layers' parameter norms: a faster-growing norm confirms it."),
+            _c(
+                "optimizer",
+                "Compare parameter-group learning rates with the layers whose share grows.",
+            ),
+            _c(
+                "layers",
+                "Check the same layers' parameter norms: a faster-growing norm confirms it.",
+            ),
         ),
         ROW_GRAD_DRIFT,
     ),
@@ -110,9 +125,18 @@ TABLE: dict[FindingKind, Prescription] = {
         ),
         _ROLLBACK_SPIKE,
         (
-            _c("data", "Look at the batches logged at the spike steps: lengths, sources, malformed records."),
-            _c("optimizer", "Compare the learning rate at the spike with the schedule (warm-up end, restarts)."),
-            _c("layers", "Pull per-layer activation maxima around the spike to find the layer that blew up."),
+            _c(
+                "data",
+                "Look at the batches logged at the spike steps: lengths, sources, malformed records.",
+            ),
+            _c(
+                "optimizer",
+                "Compare the learning rate at the spike with the schedule (warm-up end, restarts).",
+            ),
+            _c(
+                "layers",
+                "Pull per-layer activation maxima around the spike to find the layer that blew up.",
+            ),
         ),
         ROW_SPIKE,
         variants={
@@ -133,7 +157,10 @@ TABLE: dict[FindingKind, Prescription] = {
         "rate 10% lower (cut more if it diverges again); keep the data position.",
         (
             _c("data", "Check whether the onset coincides with a new data shard or source."),
-            _c("optimizer", "Compare the learning rate at the onset with the schedule; look for a missing warm-up after a resume."),
+            _c(
+                "optimizer",
+                "Compare the learning rate at the onset with the schedule; look for a missing warm-up after a resume.",
+            ),
             _c("layers", "Find the first layer whose activations or gradients left their range."),
         ),
         ROW_SPIKE,
@@ -148,9 +175,15 @@ TABLE: dict[FindingKind, Prescription] = {
         "Orange light: stop and look before resuming. Check the loss scale around the step, "
         "consider training in bf16, and find the layer with extreme activation values.",
         (
-            _c("data", "Check the batch at the first non-finite step for extreme lengths or weights."),
+            _c(
+                "data",
+                "Check the batch at the first non-finite step for extreme lengths or weights.",
+            ),
             _c("numerics", "Plot the loss scale around the step; check the precision mode."),
-            _c("layers", "Capture activation max/min per layer just before the step; a layer past about 1e4 is the suspect."),
+            _c(
+                "layers",
+                "Capture activation max/min per layer just before the step; a layer past about 1e4 is the suspect.",
+            ),
         ),
         ROW_NAN,
     ),
@@ -164,8 +197,14 @@ TABLE: dict[FindingKind, Prescription] = {
         "Check the loss scale history and the activation extremes at that step; if drops "
         "repeat, move to bf16 or tame the offending layer.",
         (
-            _c("data", "Check the batch at the drop for unusually long sequences or extreme weights."),
-            _c("numerics", "See whether the scale recovers or keeps falling over the following steps."),
+            _c(
+                "data",
+                "Check the batch at the drop for unusually long sequences or extreme weights.",
+            ),
+            _c(
+                "numerics",
+                "See whether the scale recovers or keeps falling over the following steps.",
+            ),
             _c("layers", "Capture per-layer activation max/min around the drop to find the layer."),
         ),
         ROW_NAN,
@@ -180,9 +219,15 @@ TABLE: dict[FindingKind, Prescription] = {
         "Stop early (keep the checkpoint with the best validation loss), add dropout or "
         "weight decay, and make sure the validation set is the version you think it is.",
         (
-            _c("data", "Confirm the validation set did not change (version, preprocessing) and shares no documents with training."),
+            _c(
+                "data",
+                "Confirm the validation set did not change (version, preprocessing) and shares no documents with training.",
+            ),
             _c("optimizer", "Consider a lower learning rate for the remaining epochs."),
-            _c("evaluation", "Check the validation set is large enough (thousands of samples) for a stable estimate."),
+            _c(
+                "evaluation",
+                "Check the validation set is large enough (thousands of samples) for a stable estimate.",
+            ),
         ),
         ROW_VAL,
     ),
@@ -193,7 +238,10 @@ TABLE: dict[FindingKind, Prescription] = {
         "Yellow light: act before the validation loss turns. Plan an early stop, add "
         "regularisation, or lower the learning rate; keep the checkpoint before the onset.",
         (
-            _c("data", "Check for duplicates between training and validation and for repeated epochs."),
+            _c(
+                "data",
+                "Check for duplicates between training and validation and for repeated epochs.",
+            ),
             _c("evaluation", "Confirm the validation set is unchanged across the run."),
         ),
         ROW_VAL,
@@ -202,10 +250,12 @@ TABLE: dict[FindingKind, Prescription] = {
         FindingKind.VAL_SHIFT,
         "Validation loss stepped to a new level while training loss was flat.",
         ("The validation data or its preprocessing changed; the model did not.",),
-        "Check the validation set's version and preprocessing before touching the training "
-        "recipe.",
+        "Check the validation set's version and preprocessing before touching the training recipe.",
         (
-            _c("data", "Diff the validation data and its preprocessing between the two sides of the step."),
+            _c(
+                "data",
+                "Diff the validation data and its preprocessing between the two sides of the step.",
+            ),
             _c("evaluation", "Re-evaluate an older checkpoint on today's validation set."),
         ),
         ROW_VAL,
@@ -218,7 +268,10 @@ TABLE: dict[FindingKind, Prescription] = {
         "bypasses the clip (clipping per micro-batch instead of on the summed gradient).",
         (
             _c("data", "Check the batch at the jump."),
-            _c("optimizer", "Verify where clipping happens relative to accumulation, and the clip threshold."),
+            _c(
+                "optimizer",
+                "Verify where clipping happens relative to accumulation, and the clip threshold.",
+            ),
             _c("layers", "See which layers' parameter norms jumped."),
         ),
         ROW_PARAM,
@@ -235,7 +288,9 @@ TABLE: dict[FindingKind, Prescription] = {
         "network utilisation around the drop.",
         (
             _c("data", "Check data-loader wait time per step; more workers or prefetching."),
-            _c("infrastructure", "Check GPU clocks and temperatures, and interconnect utilisation."),
+            _c(
+                "infrastructure", "Check GPU clocks and temperatures, and interconnect utilisation."
+            ),
         ),
         ROW_THROUGHPUT,
     ),
@@ -246,7 +301,10 @@ TABLE: dict[FindingKind, Prescription] = {
         "Usually no action; if spikes recur, find the batches behind them and fix the "
         "sampler or the data.",
         (
-            _c("data", "Match the spike steps to batch contents: extreme length mixes, noisy samples."),
+            _c(
+                "data",
+                "Match the spike steps to batch contents: extreme length mixes, noisy samples.",
+            ),
             _c("optimizer", "Check the clip threshold relative to the baseline gradient norm."),
         ),
         variants={
@@ -279,7 +337,10 @@ TABLE: dict[FindingKind, Prescription] = {
         "clip threshold, and inspect the inputs that produce the outliers.",
         (
             _c("data", "Find the sequences that produce the outliers."),
-            _c("layers", "Watch the layer's activation std and max across steps; a jump precedes NaNs."),
+            _c(
+                "layers",
+                "Watch the layer's activation std and max across steps; a jump precedes NaNs.",
+            ),
         ),
     ),
     FindingKind.EVAL_REGRESSION: Prescription(
@@ -328,7 +389,12 @@ TABLE: dict[FindingKind, Prescription] = {
         ("Allocator fragmentation, or tensors kept alive across steps (a leak).",),
         "Look for tensors accumulated across steps (losses kept without .item()), and try "
         "the allocator's expandable segments.",
-        (_c("infrastructure", "Compare allocated and reserved memory to tell fragmentation from a leak."),),
+        (
+            _c(
+                "infrastructure",
+                "Compare allocated and reserved memory to tell fragmentation from a leak.",
+            ),
+        ),
     ),
     FindingKind.RESTART: Prescription(
         FindingKind.RESTART,
@@ -336,7 +402,12 @@ TABLE: dict[FindingKind, Prescription] = {
         ("A crash, preemption or manual resume.",),
         "Check that the resume loaded the intended checkpoint and restored the data "
         "position; the analysis keeps the later segment.",
-        (_c("data", "Confirm the data loader resumed where it stopped rather than from the start."),),
+        (
+            _c(
+                "data",
+                "Confirm the data loader resumed where it stopped rather than from the start.",
+            ),
+        ),
     ),
     FindingKind.TRUNCATED_LOG: Prescription(
         FindingKind.TRUNCATED_LOG,
@@ -367,7 +438,10 @@ STANDING_GUIDANCE: tuple[Prescription, ...] = (
         "Step outside training monitoring: revisit the benchmarks against the goal, compare "
         "the data mix with real usage, and check for conflicting gradients between tasks.",
         (
-            _c("data", "Compare the training data's mix (languages, domains, tasks) with the deployment's."),
+            _c(
+                "data",
+                "Compare the training data's mix (languages, domains, tasks) with the deployment's.",
+            ),
             _c("evaluation", "Check that the benchmarks measure what the model is meant to do."),
         ),
         ROW_QUALITY,

@@ -9,7 +9,14 @@ from typing import Any
 import polars as pl
 
 from forensics.findings import Finding
-from forensics.schema import ACT_ABSMAX, COLUMNS, GRAD_NORM_LAYER, PARAM_NORM_LAYER, PER_LAYER, empty_frame
+from forensics.schema import (
+    ACT_ABSMAX,
+    COLUMNS,
+    GRAD_NORM_LAYER,
+    PARAM_NORM_LAYER,
+    PER_LAYER,
+    empty_frame,
+)
 
 
 @dataclass
@@ -40,7 +47,9 @@ class Run:
     _view: pl.DataFrame | None = field(default=None, repr=False)
     _metrics: dict[str, str] | None = field(default=None, repr=False)
     _parts: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
-    _cached_for: int | None = field(default=None, repr=False)  # id() of the frame the caches describe
+    _cached_for: int | None = field(
+        default=None, repr=False
+    )  # id() of the frame the caches describe
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -55,7 +64,12 @@ class Run:
         Sorted by (metric, layer, tag, step).
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
-            self._view, self._metrics, self._parts, self._cached_for = None, None, None, id(self.frame)
+            self._view, self._metrics, self._parts, self._cached_for = (
+                None,
+                None,
+                None,
+                id(self.frame),
+            )
         if self._view is None:
             self._view = analysis_view(self.frame)
         return self._view
@@ -72,13 +86,17 @@ class Run:
         if layer is not None:
             sub = sub.filter(pl.col("layer") == layer)
         if sub.is_empty():
-            return pl.DataFrame(schema={"step": pl.Int64, "value": pl.Float64, "wall_time": pl.Float64})
+            return pl.DataFrame(
+                schema={"step": pl.Int64, "value": pl.Float64, "wall_time": pl.Float64}
+            )
         if layer is None and metric not in PER_LAYER:
             tag = self.metrics().get(metric)
             sub = sub.filter(pl.col("tag") == tag)
         if layer is not None and sub.get_column("tag").n_unique() > 1:
             agg = _LAYER_COMBINE.get(metric, pl.col("value").mean())
-            return sub.group_by("step").agg(agg.alias("value"), pl.col("wall_time").max()).sort("step")
+            return (
+                sub.group_by("step").agg(agg.alias("value"), pl.col("wall_time").max()).sort("step")
+            )
         return (
             sub.group_by("step", maintain_order=True)
             .agg(pl.col("value").last(), pl.col("wall_time").last())
@@ -89,7 +107,10 @@ class Run:
         v = self.view()
         if self._parts is None:
             self._parts = {
-                k[0]: part for k, part in v.filter(pl.col("metric").is_not_null()).partition_by("metric", as_dict=True).items()
+                k[0]: part
+                for k, part in v.filter(pl.col("metric").is_not_null())
+                .partition_by("metric", as_dict=True)
+                .items()
             }
         return self._parts.get(metric, v.clear())
 

@@ -68,61 +68,155 @@ def normalize_tag(tag: str) -> str:
 
 _ALIASES: dict[str, list[str]] = {
     LOSS: [
-        "loss", "train/loss", "train_loss", "training_loss", "lm loss", "lm_loss", "Loss/train",
-        "loss/train", "loss/train/total", "Train/Samples/train_loss",
-        "reduced_train_loss", "loss_metrics/global_avg_loss", "train/CrossEntropyLoss",
-        "learning/loss", "batch_loss", "train_loss_step", "train/loss_step",
-        "epoch_loss", "train/epoch_loss", "train/batch_loss",  # Keras (train/ sub-run)
+        "loss",
+        "train/loss",
+        "train_loss",
+        "training_loss",
+        "lm loss",
+        "lm_loss",
+        "Loss/train",
+        "loss/train",
+        "loss/train/total",
+        "Train/Samples/train_loss",
+        "reduced_train_loss",
+        "loss_metrics/global_avg_loss",
+        "train/CrossEntropyLoss",
+        "learning/loss",
+        "batch_loss",
+        "train_loss_step",
+        "train/loss_step",
+        "epoch_loss",
+        "train/epoch_loss",
+        "train/batch_loss",  # Keras (train/ sub-run)
         # Not "train/train_loss": HF's callbacks write it once, the mean over the whole run.
     ],
     VAL_LOSS: [
-        "val_loss", "val/loss", "eval_loss", "eval/loss", "valid_loss", "valid/loss",
-        "validation_loss", "validation loss", "validation/loss", "validation_metrics/loss",
-        "Loss/val", "loss/val", "lm loss validation", "eval/avg_loss", "val_loss_epoch",
-        "metrics/eval/LanguageCrossEntropy", "lm loss value", "validation/epoch_loss",
-        "val/epoch_loss", "Loss/validation", "loss/validation", "loss/valid",
+        "val_loss",
+        "val/loss",
+        "eval_loss",
+        "eval/loss",
+        "valid_loss",
+        "valid/loss",
+        "validation_loss",
+        "validation loss",
+        "validation/loss",
+        "validation_metrics/loss",
+        "Loss/val",
+        "loss/val",
+        "lm loss validation",
+        "eval/avg_loss",
+        "val_loss_epoch",
+        "metrics/eval/LanguageCrossEntropy",
+        "lm loss value",
+        "validation/epoch_loss",
+        "val/epoch_loss",
+        "Loss/validation",
+        "loss/validation",
+        "loss/valid",
     ],
     GRAD_NORM: [
-        "grad_norm", "gnorm", "grad-norm", "grad norm", "gradient_norm", "gradient norm",
-        "train/grad_norm", "optim/grad_norm", "optim/total_grad_norm", "total_grad_norm",
-        "learning/raw_grad_norm", "l2_norm/grad/global", "grad_2.0_norm_total",
-        "train/gnorm", "grad_norm/total", "grad/norm/total", "train/gradient_norm",
+        "grad_norm",
+        "gnorm",
+        "grad-norm",
+        "grad norm",
+        "gradient_norm",
+        "gradient norm",
+        "train/grad_norm",
+        "optim/grad_norm",
+        "optim/total_grad_norm",
+        "total_grad_norm",
+        "learning/raw_grad_norm",
+        "l2_norm/grad/global",
+        "grad_2.0_norm_total",
+        "train/gnorm",
+        "grad_norm/total",
+        "grad/norm/total",
+        "train/gradient_norm",
     ],
     GRAD_NORM_CLIPPED: ["learning/grad_norm", "grad_norm_clipped", "clipped_grad_norm"],
     PARAM_NORM: [
-        "param_norm", "params-norm", "params norm", "parameter_norm", "weight_norm",
-        "optim/weight_norm", "learning/param_norm", "l2_norm/param/global",
-        "param_2.0_norm_total", "params/norm/total", "train/param_norm", "param_norm/total",
+        "param_norm",
+        "params-norm",
+        "params norm",
+        "parameter_norm",
+        "weight_norm",
+        "optim/weight_norm",
+        "learning/param_norm",
+        "l2_norm/param/global",
+        "param_2.0_norm_total",
+        "params/norm/total",
+        "train/param_norm",
+        "param_norm/total",
     ],
     LR: [
-        "lr", "learning_rate", "learning-rate", "learning rate", "train/lr",
-        "train/learning_rate", "optim/learning_rate", "optim/learning_rate_group0",
-        "learning/current_learning_rate", "Train/Samples/lr", "epoch_learning_rate",
+        "lr",
+        "learning_rate",
+        "learning-rate",
+        "learning rate",
+        "train/lr",
+        "train/learning_rate",
+        "optim/learning_rate",
+        "optim/learning_rate_group0",
+        "learning/current_learning_rate",
+        "Train/Samples/lr",
+        "epoch_learning_rate",
         "train/epoch_learning_rate",
     ],
     LOSS_SCALE: [
-        "loss_scale", "loss-scale", "loss scale", "scaler", "grad_scale",
-        "Train/Samples/loss_scale", "optim/loss_scale", "train/loss_scale",
+        "loss_scale",
+        "loss-scale",
+        "loss scale",
+        "scaler",
+        "grad_scale",
+        "Train/Samples/loss_scale",
+        "optim/loss_scale",
+        "train/loss_scale",
     ],
     THROUGHPUT: [
-        "tokens/s", "tok/s", "tokens_per_sec", "tokens_per_second",
-        "throughput/tokens_per_sec", "throughput/tokens_per_second",
-        "throughput/device/tokens_per_second", "throughput(tps)", "tps", "wps",
-        "tokens_per_second_per_gpu", "perf/per_device_tokens_per_sec", "train/tokens_per_sec",
-        "train/tokens_per_second", "train/throughput",
+        "tokens/s",
+        "tok/s",
+        "tokens_per_sec",
+        "tokens_per_second",
+        "throughput/tokens_per_sec",
+        "throughput/tokens_per_second",
+        "throughput/device/tokens_per_second",
+        "throughput(tps)",
+        "tps",
+        "wps",
+        "tokens_per_second_per_gpu",
+        "perf/per_device_tokens_per_sec",
+        "train/tokens_per_sec",
+        "train/tokens_per_second",
+        "train/throughput",
     ],
     MEMORY: [
-        "memory", "memory/max_reserved(GiB)", "memory/max_active(GiB)",
-        "memory/peak_allocated_mem", "memory/current_allocated_gigabytes",
-        "mem-allocated-bytes", "mem-reserved-bytes", "peak_memory_alloc",
-        "peak_memory_reserved", "peak_memory_gb", "System/Peak GPU Memory (MB)",
-        "memory/rss_mb", "train/memory", "mem_mb", "mem-max-allocated-bytes",
+        "memory",
+        "memory/max_reserved(GiB)",
+        "memory/max_active(GiB)",
+        "memory/peak_allocated_mem",
+        "memory/current_allocated_gigabytes",
+        "mem-allocated-bytes",
+        "mem-reserved-bytes",
+        "peak_memory_alloc",
+        "peak_memory_reserved",
+        "peak_memory_gb",
+        "System/Peak GPU Memory (MB)",
+        "memory/rss_mb",
+        "train/memory",
+        "mem_mb",
+        "mem-max-allocated-bytes",
         "system.gpu.0.memoryAllocated",
     ],
     STEP_TIME: [
-        "elapsed time per iteration (ms)", "iteration-time", "time_metrics/end_to_end(s)",
-        "perf/step_time_seconds", "throughput/duration", "train_step_timing in s",
-        "step_time", "train/step_time", "train_step_timing",
+        "elapsed time per iteration (ms)",
+        "iteration-time",
+        "time_metrics/end_to_end(s)",
+        "perf/step_time_seconds",
+        "throughput/duration",
+        "train_step_timing in s",
+        "step_time",
+        "train/step_time",
+        "train_step_timing",
     ],
     EPOCH: ["epoch", "train/epoch", "trainer/epoch"],
 }
@@ -137,10 +231,16 @@ _SOURCE_ALIASES: dict[str, dict[str, str | None]] = {
     # Text logs (forensics/importers/text): llm.c's terse keys, DeepSpeed's loss-scale events,
     # MLPerf's gpt3 eval_accuracy (a log-perplexity) and timings that are not eval scores.
     "text_logs": {
-        "trl": LOSS, "tel": VAL_LOSS, "norm": GRAD_NORM, "overflow": OVERFLOW,
-        "loss_scale_reduced_to": LOSS_SCALE, "loss_scale_increased_to": LOSS_SCALE,
-        "eval_accuracy (log perplexity)": VAL_LOSS, "eval_train_loss": None,
-        "validation_step_timing": None, "validation_epoch_timing": None,
+        "trl": LOSS,
+        "tel": VAL_LOSS,
+        "norm": GRAD_NORM,
+        "overflow": OVERFLOW,
+        "loss_scale_reduced_to": LOSS_SCALE,
+        "loss_scale_increased_to": LOSS_SCALE,
+        "eval_accuracy (log perplexity)": VAL_LOSS,
+        "eval_train_loss": None,
+        "validation_step_timing": None,
+        "validation_epoch_timing": None,
     },
 }
 
@@ -157,7 +257,9 @@ _REGEX_ALIASES: list[tuple[re.Pattern[str], str]] = [
 
 # Where a layer index sits in a parameter path: model.layers.3.mlp, transformer.h.3.attn,
 # transformer.blocks.3.att_proj, decoder.layers.3, layer_3, block3, Levanter's stacked.3.
-_LAYER_INDEX = re.compile(r"(?:^|(?<=[._/\-]))(?:layers?|blocks?|h|stacked)[._/\-]?(?P<layer>\d+)(?=$|[._/\-])", re.I)
+_LAYER_INDEX = re.compile(
+    r"(?:^|(?<=[._/\-]))(?:layers?|blocks?|h|stacked)[._/\-]?(?P<layer>\d+)(?=$|[._/\-])", re.I
+)
 # A per-parameter statistic that is not a norm (OLMo's .min/.max/.avg, histogram stats).
 _STAT_SUFFIX = re.compile(r"[._/](?:min|max|mean|avg|std|absmax)$", re.I)
 _ACT_STAT = r"(?P<stat>mean|std|absmax|max_abs|amax)"
@@ -168,14 +270,20 @@ _LAYER_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^l2_norm/grad/(?P<p>.+)$", re.I), GRAD_NORM_LAYER),  # Composer, NeMo
     (re.compile(r"^optim/grad/(?P<p>.+)\.norm$", re.I), GRAD_NORM_LAYER),  # OLMo
     (re.compile(r"^grad/norm/(?P<p>.+)$", re.I), GRAD_NORM_LAYER),  # Levanter watch
-    (re.compile(r"^grad_(?:[\d.]+|inf)_norm[/_.](?P<p>.+)$", re.I), GRAD_NORM_LAYER),  # Lightning grad_norm()
+    (
+        re.compile(r"^grad_(?:[\d.]+|inf)_norm[/_.](?P<p>.+)$", re.I),
+        GRAD_NORM_LAYER,
+    ),  # Lightning grad_norm()
     (re.compile(r"^grad(?:ient)?s?/(?P<p>.+)/norm$", re.I), GRAD_NORM_LAYER),  # gradient histograms
     (re.compile(r"^grad_norms?[/_.](?P<p>.+)$", re.I), GRAD_NORM_LAYER),
     (re.compile(r"^(?P<p>.+)[/_.]grad_norm$", re.I), GRAD_NORM_LAYER),
     (re.compile(r"^l2_norm/param/(?P<p>.+)$", re.I), PARAM_NORM_LAYER),
     (re.compile(r"^optim/param/(?P<p>.+)\.norm$", re.I), PARAM_NORM_LAYER),
     (re.compile(r"^params?/norm/(?P<p>.+)$", re.I), PARAM_NORM_LAYER),
-    (re.compile(r"^(?:parameters|params|weights)/(?P<p>.+)/norm$", re.I), PARAM_NORM_LAYER),  # histograms
+    (
+        re.compile(r"^(?:parameters|params|weights)/(?P<p>.+)/norm$", re.I),
+        PARAM_NORM_LAYER,
+    ),  # histograms
     (re.compile(r"^(?:param|weight)_norms?[/_.](?P<p>.+)$", re.I), PARAM_NORM_LAYER),
     (re.compile(r"^(?P<p>.+)[/_.](?:param|weight)_norm$", re.I), PARAM_NORM_LAYER),
 ]
@@ -184,7 +292,13 @@ _ACT_PATTERNS: list[re.Pattern[str]] = [
     re.compile(rf"^{_ACT}[/_.](?P<p>.+)[/_.]{_ACT_STAT}$", re.I),  # act/layers.3/mean, histograms
     re.compile(rf"^(?P<p>.+)[/_.]{_ACT}[/_.]{_ACT_STAT}$", re.I),  # layers.3/act/std
 ]
-_ACT_CANON = {"mean": ACT_MEAN, "std": ACT_STD, "absmax": ACT_ABSMAX, "max_abs": ACT_ABSMAX, "amax": ACT_ABSMAX}
+_ACT_CANON = {
+    "mean": ACT_MEAN,
+    "std": ACT_STD,
+    "absmax": ACT_ABSMAX,
+    "max_abs": ACT_ABSMAX,
+    "amax": ACT_ABSMAX,
+}
 
 # Eval metrics: a benchmark or accuracy-like score. Direction matters for regressions.
 _EVAL_PATTERN = re.compile(
@@ -209,8 +323,19 @@ FLAGS: dict[str, str] = {
 
 # Every canonical name a user alias may target (plus any "eval/<name>").
 KNOWN_METRICS = (
-    LOSS, VAL_LOSS, GRAD_NORM, GRAD_NORM_CLIPPED, PARAM_NORM, LR, LOSS_SCALE, THROUGHPUT, STEP_TIME,
-    MEMORY, EPOCH, OVERFLOW, *PER_LAYER,
+    LOSS,
+    VAL_LOSS,
+    GRAD_NORM,
+    GRAD_NORM_CLIPPED,
+    PARAM_NORM,
+    LR,
+    LOSS_SCALE,
+    THROUGHPUT,
+    STEP_TIME,
+    MEMORY,
+    EPOCH,
+    OVERFLOW,
+    *PER_LAYER,
 )
 
 
@@ -233,8 +358,12 @@ def check_aliases(aliases: dict[str, str]) -> None:
     """Raise ConfigError for a user alias whose target is not a canonical vital sign."""
     from forensics.errors import ConfigError
 
-    bad = [f"{raw}={canon}" for raw, canon in aliases.items()
-           if canon not in KNOWN_METRICS and not (canon.startswith(EVAL_PREFIX) and len(canon) > len(EVAL_PREFIX))]
+    bad = [
+        f"{raw}={canon}"
+        for raw, canon in aliases.items()
+        if canon not in KNOWN_METRICS
+        and not (canon.startswith(EVAL_PREFIX) and len(canon) > len(EVAL_PREFIX))
+    ]
     if bad:
         raise ConfigError(
             f"alias {', '.join(bad)}: unknown canonical name; use one of {', '.join(KNOWN_METRICS)} or eval/<name>"
@@ -242,7 +371,9 @@ def check_aliases(aliases: dict[str, str]) -> None:
 
 
 @lru_cache(maxsize=8192)
-def canonicalize(tag: str, source: str | None = None, extra: tuple[tuple[str, str], ...] = ()) -> tuple[str | None, int | None]:
+def canonicalize(
+    tag: str, source: str | None = None, extra: tuple[tuple[str, str], ...] = ()
+) -> tuple[str | None, int | None]:
     """Map a raw tag to ``(canonical metric, layer index)``; ``(None, None)`` if unknown.
 
     Order: user aliases -> source-scoped aliases -> exact aliases (after normalisation, and
@@ -286,7 +417,9 @@ def lower_is_better(metric: str) -> bool:
     return bool(LOWER_IS_BETTER.search(metric))
 
 
-def add_canonical(frame: pl.DataFrame, source: str | None = None, aliases: dict[str, str] | None = None) -> pl.DataFrame:
+def add_canonical(
+    frame: pl.DataFrame, source: str | None = None, aliases: dict[str, str] | None = None
+) -> pl.DataFrame:
     """Fill ``metric`` and ``layer`` from ``tag`` (vectorised over unique tags)."""
     extra = tuple(sorted((aliases or {}).items()))
     tags = frame.get_column("tag").unique().to_list()
@@ -299,7 +432,9 @@ def add_canonical(frame: pl.DataFrame, source: str | None = None, aliases: dict[
         },
         schema={"tag": pl.Utf8, "metric": pl.Utf8, "layer": pl.Int32},
     )
-    return frame.drop("metric", "layer", strict=False).join(lut, on="tag", how="left").select(COLUMNS)
+    return (
+        frame.drop("metric", "layer", strict=False).join(lut, on="tag", how="left").select(COLUMNS)
+    )
 
 
 def conform(frame: pl.DataFrame) -> pl.DataFrame:

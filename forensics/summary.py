@@ -22,7 +22,9 @@ TOP_N = 5
 _NOTES_FIRST = {"loss_spike", "restart", "truncated_log", "crash", "plateau", "loss_scale_drop"}
 
 
-def print_summary(diagnosis: Diagnosis, *, report_path: Path | None = None, console: Console | None = None) -> None:
+def print_summary(
+    diagnosis: Diagnosis, *, report_path: Path | None = None, console: Console | None = None
+) -> None:
     """Print the verdict, the most severe findings with their steps, and the report's location."""
     from rich.console import Console
     from rich.markup import escape
@@ -54,9 +56,14 @@ def print_summary(diagnosis: Diagnosis, *, report_path: Path | None = None, cons
         table.add_column("steps", justify="right")
         table.add_column("what happened", overflow="fold")
         for f in shown:
-            steps = f"{f.start_step:,}" + (f"-{f.end_step:,}" if f.end_step is not None and f.end_step != f.start_step else "")
+            steps = f"{f.start_step:,}" + (
+                f"-{f.end_step:,}" if f.end_step is not None and f.end_step != f.start_step else ""
+            )
             table.add_row(
-                f"[{LIGHTS[f.severity.value][1]}]{f.severity.value}[/]", f.kind.value, steps, escape(f.summary)
+                f"[{LIGHTS[f.severity.value][1]}]{f.severity.value}[/]",
+                f.kind.value,
+                steps,
+                escape(f.summary),
             )
         console.print(table)
         if len(ranked) > TOP_N:

@@ -73,7 +73,9 @@ class Timeline:
         if not self.movers:
             return "No vital sign left its normal range."
         head = self.movers[0]
-        text = f"The {head.label} moved first (onset at step {head.step:,}, {head.finding.kind.value})"
+        text = (
+            f"The {head.label} moved first (onset at step {head.step:,}, {head.finding.kind.value})"
+        )
         if len(self.movers) == 1:
             return text + "."
         parts = []

@@ -62,7 +62,9 @@ def install() -> None:
     """Install Debian's chromium package (needs root and the network)."""
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "chromium"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "chromium"], check=True, env=env, stdout=subprocess.DEVNULL
+    )
 
 
 class _RootAttrs(HTMLParser):
@@ -91,11 +93,19 @@ def _run(browser: str, args: list[str], timeout: float) -> subprocess.CompletedP
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def check_report(report: Path, screenshot: Path | None = None, *, browser: str | None = None, timeout: float = 120.0) -> dict[str, object]:
+def check_report(
+    report: Path,
+    screenshot: Path | None = None,
+    *,
+    browser: str | None = None,
+    timeout: float = 120.0,
+) -> dict[str, object]:
     """Load one report; return what was seen (``ok`` is the verdict)."""
     browser = browser or find_browser()
     if browser is None:
-        raise FileNotFoundError("no chromium found; install it with: apt-get update && apt-get install -y chromium")
+        raise FileNotFoundError(
+            "no chromium found; install it with: apt-get update && apt-get install -y chromium"
+        )
     url = report.resolve().as_uri()
     proc = _run(browser, ["--enable-logging=stderr", "--v=0", "--dump-dom", url], timeout)
     parser = _RootAttrs()
@@ -115,11 +125,22 @@ def check_report(report: Path, screenshot: Path | None = None, *, browser: str |
         "returncode": proc.returncode,
     }
     if screenshot is not None:
-        shot = _run(browser, ["--window-size=1280,2400", f"--screenshot={screenshot.resolve()}", url], timeout)
-        result["screenshot"] = str(screenshot) if screenshot.exists() else f"failed: {shot.stderr[-300:]}"
+        shot = _run(
+            browser,
+            ["--window-size=1280,2400", f"--screenshot={screenshot.resolve()}", url],
+            timeout,
+        )
+        result["screenshot"] = (
+            str(screenshot) if screenshot.exists() else f"failed: {shot.stderr[-300:]}"
+        )
     result["ok"] = bool(
-        proc.returncode == 0 and parser.charts > 0 and total == parser.charts and rendered == total
-        and parser.plotted == total and not errors and not console
+        proc.returncode == 0
+        and parser.charts > 0
+        and total == parser.charts
+        and rendered == total
+        and parser.plotted == total
+        and not errors
+        and not console
     )
     return result
 
@@ -127,13 +148,20 @@ def check_report(report: Path, screenshot: Path | None = None, *, browser: str |
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("reports", nargs="+", type=Path)
-    ap.add_argument("--screenshot", type=Path, help="PNG of the first report (first screenful of 1280x2400)")
-    ap.add_argument("--install", action="store_true", help="apt-get install chromium when it is missing")
+    ap.add_argument(
+        "--screenshot", type=Path, help="PNG of the first report (first screenful of 1280x2400)"
+    )
+    ap.add_argument(
+        "--install", action="store_true", help="apt-get install chromium when it is missing"
+    )
     ns = ap.parse_args(argv)
     if find_browser() is None and ns.install:
         install()
     if find_browser() is None:
-        print("browser_check: no chromium on PATH; apt-get update && apt-get install -y chromium", file=sys.stderr)
+        print(
+            "browser_check: no chromium on PATH; apt-get update && apt-get install -y chromium",
+            file=sys.stderr,
+        )
         return 2
     ok = True
     for i, rep in enumerate(ns.reports):

@@ -24,7 +24,9 @@ _KIND = re.compile(r"``([a-z_]+)``")
 def _modules() -> list[str]:
     from forensics.detectors import REGISTRY
 
-    return ["forensics.findings"] + [f"forensics.detectors.{v.split(':')[0]}" for v in REGISTRY.values()]
+    return ["forensics.findings"] + [
+        f"forensics.detectors.{v.split(':')[0]}" for v in REGISTRY.values()
+    ]
 
 
 def collect() -> dict[str, list[tuple[str, str]]]:
@@ -58,7 +60,9 @@ def collect() -> dict[str, list[tuple[str, str]]]:
                 if kind == "loss_spike":  # rows marked *gn* belong to grad_norm_spike only
                     out.setdefault("loss_spike", []).extend(r for r in rows if "*gn*" not in r[1])
                     out.setdefault("grad_norm_spike", []).extend(
-                        (k, m.replace("*gn*: ", "").replace("*gn*", "")) for k, m in rows if not m.startswith("loss only")
+                        (k, m.replace("*gn*: ", "").replace("*gn*", ""))
+                        for k, m in rows
+                        if not m.startswith("loss only")
                     )
                 else:
                     out.setdefault(kind, []).extend(rows)

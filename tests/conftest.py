@@ -23,8 +23,15 @@ def shared_path(*parts: str) -> Path:
     return p
 
 
-def write_tb_run(logdir: Path, n: int = 600, spike_at: int | None = 300, nan_at: int | None = None, seed: int = 0,
-                 tag_prefix: str = "train/", suffix: str = "") -> Path:
+def write_tb_run(
+    logdir: Path,
+    n: int = 600,
+    spike_at: int | None = 300,
+    nan_at: int | None = None,
+    seed: int = 0,
+    tag_prefix: str = "train/",
+    suffix: str = "",
+) -> Path:
     """A TensorBoard run written by tensorboardX: a falling noisy loss, grad norm, lr; optional spike/NaN."""
     from tensorboardX import SummaryWriter
 

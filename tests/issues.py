@@ -6,7 +6,9 @@ the issue that delivers the capability removes the marker.
 
 import pytest
 
-SKELETON = "Walking skeleton: `forensics analyze` end to end, the findings contract, README set-up and CI"
+SKELETON = (
+    "Walking skeleton: `forensics analyze` end to end, the findings contract, README set-up and CI"
+)
 SAMPLE_RUNS = "sample_runs/: real small training runs with every pathology the article describes"
 IMPORTERS_I = "Importers I: TensorBoard (fast, restart-aware), JSONL, HF trainer_state.json, Lightning CSV, one vocabulary of vital signs"
 IMPORTERS_II = "Importers II: W&B exports and the text logs big-model trainers actually have"

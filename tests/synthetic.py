@@ -16,14 +16,27 @@ from forensics.run import Run
 from forensics.schema import add_canonical, conform
 
 
-def long_frame(series: dict[str, tuple[np.ndarray, np.ndarray]], source: str = "synthetic") -> pl.DataFrame:
+def long_frame(
+    series: dict[str, tuple[np.ndarray, np.ndarray]], source: str = "synthetic"
+) -> pl.DataFrame:
     """Build a canonical frame from {tag: (steps, values)}; tags are mapped through the alias table."""
     parts = []
     for tag, (steps, values) in series.items():
-        parts.append(pl.DataFrame({"step": np.asarray(steps, dtype=np.int64), "value": np.asarray(values, dtype=np.float64)}).with_columns(pl.lit(tag).alias("tag")))
+        parts.append(
+            pl.DataFrame(
+                {
+                    "step": np.asarray(steps, dtype=np.int64),
+                    "value": np.asarray(values, dtype=np.float64),
+                }
+            ).with_columns(pl.lit(tag).alias("tag"))
+        )
     f = pl.concat(parts).with_columns(
-        pl.lit(source).alias("source"), pl.lit("synthetic").alias("file"), pl.lit(0).alias("file_idx"),
-        pl.int_range(pl.len()).alias("record_idx"), pl.lit("step").alias("x_kind"), pl.lit(0).alias("segment"),
+        pl.lit(source).alias("source"),
+        pl.lit("synthetic").alias("file"),
+        pl.lit(0).alias("file_idx"),
+        pl.int_range(pl.len()).alias("record_idx"),
+        pl.lit("step").alias("x_kind"),
+        pl.lit(0).alias("segment"),
         (pl.col("step").cast(pl.Float64) * 0.5 + 1.7e9).alias("wall_time"),
     )
     return add_canonical(conform(f))
@@ -33,7 +46,9 @@ def run_from_frame(frame: pl.DataFrame, name: str = "synthetic") -> Run:
     return Run(name=name, path=Path("/nonexistent") / name, format="synthetic", frame=frame)
 
 
-def healthy_loss(n: int = 3000, seed: int = 0, every: int = 1, noise: float = 0.02) -> tuple[np.ndarray, np.ndarray]:
+def healthy_loss(
+    n: int = 3000, seed: int = 0, every: int = 1, noise: float = 0.02
+) -> tuple[np.ndarray, np.ndarray]:
     """A falling, noisy pre-training loss curve: fast drop at the start, then a slow power law."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
@@ -41,7 +56,9 @@ def healthy_loss(n: int = 3000, seed: int = 0, every: int = 1, noise: float = 0.
     return steps, base * np.exp(rng.normal(0.0, noise, len(steps)))
 
 
-def healthy_grad_norm(n: int = 3000, seed: int = 1, every: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def healthy_grad_norm(
+    n: int = 3000, seed: int = 1, every: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
     base = 0.6 + 2.0 * np.exp(-steps / 150.0)
@@ -53,7 +70,13 @@ def healthy_grad_norm(n: int = 3000, seed: int = 1, every: int = 1) -> tuple[np.
 # ---------------------------------------------------------------------------------------
 
 
-def _warmup_cosine_lr(steps: np.ndarray, peak: float = 6e-4, warmup: int = 300, total: int | None = None, floor: float = 0.0) -> np.ndarray:
+def _warmup_cosine_lr(
+    steps: np.ndarray,
+    peak: float = 6e-4,
+    warmup: int = 300,
+    total: int | None = None,
+    floor: float = 0.0,
+) -> np.ndarray:
     total = int(steps[-1]) + 1 if total is None else total
     w = np.minimum(1.0, (steps + 1) / warmup)
     prog = np.clip((steps - warmup) / max(1, total - warmup), 0.0, 1.0)
@@ -65,7 +88,9 @@ def _constant_lr(steps: np.ndarray, peak: float = 3e-4, warmup: int = 300) -> np
     return peak * np.minimum(1.0, (steps + 1) / warmup)
 
 
-def trend_healthy(n: int = 10000, every: int = 10, seed: int = 0, val_every: int = 500) -> tuple[pl.DataFrame, dict]:
+def trend_healthy(
+    n: int = 10000, every: int = 10, seed: int = 0, val_every: int = 500
+) -> tuple[pl.DataFrame, dict]:
     """A healthy pre-training run: falling loss and val loss, flat grad norm, steady param-norm growth."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
@@ -80,20 +105,33 @@ def trend_healthy(n: int = 10000, every: int = 10, seed: int = 0, val_every: int
         "param_norm": (steps, pn),
         "lr": (steps, _warmup_cosine_lr(steps, total=n, floor=0.1)),
         "tokens_per_sec": (steps, 50000 * np.exp(rng.normal(0, 0.03, len(steps)))),
-        "memory/max_reserved(GiB)": (steps, 30.0 - 8.0 * np.exp(-steps / 200.0) + rng.normal(0, 0.02, len(steps))),
+        "memory/max_reserved(GiB)": (
+            steps,
+            30.0 - 8.0 * np.exp(-steps / 200.0) + rng.normal(0, 0.02, len(steps)),
+        ),
         "val/loss": (vs, val),
     }
     return long_frame(series), {}
 
 
 def trend_grad_norm_drift(
-    n: int = 10000, onset: int = 6500, base: float = 0.8, end: float = 2.5, every: int = 10, seed: int = 0,
-    loss_rises: bool = False, spikes: int = 5,
+    n: int = 10000,
+    onset: int = 6500,
+    base: float = 0.8,
+    end: float = 2.5,
+    every: int = 10,
+    seed: int = 0,
+    loss_rises: bool = False,
+    spikes: int = 5,
 ) -> tuple[pl.DataFrame, dict]:
     """The article's case: grad norm flat near ``base`` then climbing to ``end`` from ``onset``; loss falls smoothly."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
-    level = base + 1.5 * np.exp(-steps / 100.0) + np.where(steps > onset, (end - base) * (steps - onset) / (n - onset), 0.0)
+    level = (
+        base
+        + 1.5 * np.exp(-steps / 100.0)
+        + np.where(steps > onset, (end - base) * (steps - onset) / (n - onset), 0.0)
+    )
     gn = level * np.exp(rng.normal(0, 0.06, len(steps)))
     spike_at = rng.choice(len(steps), spikes, replace=False)
     gn[spike_at] *= 8.0  # isolated spikes must not count as drift
@@ -109,12 +147,21 @@ def trend_grad_norm_drift(
 
 
 def trend_eval_regression(
-    n: int = 10000, best: int = 6000, drop: float = 3.0, every: int = 10, eval_every: int = 500, seed: int = 0,
-    name: str = "eval/benchmark", lower_better: bool = False, with_drift: bool = False,
+    n: int = 10000,
+    best: int = 6000,
+    drop: float = 3.0,
+    every: int = 10,
+    eval_every: int = 500,
+    seed: int = 0,
+    name: str = "eval/benchmark",
+    lower_better: bool = False,
+    with_drift: bool = False,
 ) -> tuple[pl.DataFrame, dict]:
     """A benchmark that improves until ``best`` then loses ``drop`` points by the end, while the loss keeps falling."""
     rng = np.random.default_rng(seed)
-    frame, _ = trend_grad_norm_drift(n=n, onset=best + 500 if with_drift else n * 10, every=every, seed=seed, spikes=0)
+    frame, _ = trend_grad_norm_drift(
+        n=n, onset=best + 500 if with_drift else n * 10, every=every, seed=seed, spikes=0
+    )
     es = np.arange(eval_every, n + 1, eval_every)
     score = 40.0 + 15.0 * (1 - np.exp(-es / 2500.0))
     at_best = 40.0 + 15.0 * (1 - np.exp(-best / 2500.0))
@@ -127,7 +174,12 @@ def trend_eval_regression(
 
 
 def trend_param_norm(
-    n: int = 8000, every: int = 10, jump_at: int | None = 5000, jump: float = 0.08, growth: float = 0.3, seed: int = 0,
+    n: int = 8000,
+    every: int = 10,
+    jump_at: int | None = 5000,
+    jump: float = 0.08,
+    growth: float = 0.3,
+    seed: int = 0,
 ) -> tuple[pl.DataFrame, dict]:
     """Param norm growing slowly (``growth`` over the run) with an optional abrupt ``jump`` (fraction) at ``jump_at``."""
     rng = np.random.default_rng(seed)
@@ -136,13 +188,24 @@ def trend_param_norm(
     if jump_at is not None:
         pn = pn * np.where(steps >= jump_at, 1 + jump, 1.0)
     pn = pn * (1 + rng.normal(0, 2e-4, len(steps)))
-    series = {"loss": healthy_loss(n, seed, every)[0:2], "param_norm": (steps, pn), "lr": (steps, _constant_lr(steps))}
+    series = {
+        "loss": healthy_loss(n, seed, every)[0:2],
+        "param_norm": (steps, pn),
+        "lr": (steps, _constant_lr(steps)),
+    }
     return long_frame(series), {"jump_at": jump_at, "jump": jump}
 
 
 def trend_layer_shift(
-    n: int = 10000, n_layers: int = 12, group: tuple[int, ...] = (0, 1, 2, 3), before: float = 0.08, after: float = 0.20,
-    onset: int = 5000, every: int = 500, seed: int = 0, shift: bool = True,
+    n: int = 10000,
+    n_layers: int = 12,
+    group: tuple[int, ...] = (0, 1, 2, 3),
+    before: float = 0.08,
+    after: float = 0.20,
+    onset: int = 5000,
+    every: int = 500,
+    seed: int = 0,
+    shift: bool = True,
 ) -> tuple[pl.DataFrame, dict]:
     """Per-layer grad norms whose ``group`` share of the squared total goes from ``before`` to ``after`` from ``onset``."""
     rng = np.random.default_rng(seed)
@@ -163,8 +226,14 @@ def trend_layer_shift(
 
 
 def trend_activations(
-    n: int = 6000, every: int = 100, n_layers: int = 6, absmax_layer: int | None = 3, absmax_at: int = 4000,
-    std_layer: int | None = None, std_at: int = 3000, seed: int = 0,
+    n: int = 6000,
+    every: int = 100,
+    n_layers: int = 6,
+    absmax_layer: int | None = 3,
+    absmax_at: int = 4000,
+    std_layer: int | None = None,
+    std_at: int = 3000,
+    seed: int = 0,
 ) -> tuple[pl.DataFrame, dict]:
     """Per-layer activation stats; optional absmax blow-up past 1e4 and an optional std jump."""
     rng = np.random.default_rng(seed)
@@ -180,12 +249,23 @@ def trend_activations(
         series[f"act/absmax/layers.{i}"] = (steps, amax)
         series[f"act/std/layers.{i}"] = (steps, std)
     series["loss"] = healthy_loss(n, seed, 10)
-    return long_frame(series), {"absmax_layer": absmax_layer, "absmax_at": absmax_at, "std_layer": std_layer, "std_at": std_at}
+    return long_frame(series), {
+        "absmax_layer": absmax_layer,
+        "absmax_at": absmax_at,
+        "std_layer": std_layer,
+        "std_at": std_at,
+    }
 
 
 def trend_train_val(
-    case: str = "overfit", n: int = 12000, every: int = 10, val_every: int = 250, onset: int = 7000, seed: int = 0,
-    steps_per_epoch: int | None = None, ramp: int = 3000,
+    case: str = "overfit",
+    n: int = 12000,
+    every: int = 10,
+    val_every: int = 250,
+    onset: int = 7000,
+    seed: int = 0,
+    steps_per_epoch: int | None = None,
+    ramp: int = 3000,
 ) -> tuple[pl.DataFrame, dict]:
     """Train and val loss for ``case`` in {healthy, overfit, accelerate, val_shift}; onset is the injected change.
 
@@ -204,9 +284,17 @@ def trend_train_val(
         train = 1.5 + 2.0 / (1.0 + steps / 500.0) ** 0.6
         val_base = 1.55 + 2.0 / (1.0 + vs / 500.0) ** 0.6
         if case == "overfit":
-            val = val_base + np.where(vs > onset, 1.2e-4 * (vs - onset) + 4e-9 * (vs - onset) ** 2, 0.0)
+            val = val_base + np.where(
+                vs > onset, 1.2e-4 * (vs - onset) + 4e-9 * (vs - onset) ** 2, 0.0
+            )
             # turn val up: the falling base is cancelled and more beyond onset
-            val = np.where(vs > onset, (1.55 + 2.0 / (1.0 + onset / 500.0) ** 0.6) + 6e-5 * (vs - onset) + 6e-9 * (vs - onset) ** 2, val)
+            val = np.where(
+                vs > onset,
+                (1.55 + 2.0 / (1.0 + onset / 500.0) ** 0.6)
+                + 6e-5 * (vs - onset)
+                + 6e-9 * (vs - onset) ** 2,
+                val,
+            )
         elif case == "accelerate":
             # train starts memorising: it falls faster from onset while val keeps falling slowly
             train = train - np.where(steps > onset, 4.0e-9 * (steps - onset) ** 2, 0.0)
@@ -224,7 +312,10 @@ def trend_train_val(
 
 
 def trend_plateau(
-    n: int = 12000, every: int = 10, case: str = "stuck", seed: int = 0,
+    n: int = 12000,
+    every: int = 10,
+    case: str = "stuck",
+    seed: int = 0,
 ) -> tuple[pl.DataFrame, dict]:
     """Loss shapes for the plateau check: ``stuck`` (flat from the start at a constant LR),
     ``cosine_end`` (learning, then flat while the cosine LR decays to ~0), ``learning`` (healthy)."""
@@ -246,8 +337,15 @@ def trend_plateau(
 
 
 def trend_infra(
-    n: int = 6000, every: int = 10, drop: tuple[int, int] | None = (3000, 3600), drop_frac: float = 0.45,
-    stall_at: int | None = None, stall_seconds: float = 3600.0, leak: float = 0.0, use_step_time: bool = False, seed: int = 0,
+    n: int = 6000,
+    every: int = 10,
+    drop: tuple[int, int] | None = (3000, 3600),
+    drop_frac: float = 0.45,
+    stall_at: int | None = None,
+    stall_seconds: float = 3600.0,
+    leak: float = 0.0,
+    use_step_time: bool = False,
+    seed: int = 0,
 ) -> tuple[pl.DataFrame, dict]:
     """Throughput (or step time), memory and wall times: optional throughput drop window, a stall, a memory leak.
 
@@ -258,7 +356,12 @@ def trend_infra(
     tps = 40000.0 * np.exp(rng.normal(0, 0.03, len(steps)))
     if drop is not None:
         tps = np.where((steps >= drop[0]) & (steps < drop[1]), tps * (1 - drop_frac), tps)
-    mem = 20.0 - 4.0 * np.exp(-steps / 100.0) + leak * np.maximum(0, steps - 500) / 1000.0 + rng.normal(0, 0.01, len(steps))
+    mem = (
+        20.0
+        - 4.0 * np.exp(-steps / 100.0)
+        + leak * np.maximum(0, steps - 500) / 1000.0
+        + rng.normal(0, 0.01, len(steps))
+    )
     series = {"loss": healthy_loss(n, seed, every), "memory": (steps, mem)}
     if use_step_time:
         series["step_time"] = (steps, 4096 * 8 / tps)
@@ -267,14 +370,24 @@ def trend_infra(
     frame = long_frame(series)
     if stall_at is not None:
         frame = frame.with_columns(
-            (pl.col("wall_time") + pl.when(pl.col("step") >= stall_at).then(stall_seconds).otherwise(0.0)).alias("wall_time")
+            (
+                pl.col("wall_time")
+                + pl.when(pl.col("step") >= stall_at).then(stall_seconds).otherwise(0.0)
+            ).alias("wall_time")
         )
     return frame, {"drop": drop, "drop_frac": drop_frac, "stall_at": stall_at, "leak": leak}
 
 
 # -- spikes, NaN, divergence, loss scale (spike forensics) ----------------------------------------
-def spike_factor(steps: np.ndarray, at: int, height: float, *, width: int = 1, tau: float = 0.0,
-                 shift: float = 0.0) -> np.ndarray:
+def spike_factor(
+    steps: np.ndarray,
+    at: int,
+    height: float,
+    *,
+    width: int = 1,
+    tau: float = 0.0,
+    shift: float = 0.0,
+) -> np.ndarray:
     """Multiplicative spike: x(1 + height) for ``width`` steps from ``at``, then an exponential
     return with time constant ``tau`` steps towards a level ``shift`` away from the trend."""
     t = np.asarray(steps, dtype=float)
@@ -289,8 +402,14 @@ def spike_factor(steps: np.ndarray, at: int, height: float, *, width: int = 1, t
     return f
 
 
-def spiky_loss(n: int = 3000, *, spikes: list[dict] | None = None, seed: int = 0, every: int = 1,
-               noise: float = 0.02) -> tuple[tuple[np.ndarray, np.ndarray], list[dict]]:
+def spiky_loss(
+    n: int = 3000,
+    *,
+    spikes: list[dict] | None = None,
+    seed: int = 0,
+    every: int = 1,
+    noise: float = 0.02,
+) -> tuple[tuple[np.ndarray, np.ndarray], list[dict]]:
     """healthy_loss with spikes injected; each spike dict is spike_factor's keyword arguments plus
     ``at``. Returns ((steps, values), truth) where truth lists the injected spikes."""
     steps, values = healthy_loss(n, seed=seed, every=every, noise=noise)
@@ -301,6 +420,8 @@ def spiky_loss(n: int = 3000, *, spikes: list[dict] | None = None, seed: int = 0
     return (steps, values), truth
 
 
-def excerpt(steps: np.ndarray, values: np.ndarray, start: int, lines: int) -> tuple[np.ndarray, np.ndarray]:
+def excerpt(
+    steps: np.ndarray, values: np.ndarray, start: int, lines: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``lines`` consecutive logged points from index ``start`` (a log excerpt from mid-training)."""
     return steps[start : start + lines], values[start : start + lines]

@@ -19,12 +19,16 @@ pytestmark = pytest.mark.browser
 
 
 def _checker():
-    spec = importlib.util.spec_from_file_location("browser_check", ROOT / "scripts" / "browser_check.py")
+    spec = importlib.util.spec_from_file_location(
+        "browser_check", ROOT / "scripts" / "browser_check.py"
+    )
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     if mod.find_browser() is None:
-        pytest.skip("no chromium on PATH; install it with: apt-get update && apt-get install -y chromium")
+        pytest.skip(
+            "no chromium on PATH; install it with: apt-get update && apt-get install -y chromium"
+        )
     return mod
 
 
@@ -53,14 +57,18 @@ def test_hostile_names_stay_inert_in_chromium(tmp_path: Path) -> None:
     page = tmp_path / "evil.html"
     page.write_text(render_html(diagnose(run, fs)), encoding="utf-8")
     res = bc.check_report(page)
-    assert res["ok"] is True, res  # an executed alert() would be a console/page event or break rendering
+    assert res["ok"] is True, (
+        res
+    )  # an executed alert() would be a console/page event or break rendering
 
 
 def test_checker_catches_a_broken_page(tmp_path: Path) -> None:
     """The check itself fails on a page that throws, so a pass means something."""
     bc = _checker()
     run, fs = full_run(1200)
-    text = render_html(diagnose(run, fs)).replace("</body>", "<script>throw new Error('boom')</script></body>")
+    text = render_html(diagnose(run, fs)).replace(
+        "</body>", "<script>throw new Error('boom')</script></body>"
+    )
     page = tmp_path / "broken.html"
     page.write_text(text, encoding="utf-8")
     res = bc.check_report(page)

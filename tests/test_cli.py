@@ -10,9 +10,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import snapshot, write_tb_run
 from typer.testing import CliRunner
 
-from conftest import snapshot, write_tb_run
 from forensics.cli import app
 
 runner = CliRunner()
@@ -65,16 +65,33 @@ def test_json_file_and_fail_on(tmp_path: Path, workdir: Path, findings_schema: d
     """--json writes the document; --fail-on warning exits 1 on a run whose loss turns NaN."""
     run = write_tb_run(tmp_path / "nanrun", spike_at=None, nan_at=400)
     out = tmp_path / "out" / "f.json"
-    res = runner.invoke(app, ["analyze", str(run), "--json", str(out), "--no-report", "--fail-on", "warning"])
+    res = runner.invoke(
+        app, ["analyze", str(run), "--json", str(out), "--no-report", "--fail-on", "warning"]
+    )
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, findings_schema)
     assert doc["verdict"] in ("critical", "fatal")
     assert res.exit_code == 1
-    ok = runner.invoke(app, ["analyze", str(run), "--no-report", "--fail-on", "fatal", "--ignore", "nan_inf", "--ignore", "divergence"])
+    ok = runner.invoke(
+        app,
+        [
+            "analyze",
+            str(run),
+            "--no-report",
+            "--fail-on",
+            "fatal",
+            "--ignore",
+            "nan_inf",
+            "--ignore",
+            "divergence",
+        ],
+    )
     assert ok.exit_code == 0, ok.output
 
 
-def test_report_never_lands_in_run_folder(spike_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_never_lands_in_run_folder(
+    spike_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Run from inside the run folder: the report goes to the user cache folder instead."""
     monkeypatch.chdir(spike_run)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -136,12 +153,14 @@ def test_several_jobs_are_listed_then_all(tmp_path: Path, workdir: Path) -> None
 def test_config_ignore_from_pyproject(tmp_path: Path, workdir: Path) -> None:
     """[tool.forensics] ignore in the current folder's pyproject.toml drops that kind; a bad key is exit 2."""
     run = write_tb_run(tmp_path / "r", n=300, spike_at=None, nan_at=200)
-    (workdir / "pyproject.toml").write_text('[tool.forensics]\nignore = ["nan_inf", "divergence", "loss_spike", "grad_norm_spike"]\n')
+    (workdir / "pyproject.toml").write_text(
+        '[tool.forensics]\nignore = ["nan_inf", "divergence", "loss_spike", "grad_norm_spike"]\n'
+    )
     res = runner.invoke(app, ["analyze", str(run), "--format", "json", "--no-report"])
     assert res.exit_code == 0, res.output
     kinds = {f["kind"] for f in json.loads(res.stdout)["findings"]}
     assert not kinds & {"nan_inf", "divergence", "loss_spike", "grad_norm_spike"}
-    (workdir / "pyproject.toml").write_text('[tool.forensics]\nfrobnicate = 1\n')
+    (workdir / "pyproject.toml").write_text("[tool.forensics]\nfrobnicate = 1\n")
     res = runner.invoke(app, ["analyze", str(run)])
     assert res.exit_code == 2 and "frobnicate" in res.stderr
 
@@ -149,12 +168,33 @@ def test_config_ignore_from_pyproject(tmp_path: Path, workdir: Path) -> None:
 def test_real_subprocess(spike_run: Path, tmp_path: Path) -> None:
     """The installed entry point, as a user runs it: python -m forensics and exit codes."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    res = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(spike_run), "--format", "json", "--no-report"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forensics",
+            "analyze",
+            str(spike_run),
+            "--format",
+            "json",
+            "--no-report",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["schema_version"] == 1
-    res = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(tmp_path / "nope")],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "forensics", "analyze", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 
 
@@ -170,14 +210,27 @@ def test_metrics_export_and_alias(tmp_path: Path, workdir: Path) -> None:
     w.close()
     res = runner.invoke(app, ["metrics", str(run)])
     assert res.exit_code == 0 and "my/strange_objective" in res.stdout
-    res = runner.invoke(app, ["analyze", str(run), "--format", "json", "--no-report", "--alias", "my/strange_objective=loss"])
+    res = runner.invoke(
+        app,
+        [
+            "analyze",
+            str(run),
+            "--format",
+            "json",
+            "--no-report",
+            "--alias",
+            "my/strange_objective=loss",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["run"]["metrics"] == {"loss": "my/strange_objective"}
     out = tmp_path / "frame.parquet"
     res = runner.invoke(app, ["export", str(run), "--to", str(out)])
     assert res.exit_code == 0, res.output
     frame = pl.read_parquet(out)
-    assert frame.height == 100 and {"step", "tag", "metric", "value", "segment"} <= set(frame.columns)
+    assert frame.height == 100 and {"step", "tag", "metric", "value", "segment"} <= set(
+        frame.columns
+    )
     bad = runner.invoke(app, ["analyze", str(run), "--alias", "x=not_a_vital"])
     assert bad.exit_code == 2 and "not_a_vital" in bad.stderr
 
@@ -217,7 +270,18 @@ def test_all_on_a_folder_of_text_logs(workdir: Path) -> None:
 def test_report_options_reach_the_page(spike_run: Path, workdir: Path) -> None:
     """--plotlyjs cdn makes a small page that loads plotly.js by URL; --redact leaves the run's path out."""
     full = runner.invoke(app, ["analyze", str(spike_run), "--out", str(workdir / "full.html")])
-    small = runner.invoke(app, ["analyze", str(spike_run), "--out", str(workdir / "small.html"), "--plotlyjs", "cdn", "--redact"])
+    small = runner.invoke(
+        app,
+        [
+            "analyze",
+            str(spike_run),
+            "--out",
+            str(workdir / "small.html"),
+            "--plotlyjs",
+            "cdn",
+            "--redact",
+        ],
+    )
     assert full.exit_code == 0 and small.exit_code == 0, small.output
     f, s = (workdir / "full.html").read_text(), (workdir / "small.html").read_text()
     assert len(s) < len(f) / 3 and "cdn.plot.ly" in s

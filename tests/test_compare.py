@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import snapshot, write_tb_run
+from synthetic import long_frame, run_from_frame
 from typer.testing import CliRunner
 
-from conftest import snapshot, write_tb_run
 from forensics.cli import app
 from forensics.compare import loss_parts_ways
-from synthetic import long_frame, run_from_frame
 
 runner = CliRunner()
 

@@ -6,10 +6,10 @@ import inspect
 
 import numpy as np
 import pytest
+from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame
 
 from forensics.detectors import REGISTRY, load
 from forensics.findings import Finding, Severity
-from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame
 
 NAMES = sorted(REGISTRY)
 
@@ -66,8 +66,14 @@ def test_quiet_on_a_healthy_run(name: str) -> None:
     [
         {},
         {"train/loss": (np.arange(1), np.array([2.0]))},
-        {"train/loss": (np.arange(50), np.full(50, 3.0)), "train/grad_norm": (np.arange(50), np.full(50, 1.0))},
-        {"train/loss": (np.arange(50), np.where(np.arange(50) % 7 == 0, np.nan, 2.0)), "val/loss": (np.arange(0, 50, 10), np.full(5, np.inf))},
+        {
+            "train/loss": (np.arange(50), np.full(50, 3.0)),
+            "train/grad_norm": (np.arange(50), np.full(50, 1.0)),
+        },
+        {
+            "train/loss": (np.arange(50), np.where(np.arange(50) % 7 == 0, np.nan, 2.0)),
+            "val/loss": (np.arange(0, 50, 10), np.full(5, np.inf)),
+        },
     ],
     ids=["nothing", "one-point", "constant", "nan-inf"],
 )

@@ -28,12 +28,27 @@ def _run(n: int = 3000, every: int = 1, lr: float | None = 3e-4, extra: dict | N
 
 
 def _spike(step: int, cls: str = "pathological", sev: str = "critical") -> Finding:
-    return Finding("loss_spike", sev, "loss", step, f"spike at {step}", peak_step=step + 2, end_step=step + 20, measures={"classification": cls, "height": 2.5})
+    return Finding(
+        "loss_spike",
+        sev,
+        "loss",
+        step,
+        f"spike at {step}",
+        peak_step=step + 2,
+        end_step=step + 20,
+        measures={"classification": cls, "height": 2.5},
+    )
 
 
 @pytest.mark.parametrize(
     "severities, verdict",
-    [([], "healthy"), (["info"], "healthy"), (["info", "warning"], "warning"), (["warning", "critical"], "critical"), (["critical", "fatal", "info"], "fatal")],
+    [
+        ([], "healthy"),
+        (["info"], "healthy"),
+        (["info", "warning"], "warning"),
+        (["warning", "critical"], "critical"),
+        (["critical", "fatal", "info"], "fatal"),
+    ],
 )
 def test_verdict_is_the_worst_light(severities: list[str], verdict: str) -> None:
     """The verdict is the highest severity, healthy when nothing is above info."""
@@ -45,7 +60,11 @@ def test_verdict_is_the_worst_light(severities: list[str], verdict: str) -> None
 def test_document_follows_schema_version_1() -> None:
     """to_document has the contract's keys in order, keeps step order, and is strict JSON."""
     run = _run()
-    fs = [Finding("grad_norm_drift", "warning", "grad_norm", 500, "climb"), _spike(1200, "physiological", "info"), _spike(2000)]
+    fs = [
+        Finding("grad_norm_drift", "warning", "grad_norm", 500, "climb"),
+        _spike(1200, "physiological", "info"),
+        _spike(2000),
+    ]
     doc = diagnose(run, fs).to_document()
     assert list(doc) == ["schema_version", "run", "verdict", "findings"]
     assert doc["schema_version"] == 1
@@ -65,7 +84,11 @@ def test_document_follows_schema_version_1() -> None:
 
 def test_ranked_puts_the_worst_first() -> None:
     """The report's order: severity first, then onset."""
-    fs = [Finding("plateau", "warning", "loss", 10, "a"), Finding("nan_inf", "fatal", "loss", 900, "b"), Finding("stall", "critical", None, 50, "c")]
+    fs = [
+        Finding("plateau", "warning", "loss", 10, "a"),
+        Finding("nan_inf", "fatal", "loss", 900, "b"),
+        Finding("stall", "critical", None, 50, "c"),
+    ]
     assert [f.summary for f in diagnose(_run(1000), fs).ranked()] == ["b", "c", "a"]
 
 
@@ -79,7 +102,11 @@ def test_timeline_names_the_first_mover_and_the_lag() -> None:
     ]
     tl = diagnose(_run(300), fs).timeline
     assert tl is not None
-    assert [(m.metric, m.step, m.lag) for m in tl.movers] == [("grad_norm", 6500, 0), ("loss", 8000, 1500), ("eval/mmlu", 8000, 1500)]
+    assert [(m.metric, m.step, m.lag) for m in tl.movers] == [
+        ("grad_norm", 6500, 0),
+        ("loss", 8000, 1500),
+        ("eval/mmlu", 8000, 1500),
+    ]
     assert "gradient norm moved first" in tl.sentence()
     assert "1,500 steps later" in tl.sentence()
     assert tl.sentence(limit=1).endswith("and 1 more.")
@@ -119,10 +146,16 @@ def test_rollback_with_no_checkpoint_before_onset() -> None:
 
 @pytest.mark.parametrize(
     "config, every, expected, source",
-    [({"save_steps": 200}, None, 1600, "save_steps = 200"), ({"checkpoint": {"interval": 300}}, None, 1500, "checkpoint.interval"),
-     ({}, 250, 1500, "--checkpoint-every 250"), ({}, None, 1500, "every 500 steps")],
+    [
+        ({"save_steps": 200}, None, 1600, "save_steps = 200"),
+        ({"checkpoint": {"interval": 300}}, None, 1500, "checkpoint.interval"),
+        ({}, 250, 1500, "--checkpoint-every 250"),
+        ({}, None, 1500, "every 500 steps"),
+    ],
 )
-def test_rollback_interval_sources(config: dict, every: int | None, expected: int, source: str) -> None:
+def test_rollback_interval_sources(
+    config: dict, every: int | None, expected: int, source: str
+) -> None:
     """Interval from the log's config, else --checkpoint-every, else the article's 500."""
     run = _run()
     run.config.update(config)
@@ -139,7 +172,10 @@ def test_last_healthy_step_is_a_logged_step() -> None:
 
 def test_episode_onset_reaches_back_to_an_ongoing_drift() -> None:
     """A spike during an ongoing grad-norm climb rolls back to before the climb."""
-    fs = [Finding("grad_norm_drift", "warning", "grad_norm", 1100, "climb", end_step=2999), _spike(2000)]
+    fs = [
+        Finding("grad_norm_drift", "warning", "grad_norm", 1100, "climb", end_step=2999),
+        _spike(2000),
+    ]
     rbs = {rb.finding.kind.value: rb for rb in diagnose(_run(), fs).rollbacks}
     assert rbs["loss_spike"].onset_step == 1100 and rbs["loss_spike"].checkpoint_step == 1000
     drift = rbs["grad_norm_drift"]
@@ -148,8 +184,11 @@ def test_episode_onset_reaches_back_to_an_ongoing_drift() -> None:
 
 @pytest.mark.parametrize(
     "finding, cut",
-    [(Finding("divergence", "fatal", "loss", 2000, "d"), (0.1, 0.1)), (Finding("nan_inf", "critical", "loss", 2000, "n"), (0.1, 0.1)),
-     (_spike(2000, "unresolved", "warning"), (0.2, 0.5))],
+    [
+        (Finding("divergence", "fatal", "loss", 2000, "d"), (0.1, 0.1)),
+        (Finding("nan_inf", "critical", "loss", 2000, "n"), (0.1, 0.1)),
+        (_spike(2000, "unresolved", "warning"), (0.2, 0.5)),
+    ],
 )
 def test_lr_cut_per_event(finding: Finding, cut: tuple[float, float]) -> None:
     """Red-light rollback cuts 10%; an unresolved spike gets the spike's 20-50%."""
@@ -162,14 +201,20 @@ def test_overfitting_goes_back_to_the_best_validation_step() -> None:
     vs = np.arange(0, 3000, 250)
     val = 2.0 + ((vs - 1250) / 1000.0) ** 2  # lowest at step 1250
     run = _run(extra={"val/loss": (vs, val)})
-    (rb,) = rollback_advice(run, [Finding("overfitting", "warning", "val_loss", 1500, "val up", end_step=2750)])
+    (rb,) = rollback_advice(
+        run, [Finding("overfitting", "warning", "val_loss", 1500, "val up", end_step=2750)]
+    )
     assert rb.last_healthy_step == 1250 and rb.checkpoint_step == 1000
     assert rb.lr_cut == (0.0, 0.0) and rb.new_lr is None and "stop early" in rb.lr_cut_text
 
 
 def test_no_rollback_for_benign_findings() -> None:
     """Recovered spikes, plateaus and notes get no rollback advice."""
-    fs = [_spike(500, "physiological", "info"), _spike(900, "beneficial", "warning"), Finding("plateau", "warning", "loss", 1000, "p")]
+    fs = [
+        _spike(500, "physiological", "info"),
+        _spike(900, "beneficial", "warning"),
+        Finding("plateau", "warning", "loss", 1000, "p"),
+    ]
     assert rollback_advice(_run(), fs) == []
 
 
@@ -204,7 +249,10 @@ def test_checklist_nan_item_fails_with_evidence() -> None:
 
 def test_checklist_reads_findings() -> None:
     """A grad-norm drift in the middle phase fails the 'falls with the loss' item, quoting the finding."""
-    diag = diagnose(_run(6000), [Finding("grad_norm_drift", "warning", "grad_norm", 1500, "grad norm climbing 3x")])
+    diag = diagnose(
+        _run(6000),
+        [Finding("grad_norm_drift", "warning", "grad_norm", 1500, "grad norm climbing 3x")],
+    )
     status, evidence = _items(diag, "middle")["Does the gradient norm fall along with the loss?"]
     assert status == FAIL and "1,500" in evidence
 
@@ -229,10 +277,10 @@ def test_coverage_against_the_cadence_table() -> None:
 def test_overfitting_rollback_is_not_after_the_onset() -> None:
     """A noisy val dip after the onset the finding names must not become the rollback point (found in review)."""
     import numpy as np
+    from synthetic import long_frame, run_from_frame
 
     from forensics.diagnosis import diagnose
     from forensics.findings import Finding
-    from synthetic import long_frame, run_from_frame
 
     s = np.arange(0, 30_000, 100)
     vs = s[::5]

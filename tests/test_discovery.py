@@ -7,16 +7,25 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import snapshot, write_tb_run
-from forensics.errors import ForensicsError, MultipleJobsError, UnknownFormatError, UnreadableInputError
+
+from forensics.errors import (
+    ForensicsError,
+    MultipleJobsError,
+    UnknownFormatError,
+    UnreadableInputError,
+)
 from forensics.importers import discover_jobs, read_run
 
 
 def _hf_state(path: Path, steps: range) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    hist = [{"epoch": s / 100, "learning_rate": 1e-4, "loss": 2.0 - s / 1000, "step": s} for s in steps]
-    path.write_text(json.dumps({"global_step": steps[-1], "log_history": hist}, indent=2, sort_keys=True))
+    hist = [
+        {"epoch": s / 100, "learning_rate": 1e-4, "loss": 2.0 - s / 1000, "step": s} for s in steps
+    ]
+    path.write_text(
+        json.dumps({"global_step": steps[-1], "log_history": hist}, indent=2, sort_keys=True)
+    )
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:
@@ -48,7 +57,9 @@ def test_unknown_format_folder_and_binary_junk(tmp_path: Path) -> None:
     assert "binary data" in _one_line(err) and "plot.png" in _one_line(err)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file, so permissions cannot be tested")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root reads every file, so permissions cannot be tested"
+)
 def test_unreadable_file(tmp_path: Path) -> None:
     """A file the user may not read: UnreadableInputError, not a traceback."""
     p = tmp_path / "m.jsonl"
@@ -97,8 +108,17 @@ def test_trainer_log_beside_trainer_state_uses_the_richer_source(tmp_path: Path)
     """LLaMA-Factory's two files of one run: the one with more loss points is used, the other noted."""
     _hf_state(tmp_path / "trainer_state.json", range(10, 101, 10))
     _hf_state(tmp_path / "checkpoint-50" / "trainer_state.json", range(10, 51, 10))
-    lines = [{"current_steps": s, "total_steps": 100, "loss": 2.0, "learning_rate": 1e-4, "epoch": s / 100,
-              "elapsed_time": "0:00:10"} for s in range(5, 101, 5)]
+    lines = [
+        {
+            "current_steps": s,
+            "total_steps": 100,
+            "loss": 2.0,
+            "learning_rate": 1e-4,
+            "epoch": s / 100,
+            "elapsed_time": "0:00:10",
+        }
+        for s in range(5, 101, 5)
+    ]
     (tmp_path / "trainer_log.jsonl").write_text("".join(json.dumps(o) + "\n" for o in lines))
     run = read_run(tmp_path)
     assert run.metrics()["loss"] == "loss" and run.series("loss").height == 20
@@ -111,7 +131,9 @@ def test_trainer_log_beside_trainer_state_uses_the_richer_source(tmp_path: Path)
 def test_several_log_files_are_several_jobs(tmp_path: Path) -> None:
     """Two JSONL logs side by side (two job ids) are listed, not merged."""
     for job in ("job-101", "job-102"):
-        (tmp_path / f"{job}.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(5)))
+        (tmp_path / f"{job}.jsonl").write_text(
+            "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(5))
+        )
     with pytest.raises(MultipleJobsError) as err:
         read_run(tmp_path)
     assert err.value.jobs == ["job-101.jsonl", "job-102.jsonl"]
@@ -121,7 +143,9 @@ def test_several_log_files_are_several_jobs(tmp_path: Path) -> None:
 def test_a_log_file_inside_an_event_run_joins_it(tmp_path: Path) -> None:
     """A metrics file written into a TensorBoard run folder belongs to that job."""
     write_tb_run(tmp_path, n=30, spike_at=None)
-    (tmp_path / "extra.jsonl").write_text("".join(json.dumps({"step": s, "eval/hellaswag": 0.3}) + "\n" for s in range(0, 30, 10)))
+    (tmp_path / "extra.jsonl").write_text(
+        "".join(json.dumps({"step": s, "eval/hellaswag": 0.3}) + "\n" for s in range(0, 30, 10))
+    )
     run = read_run(tmp_path)
     assert run.format == "tfevents+jsonl"
     assert run.series("eval/hellaswag").height == 3
@@ -139,7 +163,9 @@ def test_nothing_is_written_into_the_run_folder(tmp_path: Path) -> None:
     """Reading every format leaves the run folder byte for byte as it was."""
     write_tb_run(tmp_path / "runs" / "x", n=40)
     _hf_state(tmp_path / "trainer_state.json", range(1, 40))
-    (tmp_path / "trainer_log.jsonl").write_text(json.dumps({"current_steps": 1, "loss": 2.0}) + "\n")
+    (tmp_path / "trainer_log.jsonl").write_text(
+        json.dumps({"current_steps": 1, "loss": 2.0}) + "\n"
+    )
     before = snapshot(tmp_path)
     read_run(tmp_path)
     assert snapshot(tmp_path) == before

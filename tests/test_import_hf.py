@@ -18,15 +18,45 @@ def _state(n_steps: int, every: int = 10, eval_every: int = 50, nan_at: int | No
     hist: list[dict] = []
     for s in range(every, n_steps + 1, every):
         loss = 3.0 / (1 + s / 100)
-        hist.append({"epoch": s / 200, "grad_norm": 1.0 + s / 1000, "learning_rate": 5e-5 * (1 - s / 1000),
-                     "loss": float("nan") if s == nan_at else round(loss, 4), "step": s})
+        hist.append(
+            {
+                "epoch": s / 200,
+                "grad_norm": 1.0 + s / 1000,
+                "learning_rate": 5e-5 * (1 - s / 1000),
+                "loss": float("nan") if s == nan_at else round(loss, 4),
+                "step": s,
+            }
+        )
         if s % eval_every == 0:
-            hist.append({"epoch": s / 200, "eval_loss": loss + 0.1, "eval_wer": 30.0 - s / 100, "eval_runtime": 9.9,
-                         "eval_samples_per_second": 3.1, "eval_steps_per_second": 0.8, "step": s})
-    return {"best_metric": None, "best_model_checkpoint": None, "epoch": n_steps / 200, "eval_steps": eval_every,
-            "global_step": n_steps, "is_hyper_param_search": False, "is_local_process_zero": True,
-            "is_world_process_zero": True, "log_history": hist, "logging_steps": every, "max_steps": 1000,
-            "num_train_epochs": 5, "save_steps": 100, "total_flos": 1.0e15, "train_batch_size": 8, "trial_name": None}
+            hist.append(
+                {
+                    "epoch": s / 200,
+                    "eval_loss": loss + 0.1,
+                    "eval_wer": 30.0 - s / 100,
+                    "eval_runtime": 9.9,
+                    "eval_samples_per_second": 3.1,
+                    "eval_steps_per_second": 0.8,
+                    "step": s,
+                }
+            )
+    return {
+        "best_metric": None,
+        "best_model_checkpoint": None,
+        "epoch": n_steps / 200,
+        "eval_steps": eval_every,
+        "global_step": n_steps,
+        "is_hyper_param_search": False,
+        "is_local_process_zero": True,
+        "is_world_process_zero": True,
+        "log_history": hist,
+        "logging_steps": every,
+        "max_steps": 1000,
+        "num_train_epochs": 5,
+        "save_steps": 100,
+        "total_flos": 1.0e15,
+        "train_batch_size": 8,
+        "trial_name": None,
+    }
 
 
 def _save(path: Path, state: dict) -> Path:
@@ -38,8 +68,17 @@ def _save(path: Path, state: dict) -> Path:
 def test_train_and_eval_entries(tmp_path: Path) -> None:
     """Train keys map to loss/grad_norm/lr/epoch, eval_loss to val_loss, eval_wer to eval/wer."""
     st = _state(300, nan_at=120)
-    st["log_history"].append({"epoch": 1.5, "step": 300, "total_flos": 1e15, "train_loss": 1.23, "train_runtime": 100.0,
-                              "train_samples_per_second": 9.0, "train_steps_per_second": 3.0})
+    st["log_history"].append(
+        {
+            "epoch": 1.5,
+            "step": 300,
+            "total_flos": 1e15,
+            "train_loss": 1.23,
+            "train_runtime": 100.0,
+            "train_samples_per_second": 9.0,
+            "train_steps_per_second": 3.0,
+        }
+    )
     _save(tmp_path / "trainer_state.json", st)
     run = read_run(tmp_path)
     assert run.format == "hf_trainer_state"
@@ -48,10 +87,14 @@ def test_train_and_eval_entries(tmp_path: Path) -> None:
     assert m["lr"] == "learning_rate" and m["eval/wer"] == "eval_wer" and m["epoch"] == "epoch"
     loss = run.series("loss")
     assert loss.height == 30 and loss.get_column("step").to_list()[:3] == [10, 20, 30]
-    assert math.isnan(loss.filter(pl.col("step") == 120).get_column("value")[0])  # NaN kept as evidence
+    assert math.isnan(
+        loss.filter(pl.col("step") == 120).get_column("value")[0]
+    )  # NaN kept as evidence
     assert run.series("val_loss").get_column("step").to_list() == [50, 100, 150, 200, 250, 300]
     summary = run.frame.filter(pl.col("tag") == "train_loss")
-    assert summary.height == 1 and summary.get_column("metric")[0] is None  # whole-run mean, not a point
+    assert (
+        summary.height == 1 and summary.get_column("metric")[0] is None
+    )  # whole-run mean, not a point
     assert run.config["max_steps"] == 1000 and run.config["train_batch_size"] == 8
     assert run.metadata["checkpoints"] == []
 
@@ -87,7 +130,7 @@ def test_two_output_folders_are_two_jobs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "content, words",
-    [("{\"log_history\": [", "not valid JSON"), ('{"global_step": 3}', "no log_history")],
+    [('{"log_history": [', "not valid JSON"), ('{"global_step": 3}', "no log_history")],
     ids=["cut-json", "no-history"],
 )
 def test_broken_trainer_state_is_a_one_line_error(tmp_path: Path, content: str, words: str) -> None:
@@ -95,4 +138,8 @@ def test_broken_trainer_state_is_a_one_line_error(tmp_path: Path, content: str, 
     (tmp_path / "trainer_state.json").write_text(content)
     with pytest.raises(UnreadableInputError) as err:
         read_run(tmp_path)
-    assert words in str(err.value) and "trainer_state.json" in str(err.value) and "\n" not in str(err.value)
+    assert (
+        words in str(err.value)
+        and "trainer_state.json" in str(err.value)
+        and "\n" not in str(err.value)
+    )

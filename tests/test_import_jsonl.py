@@ -82,7 +82,11 @@ def test_loose_numbers_nan_and_infinity(tmp_path: Path) -> None:
 def test_bad_lines_are_skipped_counted_and_located(tmp_path: Path) -> None:
     """Broken lines never abort the file; their count and line numbers go into the run notes."""
     objs = [{"step": s, "loss": 2.0 - s * 0.01} for s in range(10)]
-    p = _write(tmp_path / "m.jsonl", objs, {3: "{not json", 6: "[1, 2, 3]", 8: "Traceback (most recent call last):"})
+    p = _write(
+        tmp_path / "m.jsonl",
+        objs,
+        {3: "{not json", 6: "[1, 2, 3]", 8: "Traceback (most recent call last):"},
+    )
     run = read_run(p)
     assert run.series("loss").height == 10
     (note,) = [n for n in run.notes if "skipped" in n]
@@ -91,17 +95,33 @@ def test_bad_lines_are_skipped_counted_and_located(tmp_path: Path) -> None:
 
 def test_nested_objects_flatten_with_slash(tmp_path: Path) -> None:
     """Nested dicts become slash-joined tags that the alias table understands."""
-    p = _write(tmp_path / "m.jsonl", [{"step": 1, "train": {"loss": 2.0, "grad_norm": 0.5}, "eval": {"hellaswag": 0.3}}])
+    p = _write(
+        tmp_path / "m.jsonl",
+        [{"step": 1, "train": {"loss": 2.0, "grad_norm": 0.5}, "eval": {"hellaswag": 0.3}}],
+    )
     run = read_run(p)
-    assert set(run.frame.get_column("tag").to_list()) == {"train/loss", "train/grad_norm", "eval/hellaswag"}
+    assert set(run.frame.get_column("tag").to_list()) == {
+        "train/loss",
+        "train/grad_norm",
+        "eval/hellaswag",
+    }
     assert set(run.metrics()) == {"loss", "grad_norm", "eval/hellaswag"}
 
 
 def test_llama_factory_trainer_log(tmp_path: Path) -> None:
     """LLaMA-Factory trainer_log.jsonl: current_steps is the step, elapsed_time a relative clock."""
     objs = [
-        {"current_steps": 5 * i, "total_steps": 100, "loss": 2.0 - 0.1 * i, "eval_loss": None, "learning_rate": 1e-4,
-         "epoch": 0.05 * i, "percentage": 5.0 * i, "elapsed_time": f"0:0{i}:00", "remaining_time": "1 day, 2:03:04"}
+        {
+            "current_steps": 5 * i,
+            "total_steps": 100,
+            "loss": 2.0 - 0.1 * i,
+            "eval_loss": None,
+            "learning_rate": 1e-4,
+            "epoch": 0.05 * i,
+            "percentage": 5.0 * i,
+            "elapsed_time": f"0:0{i}:00",
+            "remaining_time": "1 day, 2:03:04",
+        }
         for i in range(1, 6)
     ]
     _write(tmp_path / "trainer_log.jsonl", objs)
@@ -122,15 +142,38 @@ def test_levanter_json_logger_through_python_logging(tmp_path: Path) -> None:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
-    log.info(json.dumps({"tracker": "json_logger", "event": "hparams", "hparams": {"trainer": {"train_batch_size": 256}}}))
+    log.info(
+        json.dumps(
+            {
+                "tracker": "json_logger",
+                "event": "hparams",
+                "hparams": {"trainer": {"train_batch_size": 256}},
+            }
+        )
+    )
     for s in range(1, 4):
-        metrics = {"train/loss": 3.0 / s, "optim/learning_rate": 3e-4, "grad/norm/total": 10.0 + s,
-                   "throughput/tokens_per_second": 5e4,
-                   "grad/hist/layers.0": {"min": -1.0, "max": 2.0, "num": 4, "sum": 2.0, "sum_squares": 6.0,
-                                          "bucket_limits": [0, 1], "bucket_counts": [2, 2]}}
-        log.info(json.dumps({"tracker": "json_logger", "event": "log", "step": s, "metrics": metrics}))
+        metrics = {
+            "train/loss": 3.0 / s,
+            "optim/learning_rate": 3e-4,
+            "grad/norm/total": 10.0 + s,
+            "throughput/tokens_per_second": 5e4,
+            "grad/hist/layers.0": {
+                "min": -1.0,
+                "max": 2.0,
+                "num": 4,
+                "sum": 2.0,
+                "sum_squares": 6.0,
+                "bucket_limits": [0, 1],
+                "bucket_counts": [2, 2],
+            },
+        }
+        log.info(
+            json.dumps({"tracker": "json_logger", "event": "log", "step": s, "metrics": metrics})
+        )
     log.info(json.dumps({"tracker": "json_logger", "event": "summary", "metrics": {"best": 1.0}}))
-    log.info(json.dumps({"tracker": "json_logger", "event": "finish", "summary": {"train/loss": 1.0}}))
+    log.info(
+        json.dumps({"tracker": "json_logger", "event": "finish", "summary": {"train/loss": 1.0}})
+    )
     handler.close()
     log.removeHandler(handler)
     run = read_run(p)
@@ -138,7 +181,9 @@ def test_levanter_json_logger_through_python_logging(tmp_path: Path) -> None:
     assert run.metrics()["grad_norm"] == "grad/norm/total"
     assert any("sum of per-parameter L2 norms" in n for n in run.notes)
     assert run.config["trainer/train_batch_size"] == 256
-    mean = run.frame.filter(pl.col("tag") == "grad/hist/layers.0/mean").get_column("value").to_list()
+    mean = (
+        run.frame.filter(pl.col("tag") == "grad/hist/layers.0/mean").get_column("value").to_list()
+    )
     assert mean == [0.5, 0.5, 0.5]
     assert run.series("throughput").height == 3
 
@@ -146,7 +191,9 @@ def test_levanter_json_logger_through_python_logging(tmp_path: Path) -> None:
 @pytest.mark.parametrize("suffix", [".gz", ".zst"])
 def test_compressed_logs(tmp_path: Path, suffix: str) -> None:
     """.gz and .zst logs are read transparently."""
-    text = "".join(json.dumps({"step": s, "loss": 1.0 / (s + 1)}) + "\n" for s in range(50)).encode()
+    text = "".join(
+        json.dumps({"step": s, "loss": 1.0 / (s + 1)}) + "\n" for s in range(50)
+    ).encode()
     p = tmp_path / f"metrics.jsonl{suffix}"
     if suffix == ".gz":
         p.write_bytes(gzip.compress(text))
@@ -174,9 +221,15 @@ def test_steps_going_back_are_a_restart(tmp_path: Path) -> None:
     run = read_run(_write(tmp_path / "m.jsonl", objs))
     (f,) = run.import_findings
     assert f.kind == FindingKind.RESTART
-    assert (f.measures["resumed_from_step"], f.measures["last_step_before"], f.measures["steps_replayed"]) == (20, 29, 10)
+    assert (
+        f.measures["resumed_from_step"],
+        f.measures["last_step_before"],
+        f.measures["steps_replayed"],
+    ) == (20, 29, 10)
     assert f.measures["wall_clock_gap_s"] == (5000 + 20) - (1000 + 29)
-    assert run.series("loss").filter(pl.col("step") >= 20).get_column("value").unique().to_list() == [2.0]
+    assert run.series("loss").filter(pl.col("step") >= 20).get_column(
+        "value"
+    ).unique().to_list() == [2.0]
 
 
 def test_two_restarts_two_findings(tmp_path: Path) -> None:
@@ -185,7 +238,10 @@ def test_two_restarts_two_findings(tmp_path: Path) -> None:
     objs += [{"step": s, "loss": 2.0} for s in range(60, 150)]
     objs += [{"step": s, "loss": 3.0} for s in range(120, 200)]
     run = read_run(_write(tmp_path / "m.jsonl", objs))
-    got = [(f.measures["resumed_from_step"], f.measures["last_step_before"], f.measures["segment"]) for f in run.import_findings]
+    got = [
+        (f.measures["resumed_from_step"], f.measures["last_step_before"], f.measures["segment"])
+        for f in run.import_findings
+    ]
     assert got == [(60, 99, 1), (120, 149, 2)]
     counts = dict(run.series("loss").group_by("value").len().iter_rows())
     assert counts == {1.0: 60, 2.0: 60, 3.0: 80}
@@ -194,7 +250,9 @@ def test_two_restarts_two_findings(tmp_path: Path) -> None:
 def test_cut_off_last_line_is_truncation(tmp_path: Path) -> None:
     """A last line cut mid-object (killed job): every full line read, plus truncated_log."""
     p = tmp_path / "m.jsonl"
-    p.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(5)) + '{"step": 5, "lo')
+    p.write_text(
+        "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(5)) + '{"step": 5, "lo'
+    )
     run = read_run(p)
     assert run.series("loss").height == 5
     assert [f.kind for f in run.import_findings] == [FindingKind.TRUNCATED_LOG]
@@ -209,6 +267,8 @@ def test_no_step_anywhere_is_an_error(tmp_path: Path) -> None:
 
 def test_pretty_printed_json_is_not_jsonl(tmp_path: Path) -> None:
     """A pretty-printed .json document (all_results.json) is not claimed as a JSONL log."""
-    (tmp_path / "all_results.json").write_text(json.dumps({"epoch": 3.0, "train_loss": 1.2}, indent=2))
+    (tmp_path / "all_results.json").write_text(
+        json.dumps({"epoch": 3.0, "train_loss": 1.2}, indent=2)
+    )
     with pytest.raises(UnknownFormatError):
         discover_jobs(tmp_path)

@@ -24,12 +24,22 @@ from forensics.importers.text_logs import IMPORTER as TEXT
 PREAMBLE = "using world size: 8\n" + "".join(f"  arg_{i} ........ {i}\n" for i in range(40))
 
 
-def _meg_line(it: int, loss: float | None = None, gn: float | None = 1.5, scale: float = 65536.0,
-              date: bool = True, total: int = 1000) -> str:
+def _meg_line(
+    it: int,
+    loss: float | None = None,
+    gn: float | None = 1.5,
+    scale: float = 65536.0,
+    date: bool = True,
+    total: int = 1000,
+) -> str:
     head = f" [2024-05-01 12:00:{it % 60:02d}]" if date else ""
-    parts = [f"{head} iteration {it:8d}/{total:8d} ", f" consumed samples: {it * 8:12d} ",
-             f" elapsed time per iteration (ms): {1200 + it:.1f} ", " learning rate: 1.500000E-04 ",
-             " global batch size:     8 "]
+    parts = [
+        f"{head} iteration {it:8d}/{total:8d} ",
+        f" consumed samples: {it * 8:12d} ",
+        f" elapsed time per iteration (ms): {1200 + it:.1f} ",
+        " learning rate: 1.500000E-04 ",
+        " global batch size:     8 ",
+    ]
     if loss is not None:
         parts.append(f" lm loss: {loss:.6E} ")
     parts.append(f" loss scale: {scale:.1f} ")
@@ -52,9 +62,16 @@ def _series(run, metric: str) -> dict[int, float]:  # noqa: ANN001
 def test_megatron_iteration_and_validation_lines(tmp_path: Path) -> None:
     """Megatron iteration lines (old layout first, full layout later) and validation lines import with steps and values."""
     text = PREAMBLE
-    text += "".join(_meg_line(i, None, None, 2.0 ** 23) for i in (10,))  # fp16 warm-up: no loss yet
-    text += "".join(_meg_line(i, 10.0 - i / 100, None if i < 30 else 2.5 - i / 1000) for i in range(20, 210, 10))
-    text += "-" * 60 + "\n validation loss at iteration 200 | lm loss value: 7.487306E+00 | lm loss PPL: 1.785236E+03 | \n" + "-" * 60 + "\n"
+    text += "".join(_meg_line(i, None, None, 2.0**23) for i in (10,))  # fp16 warm-up: no loss yet
+    text += "".join(
+        _meg_line(i, 10.0 - i / 100, None if i < 30 else 2.5 - i / 1000) for i in range(20, 210, 10)
+    )
+    text += (
+        "-" * 60
+        + "\n validation loss at iteration 200 | lm loss value: 7.487306E+00 | lm loss PPL: 1.785236E+03 | \n"
+        + "-" * 60
+        + "\n"
+    )
     run = read_run(_write(tmp_path / "slurm-1809579.out", text))
     assert run.format == "text_logs"
     loss = _series(run, "loss")
@@ -63,7 +80,7 @@ def test_megatron_iteration_and_validation_lines(tmp_path: Path) -> None:
     assert _series(run, "val_loss") == {200: pytest.approx(7.487306)}
     gn = _series(run, "grad_norm")
     assert min(gn) == 30 and gn[200] == pytest.approx(2.3)
-    assert _series(run, "loss_scale")[10] == 2.0 ** 23
+    assert _series(run, "loss_scale")[10] == 2.0**23
     assert _series(run, "step_time")[50] == pytest.approx(1250.0)
     wt = run.series("loss").get_column("wall_time")
     assert wt.null_count() == 0 and wt[0] == pytest.approx(1714564820.0)  # 2024-05-01 12:00:20 UTC
@@ -85,7 +102,12 @@ def test_megatron_resumed_in_one_log_is_a_restart(tmp_path: Path) -> None:
     """A job resumed into the same log replays steps: both copies are kept and a restart is reported."""
     first = "".join(_meg_line(i, 4.0 - i / 1000) for i in range(1, 31))
     second = "".join(_meg_line(i, 3.0 - i / 1000) for i in range(21, 41))
-    run = read_run(_write(tmp_path / "train.log", PREAMBLE + first + "resuming from checkpoint at iteration 20\n" + second))
+    run = read_run(
+        _write(
+            tmp_path / "train.log",
+            PREAMBLE + first + "resuming from checkpoint at iteration 20\n" + second,
+        )
+    )
     restarts = [f for f in run.import_findings if f.kind == FindingKind.RESTART]
     assert len(restarts) == 1 and restarts[0].start_step == 21
     assert run.frame.filter(pl.col("metric") == "loss").height == 50
@@ -115,14 +137,23 @@ def _ds_overflow_block(iteration: int, old: float, new: float, ranks: int = 4) -
     for _ in range(ranks):
         out.append("[2023-04-18 03:36:00,502] [INFO] [fused_optimizer.py:362:_update_scale] \n")
         out.append(f"Grad overflow on iteration {iteration}\n")
-        out.append(f"[2023-04-18 03:36:00,502] [INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from {old} to {new}\n")
-    out.insert(2, f"[2023-04-18 03:36:00,502] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: {old}, reducing to {new}\n")
+        out.append(
+            f"[2023-04-18 03:36:00,502] [INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from {old} to {new}\n"
+        )
+    out.insert(
+        2,
+        f"[2023-04-18 03:36:00,502] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: {old}, reducing to {new}\n",
+    )
     return "".join(out)
 
 
 def test_deepspeed_overflow_lines_become_loss_scale_events(tmp_path: Path) -> None:
     """'Grad overflow on iteration N' (4 ranks) gives one overflow row at N and the new scale at N."""
-    blocks = _ds_overflow_block(0, 65536, 32768.0) + _ds_overflow_block(1, 32768.0, 16384.0) + _ds_overflow_block(4, 16384.0, 8192.0)
+    blocks = (
+        _ds_overflow_block(0, 65536, 32768.0)
+        + _ds_overflow_block(1, 32768.0, 16384.0)
+        + _ds_overflow_block(4, 16384.0, 8192.0)
+    )
     run = read_run(_write(tmp_path / "ds.log", DS_REWARD.format(overflow=blocks)))
     assert _series(run, "overflow") == {0: 1.0, 1: 1.0, 4: 1.0}
     assert _series(run, "loss_scale") == {0: 32768.0, 1: 16384.0, 4: 8192.0}
@@ -137,19 +168,25 @@ def test_deepspeed_overflow_without_iteration_takes_the_step_printed_next(tmp_pa
     for step in range(6):
         if step in (2, 4):
             for engine in ("actor", "critic"):  # two engines, same step: one event row
-                text += (f"[2023-04-18 08:48:05,282] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
-                         f"Skipping step. Attempted loss scale: {2 ** (17 - step)}, reducing to {2 ** (16 - step)}\n")
+                text += (
+                    f"[2023-04-18 08:48:05,282] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+                    f"Skipping step. Attempted loss scale: {2 ** (17 - step)}, reducing to {2 ** (16 - step)}\n"
+                )
         if step == 3:
-            text += ("[2023-04-18 08:48:01,543] [INFO] [loss_scaler.py:188:update_scale] [deepspeed] OVERFLOW! Rank 0 "
-                     "Skipping step. Attempted loss scale: 16384, but hysteresis is 2. Reducing hysteresis to 1\n")
+            text += (
+                "[2023-04-18 08:48:01,543] [INFO] [loss_scaler.py:188:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+                "Skipping step. Attempted loss scale: 16384, but hysteresis is 2. Reducing hysteresis to 1\n"
+            )
         text += f"epoch: 0|step: {step}|ppo_ep: 1|act_loss: {0.2 + step / 100}|cri_loss: 0.12|unsuper_loss: 0.0\n"
         text += f"average reward score: {step / 10}\n"
     run = read_run(_write(tmp_path / "rlhf.log", text))
     assert _series(run, "overflow") == {2: 1.0, 3: 1.0, 4: 1.0}
-    assert _series(run, "loss_scale") == {2: 2.0 ** 14, 4: 2.0 ** 12}
+    assert _series(run, "loss_scale") == {2: 2.0**14, 4: 2.0**12}
     raw = run.frame.filter(pl.col("tag") == "act_loss")
     assert dict(raw.select("step", "value").iter_rows())[5] == pytest.approx(0.25)
-    assert dict(run.frame.filter(pl.col("tag") == "reward").select("step", "value").iter_rows())[3] == pytest.approx(0.3)
+    assert dict(run.frame.filter(pl.col("tag") == "reward").select("step", "value").iter_rows())[
+        3
+    ] == pytest.approx(0.3)
 
 
 def test_deepspeed_overflow_in_order_when_the_log_has_no_step(tmp_path: Path) -> None:
@@ -161,25 +198,46 @@ def test_deepspeed_overflow_in_order_when_the_log_has_no_step(tmp_path: Path) ->
         text += "some other output\n"
     log = parse_text(text.encode(), "x.log")
     f = log.frame
-    scale = dict(f.filter(pl.col("tag") == "loss_scale_reduced_to").select("step", "value").iter_rows())
+    scale = dict(
+        f.filter(pl.col("tag") == "loss_scale_reduced_to").select("step", "value").iter_rows()
+    )
     assert scale == {0: 32768.0, 1: 16384.0, 2: 8192.0}
     assert sorted(f.filter(pl.col("tag") == "overflow").get_column("step").to_list()) == [0, 1, 2]
     assert log.x_kind == "points"
     assert any("no step numbers" in n for n in log.notes)
 
 
-@pytest.mark.parametrize("line, scale", [
-    ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768", 32768.0),
-    ("[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 128.0, reducing to 64.0", 64.0),
-    ("[deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648", 2147483648.0),
-    ("[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from 2048.0 to 1024.0", 1024.0),
-])
+@pytest.mark.parametrize(
+    "line, scale",
+    [
+        (
+            "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+            32768.0,
+        ),
+        (
+            "[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 128.0, reducing to 64.0",
+            64.0,
+        ),
+        (
+            "[deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648",
+            2147483648.0,
+        ),
+        (
+            "[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from 2048.0 to 1024.0",
+            1024.0,
+        ),
+    ],
+)
 def test_deepspeed_loss_scale_spellings(line: str, scale: float) -> None:
     """Each spelling DeepSpeed versions print gives the new scale at the step printed next."""
     before = "".join(f"step {s} | loss: 2.5 | lr: 1e-4\n" for s in (7, 8, 9))
-    text = before + f"[2023-04-18 03:36:00,502] [INFO] {line}\n" + "step 10 | loss: 2.4 | lr: 1e-4\n"
+    text = (
+        before + f"[2023-04-18 03:36:00,502] [INFO] {line}\n" + "step 10 | loss: 2.4 | lr: 1e-4\n"
+    )
     f = parse_text(text.encode(), "x.log").frame
-    assert dict(f.filter(pl.col("tag") == "loss_scale_reduced_to").select("step", "value").iter_rows()) == {10: scale}
+    assert dict(
+        f.filter(pl.col("tag") == "loss_scale_reduced_to").select("step", "value").iter_rows()
+    ) == {10: scale}
 
 
 LLMC_STDOUT = """+-----------------------+----------------------------------------------------+
@@ -236,8 +294,15 @@ def test_nanogpt_and_modded_nanogpt(tmp_path: Path) -> None:
     run = read_run(_write(tmp_path / "a" / "train.log", nano))
     assert _series(run, "loss") == {0: pytest.approx(10.9812), 10: pytest.approx(9.1234)}
     assert _series(run, "val_loss") == {0: pytest.approx(10.9901), 250: pytest.approx(4.0123)}
-    source = "import torch\nprint(f'step:{step}/{args.num_iterations} val_loss:{val_loss:.4f}')\n" + "=" * 40 + "\n"
-    modded = source + "step:0/20 val_loss:10.9264 train_time:285ms step_avg:nanms\nstep:1/20 train_loss:10.9184 train_time:74701ms step_avg:nanms\nstep:2/20 train_loss:8.6834 train_time:75965ms step_avg:37982.50ms\n"
+    source = (
+        "import torch\nprint(f'step:{step}/{args.num_iterations} val_loss:{val_loss:.4f}')\n"
+        + "=" * 40
+        + "\n"
+    )
+    modded = (
+        source
+        + "step:0/20 val_loss:10.9264 train_time:285ms step_avg:nanms\nstep:1/20 train_loss:10.9184 train_time:74701ms step_avg:nanms\nstep:2/20 train_loss:8.6834 train_time:75965ms step_avg:37982.50ms\n"
+    )
     run = read_run(_write(tmp_path / "b" / "log.txt", modded))
     assert _series(run, "loss") == {1: pytest.approx(10.9184), 2: pytest.approx(8.6834)}
     assert _series(run, "val_loss") == {0: pytest.approx(10.9264)}
@@ -260,15 +325,35 @@ def test_torchtitan_ansi_colours_and_thousands_separators(tmp_path: Path) -> Non
 
 def test_fairseq_json_progress_values_as_strings(tmp_path: Path) -> None:
     """fairseq --log-format json: string values, num_updates as the x axis, valid_ keys as validation."""
+
     def inner(u: int) -> str:
-        d = {"epoch": 1, "update": round(u / 1000, 3), "loss": f"{9.876 - u / 1000:.3f}", "nll_loss": "9.876",
-             "ppl": "939.12", "wps": "12345.6", "ups": "3.01", "num_updates": str(u), "lr": "0.0001", "gnorm": "1.234",
-             "loss_scale": "128", "train_wall": "33"}
+        d = {
+            "epoch": 1,
+            "update": round(u / 1000, 3),
+            "loss": f"{9.876 - u / 1000:.3f}",
+            "nll_loss": "9.876",
+            "ppl": "939.12",
+            "wps": "12345.6",
+            "ups": "3.01",
+            "num_updates": str(u),
+            "lr": "0.0001",
+            "gnorm": "1.234",
+            "loss_scale": "128",
+            "train_wall": "33",
+        }
         return f"2021-03-01 12:00:00 | INFO | train_inner | {json.dumps(d)}\n"
+
     valid = {"epoch": 1, "valid_loss": "9.1", "valid_ppl": "550.2", "valid_num_updates": "300"}
-    text = "".join(inner(u) for u in (100, 200, 300)) + f"2021-03-01 12:30:00 | INFO | valid | {json.dumps(valid)}\n"
+    text = (
+        "".join(inner(u) for u in (100, 200, 300))
+        + f"2021-03-01 12:30:00 | INFO | valid | {json.dumps(valid)}\n"
+    )
     run = read_run(_write(tmp_path / "train.log", text))
-    assert _series(run, "loss") == {100: pytest.approx(9.776), 200: pytest.approx(9.676), 300: pytest.approx(9.576)}
+    assert _series(run, "loss") == {
+        100: pytest.approx(9.776),
+        200: pytest.approx(9.676),
+        300: pytest.approx(9.576),
+    }
     assert _series(run, "grad_norm")[200] == pytest.approx(1.234)
     assert _series(run, "val_loss") == {300: pytest.approx(9.1)}
     assert _series(run, "loss_scale")[100] == 128
@@ -277,7 +362,10 @@ def test_fairseq_json_progress_values_as_strings(tmp_path: Path) -> None:
 def test_composer_file_logger(tmp_path: Path) -> None:
     """Composer FileLogger: [metric][batch=N] lines per metric; hyper-parameters go to the config."""
     text = "[hyperparameter]: lr: 0.0006 \n[hyperparameter]: run_name: mpt-125m \n"
-    text += "".join(f"[metric][batch={b}]: loss/train/total: {3.0 - b / 100} \n[metric][batch={b}]: throughput/tokens_per_sec: 12345.5 \n" for b in range(1, 6))
+    text += "".join(
+        f"[metric][batch={b}]: loss/train/total: {3.0 - b / 100} \n[metric][batch={b}]: throughput/tokens_per_sec: 12345.5 \n"
+        for b in range(1, 6)
+    )
     text += "[metric][batch=5]: metrics/eval/LanguageCrossEntropy: 2.9 \n"
     run = read_run(_write(tmp_path / "logs-rank0.txt", text))
     assert _series(run, "loss")[3] == pytest.approx(2.97)
@@ -301,15 +389,40 @@ def test_olmo_console_blocks(tmp_path: Path) -> None:
 
 
 def _mllog(key: str, value, **meta) -> str:  # noqa: ANN001
-    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": 1684040000000, "event_type": "POINT_IN_TIME",
-                                     "key": key, "value": value, "metadata": {"file": "x.py", "lineno": 1, **meta}}) + "\n"
+    return (
+        ":::MLLOG "
+        + json.dumps(
+            {
+                "namespace": "",
+                "time_ms": 1684040000000,
+                "event_type": "POINT_IN_TIME",
+                "key": key,
+                "value": value,
+                "metadata": {"file": "x.py", "lineno": 1, **meta},
+            }
+        )
+        + "\n"
+    )
 
 
 def test_mlperf_lines(tmp_path: Path) -> None:
     """MLPerf :::MLLOG lines: token counts become optimizer steps; gpt3 eval_accuracy is a validation loss."""
-    text = _mllog("submission_benchmark", "gpt3") + _mllog("global_batch_size", 4) + _mllog("max_sequence_length", 8)
-    text += "".join(_mllog("tracked_stats", {"train_step_timing": 12.1, "reduced_train_loss": 2.8 - s / 100}, step=s * 32) for s in range(1, 7))
-    text += _mllog("eval_accuracy", 2.75, epoch_num=6 * 32) + _mllog("run_stop", None, status="success")
+    text = (
+        _mllog("submission_benchmark", "gpt3")
+        + _mllog("global_batch_size", 4)
+        + _mllog("max_sequence_length", 8)
+    )
+    text += "".join(
+        _mllog(
+            "tracked_stats",
+            {"train_step_timing": 12.1, "reduced_train_loss": 2.8 - s / 100},
+            step=s * 32,
+        )
+        for s in range(1, 7)
+    )
+    text += _mllog("eval_accuracy", 2.75, epoch_num=6 * 32) + _mllog(
+        "run_stop", None, status="success"
+    )
     run = read_run(_write(tmp_path / "result_0.txt", text))
     assert _series(run, "loss") == {s: pytest.approx(2.8 - s / 100) for s in range(1, 7)}
     assert _series(run, "val_loss") == {6: pytest.approx(2.75)}
@@ -325,11 +438,27 @@ step 120 | loss: 2.27 | lr 3e-4 | norm: 0.43 | tok/s 12,390
 """
 
 
-@pytest.mark.parametrize("text, step, loss", [
-    (GENERIC, 120, 2.27),
-    ("".join(f"Step {s} | loss:{1.5 - s / 1000} lr:2e-05 tokens_per_second_per_gpu:1234.5 peak_memory_alloc:20.1\n" for s in (10, 20, 30)), 20, 1.48),
-    ("".join(f"[it {s}] loss={2.0 - s / 1000}, grad_norm=0.8, lr=1e-4\n" for s in (100, 200, 300)), 300, 1.7),
-])
+@pytest.mark.parametrize(
+    "text, step, loss",
+    [
+        (GENERIC, 120, 2.27),
+        (
+            "".join(
+                f"Step {s} | loss:{1.5 - s / 1000} lr:2e-05 tokens_per_second_per_gpu:1234.5 peak_memory_alloc:20.1\n"
+                for s in (10, 20, 30)
+            ),
+            20,
+            1.48,
+        ),
+        (
+            "".join(
+                f"[it {s}] loss={2.0 - s / 1000}, grad_norm=0.8, lr=1e-4\n" for s in (100, 200, 300)
+            ),
+            300,
+            1.7,
+        ),
+    ],
+)
 def test_generic_key_value_fallback(tmp_path: Path, text: str, step: int, loss: float) -> None:
     """A format nobody listed still imports when it prints one step per line with key-value pairs."""
     run = read_run(_write(tmp_path / "custom.log", text))
@@ -345,10 +474,10 @@ def test_generic_issue_example_maps_norm_and_throughput(tmp_path: Path) -> None:
 
 
 CRASH_TAILS = {
-    "out_of_memory": "Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+    "out_of_memory": 'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n',
     "nccl": "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.\n",
     "cuda": "RuntimeError: CUDA error: an illegal memory access was encountered\n",
-    "assertion": "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nAssertionError: batch size must divide the number of tokens\n",
+    "assertion": 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nAssertionError: batch size must divide the number of tokens\n',
     "time_limit": "slurmstepd: error: *** JOB 11679010 ON g002 CANCELLED AT 2024-10-10T18:59:58 DUE TO TIME LIMIT ***\n",
     "cancelled": "slurmstepd: error: *** JOB 1809579 ON r8i3n1 CANCELLED AT 2021-05-23T08:45:57 ***\n",
     "traceback": "Traceback (most recent call last):\n  File \"train.py\", line 99, in <module>\n    main()\nValueError: could not convert string to float: 'abc'\n",
@@ -365,14 +494,20 @@ def test_crash_at_the_end_of_a_log(tmp_path: Path, reason: str) -> None:
     f = crashes[0]
     assert f.severity == Severity.CRITICAL and f.metric is None and f.start_step == 20
     assert f.measures["reason"] == reason
-    assert f.measures["line"] in CRASH_TAILS[reason].replace("\n", " ") or f.measures["line"] in CRASH_TAILS[reason]
+    assert (
+        f.measures["line"] in CRASH_TAILS[reason].replace("\n", " ")
+        or f.measures["line"] in CRASH_TAILS[reason]
+    )
     assert len(f.measures["line"]) <= 200
 
 
 def test_no_crash_when_the_job_ends_cleanly_or_survived_an_error(tmp_path: Path) -> None:
     """A traceback printed mid-run and survived is not how the job ended; a clean end has no crash."""
     text = PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 11)) + CRASH_TAILS["traceback"]
-    text += "".join(_meg_line(i, 3.0) for i in range(11, 21)) + "[after training is done] exiting program\n"
+    text += (
+        "".join(_meg_line(i, 3.0) for i in range(11, 21))
+        + "[after training is done] exiting program\n"
+    )
     run = read_run(_write(tmp_path / "train.log", text))
     assert not [f for f in run.import_findings if f.kind == FindingKind.CRASH]
 
@@ -380,7 +515,10 @@ def test_no_crash_when_the_job_ends_cleanly_or_survived_an_error(tmp_path: Path)
 def test_each_log_file_is_its_own_job(tmp_path: Path) -> None:
     """A folder of SLURM logs holds several jobs: listed, never merged."""
     for job in (101, 102):
-        _write(tmp_path / f"slurm-{job}.out", PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 11)))
+        _write(
+            tmp_path / f"slurm-{job}.out",
+            PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 11)),
+        )
     jobs = discover_jobs(tmp_path)
     assert sorted(jobs) == ["slurm-101.out", "slurm-102.out"]
     with pytest.raises(MultipleJobsError):
@@ -392,7 +530,10 @@ def test_text_log_inside_a_tensorboard_folder_joins_its_job(tmp_path: Path) -> N
     from conftest import write_tb_run
 
     write_tb_run(tmp_path / "runs", n=50, spike_at=None)
-    _write(tmp_path / "runs" / "stdout.log", PREAMBLE + "".join(_meg_line(i, 3.0, scale=1024.0) for i in range(1, 11)))
+    _write(
+        tmp_path / "runs" / "stdout.log",
+        PREAMBLE + "".join(_meg_line(i, 3.0, scale=1024.0) for i in range(1, 11)),
+    )
     jobs = discover_jobs(tmp_path)
     assert len(jobs) == 1
     run = read_run(tmp_path)
@@ -403,14 +544,21 @@ def test_text_log_inside_a_tensorboard_folder_joins_its_job(tmp_path: Path) -> N
 def test_compressed_log_is_read(tmp_path: Path) -> None:
     """A gzip-compressed text log reads like the plain one."""
     p = tmp_path / "train.log.gz"
-    p.write_bytes(gzip.compress((PREAMBLE + "".join(_meg_line(i, 3.0 - i / 100) for i in range(1, 11))).encode()))
+    p.write_bytes(
+        gzip.compress(
+            (PREAMBLE + "".join(_meg_line(i, 3.0 - i / 100) for i in range(1, 11))).encode()
+        )
+    )
     run = read_run(p)
     assert _series(run, "loss")[10] == pytest.approx(2.9)
 
 
 def test_prose_text_is_not_a_training_log(tmp_path: Path) -> None:
     """A text file without metric lines is not claimed by the text importer."""
-    p = _write(tmp_path / "notes.txt", "We trained the model for 3 epochs.\nThe step size was tuned by hand.\n")
+    p = _write(
+        tmp_path / "notes.txt",
+        "We trained the model for 3 epochs.\nThe step size was tuned by hand.\n",
+    )
     assert not TEXT.discover(tmp_path, [p])
     with pytest.raises(UnknownFormatError):
         read_run(p)
@@ -429,12 +577,24 @@ def test_importer_never_writes_into_the_run_folder(tmp_path: Path) -> None:
 def _golden(tmp_path: Path, n_steps: int, recorded: int, sparse_every: int = 10) -> Path:
     steps = list(range(1, n_steps + 1, 5))
     loss = {str(s): (round(10.0 - s / 1000, 5) if s <= recorded else "nan") for s in steps}
-    it_time = {str(s): (0.3 if (i % sparse_every == 0 and s <= recorded) else "nan") for i, s in enumerate(steps)}
-    doc = {"lm loss": {"start_step": 1, "end_step": n_steps, "step_interval": 5, "values": loss},
-           "iteration-time": {"start_step": 1, "end_step": n_steps, "step_interval": 5, "values": it_time}}
+    it_time = {
+        str(s): (0.3 if (i % sparse_every == 0 and s <= recorded) else "nan")
+        for i, s in enumerate(steps)
+    }
+    doc = {
+        "lm loss": {"start_step": 1, "end_step": n_steps, "step_interval": 5, "values": loss},
+        "iteration-time": {
+            "start_step": 1,
+            "end_step": n_steps,
+            "step_interval": 5,
+            "values": it_time,
+        },
+    }
     p = tmp_path / "golden_values_dev_dgx_h100.json"
     p.write_text(json.dumps(doc, indent=4))
-    (tmp_path / "model_config.yaml").write_text("MODEL_ARGS:\n  --micro-batch-size: 4\n  --lr: 0.0003\n")
+    (tmp_path / "model_config.yaml").write_text(
+        "MODEL_ARGS:\n  --micro-batch-size: 4\n  --lr: 0.0003\n"
+    )
     return p
 
 
@@ -461,5 +621,7 @@ def test_golden_values_complete_file_has_no_truncation(tmp_path: Path) -> None:
 def test_user_aliases_apply_to_text_logs(tmp_path: Path) -> None:
     """A user alias maps a text-log key the vocabulary does not know."""
     p = _write(tmp_path / "train.log", PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 6)))
-    run = read_run(p, options=ReadOptions(verify_crc=True, aliases={"global batch size": "eval/batch_size"}))
+    run = read_run(
+        p, options=ReadOptions(verify_crc=True, aliases={"global batch size": "eval/batch_size"})
+    )
     assert _series(run, "eval/batch_size") == {i: 8.0 for i in range(1, 6)}

@@ -20,7 +20,12 @@ from forensics.importers.tfevents_scan import walk
 pytest.importorskip("tensorboardX")
 
 
-def _tbx(logdir: Path, series: dict[str, list[tuple[int, float]]], suffix: str = "", purge_step: int | None = None) -> Path:
+def _tbx(
+    logdir: Path,
+    series: dict[str, list[tuple[int, float]]],
+    suffix: str = "",
+    purge_step: int | None = None,
+) -> Path:
     from tensorboardX import SummaryWriter
 
     w = SummaryWriter(str(logdir), filename_suffix=suffix, purge_step=purge_step)
@@ -35,12 +40,19 @@ def _tbparse_long(logdir: Path, kind: str = "scalars") -> pl.DataFrame:
     from tbparse import SummaryReader
 
     df = getattr(SummaryReader(str(logdir), extra_columns={"dir_name"}), kind)
-    scalar = np.asarray([np.ndim(v) == 0 for v in df["value"]], dtype=bool)  # .tensors also holds histograms
-    return pl.DataFrame({
-        "dir": df["dir_name"].to_numpy().astype(str)[scalar], "tag": df["tag"].to_numpy().astype(str)[scalar],
-        "step": df["step"].to_numpy().astype(np.int64)[scalar],
-        "value": np.asarray([float(v) for v, ok in zip(df["value"], scalar) if ok], dtype=np.float64),
-    })
+    scalar = np.asarray(
+        [np.ndim(v) == 0 for v in df["value"]], dtype=bool
+    )  # .tensors also holds histograms
+    return pl.DataFrame(
+        {
+            "dir": df["dir_name"].to_numpy().astype(str)[scalar],
+            "tag": df["tag"].to_numpy().astype(str)[scalar],
+            "step": df["step"].to_numpy().astype(np.int64)[scalar],
+            "value": np.asarray(
+                [float(v) for v, ok in zip(df["value"], scalar) if ok], dtype=np.float64
+            ),
+        }
+    )
 
 
 def _ours(run) -> pl.DataFrame:  # noqa: ANN001
@@ -66,7 +78,9 @@ def test_tensorboardx_scalars_match_tbparse(tmp_path: Path) -> None:
     assert np.array_equal(a, b, equal_nan=True)
     from tbparse import SummaryReader
 
-    wt = SummaryReader(str(tmp_path), extra_columns={"wall_time"}).scalars.sort_values(["tag", "step"])
+    wt = SummaryReader(str(tmp_path), extra_columns={"wall_time"}).scalars.sort_values(
+        ["tag", "step"]
+    )
     ours_wt = read_run(tmp_path).frame.sort("tag", "step").get_column("wall_time").to_numpy()
     assert np.array_equal(ours_wt, wt["wall_time"].to_numpy().astype(np.float64))
 
@@ -82,7 +96,9 @@ def test_torch_new_style_and_double_scalars_match_tbparse_tensors(tmp_path: Path
         w.add_scalar("new_d", math.pi * s, s, new_style=True, double_precision=True)
     w.close()
     ours = _ours(read_run(tmp_path))
-    ref = pl.concat([_tbparse_long(tmp_path, "scalars"), _tbparse_long(tmp_path, "tensors")]).select("tag", "step", "value")
+    ref = pl.concat(
+        [_tbparse_long(tmp_path, "scalars"), _tbparse_long(tmp_path, "tensors")]
+    ).select("tag", "step", "value")
     assert ours.height == ref.height == 3 * len(range(0, 300, 7))
     joined = ours.join(ref, on=["tag", "step"], suffix="_ref")
     assert joined.height == ours.height
@@ -101,8 +117,12 @@ def _event_file_writer(logdir: Path):  # noqa: ANN202
 def _tf2_value(tag: str, plugin: str, first: bool, **tensor):  # noqa: ANN003, ANN202
     from tensorboard.compat.proto import summary_pb2, tensor_pb2
 
-    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin))
-    return summary_pb2.Summary.Value(tag=tag, tensor=tensor_pb2.TensorProto(**tensor), metadata=meta if first else None)
+    meta = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin)
+    )
+    return summary_pb2.Summary.Value(
+        tag=tag, tensor=tensor_pb2.TensorProto(**tensor), metadata=meta if first else None
+    )
 
 
 def _write_events(logdir: Path, values_per_step: list[list]) -> None:  # noqa: ANN001
@@ -110,7 +130,9 @@ def _write_events(logdir: Path, values_per_step: list[list]) -> None:  # noqa: A
 
     w = _event_file_writer(logdir)
     for s, values in enumerate(values_per_step):
-        w.add_event(event_pb2.Event(step=s, wall_time=1.7e9 + s, summary=summary_pb2.Summary(value=values)))
+        w.add_event(
+            event_pb2.Event(step=s, wall_time=1.7e9 + s, summary=summary_pb2.Summary(value=values))
+        )
     w.close()
 
 
@@ -121,13 +143,29 @@ def test_tf2_style_tensor_content_scalars_and_histograms(tmp_path: Path) -> None
     hist = np.array([[0.0, 1.0, 2.0], [1.0, 3.0, 6.0]])  # 2 values around 0.5, 6 around 2.0
     dim = tensor_shape_pb2.TensorShapeProto.Dim
     shape = tensor_shape_pb2.TensorShapeProto(dim=[dim(size=2), dim(size=3)])
-    _write_events(tmp_path, [
+    _write_events(
+        tmp_path,
         [
-            _tf2_value("epoch_loss", "scalars", s == 0, dtype=1, tensor_content=struct.pack("<f", 0.25 * s)),
-            _tf2_value("act/layers.2", "histograms", s == 0, dtype=2, tensor_content=hist.astype("<f8").tobytes(), tensor_shape=shape),
-        ]
-        for s in range(5)
-    ])
+            [
+                _tf2_value(
+                    "epoch_loss",
+                    "scalars",
+                    s == 0,
+                    dtype=1,
+                    tensor_content=struct.pack("<f", 0.25 * s),
+                ),
+                _tf2_value(
+                    "act/layers.2",
+                    "histograms",
+                    s == 0,
+                    dtype=2,
+                    tensor_content=hist.astype("<f8").tobytes(),
+                    tensor_shape=shape,
+                ),
+            ]
+            for s in range(5)
+        ],
+    )
     run = read_run(tmp_path)
     loss = run.series("loss")
     assert loss.get_column("value").to_list() == [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -147,7 +185,15 @@ def test_tf2_style_tensor_content_scalars_and_histograms(tmp_path: Path) -> None
         ({"dtype": 3, "int_val": [-3]}, -3.0),
         ({"dtype": 2, "double_val": [0.1]}, 0.1),
         ({"dtype": 19, "half_val": [int(np.array(1.5, dtype=np.float16).view(np.uint16))]}, 1.5),
-        ({"dtype": 14, "tensor_content": (np.array([2.5], dtype=np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()}, 2.5),
+        (
+            {
+                "dtype": 14,
+                "tensor_content": (np.array([2.5], dtype=np.float32).view(np.uint32) >> 16)
+                .astype("<u2")
+                .tobytes(),
+            },
+            2.5,
+        ),
         ({"dtype": 2, "tensor_content": struct.pack("<d", 1e-300)}, 1e-300),
     ],
     ids=["int64_val", "int_val", "double_val", "half_val", "bfloat16_content", "double_content"],
@@ -168,14 +214,19 @@ def test_histograms_reduce_to_exact_stats(tmp_path: Path) -> None:
     w.add_scalar("loss", 1.0, 10)
     w.close()
     f = read_run(tmp_path).frame
-    got = dict(f.filter(pl.col("tag").str.starts_with("gradients/")).select("tag", "value").iter_rows())
+    got = dict(
+        f.filter(pl.col("tag").str.starts_with("gradients/")).select("tag", "value").iter_rows()
+    )
     p = "gradients/model.layers.4.mlp/"
     assert got[p + "min"] == -3.0 and got[p + "max"] == 4.0 and got[p + "absmax"] == 4.0
     assert got[p + "mean"] == pytest.approx(data.mean())
     assert got[p + "std"] == pytest.approx(data.std())
     assert got[p + "norm"] == pytest.approx(np.linalg.norm(data))
     norm_row = f.filter(pl.col("tag") == p + "norm")
-    assert norm_row.get_column("metric")[0] == "grad_norm_layer" and norm_row.get_column("layer")[0] == 4
+    assert (
+        norm_row.get_column("metric")[0] == "grad_norm_layer"
+        and norm_row.get_column("layer")[0] == 4
+    )
     assert f.filter(pl.col("tag") == p + "mean").get_column("metric")[0] is None
 
 
@@ -193,7 +244,15 @@ def test_fast_path_equals_protobuf_decoding(tmp_path: Path) -> None:
     buf = path.read_bytes()
     fr = walk(buf, 1 << 30)
     proto = decode_records(buf, fr.offs + 12, fr.offs + 12 + fr.lens, np.arange(len(fr.offs)), {})
-    ref = pl.DataFrame({"record_idx": proto.rec, "tag": proto.tag, "step": proto.step, "value": proto.value, "wall_time": proto.wall_time})
+    ref = pl.DataFrame(
+        {
+            "record_idx": proto.rec,
+            "tag": proto.tag,
+            "step": proto.step,
+            "value": proto.value,
+            "wall_time": proto.wall_time,
+        }
+    )
     ours = run.frame.select("record_idx", "tag", "step", "value", "wall_time").sort("record_idx")
     assert ours.equals(ref.sort("record_idx"))
 
@@ -210,7 +269,9 @@ def test_sub_runs_train_validation_and_add_scalars(tmp_path: Path) -> None:
         w.close()
     run = read_run(job)
     assert run.series("loss").get_column("value").to_list() == pytest.approx([2.0, 1.9, 1.8, 1.7])
-    assert run.series("val_loss").get_column("value").to_list() == pytest.approx([2.5, 2.4, 2.3, 2.2])
+    assert run.series("val_loss").get_column("value").to_list() == pytest.approx(
+        [2.5, 2.4, 2.3, 2.2]
+    )
     assert run.metrics()["val_loss"] == "validation/epoch_loss"
     assert not run.import_findings  # two sub-runs are not a restart
 
@@ -236,8 +297,16 @@ def test_new_file_that_continues_is_not_a_restart(tmp_path: Path) -> None:
 
 def test_restart_segments_view_and_finding(tmp_path: Path) -> None:
     """A resumed job replaying steps 50..99: segment 1, later values win, restart finding with measures."""
-    _tbx(tmp_path, {"loss": [(s, 1.0) for s in range(100)], "lr": [(s, 0.1) for s in range(100)]}, suffix=".a")
-    _tbx(tmp_path, {"loss": [(s, 2.0) for s in range(50, 150)], "lr": [(s, 0.2) for s in range(50, 150)]}, suffix=".b")
+    _tbx(
+        tmp_path,
+        {"loss": [(s, 1.0) for s in range(100)], "lr": [(s, 0.1) for s in range(100)]},
+        suffix=".a",
+    )
+    _tbx(
+        tmp_path,
+        {"loss": [(s, 2.0) for s in range(50, 150)], "lr": [(s, 0.2) for s in range(50, 150)]},
+        suffix=".b",
+    )
     run = read_run(tmp_path)
     assert run.frame.height == 400  # every row kept
     seg = run.frame.group_by("segment").len().sort("segment").rows()
@@ -292,12 +361,17 @@ def test_zero_filled_tail_is_truncation(tmp_path: Path) -> None:
     "content, words",
     [
         (b"\0" * 100_000, "zero"),
-        (bytes(np.random.default_rng(1).integers(0, 256, 50_000, dtype=np.uint8)), "not a TensorBoard event file"),
+        (
+            bytes(np.random.default_rng(1).integers(0, 256, 50_000, dtype=np.uint8)),
+            "not a TensorBoard event file",
+        ),
         (b"hello world, this is a text file\n" * 10, "not a TensorBoard event file"),
     ],
     ids=["zero-filled", "random-bytes", "text"],
 )
-def test_bad_event_files_fail_fast_with_one_line(tmp_path: Path, content: bytes, words: str) -> None:
+def test_bad_event_files_fail_fast_with_one_line(
+    tmp_path: Path, content: bytes, words: str
+) -> None:
     """Zero-filled, random or text content under an event-file name: one-line UnreadableInputError naming the file."""
     bad = tmp_path / "events.out.tfevents.1700000000.host"
     bad.write_bytes(content)
@@ -335,7 +409,9 @@ def test_verify_crc_skips_a_damaged_record(tmp_path: Path) -> None:
     assert any("failed the CRC check" in n for n in run.notes)
 
 
-def test_verify_crc_without_crc32c_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_crc_without_crc32c_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--verify-crc without the crc32c package: a ConfigError that says what to install."""
     import builtins
 

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import shared_path
+
 from forensics.errors import MultipleJobsError, UnreadableInputError
 from forensics.findings import FindingKind
 from forensics.importers import ReadOptions, discover, discover_jobs, read_run
 from forensics.importers.wandb_binary import iter_records, read_wandb
 
-WRITER = textwrap.dedent('''
+WRITER = textwrap.dedent("""
     import json, math, sys, wandb
     out = {}
     run = wandb.init(project="forensics-test", mode="offline", name="alpha",
@@ -61,7 +61,7 @@ WRITER = textwrap.dedent('''
     out["crashy"] = run.dir
     run.finish(exit_code=1)
     print("RUN_DIRS=" + json.dumps(out))
-''')
+""")
 
 
 def _loss(step: int) -> float:
@@ -74,11 +74,26 @@ def wandb_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Three offline runs written by the real wandb client into one WANDB_DIR."""
     pytest.importorskip("wandb")
     root = tmp_path_factory.mktemp("wandb_dir")
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(root), "WANDB_SILENT": "true", "WANDB_CONSOLE": "wrap"}
-    proc = subprocess.run([sys.executable, "-c", WRITER], env=env, capture_output=True, text=True, timeout=300, cwd=root)
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(root),
+        "WANDB_SILENT": "true",
+        "WANDB_CONSOLE": "wrap",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RUN_DIRS="))
-    dirs = {k: Path(v).parent for k, v in json.loads(line[len("RUN_DIRS="):]).items()}  # run.dir is <run>/files
+    dirs = {
+        k: Path(v).parent for k, v in json.loads(line[len("RUN_DIRS=") :]).items()
+    }  # run.dir is <run>/files
     return {"root": root, **dirs}
 
 
@@ -93,9 +108,16 @@ def test_binary_run_history_config_and_summary(wandb_runs: dict[str, Path]) -> N
     loss = _series(run, "loss")
     assert sorted(loss) == list(range(300))
     assert all(loss[s] == pytest.approx(_loss(s)) for s in (0, 150, 200, 299))
-    assert _series(run, "val_loss") == {s: pytest.approx(_loss(s) + 0.05) for s in range(0, 300, 50)}
+    assert _series(run, "val_loss") == {
+        s: pytest.approx(_loss(s) + 0.05) for s in range(0, 300, 50)
+    }
     assert _series(run, "grad_norm")[100] == pytest.approx(0.6)
-    assert run.config == {"lr": 3e-4, "betas": [0.9, 0.95], "batch_size": 64, "model": {"n_layer": 4}}
+    assert run.config == {
+        "lr": 3e-4,
+        "betas": [0.9, 0.95],
+        "batch_size": 64,
+        "model": {"n_layer": 4},
+    }
     assert run.metadata["wandb_display_name"] == "alpha"
     assert run.metadata["wandb_summary"]["best_val"] == pytest.approx(2.07)
     tags = dict(run.frame.filter(pl.col("step") == 300).select("tag", "value").iter_rows())
@@ -114,7 +136,10 @@ def test_binary_decoder_agrees_with_wandbs_own_protobuf(wandb_runs: dict[str, Pa
         rec = pb.Record.FromString(payload)
         if rec.WhichOneof("record_type") != "history":
             continue
-        items = {(it.key or ".".join(it.nested_key)): json.loads(it.value_json) for it in rec.history.item}
+        items = {
+            (it.key or ".".join(it.nested_key)): json.loads(it.value_json)
+            for it in rec.history.item
+        }
         for k, v in items.items():
             if k.startswith("_") or isinstance(v, str):
                 continue
@@ -137,7 +162,9 @@ def test_trainer_global_step_is_the_x_axis(wandb_runs: dict[str, Path]) -> None:
     """HF-style logging: train/global_step, not W&B's _step (which counts log calls), is the step."""
     run = read_run(wandb_runs["beta"])
     assert _series(run, "loss") == {gs: pytest.approx(3.0 - gs / 100) for gs in range(0, 200, 10)}
-    assert _series(run, "val_loss") == {gs: pytest.approx(3.1 - gs / 100) for gs in (0, 50, 100, 150)}
+    assert _series(run, "val_loss") == {
+        gs: pytest.approx(3.1 - gs / 100) for gs in (0, 50, 100, 150)
+    }
     assert run.frame.filter(pl.col("tag") == "train/global_step").is_empty()
     assert any("train/global_step" in n for n in run.notes)
 
@@ -157,7 +184,9 @@ def _copy_run(src: Path, dst: Path) -> Path:
     return next(dst.glob("run-*.wandb"))
 
 
-def test_truncated_binary_reads_every_complete_record(wandb_runs: dict[str, Path], tmp_path: Path) -> None:
+def test_truncated_binary_reads_every_complete_record(
+    wandb_runs: dict[str, Path], tmp_path: Path
+) -> None:
     """A killed job's .wandb ends mid-record: the complete records import and a truncated_log is noted."""
     full = read_run(wandb_runs["alpha"]).series("loss")
     path = _copy_run(wandb_runs["alpha"], tmp_path / "run-20240101_000000-abc")
@@ -171,7 +200,9 @@ def test_truncated_binary_reads_every_complete_record(wandb_runs: dict[str, Path
     assert len(trunc) == 1 and trunc[0].measures["bytes_lost"] > 0
 
 
-def test_zero_padding_at_the_end_is_not_truncation(wandb_runs: dict[str, Path], tmp_path: Path) -> None:
+def test_zero_padding_at_the_end_is_not_truncation(
+    wandb_runs: dict[str, Path], tmp_path: Path
+) -> None:
     """Zero-filled space after the last record (preallocation) is padding, not a cut record."""
     path = _copy_run(wandb_runs["alpha"], tmp_path / "run-20240101_000000-abc")
     path.write_bytes(path.read_bytes() + b"\x00" * 40000)
@@ -180,7 +211,9 @@ def test_zero_padding_at_the_end_is_not_truncation(wandb_runs: dict[str, Path], 
     assert not [f for f in run.import_findings if f.kind == FindingKind.TRUNCATED_LOG]
 
 
-def test_corrupt_block_is_skipped_with_crc_checks(wandb_runs: dict[str, Path], tmp_path: Path) -> None:
+def test_corrupt_block_is_skipped_with_crc_checks(
+    wandb_runs: dict[str, Path], tmp_path: Path
+) -> None:
     """With CRC checks, a damaged 32 KiB block is skipped and reading resumes at the next block."""
     path = _copy_run(wandb_runs["alpha"], tmp_path / "run-20240101_000000-abc")
     data = bytearray(path.read_bytes())
@@ -223,10 +256,24 @@ def test_old_client_folder_with_history_jsonl(tmp_path: Path) -> None:
     run_dir = tmp_path / "wandb" / "run-20200101_120000-oldrun1"
     files = run_dir / "files"
     files.mkdir(parents=True)
-    rows = [{"_step": i, "_runtime": i * 2.0, "_timestamp": 1.6e9 + i, "loss": 3 - i / 10, "lr": 1e-4} for i in range(10)]
-    rows.append({"_step": 10, "_runtime": 20.0, "_timestamp": 1.6e9 + 10, "gradients/h.0.weight": {"_type": "histogram", "values": [1, 2], "bins": [0, 1, 2]}})
-    (files / "wandb-history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
-    (files / "config.yaml").write_text("wandb_version: 1\n_wandb:\n  desc: null\n  value: {}\nlr:\n  desc: null\n  value: 0.0001\nbatch_size:\n  desc: null\n  value: 32\n")
+    rows = [
+        {"_step": i, "_runtime": i * 2.0, "_timestamp": 1.6e9 + i, "loss": 3 - i / 10, "lr": 1e-4}
+        for i in range(10)
+    ]
+    rows.append(
+        {
+            "_step": 10,
+            "_runtime": 20.0,
+            "_timestamp": 1.6e9 + 10,
+            "gradients/h.0.weight": {"_type": "histogram", "values": [1, 2], "bins": [0, 1, 2]},
+        }
+    )
+    (files / "wandb-history.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + "{broken\n"
+    )
+    (files / "config.yaml").write_text(
+        "wandb_version: 1\n_wandb:\n  desc: null\n  value: {}\nlr:\n  desc: null\n  value: 0.0001\nbatch_size:\n  desc: null\n  value: 32\n"
+    )
     (files / "wandb-summary.json").write_text(json.dumps({"loss": 2.1, "_step": 9}))
     run = read_run(tmp_path)
     assert run.format == "wandb_run"
@@ -238,7 +285,9 @@ def test_old_client_folder_with_history_jsonl(tmp_path: Path) -> None:
 
 # -- web UI chart CSV ----------------------------------------------------------------------
 def _ui_csv(path: Path, runs: list[str], metric: str, steps: range, f, spread: float = 0.0) -> Path:  # noqa: ANN001
-    header = ["Step"] + [c for r in runs for c in (f"{r} - {metric}", f"{r} - {metric}__MIN", f"{r} - {metric}__MAX")]
+    header = ["Step"] + [
+        c for r in runs for c in (f"{r} - {metric}", f"{r} - {metric}__MIN", f"{r} - {metric}__MAX")
+    ]
     lines = [",".join(f'"{h}"' for h in header)]
     for s in steps:
         cells = [str(s)]
@@ -253,8 +302,16 @@ def _ui_csv(path: Path, runs: list[str], metric: str, steps: range, f, spread: f
 
 def test_ui_chart_csvs_of_one_run_are_one_job(tmp_path: Path) -> None:
     """Chart exports (one CSV per panel) of one run: one job; __MIN/__MAX are not metrics."""
-    _ui_csv(tmp_path / "loss.csv", ["brisk-pond-1"], "train/loss", range(0, 1000, 10), lambda s: 5.0 - s / 1000)
-    _ui_csv(tmp_path / "gn.csv", ["brisk-pond-1"], "train/grad_norm", range(0, 1000, 10), lambda s: 1.0)
+    _ui_csv(
+        tmp_path / "loss.csv",
+        ["brisk-pond-1"],
+        "train/loss",
+        range(0, 1000, 10),
+        lambda s: 5.0 - s / 1000,
+    )
+    _ui_csv(
+        tmp_path / "gn.csv", ["brisk-pond-1"], "train/grad_norm", range(0, 1000, 10), lambda s: 1.0
+    )
     run = read_run(tmp_path)
     assert run.format == "wandb_csv"
     assert _series(run, "loss")[500] == pytest.approx(4.5)
@@ -266,7 +323,14 @@ def test_ui_chart_csvs_of_one_run_are_one_job(tmp_path: Path) -> None:
 
 def test_ui_chart_csv_with_two_runs_is_two_jobs(tmp_path: Path) -> None:
     """A panel comparing two runs (one of them a group) holds two jobs; names split on the last ' - '."""
-    _ui_csv(tmp_path / "loss.csv", ["Group: exp - a", "brisk-pond-1"], "train/loss", range(0, 100, 10), lambda s: 3.0, spread=0.1)
+    _ui_csv(
+        tmp_path / "loss.csv",
+        ["Group: exp - a", "brisk-pond-1"],
+        "train/loss",
+        range(0, 100, 10),
+        lambda s: 3.0,
+        spread=0.1,
+    )
     jobs = discover_jobs(tmp_path)
     assert sorted(jobs) == ["brisk-pond-1", "exp - a"]
     with pytest.raises(MultipleJobsError):
@@ -285,10 +349,26 @@ def _history_rows() -> list[dict]:
     """What run.history() returns: sparse rows, _step/_runtime/_timestamp, eval rows apart."""
     rows = []
     for i, gs in enumerate(range(0, 100, 10)):
-        rows.append({"_step": 2 * i, "_runtime": float(i), "_timestamp": 1.7e9 + i, "train/loss": 3.0 - gs / 100,
-                     "train/global_step": float(gs), "eval/loss": None})
-        rows.append({"_step": 2 * i + 1, "_runtime": float(i), "_timestamp": 1.7e9 + i, "train/loss": None,
-                     "train/global_step": float(gs), "eval/loss": 3.2 - gs / 100})
+        rows.append(
+            {
+                "_step": 2 * i,
+                "_runtime": float(i),
+                "_timestamp": 1.7e9 + i,
+                "train/loss": 3.0 - gs / 100,
+                "train/global_step": float(gs),
+                "eval/loss": None,
+            }
+        )
+        rows.append(
+            {
+                "_step": 2 * i + 1,
+                "_runtime": float(i),
+                "_timestamp": 1.7e9 + i,
+                "train/loss": None,
+                "train/global_step": float(gs),
+                "eval/loss": 3.2 - gs / 100,
+            }
+        )
     rows[4]["train/loss"] = float("nan")
     return rows
 
@@ -301,7 +381,9 @@ def test_api_history_exports(tmp_path: Path, kind: str) -> None:
     if kind == "csv":
         pl.DataFrame(rows).write_csv(path)  # NaN as "NaN", not logged as an empty cell
     elif kind == "jsonl":
-        path.write_text("".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows))
+        path.write_text(
+            "".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows)
+        )
     else:
         pl.DataFrame(rows).write_parquet(path)
     assert [s.importer for s in discover(path)] == ["wandb_csv"]

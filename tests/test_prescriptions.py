@@ -47,17 +47,30 @@ def test_checks_use_known_areas_and_english() -> None:
     for p in list(TABLE.values()) + list(STANDING_GUIDANCE):
         for chk in p.checks:
             assert chk.area in AREAS
-        texts = [p.symptom, p.treatment, *p.causes, *(c.text for c in p.checks), *p.variants.values()]
+        texts = [
+            p.symptom,
+            p.treatment,
+            *p.causes,
+            *(c.text for c in p.checks),
+            *p.variants.values(),
+        ]
         assert not any(cjk.search(t) for t in texts), p.symptom
 
 
 @pytest.mark.parametrize(
     "classification, expected",
-    [("physiological", "No action"), ("beneficial", "No action"), ("pathological", "20-50%"), ("unresolved", "500 steps")],
+    [
+        ("physiological", "No action"),
+        ("beneficial", "No action"),
+        ("pathological", "20-50%"),
+        ("unresolved", "500 steps"),
+    ],
 )
 def test_spike_prescription_follows_the_classification(classification: str, expected: str) -> None:
     """A recovered spike is left alone; a non-recovering one gets the rollback and the 20-50% cut."""
-    f = Finding("loss_spike", "warning", "loss", 100, "s", measures={"classification": classification})
+    f = Finding(
+        "loss_spike", "warning", "loss", 100, "s", measures={"classification": classification}
+    )
     assert expected in prescribe(f)
 
 
@@ -78,9 +91,17 @@ def test_severity_variant() -> None:
 
 @pytest.mark.parametrize(
     "severity, classification, expected",
-    [("info", None, False), ("warning", "physiological", False), ("warning", "beneficial", False), ("warning", "pathological", True), ("critical", None, True)],
+    [
+        ("info", None, False),
+        ("warning", "physiological", False),
+        ("warning", "beneficial", False),
+        ("warning", "pathological", True),
+        ("critical", None, True),
+    ],
 )
 def test_needs_action(severity: str, classification: str | None, expected: bool) -> None:
     """Notes and recovered or helpful spikes need no action; the rest do."""
     measures = {"classification": classification} if classification else {}
-    assert needs_action(Finding("loss_spike", severity, "loss", 1, "s", measures=measures)) is expected
+    assert (
+        needs_action(Finding("loss_spike", severity, "loss", 1, "s", measures=measures)) is expected
+    )

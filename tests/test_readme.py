@@ -13,7 +13,9 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("measures_reference", ROOT / "scripts" / "measures_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "measures_reference", ROOT / "scripts" / "measures_reference.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -32,7 +34,9 @@ def test_readme_starts_with_the_two_commands() -> None:
 def test_measures_reference_is_current() -> None:
     """The README's measures section is exactly what the detectors' docstrings say."""
     mod = _script()
-    assert mod.readme_section(README) == mod.render(), "run: python scripts/measures_reference.py --write"
+    assert mod.readme_section(README) == mod.render(), (
+        "run: python scripts/measures_reference.py --write"
+    )
 
 
 def _documented() -> dict[str, set[str]]:
@@ -46,8 +50,9 @@ def _sample_runs() -> list[Path]:
 
 def test_every_emitted_measure_is_documented() -> None:
     """Every measures key the detectors emit on the sample runs and a few synthetic cases is in the reference."""
-    import forensics
     from synthetic import long_frame, run_from_frame
+
+    import forensics
 
     documented = _documented()
     findings = []
@@ -60,10 +65,24 @@ def test_every_emitted_measure_is_documented() -> None:
     loss = 2 + 5 / (1 + steps / 100)
     spiky = loss.copy()
     spiky[1500:1503] *= 3
-    run = run_from_frame(long_frame({"loss": (steps, spiky), "grad_norm": (steps, np.where((steps > 1499) & (steps < 1503), 9.0, 1.0))}))
+    run = run_from_frame(
+        long_frame(
+            {
+                "loss": (steps, spiky),
+                "grad_norm": (steps, np.where((steps > 1499) & (steps < 1503), 9.0, 1.0)),
+            }
+        )
+    )
     findings += forensics.detect(run)
     assert findings
-    missing = sorted({(f.kind.value, k) for f in findings for k in f.measures if k not in documented.get(f.kind.value, set())})
+    missing = sorted(
+        {
+            (f.kind.value, k)
+            for f in findings
+            for k in f.measures
+            if k not in documented.get(f.kind.value, set())
+        }
+    )
     assert not missing, f"undocumented measures: {missing}"
 
 
@@ -72,7 +91,9 @@ def test_configuration_example_is_valid(tmp_path: Path) -> None:
     from forensics.config import load
     from forensics.detectors import build
 
-    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", README, re.S) if "[tool.forensics]" in b]
+    (block,) = [
+        b for b in re.findall(r"```toml\n(.*?)```", README, re.S) if "[tool.forensics]" in b
+    ]
     (tmp_path / "pyproject.toml").write_text(block)
     cfg = load(cwd=tmp_path)
     assert cfg.ignore == {"plateau"} and cfg.fail_on == "critical" and cfg.checkpoint_every == 1000

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-
 from conftest import shared_path
+
 from forensics.errors import MultipleJobsError
 from forensics.importers import read_run
 
@@ -30,8 +30,12 @@ HF_RUNS = {
 
 def _numeric_cells(entries: list[dict]) -> int:
     """Count the numbers a log_history holds, the step excluded: what the importer must turn into rows."""
-    return sum(1 for e in entries for k, v in e.items()
-               if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool))
+    return sum(
+        1
+        for e in entries
+        for k, v in e.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    )
 
 
 @pytest.mark.parametrize("folder", sorted(HF_RUNS))
@@ -72,10 +76,15 @@ def test_mistral_checkpoints_and_grad_norm_peak() -> None:
     assert run.metadata["checkpoints"] == [4000]
     gn = run.series("grad_norm")
     peak = gn.filter(pl.col("value") == gn.get_column("value").max())
-    assert peak.get_column("step").to_list() == [50] and peak.get_column("value")[0] == pytest.approx(16.2518, abs=1e-4)
+    assert peak.get_column("step").to_list() == [50] and peak.get_column("value")[
+        0
+    ] == pytest.approx(16.2518, abs=1e-4)
 
 
-@pytest.mark.parametrize("folder, lines", [("llamafactory-luojiu-7b-qlora-cpt", 1743), ("llamafactory-mistral7b-translator-lora", 867)])
+@pytest.mark.parametrize(
+    "folder, lines",
+    [("llamafactory-luojiu-7b-qlora-cpt", 1743), ("llamafactory-mistral7b-translator-lora", 867)],
+)
 def test_llama_factory_jsonl_alone_and_beside_trainer_state(folder: str, lines: int) -> None:
     """trainer_log.jsonl reads on its own; in its folder it is compared with trainer_state.json and noted."""
     root = shared_path("real_runs", folder)
@@ -85,7 +94,9 @@ def test_llama_factory_jsonl_alone_and_beside_trainer_state(folder: str, lines: 
     alone = read_run(log)
     losses = [o["loss"] for o in objs if o.get("loss") is not None]
     assert alone.series("loss").get_column("value").to_list() == losses
-    assert alone.series("loss").get_column("step").to_list() == [o["current_steps"] for o in objs if o.get("loss") is not None]
+    assert alone.series("loss").get_column("step").to_list() == [
+        o["current_steps"] for o in objs if o.get("loss") is not None
+    ]
     both = read_run(root)
     assert any("trainer_log.jsonl" in n and "hold the same metrics" in n for n in both.notes)
     assert both.series("loss").height == len(losses)
@@ -100,11 +111,18 @@ def test_tensorboard_real_event_files_match_tbparse() -> None:
     ref = SummaryReader(str(runs)).scalars
     assert run.frame.height == len(ref) == 30
     ours = run.frame.select("tag", "step", "value").sort("tag", "step")
-    theirs = pl.DataFrame({"tag": ref["tag"].to_numpy().astype(str), "step": ref["step"].to_numpy().astype(np.int64),
-                           "value": ref["value"].to_numpy().astype(np.float64)}).sort("tag", "step")
+    theirs = pl.DataFrame(
+        {
+            "tag": ref["tag"].to_numpy().astype(str),
+            "step": ref["step"].to_numpy().astype(np.int64),
+            "value": ref["value"].to_numpy().astype(np.float64),
+        }
+    ).sort("tag", "step")
     assert ours.equals(theirs)
     assert run.series("loss").get_column("value")[0] == pytest.approx(0.4742, abs=1e-6)
-    assert run.series("eval/accuracy").get_column("value").to_list() == [pytest.approx(0.999054, abs=1e-6)]
+    assert run.series("eval/accuracy").get_column("value").to_list() == [
+        pytest.approx(0.999054, abs=1e-6)
+    ]
     assert run.config["num_train_epochs"] == 100  # hparams from the sub-folder
 
 
@@ -142,14 +160,18 @@ def test_lightning_parent_folder_lists_its_versions() -> None:
 @pytest.mark.parametrize("version", sorted(LIGHTNING))
 def test_lightning_versions(version: int) -> None:
     """Each version imports alone: every non-empty cell is a row, steps and config as in the files."""
-    folder = shared_path("real_runs", "lightning-csv-slm-wikitext103", "lightning_logs", f"version_{version}")
+    folder = shared_path(
+        "real_runs", "lightning-csv-slm-wikitext103", "lightning_logs", f"version_{version}"
+    )
     rows, loss_points, first, last = LIGHTNING[version]
     n_rows, n_cells = _csv_cells(folder / "metrics.csv")
     assert n_rows == rows
     run = read_run(folder)
     assert run.frame.height == n_cells
     assert run.series("loss").height == loss_points
-    assert run.frame.get_column("step").min() == first and run.frame.get_column("step").max() == last
+    assert (
+        run.frame.get_column("step").min() == first and run.frame.get_column("step").max() == last
+    )
     assert run.config["d_model"] == 768 and "num_epochs" in run.config
     assert run.import_findings == []
 

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import shared_path
+
 from forensics.errors import MultipleJobsError
 from forensics.findings import FindingKind
 from forensics.importers import ReadOptions, Source, discover_jobs, read_run
@@ -25,7 +25,8 @@ def _series(run, metric: str) -> dict[int, float]:  # noqa: ANN001
 
 def _close(a: dict[int, float], b: dict[int, float]) -> bool:
     return a.keys() == b.keys() and all(
-        (math.isnan(a[k]) and math.isnan(b[k])) or a[k] == pytest.approx(b[k], rel=1e-9) for k in a)
+        (math.isnan(a[k]) and math.isnan(b[k])) or a[k] == pytest.approx(b[k], rel=1e-9) for k in a
+    )
 
 
 def _lines(path: Path) -> list[str]:
@@ -38,13 +39,19 @@ def _crashes(run) -> list:  # noqa: ANN001
 
 def _text_result(path: Path):  # noqa: ANN202
     """The text importer on one file, for logs that hold no step (read_run refuses those)."""
-    return TEXT.read(Source("text_logs", [path], path.name, path.parent, scope="file"), ReadOptions())
+    return TEXT.read(
+        Source("text_logs", [path], path.name, path.parent, scope="file"), ReadOptions()
+    )
 
 
 # -- Megatron / Megatron-DeepSpeed SLURM logs -------------------------------------------------
-MEGATRON = ["meg_ds_3d_gpt2_perf_n16-ds-off.out", "meg_ds_3d_gpt2_perf_n16-ds-on.out",
-            "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out", "meg_gpt2_base_n4_dp1_tp4_pp4-1809579.out",
-            "meg_gpt2_base_n8_dp1_tp4_pp8-1809562.out"]
+MEGATRON = [
+    "meg_ds_3d_gpt2_perf_n16-ds-off.out",
+    "meg_ds_3d_gpt2_perf_n16-ds-on.out",
+    "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out",
+    "meg_gpt2_base_n4_dp1_tp4_pp4-1809579.out",
+    "meg_gpt2_base_n8_dp1_tp4_pp8-1809562.out",
+]
 
 
 def _megatron_expected(path: Path, key: str) -> dict[int, float]:
@@ -79,7 +86,9 @@ def test_megatron_slurm_logs(name: str) -> None:
 
 def test_megatron_fp16_warmup_and_early_spike() -> None:
     """n16: loss scale 8388608 -> 32768 -> 16384 with skipped iterations; loss 12.5 -> 32.8 at 30, then 8.3."""
-    path = shared_path("real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out")
+    path = shared_path(
+        "real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out"
+    )
     run = read_run(path)
     scale = _series(run, "loss_scale")
     assert (scale[10], scale[20], scale[30]) == (8388608.0, 32768.0, 16384.0)
@@ -91,14 +100,20 @@ def test_megatron_fp16_warmup_and_early_spike() -> None:
 
 def test_megatron_deepspeed_minus_one_loss_scale_is_not_a_value() -> None:
     """Megatron-DeepSpeed prints 'loss scale: -1' when DeepSpeed owns the scaler: not imported as a scale."""
-    run = read_run(shared_path("real_runs", "bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-on.out"))
+    run = read_run(
+        shared_path(
+            "real_runs", "bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-on.out"
+        )
+    )
     assert not run.has("loss_scale")
     assert any("loss scale" in n and "DeepSpeed" in n for n in run.notes)
 
 
 def test_megatron_validation_lines() -> None:
     """The validation line at iteration 200 gives the val loss."""
-    path = shared_path("real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n4_dp1_tp4_pp4-1809579.out")
+    path = shared_path(
+        "real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n4_dp1_tp4_pp4-1809579.out"
+    )
     expected = {}
     for ln in _lines(path):
         m = re.search(r"validation loss at iteration (\d+) \| lm loss value: ([^ |]+)", ln)
@@ -119,34 +134,67 @@ def test_folder_of_slurm_logs_is_several_jobs() -> None:
 # -- DeepSpeed-Chat -----------------------------------------------------------------------------
 def test_deepspeed_reward_model_overflow_events() -> None:
     """Reward model (16 ranks): one overflow row per overflowing iteration, the reduced scale at it."""
-    path = shared_path("real_runs", "deepspeed-chat-logs", "step2_reward", "opt-350m_globalBatchSize-64.log")
+    path = shared_path(
+        "real_runs", "deepspeed-chat-logs", "step2_reward", "opt-350m_globalBatchSize-64.log"
+    )
     lines = _lines(path)
-    iters = sorted({int(m.group(1)) for ln in lines if (m := re.match(r"Grad overflow on iteration (\d+)", ln))})
+    iters = sorted(
+        {
+            int(m.group(1))
+            for ln in lines
+            if (m := re.match(r"Grad overflow on iteration (\d+)", ln))
+        }
+    )
     assert len(iters) == 20
     # the rank-0 summary line of each event follows that event's "Grad overflow" lines
     reduced, current = {}, None
     for ln in lines:
         if m := re.match(r"Grad overflow on iteration (\d+)", ln):
             current = int(m.group(1))
-        elif m := re.search(r"Overflow detected\. Skipping step\. Attempted loss scale: \S+, reducing to (\S+)", ln):
+        elif m := re.search(
+            r"Overflow detected\. Skipping step\. Attempted loss scale: \S+, reducing to (\S+)", ln
+        ):
             reduced[current] = float(m.group(1))
     run = read_run(path)
     assert _series(run, "overflow") == {i: 1.0 for i in iters}
     assert run.frame.filter(run.frame["tag"] == "loss_scale_reduced_to").height == 20
-    assert dict(run.frame.filter(run.frame["tag"] == "loss_scale_reduced_to").select("step", "value").iter_rows()) == reduced
-    lr = {int(m.group(1)): float(m.group(2)) for ln in lines
-          if (m := re.search(r"\[Rank 0\] step=(\d+), skipped=\d+, lr=\[([^,\]]+)", ln))}
+    assert (
+        dict(
+            run.frame.filter(run.frame["tag"] == "loss_scale_reduced_to")
+            .select("step", "value")
+            .iter_rows()
+        )
+        == reduced
+    )
+    lr = {
+        int(m.group(1)): float(m.group(2))
+        for ln in lines
+        if (m := re.search(r"\[Rank 0\] step=(\d+), skipped=\d+, lr=\[([^,\]]+)", ln))
+    }
     assert _close(_series(run, "lr"), lr)
-    acc = [float(m.group(1)) for ln in lines if (m := re.search(r"acc \(higher is better\) : (\S+)", ln))]
+    acc = [
+        float(m.group(1))
+        for ln in lines
+        if (m := re.search(r"acc \(higher is better\) : (\S+)", ln))
+    ]
     assert list(_series(run, "eval/acc").values()) == pytest.approx(acc)
     assert not _crashes(run)
 
 
 def test_deepspeed_rlhf_overflow_and_losses() -> None:
     """RLHF actor/critic: per-step losses and rewards; OVERFLOW lines placed at the step printed next."""
-    path = shared_path("real_runs", "deepspeed-chat-logs", "step3_rlhf", "actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log")
+    path = shared_path(
+        "real_runs",
+        "deepspeed-chat-logs",
+        "step3_rlhf",
+        "actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log",
+    )
     lines = _lines(path)
-    act = {int(m.group(1)): float(m.group(2)) for ln in lines if (m := re.match(r"epoch: \d+\|step: (\d+)\|.*act_loss: ([^|]+)\|", ln))}
+    act = {
+        int(m.group(1)): float(m.group(2))
+        for ln in lines
+        if (m := re.match(r"epoch: \d+\|step: (\d+)\|.*act_loss: ([^|]+)\|", ln))
+    }
     assert len(act) == 477
     overflow_steps, pending = set(), False
     for ln in lines:
@@ -159,12 +207,18 @@ def test_deepspeed_rlhf_overflow_and_losses() -> None:
     tagged = run.frame.filter(run.frame["tag"] == "act_loss")
     assert _close(dict(tagged.select("step", "value").iter_rows()), act)
     assert set(_series(run, "overflow")) == overflow_steps and len(overflow_steps) == 11
-    assert sum("OVERFLOW!" in ln for ln in lines) == 14  # the actor and critic engines both print at 3 steps
+    assert (
+        sum("OVERFLOW!" in ln for ln in lines) == 14
+    )  # the actor and critic engines both print at 3 steps
 
 
 def test_deepspeed_random_ltd_crashed_on_a_cuda_error() -> None:
     """The fp16 token-dropping run died on an illegal memory access before logging a step."""
-    res = _text_result(shared_path("real_runs", "deepspeed-chat-logs", "random_ltd_gpt_fp16", "train_with_kernel_fp16.log"))
+    res = _text_result(
+        shared_path(
+            "real_runs", "deepspeed-chat-logs", "random_ltd_gpt_fp16", "train_with_kernel_fp16.log"
+        )
+    )
     crash = [f for f in res.findings if f.kind == FindingKind.CRASH]
     assert len(crash) == 1 and crash[0].measures["reason"] == "cuda"
     assert "illegal memory access" in crash[0].measures["line"]
@@ -220,14 +274,17 @@ def test_llmc_750_step_run() -> None:
     assert [c.measures["reason"] for c in _crashes(run)] == ["time_limit"]
 
 
-@pytest.mark.parametrize("job, reason, text", [
-    ("11672072", "out_of_memory", "out of memory"),
-    ("11672087", "out_of_memory", "out of memory"),
-    ("11672096", "out_of_memory", "out of memory"),
-    ("11678978", "cuda", "misaligned address"),
-    ("11679004", "cuda", "cuBLAS ERROR"),
-    ("11673594", "assertion", "Assertion `total_batch_size % tokens_per_fwdbwd == 0' failed"),
-])
+@pytest.mark.parametrize(
+    "job, reason, text",
+    [
+        ("11672072", "out_of_memory", "out of memory"),
+        ("11672087", "out_of_memory", "out of memory"),
+        ("11672096", "out_of_memory", "out of memory"),
+        ("11678978", "cuda", "misaligned address"),
+        ("11679004", "cuda", "cuBLAS ERROR"),
+        ("11673594", "assertion", "Assertion `total_batch_size % tokens_per_fwdbwd == 0' failed"),
+    ],
+)
 def test_llmc_runs_that_never_trained(job: str, reason: str, text: str) -> None:
     """The runs that died before their first step: the crash and its line are found."""
     res = _text_result(shared_path("real_runs", HECTOR, f"gpt2_train.{job}.log"))
@@ -252,11 +309,18 @@ def _main_log_expected(path: Path) -> dict[str, dict[int, float]]:
     return out
 
 
-@pytest.mark.parametrize("parts, n_train, n_val", [
-    (("llmc-gpt2-124M-siddanthemani", "main.log"), 19552, 80),
-    (("modded-nanogpt", "2024-10-13_llmc", "main.log"), 19560, 80),
-    (("modded-nanogpt", "2024-06-06_AdamW", "f66d43d7-e449-4029-8adf-e8537bab49ea.log"), 9536, 76),
-])
+@pytest.mark.parametrize(
+    "parts, n_train, n_val",
+    [
+        (("llmc-gpt2-124M-siddanthemani", "main.log"), 19552, 80),
+        (("modded-nanogpt", "2024-10-13_llmc", "main.log"), 19560, 80),
+        (
+            ("modded-nanogpt", "2024-06-06_AdamW", "f66d43d7-e449-4029-8adf-e8537bab49ea.log"),
+            9536,
+            76,
+        ),
+    ],
+)
 def test_llmc_main_logs(parts: tuple[str, ...], n_train: int, n_val: int) -> None:
     """llm.c main.log files: trl/tel/eval/norm at their steps."""
     path = shared_path("real_runs", *parts)
@@ -272,7 +336,9 @@ def test_llmc_main_logs(parts: tuple[str, ...], n_train: int, n_val: int) -> Non
 
 def test_modded_nanogpt_muon_record() -> None:
     """Muon record: 6200 train losses and 51 val losses after 585 lines of printed source code."""
-    path = shared_path("real_runs", "modded-nanogpt", "2024-10-10_Muon", "eb5659d0-fb6a-49e5-a311-f1f89412f726.txt")
+    path = shared_path(
+        "real_runs", "modded-nanogpt", "2024-10-10_Muon", "eb5659d0-fb6a-49e5-a311-f1f89412f726.txt"
+    )
     train, val = {}, {}
     for ln in _lines(path):
         if m := re.match(r"step:(\d+)/\d+ train_loss:(\S+) ", ln):
@@ -308,7 +374,9 @@ def test_megatron_golden_values(parts: tuple[str, str, str]) -> None:
     assert _close(loss, expected)
     trunc = [f for f in run.import_findings if f.kind == FindingKind.TRUNCATED_LOG]
     if last < end:
-        assert len(trunc) == 1 and trunc[0].start_step == last and trunc[0].measures["end_step"] == end
+        assert (
+            len(trunc) == 1 and trunc[0].start_step == last and trunc[0].measures["end_step"] == end
+        )
     else:
         assert not trunc
     assert run.config  # MODEL_ARGS of model_config.yaml
@@ -333,13 +401,26 @@ MLPERF = [
 @pytest.mark.parametrize("org, system, name", MLPERF)
 def test_mlperf_gpt3_results(org: str, system: str, name: str) -> None:
     """tracked_stats losses and eval log-perplexities at optimizer steps (tokens / (batch x seq len))."""
-    path = shared_path("real_runs", "mlperf-training-v3.0-gpt3-175b", org, "results", system, "gpt3", name)
+    path = shared_path(
+        "real_runs", "mlperf-training-v3.0-gpt3-175b", org, "results", system, "gpt3", name
+    )
     events = [json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in _lines(path) if ":::MLLOG " in ln]
-    cfg = {e["key"]: e["value"] for e in events if e["key"] in ("global_batch_size", "max_sequence_length")}
+    cfg = {
+        e["key"]: e["value"]
+        for e in events
+        if e["key"] in ("global_batch_size", "max_sequence_length")
+    }
     per_step = cfg["global_batch_size"] * cfg["max_sequence_length"]
-    loss = {e["metadata"]["step"] // per_step: e["value"]["reduced_train_loss"] for e in events
-            if e["key"] == "tracked_stats" and "reduced_train_loss" in e["value"]}
-    evals = {e["metadata"]["epoch_num"] // per_step: e["value"] for e in events if e["key"] == "eval_accuracy"}
+    loss = {
+        e["metadata"]["step"] // per_step: e["value"]["reduced_train_loss"]
+        for e in events
+        if e["key"] == "tracked_stats" and "reduced_train_loss" in e["value"]
+    }
+    evals = {
+        e["metadata"]["epoch_num"] // per_step: e["value"]
+        for e in events
+        if e["key"] == "eval_accuracy"
+    }
     run = read_run(path)
     assert _close(_series(run, "loss"), loss)
     assert _close(_series(run, "val_loss"), evals) and len(evals) >= 22

@@ -37,24 +37,66 @@ def full_run(n: int = 6000, name: str = "full", seed: int = 0) -> tuple[Run, lis
     ts = np.arange(0, n, 10)
     tput = np.where(ts < 4500, 12000.0, 8000.0) * np.exp(rng.normal(0, 0.02, len(ts)))
     series = {
-        "train/loss": (s, loss), "grad_norm": (gs, gn), "param_norm": (s, 100 + 0.002 * s), "lr": (s, lr),
-        "loss_scale": (s, scale), "val/loss": (vs, 2.6 + 1e-5 * vs + 5.0 / (1 + vs / 100)),
-        "eval/accuracy": (es, 0.3 + 0.04 * es / 1000), "eval/hellaswag": (es, 0.25 + 0.01 * es / 1000),
-        "throughput/tokens_per_sec": (ts, tput), "memory/max_reserved(GiB)": (ts, 30 + 1e-3 * ts),
+        "train/loss": (s, loss),
+        "grad_norm": (gs, gn),
+        "param_norm": (s, 100 + 0.002 * s),
+        "lr": (s, lr),
+        "loss_scale": (s, scale),
+        "val/loss": (vs, 2.6 + 1e-5 * vs + 5.0 / (1 + vs / 100)),
+        "eval/accuracy": (es, 0.3 + 0.04 * es / 1000),
+        "eval/hellaswag": (es, 0.25 + 0.01 * es / 1000),
+        "throughput/tokens_per_sec": (ts, tput),
+        "memory/max_reserved(GiB)": (ts, 30 + 1e-3 * ts),
     }
     ls = np.arange(0, n, 50)
     for layer in range(8):
         grow = 1 + (2.0 * ls / n if layer < 2 else 0.0)
-        series[f"grad_norm/layers.{layer}"] = (ls, 0.2 * grow * np.exp(rng.normal(0, 0.05, len(ls))))
-        series[f"activations/absmax/layers.{layer}"] = (ls, 10.0 ** (1 + 0.1 * layer) * np.ones(len(ls)))
+        series[f"grad_norm/layers.{layer}"] = (
+            ls,
+            0.2 * grow * np.exp(rng.normal(0, 0.05, len(ls))),
+        )
+        series[f"activations/absmax/layers.{layer}"] = (
+            ls,
+            10.0 ** (1 + 0.1 * layer) * np.ones(len(ls)),
+        )
     run = run_from_frame(long_frame(series), name=name)
     findings = [
-        Finding("loss_spike", "critical", "loss", 3000, "Loss tripled at step 3000 and settled higher", peak_step=3002, end_step=3010,
-                measures={"classification": "pathological", "height": 5.0, "height_ratio": 3.0, "recovery_steps": None, "cause": "grad_norm_led"}),
-        Finding("grad_norm_spike", "warning", "grad_norm", 3000, "Grad norm 6x", peak_step=3001, end_step=3003, measures={"ratio_to_run_baseline": 6.0}),
+        Finding(
+            "loss_spike",
+            "critical",
+            "loss",
+            3000,
+            "Loss tripled at step 3000 and settled higher",
+            peak_step=3002,
+            end_step=3010,
+            measures={
+                "classification": "pathological",
+                "height": 5.0,
+                "height_ratio": 3.0,
+                "recovery_steps": None,
+                "cause": "grad_norm_led",
+            },
+        ),
+        Finding(
+            "grad_norm_spike",
+            "warning",
+            "grad_norm",
+            3000,
+            "Grad norm 6x",
+            peak_step=3001,
+            end_step=3003,
+            measures={"ratio_to_run_baseline": 6.0},
+        ),
         Finding("loss_scale_drop", "warning", "loss_scale", 3000, "Loss scale 65536 -> 16384"),
-        Finding("layer_grad_shift", "warning", "grad_norm_layer", 1500, "Layers 0-1 share doubled", end_step=5950,
-                measures={"layer": 0, "layers": "0-1", "share_before": 0.05, "share_after": 0.12}),
+        Finding(
+            "layer_grad_shift",
+            "warning",
+            "grad_norm_layer",
+            1500,
+            "Layers 0-1 share doubled",
+            end_step=5950,
+            measures={"layer": 0, "layers": "0-1", "share_before": 0.05, "share_after": 0.12},
+        ),
         Finding("throughput_drop", "warning", "throughput", 4500, "Throughput fell by a third"),
         Finding("eval_regression", "warning", "eval/hellaswag", 4000, "hellaswag stalled"),
         Finding("restart", "info", None, 2000, "The job restarted at step 2000"),
@@ -92,10 +134,16 @@ class Page(HTMLParser):
 
     @property
     def figures(self) -> dict[str, dict]:
-        return {a["id"]: json.loads(body) for a, body in self.scripts if a.get("type") == "application/json"}
+        return {
+            a["id"]: json.loads(body)
+            for a, body in self.scripts
+            if a.get("type") == "application/json"
+        }
 
     def all(self, tag: str, **match: str) -> list[dict[str, str]]:
-        return [a for t, a in self.tags if t == tag and all(a.get(k) == v for k, v in match.items())]
+        return [
+            a for t, a in self.tags if t == tag and all(a.get(k) == v for k, v in match.items())
+        ]
 
 
 def parse(text: str) -> Page:
@@ -117,7 +165,19 @@ def test_one_chart_per_vital_sign(full_page) -> None:
     """Every vital sign the run logged gets its panel, each with a parseable figure."""
     _, page, _ = full_page
     panels = [a["data-panel"] for a in page.all("div", **{"class": "chart"})]
-    assert panels == ["loss", "grad_norm", "param_norm", "lr", "loss_scale", "val_loss", "eval", "throughput", "memory", "grad_norm_layer", "act_absmax"]
+    assert panels == [
+        "loss",
+        "grad_norm",
+        "param_norm",
+        "lr",
+        "loss_scale",
+        "val_loss",
+        "eval",
+        "throughput",
+        "memory",
+        "grad_norm_layer",
+        "act_absmax",
+    ]
     figs = page.figures
     assert len(figs) == len(panels)
     assert all(f["data"] for f in figs.values())
@@ -138,7 +198,9 @@ def test_findings_ranked_by_severity(full_page) -> None:
     sev = [a["data-severity"] for a in page.all("article") if "data-kind" in a]
     rank = {"fatal": 3, "critical": 2, "warning": 1, "info": 0}
     assert [rank[s] for s in sev] == sorted((rank[s] for s in sev), reverse=True)
-    assert [f["start_step"] for f in diag.to_document()["findings"]] == sorted(f["start_step"] for f in diag.to_document()["findings"])
+    assert [f["start_step"] for f in diag.to_document()["findings"]] == sorted(
+        f["start_step"] for f in diag.to_document()["findings"]
+    )
 
 
 def test_findings_marked_on_their_panels(full_page) -> None:
@@ -169,7 +231,9 @@ def test_grad_norm_panel_has_baseline_bands(full_page) -> None:
 def test_train_val_panel_has_the_gap(full_page) -> None:
     """Train vs val shows both curves and the gap on a second axis."""
     _, page, _ = full_page
-    tv = next(f for f in page.figures.values() if f["layout"]["title"]["text"].startswith("Training vs"))
+    tv = next(
+        f for f in page.figures.values() if f["layout"]["title"]["text"].startswith("Training vs")
+    )
     gap = next(t for t in tv["data"] if t["name"] == "gap")
     assert gap["yaxis"] == "y2" and len(gap["x"]) == 24
 
@@ -188,7 +252,20 @@ def test_sections_present(full_page) -> None:
     """Verdict, timeline, investigation, rollback, spikes, checklists, coverage, prescriptions, notes, metadata."""
     _, page, _ = full_page
     ids = {a.get("id") for _, a in page.tags}
-    assert {"verdict", "timeline", "findings", "investigation", "rollback", "vitals", "spikes", "checklists", "coverage", "prescriptions", "notes", "metadata"} <= ids
+    assert {
+        "verdict",
+        "timeline",
+        "findings",
+        "investigation",
+        "rollback",
+        "vitals",
+        "spikes",
+        "checklists",
+        "coverage",
+        "prescriptions",
+        "notes",
+        "metadata",
+    } <= ids
     text = " ".join(page.text)
     assert "Standing guidance" in text and "generations are poor" in text
     assert "checkpoint at step" in text
@@ -199,7 +276,7 @@ def test_sections_present(full_page) -> None:
 def test_spike_table_lists_shape_measures(full_page) -> None:
     """The spike table has a column per measure, classification first."""
     text, _, _ = full_page
-    spikes = text[text.index('id="spikes"'): text.index('id="checklists"')]
+    spikes = text[text.index('id="spikes"') : text.index('id="checklists"')]
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", spikes)
     assert heads[:6] == ["kind", "severity", "start", "peak", "end", "classification"]
     assert heads.index("classification") < heads.index("height") < heads.index("recovery_steps")
@@ -209,7 +286,16 @@ def test_spike_table_lists_shape_measures(full_page) -> None:
 def test_every_kind_renders(kind: FindingKind) -> None:
     """A finding of each kind renders through its own partial."""
     run, _ = full_run(1200)
-    f = Finding(kind, "warning", "loss", 600, f"a {kind.value} finding", peak_step=610, end_step=650, measures={"layer": 2, "classification": "pathological"})
+    f = Finding(
+        kind,
+        "warning",
+        "loss",
+        600,
+        f"a {kind.value} finding",
+        peak_step=610,
+        end_step=650,
+        measures={"layer": 2, "classification": "pathological"},
+    )
     page = parse(render_html(diagnose(run, [f]), plotlyjs="cdn"))
     arts = page.all("article", **{"data-kind": kind.value})
     assert len(arts) == 1
@@ -217,13 +303,33 @@ def test_every_kind_renders(kind: FindingKind) -> None:
 
 def _evil_run() -> tuple[Run, list[Finding]]:
     s, loss = healthy_loss(800)
-    series = {"train/loss": (s, loss), EVIL: (s, loss), "eval/" + EVIL_IMG: (s[::100], loss[::100]), "eval/</script><script>alert(3)</script>": (s[::100], loss[::100])}
+    series = {
+        "train/loss": (s, loss),
+        EVIL: (s, loss),
+        "eval/" + EVIL_IMG: (s[::100], loss[::100]),
+        "eval/</script><script>alert(3)</script>": (s[::100], loss[::100]),
+    }
     run = run_from_frame(long_frame(series), name=EVIL)
     run.notes.append("skipped line: " + EVIL)
     run.config.update({"note": EVIL, EVIL_IMG: 1})
     run.metadata["framework"] = EVIL_IMG
-    fs = [Finding("loss_spike", "critical", "loss", 400, "summary " + EVIL, measures={"classification": EVIL_IMG, EVIL: 1.0}),
-          Finding("eval_regression", "warning", "eval/" + EVIL_IMG, 500, "</script><script>alert(4)</script>")]
+    fs = [
+        Finding(
+            "loss_spike",
+            "critical",
+            "loss",
+            400,
+            "summary " + EVIL,
+            measures={"classification": EVIL_IMG, EVIL: 1.0},
+        ),
+        Finding(
+            "eval_regression",
+            "warning",
+            "eval/" + EVIL_IMG,
+            500,
+            "</script><script>alert(4)</script>",
+        ),
+    ]
     return run, fs
 
 
@@ -265,7 +371,9 @@ def test_redact_leaves_out_paths_hosts_and_config() -> None:
     run.config.update({"learning_rate": 0.000123456, "data_path": "/mnt/corp/data"})
     run.metadata.update({"hostname": "gpu-node-17.corp.example", "framework": "torch 2.5"})
     run.notes.append("skipped 2 lines in /home/alice/secret-project/exp7/log.txt")
-    run.notes.append("read events.out.tfevents.1795980190.gpu-node-17.9070.0 and checkpoint-500/trainer_state.json")
+    run.notes.append(
+        "read events.out.tfevents.1795980190.gpu-node-17.9070.0 and checkpoint-500/trainer_state.json"
+    )
     plain = render_html(diagnose(run, fs))
     red = render_html(diagnose(run, fs), redact=True)
     for secret in ("/home/alice", "gpu-node-17", "0.000123456", "/mnt/corp"):
@@ -284,9 +392,27 @@ def test_size_limits_on_a_million_points() -> None:
     rng = np.random.default_rng(5)
     spikes = np.sort(rng.choice(np.arange(1000, n - 1000), 25, replace=False))
     loss[spikes] *= 4.0
-    series = {"train/loss": (s, loss), "grad_norm": (gs, gn), "lr": (s, np.full(n, 1e-4)), "param_norm": (s, 50 + s * 1e-5), "throughput": (s, 1e4 + rng.normal(0, 50, n))}
+    series = {
+        "train/loss": (s, loss),
+        "grad_norm": (gs, gn),
+        "lr": (s, np.full(n, 1e-4)),
+        "param_norm": (s, 50 + s * 1e-5),
+        "throughput": (s, 1e4 + rng.normal(0, 50, n)),
+    }
     run = run_from_frame(long_frame(series), name="long")
-    fs = [Finding("loss_spike", "warning", "loss", int(k), "spike", peak_step=int(k), end_step=int(k) + 1, measures={"classification": "unresolved"}) for k in spikes]
+    fs = [
+        Finding(
+            "loss_spike",
+            "warning",
+            "loss",
+            int(k),
+            "spike",
+            peak_step=int(k),
+            end_step=int(k) + 1,
+            measures={"classification": "unresolved"},
+        )
+        for k in spikes
+    ]
     diag = diagnose(run, fs)
     inline = render_html(diag)
     cdn = render_html(diag, plotlyjs="cdn")
@@ -305,7 +431,9 @@ def test_minmax_keeps_every_injected_extreme() -> None:
     n, buckets = 200_000, 500
     y = rng.normal(0, 1, n)
     size = n // buckets
-    chosen = rng.choice(buckets, 80, replace=False)  # distinct buckets: a bucket shows its one extreme
+    chosen = rng.choice(
+        buckets, 80, replace=False
+    )  # distinct buckets: a bucket shows its one extreme
     where = chosen * size + rng.integers(0, size, 80)
     ups, downs = where[:40], where[40:]
     y[ups] += 50
@@ -376,7 +504,9 @@ def test_cdn_mode_references_plotly() -> None:
     run, fs = full_run(1200)
     page = parse(render_html(diagnose(run, fs), plotlyjs="cdn"))
     (src,) = [a for a in page.all("script") if a.get("src")]
-    assert src["src"].startswith("https://cdn.plot.ly/plotly-") and src["integrity"].startswith("sha384-")
+    assert src["src"].startswith("https://cdn.plot.ly/plotly-") and src["integrity"].startswith(
+        "sha384-"
+    )
     with pytest.raises(ValueError):
         render_html(diagnose(run, fs), plotlyjs="bogus")
 
@@ -419,10 +549,24 @@ def test_thousands_of_findings_stay_small() -> None:
     """5000 findings on a 1M-step run: cards for the worst, rows for the rest, file still under the limits."""
     n = 1_000_000
     s, loss = healthy_loss(n, seed=7)
-    run = run_from_frame(long_frame({"train/loss": (s, loss), "grad_norm": healthy_grad_norm(n, seed=8)}), name="noisy")
+    run = run_from_frame(
+        long_frame({"train/loss": (s, loss), "grad_norm": healthy_grad_norm(n, seed=8)}),
+        name="noisy",
+    )
     steps = np.linspace(1000, n - 1000, 5000).astype(int)
-    fs = [Finding("loss_spike", "fatal" if i == 4321 else "warning", "loss", int(k), f"spike {i}", peak_step=int(k), end_step=int(k) + 5,
-                  measures={"classification": "unresolved", "height": 1.0}) for i, k in enumerate(steps)]
+    fs = [
+        Finding(
+            "loss_spike",
+            "fatal" if i == 4321 else "warning",
+            "loss",
+            int(k),
+            f"spike {i}",
+            peak_step=int(k),
+            end_step=int(k) + 5,
+            measures={"classification": "unresolved", "height": 1.0},
+        )
+        for i, k in enumerate(steps)
+    ]
     diag = diagnose(run, fs)
     cdn = render_html(diag, plotlyjs="cdn")
     assert len(cdn.encode()) < 3_000_000

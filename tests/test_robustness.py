@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import write_tb_run
 from typer.testing import CliRunner
 
-from conftest import write_tb_run
 from forensics.cli import app
 from forensics.importers import read_run
 
@@ -39,8 +39,12 @@ def test_a_named_pipe_in_the_run_folder_does_not_hang(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ['{"step": 1e20, "loss": 1.0}', '{"step": 99999999999999999999, "loss": 1.0}', '{"step": 301, "loss": 1' + "0" * 400 + "}",
-     "{" * 0 + '{"a":' * 5000 + "1" + "}" * 5000],
+    [
+        '{"step": 1e20, "loss": 1.0}',
+        '{"step": 99999999999999999999, "loss": 1.0}',
+        '{"step": 301, "loss": 1' + "0" * 400 + "}",
+        "{" * 0 + '{"a":' * 5000 + "1" + "}" * 5000,
+    ],
     ids=["step-1e20", "step-beyond-int64", "value-beyond-float", "nested-5000"],
 )
 def test_absurd_jsonl_lines_are_skipped_and_counted(tmp_path: Path, bad: str) -> None:
@@ -60,11 +64,20 @@ def test_a_half_written_checkpoint_copy_is_skipped(tmp_path: Path) -> None:
     for step, cut in ((500, False), (1000, True)):
         d = out / f"checkpoint-{step}"
         d.mkdir(parents=True)
-        text = json.dumps({"global_step": step, "log_history": [{"loss": 2.0 - s / 1000, "step": s} for s in range(10, step + 1, 10)]})
+        text = json.dumps(
+            {
+                "global_step": step,
+                "log_history": [
+                    {"loss": 2.0 - s / 1000, "step": s} for s in range(10, step + 1, 10)
+                ],
+            }
+        )
         (d / "trainer_state.json").write_text(text[: len(text) // 2] if cut else text)
     run = read_run(out)
     assert run.last_step == 500
-    assert any("checkpoint-1000/trainer_state.json" in n and "skipped" in n for n in run.notes), run.notes
+    assert any("checkpoint-1000/trainer_state.json" in n and "skipped" in n for n in run.notes), (
+        run.notes
+    )
 
 
 def test_trainer_state_with_null_steps(tmp_path: Path) -> None:
@@ -96,8 +109,10 @@ def test_all_with_json_prints_one_array(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "toml, needle",
-    [('[tool.forensics]\nignore = "plateau"\n', "list of finding kinds"),
-     ('[tool.forensics.detectors.spikes]\nrecover_steps = "abc"\n', "recover_steps")],
+    [
+        ('[tool.forensics]\nignore = "plateau"\n', "list of finding kinds"),
+        ('[tool.forensics.detectors.spikes]\nrecover_steps = "abc"\n', "recover_steps"),
+    ],
     ids=["ignore-string", "param-type"],
 )
 def test_bad_configuration_is_one_line(tmp_path: Path, toml: str, needle: str) -> None:
@@ -122,7 +137,11 @@ def test_a_cut_short_gzip_log_is_read_up_to_the_cut(tmp_path: Path) -> None:
     junk = tmp_path / "junk.jsonl.gz"
     junk.write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(2000))
     res = runner.invoke(app, ["analyze", str(junk), "--no-report"])
-    assert res.exit_code == 2 and "cannot be decompressed" in res.stderr and res.stderr.count("\n") == 1
+    assert (
+        res.exit_code == 2
+        and "cannot be decompressed" in res.stderr
+        and res.stderr.count("\n") == 1
+    )
 
 
 def test_interleaved_writers_are_not_called_a_replay(tmp_path: Path) -> None:
@@ -144,7 +163,11 @@ def test_lightning_csv_cut_inside_a_quote(tmp_path: Path) -> None:
     """metrics.csv whose last line stops inside a quoted field: the rest imports, the cut line is noted."""
     d = tmp_path / "lightning_logs" / "version_0"
     d.mkdir(parents=True)
-    rows = ["epoch,step,train_loss"] + [f"0,{s},{3 - s / 1000}" for s in range(0, 600, 10)] + ['0,601,"2.4']
+    rows = (
+        ["epoch,step,train_loss"]
+        + [f"0,{s},{3 - s / 1000}" for s in range(0, 600, 10)]
+        + ['0,601,"2.4']
+    )
     (d / "metrics.csv").write_text("\n".join(rows))
     run = read_run(d)
     assert run.series("loss").height == 60
@@ -155,8 +178,12 @@ def test_wandb_ui_csv_with_two_runs_all(tmp_path: Path) -> None:
     """A W&B chart CSV holding two runs, with --all: each run's document names a path that exists."""
     d = tmp_path / "export"
     d.mkdir()
-    head = ["Step"] + [f"{r} - train/loss{s}" for r in ("runA", "runB") for s in ("", "__MIN", "__MAX")]
-    rows = [",".join(head)] + [",".join([str(s)] + [f"{3 - s / 1000:.4f}"] * 6) for s in range(0, 300, 5)]
+    head = ["Step"] + [
+        f"{r} - train/loss{s}" for r in ("runA", "runB") for s in ("", "__MIN", "__MAX")
+    ]
+    rows = [",".join(head)] + [
+        ",".join([str(s)] + [f"{3 - s / 1000:.4f}"] * 6) for s in range(0, 300, 5)
+    ]
     (d / "loss.csv").write_text("\n".join(rows) + "\n")
     res = runner.invoke(app, ["analyze", str(d), "--all", "--no-report", "--format", "json"])
     assert res.exit_code == 0, res.output

@@ -14,36 +14,57 @@ import os
 import shutil
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from issues import open_issue
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_runs"
 RUNS = [
-    "healthy", "bad_batch", "periodic_spikes", "divergence", "grad_norm_drift", "overfitting", "val_shift",
-    "loss_scale_collapse", "nan", "resumed", "truncated_log", "throughput_drop", "memory_growth",
-    "layer_grad_shift", "activation_outlier", "param_norm_jump",
+    "healthy",
+    "bad_batch",
+    "periodic_spikes",
+    "divergence",
+    "grad_norm_drift",
+    "overfitting",
+    "val_shift",
+    "loss_scale_collapse",
+    "nan",
+    "resumed",
+    "truncated_log",
+    "throughput_drop",
+    "memory_growth",
+    "layer_grad_shift",
+    "activation_outlier",
+    "param_norm_jump",
 ]
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2, "fatal": 3}
 
 
-@lru_cache(maxsize=None)
+@cache
 def diagnosis(name: str) -> Any:
     import forensics
 
     return forensics.analyze(SAMPLES / name)
 
 
-def row(run: str, kind: str, step: int, tol: int, *issues: str, severity: str | None = None,
-        measures: dict[str, Any] | None = None) -> Any:
+def row(
+    run: str,
+    kind: str,
+    step: int,
+    tol: int,
+    *issues: str,
+    severity: str | None = None,
+    measures: dict[str, Any] | None = None,
+) -> Any:
     """One table row; each issue still open adds an xfail(strict) marker."""
     marks = [open_issue(t) for t in issues]
-    return pytest.param(run, kind, step, tol, severity, measures or {}, marks=marks, id=f"{run}-{kind}-{step}")
+    return pytest.param(
+        run, kind, step, tol, severity, measures or {}, marks=marks, id=f"{run}-{kind}-{step}"
+    )
 
 
 # run, finding kind, onset step, tolerance[, issues still open that the capability depends on].
@@ -74,11 +95,15 @@ EXPECTED = [
 
 
 @pytest.mark.parametrize(("run", "kind", "step", "tol", "severity", "measures"), EXPECTED)
-def test_expected_finding(run: str, kind: str, step: int, tol: int, severity: str | None, measures: dict) -> None:
+def test_expected_finding(
+    run: str, kind: str, step: int, tol: int, severity: str | None, measures: dict
+) -> None:
     """The run yields a finding of this kind whose onset is near the induced step."""
     found = [f for f in diagnosis(run).findings if str(f.kind) == kind]
     near = [f for f in found if abs(f.start_step - step) <= tol]
-    assert near, f"{run}: no {kind} with onset {step}±{tol}; got {[(str(f.kind), f.start_step) for f in found]}"
+    assert near, (
+        f"{run}: no {kind} with onset {step}±{tol}; got {[(str(f.kind), f.start_step) for f in found]}"
+    )
     if severity is not None:
         assert any(str(f.severity) == severity for f in near), [str(f.severity) for f in near]
     if measures:
@@ -88,8 +113,11 @@ def test_expected_finding(run: str, kind: str, step: int, tol: int, severity: st
 
 def test_healthy_is_quiet() -> None:
     """The healthy run has no finding above info."""
-    loud = [(str(f.kind), f.start_step, str(f.severity)) for f in diagnosis("healthy").findings
-            if SEVERITY_RANK[str(f.severity)] > 0]
+    loud = [
+        (str(f.kind), f.start_step, str(f.severity))
+        for f in diagnosis("healthy").findings
+        if SEVERITY_RANK[str(f.severity)] > 0
+    ]
     assert not loud, loud
 
 
@@ -111,8 +139,21 @@ def test_tensorboard_tags_are_all_canonical() -> None:
     r = forensics.read_run(SAMPLES / "healthy")
     unknown = r.frame.filter(pl.col("metric").is_null()).get_column("tag").unique().to_list()
     assert unknown == []
-    assert set(r.metrics()) >= {"loss", "val_loss", "grad_norm", "param_norm", "lr", "loss_scale", "throughput",
-                                "memory", "grad_norm_layer", "param_norm_layer", "act_mean", "act_std", "act_absmax"}
+    assert set(r.metrics()) >= {
+        "loss",
+        "val_loss",
+        "grad_norm",
+        "param_norm",
+        "lr",
+        "loss_scale",
+        "throughput",
+        "memory",
+        "grad_norm_layer",
+        "param_norm_layer",
+        "act_mean",
+        "act_std",
+        "act_absmax",
+    }
 
 
 def test_samples_stay_small() -> None:
@@ -126,8 +167,14 @@ def test_cli_subprocess_json() -> None:
     exe = shutil.which("forensics")
     cmd = [exe] if exe else [sys.executable, "-m", "forensics"]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([*cmd, "analyze", "sample_runs/bad_batch", "--format", "json", "--no-report"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*cmd, "analyze", "sample_runs/bad_batch", "--format", "json", "--no-report"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema_version"] == 1

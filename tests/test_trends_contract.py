@@ -7,23 +7,44 @@ import inspect
 import numpy as np
 import polars as pl
 import pytest
+from synthetic import long_frame, run_from_frame, trend_healthy
 
 from forensics.detectors import load
 from forensics.findings import Finding, Severity
-from synthetic import long_frame, run_from_frame, trend_healthy
 
 TREND_DETECTORS = [
-    "grad_norm_drift", "eval_regression", "param_norm", "layers", "activations",
-    "train_val", "plateau", "throughput", "stall", "memory",
+    "grad_norm_drift",
+    "eval_regression",
+    "param_norm",
+    "layers",
+    "activations",
+    "train_val",
+    "plateau",
+    "throughput",
+    "stall",
+    "memory",
 ]
 
 
 def _all_metrics(n: int, fill: str, seed: int = 0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n)
-    tags = ["loss", "val_loss", "grad_norm", "param_norm", "lr", "tokens_per_sec", "memory", "epoch",
-            "eval/accuracy", "grad_norm/layers.0", "grad_norm/layers.1", "param_norm/layers.0",
-            "act/absmax/layers.0", "act/std/layers.0"]
+    tags = [
+        "loss",
+        "val_loss",
+        "grad_norm",
+        "param_norm",
+        "lr",
+        "tokens_per_sec",
+        "memory",
+        "epoch",
+        "eval/accuracy",
+        "grad_norm/layers.0",
+        "grad_norm/layers.1",
+        "param_norm/layers.0",
+        "act/absmax/layers.0",
+        "act/std/layers.0",
+    ]
     out = {}
     for t in tags:
         if fill == "constant":
@@ -131,7 +152,9 @@ def _triggering_frame(case: str) -> pl.DataFrame:
         ("memory", "memory", "memory"),
     ],
 )
-def test_measures_match_the_documented_table(module_name: str, registry_name: str, case: str) -> None:
+def test_measures_match_the_documented_table(
+    module_name: str, registry_name: str, case: str
+) -> None:
     """Every finding's measures keys are exactly the keys documented for its kind (the README table)."""
     documented = _documented_keys(module_name)
     found = load(registry_name)().detect(run_from_frame(_triggering_frame(case)))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from synthetic import run_from_frame, trend_eval_regression, trend_grad_norm_drift
 
 from forensics.detectors.drift import GradNormDriftDetector
 from forensics.detectors.eval_regression import EvalRegressionDetector
 from forensics.findings import FindingKind, Severity
-from synthetic import run_from_frame, trend_eval_regression, trend_grad_norm_drift
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -25,7 +25,13 @@ def test_drift_article_case_onset_and_ratio(seed: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("end", "severity"), [(1.8, Severity.WARNING), (2.2, Severity.WARNING), (2.8, Severity.CRITICAL), (3.5, Severity.CRITICAL)]
+    ("end", "severity"),
+    [
+        (1.8, Severity.WARNING),
+        (2.2, Severity.WARNING),
+        (2.8, Severity.CRITICAL),
+        (3.5, Severity.CRITICAL),
+    ],
 )
 def test_drift_severity_follows_ratio(end: float, severity: Severity) -> None:
     """Warning from 2x the baseline, critical from 3x (article 6.3)."""
@@ -108,13 +114,15 @@ def test_drift_found_when_no_warmup_is_logged() -> None:
     """The article's case (0.8 -> 2.5 from step 6500) in a log without an LR series: the grad
     norm's start-up decay must not inflate the baseline and hide the drift (found in review)."""
     import numpy as np
+    from synthetic import long_frame, run_from_frame
 
     from forensics.detectors.drift import GradNormDriftDetector
-    from synthetic import long_frame, run_from_frame
 
     rng = np.random.default_rng(0)
     s = np.arange(0, 10_000, 10)
-    gn = (0.8 + 3 * np.exp(-s / 200) + np.where(s >= 6500, (s - 6500) / 3500 * 1.7, 0)) * np.exp(rng.normal(0, 0.05, len(s)))
+    gn = (0.8 + 3 * np.exp(-s / 200) + np.where(s >= 6500, (s - 6500) / 3500 * 1.7, 0)) * np.exp(
+        rng.normal(0, 0.05, len(s))
+    )
     loss = (2 + 5 / (1 + s / 200) ** 0.6) * np.exp(rng.normal(0, 0.01, len(s)))
     run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)}))
     (f,) = GradNormDriftDetector().detect(run)
@@ -126,15 +134,19 @@ def test_drift_found_when_no_warmup_is_logged() -> None:
 def test_drift_onset_is_not_the_start_up_transient() -> None:
     """A start-up decay above 2x the baseline, then a climb from step 3000: the onset is the climb."""
     import numpy as np
+    from synthetic import long_frame, run_from_frame
 
     from forensics.detectors.drift import GradNormDriftDetector
-    from synthetic import long_frame, run_from_frame
 
     rng = np.random.default_rng(1)
     s = np.arange(6000)
-    gn = (0.6 + 2 * np.exp(-s / 150) + np.where(s >= 3000, (s - 3000) / 3000 * 1.6, 0)) * np.exp(rng.normal(0, 0.05, len(s)))
+    gn = (0.6 + 2 * np.exp(-s / 150) + np.where(s >= 3000, (s - 3000) / 3000 * 1.6, 0)) * np.exp(
+        rng.normal(0, 0.05, len(s))
+    )
     loss = (2 + 5 / (1 + s / 200) ** 0.6) * np.exp(rng.normal(0, 0.01, len(s)))
     run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)}))
     (f,) = GradNormDriftDetector().detect(run)
     assert abs(f.start_step - 3000) <= 400, f.start_step
-    assert f.measures["ratio"] >= 3.0 and f.severity is Severity.CRITICAL  # 2.2 / 0.6: the article's orange light
+    assert (
+        f.measures["ratio"] >= 3.0 and f.severity is Severity.CRITICAL
+    )  # 2.2 / 0.6: the article's orange light

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from synthetic import long_frame, run_from_frame, trend_infra, trend_plateau
 
 from forensics.detectors.memory import MemoryGrowthDetector
 from forensics.detectors.plateau import PlateauDetector
 from forensics.detectors.stall import StallDetector
 from forensics.detectors.throughput import ThroughputDetector
 from forensics.findings import FindingKind, Severity
-from synthetic import long_frame, run_from_frame, trend_infra, trend_plateau
 
 
 def test_plateau_stuck_at_active_lr() -> None:
@@ -78,7 +78,10 @@ def test_throughput_single_slow_step_is_quiet() -> None:
     steps = np.arange(0, 2000, 10)
     tps = np.full(len(steps), 40000.0)
     tps[100] = 5000.0
-    assert ThroughputDetector().detect(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)}))) == []
+    assert (
+        ThroughputDetector().detect(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)})))
+        == []
+    )
 
 
 def test_stall_found_between_steps() -> None:
@@ -96,9 +99,13 @@ def test_stall_ignores_regular_eval_pauses() -> None:
     wall = steps * 0.5
     pauses = np.cumsum(np.where(steps % 500 == 10, 600.0, 0.0))  # 10 min eval after each val step
     wall = wall + pauses + np.where(steps >= 3333, 7200.0, 0.0)
-    frame = long_frame({"loss": (steps, np.ones(len(steps))), "val_loss": (steps[steps % 500 == 0], np.ones(10))})
+    frame = long_frame(
+        {"loss": (steps, np.ones(len(steps))), "val_loss": (steps[steps % 500 == 0], np.ones(10))}
+    )
     wall_of = dict(zip(steps.tolist(), (wall + 1.7e9).tolist()))
-    frame = frame.with_columns(pl.col("step").replace_strict(wall_of, return_dtype=pl.Float64).alias("wall_time"))
+    frame = frame.with_columns(
+        pl.col("step").replace_strict(wall_of, return_dtype=pl.Float64).alias("wall_time")
+    )
     (f,) = StallDetector().detect(run_from_frame(frame))
     assert f.end_step == 3340 and f.measures["usual_pause_seconds"] == pytest.approx(600, abs=5)
 

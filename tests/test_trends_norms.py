@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from synthetic import run_from_frame, trend_activations, trend_layer_shift, trend_param_norm
 
 from forensics.detectors.activations import ActivationDetector
 from forensics.detectors.layers import LayerGradShiftDetector
 from forensics.detectors.param_norm import ParamNormDetector
 from forensics.findings import FindingKind, Severity
-from synthetic import run_from_frame, trend_activations, trend_layer_shift, trend_param_norm
 
 
 @pytest.mark.parametrize(("jump", "seed"), [(0.08, 0), (0.03, 1), (-0.05, 2)])

@@ -20,14 +20,30 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "real_runs"
 SAMPLES = ROOT / "sample_runs"
 TREND_DETECTORS = [
-    "grad_norm_drift", "eval_regression", "param_norm", "layers", "activations",
-    "train_val", "plateau", "throughput", "stall", "memory",
+    "grad_norm_drift",
+    "eval_regression",
+    "param_norm",
+    "layers",
+    "activations",
+    "train_val",
+    "plateau",
+    "throughput",
+    "stall",
+    "memory",
 ]
 TREND_KINDS = {
-    FindingKind.GRAD_NORM_DRIFT, FindingKind.EVAL_REGRESSION, FindingKind.PARAM_NORM_JUMP,
-    FindingKind.LAYER_GRAD_SHIFT, FindingKind.ACTIVATION_OUTLIER, FindingKind.GAP_ACCELERATION,
-    FindingKind.OVERFITTING, FindingKind.VAL_SHIFT, FindingKind.PLATEAU, FindingKind.THROUGHPUT_DROP,
-    FindingKind.STALL, FindingKind.MEMORY_GROWTH,
+    FindingKind.GRAD_NORM_DRIFT,
+    FindingKind.EVAL_REGRESSION,
+    FindingKind.PARAM_NORM_JUMP,
+    FindingKind.LAYER_GRAD_SHIFT,
+    FindingKind.ACTIVATION_OUTLIER,
+    FindingKind.GAP_ACCELERATION,
+    FindingKind.OVERFITTING,
+    FindingKind.VAL_SHIFT,
+    FindingKind.PLATEAU,
+    FindingKind.THROUGHPUT_DROP,
+    FindingKind.STALL,
+    FindingKind.MEMORY_GROWTH,
 }
 
 
@@ -96,7 +112,9 @@ def test_whisper_overfitting() -> None:
 
 def test_megatron_h100_slow_stretch() -> None:
     """The Megatron GPT-3 15B H100 golden values have iterations 2100-2300 at 6.1 s instead of 1.45 s."""
-    run = read_run(_real("megatron-lm-golden-values/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json"))
+    run = read_run(
+        _real("megatron-lm-golden-values/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json")
+    )
     found = [f for f in trend_findings(run) if f.kind is FindingKind.THROUGHPUT_DROP]
     (f,) = found
     assert f.start_step == 2100 and f.end_step == 2300
@@ -121,7 +139,14 @@ SAMPLE_EXPECT: dict[str, FindingKind] = {
     "param_norm_jump": FindingKind.PARAM_NORM_JUMP,
 }
 # Sample runs whose pathology (if any) is not a trend: no trend warning may appear.
-SAMPLE_QUIET = {"healthy", "bad_batch", "periodic_spikes", "loss_scale_collapse", "truncated_log", "resumed"}
+SAMPLE_QUIET = {
+    "healthy",
+    "bad_batch",
+    "periodic_spikes",
+    "loss_scale_collapse",
+    "truncated_log",
+    "resumed",
+}
 # Samples too mild for the article's thresholds (name -> why); none at the moment.
 MILD_SAMPLES: dict[str, str] = {}
 
@@ -131,7 +156,11 @@ def _sample_params() -> list:
     for name in _sample_dirs():
         if name not in SAMPLE_EXPECT and name not in SAMPLE_QUIET:
             continue  # spike / divergence / NaN samples are checked by the spike tests
-        marks = [pytest.mark.xfail(strict=True, reason=MILD_SAMPLES[name])] if name in MILD_SAMPLES else []
+        marks = (
+            [pytest.mark.xfail(strict=True, reason=MILD_SAMPLES[name])]
+            if name in MILD_SAMPLES
+            else []
+        )
         out.append(pytest.param(name, marks=marks))
     return out or [pytest.param("(none)")]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from synthetic import run_from_frame, trend_train_val
 
 from forensics.detectors.train_val import TrainValDetector
 from forensics.findings import FindingKind, Severity
-from synthetic import run_from_frame, trend_train_val
 
 
 def _kinds(findings: list) -> dict[FindingKind, list]:
@@ -52,7 +52,10 @@ def test_overfitting_negative_slope(seed: int) -> None:
     assert abs(g.start_step - truth["onset"]) <= 1000
 
 
-@pytest.mark.parametrize(("steps_per_epoch", "severity", "epoch"), [(1500, Severity.CRITICAL, 5), (5000, Severity.WARNING, 2)])
+@pytest.mark.parametrize(
+    ("steps_per_epoch", "severity", "epoch"),
+    [(1500, Severity.CRITICAL, 5), (5000, Severity.WARNING, 2)],
+)
 def test_overfitting_graded_by_epoch(steps_per_epoch: int, severity: Severity, epoch: int) -> None:
     """From the fifth epoch with the gap still accelerating, overfitting is critical (article 5.2)."""
     frame, _ = trend_train_val("overfit", steps_per_epoch=steps_per_epoch)
@@ -70,7 +73,9 @@ def test_overfitting_sparse_val() -> None:
     assert found[FindingKind.GAP_ACCELERATION][0].measures["window_steps"] == 4000
 
 
-@pytest.mark.parametrize(("seed", "ramp"), [(0, 3000), (1, 3000), (2, 3000), (3, 3000), (0, 1), (1, 1000)])
+@pytest.mark.parametrize(
+    ("seed", "ramp"), [(0, 3000), (1, 3000), (2, 3000), (3, 3000), (0, 1), (1, 1000)]
+)
 def test_val_shift_snapshot_effect(seed: int, ramp: int) -> None:
     """Val 1.95 -> 2.1 within 3000 steps (or at once) then flat, train flat: val_shift only (article 5.4)."""
     frame, truth = trend_train_val("val_shift", seed=seed, ramp=ramp)
@@ -87,8 +92,9 @@ def test_val_shift_snapshot_effect(seed: int, ramp: int) -> None:
 def test_missing_val_is_noted() -> None:
     """Without a val series the three checks say they did not run."""
     frame, _ = trend_train_val("healthy")
-    from forensics.schema import VAL_LOSS
     import polars as pl
+
+    from forensics.schema import VAL_LOSS
 
     run = run_from_frame(frame.filter(pl.col("metric") != VAL_LOSS))
     assert TrainValDetector().detect(run) == []
@@ -101,15 +107,20 @@ def test_quiet_when_the_noise_shrinks_with_the_loss() -> None:
     Found on a 300k-step run: a run-wide noise estimate, dominated by the quiet end, made an
     early 0.012 wobble of a constant gap look like a 4-sigma widening.
     """
-    from forensics.detectors.train_val import TrainValDetector
     from synthetic import long_frame, run_from_frame
+
+    from forensics.detectors.train_val import TrainValDetector
 
     rng = np.random.default_rng(0)
     n = 300_000
     s = np.arange(n)
-    loss = 2 + 8 / (1 + s / 400) ** 0.7 * np.exp(rng.normal(0, 0.02, n))  # noise only on the falling part
+    loss = 2 + 8 / (1 + s / 400) ** 0.7 * np.exp(
+        rng.normal(0, 0.02, n)
+    )  # noise only on the falling part
     val_steps = s[::1000]
-    run = run_from_frame(long_frame({"loss": (s, loss), "val_loss": (val_steps, loss[::1000] + 0.05)}))
+    run = run_from_frame(
+        long_frame({"loss": (s, loss), "val_loss": (val_steps, loss[::1000] + 0.05)})
+    )
     found = [f for f in TrainValDetector().detect(run) if f.severity.value != "info"]
     assert not found, [f.summary for f in found]
 
@@ -124,8 +135,17 @@ def test_val_shift_late_in_a_full_log() -> None:
     curve = 2 + 8 / (1 + s / 150) ** 0.9
     train = curve * np.exp(rng.normal(0, 0.01, len(s)))
     vs = s[s % 500 == 0][1:]
-    val = 2.05 + 8 / (1 + vs / 150) ** 0.9 + np.where(vs >= 25_000, 0.15, 0.0) + rng.normal(0, 0.003, len(vs))
-    found = TrainValDetector().detect(run_from_frame(long_frame({"loss": (s, train), "val_loss": (vs, val)})))
+    val = (
+        2.05
+        + 8 / (1 + vs / 150) ** 0.9
+        + np.where(vs >= 25_000, 0.15, 0.0)
+        + rng.normal(0, 0.003, len(vs))
+    )
+    found = TrainValDetector().detect(
+        run_from_frame(long_frame({"loss": (s, train), "val_loss": (vs, val)}))
+    )
     shifts = [f for f in found if f.kind is FindingKind.VAL_SHIFT]
-    assert len(shifts) == 1 and abs(shifts[0].start_step - 25_000) <= 500, [(f.kind, f.start_step) for f in found]
+    assert len(shifts) == 1 and abs(shifts[0].start_step - 25_000) <= 500, [
+        (f.kind, f.start_step) for f in found
+    ]
     assert not [f for f in found if f.kind is FindingKind.GAP_ACCELERATION]

@@ -78,7 +78,9 @@ def _check_types(name: str, cls: type, kwargs: dict[str, Any]) -> None:
             continue
         want = (int, float) if isinstance(default, float) else type(default)
         if isinstance(value, bool) and not isinstance(default, bool) or not isinstance(value, want):
-            raise ConfigError(f"detector {name}: {key} = {value!r} should be a {type(default).__name__} (default {default!r})")
+            raise ConfigError(
+                f"detector {name}: {key} = {value!r} should be a {type(default).__name__} (default {default!r})"
+            )
 
 
 def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
@@ -86,7 +88,9 @@ def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
     params = params or {}
     unknown = set(params) - set(REGISTRY)
     if unknown:
-        raise ConfigError(f"unknown detector(s) in configuration: {', '.join(sorted(unknown))}; known: {', '.join(REGISTRY)}")
+        raise ConfigError(
+            f"unknown detector(s) in configuration: {', '.join(sorted(unknown))}; known: {', '.join(REGISTRY)}"
+        )
     out: list[Detector] = []
     for name in REGISTRY:
         cls = load(name)
@@ -104,7 +108,9 @@ def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
     return out
 
 
-def detect(run: Run, params: dict[str, dict[str, Any]] | None = None, ignore: set[str] | None = None) -> list[Finding]:
+def detect(
+    run: Run, params: dict[str, dict[str, Any]] | None = None, ignore: set[str] | None = None
+) -> list[Finding]:
     """Run every detector over ``run``; return findings in step order (import findings included)."""
     ignore = {FindingKind(k) for k in (ignore or set())}
     findings: list[Finding] = list(run.import_findings)

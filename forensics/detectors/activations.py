@@ -36,7 +36,14 @@ class ActivationDetector:
 
     name = CHECK
 
-    def __init__(self, *, absmax_limit: float = 1e4, std_jump_ratio: float = 3.0, history: int = 10, min_history: int = 3) -> None:
+    def __init__(
+        self,
+        *,
+        absmax_limit: float = 1e4,
+        std_jump_ratio: float = 3.0,
+        history: int = 10,
+        min_history: int = 3,
+    ) -> None:
         self.absmax_limit = absmax_limit
         self.std_jump_ratio = std_jump_ratio
         self.history = history
@@ -99,7 +106,11 @@ class ActivationDetector:
             return []
         # Typical level = median of the previous `history` points (trailing, excluding the point).
         prev = (
-            pl.Series(y).rolling_median(self.history, min_samples=self.min_history).shift(1).to_numpy().astype(float)
+            pl.Series(y)
+            .rolling_median(self.history, min_samples=self.min_history)
+            .shift(1)
+            .to_numpy()
+            .astype(float)
         )
         ratio = np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
         jump = np.nan_to_num(ratio, nan=0.0) >= self.std_jump_ratio

@@ -50,7 +50,12 @@ def warmup_end(run: Run) -> int | None:
 
 
 def series_baseline(
-    steps: np.ndarray, values: np.ndarray, *, start: int | None = None, window: int = 500, min_points: int = 5
+    steps: np.ndarray,
+    values: np.ndarray,
+    *,
+    start: int | None = None,
+    window: int = 500,
+    min_points: int = 5,
 ) -> Baseline | None:
     """Median of ``values`` over ``window`` steps from ``start`` (default: the first step).
 
@@ -99,7 +104,9 @@ def grad_norm_baseline(run: Run, *, window: int = 500) -> Baseline | None:
         # the grad norm's start-up decay must not inflate the baseline, so it begins where the
         # series has settled.
         start = settle_step(steps, values)
-        how = f" (after the start-up transient, settled at step {start})" if start is not None else ""
+        how = (
+            f" (after the start-up transient, settled at step {start})" if start is not None else ""
+        )
     b = series_baseline(steps, values, start=start, window=window)
     if b is not None and start is not None:
         b = Baseline(b.value, b.start_step, b.end_step, b.n_points, b.how + how)

@@ -135,7 +135,9 @@ def analyze_drift(
         if at_onset != 0:
             loss_change = 100.0 * (at_end - at_onset) / abs(at_onset)
         if loss_change is not None and loss_change > 2.0:  # 2%: beyond the level noise
-            return DriftResult(False, measures=m, reason="the loss ended higher than at the onset (divergence)")
+            return DriftResult(
+                False, measures=m, reason="the loss ended higher than at the onset (divergence)"
+            )
     post_b = xb >= onset
     peak_i = int(np.argmax(np.where(post_b, smooth, -np.inf)))
     crit_hit = smooth >= crit_ratio * base.value

@@ -47,7 +47,9 @@ from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS, lower_is_better
 
 CHECK = "eval_regression"
 # Eval entries that are counters or timings, not quality scores.
-_NOT_A_SCORE = re.compile(r"(runtime|per_second|samples|num_tokens|tokens|epoch_?$|step|time|entropy)", re.I)
+_NOT_A_SCORE = re.compile(
+    r"(runtime|per_second|samples|num_tokens|tokens|epoch_?$|step|time|entropy)", re.I
+)
 _RESTATES_VAL = re.compile(r"^(?:epoch_)?(?:perplexity|ppl)$", re.I)
 
 
@@ -69,19 +71,31 @@ class EvalRegressionDetector:
         self.min_rel_drop = min_rel_drop
         self.min_evals_after = min_evals_after
         self.min_evals = min_evals
-        self.drift_params = drift_params  # the grad_norm_drift detector's settings, passed on by build()
+        self.drift_params = (
+            drift_params  # the grad_norm_drift detector's settings, passed on by build()
+        )
 
     def detect(self, run: Run) -> list[Finding]:
-        names = [m for m in run.metrics() if m.startswith(EVAL_PREFIX) and not _NOT_A_SCORE.search(m[len(EVAL_PREFIX) :])]
+        names = [
+            m
+            for m in run.metrics()
+            if m.startswith(EVAL_PREFIX) and not _NOT_A_SCORE.search(m[len(EVAL_PREFIX) :])
+        ]
         restated: list[str] = []
         if run.has(VAL_LOSS):
             # A bare val perplexity is exp(val_loss): the train/val checks already read it.
             restated = [m for m in names if _RESTATES_VAL.match(m[len(EVAL_PREFIX) :])]
             for m in restated:
-                run.note(f"{CHECK}: {m} not checked, it restates val_loss (see the train/val checks)")
+                run.note(
+                    f"{CHECK}: {m} not checked, it restates val_loss (see the train/val checks)"
+                )
             names = [m for m in names if m not in restated]
         if not names:
-            why = "its only eval metrics restate val_loss" if restated else "the run logged no eval metric (eval/<name>)"
+            why = (
+                "its only eval metrics restate val_loss"
+                if restated
+                else "the run logged no eval metric (eval/<name>)"
+            )
             run.note(f"{CHECK}: not run, {why}")
             return []
         out: list[Finding] = []
@@ -132,7 +146,11 @@ class EvalRegressionDetector:
                 if ls.rising:
                     return None  # the train loss is worse too: divergence territory, not this kind
                 start = ls.intercept + ls.slope * x[best_i]
-                loss_change = 100.0 * ls.slope * float(lx[sel][-1] - x[best_i]) / abs(start) if start else None
+                loss_change = (
+                    100.0 * ls.slope * float(lx[sel][-1] - x[best_i]) / abs(start)
+                    if start
+                    else None
+                )
         worst_i = best_i + int(np.argmin(score[best_i:]))
         sign = -1.0 if lower else 1.0
         return {

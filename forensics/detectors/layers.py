@@ -121,7 +121,9 @@ class LayerGradShiftDetector:
         early = (steps >= start) & (steps <= start + width)
         late = steps >= steps[-1] - width
         if early.sum() < 3 or late.sum() < 3 or (early & late).any():
-            run.note(f"{CHECK}: not run, the per-layer log is too short to compare early and late shares")
+            run.note(
+                f"{CHECK}: not run, the per-layer log is too short to compare early and late shares"
+            )
             return []
         before = np.median(share[early], axis=0)
         after = np.median(share[late], axis=0)

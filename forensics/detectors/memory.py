@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.detectors.trend_utils import arrays, despike, hinge_onset, bin_median, theil_sen
+from forensics.detectors.trend_utils import arrays, bin_median, despike, hinge_onset, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import MEMORY
@@ -38,7 +38,14 @@ class MemoryGrowthDetector:
 
     name = CHECK
 
-    def __init__(self, *, skip_frac: float = 0.1, min_growth: float = 0.05, level_off: float = 0.5, min_points: int = 20) -> None:
+    def __init__(
+        self,
+        *,
+        skip_frac: float = 0.1,
+        min_growth: float = 0.05,
+        level_off: float = 0.5,
+        min_points: int = 20,
+    ) -> None:
         self.skip_frac = skip_frac
         self.min_growth = min_growth
         self.level_off = level_off
@@ -47,7 +54,9 @@ class MemoryGrowthDetector:
     def detect(self, run: Run) -> list[Finding]:
         x, y = arrays(run, MEMORY)
         if len(x) < self.min_points:
-            run.note(f"{CHECK}: not run, {'no memory series' if len(x) == 0 else f'only {len(x)} memory points'}")
+            run.note(
+                f"{CHECK}: not run, {'no memory series' if len(x) == 0 else f'only {len(x)} memory points'}"
+            )
             return []
         keep = despike(y)
         x, y = x[keep], y[keep]
@@ -71,7 +80,11 @@ class MemoryGrowthDetector:
         # Onset: where the growth bends up (a leak may start after start-up), else the analysed start.
         xb, yb = bin_median(xs.astype(float), ys, max_bins=100)
         h = hinge_onset(xb, yb)
-        onset = int(h[0]) if h is not None and h[2] > max(h[1], 0) and h[1] <= 0.25 * h[2] else int(xs[0])
+        onset = (
+            int(h[0])
+            if h is not None and h[2] > max(h[1], 0) and h[1] <= 0.25 * h[2]
+            else int(xs[0])
+        )
         dur = int(xs[-1] - onset)
         return [
             Finding(

@@ -98,7 +98,11 @@ class ParamNormDetector:
     def detect(self, run: Run) -> list[Finding]:
         x, y, source = total_param_norm(run)
         if len(x) < self.min_points:
-            why = "the run has no param_norm series" if len(x) == 0 else f"only {len(x)} param_norm points"
+            why = (
+                "the run has no param_norm series"
+                if len(x) == 0
+                else f"only {len(x)} param_norm points"
+            )
             run.note(f"param_norm_jump: not run, {why}")
             return []
         base = series_baseline(x, y, start=warmup_start(run, x), window=self.baseline_window)
@@ -113,7 +117,9 @@ class ParamNormDetector:
         med = rolling_median(d, self.window)
         resid = d - med
         scale = rolling_median(np.abs(resid), self.window) * MAD_SCALE
-        scale = np.maximum(scale, 1e-5 * np.abs(y[:-1]) + 1e-12)  # a perfectly smooth norm has zero MAD
+        scale = np.maximum(
+            scale, 1e-5 * np.abs(y[:-1]) + 1e-12
+        )  # a perfectly smooth norm has zero MAD
         z = np.abs(resid) / scale
         # Both the departure from the trend and the move itself must be large: a pause in a
         # fast climb departs from the trend without the norm jumping anywhere.
@@ -133,7 +139,9 @@ class ParamNormDetector:
             big = int(g[np.argmax(np.abs(resid[g]))])
             peak = float(y[big + 1])
             change = 100.0 * (after - before) / before if before else None
-            persistent = bool(before and abs(after - before) > 0.5 * self.min_rel_jump * abs(before))
+            persistent = bool(
+                before and abs(after - before) > 0.5 * self.min_rel_jump * abs(before)
+            )
             what = "jumped" if peak >= before else "dropped"
             summary = (
                 f"Param norm {what} from {before:.4g} to {peak:.4g} at step {int(x[big + 1])} "
@@ -182,7 +190,11 @@ class ParamNormDetector:
         whole = theil_sen(x[: cross + 1], y[: cross + 1])
         recent = theil_sen(x[max(0, cross - k) : cross + 1], y[max(0, cross - k) : cross + 1])
         rate = 100.0 * whole.per_1k() / base if whole is not None else None
-        pace = recent.slope / whole.slope if whole is not None and recent is not None and whole.slope > 0 else None
+        pace = (
+            recent.slope / whole.slope
+            if whole is not None and recent is not None and whole.slope > 0
+            else None
+        )
         surged = pace is not None and pace >= self.surge_ratio
         start = int(x[cross])
         if surged:

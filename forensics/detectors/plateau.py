@@ -29,7 +29,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.detectors.trend_utils import arrays, bin_bounds, bin_median, despike, robust_sigma, theil_sen
+from forensics.detectors.trend_utils import (
+    arrays,
+    bin_bounds,
+    bin_median,
+    despike,
+    robust_sigma,
+    theil_sen,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import LOSS, LR
@@ -64,7 +71,9 @@ class PlateauDetector:
     def detect(self, run: Run) -> list[Finding]:
         x, y = arrays(run, LOSS)
         if len(x) < self.min_points:
-            run.note(f"{CHECK}: not run, {'no loss series' if len(x) == 0 else f'only {len(x)} loss points'}")
+            run.note(
+                f"{CHECK}: not run, {'no loss series' if len(x) == 0 else f'only {len(x)} loss points'}"
+            )
             return []
         keep = despike(y)
         x, y = x[keep], y[keep]
@@ -98,14 +107,25 @@ class PlateauDetector:
     def _lr_context(self, run: Run, a: int, b: int) -> dict[str, object]:
         lx, ly = arrays(run, LR)
         if len(lx) == 0:
-            return {"lr_start": None, "lr_end": None, "lr_peak": None, "lr_ratio": None, "lr_context": "unknown", "expected": False}
+            return {
+                "lr_start": None,
+                "lr_end": None,
+                "lr_peak": None,
+                "lr_ratio": None,
+                "lr_context": "unknown",
+                "expected": False,
+            }
         peak = float(np.max(ly))
         sel = (lx >= a) & (lx <= b)
         mean = float(np.mean(ly[sel])) if sel.any() else float(np.interp((a + b) / 2, lx, ly))
         ratio = mean / peak if peak > 0 else None
         end_lr = float(np.interp(b, lx, ly))
         # Expected: the LR over the plateau is small next to its peak and still decaying or at its floor.
-        decayed = ratio is not None and ratio <= self.decayed_lr_ratio * 3 and end_lr <= self.decayed_lr_ratio * peak
+        decayed = (
+            ratio is not None
+            and ratio <= self.decayed_lr_ratio * 3
+            and end_lr <= self.decayed_lr_ratio * peak
+        )
         return {
             "lr_start": float(np.interp(a, lx, ly)),
             "lr_end": end_lr,
@@ -115,7 +135,16 @@ class PlateauDetector:
             "expected": bool(decayed),
         }
 
-    def _finding(self, a: int, b: int, lvl: float, change: float, span: float, frac: float, ctx: dict[str, object]) -> Finding:
+    def _finding(
+        self,
+        a: int,
+        b: int,
+        lvl: float,
+        change: float,
+        span: float,
+        frac: float,
+        ctx: dict[str, object],
+    ) -> Finding:
         if ctx["lr_context"] == "decayed":
             why = f"the LR had decayed to {100 * float(ctx['lr_end']) / float(ctx['lr_peak']):.1f}% of its peak, so the schedule explains it"  # type: ignore[arg-type]
         elif ctx["lr_context"] == "active":
@@ -131,7 +160,13 @@ class PlateauDetector:
             start_step=a,
             peak_step=None,
             end_step=b,
-            measures={"level": lvl, "change_pct": change, "span_steps": span, "run_fraction": frac, **ctx},
+            measures={
+                "level": lvl,
+                "change_pct": change,
+                "span_steps": span,
+                "run_fraction": frac,
+                **ctx,
+            },
             summary=f"The loss stayed flat near {lvl:.4g} from step {a} to {b} ({100 * frac:.0f}% of the run); {why}.",
         )
 

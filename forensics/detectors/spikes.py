@@ -374,7 +374,9 @@ class SpikeDetector:
         else:
             r = m["ratio_to_run_baseline"] or m["height_ratio"]
             sev = Severity.CRITICAL if (r or 0) >= 3.0 and not m["recovered"] else Severity.WARNING
-            how = f"back only after {steps_text(rec)}" if m["recovered"] else "not back on its trend"
+            how = (
+                f"back only after {steps_text(rec)}" if m["recovered"] else "not back on its trend"
+            )
         lead = (
             f"; it led a loss spike by {m['leads_loss_by_steps']} steps"
             if m["leads_loss_by_steps"]

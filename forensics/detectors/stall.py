@@ -37,7 +37,14 @@ class StallDetector:
 
     name = CHECK
 
-    def __init__(self, *, factor: float = 20.0, min_seconds: float = 300.0, pause_factor: float = 3.0, min_points: int = 10) -> None:
+    def __init__(
+        self,
+        *,
+        factor: float = 20.0,
+        min_seconds: float = 300.0,
+        pause_factor: float = 3.0,
+        min_points: int = 10,
+    ) -> None:
         self.factor = factor
         self.min_seconds = min_seconds
         self.pause_factor = pause_factor
@@ -45,7 +52,11 @@ class StallDetector:
 
     def _clock(self, run: Run) -> pl.DataFrame | None:
         """step, wall_time, segment of the densest series with wall times (train loss first)."""
-        v = run.view().filter(pl.col("wall_time").is_not_null() & pl.col("wall_time").is_finite() & pl.col("layer").is_null())
+        v = run.view().filter(
+            pl.col("wall_time").is_not_null()
+            & pl.col("wall_time").is_finite()
+            & pl.col("layer").is_null()
+        )
         if v.is_empty():
             return None
         tag = run.metrics().get(LOSS)
@@ -62,7 +73,9 @@ class StallDetector:
     def detect(self, run: Run) -> list[Finding]:
         c = self._clock(run)
         if c is None or c.height < self.min_points:
-            run.note(f"{CHECK}: not run, the log has no wall-clock times (or fewer than {self.min_points})")
+            run.note(
+                f"{CHECK}: not run, the log has no wall-clock times (or fewer than {self.min_points})"
+            )
             return []
         steps = c.get_column("step").to_numpy().astype(np.int64)
         wall = c.get_column("wall_time").to_numpy().astype(float)
@@ -117,7 +130,9 @@ class StallDetector:
 
     @staticmethod
     def _eval_steps(run: Run) -> set[int]:
-        v = run.view().filter((pl.col("metric") == VAL_LOSS) | pl.col("metric").str.starts_with(EVAL_PREFIX))
+        v = run.view().filter(
+            (pl.col("metric") == VAL_LOSS) | pl.col("metric").str.starts_with(EVAL_PREFIX)
+        )
         return set(v.get_column("step").unique().to_list()) if not v.is_empty() else set()
 
 

@@ -38,7 +38,15 @@ class ThroughputDetector:
 
     name = CHECK
 
-    def __init__(self, *, drop: float = 0.30, baseline_points: int = 100, smooth_points: int = 5, min_points: int = 3, min_history: int = 10) -> None:
+    def __init__(
+        self,
+        *,
+        drop: float = 0.30,
+        baseline_points: int = 100,
+        smooth_points: int = 5,
+        min_points: int = 3,
+        min_history: int = 10,
+    ) -> None:
         self.drop = drop
         self.baseline_points = baseline_points
         self.smooth_points = smooth_points
@@ -54,14 +62,20 @@ class ThroughputDetector:
             ok = st > 0
             x, y = x[ok], 1.0 / st[ok]  # work in "work per second", whatever the unit
         if len(x) == 0:
-            run.note(f"{CHECK}: not run, the run logged neither throughput (tokens/s) nor step time")
+            run.note(
+                f"{CHECK}: not run, the run logged neither throughput (tokens/s) nor step time"
+            )
             return []
         if len(x) < self.min_history + self.min_points:
             run.note(f"{CHECK}: not run, only {len(x)} throughput points")
             return []
         smooth = rolling_median(y, self.smooth_points)
         base = (
-            pl.Series(y).rolling_median(self.baseline_points, min_samples=self.min_history).shift(1).to_numpy().astype(float)
+            pl.Series(y)
+            .rolling_median(self.baseline_points, min_samples=self.min_history)
+            .shift(1)
+            .to_numpy()
+            .astype(float)
         )
         limit = 1.0 - self.drop
         below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
@@ -80,7 +94,9 @@ class ThroughputDetector:
             i = max(j, i + 1)
         return out
 
-    def _finding(self, metric: str, x: np.ndarray, y: np.ndarray, i: int, j: int, frozen: float) -> Finding:
+    def _finding(
+        self, metric: str, x: np.ndarray, y: np.ndarray, i: int, j: int, frozen: float
+    ) -> Finding:
         lvl = float(np.median(y[i:j]))
         drop_pct = 100.0 * (1.0 - lvl / frozen)
         recovered = j < len(y)
@@ -107,6 +123,10 @@ class ThroughputDetector:
             summary=(
                 f"Throughput fell {drop_pct:.0f}% below its recent level ({as_units(frozen):.4g} -> "
                 f"{as_units(lvl):.4g} {unit_txt}) from step {int(x[i])} to {end}"
-                + (", then recovered." if recovered else ", and had not recovered when the log ends.")
+                + (
+                    ", then recovered."
+                    if recovered
+                    else ", and had not recovered when the log ends."
+                )
             ),
         )

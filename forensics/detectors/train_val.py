@@ -139,10 +139,14 @@ class TrainValDetector:
         vx, vy = arrays(run, VAL_LOSS)
         missing = [m for m, x in ((LOSS, tx), (VAL_LOSS, vx)) if len(x) == 0]
         if missing:
-            run.note(f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), no {' or '.join(missing)} series")
+            run.note(
+                f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), no {' or '.join(missing)} series"
+            )
             return None
         if len(vx) < self.min_val_points or len(tx) < 5:
-            run.note(f"{CHECK}: not run, only {len(vx)} val and {len(tx)} train points (need {self.min_val_points} and 5)")
+            run.note(
+                f"{CHECK}: not run, only {len(vx)} val and {len(tx)} train points (need {self.min_val_points} and 5)"
+            )
             return None
         keep = despike(ty)
         tx, ty = tx[keep], ty[keep]
@@ -165,7 +169,11 @@ class TrainValDetector:
         shift = self._val_shift(g)
         if shift:  # a widening that the val-set shift explains is not reported twice
             s0, s1 = shift[0].start_step, shift[0].peak_step or shift[0].start_step
-            accel = [f for f in accel if not (f.start_step <= s1 + g.window and (f.end_step or f.start_step) >= s0)]
+            accel = [
+                f
+                for f in accel
+                if not (f.start_step <= s1 + g.window and (f.end_step or f.start_step) >= s0)
+            ]
         return accel + self._overfitting(run, g, accel) + shift
 
     # -- gap acceleration ------------------------------------------------------------
@@ -231,14 +239,20 @@ class TrainValDetector:
                 return int(h[0])
         return int(g.vx[int(np.searchsorted(g.vx, t - g.window))])
 
-    def _accel_finding(self, g: Gap, onset: int, i: int, det: int, end: int, last: np.ndarray, prev: np.ndarray) -> Finding:
+    def _accel_finding(
+        self, g: Gap, onset: int, i: int, det: int, end: int, last: np.ndarray, prev: np.ndarray
+    ) -> Finding:
         gl, gp = float(last[i]), float(prev[i])
         vsel = (g.vx >= g.vx[det] - g.window) & (g.vx <= g.vx[det])
         vs = theil_sen(g.vx[vsel], g.vy[vsel]) if vsel.sum() >= 3 else None
         turned = bool(vs is not None and vs.slope > 0)
         seg = (g.vx >= onset) & (g.vx <= g.vx[end])
         peak = int(g.vx[seg][int(np.argmax(g.gap[seg]))]) if seg.any() else int(g.vx[det])
-        ratio_txt = f"{gl / gp:.1f}x the previous window's" if gp > 0 else "up from flat or shrinking in the previous window"
+        ratio_txt = (
+            f"{gl / gp:.1f}x the previous window's"
+            if gp > 0
+            else "up from flat or shrinking in the previous window"
+        )
         return Finding(
             kind=FindingKind.GAP_ACCELERATION,
             severity=Severity.WARNING,
@@ -293,7 +307,11 @@ class TrainValDetector:
         last, prev = self._growths(g)
         accelerating = bool(
             any(f.end_step is not None and f.end_step >= end - g.window for f in accel)
-            or (np.isfinite(last[-1]) and last[-1] > self.accel_ratio * max(prev[-1], 0.0) and last[-1] > self.noise_k * g.noise)
+            or (
+                np.isfinite(last[-1])
+                and last[-1] > self.accel_ratio * max(prev[-1], 0.0)
+                and last[-1] > self.noise_k * g.noise
+            )
         )
         critical = epoch_now is not None and epoch_now >= self.critical_epoch and accelerating
         ep_txt = f" (epoch {epoch})" if epoch is not None else ""
@@ -345,7 +363,12 @@ class TrainValDetector:
         npre = np.array([((vx >= vx[i] - look) & (vx <= vx[i])).sum() for i in range(n)])
         npost = np.array([((vx >= vx[j]) & (vx <= vx[j] + look)).sum() for j in range(n)])
         ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-        ok = (jj > ii) & (vx[jj] - vx[ii] <= self.shift_window) & (npre[ii] >= side) & (npost[jj] >= side)
+        ok = (
+            (jj > ii)
+            & (vx[jj] - vx[ii] <= self.shift_window)
+            & (npre[ii] >= side)
+            & (npost[jj] >= side)
+        )
         # Upward shifts only (the article's snapshot effect: val jumps up while train is flat).
         # Downward candidates are nearly all the early fall of training, which would crowd the
         # real shift out of the few biggest candidates tried below.
@@ -357,14 +380,20 @@ class TrainValDetector:
         for flat in order[:20]:  # the biggest candidate shifts only
             i, j = np.unravel_index(flat, jump.shape)
             J = float(jump[i, j])
-            if not ok[i, j] or abs(J) <= self.shift_noise_k * g.noise or abs(J) <= self.min_rel_shift * abs(pre[i]):
+            if (
+                not ok[i, j]
+                or abs(J) <= self.shift_noise_k * g.noise
+                or abs(J) <= self.min_rel_shift * abs(pre[i])
+            ):
                 break  # sorted: nothing further can pass
             f = self._shift_finding(g, int(i), int(j), J, float(pre[i]), float(post[j]), look)
             if f is not None:
                 return [f]
         return []
 
-    def _shift_finding(self, g: Gap, i: int, j: int, J: float, before: float, after: float, look: float) -> Finding | None:
+    def _shift_finding(
+        self, g: Gap, i: int, j: int, J: float, before: float, after: float, look: float
+    ) -> Finding | None:
         vx = g.vx
         pre_sel = (vx >= vx[i] - look) & (vx <= vx[i])
         post_sel = (vx >= vx[j]) & (vx <= vx[j] + look)
@@ -376,7 +405,9 @@ class TrainValDetector:
         train_change = t_after - t_before
         tsel = (g.tx >= vx[i] - look) & (g.tx <= vx[j] + look)
         ts = theil_sen(g.tx[tsel], g.ty[tsel]) if tsel.sum() >= 3 else None
-        if abs(train_change) > 0.5 * abs(J) or (ts is not None and abs(ts.slope * float(np.ptp(g.tx[tsel]))) > 0.5 * abs(J)):
+        if abs(train_change) > 0.5 * abs(J) or (
+            ts is not None and abs(ts.slope * float(np.ptp(g.tx[tsel]))) > 0.5 * abs(J)
+        ):
             return None  # train moved too: not a val-only shift
         gs = theil_sen(vx[post_sel], g.gap[post_sel])
         gap_slope = gs.per_1k() if gs is not None else None

@@ -91,7 +91,9 @@ def despike(values: np.ndarray, *, window: int = 25, k: float = 5.0) -> np.ndarr
     return np.isfinite(v) & (v <= med + k * np.maximum(mad, floor))
 
 
-def bin_median(steps: np.ndarray, values: np.ndarray, *, max_bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
+def bin_median(
+    steps: np.ndarray, values: np.ndarray, *, max_bins: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-bin median steps and values (equal numbers of points per bin)."""
     n = len(values)
     if n <= max_bins:
@@ -125,10 +127,14 @@ def theil_sen(steps: np.ndarray, values: np.ndarray, *, max_points: int = 200) -
     if len(x) < 3 or np.ptp(x) == 0:
         return None
     res = theilslopes(y, x, alpha=0.90)
-    return Slope(float(res.slope), float(res.intercept), float(res.low_slope), float(res.high_slope), len(x))
+    return Slope(
+        float(res.slope), float(res.intercept), float(res.low_slope), float(res.high_slope), len(x)
+    )
 
 
-def hinge_onset(steps: np.ndarray, values: np.ndarray, *, min_side: int = 3) -> tuple[int, float, float] | None:
+def hinge_onset(
+    steps: np.ndarray, values: np.ndarray, *, min_side: int = 3
+) -> tuple[int, float, float] | None:
     """Where a series bends upward: best continuous two-piece linear fit.
 
     Returns ``(onset_step, slope_before, slope_after)``. Least squares on bin medians, so a
@@ -180,7 +186,9 @@ def window_median(steps: np.ndarray, values: np.ndarray, lo: float, hi: float) -
     return level(values[sel]) if sel.any() else float("nan")
 
 
-def align(train_steps: np.ndarray, train_values: np.ndarray, at: np.ndarray, half_width: float) -> np.ndarray:
+def align(
+    train_steps: np.ndarray, train_values: np.ndarray, at: np.ndarray, half_width: float
+) -> np.ndarray:
     """Median of the train series in [s - half_width, s + half_width] for each step s in ``at``.
 
     Used to put a smoothed train loss next to each validation point. Falls back to the

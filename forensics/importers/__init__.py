@@ -30,7 +30,17 @@ from forensics.importers.base import (
 from forensics.run import Run
 from forensics.schema import FLAGS, add_canonical, check_aliases, conform
 
-__all__ = ["REGISTRY", "ImportResult", "ReadOptions", "Source", "discover", "discover_jobs", "group_jobs", "read_job", "read_run"]
+__all__ = [
+    "REGISTRY",
+    "ImportResult",
+    "ReadOptions",
+    "Source",
+    "discover",
+    "discover_jobs",
+    "group_jobs",
+    "read_job",
+    "read_run",
+]
 
 # Module names under forensics.importers, in claiming order. Imported lazily.
 REGISTRY: list[str] = [
@@ -72,7 +82,9 @@ def list_files(root: Path) -> list[Path]:
                 continue
             out.append(p)
             if len(out) > MAX_FILES:
-                raise UnreadableInputError(f"{root}: more than {MAX_FILES} files; point at one run folder")
+                raise UnreadableInputError(
+                    f"{root}: more than {MAX_FILES} files; point at one run folder"
+                )
     return out
 
 
@@ -110,9 +122,15 @@ def discover(path: Path) -> list[Source]:
         if path.is_file():
             if path.name.endswith(COMPRESSED):
                 read_bytes(path)  # a corrupt archive: say so rather than "unknown format"
-            what = "binary data" if binary_junk(read_head(path, 8192)) else "no training log format recognised"
+            what = (
+                "binary data"
+                if binary_junk(read_head(path, 8192))
+                else "no training log format recognised"
+            )
             raise UnknownFormatError(f"{path}: {what}; {_EXPECTED}")
-        raise UnknownFormatError(f"{path}: no training log recognised in this folder ({len(files)} files); {_EXPECTED}")
+        raise UnknownFormatError(
+            f"{path}: no training log recognised in this folder ({len(files)} files); {_EXPECTED}"
+        )
     return sources
 
 
@@ -182,7 +200,14 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
     return read_job(path, job, sources, options=options)
 
 
-def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOptions | None = None, only_job: bool = True) -> Run:
+def read_job(
+    path: Path,
+    job: str,
+    sources: list[Source],
+    *,
+    options: ReadOptions | None = None,
+    only_job: bool = True,
+) -> Run:
     """Read one job's sources into a Run: canonical names, x axis, one source per vital sign."""
     options = options or ReadOptions()
     check_aliases(options.aliases)
@@ -205,11 +230,21 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
     kept, dropped_notes = _choose_overlapping(results)
     # A folder whose only job is one log file directly inside it is named after the folder;
     # one of several file jobs (--all) keeps its own name and path.
-    if only_job and job != "." and path.is_dir() and Path(job).parent == Path(".") and all(s.scope == "file" for s in sources):
+    if (
+        only_job
+        and job != "."
+        and path.is_dir()
+        and Path(job).parent == Path(".")
+        and all(s.scope == "file" for s in sources)
+    ):
         job = "."
     if path.is_file():
         # The file stem (run.name contract); an event file's name says nothing, its folder does.
-        name = path.parent.name if "tfevents" in path.name else Path(strip_suffixes(path.name)).stem or path.name
+        name = (
+            path.parent.name
+            if "tfevents" in path.name
+            else Path(strip_suffixes(path.name)).stem or path.name
+        )
     else:
         name = path.name if job == "." else Path(job).name
         if job != "." and all(s.scope == "file" for s in sources):
@@ -243,7 +278,9 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
         # Values logged without any step (an epoch summary line, a step too large to hold)
         # cannot be placed on the x axis: counted here, never dropped silently.
         per_file = stepless.group_by("file").len().sort("file").iter_rows()
-        run.note("values without a step were left out: " + ", ".join(f"{n} in {f}" for f, n in per_file))
+        run.note(
+            "values without a step were left out: " + ", ".join(f"{n} in {f}" for f, n in per_file)
+        )
     crashed = any(f.kind == FindingKind.CRASH for f in run.import_findings)
     if run.frame.filter(pl.col("step").is_not_null()).is_empty() and not crashed:
         # A job that crashed before its first step is still worth a report (the crash line);
@@ -261,14 +298,18 @@ def read_job(path: Path, job: str, sources: list[Source], *, options: ReadOption
 
 def _files(s: Source) -> str:
     names = [rel(f, s.root) for f in s.files[:1]]
-    return names[0] + (f" (+{len(s.files) - 1} files)" if len(s.files) > 1 and s.importer == "tfevents" else "")
+    return names[0] + (
+        f" (+{len(s.files) - 1} files)" if len(s.files) > 1 and s.importer == "tfevents" else ""
+    )
 
 
 # On equal point counts the more precise source wins: JSON keeps doubles, TensorBoard float32.
 _PRECISION = {"hf_trainer_state": 3, "jsonl": 2, "lightning_csv": 2, "tfevents": 1}
 
 
-def _choose_overlapping(results: list[tuple[Source, ImportResult]]) -> tuple[list[tuple[Source, ImportResult]], list[str]]:
+def _choose_overlapping(
+    results: list[tuple[Source, ImportResult]],
+) -> tuple[list[tuple[Source, ImportResult]], list[str]]:
     """The same metrics in two formats (trainer_log.jsonl beside trainer_state.json, an HF
     folder's event files beside its trainer_state.json): for the vital signs both hold, keep
     the source with more points and say so. The other source still contributes the vital
@@ -295,10 +336,17 @@ def _choose_overlapping(results: list[tuple[Source, ImportResult]]) -> tuple[lis
             # source win on bookkeeping rows.
             basis = ["loss"] if "loss" in shared else sorted(shared)
             ni, nj = sum(pi[m] for m in basis), sum(pj[m] for m in basis)
-            rank_i, rank_j = (ni, _PRECISION.get(si.importer, 0)), (nj, _PRECISION.get(sj.importer, 0))
-            (ws, wr), (ls, lr) = (results[i], results[j]) if rank_i >= rank_j else (results[j], results[i])
+            rank_i, rank_j = (
+                (ni, _PRECISION.get(si.importer, 0)),
+                (nj, _PRECISION.get(sj.importer, 0)),
+            )
+            (ws, wr), (ls, lr) = (
+                (results[i], results[j]) if rank_i >= rank_j else (results[j], results[i])
+            )
             win_metrics = set(points(wr))
-            lr.frame = lr.frame.filter(pl.col("metric").is_not_null() & ~pl.col("metric").is_in(list(win_metrics)))
+            lr.frame = lr.frame.filter(
+                pl.col("metric").is_not_null() & ~pl.col("metric").is_in(list(win_metrics))
+            )
             lr.findings = [f for f in lr.findings if f.kind != FindingKind.RESTART]
             kept = sorted(set(points(lr)))
             why = "more points" if ni != nj else "as many points and more precise numbers"

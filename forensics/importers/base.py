@@ -57,8 +57,7 @@ class Importer(Protocol):
         """Claim files (among those not yet claimed) that this format reads."""
         ...
 
-    def read(self, source: Source, options: ReadOptions) -> ImportResult:
-        ...
+    def read(self, source: Source, options: ReadOptions) -> ImportResult: ...
 
 
 COMPRESSED = (".gz", ".zst")
@@ -96,7 +95,9 @@ def read_bytes(path: Path) -> bytes:
             raise
         from forensics.errors import UnreadableInputError
 
-        raise UnreadableInputError(f"{path}: cannot be decompressed ({exc or type(exc).__name__})") from None
+        raise UnreadableInputError(
+            f"{path}: cannot be decompressed ({exc or type(exc).__name__})"
+        ) from None
 
 
 def _gunzip(path: Path) -> bytes:
@@ -205,8 +206,6 @@ def frame_from_rows(rows: dict[str, list[Any]]) -> pl.DataFrame:
     return conform(pl.DataFrame(rows, strict=False))
 
 
-
-
 def convert_x_axis(frame: pl.DataFrame, batch_size: int | None) -> tuple[pl.DataFrame, list[str]]:
     """Steps are optimizer steps. Rows indexed by consumed samples become steps when the batch
     size is known; otherwise (and for token-indexed rows) the run notes say so.
@@ -223,16 +222,28 @@ def convert_x_axis(frame: pl.DataFrame, batch_size: int | None) -> tuple[pl.Data
         tags = sorted(grp.get_column("tag").unique().to_list())
         shown = ", ".join(tags[:5]) + (f" and {len(tags) - 5} more" if len(tags) > 5 else "")
         if kind[0] == "samples" and batch_size:
-            notes.append(f"{shown}: logged against consumed samples; converted to steps with batch size {batch_size}")
+            notes.append(
+                f"{shown}: logged against consumed samples; converted to steps with batch size {batch_size}"
+            )
         else:
-            why = "set batch_size to convert them" if kind[0] == "samples" else "tokens per step are unknown"
+            why = (
+                "set batch_size to convert them"
+                if kind[0] == "samples"
+                else "tokens per step are unknown"
+            )
             notes.append(
                 f"{shown}: logged against consumed {kind[0]}, not optimizer steps ({why}); "
                 "windows on these series count logged points"
             )
     if batch_size:
         frame = frame.with_columns(
-            pl.when(pl.col("x_kind") == "samples").then(pl.col("step") // batch_size).otherwise(pl.col("step")).alias("step"),
-            pl.when(pl.col("x_kind") == "samples").then(pl.lit("step")).otherwise(pl.col("x_kind")).alias("x_kind"),
+            pl.when(pl.col("x_kind") == "samples")
+            .then(pl.col("step") // batch_size)
+            .otherwise(pl.col("step"))
+            .alias("step"),
+            pl.when(pl.col("x_kind") == "samples")
+            .then(pl.lit("step"))
+            .otherwise(pl.col("x_kind"))
+            .alias("x_kind"),
         )
     return frame, notes

@@ -31,8 +31,18 @@ from forensics.schema import conform
 NAME = "hf_trainer_state"
 FILENAME = "trainer_state.json"
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
-_CONFIG_KEYS = ("global_step", "max_steps", "num_train_epochs", "train_batch_size", "logging_steps",
-                "eval_steps", "save_steps", "best_metric", "best_model_checkpoint", "total_flos")
+_CONFIG_KEYS = (
+    "global_step",
+    "max_steps",
+    "num_train_epochs",
+    "train_batch_size",
+    "logging_steps",
+    "eval_steps",
+    "save_steps",
+    "best_metric",
+    "best_model_checkpoint",
+    "total_flos",
+)
 
 
 def _job_dir(path: Path) -> Path:
@@ -47,9 +57,13 @@ def _load(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(read_text(path))
     except (ValueError, EOFError) as exc:
-        raise UnreadableInputError(f"{path}: not valid JSON ({exc}); expected a Trainer state") from None
+        raise UnreadableInputError(
+            f"{path}: not valid JSON ({exc}); expected a Trainer state"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("log_history"), list):
-        raise UnreadableInputError(f"{path}: no log_history list; expected a Hugging Face trainer_state.json")
+        raise UnreadableInputError(
+            f"{path}: no log_history list; expected a Hugging Face trainer_state.json"
+        )
     return data
 
 
@@ -72,7 +86,13 @@ class HfTrainerStateImporter:
                 by_job.setdefault(_job_dir(f), []).append(f)
         out = []
         for job, copies in by_job.items():
-            ckpts = sorted({int(m.group(1)) for f in files if f.parent.parent == job and (m := _CKPT.match(f.parent.name))})
+            ckpts = sorted(
+                {
+                    int(m.group(1))
+                    for f in files
+                    if f.parent.parent == job and (m := _CKPT.match(f.parent.name))
+                }
+            )
             copies.sort(key=lambda p: (p.parent != job, str(p)))  # the top-level copy first
             out.append(Source(NAME, copies, rel(job, root), root, options={"checkpoints": ckpts}))
         return out
@@ -89,7 +109,9 @@ class HfTrainerStateImporter:
                     raise
                 broken.append(f"{rel(p, source.root)} ({str(exc).split(': ', 1)[-1]})")
         if not copies:
-            raise UnreadableInputError(f"{source.root}: no readable trainer_state.json among {len(source.files)} copies")
+            raise UnreadableInputError(
+                f"{source.root}: no readable trainer_state.json among {len(source.files)} copies"
+            )
 
         def step_of(e: Any) -> float:
             st = e.get("step") if isinstance(e, dict) else None
@@ -98,8 +120,18 @@ class HfTrainerStateImporter:
         def rank(item: tuple[Path, dict[str, Any]]) -> tuple[float, int, int]:
             p, d = item
             gs = d.get("global_step")
-            gs = gs if isinstance(gs, (int, float)) else max((step_of(e) for e in d["log_history"]), default=0)
-            where = 2 if p.parent.name != "last-checkpoint" and not _CKPT.match(p.parent.name) else 1 if p.parent.name == "last-checkpoint" else 0
+            gs = (
+                gs
+                if isinstance(gs, (int, float))
+                else max((step_of(e) for e in d["log_history"]), default=0)
+            )
+            where = (
+                2
+                if p.parent.name != "last-checkpoint" and not _CKPT.match(p.parent.name)
+                else 1
+                if p.parent.name == "last-checkpoint"
+                else 0
+            )
             return (float(gs), where, len(d["log_history"]))
 
         best_path, state = max(copies, key=rank)
@@ -130,17 +162,34 @@ class HfTrainerStateImporter:
         frame = pl.DataFrame(
             {"step": steps, "tag": tags, "value": values, "record_idx": recs},
             schema={"step": pl.Int64, "tag": pl.Utf8, "value": pl.Float64, "record_idx": pl.Int64},
-        ).with_columns(pl.lit(NAME).alias("source"), pl.lit(name).alias("file"), pl.lit(0).alias("file_idx"), pl.lit("step").alias("x_kind"))
+        ).with_columns(
+            pl.lit(NAME).alias("source"),
+            pl.lit(name).alias("file"),
+            pl.lit(0).alias("file_idx"),
+            pl.lit("step").alias("x_kind"),
+        )
         frame = assign_segments(conform(frame))
         notes = [f"{b}: unreadable copy skipped" for b in broken]
-        others = [f"{rel(p, source.root)} (step {d.get('global_step')})" for p, d in copies if p != best_path]
+        others = [
+            f"{rel(p, source.root)} (step {d.get('global_step')})"
+            for p, d in copies
+            if p != best_path
+        ]
         if others:
-            notes.append(f"{name} (step {state.get('global_step')}) has the longest history; other copies not used: {', '.join(others)}")
+            notes.append(
+                f"{name} (step {state.get('global_step')}) has the longest history; other copies not used: {', '.join(others)}"
+            )
         if no_step:
             notes.append(f"{name}: {no_step} log_history entries without a step were skipped")
         config = {k: state[k] for k in _CONFIG_KEYS if k in state and state[k] is not None}
         meta = {"checkpoints": list(source.options.get("checkpoints", [])), "trainer_state": name}
-        return ImportResult(frame=conform(frame), notes=notes, findings=restart_findings(frame), config=config, metadata=meta)
+        return ImportResult(
+            frame=conform(frame),
+            notes=notes,
+            findings=restart_findings(frame),
+            config=config,
+            metadata=meta,
+        )
 
 
 def _number(v: Any) -> float | None:

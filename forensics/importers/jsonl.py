@@ -27,12 +27,30 @@ from typing import Any
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.importers.base import ImportResult, ReadOptions, Source, as_number, head_lines, read_bytes, rel, strip_suffixes
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    as_number,
+    head_lines,
+    read_bytes,
+    rel,
+    strip_suffixes,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform
 
 NAME = "jsonl"
-STEP_KEYS = ("step", "global_step", "iteration", "iter", "num_updates", "trainer/global_step", "current_steps", "_step")
+STEP_KEYS = (
+    "step",
+    "global_step",
+    "iteration",
+    "iter",
+    "num_updates",
+    "trainer/global_step",
+    "current_steps",
+    "_step",
+)
 TIME_KEYS = ("_timestamp", "timestamp", "wall_time")
 _SKIP_KEYS = set(STEP_KEYS) | set(TIME_KEYS) | {"_runtime"}
 _SUFFIXES = (".jsonl", ".ndjson", ".json", ".log", ".txt", ".out")
@@ -48,7 +66,13 @@ def _hist(d: dict[str, Any]) -> dict[str, float] | None:
     from forensics.importers.tfevents_proto import _hist_stats
 
     try:
-        return _hist_stats(float(d["min"]), float(d["max"]), float(d["num"]), float(d["sum"]), float(d["sum_squares"]))
+        return _hist_stats(
+            float(d["min"]),
+            float(d["max"]),
+            float(d["num"]),
+            float(d["sum"]),
+            float(d["sum_squares"]),
+        )
     except (TypeError, ValueError):
         return None
 
@@ -117,7 +141,11 @@ class JsonlImporter:
             objs = [ln for ln in lines if _parse(ln) is not None]
             # Most lines must be objects; a .json file must hold more than one (not a
             # pretty-printed document such as all_results.json).
-            if not objs or len(objs) < max(1, len(lines) // 2) or (base.endswith(".json") and len(objs) < 2):
+            if (
+                not objs
+                or len(objs) < max(1, len(lines) // 2)
+                or (base.endswith(".json") and len(objs) < 2)
+            ):
                 continue
             if base == "trainer_log.jsonl":  # LLaMA-Factory: the job is its output folder
                 out.append(Source(NAME, [f], rel(f.parent, root), root, scope="folder"))
@@ -185,9 +213,18 @@ class JsonlImporter:
                 recs.append(lineno)
         frame = pl.DataFrame(
             {"step": steps, "tag": tags, "value": values, "wall_time": times, "record_idx": recs},
-            schema={"step": pl.Int64, "tag": pl.Utf8, "value": pl.Float64, "wall_time": pl.Float64, "record_idx": pl.Int64},
+            schema={
+                "step": pl.Int64,
+                "tag": pl.Utf8,
+                "value": pl.Float64,
+                "wall_time": pl.Float64,
+                "record_idx": pl.Int64,
+            },
         ).with_columns(
-            pl.lit(NAME).alias("source"), pl.lit(name).alias("file"), pl.lit(0).alias("file_idx"), pl.lit("step").alias("x_kind")
+            pl.lit(NAME).alias("source"),
+            pl.lit(name).alias("file"),
+            pl.lit(0).alias("file_idx"),
+            pl.lit("step").alias("x_kind"),
         )
         frame = assign_segments(conform(frame))
         notes: list[str] = []
@@ -197,7 +234,9 @@ class JsonlImporter:
             last = frame.get_column("step").drop_nulls()
             findings.append(
                 Finding(
-                    kind=FindingKind.TRUNCATED_LOG, severity=Severity.INFO, metric=None,
+                    kind=FindingKind.TRUNCATED_LOG,
+                    severity=Severity.INFO,
+                    metric=None,
                     start_step=int(last[-1]) if len(last) else 0,
                     measures={"file": name, "line": bad[-1]},
                     summary=f"The last line of {name} is cut off: the writer stopped mid-line, as when a job is killed.",
@@ -205,9 +244,13 @@ class JsonlImporter:
             )
         if bad:
             shown = ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10 else "")
-            notes.append(f"{name}: skipped {len(bad)} line(s) that are not JSON objects (line {shown})")
+            notes.append(
+                f"{name}: skipped {len(bad)} line(s) that are not JSON objects (line {shown})"
+            )
         if relative_time:
-            notes.append(f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started")
+            notes.append(
+                f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"
+            )
         return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=config)
 
 

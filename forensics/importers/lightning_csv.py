@@ -16,7 +16,16 @@ from typing import Any
 import polars as pl
 
 from forensics.errors import UnreadableInputError
-from forensics.importers.base import ImportResult, ReadOptions, Source, head_lines, read_bytes, read_text, rel, strip_suffixes
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    head_lines,
+    read_bytes,
+    read_text,
+    rel,
+    strip_suffixes,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform
 
@@ -63,7 +72,15 @@ class LightningCsvImporter:
                 continue
             hp = f.parent / "hparams.yaml"
             extra = [hp] if hp in files else []
-            out.append(Source(NAME, [f], rel(f.parent, root), root, options={"also_claims": extra, "hparams": hp if extra else None}))
+            out.append(
+                Source(
+                    NAME,
+                    [f],
+                    rel(f.parent, root),
+                    root,
+                    options={"also_claims": extra, "hparams": hp if extra else None},
+                )
+            )
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
@@ -78,11 +95,17 @@ class LightningCsvImporter:
             # read the file without it, and say so.
             head, _, last = raw.rstrip(b"\n").rpartition(b"\n")
             try:
-                df = pl.read_csv(head + b"\n", infer_schema=False, truncate_ragged_lines=True) if head else None
+                df = (
+                    pl.read_csv(head + b"\n", infer_schema=False, truncate_ragged_lines=True)
+                    if head
+                    else None
+                )
             except pl.exceptions.PolarsError:
                 df = None
             if df is None:
-                raise UnreadableInputError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); expected Lightning metrics.csv") from None
+                raise UnreadableInputError(
+                    f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); expected Lightning metrics.csv"
+                ) from None
             notes.append(f"{name}: the last line is cut short ({last[:60]!r}); it was skipped")
         step_col = "step" if "step" in df.columns else "epoch"
         if step_col == "epoch":
@@ -90,16 +113,32 @@ class LightningCsvImporter:
         df = df.with_row_index("record_idx", offset=2)  # CSV line number (line 1 is the header)
         values = [c for c in df.columns if c not in ("record_idx", step_col)]
         long = (
-            df.with_columns(pl.col(step_col).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False).alias("_step"))
-            .unpivot(index=["record_idx", "_step"], on=values, variable_name="tag", value_name="raw")
-            .with_columns(pl.col("raw").str.strip_chars().cast(pl.Float64, strict=False).alias("value"))
-            .filter(pl.col("value").is_not_null())  # empty cells of a sparse row; "nan" parses as NaN
-            .sort("record_idx", maintain_order=True)
-            .select(
-                pl.col("_step").alias("step"), "tag", "value", pl.col("record_idx").cast(pl.Int64),
+            df.with_columns(
+                pl.col(step_col)
+                .cast(pl.Float64, strict=False)
+                .cast(pl.Int64, strict=False)
+                .alias("_step")
+            )
+            .unpivot(
+                index=["record_idx", "_step"], on=values, variable_name="tag", value_name="raw"
             )
             .with_columns(
-                pl.lit(NAME).alias("source"), pl.lit(name).alias("file"), pl.lit(0).alias("file_idx"),
+                pl.col("raw").str.strip_chars().cast(pl.Float64, strict=False).alias("value")
+            )
+            .filter(
+                pl.col("value").is_not_null()
+            )  # empty cells of a sparse row; "nan" parses as NaN
+            .sort("record_idx", maintain_order=True)
+            .select(
+                pl.col("_step").alias("step"),
+                "tag",
+                "value",
+                pl.col("record_idx").cast(pl.Int64),
+            )
+            .with_columns(
+                pl.lit(NAME).alias("source"),
+                pl.lit(name).alias("file"),
+                pl.lit(0).alias("file_idx"),
                 pl.lit("step" if step_col == "step" else "epoch").alias("x_kind"),
             )
         )
@@ -109,7 +148,13 @@ class LightningCsvImporter:
         if hp is not None:
             config = _load_yaml(Path(hp))
         meta = {"lightning_version": Path(source.job).name}
-        return ImportResult(frame=conform(frame), notes=notes, findings=restart_findings(frame), config=config, metadata=meta)
+        return ImportResult(
+            frame=conform(frame),
+            notes=notes,
+            findings=restart_findings(frame),
+            config=config,
+            metadata=meta,
+        )
 
 
 IMPORTER = LightningCsvImporter()

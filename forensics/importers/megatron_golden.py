@@ -23,7 +23,15 @@ import polars as pl
 
 from forensics.errors import UnreadableInputError
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.importers.base import ImportResult, ReadOptions, Source, read_head, read_text, rel, strip_suffixes
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    read_head,
+    read_text,
+    rel,
+    strip_suffixes,
+)
 from forensics.schema import conform
 
 NAME = "megatron_golden"
@@ -50,7 +58,11 @@ class MegatronGoldenImporter:
             if _SNIFF.match(read_head(f, 4096)):
                 cfg = f.parent / "model_config.yaml"
                 extra = [cfg] if cfg in files else []
-                out.append(Source(NAME, [f], rel(f, root), root, scope="file", options={"also_claims": extra}))
+                out.append(
+                    Source(
+                        NAME, [f], rel(f, root), root, scope="file", options={"also_claims": extra}
+                    )
+                )
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
@@ -72,7 +84,13 @@ class MegatronGoldenImporter:
             if not isinstance(spec, dict) or not isinstance(spec.get("values"), dict):
                 continue
             end_step = max(end_step, int(spec.get("end_step") or 0))
-            pts = sorted(((int(k), _value(v)) for k, v in spec["values"].items() if str(k).lstrip("-").isdigit()))
+            pts = sorted(
+                (
+                    (int(k), _value(v))
+                    for k, v in spec["values"].items()
+                    if str(k).lstrip("-").isdigit()
+                )
+            )
             recorded = [i for i, (_, v) in enumerate(pts) if not math.isnan(v)]
             if not recorded:
                 notes.append(f"{name}: '{metric}' holds no recorded value")
@@ -81,8 +99,10 @@ class MegatronGoldenImporter:
             span = pts[lo : hi + 1]
             sparse = len(recorded) < 0.5 * len(span)
             if sparse:
-                notes.append(f"{name}: '{metric}' is recorded at {len(recorded)} of {len(span)} steps; "
-                             "its \"nan\" entries are missing points, not NaN values")
+                notes.append(
+                    f"{name}: '{metric}' is recorded at {len(recorded)} of {len(span)} steps; "
+                    'its "nan" entries are missing points, not NaN values'
+                )
             for s, v in span:
                 if sparse and math.isnan(v):
                     continue
@@ -90,23 +110,41 @@ class MegatronGoldenImporter:
                 tags.append(metric)
                 values.append(v)
             last_recorded[metric] = pts[hi][0]
-        frame = pl.DataFrame(
-            {"step": steps, "tag": tags, "value": values},
-            schema={"step": pl.Int64, "tag": pl.Utf8, "value": pl.Float64},
-        ).with_row_index("record_idx").with_columns(
-            pl.col("record_idx").cast(pl.Int64), pl.lit(NAME).alias("source"), pl.lit(name).alias("file"),
-            pl.lit(0).alias("file_idx"), pl.lit("step").alias("x_kind"), pl.lit(0).alias("segment"),
+        frame = (
+            pl.DataFrame(
+                {"step": steps, "tag": tags, "value": values},
+                schema={"step": pl.Int64, "tag": pl.Utf8, "value": pl.Float64},
+            )
+            .with_row_index("record_idx")
+            .with_columns(
+                pl.col("record_idx").cast(pl.Int64),
+                pl.lit(NAME).alias("source"),
+                pl.lit(name).alias("file"),
+                pl.lit(0).alias("file_idx"),
+                pl.lit("step").alias("x_kind"),
+                pl.lit(0).alias("segment"),
+            )
         )
         findings = []
         last = max(last_recorded.values(), default=0)
         if last_recorded and last < end_step:
-            findings.append(Finding(
-                kind=FindingKind.TRUNCATED_LOG, severity=Severity.INFO, metric=None, start_step=last,
-                end_step=end_step, measures={"last_recorded_step": last, "end_step": end_step, "file": name},
-                summary=(f"The values stop at step {last} although the file covers steps up to {end_step}: "
-                         "the trailing \"nan\" entries are missing data (the run was cut short), not NaN values."),
-            ))
-        return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=_model_config(path.parent))
+            findings.append(
+                Finding(
+                    kind=FindingKind.TRUNCATED_LOG,
+                    severity=Severity.INFO,
+                    metric=None,
+                    start_step=last,
+                    end_step=end_step,
+                    measures={"last_recorded_step": last, "end_step": end_step, "file": name},
+                    summary=(
+                        f"The values stop at step {last} although the file covers steps up to {end_step}: "
+                        'the trailing "nan" entries are missing data (the run was cut short), not NaN values.'
+                    ),
+                )
+            )
+        return ImportResult(
+            frame=conform(frame), notes=notes, findings=findings, config=_model_config(path.parent)
+        )
 
 
 def _model_config(folder: Path) -> dict[str, Any]:

@@ -47,8 +47,14 @@ def assign_segments(
     n = len(f)
     pos = np.arange(n)
     tag_ids = f.get_column("tag").cast(pl.Categorical).to_physical().to_numpy()
-    files = f.get_column("file_idx").to_numpy() if "file_idx" in f.columns else np.zeros(n, dtype=np.int64)
-    has_step = ~np.isnan(steps.astype(np.float64)) if steps.dtype.kind == "f" else np.ones(n, dtype=bool)
+    files = (
+        f.get_column("file_idx").to_numpy()
+        if "file_idx" in f.columns
+        else np.zeros(n, dtype=np.int64)
+    )
+    has_step = (
+        ~np.isnan(steps.astype(np.float64)) if steps.dtype.kind == "f" else np.ones(n, dtype=bool)
+    )
     # Previous row of the same tag (with a step): sort positions by (tag, pos) and shift.
     sel = np.flatnonzero(has_step)
     by_tag = sel[np.lexsort((sel, tag_ids[sel]))]
@@ -74,7 +80,10 @@ def assign_segments(
     for p, is_purge, other in events:
         if is_purge:
             # A purge is a restart only when it throws something away.
-            if p > current and np.nanmax(np.where(has_step[current:p], s[current:p], -np.inf)) >= other:
+            if (
+                p > current
+                and np.nanmax(np.where(has_step[current:p], s[current:p], -np.inf)) >= other
+            ):
                 cuts.append(p)
                 current = p
             continue
@@ -115,7 +124,11 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         .sort("segment")
         .to_dicts()
     )
-    firsts = f.filter(pl.col("step").is_not_null()).group_by("tag", "segment").agg(pl.col("step").min().alias("seg_first"))
+    firsts = (
+        f.filter(pl.col("step").is_not_null())
+        .group_by("tag", "segment")
+        .agg(pl.col("step").min().alias("seg_first"))
+    )
     for prev, cur in zip(per, per[1:]):
         if cur["first"] is None or prev["last"] is None:
             continue
@@ -132,14 +145,20 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         # Of those, the ones whose (tag, step) the new segment logs again: a true replay.
         repeats = (
             f.filter(pl.col("segment") < k)
-            .join(f.filter(pl.col("segment") == k).select("tag", "step").unique(), on=["tag", "step"], how="semi")
+            .join(
+                f.filter(pl.col("segment") == k).select("tag", "step").unique(),
+                on=["tag", "step"],
+                how="semi",
+            )
             .height
         )
         gap = None
         if prev["t_last"] is not None and cur["t_first"] is not None:
             gap = float(cur["t_first"]) - float(prev["t_last"])
         replayed = max(0, last - resumed + 1)
-        gap_text = f", {gap / 60:.1f} min after the last record before it" if gap is not None else ""
+        gap_text = (
+            f", {gap / 60:.1f} min after the last record before it" if gap is not None else ""
+        )
         out.append(
             Finding(
                 kind=FindingKind.RESTART,
@@ -160,8 +179,11 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                 summary=(
                     f"The job was resumed at step {resumed} after it had logged up to step {last}"
                     f"{gap_text}; {points} earlier points from step {resumed} on give way to the later ones"
-                    + (f" ({repeats} of them at steps logged again)." if repeats else
-                       ": no step was logged twice, so two writers may have shared the folder rather than a restart.")
+                    + (
+                        f" ({repeats} of them at steps logged again)."
+                        if repeats
+                        else ": no step was logged twice, so two writers may have shared the folder rather than a restart."
+                    )
                 ),
             )
         )

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.importers.base import ImportResult, ReadOptions, Source, binary_junk, open_bytes, read_bytes, rel, strip_suffixes
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    binary_junk,
+    open_bytes,
+    read_bytes,
+    rel,
+    strip_suffixes,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import SCHEMA, conform
 
@@ -56,13 +65,22 @@ class TextLogsImporter:
             head, tail = head_and_tail(f)
             if not head or binary_junk(head):
                 continue
-            sample = clean(head).decode("utf-8", "replace") + "\n" + clean(tail).decode("utf-8", "replace")
+            sample = (
+                clean(head).decode("utf-8", "replace")
+                + "\n"
+                + clean(tail).decode("utf-8", "replace")
+            )
             families = sniff(sample)
             if not families:
                 end = (tail or head).decode("utf-8", "replace")
-                if not (strip_suffixes(f.name).lower().endswith(CRASH_ONLY_SUFFIXES) and looks_crashed(end)):
+                if not (
+                    strip_suffixes(f.name).lower().endswith(CRASH_ONLY_SUFFIXES)
+                    and looks_crashed(end)
+                ):
                     continue
-            out.append(Source(NAME, [f], rel(f, root), root, scope="file", options={"families": families}))
+            out.append(
+                Source(NAME, [f], rel(f, root), root, scope="file", options={"families": families})
+            )
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
@@ -74,9 +92,17 @@ class TextLogsImporter:
         log = parse_text(raw, name)
         family = log.families[0] if log.families else "text"
         frame = log.frame.select(
-            pl.lit(f"{family}_text").alias("source"), pl.lit(name).alias("file"), pl.lit(0, dtype=pl.Int32).alias("file_idx"),
-            (pl.col("ln") + 1).alias("record_idx"), "step", pl.lit(log.x_kind).alias("x_kind"), "tag",
-            pl.lit(None, dtype=pl.Utf8).alias("metric"), pl.lit(None, dtype=pl.Int32).alias("layer"), "value", "wall_time",
+            pl.lit(f"{family}_text").alias("source"),
+            pl.lit(name).alias("file"),
+            pl.lit(0, dtype=pl.Int32).alias("file_idx"),
+            (pl.col("ln") + 1).alias("record_idx"),
+            "step",
+            pl.lit(log.x_kind).alias("x_kind"),
+            "tag",
+            pl.lit(None, dtype=pl.Utf8).alias("metric"),
+            pl.lit(None, dtype=pl.Int32).alias("layer"),
+            "value",
+            "wall_time",
             pl.lit(0, dtype=pl.Int32).alias("segment"),
         )
         if log.may_restart:
@@ -87,8 +113,13 @@ class TextLogsImporter:
         if frame.is_empty():
             notes.append(f"{name}: no metric line found")
         findings = restart_findings(frame) + log.findings
-        return ImportResult(frame=frame if frame.schema == SCHEMA else conform(frame), notes=notes, findings=findings,
-                            config=log.config, metadata=log.metadata)
+        return ImportResult(
+            frame=frame if frame.schema == SCHEMA else conform(frame),
+            notes=notes,
+            findings=findings,
+            config=log.config,
+            metadata=log.metadata,
+        )
 
 
 IMPORTER = TextLogsImporter()

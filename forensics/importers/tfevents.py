@@ -44,7 +44,17 @@ from forensics.schema import conform, x_kind_of
 
 NAME = "tfevents"
 MAX_RECORD = 1 << 30  # a length beyond this is corruption, not data
-SPLIT_NAMES = {"train", "training", "validation", "valid", "val", "eval", "evaluation", "test", "testing"}
+SPLIT_NAMES = {
+    "train",
+    "training",
+    "validation",
+    "valid",
+    "val",
+    "eval",
+    "evaluation",
+    "test",
+    "testing",
+}
 
 
 def is_event_file(p: Path) -> bool:
@@ -58,10 +68,18 @@ def event_jobs(root: Path, files: list[Path]) -> dict[Path, list[Path]]:
     tops = sorted(d for d in dirs if not any(a in dirs for a in d.parents))
     jobs: dict[Path, list[Path]] = {}
     for top in tops:
-        key = top.parent if top.name.lower() in SPLIT_NAMES and top != root and root in top.parents else top
+        key = (
+            top.parent
+            if top.name.lower() in SPLIT_NAMES and top != root and root in top.parents
+            else top
+        )
         jobs.setdefault(key, [])
     for f in ev:
-        key = next(k for k in sorted(jobs, key=lambda p: len(p.parts), reverse=True) if k == f.parent or k in f.parents)
+        key = next(
+            k
+            for k in sorted(jobs, key=lambda p: len(p.parts), reverse=True)
+            if k == f.parent or k in f.parents
+        )
         jobs[key].append(f)
     return {k: sorted(v, key=lambda p: (p.name, str(p))) for k, v in jobs.items()}
 
@@ -95,17 +113,30 @@ class TfeventsImporter:
             for k, v in got.skipped.items():
                 skipped[k] = skipped.get(k, 0) + v
             if got.bad_crc:
-                notes.append(f"{name}: {got.bad_crc} record(s) failed the CRC check and were skipped")
+                notes.append(
+                    f"{name}: {got.bad_crc} record(s) failed the CRC check and were skipped"
+                )
             if got.cut_bytes:
                 findings.append(_truncated(name, got))
         if parts:
             frame = pl.concat(parts, how="vertical")
             # New-style tensor scalars without metadata count only once the tag is known as scalars.
             scalar_tags = [t for t, p in plugin_of.items() if p == "scalars"]
-            frame = frame.filter(~pl.col("_tensor") | pl.col("tag").is_in(scalar_tags)).drop("_tensor")
+            frame = frame.filter(~pl.col("_tensor") | pl.col("tag").is_in(scalar_tags)).drop(
+                "_tensor"
+            )
         else:
-            frame = pl.DataFrame(schema={"file_idx": pl.Int32, "record_idx": pl.Int64, "step": pl.Int64, "tag": pl.Utf8,
-                                         "value": pl.Float64, "wall_time": pl.Float64, "file": pl.Utf8})
+            frame = pl.DataFrame(
+                schema={
+                    "file_idx": pl.Int32,
+                    "record_idx": pl.Int64,
+                    "step": pl.Int64,
+                    "tag": pl.Utf8,
+                    "value": pl.Float64,
+                    "wall_time": pl.Float64,
+                    "file": pl.Utf8,
+                }
+            )
         names = [rel(p, source.root) for p in source.files]
         frame = frame.with_columns(pl.lit(NAME).alias("source"), _x_kind_expr(frame))
         frame = assign_segments(conform(frame), purges=purges)
@@ -114,7 +145,9 @@ class TfeventsImporter:
             kinds = ", ".join(f"{n} {k}" for k, n in sorted(skipped.items()))
             notes.append(f"TensorBoard records without vital signs were ignored ({kinds})")
         meta = {"tfevents_files": names}
-        return ImportResult(frame=frame, notes=notes, findings=findings, config=config, metadata=meta)
+        return ImportResult(
+            frame=frame, notes=notes, findings=findings, config=config, metadata=meta
+        )
 
 
 def _x_kind_expr(frame: pl.DataFrame) -> pl.Expr:
@@ -157,7 +190,9 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
         return out
     if n >= 12 and not header_ok(buf[:12]):
         if buf.count(0) == n:
-            raise UnreadableInputError(f"{path}: the file is all zero bytes; expected TensorBoard event records")
+            raise UnreadableInputError(
+                f"{path}: the file is all zero bytes; expected TensorBoard event records"
+            )
         raise UnreadableInputError(
             f"{path}: not a TensorBoard event file (the first record's length check fails); "
             "expected TFRecord-framed events"
@@ -197,20 +232,40 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
             "record_idx": fast.rec[sel],
             "_sub": np.zeros(int(sel.sum()), dtype=np.int64),
             "step": fast.step[sel],
-            "tag": tag_series.gather(fast.tag_id[sel]) if len(fast.tags) else pl.Series([], dtype=pl.Utf8),
+            "tag": tag_series.gather(fast.tag_id[sel])
+            if len(fast.tags)
+            else pl.Series([], dtype=pl.Utf8),
             "value": fast.value[sel],
             "wall_time": fast.wall_time[sel],
             "_tensor": fast.is_tensor[sel] & ~fast.has_meta[sel],
         },
-        schema={"record_idx": pl.Int64, "_sub": pl.Int64, "step": pl.Int64, "tag": pl.Utf8,
-                "value": pl.Float64, "wall_time": pl.Float64, "_tensor": pl.Boolean},
+        schema={
+            "record_idx": pl.Int64,
+            "_sub": pl.Int64,
+            "step": pl.Int64,
+            "tag": pl.Utf8,
+            "value": pl.Float64,
+            "wall_time": pl.Float64,
+            "_tensor": pl.Boolean,
+        },
     )
     proto_df = pl.DataFrame(
-        {"record_idx": proto.rec, "_sub": proto.sub, "step": proto.step, "tag": proto.tag,
-         "value": proto.value, "wall_time": proto.wall_time, "_tensor": [False] * len(proto.rec)},
+        {
+            "record_idx": proto.rec,
+            "_sub": proto.sub,
+            "step": proto.step,
+            "tag": proto.tag,
+            "value": proto.value,
+            "wall_time": proto.wall_time,
+            "_tensor": [False] * len(proto.rec),
+        },
         schema=fast_df.schema,
     )
-    df = fast_df if proto_df.is_empty() else pl.concat([fast_df, proto_df]).sort("record_idx", "_sub")
+    df = (
+        fast_df
+        if proto_df.is_empty()
+        else pl.concat([fast_df, proto_df]).sort("record_idx", "_sub")
+    )
     out.frame = df.drop("_sub").with_columns(
         pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name).alias("file")
     )
@@ -243,7 +298,12 @@ def _truncated(name: str, got: _FileResult) -> Finding:
         severity=Severity.INFO,
         metric=None,
         start_step=got.last_step if got.last_step is not None else 0,
-        measures={"file": name, "bytes_lost": got.cut_bytes, "records_read": got.records, "zero_filled": got.zero_tail},
+        measures={
+            "file": name,
+            "bytes_lost": got.cut_bytes,
+            "records_read": got.records,
+            "zero_filled": got.zero_tail,
+        },
         summary=(
             f"The end of {name} {how} ({got.cut_bytes} bytes): the writer stopped while writing, "
             f"as when a job is killed; the {got.records} complete records before it were read."
@@ -265,8 +325,10 @@ def _prefix_tags(frame: pl.DataFrame, folder: Path, job_dir: Path) -> pl.DataFra
         stem = tag.replace("/", "_") + "_"
         if sub.startswith(tag + "/"):  # tensorboardX add_scalars: <main>/<key>/
             mapping[tag] = sub
-        elif "/" not in sub and sub.startswith(stem) and len(sub) > len(stem):  # torch: <main>_<key>/
-            mapping[tag] = f"{tag}/{sub[len(stem):]}"
+        elif (
+            "/" not in sub and sub.startswith(stem) and len(sub) > len(stem)
+        ):  # torch: <main>_<key>/
+            mapping[tag] = f"{tag}/{sub[len(stem) :]}"
         else:
             mapping[tag] = f"{sub}/{tag}"
     return frame.with_columns(pl.col("tag").replace_strict(mapping, return_dtype=pl.Utf8))

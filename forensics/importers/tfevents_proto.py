@@ -22,7 +22,20 @@ import numpy as np
 HIST_STATS = ("min", "max", "mean", "std", "absmax", "norm")
 
 # TensorProto dtype -> numpy dtype for tensor_content.
-_DTYPES = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8", 10: "?", 19: "<f2", 17: "<u2", 22: "<u4", 23: "<u8"}
+_DTYPES = {
+    1: "<f4",
+    2: "<f8",
+    3: "<i4",
+    4: "u1",
+    5: "<i2",
+    6: "i1",
+    9: "<i8",
+    10: "?",
+    19: "<f2",
+    17: "<u2",
+    22: "<u4",
+    23: "<u8",
+}
 _BFLOAT16 = 14
 
 
@@ -34,7 +47,9 @@ class ProtoRows:
     tag: list[str] = field(default_factory=list)
     value: list[float] = field(default_factory=list)
     wall_time: list[float] = field(default_factory=list)
-    purges: list[tuple[int, int]] = field(default_factory=list)  # (record, step) of SessionLog.START
+    purges: list[tuple[int, int]] = field(
+        default_factory=list
+    )  # (record, step) of SessionLog.START
     hparams: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)  # ignored value kinds -> count
 
@@ -49,7 +64,15 @@ class ProtoRows:
 
 def tensor_values(t: Any) -> np.ndarray | None:
     """The numbers of a TensorProto as float64 (None when it holds strings or nothing)."""
-    for name in ("double_val", "float_val", "int64_val", "int_val", "uint64_val", "uint32_val", "bool_val"):
+    for name in (
+        "double_val",
+        "float_val",
+        "int64_val",
+        "int_val",
+        "uint64_val",
+        "uint32_val",
+        "bool_val",
+    ):
         vals = getattr(t, name, None)
         if vals is not None and len(vals):
             return np.asarray(list(vals), dtype=np.float64)

@@ -141,7 +141,11 @@ def walk(buf: bytes, max_record: int) -> Framing:
         if stop:
             break
         period = _period(recent[-32:])
-        got = _speculate(a, pos, np.asarray(recent[-period:], dtype=np.int64), block, max_record) if period else None
+        got = (
+            _speculate(a, pos, np.asarray(recent[-period:], dtype=np.int64), block, max_record)
+            if period
+            else None
+        )
         if got is None or not len(got):
             block = 64
             continue
@@ -155,7 +159,9 @@ def walk(buf: bytes, max_record: int) -> Framing:
     if stop == "eof" and pos < n:
         stop = "short"  # fewer than 12 bytes left: a cut-off header
     blocks.append((np.asarray(offs, dtype=np.int64), np.asarray(lens, dtype=np.int64)))
-    return Framing(np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]), pos, stop)
+    return Framing(
+        np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]), pos, stop
+    )
 
 
 def _period(lens: list[int], longest: int = 16) -> int:
@@ -166,14 +172,20 @@ def _period(lens: list[int], longest: int = 16) -> int:
     return 0
 
 
-def _speculate(a: np.ndarray, pos: int, pattern: np.ndarray, block: int, max_record: int) -> np.ndarray:
+def _speculate(
+    a: np.ndarray, pos: int, pattern: np.ndarray, block: int, max_record: int
+) -> np.ndarray:
     """Offsets of the records from ``pos`` on that follow ``pattern`` (verified prefix only)."""
     n = len(a)
     k = np.arange(block)
     expect = pattern[k % len(pattern)]
     offs = pos + np.concatenate([[0], np.cumsum(expect[:-1] + 16)])
     fits = offs + expect + 16 <= n
-    stored = _gather(a, offs, 8).view("<u8").ravel().astype(np.int64) if n >= 8 else np.zeros(block, np.int64)
+    stored = (
+        _gather(a, offs, 8).view("<u8").ravel().astype(np.int64)
+        if n >= 8
+        else np.zeros(block, np.int64)
+    )
     ok = fits & (stored == expect) & (expect <= max_record)
     bad = np.flatnonzero(~ok)
     m = int(bad[0]) if len(bad) else block
@@ -242,8 +254,24 @@ def decode_fast(a: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> FastRows:
     kind = a[np.minimum(r, len(a) - 1)]
     simple = ok & (kind == 0x15) & (r + 5 == e)
     pay = _gather(a, r, 6)
-    is_f = ok & (kind == 0x42) & (pay[:, 1] == 0x08) & (pay[:, 2] == 0x08) & (pay[:, 3] == 0x01) & (pay[:, 4] == 0x2A) & (pay[:, 5] == 0x04)
-    is_d = ok & (kind == 0x42) & (pay[:, 1] == 0x0C) & (pay[:, 2] == 0x08) & (pay[:, 3] == 0x02) & (pay[:, 4] == 0x32) & (pay[:, 5] == 0x08)
+    is_f = (
+        ok
+        & (kind == 0x42)
+        & (pay[:, 1] == 0x08)
+        & (pay[:, 2] == 0x08)
+        & (pay[:, 3] == 0x01)
+        & (pay[:, 4] == 0x2A)
+        & (pay[:, 5] == 0x04)
+    )
+    is_d = (
+        ok
+        & (kind == 0x42)
+        & (pay[:, 1] == 0x0C)
+        & (pay[:, 2] == 0x08)
+        & (pay[:, 3] == 0x02)
+        & (pay[:, 4] == 0x32)
+        & (pay[:, 5] == 0x08)
+    )
     vend = np.where(is_d, r + 14, r + 10)
     tens = is_f | is_d
     bare = tens & (vend == e)

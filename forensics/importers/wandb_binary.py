@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
-
-from forensics.importers.base import as_number
+from typing import Any
 
 from forensics.errors import UnreadableInputError
+from forensics.importers.base import as_number
 
 MAGIC = b":W&B"
 HEADER_LEN = 7
@@ -52,7 +52,9 @@ class WandbLog:
 
 
 # -- framing ---------------------------------------------------------------------------
-def iter_records(buf: bytes, verify_crc: bool = False, log: WandbLog | None = None) -> Iterator[bytes]:
+def iter_records(
+    buf: bytes, verify_crc: bool = False, log: WandbLog | None = None
+) -> Iterator[bytes]:
     """Yield record payloads. A corrupt block is skipped (resync at the next block)."""
     if len(buf) < HEADER_LEN or buf[:4] != MAGIC:
         raise UnreadableInputError("not a W&B run log (expected the ':W&B' header)")
@@ -160,7 +162,13 @@ def _item(buf: bytes) -> tuple[str, Any, bool]:
     n = len(buf)
     if n > 4 and buf[0] in (0x0A, 0x12) and buf[1] < 0x80:
         p = 2 + buf[1]
-        if p + 3 <= n and buf[p] == 0x82 and buf[p + 1] == 0x01 and buf[p + 2] < 0x80 and p + 3 + buf[p + 2] == n:
+        if (
+            p + 3 <= n
+            and buf[p] == 0x82
+            and buf[p + 1] == 0x01
+            and buf[p + 2] < 0x80
+            and p + 3 + buf[p + 2] == n
+        ):
             raw = buf[p + 3 :]
             try:
                 # numbers, NaN and Infinity: the common case, no JSON parser
@@ -255,8 +263,17 @@ def _update_items(buf: bytes, target: dict[str, Any]) -> None:
 
 
 def _run(buf: bytes, log: WandbLog) -> None:
-    names = {1: "run_id", 2: "entity", 3: "project", 6: "run_group", 7: "job_type", 8: "display_name",
-             9: "notes", 13: "host", 12: "sweep_id"}
+    names = {
+        1: "run_id",
+        2: "entity",
+        3: "project",
+        6: "run_group",
+        7: "job_type",
+        8: "display_name",
+        9: "notes",
+        13: "host",
+        12: "sweep_id",
+    }
     tags: list[str] = []
     for num, wt, val in fields(buf):
         if num in names and wt == 2:
@@ -332,4 +349,3 @@ def _record(payload: bytes, idx: int, log: WandbLog) -> None:
             _exit(val, log)
         elif num in (R_OUTPUT, R_OUTPUT_RAW):
             _console(val, log)
-

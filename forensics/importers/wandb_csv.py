@@ -19,7 +19,15 @@ from typing import Any
 import polars as pl
 
 from forensics.errors import UnreadableInputError
-from forensics.importers.base import ImportResult, ReadOptions, Source, read_bytes, read_head, rel, strip_suffixes
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    read_bytes,
+    read_head,
+    rel,
+    strip_suffixes,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform, empty_frame
 
@@ -89,25 +97,55 @@ class WandbCsvImporter:
                     for run in _ui_columns(header):
                         ui_by_dir.setdefault(f.parent, {}).setdefault(run, []).append(f)
                 elif is_api_header(header):
-                    out.append(Source(NAME, [f], rel(f, root), root, scope="file", options={"kind": "api_csv"}))
+                    out.append(
+                        Source(
+                            NAME, [f], rel(f, root), root, scope="file", options={"kind": "api_csv"}
+                        )
+                    )
             elif base.endswith(_JSON_EXT):
                 obj = _first_json(f)
                 if obj is not None and W_STEP in obj and ("_timestamp" in obj or "_runtime" in obj):
-                    out.append(Source(NAME, [f], rel(f, root), root, scope="file", options={"kind": "api_jsonl"}))
+                    out.append(
+                        Source(
+                            NAME,
+                            [f],
+                            rel(f, root),
+                            root,
+                            scope="file",
+                            options={"kind": "api_jsonl"},
+                        )
+                    )
             elif base.endswith(".parquet"):
                 try:
                     cols = pl.read_parquet_schema(f)
                 except Exception:  # noqa: BLE001
                     continue
                 if W_STEP in cols:
-                    out.append(Source(NAME, [f], rel(f, root), root, scope="file", options={"kind": "api_parquet"}))
+                    out.append(
+                        Source(
+                            NAME,
+                            [f],
+                            rel(f, root),
+                            root,
+                            scope="file",
+                            options={"kind": "api_parquet"},
+                        )
+                    )
         for folder, runs in ui_by_dir.items():
             job = rel(folder, root)
             for run, fs in runs.items():
                 # One run in the folder: the folder is the job. Several: one job per run name.
                 rjob = job if len(runs) == 1 else (run if job == "." else f"{job}/{run}")
-                out.append(Source(NAME, sorted(set(fs)), rjob, root, scope="folder",
-                                  options={"kind": "ui_csv", "run_name": run}))
+                out.append(
+                    Source(
+                        NAME,
+                        sorted(set(fs)),
+                        rjob,
+                        root,
+                        scope="folder",
+                        options={"kind": "ui_csv", "run_name": run},
+                    )
+                )
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
@@ -127,9 +165,13 @@ class WandbCsvImporter:
         except UnreadableInputError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise UnreadableInputError(f"{path}: cannot read this W&B history export ({type(exc).__name__}: {exc})") from None
+            raise UnreadableInputError(
+                f"{path}: cannot read this W&B history export ({type(exc).__name__}: {exc})"
+            ) from None
         frame = history_long(wide.with_row_index("_row"), notes, name)
-        return _finish(frame.with_columns(pl.lit(name).alias("file")), notes, source="wandb_history")
+        return _finish(
+            frame.with_columns(pl.lit(name).alias("file")), notes, source="wandb_history"
+        )
 
 
 # -- API history -------------------------------------------------------------------------
@@ -149,7 +191,9 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
             gs = _as_float(wide.get_column(k))
             if gs is not None and gs.is_not_null().mean() >= 0.5:  # type: ignore[operator]
                 step_col = k
-                notes.append(f"{name}: the x axis is {k} (the trainer's optimizer step), not W&B's _step")
+                notes.append(
+                    f"{name}: the x axis is {k} (the trainer's optimizer step), not W&B's _step"
+                )
                 break
     steps = _as_float(wide.get_column(step_col)) if step_col else None
     if steps is None:
@@ -163,15 +207,28 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
         if col == "_row" or col.startswith("_") or col in GLOBAL_STEP_KEYS or _INDEX.match(col):
             continue  # W&B's own columns, the step axis, and a saved pandas index
         vals = _as_float(wide.get_column(col))
-        if vals is None or (vals.null_count() == vals.len() and wide.get_column(col).null_count() < wide.height):
+        if vals is None or (
+            vals.null_count() == vals.len() and wide.get_column(col).null_count() < wide.height
+        ):
             skipped.append(col)
             continue
-        parts.append(pl.DataFrame({
-            "record_idx": wide.get_column("_row").cast(pl.Int64), "step": steps, "tag": pl.Series([col] * wide.height, dtype=pl.Utf8),
-            "value": vals, "wall_time": times if times is not None else pl.Series([None] * wide.height, dtype=pl.Float64),
-        }))
+        parts.append(
+            pl.DataFrame(
+                {
+                    "record_idx": wide.get_column("_row").cast(pl.Int64),
+                    "step": steps,
+                    "tag": pl.Series([col] * wide.height, dtype=pl.Utf8),
+                    "value": vals,
+                    "wall_time": times
+                    if times is not None
+                    else pl.Series([None] * wide.height, dtype=pl.Float64),
+                }
+            )
+        )
     if skipped:
-        notes.append(f"{name}: {len(skipped)} non-numeric column(s) skipped (media, histograms or text): {', '.join(skipped[:5])}")
+        notes.append(
+            f"{name}: {len(skipped)} non-numeric column(s) skipped (media, histograms or text): {', '.join(skipped[:5])}"
+        )
     if not parts:
         return empty_frame()
     long = pl.concat(parts).filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
@@ -193,7 +250,9 @@ def flatten_dots(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _jsonl_history(path: Path, name: str, notes: list[str]) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     bad: list[int] = []
-    for lineno, line in enumerate(read_bytes(path).decode("utf-8", "replace").splitlines(), start=1):
+    for lineno, line in enumerate(
+        read_bytes(path).decode("utf-8", "replace").splitlines(), start=1
+    ):
         if not line.strip():
             continue
         try:
@@ -205,12 +264,19 @@ def _jsonl_history(path: Path, name: str, notes: list[str]) -> pl.DataFrame:
             continue
         flat = flatten_dots(obj)
         # Keep only scalars so polars can build columns; objects (histograms) are skipped.
-        rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in flat.items()
-                     if isinstance(v, (int, float, str)) or v is None})
+        rows.append(
+            {
+                k: (float(v) if isinstance(v, bool) else v)
+                for k, v in flat.items()
+                if isinstance(v, (int, float, str)) or v is None
+            }
+        )
         rows[-1]["_row"] = lineno
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10 else "")
-        notes.append(f"{name}: skipped {len(bad)} line(s) that are not JSON objects (lines {shown})")
+        notes.append(
+            f"{name}: skipped {len(bad)} line(s) that are not JSON objects (lines {shown})"
+        )
     if not rows:
         return empty_frame()
     cols = sorted({k for r in rows for k in r})
@@ -220,13 +286,17 @@ def _jsonl_history(path: Path, name: str, notes: list[str]) -> pl.DataFrame:
         if any(isinstance(v, str) for v in vals):
             series[c] = pl.Series(c, [None if v is None else str(v) for v in vals], dtype=pl.Utf8)
         else:
-            series[c] = pl.Series(c, vals, dtype=pl.Float64 if c != "_row" else pl.Int64, strict=False)
+            series[c] = pl.Series(
+                c, vals, dtype=pl.Float64 if c != "_row" else pl.Int64, strict=False
+            )
     wide = pl.DataFrame(list(series.values()))
     return history_long(wide, notes, name).with_columns(pl.lit(name).alias("file"))
 
 
 def _finish(frame: pl.DataFrame, notes: list[str], source: str) -> ImportResult:
-    frame = frame.with_columns(pl.lit(source).alias("source"), pl.lit(0).alias("file_idx"), pl.lit("step").alias("x_kind"))
+    frame = frame.with_columns(
+        pl.lit(source).alias("source"), pl.lit(0).alias("file_idx"), pl.lit("step").alias("x_kind")
+    )
     frame = assign_segments(conform(frame))
     return ImportResult(frame=conform(frame), notes=notes, findings=restart_findings(frame))
 
@@ -242,30 +312,48 @@ def _read_ui(source: Source) -> ImportResult:
         try:
             df = pl.read_csv(io.BytesIO(read_bytes(path)), infer_schema=False)
         except Exception as exc:  # noqa: BLE001
-            raise UnreadableInputError(f"{path}: cannot read this W&B chart export ({type(exc).__name__})") from None
+            raise UnreadableInputError(
+                f"{path}: cannot read this W&B chart export ({type(exc).__name__})"
+            ) from None
         xname = df.columns[0]
         x = df.get_column(xname).str.strip_chars().cast(pl.Float64, strict=False)
         is_step = "step" in xname.lower() or xname.lower() in ("iteration", "iter", "epoch")
         if not is_step:
-            notes.append(f"{name}: the chart's x axis is {xname!r}, not a step; points are numbered in order")
+            notes.append(
+                f"{name}: the chart's x axis is {xname!r}, not a step; points are numbered in order"
+            )
             x = pl.Series(range(df.height), dtype=pl.Float64)
         cols = _ui_columns(df.columns).get(run_name, [])
         for col, metric in cols:
             vals = df.get_column(col).str.strip_chars().cast(pl.Float64, strict=False)
             for suffix in ("__MIN", "__MAX"):
                 if col + suffix in df.columns:
-                    other = df.get_column(col + suffix).str.strip_chars().cast(pl.Float64, strict=False)
+                    other = (
+                        df.get_column(col + suffix).str.strip_chars().cast(pl.Float64, strict=False)
+                    )
                     if ((other - vals).abs() > 1e-12 * (vals.abs() + 1)).any():
                         sampled = True
-            parts.append(pl.DataFrame({
-                "file": [name] * df.height, "file_idx": [file_idx] * df.height,
-                "record_idx": list(range(1, df.height + 1)), "step": x, "tag": [metric] * df.height, "value": vals,
-            }, schema_overrides={"file_idx": pl.Int32, "record_idx": pl.Int64}).with_columns(
-                pl.lit("step" if is_step else "points").alias("x_kind")))
-    notes.append("W&B chart exports hold the chart's sampled points, not the full history; "
-                  "short spikes may be averaged away")
+            parts.append(
+                pl.DataFrame(
+                    {
+                        "file": [name] * df.height,
+                        "file_idx": [file_idx] * df.height,
+                        "record_idx": list(range(1, df.height + 1)),
+                        "step": x,
+                        "tag": [metric] * df.height,
+                        "value": vals,
+                    },
+                    schema_overrides={"file_idx": pl.Int32, "record_idx": pl.Int64},
+                ).with_columns(pl.lit("step" if is_step else "points").alias("x_kind"))
+            )
+    notes.append(
+        "W&B chart exports hold the chart's sampled points, not the full history; "
+        "short spikes may be averaged away"
+    )
     if sampled:
-        notes.append("the chart export was down-sampled (its __MIN/__MAX columns differ from the values)")
+        notes.append(
+            "the chart export was down-sampled (its __MIN/__MAX columns differ from the values)"
+        )
     if not parts:
         return ImportResult(frame=empty_frame(), notes=notes)
     frame = pl.concat(parts).filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
@@ -273,8 +361,12 @@ def _read_ui(source: Source) -> ImportResult:
     frame = frame.unique(subset=["step", "tag", "value"], keep="first", maintain_order=True)
     frame = frame.with_columns(pl.col("step").cast(pl.Int64), pl.lit("wandb_csv").alias("source"))
     frame = assign_segments(conform(frame))
-    return ImportResult(frame=conform(frame), notes=notes, findings=restart_findings(frame),
-                        metadata={"wandb_run_name": run_name})
+    return ImportResult(
+        frame=conform(frame),
+        notes=notes,
+        findings=restart_findings(frame),
+        metadata={"wandb_run_name": run_name},
+    )
 
 
 IMPORTER = WandbCsvImporter()

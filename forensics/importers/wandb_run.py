@@ -61,9 +61,21 @@ class WandbRunImporter:
             if not main:
                 main = [f for f in members if f.name == "wandb-summary.json"][:1]
             # The wandb/ folder's own debug logs (symlinks to the latest run's) are not a job.
-            members += [f for f in files if f.parent == d.parent and f.name.startswith("debug") and f.suffix == ".log"]
-            out.append(Source(NAME, main, rel(d, root), root, scope="folder",
-                              options={"also_claims": members, "run_dir": str(d)}))
+            members += [
+                f
+                for f in files
+                if f.parent == d.parent and f.name.startswith("debug") and f.suffix == ".log"
+            ]
+            out.append(
+                Source(
+                    NAME,
+                    main,
+                    rel(d, root),
+                    root,
+                    scope="folder",
+                    options={"also_claims": members, "run_dir": str(d)},
+                )
+            )
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
@@ -82,37 +94,73 @@ class WandbRunImporter:
             config.update(log.config)
             metadata.update({f"wandb_{k}": v for k, v in log.run.items()})
             if log.summary:
-                metadata["wandb_summary"] = _json_safe({k: v for k, v in log.summary.items() if not k.startswith("_wandb")})
+                metadata["wandb_summary"] = _json_safe(
+                    {k: v for k, v in log.summary.items() if not k.startswith("_wandb")}
+                )
             exit_code = log.exit_code if log.exit_code is not None else exit_code
             console.extend(log.console)
             if log.bad_chunks:
-                notes.append(f"{name}: {log.bad_chunks} corrupt chunk(s) skipped (resumed at the next 32 KiB block)")
+                notes.append(
+                    f"{name}: {log.bad_chunks} corrupt chunk(s) skipped (resumed at the next 32 KiB block)"
+                )
             if log.skipped_values:
                 keys = ", ".join(sorted(log.skipped_values)[:5])
-                notes.append(f"{name}: non-numeric history values skipped (media, histograms or text): {keys}")
+                notes.append(
+                    f"{name}: non-numeric history values skipped (media, histograms or text): {keys}"
+                )
             frame = pl.DataFrame(
-                {"step": log.steps, "tag": log.tags, "value": log.values, "wall_time": log.times, "record_idx": log.records},
-                schema={"step": pl.Int64, "tag": pl.Utf8, "value": pl.Float64, "wall_time": pl.Float64, "record_idx": pl.Int64},
-            ).with_columns(pl.lit(name).alias("file"), pl.lit(file_idx).alias("file_idx"), pl.lit("wandb_binary").alias("source"))
+                {
+                    "step": log.steps,
+                    "tag": log.tags,
+                    "value": log.values,
+                    "wall_time": log.times,
+                    "record_idx": log.records,
+                },
+                schema={
+                    "step": pl.Int64,
+                    "tag": pl.Utf8,
+                    "value": pl.Float64,
+                    "wall_time": pl.Float64,
+                    "record_idx": pl.Int64,
+                },
+            ).with_columns(
+                pl.lit(name).alias("file"),
+                pl.lit(file_idx).alias("file_idx"),
+                pl.lit("wandb_binary").alias("source"),
+            )
             frames.append(frame)
             if log.bytes_left:
                 last = int(frame.get_column("step").max()) if frame.height else 0  # type: ignore[arg-type]
-                findings.append(Finding(
-                    kind=FindingKind.TRUNCATED_LOG, severity=Severity.INFO, metric=None, start_step=last,
-                    measures={"file": name, "bytes_lost": log.bytes_left},
-                    summary=(f"{name} ends inside a record ({log.bytes_left} bytes): the job was killed or was "
-                             "still running; every complete record was read."),
-                ))
+                findings.append(
+                    Finding(
+                        kind=FindingKind.TRUNCATED_LOG,
+                        severity=Severity.INFO,
+                        metric=None,
+                        start_step=last,
+                        measures={"file": name, "bytes_lost": log.bytes_left},
+                        summary=(
+                            f"{name} ends inside a record ({log.bytes_left} bytes): the job was killed or was "
+                            "still running; every complete record was read."
+                        ),
+                    )
+                )
         if not any(f.height for f in frames):
             hist = _find(run_dir, "wandb-history.jsonl")
             if hist is not None:
                 name = rel(hist, source.root)
                 if frames:
                     notes.append(f"the .wandb file holds no history; read {name} instead")
-                frames = [_jsonl_history(hist, name, notes).with_columns(
-                    pl.lit(0).alias("file_idx"), pl.lit("wandb_history").alias("source"))]
+                frames = [
+                    _jsonl_history(hist, name, notes).with_columns(
+                        pl.lit(0).alias("file_idx"), pl.lit("wandb_history").alias("source")
+                    )
+                ]
         _read_side_files(run_dir, config, metadata, notes)
-        frame = pl.concat([conform(f.with_columns(pl.lit("step").alias("x_kind"))) for f in frames]) if frames else empty_frame()
+        frame = (
+            pl.concat([conform(f.with_columns(pl.lit("step").alias("x_kind"))) for f in frames])
+            if frames
+            else empty_frame()
+        )
         frame = use_global_step(frame, notes)
         frame = assign_segments(conform(frame))
         findings.extend(restart_findings(frame))
@@ -125,10 +173,17 @@ class WandbRunImporter:
             from forensics.importers.text.crash import crash_finding
 
             last = int(frame.get_column("step").max()) if frame.height else 0  # type: ignore[arg-type]
-            found = crash_finding("".join(console[-800:]) if any(c.endswith("\n") for c in console) else "\n".join(console[-400:]), last)
+            found = crash_finding(
+                "".join(console[-800:])
+                if any(c.endswith("\n") for c in console)
+                else "\n".join(console[-400:]),
+                last,
+            )
             if found is not None:
                 findings.append(found)
-        return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=config, metadata=metadata)
+        return ImportResult(
+            frame=conform(frame), notes=notes, findings=findings, config=config, metadata=metadata
+        )
 
 
 def use_global_step(frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
@@ -141,13 +196,20 @@ def use_global_step(frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
     if gs.height < 0.5 * records:
         return frame
     key = gs.get_column("tag")[0]
-    lut = gs.select("file_idx", "record_idx", pl.col("value").alias("_gs")).unique(["file_idx", "record_idx"])
+    lut = gs.select("file_idx", "record_idx", pl.col("value").alias("_gs")).unique(
+        ["file_idx", "record_idx"]
+    )
     out = (
         frame.filter(~pl.col("tag").is_in(list(GLOBAL_STEP_KEYS)))
         .join(lut, on=["file_idx", "record_idx"], how="left")
         .sort("file_idx", "record_idx", maintain_order=True)
         .with_columns(pl.col("_gs").fill_null(strategy="forward"))
-        .with_columns(pl.when(pl.col("_gs").is_not_null()).then(pl.col("_gs").cast(pl.Int64)).otherwise(pl.col("step")).alias("step"))
+        .with_columns(
+            pl.when(pl.col("_gs").is_not_null())
+            .then(pl.col("_gs").cast(pl.Int64))
+            .otherwise(pl.col("step"))
+            .alias("step")
+        )
         .drop("_gs")
     )
     notes.append(f"the x axis is {key} (the trainer's optimizer step), not W&B's _step")
@@ -161,7 +223,9 @@ def _find(run_dir: Path, name: str) -> Path | None:
     return None
 
 
-def _read_side_files(run_dir: Path, config: dict[str, Any], metadata: dict[str, Any], notes: list[str]) -> None:
+def _read_side_files(
+    run_dir: Path, config: dict[str, Any], metadata: dict[str, Any], notes: list[str]
+) -> None:
     cfg = _find(run_dir, "config.yaml")
     if cfg is not None:
         import yaml
@@ -181,7 +245,9 @@ def _read_side_files(run_dir: Path, config: dict[str, Any], metadata: dict[str, 
         try:
             data = json.loads(read_text(summ))
             if isinstance(data, dict):
-                metadata["wandb_summary"] = _json_safe({k: v for k, v in data.items() if k != "_wandb"})
+                metadata["wandb_summary"] = _json_safe(
+                    {k: v for k, v in data.items() if k != "_wandb"}
+                )
         except ValueError:
             notes.append(f"{summ.name}: not valid JSON; summary not read")
     meta = _find(run_dir, "wandb-metadata.json")
@@ -189,7 +255,17 @@ def _read_side_files(run_dir: Path, config: dict[str, Any], metadata: dict[str, 
         try:
             data = json.loads(read_text(meta))
             if isinstance(data, dict):
-                for k in ("host", "program", "args", "gpu", "gpu_count", "cuda", "startedAt", "python", "os"):
+                for k in (
+                    "host",
+                    "program",
+                    "args",
+                    "gpu",
+                    "gpu_count",
+                    "cuda",
+                    "startedAt",
+                    "python",
+                    "os",
+                ):
                     if k in data:
                         metadata[f"wandb_{k}"] = data[k]
         except ValueError:

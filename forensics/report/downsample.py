@@ -13,7 +13,9 @@ import numpy as np
 DEFAULT_BUCKETS = 1000  # per trace: at most 4 points per bucket
 
 
-def minmax_indices(y: np.ndarray, n_buckets: int = DEFAULT_BUCKETS, keep: np.ndarray | None = None) -> np.ndarray:
+def minmax_indices(
+    y: np.ndarray, n_buckets: int = DEFAULT_BUCKETS, keep: np.ndarray | None = None
+) -> np.ndarray:
     """Sorted indices of the points to plot.
 
     Args:
@@ -52,7 +54,9 @@ def minmax_indices(y: np.ndarray, n_buckets: int = DEFAULT_BUCKETS, keep: np.nda
     return idx[idx < n]
 
 
-def downsample(x: np.ndarray, y: np.ndarray, n_buckets: int = DEFAULT_BUCKETS, keep_x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def downsample(
+    x: np.ndarray, y: np.ndarray, n_buckets: int = DEFAULT_BUCKETS, keep_x: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Min/max-decimate a series, keeping the points at ``keep_x`` (steps) when present."""
     keep = None
     if keep_x is not None and len(keep_x) and len(x):

@@ -30,13 +30,25 @@ LIGHTS = {
     "info": ("blue", "#4c78a8", "Note"),
 }
 # Metadata keys that identify machines, people or places; dropped by --redact.
-_SENSITIVE_KEY = re.compile(r"host|node|machine|path|dir|file|cwd|user|email|ip\b|addr|url|cluster|hostname", re.I)
+_SENSITIVE_KEY = re.compile(
+    r"host|node|machine|path|dir|file|cwd|user|email|ip\b|addr|url|cluster|hostname", re.I
+)
 FULL_FINDINGS = 60  # findings shown as full cards; the rest as table rows
 MAX_ROLLBACKS = 50  # rows in the rollback table
 MAX_ROWS = 500  # rows in the long tables (more findings, spikes, timeline events)
 # Shape measures shown first in the spike table (article 4.4: height, width, recovery, frequency).
-_SPIKE_COLUMNS = ("classification", "height", "height_ratio", "ratio_to_run_baseline", "width_steps", "recovery_steps",
-                  "plateau_shift_rel", "cause", "grad_norm_lead_steps", "leads_loss_by_steps")
+_SPIKE_COLUMNS = (
+    "classification",
+    "height",
+    "height_ratio",
+    "ratio_to_run_baseline",
+    "width_steps",
+    "recovery_steps",
+    "plateau_shift_rel",
+    "cause",
+    "grad_norm_lead_steps",
+    "leads_loss_by_steps",
+)
 # Absolute paths (POSIX, home-relative, Windows); paths relative to the run folder stay readable.
 _PATHLIKE = re.compile(r"(?<![\w.])(?:[A-Za-z]:[\\/]|~[\\/]|/)[^\s'\"<>,;\]\)]*")
 # TensorBoard names event files events.out.tfevents.<time>.<host name>[.<pid>.<n>].
@@ -98,7 +110,10 @@ def _plotly_cdn() -> tuple[str, str]:
     from plotly.offline import get_plotlyjs_version
 
     digest = hashlib.sha384(_plotly_inline().encode("utf-8")).digest()
-    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js", "sha384-" + base64.b64encode(digest).decode()
+    return (
+        f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js",
+        "sha384-" + base64.b64encode(digest).decode(),
+    )
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -122,7 +137,10 @@ def _spike_table(findings: list[Any]) -> tuple[list[str], list[Any]]:
 
     spikes = [f for f in findings if f.kind in SPIKE_KINDS]
     if len(spikes) > MAX_ROWS:  # keep the most severe, shown in step order
-        spikes = sorted(sorted(spikes, key=lambda f: (-f.severity.rank, f.start_step))[:MAX_ROWS], key=lambda f: f.start_step)
+        spikes = sorted(
+            sorted(spikes, key=lambda f: (-f.severity.rank, f.start_step))[:MAX_ROWS],
+            key=lambda f: f.start_step,
+        )
     keys: list[str] = []
     for f in spikes:
         for k in f.measures:
@@ -132,14 +150,23 @@ def _spike_table(findings: list[Any]) -> tuple[list[str], list[Any]]:
     return first + sorted(k for k in keys if k not in first), spikes
 
 
-def _metadata(diagnosis: Diagnosis, redact: bool) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
+def _metadata(
+    diagnosis: Diagnosis, redact: bool
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
     run = diagnosis.run
-    meta: list[tuple[str, str]] = [("format", run.format), ("steps", f"{run.first_step:,}–{run.last_step:,}")]
+    meta: list[tuple[str, str]] = [
+        ("format", run.format),
+        ("steps", f"{run.first_step:,}–{run.last_step:,}"),
+    ]
     if not redact:
         meta.insert(0, ("path", str(run.path)))
     for key, value in _flatten(run.metadata):
         if key == "checkpoints" and isinstance(value, list):
-            value = f"{len(value)} saved: " + ", ".join(f"{int(s):,}" for s in sorted(value)[:10]) + (" …" if len(value) > 10 else "")
+            value = (
+                f"{len(value)} saved: "
+                + ", ".join(f"{int(s):,}" for s in sorted(value)[:10])
+                + (" …" if len(value) > 10 else "")
+            )
         if redact and _SENSITIVE_KEY.search(key):
             continue
         text = _short(value)
@@ -148,7 +175,9 @@ def _metadata(diagnosis: Diagnosis, redact: bool) -> tuple[list[tuple[str, str]]
     return meta, config, len(_flatten(run.config))
 
 
-def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: bool = False) -> dict[str, Any]:
+def build_context(
+    diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: bool = False
+) -> dict[str, Any]:
     """Everything the templates need, computed once (templates hold no logic beyond loops)."""
     from forensics.checklists import run_metrics
     from forensics.report.charts import build_panels
@@ -161,10 +190,17 @@ def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: boo
         rollbacks.setdefault(id(rb.finding), []).append(rb)
     # Findings beyond the first FULL_FINDINGS (worst first) are listed as table rows, not cards.
     items = [
-        {"f": f, "kind": f.kind.value, "prescription": diagnosis.prescription_for(f), "entry": TABLE.get(f.kind), "acts": needs_action(f), "rollbacks": rollbacks.get(id(f), [])}
+        {
+            "f": f,
+            "kind": f.kind.value,
+            "prescription": diagnosis.prescription_for(f),
+            "entry": TABLE.get(f.kind),
+            "acts": needs_action(f),
+            "rollbacks": rollbacks.get(id(f), []),
+        }
         for f in ranked[:FULL_FINDINGS]
     ]
-    more = ranked[FULL_FINDINGS:FULL_FINDINGS + MAX_ROWS]
+    more = ranked[FULL_FINDINGS : FULL_FINDINGS + MAX_ROWS]
     n_hidden = max(0, len(ranked) - FULL_FINDINGS - MAX_ROWS)
     kinds_present = []
     for f in ranked:
@@ -175,7 +211,10 @@ def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: boo
     notes = [redact_text(n) if redact else n for n in run.notes]
     segments = int(run.frame.get_column("segment").max() or 0) if run.frame.height else 0
     unmapped = run.unmapped_tags()
-    counts = {s: sum(1 for f in diagnosis.findings if f.severity.value == s) for s in ("fatal", "critical", "warning", "info")}
+    counts = {
+        s: sum(1 for f in diagnosis.findings if f.severity.value == s)
+        for s in ("fatal", "critical", "warning", "info")
+    }
     if plotlyjs not in ("inline", "cdn"):
         raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
     cdn_url, cdn_sri = _plotly_cdn() if plotlyjs == "cdn" else ("", "")
@@ -198,7 +237,9 @@ def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: boo
         "panels": panels,
         "spike_keys": spike_keys,
         "spikes": spikes,
-        "n_spikes": sum(1 for f in diagnosis.findings if f.kind.value in ("loss_spike", "grad_norm_spike")),
+        "n_spikes": sum(
+            1 for f in diagnosis.findings if f.kind.value in ("loss_spike", "grad_norm_spike")
+        ),
         "max_rows": MAX_ROWS,
         "item_rx": diagnosis.prescription_for,
         "phases": diagnosis.phases,
@@ -215,7 +256,7 @@ def build_context(diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: boo
         "plotly_inline": _plotly_inline() if plotlyjs == "inline" else "",
         "cdn_url": cdn_url,
         "cdn_sri": cdn_sri,
-        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "version": _version(),
     }
 

@@ -27,11 +27,28 @@ from forensics.importers.text import (
     olmo,
     torchtitan,
 )
-from forensics.importers.text.engine import ROWS, Ctx, clean, drop_rank_repeats, empty_rows, sample_text
+from forensics.importers.text.engine import (
+    ROWS,
+    Ctx,
+    clean,
+    drop_rank_repeats,
+    empty_rows,
+    sample_text,
+)
 
 # Specific families, each recognised by its own line shapes. Several may apply to one file
 # (Megatron-DeepSpeed prints Megatron iteration lines and DeepSpeed overflow lines).
-FAMILIES: list[ModuleType] = [megatron, llmc, nanogpt, torchtitan, fairseq, composer, mlperf, olmo, deepspeed]
+FAMILIES: list[ModuleType] = [
+    megatron,
+    llmc,
+    nanogpt,
+    torchtitan,
+    fairseq,
+    composer,
+    mlperf,
+    olmo,
+    deepspeed,
+]
 CRASH_TAIL_BYTES = 131072
 
 
@@ -76,8 +93,9 @@ def parse_text(raw: bytes, name: str) -> TextLog:
     for fam, part in parts:
         part = resolve_steps(part, anchors, ctx)
         if not getattr(fam, "DEDUPED", False):
-            part = drop_rank_repeats(part.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS))).vstack(
-                part.filter(pl.col("tag").is_in(deepspeed.EVENT_TAGS)))
+            part = drop_rank_repeats(
+                part.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS))
+            ).vstack(part.filter(pl.col("tag").is_in(deepspeed.EVENT_TAGS)))
         if fam is deepspeed:
             part = deepspeed.dedupe_events(part)
         done.append((fam, part))
@@ -90,9 +108,16 @@ def parse_text(raw: bytes, name: str) -> TextLog:
     found = crash.crash_finding(_tail_after(raw, last_ln, ctx), last, where=name)
     if found is not None:
         findings.append(found)
-    return TextLog(frame=rows, families=[f.NAME for f, _ in done], x_kind=ctx.x_kind,
-                   may_restart=_may_restart(done, ctx), notes=ctx.notes, findings=findings,
-                   config=ctx.config, metadata=ctx.metadata)
+    return TextLog(
+        frame=rows,
+        families=[f.NAME for f, _ in done],
+        x_kind=ctx.x_kind,
+        may_restart=_may_restart(done, ctx),
+        notes=ctx.notes,
+        findings=findings,
+        config=ctx.config,
+        metadata=ctx.metadata,
+    )
 
 
 def _has_steps(part: pl.DataFrame) -> bool:
@@ -115,9 +140,15 @@ def _anchors(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> pl.DataF
         if getattr(fam, "DEDUPED", False) and ctx.line_steps is not None:
             out.append(ctx.line_steps)
         else:
-            known = part.filter(pl.col("step").is_not_null() & ~pl.col("tag").is_in(deepspeed.EVENT_TAGS))
+            known = part.filter(
+                pl.col("step").is_not_null() & ~pl.col("tag").is_in(deepspeed.EVENT_TAGS)
+            )
             out.append(known.group_by("ln").agg(pl.col("step").first()))
-    return pl.concat(out).unique("ln").sort("ln") if out else pl.DataFrame(schema={"ln": pl.Int64, "step": pl.Int64})
+    return (
+        pl.concat(out).unique("ln").sort("ln")
+        if out
+        else pl.DataFrame(schema={"ln": pl.Int64, "step": pl.Int64})
+    )
 
 
 def resolve_steps(rows: pl.DataFrame, anchors: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
@@ -129,15 +160,19 @@ def resolve_steps(rows: pl.DataFrame, anchors: pl.DataFrame, ctx: Ctx) -> pl.Dat
     if anchors.is_empty():
         # No step anywhere (e.g. only DeepSpeed overflow lines): number events in order.
         ctx.x_kind = "points"
-        ctx.notes.append(f"{ctx.name}: the log prints no step numbers; its events are numbered in the order they appear")
+        ctx.notes.append(
+            f"{ctx.name}: the log prints no step numbers; its events are numbered in the order they appear"
+        )
         return pl.concat([known, _number_in_order(pending)])
     pending = pending.sort("ln")
     prev = pending.join_asof(anchors.rename({"step": "_prev"}), on="ln", strategy="backward")
     both = prev.join_asof(anchors.rename({"step": "_next"}), on="ln", strategy="forward")
     fill = pl.col("fill")
     step = (
-        pl.when(fill == "next").then(pl.coalesce("_next", "_prev"))
-        .when(fill == "prev0").then(pl.coalesce("_prev", pl.lit(0, dtype=pl.Int64)))
+        pl.when(fill == "next")
+        .then(pl.coalesce("_next", "_prev"))
+        .when(fill == "prev0")
+        .then(pl.coalesce("_prev", pl.lit(0, dtype=pl.Int64)))
         .otherwise(pl.coalesce("_prev", "_next"))
     )
     resolved = both.with_columns(step.alias("step")).select(list(ROWS))
@@ -153,7 +188,9 @@ def _may_restart(parts: list[tuple[ModuleType, pl.DataFrame]], ctx: Ctx) -> bool
         else:
             # Loss-scale events are left out: their steps are placed, not printed.
             series = part.filter(~pl.col("tag").is_in(deepspeed.EVENT_TAGS)).sort("tag", "ln")
-            back = series.select(((pl.col("step").diff() < 0) & (pl.col("tag") == pl.col("tag").shift(1))).any()).item()
+            back = series.select(
+                ((pl.col("step").diff() < 0) & (pl.col("tag") == pl.col("tag").shift(1))).any()
+            ).item()
         if back:
             return True
     return False
@@ -177,9 +214,13 @@ def _number_in_order(pending: pl.DataFrame) -> pl.DataFrame:
     rest = pending.filter(~is_scale).sort("ln")
     if scale.is_empty():
         rest = _collapse_copies(rest)
-        return rest.with_columns(pl.int_range(pl.len()).over("tag").cast(pl.Int64).alias("step")).select(list(ROWS))
+        return rest.with_columns(
+            pl.int_range(pl.len()).over("tag").cast(pl.Int64).alias("step")
+        ).select(list(ROWS))
     lut = scale.select("ln", pl.col("step").alias("_n"))
-    rest = rest.join_asof(lut, on="ln", strategy="forward").join_asof(lut.rename({"_n": "_p"}), on="ln", strategy="backward")
+    rest = rest.join_asof(lut, on="ln", strategy="forward").join_asof(
+        lut.rename({"_n": "_p"}), on="ln", strategy="backward"
+    )
     rest = rest.with_columns(pl.coalesce("_n", "_p").alias("step")).select(list(ROWS))
     return pl.concat([scale.select(list(ROWS)), rest]).sort("ln", maintain_order=True)
 

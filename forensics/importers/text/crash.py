@@ -15,22 +15,49 @@ MAX_LINE = 200
 
 # Most specific first: an OOM also prints a traceback, a time limit is also a cancel.
 REASONS: list[tuple[str, re.Pattern[str]]] = [
-    ("out_of_memory", re.compile(
-        r"CUDA out of memory|OutOfMemoryError|\bout of memory\b|Cannot allocate memory|oom[-_]kill|"
-        r"\bOOM\b|RESOURCE_EXHAUSTED|MemoryError", re.I)),
-    ("nccl", re.compile(
-        r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|"
-        r"NCCL communicator was aborted|Watchdog caught collective operation timeout|"
-        r"ProcessGroupNCCL.*(?:timeout|timed out|error)|NCCL WARN.*(?:timeout|error|failed)", re.I)),
-    ("cuda", re.compile(
-        r"CUDA error|\[CUDA ERROR\]|cuBLAS error|\[cuBLAS ERROR\]|CUBLAS_STATUS_|CUDNN_STATUS_|"
-        r"illegal memory access|misaligned address|device-side assert|cudaError\w*|\bXid\b", re.I)),
+    (
+        "out_of_memory",
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|\bout of memory\b|Cannot allocate memory|oom[-_]kill|"
+            r"\bOOM\b|RESOURCE_EXHAUSTED|MemoryError",
+            re.I,
+        ),
+    ),
+    (
+        "nccl",
+        re.compile(
+            r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|"
+            r"NCCL communicator was aborted|Watchdog caught collective operation timeout|"
+            r"ProcessGroupNCCL.*(?:timeout|timed out|error)|NCCL WARN.*(?:timeout|error|failed)",
+            re.I,
+        ),
+    ),
+    (
+        "cuda",
+        re.compile(
+            r"CUDA error|\[CUDA ERROR\]|cuBLAS error|\[cuBLAS ERROR\]|CUBLAS_STATUS_|CUDNN_STATUS_|"
+            r"illegal memory access|misaligned address|device-side assert|cudaError\w*|\bXid\b",
+            re.I,
+        ),
+    ),
     ("assertion", re.compile(r"AssertionError|Assertion `.*' failed|Assertion .* failed")),
-    ("time_limit", re.compile(r"DUE TO TIME LIMIT|time limit (?:reached|exceeded)|TIMEOUT AT|job timed out", re.I)),
-    ("cancelled", re.compile(
-        r"CANCELLED AT|\bscancel\b|received SIGTERM|Received SIGTERM|Signals\.SIGTERM|"
-        r"\bKeyboardInterrupt\b|SIGINT received|\bSIGKILL\b")),
-    ("traceback", re.compile(r"^Traceback \(most recent call last\)|^\w+(?:\.\w+)*(?:Error|Exception): ")),
+    (
+        "time_limit",
+        re.compile(
+            r"DUE TO TIME LIMIT|time limit (?:reached|exceeded)|TIMEOUT AT|job timed out", re.I
+        ),
+    ),
+    (
+        "cancelled",
+        re.compile(
+            r"CANCELLED AT|\bscancel\b|received SIGTERM|Received SIGTERM|Signals\.SIGTERM|"
+            r"\bKeyboardInterrupt\b|SIGINT received|\bSIGKILL\b"
+        ),
+    ),
+    (
+        "traceback",
+        re.compile(r"^Traceback \(most recent call last\)|^\w+(?:\.\w+)*(?:Error|Exception): "),
+    ),
 ]
 
 
@@ -62,7 +89,9 @@ def _context(lines: list[str], i: int, reason: str, start: int = 0) -> str:
             if re.match(r"^\w+(?:\.\w+)*(?:Error|Exception|Interrupt)\b", s):
                 line = s
     if line.endswith(":") and i + 1 < len(lines) and lines[i + 1].strip():
-        line = f"{line} {lines[i + 1].strip()}"  # "[CUDA ERROR] at file x.cu:265:" + "out of memory"
+        line = (
+            f"{line} {lines[i + 1].strip()}"  # "[CUDA ERROR] at file x.cu:265:" + "out of memory"
+        )
     elif len(line) < 30 and i > 0 and lines[i - 1].strip():
         line = f"{lines[i - 1].strip()} {line}"
     return line[:MAX_LINE]
@@ -76,9 +105,12 @@ def crash_finding(tail_text: str, last_step: int | None, where: str = "") -> Fin
         return None
     reason, line = found
     what = {
-        "out_of_memory": "ran out of memory", "nccl": "failed in NCCL communication",
-        "cuda": "hit a CUDA error", "assertion": "stopped on a failed assertion",
-        "time_limit": "was stopped by the scheduler's time limit", "cancelled": "was cancelled or killed",
+        "out_of_memory": "ran out of memory",
+        "nccl": "failed in NCCL communication",
+        "cuda": "hit a CUDA error",
+        "assertion": "stopped on a failed assertion",
+        "time_limit": "was stopped by the scheduler's time limit",
+        "cancelled": "was cancelled or killed",
         "traceback": "ended with a Python exception",
     }[reason]
     at = f"after step {last_step}" if last_step is not None else "before logging any step"

@@ -21,7 +21,16 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, empty_rows, kv_rows, num, to_unix, wide_to_rows
+from forensics.importers.text.engine import (
+    NUM,
+    Ctx,
+    conform_rows,
+    empty_rows,
+    kv_rows,
+    num,
+    to_unix,
+    wide_to_rows,
+)
 
 NAME = "deepspeed"
 SNIFF = re.compile(
@@ -62,26 +71,58 @@ def parse(ctx: Ctx) -> pl.DataFrame:
 def _events(lines: pl.DataFrame) -> pl.DataFrame:
     line = pl.col("line")
     ev = lines.select(
-        "ln", "wall_time",
-        line.str.extract(r"Grad overflow on iteration\s+(\d+)", 1).cast(pl.Int64, strict=False).alias("it"),
-        num(line.str.extract(r"(?:reducing to|Reducing dynamic loss scale from\s+" + NUM + r"\s+to)\s+(" + NUM + ")", 1)).alias("scale"),
-        num(line.str.extract(r"Increasing dynamic loss scale from\s+" + NUM + r"\s+to\s+(" + NUM + ")", 1)).alias("up"),
-        line.str.contains(r"(?i)overflow!|overflow detected|grad overflow on iteration|skipping step").alias("skip"),
-    ).filter(pl.col("it").is_not_null() | pl.col("scale").is_not_null() | pl.col("up").is_not_null() | pl.col("skip"))
+        "ln",
+        "wall_time",
+        line.str.extract(r"Grad overflow on iteration\s+(\d+)", 1)
+        .cast(pl.Int64, strict=False)
+        .alias("it"),
+        num(
+            line.str.extract(
+                r"(?:reducing to|Reducing dynamic loss scale from\s+"
+                + NUM
+                + r"\s+to)\s+("
+                + NUM
+                + ")",
+                1,
+            )
+        ).alias("scale"),
+        num(
+            line.str.extract(
+                r"Increasing dynamic loss scale from\s+" + NUM + r"\s+to\s+(" + NUM + ")", 1
+            )
+        ).alias("up"),
+        line.str.contains(
+            r"(?i)overflow!|overflow detected|grad overflow on iteration|skipping step"
+        ).alias("skip"),
+    ).filter(
+        pl.col("it").is_not_null()
+        | pl.col("scale").is_not_null()
+        | pl.col("up").is_not_null()
+        | pl.col("skip")
+    )
     if ev.is_empty():
         return empty_rows()
     # Anchor lines: "Grad overflow on iteration N" (gives its step to the lines right after
     # it) and the engine's step lines (which end an overflow event).
-    anchors = pl.concat([
-        ev.filter(pl.col("it").is_not_null()).select("ln", pl.col("it").alias("anchor")),
-        lines.filter(line.str.contains(r"step=\d+, skipped=|global_step=\d+|\|step: \d+\|"))
-        .select("ln", pl.lit(None, dtype=pl.Int64).alias("anchor")),
-    ]).sort("ln")
+    anchors = pl.concat(
+        [
+            ev.filter(pl.col("it").is_not_null()).select("ln", pl.col("it").alias("anchor")),
+            lines.filter(
+                line.str.contains(r"step=\d+, skipped=|global_step=\d+|\|step: \d+\|")
+            ).select("ln", pl.lit(None, dtype=pl.Int64).alias("anchor")),
+        ]
+    ).sort("ln")
     ev = ev.sort("ln").join_asof(anchors, on="ln", strategy="backward")
     ev = ev.with_columns(pl.coalesce("it", "anchor").alias("step"))
-    overflow = ev.filter(pl.col("skip")).select("ln", "step", "wall_time", pl.lit(OVERFLOW_TAG).alias("tag"), pl.lit(1.0).alias("value"))
-    scale = ev.filter(pl.col("scale").is_not_null()).select("ln", "step", "wall_time", pl.lit(SCALE_TAG).alias("tag"), pl.col("scale").alias("value"))
-    up = ev.filter(pl.col("up").is_not_null()).select("ln", "step", "wall_time", pl.lit(SCALE_UP_TAG).alias("tag"), pl.col("up").alias("value"))
+    overflow = ev.filter(pl.col("skip")).select(
+        "ln", "step", "wall_time", pl.lit(OVERFLOW_TAG).alias("tag"), pl.lit(1.0).alias("value")
+    )
+    scale = ev.filter(pl.col("scale").is_not_null()).select(
+        "ln", "step", "wall_time", pl.lit(SCALE_TAG).alias("tag"), pl.col("scale").alias("value")
+    )
+    up = ev.filter(pl.col("up").is_not_null()).select(
+        "ln", "step", "wall_time", pl.lit(SCALE_UP_TAG).alias("tag"), pl.col("up").alias("value")
+    )
     rows = conform_rows(pl.concat([overflow, scale, up])).with_columns(pl.lit("next").alias("fill"))
     return rows.sort("ln")
 
@@ -107,18 +148,36 @@ def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
     parts.append(wide_to_rows(st, {"skipped": "skipped_steps", "lr": "lr"}))
     # Timer: "epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=..., MemAllocated=4.34GB, MaxMemAllocated=12.81GB"
     tm = lines.filter(line.str.contains(r"global_step=\d+,")).with_columns(
-        line.str.extract(r"global_step=(\d+)", 1).cast(pl.Int64).alias("step"))
-    parts.append(kv_rows(tm, "line", r"(?P<key>RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated)=(?P<val>" + NUM + ")"))
+        line.str.extract(r"global_step=(\d+)", 1).cast(pl.Int64).alias("step")
+    )
+    parts.append(
+        kv_rows(
+            tm,
+            "line",
+            r"(?P<key>RunningAvgSamplesPerSec|CurrSamplesPerSec|MemAllocated|MaxMemAllocated)=(?P<val>"
+            + NUM
+            + ")",
+        )
+    )
     # DeepSpeed-Chat RLHF: "epoch: 0|step: 12|ppo_ep: 1|act_loss: 0.20|cri_loss: 0.12|unsuper_loss: 0.0"
     chat = lines.filter(line.str.contains(r"\|step: \d+\|")).with_columns(
-        line.str.extract(r"\|step: (\d+)\|", 1).cast(pl.Int64).alias("step"))
+        line.str.extract(r"\|step: (\d+)\|", 1).cast(pl.Int64).alias("step")
+    )
     rows = kv_rows(chat, "line", r"(?P<key>[A-Za-z_][\w ]*?):\s*(?P<val>" + NUM + r")(?:\||$)")
     parts.append(rows.filter(~pl.col("tag").is_in(["step", "epoch", "ppo_ep"])))
     # DeepSpeed-Chat: "average reward score: -0.67" after each step; reward-model evaluations.
     rew = lines.filter(line.str.contains("average reward score", literal=True)).with_columns(
-        num(line.str.extract(r"average reward score:\s*(" + NUM + ")", 1)).alias("reward"))
+        num(line.str.extract(r"average reward score:\s*(" + NUM + ")", 1)).alias("reward")
+    )
     parts.append(wide_to_rows(rew, {"reward": "reward"}, fill="prev"))
     ev = lines.filter(line.str.contains("higher is better", literal=True))
-    parts.append(kv_rows(ev, "line", r"(?P<key>[A-Za-z_]\w*) \(higher is better\)\s*:\s*(?P<val>" + NUM + ")",
-                         fill="prev0", prefix="eval/"))
+    parts.append(
+        kv_rows(
+            ev,
+            "line",
+            r"(?P<key>[A-Za-z_]\w*) \(higher is better\)\s*:\s*(?P<val>" + NUM + ")",
+            fill="prev0",
+            prefix="eval/",
+        )
+    )
     return pl.concat([conform_rows(p) for p in parts])

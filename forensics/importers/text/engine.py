@@ -82,18 +82,36 @@ def read_lines(raw: bytes) -> pl.DataFrame:
     if not raw:
         return pl.DataFrame(schema={"ln": pl.Int64, "line": pl.Utf8})
     df = pl.read_csv(
-        raw, has_header=False, separator="\x1f", quote_char=None, schema={"line": pl.Utf8},
-        truncate_ragged_lines=True, extra_columns="ignore", missing_columns="insert", encoding="utf8-lossy",
+        raw,
+        has_header=False,
+        separator="\x1f",
+        quote_char=None,
+        schema={"line": pl.Utf8},
+        truncate_ragged_lines=True,
+        extra_columns="ignore",
+        missing_columns="insert",
+        encoding="utf8-lossy",
     )
-    return df.with_columns(pl.col("line").fill_null("")).with_row_index("ln").with_columns(pl.col("ln").cast(pl.Int64))
+    return (
+        df.with_columns(pl.col("line").fill_null(""))
+        .with_row_index("ln")
+        .with_columns(pl.col("ln").cast(pl.Int64))
+    )
 
 
 def read_pipes(raw: bytes, n_cols: int) -> pl.DataFrame:
     """The text split on ``|`` into ``c0..c{n-1}`` string columns, one row per line."""
     schema = {f"c{i}": pl.Utf8 for i in range(n_cols)}
     df = pl.read_csv(
-        raw, has_header=False, separator="|", quote_char=None, schema=schema,
-        truncate_ragged_lines=True, extra_columns="ignore", missing_columns="insert", encoding="utf8-lossy",
+        raw,
+        has_header=False,
+        separator="|",
+        quote_char=None,
+        schema=schema,
+        truncate_ragged_lines=True,
+        extra_columns="ignore",
+        missing_columns="insert",
+        encoding="utf8-lossy",
     )
     return df.with_row_index("ln").with_columns(pl.col("ln").cast(pl.Int64))
 
@@ -138,7 +156,9 @@ def wide_to_rows(df: pl.DataFrame, tags: dict[str, str], fill: str | None = None
     return out.with_columns(pl.lit(fill, dtype=pl.Utf8).alias("fill")) if fill else out
 
 
-def kv_rows(df: pl.DataFrame, col: str, pair: str, fill: str | None = None, prefix: str = "") -> pl.DataFrame:
+def kv_rows(
+    df: pl.DataFrame, col: str, pair: str, fill: str | None = None, prefix: str = ""
+) -> pl.DataFrame:
     """Every ``key sep value`` pair in ``df[col]`` (regex ``pair`` with groups ``key`` and
     ``val``) -> long rows carrying the frame's ``ln``/``step``/``wall_time``."""
     keep = [c for c in ("ln", "step", "wall_time") if c in df.columns]
@@ -177,10 +197,7 @@ def drop_rank_repeats(rows: pl.DataFrame) -> pl.DataFrame:
     back to an earlier step, so it is kept)."""
     if rows.is_empty():
         return rows
-    return (
-        rows.sort("ln", maintain_order=True)
-        .filter(
-            pl.col("step").is_null()
-            | (pl.col("step") != pl.col("step").shift(1).over("tag")).fill_null(True)
-        )
+    return rows.sort("ln", maintain_order=True).filter(
+        pl.col("step").is_null()
+        | (pl.col("step") != pl.col("step").shift(1).over("tag")).fill_null(True)
     )

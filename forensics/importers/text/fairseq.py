@@ -19,7 +19,15 @@ from forensics.importers.text.engine import Ctx, conform_rows, empty_rows, num, 
 NAME = "fairseq"
 SNIFF = re.compile(r"\| (?:train_inner|train|valid\w*) \| \{")
 _LINE = r"\| (?P<logger>train_inner|train|valid\w*) \| (?P<json>\{.*\})\s*$"
-_SKIP = {"update", "num_updates", "train_num_updates", "valid_num_updates", "epoch", "train_epoch", "valid_epoch"}
+_SKIP = {
+    "update",
+    "num_updates",
+    "train_num_updates",
+    "valid_num_updates",
+    "epoch",
+    "train_epoch",
+    "valid_epoch",
+}
 
 
 def sniff(sample: str) -> bool:
@@ -28,9 +36,14 @@ def sniff(sample: str) -> bool:
 
 def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
-    lines = ctx.lines.filter(line.str.contains(r"\| (?:train_inner|train|valid\w*) \| \{")).with_columns(
-        line.str.extract_groups(_LINE).alias("g"), to_unix(line.str.extract(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", 1)).alias("wall_time"),
-    ).unnest("g")
+    lines = (
+        ctx.lines.filter(line.str.contains(r"\| (?:train_inner|train|valid\w*) \| \{"))
+        .with_columns(
+            line.str.extract_groups(_LINE).alias("g"),
+            to_unix(line.str.extract(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", 1)).alias("wall_time"),
+        )
+        .unnest("g")
+    )
     if lines.is_empty():
         return empty_rows()
     # All objects at once through polars' NDJSON reader (keys differ between loggers: the
@@ -44,8 +57,16 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     objs = objs.select([c for c in objs.columns if c not in ("ln", "wall_time", "logger")])
     long = pl.concat([ok.select("ln", "wall_time", "logger"), objs], how="horizontal")
     keys = list(objs.columns)
-    steps = pl.coalesce([num(pl.col(k).cast(pl.Utf8)) for k in ("num_updates", "train_num_updates", "valid_num_updates") if k in keys])
-    long = long.with_columns(steps.cast(pl.Int64).alias("step") if keys else pl.lit(None, dtype=pl.Int64).alias("step"))
+    steps = pl.coalesce(
+        [
+            num(pl.col(k).cast(pl.Utf8))
+            for k in ("num_updates", "train_num_updates", "valid_num_updates")
+            if k in keys
+        ]
+    )
+    long = long.with_columns(
+        steps.cast(pl.Int64).alias("step") if keys else pl.lit(None, dtype=pl.Int64).alias("step")
+    )
     parts = []
     for k in keys:
         if k in _SKIP:
@@ -54,5 +75,9 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         if not (col.dtype == pl.Utf8 or col.dtype.is_numeric()):
             continue
         val = num(pl.col(k).cast(pl.Utf8))
-        parts.append(long.select("ln", "step", "wall_time", val.alias("value"), pl.lit(k).alias("tag")).filter(pl.col("value").is_not_null()))
+        parts.append(
+            long.select(
+                "ln", "step", "wall_time", val.alias("value"), pl.lit(k).alias("tag")
+            ).filter(pl.col("value").is_not_null())
+        )
     return conform_rows(pl.concat(parts)) if parts else empty_rows()

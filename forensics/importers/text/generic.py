@@ -23,7 +23,11 @@ _STEP_KEYS = r"(?:global_step|num_updates|iteration|step|iter|it|batch)"
 _STEP = r"(?i)(?:^|[\s\[|,(])" + _STEP_KEYS + r"\s*[:=#]?\s*(\d+)(?:\s*/\s*\d+)?(?:[\s\]|,):]|$)"
 _PAIR_SIMPLE = r"(?P<key>[A-Za-z_][\w./\-()%]*)\s*[:=]\s*(?P<val>" + NUM + r")"
 # One field of a "|"-separated line: the key may hold spaces and the ":" may be missing.
-_SEGMENT = r"^\s*(?P<key>[A-Za-z_][\w./\-()%]*(?: [A-Za-z_][\w./\-()%]*){0,3})\s*[:=]?\s*(?P<val>" + NUM + r")"
+_SEGMENT = (
+    r"^\s*(?P<key>[A-Za-z_][\w./\-()%]*(?: [A-Za-z_][\w./\-()%]*){0,3})\s*[:=]?\s*(?P<val>"
+    + NUM
+    + r")"
+)
 _DATE = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)"
 _MIN_PAIRS = 2
 
@@ -59,9 +63,13 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     )
     multi = kv_rows(segs.filter(pl.col("_n") >= 2), "seg", _PAIR_SIMPLE)
     single = kv_rows(segs.filter(pl.col("_n") < 2), "seg", _SEGMENT)
-    rows = pl.concat([conform_rows(plain), conform_rows(multi), conform_rows(single)]).sort("ln", maintain_order=True)
+    rows = pl.concat([conform_rows(plain), conform_rows(multi), conform_rows(single)]).sort(
+        "ln", maintain_order=True
+    )
     step_tag = r"(?i)^" + _STEP_KEYS + r"$"
-    rows = rows.filter(~pl.col("tag").str.contains(step_tag) & ~pl.col("tag").str.contains(r"(?i)^epoch(?: \d+)?$"))
+    rows = rows.filter(
+        ~pl.col("tag").str.contains(step_tag) & ~pl.col("tag").str.contains(r"(?i)^epoch(?: \d+)?$")
+    )
     # Keep lines that hold enough pairs to be metric lines, not prose that mentions a step.
     good = rows.group_by("ln").len().filter(pl.col("len") >= _MIN_PAIRS).get_column("ln")
     return rows.filter(pl.col("ln").is_in(good.implode()))

@@ -19,19 +19,34 @@ import polars as pl
 from forensics.importers.text.engine import NUM, Ctx, conform_rows, num, wide_to_rows
 
 NAME = "llmc"
-SNIFF = re.compile(r"(?m)^s:\d+ (?:trl|tel|eval):|^step\s+\d+/\d+ \| loss |^step\s+\d+/\d+: train loss ")
+SNIFF = re.compile(
+    r"(?m)^s:\d+ (?:trl|tel|eval):|^step\s+\d+/\d+ \| loss |^step\s+\d+/\d+: train loss "
+)
 _MAIN = r"^s:(?P<step>\d+) (?P<kind>trl|tel|eval):(?P<v>\S+)(?: lr:(?P<lr>\S+))?(?: norm:(?P<norm>\S+))?"
 _NEW = (
     r"step\s+(?P<step>\d+)/\d+ \| loss\s+(?P<loss>\S+)\s*(?:\([^)]*\))?\s*\|"
     r"(?:\s*norm\s+(?P<norm>\S+)\s*(?:\([^)]*\))?\s*\|)?"
     r"(?:\s*lr\s+(?P<lr>\S+)\s*\|)?"
-    r"(?:\s*(?P<ms>" + NUM + r")\s*ms)?(?:\s*\|\s*(?P<mfu>" + NUM + r")%\s*bf16 MFU)?(?:\s*\|\s*(?P<toks>" + NUM + r")\s*tok/s)?"
+    r"(?:\s*(?P<ms>"
+    + NUM
+    + r")\s*ms)?(?:\s*\|\s*(?P<mfu>"
+    + NUM
+    + r")%\s*bf16 MFU)?(?:\s*\|\s*(?P<toks>"
+    + NUM
+    + r")\s*tok/s)?"
 )
 _OLD = (
     r"step\s+(?P<step>\d+)/\d+: train loss (?P<loss>\S+)(?: norm (?P<norm>\S+))?(?: lr (?P<lr>\S+))?"
     r"(?: \((?P<ms>" + NUM + r") ms(?:, (?P<toks>" + NUM + r") tok/s)?\))?"
 )
-_STDOUT_TAGS = {"loss": "loss", "norm": "norm", "lr": "lr", "ms": "step_time (ms)", "mfu": "mfu (%)", "toks": "tok/s"}
+_STDOUT_TAGS = {
+    "loss": "loss",
+    "norm": "norm",
+    "lr": "lr",
+    "ms": "step_time (ms)",
+    "mfu": "mfu (%)",
+    "toks": "tok/s",
+}
 
 
 def sniff(sample: str) -> bool:
@@ -42,24 +57,39 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     lines = ctx.lines
     parts = []
-    main = lines.filter(line.str.contains(r"^s:\d+ ")).with_columns(line.str.extract_groups(_MAIN).alias("g")).unnest("g")
+    main = (
+        lines.filter(line.str.contains(r"^s:\d+ "))
+        .with_columns(line.str.extract_groups(_MAIN).alias("g"))
+        .unnest("g")
+    )
     if not main.is_empty():
-        main = main.with_columns(pl.col("step").cast(pl.Int64, strict=False), num(pl.col("v")).alias("v"))
+        main = main.with_columns(
+            pl.col("step").cast(pl.Int64, strict=False), num(pl.col("v")).alias("v")
+        )
         for kind, tag in (("trl", "trl"), ("tel", "tel"), ("eval", "hellaswag")):
             grp = main.filter(pl.col("kind") == kind)
             cols = {"v": tag} if kind != "trl" else {"v": "trl", "lr": "lr", "norm": "norm"}
             grp = grp.with_columns(num(pl.col("lr")).alias("lr"), num(pl.col("norm")).alias("norm"))
             parts.append(wide_to_rows(grp, cols))
     for pattern in (_NEW, _OLD):
-        st = lines.filter(line.str.contains(pattern)).with_columns(line.str.extract_groups(pattern).alias("g")).unnest("g")
+        st = (
+            lines.filter(line.str.contains(pattern))
+            .with_columns(line.str.extract_groups(pattern).alias("g"))
+            .unnest("g")
+        )
         if st.is_empty():
             continue
-        st = st.with_columns(pl.col("step").cast(pl.Int64, strict=False),
-                             *[num(pl.col(c)).alias(c) for c in _STDOUT_TAGS if c in st.columns])
+        st = st.with_columns(
+            pl.col("step").cast(pl.Int64, strict=False),
+            *[num(pl.col(c)).alias(c) for c in _STDOUT_TAGS if c in st.columns],
+        )
         parts.append(wide_to_rows(st, {c: t for c, t in _STDOUT_TAGS.items() if c in st.columns}))
-    val = lines.filter(line.str.contains(r"^val loss ")).with_columns(num(line.str.extract(r"^val loss\s+(\S+)", 1)).alias("v"))
+    val = lines.filter(line.str.contains(r"^val loss ")).with_columns(
+        num(line.str.extract(r"^val loss\s+(\S+)", 1)).alias("v")
+    )
     parts.append(wide_to_rows(val, {"v": "val_loss"}, fill="prev0"))
     hs = lines.filter(line.str.contains(r"HellaSwag: \d+/\d+ = ")).with_columns(
-        num(line.str.extract(r"HellaSwag: \d+/\d+ = (" + NUM + ")", 1)).alias("v"))
+        num(line.str.extract(r"HellaSwag: \d+/\d+ = (" + NUM + ")", 1)).alias("v")
+    )
     parts.append(wide_to_rows(hs, {"v": "hellaswag"}, fill="prev0"))
     return pl.concat([conform_rows(p) for p in parts])

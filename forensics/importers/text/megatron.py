@@ -44,14 +44,23 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     c0 = pl.col("c0")
     is_val = c0.str.contains("validation loss at", literal=True)
     val = cells.filter(is_val)
-    it = cells.filter(c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+") & ~is_val)
+    it = cells.filter(
+        c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+") & ~is_val
+    )
     start = c0.str.find("iteration", literal=True) + 9
     it = it.with_columns(
-        c0.str.slice(start, c0.str.find("/", literal=True) - start).str.strip_chars().cast(pl.Int64, strict=False).alias("step")
+        c0.str.slice(start, c0.str.find("/", literal=True) - start)
+        .str.strip_chars()
+        .cast(pl.Int64, strict=False)
+        .alias("step")
     )
     if it.get_column("step").null_count():
         # Lines without "/" (some forks print "iteration 100 |"): fall back to a regex.
-        it = it.with_columns(pl.coalesce("step", c0.str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)).alias("step"))
+        it = it.with_columns(
+            pl.coalesce(
+                "step", c0.str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)
+            ).alias("step")
+        )
     if it.get_column("step").null_count():
         it = it.filter(pl.col("step").is_not_null())
     it = it.with_columns(_wall_time(it, ctx.sample).alias("wall_time"))
@@ -62,8 +71,15 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         it = it.filter(~repeat)
     ctx.line_steps = it.select("ln", "step")
     # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule out here.
-    ctx.overflow_hint = bool(cells.select((c0.str.contains("verflow", literal=True) | c0.str.contains("OVERFLOW", literal=True)
-                                           | c0.str.contains("dynamic loss scale", literal=True)).any()).item())
+    ctx.overflow_hint = bool(
+        cells.select(
+            (
+                c0.str.contains("verflow", literal=True)
+                | c0.str.contains("OVERFLOW", literal=True)
+                | c0.str.contains("dynamic loss scale", literal=True)
+            ).any()
+        ).item()
+    )
     commas = bool(re.search(r"iteration[^\n]*\d,\d{3}\b", ctx.sample))
     rows = [_layout_rows(it, cols, ctx, commas)]
     if not val.is_empty():
@@ -95,23 +111,32 @@ def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = Fal
     others = []
     # Columns where some cell holds another key (or no dominant key exists): only those go
     # through the slow path, and only their odd cells.
-    odd = it.select([
-        (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(c) if p
-        else pl.col(c).str.contains(":", literal=True).any().alias(c)
-        for c, p in zip(cols, prefixes)
-    ]).row(0)
+    odd = it.select(
+        [
+            (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(c)
+            if p
+            else pl.col(c).str.contains(":", literal=True).any().alias(c)
+            for c, p in zip(cols, prefixes)
+        ]
+    ).row(0)
     # Columns that print the same text on every line (batch size, skipped-iteration counts,
     # a bf16 loss scale of 1.0) are parsed once instead of a million times.
     same = [len({row[j] for row in sample}) == 1 for j in range(len(cols))]
-    const = it.select([(pl.col(c) == sample[0][j]).all().alias(c) if same[j] and sample[0][j] is not None else pl.lit(False).alias(c)
-                       for j, c in enumerate(cols)]).row(0)
+    const = it.select(
+        [
+            (pl.col(c) == sample[0][j]).all().alias(c)
+            if same[j] and sample[0][j] is not None
+            else pl.lit(False).alias(c)
+            for j, c in enumerate(cols)
+        ]
+    ).row(0)
     for j, (col, pre) in enumerate(zip(cols, prefixes)):
         if pre is None:
             if odd[j]:
                 others.append(pl.col(col))
             continue
         if const[j]:
-            x = pl.select(num(pl.lit(sample[0][j][len(pre):]), commas)).item()
+            x = pl.select(num(pl.lit(sample[0][j][len(pre) :]), commas)).item()
             values.append(pl.lit(x, dtype=pl.Float64).alias(f"_v{j}"))
             continue
         ok = pl.col(col).str.starts_with(pre)
@@ -125,7 +150,13 @@ def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = Fal
     wide = it.select("ln", "step", "wall_time", *values)
     rest = it.select("ln", "step", "wall_time", *others)
     rest_cols = [c for c in cols if c in rest.columns]
-    kv = pl.any_horizontal([pl.col(c).str.contains(":", literal=True) for c in rest_cols]).fill_null(False) if rest_cols else pl.lit(False)
+    kv = (
+        pl.any_horizontal([pl.col(c).str.contains(":", literal=True) for c in rest_cols]).fill_null(
+            False
+        )
+        if rest_cols
+        else pl.lit(False)
+    )
     rest = rest.with_columns(kv.alias("_kv"))
     parts = []
     for j, pre in enumerate(prefixes):
@@ -134,7 +165,11 @@ def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = Fal
         tag = pre[:-1].strip()
         # Built directly in the row schema: no re-casting of millions of rows afterwards.
         block = wide.select(
-            "ln", "step", pl.lit(tag).alias("tag"), pl.col(f"_v{j}").alias("value"), "wall_time",
+            "ln",
+            "step",
+            pl.lit(tag).alias("tag"),
+            pl.col(f"_v{j}").alias("value"),
+            "wall_time",
             pl.lit(None, dtype=pl.Utf8).alias("fill"),
         )
         if block.get_column("value").null_count():  # filtering copies: only when needed
@@ -159,8 +194,10 @@ def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
     bad = block.filter(pl.col("value") <= 0)
     if bad.is_empty():
         return block
-    note = (f"{ctx.name}: 'loss scale' printed as {bad.get_column('value')[0]:g} "
-            "(the scaler belongs to DeepSpeed); those values were not used")
+    note = (
+        f"{ctx.name}: 'loss scale' printed as {bad.get_column('value')[0]:g} "
+        "(the scaler belongs to DeepSpeed); those values were not used"
+    )
     if note not in ctx.notes:
         ctx.notes.append(note)
     return block.filter(pl.col("value") > 0)
@@ -173,13 +210,23 @@ def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
     c0 = pl.col("c0")
     # The date sits right after the first "[": slicing and one fixed format are far cheaper
     # than a regex per line (fractions of a second are dropped).
-    dates = it.select(c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)).to_series()
+    dates = it.select(
+        c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
+    ).to_series()
     if dates.approx_n_unique() * 8 > max(len(dates), 1):
-        return dates.to_frame().select(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time")).to_series()
+        return (
+            dates.to_frame()
+            .select(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time"))
+            .to_series()
+        )
     # Many lines per second: parse each distinct date once, then look the lines up.
     uniq = dates.unique().drop_nulls().to_frame()
     lut = uniq.with_columns(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time"))
-    return dates.to_frame().join(lut, on="c0", how="left", maintain_order="left").get_column("wall_time")
+    return (
+        dates.to_frame()
+        .join(lut, on="c0", how="left", maintain_order="left")
+        .get_column("wall_time")
+    )
 
 
 def _split_rows(df: pl.DataFrame, cols: list[str], prefix: str = "") -> pl.DataFrame:
@@ -209,5 +256,7 @@ def _validation_rows(val: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     out = []
     for is_test, grp in val.group_by("_test"):
         rows = _split_rows(grp, cols, prefix="test/" if is_test[0] else "")
-        out.append(rows.with_columns(pl.when(pl.col("step").is_null()).then(pl.lit("prev")).alias("fill")))
+        out.append(
+            rows.with_columns(pl.when(pl.col("step").is_null()).then(pl.lit("prev")).alias("fill"))
+        )
     return pl.concat(out) if out else empty_rows()

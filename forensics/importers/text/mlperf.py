@@ -21,9 +21,11 @@ NAME = "mlperf"
 SNIFF = re.compile(r":::MLLOG \{")
 LOSS_LIKE_EVAL = {"gpt3", "llama2_70b_lora"}
 EVAL_LOSS_TAG = "eval_accuracy (log perplexity)"
-_CONFIG_KEYS = re.compile(r"^(?:opt_|global_batch_size|gradient_accumulation_steps|max_sequence_length|seed|"
-                          r"submission_|init_checkpoint_step|train_samples|eval_samples|trained_samples|"
-                          r"max_steps|warmup|sequence_length)")
+_CONFIG_KEYS = re.compile(
+    r"^(?:opt_|global_batch_size|gradient_accumulation_steps|max_sequence_length|seed|"
+    r"submission_|init_checkpoint_step|train_samples|eval_samples|trained_samples|"
+    r"max_steps|warmup|sequence_length)"
+)
 
 
 def sniff(sample: str) -> bool:
@@ -72,20 +74,33 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     if bench in LOSS_LIKE_EVAL:
         tags = [EVAL_LOSS_TAG if t == "eval_accuracy" else t for t in tags]
     steps = _to_steps(x_out, ctx)
-    return conform_rows(pl.DataFrame({"ln": ln_out, "step": steps, "tag": tags, "value": vals, "wall_time": times},
-                                     schema_overrides={"wall_time": pl.Float64}))
+    return conform_rows(
+        pl.DataFrame(
+            {"ln": ln_out, "step": steps, "tag": tags, "value": vals, "wall_time": times},
+            schema_overrides={"wall_time": pl.Float64},
+        )
+    )
 
 
 def _to_steps(xs: list[int], ctx: Ctx) -> list[int]:
     gbs = ctx.config.get("global_batch_size")
     seq = ctx.config.get("max_sequence_length")
     nonzero = [x for x in xs if x]
-    for unit, what in ((gbs * seq if isinstance(gbs, int) and isinstance(seq, int) else None, "global_batch_size x max_sequence_length tokens"),
-                       (gbs if isinstance(gbs, int) else None, "global_batch_size samples")):
+    for unit, what in (
+        (
+            gbs * seq if isinstance(gbs, int) and isinstance(seq, int) else None,
+            "global_batch_size x max_sequence_length tokens",
+        ),
+        (gbs if isinstance(gbs, int) else None, "global_batch_size samples"),
+    ):
         if unit and nonzero and all(x % unit == 0 for x in nonzero):
-            ctx.notes.append(f"{ctx.name}: MLPerf counts samples; converted to optimizer steps ({what} per step)")
+            ctx.notes.append(
+                f"{ctx.name}: MLPerf counts samples; converted to optimizer steps ({what} per step)"
+            )
             return [x // unit for x in xs]
     ctx.x_kind = "samples"
-    ctx.notes.append(f"{ctx.name}: MLPerf counts samples and the batch size does not divide them; "
-                     "the x axis is samples, so windows are in logged points")
+    ctx.notes.append(
+        f"{ctx.name}: MLPerf counts samples and the batch size does not divide them; "
+        "the x axis is samples, so windows are in logged points"
+    )
     return xs

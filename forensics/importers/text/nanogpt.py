@@ -18,8 +18,18 @@ import polars as pl
 from forensics.importers.text.engine import NUM, Ctx, conform_rows, kv_rows, num, wide_to_rows
 
 NAME = "nanogpt"
-SNIFF = re.compile(r"(?m)^iter \d+: loss |^step \d+: train loss |^step:\d+/\d+ (?:train_loss|val_loss):")
-_ITER = r"^iter (?P<step>\d+): loss (?P<loss>" + NUM + r")(?:, time (?P<ms>" + NUM + r")ms)?(?:, mfu (?P<mfu>" + NUM + r")%)?"
+SNIFF = re.compile(
+    r"(?m)^iter \d+: loss |^step \d+: train loss |^step:\d+/\d+ (?:train_loss|val_loss):"
+)
+_ITER = (
+    r"^iter (?P<step>\d+): loss (?P<loss>"
+    + NUM
+    + r")(?:, time (?P<ms>"
+    + NUM
+    + r")ms)?(?:, mfu (?P<mfu>"
+    + NUM
+    + r")%)?"
+)
 _EVAL = r"^step (?P<step>\d+): train loss (?P<tl>" + NUM + r"), val loss (?P<vl>" + NUM + ")"
 
 
@@ -31,20 +41,37 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     lines = ctx.lines
     parts = []
-    it = lines.filter(line.str.contains(r"^iter \d+: loss ")).with_columns(line.str.extract_groups(_ITER).alias("g")).unnest("g")
+    it = (
+        lines.filter(line.str.contains(r"^iter \d+: loss "))
+        .with_columns(line.str.extract_groups(_ITER).alias("g"))
+        .unnest("g")
+    )
     if not it.is_empty():
-        it = it.with_columns(pl.col("step").cast(pl.Int64), num(pl.col("loss")), num(pl.col("ms")), num(pl.col("mfu")))
+        it = it.with_columns(
+            pl.col("step").cast(pl.Int64),
+            num(pl.col("loss")),
+            num(pl.col("ms")),
+            num(pl.col("mfu")),
+        )
         parts.append(wide_to_rows(it, {"loss": "loss", "ms": "step_time (ms)", "mfu": "mfu (%)"}))
-    ev = lines.filter(line.str.contains(r"^step \d+: train loss ")).with_columns(line.str.extract_groups(_EVAL).alias("g")).unnest("g")
+    ev = (
+        lines.filter(line.str.contains(r"^step \d+: train loss "))
+        .with_columns(line.str.extract_groups(_EVAL).alias("g"))
+        .unnest("g")
+    )
     if not ev.is_empty():
         ev = ev.with_columns(pl.col("step").cast(pl.Int64), num(pl.col("tl")), num(pl.col("vl")))
         # The train loss printed at evaluation is an estimate over eval batches: kept apart.
         parts.append(wide_to_rows(ev, {"tl": "eval_train_loss", "vl": "val loss"}))
     md = lines.filter(line.str.contains(r"^step:\d+/\d+ ")).with_columns(
-        line.str.extract(r"^step:(\d+)/", 1).cast(pl.Int64).alias("step"))
+        line.str.extract(r"^step:(\d+)/", 1).cast(pl.Int64).alias("step")
+    )
     if not md.is_empty():
-        parts.append(kv_rows(md, "line", r"(?P<key>[A-Za-z_]\w*):(?P<val>" + NUM + r")(?:ms)?(?:\s|$)")
-                     .filter(pl.col("tag") != "step"))
+        parts.append(
+            kv_rows(
+                md, "line", r"(?P<key>[A-Za-z_]\w*):(?P<val>" + NUM + r")(?:ms)?(?:\s|$)"
+            ).filter(pl.col("tag") != "step")
+        )
     if not parts:
         return conform_rows(pl.DataFrame())
     return pl.concat([conform_rows(p) for p in parts])

@@ -28,10 +28,15 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     lines = ctx.lines
     heads = lines.filter(line.str.contains(r"^\[step=\d+/")).select(
-        "ln", line.str.extract(r"^\[step=(\d+)/", 1).cast(pl.Int64).alias("step"))
+        "ln", line.str.extract(r"^\[step=(\d+)/", 1).cast(pl.Int64).alias("step")
+    )
     if heads.is_empty():
         return empty_rows()
     body = lines.filter(line.str.contains(r"^\s+[A-Za-z_][\w/().\- ]*?=" + NUM + r"\s*$"))
     # Each metric line belongs to the step header above it.
-    body = body.sort("ln").join_asof(heads.sort("ln"), on="ln", strategy="backward").filter(pl.col("step").is_not_null())
+    body = (
+        body.sort("ln")
+        .join_asof(heads.sort("ln"), on="ln", strategy="backward")
+        .filter(pl.col("step").is_not_null())
+    )
     return conform_rows(kv_rows(body, "line", _PAIR))

@@ -36,4 +36,6 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     )
     train = kv_rows(st.filter(~pl.col("_val")), "_m", _PAIR)
     val = kv_rows(st.filter(pl.col("_val")), "_m", _PAIR, prefix="validation/")
-    return pl.concat([conform_rows(train), conform_rows(val)]).filter(~pl.col("tag").is_in(["step", "validation/step"]))
+    return pl.concat([conform_rows(train), conform_rows(val)]).filter(
+        ~pl.col("tag").is_in(["step", "validation/step"])
+    )
