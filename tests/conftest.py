@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+# The shared folder (real logs, format samples): FORENSICS_SHARED, by default ../shared.
+SHARED = Path(os.environ.get("FORENSICS_SHARED", str(ROOT.parent / "shared"))).resolve()
 REAL_RUNS = SHARED / "real_runs"
 
 

@@ -17,7 +17,9 @@ from forensics.importers import read_run
 from forensics.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT.parent / "shared" / "real_runs"
+from conftest import SHARED
+
+REAL = SHARED / "real_runs"
 SAMPLES = ROOT / "sample_runs"
 TREND_DETECTORS = [
     "grad_norm_drift",
