@@ -24,6 +24,7 @@ from typing import Any
 
 from forensics.errors import ConfigError
 from forensics.findings import FindingKind
+from forensics.params import Params, resolve
 
 FAIL_ON = ("warning", "critical", "fatal")
 
@@ -37,6 +38,11 @@ class Config:
     aliases: dict[str, str] = field(default_factory=dict)
     detectors: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str | None = None  # the file it came from
+
+    @property
+    def params(self) -> Params:
+        """Every detector's parameters: the configured ones checked against their declarations."""
+        return resolve(self.detectors)
 
 
 def _check_kinds(kinds: list[str] | set[str], where: str) -> set[str]:
@@ -83,6 +89,11 @@ def from_mapping(data: dict[str, Any], where: str) -> Config:
     if not isinstance(dets, dict) or not all(isinstance(v, dict) for v in dets.values()):
         raise ConfigError(f"{where}: detectors must hold one table per detector")
     cfg.detectors = {k: dict(v) for k, v in dets.items()}
+    try:
+        resolve(cfg.detectors)  # every problem at once, when the file loads
+    except ConfigError as exc:
+        lines = str(exc).splitlines()
+        raise ConfigError("\n".join(f"{where}: {line}" for line in lines)) from None
     return cfg
 
 

@@ -121,6 +121,9 @@ class Finding:
     peak_step: int | None = None
     end_step: int | None = None
     measures: Mapping[str, MeasureValue] = field(default_factory=dict)
+    # What the detector judged against (baseline, alarm lines, thresholds), from the evidence
+    # layer: charts draw exactly these numbers.
+    judged_against: Mapping[str, MeasureValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Coerce here so every producer gets JSON-safe measures and plain ints for free.
@@ -133,6 +136,11 @@ class Finding:
                 object.__setattr__(self, name, int(v))
         object.__setattr__(
             self, "measures", {str(k): clean_measure(v) for k, v in dict(self.measures).items()}
+        )
+        object.__setattr__(
+            self,
+            "judged_against",
+            {str(k): clean_measure(v) for k, v in dict(self.judged_against).items()},
         )
 
     def sort_key(self) -> tuple[int, int, str]:
@@ -148,6 +156,7 @@ class Finding:
             "peak_step": self.peak_step,
             "end_step": self.end_step,
             "measures": dict(self.measures),
+            "judged_against": dict(self.judged_against),
             "summary": self.summary,
             "prescription": prescription,
         }

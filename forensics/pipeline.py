@@ -27,7 +27,7 @@ def analyze_run(run: Run, config: Config | None = None) -> Diagnosis:
     from forensics.diagnosis import diagnose
 
     config = config or Config()
-    findings = detect(run, config.detectors, ignore=config.ignore)
+    findings = detect(run, config.params, ignore=config.ignore)
     return diagnose(run, findings, checkpoint_every=config.checkpoint_every)
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame
 
+from forensics.evidence import Evidence
 from forensics.detectors import REGISTRY, load
 from forensics.findings import Finding, Severity
 
@@ -42,19 +43,27 @@ def _healthy_run():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_init_only_stores_parameters(name: str) -> None:
-    """Every parameter is keyword-only with a default, so `Detector()` gives the article's defaults."""
+    """Parameters are declared once, as a frozen keyword-only dataclass; `__init__` stores it."""
+    import dataclasses
+
+    from forensics.params import PARAMS
+
     cls = _cls(name)
-    sig = inspect.signature(cls.__init__)
-    for p in list(sig.parameters.values())[1:]:
-        assert p.kind is inspect.Parameter.KEYWORD_ONLY, f"{name}.{p.name} must be keyword-only"
-        assert p.default is not inspect.Parameter.empty, f"{name}.{p.name} needs a default"
-    cls()
+    pcls = PARAMS[name]
+    assert dataclasses.is_dataclass(pcls) and pcls.__dataclass_params__.frozen
+    for f in dataclasses.fields(pcls):
+        assert f.kw_only, f"{name}.{f.name} must be keyword-only"
+        assert f.default is not dataclasses.MISSING, f"{name}.{f.name} needs a default"
+    assert list(inspect.signature(cls.__init__).parameters)[1:] == ["params"]
+    assert cls().params == pcls()
+    custom = pcls()
+    assert cls(custom).params is custom
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_quiet_on_a_healthy_run(name: str) -> None:
     """A clean synthetic run gives no finding above info."""
-    findings = _cls(name)().detect(_healthy_run())
+    findings = _cls(name)().detect(Evidence(_healthy_run()))
     assert all(isinstance(f, Finding) for f in findings)
     loud = [f for f in findings if f.severity is not Severity.INFO]
     assert not loud, [f.summary for f in loud]
@@ -85,5 +94,5 @@ def test_degenerate_input_does_not_crash(name: str, series: dict) -> None:
         from forensics.schema import empty_frame
 
         run = run_from_frame(empty_frame())
-    findings = _cls(name)().detect(run)
+    findings = _cls(name)().detect(Evidence(run))
     assert isinstance(findings, list)

@@ -98,6 +98,7 @@ def test_document_key_order(findings_schema: dict) -> None:
         "peak_step",
         "end_step",
         "measures",
+        "judged_against",
         "summary",
         "prescription",
     ]

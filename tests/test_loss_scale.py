@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 from synthetic import healthy_loss, long_frame, run_from_frame, spiky_loss
 
+from forensics.evidence import Evidence
 from forensics.detectors import loss_scale
 from forensics.detectors.loss_scale import LossScaleDetector
 from forensics.detectors.spikes import SpikeDetector
@@ -38,7 +39,7 @@ def scaler(
 
 
 def _drops(run):
-    return [f for f in LossScaleDetector().detect(run) if f.kind is FindingKind.LOSS_SCALE_DROP]
+    return [f for f in LossScaleDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SCALE_DROP]
 
 
 def test_calibration_at_the_start_is_info():
@@ -79,7 +80,7 @@ def test_halving_at_a_spike_is_a_warning_and_the_spike_says_overflow():
     (f,) = _drops(run)
     assert f.severity is Severity.WARNING and f.measures["coincides_with_spike"] is True
     assert f.measures["spike_step"] == 2000
-    (spike,) = [x for x in SpikeDetector().detect(run) if x.kind is FindingKind.LOSS_SPIKE]
+    (spike,) = [x for x in SpikeDetector().detect(Evidence(run)) if x.kind is FindingKind.LOSS_SPIKE]
     assert spike.measures["cause"] == "numeric_overflow"
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame, spike_factor
 
+from forensics.evidence import Evidence
 from forensics.detectors import divergence, nan_inf
 from forensics.detectors.divergence import DivergenceDetector
 from forensics.detectors.nan_inf import NanInfDetector
@@ -27,7 +28,7 @@ def test_isolated_nan_is_critical_at_its_step():
     """One NaN loss at step 1234, finite again next step: critical, onset 1234, recovered 1235."""
     s, v = healthy_loss(3000)
     v[1234] = np.nan
-    (f,) = NanInfDetector().detect(_run(train__loss=(s, v)))
+    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v))))
     assert (f.kind, f.severity, f.metric, f.start_step) == (
         FindingKind.NAN_INF,
         Severity.CRITICAL,
@@ -44,7 +45,7 @@ def test_persisting_nan_is_fatal():
     gs, g = healthy_grad_norm(3000)
     v[2000:] = np.nan
     g[2000:] = np.inf
-    found = NanInfDetector().detect(_run(train__loss=(s, v), train__grad_norm=(gs, g)))
+    found = NanInfDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(gs, g))))
     assert {(f.metric, f.severity, f.start_step) for f in found} == {
         ("loss", Severity.FATAL, 2000),
         ("grad_norm", Severity.FATAL, 2000),
@@ -57,7 +58,7 @@ def test_isolated_then_persisting():
     s, v = healthy_loss(3000)
     v[500] = np.inf
     v[2500:] = np.nan
-    (f,) = NanInfDetector().detect(_run(train__loss=(s, v)))
+    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v))))
     assert f.severity is Severity.FATAL and f.start_step == 500
     assert f.measures["persistent_from"] == 2500 and f.measures["bad_runs"] == 2
 
@@ -69,7 +70,7 @@ def test_nan_tail_shared_with_memory_is_missing_data():
     v[-20:] = np.nan
     mem[-20:] = np.nan
     run = _run(lm_loss=(s, v), mem_allocated_bytes=(s, mem))
-    assert NanInfDetector().detect(run) == []
+    assert NanInfDetector().detect(Evidence(run)) == []
     assert any("missing values" in n for n in run.notes)
 
 
@@ -77,7 +78,7 @@ def test_nan_inf_measures_documented():
     """Each measures key appears in the module docstring's table."""
     s, v = healthy_loss(300)
     v[100] = np.nan
-    (f,) = NanInfDetector().detect(_run(train__loss=(s, v)))
+    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v))))
     assert set(f.measures) <= _documented(nan_inf)
 
 
@@ -101,7 +102,7 @@ def _diverging(
 def test_divergence_is_fatal_with_its_onset(seed: int):
     """Loss +60% and grad norm x4 from step 2000, never back: fatal, onset within 60 steps of 2000."""
     s, v, g = _diverging(seed=seed)
-    (f,) = DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    (f,) = DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
     assert f.kind is FindingKind.DIVERGENCE and f.severity is Severity.FATAL
     assert 1990 <= f.start_step <= 2060
     assert f.measures["confirmed"] is True and f.measures["grad_norm_ratio"] > 2.5
@@ -113,7 +114,7 @@ def test_loss_rise_without_grad_norm_is_not_divergence():
     """The loss rising alone (grad norm flat) is not this detector's red light."""
     s, v, _ = _diverging()
     _, g = healthy_grad_norm(4000)
-    assert DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g))) == []
+    assert DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g)))) == []
 
 
 def test_rise_that_comes_back_within_the_window_is_not_divergence():
@@ -122,9 +123,7 @@ def test_rise_that_comes_back_within_the_window_is_not_divergence():
     gs, g = healthy_grad_norm(4000)
     bump = spike_factor(s, 2000, 0.5, width=150, tau=40)
     assert (
-        DivergenceDetector().detect(
-            _run(train__loss=(s, v * bump), train__grad_norm=(gs, g * bump**2))
-        )
+        DivergenceDetector().detect(Evidence(_run(train__loss=(s, v * bump), train__grad_norm=(gs, g * bump**2))))
         == []
     )
 
@@ -134,14 +133,14 @@ def test_divergence_ending_in_nan():
     s, v, g = _diverging(n=4000, at=2000, tau=100)
     v[2300:] = np.nan
     g[2300:] = np.nan
-    (f,) = DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    (f,) = DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
     assert f.severity is Severity.FATAL and f.measures["ended_nonfinite"] is True
 
 
 def test_divergence_cut_short_by_the_log_is_critical():
     """The log ends 250 steps into the rise: critical, not confirmed."""
     s, v, g = _diverging(n=2250, at=2000, tau=60)
-    (f,) = DivergenceDetector().detect(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    (f,) = DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
     assert f.severity is Severity.CRITICAL and f.measures["confirmed"] is False
 
 
@@ -152,13 +151,13 @@ def test_healthy_runs_do_not_diverge(seed: int):
         train__loss=healthy_loss(5000, seed=seed),
         train__grad_norm=healthy_grad_norm(5000, seed=seed + 9),
     )
-    assert DivergenceDetector().detect(run) == [] and NanInfDetector().detect(run) == []
+    assert DivergenceDetector().detect(Evidence(run)) == [] and NanInfDetector().detect(Evidence(run)) == []
 
 
 def test_missing_grad_norm_is_noted():
     """Without a grad-norm series the detector says so in the run notes."""
     run = _run(train__loss=healthy_loss(500))
-    assert DivergenceDetector().detect(run) == []
+    assert DivergenceDetector().detect(Evidence(run)) == []
     assert any(n.startswith("divergence: not run") for n in run.notes)
 
 
@@ -170,7 +169,7 @@ def test_inf_grad_norm_at_an_fp16_overflow_is_the_scaler_at_work():
     g[1500] = np.inf
     scale = np.where(s > 1500, 2.0**15, 2.0**16)
     run = _run(train__loss=(s, v), train__grad_norm=(gs, g), loss_scale=(s, scale))
-    assert NanInfDetector().detect(run) == []
+    assert NanInfDetector().detect(Evidence(run)) == []
     assert any("scaler skipped" in n for n in run.notes)
-    (f,) = NanInfDetector().detect(_run(train__loss=(s, v), train__grad_norm=(gs, g)))
+    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(gs, g))))
     assert f.severity is Severity.CRITICAL and f.start_step == 1500

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from synthetic import healthy_grad_norm, long_frame, run_from_frame, spiky_loss
 
+from forensics.detectors import params_for
+from forensics.evidence import Evidence
 from forensics.detectors import periodic
 from forensics.detectors.periodic import PeriodicSpikeDetector
 from forensics.findings import FindingKind, Severity
@@ -27,7 +29,7 @@ def _run(n: int, at: list[int], *, seed: int = 0, every: int = 1, **extra):
 def _periodic(run, **params):
     return [
         f
-        for f in PeriodicSpikeDetector(**params).detect(run)
+        for f in PeriodicSpikeDetector(params_for(PeriodicSpikeDetector, params)).detect(Evidence(run))
         if f.kind is FindingKind.PERIODIC_SPIKES
     ]
 

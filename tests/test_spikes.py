@@ -16,7 +16,10 @@ from synthetic import (
     spiky_loss,
 )
 
-from forensics.detectors import robust, spikes
+from forensics.detectors import params_for
+from forensics.evidence import Evidence
+from forensics.detectors import spikes
+from forensics.evidence import robust
 from forensics.detectors.spikes import SpikeDetector
 from forensics.findings import FindingKind, Severity
 
@@ -76,7 +79,7 @@ def _run(**series):
 
 
 def _spikes(run, kind=FindingKind.LOSS_SPIKE, **params):
-    return [f for f in SpikeDetector(**params).detect(run) if f.kind is kind]
+    return [f for f in SpikeDetector(params_for(SpikeDetector, params)).detect(Evidence(run)) if f.kind is kind]
 
 
 # -- detection ------------------------------------------------------------------------------------
@@ -141,14 +144,14 @@ def test_quiet_on_healthy_runs_including_the_noisy_start(seed: int, every: int):
         train__loss=healthy_loss(5000, seed=seed, every=every, noise=0.03),
         train__grad_norm=healthy_grad_norm(5000, seed=seed + 100, every=every),
     )
-    assert SpikeDetector().detect(run) == []
+    assert SpikeDetector().detect(Evidence(run)) == []
 
 
 def test_quiet_on_a_healthy_excerpt():
     """Eight healthy lines from mid-training give nothing."""
     s, v = healthy_loss(3000, every=10, seed=3)
     es, ev = excerpt(s, v, 120, 8)
-    assert SpikeDetector().detect(_run(train__loss=(es, ev))) == []
+    assert SpikeDetector().detect(Evidence(_run(train__loss=(es, ev)))) == []
 
 
 def test_score_is_a_per_step_frame():
@@ -290,7 +293,7 @@ def test_every_measure_key_is_documented():
     """Each measures key a spike finding carries appears in the module docstring's table."""
     documented = set(re.findall(r"^\| (\w+) \|", spikes.__doc__ or "", re.M))
     run = _gn_run(dict(at=1480, height=3.0, width=25), dict(at=1500, height=0.8, tau=30))
-    found = SpikeDetector().detect(run)
+    found = SpikeDetector().detect(Evidence(run))
     assert {f.kind for f in found} == {FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE}
     for f in found:
         assert set(f.measures) <= documented, set(f.measures) - documented
@@ -311,7 +314,7 @@ def test_grad_norm_climbing_in_the_warm_up_is_not_a_spike(rise: int):
         train__grad_norm=(s, gn),
         train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / rise)),
     )
-    assert SpikeDetector().detect(run) == []
+    assert SpikeDetector().detect(Evidence(run)) == []
 
 
 def test_spike_inside_the_warm_up_is_still_found():
@@ -350,5 +353,5 @@ def test_series_with_negative_values_are_scored_on_the_raw_scale():
     (f,) = _spikes(_run(train__loss=(s, v)))
     assert f.start_step == 1200 and f.measures["height"] == pytest.approx(1.0, abs=0.15)
     assert (
-        SpikeDetector().detect(_run(train__loss=(s, -0.5 + 0.05 * rng.standard_normal(2000)))) == []
+        SpikeDetector().detect(Evidence(_run(train__loss=(s, -0.5 + 0.05 * rng.standard_normal(2000))))) == []
     )

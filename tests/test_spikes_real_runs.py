@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, shared_path
 from test_spikes import kill_loss_spike, megatron_spike, olmo_spike
 
+from forensics.evidence import Evidence
 from forensics.detectors.divergence import DivergenceDetector
 from forensics.detectors.loss_scale import LossScaleDetector
 from forensics.detectors.nan_inf import NanInfDetector
@@ -31,7 +32,7 @@ DETECTORS = (
 
 
 def _all(run):
-    return [f for d in DETECTORS for f in d().detect(run)]
+    return [f for d in DETECTORS for f in d().detect(Evidence(run))]
 
 
 HEALTHY = [
@@ -58,7 +59,7 @@ def test_llmc_grad_norm_outliers_are_noted_not_alarmed():
     run = read_run(
         shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11685414.log")
     )
-    gn = [f for f in SpikeDetector().detect(run) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    gn = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.GRAD_NORM_SPIKE]
     assert len(gn) >= 5
     assert max(f.measures["height_ratio"] for f in gn) > 10
     assert all(f.measures["loss_response"] is False and f.measures["transient"] for f in gn)
@@ -74,7 +75,7 @@ def test_bigscience_n16_early_spike():
             "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out",
         )
     )
-    (s,) = [f for f in SpikeDetector().detect(run) if f.kind is FindingKind.LOSS_SPIKE]
+    (s,) = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SPIKE]
     assert (s.start_step, s.peak_step) == (30, 30)
     assert s.measures["height_ratio"] == pytest.approx(32.825 / 12.493, rel=0.01)
     assert (
@@ -83,7 +84,7 @@ def test_bigscience_n16_early_spike():
     )
     v = run.series("loss")["value"].to_numpy()
     assert kill_loss_spike(v) == [] and olmo_spike(v) == [] and megatron_spike(v) == []
-    scale = [f for f in LossScaleDetector().detect(run) if f.kind is FindingKind.LOSS_SCALE_DROP]
+    scale = [f for f in LossScaleDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SCALE_DROP]
     assert (
         scale
         and scale[0].measures["calibration"] is True
@@ -96,7 +97,7 @@ def test_llmc_nan_from_the_first_step_is_fatal():
     run = read_run(
         shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11679010.log")
     )
-    found = NanInfDetector().detect(run)
+    found = NanInfDetector().detect(Evidence(run))
     assert {(f.metric, f.severity, f.start_step) for f in found} == {
         ("loss", Severity.FATAL, 1),
         ("grad_norm", Severity.FATAL, 1),
@@ -114,13 +115,13 @@ def test_megatron_golden_nan_padding_is_not_a_nan_finding():
             "golden_values_lts_dgx_a100.json",
         )
     )
-    assert NanInfDetector().detect(run) == []
+    assert NanInfDetector().detect(Evidence(run)) == []
 
 
 def test_deepspeed_overflow_lines_give_calibration_cascades():
     """The DeepSpeed-Chat RLHF log's early overflows are read as the scaler's calibration (info)."""
     run = read_run(shared_path("real_runs", "deepspeed-chat-logs", "step3_rlhf"))
-    found = LossScaleDetector().detect(run)
+    found = LossScaleDetector().detect(Evidence(run))
     assert found and all(f.severity is Severity.INFO and f.measures["calibration"] for f in found)
 
 
@@ -135,7 +136,7 @@ def test_sample_bad_batch():
     """sample_runs/bad_batch (a tiny GPT fed garbage batches at steps 300 and 650): one loss spike
     at each that recovers (physiological), with the fp16 overflow of that step."""
     run = read_run(_sample("bad_batch"))
-    loss = [f for f in SpikeDetector().detect(run) if f.kind is FindingKind.LOSS_SPIKE]
+    loss = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SPIKE]
     assert [f.start_step for f in loss] == [300, 650]
     for s in loss:
         assert s.measures["classification"] == "physiological" and s.measures["height_ratio"] > 2

@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from synthetic import long_frame, run_from_frame, trend_healthy
 
+from forensics.evidence import Evidence
 from forensics.detectors import load
 from forensics.findings import Finding, Severity
 
@@ -74,7 +75,7 @@ def test_empty_run_notes_the_skip(name: str) -> None:
     """A run without the needed series (nor wall times) yields no finding and a 'not run' note."""
     frame = long_frame({"something_else": (np.arange(50), np.ones(50))})
     run = run_from_frame(frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time")))
-    assert load(name)().detect(run) == []
+    assert load(name)().detect(Evidence(run)) == []
     assert any("not run" in n for n in run.notes), run.notes
 
 
@@ -84,7 +85,7 @@ def test_empty_run_notes_the_skip(name: str) -> None:
 def test_degenerate_series_do_not_crash(name: str, fill: str, n: int) -> None:
     """Constant, NaN/Inf-laden, tiny and pure-noise series never raise and give only warnings at most."""
     run = run_from_frame(long_frame(_all_metrics(n, fill)))
-    out = load(name)().detect(run)
+    out = load(name)().detect(Evidence(run))
     assert all(isinstance(f, Finding) for f in out)
     if fill == "constant":
         assert [f for f in out if f.severity is not Severity.INFO] == []
@@ -95,7 +96,7 @@ def test_degenerate_series_do_not_crash(name: str, fill: str, n: int) -> None:
 def test_quiet_on_healthy_synthetic_run(name: str, seed: int) -> None:
     """A healthy synthetic pre-training run draws no finding from any trend detector."""
     frame, _ = trend_healthy(seed=seed)
-    assert load(name)().detect(run_from_frame(frame)) == []
+    assert load(name)().detect(Evidence(run_from_frame(frame))) == []
 
 
 def _documented_keys(module_name: str) -> dict[str, set[str]]:
@@ -157,7 +158,7 @@ def test_measures_match_the_documented_table(
 ) -> None:
     """Every finding's measures keys are exactly the keys documented for its kind (the README table)."""
     documented = _documented_keys(module_name)
-    found = load(registry_name)().detect(run_from_frame(_triggering_frame(case)))
+    found = load(registry_name)().detect(Evidence(run_from_frame(_triggering_frame(case))))
     assert found
     for f in found:
         assert set(f.measures) == documented[f.kind.value], f.kind

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from synthetic import run_from_frame, trend_eval_regression, trend_grad_norm_drift
 
+from forensics.evidence import Evidence
 from forensics.detectors.drift import GradNormDriftDetector
 from forensics.detectors.eval_regression import EvalRegressionDetector
 from forensics.findings import FindingKind, Severity
@@ -14,7 +15,7 @@ from forensics.findings import FindingKind, Severity
 def test_drift_article_case_onset_and_ratio(seed: int) -> None:
     """The article's case (0.8 -> 2.5 from step 6500, loss falling) is found with its onset and ratio."""
     frame, truth = trend_grad_norm_drift(seed=seed)
-    (f,) = GradNormDriftDetector().detect(run_from_frame(frame))
+    (f,) = GradNormDriftDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.GRAD_NORM_DRIFT and f.metric == "grad_norm"
     assert abs(f.start_step - truth["onset"]) <= 500
     assert f.measures["baseline"] == pytest.approx(truth["baseline"], rel=0.1)
@@ -36,7 +37,7 @@ def test_drift_article_case_onset_and_ratio(seed: int) -> None:
 def test_drift_severity_follows_ratio(end: float, severity: Severity) -> None:
     """Warning from 2x the baseline, critical from 3x (article 6.3)."""
     frame, _ = trend_grad_norm_drift(end=end, seed=1)
-    (f,) = GradNormDriftDetector().detect(run_from_frame(frame))
+    (f,) = GradNormDriftDetector().detect(Evidence(run_from_frame(frame)))
     assert f.severity is severity
 
 
@@ -44,7 +45,7 @@ def test_drift_severity_follows_ratio(end: float, severity: Severity) -> None:
 def test_drift_onset_tracks_injection(onset: int) -> None:
     """The reported start is the onset of the climb, not the step where 2x was crossed."""
     frame, truth = trend_grad_norm_drift(onset=onset, end=2.4, seed=2)
-    (f,) = GradNormDriftDetector().detect(run_from_frame(frame))
+    (f,) = GradNormDriftDetector().detect(Evidence(run_from_frame(frame)))
     assert abs(f.start_step - onset) <= 0.05 * 10000
     assert f.start_step < f.measures["warning_step"]
 
@@ -52,32 +53,32 @@ def test_drift_onset_tracks_injection(onset: int) -> None:
 def test_drift_quiet_below_twice_baseline() -> None:
     """A mild climb (1.6x) is not a drift finding."""
     frame, _ = trend_grad_norm_drift(end=1.3, seed=0)
-    assert GradNormDriftDetector().detect(run_from_frame(frame)) == []
+    assert GradNormDriftDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_drift_left_to_divergence_when_loss_rises() -> None:
     """Grad norm and loss climbing together is divergence territory, not a drift."""
     frame, _ = trend_grad_norm_drift(loss_rises=True)
-    assert GradNormDriftDetector().detect(run_from_frame(frame)) == []
+    assert GradNormDriftDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_drift_ignores_isolated_spikes() -> None:
     """Dozens of single-step spikes on a flat grad norm are not a drift."""
     frame, _ = trend_grad_norm_drift(end=0.8, spikes=60, seed=4)
-    assert GradNormDriftDetector().detect(run_from_frame(frame)) == []
+    assert GradNormDriftDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_drift_thresholds_are_parameters() -> None:
     """A stricter configured warn ratio silences a 2.25x drift."""
     frame, _ = trend_grad_norm_drift(end=1.8, seed=1)
-    assert GradNormDriftDetector(warn_ratio=2.5, crit_ratio=4.0).detect(run_from_frame(frame)) == []
+    assert GradNormDriftDetector(warn_ratio=2.5, crit_ratio=4.0).detect(Evidence(run_from_frame(frame))) == []
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_eval_regression_article_case(seed: int) -> None:
     """A benchmark losing ~3 points after step 6000 while the loss falls: warning, onset at the best eval."""
     frame, truth = trend_eval_regression(seed=seed)
-    (f,) = EvalRegressionDetector().detect(run_from_frame(frame))
+    (f,) = EvalRegressionDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.EVAL_REGRESSION and f.metric == "eval/benchmark"
     assert f.severity is Severity.WARNING
     assert abs(f.start_step - truth["best"]) <= 500
@@ -90,14 +91,14 @@ def test_eval_regression_article_case(seed: int) -> None:
 def test_eval_regression_critical_with_drift() -> None:
     """When a grad-norm drift overlaps the regression, the finding is critical."""
     frame, _ = trend_eval_regression(with_drift=True)
-    (f,) = EvalRegressionDetector().detect(run_from_frame(frame))
+    (f,) = EvalRegressionDetector().detect(Evidence(run_from_frame(frame)))
     assert f.severity is Severity.CRITICAL and f.measures["grad_norm_drift"] is True
 
 
 def test_eval_regression_lower_is_better() -> None:
     """WER going up is a regression: the direction comes from the metric name."""
     frame, truth = trend_eval_regression(lower_better=True, name="eval/wer")
-    (f,) = EvalRegressionDetector().detect(run_from_frame(frame))
+    (f,) = EvalRegressionDetector().detect(Evidence(run_from_frame(frame)))
     assert f.metric == "eval/wer" and f.measures["direction"] == "lower_is_better"
     assert f.measures["current"] > f.measures["best"]
     assert abs(f.start_step - truth["best"]) <= 500
@@ -107,7 +108,7 @@ def test_eval_regression_lower_is_better() -> None:
 def test_eval_regression_quiet_when_eval_holds_or_improves(drop: float) -> None:
     """An eval that holds or keeps improving is not flagged."""
     frame, _ = trend_eval_regression(drop=drop)
-    assert EvalRegressionDetector().detect(run_from_frame(frame)) == []
+    assert EvalRegressionDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_drift_found_when_no_warmup_is_logged() -> None:
@@ -125,7 +126,7 @@ def test_drift_found_when_no_warmup_is_logged() -> None:
     )
     loss = (2 + 5 / (1 + s / 200) ** 0.6) * np.exp(rng.normal(0, 0.01, len(s)))
     run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)}))
-    (f,) = GradNormDriftDetector().detect(run)
+    (f,) = GradNormDriftDetector().detect(Evidence(run))
     assert abs(f.start_step - 6500) <= 500
     assert f.measures["baseline"] == pytest.approx(0.8, rel=0.1)
     assert f.measures["ratio"] >= 2.5
@@ -145,7 +146,7 @@ def test_drift_onset_is_not_the_start_up_transient() -> None:
     )
     loss = (2 + 5 / (1 + s / 200) ** 0.6) * np.exp(rng.normal(0, 0.01, len(s)))
     run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)}))
-    (f,) = GradNormDriftDetector().detect(run)
+    (f,) = GradNormDriftDetector().detect(Evidence(run))
     assert abs(f.start_step - 3000) <= 400, f.start_step
     assert (
         f.measures["ratio"] >= 3.0 and f.severity is Severity.CRITICAL

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 from synthetic import long_frame, run_from_frame, trend_infra, trend_plateau
 
+from forensics.evidence import Evidence
 from forensics.detectors.memory import MemoryGrowthDetector
 from forensics.detectors.plateau import PlateauDetector
 from forensics.detectors.stall import StallDetector
@@ -17,7 +18,7 @@ from forensics.findings import FindingKind, Severity
 def test_plateau_stuck_at_active_lr() -> None:
     """A loss flat from the start at a constant LR is an info note saying the run stopped learning."""
     frame, _ = trend_plateau(case="stuck")
-    (f,) = PlateauDetector().detect(run_from_frame(frame))
+    (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.PLATEAU and f.severity is Severity.INFO
     assert f.measures["lr_context"] == "active" and f.measures["expected"] is False
     assert f.measures["from_start"] is True and f.measures["run_fraction"] > 0.9
@@ -27,7 +28,7 @@ def test_plateau_stuck_at_active_lr() -> None:
 def test_plateau_at_end_of_cosine_is_expected() -> None:
     """A flat tail while the cosine LR decays to ~0 is noted as expected."""
     frame, _ = trend_plateau(case="cosine_end")
-    (f,) = PlateauDetector().detect(run_from_frame(frame))
+    (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame)))
     assert f.measures["lr_context"] == "decayed" and f.measures["expected"] is True
     assert 6000 <= f.start_step <= 7500 and f.end_step >= 11900
     assert "schedule explains" in f.summary
@@ -37,13 +38,13 @@ def test_plateau_at_end_of_cosine_is_expected() -> None:
 def test_plateau_quiet_while_learning(n: int, every: int) -> None:
     """A loss still falling slowly (power law) is not a plateau, even late in the run."""
     frame, _ = trend_plateau(case="learning", n=n, every=every)
-    assert PlateauDetector().detect(run_from_frame(frame)) == []
+    assert PlateauDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_plateau_without_lr_says_unknown() -> None:
     """Without an LR series the plateau is reported with an unknown LR context."""
     frame, _ = trend_plateau(case="stuck")
-    (f,) = PlateauDetector().detect(run_from_frame(frame.filter(pl.col("metric") != "lr")))
+    (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame.filter(pl.col("metric") != "lr"))))
     assert f.measures["lr_context"] == "unknown" and f.measures["lr_peak"] is None
 
 
@@ -51,7 +52,7 @@ def test_plateau_without_lr_says_unknown() -> None:
 def test_throughput_drop_window_and_size(use_step_time: bool) -> None:
     """A 45% throughput drop over steps 3000-3600 is found with its window and size (tokens/s or step time)."""
     frame, truth = trend_infra(use_step_time=use_step_time)
-    (f,) = ThroughputDetector().detect(run_from_frame(frame))
+    (f,) = ThroughputDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.THROUGHPUT_DROP and f.severity is Severity.WARNING
     assert f.start_step == truth["drop"][0] and abs(f.end_step - (truth["drop"][1] - 10)) <= 20
     assert f.measures["drop_pct"] == pytest.approx(100 * truth["drop_frac"], abs=5)
@@ -62,7 +63,7 @@ def test_throughput_drop_window_and_size(use_step_time: bool) -> None:
 def test_throughput_drop_unrecovered() -> None:
     """A drop lasting to the end of the log is reported as not recovered."""
     frame, _ = trend_infra(drop=(3000, 6000))
-    (f,) = ThroughputDetector().detect(run_from_frame(frame))
+    (f,) = ThroughputDetector().detect(Evidence(run_from_frame(frame)))
     assert f.measures["recovered"] is False and f.start_step == 3000
 
 
@@ -70,7 +71,7 @@ def test_throughput_drop_unrecovered() -> None:
 def test_throughput_small_dips_are_quiet(drop_frac: float) -> None:
     """A 20% dip is under the article's 30% line."""
     frame, _ = trend_infra(drop_frac=drop_frac)
-    assert ThroughputDetector().detect(run_from_frame(frame)) == []
+    assert ThroughputDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_throughput_single_slow_step_is_quiet() -> None:
@@ -79,7 +80,7 @@ def test_throughput_single_slow_step_is_quiet() -> None:
     tps = np.full(len(steps), 40000.0)
     tps[100] = 5000.0
     assert (
-        ThroughputDetector().detect(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)})))
+        ThroughputDetector().detect(Evidence(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)}))))
         == []
     )
 
@@ -87,7 +88,7 @@ def test_throughput_single_slow_step_is_quiet() -> None:
 def test_stall_found_between_steps() -> None:
     """An hour of silence between two logged steps is a run-level stall warning."""
     frame, truth = trend_infra(drop=None, stall_at=4000)
-    (f,) = StallDetector().detect(run_from_frame(frame))
+    (f,) = StallDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.STALL and f.metric is None
     assert f.end_step == truth["stall_at"] and f.start_step == truth["stall_at"] - 10
     assert f.measures["gap_seconds"] == pytest.approx(3600 + 5, abs=1)
@@ -106,21 +107,21 @@ def test_stall_ignores_regular_eval_pauses() -> None:
     frame = frame.with_columns(
         pl.col("step").replace_strict(wall_of, return_dtype=pl.Float64).alias("wall_time")
     )
-    (f,) = StallDetector().detect(run_from_frame(frame))
+    (f,) = StallDetector().detect(Evidence(run_from_frame(frame)))
     assert f.end_step == 3340 and f.measures["usual_pause_seconds"] == pytest.approx(600, abs=5)
 
 
 def test_stall_quiet_on_steady_clock() -> None:
     """A steady clock draws nothing."""
     frame, _ = trend_infra(drop=None)
-    assert StallDetector().detect(run_from_frame(frame)) == []
+    assert StallDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 @pytest.mark.parametrize("leak", [0.5, 1.0, 2.0])
 def test_memory_growth_leak(leak: float) -> None:
     """Memory climbing steadily to the end of the log is a warning with its slope."""
     frame, truth = trend_infra(drop=None, leak=leak)
-    (f,) = MemoryGrowthDetector().detect(run_from_frame(frame))
+    (f,) = MemoryGrowthDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.MEMORY_GROWTH and f.severity is Severity.WARNING
     assert f.measures["slope_per_1k_steps"] == pytest.approx(leak, rel=0.1)
     assert 0.7 < f.measures["late_ratio"] < 1.3
@@ -131,11 +132,11 @@ def test_memory_warmup_then_flat_is_quiet() -> None:
     """Memory that rises at start-up and then holds draws nothing; so does a tiny creep."""
     for leak in (0.0, 0.05):
         frame, _ = trend_infra(drop=None, leak=leak)
-        assert MemoryGrowthDetector().detect(run_from_frame(frame)) == []
+        assert MemoryGrowthDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_memory_levelling_off_is_quiet() -> None:
     """Memory that climbs then levels off (a cache filling up) is not a leak."""
     steps = np.arange(0, 6000, 10)
     mem = 20.0 + 6.0 * (1 - np.exp(-steps / 1200.0))
-    assert MemoryGrowthDetector().detect(run_from_frame(long_frame({"memory": (steps, mem)}))) == []
+    assert MemoryGrowthDetector().detect(Evidence(run_from_frame(long_frame({"memory": (steps, mem)})))) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from synthetic import run_from_frame, trend_activations, trend_layer_shift, trend_param_norm
 
+from forensics.evidence import Evidence
 from forensics.detectors.activations import ActivationDetector
 from forensics.detectors.layers import LayerGradShiftDetector
 from forensics.detectors.param_norm import ParamNormDetector
@@ -15,7 +16,7 @@ from forensics.findings import FindingKind, Severity
 def test_param_norm_jump_found_at_its_step(jump: float, seed: int) -> None:
     """An abrupt param-norm change (up or down) is a warning at the injected step."""
     frame, truth = trend_param_norm(jump=jump, seed=seed)
-    (f,) = ParamNormDetector().detect(run_from_frame(frame))
+    (f,) = ParamNormDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.PARAM_NORM_JUMP and f.severity is Severity.WARNING
     assert f.start_step == truth["jump_at"]
     assert f.measures["abrupt"] is True and f.measures["persistent"] is True
@@ -25,14 +26,14 @@ def test_param_norm_jump_found_at_its_step(jump: float, seed: int) -> None:
 def test_param_norm_steady_growth_is_quiet() -> None:
     """Steady AdamW-like growth below 1.5x the baseline draws nothing."""
     frame, _ = trend_param_norm(jump_at=None, growth=0.3)
-    assert ParamNormDetector().detect(run_from_frame(frame)) == []
+    assert ParamNormDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 @pytest.mark.parametrize("every", [10, 100])
 def test_param_norm_slow_growth_past_limit_is_info(every: int) -> None:
     """Slowly crossing 1.5x the baseline is an info note, not a jump."""
     frame, _ = trend_param_norm(jump_at=None, growth=0.8, every=every)
-    (f,) = ParamNormDetector().detect(run_from_frame(frame))
+    (f,) = ParamNormDetector().detect(Evidence(run_from_frame(frame)))
     assert f.severity is Severity.INFO and f.measures["abrupt"] is False
     assert f.measures["ratio"] >= 1.5 and f.measures["crossing_step"] == f.start_step
 
@@ -41,7 +42,7 @@ def test_param_norm_rebuilt_from_layers() -> None:
     """With only per-layer param norms, the total is rebuilt and checked (quiet here)."""
     frame, _ = trend_layer_shift(shift=False)
     run = run_from_frame(frame)
-    assert ParamNormDetector().detect(run) == []
+    assert ParamNormDetector().detect(Evidence(run)) == []
     assert not any(n.startswith("param_norm_jump: not run") for n in run.notes)
 
 
@@ -57,7 +58,7 @@ def test_param_norm_rebuilt_from_layers() -> None:
 def test_layer_shift_names_the_group(kw: dict, layers: str) -> None:
     """The article's case (first layers 8% -> 20% of the gradient) is flagged, naming the layers and onset."""
     frame, truth = trend_layer_shift(**kw)
-    (f,) = LayerGradShiftDetector().detect(run_from_frame(frame))
+    (f,) = LayerGradShiftDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.LAYER_GRAD_SHIFT and f.severity is Severity.WARNING
     assert f.measures["layers"] == layers and f.measures["layer"] == truth["group"][0]
     assert f.measures["share_ratio"] >= 2.0
@@ -70,13 +71,13 @@ def test_layer_shift_names_the_group(kw: dict, layers: str) -> None:
 def test_layer_shift_quiet_without_doubling(kw: dict) -> None:
     """Stable shares, or a share that grows by only half, are not flagged."""
     frame, _ = trend_layer_shift(**kw)
-    assert LayerGradShiftDetector().detect(run_from_frame(frame)) == []
+    assert LayerGradShiftDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 def test_activation_absmax_names_layer_and_step() -> None:
     """An absmax above 1e4 in one layer is a warning naming that layer and the first step over."""
     frame, truth = trend_activations()
-    (f,) = ActivationDetector().detect(run_from_frame(frame))
+    (f,) = ActivationDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.ACTIVATION_OUTLIER and f.metric == "act_absmax"
     assert f.measures["layer"] == truth["absmax_layer"] and f.start_step == truth["absmax_at"]
     assert f.measures["trigger"] == "absmax" and f.measures["value"] > 1e4
@@ -86,7 +87,7 @@ def test_activation_absmax_names_layer_and_step() -> None:
 def test_activation_std_jump() -> None:
     """A sudden std jump in one layer is flagged at its step, with the ratio."""
     frame, truth = trend_activations(absmax_layer=None, std_layer=2)
-    (f,) = ActivationDetector().detect(run_from_frame(frame))
+    (f,) = ActivationDetector().detect(Evidence(run_from_frame(frame)))
     assert f.metric == "act_std" and f.measures["layer"] == 2 and f.start_step == truth["std_at"]
     assert f.measures["trigger"] == "std_jump" and f.measures["ratio"] > 4
 
@@ -94,4 +95,4 @@ def test_activation_std_jump() -> None:
 def test_activations_quiet_when_normal() -> None:
     """Activation stats that drift gently draw nothing."""
     frame, _ = trend_activations(absmax_layer=None)
-    assert ActivationDetector().detect(run_from_frame(frame)) == []
+    assert ActivationDetector().detect(Evidence(run_from_frame(frame))) == []

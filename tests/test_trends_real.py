@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from forensics.evidence import Evidence
 from forensics.detectors import load
 from forensics.errors import MultipleJobsError
 from forensics.findings import Finding, FindingKind, Severity
@@ -59,7 +60,7 @@ def _real(rel: str) -> Path:
 def trend_findings(run: Run) -> list[Finding]:
     out: list[Finding] = []
     for name in TREND_DETECTORS:
-        out += load(name)().detect(run)
+        out += load(name)().detect(Evidence(run))
     return out
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from synthetic import run_from_frame, trend_train_val
 
+from forensics.evidence import Evidence
 from forensics.detectors.train_val import TrainValDetector
 from forensics.findings import FindingKind, Severity
 
@@ -22,14 +23,14 @@ def _kinds(findings: list) -> dict[FindingKind, list]:
 def test_quiet_on_healthy_train_val(seed: int, val_every: int) -> None:
     """Train and val falling together with a steady gap draw nothing."""
     frame, _ = trend_train_val("healthy", seed=seed, val_every=val_every, n=20000)
-    assert TrainValDetector().detect(run_from_frame(frame)) == []
+    assert TrainValDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_gap_acceleration_before_val_turns_up(seed: int) -> None:
     """Train starts memorising at 7000 while val keeps falling: a gap warning near the onset, val not up yet."""
     frame, truth = trend_train_val("accelerate", seed=seed)
-    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    found = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))
     assert set(found) == {FindingKind.GAP_ACCELERATION}
     (f,) = found[FindingKind.GAP_ACCELERATION]
     assert f.severity is Severity.WARNING and f.metric == "val_loss"
@@ -43,7 +44,7 @@ def test_gap_acceleration_before_val_turns_up(seed: int) -> None:
 def test_overfitting_negative_slope(seed: int) -> None:
     """Val turning up at 7000 while train keeps falling: overfitting at the onset, plus the gap warning."""
     frame, truth = trend_train_val("overfit", seed=seed)
-    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    found = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))
     (o,) = found[FindingKind.OVERFITTING]
     assert o.severity is Severity.WARNING and abs(o.start_step - truth["onset"]) <= 500
     assert o.measures["train_change_pct"] < 0 and o.measures["val_rise"] > 0
@@ -59,7 +60,7 @@ def test_overfitting_negative_slope(seed: int) -> None:
 def test_overfitting_graded_by_epoch(steps_per_epoch: int, severity: Severity, epoch: int) -> None:
     """From the fifth epoch with the gap still accelerating, overfitting is critical (article 5.2)."""
     frame, _ = trend_train_val("overfit", steps_per_epoch=steps_per_epoch)
-    (o,) = _kinds(TrainValDetector().detect(run_from_frame(frame)))[FindingKind.OVERFITTING]
+    (o,) = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))[FindingKind.OVERFITTING]
     assert o.severity is severity and o.measures["epoch"] == epoch
     assert o.measures["gap_accelerating"] is True
 
@@ -67,7 +68,7 @@ def test_overfitting_graded_by_epoch(steps_per_epoch: int, severity: Severity, e
 def test_overfitting_sparse_val() -> None:
     """With val every 2000 steps the window widens to two intervals and the onset is still found."""
     frame, truth = trend_train_val("overfit", val_every=2000, n=30000, onset=15000)
-    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    found = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))
     (o,) = found[FindingKind.OVERFITTING]
     assert abs(o.start_step - truth["onset"]) <= 2000
     assert found[FindingKind.GAP_ACCELERATION][0].measures["window_steps"] == 4000
@@ -79,7 +80,7 @@ def test_overfitting_sparse_val() -> None:
 def test_val_shift_snapshot_effect(seed: int, ramp: int) -> None:
     """Val 1.95 -> 2.1 within 3000 steps (or at once) then flat, train flat: val_shift only (article 5.4)."""
     frame, truth = trend_train_val("val_shift", seed=seed, ramp=ramp)
-    found = _kinds(TrainValDetector().detect(run_from_frame(frame)))
+    found = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))
     assert set(found) == {FindingKind.VAL_SHIFT}
     (f,) = found[FindingKind.VAL_SHIFT]
     assert abs(f.start_step - truth["onset"]) <= 500
@@ -97,7 +98,7 @@ def test_missing_val_is_noted() -> None:
     from forensics.schema import VAL_LOSS
 
     run = run_from_frame(frame.filter(pl.col("metric") != VAL_LOSS))
-    assert TrainValDetector().detect(run) == []
+    assert TrainValDetector().detect(Evidence(run)) == []
     assert any("val_loss" in n and "not run" in n for n in run.notes)
 
 
@@ -121,7 +122,7 @@ def test_quiet_when_the_noise_shrinks_with_the_loss() -> None:
     run = run_from_frame(
         long_frame({"loss": (s, loss), "val_loss": (val_steps, loss[::1000] + 0.05)})
     )
-    found = [f for f in TrainValDetector().detect(run) if f.severity.value != "info"]
+    found = [f for f in TrainValDetector().detect(Evidence(run)) if f.severity.value != "info"]
     assert not found, [f.summary for f in found]
 
 
@@ -141,9 +142,7 @@ def test_val_shift_late_in_a_full_log() -> None:
         + np.where(vs >= 25_000, 0.15, 0.0)
         + rng.normal(0, 0.003, len(vs))
     )
-    found = TrainValDetector().detect(
-        run_from_frame(long_frame({"loss": (s, train), "val_loss": (vs, val)}))
-    )
+    found = TrainValDetector().detect(Evidence(run_from_frame(long_frame({"loss": (s, train), "val_loss": (vs, val)}))))
     shifts = [f for f in found if f.kind is FindingKind.VAL_SHIFT]
     assert len(shifts) == 1 and abs(shifts[0].start_step - 25_000) <= 500, [
         (f.kind, f.start_step) for f in found

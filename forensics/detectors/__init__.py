@@ -11,15 +11,19 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
-from forensics.errors import ConfigError
+from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, sort_findings
+from forensics.params import Params, resolve
 from forensics.run import Run
 
 
 class Detector(Protocol):
+    """``__init__(params)`` stores its parameters (:mod:`forensics.params`) and nothing else;
+    ``detect(evidence)`` returns findings, each with what it was judged against."""
+
     name: str
 
-    def detect(self, run: Run) -> list[Finding]: ...
+    def detect(self, ev: Evidence) -> list[Finding]: ...
 
 
 # name -> "module:Class" under forensics.detectors. Imported lazily so `--help` stays fast.
@@ -56,64 +60,41 @@ def load(name: str) -> type | None:
     return getattr(mod, cls_name)
 
 
-# Detectors that reuse another detector's analysis get that detector's configured settings,
-# so `[tool.forensics.detectors.spikes]` also shapes the spikes periodicity is judged on.
-_SHARED = {
-    "periodic": ("spike_params", "spikes"),
-    "loss_scale": ("spike_params", "spikes"),
-    "eval_regression": ("drift_params", "grad_norm_drift"),
-}
-
-
-def _check_types(name: str, cls: type, kwargs: dict[str, Any]) -> None:
-    """A configured parameter must have its default's type (an int is fine for a float)."""
-    import inspect
-
-    sig = inspect.signature(cls.__init__).parameters
-    for key, value in kwargs.items():
-        if key not in sig:
-            continue  # the constructor's own TypeError names it
-        default = sig[key].default
-        if default is None or default is inspect.Parameter.empty:
-            continue
-        want = (int, float) if isinstance(default, float) else type(default)
-        if isinstance(value, bool) and not isinstance(default, bool) or not isinstance(value, want):
-            raise ConfigError(
-                f"detector {name}: {key} = {value!r} should be a {type(default).__name__} (default {default!r})"
-            )
-
-
-def build(params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
+def build(params: Params | None = None) -> list[Detector]:
     """Instantiate every registered detector with its configured parameters."""
-    params = params or {}
-    unknown = set(params) - set(REGISTRY)
-    if unknown:
-        raise ConfigError(
-            f"unknown detector(s) in configuration: {', '.join(sorted(unknown))}; known: {', '.join(REGISTRY)}"
-        )
+    params = params or Params()
     out: list[Detector] = []
     for name in REGISTRY:
         cls = load(name)
         if cls is None:
             continue
-        kwargs = dict(params.get(name, {}))
-        _check_types(name, cls, kwargs)
-        if name in _SHARED:
-            key, source = _SHARED[name]
-            kwargs.setdefault(key, dict(params.get(source, {})))
-        try:
-            out.append(cls(**kwargs))
-        except TypeError as exc:
-            raise ConfigError(f"detector {name}: {exc}") from None
+        out.append(cls(params[name]))
     return out
 
 
 def detect(
-    run: Run, params: dict[str, dict[str, Any]] | None = None, ignore: set[str] | None = None
+    run: Run,
+    params: Params | dict[str, dict[str, Any]] | None = None,
+    ignore: set[str] | None = None,
+    *,
+    evidence: Evidence | None = None,
 ) -> list[Finding]:
-    """Run every detector over ``run``; return findings in step order (import findings included)."""
+    """Run every detector over ``run``; return findings in step order (import findings included).
+
+    ``params`` is a :class:`~forensics.params.Params` or the raw ``detectors`` table of the
+    configuration (checked here). Pass ``evidence`` to reuse one already built for the run.
+    """
+    if not isinstance(params, Params):
+        params = resolve(params)
+    ev = evidence if evidence is not None else Evidence(run, params)
     ignore = {FindingKind(k) for k in (ignore or set())}
     findings: list[Finding] = list(run.import_findings)
-    for det in build(params):
-        findings.extend(det.detect(run))
+    for det in build(ev.params):
+        findings.extend(det.detect(ev))
     return sort_findings([f for f in findings if f.kind not in ignore])
+
+
+def params_for(cls: type, overrides: dict[str, Any] | None = None) -> Any:
+    """The parameter object for a detector class with some values overridden (checked)."""
+    name = next(n for n in REGISTRY if load(n) is cls)
+    return resolve({name: dict(overrides or {})})[name]

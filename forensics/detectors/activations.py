@@ -23,7 +23,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.detectors.trend_utils import arrays, sig, warmup_start
+from forensics.evidence.trend_utils import arrays, sig, warmup_start
+from forensics.evidence import Evidence
+from forensics.params import ActivationsParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import ACT_ABSMAX, ACT_STD
@@ -36,20 +38,11 @@ class ActivationDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        absmax_limit: float = 1e4,
-        std_jump_ratio: float = 3.0,
-        history: int = 10,
-        min_history: int = 3,
-    ) -> None:
-        self.absmax_limit = absmax_limit
-        self.std_jump_ratio = std_jump_ratio
-        self.history = history
-        self.min_history = min_history
+    def __init__(self, params: ActivationsParams | None = None) -> None:
+        self.params = params or ActivationsParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         amax_layers, std_layers = run.layers(ACT_ABSMAX), run.layers(ACT_STD)
         if not amax_layers and not std_layers:
             run.note(f"{CHECK}: not run, the run logged no per-layer activation statistics")
@@ -65,12 +58,12 @@ class ActivationDetector:
         s = run.series(ACT_ABSMAX, layer)
         x = s.get_column("step").to_numpy()
         y = np.abs(s.get_column("value").to_numpy().astype(float))
-        over = np.nan_to_num(y, nan=np.inf) > self.absmax_limit  # NaN activations count as over
+        over = np.nan_to_num(y, nan=np.inf) > self.params.absmax_limit  # NaN activations count as over
         if not over.any():
             return []
         i0 = int(np.argmax(over))
         peak = int(np.argmax(np.nan_to_num(y, nan=np.inf)))
-        prior = y[max(0, i0 - self.history) : i0]
+        prior = y[max(0, i0 - self.params.history) : i0]
         prior = prior[np.isfinite(prior)]
         before = float(np.median(prior)) if len(prior) else None
         finite = bool(np.isfinite(y[peak]))
@@ -87,13 +80,13 @@ class ActivationDetector:
                     "layer": layer,
                     "trigger": "absmax",
                     "value": float(y[peak]),
-                    "limit": self.absmax_limit,
+                    "limit": self.params.absmax_limit,
                     "before": before,
                     "ratio": float(y[peak]) / before if before else None,
                     "points_over": int(over.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation absmax passed {self.absmax_limit:g} at step {int(x[i0])} "
+                    f"Layer {layer} activation absmax passed {self.params.absmax_limit:g} at step {int(x[i0])} "
                     f"and reached {val_txt} at step {int(x[peak])}"
                     + (f" (typical before: {sig(before)})." if before is not None else ".")
                 ),
@@ -102,18 +95,18 @@ class ActivationDetector:
 
     def _std(self, run: Run, layer: int) -> list[Finding]:
         x, y = arrays(run, ACT_STD, layer)
-        if len(y) <= self.min_history:
+        if len(y) <= self.params.min_history:
             return []
         # Typical level = median of the previous `history` points (trailing, excluding the point).
         prev = (
             pl.Series(y)
-            .rolling_median(self.history, min_samples=self.min_history)
+            .rolling_median(self.params.history, min_samples=self.params.min_history)
             .shift(1)
             .to_numpy()
             .astype(float)
         )
         ratio = np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
-        jump = np.nan_to_num(ratio, nan=0.0) >= self.std_jump_ratio
+        jump = np.nan_to_num(ratio, nan=0.0) >= self.params.std_jump_ratio
         # Activations settle during the LR warm-up: growth there is start-up, not a jump.
         settled = warmup_start(run, x)
         if settled is not None:
@@ -135,7 +128,7 @@ class ActivationDetector:
                     "layer": layer,
                     "trigger": "std_jump",
                     "value": float(y[peak]),
-                    "limit": self.std_jump_ratio,
+                    "limit": self.params.std_jump_ratio,
                     "before": before,
                     "ratio": float(y[peak]) / before,
                     "points_over": int(jump.sum()),

@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from forensics.evidence import Evidence
+from forensics.params import DivergenceParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS
@@ -43,22 +45,11 @@ class DivergenceDetector:
 
     name = "divergence"
 
-    def __init__(
-        self,
-        *,
-        window: int = 500,
-        loss_rise: float = 0.10,
-        grad_rise: float = 2.0,
-        smooth_points: int = 9,
-        min_points: int = 5,
-    ) -> None:
-        self.window = window
-        self.loss_rise = loss_rise
-        self.grad_rise = grad_rise
-        self.smooth_points = smooth_points
-        self.min_points = min_points
+    def __init__(self, params: DivergenceParams | None = None) -> None:
+        self.params = params or DivergenceParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         if not (run.has(LOSS) and run.has(GRAD_NORM)):
             run.note("divergence: not run, it needs both a loss and a grad-norm series")
             return []
@@ -66,16 +57,16 @@ class DivergenceDetector:
         t = ls.get_column("step").to_numpy()
         v = ls.get_column("value").to_numpy().astype(float)
         ok = np.isfinite(v)
-        if ok.sum() < self.min_points or (v[ok] <= 0).any():
-            if ok.sum() >= self.min_points:
+        if ok.sum() < self.params.min_points or (v[ok] <= 0).any():
+            if ok.sum() >= self.params.min_points:
                 run.note("divergence: not run, the loss takes non-positive values")
             return []
         # Once the loss is non-finite it has exploded: count it as risen from there on.
         first_bad = int(np.argmax(~ok)) if (~ok).any() else None
         tf, y = t[ok], np.log(v[ok])
-        sm = _smooth(y, self.smooth_points)
+        sm = _smooth(y, self.params.smooth_points)
         rise = sm - np.minimum.accumulate(sm)
-        thr = np.log1p(self.loss_rise)
+        thr = np.log1p(self.params.loss_rise)
         gt = gs.get_column("step").to_numpy()
         gv = gs.get_column("value").to_numpy().astype(float)
         g_ok = np.isfinite(gv) & (gv > 0)
@@ -117,20 +108,20 @@ class DivergenceDetector:
             nonfinite = nonfinite or g_bad
             last_step = int(t[-1]) if ret is None else t_end
             observed = last_step - t0
-            if ret is not None and observed < self.window:
+            if ret is not None and observed < self.params.window:
                 i = end_idx + 1  # came back in time: a spike, not a divergence
                 continue
-            pre = g_ok & (gt < t0) & (gt >= t0 - self.window)
+            pre = g_ok & (gt < t0) & (gt >= t0 - self.params.window)
             if pre.sum() < 3:
                 pre = g_ok & (gt < t0)
             during = g_ok & (gt >= t0) & (gt <= last_step)
             g_before = float(np.median(gv[pre])) if pre.any() else None
             g_during = float(np.median(gv[during])) if during.any() else None
             g_ratio = g_during / g_before if (g_before and g_during) else None
-            if not ((g_ratio is not None and g_ratio >= self.grad_rise) or g_bad):
+            if not ((g_ratio is not None and g_ratio >= self.params.grad_rise) or g_bad):
                 i = end_idx + 1
                 continue
-            confirmed = observed >= self.window or nonfinite
+            confirmed = observed >= self.params.window or nonfinite
             seg = slice(onset, end_idx + 1)
             peak_i = onset + int(np.argmax(sm[seg]))
             loss_before = float(np.exp(sm[onset]))
@@ -148,7 +139,7 @@ class DivergenceDetector:
                 "returned_step": int(tf[ret]) if ret is not None else None,
                 "ended_nonfinite": bool(nonfinite),
                 "confirmed": bool(confirmed),
-                "window": self.window,
+                "window": self.params.window,
             }
             how = (
                 f"not back within {observed} steps"

@@ -4,7 +4,7 @@ The article's incident: from step ~6500 the grad norm climbed from about 0.8 to 
 not come back down, while the loss curve fell smoothly; the benchmark score was already
 slipping. Single spikes are the spike detectors' business, so they are filtered out before
 any fit (rolling median + k * MAD). The level now is compared with the grad-norm baseline
-(:func:`forensics.detectors.baseline.grad_norm_baseline`): warning at 2x, critical at 3x.
+(:func:`forensics.evidence.baseline.grad_norm_baseline`): warning at 2x, critical at 3x.
 When the loss rises over the same stretch (a significant upward slope, or a level more than 2%
 above the one at the onset) the pair is a divergence, left to the divergence detector.
 
@@ -30,12 +30,14 @@ Measures (kind ``grad_norm_drift``):
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from forensics.detectors.baseline import grad_norm_baseline
-from forensics.detectors.trend_utils import (
+from forensics.evidence.baseline import grad_norm_baseline
+from forensics.evidence.trend_utils import (
     arrays,
     bin_median,
     despike,
@@ -44,6 +46,8 @@ from forensics.detectors.trend_utils import (
     sig,
     theil_sen,
 )
+from forensics.evidence import Evidence
+from forensics.params import GradNormDriftParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS
@@ -169,28 +173,12 @@ class GradNormDriftDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        warn_ratio: float = 2.0,
-        crit_ratio: float = 3.0,
-        baseline_window: int = 500,
-        recent_frac: float = 0.02,
-        spike_k: float = 5.0,
-        min_points: int = 20,
-    ) -> None:
-        self.warn_ratio = warn_ratio
-        self.crit_ratio = crit_ratio
-        self.baseline_window = baseline_window
-        self.recent_frac = recent_frac
-        self.spike_k = spike_k
-        self.min_points = min_points
+    def __init__(self, params: GradNormDriftParams | None = None) -> None:
+        self.params = params or GradNormDriftParams()
 
-    def params(self) -> dict[str, float]:
-        return dict(vars(self))
-
-    def detect(self, run: Run) -> list[Finding]:
-        res = analyze_drift(run, **self.params())
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
+        res = analyze_drift(run, **dataclasses.asdict(self.params))
         if res is None or not res.flagged:
             return []
         m = res.measures

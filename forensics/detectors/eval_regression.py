@@ -27,13 +27,15 @@ Measures (kind ``eval_regression``):
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from typing import Any
 
 import numpy as np
 
 from forensics.detectors.drift import analyze_drift
-from forensics.detectors.trend_utils import (
+from forensics.evidence.trend_utils import (
     arrays,
     despike,
     robust_sigma,
@@ -41,6 +43,8 @@ from forensics.detectors.trend_utils import (
     sig,
     theil_sen,
 )
+from forensics.evidence import Evidence
+from forensics.params import EvalRegressionParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS, lower_is_better
@@ -58,24 +62,11 @@ class EvalRegressionDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        noise_k: float = 3.0,
-        min_rel_drop: float = 0.01,
-        min_evals_after: int = 2,
-        min_evals: int = 4,
-        drift_params: dict[str, Any] | None = None,
-    ) -> None:
-        self.noise_k = noise_k
-        self.min_rel_drop = min_rel_drop
-        self.min_evals_after = min_evals_after
-        self.min_evals = min_evals
-        self.drift_params = (
-            drift_params  # the grad_norm_drift detector's settings, passed on by build()
-        )
+    def __init__(self, params: EvalRegressionParams | None = None) -> None:
+        self.params = params or EvalRegressionParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         names = [
             m
             for m in run.metrics()
@@ -106,15 +97,15 @@ class EvalRegressionDetector:
             if f is None:
                 continue
             if not drift_checked:  # the drift analysis is shared by every eval metric
-                drift = analyze_drift(run, **(self.drift_params or {}))
+                drift = analyze_drift(run, **dataclasses.asdict(ev.params.grad_norm_drift))
                 drift_checked = True
             out.append(self._finish(f, drift))
         return out
 
     def _one(self, run: Run, metric: str) -> dict | None:
         x, y = arrays(run, metric)
-        if len(x) < self.min_evals:
-            run.note(f"{CHECK}: {metric} not checked, only {len(x)} evals (need {self.min_evals})")
+        if len(x) < self.params.min_evals:
+            run.note(f"{CHECK}: {metric} not checked, only {len(x)} evals (need {self.params.min_evals})")
             return None
         lower = lower_is_better(metric)
         score = -y if lower else y  # work on "higher is better"
@@ -124,14 +115,14 @@ class EvalRegressionDetector:
         lo, hi = max(0, best_i - 1), min(len(x), best_i + 2)
         best_i = lo + int(np.argmax(score[lo:hi]))
         after = len(x) - 1 - best_i
-        if after < self.min_evals_after:
+        if after < self.params.min_evals_after:
             return None
         n_now = min(3, after)
         now = float(np.median(score[-n_now:]))
         best = float(smooth[best_i])
         drop = best - now
         noise = robust_sigma(score)
-        if drop <= self.noise_k * noise or drop <= self.min_rel_drop * abs(best):
+        if drop <= self.params.noise_k * noise or drop <= self.params.min_rel_drop * abs(best):
             return None
         # The later evals must really be worse, not a single dip: their trend must not recover.
         tail = theil_sen(x[best_i:], score[best_i:])

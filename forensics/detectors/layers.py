@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.detectors.trend_utils import (
+from forensics.evidence.trend_utils import (
     arrays,
     bin_median,
     fmt_layers,
@@ -45,6 +45,8 @@ from forensics.detectors.trend_utils import (
     theil_sen,
     warmup_start,
 )
+from forensics.evidence import Evidence
+from forensics.params import LayersParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM_LAYER, PARAM_NORM_LAYER
@@ -74,40 +76,23 @@ class LayerGradShiftDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        group_ratio: float = 2.0,
-        layer_ratio: float = 1.5,
-        min_share: float = 0.05,
-        min_increase: float = 0.10,
-        window_frac: float = 0.15,
-        min_window: int = 500,
-        noise_k: float = 3.0,
-        min_points: int = 6,
-    ) -> None:
-        self.group_ratio = group_ratio
-        self.layer_ratio = layer_ratio
-        self.min_share = min_share
-        self.min_increase = min_increase
-        self.window_frac = window_frac
-        self.min_window = min_window
-        self.noise_k = noise_k
-        self.min_points = min_points
+    def __init__(self, params: LayersParams | None = None) -> None:
+        self.params = params or LayersParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         steps, layers, mat = layer_matrix(run, GRAD_NORM_LAYER)
         if len(layers) < 2:
             run.note(f"{CHECK}: not run, the run has no per-layer grad norms (grad_norm_layer)")
             return []
-        if len(steps) < self.min_points:
+        if len(steps) < self.params.min_points:
             run.note(f"{CHECK}: not run, only {len(steps)} steps with every layer's grad norm")
             return []
         sq = mat**2
         tot = sq.sum(axis=1)
         keep = tot > 0
         steps, share = steps[keep], sq[keep] / tot[keep, None]
-        if len(steps) < self.min_points:
+        if len(steps) < self.params.min_points:
             run.note(f"{CHECK}: not run, the per-layer grad norms are all zero")
             return []
         # The shares reorganise in the first steps (the first tenth of the log, or the LR
@@ -117,7 +102,7 @@ class LayerGradShiftDetector:
         span = max(1, int(steps[-1]) - start)
         # Windows of min_window steps, or window_frac of the run when that is longer; short runs
         # (a few hundred steps) get windows of 30% so early and late never overlap.
-        width = max(self.window_frac * span, min(float(self.min_window), 0.3 * span))
+        width = max(self.params.window_frac * span, min(float(self.params.min_window), 0.3 * span))
         early = (steps >= start) & (steps <= start + width)
         late = steps >= steps[-1] - width
         if early.sum() < 3 or late.sum() < 3 or (early & late).any():
@@ -127,13 +112,13 @@ class LayerGradShiftDetector:
             return []
         before = np.median(share[early], axis=0)
         after = np.median(share[late], axis=0)
-        grew = after >= self.layer_ratio * np.maximum(before, 1e-12)
+        grew = after >= self.params.layer_ratio * np.maximum(before, 1e-12)
         out = []
         for grp in _runs(np.flatnonzero(grew)):
             b, a = float(before[grp].sum()), float(after[grp].sum())
             series = share[:, grp].sum(axis=1)
-            small = (a - b) < self.min_increase or (a - b) <= self.noise_k * robust_sigma(series)
-            if a < self.min_share or a < self.group_ratio * b or small:
+            small = (a - b) < self.params.min_increase or (a - b) <= self.params.noise_k * robust_sigma(series)
+            if a < self.params.min_share or a < self.params.group_ratio * b or small:
                 continue
             out.append(self._finding(run, steps, series, grp, layers, b, a, start))
         return out

@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from forensics.detectors.spike_context import ScaleCascade, finite_arrays, overlaps, scale_cascades
+from forensics.evidence.spike_context import ScaleCascade, finite_arrays, overlaps, scale_cascades
+from forensics.evidence import Evidence
+from forensics.params import LossScaleParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
@@ -45,33 +47,20 @@ class LossScaleDetector:
 
     name = "loss_scale"
 
-    def __init__(
-        self,
-        *,
-        cascade_gap: int = 50,
-        calibration_steps: int = 200,
-        warn_halvings: int = 3,
-        decline_halvings: int = 2,
-        decline_steps: int = 2000,
-        spike_params: dict[str, Any] | None = None,
-    ) -> None:
-        self.cascade_gap = cascade_gap
-        self.calibration_steps = calibration_steps
-        self.warn_halvings = warn_halvings
-        self.decline_halvings = decline_halvings
-        self.decline_steps = decline_steps
-        self.spike_params = spike_params  # the `spikes` detector's settings, passed on by build()
+    def __init__(self, params: LossScaleParams | None = None) -> None:
+        self.params = params or LossScaleParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         if not (run.has(LOSS_SCALE) or run.has(OVERFLOW)):
             run.note(
                 "loss_scale: not run, the log has no loss-scale or overflow series (bf16 or fp32 training?)"
             )
             return []
-        cascades = scale_cascades(run, cascade_gap=self.cascade_gap)
-        spikes = self._spike_windows(run) if cascades else []
+        cascades = scale_cascades(run, cascade_gap=self.params.cascade_gap)
+        spikes = self._spike_windows(ev) if cascades else []
         first = run.first_step
-        calib_end = first + self.calibration_steps if first <= self.calibration_steps else None
+        calib_end = first + self.params.calibration_steps if first <= self.params.calibration_steps else None
         out: list[Finding] = []
         singles = 0
         for c in cascades:
@@ -84,7 +73,7 @@ class LossScaleDetector:
                 ),
                 None,
             )
-            if hit is not None or (not calibration and c.halvings >= self.warn_halvings - 1e-9):
+            if hit is not None or (not calibration and c.halvings >= self.params.warn_halvings - 1e-9):
                 sev = Severity.WARNING
             elif calibration or c.halvings >= 2 - 1e-9:
                 sev = Severity.INFO
@@ -99,11 +88,12 @@ class LossScaleDetector:
         out += self._declines(run, calib_end)
         return out
 
-    def _spike_windows(self, run: Run) -> list[tuple[int, float, float]]:
+    def _spike_windows(self, ev: Evidence) -> list[tuple[int, float, float]]:
         """(onset, lo, hi] windows of the loss and grad-norm spikes, with the default spike detector."""
         from forensics.detectors.spikes import SpikeDetector
 
-        det = SpikeDetector(**(self.spike_params or {}))
+        det = SpikeDetector(ev.params.spikes)
+        run = ev.run
         out = []
         for metric in (LOSS, GRAD_NORM):
             if run.has(metric):
@@ -170,7 +160,7 @@ class LossScaleDetector:
             return []
         lvl = np.log2(v)
         peak = np.maximum.accumulate(lvl)
-        low = (peak - lvl) >= self.decline_halvings - 1e-9
+        low = (peak - lvl) >= self.params.decline_halvings - 1e-9
         out = []
         idx = np.flatnonzero(low)
         if len(idx) == 0:
@@ -178,7 +168,7 @@ class LossScaleDetector:
         for g in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
             a, b = int(g[0]), int(g[-1])
             span = int(t[b] - t[a])
-            if span < self.decline_steps:
+            if span < self.params.decline_steps:
                 continue
             # Find where the level left its peak and count the separate drops on the way down.
             start = a
@@ -187,7 +177,7 @@ class LossScaleDetector:
             seg = lvl[start - 1 if start > 0 else 0 : b + 1]
             drop_steps = t[start : b + 1][np.diff(seg) < 0] if len(seg) > 1 else np.array([])
             events = (
-                1 + int(np.sum(np.diff(drop_steps) > self.cascade_gap)) if len(drop_steps) else 0
+                1 + int(np.sum(np.diff(drop_steps) > self.params.cascade_gap)) if len(drop_steps) else 0
             )
             if events < 2:
                 continue  # one cascade that stayed down: already reported as that cascade

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.detectors.trend_utils import arrays, bin_median, despike, hinge_onset, theil_sen
+from forensics.evidence.trend_utils import arrays, bin_median, despike, hinge_onset, theil_sen
+from forensics.evidence import Evidence
+from forensics.params import MemoryParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import MEMORY
@@ -38,44 +40,35 @@ class MemoryGrowthDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        skip_frac: float = 0.1,
-        min_growth: float = 0.05,
-        level_off: float = 0.5,
-        min_points: int = 20,
-    ) -> None:
-        self.skip_frac = skip_frac
-        self.min_growth = min_growth
-        self.level_off = level_off
-        self.min_points = min_points
+    def __init__(self, params: MemoryParams | None = None) -> None:
+        self.params = params or MemoryParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         x, y = arrays(run, MEMORY)
-        if len(x) < self.min_points:
+        if len(x) < self.params.min_points:
             run.note(
                 f"{CHECK}: not run, {'no memory series' if len(x) == 0 else f'only {len(x)} memory points'}"
             )
             return []
         keep = despike(y)
         x, y = x[keep], y[keep]
-        start = x[0] + self.skip_frac * (x[-1] - x[0])
+        start = x[0] + self.params.skip_frac * (x[-1] - x[0])
         sel = x >= start
         xs, ys = x[sel], y[sel]
-        if len(xs) < self.min_points // 2:
+        if len(xs) < self.params.min_points // 2:
             return []
         overall = theil_sen(xs, ys)
         late_sel = xs >= xs[0] + (2.0 / 3.0) * (xs[-1] - xs[0])
         late = theil_sen(xs[late_sel], ys[late_sel])
         if overall is None or late is None or not overall.rising or not late.rising:
             return []
-        if late.slope < self.level_off * overall.slope:
+        if late.slope < self.params.level_off * overall.slope:
             return []  # the climb is slowing down: levelling off
         a = overall.intercept + overall.slope * xs[0]
         b = overall.intercept + overall.slope * xs[-1]
         growth = (b - a) / abs(a) if a else np.inf
-        if growth < self.min_growth:
+        if growth < self.params.min_growth:
             return []
         # Onset: where the growth bends up (a leak may start after start-up), else the analysed start.
         xb, yb = bin_median(xs.astype(float), ys, max_bins=100)

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.detectors.spike_context import drop_windows, overlaps
+from forensics.evidence.spike_context import drop_windows, overlaps
+from forensics.evidence import Evidence
+from forensics.params import NanInfParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, MEMORY, OVERFLOW, STEP_TIME, THROUGHPUT
@@ -69,14 +71,12 @@ class NanInfDetector:
 
     name = "nan_inf"
 
-    def __init__(
-        self, *, persist_points: int = 3, metrics: tuple[str, ...] = (LOSS, GRAD_NORM)
-    ) -> None:
-        self.persist_points = persist_points
-        self.metrics = metrics
+    def __init__(self, params: NanInfParams | None = None) -> None:
+        self.params = params or NanInfParams()
 
-    def detect(self, run: Run) -> list[Finding]:
-        present = [m for m in self.metrics if run.has(m)]
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
+        present = [m for m in self.params.metrics if run.has(m)]
         if not present:
             run.note("nan_inf: not run, the log has neither a loss nor a grad-norm series")
             return []
@@ -113,7 +113,7 @@ class NanInfDetector:
             excused = [
                 r
                 for r in runs
-                if r[1] - r[0] + 1 < self.persist_points
+                if r[1] - r[0] + 1 < self.params.persist_points
                 and r[1] < len(v) - 1
                 and all(overlaps(windows, t[i] - 1, t[i] + 1) for i in range(r[0], r[1] + 1))
             ]
@@ -130,7 +130,7 @@ class NanInfDetector:
                     return None
         first, last = runs[0]
         persistent = [
-            r for r in runs if r[1] - r[0] + 1 >= self.persist_points or r[1] == len(v) - 1
+            r for r in runs if r[1] - r[0] + 1 >= self.params.persist_points or r[1] == len(v) - 1
         ]
         prev = first - 1
         measures = {

@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.detectors.baseline import series_baseline
-from forensics.detectors.trend_utils import (
+from forensics.evidence.baseline import series_baseline
+from forensics.evidence.trend_utils import (
     MAD_SCALE,
     arrays,
     bin_median,
@@ -43,6 +43,8 @@ from forensics.detectors.trend_utils import (
     theil_sen,
     warmup_start,
 )
+from forensics.evidence import Evidence
+from forensics.params import ParamNormParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import PARAM_NORM, PARAM_NORM_LAYER
@@ -76,28 +78,13 @@ class ParamNormDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        jump_k: float = 8.0,
-        min_rel_jump: float = 0.01,
-        window: int = 21,
-        ratio_limit: float = 1.5,
-        surge_ratio: float = 3.0,
-        baseline_window: int = 500,
-        min_points: int = 10,
-    ) -> None:
-        self.jump_k = jump_k
-        self.min_rel_jump = min_rel_jump
-        self.window = window
-        self.ratio_limit = ratio_limit
-        self.surge_ratio = surge_ratio
-        self.baseline_window = baseline_window
-        self.min_points = min_points
+    def __init__(self, params: ParamNormParams | None = None) -> None:
+        self.params = params or ParamNormParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         x, y, source = total_param_norm(run)
-        if len(x) < self.min_points:
+        if len(x) < self.params.min_points:
             why = (
                 "the run has no param_norm series"
                 if len(x) == 0
@@ -105,7 +92,7 @@ class ParamNormDetector:
             )
             run.note(f"param_norm_jump: not run, {why}")
             return []
-        base = series_baseline(x, y, start=warmup_start(run, x), window=self.baseline_window)
+        base = series_baseline(x, y, start=warmup_start(run, x), window=self.params.baseline_window)
         base_v = base.value if base is not None and base.value > 0 else float("nan")
         out = self._jumps(x, y, base_v, source)
         if not out:
@@ -114,17 +101,17 @@ class ParamNormDetector:
 
     def _jumps(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
         d = np.diff(y)
-        med = rolling_median(d, self.window)
+        med = rolling_median(d, self.params.window)
         resid = d - med
-        scale = rolling_median(np.abs(resid), self.window) * MAD_SCALE
+        scale = rolling_median(np.abs(resid), self.params.window) * MAD_SCALE
         scale = np.maximum(
             scale, 1e-5 * np.abs(y[:-1]) + 1e-12
         )  # a perfectly smooth norm has zero MAD
         z = np.abs(resid) / scale
         # Both the departure from the trend and the move itself must be large: a pause in a
         # fast climb departs from the trend without the norm jumping anywhere.
-        big_move = np.abs(d) > self.min_rel_jump * np.abs(y[:-1])
-        flag = (z > self.jump_k) & (np.abs(resid) > self.min_rel_jump * np.abs(y[:-1])) & big_move
+        big_move = np.abs(d) > self.params.min_rel_jump * np.abs(y[:-1])
+        flag = (z > self.params.jump_k) & (np.abs(resid) > self.params.min_rel_jump * np.abs(y[:-1])) & big_move
         idx = np.flatnonzero(flag)
         if len(idx) == 0:
             return []
@@ -140,7 +127,7 @@ class ParamNormDetector:
             peak = float(y[big + 1])
             change = 100.0 * (after - before) / before if before else None
             persistent = bool(
-                before and abs(after - before) > 0.5 * self.min_rel_jump * abs(before)
+                before and abs(after - before) > 0.5 * self.params.min_rel_jump * abs(before)
             )
             what = "jumped" if peak >= before else "dropped"
             summary = (
@@ -179,8 +166,8 @@ class ParamNormDetector:
         """Crossing ratio_limit x baseline: info when the pace was steady, warning when it surged."""
         if not np.isfinite(base):
             return []
-        smooth = rolling_median(y, self.window)
-        over = smooth >= self.ratio_limit * base
+        smooth = rolling_median(y, self.params.window)
+        over = smooth >= self.params.ratio_limit * base
         if not over.any() or not over[-1]:
             return []
         cross = int(np.argmax(over))
@@ -195,7 +182,7 @@ class ParamNormDetector:
             if whole is not None and recent is not None and whole.slope > 0
             else None
         )
-        surged = pace is not None and pace >= self.surge_ratio
+        surged = pace is not None and pace >= self.params.surge_ratio
         start = int(x[cross])
         if surged:
             xb, yb = bin_median(x[: cross + 1].astype(float), smooth[: cross + 1], max_bins=200)
@@ -219,12 +206,12 @@ class ParamNormDetector:
         if surged:
             summary = (
                 f"Param norm surged from step {start}: it grew {pace:.1f}x faster than before and passed "
-                f"{self.ratio_limit}x its baseline ({base:.4g}) at step {int(x[cross])}, now {current / base:.2f}x."
+                f"{self.params.ratio_limit}x its baseline ({base:.4g}) at step {int(x[cross])}, now {current / base:.2f}x."
             )
         else:
             summary = (
                 f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), passing "
-                f"{self.ratio_limit}x at step {int(x[cross])}; slow growth like this is usual under AdamW."
+                f"{self.params.ratio_limit}x at step {int(x[cross])}; slow growth like this is usual under AdamW."
             )
         return [
             Finding(

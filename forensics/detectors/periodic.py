@@ -41,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from forensics.detectors.spike_context import period_origin, revealed_periods, series_interval
+from forensics.evidence.spike_context import period_origin, revealed_periods, series_interval
+from forensics.evidence import Evidence
+from forensics.params import PeriodicParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS
@@ -95,40 +97,23 @@ class PeriodicSpikeDetector:
 
     name = "periodic"
 
-    def __init__(
-        self,
-        *,
-        min_count: int = 4,
-        max_spread: float = 0.2,
-        shrink_ratio: float = 0.8,
-        match_tol: float = 0.1,
-        max_p: float = 1e-3,
-        max_p_regular: float = 0.002,
-        phase_tol: float = 0.03,
-        spike_params: dict[str, Any] | None = None,
-    ) -> None:
-        self.min_count = min_count
-        self.max_spread = max_spread
-        self.shrink_ratio = shrink_ratio
-        self.match_tol = match_tol
-        self.max_p = max_p
-        self.max_p_regular = max_p_regular
-        self.phase_tol = phase_tol
-        self.spike_params = spike_params  # the `spikes` detector's settings, passed on by build()
+    def __init__(self, params: PeriodicParams | None = None) -> None:
+        self.params = params or PeriodicParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         from forensics.detectors.spikes import SpikeDetector
 
         metrics = [m for m in (LOSS, GRAD_NORM) if run.has(m)]
         if not metrics:
             run.note("periodic: not run, the log has neither a loss nor a grad-norm series")
             return []
-        det = SpikeDetector(**(self.spike_params or {}))
+        det = SpikeDetector(ev.params.spikes)
         periods = revealed_periods(run)
         out = []
         for metric in metrics:
             onsets = np.array(sorted({s.start_step for s in det.spikes(run, metric)}), dtype=float)
-            if len(onsets) < self.min_count:
+            if len(onsets) < self.params.min_count:
                 continue
             f = self._regular(run, metric, onsets, periods) or self._phase_locked(
                 run, metric, onsets, periods
@@ -152,10 +137,10 @@ class PeriodicSpikeDetector:
         fit = icpt + slope * k
         linear = len(iv) >= 4
         spread = float(_spread(iv, linear)[0])
-        if spread > self.max_spread or (fit <= 0).any():
+        if spread > self.params.max_spread or (fit <= 0).any():
             return None
         # Random spikes are sometimes evenly spaced by luck: demand that luck be rare.
-        if _regularity_p(onsets, spread, linear) > self.max_p_regular:
+        if _regularity_p(onsets, spread, linear) > self.params.max_p_regular:
             return None
         match = self._match(period, periods)
         phase = None
@@ -183,20 +168,20 @@ class PeriodicSpikeDetector:
         interval = series_interval(run, metric)
         best: tuple[float, str, float, np.ndarray] | None = None
         for name, p in periods.items():
-            if p <= 0 or (onsets[-1] - onsets[0]) < (self.min_count - 1) * p * (1 - self.match_tol):
+            if p <= 0 or (onsets[-1] - onsets[0]) < (self.params.min_count - 1) * p * (1 - self.params.match_tol):
                 continue
-            w = max(3 * interval, self.phase_tol * p)
+            w = max(3 * interval, self.params.phase_tol * p)
             off = _offsets(onsets, period_origin(run, name), p)
             members = onsets[np.abs(off) <= w]
             cycles = len(np.unique(np.round((members - period_origin(run, name)) / p)))
             if (
-                len(members) < self.min_count
-                or cycles < self.min_count
+                len(members) < self.params.min_count
+                or cycles < self.params.min_count
                 or len(members) < 0.5 * len(onsets)
             ):
                 continue
             pval = _binom_tail(len(members), len(onsets), min(1.0, 2 * w / p)) * len(periods)
-            if pval <= self.max_p and (best is None or pval < best[0]):
+            if pval <= self.params.max_p and (best is None or pval < best[0]):
                 best = (pval, name, p, members)
         if best is None:
             return None
@@ -230,7 +215,7 @@ class PeriodicSpikeDetector:
             if m < 1:
                 continue
             err = abs(period / (m * p) - 1.0)
-            if err <= self.match_tol and (best is None or err < best[0]):
+            if err <= self.params.match_tol and (best is None or err < best[0]):
                 best = (err, name, p, int(m))
         return (best[1], best[2], best[3]) if best else None
 
@@ -249,7 +234,7 @@ class PeriodicSpikeDetector:
         match: tuple[str, float, int] | None,
         phase: float | None,
     ) -> Finding:
-        shrinking = last_iv <= self.shrink_ratio * first_iv
+        shrinking = last_iv <= self.params.shrink_ratio * first_iv
         measures = {
             "period_steps": period,
             "count": len(onsets),

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.detectors.trend_utils import (
+from forensics.evidence.trend_utils import (
     arrays,
     bin_bounds,
     bin_median,
@@ -37,6 +37,8 @@ from forensics.detectors.trend_utils import (
     robust_sigma,
     theil_sen,
 )
+from forensics.evidence import Evidence
+from forensics.params import PlateauParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import LOSS, LR
@@ -49,28 +51,13 @@ class PlateauDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        flat_rel: float = 0.005,
-        noise_k: float = 3.0,
-        min_steps: int = 2000,
-        min_fraction: float = 0.25,
-        decayed_lr_ratio: float = 0.1,
-        bins: int = 200,
-        min_points: int = 20,
-    ) -> None:
-        self.flat_rel = flat_rel
-        self.noise_k = noise_k
-        self.min_steps = min_steps
-        self.min_fraction = min_fraction
-        self.decayed_lr_ratio = decayed_lr_ratio
-        self.bins = bins
-        self.min_points = min_points
+    def __init__(self, params: PlateauParams | None = None) -> None:
+        self.params = params or PlateauParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         x, y = arrays(run, LOSS)
-        if len(x) < self.min_points:
+        if len(x) < self.params.min_points:
             run.note(
                 f"{CHECK}: not run, {'no loss series' if len(x) == 0 else f'only {len(x)} loss points'}"
             )
@@ -78,13 +65,13 @@ class PlateauDetector:
         keep = despike(y)
         x, y = x[keep], y[keep]
         # Bins of at least ~20 points, so the band reflects the level, not single-step noise.
-        nb = min(self.bins, max(10, len(x) // 20))
+        nb = min(self.params.bins, max(10, len(x) // 20))
         xb, yb = bin_median(x, y, max_bins=nb)
         first, last = bin_bounds(x, max_bins=nb)
         run_span = float(x[-1] - x[0])
         if run_span <= 0:
             return []
-        band = np.maximum(self.flat_rel * np.abs(yb), self.noise_k * robust_sigma(yb))
+        band = np.maximum(self.params.flat_rel * np.abs(yb), self.params.noise_k * robust_sigma(yb))
         best = _longest_flat(xb, yb, band)
         if best is None:
             return []
@@ -92,13 +79,13 @@ class PlateauDetector:
         a, b = int(first[i]), int(last[j])  # report the raw steps the flat bins cover
         span = float(b - a)
         # min_steps matters on long runs; on a short log half the log is long enough.
-        if span < min(self.min_steps, 0.5 * run_span) or span < self.min_fraction * run_span:
+        if span < min(self.params.min_steps, 0.5 * run_span) or span < self.params.min_fraction * run_span:
             return []
         sel = (x >= a) & (x <= b)
         ts = theil_sen(x[sel], y[sel])
         lvl = float(np.median(y[sel]))
         change = 100.0 * ts.slope * span / abs(lvl) if ts is not None and lvl else 0.0
-        if abs(change) > 200.0 * self.flat_rel or (ts is not None and ts.falling):
+        if abs(change) > 200.0 * self.params.flat_rel or (ts is not None and ts.falling):
             return []  # still falling measurably (slowly but surely): a healthy late phase
         ctx = self._lr_context(run, a, b)
         ctx["from_start"] = a - int(x[0]) <= 0.1 * run_span
@@ -123,8 +110,8 @@ class PlateauDetector:
         # Expected: the LR over the plateau is small next to its peak and still decaying or at its floor.
         decayed = (
             ratio is not None
-            and ratio <= self.decayed_lr_ratio * 3
-            and end_lr <= self.decayed_lr_ratio * peak
+            and ratio <= self.params.decayed_lr_ratio * 3
+            and end_lr <= self.params.decayed_lr_ratio * peak
         )
         return {
             "lr_start": float(np.interp(a, lx, ly)),

@@ -55,10 +55,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from forensics.detectors import robust
-from forensics.detectors.baseline import grad_norm_baseline, warmup_end
-from forensics.detectors.spike_context import drop_windows, level_barriers, lr_kinks, overlaps
-from forensics.detectors.spike_shape import (
+from forensics.evidence import robust
+from forensics.evidence.baseline import grad_norm_baseline, warmup_end
+from forensics.evidence.spike_context import drop_windows, level_barriers, lr_kinks, overlaps
+from forensics.evidence.spike_shape import (
     BENEFICIAL,
     PATHOLOGICAL,
     PHYSIOLOGICAL,
@@ -66,6 +66,8 @@ from forensics.detectors.spike_shape import (
     ShapeParams,
     measure,
 )
+from forensics.evidence import Evidence
+from forensics.params import SpikesParams
 from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
@@ -186,75 +188,38 @@ class SpikeDetector:
 
     name = "spikes"
 
-    def __init__(
-        self,
-        *,
-        window: int = 20,
-        min_side: int = 3,
-        z_threshold: float = 6.0,
-        loss_min_ratio: float = 1.15,
-        grad_norm_min_ratio: float = 2.0,
-        loss_gross_ratio: float = 2.0,
-        grad_norm_gross_ratio: float = 4.0,
-        z_gross: float = 3.0,
-        sigma_floor: float = 0.005,
-        band_k: float = 3.0,
-        recover_steps: int = 500,
-        plateau_window: int = 500,
-        plateau_tol: float = 0.05,
-        trend_window: int = 500,
-        transient_steps: int = 20,
-        lead_window: int = 100,
-        schedule_lag: int = 50,
-        absorbed_gn_severity: str = "info",
-    ) -> None:
-        self.window = window
-        self.min_side = min_side
-        self.z_threshold = z_threshold
-        self.loss_min_ratio = loss_min_ratio
-        self.grad_norm_min_ratio = grad_norm_min_ratio
-        self.loss_gross_ratio = loss_gross_ratio
-        self.grad_norm_gross_ratio = grad_norm_gross_ratio
-        self.z_gross = z_gross
-        self.sigma_floor = sigma_floor
-        self.band_k = band_k
-        self.recover_steps = recover_steps
-        self.plateau_window = plateau_window
-        self.plateau_tol = plateau_tol
-        self.trend_window = trend_window
-        self.transient_steps = transient_steps
-        self.lead_window = lead_window
-        self.schedule_lag = schedule_lag
-        self.absorbed_gn_severity = absorbed_gn_severity
+    def __init__(self, params: SpikesParams | None = None) -> None:
+        self.params = params or SpikesParams()
 
     def shape_params(self) -> ShapeParams:
         return ShapeParams(
-            trend_window=self.trend_window,
-            band_k=self.band_k,
-            recover_steps=self.recover_steps,
-            plateau_window=self.plateau_window,
-            plateau_tol=self.plateau_tol,
+            trend_window=self.params.trend_window,
+            band_k=self.params.band_k,
+            recover_steps=self.params.recover_steps,
+            plateau_window=self.params.plateau_window,
+            plateau_tol=self.params.plateau_tol,
         )
 
     def spikes(self, run: Run, metric: str) -> list[Spike]:
         """The detector's spikes in one series, with this detector's parameters."""
         is_loss = metric == LOSS
-        ratio = self.loss_min_ratio if is_loss else self.grad_norm_min_ratio
-        gross = self.loss_gross_ratio if is_loss else self.grad_norm_gross_ratio
+        ratio = self.params.loss_min_ratio if is_loss else self.params.grad_norm_min_ratio
+        gross = self.params.loss_gross_ratio if is_loss else self.params.grad_norm_gross_ratio
         return find_spikes(
             run,
             metric,
-            window=self.window,
-            min_side=self.min_side,
-            z_threshold=self.z_threshold,
+            window=self.params.window,
+            min_side=self.params.min_side,
+            z_threshold=self.params.z_threshold,
             min_ratio=ratio,
             gross_ratio=gross,
-            z_gross=self.z_gross,
-            sigma_floor=self.sigma_floor,
+            z_gross=self.params.z_gross,
+            sigma_floor=self.params.sigma_floor,
             shape=self.shape_params(),
         )
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         metrics = run.metrics()
         if LOSS not in metrics and GRAD_NORM not in metrics:
             run.note("spikes: not run, the log has neither a loss nor a grad-norm series")
@@ -287,7 +252,7 @@ class SpikeDetector:
                     for k in kinks
                     if k.step - s.measures["log_interval"]
                     <= s.start_step
-                    <= k.step + self.schedule_lag
+                    <= k.step + self.params.schedule_lag
                 ),
                 None,
             )
@@ -311,7 +276,7 @@ class SpikeDetector:
             near = [
                 g
                 for g in gn
-                if -tol <= s.start_step - g.start_step <= self.lead_window
+                if -tol <= s.start_step - g.start_step <= self.params.lead_window
                 and s.start_step <= g.end_step + max(tol, g.measures["log_interval"])
             ]
             if not near:
@@ -340,7 +305,7 @@ class SpikeDetector:
         how = {
             PHYSIOLOGICAL: f"back on its trend after {steps_text(m['recovery_steps'])}",
             BENEFICIAL: f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend",
-            PATHOLOGICAL: _pathology(m, self.recover_steps),
+            PATHOLOGICAL: _pathology(m, self.params.recover_steps),
             UNRESOLVED: "still above its trend when the log ends",
         }[cls]
         extra = _cause_text(m)
@@ -358,13 +323,13 @@ class SpikeDetector:
         transient = (
             bool(m["recovered"])
             and rec is not None
-            and rec <= max(self.transient_steps, 2 * m["log_interval"])
+            and rec <= max(self.params.transient_steps, 2 * m["log_interval"])
         )
         m["transient"] = transient
         m["run_baseline"] = run_base
         m["ratio_to_run_baseline"] = m["peak_value"] / run_base if run_base else None
         if transient:
-            sev = Severity.WARNING if m["loss_response"] else Severity(self.absorbed_gn_severity)
+            sev = Severity.WARNING if m["loss_response"] else Severity(self.params.absorbed_gn_severity)
             what = (
                 "the loss moved with it: check that batch"
                 if m["loss_response"]

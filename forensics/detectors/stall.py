@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from forensics.evidence import Evidence
+from forensics.params import StallParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS
@@ -37,18 +39,8 @@ class StallDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        factor: float = 20.0,
-        min_seconds: float = 300.0,
-        pause_factor: float = 3.0,
-        min_points: int = 10,
-    ) -> None:
-        self.factor = factor
-        self.min_seconds = min_seconds
-        self.pause_factor = pause_factor
-        self.min_points = min_points
+    def __init__(self, params: StallParams | None = None) -> None:
+        self.params = params or StallParams()
 
     def _clock(self, run: Run) -> pl.DataFrame | None:
         """step, wall_time, segment of the densest series with wall times (train loss first)."""
@@ -60,7 +52,7 @@ class StallDetector:
         if v.is_empty():
             return None
         tag = run.metrics().get(LOSS)
-        if tag is None or v.filter(pl.col("tag") == tag).height < self.min_points:
+        if tag is None or v.filter(pl.col("tag") == tag).height < self.params.min_points:
             counts = v.group_by("tag").len().sort(["len", "tag"], descending=[True, False])
             tag = counts.get_column("tag")[0]
         return (
@@ -70,11 +62,12 @@ class StallDetector:
             .sort("step")
         )
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         c = self._clock(run)
-        if c is None or c.height < self.min_points:
+        if c is None or c.height < self.params.min_points:
             run.note(
-                f"{CHECK}: not run, the log has no wall-clock times (or fewer than {self.min_points})"
+                f"{CHECK}: not run, the log has no wall-clock times (or fewer than {self.params.min_points})"
             )
             return []
         steps = c.get_column("step").to_numpy().astype(np.int64)
@@ -83,7 +76,7 @@ class StallDetector:
         dt, ds = np.diff(wall), np.diff(steps).astype(float)
         same_seg = seg[1:] == seg[:-1]
         ok = same_seg & (ds > 0) & (dt >= 0)
-        if ok.sum() < self.min_points - 1:
+        if ok.sum() < self.params.min_points - 1:
             run.note(f"{CHECK}: not run, too few ordered wall-clock points")
             return []
         per_step = float(np.median(dt[ok] / ds[ok]))
@@ -91,17 +84,17 @@ class StallDetector:
             run.note(f"{CHECK}: not run, wall times do not advance")
             return []
         expected = ds * per_step
-        cand = ok & (dt > self.factor * expected) & (dt >= self.min_seconds)
+        cand = ok & (dt > self.params.factor * expected) & (dt >= self.params.min_seconds)
         if not cand.any():
             return []
         # Pauses at val/eval steps are expected; their typical length raises the bar.
         eval_steps = self._eval_steps(run)
         ev = np.fromiter(eval_steps, dtype=np.int64) if eval_steps else np.array([], dtype=np.int64)
         at_eval = np.isin(steps[:-1], ev) | np.isin(steps[1:], ev)
-        pauses = dt[ok & at_eval & (dt > self.factor * expected)]
+        pauses = dt[ok & at_eval & (dt > self.params.factor * expected)]
         usual_pause = float(np.median(pauses)) if len(pauses) else None
         if usual_pause is not None:
-            cand &= dt > self.pause_factor * usual_pause
+            cand &= dt > self.params.pause_factor * usual_pause
         out = []
         for k in np.flatnonzero(cand):
             out.append(

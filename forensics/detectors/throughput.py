@@ -25,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.detectors.trend_utils import arrays, rolling_median
+from forensics.evidence.trend_utils import arrays, rolling_median
+from forensics.evidence import Evidence
+from forensics.params import ThroughputParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import STEP_TIME, THROUGHPUT
@@ -38,22 +40,11 @@ class ThroughputDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        drop: float = 0.30,
-        baseline_points: int = 100,
-        smooth_points: int = 5,
-        min_points: int = 3,
-        min_history: int = 10,
-    ) -> None:
-        self.drop = drop
-        self.baseline_points = baseline_points
-        self.smooth_points = smooth_points
-        self.min_points = min_points
-        self.min_history = min_history
+    def __init__(self, params: ThroughputParams | None = None) -> None:
+        self.params = params or ThroughputParams()
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         metric = THROUGHPUT
         x, y = arrays(run, THROUGHPUT)
         if len(x) == 0:
@@ -66,18 +57,18 @@ class ThroughputDetector:
                 f"{CHECK}: not run, the run logged neither throughput (tokens/s) nor step time"
             )
             return []
-        if len(x) < self.min_history + self.min_points:
+        if len(x) < self.params.min_history + self.params.min_points:
             run.note(f"{CHECK}: not run, only {len(x)} throughput points")
             return []
-        smooth = rolling_median(y, self.smooth_points)
+        smooth = rolling_median(y, self.params.smooth_points)
         base = (
             pl.Series(y)
-            .rolling_median(self.baseline_points, min_samples=self.min_history)
+            .rolling_median(self.params.baseline_points, min_samples=self.params.min_history)
             .shift(1)
             .to_numpy()
             .astype(float)
         )
-        limit = 1.0 - self.drop
+        limit = 1.0 - self.params.drop
         below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
         out: list[Finding] = []
         i, n = 0, len(y)
@@ -89,7 +80,7 @@ class ThroughputDetector:
             frozen = base[i]  # the baseline before the drop, not one the drop drags down
             ends = np.flatnonzero(smooth[i:] >= limit * frozen)
             j = i + int(ends[0]) if len(ends) else n
-            if j - i >= self.min_points:
+            if j - i >= self.params.min_points:
                 out.append(self._finding(metric, x, y, i, j, frozen))
             i = max(j, i + 1)
         return out

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forensics.detectors.trend_utils import (
+from forensics.evidence.trend_utils import (
     align,
     arrays,
     bin_median,
@@ -80,6 +80,8 @@ from forensics.detectors.trend_utils import (
     rolling_median,
     theil_sen,
 )
+from forensics.evidence import Evidence
+from forensics.params import TrainValParams
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.run import Run
 from forensics.schema import EPOCH, LOSS, VAL_LOSS
@@ -105,34 +107,9 @@ class TrainValDetector:
 
     name = CHECK
 
-    def __init__(
-        self,
-        *,
-        accel_ratio: float = 1.5,
-        min_window: int = 1000,
-        window_intervals: int = 2,
-        noise_k: float = 2.0,
-        confirm: int = 2,
-        overfit_noise_k: float = 3.0,
-        critical_epoch: int = 5,
-        shift_window: int = 3000,
-        shift_noise_k: float = 4.0,
-        min_rel_shift: float = 0.02,
-        min_val_points: int = 5,
-    ) -> None:
-        self.accel_ratio = accel_ratio
-        self.min_window = min_window
-        self.window_intervals = window_intervals
-        self.noise_k = noise_k
-        self.confirm = confirm
-        self.overfit_noise_k = overfit_noise_k
-        self.critical_epoch = critical_epoch
-        self.shift_window = shift_window
-        self.shift_noise_k = shift_noise_k
-        self.min_rel_shift = min_rel_shift
-        self.min_val_points = min_val_points
+    def __init__(self, params: TrainValParams | None = None) -> None:
+        self.params = params or TrainValParams()
 
-    # -- data ------------------------------------------------------------------------
     def gap(self, run: Run) -> Gap | None:
         """The aligned gap series (also useful for plotting), or None with a note."""
         tx, ty = arrays(run, LOSS)
@@ -143,9 +120,9 @@ class TrainValDetector:
                 f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), no {' or '.join(missing)} series"
             )
             return None
-        if len(vx) < self.min_val_points or len(tx) < 5:
+        if len(vx) < self.params.min_val_points or len(tx) < 5:
             run.note(
-                f"{CHECK}: not run, only {len(vx)} val and {len(tx)} train points (need {self.min_val_points} and 5)"
+                f"{CHECK}: not run, only {len(vx)} val and {len(tx)} train points (need {self.params.min_val_points} and 5)"
             )
             return None
         keep = despike(ty)
@@ -156,12 +133,13 @@ class TrainValDetector:
         # The article's 1000 steps assume a long run; a short log (under six windows) gets a
         # sixth of its length instead, never less than two val intervals.
         span = float(vx[-1] - vx[0])
-        window = max(min(float(self.min_window), span / 6.0), self.window_intervals * interval)
+        window = max(min(float(self.params.min_window), span / 6.0), self.params.window_intervals * interval)
         # The gap carries the val noise plus what is left of the train noise after smoothing.
         noise = max(robust_sigma(vy), robust_sigma(vy - train), 1e-9)
         return Gap(vx, vy, train, vy - train, tx, ty, interval, window, noise)
 
-    def detect(self, run: Run) -> list[Finding]:
+    def detect(self, ev: Evidence) -> list[Finding]:
+        run = ev.run
         g = self.gap(run)
         if g is None:
             return []
@@ -191,18 +169,18 @@ class TrainValDetector:
         # A growth is the difference of two gap readings: its noise is sqrt(2) x the gap noise.
         # The noise is taken locally too: a loss's noise shrinks with its level, so the run-wide
         # estimate (dominated by the quiet late stretch) would be too strict early on.
-        thr = self.noise_k * np.sqrt(2.0) * np.maximum(g.noise, _local_noise(g.vy, g.gap))
+        thr = self.params.noise_k * np.sqrt(2.0) * np.maximum(g.noise, _local_noise(g.vy, g.gap))
         with np.errstate(invalid="ignore"):
-            hit = (last > self.accel_ratio * np.maximum(prev, 0.0)) & (last > thr)
+            hit = (last > self.params.accel_ratio * np.maximum(prev, 0.0)) & (last > thr)
         widening = np.nan_to_num(last, nan=-np.inf) > thr
         out: list[Finding] = []
         i, n = 0, len(hit)
         first_i = first_det = 0
         while i < n:
-            if not (hit[i] and hit[i : i + self.confirm].all() and i + self.confirm <= n):
+            if not (hit[i] and hit[i : i + self.params.confirm].all() and i + self.params.confirm <= n):
                 i += 1
                 continue
-            det = i + self.confirm - 1
+            det = i + self.params.confirm - 1
             end = det
             while end + 1 < n and widening[end + 1]:
                 end += 1
@@ -291,7 +269,7 @@ class TrainValDetector:
         val_now = float(np.median(g.vy[-n_now:]))
         val_min = float(smooth[m])
         rise = val_now - val_min
-        if rise <= self.overfit_noise_k * g.noise:
+        if rise <= self.params.overfit_noise_k * g.noise:
             return []
         vs = theil_sen(g.vx[m:], g.vy[m:])
         if vs is None or vs.slope <= 0:
@@ -309,11 +287,11 @@ class TrainValDetector:
             any(f.end_step is not None and f.end_step >= end - g.window for f in accel)
             or (
                 np.isfinite(last[-1])
-                and last[-1] > self.accel_ratio * max(prev[-1], 0.0)
-                and last[-1] > self.noise_k * g.noise
+                and last[-1] > self.params.accel_ratio * max(prev[-1], 0.0)
+                and last[-1] > self.params.noise_k * g.noise
             )
         )
-        critical = epoch_now is not None and epoch_now >= self.critical_epoch and accelerating
+        critical = epoch_now is not None and epoch_now >= self.params.critical_epoch and accelerating
         ep_txt = f" (epoch {epoch})" if epoch is not None else ""
         return [
             Finding(
@@ -357,7 +335,7 @@ class TrainValDetector:
         if n < 2 * side:
             return []
         # Levels are medians over up to two shift windows on each side (less on short logs).
-        look = min(2.0 * self.shift_window, max(0.25 * float(np.ptp(vx)), 3 * g.interval))
+        look = min(2.0 * self.params.shift_window, max(0.25 * float(np.ptp(vx)), 3 * g.interval))
         pre = np.array([np.median(vy[(vx >= vx[i] - look) & (vx <= vx[i])]) for i in range(n)])
         post = np.array([np.median(vy[(vx >= vx[j]) & (vx <= vx[j] + look)]) for j in range(n)])
         npre = np.array([((vx >= vx[i] - look) & (vx <= vx[i])).sum() for i in range(n)])
@@ -365,7 +343,7 @@ class TrainValDetector:
         ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         ok = (
             (jj > ii)
-            & (vx[jj] - vx[ii] <= self.shift_window)
+            & (vx[jj] - vx[ii] <= self.params.shift_window)
             & (npre[ii] >= side)
             & (npost[jj] >= side)
         )
@@ -382,8 +360,8 @@ class TrainValDetector:
             J = float(jump[i, j])
             if (
                 not ok[i, j]
-                or abs(J) <= self.shift_noise_k * g.noise
-                or abs(J) <= self.min_rel_shift * abs(pre[i])
+                or abs(J) <= self.params.shift_noise_k * g.noise
+                or abs(J) <= self.params.min_rel_shift * abs(pre[i])
             ):
                 break  # sorted: nothing further can pass
             f = self._shift_finding(g, int(i), int(j), J, float(pre[i]), float(post[j]), look)

@@ -308,7 +308,7 @@ def loss_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
 
 
 def grad_norm_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
-    from forensics.detectors.baseline import grad_norm_baseline
+    from forensics.evidence.baseline import grad_norm_baseline
 
     x, y = _arrays(run, GRAD_NORM)
     if len(x) == 0:

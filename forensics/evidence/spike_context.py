@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forensics.detectors.robust import median_interval
+from forensics.evidence.robust import median_interval
 from forensics.run import Run
 from forensics.schema import EPOCH, EVAL_PREFIX, LOSS_SCALE, LR, OVERFLOW, VAL_LOSS
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forensics.detectors.robust import MAD_TO_SIGMA, inverse, theil_sen
+from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen
 
 PHYSIOLOGICAL = "physiological"
 PATHOLOGICAL = "pathological"

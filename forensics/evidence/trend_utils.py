@@ -167,7 +167,7 @@ def warmup_start(run: Run, steps: np.ndarray) -> int | None:
     the run (or a schedule that peaks at the end) would otherwise put the "baseline" at the
     very end of the log. Past the first quarter of the log the first window is used instead.
     """
-    from forensics.detectors.baseline import warmup_end
+    from forensics.evidence.baseline import warmup_end
 
     w = warmup_end(run)
     if w is None or len(steps) == 0:

@@ -1,0 +1,232 @@
+"""The evidence layer: every signal a run's judgement rests on, computed once per run.
+
+``read -> evidence -> detect -> diagnose -> render``. Detectors, checklists, charts, compare
+and watch all read one :class:`Evidence`, built with the configured parameters, so a baseline
+drawn in a chart is the baseline a finding states. Nothing outside this package recomputes a
+baseline, a spike, a gap or a warm-up end.
+
+Everything is lazy (``functools.cached_property`` or a per-key cache): a run that logs no grad
+norm never pays for its baseline, and a value asked for twice is computed once.
+
+The helper modules (robust scores, Theil-Sen slopes, spike shapes, LR kinks, loss-scale
+cascades) live beside this file; they work on plain arrays or on the run, and only this class
+decides the parameters they are called with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from forensics.params import Params
+
+if TYPE_CHECKING:
+    from forensics.evidence.baseline import Baseline
+    from forensics.evidence.checkpoints import Checkpoints
+    from forensics.evidence.gap import Gap
+    from forensics.evidence.schedule import Schedule
+    from forensics.evidence.spike_context import Kink, ScaleCascade
+    from forensics.evidence.spikes import Spike
+    from forensics.run import Run
+
+
+@dataclass(frozen=True)
+class Series:
+    """One vital sign as aligned arrays: finite values only, sorted by step."""
+
+    steps: np.ndarray  # int64
+    values: np.ndarray  # float64
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def empty(self) -> bool:
+        return len(self.steps) == 0
+
+
+@dataclass(frozen=True)
+class Band:
+    """A baseline with its alarm lines: what a chart draws and a finding is judged against."""
+
+    baseline: Baseline
+    warn_ratio: float
+    critical_ratio: float | None = None
+
+    @property
+    def warn_at(self) -> float:
+        return self.baseline.value * self.warn_ratio
+
+    @property
+    def critical_at(self) -> float | None:
+        return None if self.critical_ratio is None else self.baseline.value * self.critical_ratio
+
+    def judged(self) -> dict[str, float | None]:
+        """The numbers a finding records as what it was judged against."""
+        return {
+            "baseline": self.baseline.value,
+            "warn_at": self.warn_at,
+            "critical_at": self.critical_at,
+        }
+
+
+class Evidence:
+    """What one run shows, computed lazily with the configured parameters.
+
+    Attributes:
+        run: the run read by the importers.
+        params: every detector's parameters (:mod:`forensics.params`).
+    """
+
+    def __init__(self, run: Run, params: Params | None = None) -> None:
+        self.run = run
+        self.params = params or Params()
+        self._series: dict[tuple[str, int | None], Series] = {}
+        self._spikes: dict[str, list[Spike]] = {}
+
+    # -- aligned arrays ----------------------------------------------------------------------
+    def series(self, metric: str, layer: int | None = None) -> Series:
+        """Steps and finite values of one canonical series (cached)."""
+        key = (metric, layer)
+        if key not in self._series:
+            s = self.run.series(metric, layer)
+            if s.is_empty():
+                out = Series(np.array([], dtype=np.int64), np.array([], dtype=float))
+            else:
+                x = s.get_column("step").to_numpy().astype(np.int64)
+                y = s.get_column("value").to_numpy().astype(float)
+                ok = np.isfinite(y)
+                out = Series(x[ok], y[ok])
+            self._series[key] = out
+        return self._series[key]
+
+    def has(self, metric: str) -> bool:
+        return self.run.has(metric)
+
+    # -- LR schedule -------------------------------------------------------------------------
+    @cached_property
+    def warmup_end(self) -> int | None:
+        """The step where the LR warm-up ends (its first peak), when the log shows one early."""
+        from forensics.evidence.baseline import warmup_end
+
+        return warmup_end(self.run)
+
+    @cached_property
+    def schedule(self) -> Schedule:
+        """The LR schedule's segments: warm-up, constant, decay, cooldown, unexplained changes."""
+        from forensics.evidence.schedule import lr_schedule
+
+        return lr_schedule(self.series_of_lr(), warmup_end=self.warmup_end)
+
+    def series_of_lr(self) -> Series:
+        from forensics.schema import LR
+
+        return self.series(LR)
+
+    @cached_property
+    def lr_kinks(self) -> list[Kink]:
+        """Non-smooth points of the LR schedule (warm-up end, restarts, drops)."""
+        from forensics.evidence.spike_context import lr_kinks
+
+        return lr_kinks(self.run)
+
+    @cached_property
+    def level_barriers(self) -> list[int]:
+        """Steps where the loss level may jump for its own reasons (epochs, LR restarts/drops)."""
+        from forensics.evidence.spike_context import epoch_boundaries
+
+        kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
+        return sorted(set(epoch_boundaries(self.run)) | set(kinks))
+
+    # -- baselines and bands -----------------------------------------------------------------
+    @cached_property
+    def grad_norm_band(self) -> Band | None:
+        """The grad-norm baseline (configured window) with its 2x / 3x lines (configured)."""
+        from forensics.evidence.baseline import grad_norm_baseline
+
+        p = self.params.grad_norm_drift
+        base = grad_norm_baseline(self.run, window=p.baseline_window)
+        if base is None:
+            return None
+        return Band(base, p.warn_ratio, p.crit_ratio)
+
+    @cached_property
+    def param_norm_band(self) -> Band | None:
+        """The param-norm baseline with its 1.5x line (configured)."""
+        from forensics.evidence.baseline import param_norm_baseline
+
+        p = self.params.param_norm
+        base = param_norm_baseline(self, window=p.baseline_window)
+        if base is None:
+            return None
+        return Band(base, p.ratio_limit)
+
+    @property
+    def activation_limit(self) -> float:
+        """The absolute activation past which a layer is the suspect (configured; 1e4)."""
+        return float(self.params.activations.absmax_limit)
+
+    # -- spikes ------------------------------------------------------------------------------
+    def spikes(self, metric: str) -> list[Spike]:
+        """The spikes of one series with their shapes, found with the configured spike
+        parameters (computed once; the spike, periodicity and loss-scale detectors share them).
+        The list is shared: callers must not mutate the spikes' measures."""
+        if metric not in self._spikes:
+            from forensics.evidence.spikes import find_spikes
+
+            self._spikes[metric] = find_spikes(self, metric) if self.has(metric) else []
+        return self._spikes[metric]
+
+    @cached_property
+    def scale_cascades(self) -> list[ScaleCascade]:
+        from forensics.evidence.spike_context import scale_cascades
+
+        return scale_cascades(self.run, cascade_gap=self.params["loss_scale"].cascade_gap)
+
+    @cached_property
+    def drop_windows(self) -> np.ndarray:
+        """Where the loss scale fell, as ``(lo, hi]`` step windows."""
+        from forensics.evidence.spike_context import drop_windows
+
+        return drop_windows(self.run)
+
+    @cached_property
+    def revealed_periods(self) -> dict[str, float]:
+        """Periods the log shows (epoch, eval, checkpoint, LR restart intervals)."""
+        from forensics.evidence.spike_context import revealed_periods
+
+        return revealed_periods(self.run)
+
+    # -- train / val -------------------------------------------------------------------------
+    @cached_property
+    def gap(self) -> Gap | None:
+        """The train/val gap at each eval (train smoothed around it), with its noise."""
+        from forensics.evidence.gap import train_val_gap
+
+        return train_val_gap(self)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    @cached_property
+    def checkpoints(self) -> Checkpoints:
+        """Checkpoints the run shows (folders beside the log) or states (its save interval)."""
+        from forensics.evidence.checkpoints import known_checkpoints
+
+        return known_checkpoints(self.run)
+
+    # -- for the report ----------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """The evidence's headline numbers, for the JSON document and the report."""
+        gb = self.grad_norm_band
+        pb = self.param_norm_band
+        return {
+            "warmup_end": self.warmup_end,
+            "grad_norm_band": gb.judged() if gb else None,
+            "param_norm_band": pb.judged() if pb else None,
+            "activation_limit": self.activation_limit,
+        }
+
+
+__all__ = ["Band", "Evidence", "Series"]
