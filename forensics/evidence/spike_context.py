@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from forensics.evidence.checkpoints import CHECKPOINT_INTERVAL_KEYS
 from forensics.evidence.robust import median_interval
 from forensics.run import Run
 from forensics.schema import EPOCH, EVAL_PREFIX, LOSS_SCALE, LR, OVERFLOW, VAL_LOSS
@@ -217,18 +218,7 @@ def series_interval(run: Run, metric: str) -> float:
 
 
 # -- periods the log reveals ------------------------------------------------------------------
-_CKPT_KEYS = (
-    "save_steps",
-    "save_interval",
-    "checkpoint_interval",
-    "ckpt_interval",
-    "checkpointing_steps",
-    "save_every",
-    "checkpoint_every",
-    "save_every_n_steps",
-    "every_n_train_steps",
-    "save_freq",
-)
+_CKPT_KEYS = CHECKPOINT_INTERVAL_KEYS  # one list, in evidence/checkpoints.py
 
 
 def revealed_periods(run: Run) -> dict[str, float]:
