@@ -7,16 +7,17 @@ import polars as pl
 import pytest
 from synthetic import long_frame, run_from_frame, trend_infra, trend_plateau
 
-from forensics.evidence import Evidence
 from forensics.detectors.memory import MemoryGrowthDetector
 from forensics.detectors.plateau import PlateauDetector
 from forensics.detectors.stall import StallDetector
 from forensics.detectors.throughput import ThroughputDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 
 
 def test_plateau_stuck_at_active_lr() -> None:
-    """A loss flat from the start at a constant LR is an info note saying the run stopped learning."""
+    """A loss flat from the start at a constant LR is an info note saying the run stopped
+    learning."""
     frame, _ = trend_plateau(case="stuck")
     (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.PLATEAU and f.severity is Severity.INFO
@@ -44,13 +45,16 @@ def test_plateau_quiet_while_learning(n: int, every: int) -> None:
 def test_plateau_without_lr_says_unknown() -> None:
     """Without an LR series the plateau is reported with an unknown LR context."""
     frame, _ = trend_plateau(case="stuck")
-    (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame.filter(pl.col("metric") != "lr"))))
+    (f,) = PlateauDetector().detect(
+        Evidence(run_from_frame(frame.filter(pl.col("metric") != "lr")))
+    )
     assert f.measures["lr_context"] == "unknown" and f.measures["lr_peak"] is None
 
 
 @pytest.mark.parametrize("use_step_time", [False, True])
 def test_throughput_drop_window_and_size(use_step_time: bool) -> None:
-    """A 45% throughput drop over steps 3000-3600 is found with its window and size (tokens/s or step time)."""
+    """A 45% throughput drop over steps 3000-3600 is found with its window and size (tokens/s or
+    step time)."""
     frame, truth = trend_infra(use_step_time=use_step_time)
     (f,) = ThroughputDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.THROUGHPUT_DROP and f.severity is Severity.WARNING
@@ -80,7 +84,9 @@ def test_throughput_single_slow_step_is_quiet() -> None:
     tps = np.full(len(steps), 40000.0)
     tps[100] = 5000.0
     assert (
-        ThroughputDetector().detect(Evidence(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)}))))
+        ThroughputDetector().detect(
+            Evidence(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)})))
+        )
         == []
     )
 
@@ -103,7 +109,7 @@ def test_stall_ignores_regular_eval_pauses() -> None:
     frame = long_frame(
         {"loss": (steps, np.ones(len(steps))), "val_loss": (steps[steps % 500 == 0], np.ones(10))}
     )
-    wall_of = dict(zip(steps.tolist(), (wall + 1.7e9).tolist()))
+    wall_of = dict(zip(steps.tolist(), (wall + 1.7e9).tolist(), strict=True))
     frame = frame.with_columns(
         pl.col("step").replace_strict(wall_of, return_dtype=pl.Float64).alias("wall_time")
     )
@@ -139,4 +145,9 @@ def test_memory_levelling_off_is_quiet() -> None:
     """Memory that climbs then levels off (a cache filling up) is not a leak."""
     steps = np.arange(0, 6000, 10)
     mem = 20.0 + 6.0 * (1 - np.exp(-steps / 1200.0))
-    assert MemoryGrowthDetector().detect(Evidence(run_from_frame(long_frame({"memory": (steps, mem)})))) == []
+    assert (
+        MemoryGrowthDetector().detect(
+            Evidence(run_from_frame(long_frame({"memory": (steps, mem)})))
+        )
+        == []
+    )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from synthetic import run_from_frame, trend_activations, trend_layer_shift, trend_param_norm
 
-from forensics.evidence import Evidence
 from forensics.detectors.activations import ActivationDetector
 from forensics.detectors.layers import LayerGradShiftDetector
 from forensics.detectors.param_norm import ParamNormDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 
 
@@ -56,7 +56,8 @@ def test_param_norm_rebuilt_from_layers() -> None:
     ],
 )
 def test_layer_shift_names_the_group(kw: dict, layers: str) -> None:
-    """The article's case (first layers 8% -> 20% of the gradient) is flagged, naming the layers and onset."""
+    """The article's case (first layers 8% -> 20% of the gradient) is flagged, naming the layers
+    and onset."""
     frame, truth = trend_layer_shift(**kw)
     (f,) = LayerGradShiftDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.LAYER_GRAD_SHIFT and f.severity is Severity.WARNING

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
-from forensics.evidence import Evidence
 from forensics.detectors import load
 from forensics.errors import MultipleJobsError
+from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers import read_run
 from forensics.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
-from conftest import SHARED
 
 REAL = SHARED / "real_runs"
 SAMPLES = ROOT / "sample_runs"
@@ -105,7 +105,8 @@ def test_lightning_version_7_is_a_plateau() -> None:
 
 
 def test_whisper_overfitting() -> None:
-    """Whisper fine-tuned ~38 epochs on a small set: val loss climbs from its first eval while train falls."""
+    """Whisper fine-tuned ~38 epochs on a small set: val loss climbs from its first eval while
+    train falls."""
     run = read_run(_real("hf-trainer-whisper-large-v2-ja"))
     found = [f for f in trend_findings(run) if f.kind is FindingKind.OVERFITTING]
     (f,) = found
@@ -114,7 +115,8 @@ def test_whisper_overfitting() -> None:
 
 
 def test_megatron_h100_slow_stretch() -> None:
-    """The Megatron GPT-3 15B H100 golden values have iterations 2100-2300 at 6.1 s instead of 1.45 s."""
+    """The Megatron GPT-3 15B H100 golden values have iterations 2100-2300 at 6.1 s instead of
+    1.45 s."""
     run = read_run(
         _real("megatron-lm-golden-values/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json")
     )

@@ -24,12 +24,14 @@ import numpy as np
 from forensics.params import Params
 
 if TYPE_CHECKING:
+    from forensics.detectors.drift import DriftResult
     from forensics.evidence.baseline import Baseline
     from forensics.evidence.checkpoints import Checkpoints
     from forensics.evidence.gap import Gap
     from forensics.evidence.schedule import Schedule
     from forensics.evidence.spike_context import Kink, ScaleCascade
     from forensics.evidence.spikes import Spike
+    from forensics.evidence.trend_utils import LayerMatrix
     from forensics.run import Run
 
 
@@ -86,6 +88,8 @@ class Evidence:
         self.params = params or Params()
         self._series: dict[tuple[str, int | None], Series] = {}
         self._spikes: dict[str, list[Spike]] = {}
+        self._layer_matrix: dict[str, LayerMatrix] = {}
+        self._logged: dict[tuple[str, int | None], Series] = {}
 
     # -- aligned arrays ----------------------------------------------------------------------
     def series(self, metric: str, layer: int | None = None) -> Series:
@@ -103,8 +107,43 @@ class Evidence:
             self._series[key] = out
         return self._series[key]
 
+    def logged(self, metric: str, layer: int | None = None) -> Series:
+        """Every logged point of one series, NaN and Inf included (they are evidence), sorted
+        by step (cached). For where a value was logged, not for statistics."""
+        key = (metric, layer)
+        if key not in self._logged:
+            s = self.run.series(metric, layer)
+            self._logged[key] = Series(
+                s.get_column("step").to_numpy().astype(np.int64),
+                s.get_column("value").to_numpy().astype(float),
+            )
+        return self._logged[key]
+
     def has(self, metric: str) -> bool:
         return self.run.has(metric)
+
+    def layer_matrix(self, metric: str) -> LayerMatrix:
+        """A per-layer series as a steps x layers matrix (NaN where missing), cached."""
+        if metric not in self._layer_matrix:
+            from forensics.evidence.trend_utils import layer_matrix
+
+            self._layer_matrix[metric] = layer_matrix(self.run, metric)
+        return self._layer_matrix[metric]
+
+    @cached_property
+    def param_norm_total(self) -> tuple[Series, str]:
+        """The total param norm (logged, or rebuilt from per-layer norms) and its source."""
+        from forensics.evidence.baseline import total_param_norm
+
+        return total_param_norm(self)
+
+    def using(self, name: str, params: Any) -> Evidence:
+        """This evidence when ``params`` are detector ``name``'s configured parameters, else
+        evidence of the same run built with them (a detector made with other parameters than
+        the evidence's reads numbers computed with its own)."""
+        if self.params[name] == params:
+            return self
+        return Evidence(self.run, Params({**self.params.by_detector, name: params}))
 
     # -- LR schedule -------------------------------------------------------------------------
     @cached_property
@@ -163,6 +202,14 @@ class Evidence:
         if base is None:
             return None
         return Band(base, p.ratio_limit)
+
+    @cached_property
+    def drift(self) -> DriftResult | None:
+        """The grad-norm drift analysis (judged against :attr:`grad_norm_band`), shared by the
+        drift and eval-regression detectors; None when the run cannot support it."""
+        from forensics.detectors.drift import analyze_drift
+
+        return analyze_drift(self)
 
     @property
     def activation_limit(self) -> float:
