@@ -377,7 +377,8 @@ def compare(
 ) -> None:
     """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
     from forensics.compare import compare as do_compare
-    from forensics.compare import print_comparison, render_compare_html
+    from forensics.compare import print_comparison
+    from forensics.report.compare_page import render_compare_html
 
     if len(paths) < 2:
         raise ForensicsError("compare needs at least two runs")

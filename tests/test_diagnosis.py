@@ -93,7 +93,8 @@ def test_ranked_puts_the_worst_first() -> None:
 
 
 def test_timeline_names_the_first_mover_and_the_lag() -> None:
-    """Grad norm climbing at 6500, loss spiking at 8000: the grad norm moved first, 1500 steps earlier."""
+    """Grad norm climbing at 6500, loss spiking at 8000: the grad norm moved first, 1500 steps
+    earlier."""
     fs = [
         _spike(1000, "physiological", "info"),  # a recovered spike is not part of the story
         Finding("grad_norm_drift", "warning", "grad_norm", 6500, "climb", end_step=9000),
@@ -126,7 +127,8 @@ def test_investigation_goes_data_optimizer_layers() -> None:
 
 
 def test_rollback_uses_saved_checkpoints() -> None:
-    """With checkpoint folders beside the log, advise the latest one before the last healthy step."""
+    """With checkpoint folders beside the log, advise the latest one before the last healthy
+    step."""
     run = _run()
     run.metadata["checkpoints"] = [500, 1000, 1500, 2000, 2500]
     (rb,) = rollback_advice(run, [_spike(1700)])
@@ -165,7 +167,8 @@ def test_rollback_interval_sources(
 
 
 def test_last_healthy_step_is_a_logged_step() -> None:
-    """With a point every 10 steps, the last healthy step is the last logged one before the onset."""
+    """With a point every 10 steps, the last healthy step is the last logged one before the
+    onset."""
     (rb,) = rollback_advice(_run(3000, every=10), [_spike(1705)])
     assert rb.last_healthy_step == 1700
 
@@ -248,7 +251,8 @@ def test_checklist_nan_item_fails_with_evidence() -> None:
 
 
 def test_checklist_reads_findings() -> None:
-    """A grad-norm drift in the middle phase fails the 'falls with the loss' item, quoting the finding."""
+    """A grad-norm drift in the middle phase fails the 'falls with the loss' item, quoting the
+    finding."""
     diag = diagnose(
         _run(6000),
         [Finding("grad_norm_drift", "warning", "grad_norm", 1500, "grad norm climbing 3x")],
@@ -264,7 +268,8 @@ def test_short_run_has_no_middle_phase() -> None:
 
 
 def test_coverage_against_the_cadence_table() -> None:
-    """Missing vital signs are named; a validation loss every 5000 steps is sparser than the article's 2000."""
+    """Missing vital signs are named; a validation loss every 5000 steps is sparser than the
+    article's 2000."""
     vs = np.arange(0, 30000, 5000)
     run = _run(30000, every=50, extra={"val/loss": (vs, np.linspace(3, 2, len(vs)))})
     rows = {c.signs: c for c in diagnose(run, []).coverage}
@@ -275,7 +280,8 @@ def test_coverage_against_the_cadence_table() -> None:
 
 
 def test_overfitting_rollback_is_not_after_the_onset() -> None:
-    """A noisy val dip after the onset the finding names must not become the rollback point (found in review)."""
+    """A noisy val dip after the onset the finding names must not become the rollback point (found
+    in review)."""
     import numpy as np
     from synthetic import long_frame, run_from_frame
 
