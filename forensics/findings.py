@@ -185,6 +185,9 @@ class Finding:
         object.__setattr__(
             self, "measures", {str(k): clean_measure(v) for k, v in dict(self.measures).items()}
         )
+        from forensics.measures import check_keys  # a renamed measure key fails loudly
+
+        check_keys(self.kind, self.measures)
         object.__setattr__(
             self,
             "judged_against",

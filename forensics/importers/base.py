@@ -6,7 +6,7 @@ import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 import polars as pl
 
@@ -66,7 +66,7 @@ COMPRESSED = (".gz", ".zst")
 def open_bytes(path: Path) -> IO[bytes]:
     """Open a file for binary reading, decompressing .gz and .zst transparently."""
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     if path.name.endswith(".zst"):
         import zstandard
 
@@ -223,7 +223,8 @@ def convert_x_axis(frame: pl.DataFrame, batch_size: int | None) -> tuple[pl.Data
         shown = ", ".join(tags[:5]) + (f" and {len(tags) - 5} more" if len(tags) > 5 else "")
         if kind[0] == "samples" and batch_size:
             notes.append(
-                f"{shown}: logged against consumed samples; converted to steps with batch size {batch_size}"
+                f"{shown}: logged against consumed samples; converted to steps with batch size "
+                f"{batch_size}"
             )
         else:
             why = (

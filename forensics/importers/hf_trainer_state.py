@@ -104,7 +104,8 @@ class HfTrainerStateImporter:
             try:
                 copies.append((p, _load(p)))
             except UnreadableInputError as exc:
-                # A copy cut short by a job killed while saving: the other copies still hold the run.
+                # A copy cut short by a job killed while saving: the other copies still hold
+                # the run.
                 if len(source.files) == 1:
                     raise
                 broken.append(f"{rel(p, source.root)} ({str(exc).split(': ', 1)[-1]})")
@@ -177,7 +178,8 @@ class HfTrainerStateImporter:
         ]
         if others:
             notes.append(
-                f"{name} (step {state.get('global_step')}) has the longest history; other copies not used: {', '.join(others)}"
+                f"{name} (step {state.get('global_step')}) has the longest history; other "
+                f"copies not used: {', '.join(others)}"
             )
         if no_step:
             notes.append(f"{name}: {no_step} log_history entries without a step were skipped")

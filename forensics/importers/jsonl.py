@@ -239,7 +239,10 @@ class JsonlImporter:
                     metric=None,
                     start_step=int(last[-1]) if len(last) else 0,
                     measures={"file": name, "line": bad[-1]},
-                    summary=f"The last line of {name} is cut off: the writer stopped mid-line, as when a job is killed.",
+                    summary=(
+                        f"The last line of {name} is cut off: the writer stopped mid-line, as "
+                        "when a job is killed."
+                    ),
                 )
             )
         if bad:

@@ -101,12 +101,14 @@ class WandbRunImporter:
             console.extend(log.console)
             if log.bad_chunks:
                 notes.append(
-                    f"{name}: {log.bad_chunks} corrupt chunk(s) skipped (resumed at the next 32 KiB block)"
+                    f"{name}: {log.bad_chunks} corrupt chunk(s) skipped "
+                    "(resumed at the next 32 KiB block)"
                 )
             if log.skipped_values:
                 keys = ", ".join(sorted(log.skipped_values)[:5])
                 notes.append(
-                    f"{name}: non-numeric history values skipped (media, histograms or text): {keys}"
+                    f"{name}: non-numeric history values skipped (media, histograms or "
+                    f"text): {keys}"
                 )
             frame = pl.DataFrame(
                 {
@@ -139,8 +141,8 @@ class WandbRunImporter:
                         start_step=last,
                         measures={"file": name, "bytes_lost": log.bytes_left},
                         summary=(
-                            f"{name} ends inside a record ({log.bytes_left} bytes): the job was killed or was "
-                            "still running; every complete record was read."
+                            f"{name} ends inside a record ({log.bytes_left} bytes): the job was "
+                            "killed or was still running; every complete record was read."
                         ),
                     )
                 )

@@ -1,7 +1,8 @@
 """llm.c: ``main.log`` (``llmc/logger.h``) and the stdout of ``train_gpt2cu``.
 
 main.log::   s:10 trl:7.1235 lr:0.000060 norm:1.23      s:250 tel:6.9876      s:250 eval:0.2950
-stdout::     step   10/74000 | loss 7.123456 (+0.12z)| norm 1.2345 (+0.10z)| lr 6.00e-05 | 123.45 ms | 45.6% bf16 MFU | 456789 tok/s
+stdout::     step   10/74000 | loss 7.123456 (+0.12z)| norm 1.2345 (+0.10z)| lr 6.00e-05 |
+                 123.45 ms | 45.6% bf16 MFU | 456789 tok/s
              val loss 6.202221                HellaSwag: 2493/10042 = 0.248257
 older stdout: step 10/74000: train loss 7.123456 norm 1.2345 lr 6.00e-05 (123.45 ms, 45678 tok/s)
 
@@ -22,7 +23,10 @@ NAME = "llmc"
 SNIFF = re.compile(
     r"(?m)^s:\d+ (?:trl|tel|eval):|^step\s+\d+/\d+ \| loss |^step\s+\d+/\d+: train loss "
 )
-_MAIN = r"^s:(?P<step>\d+) (?P<kind>trl|tel|eval):(?P<v>\S+)(?: lr:(?P<lr>\S+))?(?: norm:(?P<norm>\S+))?"
+_MAIN = (
+    r"^s:(?P<step>\d+) (?P<kind>trl|tel|eval):(?P<v>\S+)(?: lr:(?P<lr>\S+))?"
+    r"(?: norm:(?P<norm>\S+))?"
+)
 _NEW = (
     r"step\s+(?P<step>\d+)/\d+ \| loss\s+(?P<loss>\S+)\s*(?:\([^)]*\))?\s*\|"
     r"(?:\s*norm\s+(?P<norm>\S+)\s*(?:\([^)]*\))?\s*\|)?"
@@ -36,7 +40,8 @@ _NEW = (
     + r")\s*tok/s)?"
 )
 _OLD = (
-    r"step\s+(?P<step>\d+)/\d+: train loss (?P<loss>\S+)(?: norm (?P<norm>\S+))?(?: lr (?P<lr>\S+))?"
+    r"step\s+(?P<step>\d+)/\d+: train loss (?P<loss>\S+)(?: norm (?P<norm>\S+))?"
+    r"(?: lr (?P<lr>\S+))?"
     r"(?: \((?P<ms>" + NUM + r") ms(?:, (?P<toks>" + NUM + r") tok/s)?\))?"
 )
 _STDOUT_TAGS = {
