@@ -225,3 +225,25 @@ def test_issue_11_reproduction() -> None:
     names = {t["name"] for t in gn.figure["data"]}
     assert {"baseline", "1.5x baseline (yellow)", "3x baseline (orange)"} <= names
     assert "2x" not in gn.caption.split("(the article")[0]
+
+
+def test_one_table_of_lights(analysed) -> None:
+    """Finding marks, the page's colours and its banner all come from findings.LOOKS."""
+    from forensics.findings import LOOKS, look
+    from forensics.report import render_html
+
+    name, _, panels, diag = analysed
+    colours = {lk.colour for lk in LOOKS.values()}
+    for p in panels:
+        for t in p.figure["data"]:
+            if t.get("name") in ("findings", "run-level findings"):
+                assert set(t["marker"]["color"]) <= colours
+        marks = [s for s in p.figure["layout"]["shapes"] if "name" not in s]
+        assert all(s.get("fillcolor", s.get("line", {}).get("color")) in colours for s in marks)
+    if name != "healthy":
+        return
+    page = render_html(diag, plotlyjs="cdn")
+    for key, lk in LOOKS.items():
+        assert f"--{key}:{lk.colour};" in page
+    assert f"--light: {look(diag.verdict).colour}" in page
+    assert look(diag.verdict).label in page

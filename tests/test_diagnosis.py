@@ -151,6 +151,10 @@ def test_rollback_with_no_checkpoint_before_onset() -> None:
     [
         ({"save_steps": 200}, None, 1600, "save_steps = 200"),
         ({"checkpoint": {"interval": 300}}, None, 1500, "checkpoint.interval"),
+        # keys from the periodicity analysis' list, now the one list (evidence/checkpoints.py)
+        ({"callbacks": {"every_n_train_steps": 400}}, None, 1600, "every_n_train_steps = 400"),
+        ({"save_freq": 700}, None, 1400, "save_freq = 700"),
+        ({"logging": {"interval": 10}, "save_every": 600}, None, 1200, "save_every = 600"),
         ({}, 250, 1500, "--checkpoint-every 250"),
         ({}, None, 1500, "every 500 steps"),
     ],
@@ -296,3 +300,45 @@ def test_overfitting_rollback_is_not_after_the_onset() -> None:
     f = Finding("overfitting", "warning", "val_loss", 25_500, "val turned up", end_step=29_500)
     (rb,) = [r for r in diagnose(run, [f]).rollbacks if r.finding is f]
     assert rb.last_healthy_step is not None and rb.last_healthy_step <= 25_500
+
+
+def test_checklists_read_the_evidence() -> None:
+    """The activation item uses the configured limit, the start-up grad-norm item is judged
+    after the evidence's warm-up end, the checkpoint item states the configured interval."""
+    from forensics.evidence import Evidence
+    from forensics.params import resolve
+
+    s, _ = healthy_loss(3000)
+    lr = 3e-4 * np.minimum(1.0, (s + 1) / 200)
+    act = {f"activations/absmax/layers.{i}": (s[::50], np.full(60, 6000.0)) for i in range(2)}
+    run = _run(3000, extra={"lr": (s, lr), **act})
+    run.config["save_steps"] = 250
+
+    def startup(ev: Evidence) -> dict[str, tuple[str, str]]:
+        return _items(diagnose(ev, []), "startup")
+
+    q_act = "Are per-layer activation ranges reasonable?"
+    q_gn = "Does the gradient norm settle into a stable range (not keep diverging)?"
+    default = Evidence(run)
+    wu = default.warmup_end
+    assert wu is not None and 150 < wu < 200  # the LR's first peak (98% of it)
+    assert startup(default)[q_act][0] == PASS
+    assert f"after the LR warm-up, which ends at step {wu}" in startup(default)[q_gn][1]
+    assert f"first third of steps {wu}-1,000" in startup(default)[q_gn][1]
+    strict = Evidence(run, resolve({"activations": {"absmax_limit": 5000}}))
+    status, text = startup(strict)[q_act]
+    assert status == FAIL and "limit of 5000" in text
+    middle = _items(diagnose(default, []), "middle")
+    assert "save_steps" in middle["Were checkpoints saved as planned?"][1]
+
+
+def test_diagnosis_keeps_the_evidence_it_was_given() -> None:
+    """analyze builds one Evidence with the configured parameters; the diagnosis keeps it."""
+    from forensics.config import Config
+    from forensics.pipeline import analyze_run
+
+    run = _run(3000)
+    cfg = Config(detectors={"grad_norm_drift": {"warn_ratio": 1.7}})
+    diag = analyze_run(run, cfg)
+    assert diag.evidence is not None and diag.evidence.run is run
+    assert diag.ev.grad_norm_band is not None and diag.ev.grad_norm_band.warn_ratio == 1.7
