@@ -185,3 +185,38 @@ def test_drift_onset_is_not_the_start_up_transient() -> None:
     assert (
         f.measures["ratio"] >= 3.0 and f.severity is Severity.CRITICAL
     )  # 2.2 / 0.6: the article's orange light
+
+
+def test_eval_regression_judged_against() -> None:
+    """The eval finding states its best score, the noise and the line a score had to pass."""
+    frame, _ = trend_eval_regression(seed=0)
+    (f,) = EvalRegressionDetector().detect(Evidence(run_from_frame(frame)))
+    j = f.judged_against
+    assert j["best"] == f.measures["best"] and j["noise"] == f.measures["noise"]
+    assert f.measures["current"] < j["regression_at"] < f.measures["best"]
+
+
+def test_theil_sen_is_scipys() -> None:
+    """The one Theil-Sen gives scipy's numbers (slope, intercept, 90% band with tie corrections),
+    and its confidence widens the band."""
+    import numpy as np
+    from scipy.stats import theilslopes
+
+    from forensics.evidence.trend_utils import theil_sen
+
+    rng = np.random.default_rng(3)
+    for k in range(30):
+        x = np.sort(rng.integers(0, 40, 60)).astype(float) if k % 2 else np.arange(60.0)
+        y = np.round(0.02 * x + rng.normal(size=60), 1)
+        ours = theil_sen(x, y, max_points=None)
+        ref = theilslopes(y, x, alpha=0.90)
+        assert ours is not None
+        assert (ours.slope, ours.intercept, ours.low, ours.high) == (
+            ref.slope,
+            ref.intercept,
+            ref.low_slope,
+            ref.high_slope,
+        )
+        wide = theil_sen(x, y, max_points=None, confidence=0.95)
+        assert wide is not None and wide.low <= ours.low and wide.high >= ours.high
+    assert theil_sen(np.ones(5), np.arange(5.0)) is None

@@ -103,7 +103,7 @@ class PlateauDetector:
             "noise_band": float(noise_band),
             "max_change_pct": 200.0 * p.flat_rel,
             "min_span_steps": float(min_span),
-            "decayed_lr_at": p.decayed_lr_ratio * peak if isinstance(peak, float) else None,
+            "decayed_lr": p.decayed_lr_ratio * peak if isinstance(peak, float) else None,
             "lr_phases": ",".join(sched.phases_between(a, b)) or None,
         }
         return [self._finding(a, b, lvl, change, span, span / run_span, ctx, judged)]
