@@ -51,9 +51,6 @@ EVAL_PREFIX = "eval/"  # eval metrics: eval/accuracy, eval/hellaswag, eval/wer .
 
 PER_LAYER = (GRAD_NORM_LAYER, PARAM_NORM_LAYER, ACT_MEAN, ACT_STD, ACT_ABSMAX)
 
-CORE_VITALS = (LOSS, VAL_LOSS, GRAD_NORM, PARAM_NORM, LR, LOSS_SCALE, THROUGHPUT, MEMORY)
-
-
 def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 

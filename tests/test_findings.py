@@ -114,19 +114,7 @@ def test_document_key_order(findings_schema: dict) -> None:
         "summary",
         "prescription",
     ]
-    doc = {
-        "schema_version": 1,
-        "run": {
-            "name": "r",
-            "path": "/r",
-            "format": "jsonl",
-            "first_step": 0,
-            "last_step": 9,
-            "metrics": {"loss": "loss"},
-        },
-        "verdict": "healthy",
-        "findings": [d],
-    }
+    doc = _doc(f)
     jsonschema.validate(doc, findings_schema)
     bad = json.loads(json.dumps(doc))
     bad["findings"][0]["measures"]["classification"] = "weird"

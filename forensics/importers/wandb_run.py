@@ -17,7 +17,14 @@ from typing import Any
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.importers.base import ImportResult, ReadOptions, Source, read_text, rel
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    read_text,
+    rel,
+    rows_frame,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.wandb_binary import read_wandb
 from forensics.importers.wandb_csv import GLOBAL_STEP_KEYS, _jsonl_history
@@ -110,7 +117,7 @@ class WandbRunImporter:
                     f"{name}: non-numeric history values skipped (media, histograms or "
                     f"text): {keys}"
                 )
-            frame = pl.DataFrame(
+            frame = rows_frame(
                 {
                     "step": log.steps,
                     "tag": log.tags,
@@ -118,17 +125,10 @@ class WandbRunImporter:
                     "wall_time": log.times,
                     "record_idx": log.records,
                 },
-                schema={
-                    "step": pl.Int64,
-                    "tag": pl.Utf8,
-                    "value": pl.Float64,
-                    "wall_time": pl.Float64,
-                    "record_idx": pl.Int64,
-                },
-            ).with_columns(
-                pl.lit(name).alias("file"),
-                pl.lit(file_idx).alias("file_idx"),
-                pl.lit("wandb_binary").alias("source"),
+                source="wandb_binary",
+                file=name,
+                file_idx=file_idx,
+                x_kind=None,
             )
             frames.append(frame)
             if log.bytes_left:

@@ -127,6 +127,12 @@ def num(expr: pl.Expr, commas: bool = True) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False)
 
 
+def matches(lines: pl.DataFrame, keep: pl.Expr, pattern: str) -> pl.DataFrame:
+    """The lines ``keep`` selects, with a column per named group of ``pattern``."""
+    groups = pl.col("line").str.extract_groups(pattern).alias("g")
+    return lines.filter(keep).with_columns(groups).unnest("g")
+
+
 def empty_rows() -> pl.DataFrame:
     return pl.DataFrame(schema=ROWS)
 

@@ -17,7 +17,7 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, num, wide_to_rows
+from forensics.importers.text.engine import NUM, Ctx, conform_rows, matches, num, wide_to_rows
 
 NAME = "llmc"
 SNIFF = re.compile(
@@ -62,11 +62,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     lines = ctx.lines
     parts = []
-    main = (
-        lines.filter(line.str.contains(r"^s:\d+ "))
-        .with_columns(line.str.extract_groups(_MAIN).alias("g"))
-        .unnest("g")
-    )
+    main = matches(lines, line.str.contains(r"^s:\d+ "), _MAIN)
     if not main.is_empty():
         main = main.with_columns(
             pl.col("step").cast(pl.Int64, strict=False), num(pl.col("v")).alias("v")
@@ -77,11 +73,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
             grp = grp.with_columns(num(pl.col("lr")).alias("lr"), num(pl.col("norm")).alias("norm"))
             parts.append(wide_to_rows(grp, cols))
     for pattern in (_NEW, _OLD):
-        st = (
-            lines.filter(line.str.contains(pattern))
-            .with_columns(line.str.extract_groups(pattern).alias("g"))
-            .unnest("g")
-        )
+        st = matches(lines, line.str.contains(pattern), pattern)
         if st.is_empty():
             continue
         st = st.with_columns(
