@@ -106,17 +106,18 @@ def series_baseline(
     )
 
 
-def grad_norm_baseline(run: Run, *, window: int = 500) -> Baseline | None:
-    """The grad-norm baseline: median over the first ``window`` steps after the LR warm-up."""
-    g = run.series(GRAD_NORM)
-    if g.is_empty():
+def grad_norm_baseline(ev: Evidence, *, window: int = 500) -> Baseline | None:
+    """The grad-norm baseline: median over the first ``window`` steps after the LR warm-up
+    (``ev.warmup_end``). Read it as ``Evidence.grad_norm_band``."""
+    g = ev.logged(GRAD_NORM)  # every logged step: a log ending in NaN is that long
+    if g.empty:
         return None
-    start = warmup_end(run)
-    steps = g.get_column("step").to_numpy()
+    start = ev.warmup_end
+    steps = g.steps
     # Short logs: at most a fifth of the log, so a drift later on does not leak into its own
     # baseline (the drift detector and the report's 2x/3x bands both read this one value).
     window = min(window, max(10, int(steps[-1] - steps[0]) // 5))
-    values = g.get_column("value").to_numpy().astype(float)
+    values = g.values
     how = " (after the LR warm-up)"
     if start is None and int(steps[0]) <= window:
         # No warm-up in the log (LR not logged, or constant) but the log starts with training:
