@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from forensics.evidence.checkpoints import Checkpoints
     from forensics.evidence.gap import Gap
     from forensics.evidence.schedule import Schedule
-    from forensics.evidence.spike_context import Kink, ScaleCascade
+    from forensics.evidence.spike_context import Kink, Period, ScaleCascade
     from forensics.evidence.spikes import Spike
     from forensics.evidence.trend_utils import LayerMatrix
     from forensics.run import Run
@@ -169,16 +169,18 @@ class Evidence:
     def lr_kinks(self) -> list[Kink]:
         """Non-smooth points of the LR schedule (warm-up end, restarts, drops)."""
         from forensics.evidence.spike_context import lr_kinks
+        from forensics.schema import LR
 
-        return lr_kinks(self.run)
+        return lr_kinks(self.series(LR))
 
     @cached_property
     def level_barriers(self) -> list[int]:
         """Steps where the loss level may jump for its own reasons (epochs, LR restarts/drops)."""
         from forensics.evidence.spike_context import epoch_boundaries
+        from forensics.schema import EPOCH
 
         kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
-        return sorted(set(epoch_boundaries(self.run)) | set(kinks))
+        return sorted(set(epoch_boundaries(self.series(EPOCH))) | set(kinks))
 
     # -- baselines and bands -----------------------------------------------------------------
     @cached_property
@@ -187,7 +189,7 @@ class Evidence:
         from forensics.evidence.baseline import grad_norm_baseline
 
         p = self.params.grad_norm_drift
-        base = grad_norm_baseline(self, window=p.baseline_window)
+        base = grad_norm_baseline(self.run, window=p.baseline_window)
         if base is None:
             return None
         return Band(base, p.warn_ratio, p.crit_ratio)
@@ -220,7 +222,7 @@ class Evidence:
     def spikes(self, metric: str) -> list[Spike]:
         """The spikes of one series with their shapes, found with the configured spike
         parameters (computed once; the spike, periodicity and loss-scale detectors share them).
-        The list is shared: callers must not mutate the spikes' measures."""
+        The spikes are read-only; do not change the list."""
         if metric not in self._spikes:
             from forensics.evidence.spikes import find_spikes
 
@@ -229,23 +231,31 @@ class Evidence:
 
     @cached_property
     def scale_cascades(self) -> list[ScaleCascade]:
+        """Groups of loss-scale halvings with no growth between them (configured gap)."""
         from forensics.evidence.spike_context import scale_cascades
+        from forensics.schema import LOSS_SCALE, OVERFLOW
 
-        return scale_cascades(self.run, cascade_gap=self.params["loss_scale"].cascade_gap)
+        return scale_cascades(
+            self.series(LOSS_SCALE),
+            self.series(OVERFLOW),
+            cascade_gap=self.params["loss_scale"].cascade_gap,
+        )
 
     @cached_property
     def drop_windows(self) -> np.ndarray:
         """Where the loss scale fell, as ``(lo, hi]`` step windows."""
         from forensics.evidence.spike_context import drop_windows
+        from forensics.schema import LOSS_SCALE, OVERFLOW
 
-        return drop_windows(self.run)
+        return drop_windows(self.series(LOSS_SCALE), self.series(OVERFLOW))
 
     @cached_property
-    def revealed_periods(self) -> dict[str, float]:
-        """Periods the log shows (epoch, eval, checkpoint, LR restart intervals)."""
+    def revealed_periods(self) -> dict[str, Period]:
+        """Periods the log shows (epoch, eval, checkpoint, LR restart intervals), each with
+        where its grid starts."""
         from forensics.evidence.spike_context import revealed_periods
 
-        return revealed_periods(self.run)
+        return revealed_periods(self)
 
     # -- train / val -------------------------------------------------------------------------
     @cached_property
