@@ -69,7 +69,8 @@ class Coverage:
 def _window(
     ev: Evidence, metric: str, lo: int, hi: int, layer: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Steps and finite values of one series within ``[lo, hi]`` (from the evidence)."""
+    """Steps and finite values of one series within ``[lo, hi]`` (the evidence's arrays: the
+    measurements below need no NaN handling)."""
     s = ev.series(metric, layer)
     m = (s.steps >= lo) & (s.steps <= hi)
     return s.steps[m], s.values[m]
@@ -94,21 +95,28 @@ def _thirds(v: np.ndarray) -> tuple[float, float]:
     return float(np.median(v[:k])), float(np.median(v[-k:]))
 
 
-def _finding_or_measure(
-    findings: list[Finding],
-    kinds: set[FindingKind],
-    lo: int,
-    hi: int,
-    what: str,
-    measure: Callable[[], Item | None],
-    question: str,
-    missing: str,
-) -> Item:
-    hits = _in(findings, kinds, lo, hi)
-    if hits:
-        return Item(question, FAIL, f"{what} at step {_steps(hits)}: {hits[0].summary}")
-    got = measure()
-    return got if got is not None else Item(question, NA, missing)
+class _Answers(list[Item]):
+    """One phase's answers: a finding in the phase answers first, a measurement second."""
+
+    def __init__(self, findings: list[Finding], lo: int, hi: int) -> None:
+        super().__init__()
+        self.findings, self.lo, self.hi = findings, lo, hi
+
+    def ask(
+        self,
+        question: str,
+        kinds: set[FindingKind],
+        what: str,
+        measure: Callable[[], Item | None],
+        missing: str,
+    ) -> None:
+        """Fail on a finding of ``kinds`` in the phase; else measure; else not measurable."""
+        hits = _in(self.findings, kinds, self.lo, self.hi)
+        if hits:
+            self.append(Item(question, FAIL, f"{what} at step {_steps(hits)}: {hits[0].summary}"))
+            return
+        got = measure()
+        self.append(got if got is not None else Item(question, NA, missing))
 
 
 def _g(x: float) -> str:
@@ -116,7 +124,7 @@ def _g(x: float) -> str:
 
 
 def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
-    items = []
+    items = _Answers(fs, lo, hi)
 
     q = "Does the gradient norm settle into a stable range (not keep diverging)?"
 
@@ -139,24 +147,19 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             f" {_g(b)} in the last third",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE},
-            lo,
-            hi,
-            "trouble",
-            gn,
-            q,
-            "grad norm not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE},
+        "trouble",
+        gn,
+        "grad norm not logged in this phase",
     )
 
     q = "Is the loss falling at the expected pace?"
 
     def lo_() -> Item | None:
         st, v = _window(ev, LOSS, lo, hi)
-        if np.isfinite(v).sum() < 6:
+        if len(v) < 6:
             return None
         a, b = _thirds(v)
         return Item(
@@ -166,17 +169,12 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             " (no target pace in the log: judged on direction)",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
-            lo,
-            hi,
-            "loss stalled or diverged",
-            lo_,
-            q,
-            "loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
+        "loss stalled or diverged",
+        lo_,
+        "loss not logged in this phase",
     )
 
     q = "Any NaN or Inf at some step?"
@@ -200,18 +198,7 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             )
         return Item(q, PASS, f"{' and '.join(checked)} finite throughout the phase")
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.NAN_INF},
-            lo,
-            hi,
-            "NaN/Inf",
-            nan,
-            q,
-            "neither loss nor grad norm logged",
-        )
-    )
+    items.ask(q, {FindingKind.NAN_INF}, "NaN/Inf", nan, "neither loss nor grad norm logged")
 
     q = "Are per-layer activation ranges reasonable?"
 
@@ -241,49 +228,39 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             else f"{len(layers)} layers logged, no outlier finding",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.ACTIVATION_OUTLIER},
-            lo,
-            hi,
-            "activation outlier",
-            act,
-            q,
-            "activation statistics not logged",
-        )
+    items.ask(
+        q,
+        {FindingKind.ACTIVATION_OUTLIER},
+        "activation outlier",
+        act,
+        "activation statistics not logged",
     )
 
     q = "Does data-loading throughput reach the expected level?"
 
     def tp() -> Item | None:
         st, v = _window(ev, THROUGHPUT, lo, hi)
-        if np.isfinite(v).sum() < 3:
+        if len(v) < 3:
             return None
         return Item(
             q,
             PASS,
-            f"median {_g(float(np.nanmedian(v)))} tokens/s, no drop or stall"
+            f"median {_g(float(np.median(v)))} tokens/s, no drop or stall"
             " (no target in the log to compare with)",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.THROUGHPUT_DROP, FindingKind.STALL},
-            lo,
-            hi,
-            "throughput problem",
-            tp,
-            q,
-            "throughput not logged",
-        )
+    items.ask(
+        q,
+        {FindingKind.THROUGHPUT_DROP, FindingKind.STALL},
+        "throughput problem",
+        tp,
+        "throughput not logged",
     )
     return items
 
 
 def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
-    items = []
+    items = _Answers(fs, lo, hi)
 
     q = "Does the gradient norm fall along with the loss?"
 
@@ -301,17 +278,12 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             f"grad norm median {_g(g0)} -> {_g(g1)} while loss {_g(l0)} -> {_g(l1)}",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.GRAD_NORM_DRIFT},
-            lo,
-            hi,
-            "grad-norm climb",
-            gn,
-            q,
-            "grad norm or loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.GRAD_NORM_DRIFT},
+        "grad-norm climb",
+        gn,
+        "grad norm or loss not logged in this phase",
     )
 
     q = "Is the per-layer gradient-norm distribution stable?"
@@ -320,17 +292,8 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         n = len(ev.run.layers(GRAD_NORM_LAYER))
         return Item(q, PASS, f"{n} layers logged, no layer-share shift found") if n else None
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.LAYER_GRAD_SHIFT},
-            lo,
-            hi,
-            "layer shift",
-            layers,
-            q,
-            "per-layer grad norms not logged",
-        )
+    items.ask(
+        q, {FindingKind.LAYER_GRAD_SHIFT}, "layer shift", layers, "per-layer grad norms not logged"
     )
 
     q = "Is the train/val gap within a reasonable range?"
@@ -346,17 +309,12 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             + _gap_text(ev, lo, hi),
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
-            lo,
-            hi,
-            "gap problem",
-            gap,
-            q,
-            "validation loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
+        "gap problem",
+        gap,
+        "validation loss not logged in this phase",
     )
 
     q = "Do loss spikes recover at a normal pace?"
@@ -385,23 +343,12 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
 
     def pn() -> Item | None:
         _, v = _window(ev, PARAM_NORM, lo, hi)
-        if np.isfinite(v).sum() < 3:
+        if len(v) < 3:
             return None
         a, b = _thirds(v)
         return Item(q, PASS, f"median {_g(a)} -> {_g(b)}, no jump found")
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.PARAM_NORM_JUMP},
-            lo,
-            hi,
-            "param-norm jump",
-            pn,
-            q,
-            "parameter norm not logged",
-        )
-    )
+    items.ask(q, {FindingKind.PARAM_NORM_JUMP}, "param-norm jump", pn, "parameter norm not logged")
 
     q = "Were checkpoints saved as planned?"
     cp = ev.checkpoints
@@ -438,16 +385,14 @@ def _gap_text(ev: Evidence, lo: int, hi: int) -> str:
 
 
 def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
-    items = []
+    items = _Answers(fs, lo, hi)
 
     q = "Has the validation loss started to rise? (if so, consider stopping early)"
 
     def val() -> Item | None:
         st, v = _window(ev, VAL_LOSS, lo, hi)
-        ok = np.isfinite(v)
-        if ok.sum() < 2:
+        if len(v) < 2:
             return None
-        st, v = st[ok], v[ok]
         best = int(np.argmin(v))
         if best < len(v) - 1 and v[-1] > v[best] * (1 + VAL_RISE):
             return Item(
@@ -463,17 +408,12 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             f" (within {VAL_RISE:.0%})",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
-            lo,
-            hi,
-            "validation loss rising",
-            val,
-            q,
-            "validation loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
+        "validation loss rising",
+        val,
+        "validation loss not logged in this phase",
     )
 
     q = "Does the loss decline match the learning-rate schedule?"
@@ -492,43 +432,28 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             " no plateau found",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.PLATEAU},
-            lo,
-            hi,
-            "plateau",
-            sched,
-            q,
-            "loss or learning rate not logged in this phase",
-        )
+    items.ask(
+        q, {FindingKind.PLATEAU}, "plateau", sched, "loss or learning rate not logged in this phase"
     )
 
     q = "Is the loss scale stable?"
 
     def ls() -> Item | None:
         _, v = _window(ev, LOSS_SCALE, lo, hi)
-        if np.isfinite(v).sum() < 2:
+        if len(v) < 2:
             return None
         return Item(
             q,
             PASS,
-            f"loss scale between {_g(float(np.nanmin(v)))} and {_g(float(np.nanmax(v)))},"
-            " no sharp drop",
+            f"loss scale between {_g(float(np.min(v)))} and {_g(float(np.max(v)))}, no sharp drop",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.LOSS_SCALE_DROP, FindingKind.NAN_INF},
-            lo,
-            hi,
-            "loss-scale trouble",
-            ls,
-            q,
-            "loss scale not logged (bf16 or fp32 runs have none)",
-        )
+    items.ask(
+        q,
+        {FindingKind.LOSS_SCALE_DROP, FindingKind.NAN_INF},
+        "loss-scale trouble",
+        ls,
+        "loss scale not logged (bf16 or fp32 runs have none)",
     )
 
     q = "Was the final checkpoint fully evaluated?"
@@ -582,7 +507,7 @@ def evaluate_checklists(ev: Evidence, findings: list[Finding]) -> list[Phase]:
             probe = fn(ev, [], 1, 0)  # questions only; every answer becomes not measurable
             out.append(Phase(key, title, lo, hi, [Item(i.question, NA, reason) for i in probe]))
             continue
-        out.append(Phase(key, title, lo, hi, fn(ev, findings, lo, hi)))
+        out.append(Phase(key, title, lo, hi, list(fn(ev, findings, lo, hi))))
     return out
 
 
