@@ -37,6 +37,7 @@ Severity: warning; critical when the intervals shrink.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -96,6 +97,40 @@ def _binom_tail(k: int, n: int, p: float) -> float:
     return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
 
 
+@dataclass(frozen=True)
+class _Intervals:
+    """The intervals between spike onsets as a line: their median, the fitted first and last
+    interval, the change per spike, and the spread around the line."""
+
+    period: float
+    first: float
+    last: float
+    slope: float
+    spread: float
+    linear: bool  # the spread was judged around the line (else around a constant)
+    positive: bool  # the fitted line stays above zero
+
+    @classmethod
+    def of(cls, onsets: np.ndarray) -> _Intervals:
+        iv = np.diff(onsets)
+        k = np.arange(len(iv), dtype=float)
+        # A line through three intervals fits almost anything: with few intervals the spread is
+        # judged around a constant, and only the reported trend uses the line.
+        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
+        fit = icpt + slope * k
+        linear = len(iv) >= 4
+        spread = float(_spread(iv, linear)[0])
+        return cls(
+            float(np.median(iv)),
+            float(fit[0]),
+            float(fit[-1]),
+            float(slope),
+            spread,
+            linear,
+            bool((fit > 0).all()),
+        )
+
+
 class PeriodicSpikeDetector:
     """periodic_spikes for the loss and the grad norm."""
 
@@ -127,38 +162,18 @@ class PeriodicSpikeDetector:
     def _regular(
         self, metric: str, onsets: np.ndarray, periods: dict[str, Period]
     ) -> Finding | None:
-        iv = np.diff(onsets)
-        k = np.arange(len(iv), dtype=float)
-        period = float(np.median(iv))
-        if period <= 0:
+        if float(np.median(np.diff(onsets))) <= 0:
             return None
-        # A line through three intervals fits almost anything: with few intervals the spread is
-        # judged around a constant, and only the reported trend uses the line.
-        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
-        fit = icpt + slope * k
-        linear = len(iv) >= 4
-        spread = float(_spread(iv, linear)[0])
-        if spread > self.params.max_spread or (fit <= 0).any():
+        line = _Intervals.of(onsets)
+        if line.spread > self.params.max_spread or not line.positive:
             return None
         # Random spikes are sometimes evenly spaced by luck: demand that luck be rare.
-        if _regularity_p(onsets, spread, linear) > self.params.max_p_regular:
+        if _regularity_p(onsets, line.spread, line.linear) > self.params.max_p_regular:
             return None
-        match = self._match(period, periods)
-        phase = None
-        if match is not None:
-            phase = _phase(onsets, periods[match[0]])
-        return self._finding(
-            metric,
-            onsets,
-            period,
-            float(fit[0]),
-            float(fit[-1]),
-            float(slope),
-            spread,
-            match,
-            phase,
-            periods[match[0]] if match else None,
-        )
+        match = self._match(line.period, periods)
+        grid = periods[match[0]] if match else None
+        phase = _phase(onsets, grid) if grid else None
+        return self._finding(metric, onsets, line, match, phase, grid)
 
     # -- pattern 2: phase-locked to a revealed period -------------------------------------------
     def _phase_locked(
@@ -189,24 +204,11 @@ class PeriodicSpikeDetector:
         if best is None:
             return None
         _, name, p, members = best
-        iv = np.diff(members)
-        k = np.arange(len(iv), dtype=float)
-        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
-        fit = icpt + slope * k
-        period = float(np.median(iv))
-        spread = float(_spread(iv, len(iv) >= 4)[0])
-        multiple = max(1, int(round(period / p)))
+        line = _Intervals.of(members)
+        multiple = max(1, int(round(line.period / p)))
+        grid = periods[name]
         return self._finding(
-            metric,
-            members,
-            period,
-            float(fit[0]),
-            float(fit[-1]),
-            float(slope),
-            spread,
-            (name, p, multiple),
-            _phase(members, periods[name]),
-            periods[name],
+            metric, members, line, (name, p, multiple), _phase(members, grid), grid
         )
 
     # -- helpers ----------------------------------------------------------------------------
@@ -228,24 +230,21 @@ class PeriodicSpikeDetector:
         self,
         metric: str,
         onsets: np.ndarray,
-        period: float,
-        first_iv: float,
-        last_iv: float,
-        slope: float,
-        spread: float,
+        line: _Intervals,
         match: tuple[str, float, int] | None,
         phase: float | None,
-        grid: Period | None = None,
+        grid: Period | None,
     ) -> Finding:
+        period, first_iv, last_iv = line.period, line.first, line.last
         shrinking = last_iv <= self.params.shrink_ratio * first_iv
         measures: dict[str, MeasureValue] = {
             "period_steps": period,
             "count": len(onsets),
             "first_interval": first_iv,
             "last_interval": last_iv,
-            "interval_trend": slope,
+            "interval_trend": line.slope,
             "shrinking": bool(shrinking),
-            "spread": spread,
+            "spread": line.spread,
             "matches": match[0] if match else None,
             "matched_period_steps": match[1] if match else None,
             "multiple": match[2] if match else None,
