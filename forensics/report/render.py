@@ -168,7 +168,7 @@ def build_context(
     diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: bool = False
 ) -> dict[str, Any]:
     """Everything the templates need, computed once (templates hold no logic beyond loops)."""
-    from forensics.report.charts import build_panels
+    from forensics.report.charts import SPIKE_KINDS, build_panels
 
     run = diagnosis.run
     panels = build_panels(diagnosis.ev, diagnosis.findings)
@@ -227,9 +227,7 @@ def build_context(
         "panels": panels,
         "spike_keys": spike_keys,
         "spikes": spikes,
-        "n_spikes": sum(
-            1 for f in diagnosis.findings if f.kind.value in ("loss_spike", "grad_norm_spike")
-        ),
+        "n_spikes": sum(1 for f in diagnosis.findings if f.kind in SPIKE_KINDS),
         "max_rows": MAX_ROWS,
         "item_rx": diagnosis.prescription_for,
         "phases": diagnosis.phases,
