@@ -336,6 +336,28 @@ def test_detector_with_its_own_parameters_finds_spikes_with_them():
     assert [x.start_step for x in ev.spikes("loss")] == [1700]
 
 
+def test_severity_parameters_reuse_the_evidence_spikes(monkeypatch: pytest.MonkeyPatch):
+    """A detector that differs from the evidence only in how it grades (absorbed_gn_severity)
+    judges the evidence's spikes: nothing is found twice."""
+    from forensics.evidence import spikes as evidence_spikes
+
+    calls: list[str] = []
+    real = evidence_spikes.find_spikes
+
+    def counting(ev, metric):
+        calls.append(metric)
+        return real(ev, metric)
+
+    monkeypatch.setattr(evidence_spikes, "find_spikes", counting)
+    ev = Evidence(_gn_run(dict(at=1500, height=9.0)))
+    (g,) = [f for f in SpikeDetector().detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    assert g.severity is Severity.INFO
+    loud = SpikeDetector(params_for(SpikeDetector, {"absorbed_gn_severity": "warning"}))
+    (g,) = [f for f in loud.detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    assert g.severity is Severity.WARNING
+    assert sorted(calls) == ["grad_norm", "loss"]
+
+
 def test_grad_norm_spike_leading_a_loss_spike():
     """The grad norm leaves its band 20 steps before the loss spikes: the lead is reported on
     both."""

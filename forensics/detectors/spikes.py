@@ -104,7 +104,13 @@ class SpikeDetector:
         if LOSS not in metrics and GRAD_NORM not in metrics:
             run.note("spikes: not run, the log has neither a loss nor a grad-norm series")
             return []
-        ev = ev.using(self.name, self.params)  # the spikes are found with these parameters
+        if any(
+            SpikeSearch.of(self.params, m) != SpikeSearch.of(ev.params.spikes, m)
+            for m in (LOSS, GRAD_NORM)
+        ):
+            # Made with other spike parameters than the evidence's (outside the pipeline): the
+            # spikes this detector judges are found with its own.
+            ev = ev.using(self.name, self.params)
         loss = [_Judged(s) for s in ev.spikes(LOSS)] if LOSS in metrics else []
         gn = [_Judged(s) for s in ev.spikes(GRAD_NORM)] if GRAD_NORM in metrics else []
         self._context(ev, loss + gn)
