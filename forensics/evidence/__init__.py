@@ -183,7 +183,7 @@ class Evidence:
         from forensics.evidence.baseline import grad_norm_baseline
 
         p = self.params.grad_norm_drift
-        base = grad_norm_baseline(self.run, window=p.baseline_window)
+        base = grad_norm_baseline(self, window=p.baseline_window)
         if base is None:
             return None
         return Band(base, p.warn_ratio, p.crit_ratio)
