@@ -527,9 +527,9 @@ def _interval(ev: Evidence, metric: str, unit: str) -> float | None:
     layer = layers[0] if layers else None
     if unit == "steps":
         x = ev.logged(metric, layer).steps.astype(float)
-    else:  # wall times are not part of the evidence's arrays: read them from the run
-        s = ev.run.series(metric, layer=layer)
-        x = s.get_column("wall_time").drop_nulls().to_numpy().astype(float)
+    else:
+        wall = ev.logged(metric, layer).wall_time
+        x = wall[np.isfinite(wall)] if wall is not None else np.array([], dtype=float)
     if len(x) < 2:
         return None
     d = np.diff(np.sort(x))

@@ -87,13 +87,6 @@ def test_train_val_signals_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert counts[("train_val_gap",)] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known re-reads outside the evidence (issue 11 follow-up): baseline.warmup_end reads "
-    "run.series(LR) instead of the evidence's series; checklists.coverage reads "
-    "throughput/memory from the run; spike_context.revealed_periods recomputes the epoch "
-    "boundaries level_barriers already found. Remove this mark when they read the evidence.",
-)
 @pytest.mark.parametrize("name", ["healthy", "overfitting"])
 def test_each_series_read_from_the_run_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every canonical series is read from the run once: all later reads go through the

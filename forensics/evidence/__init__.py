@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 
 from forensics.params import Params
 
@@ -41,6 +42,8 @@ class Series:
 
     steps: np.ndarray  # int64
     values: np.ndarray  # float64
+    # Seconds since the epoch per point (NaN where the log has none); None when not read.
+    wall_time: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -98,7 +101,8 @@ class Evidence:
         if key not in self._series:
             got = self.logged(metric, layer)  # read from the run once, for both views
             ok = np.isfinite(got.values)
-            self._series[key] = got if ok.all() else Series(got.steps[ok], got.values[ok])
+            wall = got.wall_time[ok] if got.wall_time is not None else None
+            self._series[key] = got if ok.all() else Series(got.steps[ok], got.values[ok], wall)
         return self._series[key]
 
     def logged(self, metric: str, layer: int | None = None) -> Series:
@@ -110,6 +114,9 @@ class Evidence:
             self._logged[key] = Series(
                 s.get_column("step").to_numpy().astype(np.int64),
                 s.get_column("value").to_numpy().astype(float),
+                s.get_column("wall_time").cast(pl.Float64).to_numpy().astype(float)
+                if "wall_time" in s.columns
+                else None,
             )
         return self._logged[key]
 
@@ -144,8 +151,9 @@ class Evidence:
     def warmup_end(self) -> int | None:
         """The step where the LR warm-up ends (its first peak), when the log shows one early."""
         from forensics.evidence.baseline import warmup_end
+        from forensics.schema import LR
 
-        return warmup_end(self.run)
+        return warmup_end(self.logged(LR))
 
     @cached_property
     def schedule(self) -> Schedule:
@@ -170,11 +178,16 @@ class Evidence:
     @cached_property
     def level_barriers(self) -> list[int]:
         """Steps where the loss level may jump for its own reasons (epochs, LR restarts/drops)."""
+        kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
+        return sorted(set(self.epoch_boundaries) | set(kinks))
+
+    @cached_property
+    def epoch_boundaries(self) -> list[int]:
+        """Steps at which a new epoch began (from the ``epoch`` series)."""
         from forensics.evidence.spike_context import epoch_boundaries
         from forensics.schema import EPOCH
 
-        kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
-        return sorted(set(epoch_boundaries(self.series(EPOCH))) | set(kinks))
+        return epoch_boundaries(self.series(EPOCH))
 
     # -- baselines and bands -----------------------------------------------------------------
     @cached_property

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from forensics.run import Run
-from forensics.schema import GRAD_NORM, LR, PARAM_NORM, PARAM_NORM_LAYER
+from forensics.schema import GRAD_NORM, PARAM_NORM, PARAM_NORM_LAYER
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence, Series
@@ -34,15 +33,13 @@ class Baseline:
     how: str  # a few words for the report: "median of steps 120-620 after warm-up"
 
 
-def warmup_end(run: Run) -> int | None:
+def warmup_end(lr: Series) -> int | None:
     """The step where the LR warm-up ends: where the LR first reaches (about) its early peak,
     when the log has an LR series that rises first. Read it as ``Evidence.warmup_end`` (computed
     once per run; the LR schedule's warm-up segment ends there)."""
-    lr = run.series(LR)
-    if lr.height < 3:
+    if len(lr) < 3:
         return None
-    v = lr.get_column("value").to_numpy().astype(float)
-    s = lr.get_column("step").to_numpy()
+    v, s = lr.values, lr.steps
     finite = np.isfinite(v)
     if not finite.any():
         return None

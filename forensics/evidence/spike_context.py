@@ -218,7 +218,7 @@ def revealed_periods(ev: Evidence) -> dict[str, Period]:
             length = float(np.median(dt[ok] / de[ok]))
             # An epoch length the log has actually lived through.
             if length > 0 and (e[-1] - e[0]) >= 1.0:
-                starts = epoch_boundaries(epoch)
+                starts = ev.epoch_boundaries
                 out["epoch"] = Period(length, float(starts[0]) if starts else 0.0)
     evals = [m for m in ev.run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
     for m in evals:
