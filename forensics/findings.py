@@ -1,39 +1,7 @@
 """Findings: what a detector reports. Plain data, no HTML, no prescriptions (see diagnosis).
 
-Run-level findings come from the importers (``metric`` is null); each detector module
-documents the measures of its own kinds in the same table form.
-
-kind ``restart`` (info): a series' step went backwards, a resumed job re-logging steps.
-
-| key | meaning |
-|---|---|
-| resumed_from_step | first step of the new segment |
-| last_step_before | last step logged before the restart |
-| steps_replayed | steps logged twice (last_step_before - resumed_from_step + 1, at least 0) |
-| points_replayed | logged points that the later segment pre-empts |
-| points_repeated | of those, points whose (tag, step) the later segment logs again (0: interleaved writers, not a replay) |
-| wall_clock_gap_s | seconds between the last old record and the first new one (null without wall times) |
-| file | the file where the new segment starts |
-| segment | the new segment's number |
-
-kind ``truncated_log`` (info): the log ends mid-record or with missing-data padding.
-
-| key | meaning |
-|---|---|
-| file | the file concerned |
-| bytes_lost | bytes after the last complete record (event files, W&B binary) |
-| records_read | complete records read from the file (event files) |
-| zero_filled | the tail is zero bytes, as a file preallocated by a killed job (event files) |
-| line | the last line number, cut mid-record (JSONL) |
-| last_recorded_step | last step with a value (Megatron golden values padded with "nan") |
-| end_step | the step the file claims to end at (golden values) |
-
-kind ``crash`` (critical): how a text log says the job ended.
-
-| key | meaning |
-|---|---|
-| reason | out_of_memory, nccl, cuda, assertion, time_limit, cancelled or traceback |
-| line | the log line that says so (at most 200 characters) |
+Run-level findings (restart, truncated_log, crash) come from the importers (``metric`` is null).
+The measures of every finding kind are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

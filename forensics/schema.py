@@ -51,6 +51,7 @@ EVAL_PREFIX = "eval/"  # eval metrics: eval/accuracy, eval/hellaswag, eval/wer .
 
 PER_LAYER = (GRAD_NORM_LAYER, PARAM_NORM_LAYER, ACT_MEAN, ACT_STD, ACT_ABSMAX)
 
+
 def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 

@@ -6,17 +6,7 @@ against its own recent history (a middle layer whose std suddenly grows is the e
 of a NaN); std growth during the LR warm-up is start-up and is not counted. One finding per
 layer and sign, naming the layer and the first step.
 
-Measures (kind ``activation_outlier``):
-
-| key | meaning |
-|---|---|
-| `layer` | layer index |
-| `trigger` | ``absmax`` (above the limit) or ``std_jump`` |
-| `value` | absmax at the peak, or the std at the peak (null: non-finite) |
-| `limit` | the absmax limit (absmax) or the std ratio limit (std_jump) |
-| `before` | typical level before the onset (median of the preceding points) |
-| `ratio` | peak / before |
-| `points_over` | how many logged points were over the limit |
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

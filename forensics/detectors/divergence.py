@@ -3,24 +3,10 @@
 Article 2.2: "grad norm and loss soaring together without falling back is the prelude to
 divergence"; 6.3: red = a divergence that does not recover for N steps.
 
-``divergence`` measures:
-
-| key | meaning |
-|---|---|
-| loss_before | smoothed loss at the onset (the level the rise started from) |
-| loss_peak | highest smoothed loss in the rise (null when it ended in NaN / Inf) |
-| loss_rise_rel | loss_peak / loss_before - 1 |
-| grad_norm_before | median grad norm over the window before the onset |
-| grad_norm_during | median grad norm over the rise |
-| grad_norm_ratio | grad_norm_during / grad_norm_before |
-| steps_observed | steps from the onset to the end of the rise (or of the log) |
-| returned_step | step where the loss came back down (null if it never did) |
-| ended_nonfinite | the loss or grad norm turned NaN / Inf during the rise |
-| confirmed | not back within ``window`` steps (or ended non-finite) |
-| window | the parameter: steps the rise must last |
-
 Severity: fatal when confirmed; critical when the log ends before ``window`` steps have passed
 (the rise is there but the log cannot show that it lasts).
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

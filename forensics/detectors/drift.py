@@ -9,24 +9,7 @@ critical at 3x.
 When the loss rises over the same stretch (a significant upward slope, or a level more than 2%
 above the one at the onset) the pair is a divergence, left to the divergence detector.
 
-Measures (kind ``grad_norm_drift``):
-
-| key | meaning |
-|---|---|
-| `baseline` | grad-norm baseline (median after the LR warm-up) |
-| `baseline_start_step` | first step of the baseline window |
-| `baseline_end_step` | last step of the baseline window |
-| `current` | grad-norm level now (median of the last 2% of points, >= 5) |
-| `ratio` | current / baseline |
-| `peak` | highest smoothed grad-norm level after the onset |
-| `peak_ratio` | peak / baseline |
-| `onset_value` | smoothed grad-norm level at the onset step |
-| `slope_per_1k_steps` | Theil-Sen slope of the grad norm from the onset, per 1000 steps |
-| `loss_slope_per_1k_steps` | Theil-Sen slope of the loss over the same window (null: no loss) |
-| `loss_change_pct` | loss level change from the onset to the end, in % (medians of 5%) |
-| `warning_step` | first step where the smoothed level reached warn_ratio x baseline |
-| `critical_step` | same for crit_ratio (null if never reached) |
-| `spikes_excluded` | number of spike points left out of the fits |
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

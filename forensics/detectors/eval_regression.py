@@ -7,22 +7,7 @@ own noise and a small relative margin, and the train loss kept falling over that
 it is a warning. It becomes critical when a grad-norm drift overlaps it, the combination the
 article traced to its root cause. Direction comes from :func:`forensics.schema.lower_is_better`.
 
-Measures (kind ``eval_regression``):
-
-| key | meaning |
-|---|---|
-| `direction` | ``higher_is_better`` or ``lower_is_better`` |
-| `best` | best smoothed score (rolling median of 3 evals) |
-| `best_step` | step of that best score (the onset) |
-| `current` | smoothed score now (median of the last evals) |
-| `worst` | worst raw score after the best |
-| `worst_step` | its step |
-| `drop` | how much worse now is than the best, in the metric's units (> 0) |
-| `drop_pct` | drop in % of the magnitude of best |
-| `noise` | eval noise (robust sigma of the eval series) |
-| `evals_after_best` | number of evals after the best one |
-| `loss_change_pct` | train-loss change from best_step to the end, in % (null: no loss) |
-| `grad_norm_drift` | true when a grad-norm drift overlaps the regression |
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

@@ -13,22 +13,7 @@ gained 12; in small healthy models the last block's share often creeps from ~9% 
 training goes on, which is not this pattern). Per-layer param-norm growth rates are attached
 when logged.
 
-Measures (kind ``layer_grad_shift``):
-
-| key | meaning |
-|---|---|
-| `layer` | first layer index of the group |
-| `layers` | the group, compact (``"0-3"``) |
-| `n_layers` | layers in the group |
-| `n_layers_logged` | layers with a grad-norm series |
-| `share_definition` | ``"squared"``: norm^2 / sum of norm^2 over layers |
-| `share_before` | group share in the early window (0..1) |
-| `share_after` | group share over the last stretch (0..1) |
-| `share_ratio` | share_after / share_before |
-| `peak_share` | highest smoothed group share |
-| `param_growth_group_pct_per_1k` | mean param-norm growth of the group, % per 1000 steps |
-| `param_growth_rest_pct_per_1k` | same for the other layers |
-| `param_growth_by_layer` | ``"layer:pct"`` list for every layer (null: not logged) |
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

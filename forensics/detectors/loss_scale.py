@@ -7,25 +7,11 @@ decline* (the scale staying ``decline_halvings`` or more below its earlier peak 
 ``decline_steps``, reached through several separate drops). Read from the ``loss_scale``
 series when logged, else from ``overflow`` (1 at each skipped step: DeepSpeed / Megatron lines).
 
-``loss_scale_drop`` measures:
-
-| key | meaning |
-|---|---|
-| pattern | "cascade" or "sustained_decline" |
-| from_scale | scale before the first halving (null when only overflow lines are known) |
-| to_scale | scale after the last halving (null likewise) |
-| halvings | number of halvings (log2 of from/to; one per overflow line otherwise) |
-| steps | steps the cascade or decline spans |
-| overflow_steps | overflow lines logged inside it |
-| drops | separate drop events (sustained_decline only; 1 for a cascade) |
-| calibration | it happened in the scaler's calibration at the start of training |
-| coincides_with_spike | a loss or grad-norm spike began in the same step window |
-| spike_step | onset of that spike (null if none) |
-| source | "loss_scale" or "overflow" |
-
 Severity: calibration = info; a later cascade of ``warn_halvings`` (3) or more halvings, one that
 coincides with a spike, or a sustained decline = warning; a later cascade of two halvings = info.
 Single later halvings are normal scaler behaviour: counted in a run note, not reported.
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

@@ -8,21 +8,11 @@ Theil-Sen slopes are compared: over the analysed part and over its last third. I
 when both are measurably positive, the late slope keeps at least half the overall pace (no
 levelling off), and the total growth is a noticeable share of the level.
 
-Measures (kind ``memory_growth``):
-
-| key | meaning |
-|---|---|
-| `start_level` | memory at the start of the analysed part (fitted) |
-| `end_level` | memory at the last step (fitted) |
-| `growth_pct` | (end_level - start_level) / start_level in % |
-| `slope_per_1k_steps` | overall Theil-Sen slope, memory units per 1000 steps |
-| `late_slope_per_1k_steps` | the same over the last third |
-| `late_ratio` | late slope / overall slope (about 1: no levelling off) |
-| `duration_steps` | length of the analysed stretch in steps |
-
 Judged against: `analysed_from` (first step of the analysed part, after ``skip_frac``),
 `min_growth_pct` (the growth it had to reach), `level_off` (the late/overall slope ratio it
 had to keep), `late_slope_floor_per_1k_steps` (level_off x the overall slope).
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

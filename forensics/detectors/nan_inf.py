@@ -1,21 +1,5 @@
 """NaN / Inf in the loss or the grad norm (article 6.2 start-up checklist, 6.3 orange light).
 
-``nan_inf`` measures:
-
-| key | meaning |
-|---|---|
-| first_bad_step | first step whose value is NaN or +-Inf |
-| first_bad_value | "nan", "inf" or "-inf" |
-| last_finite_step | the last finite step before it (null when the series starts bad) |
-| last_finite_value | the value there |
-| bad_points | non-finite points in the whole series |
-| bad_runs | separate stretches of non-finite points |
-| first_run_points | length of the first stretch (logged points) |
-| recovered_step | first finite step after the first stretch (null if none) |
-| persistent | a stretch of ``persist_points`` points or more, or one lasting to the log's end |
-| persistent_from | step where the persistent stretch began (null if none) |
-| bad_fraction | bad_points / all points |
-
 Severity: fatal when the NaN persists (training never got a finite value back), critical for
 isolated non-finite steps.
 
@@ -23,6 +7,8 @@ A NaN tail that memory or step-time readings share from the same step is missing
 record padded with "nan" after the run stopped), not a numerical NaN: it is noted, not reported.
 Likewise a short non-finite stretch of the grad norm where the fp16 loss scale dropped is the
 scaler skipping an overflowing step: noted, not reported.
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

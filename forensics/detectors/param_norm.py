@@ -10,22 +10,7 @@ pace of the whole way there (a surge: the norm took off, it did not creep).
 When only per-layer param norms are logged, the total is rebuilt as the root of their sum of
 squares at the steps where every layer was logged.
 
-Measures (kind ``param_norm_jump``):
-
-| key | meaning |
-|---|---|
-| `abrupt` | true for a jump; false for a crossing of 1.5x (surge or slow growth) |
-| `before` | param norm just before the jump (jumps only) |
-| `after` | param norm just after it (median of up to 3 points) |
-| `change_pct` | (after - before) / before in %, or growth over the run (info) |
-| `robust_z` | the jump's increment over the local increment scale (jumps only) |
-| `persistent` | true when the level stays changed (false: a one-off blip) |
-| `baseline` | param-norm baseline (median after the LR warm-up) |
-| `ratio` | after (or current) / baseline |
-| `crossing_step` | first step at ratio_limit x baseline (crossings only) |
-| `growth_pct_per_1k_steps` | Theil-Sen growth rate up to the crossing, % of the baseline |
-| `pace_ratio` | recent growth pace / pace of the whole way (>= 3: a surge, warning) |
-| `source` | ``param_norm`` or ``param_norm_layer`` (rebuilt total) |
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

@@ -14,24 +14,9 @@ Evenly spaced spikes also happen by luck: the first test asks how often random o
 the same first and last spike look as regular (seeded Monte Carlo) and wants that below
 ``max_p_regular``.
 
-``periodic_spikes`` measures:
-
-| key | meaning |
-|---|---|
-| period_steps | median interval between the periodic spikes |
-| count | spikes in the pattern |
-| first_interval | fitted interval at the first spike |
-| last_interval | fitted interval at the last spike |
-| interval_trend | change of the interval per spike (steps; negative = shrinking) |
-| shrinking | last_interval <= ``shrink_ratio`` x first_interval |
-| spread | robust spread of the intervals around their line, relative to the period |
-| matches | the period matched: epoch, eval_interval, checkpoint_interval, lr_restart or null |
-| matched_period_steps | that period (steps) |
-| multiple | period_steps / matched_period_steps, rounded |
-| phase_steps | for a match: median offset of the spikes from the matched period's grid |
-| spike_steps | the onsets, comma-separated (first 20) |
-
 Severity: warning; critical when the intervals shrink.
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

@@ -10,21 +10,7 @@ both a minimum number of steps (or half of a short log) and a minimum share of t
 context comes from the evidence's LR schedule (``Evidence.schedule``). Always ``info``: a note,
 not an alarm.
 
-Measures (kind ``plateau``):
-
-| key | meaning |
-|---|---|
-| `level` | median loss over the plateau |
-| `change_pct` | loss change over the plateau by its Theil-Sen slope, % (at most 2 x flat_rel) |
-| `span_steps` | length of the plateau in steps |
-| `run_fraction` | span_steps / the run's length |
-| `lr_start` | LR at the start of the plateau (null: no LR series) |
-| `lr_end` | LR at its end |
-| `lr_peak` | highest LR of the run |
-| `lr_ratio` | mean LR over the plateau / lr_peak |
-| `lr_context` | ``decayed`` (LR near its decay's end), ``active`` (still high), ``unknown`` |
-| `expected` | true when the schedule explains the plateau (``decayed``) |
-| `from_start` | true when the plateau begins within the first 10% of the log |
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

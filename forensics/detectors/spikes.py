@@ -1,39 +1,5 @@
 """Loss and grad-norm spikes: detection, shape, classification, co-occurrence (article 4).
 
-``loss_spike`` measures (``grad_norm_spike`` has the same keys plus the ones marked *gn*):
-
-| key | meaning |
-|---|---|
-| peak_value | the series at the peak |
-| baseline | local robust baseline at the peak (median of the preceding points) |
-| height | peak_value - baseline (series units) |
-| height_ratio | peak_value / baseline (null when the series has non-positive values) |
-| z | robust z-score of the peak (log units for positive series) |
-| two_sided | the baseline also used the following points (start of the log, LR warm-up) |
-| points | logged points flagged in the spike |
-| log_interval | typical logging interval of the series (steps) |
-| width_steps | steps spent above the alarm line around the peak |
-| recovered | the series came back inside the band of the extrapolated pre-spike trend |
-| recovery_steps | steps from the peak until back inside that band (null if never) |
-| recovered_step | step where it was back (null if never) |
-| plateau_shift | post-recovery steady level minus the extrapolated trend (series units) |
-| plateau_shift_rel | the same, relative to the trend |
-| excess_area | sum of (value - trend) x steps from onset to recovery (series units x steps) |
-| excess_area_rel | the same with the excess relative to the trend (steps) |
-| trend | "trend" (a robust line was fitted before the spike) or "level" (too few points) |
-| steps_logged_after_peak | how far the log goes past the peak |
-| classification | physiological, pathological, beneficial or unresolved |
-| loss_scale_drop | a loss-scale drop / fp16 overflow was logged at the spike (numeric overflow) |
-| lr_kink_step | step of an LR-schedule kink the spike follows (schedule-induced), else null |
-| lr_kink_kind | warmup_end, restart, drop or slope_change |
-| cause | numeric_overflow, schedule_induced, grad_norm_led or null |
-| grad_norm_lead_steps | loss only: a grad-norm spike began this many steps before the loss spike |
-| transient | *gn*: back inside the band within ``transient_steps`` |
-| loss_response | *gn*: a loss spike began within the lead window around it |
-| leads_loss_by_steps | *gn*: steps by which it preceded the loss spike (null if none) |
-| run_baseline | *gn*: the run's grad-norm baseline (median after LR warm-up, article 6.1) |
-| ratio_to_run_baseline | *gn*: peak_value / run_baseline (article: 2x yellow, 3x orange) |
-
 Severity: physiological or beneficial loss spike = info; unresolved = warning; pathological =
 critical. A transient grad-norm spike is a warning ("check that batch") when the loss
 responded; when the loss did not move at all the spike was absorbed and is reported at
@@ -51,6 +17,8 @@ detector adds what happened around them and judges them. Each finding's ``judged
 the local baseline and the alarm line (``alarm_at``, with ``z_threshold`` and ``min_ratio``),
 the recovery limit (``recovery_limit_steps``), and for grad-norm spikes the run's grad-norm
 band (``baseline``, ``warn_at``, ``critical_at``) and ``transient_limit_steps``.
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

@@ -8,21 +8,12 @@ Regular pauses (evaluations, checkpoints) are not stalls: when candidate gaps li
 val/eval steps, their typical length sets the bar, and only gaps several times longer than a
 normal pause are reported. Gaps across a restart are left to the ``restart`` finding.
 
-Measures (kind ``stall``, run-level: ``metric`` is null):
-
-| key | meaning |
-|---|---|
-| `gap_seconds` | wall time between the two logged steps |
-| `expected_seconds` | what those steps should have taken at the usual pace |
-| `usual_step_seconds` | median seconds per step |
-| `ratio` | gap_seconds / expected_seconds |
-| `steps_between` | step difference between the two logged points |
-| `usual_pause_seconds` | typical eval/checkpoint pause (null when none was seen) |
-
 Judged against: `factor` and `expected_seconds` (factor x the usual interval), `min_seconds`,
 `pause_factor` and `usual_pause_seconds`, and `stall_line_seconds`: the silence a gap had to
 exceed, the largest of factor x expected_seconds, min_seconds and pause_factor x the usual
 pause. The clock is the run's wall times (not a vital sign: no ``Evidence.series``).
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

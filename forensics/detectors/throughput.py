@@ -7,21 +7,11 @@ compared with a trailing rolling median (the baseline); a drop is a stretch of a
 few points below (1 - 30%) of the baseline frozen at the drop's start. When only the step
 time is logged, its inverse is used: 30% fewer tokens/s is a step time 1/0.7 = 1.43x longer.
 
-Measures (kind ``throughput_drop``):
-
-| key | meaning |
-|---|---|
-| `source` | ``throughput`` (tokens/s) or ``step_time`` (inverted) |
-| `baseline` | rolling-median level before the drop (in the source's units) |
-| `level` | median level during the drop (same units) |
-| `drop_pct` | how far throughput fell below the baseline, in % |
-| `window_steps` | steps from the drop's start to its end |
-| `n_points` | logged points in the drop |
-| `recovered` | true when throughput came back above the limit before the log ended |
-
 Judged against: `baseline` (the frozen rolling median, source units), `drop_ratio` (0.3),
 `drop_line` (the level the smoothed series fell below: (1 - 0.3) x baseline in tokens/s, or
 baseline / 0.7 in s/step), `baseline_points` (the rolling window).
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations

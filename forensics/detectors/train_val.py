@@ -23,48 +23,6 @@ and the 1.5x acceleration rule are computed there, once per run; this module dec
 
 Measures:
 
-kind ``gap_acceleration``
-
-| key | meaning |
-|---|---|
-| `growth_last` | gap growth over the window ending at the detection step |
-| `growth_prev` | gap growth over the window before it |
-| `accel_ratio` | growth_last / growth_prev (null when growth_prev <= 0) |
-| `window_steps` | window length in steps |
-| `val_noise` | noise of the val-train gap (robust sigma, at least the val noise) |
-| `gap_at_onset` | gap at the onset step |
-| `gap_now` | gap at the last val step of the episode |
-| `detected_step` | first val step where the acceleration was confirmed |
-| `val_turned_up` | true when val was rising over the last window at detection |
-
-kind ``overfitting``
-
-| key | meaning |
-|---|---|
-| `val_min` | val loss at the onset (its lowest point) |
-| `val_now` | val loss now (median of the last val points) |
-| `val_rise` | val_now - val_min |
-| `train_change_pct` | smoothed train-loss change from the onset to the end, in % |
-| `gap_at_onset` | gap at the onset |
-| `gap_now` | gap now |
-| `epoch` | epoch (1-based) at the onset; null when no epoch series |
-| `epoch_now` | epoch (1-based) at the last val step; null when no epoch series |
-| `gap_accelerating` | true when the gap was still accelerating at the end |
-| `val_noise` | noise of the val-train gap (robust sigma, at least the val noise) |
-
-kind ``val_shift``
-
-| key | meaning |
-|---|---|
-| `val_before` | val level before the shift (median) |
-| `val_after` | val level after it (median) |
-| `shift` | val_after - val_before |
-| `shift_pct` | shift in % of val_before |
-| `ramp_steps` | steps between the last old-level point and the first new-level point |
-| `train_change` | train level change across the same split |
-| `gap_slope_after_per_1k` | gap slope after the shift, per 1000 steps (about 0: stopped widening) |
-| `val_noise` | noise of the val-train gap (robust sigma, at least the val noise) |
-
 Judged against (``Finding.judged_against``):
 
 * ``gap_acceleration``: `accel_ratio` (1.5), `accel_line` (accel_ratio x the previous
@@ -74,6 +32,8 @@ Judged against (``Finding.judged_against``):
   `noise`, `critical_epoch`.
 * ``val_shift``: `shift_floor` (the larger of shift_noise_k x noise and min_rel_shift x the
   old level), `noise`, `shift_window`.
+
+The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
 from __future__ import annotations
