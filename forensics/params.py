@@ -270,16 +270,23 @@ class Params:
         return self.by_detector["throughput"]
 
 
+def _article(type_name: str) -> str:
+    return ("an " if type_name[0] in "aeiou" else "a ") + type_name
+
+
 def _type_problem(name: str, key: str, value: Any, default: Any) -> str | None:
     """A configured value must have its default's type (an int is fine for a float)."""
     if isinstance(default, tuple):
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return None
-        return f"detector {name}: {key} = {value!r} should be a list of names (default {list(default)!r})"
+        return (
+            f"detector {name}: {key} = {value!r} should be a list of names"
+            f" (default {list(default)!r})"
+        )
     want: tuple[type, ...] = (int, float) if isinstance(default, float) else (type(default),)
     if isinstance(value, bool) and not isinstance(default, bool) or not isinstance(value, want):
         return (
-            f"detector {name}: {key} = {value!r} should be a {type(default).__name__}"
+            f"detector {name}: {key} = {value!r} should be {_article(type(default).__name__)}"
             f" (default {default!r})"
         )
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
@@ -298,7 +305,8 @@ def resolve(raw: dict[str, dict[str, Any]] | None = None) -> Params:
     unknown = sorted(set(raw) - set(PARAMS))
     if unknown:
         problems.append(
-            f"unknown detector(s) in configuration: {', '.join(unknown)}; known: {', '.join(PARAMS)}"
+            f"unknown detector(s) in configuration: {', '.join(unknown)};"
+            f" known: {', '.join(PARAMS)}"
         )
     out: dict[str, Any] = {}
     for name, cls in PARAMS.items():
