@@ -39,7 +39,8 @@ def main(filters: list[str]) -> int:
                 if fa is None or fb is None:
                     sign, f = ("+", fb) if fa is None else ("-", fa)
                     print(
-                        f"{sign} {where}: {f.get('kind')} {f.get('severity')} steps {f.get('steps')}"
+                        f"{sign} {where}: {f.get('kind')} {f.get('severity')}"
+                        f" steps {f.get('steps')}"
                     )
                     continue
                 diffs = [
