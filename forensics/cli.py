@@ -260,6 +260,16 @@ def analyze(
     config_file: Annotated[
         Path | None, typer.Option("--config", help="Read settings from this TOML file.")
     ] = None,
+    sarif_out: Annotated[
+        Path | None,
+        typer.Option("--sarif", help="Also write the findings as SARIF 2.1.0 (code scanning)."),
+    ] = None,
+    junit_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit", help="Also write JUnit XML: a test case per vital sign, failed at --fail-on."
+        ),
+    ] = None,
 ) -> None:
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
     from forensics.importers import discover_jobs, read_job
@@ -278,9 +288,12 @@ def analyze(
         )
     verdicts: list[str] = []
     docs: list[dict] = []
+    gate = fail_on.value if fail_on else cfg.fail_on
+    ci = _CiOutputs(sarif_out, junit_out, gate)
     for job, sources in sorted(jobs.items()):
         run = read_job(path, job, sources, options=options, only_job=len(jobs) == 1)
         diag = analyze_run(run, cfg)
+        ci.add(diag)
         multi = all_jobs and len(jobs) > 1
         name = _safe_name(job if multi and job != "." else run.name)
         jout = json_out
@@ -305,7 +318,45 @@ def analyze(
         typer.echo(
             json.dumps(docs, indent=2, allow_nan=False)
         )  # --all: one JSON array, a document per job
-    _gate(verdicts, fail_on.value if fail_on else cfg.fail_on)
+    ci.write()
+    _gate(verdicts, gate)
+
+
+class _CiOutputs:
+    """--sarif and --junit: one part per analysed job, one file for all (see forensics.outputs)."""
+
+    def __init__(self, sarif: Path | None, junit: Path | None, fail_on: str | None) -> None:
+        self.sarif, self.junit, self.fail_on = sarif, junit, fail_on
+        self.runs: list[dict] = []
+        self.suites: list = []
+        self.paths: list[Path] = []
+
+    def add(self, diag: Diagnosis) -> None:
+        if self.sarif is not None:
+            from forensics.outputs.sarif import sarif_run
+
+            self.runs.append(sarif_run(diag))
+        if self.junit is not None:
+            from forensics.outputs.junit import junit_suite
+
+            self.suites.append(junit_suite(diag, fail_on=self.fail_on))
+        self.paths.append(Path(diag.run.path))
+
+    def write(self) -> None:
+        from forensics.outputs import atomic_write_text
+
+        if self.sarif is not None:
+            from forensics.outputs.sarif import sarif_text
+
+            target = _place(self.sarif, self.sarif.name, *self.paths)
+            atomic_write_text(target, sarif_text(self.runs))
+            _err(f"SARIF written to {target}")
+        if self.junit is not None:
+            from forensics.outputs.junit import junit_text
+
+            target = _place(self.junit, self.junit.name, *self.paths)
+            atomic_write_text(target, junit_text(self.suites))
+            _err(f"JUnit XML written to {target}")
 
 
 @app.command()
