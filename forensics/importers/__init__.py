@@ -45,6 +45,7 @@ __all__ = [
 # Module names under forensics.importers, in claiming order. Imported lazily.
 REGISTRY: list[str] = [
     "tfevents",
+    "mlflow_store",
     "wandb_run",
     "hf_trainer_state",
     "lightning_csv",
