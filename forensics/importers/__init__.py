@@ -46,6 +46,7 @@ __all__ = [
 REGISTRY: list[str] = [
     "tfevents",
     "mlflow_store",
+    "neptune_parquet",
     "wandb_run",
     "hf_trainer_state",
     "lightning_csv",
