@@ -147,6 +147,19 @@ def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
     return target
 
 
+def _is_url(path: str) -> bool:
+    from forensics.remote import is_url
+
+    return is_url(path)
+
+
+def _input(path: str | Path) -> Path:
+    """A run path as given, or an s3:// / gs:// / fsspec URL fetched (see forensics.remote)."""
+    from forensics.remote import local_path
+
+    return local_path(path)
+
+
 def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +212,10 @@ def _gate(verdicts: list[str], fail_on: str | None) -> None:
 @app.command()
 def analyze(
     path: Annotated[
-        Path, typer.Argument(help="A run folder or a single log file; the format is detected.")
+        str,
+        typer.Argument(
+            help="A run folder, a single log file or an s3:// / gs:// URL; the format is detected."
+        ),
     ],
     out: Annotated[
         Path | None,
@@ -277,6 +293,7 @@ def analyze(
 
     cfg = _config(config_file, alias, ignore, checkpoint_every)
     options = read_options(cfg, verify_crc)
+    url, path = path, _input(path)
     jobs = discover_jobs(path)
     if len(jobs) > 1 and not all_jobs:
         from forensics.errors import MultipleJobsError
@@ -292,6 +309,8 @@ def analyze(
     ci = _CiOutputs(sarif_out, junit_out, gate)
     for job, sources in sorted(jobs.items()):
         run = read_job(path, job, sources, options=options, only_job=len(jobs) == 1)
+        if _is_url(url):
+            run.metadata["url"] = url if job == "." else f"{url.rstrip('/')}/{job}"
         diag = analyze_run(run, cfg)
         ci.add(diag)
         multi = all_jobs and len(jobs) > 1
@@ -361,7 +380,7 @@ class _CiOutputs:
 
 @app.command()
 def metrics(
-    path: Annotated[Path, typer.Argument(help="A run folder or a single log file.")],
+    path: Annotated[str, typer.Argument(help="A run folder, a single log file or a URL.")],
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """List every raw tag with its canonical vital sign, points and step range."""
@@ -386,7 +405,7 @@ def metrics(
 
 @app.command()
 def export(
-    path: Annotated[Path, typer.Argument(help="A run folder or a single log file.")],
+    path: Annotated[str, typer.Argument(help="A run folder, a single log file or a URL.")],
     to: Annotated[Path, typer.Option("--to", help="Output file: .parquet or .csv.")],
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
 ) -> None:
@@ -404,8 +423,10 @@ def export(
 @app.command()
 def compare(
     paths: Annotated[
-        list[Path],
-        typer.Argument(help="Two or more run folders or log files; the first is the reference."),
+        list[str],
+        typer.Argument(
+            help="Two or more run folders, log files or URLs; the first is the reference."
+        ),
     ],
     out: Annotated[
         Path | None,
@@ -433,7 +454,7 @@ def compare(
     if len(paths) < 2:
         raise ForensicsError("compare needs at least two runs")
     cfg = _config(None, alias, ignore, None)
-    cmp = do_compare(paths, cfg)
+    cmp = do_compare([_input(p) for p in paths], cfg)
     if not no_report:
         name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"
         target = _place(out, name, *[Path(d.run.path) for d in cmp.diagnoses])
