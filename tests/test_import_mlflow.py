@@ -206,6 +206,7 @@ def test_a_store_is_a_folder_of_jobs(
     assert res.exit_code == 0, res.output
     docs = json.loads(res.stdout)
     assert len(docs) == 2
+    assert sorted(d["run"]["name"] for d in docs) == ["lr-1e-3", "lr-3e-4"]  # MLflow's run names
     assert {d["run"]["path"].rsplit("/", 1)[-1] for d in docs} <= {*ids.values(), path.name}
     verdicts = sorted(d["verdict"] for d in docs)
     assert verdicts[0] == "healthy" and verdicts[1] != "healthy"

@@ -147,7 +147,7 @@ def test_metrics_config_and_metadata(tmp_path: Path) -> None:
     """float_series are the metrics (exact values, steps, times); parameters nest as config."""
     write_export(tmp_path / "data", "LLM-7", spike=True)
     run = forensics.read_run(tmp_path / "data" / "acme_llm-1a2b3c")
-    assert run.format == "neptune_parquet"
+    assert run.format == "neptune_parquet" and run.name == "LLM-7"
     assert run.metrics()["loss"] == "train/loss" and run.metrics()["grad_norm"] == "train/grad_norm"
     got = run.view().filter(pl.col("tag") == "train/loss").select("step", "value", "wall_time")
     want = pl.DataFrame(

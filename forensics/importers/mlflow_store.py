@@ -170,6 +170,7 @@ def _read_file_store(source: Source) -> ImportResult:
     exp = _meta_yaml(run_dir.parent / "meta.yaml")
     config, meta = _config_and_meta(_key_values(run_dir / "params"), _key_values(run_dir / "tags"))
     metadata = {
+        "run_name": meta_file.get("run_name") or meta.get("mlflow.runName"),
         "mlflow_store": "file",
         "mlflow_run_id": meta_file.get("run_id") or run_dir.name,
         "mlflow_run_name": meta_file.get("run_name") or meta.get("mlflow.runName"),
@@ -281,6 +282,7 @@ def _read_sqlite(source: Source) -> ImportResult:
     if stage == "deleted":
         notes.append(f"{name}: MLflow marks run {run_uuid} as deleted")
     metadata = {
+        "run_name": run_name,
         "mlflow_store": "sqlite",
         "mlflow_run_id": run_uuid,
         "mlflow_run_name": run_name,

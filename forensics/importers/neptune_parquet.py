@@ -194,7 +194,10 @@ class NeptuneParquetImporter:
         findings = restart_findings(frame)
 
         config: dict[str, Any] = {}
-        metadata: dict[str, Any] = {"neptune_run_id": run_ids[0] if run_ids else None}
+        metadata: dict[str, Any] = {
+            "run_name": run_ids[0] if run_ids else None,
+            "neptune_run_id": run_ids[0] if run_ids else None,
+        }
         if "project_id" in data.columns:
             projects = data.get_column("project_id").drop_nulls().unique().to_list()
             metadata["neptune_project"] = projects[0] if projects else None
