@@ -142,16 +142,30 @@ def fetch(url: str, *, block_size: int | None = None, cache: Path | None = None)
         remote = f"{root.rstrip('/')}/{rel}" if is_dir else root
         _copy_ranges(fs, remote, target, size=sig[0], block=block, url=url)
         fetched[key] = sig
+    if is_dir:
+        _prune(dest, set(fetched))
     base.mkdir(parents=True, exist_ok=True)
     marker_path.write_text(json.dumps({"url": url, **fetched}))
     return dest if is_dir else base / name
 
 
+def _prune(dest: Path, keep: set[str]) -> None:
+    """Remove mirrored files whose objects are gone: a deleted log must not be analysed."""
+    for dirpath, _, files in os.walk(dest):
+        for f in files:
+            p = Path(dirpath) / f
+            if p.relative_to(dest).as_posix() not in keep:
+                p.unlink(missing_ok=True)
+
+
 def _copy_ranges(fs: Any, remote: str, target: Path, *, size: int, block: int, url: str) -> None:
+    import tempfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.part")
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    tmp = Path(name)
     try:
-        with open(tmp, "wb") as out:
+        with os.fdopen(fd, "wb") as out:
             start = 0
             while start < size:
                 end = min(size, start + block)

@@ -161,6 +161,13 @@ def test_every_command_takes_a_url(s3, workdir: Path) -> None:
     assert res.exit_code == 0, res.output
     sarif = json.loads((workdir / "ci.sarif").read_text())
     assert len(sarif["runs"]) == 2
+    uris = {
+        loc["physicalLocation"]["artifactLocation"]["uri"]
+        for run in sarif["runs"]
+        for r in run["results"]
+        for loc in r["locations"]
+    }
+    assert uris and all(u.startswith(f"s3://{BUCKET}/exp/") for u in uris), uris
 
 
 def test_python_api_keeps_the_url(s3, workdir: Path) -> None:

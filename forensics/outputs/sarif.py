@@ -37,10 +37,19 @@ def _line_numbered(source: str) -> bool:
     return source in _LINE_NUMBERED or source.endswith("_text")
 
 
-def _uri(path: Path, base: Path) -> str:
-    """A relative URI when the file lies under ``base`` (the repository checkout in CI), else
-    an absolute file URI."""
+def _uri(path: Path, base: Path, run: object = None) -> str:
+    """A relative URI when the file lies under ``base`` (the repository checkout in CI), the
+    object's URL for a run read from object storage, else an absolute file URI."""
     path = path.resolve()
+    url = getattr(run, "metadata", {}).get("url")
+    if isinstance(url, str):
+        root = Path(getattr(run, "path", path)).resolve()
+        if root.is_file():
+            return url if root == path else f"{url.rsplit('/', 1)[0]}/{quote(path.name)}"
+        try:
+            return f"{url.rstrip('/')}/{quote(path.relative_to(root).as_posix())}"
+        except ValueError:
+            pass
     try:
         return quote(path.relative_to(base.resolve()).as_posix())
     except ValueError:
@@ -122,9 +131,8 @@ def sarif_run(diag: Diagnosis, *, base: Path | None = None) -> dict[str, Any]:
     artifacts: dict[str, int] = {}
     for f, rx in zip(diag.findings, diag.prescriptions, strict=False):
         rel_file, line = _where(diag, f)
-        path = log_file_for(run, rel_file or fallback) or (
-            Path(run.path) if Path(run.path).is_file() else None
-        )
+        # Code scanning wants a location on every result: the run's own path at worst.
+        path = log_file_for(run, rel_file or fallback) or Path(run.path)
         step = f"step {f.start_step:,}"
         if f.end_step is not None and f.end_step != f.start_step:
             step = f"steps {f.start_step:,}-{f.end_step:,}"
@@ -148,7 +156,7 @@ def sarif_run(diag: Diagnosis, *, base: Path | None = None) -> dict[str, Any]:
             },
         }
         if path is not None:
-            uri = _uri(path, base)
+            uri = _uri(path, base, run)
             idx = artifacts.setdefault(uri, len(artifacts))
             physical: dict[str, Any] = {"artifactLocation": {"uri": uri, "index": idx}}
             if line is not None and line >= 1:
