@@ -293,8 +293,8 @@ def analyze(
 
     cfg = _config(config_file, alias, ignore, checkpoint_every)
     options = read_options(cfg, verify_crc)
-    url, path = path, _input(path)
-    jobs = discover_jobs(path)
+    root = _input(path)
+    jobs = discover_jobs(root)
     if len(jobs) > 1 and not all_jobs:
         from forensics.errors import MultipleJobsError
 
@@ -308,9 +308,9 @@ def analyze(
     gate = fail_on.value if fail_on else cfg.fail_on
     ci = _CiOutputs(sarif_out, junit_out, gate)
     for job, sources in sorted(jobs.items()):
-        run = read_job(path, job, sources, options=options, only_job=len(jobs) == 1)
-        if _is_url(url):
-            run.metadata["url"] = url if job == "." else f"{url.rstrip('/')}/{job}"
+        run = read_job(root, job, sources, options=options, only_job=len(jobs) == 1)
+        if _is_url(path):
+            run.metadata["url"] = path if job == "." else f"{path.rstrip('/')}/{job}"
         diag = analyze_run(run, cfg)
         ci.add(diag)
         multi = all_jobs and len(jobs) > 1

@@ -175,7 +175,7 @@ def _read_file_store(source: Source) -> ImportResult:
         "mlflow_run_id": meta_file.get("run_id") or run_dir.name,
         "mlflow_run_name": meta_file.get("run_name") or meta.get("mlflow.runName"),
         "mlflow_experiment": exp.get("name") or run_dir.parent.name,
-        "mlflow_status": _STATUS.get(meta_file.get("status"), meta_file.get("status")),
+        "mlflow_status": _STATUS.get(meta_file.get("status") or 0, meta_file.get("status")),
         **meta,
     }
     if meta_file.get("lifecycle_stage") == "deleted":
