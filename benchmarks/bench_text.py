@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import polars as pl  # noqa: E402
 
 from forensics.importers.base import ReadOptions, Source  # noqa: E402
-from forensics.importers.text_logs import IMPORTER  # noqa: E402
+from forensics.importers.text import IMPORTER  # noqa: E402
 
 
 def write_logs(folder: Path, n: int) -> tuple[Path, Path]:

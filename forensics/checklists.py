@@ -8,16 +8,13 @@ plain measurements of the series. Phases: start-up is steps 0-1000, the middle r
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import polars as pl
 
-from forensics.findings import Finding, FindingKind
-from forensics.run import Run
+from forensics.evidence import Evidence
+from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.schema import (
     ACT_ABSMAX,
     ACT_MEAN,
@@ -35,6 +32,10 @@ from forensics.schema import (
 
 PASS, FAIL, NA = "pass", "fail", "not measurable"
 STARTUP_END = 1000  # the article's start-up phase: steps 0-1000
+# The checklists' own plain measurements (where no detector judged the phase):
+SETTLED_RATIO = 1.5  # start-up: the grad norm's last third at most 1.5x its first third
+CLIMB_RATIO = 1.2  # middle: a grad norm 20% up while the loss falls is not falling with it
+VAL_RISE = 0.01  # late: a last val loss 1% above the phase's best has started to rise
 
 
 @dataclass(frozen=True)
@@ -65,65 +66,21 @@ class Coverage:
     sparse: bool  # logged less often than the article recommends
 
 
-# -- memoised series access ------------------------------------------------------------------
-# Run.series() re-derives the metric -> tag map on every call (a group-by over the whole view),
-# which costs about a second per call on a million-step run. Diagnosis, checklists and charts
-# ask for the same few series dozens of times, so they share this per-run memo.
-_MEMO: dict[int, tuple[weakref.ref[Run], int, dict[Any, Any]]] = {}
-
-
-def _memo(run: Run) -> dict[Any, Any]:
-    key = id(run)
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0]() is run and hit[1] == id(run.frame):
-        return hit[2]
-    store: dict[Any, Any] = {}
-    _MEMO[key] = (weakref.ref(run, lambda _r, k=key: _MEMO.pop(k, None)), id(run.frame), store)
-    return store
-
-
-def run_metrics(run: Run) -> dict[str, str]:
-    """``run.metrics()``, computed once per run."""
-    store = _memo(run)
-    if "metrics" not in store:
-        store["metrics"] = run.metrics()
-    return store["metrics"]
-
-
-def run_series(run: Run, metric: str, layer: int | None = None) -> pl.DataFrame:
-    """``run.series(metric, layer)``, computed once per run and series."""
-    store = _memo(run)
-    key = ("series", metric, layer)
-    if key not in store:
-        store[key] = run.series(metric, layer=layer)
-    return store[key]
-
-
-def run_layers(run: Run, metric: str) -> list[int]:
-    store = _memo(run)
-    key = ("layers", metric)
-    if key not in store:
-        store[key] = run.layers(metric)
-    return store[key]
-
-
 def _window(
-    run: Run, metric: str, lo: int, hi: int, layer: int | None = None
+    ev: Evidence, metric: str, lo: int, hi: int, layer: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    s = run_series(run, metric, layer=layer)
-    if s.is_empty():
-        return np.array([], dtype=np.int64), np.array([])
-    st = s.get_column("step").to_numpy()
-    v = s.get_column("value").to_numpy().astype(float)
-    m = (st >= lo) & (st <= hi)
-    return st[m], v[m]
+    """Steps and finite values of one series within ``[lo, hi]`` (the evidence's arrays: the
+    measurements below need no NaN handling)."""
+    s = ev.series(metric, layer)
+    m = (s.steps >= lo) & (s.steps <= hi)
+    return s.steps[m], s.values[m]
 
 
 def _in(findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int) -> list[Finding]:
     return [
         f
         for f in findings
-        if f.kind in kinds and lo <= f.start_step <= hi and f.severity.value != "info"
+        if f.kind in kinds and lo <= f.start_step <= hi and f.severity is not Severity.INFO
     ]
 
 
@@ -138,81 +95,86 @@ def _thirds(v: np.ndarray) -> tuple[float, float]:
     return float(np.median(v[:k])), float(np.median(v[-k:]))
 
 
-def _finding_or_measure(
-    findings: list[Finding],
-    kinds: set[FindingKind],
-    lo: int,
-    hi: int,
-    what: str,
-    measure: Callable[[], Item | None],
-    question: str,
-    missing: str,
-) -> Item:
-    hits = _in(findings, kinds, lo, hi)
-    if hits:
-        return Item(question, FAIL, f"{what} at step {_steps(hits)}: {hits[0].summary}")
-    got = measure()
-    return got if got is not None else Item(question, NA, missing)
+class _Answers(list[Item]):
+    """One phase's answers: a finding in the phase answers first, a measurement second."""
+
+    def __init__(self, findings: list[Finding], lo: int, hi: int) -> None:
+        super().__init__()
+        self.findings, self.lo, self.hi = findings, lo, hi
+
+    def ask(
+        self,
+        question: str,
+        kinds: set[FindingKind],
+        what: str,
+        measure: Callable[[], Item | None],
+        missing: str,
+    ) -> None:
+        """Fail on a finding of ``kinds`` in the phase; else measure; else not measurable."""
+        hits = _in(self.findings, kinds, self.lo, self.hi)
+        if hits:
+            self.append(Item(question, FAIL, f"{what} at step {_steps(hits)}: {hits[0].summary}"))
+            return
+        got = measure()
+        self.append(got if got is not None else Item(question, NA, missing))
 
 
 def _g(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1e4 and abs(x) < 1e12 else f"{x:.4g}"
 
 
-def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
-    items = []
+def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
+    items = _Answers(fs, lo, hi)
 
     q = "Does the gradient norm settle into a stable range (not keep diverging)?"
 
     def gn() -> Item | None:
-        st, v = _window(run, GRAD_NORM, lo, hi)
-        if np.isfinite(v).sum() < 6:
+        # Judged after the LR warm-up (the evidence's warm-up end) when enough points follow it:
+        # the grad norm settles once the LR stops rising.
+        start, after = lo, ""
+        wu = ev.warmup_end
+        if wu is not None and lo < wu < hi and len(_window(ev, GRAD_NORM, wu, hi)[1]) >= 6:
+            start, after = wu, f" (after the LR warm-up, which ends at step {wu:,})"
+        _, v = _window(ev, GRAD_NORM, start, hi)
+        if len(v) < 6:
             return None
         a, b = _thirds(v)
-        ok = b <= 1.5 * a
+        ok = b <= SETTLED_RATIO * a
         return Item(
             q,
             PASS if ok else FAIL,
-            f"median {_g(a)} in the first third of steps {lo:,}-{hi:,}, {_g(b)} in the last third",
+            f"median {_g(a)} in the first third of steps {step_range(start, hi)}{after},"
+            f" {_g(b)} in the last third",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE},
-            lo,
-            hi,
-            "trouble",
-            gn,
-            q,
-            "grad norm not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE},
+        "trouble",
+        gn,
+        "grad norm not logged in this phase",
     )
 
     q = "Is the loss falling at the expected pace?"
 
     def lo_() -> Item | None:
-        st, v = _window(run, LOSS, lo, hi)
-        if np.isfinite(v).sum() < 6:
+        st, v = _window(ev, LOSS, lo, hi)
+        if len(v) < 6:
             return None
         a, b = _thirds(v)
         return Item(
             q,
             PASS if b < a else FAIL,
-            f"median loss {_g(a)} early in the phase, {_g(b)} late (no target pace in the log: judged on direction)",
+            f"median loss {_g(a)} early in the phase, {_g(b)} late"
+            " (no target pace in the log: judged on direction)",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
-            lo,
-            hi,
-            "loss stalled or diverged",
-            lo_,
-            q,
-            "loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
+        "loss stalled or diverged",
+        lo_,
+        "loss not logged in this phase",
     )
 
     q = "Any NaN or Inf at some step?"
@@ -220,7 +182,9 @@ def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     def nan() -> Item | None:
         bad, checked = [], []
         for m in (LOSS, GRAD_NORM):
-            st, v = _window(run, m, lo, hi)
+            got = ev.logged(m)  # every logged point: the non-finite ones are what we look for
+            sel = (got.steps >= lo) & (got.steps <= hi)
+            st, v = got.steps[sel], got.values[sel]
             if len(v):
                 checked.append(m.replace("_", " "))
                 bad += [int(s) for s in st[~np.isfinite(v)]]
@@ -234,37 +198,27 @@ def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             )
         return Item(q, PASS, f"{' and '.join(checked)} finite throughout the phase")
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.NAN_INF},
-            lo,
-            hi,
-            "NaN/Inf",
-            nan,
-            q,
-            "neither loss nor grad norm logged",
-        )
-    )
+    items.ask(q, {FindingKind.NAN_INF}, "NaN/Inf", nan, "neither loss nor grad norm logged")
 
     q = "Are per-layer activation ranges reasonable?"
 
     def act() -> Item | None:
-        layers = (
-            run_layers(run, ACT_ABSMAX) or run_layers(run, ACT_STD) or run_layers(run, ACT_MEAN)
-        )
+        run = ev.run
+        layers = run.layers(ACT_ABSMAX) or run.layers(ACT_STD) or run.layers(ACT_MEAN)
         if not layers:
             return None
         biggest = 0.0
-        for layer in run_layers(run, ACT_ABSMAX):
-            _, v = _window(run, ACT_ABSMAX, lo, hi, layer)
-            if len(v) and np.isfinite(v).any():
-                biggest = max(biggest, float(np.nanmax(np.abs(v[np.isfinite(v)]))))
-        if biggest >= 1e4:
+        for layer in run.layers(ACT_ABSMAX):
+            _, v = _window(ev, ACT_ABSMAX, lo, hi, layer)
+            if len(v):
+                biggest = max(biggest, float(np.max(np.abs(v))))
+        limit = ev.activation_limit
+        if biggest >= limit:
             return Item(
                 q,
                 FAIL,
-                f"largest absolute activation {_g(biggest)} (the article flags values past 1e4)",
+                f"largest absolute activation {_g(biggest)} (past the limit of {_g(limit)};"
+                " the article flags values past 1e4)",
             )
         return Item(
             q,
@@ -274,130 +228,93 @@ def _startup(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             else f"{len(layers)} layers logged, no outlier finding",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.ACTIVATION_OUTLIER},
-            lo,
-            hi,
-            "activation outlier",
-            act,
-            q,
-            "activation statistics not logged",
-        )
+    items.ask(
+        q,
+        {FindingKind.ACTIVATION_OUTLIER},
+        "activation outlier",
+        act,
+        "activation statistics not logged",
     )
 
     q = "Does data-loading throughput reach the expected level?"
 
     def tp() -> Item | None:
-        st, v = _window(run, THROUGHPUT, lo, hi)
-        if np.isfinite(v).sum() < 3:
+        st, v = _window(ev, THROUGHPUT, lo, hi)
+        if len(v) < 3:
             return None
         return Item(
             q,
             PASS,
-            f"median {_g(float(np.nanmedian(v)))} tokens/s, no drop or stall (no target in the log to compare with)",
+            f"median {_g(float(np.median(v)))} tokens/s, no drop or stall"
+            " (no target in the log to compare with)",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.THROUGHPUT_DROP, FindingKind.STALL},
-            lo,
-            hi,
-            "throughput problem",
-            tp,
-            q,
-            "throughput not logged",
-        )
+    items.ask(
+        q,
+        {FindingKind.THROUGHPUT_DROP, FindingKind.STALL},
+        "throughput problem",
+        tp,
+        "throughput not logged",
     )
     return items
 
 
-def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
-    items = []
+def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
+    items = _Answers(fs, lo, hi)
 
     q = "Does the gradient norm fall along with the loss?"
 
     def gn() -> Item | None:
-        _, g = _window(run, GRAD_NORM, lo, hi)
-        _, l = _window(run, LOSS, lo, hi)
-        if np.isfinite(g).sum() < 6 or np.isfinite(l).sum() < 6:
+        _, g = _window(ev, GRAD_NORM, lo, hi)
+        _, loss = _window(ev, LOSS, lo, hi)
+        if len(g) < 6 or len(loss) < 6:
             return None
         g0, g1 = _thirds(g)
-        l0, l1 = _thirds(l)
-        ok = not (l1 < l0 and g1 > 1.2 * g0)
+        l0, l1 = _thirds(loss)
+        ok = not (l1 < l0 and g1 > CLIMB_RATIO * g0)
         return Item(
             q,
             PASS if ok else FAIL,
             f"grad norm median {_g(g0)} -> {_g(g1)} while loss {_g(l0)} -> {_g(l1)}",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.GRAD_NORM_DRIFT},
-            lo,
-            hi,
-            "grad-norm climb",
-            gn,
-            q,
-            "grad norm or loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.GRAD_NORM_DRIFT},
+        "grad-norm climb",
+        gn,
+        "grad norm or loss not logged in this phase",
     )
 
     q = "Is the per-layer gradient-norm distribution stable?"
 
     def layers() -> Item | None:
-        n = len(run_layers(run, GRAD_NORM_LAYER))
+        n = len(ev.run.layers(GRAD_NORM_LAYER))
         return Item(q, PASS, f"{n} layers logged, no layer-share shift found") if n else None
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.LAYER_GRAD_SHIFT},
-            lo,
-            hi,
-            "layer shift",
-            layers,
-            q,
-            "per-layer grad norms not logged",
-        )
+    items.ask(
+        q, {FindingKind.LAYER_GRAD_SHIFT}, "layer shift", layers, "per-layer grad norms not logged"
     )
 
     q = "Is the train/val gap within a reasonable range?"
 
     def gap() -> Item | None:
-        st, v = _window(run, VAL_LOSS, lo, hi)
-        ok = np.isfinite(v)
-        if ok.sum() < 2:
+        _, v = _window(ev, VAL_LOSS, lo, hi)
+        if len(v) < 2:
             return None
-        tail = ""
-        ts, tv = _window(run, LOSS, lo, hi)
-        tok = np.isfinite(tv)
-        if tok.sum() >= 2:
-            # the training loss at the validation steps, from a running mean to calm its noise
-            k = max(1, tok.sum() // 50)
-            sm = np.convolve(tv[tok], np.ones(k) / k, mode="same")
-            g = v[ok] - np.interp(st[ok], ts[tok], sm)
-            tail = f"; gap (val - train) {_g(float(g[0]))} at step {int(st[ok][0]):,}, {_g(float(g[-1]))} at step {int(st[ok][-1]):,}"
         return Item(
             q,
             PASS,
-            f"{int(ok.sum())} validation points, no gap acceleration or overfitting found{tail}",
+            f"{len(v)} validation points, no gap acceleration or overfitting found"
+            + _gap_text(ev, lo, hi),
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
-            lo,
-            hi,
-            "gap problem",
-            gap,
-            q,
-            "validation loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
+        "gap problem",
+        gap,
+        "validation loss not logged in this phase",
     )
 
     q = "Do loss spikes recover at a normal pace?"
@@ -411,13 +328,13 @@ def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         )
     elif spikes:
         rec = [
-            f.measures.get("recovery_steps")
+            float(r)
             for f in spikes
-            if isinstance(f.measures.get("recovery_steps"), (int, float))
+            if isinstance(r := f.measures.get("recovery_steps"), (int, float))
         ]
         tail = f"; slowest recovery {max(rec):,.0f} steps" if rec else ""
         items.append(Item(q, PASS, f"{len(spikes)} spike(s), all recovered{tail}"))
-    elif _window(run, LOSS, lo, hi)[0].size:
+    elif _window(ev, LOSS, lo, hi)[0].size:
         items.append(Item(q, PASS, "no loss spike in this phase"))
     else:
         items.append(Item(q, NA, "loss not logged in this phase"))
@@ -425,154 +342,156 @@ def _middle(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     q = "Does the parameter norm grow slowly rather than jump?"
 
     def pn() -> Item | None:
-        _, v = _window(run, PARAM_NORM, lo, hi)
-        if np.isfinite(v).sum() < 3:
+        _, v = _window(ev, PARAM_NORM, lo, hi)
+        if len(v) < 3:
             return None
         a, b = _thirds(v)
         return Item(q, PASS, f"median {_g(a)} -> {_g(b)}, no jump found")
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.PARAM_NORM_JUMP},
-            lo,
-            hi,
-            "param-norm jump",
-            pn,
-            q,
-            "parameter norm not logged",
-        )
-    )
+    items.ask(q, {FindingKind.PARAM_NORM_JUMP}, "param-norm jump", pn, "parameter norm not logged")
 
     q = "Were checkpoints saved as planned?"
-    saved = run.metadata.get("checkpoints")
-    if saved:
+    cp = ev.checkpoints
+    plan = (
+        f"; the config saves every {cp.interval:,} steps ({cp.interval_key})" if cp.interval else ""
+    )
+    if cp.saved:
         items.append(
             Item(
                 q,
                 PASS,
-                f"{len(saved)} checkpoint folder(s) beside the log, last at step {max(int(s) for s in saved):,}",
+                f"{len(cp.saved)} checkpoint folder(s) beside the log, last at step"
+                f" {cp.saved[-1]:,}{plan}",
             )
         )
     else:
-        items.append(Item(q, NA, "no checkpoint folders beside the log"))
+        items.append(Item(q, NA, "no checkpoint folders beside the log" + plan))
     return items
 
 
-def _late(run: Run, fs: list[Finding], lo: int, hi: int) -> list[Item]:
-    items = []
+def _gap_text(ev: Evidence, lo: int, hi: int) -> str:
+    """The evidence's train/val gap at the phase's first and last evaluation."""
+    gap = ev.gap
+    if gap is None:
+        return ""
+    sel = (gap.steps >= lo) & (gap.steps <= hi)
+    if not sel.any():
+        return ""
+    st, g = gap.steps[sel], gap.gap[sel]
+    return (
+        f"; gap (val - train) {_g(float(g[0]))} at step {int(st[0]):,},"
+        f" {_g(float(g[-1]))} at step {int(st[-1]):,}"
+    )
+
+
+def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
+    items = _Answers(fs, lo, hi)
 
     q = "Has the validation loss started to rise? (if so, consider stopping early)"
 
     def val() -> Item | None:
-        st, v = _window(run, VAL_LOSS, lo, hi)
-        ok = np.isfinite(v)
-        if ok.sum() < 2:
+        st, v = _window(ev, VAL_LOSS, lo, hi)
+        if len(v) < 2:
             return None
-        st, v = st[ok], v[ok]
         best = int(np.argmin(v))
-        if best < len(v) - 1 and v[-1] > v[best] * 1.01:
+        if best < len(v) - 1 and v[-1] > v[best] * (1 + VAL_RISE):
             return Item(
                 q,
                 FAIL,
-                f"lowest {_g(v[best])} at step {int(st[best]):,}, {_g(v[-1])} at the last evaluation",
+                f"lowest {_g(v[best])} at step {int(st[best]):,},"
+                f" {_g(v[-1])} at the last evaluation",
             )
         return Item(
             q,
             PASS,
-            f"last validation loss {_g(v[-1])} at step {int(st[-1]):,} is the lowest of the phase (within 1%)",
+            f"last validation loss {_g(v[-1])} at step {int(st[-1]):,} is the lowest of the phase"
+            f" (within {VAL_RISE:.0%})",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
-            lo,
-            hi,
-            "validation loss rising",
-            val,
-            q,
-            "validation loss not logged in this phase",
-        )
+    items.ask(
+        q,
+        {FindingKind.OVERFITTING, FindingKind.VAL_SHIFT},
+        "validation loss rising",
+        val,
+        "validation loss not logged in this phase",
     )
 
     q = "Does the loss decline match the learning-rate schedule?"
 
     def sched() -> Item | None:
-        _, l = _window(run, LOSS, lo, hi)
-        _, r = _window(run, LR, lo, hi)
-        if np.isfinite(l).sum() < 6 or np.isfinite(r).sum() < 2:
+        _, loss = _window(ev, LOSS, lo, hi)
+        _, r = _window(ev, LR, lo, hi)
+        if len(loss) < 6 or len(r) < 2:
             return None
-        l0, l1 = _thirds(l)
-        r0, r1 = float(r[np.isfinite(r)][0]), float(r[np.isfinite(r)][-1])
+        l0, l1 = _thirds(loss)
+        r0, r1 = float(r[0]), float(r[-1])
         return Item(
             q,
             PASS,
-            f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)}; no plateau found",
+            f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)};"
+            " no plateau found",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.PLATEAU},
-            lo,
-            hi,
-            "plateau",
-            sched,
-            q,
-            "loss or learning rate not logged in this phase",
-        )
+    items.ask(
+        q, {FindingKind.PLATEAU}, "plateau", sched, "loss or learning rate not logged in this phase"
     )
 
     q = "Is the loss scale stable?"
 
     def ls() -> Item | None:
-        _, v = _window(run, LOSS_SCALE, lo, hi)
-        if np.isfinite(v).sum() < 2:
+        _, v = _window(ev, LOSS_SCALE, lo, hi)
+        if len(v) < 2:
             return None
         return Item(
             q,
             PASS,
-            f"loss scale between {_g(float(np.nanmin(v)))} and {_g(float(np.nanmax(v)))}, no sharp drop",
+            f"loss scale between {_g(float(np.min(v)))} and {_g(float(np.max(v)))}, no sharp drop",
         )
 
-    items.append(
-        _finding_or_measure(
-            fs,
-            {FindingKind.LOSS_SCALE_DROP, FindingKind.NAN_INF},
-            lo,
-            hi,
-            "loss-scale trouble",
-            ls,
-            q,
-            "loss scale not logged (bf16 or fp32 runs have none)",
-        )
+    items.ask(
+        q,
+        {FindingKind.LOSS_SCALE_DROP, FindingKind.NAN_INF},
+        "loss-scale trouble",
+        ls,
+        "loss scale not logged (bf16 or fp32 runs have none)",
     )
 
     q = "Was the final checkpoint fully evaluated?"
-    evals = [m for m in run_metrics(run) if m.startswith("eval/")]
-    if not evals:
+    run = ev.run
+    evals = [m for m in run.metrics() if m.startswith("eval/")]
+    ends = [int(ev.logged(m).steps[-1]) for m in evals if len(ev.logged(m).steps)]
+    if not ends:
         items.append(Item(q, NA, "no evaluation metric in the log"))
     else:
-        last_eval = max(int(run_series(run, m).get_column("step").max()) for m in evals)  # type: ignore[arg-type]
+        last_eval = max(ends)
         near = last_eval >= run.last_step - max(1, (run.last_step - run.first_step) // 20)
         items.append(
             Item(
                 q,
                 PASS if near else FAIL,
-                f"last evaluation ({len(evals)} metric(s)) at step {last_eval:,}; the run ends at step {run.last_step:,}",
+                f"last evaluation ({len(evals)} metric(s)) at step {last_eval:,};"
+                f" the run ends at step {run.last_step:,}",
             )
         )
     return items
 
 
-def evaluate_checklists(run: Run, findings: list[Finding]) -> list[Phase]:
-    """Answer the article's start-up, middle and late checklists from the run and findings."""
+def evaluate_checklists(ev: Evidence, findings: list[Finding]) -> list[Phase]:
+    """Answer the article's start-up, middle and late checklists from the evidence and findings."""
+    run = ev.run
     first, last = run.first_step, run.last_step
     half = (first + last) // 2
-    phases = [("startup", "Start-up (steps 0-1,000)", first, min(STARTUP_END, last), _startup)]
-    phases.append(("middle", f"Middle (steps 1,000-{half:,})", STARTUP_END, half, _middle))
-    phases.append(("late", f"Late (second half, steps {half:,}-{last:,})", half, last, _late))
+    phases = [
+        (
+            "startup",
+            f"Start-up (steps {step_range(0, STARTUP_END)})",
+            first,
+            min(STARTUP_END, last),
+            _startup,
+        ),
+        ("middle", f"Middle (steps {step_range(STARTUP_END, half)})", STARTUP_END, half, _middle),
+        ("late", f"Late (second half, steps {step_range(half, last)})", half, last, _late),
+    ]
     out = []
     for key, title, lo, hi, fn in phases:
         if (
@@ -585,10 +504,10 @@ def evaluate_checklists(run: Run, findings: list[Finding]) -> list[Phase]:
                 if key == "startup"
                 else "the run is too short to have a middle phase (it ends before step 2,000)"
             )
-            probe = fn(run, [], 1, 0)  # questions only; every answer becomes not measurable
+            probe = fn(ev, [], 1, 0)  # questions only; every answer becomes not measurable
             out.append(Phase(key, title, lo, hi, [Item(i.question, NA, reason) for i in probe]))
             continue
-        out.append(Phase(key, title, lo, hi, fn(run, findings, lo, hi)))
+        out.append(Phase(key, title, lo, hi, list(fn(ev, findings, lo, hi))))
     return out
 
 
@@ -603,11 +522,14 @@ _CADENCE = [
 ]
 
 
-def _interval(run: Run, metric: str, unit: str) -> float | None:
-    layers = run_layers(run, metric)
-    s = run_series(run, metric, layer=layers[0] if layers else None)
-    col = "step" if unit == "steps" else "wall_time"
-    x = s.get_column(col).drop_nulls().to_numpy().astype(float)
+def _interval(ev: Evidence, metric: str, unit: str) -> float | None:
+    layers = ev.run.layers(metric)
+    layer = layers[0] if layers else None
+    if unit == "steps":
+        x = ev.logged(metric, layer).steps.astype(float)
+    else:  # wall times are not part of the evidence's arrays: read them from the run
+        s = ev.run.series(metric, layer=layer)
+        x = s.get_column("wall_time").drop_nulls().to_numpy().astype(float)
     if len(x) < 2:
         return None
     d = np.diff(np.sort(x))
@@ -615,9 +537,9 @@ def _interval(run: Run, metric: str, unit: str) -> float | None:
     return float(np.median(d)) if len(d) else None
 
 
-def coverage(run: Run) -> list[Coverage]:
+def coverage(ev: Evidence) -> list[Coverage]:
     """Which vital signs the run logged, and how often, against the article's table."""
-    have = run_metrics(run)
+    have = ev.run.metrics()
     rows = []
     for signs, metrics, cadence, every, unit in _CADENCE:
         present = [m for m in metrics if m in have]
@@ -627,7 +549,7 @@ def coverage(run: Run) -> list[Coverage]:
             continue
         parts, sparse = [], False
         for m in present:
-            iv = _interval(run, m, unit)
+            iv = _interval(ev, m, unit)
             if iv is None:
                 parts.append(f"{m}: one point")
                 continue

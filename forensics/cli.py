@@ -55,8 +55,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-SEVERITY_ORDER = {"healthy": 0, "warning": 1, "critical": 2, "fatal": 3}
-
 
 class OutputFormat(StrEnum):
     text = "text"
@@ -204,7 +202,9 @@ def _emit(
 
 
 def _gate(verdicts: list[str], fail_on: str | None) -> None:
-    if fail_on and any(SEVERITY_ORDER[v] >= SEVERITY_ORDER[fail_on] for v in verdicts):
+    from forensics.findings import look  # the one table of severity order
+
+    if fail_on and any(look(v).rank >= look(fail_on).rank for v in verdicts):
         raise typer.Exit(code=1)
 
 
@@ -449,7 +449,8 @@ def compare(
 ) -> None:
     """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
     from forensics.compare import compare as do_compare
-    from forensics.compare import print_comparison, render_compare_html
+    from forensics.compare import print_comparison
+    from forensics.report.compare_page import render_compare_html
 
     if len(paths) < 2:
         raise ForensicsError("compare needs at least two runs")

@@ -1,4 +1,9 @@
-"""`forensics compare`: several runs side by side (verdicts, vital signs, where the losses part ways)."""
+"""`forensics compare`: runs side by side (verdicts, vital signs, where the losses part ways).
+
+Each run is analysed as ``forensics analyze`` would (one :class:`~forensics.evidence.Evidence`
+per run, with the configured parameters); the cross-run measures read those evidences' series.
+The HTML page is rendered by :mod:`forensics.report.compare_page`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.findings import Severity
+from forensics.evidence import Evidence
+from forensics.findings import Severity, step_range
 from forensics.schema import (
     GRAD_NORM,
     LOSS,
@@ -24,6 +30,7 @@ from forensics.schema import (
 if TYPE_CHECKING:
     from forensics.config import Config
     from forensics.diagnosis import Diagnosis
+    from forensics.run import Run
 
 VITALS = (LOSS, VAL_LOSS, GRAD_NORM, PARAM_NORM, LR, LOSS_SCALE, THROUGHPUT, MEMORY)
 PART_WAYS_REL = 0.05  # losses more than 5% apart ...
@@ -45,7 +52,8 @@ class Comparison:
         return {
             "schema_version": 1,
             "runs": [
-                {"label": lab, **d.to_document()} for lab, d in zip(self.labels, self.diagnoses)
+                {"label": lab, **d.to_document()}
+                for lab, d in zip(self.labels, self.diagnoses, strict=True)
             ],
             "vitals": self.vitals,
             "loss_parts_ways": self.part_ways,
@@ -67,51 +75,41 @@ def _smooth(y: np.ndarray, k: int = 11) -> np.ndarray:
     return median_filter(y, size=k, mode="nearest")
 
 
-def _vital(run: Any, metric: str) -> dict[str, float | int | None] | None:
-    s = run.series(metric)
-    if s.is_empty():
+def _evidence(run: Run | Evidence) -> Evidence:
+    return run if isinstance(run, Evidence) else Evidence(run)
+
+
+def _vital(ev: Evidence, metric: str) -> dict[str, float | int | None] | None:
+    logged = ev.logged(metric)
+    if len(logged) == 0:
         return None
-    y = s.get_column("value").to_numpy().astype(float)
-    fin = y[np.isfinite(y)]
+    fin = ev.series(metric).values
+    last_step = int(logged.steps[-1])
     if len(fin) == 0:
-        return {
-            "final": None,
-            "best": None,
-            "points": len(y),
-            "last_step": int(s.get_column("step")[-1]),
-        }
+        return {"final": None, "best": None, "points": len(logged), "last_step": last_step}
     tail = fin[-max(1, len(fin) // 20) :]  # the last 5% of points: the level the run ended at
     best = float(fin.max()) if metric in (THROUGHPUT,) else float(fin.min())
     return {
         "final": float(np.median(tail)),
         "best": best,
-        "points": len(y),
-        "last_step": int(s.get_column("step")[-1]),
+        "points": len(logged),
+        "last_step": last_step,
     }
 
 
-def loss_parts_ways(ref: Any, other: Any) -> dict[str, Any] | None:
+def loss_parts_ways(ref: Run | Evidence, other: Run | Evidence) -> dict[str, Any] | None:
     """The first step where ``other``'s smoothed loss stays more than 5% away from ``ref``'s."""
-    a, b = ref.series(LOSS), other.series(LOSS)
-    if a.height < PART_WAYS_POINTS or b.height < 2:
+    a, b = _evidence(ref).series(LOSS), _evidence(other).series(LOSS)
+    if len(a) < PART_WAYS_POINTS or len(b) < 2:
         return None
-    xa, ya = (
-        a.get_column("step").to_numpy(),
-        _smooth(a.get_column("value").to_numpy().astype(float)),
-    )
-    xb, yb = (
-        b.get_column("step").to_numpy(),
-        _smooth(b.get_column("value").to_numpy().astype(float)),
-    )
-    ok = np.isfinite(yb)
-    if ok.sum() < 2:
-        return None
-    lo, hi = max(xa[0], xb[ok][0]), min(xa[-1], xb[ok][-1])
-    sel = (xa >= lo) & (xa <= hi) & np.isfinite(ya)
+    xa, ya = a.steps, _smooth(a.values)
+    xb, yb = b.steps, _smooth(b.values)
+    lo, hi = max(xa[0], xb[0]), min(xa[-1], xb[-1])
+    sel = (xa >= lo) & (xa <= hi)
     if sel.sum() < PART_WAYS_POINTS:
         return {"step": None, "common_steps": [int(lo), int(hi)], "note": "too few common steps"}
     x, y_ref = xa[sel], ya[sel]
-    y_oth = np.interp(x, xb[ok], yb[ok])
+    y_oth = np.interp(x, xb, yb)
     rel = (y_oth - y_ref) / np.maximum(np.abs(y_ref), 1e-12)
     apart = np.abs(rel) > PART_WAYS_REL
     run_len = np.convolve(apart.astype(int), np.ones(PART_WAYS_POINTS, dtype=int), mode="valid")
@@ -139,27 +137,21 @@ def compare(paths: list[str | os.PathLike[str]], config: Config | None = None) -
             diags.append(analyze(Path(p), config))
         except MultipleJobsError as exc:
             raise ForensicsError(
-                f"{p} holds {len(exc.jobs)} separate jobs ({', '.join(exc.jobs)}); compare takes one job per path"
+                f"{p} holds {len(exc.jobs)} separate jobs ({', '.join(exc.jobs)});"
+                " compare takes one job per path"
             ) from None
     labels = _labels([d.run.name for d in diags])
-    vitals = {m: [_vital(d.run, m) for d in diags] for m in VITALS}
+    vitals = {m: [_vital(d.ev, m) for d in diags] for m in VITALS}
     vitals = {m: v for m, v in vitals.items() if any(x is not None for x in v)}
-    part = [None] + [loss_parts_ways(diags[0].run, d.run) for d in diags[1:]]
+    part = [None] + [loss_parts_ways(diags[0].ev, d.ev) for d in diags[1:]]
     return Comparison(diags, labels, vitals, part)
-
-
-def _counts(d: Diagnosis) -> dict[str, int]:
-    out = {s.value: 0 for s in Severity}
-    for f in d.findings:
-        out[f.severity.value] += 1
-    return out
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from forensics.report.render import _num
+    from forensics.report.render import _num, severity_counts
 
     console = console or Console()
     t = Table(title="forensics compare", show_lines=False)
@@ -168,11 +160,11 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         t.add_column(lab, overflow="fold")
     t.add_row("verdict", *[d.verdict.upper() for d in cmp.diagnoses])
     t.add_row("format", *[d.run.format for d in cmp.diagnoses])
-    t.add_row("steps", *[f"{d.run.first_step:,}-{d.run.last_step:,}" for d in cmp.diagnoses])
+    t.add_row("steps", *[step_range(d.run.first_step, d.run.last_step) for d in cmp.diagnoses])
     t.add_row(
         "findings",
         *[
-            ", ".join(f"{n} {k}" for k, n in _counts(d).items() if n) or "none"
+            ", ".join(f"{n} {k}" for k, n in severity_counts(d.findings).items() if n) or "none"
             for d in cmp.diagnoses
         ],
     )
@@ -210,62 +202,3 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         ],
     )
     console.print(t)
-
-
-def render_compare_html(cmp: Comparison, *, plotlyjs: str = "inline") -> str:
-    """One page: verdicts side by side and one overlaid chart per vital sign."""
-    from markupsafe import Markup
-
-    from forensics.report.charts import _nums, esc, figure_json
-    from forensics.report.downsample import downsample
-    from forensics.report.render import LIGHTS, _env, _plotly_cdn, _plotly_inline, _version
-
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
-    panels = []
-    for metric in cmp.vitals:
-        traces = []
-        for i, (lab, d) in enumerate(zip(cmp.labels, cmp.diagnoses)):
-            s = d.run.series(metric)
-            if s.is_empty():
-                continue
-            x, y = downsample(
-                s.get_column("step").to_numpy(), s.get_column("value").to_numpy().astype(float)
-            )
-            traces.append(
-                {
-                    "type": "scattergl" if len(x) > 2000 else "scatter",
-                    "mode": "lines",
-                    "name": esc(lab),
-                    "x": [int(v) for v in x],
-                    "y": _nums(y),
-                    "line": {"width": 1.2, "color": palette[i % len(palette)]},
-                }
-            )
-        fig = {
-            "data": traces,
-            "layout": {
-                "title": {"text": esc(metric)},
-                "height": 300,
-                "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
-                "xaxis": {"title": {"text": "step"}},
-                "legend": {"orientation": "h"},
-                "yaxis": {"type": "log" if metric in (LOSS_SCALE, LR) else "linear"},
-            },
-        }
-        panels.append(
-            {"key": metric.replace("/", "_"), "title": metric, "json": Markup(figure_json(fig))}
-        )
-    ctx = {
-        "cmp": cmp,
-        "runs": list(
-            zip(cmp.labels, cmp.diagnoses, [_counts(d) for d in cmp.diagnoses], cmp.part_ways)
-        ),
-        "panels": panels,
-        "LIGHTS": LIGHTS,
-        "plotlyjs": plotlyjs,
-        "plotly_inline": Markup(_plotly_inline()) if plotlyjs == "inline" else "",
-        "cdn_url": _plotly_cdn()[0] if plotlyjs == "cdn" else "",
-        "cdn_sri": _plotly_cdn()[1] if plotlyjs == "cdn" else "",
-        "version": _version(),
-    }
-    return _env().get_template("compare.html").render(**ctx)

@@ -9,8 +9,8 @@ Recognised keys::
     batch_size = 512                  # samples per step, for sample-indexed x axes
     aliases = { "my/odd_loss" = "loss" }
 
-    [tool.forensics.detectors.spikes]  # any detector parameter
-    recovery_steps = 300
+    [tool.forensics.detectors.spikes]  # any parameter of forensics/params.py
+    recover_steps = 300
 
 In ``forensics.toml`` the same keys sit at the top level (or under [tool.forensics]).
 """
@@ -50,7 +50,8 @@ def _check_kinds(kinds: list[str] | set[str], where: str) -> set[str]:
     bad = [k for k in kinds if k not in known]
     if bad:
         raise ConfigError(
-            f"{where}: unknown finding kind(s) {', '.join(bad)}; known kinds: {', '.join(sorted(known))}"
+            f"{where}: unknown finding kind(s) {', '.join(bad)}; "
+            f"known kinds: {', '.join(sorted(known))}"
         )
     return set(kinds)
 
@@ -60,7 +61,8 @@ def from_mapping(data: dict[str, Any], where: str) -> Config:
     extra = set(data) - allowed
     if extra:
         raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(sorted(extra))}; allowed: {', '.join(sorted(allowed))}"
+            f"{where}: unknown key(s) {', '.join(sorted(extra))}; "
+            f"allowed: {', '.join(sorted(allowed))}"
         )
     cfg = Config(source=where)
     ignore = data.get("ignore", [])
@@ -98,7 +100,8 @@ def from_mapping(data: dict[str, Any], where: str) -> Config:
 
 
 def load(cwd: Path | None = None, explicit: Path | None = None) -> Config:
-    """The configuration in force: an explicit file, else ./forensics.toml, else ./pyproject.toml."""
+    """The configuration in force: an explicit file, else ./forensics.toml, else
+    ./pyproject.toml."""
     cwd = cwd or Path.cwd()
     candidates = [explicit] if explicit else [cwd / "forensics.toml", cwd / "pyproject.toml"]
     for path in candidates:

@@ -13,14 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from forensics.checklists import (
-    Coverage,
-    Phase,
-    coverage,
-    evaluate_checklists,
-    run_metrics,
-    run_series,
-)
+from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists
+from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, worst_severity
 from forensics.prescriptions import (
     AREAS,
@@ -32,22 +26,10 @@ from forensics.prescriptions import (
 )
 from forensics.prescriptions import TABLE as PRESCRIPTIONS
 from forensics.run import Run
-from forensics.schema import VAL_LOSS
+from forensics.schema import LR, VAL_LOSS
 from forensics.timeline import Timeline, build_timeline
 
 SCHEMA_VERSION = 1
-DEFAULT_CHECKPOINT_EVERY = 500  # the article keeps a rollback checkpoint every 500 steps (4.3)
-
-# Config keys that carry the checkpoint interval in common trainers (HF, Megatron, torchtitan...).
-_INTERVAL_KEYS = (
-    "save_steps",
-    "save_interval",
-    "checkpoint_every",
-    "checkpoint_interval",
-    "save_every",
-    "ckpt_interval",
-    "interval",
-)
 
 # Kinds that describe the training dynamics going wrong; an ongoing one makes the eve of a later
 # event unhealthy too. Infrastructure and evaluation findings do not move the rollback point.
@@ -113,7 +95,11 @@ class Investigation:
 
 @dataclass
 class Diagnosis:
-    """Everything the report and the summary show about one run."""
+    """Everything the report and the summary show about one run.
+
+    ``evidence`` is the one computation the findings were judged against; the checklists,
+    the report's charts and compare read it instead of recomputing anything.
+    """
 
     run: Run
     findings: list[Finding]
@@ -124,6 +110,12 @@ class Diagnosis:
     timeline: Timeline | None = None
     phases: list[Phase] = field(default_factory=list)
     coverage: list[Coverage] = field(default_factory=list)
+    evidence: Evidence | None = None
+
+    @cached_property
+    def ev(self) -> Evidence:
+        """The run's evidence (the one the detectors read; built with defaults if absent)."""
+        return self.evidence if self.evidence is not None else Evidence(self.run)
 
     @property
     def standing_guidance(self) -> tuple[Prescription, ...]:
@@ -135,7 +127,7 @@ class Diagnosis:
 
     @cached_property
     def _rx_by_id(self) -> dict[int, str]:
-        return {id(f): p for f, p in zip(self.findings, self.prescriptions)}
+        return {id(f): p for f, p in zip(self.findings, self.prescriptions, strict=True)}
 
     def ranked(self) -> list[Finding]:
         """Findings by severity (worst first), then onset: the order the report lists them."""
@@ -143,7 +135,7 @@ class Diagnosis:
 
     @cached_property
     def investigation(self) -> list[Investigation]:
-        """The checks the findings call for, data first, then optimizer, then layers (article 3.5)."""
+        """The checks the findings call for: data, then optimizer, then layers (article 3.5)."""
         by_area: dict[str, dict[str, tuple[Check, list[FindingKind]]]] = {a: {} for a in AREAS}
         for f in self.ranked():
             if not needs_action(f):
@@ -167,10 +159,12 @@ class Diagnosis:
                 "format": run.format,
                 "first_step": run.first_step,
                 "last_step": run.last_step,
-                "metrics": run_metrics(run),
+                "metrics": run.metrics(),
             },
             "verdict": self.verdict,
-            "findings": [f.to_dict(p) for f, p in zip(self.findings, self.prescriptions)],
+            "findings": [
+                f.to_dict(p) for f, p in zip(self.findings, self.prescriptions, strict=True)
+            ],
         }
 
     # -- notebooks: see forensics.notebook -------------------------------------------------
@@ -202,28 +196,38 @@ def verdict_of(findings: list[Finding]) -> str:
     return worst.value
 
 
+def evidence_of(run_or_evidence: Run | Evidence) -> Evidence:
+    """The evidence given, or one built with the default parameters for a bare run."""
+    if isinstance(run_or_evidence, Evidence):
+        return run_or_evidence
+    return Evidence(run_or_evidence)
+
+
 def diagnose(
-    run: Run, findings: list[Finding], *, checkpoint_every: int | None = None
+    run: Run | Evidence, findings: list[Finding], *, checkpoint_every: int | None = None
 ) -> Diagnosis:
     """Turn findings into a verdict, prescriptions, a timeline, rollback advice and checklists.
 
     Args:
-        run: the run the findings are about.
+        run: the run's :class:`~forensics.evidence.Evidence` (the one the detectors read),
+            or a bare run (evidence is then built with the default parameters).
         findings: detector output, kept in the order given (step order from ``detect``).
         checkpoint_every: the checkpoint interval to assume when the run shows none
             (``--checkpoint-every``); the article's 500 when None.
     """
+    ev = evidence_of(run)
     findings = list(findings)
     return Diagnosis(
-        run=run,
+        run=ev.run,
         findings=findings,
         verdict=verdict_of(findings),
         prescriptions=[prescribe(f) for f in findings],
         checkpoint_every=checkpoint_every,
-        rollbacks=rollback_advice(run, findings, checkpoint_every=checkpoint_every),
+        rollbacks=rollback_advice(ev, findings, checkpoint_every=checkpoint_every),
         timeline=build_timeline(findings),
-        phases=evaluate_checklists(run, findings),
-        coverage=coverage(run),
+        phases=evaluate_checklists(ev, findings),
+        coverage=coverage(ev),
+        evidence=ev,
     )
 
 
@@ -252,106 +256,46 @@ def _lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
     return None
 
 
-def _best_val_step(run: Run, until: int) -> int | None:
-    """The logged step with the lowest validation loss up to ``until`` (overfitting's rollback point)."""
-    s = run_series(run, VAL_LOSS)
-    if s.is_empty():
-        return None
-    steps = s.get_column("step").to_numpy()
-    vals = s.get_column("value").to_numpy().astype(float)
-    ok = np.isfinite(vals) & (steps <= until)
+def _best_val_step(ev: Evidence, until: int) -> int | None:
+    """The step with the lowest validation loss up to ``until`` (overfitting's rollback point)."""
+    s = ev.series(VAL_LOSS)
+    ok = s.steps <= until
     if not ok.any():
         return None
-    return int(steps[ok][np.argmin(vals[ok])])
+    return int(s.steps[ok][np.argmin(s.values[ok])])
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
+def _value_at(ev: Evidence, metric: str, step: int) -> float | None:
+    """The last finite value of ``metric`` at or before ``step``."""
+    s = ev.series(metric)
+    i = int(np.searchsorted(s.steps, step, side="right")) - 1
+    return float(s.values[i]) if i >= 0 else None
 
 
-def checkpoint_interval(run: Run) -> tuple[int, str] | None:
-    """The checkpoint interval the run's config states, with the key it came from."""
-    flat = _flatten(run.config) if run.config else {}
-    for key, value in flat.items():
-        leaf = key.rsplit(".", 1)[-1].lower()
-        if leaf == "interval" and "checkpoint" not in key.lower() and "save" not in key.lower():
-            continue  # a bare "interval" is only about checkpoints inside a checkpoint section
-        if leaf in _INTERVAL_KEYS:
-            try:
-                n = int(value)
-            except (TypeError, ValueError):
-                continue
-            if n > 0:
-                return n, key
-    return None
-
-
-def _checkpoint_before(run: Run, step: int, checkpoint_every: int | None) -> tuple[int | None, str]:
-    saved = run.metadata.get("checkpoints")
-    if saved:
-        ok = sorted(int(s) for s in saved if int(s) <= step)
-        listing = ", ".join(f"{int(s):,}" for s in sorted(saved)[:8]) + (
-            " ..." if len(saved) > 8 else ""
-        )
-        if ok:
-            return ok[-1], f"checkpoint folders found beside the log ({listing})"
-        return None, f"no saved checkpoint precedes the onset (saved: {listing})"
-    interval = checkpoint_interval(run)
-    if interval is not None:
-        n, key = interval
-        return (step // n) * n, f"the run's checkpoint interval ({key} = {n})"
-    if checkpoint_every:
-        return (
-            step // checkpoint_every
-        ) * checkpoint_every, f"--checkpoint-every {checkpoint_every}"
-    n = DEFAULT_CHECKPOINT_EVERY
-    return (
-        step // n
-    ) * n, f"assuming a checkpoint every {n} steps (the article's habit; set --checkpoint-every)"
-
-
-def _value_at(run: Run, metric: str, step: int) -> float | None:
-    s = run_series(run, metric)
-    if s.is_empty():
-        return None
-    steps = s.get_column("step").to_numpy()
-    vals = s.get_column("value").to_numpy().astype(float)
-    i = int(np.searchsorted(steps, step, side="right")) - 1
-    while i >= 0 and not np.isfinite(vals[i]):
-        i -= 1
-    return float(vals[i]) if i >= 0 else None
-
-
-def _last_logged_before(run: Run, metric: str | None, step: int) -> int | None:
+def _last_logged_before(ev: Evidence, metric: str | None, step: int) -> int | None:
     for m in (metric, "loss"):
         if not m:
             continue
-        s = run_series(run, m)
-        if s.is_empty():
+        steps = ev.logged(m).steps  # a NaN was logged too
+        if len(steps) == 0:
             continue
-        steps = s.get_column("step").to_numpy()
         i = int(np.searchsorted(steps, step, side="left")) - 1
         if i >= 0:
             return int(steps[i])
-    return step - 1 if step > run.first_step else None
+    return step - 1 if step > ev.run.first_step else None
 
 
 def rollback_advice(
-    run: Run, findings: list[Finding], *, checkpoint_every: int | None = None
+    run: Run | Evidence, findings: list[Finding], *, checkpoint_every: int | None = None
 ) -> list[Rollback]:
     """Rollback and learning-rate advice for each pathological event.
 
     The episode's onset is the earliest actionable training-dynamics finding still going on
     when this one began (a grad-norm climb that precedes a spike makes the spike's eve
-    unhealthy too; a throughput drop does not).
+    unhealthy too; a throughput drop does not). The checkpoint to go back to comes from
+    the evidence's :attr:`~forensics.evidence.Evidence.checkpoints`.
     """
+    ev = evidence_of(run)
     actionable = [f for f in findings if needs_action(f) and f.kind in _DYNAMICS]
     out: list[Rollback] = []
     for f in findings:
@@ -367,18 +311,18 @@ def rollback_advice(
                 and (g.end_step is None or g.end_step >= f.start_step)
             ):
                 onset, cause = g.start_step, g
-        healthy = _last_logged_before(run, f.metric if cause is None else cause.metric, onset)
+        healthy = _last_logged_before(ev, f.metric if cause is None else cause.metric, onset)
         if f.kind == FindingKind.OVERFITTING:
             # The best val step at or before the finding's onset, so the advice never points
             # past the step the finding says the val loss turned up (a later noisy dip).
-            best = _best_val_step(run, f.start_step)
+            best = _best_val_step(ev, f.start_step)
             healthy = best if best is not None else healthy
         ckpt, source = (
-            _checkpoint_before(run, healthy, checkpoint_every)
+            ev.checkpoints.before(healthy, checkpoint_every)
             if healthy is not None
             else (None, "the trouble starts at the first logged step")
         )
-        lr = _value_at(run, "lr", healthy if healthy is not None else onset)
+        lr = _value_at(ev, LR, healthy if healthy is not None else onset)
         new_lr = (lr * (1 - cut[1]), lr * (1 - cut[0])) if lr is not None and cut[1] > 0 else None
         if f.kind == FindingKind.OVERFITTING:
             why = (

@@ -46,7 +46,11 @@ from typing import Any
 
 
 class Severity(StrEnum):
-    """The article's traffic lights: yellow = warning, orange = critical, red = fatal."""
+    """The article's traffic lights: yellow = warning, orange = critical, red = fatal.
+
+    Order, light, colour and wording come from one table, :data:`LOOKS`, which the report, the
+    charts, the terminal summary and compare all read.
+    """
 
     INFO = "info"
     WARNING = "warning"
@@ -54,11 +58,55 @@ class Severity(StrEnum):
     FATAL = "fatal"
 
     @property
+    def look(self) -> Look:
+        return LOOKS[self.value]
+
+    @property
     def rank(self) -> int:
-        return _SEVERITY_RANK[self]
+        """0 (info) to 3 (fatal): sort by this, never by the name."""
+        return self.look.rank
+
+    @property
+    def light(self) -> str:
+        """The article's traffic light: blue (a note), yellow, orange or red."""
+        return self.look.light
+
+    @property
+    def colour(self) -> str:
+        """The light's colour in the report and the charts (hex)."""
+        return self.look.colour
+
+    @property
+    def label(self) -> str:
+        """What the light means, in a few words (the report's banner)."""
+        return self.look.label
 
 
-_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2, Severity.FATAL: 3}
+@dataclass(frozen=True)
+class Look:
+    """How a severity (or the ``healthy`` verdict) is shown: the one table of lights."""
+
+    rank: int  # order: info < warning < critical < fatal (healthy sorts with info)
+    light: str  # the article's traffic light (6.3)
+    colour: str  # hex, for HTML and charts
+    term: str  # rich colour name, for the terminal
+    label: str  # what the light asks of the reader
+
+
+LOOKS: dict[str, Look] = {
+    "healthy": Look(0, "green", "#2ca02c", "green", "Healthy: no warning sign"),
+    "info": Look(0, "blue", "#4c78a8", "blue", "Note"),
+    "warning": Look(1, "yellow", "#e0b000", "yellow", "Yellow light: keep an eye on it"),
+    "critical": Look(
+        2, "orange", "#f07f0e", "dark_orange", "Orange light: pause and look before going on"
+    ),
+    "fatal": Look(3, "red", "#d62728", "red", "Red light: the run needs a rollback"),
+}
+
+
+def look(verdict_or_severity: str) -> Look:
+    """The look of a verdict (``healthy`` or a severity's name) or a severity."""
+    return LOOKS[str(verdict_or_severity)]
 
 
 class FindingKind(StrEnum):
@@ -137,6 +185,9 @@ class Finding:
         object.__setattr__(
             self, "measures", {str(k): clean_measure(v) for k, v in dict(self.measures).items()}
         )
+        from forensics.measures import check_keys  # a renamed measure key fails loudly
+
+        check_keys(self.kind, self.measures)
         object.__setattr__(
             self,
             "judged_against",
@@ -160,6 +211,18 @@ class Finding:
             "summary": self.summary,
             "prescription": prescription,
         }
+
+
+def step_range(start: int, end: int | None = None) -> str:
+    """ "501-652" for a span, "501" for a single step (or an end equal to the start)."""
+    if end is None or int(end) == int(start):
+        return f"{int(start):,}"
+    return f"{int(start):,}-{int(end):,}"
+
+
+def finding_steps(f: Finding) -> str:
+    """A finding's steps as text: its start, or start-end when it spans several steps."""
+    return step_range(f.start_step, f.end_step)
 
 
 def steps_text(n: int | float | None) -> str:

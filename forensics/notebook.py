@@ -47,7 +47,7 @@ _TEMPLATE = """\
 <div class="forensics-nb" id="{{ uid }}">
 <style>
 #{{ uid }} { font-family: system-ui, sans-serif; font-size: 13px; }
-#{{ uid }} .verdict { padding: 6px 10px; border-left: 6px solid {{ light[1] }};
+#{{ uid }} .verdict { padding: 6px 10px; border-left: 6px solid {{ light.colour }};
   background: #f7f7f7; margin-bottom: 6px; }
 #{{ uid }} table { border-collapse: collapse; margin: 4px 0; }
 #{{ uid }} th, #{{ uid }} td { text-align: left; vertical-align: top; padding: 2px 8px;
@@ -58,7 +58,7 @@ _TEMPLATE = """\
 <div class="verdict" data-verdict="{{ verdict }}">
   <strong>{{ run.name }}</strong> ({{ run.format }}, steps {{ "{:,}".format(run.first_step) }}
   to {{ "{:,}".format(run.last_step) }}):
-  <strong class="verdict-word">{{ verdict | upper }}</strong> &mdash; {{ light[2] }}
+  <strong class="verdict-word">{{ verdict | upper }}</strong> &mdash; {{ light.label }}
 </div>
 {% if rows %}
 <table class="findings">
@@ -128,8 +128,9 @@ def diagnosis_html(diag: Diagnosis, *, plotlyjs: str | None = None) -> str:
     """The notebook view of a diagnosis: verdict, findings, a chart per vital sign."""
     from markupsafe import Markup
 
-    from forensics.report.charts import SEVERITY_COLOURS, build_panels
-    from forensics.report.render import LIGHTS, _plotly_cdn, _plotly_inline
+    from forensics.findings import look
+    from forensics.report.charts import build_panels
+    from forensics.report.render import _plotly_cdn, _plotly_inline
 
     global _inlined
     mode = plotlyjs or options.plotlyjs
@@ -143,19 +144,19 @@ def diagnosis_html(diag: Diagnosis, *, plotlyjs: str | None = None) -> str:
         {
             "kind": f.kind.value,
             "severity": f.severity.value,
-            "colour": SEVERITY_COLOURS.get(f.severity.value, "#333"),
+            "colour": look(f.severity.value).colour,
             "steps": _steps(f),
             "summary": f.summary,
             "prescription": diag.prescription_for(f),
         }
         for f in ranked[: options.max_findings]
     ]
-    panels = build_panels(diag.run, diag.findings, buckets=options.buckets)
+    panels = build_panels(diag.ev, diag.findings, buckets=options.buckets)
     return _template().render(
         uid=f"forensics-{uuid.uuid4().hex[:12]}",
         run=diag.run,
         verdict=diag.verdict,
-        light=LIGHTS[diag.verdict],
+        light=look(diag.verdict),
         rows=rows,
         more=max(0, len(ranked) - options.max_findings),
         panels=panels,

@@ -1,4 +1,4 @@
-"""The four stages as plain functions: read -> detect -> diagnose -> render."""
+"""The stages as plain functions: read -> evidence -> detect -> diagnose -> render."""
 
 from __future__ import annotations
 
@@ -37,13 +37,20 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
 
 
 def analyze_run(run: Run, config: Config | None = None) -> Diagnosis:
-    """Detect and diagnose an already-read run."""
+    """Build the run's evidence once, detect and diagnose from it.
+
+    The one :class:`~forensics.evidence.Evidence` (with the configured parameters) is what the
+    detectors judge against and what the diagnosis keeps for the checklists and the report's
+    charts, so every number drawn is the number a finding states.
+    """
     from forensics.detectors import detect
     from forensics.diagnosis import diagnose
+    from forensics.evidence import Evidence
 
     config = config or Config()
-    findings = detect(run, config.params, ignore=config.ignore)
-    return diagnose(run, findings, checkpoint_every=config.checkpoint_every)
+    ev = Evidence(run, config.params)
+    findings = detect(run, ev.params, ignore=config.ignore, evidence=ev)
+    return diagnose(ev, findings, checkpoint_every=config.checkpoint_every)
 
 
 def analyze(

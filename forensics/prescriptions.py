@@ -81,7 +81,8 @@ TABLE: dict[FindingKind, Prescription] = {
         (
             _c(
                 "data",
-                "Rule out the data: a drift is a trend, while a bad batch gives a spike that falls back.",
+                "Rule out the data: a drift is a trend, while a bad batch gives a spike that "
+                "falls back.",
             ),
             _c(
                 "optimizer",
@@ -127,7 +128,8 @@ TABLE: dict[FindingKind, Prescription] = {
         (
             _c(
                 "data",
-                "Look at the batches logged at the spike steps: lengths, sources, malformed records.",
+                "Look at the batches logged at the spike steps: lengths, sources, malformed "
+                "records.",
             ),
             _c(
                 "optimizer",
@@ -159,7 +161,8 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("data", "Check whether the onset coincides with a new data shard or source."),
             _c(
                 "optimizer",
-                "Compare the learning rate at the onset with the schedule; look for a missing warm-up after a resume.",
+                "Compare the learning rate at the onset with the schedule; look for a missing "
+                "warm-up after a resume.",
             ),
             _c("layers", "Find the first layer whose activations or gradients left their range."),
         ),
@@ -182,7 +185,8 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("numerics", "Plot the loss scale around the step; check the precision mode."),
             _c(
                 "layers",
-                "Capture activation max/min per layer just before the step; a layer past about 1e4 is the suspect.",
+                "Capture activation max/min per layer just before the step; a layer past about "
+                "1e4 is the suspect.",
             ),
         ),
         ROW_NAN,
@@ -221,12 +225,14 @@ TABLE: dict[FindingKind, Prescription] = {
         (
             _c(
                 "data",
-                "Confirm the validation set did not change (version, preprocessing) and shares no documents with training.",
+                "Confirm the validation set did not change (version, preprocessing) and shares no "
+                "documents with training.",
             ),
             _c("optimizer", "Consider a lower learning rate for the remaining epochs."),
             _c(
                 "evaluation",
-                "Check the validation set is large enough (thousands of samples) for a stable estimate.",
+                "Check the validation set is large enough (thousands of samples) for a stable "
+                "estimate.",
             ),
         ),
         ROW_VAL,
@@ -440,7 +446,8 @@ STANDING_GUIDANCE: tuple[Prescription, ...] = (
         (
             _c(
                 "data",
-                "Compare the training data's mix (languages, domains, tasks) with the deployment's.",
+                "Compare the training data's mix (languages, domains, tasks) with the "
+                "deployment's.",
             ),
             _c("evaluation", "Check that the benchmarks measure what the model is meant to do."),
         ),

@@ -14,18 +14,18 @@ import polars as pl
 
 # Column order of the canonical long frame.
 SCHEMA: dict[str, pl.DataType] = {
-    "source": pl.Utf8,  # importer name: tfevents, jsonl, hf_trainer_state, ...
-    "file": pl.Utf8,  # path relative to the run folder
-    "file_idx": pl.Int32,  # name order of the file within the run
-    "record_idx": pl.Int64,  # record / line number within the file
-    "step": pl.Int64,  # optimizer step (x axis); see x_kind
-    "x_kind": pl.Utf8,  # step | samples | tokens | epoch | iteration | points
-    "tag": pl.Utf8,  # raw metric name as written
-    "metric": pl.Utf8,  # canonical vital sign, null if unknown
-    "layer": pl.Int32,  # layer index for per-layer series, else null
-    "value": pl.Float64,  # NaN / inf kept: they are evidence
-    "wall_time": pl.Float64,  # unix seconds, nullable
-    "segment": pl.Int32,  # +1 at each detected restart
+    "source": pl.Utf8(),  # importer name: tfevents, jsonl, hf_trainer_state, ...
+    "file": pl.Utf8(),  # path relative to the run folder
+    "file_idx": pl.Int32(),  # name order of the file within the run
+    "record_idx": pl.Int64(),  # record / line number within the file
+    "step": pl.Int64(),  # optimizer step (x axis); see x_kind
+    "x_kind": pl.Utf8(),  # step | samples | tokens | epoch | iteration | points
+    "tag": pl.Utf8(),  # raw metric name as written
+    "metric": pl.Utf8(),  # canonical vital sign, null if unknown
+    "layer": pl.Int32(),  # layer index for per-layer series, else null
+    "value": pl.Float64(),  # NaN / inf kept: they are evidence
+    "wall_time": pl.Float64(),  # unix seconds, nullable
+    "segment": pl.Int32(),  # +1 at each detected restart
 }
 COLUMNS = list(SCHEMA)
 
@@ -50,9 +50,6 @@ ACT_ABSMAX = "act_absmax"
 EVAL_PREFIX = "eval/"  # eval metrics: eval/accuracy, eval/hellaswag, eval/wer ...
 
 PER_LAYER = (GRAD_NORM_LAYER, PARAM_NORM_LAYER, ACT_MEAN, ACT_STD, ACT_ABSMAX)
-
-CORE_VITALS = (LOSS, VAL_LOSS, GRAD_NORM, PARAM_NORM, LR, LOSS_SCALE, THROUGHPUT, MEMORY)
-
 
 def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
@@ -265,7 +262,8 @@ _STAT_SUFFIX = re.compile(r"[._/](?:min|max|mean|avg|std|absmax)$", re.I)
 _ACT_STAT = r"(?P<stat>mean|std|absmax|max_abs|amax)"
 _ACT = r"act(?:ivation)?s?"
 
-# (regex capturing the parameter path, canonical per-layer metric); the path must hold a layer index.
+# (regex capturing the parameter path, canonical per-layer metric); the path must hold a
+# layer index.
 _LAYER_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^l2_norm/grad/(?P<p>.+)$", re.I), GRAD_NORM_LAYER),  # Composer, NeMo
     (re.compile(r"^optim/grad/(?P<p>.+)\.norm$", re.I), GRAD_NORM_LAYER),  # OLMo
@@ -349,7 +347,7 @@ def x_kind_of(tag: str) -> str:
 
 
 def layer_of(tag: str) -> int | None:
-    """The layer index in a parameter path (``model.layers.3.mlp`` -> 3), None when there is none."""
+    """The layer index in a parameter path (``model.layers.3.mlp`` -> 3), None without one."""
     m = _LAYER_INDEX.search(tag)
     return int(m.group("layer")) if m else None
 
@@ -366,7 +364,8 @@ def check_aliases(aliases: dict[str, str]) -> None:
     ]
     if bad:
         raise ConfigError(
-            f"alias {', '.join(bad)}: unknown canonical name; use one of {', '.join(KNOWN_METRICS)} or eval/<name>"
+            f"alias {', '.join(bad)}: unknown canonical name; use one of "
+            f"{', '.join(KNOWN_METRICS)} or eval/<name>"
         )
 
 
@@ -428,7 +427,7 @@ def add_canonical(
         {
             "tag": list(mapping),
             "metric": [m for m, _ in mapping.values()],
-            "layer": [l for _, l in mapping.values()],
+            "layer": [layer for _, layer in mapping.values()],
         },
         schema={"tag": pl.Utf8, "metric": pl.Utf8, "layer": pl.Int32},
     )

@@ -1,23 +1,17 @@
-"""The one-screen terminal summary: verdict with its light, the top findings, where the report is."""
+"""The one-screen terminal summary: the verdict and its light, the top findings, the report."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forensics.findings import Severity, finding_steps, look, step_range
+
 if TYPE_CHECKING:
     from rich.console import Console
 
     from forensics.diagnosis import Diagnosis
 
-# The article's traffic lights (6.3) and the colours the terminal shows them in.
-LIGHTS = {
-    "healthy": ("green light", "green"),
-    "info": ("note", "blue"),
-    "warning": ("yellow light", "yellow"),
-    "critical": ("orange light", "dark_orange"),
-    "fatal": ("red light", "red"),
-}
 TOP_N = 5
 _NOTES_FIRST = {"loss_spike", "restart", "truncated_log", "crash", "plateau", "loss_scale_drop"}
 
@@ -32,16 +26,17 @@ def print_summary(
 
     console = console or Console()
     run = diagnosis.run
-    light, colour = LIGHTS[diagnosis.verdict]
+    lk = look(diagnosis.verdict)  # the article's traffic light (6.3)
+    light = f"{lk.light} light"
     # Every string from the log goes through escape(): "[bold]" in a tag must not style text.
     console.print(
-        f"[bold]{escape(run.name)}[/bold]  steps {run.first_step:,}-{run.last_step:,}  "
-        f"[{colour} bold]{diagnosis.verdict.upper()}[/] ({light})"
+        f"[bold]{escape(run.name)}[/bold]  steps {step_range(run.first_step, run.last_step)}  "
+        f"[{lk.term} bold]{diagnosis.verdict.upper()}[/] ({light})"
     )
-    ranked = [f for f in diagnosis.ranked() if f.severity.value != "info"]
+    ranked = [f for f in diagnosis.ranked() if f.severity is not Severity.INFO]
     # Notes about the loss and the job itself first, then the rest in step order.
     notes = sorted(
-        (f for f in diagnosis.findings if f.severity.value == "info"),
+        (f for f in diagnosis.findings if f.severity is Severity.INFO),
         key=lambda f: (f.kind.value not in _NOTES_FIRST, f.start_step),
     )
     # Fill the screen's spare rows with notes (a physiological spike, a restart): they tell
@@ -56,13 +51,10 @@ def print_summary(
         table.add_column("steps", justify="right")
         table.add_column("what happened", overflow="fold")
         for f in shown:
-            steps = f"{f.start_step:,}" + (
-                f"-{f.end_step:,}" if f.end_step is not None and f.end_step != f.start_step else ""
-            )
             table.add_row(
-                f"[{LIGHTS[f.severity.value][1]}]{f.severity.value}[/]",
+                f"[{f.severity.look.term}]{f.severity.value}[/]",
                 f.kind.value,
-                steps,
+                finding_steps(f),
                 escape(f.summary),
             )
         console.print(table)
@@ -77,7 +69,7 @@ def print_summary(
             f"(last healthy step {rb.last_healthy_step:,}, before the {rb.finding.kind.value} "
             f"at step {rb.finding.start_step:,}); learning rate {rb.lr_cut_text}."
         )
-    hidden = len(notes) - len([f for f in shown if f.severity.value == "info"])
+    hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:
         console.print(f"[dim]{hidden} more informational note(s) in the report.[/dim]")
     if report_path is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forensics.findings import Finding, steps_text
+from forensics.findings import Finding, Severity, steps_text
 from forensics.prescriptions import needs_action
 
 _LABELS = {
@@ -92,7 +92,7 @@ def build_timeline(findings: list[Finding]) -> Timeline:
     """Order actionable findings by onset; fall back to every non-info finding if none."""
     events = [f for f in findings if needs_action(f)]
     if not events:
-        events = [f for f in findings if f.severity.value != "info"]
+        events = [f for f in findings if f.severity is not Severity.INFO]
     events = sorted(events, key=Finding.sort_key)
     movers: list[Mover] = []
     seen: set[str | None] = set()

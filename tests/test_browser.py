@@ -33,7 +33,8 @@ def _checker():
 
 
 def test_full_report_renders_in_chromium(tmp_path: Path) -> None:
-    """Every panel of a full offline report is drawn by plotly, no console message, screenshot taken."""
+    """Every panel of a full offline report is drawn by plotly, no console message, screenshot
+    taken."""
     bc = _checker()
     run, fs = full_run()
     page = tmp_path / "full.html"
@@ -77,7 +78,8 @@ def test_checker_catches_a_broken_page(tmp_path: Path) -> None:
 
 def test_compare_page_renders_in_chromium(tmp_path: Path) -> None:
     """The `forensics compare` page of two sample runs draws one chart per shared vital sign."""
-    from forensics.compare import compare, render_compare_html
+    from forensics.compare import compare
+    from forensics.report.compare_page import render_compare_html
 
     bc = _checker()
     cmp = compare([ROOT / "sample_runs" / "healthy", ROOT / "sample_runs" / "grad_norm_drift"])

@@ -33,7 +33,8 @@ def test_parts_ways_at_injected_step() -> None:
 
 
 def test_compare_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two real TensorBoard runs: a table on stdout, JSON with both runs, a page with a chart per vital sign."""
+    """Two real TensorBoard runs: a table on stdout, JSON with both runs, a page with a chart per
+    vital sign."""
     a = write_tb_run(tmp_path / "run_a", n=400, spike_at=None)
     b = write_tb_run(tmp_path / "run_b", n=400, spike_at=200, seed=4)
     monkeypatch.chdir(tmp_path)

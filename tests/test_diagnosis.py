@@ -93,7 +93,8 @@ def test_ranked_puts_the_worst_first() -> None:
 
 
 def test_timeline_names_the_first_mover_and_the_lag() -> None:
-    """Grad norm climbing at 6500, loss spiking at 8000: the grad norm moved first, 1500 steps earlier."""
+    """Grad norm climbing at 6500, loss spiking at 8000: the grad norm moved first, 1500 steps
+    earlier."""
     fs = [
         _spike(1000, "physiological", "info"),  # a recovered spike is not part of the story
         Finding("grad_norm_drift", "warning", "grad_norm", 6500, "climb", end_step=9000),
@@ -126,7 +127,8 @@ def test_investigation_goes_data_optimizer_layers() -> None:
 
 
 def test_rollback_uses_saved_checkpoints() -> None:
-    """With checkpoint folders beside the log, advise the latest one before the last healthy step."""
+    """With checkpoint folders beside the log, advise the latest one before the last healthy
+    step."""
     run = _run()
     run.metadata["checkpoints"] = [500, 1000, 1500, 2000, 2500]
     (rb,) = rollback_advice(run, [_spike(1700)])
@@ -149,6 +151,10 @@ def test_rollback_with_no_checkpoint_before_onset() -> None:
     [
         ({"save_steps": 200}, None, 1600, "save_steps = 200"),
         ({"checkpoint": {"interval": 300}}, None, 1500, "checkpoint.interval"),
+        # keys from the periodicity analysis' list, now the one list (evidence/checkpoints.py)
+        ({"callbacks": {"every_n_train_steps": 400}}, None, 1600, "every_n_train_steps = 400"),
+        ({"save_freq": 700}, None, 1400, "save_freq = 700"),
+        ({"logging": {"interval": 10}, "save_every": 600}, None, 1200, "save_every = 600"),
         ({}, 250, 1500, "--checkpoint-every 250"),
         ({}, None, 1500, "every 500 steps"),
     ],
@@ -165,7 +171,8 @@ def test_rollback_interval_sources(
 
 
 def test_last_healthy_step_is_a_logged_step() -> None:
-    """With a point every 10 steps, the last healthy step is the last logged one before the onset."""
+    """With a point every 10 steps, the last healthy step is the last logged one before the
+    onset."""
     (rb,) = rollback_advice(_run(3000, every=10), [_spike(1705)])
     assert rb.last_healthy_step == 1700
 
@@ -248,7 +255,8 @@ def test_checklist_nan_item_fails_with_evidence() -> None:
 
 
 def test_checklist_reads_findings() -> None:
-    """A grad-norm drift in the middle phase fails the 'falls with the loss' item, quoting the finding."""
+    """A grad-norm drift in the middle phase fails the 'falls with the loss' item, quoting the
+    finding."""
     diag = diagnose(
         _run(6000),
         [Finding("grad_norm_drift", "warning", "grad_norm", 1500, "grad norm climbing 3x")],
@@ -264,7 +272,8 @@ def test_short_run_has_no_middle_phase() -> None:
 
 
 def test_coverage_against_the_cadence_table() -> None:
-    """Missing vital signs are named; a validation loss every 5000 steps is sparser than the article's 2000."""
+    """Missing vital signs are named; a validation loss every 5000 steps is sparser than the
+    article's 2000."""
     vs = np.arange(0, 30000, 5000)
     run = _run(30000, every=50, extra={"val/loss": (vs, np.linspace(3, 2, len(vs)))})
     rows = {c.signs: c for c in diagnose(run, []).coverage}
@@ -275,7 +284,8 @@ def test_coverage_against_the_cadence_table() -> None:
 
 
 def test_overfitting_rollback_is_not_after_the_onset() -> None:
-    """A noisy val dip after the onset the finding names must not become the rollback point (found in review)."""
+    """A noisy val dip after the onset the finding names must not become the rollback point (found
+    in review)."""
     import numpy as np
     from synthetic import long_frame, run_from_frame
 
@@ -290,3 +300,45 @@ def test_overfitting_rollback_is_not_after_the_onset() -> None:
     f = Finding("overfitting", "warning", "val_loss", 25_500, "val turned up", end_step=29_500)
     (rb,) = [r for r in diagnose(run, [f]).rollbacks if r.finding is f]
     assert rb.last_healthy_step is not None and rb.last_healthy_step <= 25_500
+
+
+def test_checklists_read_the_evidence() -> None:
+    """The activation item uses the configured limit, the start-up grad-norm item is judged
+    after the evidence's warm-up end, the checkpoint item states the configured interval."""
+    from forensics.evidence import Evidence
+    from forensics.params import resolve
+
+    s, _ = healthy_loss(3000)
+    lr = 3e-4 * np.minimum(1.0, (s + 1) / 200)
+    act = {f"activations/absmax/layers.{i}": (s[::50], np.full(60, 6000.0)) for i in range(2)}
+    run = _run(3000, extra={"lr": (s, lr), **act})
+    run.config["save_steps"] = 250
+
+    def startup(ev: Evidence) -> dict[str, tuple[str, str]]:
+        return _items(diagnose(ev, []), "startup")
+
+    q_act = "Are per-layer activation ranges reasonable?"
+    q_gn = "Does the gradient norm settle into a stable range (not keep diverging)?"
+    default = Evidence(run)
+    wu = default.warmup_end
+    assert wu is not None and 150 < wu < 200  # the LR's first peak (98% of it)
+    assert startup(default)[q_act][0] == PASS
+    assert f"after the LR warm-up, which ends at step {wu}" in startup(default)[q_gn][1]
+    assert f"first third of steps {wu}-1,000" in startup(default)[q_gn][1]
+    strict = Evidence(run, resolve({"activations": {"absmax_limit": 5000}}))
+    status, text = startup(strict)[q_act]
+    assert status == FAIL and "limit of 5000" in text
+    middle = _items(diagnose(default, []), "middle")
+    assert "save_steps" in middle["Were checkpoints saved as planned?"][1]
+
+
+def test_diagnosis_keeps_the_evidence_it_was_given() -> None:
+    """analyze builds one Evidence with the configured parameters; the diagnosis keeps it."""
+    from forensics.config import Config
+    from forensics.pipeline import analyze_run
+
+    run = _run(3000)
+    cfg = Config(detectors={"grad_norm_drift": {"warn_ratio": 1.7}})
+    diag = analyze_run(run, cfg)
+    assert diag.evidence is not None and diag.evidence.run is run
+    assert diag.ev.grad_norm_band is not None and diag.ev.grad_norm_band.warn_ratio == 1.7

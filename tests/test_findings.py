@@ -1,14 +1,20 @@
-"""The findings contract (issue 2 item 8): coercion, ordering, the JSON Schema."""
+"""The findings contract: coercion, ordering, the measures each kind declares, the JSON Schema."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 from forensics.findings import Finding, FindingKind, Severity, sort_findings, worst_severity
+from forensics.measures import MEASURES, problems
+
+ROOT = Path(__file__).resolve().parents[1]
 
 KINDS = {
     "loss_spike",
@@ -42,8 +48,6 @@ def test_vocabulary_is_fixed() -> None:
 
 def test_non_finite_measures_become_null() -> None:
     """NaN and Inf never reach the document; numpy scalars become plain numbers."""
-    import numpy as np
-
     f = Finding(
         FindingKind.NAN_INF,
         Severity.CRITICAL,
@@ -51,22 +55,30 @@ def test_non_finite_measures_become_null() -> None:
         np.int64(5),
         "x",
         measures={
-            "a": float("nan"),
-            "b": math.inf,
-            "c": np.float32(1.5),
-            "d": np.int64(3),
-            "e": "s",
-            "f": True,
+            "last_finite_value": float("nan"),
+            "bad_fraction": math.inf,
+            "first_run_points": np.float32(1.5),
+            "bad_points": np.int64(3),
+            "first_bad_value": "nan",
+            "persistent": True,
         },
     )
     d = f.to_dict("p")
-    assert d["measures"] == {"a": None, "b": None, "c": 1.5, "d": 3, "e": "s", "f": True}
+    assert d["measures"] == {
+        "last_finite_value": None,
+        "bad_fraction": None,
+        "first_run_points": 1.5,
+        "bad_points": 3,
+        "first_bad_value": "nan",
+        "persistent": True,
+    }
     assert isinstance(d["start_step"], int)
     json.dumps(d, allow_nan=False)
 
 
 def test_order_and_worst() -> None:
-    """Findings sort by start step, then most severe first; the worst severity is the verdict's basis."""
+    """Findings sort by start step, then most severe first; the worst severity is the verdict's
+    basis."""
     a = Finding("plateau", "info", "loss", 10, "a")
     b = Finding("nan_inf", "fatal", "loss", 10, "b")
     c = Finding(
@@ -102,7 +114,16 @@ def test_document_key_order(findings_schema: dict) -> None:
         "summary",
         "prescription",
     ]
-    doc = {
+    doc = _doc(f)
+    jsonschema.validate(doc, findings_schema)
+    bad = json.loads(json.dumps(doc))
+    bad["findings"][0]["measures"]["classification"] = "weird"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, findings_schema)
+
+
+def _doc(finding: Finding) -> dict:
+    return {
         "schema_version": 1,
         "run": {
             "name": "r",
@@ -113,10 +134,115 @@ def test_document_key_order(findings_schema: dict) -> None:
             "metrics": {"loss": "loss"},
         },
         "verdict": "healthy",
-        "findings": [d],
+        "findings": [finding.to_dict("rx")],
     }
+
+
+def test_every_kind_declares_its_measures() -> None:
+    """measures.py declares every kind, each key once, fixed values only for strings."""
+    assert list(MEASURES) == [k.value for k in FindingKind]
+    for kind, ms in MEASURES.items():
+        keys = [m.key for m in ms]
+        assert len(keys) == len(set(keys)), kind
+        assert all(m.meaning and (not m.values or m.type is str) for m in ms), kind
+
+
+def test_undeclared_measure_key_is_rejected() -> None:
+    """A renamed or misspelt key fails when the finding is made, naming the key and the kind."""
+    with pytest.raises(ValueError, match=r"loss_spike finding: measure\(s\) 'heigth'"):
+        Finding("loss_spike", "info", "loss", 3, "s", measures={"heigth": 1.0})
+    with pytest.raises(ValueError, match="'layer'"):
+        Finding("plateau", "info", "loss", 3, "s", measures={"level": 2.0, "layer": 1})
+    Finding("plateau", "info", "loss", 3, "s", measures={"level": 2.0, "lr_start": None})
+
+
+def test_measure_types_are_checked() -> None:
+    """problems() reports a wrong type, a null where none is allowed, and an unknown value."""
+    ok = {"classification": "physiological", "height": 2, "recovery_steps": None, "z": 1.5}
+    assert problems("loss_spike", ok) == []
+    bad = {
+        "height": "2",
+        "points": 1.5,
+        "z": None,
+        "recovered": 1,
+        "trend": "curvy",
+    }
+    assert [p.split(":")[0] for p in problems("loss_spike", bad)] == [
+        "loss_spike.height",
+        "loss_spike.points",
+        "loss_spike.z",
+        "loss_spike.recovered",
+        "loss_spike.trend",
+        "loss_spike.classification",  # required for a loss spike
+    ]
+
+
+def _schema_gen():
+    spec = importlib.util.spec_from_file_location("schema_gen", ROOT / "scripts" / "schema_gen.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_schema_file_is_generated_from_measures() -> None:
+    """The schema file's per-kind measures are exactly what measures.py declares."""
+    path = ROOT / "forensics" / "schemas" / "findings.schema.json"
+    text = path.read_text(encoding="utf-8")
+    assert text == _schema_gen().render(text), "run: python scripts/schema_gen.py --write"
+
+
+def test_schema_checks_each_kinds_measures(findings_schema: dict) -> None:
+    """The schema rejects an undeclared key, a wrong type and a null where none is allowed."""
+    good = Finding(
+        "grad_norm_drift",
+        "warning",
+        "grad_norm",
+        10,
+        "s",
+        measures={"baseline": 1.0, "critical_step": None, "warning_step": 40},
+    )
+    doc = _doc(good)
     jsonschema.validate(doc, findings_schema)
-    bad = json.loads(json.dumps(doc))
-    bad["findings"][0]["measures"]["classification"] = "weird"
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, findings_schema)
+    for key, value in [("warning_step", 4.5), ("baseline", None), ("warn_step", 40)]:
+        bad = json.loads(json.dumps(doc))
+        bad["findings"][0]["measures"][key] = value
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, findings_schema)
+
+
+def test_golden_findings_follow_the_declaration() -> None:
+    """Every finding on every sample and real run (tests/golden) has measures of the declared
+    types (tests/test_golden_findings.py keeps the emitted findings equal to these)."""
+    golden = json.loads((ROOT / "tests" / "golden" / "findings.json").read_text())
+    seen, bad = set(), []
+    for target, jobs in golden.items():
+        for job, findings in jobs.items():
+            for f in findings:
+                if "error" in f:
+                    continue
+                seen.add(f["kind"])
+                bad += [f"{target}/{job}: {p}" for p in problems(f["kind"], f["measures"])]
+    assert not bad, bad
+    assert len(seen) >= 15, seen
+
+
+def test_synthetic_spikes_follow_the_declaration(findings_schema: dict) -> None:
+    """A loss spike led by a grad-norm spike (keys the sample runs do not exercise) is typed
+    as declared."""
+    from synthetic import long_frame, run_from_frame
+
+    import forensics
+
+    steps = np.arange(3000)
+    loss = 2 + 5 / (1 + steps / 100)
+    loss[1500:1503] *= 3
+    grad_norm = np.where((steps > 1497) & (steps < 1503), 9.0, 1.0)
+    run = run_from_frame(long_frame({"loss": (steps, loss), "grad_norm": (steps, grad_norm)}))
+    findings = forensics.detect(run)
+    assert {"loss_spike", "grad_norm_spike"} <= {f.kind.value for f in findings}
+    assert not [p for f in findings for p in problems(f.kind, f.measures)]
+    lead = [f.measures["grad_norm_lead_steps"] for f in findings if f.kind == "loss_spike"]
+    assert lead and all(isinstance(v, int) for v in lead), lead
+    for f in findings:
+        jsonschema.validate(_doc(f), findings_schema)

@@ -1,4 +1,5 @@
-"""loss_scale_drop: calibration, cascades, overflow lines, sustained declines, spikes in the same step."""
+"""loss_scale_drop: calibration, cascades, overflow lines, sustained declines, spikes in the same
+step."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import numpy as np
 import polars as pl
 from synthetic import healthy_loss, long_frame, run_from_frame, spiky_loss
 
-from forensics.evidence import Evidence
 from forensics.detectors import loss_scale
 from forensics.detectors.loss_scale import LossScaleDetector
 from forensics.detectors.spikes import SpikeDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 
 
@@ -39,7 +40,11 @@ def scaler(
 
 
 def _drops(run):
-    return [f for f in LossScaleDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SCALE_DROP]
+    return [
+        f
+        for f in LossScaleDetector().detect(Evidence(run))
+        if f.kind is FindingKind.LOSS_SCALE_DROP
+    ]
 
 
 def test_calibration_at_the_start_is_info():
@@ -52,7 +57,8 @@ def test_calibration_at_the_start_is_info():
 
 
 def test_later_cascade_is_a_warning_with_from_to_and_steps():
-    """Four halvings at steps 1500-1530 (the article's 2^24 -> 2^16 is this, twice over): warning."""
+    """Four halvings at steps 1500-1530 (the article's 2^24 -> 2^16 is this, twice over):
+    warning."""
     s, sc = scaler(3000, start=2.0**24, overflows=(1500, 1510, 1520, 1530), growth=5000)
     (f,) = _drops(_run(train__loss=healthy_loss(3000), loss_scale=(s, sc)))
     assert f.severity is Severity.WARNING and f.measures["calibration"] is False
@@ -65,7 +71,8 @@ def test_later_cascade_is_a_warning_with_from_to_and_steps():
 
 
 def test_ordinary_scaler_sawtooth_is_quiet():
-    """Single overflows now and then with regrowth in between are normal dynamic scaling: nothing reported."""
+    """Single overflows now and then with regrowth in between are normal dynamic scaling: nothing
+    reported."""
     s, sc = scaler(8000, overflows=(900, 2500, 4100, 6000))
     run = _run(train__loss=healthy_loss(8000), loss_scale=(s, sc))
     assert _drops(run) == []
@@ -73,19 +80,23 @@ def test_ordinary_scaler_sawtooth_is_quiet():
 
 
 def test_halving_at_a_spike_is_a_warning_and_the_spike_says_overflow():
-    """One halving in the step of a loss spike: warning here, cause numeric_overflow on the spike."""
+    """One halving in the step of a loss spike: warning here, cause numeric_overflow on the
+    spike."""
     (ls, lv), _ = spiky_loss(3000, spikes=[dict(at=2000, height=1.5)])
     s, sc = scaler(3000, overflows=(2000,), growth=5000)
     run = _run(train__loss=(ls, lv), loss_scale=(s, sc))
     (f,) = _drops(run)
     assert f.severity is Severity.WARNING and f.measures["coincides_with_spike"] is True
     assert f.measures["spike_step"] == 2000
-    (spike,) = [x for x in SpikeDetector().detect(Evidence(run)) if x.kind is FindingKind.LOSS_SPIKE]
+    (spike,) = [
+        x for x in SpikeDetector().detect(Evidence(run)) if x.kind is FindingKind.LOSS_SPIKE
+    ]
     assert spike.measures["cause"] == "numeric_overflow"
 
 
 def test_overflow_lines_without_a_scale_series():
-    """DeepSpeed-style overflow steps only: a later burst of 3 is a warning cascade from the overflow source."""
+    """DeepSpeed-style overflow steps only: a later burst of 3 is a warning cascade from the
+    overflow source."""
     steps = np.array([3, 4, 5, 4000, 4001, 4003])
     frame = long_frame({"train/loss": healthy_loss(6000), "overflow": (steps, np.ones(len(steps)))})
     # The text-log importer maps its overflow lines to the canonical "overflow" metric.
@@ -134,7 +145,8 @@ def test_measures_documented():
 
 
 def test_scale_logged_only_when_reduced():
-    """DeepSpeed's 'reducing to Y' lines: the scale is known only at overflow steps, one halving each."""
+    """DeepSpeed's 'reducing to Y' lines: the scale is known only at overflow steps, one halving
+    each."""
     over = np.array([3000, 3004, 3009])
     frame = long_frame(
         {

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame, spike_factor
 
-from forensics.evidence import Evidence
 from forensics.detectors import divergence, nan_inf
 from forensics.detectors.divergence import DivergenceDetector
 from forensics.detectors.nan_inf import NanInfDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 
 
@@ -54,7 +54,8 @@ def test_persisting_nan_is_fatal():
 
 
 def test_isolated_then_persisting():
-    """An isolated Inf at 500, then NaN for good from 2500: fatal, first step 500, persistent from 2500."""
+    """An isolated Inf at 500, then NaN for good from 2500: fatal, first step 500, persistent from
+    2500."""
     s, v = healthy_loss(3000)
     v[500] = np.inf
     v[2500:] = np.nan
@@ -100,7 +101,8 @@ def _diverging(
 
 @pytest.mark.parametrize("seed", range(3))
 def test_divergence_is_fatal_with_its_onset(seed: int):
-    """Loss +60% and grad norm x4 from step 2000, never back: fatal, onset within 60 steps of 2000."""
+    """Loss +60% and grad norm x4 from step 2000, never back: fatal, onset within 60 steps of
+    2000."""
     s, v, g = _diverging(seed=seed)
     (f,) = DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
     assert f.kind is FindingKind.DIVERGENCE and f.severity is Severity.FATAL
@@ -114,7 +116,10 @@ def test_loss_rise_without_grad_norm_is_not_divergence():
     """The loss rising alone (grad norm flat) is not this detector's red light."""
     s, v, _ = _diverging()
     _, g = healthy_grad_norm(4000)
-    assert DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g)))) == []
+    assert (
+        DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
+        == []
+    )
 
 
 def test_rise_that_comes_back_within_the_window_is_not_divergence():
@@ -123,7 +128,9 @@ def test_rise_that_comes_back_within_the_window_is_not_divergence():
     gs, g = healthy_grad_norm(4000)
     bump = spike_factor(s, 2000, 0.5, width=150, tau=40)
     assert (
-        DivergenceDetector().detect(Evidence(_run(train__loss=(s, v * bump), train__grad_norm=(gs, g * bump**2))))
+        DivergenceDetector().detect(
+            Evidence(_run(train__loss=(s, v * bump), train__grad_norm=(gs, g * bump**2)))
+        )
         == []
     )
 
@@ -151,7 +158,10 @@ def test_healthy_runs_do_not_diverge(seed: int):
         train__loss=healthy_loss(5000, seed=seed),
         train__grad_norm=healthy_grad_norm(5000, seed=seed + 9),
     )
-    assert DivergenceDetector().detect(Evidence(run)) == [] and NanInfDetector().detect(Evidence(run)) == []
+    assert (
+        DivergenceDetector().detect(Evidence(run)) == []
+        and NanInfDetector().detect(Evidence(run)) == []
+    )
 
 
 def test_missing_grad_norm_is_noted():
@@ -162,7 +172,8 @@ def test_missing_grad_norm_is_noted():
 
 
 def test_inf_grad_norm_at_an_fp16_overflow_is_the_scaler_at_work():
-    """An inf grad norm in the step where the loss scale halves (a skipped step) is noted, not reported;
+    """An inf grad norm in the step where the loss scale halves (a skipped step) is noted, not
+    reported;
     the same inf with no scale drop is critical."""
     s, v = healthy_loss(3000)
     gs, g = healthy_grad_norm(3000)

@@ -1,4 +1,5 @@
-"""periodic_spikes: regular and shrinking intervals, periods the log reveals, no pattern in chance spikes."""
+"""periodic_spikes: regular and shrinking intervals, periods the log reveals, no pattern in chance
+spikes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ import numpy as np
 import pytest
 from synthetic import healthy_grad_norm, long_frame, run_from_frame, spiky_loss
 
-from forensics.detectors import params_for
-from forensics.evidence import Evidence
-from forensics.detectors import periodic
+from forensics.detectors import params_for, periodic
 from forensics.detectors.periodic import PeriodicSpikeDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 
 
@@ -29,7 +29,9 @@ def _run(n: int, at: list[int], *, seed: int = 0, every: int = 1, **extra):
 def _periodic(run, **params):
     return [
         f
-        for f in PeriodicSpikeDetector(params_for(PeriodicSpikeDetector, params)).detect(Evidence(run))
+        for f in PeriodicSpikeDetector(params_for(PeriodicSpikeDetector, params)).detect(
+            Evidence(run)
+        )
         if f.kind is FindingKind.PERIODIC_SPIKES
     ]
 
@@ -44,7 +46,8 @@ def test_regular_spikes_are_a_warning_with_their_period():
 
 
 def test_shrinking_intervals_are_critical():
-    """Intervals 1200, 1000, 800, 600 (the article's data-refresh pattern): critical, trend negative."""
+    """Intervals 1200, 1000, 800, 600 (the article's data-refresh pattern): critical, trend
+    negative."""
     (f,) = _periodic(_run(5000, [600, 1800, 2800, 3600, 4200]))
     assert f.severity is Severity.CRITICAL and f.measures["shrinking"] is True
     assert f.measures["interval_trend"] == pytest.approx(-200, abs=5)
@@ -52,7 +55,8 @@ def test_shrinking_intervals_are_critical():
 
 
 def test_spikes_at_epoch_starts_match_the_epoch_length():
-    """Spikes at each epoch start (epoch = 800 steps) plus two unrelated ones: matched to the epoch."""
+    """Spikes at each epoch start (epoch = 800 steps) plus two unrelated ones: matched to the
+    epoch."""
     at = [800, 1600, 2400, 3200, 4000, 1234, 2950]
     run = _run(4600, sorted(at), train__epoch=lambda s: (s, s / 800.0))
     (f,) = _periodic(run)

@@ -15,7 +15,8 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "forensics" / "report" / "temp
 
 @pytest.mark.parametrize("kind", list(FindingKind))
 def test_every_kind_has_an_entry_and_a_partial(kind: FindingKind) -> None:
-    """Each finding kind has a table entry with causes and a treatment, and its own report partial."""
+    """Each finding kind has a table entry with causes and a treatment, and its own report
+    partial."""
     p = TABLE[kind]
     assert p.kind is kind
     assert p.symptom and p.causes and p.treatment
@@ -67,7 +68,8 @@ def test_checks_use_known_areas_and_english() -> None:
     ],
 )
 def test_spike_prescription_follows_the_classification(classification: str, expected: str) -> None:
-    """A recovered spike is left alone; a non-recovering one gets the rollback and the 20-50% cut."""
+    """A recovered spike is left alone; a non-recovering one gets the rollback and the 20-50%
+    cut."""
     f = Finding(
         "loss_spike", "warning", "loss", 100, "s", measures={"classification": classification}
     )
@@ -75,7 +77,8 @@ def test_spike_prescription_follows_the_classification(classification: str, expe
 
 
 def test_lr_cuts_match_the_article() -> None:
-    """The three learning-rate cuts: 20-50% for a spike, 10% on red light, a third for drift first aid."""
+    """The three learning-rate cuts: 20-50% for a spike, 10% on red light, a third for drift first
+    aid."""
     assert "20-50%" in TABLE[FindingKind.LOSS_SPIKE].treatment
     assert "10%" in TABLE[FindingKind.DIVERGENCE].treatment
     assert "a third" in TABLE[FindingKind.GRAD_NORM_DRIFT].treatment

@@ -16,7 +16,7 @@ from conftest import shared_path
 from forensics.errors import MultipleJobsError
 from forensics.findings import FindingKind
 from forensics.importers import ReadOptions, Source, discover_jobs, read_run
-from forensics.importers.text_logs import IMPORTER as TEXT
+from forensics.importers.text import IMPORTER as TEXT
 
 
 def _series(run, metric: str) -> dict[int, float]:  # noqa: ANN001

@@ -14,6 +14,7 @@ from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_fram
 
 from forensics.diagnosis import diagnose
 from forensics.findings import Finding, FindingKind
+from forensics.measures import declared
 from forensics.report import render_html
 from forensics.report.charts import tb_smooth
 from forensics.report.downsample import minmax_indices
@@ -24,7 +25,8 @@ EVIL_IMG = '"><img src=x onerror=alert(2)>'
 
 
 def full_run(n: int = 6000, name: str = "full", seed: int = 0) -> tuple[Run, list[Finding]]:
-    """A run with every vital sign the report plots, a loss spike at 3000, and findings on most panels."""
+    """A run with every vital sign the report plots, a loss spike at 3000, and findings on most
+    panels."""
     rng = np.random.default_rng(seed)
     s, loss = healthy_loss(n, seed=seed)
     loss[3000:3006] *= 3.0
@@ -228,6 +230,22 @@ def test_grad_norm_panel_has_baseline_bands(full_page) -> None:
     assert two == pytest.approx(2 * base, rel=1e-4)
 
 
+def test_param_norm_band_and_warmup_line(full_page) -> None:
+    """The param-norm panel draws the evidence's baseline and its 1.5x limit; the LR and
+    grad-norm panels mark where the evidence says the warm-up ends."""
+    _, page, diag = full_page
+    pn = page.figures["fig-3"]
+    lines = {t["name"]: t["y"][0] for t in pn["data"] if t.get("meta")}
+    band = diag.ev.param_norm_band
+    assert band is not None
+    assert lines == {"baseline": band.baseline.value, "1.5x baseline": band.warn_at}
+    wu = diag.ev.warmup_end
+    assert wu is not None and 250 <= wu <= 300  # the LR reaches its peak at step 300
+    for fig in (page.figures["fig-2"], page.figures["fig-4"]):
+        (line,) = [s for s in fig["layout"]["shapes"] if s.get("name") == "warm-up end"]
+        assert line["x0"] == wu
+
+
 def test_train_val_panel_has_the_gap(full_page) -> None:
     """Train vs val shows both curves and the gap on a second axis."""
     _, page, _ = full_page
@@ -249,7 +267,8 @@ def test_layer_share_heatmap_sums_to_100(full_page) -> None:
 
 
 def test_sections_present(full_page) -> None:
-    """Verdict, timeline, investigation, rollback, spikes, checklists, coverage, prescriptions, notes, metadata."""
+    """Verdict, timeline, investigation, rollback, spikes, checklists, coverage, prescriptions,
+    notes, metadata."""
     _, page, _ = full_page
     ids = {a.get("id") for _, a in page.tags}
     assert {
@@ -294,7 +313,11 @@ def test_every_kind_renders(kind: FindingKind) -> None:
         f"a {kind.value} finding",
         peak_step=610,
         end_step=650,
-        measures={"layer": 2, "classification": "pathological"},
+        measures={
+            k: v
+            for k, v in {"layer": 2, "classification": "pathological"}.items()
+            if k in declared(kind)  # a key the kind does not declare is refused
+        },
     )
     page = parse(render_html(diagnose(run, [f]), plotlyjs="cdn"))
     arts = page.all("article", **{"data-kind": kind.value})
@@ -320,7 +343,7 @@ def _evil_run() -> tuple[Run, list[Finding]]:
             "loss",
             400,
             "summary " + EVIL,
-            measures={"classification": EVIL_IMG, EVIL: 1.0},
+            measures={"classification": EVIL_IMG},
         ),
         Finding(
             "eval_regression",
@@ -330,6 +353,8 @@ def _evil_run() -> tuple[Run, list[Finding]]:
             "</script><script>alert(4)</script>",
         ),
     ]
+    # Finding refuses undeclared measure keys; the page must still escape one that got through.
+    object.__setattr__(fs[0], "measures", {**fs[0].measures, EVIL: 1.0})
     return run, fs
 
 
@@ -356,7 +381,8 @@ def test_untrusted_text_stays_inert(plotlyjs: str) -> None:
 
 
 def test_script_json_escaping() -> None:
-    """Figure JSON never contains a literal '<', so '</script>' in a name cannot close the element."""
+    """Figure JSON never contains a literal '<', so '</script>' in a name cannot close the
+    element."""
     from forensics.report.charts import figure_json
 
     out = figure_json({"data": [{"name": "</script><b>x</b>&"}]})
@@ -372,7 +398,8 @@ def test_redact_leaves_out_paths_hosts_and_config() -> None:
     run.metadata.update({"hostname": "gpu-node-17.corp.example", "framework": "torch 2.5"})
     run.notes.append("skipped 2 lines in /home/alice/secret-project/exp7/log.txt")
     run.notes.append(
-        "read events.out.tfevents.1795980190.gpu-node-17.9070.0 and checkpoint-500/trainer_state.json"
+        "read events.out.tfevents.1795980190.gpu-node-17.9070.0"
+        " and checkpoint-500/trainer_state.json"
     )
     plain = render_html(diagnose(run, fs))
     red = render_html(diagnose(run, fs), redact=True)
@@ -420,7 +447,7 @@ def test_size_limits_on_a_million_points() -> None:
     assert len(cdn.encode()) < 3_000_000
     loss_fig = parse(cdn).figures["fig-1"]
     raw = loss_fig["data"][0]
-    kept = dict(zip(raw["x"], raw["y"]))
+    kept = dict(zip(raw["x"], raw["y"], strict=True))
     for k in spikes:
         assert kept[int(k)] == pytest.approx(loss[k], rel=1e-5)
 
@@ -529,7 +556,8 @@ def test_summary_prints_verdict_findings_and_report_path() -> None:
 
 
 def test_pipeline_on_a_real_tensorboard_file(spike_run: Path) -> None:
-    """Read a tensorboardX-written run, detect, diagnose, render: the injected spike is marked at step 300."""
+    """Read a tensorboardX-written run, detect, diagnose, render: the injected spike is marked at
+    step 300."""
     from forensics.detectors import detect
     from forensics.importers import read_run
 
@@ -546,7 +574,8 @@ def test_pipeline_on_a_real_tensorboard_file(spike_run: Path) -> None:
 
 @pytest.mark.slow
 def test_thousands_of_findings_stay_small() -> None:
-    """5000 findings on a 1M-step run: cards for the worst, rows for the rest, file still under the limits."""
+    """5000 findings on a 1M-step run: cards for the worst, rows for the rest, file still under the
+    limits."""
     n = 1_000_000
     s, loss = healthy_loss(n, seed=7)
     run = run_from_frame(

@@ -1,19 +1,21 @@
 """The regression table: every bundled sample run and the findings it must produce.
 
-The runs in sample_runs/ come from real training (sample_runs/README.md says what was
-induced where). Each row names a finding kind and the step where the induced event began;
-a finding matches when its onset lies within the tolerance. Rows whose capability belongs
-to an open issue are xfail(strict) with that issue's title; the lead removes the marker
-when the issue lands.
+The runs in sample_runs/ come from real training; sample_runs/events.toml records what was
+injected where and which findings the tool must report, and drives the table below: one test
+per expected finding, which matches when its onset lies within the tolerance. Expectations
+whose capability belongs to an open issue are xfail(strict) with that issue's title; the
+lead removes the title when the issue lands.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,24 +25,8 @@ from issues import open_issue
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_runs"
-RUNS = [
-    "healthy",
-    "bad_batch",
-    "periodic_spikes",
-    "divergence",
-    "grad_norm_drift",
-    "overfitting",
-    "val_shift",
-    "loss_scale_collapse",
-    "nan",
-    "resumed",
-    "truncated_log",
-    "throughput_drop",
-    "memory_growth",
-    "layer_grad_shift",
-    "activation_outlier",
-    "param_norm_jump",
-]
+EVENTS: dict[str, dict[str, Any]] = tomllib.loads((SAMPLES / "events.toml").read_text())
+RUNS = list(EVENTS)
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2, "fatal": 3}
 
 
@@ -51,64 +37,92 @@ def diagnosis(name: str) -> Any:
     return forensics.analyze(SAMPLES / name)
 
 
-def row(
-    run: str,
-    kind: str,
-    step: int,
-    tol: int,
-    *issues: str,
-    severity: str | None = None,
-    measures: dict[str, Any] | None = None,
-) -> Any:
-    """One table row; each issue still open adds an xfail(strict) marker."""
-    marks = [open_issue(t) for t in issues]
-    return pytest.param(
-        run, kind, step, tol, severity, measures or {}, marks=marks, id=f"{run}-{kind}-{step}"
-    )
+def _expected() -> list[Any]:
+    """One pytest.param per (run, kind, onset) of events.toml; open issues add xfail."""
+    out = []
+    for run, spec in EVENTS.items():
+        for e in spec["expect"]:
+            onsets = e["onset"] if isinstance(e["onset"], list) else [e["onset"]]
+            measures = e.get("measures", {})
+            for onset in onsets:
+                tag = "-".join(f"{k}={v}" for k, v in measures.items())
+                out.append(
+                    pytest.param(
+                        run,
+                        e["kind"],
+                        onset,
+                        e["tol"],
+                        e.get("severity"),
+                        measures,
+                        marks=[open_issue(t) for t in e.get("issues", [])],
+                        id="-".join(filter(None, [run, e["kind"], str(onset), tag])),
+                    )
+                )
+    return out
 
 
-# run, finding kind, onset step, tolerance[, issues still open that the capability depends on].
-EXPECTED = [
-    row("bad_batch", "loss_spike", 300, 2),
-    row("bad_batch", "loss_spike", 650, 2),
-    row("bad_batch", "loss_spike", 300, 2, measures={"classification": "physiological"}),
-    row("bad_batch", "loss_scale_drop", 301, 2),
-    row("periodic_spikes", "periodic_spikes", 125, 10),
-    row("periodic_spikes", "loss_spike", 625, 2),
-    row("divergence", "divergence", 420, 100, severity="fatal"),
-    row("grad_norm_drift", "grad_norm_drift", 100, 200),
-    row("overfitting", "overfitting", 200, 100),
-    row("val_shift", "val_shift", 500, 40),
-    row("loss_scale_collapse", "loss_scale_drop", 601, 3, severity="warning"),
-    row("loss_scale_collapse", "loss_spike", 603, 3),
-    row("nan", "nan_inf", 637, 3, severity="fatal"),
-    row("resumed", "restart", 601, 1),
-    row("truncated_log", "truncated_log", 800, 1),
-    row("throughput_drop", "throughput_drop", 500, 20),
-    row("memory_growth", "memory_growth", 300, 60),
-    row("layer_grad_shift", "layer_grad_shift", 500, 250, measures={"layer": 1}),
-    row("activation_outlier", "activation_outlier", 500, 25, measures={"layer": 2}),
-    row("activation_outlier", "param_norm_jump", 500, 10),
-    row("param_norm_jump", "param_norm_jump", 500, 10),
-    row("param_norm_jump", "loss_spike", 501, 3, measures={"classification": "pathological"}),
-]
+EXPECTED = _expected()
 
 
 @pytest.mark.parametrize(("run", "kind", "step", "tol", "severity", "measures"), EXPECTED)
 def test_expected_finding(
     run: str, kind: str, step: int, tol: int, severity: str | None, measures: dict
 ) -> None:
-    """The run yields a finding of this kind whose onset is near the induced step."""
+    """The run yields a finding of this kind whose onset is near the injected event."""
     found = [f for f in diagnosis(run).findings if str(f.kind) == kind]
     near = [f for f in found if abs(f.start_step - step) <= tol]
     assert near, (
-        f"{run}: no {kind} with onset {step}±{tol}; got {[(str(f.kind), f.start_step) for f in found]}"
+        f"{run}: no {kind} with onset {step}±{tol}; "
+        f"got {[(str(f.kind), f.start_step) for f in found]}"
     )
     if severity is not None:
         assert any(str(f.severity) == severity for f in near), [str(f.severity) for f in near]
     if measures:
         ok = [f for f in near if all(f.measures.get(k) == v for k, v in measures.items())]
         assert ok, f"{run}: {kind} near {step} lacks {measures}: {[f.measures for f in near]}"
+
+
+def test_events_file_is_complete() -> None:
+    """Every sample run folder has its entry, every entry says what was injected and expected."""
+    folders = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and p.name != "generator")
+    assert sorted(EVENTS) == folders
+    from forensics.findings import FindingKind
+
+    kinds = {k.value for k in FindingKind}
+    for run, spec in EVENTS.items():
+        assert set(spec) <= {"format", "quiet", "injected", "expect"}, run
+        assert spec.get("quiet", False) == (not spec["injected"]), run
+        assert spec.get("quiet", False) or spec["expect"], f"{run}: nothing expected"
+        for ev in spec["injected"]:
+            assert set(ev) <= {"start", "end", "every", "what"} and ev["what"], (run, ev)
+            assert ev.get("end", ev["start"]) >= ev["start"], (run, ev)
+        for e in spec["expect"]:
+            assert e["kind"] in kinds and e["tol"] >= 0, (run, e)
+            assert set(e) <= {"kind", "onset", "tol", "severity", "measures", "issues"}, (run, e)
+
+
+def test_readme_describes_the_same_runs() -> None:
+    """sample_runs/README.md's table has a row per run naming every kind the file expects."""
+    readme = (SAMPLES / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \|(.*)$", readme, re.M))
+    assert sorted(rows) == sorted(EVENTS)
+    for run, spec in EVENTS.items():
+        for e in spec["expect"]:
+            assert f"`{e['kind']}`" in rows[run], f"README row of {run} does not name {e['kind']}"
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_format_and_findings_document(run: str, findings_schema: dict) -> None:
+    """The run reads as the recorded format; its findings document follows the schema (the
+    measures of every kind, typed as forensics/measures.py declares them)."""
+    import jsonschema
+
+    from forensics.measures import problems
+
+    diag = diagnosis(run)
+    assert diag.run.format == EVENTS[run]["format"]
+    assert not [p for f in diag.findings for p in problems(f.kind, f.measures)]
+    jsonschema.validate(diag.to_document(), findings_schema)
 
 
 def test_healthy_is_quiet() -> None:

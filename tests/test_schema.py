@@ -11,7 +11,7 @@ import pytest
 
 from forensics.errors import ConfigError
 from forensics.importers import ReadOptions, read_run
-from forensics.inspect import export_run, metrics_table
+from forensics.run_frame import export_run, metrics_table
 from forensics.schema import canonicalize, check_aliases, layer_of, x_kind_of
 
 
@@ -180,7 +180,8 @@ def _jsonl(path: Path) -> Path:
 
 
 def test_user_aliases(tmp_path: Path) -> None:
-    """--alias raw=canonical (ReadOptions.aliases) maps tags the table does not know; per-layer ones keep their layer."""
+    """--alias raw=canonical (ReadOptions.aliases) maps tags the table does not know; per-layer
+    ones keep their layer."""
     p = _jsonl(tmp_path / "m.jsonl")
     assert "loss" not in read_run(p).metrics()
     run = read_run(
@@ -202,7 +203,8 @@ def test_unknown_alias_target_is_a_config_error() -> None:
 
 
 def test_metrics_table(tmp_path: Path) -> None:
-    """metrics_table lists raw tag, canonical name, layer, points and step range, and which tag is used."""
+    """metrics_table lists raw tag, canonical name, layer, points and step range, and which tag
+    is used."""
     p = tmp_path / "m.jsonl"
     lines = [
         {"step": s, "loss": 2.0, "train/loss": 2.0, "grad_norm/layers.1": 0.3, "mystery": 1}

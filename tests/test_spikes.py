@@ -16,12 +16,11 @@ from synthetic import (
     spiky_loss,
 )
 
-from forensics.detectors import params_for
-from forensics.evidence import Evidence
-from forensics.detectors import spikes
-from forensics.evidence import robust
+from forensics.detectors import params_for, spikes
 from forensics.detectors.spikes import SpikeDetector
+from forensics.evidence import Evidence, robust
 from forensics.findings import FindingKind, Severity
+from forensics.params import resolve
 
 
 # -- the anchors: what monitors in use today would say on the same data --------------------------
@@ -42,7 +41,8 @@ def kill_loss_spike(
 
 
 def olmo_spike(values: np.ndarray, window: int = 128, k: float = 6.0) -> list[int]:
-    """OLMo-core's monitor: a value above mean + k sigma of the previous `window` values (needs a full window)."""
+    """OLMo-core's monitor: a value above mean + k sigma of the previous `window` values (needs a
+    full window)."""
     return [
         i
         for i in range(window, len(values))
@@ -79,12 +79,17 @@ def _run(**series):
 
 
 def _spikes(run, kind=FindingKind.LOSS_SPIKE, **params):
-    return [f for f in SpikeDetector(params_for(SpikeDetector, params)).detect(Evidence(run)) if f.kind is kind]
+    return [
+        f
+        for f in SpikeDetector(params_for(SpikeDetector, params)).detect(Evidence(run))
+        if f.kind is kind
+    ]
 
 
 # -- detection ------------------------------------------------------------------------------------
 def test_one_step_spike_found_where_kill_loss_spike_is_blind():
-    """A one-step 1.6x loss spike mid-run: found at its step; KillLossSpike needs 5 steps above 2x."""
+    """A one-step 1.6x loss spike mid-run: found at its step; KillLossSpike needs 5 steps above
+    2x."""
     (s, v), truth = spiky_loss(3000, spikes=[dict(at=1700, height=0.6)])
     found = _spikes(_run(train__loss=(s, v)))
     assert [f.start_step for f in found] == [1700]
@@ -92,7 +97,8 @@ def test_one_step_spike_found_where_kill_loss_spike_is_blind():
 
 
 def test_eight_line_excerpt_mid_training_where_olmo_is_silent():
-    """Eight logged lines from step 1500 (every 10 steps) with one spike: found; OLMo needs 128 values."""
+    """Eight logged lines from step 1500 (every 10 steps) with one spike: found; OLMo needs 128
+    values."""
     (s, v), _ = spiky_loss(3000, every=10, spikes=[dict(at=1540, height=0.5, width=10)])
     es, ev = excerpt(s, v, 150, 8)
     assert es[0] == 1500 and len(es) == 8
@@ -102,7 +108,8 @@ def test_eight_line_excerpt_mid_training_where_olmo_is_silent():
 
 
 def test_spike_on_the_second_line_of_an_excerpt():
-    """A spike on the second logged line is judged against both neighbours; the EMA z-score has no warm-up yet."""
+    """A spike on the second logged line is judged against both neighbours; the EMA z-score has no
+    warm-up yet."""
     (s, v), _ = spiky_loss(3000, every=10, spikes=[dict(at=2010, height=0.8, width=10)])
     es, ev = excerpt(s, v, 200, 8)
     found = _spikes(_run(train__loss=(es, ev)))
@@ -112,7 +119,8 @@ def test_spike_on_the_second_line_of_an_excerpt():
 
 
 def test_moderate_spike_found_where_megatron_is_blind():
-    """A 40% spike at step 2000 is far below 10x the start-of-training maximum Megatron compares with."""
+    """A 40% spike at step 2000 is far below 10x the start-of-training maximum Megatron compares
+    with."""
     (s, v), _ = spiky_loss(3000, spikes=[dict(at=2000, height=0.4, tau=20)])
     found = _spikes(_run(train__loss=(s, v)))
     assert [f.start_step for f in found] == [2000]
@@ -120,7 +128,8 @@ def test_moderate_spike_found_where_megatron_is_blind():
 
 
 def test_ema_zscore_misses_the_excerpt_the_median_catches():
-    """Why the rolling median: on the 8-line excerpt the EMA has no variance yet and stays silent."""
+    """Why the rolling median: on the 8-line excerpt the EMA has no variance yet and stays
+    silent."""
     (s, v), _ = spiky_loss(3000, every=10, spikes=[dict(at=1540, height=0.5, width=10)])
     es, ev = excerpt(s, v, 150, 8)
     assert ema_zscore(ev) == []
@@ -155,10 +164,11 @@ def test_quiet_on_a_healthy_excerpt():
 
 
 def test_score_is_a_per_step_frame():
-    """score() returns one row per finite point with baseline, sigma, z and ratio; the spike stands out."""
+    """score() returns one row per finite point with baseline, sigma, z and ratio; the spike stands
+    out."""
     (s, v), _ = spiky_loss(1000, spikes=[dict(at=600, height=1.0)])
     v[100] = np.nan
-    sc = robust.score(_run(train__loss=(s, v)).series("loss"))
+    sc = robust.score(s, v)
     assert sc.columns == list(robust.SCORE_SCHEMA)
     assert sc.height == 999
     z = dict(zip(sc["step"].to_list(), sc["z"].to_list(), strict=True))
@@ -208,7 +218,8 @@ def test_shape_measures_match_the_injected_spike():
 
 
 def test_falling_loss_does_not_make_a_spike_beneficial():
-    """On the steep early fall the trend is extrapolated: a spike with no lasting shift is not 'beneficial'."""
+    """On the steep early fall the trend is extrapolated: a spike with no lasting shift is not
+    'beneficial'."""
     for seed in range(4):
         for at in (150, 300, 600):
             (s, v), _ = spiky_loss(3000, seed=seed, spikes=[dict(at=at, height=0.8, tau=20)])
@@ -224,7 +235,7 @@ def test_plateau_not_judged_across_an_epoch_start():
     assert f.measures["classification"] == "physiological"
 
 
-# -- grad-norm spikes ---------------------------------------------------------------------------------
+# -- grad-norm spikes ------------------------------------------------------------------------------
 def _gn_run(gn_spike: dict, loss_spike: dict | None = None, n: int = 3000):
     (ls, lv), _ = spiky_loss(n, spikes=[loss_spike] if loss_spike else [])
     gs, gv = healthy_grad_norm(n)
@@ -233,7 +244,8 @@ def _gn_run(gn_spike: dict, loss_spike: dict | None = None, n: int = 3000):
 
 
 def test_transient_grad_norm_spike_with_loss_response_is_a_warning():
-    """A one-step 5x grad-norm spike with the loss jumping in the same step: warning, check that batch."""
+    """A one-step 5x grad-norm spike with the loss jumping in the same step: warning, check that
+    batch."""
     run = _gn_run(dict(at=1500, height=4.0), dict(at=1500, height=0.5))
     (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
     assert (g.start_step, g.severity) == (1500, Severity.WARNING)
@@ -241,7 +253,8 @@ def test_transient_grad_norm_spike_with_loss_response_is_a_warning():
 
 
 def test_absorbed_grad_norm_spike_is_info_by_default():
-    """A one-step grad-norm outlier the loss ignores is noted (info); the parameter makes it a warning."""
+    """A one-step grad-norm outlier the loss ignores is noted (info); the parameter makes it a
+    warning."""
     run = _gn_run(dict(at=1500, height=9.0))
     (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
     assert g.severity is Severity.INFO and g.measures["loss_response"] is False
@@ -259,8 +272,95 @@ def test_grad_norm_spike_that_stays_up_is_not_transient():
     assert g.measures["transient"] is False and g.severity is Severity.CRITICAL
 
 
+def test_critical_grad_norm_line_comes_from_the_configured_band():
+    """The 3x line a grad-norm spike that stays up is judged against is the grad-norm band's:
+    configured at 5x, the same 4x spike is a warning, and the finding states that line."""
+    run = _gn_run(dict(at=1500, height=3.0, tau=5000))
+    ev = Evidence(run, resolve({"grad_norm_drift": {"crit_ratio": 5.0}}))
+    (g,) = [f for f in SpikeDetector().detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    assert g.measures["ratio_to_run_baseline"] == pytest.approx(4.0, rel=0.2)
+    assert g.severity is Severity.WARNING
+    band = ev.grad_norm_band
+    assert band is not None and band.critical_ratio == 5.0
+    assert g.judged_against["critical_at"] == pytest.approx(band.baseline.value * 5.0)
+
+
+def test_judged_against_states_the_evidence_lines():
+    """A spike finding states the local baseline, the alarm line it passed, the thresholds and
+    the recovery limit; a grad-norm spike also the run's grad-norm band (the evidence's)."""
+    run = _gn_run(dict(at=1480, height=3.0, width=25), dict(at=1500, height=0.8, tau=30))
+    ev = Evidence(run)
+    found = SpikeDetector().detect(ev)
+    (loss,) = [f for f in found if f.kind is FindingKind.LOSS_SPIKE]
+    (gn,) = [f for f in found if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    p = ev.params.spikes
+    for f, min_ratio in ((loss, p.loss_min_ratio), (gn, p.grad_norm_min_ratio)):
+        j = f.judged_against
+        assert j["local_baseline"] == f.measures["baseline"]
+        assert j["local_baseline"] * min_ratio <= j["alarm_at"] < f.measures["peak_value"]
+        assert j["z_threshold"] == p.z_threshold and j["min_ratio"] == min_ratio
+        assert j["recovery_limit_steps"] == p.recover_steps
+    band = ev.grad_norm_band
+    assert band is not None
+    assert gn.judged_against["baseline"] == band.baseline.value == gn.measures["run_baseline"]
+    assert gn.judged_against["warn_at"] == band.warn_at
+    assert gn.judged_against["critical_at"] == band.critical_at
+    assert "baseline" not in loss.judged_against
+
+
+def test_shared_spikes_are_not_changed_by_the_detector():
+    """The evidence's spikes are read-only and keep their raw measures after the spike
+    detector added its context (cause, links, run baseline) to its own findings."""
+    run = _gn_run(dict(at=1480, height=3.0, width=25), dict(at=1500, height=0.8, tau=30))
+    ev = Evidence(run)
+    before = {m: [dict(s.measures) for s in ev.spikes(m)] for m in ("loss", "grad_norm")}
+    found = SpikeDetector().detect(ev)
+    assert any(f.measures.get("cause") == "grad_norm_led" for f in found)
+    after = {m: [dict(s.measures) for s in ev.spikes(m)] for m in ("loss", "grad_norm")}
+    assert after == before and before["loss"] and before["grad_norm"]
+    assert "cause" not in before["loss"][0] and "run_baseline" not in before["grad_norm"][0]
+    with pytest.raises(TypeError):
+        ev.spikes("loss")[0].measures["cause"] = "x"  # type: ignore[index]
+
+
+def test_detector_with_its_own_parameters_finds_spikes_with_them():
+    """A spike detector made with other parameters than the evidence's finds its spikes with
+    its own (a higher height ratio hides a 1.6x spike), and leaves the evidence's alone."""
+    (s, v), _ = spiky_loss(3000, spikes=[dict(at=1700, height=0.6)])
+    ev = Evidence(_run(train__loss=(s, v)))
+    assert [f.start_step for f in SpikeDetector().detect(ev)] == [1700]
+    strict = SpikeDetector(
+        params_for(SpikeDetector, {"loss_min_ratio": 2.5, "loss_gross_ratio": 3.0})
+    )
+    assert strict.detect(ev) == []
+    assert [x.start_step for x in ev.spikes("loss")] == [1700]
+
+
+def test_severity_parameters_reuse_the_evidence_spikes(monkeypatch: pytest.MonkeyPatch):
+    """A detector that differs from the evidence only in how it grades (absorbed_gn_severity)
+    judges the evidence's spikes: nothing is found twice."""
+    from forensics.evidence import spikes as evidence_spikes
+
+    calls: list[str] = []
+    real = evidence_spikes.find_spikes
+
+    def counting(ev, metric):
+        calls.append(metric)
+        return real(ev, metric)
+
+    monkeypatch.setattr(evidence_spikes, "find_spikes", counting)
+    ev = Evidence(_gn_run(dict(at=1500, height=9.0)))
+    (g,) = [f for f in SpikeDetector().detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    assert g.severity is Severity.INFO
+    loud = SpikeDetector(params_for(SpikeDetector, {"absorbed_gn_severity": "warning"}))
+    (g,) = [f for f in loud.detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    assert g.severity is Severity.WARNING
+    assert sorted(calls) == ["grad_norm", "loss"]
+
+
 def test_grad_norm_spike_leading_a_loss_spike():
-    """The grad norm leaves its band 20 steps before the loss spikes: the lead is reported on both."""
+    """The grad norm leaves its band 20 steps before the loss spikes: the lead is reported on
+    both."""
     run = _gn_run(dict(at=1480, height=3.0, width=25), dict(at=1500, height=0.8, tau=30))
     (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
     (s,) = _spikes(run)
@@ -268,9 +368,10 @@ def test_grad_norm_spike_leading_a_loss_spike():
     assert s.measures["cause"] == "grad_norm_led"
 
 
-# -- co-occurrence ------------------------------------------------------------------------------------
+# -- co-occurrence ---------------------------------------------------------------------------------
 def test_spike_at_a_loss_scale_drop_is_numeric_overflow():
-    """The loss scale halves in the spike's step (logged at the next point): cause numeric_overflow."""
+    """The loss scale halves in the spike's step (logged at the next point): cause
+    numeric_overflow."""
     (s, v), _ = spiky_loss(3000, spikes=[dict(at=1800, height=1.0)])
     scale = np.where(s > 1800, 2.0**15, 2.0**16)
     (f,) = _spikes(_run(train__loss=(s, v), loss_scale=(s, scale)))
@@ -288,7 +389,7 @@ def test_spike_after_an_lr_restart_is_schedule_induced():
     assert f.measures["lr_kink_step"] == 2000 and f.measures["lr_kink_kind"] == "restart"
 
 
-# -- documentation -------------------------------------------------------------------------------------
+# -- documentation ---------------------------------------------------------------------------------
 def test_every_measure_key_is_documented():
     """Each measures key a spike finding carries appears in the module docstring's table."""
     documented = set(re.findall(r"^\| (\w+) \|", spikes.__doc__ or "", re.M))
@@ -299,10 +400,11 @@ def test_every_measure_key_is_documented():
         assert set(f.measures) <= documented, set(f.measures) - documented
 
 
-# -- the start of training ------------------------------------------------------------------------------
+# -- the start of training -------------------------------------------------------------------------
 @pytest.mark.parametrize("rise", [10, 30, 100])
 def test_grad_norm_climbing_in_the_warm_up_is_not_a_spike(rise: int):
-    """A grad norm that climbs 20x during the LR warm-up and then decays is the start, not a spike."""
+    """A grad norm that climbs 20x during the LR warm-up and then decays is the start, not a
+    spike."""
     rng = np.random.default_rng(rise)
     s = np.arange(2000)
     up = 0.1 + 1.9 * np.minimum(1, s / rise)
@@ -318,7 +420,8 @@ def test_grad_norm_climbing_in_the_warm_up_is_not_a_spike(rise: int):
 
 
 def test_spike_inside_the_warm_up_is_still_found():
-    """A one-step 3x grad-norm spike at step 60 of a 200-step warm-up is confirmed on both sides and found."""
+    """A one-step 3x grad-norm spike at step 60 of a 200-step warm-up is confirmed on both sides and
+    found."""
     s, g = healthy_grad_norm(2000)
     g = g * spike_factor(s, 60, 2.0)
     run = _run(
@@ -331,7 +434,8 @@ def test_spike_inside_the_warm_up_is_still_found():
 
 
 def test_onset_of_a_spike_that_builds_over_several_steps():
-    """A loss that climbs for 6 steps before peaking: start_step is where the climb began, peak where it topped."""
+    """A loss that climbs for 6 steps before peaking: start_step is where the climb began, peak
+    where it topped."""
     for seed in range(4):
         s, v = healthy_loss(3000, seed=seed)
         climb = np.clip((s - 1999) / 6.0, 0, 1) * (s < 2006)
@@ -345,7 +449,8 @@ def test_onset_of_a_spike_that_builds_over_several_steps():
 
 
 def test_series_with_negative_values_are_scored_on_the_raw_scale():
-    """A loss that goes negative (preference losses do) cannot be logged: spikes are judged on raw values."""
+    """A loss that goes negative (preference losses do) cannot be logged: spikes are judged on raw
+    values."""
     rng = np.random.default_rng(4)
     s = np.arange(2000)
     v = -0.5 + 0.05 * rng.standard_normal(2000)
@@ -353,5 +458,8 @@ def test_series_with_negative_values_are_scored_on_the_raw_scale():
     (f,) = _spikes(_run(train__loss=(s, v)))
     assert f.start_step == 1200 and f.measures["height"] == pytest.approx(1.0, abs=0.15)
     assert (
-        SpikeDetector().detect(Evidence(_run(train__loss=(s, -0.5 + 0.05 * rng.standard_normal(2000))))) == []
+        SpikeDetector().detect(
+            Evidence(_run(train__loss=(s, -0.5 + 0.05 * rng.standard_normal(2000))))
+        )
+        == []
     )

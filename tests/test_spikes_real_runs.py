@@ -13,12 +13,12 @@ import pytest
 from conftest import ROOT, shared_path
 from test_spikes import kill_loss_spike, megatron_spike, olmo_spike
 
-from forensics.evidence import Evidence
 from forensics.detectors.divergence import DivergenceDetector
 from forensics.detectors.loss_scale import LossScaleDetector
 from forensics.detectors.nan_inf import NanInfDetector
 from forensics.detectors.periodic import PeriodicSpikeDetector
 from forensics.detectors.spikes import SpikeDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 from forensics.importers import read_run
 
@@ -32,7 +32,8 @@ DETECTORS = (
 
 
 def _all(run):
-    return [f for d in DETECTORS for f in d().detect(Evidence(run))]
+    ev = Evidence(run)  # one evidence, as in the pipeline: the spikes are found once
+    return [f for d in DETECTORS for f in d().detect(ev)]
 
 
 HEALTHY = [
@@ -47,7 +48,8 @@ HEALTHY = [
 
 @pytest.mark.parametrize("rel", HEALTHY, ids=lambda r: r.split("/")[0] + ":" + Path(r).name[:12])
 def test_healthy_real_runs_stay_quiet(rel: str):
-    """The healthy reference runs give no spike, NaN, divergence or loss-scale finding above info."""
+    """The healthy reference runs give no spike, NaN, divergence or loss-scale finding above
+    info."""
     run = read_run(shared_path("real_runs", *rel.split("/")))
     assert run.has("loss")
     loud = [f for f in _all(run) if f.severity is not Severity.INFO]
@@ -55,7 +57,8 @@ def test_healthy_real_runs_stay_quiet(rel: str):
 
 
 def test_llmc_grad_norm_outliers_are_noted_not_alarmed():
-    """llm.c 11685414 has one-step grad-norm outliers (up to ~14x) the loss ignores: info, loss_response false."""
+    """llm.c 11685414 has one-step grad-norm outliers (up to ~14x) the loss ignores: info,
+    loss_response false."""
     run = read_run(
         shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11685414.log")
     )
@@ -84,7 +87,11 @@ def test_bigscience_n16_early_spike():
     )
     v = run.series("loss")["value"].to_numpy()
     assert kill_loss_spike(v) == [] and olmo_spike(v) == [] and megatron_spike(v) == []
-    scale = [f for f in LossScaleDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SCALE_DROP]
+    scale = [
+        f
+        for f in LossScaleDetector().detect(Evidence(run))
+        if f.kind is FindingKind.LOSS_SCALE_DROP
+    ]
     assert (
         scale
         and scale[0].measures["calibration"] is True

@@ -1,17 +1,22 @@
-"""Contract checks shared by every trend detector (issue 7): quiet, robust, and honest about skips."""
+"""Contract checks shared by every trend detector (issue 7): quiet, robust, and honest about
+skips."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import inspect
+import pkgutil
 
 import numpy as np
 import polars as pl
 import pytest
 from synthetic import long_frame, run_from_frame, trend_healthy
 
+from forensics.detectors import load, params_for
 from forensics.evidence import Evidence
-from forensics.detectors import load
 from forensics.findings import Finding, Severity
+from forensics.params import PARAMS
 
 TREND_DETECTORS = [
     "grad_norm_drift",
@@ -62,12 +67,45 @@ def _all_metrics(n: int, fill: str, seed: int = 0) -> dict[str, tuple[np.ndarray
 
 @pytest.mark.parametrize("name", TREND_DETECTORS)
 def test_registered_and_keyword_only(name: str) -> None:
-    """Each trend detector loads from the registry and takes keyword-only parameters only."""
+    """Each trend detector loads from the registry; its parameters are declared once (a frozen
+    keyword-only dataclass in forensics.params), configurable, and read by the detector."""
     cls = load(name)
     assert cls is not None
-    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    assert params and all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
-    cls()  # defaults are enough
+    declared = PARAMS[name]
+    assert dataclasses.is_dataclass(declared)
+    assert declared.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    sig = list(inspect.signature(declared).parameters.values())
+    assert sig and all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in sig)
+    assert cls().params == declared()  # defaults are enough
+    # configurable: every field can be changed through the configuration and reaches the detector
+    fields = dataclasses.fields(declared)
+    changed = {f.name: _other_value(f.default) for f in fields}
+    configured = params_for(cls, changed)
+    assert cls(configured).params == configured
+    assert all(getattr(configured, k) == v for k, v in changed.items())
+    # used: every field is read by the detector or by the evidence built with it
+    import forensics.evidence as evidence_pkg
+
+    module = inspect.getsource(inspect.getmodule(cls))  # type: ignore[arg-type]
+    evidence_src = "".join(
+        inspect.getsource(importlib.import_module(f"forensics.evidence.{m.name}"))
+        for m in pkgutil.iter_modules(evidence_pkg.__path__)
+    ) + inspect.getsource(evidence_pkg)
+    unread = [f.name for f in fields if f".{f.name}" not in module + evidence_src]
+    assert not unread, f"{name}: declared but never read: {unread}"
+
+
+def _other_value(default: object) -> object:
+    """A value of the default's type that differs from it."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default * 2 + 1
+    if isinstance(default, tuple):
+        return list(default[:1])
+    if isinstance(default, str):
+        return default + "x"
+    raise AssertionError(f"no other value for {default!r}")
 
 
 @pytest.mark.parametrize("name", TREND_DETECTORS)
@@ -83,7 +121,8 @@ def test_empty_run_notes_the_skip(name: str) -> None:
 @pytest.mark.parametrize("n", [1, 3, 40, 600])
 @pytest.mark.parametrize("name", TREND_DETECTORS)
 def test_degenerate_series_do_not_crash(name: str, fill: str, n: int) -> None:
-    """Constant, NaN/Inf-laden, tiny and pure-noise series never raise and give only warnings at most."""
+    """Constant, NaN/Inf-laden, tiny and pure-noise series never raise and give only warnings at
+    most."""
     run = run_from_frame(long_frame(_all_metrics(n, fill)))
     out = load(name)().detect(Evidence(run))
     assert all(isinstance(f, Finding) for f in out)
@@ -100,7 +139,8 @@ def test_quiet_on_healthy_synthetic_run(name: str, seed: int) -> None:
 
 
 def _documented_keys(module_name: str) -> dict[str, set[str]]:
-    """Measures keys per kind from the module docstring tables (``kind ``x`` `` headings split them)."""
+    """Measures keys per kind from the module docstring tables (``kind ``x`` `` headings split
+    them)."""
     import importlib
     import re
 
@@ -156,7 +196,8 @@ def _triggering_frame(case: str) -> pl.DataFrame:
 def test_measures_match_the_documented_table(
     module_name: str, registry_name: str, case: str
 ) -> None:
-    """Every finding's measures keys are exactly the keys documented for its kind (the README table)."""
+    """Every finding's measures keys are exactly the keys documented for its kind (the README
+    table)."""
     documented = _documented_keys(module_name)
     found = load(registry_name)().detect(Evidence(run_from_frame(_triggering_frame(case))))
     assert found

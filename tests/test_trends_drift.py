@@ -1,19 +1,23 @@
-"""grad_norm_drift and eval_regression on seeded synthetic runs with injected ground truth (issue 7)."""
+"""grad_norm_drift and eval_regression on seeded synthetic runs with injected ground truth
+(issue 7)."""
 
 from __future__ import annotations
 
 import pytest
 from synthetic import run_from_frame, trend_eval_regression, trend_grad_norm_drift
 
-from forensics.evidence import Evidence
+from forensics.detectors import detect, params_for
 from forensics.detectors.drift import GradNormDriftDetector
 from forensics.detectors.eval_regression import EvalRegressionDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
+from forensics.params import resolve
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_drift_article_case_onset_and_ratio(seed: int) -> None:
-    """The article's case (0.8 -> 2.5 from step 6500, loss falling) is found with its onset and ratio."""
+    """The article's case (0.8 -> 2.5 from step 6500, loss falling) is found with its onset and
+    ratio."""
     frame, truth = trend_grad_norm_drift(seed=seed)
     (f,) = GradNormDriftDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.GRAD_NORM_DRIFT and f.metric == "grad_norm"
@@ -69,14 +73,43 @@ def test_drift_ignores_isolated_spikes() -> None:
 
 
 def test_drift_thresholds_are_parameters() -> None:
-    """A stricter configured warn ratio silences a 2.25x drift."""
+    """A stricter configured warn ratio silences a 2.25x drift, whether it reaches the detector
+    through the configuration (the evidence's band) or through the detector's own parameters."""
     frame, _ = trend_grad_norm_drift(end=1.8, seed=1)
-    assert GradNormDriftDetector(warn_ratio=2.5, crit_ratio=4.0).detect(Evidence(run_from_frame(frame))) == []
+    stricter = {"grad_norm_drift": {"warn_ratio": 2.5, "crit_ratio": 4.0}}
+    assert [f.kind for f in detect(run_from_frame(frame))].count(FindingKind.GRAD_NORM_DRIFT) == 1
+    assert FindingKind.GRAD_NORM_DRIFT not in [
+        f.kind for f in detect(run_from_frame(frame), stricter)
+    ]
+    params = resolve(stricter)
+    run = run_from_frame(frame)
+    assert GradNormDriftDetector(params.grad_norm_drift).detect(Evidence(run, params)) == []
+    own = params_for(GradNormDriftDetector, stricter["grad_norm_drift"])
+    assert GradNormDriftDetector(own).detect(Evidence(run)) == []
+    (f,) = GradNormDriftDetector().detect(Evidence(run, params))  # the detector's own: defaults
+    assert f.judged_against["warn_ratio"] == 2.0
+
+
+def test_drift_judged_against_the_evidence_band() -> None:
+    """The finding states the band of the evidence (configured window and ratios): the numbers
+    the report's chart draws."""
+    frame, _ = trend_grad_norm_drift(seed=0)
+    params = resolve({"grad_norm_drift": {"baseline_window": 300, "warn_ratio": 1.8}})
+    ev = Evidence(run_from_frame(frame), params)
+    (f,) = GradNormDriftDetector(params.grad_norm_drift).detect(ev)
+    band = ev.grad_norm_band
+    assert band is not None and band.warn_ratio == 1.8
+    assert f.judged_against["baseline"] == f.measures["baseline"] == band.baseline.value
+    assert f.judged_against["warn_at"] == band.warn_at
+    assert f.judged_against["critical_at"] == band.critical_at
+    assert f.judged_against["baseline_end_step"] - f.judged_against["baseline_start_step"] < 300
+    assert ev.drift is ev.drift  # computed once, shared with eval_regression
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_eval_regression_article_case(seed: int) -> None:
-    """A benchmark losing ~3 points after step 6000 while the loss falls: warning, onset at the best eval."""
+    """A benchmark losing ~3 points after step 6000 while the loss falls: warning, onset at the
+    best eval."""
     frame, truth = trend_eval_regression(seed=seed)
     (f,) = EvalRegressionDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.EVAL_REGRESSION and f.metric == "eval/benchmark"
@@ -133,7 +166,8 @@ def test_drift_found_when_no_warmup_is_logged() -> None:
 
 
 def test_drift_onset_is_not_the_start_up_transient() -> None:
-    """A start-up decay above 2x the baseline, then a climb from step 3000: the onset is the climb."""
+    """A start-up decay above 2x the baseline, then a climb from step 3000: the onset is the
+    climb."""
     import numpy as np
     from synthetic import long_frame, run_from_frame
 
@@ -151,3 +185,38 @@ def test_drift_onset_is_not_the_start_up_transient() -> None:
     assert (
         f.measures["ratio"] >= 3.0 and f.severity is Severity.CRITICAL
     )  # 2.2 / 0.6: the article's orange light
+
+
+def test_eval_regression_judged_against() -> None:
+    """The eval finding states its best score, the noise and the line a score had to pass."""
+    frame, _ = trend_eval_regression(seed=0)
+    (f,) = EvalRegressionDetector().detect(Evidence(run_from_frame(frame)))
+    j = f.judged_against
+    assert j["best"] == f.measures["best"] and j["noise"] == f.measures["noise"]
+    assert f.measures["current"] < j["regression_at"] < f.measures["best"]
+
+
+def test_theil_sen_is_scipys() -> None:
+    """The one Theil-Sen gives scipy's numbers (slope, intercept, 90% band with tie corrections),
+    and its confidence widens the band."""
+    import numpy as np
+    from scipy.stats import theilslopes
+
+    from forensics.evidence.trend_utils import theil_sen
+
+    rng = np.random.default_rng(3)
+    for k in range(30):
+        x = np.sort(rng.integers(0, 40, 60)).astype(float) if k % 2 else np.arange(60.0)
+        y = np.round(0.02 * x + rng.normal(size=60), 1)
+        ours = theil_sen(x, y, max_points=None)
+        ref = theilslopes(y, x, alpha=0.90)
+        assert ours is not None
+        assert (ours.slope, ours.intercept, ours.low, ours.high) == (
+            ref.slope,
+            ref.intercept,
+            ref.low_slope,
+            ref.high_slope,
+        )
+        wide = theil_sen(x, y, max_points=None, confidence=0.95)
+        assert wide is not None and wide.low <= ours.low and wide.high >= ours.high
+    assert theil_sen(np.ones(5), np.arange(5.0)) is None

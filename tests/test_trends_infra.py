@@ -7,16 +7,18 @@ import polars as pl
 import pytest
 from synthetic import long_frame, run_from_frame, trend_infra, trend_plateau
 
-from forensics.evidence import Evidence
 from forensics.detectors.memory import MemoryGrowthDetector
 from forensics.detectors.plateau import PlateauDetector
 from forensics.detectors.stall import StallDetector
 from forensics.detectors.throughput import ThroughputDetector
+from forensics.evidence import Evidence, Series
+from forensics.evidence.schedule import Schedule, lr_schedule
 from forensics.findings import FindingKind, Severity
 
 
 def test_plateau_stuck_at_active_lr() -> None:
-    """A loss flat from the start at a constant LR is an info note saying the run stopped learning."""
+    """A loss flat from the start at a constant LR is an info note saying the run stopped
+    learning."""
     frame, _ = trend_plateau(case="stuck")
     (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.PLATEAU and f.severity is Severity.INFO
@@ -44,13 +46,16 @@ def test_plateau_quiet_while_learning(n: int, every: int) -> None:
 def test_plateau_without_lr_says_unknown() -> None:
     """Without an LR series the plateau is reported with an unknown LR context."""
     frame, _ = trend_plateau(case="stuck")
-    (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame.filter(pl.col("metric") != "lr"))))
+    (f,) = PlateauDetector().detect(
+        Evidence(run_from_frame(frame.filter(pl.col("metric") != "lr")))
+    )
     assert f.measures["lr_context"] == "unknown" and f.measures["lr_peak"] is None
 
 
 @pytest.mark.parametrize("use_step_time", [False, True])
 def test_throughput_drop_window_and_size(use_step_time: bool) -> None:
-    """A 45% throughput drop over steps 3000-3600 is found with its window and size (tokens/s or step time)."""
+    """A 45% throughput drop over steps 3000-3600 is found with its window and size (tokens/s or
+    step time)."""
     frame, truth = trend_infra(use_step_time=use_step_time)
     (f,) = ThroughputDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.THROUGHPUT_DROP and f.severity is Severity.WARNING
@@ -80,7 +85,9 @@ def test_throughput_single_slow_step_is_quiet() -> None:
     tps = np.full(len(steps), 40000.0)
     tps[100] = 5000.0
     assert (
-        ThroughputDetector().detect(Evidence(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)}))))
+        ThroughputDetector().detect(
+            Evidence(run_from_frame(long_frame({"tokens_per_sec": (steps, tps)})))
+        )
         == []
     )
 
@@ -103,7 +110,7 @@ def test_stall_ignores_regular_eval_pauses() -> None:
     frame = long_frame(
         {"loss": (steps, np.ones(len(steps))), "val_loss": (steps[steps % 500 == 0], np.ones(10))}
     )
-    wall_of = dict(zip(steps.tolist(), (wall + 1.7e9).tolist()))
+    wall_of = dict(zip(steps.tolist(), (wall + 1.7e9).tolist(), strict=True))
     frame = frame.with_columns(
         pl.col("step").replace_strict(wall_of, return_dtype=pl.Float64).alias("wall_time")
     )
@@ -139,4 +146,113 @@ def test_memory_levelling_off_is_quiet() -> None:
     """Memory that climbs then levels off (a cache filling up) is not a leak."""
     steps = np.arange(0, 6000, 10)
     mem = 20.0 + 6.0 * (1 - np.exp(-steps / 1200.0))
-    assert MemoryGrowthDetector().detect(Evidence(run_from_frame(long_frame({"memory": (steps, mem)})))) == []
+    assert (
+        MemoryGrowthDetector().detect(
+            Evidence(run_from_frame(long_frame({"memory": (steps, mem)})))
+        )
+        == []
+    )
+
+
+# -- the LR schedule (forensics/evidence/schedule.py) ----------------------------------------
+def _schedule(lr: np.ndarray, warmup_end: int | None = 30) -> Schedule:
+    steps = np.arange(1, len(lr) + 1, dtype=np.int64)
+    return lr_schedule(Series(steps, np.asarray(lr, dtype=float)), warmup_end)
+
+
+def _kinds(s: Schedule) -> list[tuple[str, int, int]]:
+    return [(g.kind, g.start_step, g.end_step) for g in s.segments]
+
+
+_X = np.arange(1, 1001)
+_PEAK = 3e-3
+_WARM = _PEAK * _X / 30
+
+
+def test_schedule_cosine_with_warmup() -> None:
+    """Warm-up to step 30, then one cosine decay to zero."""
+    lr = np.where(_X <= 30, _WARM, _PEAK * 0.5 * (1 + np.cos(np.pi * (_X - 30) / 970)))
+    s = _schedule(lr)
+    assert _kinds(s) == [("warmup", 1, 30), ("decay", 31, 1000)]
+    assert s.segments[1].shape == "cosine" and s.unexplained == [] and s.changes == ()
+    assert s.peak == pytest.approx(_PEAK)
+    assert s.phase_at(10) == "warmup" and s.phase_at(500) == "decay" and s.phase_at(2000) is None
+    assert s.lr_at(500) == pytest.approx(lr[499])
+    assert s.segments[0].lr_start == pytest.approx(_PEAK / 30) and s.segments[1].lr_end == 0.0
+
+
+def test_schedule_wsd_has_a_cooldown() -> None:
+    """Warm-up, stable to step 800, then a fast linear decay: WSD's cooldown."""
+    lr = np.where(_X <= 30, _WARM, np.where(_X <= 800, _PEAK, _PEAK * (1 - (_X - 800) / 200)))
+    s = _schedule(lr)
+    assert _kinds(s) == [("warmup", 1, 30), ("constant", 31, 800), ("cooldown", 801, 1000)]
+    assert s.segments[2].shape == "linear"
+    assert s.phase_at(900) == "cooldown" and s.unexplained == []
+
+
+def test_schedule_constant() -> None:
+    """A constant LR is one constant segment; no warm-up without a warm-up end."""
+    s = _schedule(np.full(1000, _PEAK), None)
+    assert _kinds(s) == [("constant", 1, 1000)] and s.unexplained == []
+
+
+def test_schedule_step_decay() -> None:
+    """Two x0.1 drops (at 400 and 700) after the warm-up: one step decay, two explained drops."""
+    lr = np.where(_X <= 30, _WARM, _PEAK * 0.1 ** ((_X >= 400).astype(int) + (_X >= 700)))
+    s = _schedule(lr)
+    assert _kinds(s) == [("warmup", 1, 30), ("constant", 31, 399), ("decay", 400, 1000)]
+    assert s.segments[2].shape == "step" and s.unexplained == []
+    assert [(c.step, c.kind) for c in s.changes] == [(400, "step_drop"), (700, "step_drop")]
+    assert s.changes[0].factor == pytest.approx(0.1)
+
+
+def test_schedule_x50_for_ten_steps_is_unexplained() -> None:
+    """A cosine schedule with the LR x50 at steps 500-509: that stretch is unexplained, and the
+    decay around it is still read as one cosine."""
+    lr = np.where(_X <= 30, _WARM, _PEAK * 0.5 * (1 + np.cos(np.pi * (_X - 30) / 970)))
+    lr[499:509] *= 50
+    s = _schedule(lr)
+    (u,) = s.unexplained
+    assert (u.start_step, u.end_step) == (500, 509)
+    assert u.lr_start / u.lr_before == pytest.approx(50, rel=0.01)
+    assert [(c.step, c.kind) for c in s.changes] == [(500, "jump_up"), (510, "jump_down")]
+    assert s.phase_at(505) == "unexplained" and s.phase_at(520) == "decay"
+    assert {g.shape for g in s.segments if g.kind == "decay"} == {"cosine"}
+    assert s.peak == pytest.approx(_PEAK)
+
+
+def test_schedule_restart_is_explained() -> None:
+    """Cosine with a warm restart at step 500 (SGDR): a restart, nothing unexplained."""
+    t = (_X - 1) % 500
+    lr = _PEAK * 0.5 * (1 + np.cos(np.pi * t / 500))
+    s = _schedule(lr, None)
+    assert s.unexplained == []
+    assert [(c.step, c.kind) for c in s.changes] == [(501, "restart")]
+
+
+def test_schedule_printed_lr_is_not_a_staircase() -> None:
+    """An LR printed with six decimals moves one digit at a time near zero: no step drops."""
+    lr = np.round(_PEAK * 0.5 * (1 + np.cos(np.pi * _X / 1000)), 6)
+    s = _schedule(lr, None)
+    assert s.changes == () and _kinds(s) == [("decay", 1, 1000)]
+
+
+def test_schedule_empty_and_tiny() -> None:
+    """No LR: no segment, lr_at None; one point: one constant segment."""
+    empty = _schedule(np.array([]), None)
+    assert empty.empty and empty.lr_at(5) is None and empty.phase_at(5) is None
+    assert _kinds(_schedule(np.array([1e-3]), None)) == [("constant", 1, 1)]
+
+
+def test_plateau_reads_the_schedule() -> None:
+    """The plateau's LR context is the schedule's: the phases it covers are stated."""
+    frame, _ = trend_plateau(case="cosine_end")
+    ev = Evidence(run_from_frame(frame))
+    (f,) = PlateauDetector().detect(ev)
+    assert f.measures["lr_end"] == ev.schedule.lr_at(f.end_step)
+    assert f.judged_against["lr_phases"] == ",".join(
+        ev.schedule.phases_between(f.start_step, f.end_step)
+    )
+    assert "decay" in str(f.judged_against["lr_phases"])
+    peak = f.measures["lr_peak"]
+    assert f.judged_against["decayed_lr"] == pytest.approx(0.1 * peak)  # an LR, not a level

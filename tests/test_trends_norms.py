@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from synthetic import run_from_frame, trend_activations, trend_layer_shift, trend_param_norm
 
-from forensics.evidence import Evidence
+from forensics.detectors import params_for
 from forensics.detectors.activations import ActivationDetector
 from forensics.detectors.layers import LayerGradShiftDetector
 from forensics.detectors.param_norm import ParamNormDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
+from forensics.params import resolve
 
 
 @pytest.mark.parametrize(("jump", "seed"), [(0.08, 0), (0.03, 1), (-0.05, 2)])
@@ -56,7 +58,8 @@ def test_param_norm_rebuilt_from_layers() -> None:
     ],
 )
 def test_layer_shift_names_the_group(kw: dict, layers: str) -> None:
-    """The article's case (first layers 8% -> 20% of the gradient) is flagged, naming the layers and onset."""
+    """The article's case (first layers 8% -> 20% of the gradient) is flagged, naming the layers
+    and onset."""
     frame, truth = trend_layer_shift(**kw)
     (f,) = LayerGradShiftDetector().detect(Evidence(run_from_frame(frame)))
     assert f.kind is FindingKind.LAYER_GRAD_SHIFT and f.severity is Severity.WARNING
@@ -96,3 +99,51 @@ def test_activations_quiet_when_normal() -> None:
     """Activation stats that drift gently draw nothing."""
     frame, _ = trend_activations(absmax_layer=None)
     assert ActivationDetector().detect(Evidence(run_from_frame(frame))) == []
+
+
+def test_param_norm_judged_against_the_evidence_band() -> None:
+    """The param-norm finding states the evidence's band (the line the chart draws), built with
+    the configured window and ratio; a lower configured ratio flags an earlier crossing."""
+    frame, _ = trend_param_norm(jump_at=None, growth=0.8)
+    run = run_from_frame(frame)
+    default_ev = Evidence(run)
+    (f,) = ParamNormDetector().detect(default_ev)
+    band = default_ev.param_norm_band
+    assert band is not None and band.warn_ratio == 1.5
+    assert f.measures["baseline"] == f.judged_against["baseline"] == band.baseline.value
+    assert f.judged_against["warn_at"] == band.warn_at
+    params = resolve({"param_norm": {"ratio_limit": 1.3, "baseline_window": 200}})
+    ev = Evidence(run, params)
+    (g,) = ParamNormDetector(params.param_norm).detect(ev)
+    assert ev.param_norm_band is not None
+    assert g.judged_against["warn_at"] == ev.param_norm_band.warn_at
+    assert g.judged_against["warn_ratio"] == 1.3
+    assert g.judged_against["baseline_end_step"] < f.judged_against["baseline_end_step"]
+    assert g.measures["crossing_step"] < f.measures["crossing_step"]
+    own = ParamNormDetector(params_for(ParamNormDetector, {"ratio_limit": 1.3}))
+    assert own.detect(default_ev)[0].judged_against["warn_ratio"] == 1.3
+
+
+def test_layer_shift_judged_against() -> None:
+    """The layer finding states the share it started from and the share it had to reach."""
+    frame, _ = trend_layer_shift()
+    ev = Evidence(run_from_frame(frame))
+    (f,) = LayerGradShiftDetector().detect(ev)
+    j = f.judged_against
+    assert j["share_before"] == f.measures["share_before"]
+    assert j["share_before"] < j["flag_at_share"] <= f.measures["share_after"]
+    assert j["early_end_step"] < j["late_start_step"]
+    lm = ev.layer_matrix("grad_norm_layer")
+    assert lm.values.shape == (len(lm.steps), len(lm.layers)) and len(lm.layers) >= 2
+
+
+def test_activation_limit_is_the_evidence_limit() -> None:
+    """The absmax limit comes from the evidence (configured): a higher limit silences it."""
+    frame, truth = trend_activations()
+    run = run_from_frame(frame)
+    (f,) = ActivationDetector().detect(Evidence(run))
+    assert f.judged_against["limit"] == f.measures["limit"] == 1e4
+    params = resolve({"activations": {"absmax_limit": 1e9}})
+    ev = Evidence(run, params)
+    assert ev.activation_limit == 1e9
+    assert ActivationDetector(params.activations).detect(ev) == []

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
-from forensics.evidence import Evidence
 from forensics.detectors import load
 from forensics.errors import MultipleJobsError
+from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers import read_run
 from forensics.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
-from conftest import SHARED
 
 REAL = SHARED / "real_runs"
 SAMPLES = ROOT / "sample_runs"
@@ -105,7 +105,8 @@ def test_lightning_version_7_is_a_plateau() -> None:
 
 
 def test_whisper_overfitting() -> None:
-    """Whisper fine-tuned ~38 epochs on a small set: val loss climbs from its first eval while train falls."""
+    """Whisper fine-tuned ~38 epochs on a small set: val loss climbs from its first eval while
+    train falls."""
     run = read_run(_real("hf-trainer-whisper-large-v2-ja"))
     found = [f for f in trend_findings(run) if f.kind is FindingKind.OVERFITTING]
     (f,) = found
@@ -114,7 +115,8 @@ def test_whisper_overfitting() -> None:
 
 
 def test_megatron_h100_slow_stretch() -> None:
-    """The Megatron GPT-3 15B H100 golden values have iterations 2100-2300 at 6.1 s instead of 1.45 s."""
+    """The Megatron GPT-3 15B H100 golden values have iterations 2100-2300 at 6.1 s instead of
+    1.45 s."""
     run = read_run(
         _real("megatron-lm-golden-values/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json")
     )
@@ -182,3 +184,58 @@ def test_sample_runs(name: str) -> None:
         assert warnings == set()
     else:
         assert SAMPLE_EXPECT[name] in warnings
+
+
+def _sample_evidence(name: str) -> Evidence:
+    path = SAMPLES / name
+    if not path.exists():
+        pytest.skip(f"sample run {name} not generated")
+    return Evidence(read_run(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "start", "end", "shape"),
+    [
+        ("param_norm_jump", 500, 509, "excursion"),  # every group's lr x50 for steps 500-509
+        ("nan", 501, 962, "rise"),  # lr climbing x300 over steps 500-600, then its decay
+        ("divergence", 401, 1291, "rise"),  # lr growing geometrically from step 400
+    ],
+)
+def test_sample_schedules_show_the_unexplained_lr(
+    name: str, start: int, end: int, shape: str
+) -> None:
+    """The sample runs whose LR was tampered with: the warm-up (to step 30) and the decay
+    before it are explained, the tampered stretch is not."""
+    ev = _sample_evidence(name)
+    s = ev.schedule
+    assert ev.warmup_end == 30  # the late raise does not hide the warm-up
+    assert [(g.kind, g.start_step, g.end_step) for g in s.segments[:2]] == [
+        ("warmup", 1, 30),
+        ("decay", 31, start - 1),
+    ]
+    (u,) = s.unexplained
+    assert (u.start_step, u.end_step, u.shape) == (start, end, shape)
+    assert s.peak == pytest.approx(0.003, rel=0.1)
+    assert s.phase_at(start - 50) == "decay" and s.phase_at(start + 5) == "unexplained"
+
+
+@pytest.mark.parametrize("name", ["healthy", "grad_norm_drift", "resumed", "layer_grad_shift"])
+def test_sample_schedules_healthy(name: str) -> None:
+    """The untampered sample runs: warm-up to step 30 and one cosine decay, nothing else."""
+    ev = _sample_evidence(name)
+    s = ev.schedule
+    assert [g.kind for g in s.segments] == ["warmup", "decay"]
+    assert s.segments[0].end_step == ev.warmup_end == 30
+    assert s.segments[1].shape == "cosine" and s.changes == ()
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["llmc-gpt2-124M-siddanthemani/main.log", "modded-nanogpt/2024-10-13_llmc"],
+)
+def test_real_schedule_printed_lr(rel: str) -> None:
+    """llm.c prints its LR with few digits: near zero it moves one printed digit at a time,
+    which is still one cosine decay, not a staircase of drops."""
+    s = Evidence(read_run(_real(rel))).schedule
+    assert [g.kind for g in s.segments] == ["warmup", "decay"]
+    assert s.segments[1].shape == "cosine" and s.changes == ()

@@ -1,4 +1,5 @@
-"""gap_acceleration, overfitting and val_shift on seeded synthetic runs (issue 7, article section 5)."""
+"""gap_acceleration, overfitting and val_shift on seeded synthetic runs (issue 7, article
+section 5)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 from synthetic import run_from_frame, trend_train_val
 
-from forensics.evidence import Evidence
 from forensics.detectors.train_val import TrainValDetector
+from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 
 
@@ -28,7 +29,8 @@ def test_quiet_on_healthy_train_val(seed: int, val_every: int) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_gap_acceleration_before_val_turns_up(seed: int) -> None:
-    """Train starts memorising at 7000 while val keeps falling: a gap warning near the onset, val not up yet."""
+    """Train starts memorising at 7000 while val keeps falling: a gap warning near the onset,
+    val not up yet."""
     frame, truth = trend_train_val("accelerate", seed=seed)
     found = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))
     assert set(found) == {FindingKind.GAP_ACCELERATION}
@@ -42,7 +44,8 @@ def test_gap_acceleration_before_val_turns_up(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_overfitting_negative_slope(seed: int) -> None:
-    """Val turning up at 7000 while train keeps falling: overfitting at the onset, plus the gap warning."""
+    """Val turning up at 7000 while train keeps falling: overfitting at the onset, plus the gap
+    warning."""
     frame, truth = trend_train_val("overfit", seed=seed)
     found = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))
     (o,) = found[FindingKind.OVERFITTING]
@@ -58,9 +61,12 @@ def test_overfitting_negative_slope(seed: int) -> None:
     [(1500, Severity.CRITICAL, 5), (5000, Severity.WARNING, 2)],
 )
 def test_overfitting_graded_by_epoch(steps_per_epoch: int, severity: Severity, epoch: int) -> None:
-    """From the fifth epoch with the gap still accelerating, overfitting is critical (article 5.2)."""
+    """From the fifth epoch with the gap still accelerating, overfitting is critical (article
+    5.2)."""
     frame, _ = trend_train_val("overfit", steps_per_epoch=steps_per_epoch)
-    (o,) = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))[FindingKind.OVERFITTING]
+    (o,) = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))[
+        FindingKind.OVERFITTING
+    ]
     assert o.severity is severity and o.measures["epoch"] == epoch
     assert o.measures["gap_accelerating"] is True
 
@@ -78,7 +84,8 @@ def test_overfitting_sparse_val() -> None:
     ("seed", "ramp"), [(0, 3000), (1, 3000), (2, 3000), (3, 3000), (0, 1), (1, 1000)]
 )
 def test_val_shift_snapshot_effect(seed: int, ramp: int) -> None:
-    """Val 1.95 -> 2.1 within 3000 steps (or at once) then flat, train flat: val_shift only (article 5.4)."""
+    """Val 1.95 -> 2.1 within 3000 steps (or at once) then flat, train flat: val_shift only
+    (article 5.4)."""
     frame, truth = trend_train_val("val_shift", seed=seed, ramp=ramp)
     found = _kinds(TrainValDetector().detect(Evidence(run_from_frame(frame))))
     assert set(found) == {FindingKind.VAL_SHIFT}
@@ -142,9 +149,72 @@ def test_val_shift_late_in_a_full_log() -> None:
         + np.where(vs >= 25_000, 0.15, 0.0)
         + rng.normal(0, 0.003, len(vs))
     )
-    found = TrainValDetector().detect(Evidence(run_from_frame(long_frame({"loss": (s, train), "val_loss": (vs, val)}))))
+    found = TrainValDetector().detect(
+        Evidence(run_from_frame(long_frame({"loss": (s, train), "val_loss": (vs, val)})))
+    )
     shifts = [f for f in found if f.kind is FindingKind.VAL_SHIFT]
     assert len(shifts) == 1 and abs(shifts[0].start_step - 25_000) <= 500, [
         (f.kind, f.start_step) for f in found
     ]
     assert not [f for f in found if f.kind is FindingKind.GAP_ACCELERATION]
+
+
+def test_findings_judged_against_the_evidence_gap() -> None:
+    """Each train/val finding states what it was judged against, and those numbers are the
+    evidence's gap (the one charts and checklists read), computed once."""
+    from forensics.evidence.gap import Gap
+
+    frame, _ = trend_train_val("overfit", steps_per_epoch=1500)
+    ev = Evidence(run_from_frame(frame))
+    found = _kinds(TrainValDetector().detect(ev))
+    g = ev.__dict__.get("gap")  # cached on the evidence by the detector
+    assert isinstance(g, Gap)
+    (a,) = found[FindingKind.GAP_ACCELERATION]
+    j = a.judged_against
+    assert j["accel_ratio"] == 1.5 and j["window_steps"] == g.window == a.measures["window_steps"]
+    assert j["noise"] == g.noise == a.measures["val_noise"]
+    i = int(np.searchsorted(g.steps, a.measures["detected_step"])) - 1  # first of the two points
+    assert j["noise_floor"] == pytest.approx(g.growth_floor[i])
+    assert a.measures["growth_last"] > j["noise_floor"]
+    assert a.measures["growth_last"] > j["accel_line"]
+    assert j["accel_line"] == pytest.approx(1.5 * max(a.measures["growth_prev"], 0.0))
+    (o,) = found[FindingKind.OVERFITTING]
+    assert o.judged_against["rise_floor"] == pytest.approx(3.0 * g.noise)
+    assert o.measures["val_rise"] > o.judged_against["rise_floor"]
+    assert o.judged_against["critical_epoch"] == 5
+    # the end-of-log acceleration the severity rests on is the evidence's own rule
+    assert o.measures["gap_accelerating"] is True
+
+
+def test_val_shift_judged_against_its_floor() -> None:
+    frame, _ = trend_train_val("val_shift")
+    ev = Evidence(run_from_frame(frame))
+    (f,) = TrainValDetector().detect(ev)
+    j = f.judged_against
+    assert ev.gap is not None and j["noise"] == ev.gap.noise
+    assert j["shift_floor"] == pytest.approx(
+        max(4.0 * ev.gap.noise, 0.02 * f.measures["val_before"])
+    )
+    assert f.measures["shift"] > j["shift_floor"] and j["shift_window"] == 3000
+
+
+def test_detector_configured_apart_from_the_evidence() -> None:
+    """A detector with its own parameters judges with them (the evidence's gap keeps its own)."""
+    from forensics.detectors import params_for
+
+    frame, _ = trend_train_val("overfit", n=20000)
+    ev = Evidence(run_from_frame(frame))
+    det = TrainValDetector(params_for(TrainValDetector, {"min_window": 2000}))
+    (a,) = _kinds(det.detect(ev))[FindingKind.GAP_ACCELERATION]
+    assert a.measures["window_steps"] == a.judged_against["window_steps"] == 2000
+    assert ev.gap is not None and ev.gap.window == 1000
+
+
+def test_too_few_points_is_noted() -> None:
+    """Fewer val points than min_val_points: the checks say they did not run, and why."""
+    import polars as pl
+
+    frame, _ = trend_train_val("healthy")
+    run = run_from_frame(frame.filter((pl.col("metric") != "val_loss") | (pl.col("step") <= 1000)))
+    assert TrainValDetector().detect(Evidence(run)) == []
+    assert any("only 4 val" in n and "need 5" in n for n in run.notes), run.notes

@@ -3,7 +3,8 @@
 Two signs, per layer: the activation absolute maximum above 1e4 (the article locates the
 overflowing layer this way, usually an attention block), and the activation std jumping
 against its own recent history (a middle layer whose std suddenly grows is the early sign
-of a NaN); std growth during the LR warm-up is start-up and is not counted. One finding per layer and sign, naming the layer and the first step.
+of a NaN); std growth during the LR warm-up is start-up and is not counted. One finding per
+layer and sign, naming the layer and the first step.
 
 Measures (kind ``activation_outlier``):
 
@@ -23,11 +24,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.evidence.trend_utils import arrays, sig, warmup_start
 from forensics.evidence import Evidence
-from forensics.params import ActivationsParams
+from forensics.evidence.trend_utils import sig
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
+from forensics.params import ActivationsParams
 from forensics.schema import ACT_ABSMAX, ACT_STD
 
 CHECK = "activation_outlier"
@@ -42,6 +42,7 @@ class ActivationDetector:
         self.params = params or ActivationsParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
+        ev = ev.using("activations", self.params)
         run = ev.run
         amax_layers, std_layers = run.layers(ACT_ABSMAX), run.layers(ACT_STD)
         if not amax_layers and not std_layers:
@@ -49,16 +50,16 @@ class ActivationDetector:
             return []
         out: list[Finding] = []
         for layer in amax_layers:
-            out += self._absmax(run, layer)
+            out += self._absmax(ev, layer)
         for layer in std_layers:
-            out += self._std(run, layer)
+            out += self._std(ev, layer)
         return out
 
-    def _absmax(self, run: Run, layer: int) -> list[Finding]:
-        s = run.series(ACT_ABSMAX, layer)
-        x = s.get_column("step").to_numpy()
-        y = np.abs(s.get_column("value").to_numpy().astype(float))
-        over = np.nan_to_num(y, nan=np.inf) > self.params.absmax_limit  # NaN activations count as over
+    def _absmax(self, ev: Evidence, layer: int) -> list[Finding]:
+        s = ev.logged(ACT_ABSMAX, layer)  # NaN and Inf included: they count as over the limit
+        x, y = s.steps, np.abs(s.values)
+        limit = ev.activation_limit
+        over = np.nan_to_num(y, nan=np.inf) > limit
         if not over.any():
             return []
         i0 = int(np.argmax(over))
@@ -80,21 +81,23 @@ class ActivationDetector:
                     "layer": layer,
                     "trigger": "absmax",
                     "value": float(y[peak]),
-                    "limit": self.params.absmax_limit,
+                    "limit": limit,
                     "before": before,
                     "ratio": float(y[peak]) / before if before else None,
                     "points_over": int(over.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation absmax passed {self.params.absmax_limit:g} at step {int(x[i0])} "
+                    f"Layer {layer} activation absmax passed {limit:g} at step {int(x[i0])} "
                     f"and reached {val_txt} at step {int(x[peak])}"
                     + (f" (typical before: {sig(before)})." if before is not None else ".")
                 ),
+                judged_against={"limit": limit, "before": before},
             )
         ]
 
-    def _std(self, run: Run, layer: int) -> list[Finding]:
-        x, y = arrays(run, ACT_STD, layer)
+    def _std(self, ev: Evidence, layer: int) -> list[Finding]:
+        s = ev.series(ACT_STD, layer)
+        x, y = s.steps, s.values
         if len(y) <= self.params.min_history:
             return []
         # Typical level = median of the previous `history` points (trailing, excluding the point).
@@ -108,7 +111,7 @@ class ActivationDetector:
         ratio = np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
         jump = np.nan_to_num(ratio, nan=0.0) >= self.params.std_jump_ratio
         # Activations settle during the LR warm-up: growth there is start-up, not a jump.
-        settled = warmup_start(run, x)
+        settled = ev.warmup_end
         if settled is not None:
             jump &= x > settled
         if not jump.any():
@@ -134,8 +137,15 @@ class ActivationDetector:
                     "points_over": int(jump.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation std jumped from {sig(before)} to {sig(float(y[i0]))} at step "
-                    f"{int(x[i0])} ({y[i0] / before:.1f}x), peaking at {sig(float(y[peak]))}."
+                    f"Layer {layer} activation std jumped from {sig(before)} to "
+                    f"{sig(float(y[i0]))} at step {int(x[i0])} ({y[i0] / before:.1f}x), "
+                    f"peaking at {sig(float(y[peak]))}."
                 ),
+                judged_against={
+                    "before": before,
+                    "jump_ratio": self.params.std_jump_ratio,
+                    "jump_at": self.params.std_jump_ratio * before,
+                    "warmup_end": settled,
+                },
             )
         ]

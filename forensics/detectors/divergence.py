@@ -29,9 +29,8 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
+from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import DivergenceParams
-from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS
 
 
@@ -53,23 +52,26 @@ class DivergenceDetector:
         if not (run.has(LOSS) and run.has(GRAD_NORM)):
             run.note("divergence: not run, it needs both a loss and a grad-norm series")
             return []
-        ls, gs = run.series(LOSS), run.series(GRAD_NORM)
-        t = ls.get_column("step").to_numpy()
-        v = ls.get_column("value").to_numpy().astype(float)
-        ok = np.isfinite(v)
-        if ok.sum() < self.params.min_points or (v[ok] <= 0).any():
-            if ok.sum() >= self.params.min_points:
+        loss = ev.series(LOSS)
+        if len(loss) < self.params.min_points or (loss.values <= 0).any():
+            if len(loss) >= self.params.min_points:
                 run.note("divergence: not run, the loss takes non-positive values")
             return []
-        # Once the loss is non-finite it has exploded: count it as risen from there on.
-        first_bad = int(np.argmax(~ok)) if (~ok).any() else None
-        tf, y = t[ok], np.log(v[ok])
+        # NaN and Inf are evidence here: once the loss is non-finite it has exploded, and it
+        # counts as risen from there on.
+        logged = ev.logged(LOSS)
+        bad = logged.steps[~np.isfinite(logged.values)]
+        first_bad = int(bad[0]) if len(bad) else None
+        last_logged = int(logged.steps[-1])
+        tf, y = loss.steps, np.log(loss.values)
         sm = _smooth(y, self.params.smooth_points)
         rise = sm - np.minimum.accumulate(sm)
         thr = np.log1p(self.params.loss_rise)
-        gt = gs.get_column("step").to_numpy()
-        gv = gs.get_column("value").to_numpy().astype(float)
-        g_ok = np.isfinite(gv) & (gv > 0)
+        g_logged = ev.logged(GRAD_NORM)
+        g_bad_steps = g_logged.steps[~np.isfinite(g_logged.values)]
+        g_last = int(g_logged.steps.max())
+        grad = ev.series(GRAD_NORM)
+        gt, gv = grad.steps[grad.values > 0], grad.values[grad.values > 0]
 
         out: list[Finding] = []
         n = len(y)
@@ -94,27 +96,20 @@ class DivergenceDetector:
             end_idx = ret if ret is not None else n - 1
             t_end = int(tf[end_idx])
             nonfinite = (
-                first_bad is not None
-                and int(t[first_bad]) >= t0
-                and (ret is None or int(t[first_bad]) <= t_end)
+                first_bad is not None and first_bad >= t0 and (ret is None or first_bad <= t_end)
             )
-            g_bad = bool(
-                (
-                    (~np.isfinite(gv))
-                    & (gt >= t0)
-                    & (gt <= (t_end if ret is not None else gt.max()))
-                ).any()
-            )
+            g_until = t_end if ret is not None else g_last
+            g_bad = bool(((g_bad_steps >= t0) & (g_bad_steps <= g_until)).any())
             nonfinite = nonfinite or g_bad
-            last_step = int(t[-1]) if ret is None else t_end
+            last_step = last_logged if ret is None else t_end
             observed = last_step - t0
             if ret is not None and observed < self.params.window:
                 i = end_idx + 1  # came back in time: a spike, not a divergence
                 continue
-            pre = g_ok & (gt < t0) & (gt >= t0 - self.params.window)
+            pre = (gt < t0) & (gt >= t0 - self.params.window)
             if pre.sum() < 3:
-                pre = g_ok & (gt < t0)
-            during = g_ok & (gt >= t0) & (gt <= last_step)
+                pre = gt < t0
+            during = (gt >= t0) & (gt <= last_step)
             g_before = float(np.median(gv[pre])) if pre.any() else None
             g_during = float(np.median(gv[during])) if during.any() else None
             g_ratio = g_during / g_before if (g_before and g_during) else None
@@ -126,7 +121,7 @@ class DivergenceDetector:
             peak_i = onset + int(np.argmax(sm[seg]))
             loss_before = float(np.exp(sm[onset]))
             loss_peak = float(np.exp(sm[peak_i]))
-            measures = {
+            measures: dict[str, MeasureValue] = {
                 "loss_before": loss_before,
                 "loss_peak": None
                 if nonfinite and first_bad is not None and ret is None
@@ -152,8 +147,8 @@ class DivergenceDetector:
             )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
             summary = (
-                f"Divergence from step {t0}: the loss rose from {loss_before:.4g} to {loss_peak:.4g} and the grad "
-                f"norm ran at {gtxt} its earlier level, {how}."
+                f"Divergence from step {t0}: the loss rose from {loss_before:.4g} to "
+                f"{loss_peak:.4g} and the grad norm ran at {gtxt} its earlier level, {how}."
             )
             sev = Severity.FATAL if confirmed else Severity.CRITICAL
             out.append(
@@ -166,6 +161,11 @@ class DivergenceDetector:
                     int(tf[peak_i]),
                     last_step,
                     measures,
+                    judged_against={
+                        "loss_rise": self.params.loss_rise,
+                        "grad_rise": self.params.grad_rise,
+                        "window_steps": self.params.window,
+                    },
                 )
             )
             if ret is None:

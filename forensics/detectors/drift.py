@@ -3,8 +3,9 @@
 The article's incident: from step ~6500 the grad norm climbed from about 0.8 to 2.5 and did
 not come back down, while the loss curve fell smoothly; the benchmark score was already
 slipping. Single spikes are the spike detectors' business, so they are filtered out before
-any fit (rolling median + k * MAD). The level now is compared with the grad-norm baseline
-(:func:`forensics.evidence.baseline.grad_norm_baseline`): warning at 2x, critical at 3x.
+any fit (rolling median + k * MAD). The level now is compared with the evidence's grad-norm
+band (``Evidence.grad_norm_band``, the lines the report's chart draws): warning at 2x,
+critical at 3x.
 When the loss rises over the same stretch (a significant upward slope, or a level more than 2%
 above the one at the onset) the pair is a divergence, left to the divergence detector.
 
@@ -30,15 +31,13 @@ Measures (kind ``grad_norm_drift``):
 
 from __future__ import annotations
 
-import dataclasses
-
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from forensics.evidence.baseline import grad_norm_baseline
+from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import (
-    arrays,
     bin_median,
     despike,
     hinge_onset,
@@ -46,10 +45,8 @@ from forensics.evidence.trend_utils import (
     sig,
     theil_sen,
 )
-from forensics.evidence import Evidence
-from forensics.params import GradNormDriftParams
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
+from forensics.params import GradNormDriftParams
 from forensics.schema import GRAD_NORM, LOSS
 
 CHECK = "grad_norm_drift"
@@ -57,54 +54,59 @@ CHECK = "grad_norm_drift"
 
 @dataclass
 class DriftResult:
-    """The drift analysis, shared with the eval-regression detector."""
+    """The drift analysis (``Evidence.drift``), shared with the eval-regression detector."""
 
     flagged: bool
     severity: Severity | None = None
     onset_step: int = 0
     end_step: int = 0
     peak_step: int = 0
-    measures: dict[str, object] = field(default_factory=dict)
+    measures: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    judged_against: dict[str, Any] = field(default_factory=dict)
 
 
-def analyze_drift(
-    run: Run,
-    *,
-    warn_ratio: float = 2.0,
-    crit_ratio: float = 3.0,
-    baseline_window: int = 500,
-    recent_frac: float = 0.02,
-    spike_k: float = 5.0,
-    min_points: int = 20,
-) -> DriftResult | None:
-    """Return the drift analysis, or None when the run cannot support it (reason noted)."""
-    x, y = arrays(run, GRAD_NORM)
+def analyze_drift(ev: Evidence) -> DriftResult | None:
+    """The drift analysis against ``ev.grad_norm_band`` (baseline, warn and critical ratios as
+    configured) with the other ``grad_norm_drift`` parameters of ``ev.params``; None when the
+    run cannot support it (reason noted). Read it as ``Evidence.drift`` (computed once)."""
+    run = ev.run
+    p = ev.params.grad_norm_drift
+    g = ev.series(GRAD_NORM)
+    x, y = g.steps, g.values
     if len(x) == 0:
         run.note(f"{CHECK}: not run, the run has no grad_norm series")
         return None
-    if len(x) < min_points:
-        run.note(f"{CHECK}: not run, only {len(x)} finite grad_norm points (need {min_points})")
+    if len(x) < p.min_points:
+        run.note(f"{CHECK}: not run, only {len(x)} finite grad_norm points (need {p.min_points})")
         return None
-    # 500 steps (the article) on real runs; at most a fifth of a short log, so the drift itself
-    # does not leak into its own baseline.
-    base = grad_norm_baseline(run, window=baseline_window)  # shrinks on short logs itself
-    if base is None or not base.value > 0:
+    band = ev.grad_norm_band  # 500 steps after the warm-up; at most a fifth of a short log
+    if band is None or not band.baseline.value > 0:
         run.note(f"{CHECK}: not run, no positive grad-norm baseline")
         return None
-    keep = despike(y, k=spike_k) & (y >= 0)
+    base = band.baseline
+    crit_at = band.critical_at if band.critical_at is not None else float("inf")
+    judged: dict[str, Any] = {
+        **band.judged(),
+        "warn_ratio": band.warn_ratio,
+        "critical_ratio": band.critical_ratio,
+        "baseline_start_step": base.start_step,
+        "baseline_end_step": base.end_step,
+        "spike_k": p.spike_k,
+    }
+    keep = despike(y, k=p.spike_k) & (y >= 0)
     after = x >= base.start_step
     xs, ys = x[keep & after], y[keep & after]
-    if len(xs) < min_points:
+    if len(xs) < p.min_points:
         run.note(f"{CHECK}: not run, too few grad_norm points after the baseline window")
         return None
     spikes = int(np.sum(~keep & after))
-    n_recent = max(5, int(recent_frac * len(ys)))
+    n_recent = max(5, int(p.recent_frac * len(ys)))
     current = float(np.median(ys[-n_recent:]))
     ratio = current / base.value
     xb, yb = bin_median(xs, ys, max_bins=200)
     smooth = rolling_median(yb, 5)
-    m: dict[str, object] = {
+    m: dict[str, Any] = {
         "baseline": base.value,
         "baseline_start_step": base.start_step,
         "baseline_end_step": base.end_step,
@@ -112,9 +114,13 @@ def analyze_drift(
         "ratio": ratio,
         "spikes_excluded": spikes,
     }
-    if ratio < warn_ratio:
-        return DriftResult(False, measures=m, reason=f"grad norm now {ratio:.2f}x baseline")
-    warn_hit = smooth >= warn_ratio * base.value
+
+    def quiet(reason: str) -> DriftResult:
+        return DriftResult(False, measures=m, reason=reason, judged_against=judged)
+
+    if current < band.warn_at:
+        return quiet(f"grad norm now {ratio:.2f}x baseline")
+    warn_hit = smooth >= band.warn_at
     # The crossing that starts the stretch the run ends in: an earlier excursion above the
     # line (a start-up transient, a bump that came back) is not this drift's beginning.
     below = np.flatnonzero(~warn_hit)
@@ -124,12 +130,13 @@ def analyze_drift(
     post = xs >= onset
     g_slope = theil_sen(xs[post], ys[post])
     if g_slope is None or not g_slope.rising:
-        return DriftResult(False, measures=m, reason="grad norm high but not trending up")
-    lx, ly = arrays(run, LOSS)
-    loss_sel = (lx >= onset) & despike(ly, k=spike_k)
+        return quiet("grad norm high but not trending up")
+    loss = ev.series(LOSS)
+    lx, ly = loss.steps, loss.values
+    loss_sel = (lx >= onset) & despike(ly, k=p.spike_k)
     l_slope = theil_sen(lx[loss_sel], ly[loss_sel]) if loss_sel.sum() >= 3 else None
     if l_slope is not None and l_slope.rising:
-        return DriftResult(False, measures=m, reason="the loss rises too (divergence, not drift)")
+        return quiet("the loss rises too (divergence, not drift)")
     loss_change = None
     if l_slope is not None:
         # Levels, not the extrapolated line: a curved loss would give changes beyond -100%.
@@ -139,12 +146,10 @@ def analyze_drift(
         if at_onset != 0:
             loss_change = 100.0 * (at_end - at_onset) / abs(at_onset)
         if loss_change is not None and loss_change > 2.0:  # 2%: beyond the level noise
-            return DriftResult(
-                False, measures=m, reason="the loss ended higher than at the onset (divergence)"
-            )
+            return quiet("the loss ended higher than at the onset (divergence)")
     post_b = xb >= onset
     peak_i = int(np.argmax(np.where(post_b, smooth, -np.inf)))
-    crit_hit = smooth >= crit_ratio * base.value
+    crit_hit = smooth >= crit_at
     m.update(
         peak=float(smooth[peak_i]),
         peak_ratio=float(smooth[peak_i] / base.value),
@@ -155,8 +160,10 @@ def analyze_drift(
         warning_step=int(round(xb[warn_idx])),
         critical_step=int(round(xb[int(np.argmax(crit_hit))])) if crit_hit.any() else None,
     )
-    sev = Severity.CRITICAL if ratio >= crit_ratio else Severity.WARNING
-    return DriftResult(True, sev, int(onset), int(x[-1]), int(round(xb[peak_i])), m)
+    sev = Severity.CRITICAL if current >= crit_at else Severity.WARNING
+    return DriftResult(
+        True, sev, int(onset), int(x[-1]), int(round(xb[peak_i])), m, judged_against=judged
+    )
 
 
 def _onset(xb: np.ndarray, smooth: np.ndarray, base: float) -> int:
@@ -177,9 +184,8 @@ class GradNormDriftDetector:
         self.params = params or GradNormDriftParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
-        run = ev.run
-        res = analyze_drift(run, **dataclasses.asdict(self.params))
-        if res is None or not res.flagged:
+        res = ev.using(CHECK, self.params).drift
+        if res is None or not res.flagged or res.severity is None:
             return []
         m = res.measures
         if m["loss_slope_per_1k_steps"] is None:
@@ -195,12 +201,13 @@ class GradNormDriftDetector:
         return [
             Finding(
                 kind=FindingKind.GRAD_NORM_DRIFT,
-                severity=res.severity,  # type: ignore[arg-type]
+                severity=res.severity,
                 metric=GRAD_NORM,
                 start_step=res.onset_step,
                 peak_step=res.peak_step,
                 end_step=res.end_step,
-                measures=m,
+                measures=dict(m),
                 summary=summary,
+                judged_against=res.judged_against,
             )
         ]

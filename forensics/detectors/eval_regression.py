@@ -27,27 +27,25 @@ Measures (kind ``eval_regression``):
 
 from __future__ import annotations
 
-import dataclasses
-
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.detectors.drift import analyze_drift
+from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import (
-    arrays,
     despike,
     robust_sigma,
     rolling_median,
     sig,
     theil_sen,
 )
-from forensics.evidence import Evidence
-from forensics.params import EvalRegressionParams
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
+from forensics.params import EvalRegressionParams
 from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS, lower_is_better
+
+if TYPE_CHECKING:
+    from forensics.detectors.drift import DriftResult
 
 CHECK = "eval_regression"
 # Eval entries that are counters or timings, not quality scores.
@@ -90,22 +88,18 @@ class EvalRegressionDetector:
             run.note(f"{CHECK}: not run, {why}")
             return []
         out: list[Finding] = []
-        drift_checked = False
-        drift = None
         for metric in names:
-            f = self._one(run, metric)
-            if f is None:
-                continue
-            if not drift_checked:  # the drift analysis is shared by every eval metric
-                drift = analyze_drift(run, **dataclasses.asdict(ev.params.grad_norm_drift))
-                drift_checked = True
-            out.append(self._finish(f, drift))
+            f = self._one(ev, metric)
+            if f is not None:  # the drift analysis is the evidence's, shared by every metric
+                out.append(self._finish(f, ev.drift))
         return out
 
-    def _one(self, run: Run, metric: str) -> dict | None:
-        x, y = arrays(run, metric)
-        if len(x) < self.params.min_evals:
-            run.note(f"{CHECK}: {metric} not checked, only {len(x)} evals (need {self.params.min_evals})")
+    def _one(self, ev: Evidence, metric: str) -> dict[str, Any] | None:
+        p = self.params
+        s = ev.series(metric)
+        x, y = s.steps, s.values
+        if len(x) < p.min_evals:
+            ev.run.note(f"{CHECK}: {metric} not checked, only {len(x)} evals (need {p.min_evals})")
             return None
         lower = lower_is_better(metric)
         score = -y if lower else y  # work on "higher is better"
@@ -115,20 +109,22 @@ class EvalRegressionDetector:
         lo, hi = max(0, best_i - 1), min(len(x), best_i + 2)
         best_i = lo + int(np.argmax(score[lo:hi]))
         after = len(x) - 1 - best_i
-        if after < self.params.min_evals_after:
+        if after < p.min_evals_after:
             return None
         n_now = min(3, after)
         now = float(np.median(score[-n_now:]))
         best = float(smooth[best_i])
         drop = best - now
         noise = robust_sigma(score)
-        if drop <= self.params.noise_k * noise or drop <= self.params.min_rel_drop * abs(best):
+        margin = max(p.noise_k * noise, p.min_rel_drop * abs(best))
+        if drop <= margin:
             return None
         # The later evals must really be worse, not a single dip: their trend must not recover.
         tail = theil_sen(x[best_i:], score[best_i:])
         if tail is not None and tail.slope > 0:
             return None
-        lx, ly = arrays(run, LOSS)
+        loss = ev.series(LOSS)
+        lx, ly = loss.steps, loss.values
         sel = (lx >= x[best_i]) & despike(ly)
         loss_change = None
         if sel.sum() >= 3:
@@ -162,17 +158,29 @@ class EvalRegressionDetector:
                 "evals_after_best": after,
                 "loss_change_pct": loss_change,
             },
+            "judged": {
+                "best": sign * best,
+                "noise": noise,
+                "noise_k": p.noise_k,
+                "min_rel_drop": p.min_rel_drop,
+                # a score past this line (below it, or above for lower-is-better) is a regression
+                "regression_at": sign * (best - margin),
+            },
         }
 
-    def _finish(self, f: dict, drift: object) -> Finding:
+    def _finish(self, f: dict[str, Any], drift: DriftResult | None) -> Finding:
         m = f["m"]
         overlap = bool(
             drift is not None
-            and getattr(drift, "flagged", False)
-            and drift.onset_step <= f["end"]  # type: ignore[attr-defined]
-            and drift.end_step >= f["start"]  # type: ignore[attr-defined]
+            and drift.flagged
+            and drift.onset_step <= f["end"]
+            and drift.end_step >= f["start"]
         )
         m["grad_norm_drift"] = overlap
+        judged = dict(f["judged"])
+        if overlap and drift is not None:
+            judged["drift_onset_step"] = drift.onset_step
+            judged["drift_end_step"] = drift.end_step
         loss_txt = (
             "the train loss was not logged"
             if m["loss_change_pct"] is None
@@ -193,4 +201,5 @@ class EvalRegressionDetector:
             end_step=f["end"],
             measures=m,
             summary=summary,
+            judged_against=judged,
         )

@@ -10,7 +10,8 @@ the shares still reorganise) and the last stretch of the run;
 contiguous layers whose share grew by half or more form a candidate group, flagged when the
 group's share at least doubled and rose by at least 10 points of the total (the article's case
 gained 12; in small healthy models the last block's share often creeps from ~9% to ~18% as
-training goes on, which is not this pattern). Per-layer param-norm growth rates are attached when logged.
+training goes on, which is not this pattern). Per-layer param-norm growth rates are attached
+when logged.
 
 Measures (kind ``layer_grad_shift``):
 
@@ -32,43 +33,24 @@ Measures (kind ``layer_grad_shift``):
 
 from __future__ import annotations
 
-import numpy as np
-import polars as pl
+from typing import Any
 
+import numpy as np
+
+from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import (
-    arrays,
     bin_median,
     fmt_layers,
     hinge_onset,
     robust_sigma,
     rolling_median,
     theil_sen,
-    warmup_start,
 )
-from forensics.evidence import Evidence
-from forensics.params import LayersParams
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
+from forensics.params import LayersParams
 from forensics.schema import GRAD_NORM_LAYER, PARAM_NORM_LAYER
 
 CHECK = "layer_grad_shift"
-
-
-def layer_matrix(run: Run, metric: str) -> tuple[np.ndarray, list[int], np.ndarray]:
-    """Steps x layers matrix of a per-layer series, keeping steps where every layer is finite."""
-    layers = run.layers(metric)
-    v = run.view().filter(pl.col("metric") == metric)
-    if not layers or v.is_empty():
-        return np.array([], dtype=np.int64), [], np.empty((0, 0))
-    wide = (
-        v.select("step", "layer", "value")
-        .pivot(on="layer", index="step", values="value", aggregate_function="last")
-        .sort("step")
-    )
-    cols = [str(l) for l in layers]
-    mat = wide.select(cols).to_numpy().astype(float)
-    ok = np.isfinite(mat).all(axis=1)
-    return wide.get_column("step").to_numpy()[ok].astype(np.int64), layers, mat[ok]
 
 
 class LayerGradShiftDetector:
@@ -81,7 +63,8 @@ class LayerGradShiftDetector:
 
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
-        steps, layers, mat = layer_matrix(run, GRAD_NORM_LAYER)
+        lm = ev.layer_matrix(GRAD_NORM_LAYER).complete()
+        steps, layers, mat = lm.steps, lm.layers, lm.values
         if len(layers) < 2:
             run.note(f"{CHECK}: not run, the run has no per-layer grad norms (grad_norm_layer)")
             return []
@@ -98,7 +81,7 @@ class LayerGradShiftDetector:
         # The shares reorganise in the first steps (the first tenth of the log, or the LR
         # warm-up when longer): the early window starts after that.
         first = int(steps[0])
-        start = max(warmup_start(run, steps) or first, first + int(0.1 * (int(steps[-1]) - first)))
+        start = max(ev.warmup_end or first, first + int(0.1 * (int(steps[-1]) - first)))
         span = max(1, int(steps[-1]) - start)
         # Windows of min_window steps, or window_frac of the run when that is longer; short runs
         # (a few hundred steps) get windows of 30% so early and late never overlap.
@@ -113,19 +96,40 @@ class LayerGradShiftDetector:
         before = np.median(share[early], axis=0)
         after = np.median(share[late], axis=0)
         grew = after >= self.params.layer_ratio * np.maximum(before, 1e-12)
+        p = self.params
+        windows = {
+            "early_start_step": int(steps[early][0]),
+            "early_end_step": int(steps[early][-1]),
+            "late_start_step": int(steps[late][0]),
+            "late_end_step": int(steps[late][-1]),
+        }
         out = []
         for grp in _runs(np.flatnonzero(grew)):
             b, a = float(before[grp].sum()), float(after[grp].sum())
             series = share[:, grp].sum(axis=1)
-            small = (a - b) < self.params.min_increase or (a - b) <= self.params.noise_k * robust_sigma(series)
-            if a < self.params.min_share or a < self.params.group_ratio * b or small:
+            noise = robust_sigma(series)
+            small = (a - b) < p.min_increase or (a - b) <= p.noise_k * noise
+            if a < p.min_share or a < p.group_ratio * b or small:
                 continue
-            out.append(self._finding(run, steps, series, grp, layers, b, a, start))
+            judged = {
+                "share_before": b,
+                # the group's share must reach all of these
+                "flag_at_share": max(
+                    p.group_ratio * b, b + p.min_increase, b + p.noise_k * noise, p.min_share
+                ),
+                "group_ratio": p.group_ratio,
+                "min_increase": p.min_increase,
+                "min_share": p.min_share,
+                "noise": noise,
+                "noise_k": p.noise_k,
+                **windows,
+            }
+            out.append(self._finding(ev, steps, series, grp, layers, b, a, start, judged))
         return out
 
     def _finding(
         self,
-        run: Run,
+        ev: Evidence,
         steps: np.ndarray,
         series: np.ndarray,
         grp: np.ndarray,
@@ -133,6 +137,7 @@ class LayerGradShiftDetector:
         b: float,
         a: float,
         start: int,
+        judged: dict[str, Any],
     ) -> Finding:
         names = [layers[i] for i in grp]
         xb, yb = bin_median(steps.astype(float), series, max_bins=200)
@@ -144,12 +149,13 @@ class LayerGradShiftDetector:
         else:  # fall back to the half-way crossing after the start-up
             half = sel & (smooth >= b + 0.5 * (a - b))
             onset = int(round(xb[int(np.argmax(half))])) if half.any() else start
-        growth = _param_growth(run, layers, onset)
+        growth = _param_growth(ev, layers, onset)
         in_grp = set(names)
-        g_rates = [growth[l] for l in names if growth.get(l) is not None]
-        r_rates = [growth[l] for l in layers if l not in in_grp and growth.get(l) is not None]
+        known = {layer: g for layer, g in growth.items() if g is not None}
+        g_rates = [known[layer] for layer in names if layer in known]
+        r_rates = [known[layer] for layer in layers if layer not in in_grp and layer in known]
         label = fmt_layers(names)
-        by_layer = ",".join(f"{l}:{growth[l]:+.2f}" for l in layers if growth.get(l) is not None)
+        by_layer = ",".join(f"{layer}:{known[layer]:+.2f}" for layer in layers if layer in known)
         pg = float(np.mean(g_rates)) if g_rates else None
         pr = float(np.mean(r_rates)) if r_rates else None
         param_txt = ""
@@ -178,9 +184,10 @@ class LayerGradShiftDetector:
                 "param_growth_by_layer": by_layer or None,
             },
             summary=(
-                f"{'Layers' if len(names) > 1 else 'Layer'} {label} went from {100 * b:.0f}% to {100 * a:.0f}% of the squared grad norm "
-                f"since step {onset}{param_txt}."
+                f"{'Layers' if len(names) > 1 else 'Layer'} {label} went from {100 * b:.0f}% "
+                f"to {100 * a:.0f}% of the squared grad norm since step {onset}{param_txt}."
             ),
+            judged_against=judged,
         )
 
 
@@ -191,15 +198,16 @@ def _runs(idx: np.ndarray) -> list[np.ndarray]:
     return np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)
 
 
-def _param_growth(run: Run, layers: list[int], since: int) -> dict[int, float | None]:
+def _param_growth(ev: Evidence, layers: list[int], since: int) -> dict[int, float | None]:
     """Per-layer param-norm growth since ``since``, in % of the layer's level per 1000 steps."""
     out: dict[int, float | None] = {}
-    if not run.layers(PARAM_NORM_LAYER):
+    if not ev.run.layers(PARAM_NORM_LAYER):
         return out
-    for l in layers:
-        x, y = arrays(run, PARAM_NORM_LAYER, l)
+    for layer in layers:
+        s = ev.series(PARAM_NORM_LAYER, layer)
+        x, y = s.steps, s.values
         sel = x >= since
         ts = theil_sen(x[sel], y[sel]) if sel.sum() >= 3 else None
         lvl = float(np.median(y[sel][:3])) if sel.sum() else 0.0
-        out[l] = 100.0 * ts.per_1k() / lvl if ts is not None and lvl else None
+        out[layer] = 100.0 * ts.per_1k() / lvl if ts is not None and lvl else None
     return out

@@ -30,15 +30,12 @@ Single later halvings are normal scaler behaviour: counted in a run note, not re
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from forensics.evidence.spike_context import ScaleCascade, finite_arrays, overlaps, scale_cascades
 from forensics.evidence import Evidence
+from forensics.evidence.spike_context import ScaleCascade, overlaps
+from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import LossScaleParams
-from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
 
 
@@ -54,13 +51,18 @@ class LossScaleDetector:
         run = ev.run
         if not (run.has(LOSS_SCALE) or run.has(OVERFLOW)):
             run.note(
-                "loss_scale: not run, the log has no loss-scale or overflow series (bf16 or fp32 training?)"
+                "loss_scale: not run, the log has no loss-scale or overflow series "
+                "(bf16 or fp32 training?)"
             )
             return []
-        cascades = scale_cascades(run, cascade_gap=self.params.cascade_gap)
-        spikes = self._spike_windows(ev) if cascades else []
+        cascades = ev.scale_cascades
+        spikes = _spike_windows(ev) if cascades else []
         first = run.first_step
-        calib_end = first + self.params.calibration_steps if first <= self.params.calibration_steps else None
+        calib_end = (
+            first + self.params.calibration_steps
+            if first <= self.params.calibration_steps
+            else None
+        )
         out: list[Finding] = []
         singles = 0
         for c in cascades:
@@ -73,39 +75,33 @@ class LossScaleDetector:
                 ),
                 None,
             )
-            if hit is not None or (not calibration and c.halvings >= self.params.warn_halvings - 1e-9):
+            if hit is not None or (
+                not calibration and c.halvings >= self.params.warn_halvings - 1e-9
+            ):
                 sev = Severity.WARNING
             elif calibration or c.halvings >= 2 - 1e-9:
                 sev = Severity.INFO
             else:
                 singles += 1
                 continue
-            out.append(self._cascade_finding(c, sev, calibration, hit))
+            out.append(self._cascade_finding(c, sev, calibration, hit, calib_end))
         if singles:
             run.note(
-                f"loss_scale: {singles} single loss-scale halving(s) after calibration (ordinary dynamic scaling)"
+                f"loss_scale: {singles} single loss-scale halving(s) after calibration "
+                "(ordinary dynamic scaling)"
             )
-        out += self._declines(run, calib_end)
+        out += self._declines(ev, calib_end)
         return out
 
-    def _spike_windows(self, ev: Evidence) -> list[tuple[int, float, float]]:
-        """(onset, lo, hi] windows of the loss and grad-norm spikes, with the default spike detector."""
-        from forensics.detectors.spikes import SpikeDetector
-
-        det = SpikeDetector(ev.params.spikes)
-        run = ev.run
-        out = []
-        for metric in (LOSS, GRAD_NORM):
-            if run.has(metric):
-                for s in det.spikes(run, metric):
-                    iv = s.measures["log_interval"]
-                    out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv)))
-        return sorted(out)
-
     def _cascade_finding(
-        self, c: ScaleCascade, sev: Severity, calibration: bool, spike: int | None
+        self,
+        c: ScaleCascade,
+        sev: Severity,
+        calibration: bool,
+        spike: int | None,
+        calib_end: int | None,
     ) -> Finding:
-        measures = {
+        measures: dict[str, MeasureValue] = {
             "pattern": "cascade",
             "from_scale": c.from_scale,
             "to_scale": c.to_scale,
@@ -137,7 +133,8 @@ class LossScaleDetector:
             if c.start_step == c.end_step
             else f"between steps {c.start_step} and {c.end_step}"
         )
-        summary = f"Loss scale halved {c.halvings:g} time{'' if c.halvings == 1 else 's'}{fromto} {where}: {what}."
+        times = "time" if c.halvings == 1 else "times"
+        summary = f"Loss scale halved {c.halvings:g} {times}{fromto} {where}: {what}."
         return Finding(
             FindingKind.LOSS_SCALE_DROP,
             sev,
@@ -147,10 +144,16 @@ class LossScaleDetector:
             c.end_step,
             c.end_step,
             measures,
+            judged_against={
+                "cascade_gap_steps": self.params.cascade_gap,
+                "warn_halvings": self.params.warn_halvings,
+                "calibration_end_step": calib_end,
+            },
         )
 
-    def _declines(self, run: Run, calib_end: int | None) -> list[Finding]:
-        t, v = finite_arrays(run, LOSS_SCALE)
+    def _declines(self, ev: Evidence, calib_end: int | None) -> list[Finding]:
+        scale = ev.series(LOSS_SCALE)
+        t, v = scale.steps, scale.values
         keep = v > 0
         t, v = t[keep], v[keep]
         if calib_end is not None:
@@ -177,11 +180,13 @@ class LossScaleDetector:
             seg = lvl[start - 1 if start > 0 else 0 : b + 1]
             drop_steps = t[start : b + 1][np.diff(seg) < 0] if len(seg) > 1 else np.array([])
             events = (
-                1 + int(np.sum(np.diff(drop_steps) > self.params.cascade_gap)) if len(drop_steps) else 0
+                1 + int(np.sum(np.diff(drop_steps) > self.params.cascade_gap))
+                if len(drop_steps)
+                else 0
             )
             if events < 2:
                 continue  # one cascade that stayed down: already reported as that cascade
-            measures = {
+            measures: dict[str, MeasureValue] = {
                 "pattern": "sustained_decline",
                 "from_scale": float(2 ** peak[a]),
                 "to_scale": float(2 ** lvl[a : b + 1].min()),
@@ -195,9 +200,9 @@ class LossScaleDetector:
                 "source": "loss_scale",
             }
             summary = (
-                f"Loss scale declined from {measures['from_scale']:.0f} to {measures['to_scale']:.0f} over "
-                f"{measures['steps']} steps in {events} separate drops without growing back: gradients "
-                "keep overflowing fp16."
+                f"Loss scale declined from {measures['from_scale']:.0f} to "
+                f"{measures['to_scale']:.0f} over {measures['steps']} steps in {events} separate "
+                "drops without growing back: gradients keep overflowing fp16."
             )
             out.append(
                 Finding(
@@ -209,6 +214,22 @@ class LossScaleDetector:
                     int(t[b]),
                     int(t[b]),
                     measures,
+                    judged_against={
+                        "decline_halvings": self.params.decline_halvings,
+                        "decline_steps": self.params.decline_steps,
+                        "calibration_end_step": calib_end,
+                    },
                 )
             )
         return out
+
+
+def _spike_windows(ev: Evidence) -> list[tuple[int, float, float]]:
+    """(onset, lo, hi] windows of the loss and grad-norm spikes (the evidence's, found once with
+    the configured spike parameters)."""
+    out = []
+    for metric in (LOSS, GRAD_NORM):
+        for s in ev.spikes(metric):
+            iv = s.log_interval
+            out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv)))
+    return sorted(out)

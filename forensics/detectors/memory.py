@@ -19,17 +19,20 @@ Measures (kind ``memory_growth``):
 | `late_slope_per_1k_steps` | the same over the last third |
 | `late_ratio` | late slope / overall slope (about 1: no levelling off) |
 | `duration_steps` | length of the analysed stretch in steps |
+
+Judged against: `analysed_from` (first step of the analysed part, after ``skip_frac``),
+`min_growth_pct` (the growth it had to reach), `level_off` (the late/overall slope ratio it
+had to keep), `late_slope_floor_per_1k_steps` (level_off x the overall slope).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from forensics.evidence.trend_utils import arrays, bin_median, despike, hinge_onset, theil_sen
 from forensics.evidence import Evidence
-from forensics.params import MemoryParams
+from forensics.evidence.trend_utils import bin_median, despike, hinge_onset, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
+from forensics.params import MemoryParams
 from forensics.schema import MEMORY
 
 CHECK = "memory_growth"
@@ -44,12 +47,11 @@ class MemoryGrowthDetector:
         self.params = params or MemoryParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
-        run = ev.run
-        x, y = arrays(run, MEMORY)
+        mem = ev.series(MEMORY)
+        x, y = mem.steps, mem.values
         if len(x) < self.params.min_points:
-            run.note(
-                f"{CHECK}: not run, {'no memory series' if len(x) == 0 else f'only {len(x)} memory points'}"
-            )
+            what = "no memory series" if len(x) == 0 else f"only {len(x)} memory points"
+            ev.run.note(f"{CHECK}: not run, {what}")
             return []
         keep = despike(y)
         x, y = x[keep], y[keep]
@@ -70,7 +72,8 @@ class MemoryGrowthDetector:
         growth = (b - a) / abs(a) if a else np.inf
         if growth < self.params.min_growth:
             return []
-        # Onset: where the growth bends up (a leak may start after start-up), else the analysed start.
+        # Onset: where the growth bends up (a leak may start after start-up), else the analysed
+        # start.
         xb, yb = bin_median(xs.astype(float), ys, max_bins=100)
         h = hinge_onset(xb, yb)
         onset = (
@@ -96,9 +99,15 @@ class MemoryGrowthDetector:
                     "late_ratio": late.slope / overall.slope,
                     "duration_steps": dur,
                 },
+                judged_against={
+                    "analysed_from": float(start),
+                    "min_growth_pct": 100.0 * self.params.min_growth,
+                    "level_off": self.params.level_off,
+                    "late_slope_floor_per_1k_steps": self.params.level_off * overall.per_1k(),
+                },
                 summary=(
-                    f"Memory kept climbing from {a:.4g} to {b:.4g} (+{100 * growth:.0f}%, {overall.per_1k():.3g} per 1k steps) "
-                    f"over {dur} steps without levelling off."
+                    f"Memory kept climbing from {a:.4g} to {b:.4g} (+{100 * growth:.0f}%, "
+                    f"{overall.per_1k():.3g} per 1k steps) over {dur} steps without levelling off."
                 ),
             )
         ]

@@ -12,7 +12,7 @@
 | bad_runs | separate stretches of non-finite points |
 | first_run_points | length of the first stretch (logged points) |
 | recovered_step | first finite step after the first stretch (null if none) |
-| persistent | a stretch of at least ``persist_points`` points, or one that lasts to the end of the log |
+| persistent | a stretch of ``persist_points`` points or more, or one lasting to the log's end |
 | persistent_from | step where the persistent stretch began (null if none) |
 | bad_fraction | bad_points / all points |
 
@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.evidence.spike_context import drop_windows, overlaps
 from forensics.evidence import Evidence
+from forensics.evidence.spike_context import overlaps
+from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import NanInfParams
-from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, MEMORY, OVERFLOW, STEP_TIME, THROUGHPUT
 
 _INFRA = (MEMORY, STEP_TIME, THROUGHPUT)
@@ -52,14 +51,13 @@ def _runs(bad: np.ndarray) -> list[tuple[int, int]]:
     return [(int(g[0]), int(g[-1])) for g in np.split(idx, cuts)]
 
 
-def _padding_tail(run: Run, metric: str, from_step: int) -> str | None:
-    """An infrastructure series that was finite before ``from_step`` and is non-finite from it on."""
+def _padding_tail(ev: Evidence, metric: str, from_step: int) -> str | None:
+    """An infrastructure series finite before ``from_step`` and non-finite from it on."""
     for other in _INFRA:
-        if other == metric or not run.has(other):
+        if other == metric or not ev.has(other):
             continue
-        s = run.series(other)
-        t = s.get_column("step").to_numpy()
-        v = s.get_column("value").to_numpy().astype(float)
+        s = ev.logged(other)
+        t, v = s.steps, s.values
         before, after = v[t < from_step], v[t >= from_step]
         if len(after) and np.isfinite(before).any() and not np.isfinite(after).any():
             return other
@@ -82,25 +80,26 @@ class NanInfDetector:
             return []
         out = []
         for metric in present:
-            f = self._one(run, metric)
+            f = self._one(ev, metric)
             if f is not None:
                 out.append(f)
         return out
 
-    def _one(self, run: Run, metric: str) -> Finding | None:
-        s = run.series(metric)
-        t = s.get_column("step").to_numpy()
-        v = s.get_column("value").to_numpy().astype(float)
+    def _one(self, ev: Evidence, metric: str) -> Finding | None:
+        run = ev.run
+        s = ev.logged(metric)  # NaN and Inf included: they are what this detector reads
+        t, v = s.steps, s.values
         bad = ~np.isfinite(v)
         runs = _runs(bad)
         if not runs:
             return None
         if runs[-1][1] == len(v) - 1:
-            shared = _padding_tail(run, metric, int(t[runs[-1][0]]))
+            shared = _padding_tail(ev, metric, int(t[runs[-1][0]]))
             if shared:
                 run.note(
-                    f"nan_inf: {metric} is non-finite from step {int(t[runs[-1][0]])} to the end, and so is "
-                    f"{shared}: read as missing values after the run stopped, not as a numerical NaN"
+                    f"nan_inf: {metric} is non-finite from step {int(t[runs[-1][0]])} to the end, "
+                    f"and so is {shared}: read as missing values after the run stopped, not as a "
+                    "numerical NaN"
                 )
                 bad[runs[-1][0] :] = False
                 runs = runs[:-1]
@@ -109,7 +108,7 @@ class NanInfDetector:
         if metric == GRAD_NORM and (run.has(LOSS_SCALE) or run.has(OVERFLOW)):
             # fp16: the step whose gradients overflowed logs an inf / nan grad norm and is skipped
             # by the loss scaler. Short stretches at a scale drop are the scaler at work.
-            windows = drop_windows(run)
+            windows = ev.drop_windows
             excused = [
                 r
                 for r in runs
@@ -133,7 +132,7 @@ class NanInfDetector:
             r for r in runs if r[1] - r[0] + 1 >= self.params.persist_points or r[1] == len(v) - 1
         ]
         prev = first - 1
-        measures = {
+        measures: dict[str, MeasureValue] = {
             "first_bad_step": int(t[first]),
             "first_bad_value": _label(v[first]),
             "last_finite_step": int(t[prev]) if prev >= 0 else None,
@@ -154,20 +153,32 @@ class NanInfDetector:
                 "to the end of the log" if p1 == len(v) - 1 else f"for {p1 - p0 + 1} logged points"
             )
             if p0 == first:
-                summary = f"The {name} is {_label(v[first])} from step {int(t[first])} {tail}: no usable values after that."
+                summary = (
+                    f"The {name} is {_label(v[first])} from step {int(t[first])} {tail}: "
+                    "no usable values after that."
+                )
             else:
                 summary = (
-                    f"The {name} is first {_label(v[first])} at step {int(t[first])}; from step {int(t[p0])} "
-                    f"it stays non-finite {tail}."
+                    f"The {name} is first {_label(v[first])} at step {int(t[first])}; "
+                    f"from step {int(t[p0])} it stays non-finite {tail}."
                 )
             sev = Severity.FATAL
         else:
             end = int(t[last])
             summary = (
-                f"The {name} is {_label(v[first])} at step {int(t[first])} ({measures['bad_points']} non-finite "
-                f"point(s) in {len(runs)} stretch(es)), finite again at step {measures['recovered_step']}."
+                f"The {name} is {_label(v[first])} at step {int(t[first])} "
+                f"({measures['bad_points']} non-finite point(s) in {len(runs)} stretch(es)), "
+                f"finite again at step {measures['recovered_step']}."
             )
             sev = Severity.CRITICAL
         return Finding(
-            FindingKind.NAN_INF, sev, metric, int(t[first]), summary, int(t[first]), end, measures
+            FindingKind.NAN_INF,
+            sev,
+            metric,
+            int(t[first]),
+            summary,
+            int(t[first]),
+            end,
+            measures,
+            judged_against={"persist_points": self.params.persist_points},
         )

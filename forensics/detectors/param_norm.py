@@ -30,47 +30,23 @@ Measures (kind ``param_norm_jump``):
 
 from __future__ import annotations
 
-import numpy as np
-import polars as pl
+from typing import Any
 
-from forensics.evidence.baseline import series_baseline
+import numpy as np
+
+from forensics.evidence import Band, Evidence
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
-    arrays,
     bin_median,
     hinge_onset,
     rolling_median,
     theil_sen,
-    warmup_start,
 )
-from forensics.evidence import Evidence
-from forensics.params import ParamNormParams
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
-from forensics.schema import PARAM_NORM, PARAM_NORM_LAYER
+from forensics.params import ParamNormParams
+from forensics.schema import PARAM_NORM
 
 CHECK = "param_norm"
-
-
-def total_param_norm(run: Run) -> tuple[np.ndarray, np.ndarray, str]:
-    """The param-norm series, or one rebuilt from per-layer norms; empty arrays if neither."""
-    x, y = arrays(run, PARAM_NORM)
-    if len(x):
-        return x, y, PARAM_NORM
-    layers = run.layers(PARAM_NORM_LAYER)
-    if not layers:
-        return x, y, PARAM_NORM
-    v = run.view().filter(pl.col("metric") == PARAM_NORM_LAYER)
-    tot = (
-        v.group_by("step")
-        .agg((pl.col("value") ** 2).sum().sqrt().alias("v"), pl.col("layer").n_unique().alias("n"))
-        .filter(pl.col("n") == len(layers))
-        .sort("step")
-    )
-    x = tot.get_column("step").to_numpy().astype(np.int64)
-    y = tot.get_column("v").to_numpy().astype(float)
-    ok = np.isfinite(y)
-    return x[ok], y[ok], PARAM_NORM_LAYER
 
 
 class ParamNormDetector:
@@ -82,8 +58,10 @@ class ParamNormDetector:
         self.params = params or ParamNormParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
+        ev = ev.using(CHECK, self.params)
         run = ev.run
-        x, y, source = total_param_norm(run)
+        total, source = ev.param_norm_total
+        x, y = total.steps, total.values
         if len(x) < self.params.min_points:
             why = (
                 "the run has no param_norm series"
@@ -92,14 +70,26 @@ class ParamNormDetector:
             )
             run.note(f"param_norm_jump: not run, {why}")
             return []
-        base = series_baseline(x, y, start=warmup_start(run, x), window=self.params.baseline_window)
-        base_v = base.value if base is not None and base.value > 0 else float("nan")
-        out = self._jumps(x, y, base_v, source)
+        band = ev.param_norm_band  # the 1.5x line the report's chart draws
+        out = self._jumps(x, y, band, source)
         if not out:
-            out = self._growth(x, y, base_v, source)
+            out = self._growth(x, y, band, source)
         return out
 
-    def _jumps(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
+    def _judged(self, band: Band | None) -> dict[str, Any]:
+        judged: dict[str, Any] = {"baseline": None, "warn_at": None, "warn_ratio": None}
+        if band is not None:
+            judged.update(
+                baseline=band.baseline.value,
+                warn_at=band.warn_at,
+                warn_ratio=band.warn_ratio,
+                baseline_start_step=band.baseline.start_step,
+                baseline_end_step=band.baseline.end_step,
+            )
+        return judged
+
+    def _jumps(self, x: np.ndarray, y: np.ndarray, band: Band | None, source: str) -> list[Finding]:
+        base = band.baseline.value if band is not None else float("nan")
         d = np.diff(y)
         med = rolling_median(d, self.params.window)
         resid = d - med
@@ -108,10 +98,19 @@ class ParamNormDetector:
             scale, 1e-5 * np.abs(y[:-1]) + 1e-12
         )  # a perfectly smooth norm has zero MAD
         z = np.abs(resid) / scale
+        judged = {
+            **self._judged(band),
+            "jump_k": self.params.jump_k,
+            "min_rel_jump": self.params.min_rel_jump,
+        }
         # Both the departure from the trend and the move itself must be large: a pause in a
         # fast climb departs from the trend without the norm jumping anywhere.
         big_move = np.abs(d) > self.params.min_rel_jump * np.abs(y[:-1])
-        flag = (z > self.params.jump_k) & (np.abs(resid) > self.params.min_rel_jump * np.abs(y[:-1])) & big_move
+        flag = (
+            (z > self.params.jump_k)
+            & (np.abs(resid) > self.params.min_rel_jump * np.abs(y[:-1]))
+            & big_move
+        )
         idx = np.flatnonzero(flag)
         if len(idx) == 0:
             return []
@@ -158,16 +157,21 @@ class ParamNormDetector:
                         "source": source,
                     },
                     summary=summary,
+                    judged_against={**judged, "robust_z": float(z[big])},
                 )
             )
         return out
 
-    def _growth(self, x: np.ndarray, y: np.ndarray, base: float, source: str) -> list[Finding]:
-        """Crossing ratio_limit x baseline: info when the pace was steady, warning when it surged."""
-        if not np.isfinite(base):
+    def _growth(
+        self, x: np.ndarray, y: np.ndarray, band: Band | None, source: str
+    ) -> list[Finding]:
+        """Crossing the band's line (ratio_limit x baseline): info when the pace was steady,
+        warning when it surged."""
+        if band is None:
             return []
+        base = band.baseline.value
         smooth = rolling_median(y, self.params.window)
-        over = smooth >= self.params.ratio_limit * base
+        over = smooth >= band.warn_at
         if not over.any() or not over[-1]:
             return []
         cross = int(np.argmax(over))
@@ -205,13 +209,15 @@ class ParamNormDetector:
         }
         if surged:
             summary = (
-                f"Param norm surged from step {start}: it grew {pace:.1f}x faster than before and passed "
-                f"{self.params.ratio_limit}x its baseline ({base:.4g}) at step {int(x[cross])}, now {current / base:.2f}x."
+                f"Param norm surged from step {start}: it grew {pace:.1f}x faster than before "
+                f"and passed {band.warn_ratio}x its baseline ({base:.4g}) at step "
+                f"{int(x[cross])}, now {current / base:.2f}x."
             )
         else:
             summary = (
-                f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), passing "
-                f"{self.params.ratio_limit}x at step {int(x[cross])}; slow growth like this is usual under AdamW."
+                f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), "
+                f"passing {band.warn_ratio}x at step {int(x[cross])}; slow growth like this is "
+                "usual under AdamW."
             )
         return [
             Finding(
@@ -223,5 +229,6 @@ class ParamNormDetector:
                 end_step=int(x[-1]),
                 measures=measures,
                 summary=summary,
+                judged_against={**self._judged(band), "surge_ratio": self.params.surge_ratio},
             )
         ]

@@ -25,7 +25,7 @@ the same first and last spike look as regular (seeded Monte Carlo) and wants tha
 | interval_trend | change of the interval per spike (steps; negative = shrinking) |
 | shrinking | last_interval <= ``shrink_ratio`` x first_interval |
 | spread | robust spread of the intervals around their line, relative to the period |
-| matches | which revealed period it matches: epoch, eval_interval, checkpoint_interval, lr_restart, or null |
+| matches | the period matched: epoch, eval_interval, checkpoint_interval, lr_restart or null |
 | matched_period_steps | that period (steps) |
 | multiple | period_steps / matched_period_steps, rounded |
 | phase_steps | for a match: median offset of the spikes from the matched period's grid |
@@ -37,15 +37,15 @@ Severity: warning; critical when the intervals shrink.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-from forensics.evidence.spike_context import period_origin, revealed_periods, series_interval
 from forensics.evidence import Evidence
+from forensics.evidence.robust import MAD_TO_SIGMA, median_interval
+from forensics.evidence.spike_context import Period
+from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import PeriodicParams
-from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
 from forensics.schema import GRAD_NORM, LOSS
 
 
@@ -64,7 +64,7 @@ def _spread(iv: np.ndarray, linear: bool) -> np.ndarray:
     dev = np.abs(iv - model)
     # With few intervals the median deviation is blind (one of three is zero by construction):
     # use the largest; with five or more, the robust median tolerates one odd interval.
-    stat = np.median(dev, axis=1) * 1.4826 if m >= 5 else np.max(dev, axis=1)
+    stat = np.median(dev, axis=1) * MAD_TO_SIGMA if m >= 5 else np.max(dev, axis=1)
     return stat / np.maximum(period[:, 0], 1e-12)
 
 
@@ -87,9 +87,48 @@ def _offsets(onsets: np.ndarray, origin: float, p: float) -> np.ndarray:
     return np.where(off > p / 2, off - p, off)
 
 
+def _phase(onsets: np.ndarray, period: Period) -> float:
+    """Median offset of the onsets from the period's grid."""
+    return float(np.median(_offsets(onsets, period.origin, period.steps)))
+
+
 def _binom_tail(k: int, n: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p), exact (n is a count of spikes: small)."""
     return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+@dataclass(frozen=True)
+class _Intervals:
+    """The intervals between spike onsets as a line: their median, the fitted first and last
+    interval, the change per spike, and the spread around the line."""
+
+    period: float
+    first: float
+    last: float
+    slope: float
+    spread: float
+    linear: bool  # the spread was judged around the line (else around a constant)
+    positive: bool  # the fitted line stays above zero
+
+    @classmethod
+    def of(cls, onsets: np.ndarray) -> _Intervals:
+        iv = np.diff(onsets)
+        k = np.arange(len(iv), dtype=float)
+        # A line through three intervals fits almost anything: with few intervals the spread is
+        # judged around a constant, and only the reported trend uses the line.
+        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
+        fit = icpt + slope * k
+        linear = len(iv) >= 4
+        spread = float(_spread(iv, linear)[0])
+        return cls(
+            float(np.median(iv)),
+            float(fit[0]),
+            float(fit[-1]),
+            float(slope),
+            spread,
+            linear,
+            bool((fit > 0).all()),
+        )
 
 
 class PeriodicSpikeDetector:
@@ -101,22 +140,19 @@ class PeriodicSpikeDetector:
         self.params = params or PeriodicParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
-        run = ev.run
-        from forensics.detectors.spikes import SpikeDetector
-
-        metrics = [m for m in (LOSS, GRAD_NORM) if run.has(m)]
+        metrics = [m for m in (LOSS, GRAD_NORM) if ev.has(m)]
         if not metrics:
-            run.note("periodic: not run, the log has neither a loss nor a grad-norm series")
+            ev.run.note("periodic: not run, the log has neither a loss nor a grad-norm series")
             return []
-        det = SpikeDetector(ev.params.spikes)
-        periods = revealed_periods(run)
+        periods = ev.revealed_periods
         out = []
         for metric in metrics:
-            onsets = np.array(sorted({s.start_step for s in det.spikes(run, metric)}), dtype=float)
+            onsets = np.array(sorted({s.start_step for s in ev.spikes(metric)}), dtype=float)
             if len(onsets) < self.params.min_count:
                 continue
-            f = self._regular(run, metric, onsets, periods) or self._phase_locked(
-                run, metric, onsets, periods
+            interval = median_interval(ev.series(metric).steps)
+            f = self._regular(metric, onsets, periods) or self._phase_locked(
+                metric, onsets, periods, interval
             )
             if f is not None:
                 out.append(f)
@@ -124,56 +160,38 @@ class PeriodicSpikeDetector:
 
     # -- pattern 1: intervals on a line ------------------------------------------------------
     def _regular(
-        self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]
+        self, metric: str, onsets: np.ndarray, periods: dict[str, Period]
     ) -> Finding | None:
-        iv = np.diff(onsets)
-        k = np.arange(len(iv), dtype=float)
-        period = float(np.median(iv))
-        if period <= 0:
+        if float(np.median(np.diff(onsets))) <= 0:
             return None
-        # A line through three intervals fits almost anything: with few intervals the spread is
-        # judged around a constant, and only the reported trend uses the line.
-        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
-        fit = icpt + slope * k
-        linear = len(iv) >= 4
-        spread = float(_spread(iv, linear)[0])
-        if spread > self.params.max_spread or (fit <= 0).any():
+        line = _Intervals.of(onsets)
+        if line.spread > self.params.max_spread or not line.positive:
             return None
         # Random spikes are sometimes evenly spaced by luck: demand that luck be rare.
-        if _regularity_p(onsets, spread, linear) > self.params.max_p_regular:
+        if _regularity_p(onsets, line.spread, line.linear) > self.params.max_p_regular:
             return None
-        match = self._match(period, periods)
-        phase = None
-        if match is not None:
-            phase = self._phase(onsets, match[0], match[1], run)
-        return self._finding(
-            metric,
-            onsets,
-            period,
-            float(fit[0]),
-            float(fit[-1]),
-            float(slope),
-            spread,
-            match,
-            phase,
-        )
+        match = self._match(line.period, periods)
+        grid = periods[match[0]] if match else None
+        phase = _phase(onsets, grid) if grid else None
+        return self._finding(metric, onsets, line, match, phase, grid)
 
     # -- pattern 2: phase-locked to a revealed period -------------------------------------------
     def _phase_locked(
-        self, run: Run, metric: str, onsets: np.ndarray, periods: dict[str, float]
+        self, metric: str, onsets: np.ndarray, periods: dict[str, Period], interval: float
     ) -> Finding | None:
         """Spikes sitting on the grid of a period the log reveals (an epoch start, an eval, a
         restart). The phase is known in advance, so the chance that k of n spikes land within
         +-w of the grid is a plain binomial tail (times the number of periods tried)."""
-        interval = series_interval(run, metric)
         best: tuple[float, str, float, np.ndarray] | None = None
-        for name, p in periods.items():
-            if p <= 0 or (onsets[-1] - onsets[0]) < (self.params.min_count - 1) * p * (1 - self.params.match_tol):
+        min_count, tol = self.params.min_count, self.params.match_tol
+        for name, period_ in periods.items():
+            p = period_.steps
+            if p <= 0 or (onsets[-1] - onsets[0]) < (min_count - 1) * p * (1 - tol):
                 continue
             w = max(3 * interval, self.params.phase_tol * p)
-            off = _offsets(onsets, period_origin(run, name), p)
+            off = _offsets(onsets, period_.origin, p)
             members = onsets[np.abs(off) <= w]
-            cycles = len(np.unique(np.round((members - period_origin(run, name)) / p)))
+            cycles = len(np.unique(np.round((members - period_.origin) / p)))
             if (
                 len(members) < self.params.min_count
                 or cycles < self.params.min_count
@@ -186,29 +204,18 @@ class PeriodicSpikeDetector:
         if best is None:
             return None
         _, name, p, members = best
-        iv = np.diff(members)
-        k = np.arange(len(iv), dtype=float)
-        slope, icpt = np.polyfit(k, iv, 1) if len(iv) >= 3 else (0.0, float(np.mean(iv)))
-        fit = icpt + slope * k
-        period = float(np.median(iv))
-        spread = float(_spread(iv, len(iv) >= 4)[0])
-        multiple = max(1, int(round(period / p)))
+        line = _Intervals.of(members)
+        multiple = max(1, int(round(line.period / p)))
+        grid = periods[name]
         return self._finding(
-            metric,
-            members,
-            period,
-            float(fit[0]),
-            float(fit[-1]),
-            float(slope),
-            spread,
-            (name, p, multiple),
-            self._phase(members, name, p, run),
+            metric, members, line, (name, p, multiple), _phase(members, grid), grid
         )
 
     # -- helpers ----------------------------------------------------------------------------
-    def _match(self, period: float, periods: dict[str, float]) -> tuple[str, float, int] | None:
+    def _match(self, period: float, periods: dict[str, Period]) -> tuple[str, float, int] | None:
         best = None
-        for name, p in periods.items():
+        for name, period_ in periods.items():
+            p = period_.steps
             if p <= 0:
                 continue
             m = round(period / p)
@@ -219,30 +226,25 @@ class PeriodicSpikeDetector:
                 best = (err, name, p, int(m))
         return (best[1], best[2], best[3]) if best else None
 
-    def _phase(self, onsets: np.ndarray, name: str, p: float, run: Run) -> float:
-        return float(np.median(_offsets(onsets, period_origin(run, name), p)))
-
     def _finding(
         self,
         metric: str,
         onsets: np.ndarray,
-        period: float,
-        first_iv: float,
-        last_iv: float,
-        slope: float,
-        spread: float,
+        line: _Intervals,
         match: tuple[str, float, int] | None,
         phase: float | None,
+        grid: Period | None,
     ) -> Finding:
+        period, first_iv, last_iv = line.period, line.first, line.last
         shrinking = last_iv <= self.params.shrink_ratio * first_iv
-        measures = {
+        measures: dict[str, MeasureValue] = {
             "period_steps": period,
             "count": len(onsets),
             "first_interval": first_iv,
             "last_interval": last_iv,
-            "interval_trend": slope,
+            "interval_trend": line.slope,
             "shrinking": bool(shrinking),
-            "spread": spread,
+            "spread": line.spread,
             "matches": match[0] if match else None,
             "matched_period_steps": match[1] if match else None,
             "multiple": match[2] if match else None,
@@ -268,11 +270,26 @@ class PeriodicSpikeDetector:
             else ""
         )
         summary = (
-            f"{name} spikes recur every {period:.0f} steps ({len(onsets)} from step {int(onsets[0])} to "
-            f"{int(onsets[-1])}){trend}{m}."
+            f"{name} spikes recur every {period:.0f} steps ({len(onsets)} from step "
+            f"{int(onsets[0])} to {int(onsets[-1])}){trend}{m}."
         )
         sev = Severity.CRITICAL if shrinking else Severity.WARNING
         end = int(onsets[-1])
+        judged = {
+            "max_spread": self.params.max_spread,
+            "shrink_ratio": self.params.shrink_ratio,
+            "match_tol": self.params.match_tol,
+            "grid_period_steps": grid.steps if grid else None,
+            "grid_origin_step": grid.origin if grid else None,
+        }
         return Finding(
-            FindingKind.PERIODIC_SPIKES, sev, metric, int(onsets[0]), summary, None, end, measures
+            FindingKind.PERIODIC_SPIKES,
+            sev,
+            metric,
+            int(onsets[0]),
+            summary,
+            None,
+            end,
+            measures,
+            judged_against=judged,
         )

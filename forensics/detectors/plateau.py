@@ -5,43 +5,46 @@ a healthy LR means the run stopped learning (or never started); a flat tail whil
 linear decay has brought the LR close to zero is what the schedule asks for, and the note
 says so. The loss is reduced to bin medians; a plateau is the longest stretch where every
 bin stays within a narrow band (a fraction of the loss level, widened by the bin noise) and
-the robust slope over it is not measurably negative (its 90% band reaches zero). It must cover both a minimum
-number of steps (or half of a short log) and a minimum share of the run. Always ``info``: a note, not an alarm.
+the robust slope over it is not measurably negative (its 90% band reaches zero). It must cover
+both a minimum number of steps (or half of a short log) and a minimum share of the run. The LR
+context comes from the evidence's LR schedule (``Evidence.schedule``). Always ``info``: a note,
+not an alarm.
 
 Measures (kind ``plateau``):
 
 | key | meaning |
 |---|---|
 | `level` | median loss over the plateau |
-| `change_pct` | loss change across the plateau predicted by its Theil-Sen slope, in % (at most 2 x flat_rel, else it is a slow trend, not a plateau) |
+| `change_pct` | loss change over the plateau by its Theil-Sen slope, % (at most 2 x flat_rel) |
 | `span_steps` | length of the plateau in steps |
 | `run_fraction` | span_steps / the run's length |
 | `lr_start` | LR at the start of the plateau (null: no LR series) |
 | `lr_end` | LR at its end |
 | `lr_peak` | highest LR of the run |
 | `lr_ratio` | mean LR over the plateau / lr_peak |
-| `lr_context` | ``decayed`` (LR near the end of its decay), ``active`` (LR still high), ``unknown`` (no LR logged) |
+| `lr_context` | ``decayed`` (LR near its decay's end), ``active`` (still high), ``unknown`` |
 | `expected` | true when the schedule explains the plateau (``decayed``) |
 | `from_start` | true when the plateau begins within the first 10% of the log |
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from forensics.evidence import Evidence
+from forensics.evidence.schedule import Schedule
 from forensics.evidence.trend_utils import (
-    arrays,
     bin_bounds,
     bin_median,
     despike,
     robust_sigma,
     theil_sen,
 )
-from forensics.evidence import Evidence
-from forensics.params import PlateauParams
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
-from forensics.schema import LOSS, LR
+from forensics.params import PlateauParams
+from forensics.schema import LOSS
 
 CHECK = "plateau"
 
@@ -56,11 +59,12 @@ class PlateauDetector:
 
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
-        x, y = arrays(run, LOSS)
-        if len(x) < self.params.min_points:
-            run.note(
-                f"{CHECK}: not run, {'no loss series' if len(x) == 0 else f'only {len(x)} loss points'}"
-            )
+        p = self.params
+        loss = ev.series(LOSS)
+        x, y = loss.steps, loss.values
+        if len(x) < p.min_points:
+            why = "no loss series" if len(x) == 0 else f"only {len(x)} loss points"
+            run.note(f"{CHECK}: not run, {why}")
             return []
         keep = despike(y)
         x, y = x[keep], y[keep]
@@ -71,7 +75,8 @@ class PlateauDetector:
         run_span = float(x[-1] - x[0])
         if run_span <= 0:
             return []
-        band = np.maximum(self.params.flat_rel * np.abs(yb), self.params.noise_k * robust_sigma(yb))
+        noise_band = p.noise_k * robust_sigma(yb)
+        band = np.maximum(p.flat_rel * np.abs(yb), noise_band)
         best = _longest_flat(xb, yb, band)
         if best is None:
             return []
@@ -79,20 +84,33 @@ class PlateauDetector:
         a, b = int(first[i]), int(last[j])  # report the raw steps the flat bins cover
         span = float(b - a)
         # min_steps matters on long runs; on a short log half the log is long enough.
-        if span < min(self.params.min_steps, 0.5 * run_span) or span < self.params.min_fraction * run_span:
+        min_span = max(min(p.min_steps, 0.5 * run_span), p.min_fraction * run_span)
+        if span < min_span:
             return []
         sel = (x >= a) & (x <= b)
         ts = theil_sen(x[sel], y[sel])
         lvl = float(np.median(y[sel]))
         change = 100.0 * ts.slope * span / abs(lvl) if ts is not None and lvl else 0.0
-        if abs(change) > 200.0 * self.params.flat_rel or (ts is not None and ts.falling):
+        if abs(change) > 200.0 * p.flat_rel or (ts is not None and ts.falling):
             return []  # still falling measurably (slowly but surely): a healthy late phase
-        ctx = self._lr_context(run, a, b)
+        sched = ev.schedule
+        ctx = self._lr_context(sched, a, b)
+        peak = ctx["lr_peak"]
         ctx["from_start"] = a - int(x[0]) <= 0.1 * run_span
-        return [self._finding(a, b, lvl, change, span, span / run_span, ctx)]
+        judged: dict[str, Any] = {
+            "flat_band": float(max(p.flat_rel * abs(lvl), noise_band)),
+            "flat_rel": p.flat_rel,
+            "noise_band": float(noise_band),
+            "max_change_pct": 200.0 * p.flat_rel,
+            "min_span_steps": float(min_span),
+            "decayed_lr": p.decayed_lr_ratio * peak if isinstance(peak, float) else None,
+            "lr_phases": ",".join(sched.phases_between(a, b)) or None,
+        }
+        return [self._finding(a, b, lvl, change, span, span / run_span, ctx, judged)]
 
-    def _lr_context(self, run: Run, a: int, b: int) -> dict[str, object]:
-        lx, ly = arrays(run, LR)
+    def _lr_context(self, sched: Schedule, a: int, b: int) -> dict[str, Any]:
+        """The LR over the plateau, read from the evidence's LR schedule."""
+        lx, ly = sched.steps, sched.values
         if len(lx) == 0:
             return {
                 "lr_start": None,
@@ -106,15 +124,16 @@ class PlateauDetector:
         sel = (lx >= a) & (lx <= b)
         mean = float(np.mean(ly[sel])) if sel.any() else float(np.interp((a + b) / 2, lx, ly))
         ratio = mean / peak if peak > 0 else None
-        end_lr = float(np.interp(b, lx, ly))
-        # Expected: the LR over the plateau is small next to its peak and still decaying or at its floor.
+        end_lr = sched.lr_at(b)
+        assert end_lr is not None
+        # Expected: the LR over the plateau is small next to its peak, decaying or at its floor.
         decayed = (
             ratio is not None
             and ratio <= self.params.decayed_lr_ratio * 3
             and end_lr <= self.params.decayed_lr_ratio * peak
         )
         return {
-            "lr_start": float(np.interp(a, lx, ly)),
+            "lr_start": sched.lr_at(a),
             "lr_end": end_lr,
             "lr_peak": peak,
             "lr_ratio": ratio,
@@ -130,12 +149,15 @@ class PlateauDetector:
         change: float,
         span: float,
         frac: float,
-        ctx: dict[str, object],
+        ctx: dict[str, Any],
+        judged: dict[str, Any],
     ) -> Finding:
         if ctx["lr_context"] == "decayed":
-            why = f"the LR had decayed to {100 * float(ctx['lr_end']) / float(ctx['lr_peak']):.1f}% of its peak, so the schedule explains it"  # type: ignore[arg-type]
+            pct = 100 * float(ctx["lr_end"]) / float(ctx["lr_peak"])
+            why = f"the LR had decayed to {pct:.1f}% of its peak, so the schedule explains it"
         elif ctx["lr_context"] == "active":
-            why = f"the LR was still {100 * float(ctx['lr_ratio']):.0f}% of its peak, so the run stopped learning"  # type: ignore[arg-type]
+            pct = 100 * float(ctx["lr_ratio"])
+            why = f"the LR was still {pct:.0f}% of its peak, so the run stopped learning"
         else:
             why = "no LR was logged to judge it against"
         if ctx["from_start"] and not ctx["expected"]:
@@ -154,12 +176,17 @@ class PlateauDetector:
                 "run_fraction": frac,
                 **ctx,
             },
-            summary=f"The loss stayed flat near {lvl:.4g} from step {a} to {b} ({100 * frac:.0f}% of the run); {why}.",
+            summary=(
+                f"The loss stayed flat near {lvl:.4g} from step {a} to {b} "
+                f"({100 * frac:.0f}% of the run); {why}."
+            ),
+            judged_against=judged,
         )
 
 
 def _longest_flat(xb: np.ndarray, yb: np.ndarray, band: np.ndarray) -> tuple[int, int] | None:
-    """Longest index range whose values all lie within +-band of the range's median (two pointers)."""
+    """Longest index range whose values all lie within +-band of the range's median (two
+    pointers)."""
     n = len(yb)
     best: tuple[int, int] | None = None
     best_span = -1.0

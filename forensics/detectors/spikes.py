@@ -9,7 +9,7 @@
 | height | peak_value - baseline (series units) |
 | height_ratio | peak_value / baseline (null when the series has non-positive values) |
 | z | robust z-score of the peak (log units for positive series) |
-| two_sided | the baseline also used the following points (near the start of the log or in the warm-up) |
+| two_sided | the baseline also used the following points (start of the log, LR warm-up) |
 | points | logged points flagged in the spike |
 | log_interval | typical logging interval of the series (steps) |
 | width_steps | steps spent above the alarm line around the peak |
@@ -43,144 +43,51 @@ baseline.
 
 Steps: ``start_step`` is the onset (where the series left its noise), ``peak_step`` the
 highest point, ``end_step`` the step it was back in the band (the last logged step if never).
-The periodicity and loss-scale detectors call :func:`find_spikes` through a default
-``SpikeDetector``: thresholds set for ``spikes`` in the configuration do not reach them.
+
+The spikes come from the evidence (:meth:`forensics.evidence.Evidence.spikes`), found once
+with the configured parameters and shared with the periodicity and loss-scale detectors; this
+detector adds what happened around them and judges them. Each finding's ``judged_against``:
+the local baseline and the alarm line (``alarm_at``, with ``z_threshold`` and ``min_ratio``),
+the recovery limit (``recovery_limit_steps``), and for grad-norm spikes the run's grad-norm
+band (``baseline``, ``warn_at``, ``critical_at``) and ``transient_limit_steps``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import polars as pl
-
-from forensics.evidence import robust
-from forensics.evidence.baseline import grad_norm_baseline, warmup_end
-from forensics.evidence.spike_context import drop_windows, level_barriers, lr_kinks, overlaps
-from forensics.evidence.spike_shape import (
-    BENEFICIAL,
-    PATHOLOGICAL,
-    PHYSIOLOGICAL,
-    UNRESOLVED,
-    ShapeParams,
-    measure,
-)
-from forensics.evidence import Evidence
-from forensics.params import SpikesParams
+from forensics.evidence import Band, Evidence
+from forensics.evidence.spike_context import overlaps
+from forensics.evidence.spike_shape import SpikeClass
+from forensics.evidence.spikes import Spike, SpikeSearch
 from forensics.findings import Finding, FindingKind, Severity, steps_text
-from forensics.run import Run
-from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
+from forensics.params import GRAD_NORM_CRITICAL, SpikesParams
+from forensics.schema import GRAD_NORM, LOSS
 
 _LOSS_SEVERITY = {
-    PHYSIOLOGICAL: Severity.INFO,
-    BENEFICIAL: Severity.INFO,
-    UNRESOLVED: Severity.WARNING,
-    PATHOLOGICAL: Severity.CRITICAL,
+    SpikeClass.PHYSIOLOGICAL: Severity.INFO,
+    SpikeClass.BENEFICIAL: Severity.INFO,
+    SpikeClass.UNRESOLVED: Severity.WARNING,
+    SpikeClass.PATHOLOGICAL: Severity.CRITICAL,
 }
 
 
-@dataclass
-class Spike:
-    """One spike with its measures; the raw material for findings and for periodicity."""
+class _Judged:
+    """A shared spike with this detector's own copy of its measures, to add context to."""
 
-    metric: str
-    start_step: int
-    peak_step: int
-    end_step: int
-    measures: dict[str, Any]
+    __slots__ = ("spike", "m")
 
+    def __init__(self, spike: Spike) -> None:
+        self.spike = spike
+        self.m: dict[str, Any] = dict(spike.measures)
 
-def find_spikes(
-    run: Run,
-    metric: str,
-    *,
-    window: int = 20,
-    min_side: int = 3,
-    z_threshold: float = 6.0,
-    min_ratio: float = 1.15,
-    gross_ratio: float | None = 2.0,
-    z_gross: float = 3.0,
-    sigma_floor: float = 0.005,
-    shape: ShapeParams | None = None,
-    barriers: list[int] | None = None,
-) -> list[Spike]:
-    """Detect spikes in one series and measure their shape (no co-occurrence, no severity).
+    @property
+    def start_step(self) -> int:
+        return self.spike.start_step
 
-    ``barriers`` are steps where the level may jump for its own reasons (epoch starts, LR
-    restarts); by default they are read from the run.
-    """
-    shape = shape or ShapeParams()
-    if barriers is None:
-        barriers = level_barriers(run)
-    series = run.series(metric)
-    sc = robust.score(
-        series,
-        window=window,
-        min_side=min_side,
-        sigma_floor=sigma_floor,
-        confirm_until=start_zone(run, series, window),
-    )
-    if sc.height < 3:
-        return []
-    steps = sc.get_column("step").to_numpy()
-    values = sc.get_column("value").to_numpy()
-    log_scale = robust.use_log(values)
-    events = robust.find_events(
-        sc,
-        z_min=z_threshold,
-        min_ratio=min_ratio,
-        log_scale=log_scale,
-        gross_ratio=gross_ratio,
-        z_gross=z_gross,
-    )
-    interval = robust.median_interval(steps)
-    out: list[Spike] = []
-    for ev in events:
-        row = sc.row(ev.peak, named=True)
-        alarm = max(float(np.log(min_ratio)) if log_scale else 0.0, z_threshold * row["sigma"])
-        m = measure(
-            steps,
-            values,
-            onset=ev.onset,
-            peak=ev.peak,
-            log_scale=log_scale,
-            sigma=row["sigma"],
-            baseline_at_peak=row["baseline"],
-            alarm=alarm,
-            p=shape,
-            barriers=barriers,
-        )
-        end_step = m["recovered_step"] if m["recovered"] else int(steps[-1])
-        measures: dict[str, Any] = {
-            "peak_value": row["value"],
-            "baseline": row["baseline"],
-            "height": row["value"] - row["baseline"],
-            "height_ratio": row["value"] / row["baseline"] if log_scale else None,
-            "z": row["z"],
-            "two_sided": row["two_sided"],
-            "points": ev.n_flagged,
-            "log_interval": interval,
-            **m,
-        }
-        out.append(
-            Spike(metric, int(steps[ev.onset]), int(steps[ev.peak]), int(end_step), measures)
-        )
-    return out
-
-
-def start_zone(run: Run, series: pl.DataFrame, window: int) -> float | None:
-    """Last step of the start of training, where spikes need two-sided confirmation: the LR
-    warm-up, and at least the first ``window`` logged points. None when the log starts
-    mid-training (its step numbers say so)."""
-    steps = series.filter(pl.col("value").is_finite()).get_column("step").to_numpy()
-    if len(steps) == 0:
-        return None
-    interval = robust.median_interval(steps)
-    if steps[0] > 2 * interval + 1:
-        return None
-    first_points = float(steps[min(window, len(steps)) - 1])
-    return max(float(warmup_end(run) or 0), first_points)
+    @property
+    def end_step(self) -> int:
+        return self.spike.end_step
 
 
 class SpikeDetector:
@@ -191,122 +98,110 @@ class SpikeDetector:
     def __init__(self, params: SpikesParams | None = None) -> None:
         self.params = params or SpikesParams()
 
-    def shape_params(self) -> ShapeParams:
-        return ShapeParams(
-            trend_window=self.params.trend_window,
-            band_k=self.params.band_k,
-            recover_steps=self.params.recover_steps,
-            plateau_window=self.params.plateau_window,
-            plateau_tol=self.params.plateau_tol,
-        )
-
-    def spikes(self, run: Run, metric: str) -> list[Spike]:
-        """The detector's spikes in one series, with this detector's parameters."""
-        is_loss = metric == LOSS
-        ratio = self.params.loss_min_ratio if is_loss else self.params.grad_norm_min_ratio
-        gross = self.params.loss_gross_ratio if is_loss else self.params.grad_norm_gross_ratio
-        return find_spikes(
-            run,
-            metric,
-            window=self.params.window,
-            min_side=self.params.min_side,
-            z_threshold=self.params.z_threshold,
-            min_ratio=ratio,
-            gross_ratio=gross,
-            z_gross=self.params.z_gross,
-            sigma_floor=self.params.sigma_floor,
-            shape=self.shape_params(),
-        )
-
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
         metrics = run.metrics()
         if LOSS not in metrics and GRAD_NORM not in metrics:
             run.note("spikes: not run, the log has neither a loss nor a grad-norm series")
             return []
-        loss = self.spikes(run, LOSS) if LOSS in metrics else []
-        gn = self.spikes(run, GRAD_NORM) if GRAD_NORM in metrics else []
-        self._context(run, loss + gn)
+        if any(
+            SpikeSearch.of(self.params, m) != SpikeSearch.of(ev.params.spikes, m)
+            for m in (LOSS, GRAD_NORM)
+        ):
+            # Made with other spike parameters than the evidence's (outside the pipeline): the
+            # spikes this detector judges are found with its own.
+            ev = ev.using(self.name, self.params)
+        loss = [_Judged(s) for s in ev.spikes(LOSS)] if LOSS in metrics else []
+        gn = [_Judged(s) for s in ev.spikes(GRAD_NORM)] if GRAD_NORM in metrics else []
+        self._context(ev, loss + gn)
         self._link(loss, gn)
-        base = grad_norm_baseline(run) if gn else None
-        findings = [self._loss_finding(s) for s in loss]
-        findings += [self._gn_finding(s, base.value if base else None) for s in gn]
+        band = ev.grad_norm_band if gn else None
+        findings = [self._loss_finding(j) for j in loss]
+        findings += [self._gn_finding(j, band) for j in gn]
         return findings
 
     # -- co-occurrence ------------------------------------------------------------------
-    def _context(self, run: Run, spikes: list[Spike]) -> None:
+    def _context(self, ev: Evidence, spikes: list[_Judged]) -> None:
         if not spikes:
             return
-        drops = (
-            drop_windows(run) if (run.has(LOSS_SCALE) or run.has(OVERFLOW)) else np.empty((0, 2))
-        )
-        kinks = lr_kinks(run)
-        for s in spikes:
+        drops = ev.drop_windows
+        kinks = ev.lr_kinks
+        for j in spikes:
+            s, m = j.spike, j.m
             # The spike began after the previous logged point; a scaler logged after its update
             # shows the drop of an overflowing step at the next logged point: allow one interval.
-            iv = s.measures["log_interval"]
+            iv = s.log_interval
             overflow = overlaps(drops, s.start_step - iv, s.peak_step + iv)
             kink = next(
                 (
                     k
                     for k in kinks
-                    if k.step - s.measures["log_interval"]
-                    <= s.start_step
-                    <= k.step + self.params.schedule_lag
+                    if k.step - iv <= s.start_step <= k.step + self.params.schedule_lag
                 ),
                 None,
             )
-            s.measures["loss_scale_drop"] = overflow
-            s.measures["lr_kink_step"] = kink.step if kink else None
-            s.measures["lr_kink_kind"] = kink.kind if kink else None
-            s.measures["cause"] = (
-                "numeric_overflow" if overflow else ("schedule_induced" if kink else None)
-            )
+            m["loss_scale_drop"] = overflow
+            m["lr_kink_step"] = kink.step if kink else None
+            m["lr_kink_kind"] = kink.kind if kink else None
+            m["cause"] = "numeric_overflow" if overflow else ("schedule_induced" if kink else None)
 
-    def _link(self, loss: list[Spike], gn: list[Spike]) -> None:
+    def _link(self, loss: list[_Judged], gn: list[_Judged]) -> None:
         """Pair each grad-norm spike with a loss spike that began within the lead window."""
         for g in gn:
-            g.measures["loss_response"] = False
-            g.measures["leads_loss_by_steps"] = None
+            g.m["loss_response"] = False
+            g.m["leads_loss_by_steps"] = None
         for s in loss:
-            s.measures["grad_norm_lead_steps"] = None
-            tol = s.measures["log_interval"]
+            s.m["grad_norm_lead_steps"] = None
+            tol = s.spike.log_interval
             # A grad-norm spike leads a loss spike when the loss takes off while the grad norm is
             # still up (or within one logging interval of coming back), and not too long after.
             near = [
                 g
                 for g in gn
                 if -tol <= s.start_step - g.start_step <= self.params.lead_window
-                and s.start_step <= g.end_step + max(tol, g.measures["log_interval"])
+                and s.start_step <= g.end_step + max(tol, g.spike.log_interval)
             ]
             if not near:
                 continue
             g = min(near, key=lambda g: abs(s.start_step - g.start_step))
             lead = s.start_step - g.start_step
-            g.measures["loss_response"] = True
+            g.m["loss_response"] = True
             if lead > 0:
-                s.measures["grad_norm_lead_steps"] = lead
-                g.measures["leads_loss_by_steps"] = lead
-                if s.measures["cause"] is None:
-                    s.measures["cause"] = "grad_norm_led"
+                s.m["grad_norm_lead_steps"] = lead
+                g.m["leads_loss_by_steps"] = lead
+                if s.m["cause"] is None:
+                    s.m["cause"] = "grad_norm_led"
         # A loss spike at the same step as a grad-norm spike (lead 0) is still a response.
         for g in gn:
-            if not g.measures["loss_response"]:
-                g.measures["loss_response"] = any(
-                    abs(s.start_step - g.start_step) <= max(s.measures["log_interval"], 1)
-                    for s in loss
+            if not g.m["loss_response"]:
+                g.m["loss_response"] = any(
+                    abs(s.start_step - g.start_step) <= max(s.spike.log_interval, 1) for s in loss
                 )
 
     # -- findings -----------------------------------------------------------------------
-    def _loss_finding(self, s: Spike) -> Finding:
-        m = s.measures
-        cls = m["classification"]
+    def _judged(self, s: Spike) -> dict[str, Any]:
+        """What a spike was judged against: its local baseline, the alarm line it passed and
+        the thresholds that drew it, the recovery limit."""
+        search = SpikeSearch.of(self.params, s.metric)
+        return {
+            "local_baseline": s.measures["baseline"],
+            "alarm_at": s.alarm_at,
+            "z_threshold": search.z_threshold,
+            "min_ratio": search.min_ratio,
+            "recovery_limit_steps": self.params.recover_steps,
+        }
+
+    def _loss_finding(self, j: _Judged) -> Finding:
+        s, m = j.spike, j.m
+        cls = s.classification
         sev = _LOSS_SEVERITY[cls]
         how = {
-            PHYSIOLOGICAL: f"back on its trend after {steps_text(m['recovery_steps'])}",
-            BENEFICIAL: f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend",
-            PATHOLOGICAL: _pathology(m, self.params.recover_steps),
-            UNRESOLVED: "still above its trend when the log ends",
+            SpikeClass.PHYSIOLOGICAL: f"back on its trend after {steps_text(m['recovery_steps'])}",
+            SpikeClass.BENEFICIAL: (
+                f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend"
+            ),
+            SpikeClass.PATHOLOGICAL: _pathology(m, self.params.recover_steps),
+            SpikeClass.UNRESOLVED: "still above its trend when the log ends",
         }[cls]
         extra = _cause_text(m)
         summary = (
@@ -314,22 +209,32 @@ class SpikeDetector:
             f"{m['baseline']:.4g} ({_height(m)}), {how}; {cls}{extra}."
         )
         return Finding(
-            FindingKind.LOSS_SPIKE, sev, LOSS, s.start_step, summary, s.peak_step, s.end_step, m
+            FindingKind.LOSS_SPIKE,
+            sev,
+            LOSS,
+            s.start_step,
+            summary,
+            s.peak_step,
+            s.end_step,
+            m,
+            judged_against=self._judged(s),
         )
 
-    def _gn_finding(self, s: Spike, run_base: float | None) -> Finding:
-        m = s.measures
+    def _gn_finding(self, j: _Judged, band: Band | None) -> Finding:
+        s, m = j.spike, j.m
         rec = m["recovery_steps"]
-        transient = (
-            bool(m["recovered"])
-            and rec is not None
-            and rec <= max(self.params.transient_steps, 2 * m["log_interval"])
-        )
+        transient_limit = max(self.params.transient_steps, 2 * s.log_interval)
+        transient = bool(m["recovered"]) and rec is not None and rec <= transient_limit
+        run_base = band.baseline.value if band else None
         m["transient"] = transient
         m["run_baseline"] = run_base
         m["ratio_to_run_baseline"] = m["peak_value"] / run_base if run_base else None
         if transient:
-            sev = Severity.WARNING if m["loss_response"] else Severity(self.params.absorbed_gn_severity)
+            sev = (
+                Severity.WARNING
+                if m["loss_response"]
+                else Severity(self.params.absorbed_gn_severity)
+            )
             what = (
                 "the loss moved with it: check that batch"
                 if m["loss_response"]
@@ -338,7 +243,12 @@ class SpikeDetector:
             how = f"back within {steps_text(rec)}, {what}"
         else:
             r = m["ratio_to_run_baseline"] or m["height_ratio"]
-            sev = Severity.CRITICAL if (r or 0) >= 3.0 and not m["recovered"] else Severity.WARNING
+            critical = band.critical_ratio if band and band.critical_ratio else GRAD_NORM_CRITICAL
+            sev = (
+                Severity.CRITICAL
+                if (r or 0) >= critical and not m["recovered"]
+                else Severity.WARNING
+            )
             how = (
                 f"back only after {steps_text(rec)}" if m["recovered"] else "not back on its trend"
             )
@@ -348,9 +258,12 @@ class SpikeDetector:
             else ""
         )
         summary = (
-            f"Grad-norm spike at step {s.peak_step}: {m['peak_value']:.4g} against a local baseline of "
-            f"{m['baseline']:.4g} ({_height(m)}), {how}{lead}{_cause_text(m)}."
+            f"Grad-norm spike at step {s.peak_step}: {m['peak_value']:.4g} against a local "
+            f"baseline of {m['baseline']:.4g} ({_height(m)}), {how}{lead}{_cause_text(m)}."
         )
+        judged: dict[str, Any] = dict(band.judged()) if band else {}
+        judged.update(self._judged(s))
+        judged["transient_limit_steps"] = transient_limit
         return Finding(
             FindingKind.GRAD_NORM_SPIKE,
             sev,
@@ -360,6 +273,7 @@ class SpikeDetector:
             s.peak_step,
             s.end_step,
             m,
+            judged_against=judged,
         )
 
 
@@ -380,5 +294,6 @@ def _cause_text(m: dict[str, Any]) -> str:
     if m.get("cause") == "numeric_overflow":
         return "; the loss scale dropped in the same step (numeric overflow)"
     if m.get("cause") == "schedule_induced":
-        return f"; it follows an LR-schedule {m['lr_kink_kind'].replace('_', ' ')} at step {m['lr_kink_step']}"
+        kind = str(m["lr_kink_kind"]).replace("_", " ")
+        return f"; it follows an LR-schedule {kind} at step {m['lr_kink_step']}"
     return ""

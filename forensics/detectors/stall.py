@@ -18,6 +18,11 @@ Measures (kind ``stall``, run-level: ``metric`` is null):
 | `ratio` | gap_seconds / expected_seconds |
 | `steps_between` | step difference between the two logged points |
 | `usual_pause_seconds` | typical eval/checkpoint pause (null when none was seen) |
+
+Judged against: `factor` and `expected_seconds` (factor x the usual interval), `min_seconds`,
+`pause_factor` and `usual_pause_seconds`, and `stall_line_seconds`: the silence a gap had to
+exceed, the largest of factor x expected_seconds, min_seconds and pause_factor x the usual
+pause. The clock is the run's wall times (not a vital sign: no ``Evidence.series``).
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
-from forensics.params import StallParams
 from forensics.findings import Finding, FindingKind, Severity
+from forensics.params import StallParams
 from forensics.run import Run
 from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS
 
@@ -67,7 +72,8 @@ class StallDetector:
         c = self._clock(run)
         if c is None or c.height < self.params.min_points:
             run.note(
-                f"{CHECK}: not run, the log has no wall-clock times (or fewer than {self.params.min_points})"
+                f"{CHECK}: not run, the log has no wall-clock times "
+                f"(or fewer than {self.params.min_points})"
             )
             return []
         steps = c.get_column("step").to_numpy().astype(np.int64)
@@ -89,8 +95,8 @@ class StallDetector:
             return []
         # Pauses at val/eval steps are expected; their typical length raises the bar.
         eval_steps = self._eval_steps(run)
-        ev = np.fromiter(eval_steps, dtype=np.int64) if eval_steps else np.array([], dtype=np.int64)
-        at_eval = np.isin(steps[:-1], ev) | np.isin(steps[1:], ev)
+        at = np.fromiter(eval_steps, dtype=np.int64) if eval_steps else np.array([], np.int64)
+        at_eval = np.isin(steps[:-1], at) | np.isin(steps[1:], at)
         pauses = dt[ok & at_eval & (dt > self.params.factor * expected)]
         usual_pause = float(np.median(pauses)) if len(pauses) else None
         if usual_pause is not None:
@@ -113,9 +119,22 @@ class StallDetector:
                         "steps_between": int(ds[k]),
                         "usual_pause_seconds": usual_pause,
                     },
+                    judged_against={
+                        "factor": self.params.factor,
+                        "expected_seconds": float(expected[k]),
+                        "min_seconds": self.params.min_seconds,
+                        "pause_factor": self.params.pause_factor,
+                        "usual_pause_seconds": usual_pause,
+                        "stall_line_seconds": max(
+                            self.params.factor * float(expected[k]),
+                            self.params.min_seconds,
+                            self.params.pause_factor * usual_pause if usual_pause else 0.0,
+                        ),
+                    },
                     summary=(
-                        f"Nothing was logged for {_human(float(dt[k]))} between steps {int(steps[k])} and "
-                        f"{int(steps[k + 1])}, about {dt[k] / expected[k]:.0f}x the usual pace: a hang or a pre-emption."
+                        f"Nothing was logged for {_human(float(dt[k]))} between steps "
+                        f"{int(steps[k])} and {int(steps[k + 1])}, about "
+                        f"{dt[k] / expected[k]:.0f}x the usual pace: a hang or a pre-emption."
                     ),
                 )
             )

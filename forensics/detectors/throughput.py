@@ -18,6 +18,10 @@ Measures (kind ``throughput_drop``):
 | `window_steps` | steps from the drop's start to its end |
 | `n_points` | logged points in the drop |
 | `recovered` | true when throughput came back above the limit before the log ended |
+
+Judged against: `baseline` (the frozen rolling median, source units), `drop_ratio` (0.3),
+`drop_line` (the level the smoothed series fell below: (1 - 0.3) x baseline in tokens/s, or
+baseline / 0.7 in s/step), `baseline_points` (the rolling window).
 """
 
 from __future__ import annotations
@@ -25,11 +29,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from forensics.evidence.trend_utils import arrays, rolling_median
 from forensics.evidence import Evidence
-from forensics.params import ThroughputParams
+from forensics.evidence.trend_utils import rolling_median
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
+from forensics.params import ThroughputParams
 from forensics.schema import STEP_TIME, THROUGHPUT
 
 CHECK = "throughput_drop"
@@ -46,12 +49,13 @@ class ThroughputDetector:
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
         metric = THROUGHPUT
-        x, y = arrays(run, THROUGHPUT)
+        tp = ev.series(THROUGHPUT)
+        x, y = tp.steps, tp.values
         if len(x) == 0:
             metric = STEP_TIME
-            x, st = arrays(run, STEP_TIME)
-            ok = st > 0
-            x, y = x[ok], 1.0 / st[ok]  # work in "work per second", whatever the unit
+            st = ev.series(STEP_TIME)
+            ok = st.values > 0
+            x, y = st.steps[ok], 1.0 / st.values[ok]  # work in "work per second", whatever the unit
         if len(x) == 0:
             run.note(
                 f"{CHECK}: not run, the run logged neither throughput (tokens/s) nor step time"
@@ -95,6 +99,7 @@ class ThroughputDetector:
         as_units = (lambda v: 1.0 / v) if metric == STEP_TIME else (lambda v: v)
         unit_txt = "tokens/s" if metric == THROUGHPUT else "s/step"
         peak = i + int(np.argmin(y[i:j]))
+        limit = 1.0 - self.params.drop
         return Finding(
             kind=FindingKind.THROUGHPUT_DROP,
             severity=Severity.WARNING,
@@ -111,9 +116,16 @@ class ThroughputDetector:
                 "n_points": j - i,
                 "recovered": recovered,
             },
+            judged_against={
+                "baseline": as_units(frozen),
+                "drop_ratio": self.params.drop,
+                "drop_line": as_units(limit * frozen),
+                "baseline_points": self.params.baseline_points,
+            },
             summary=(
-                f"Throughput fell {drop_pct:.0f}% below its recent level ({as_units(frozen):.4g} -> "
-                f"{as_units(lvl):.4g} {unit_txt}) from step {int(x[i])} to {end}"
+                f"Throughput fell {drop_pct:.0f}% below its recent level "
+                f"({as_units(frozen):.4g} -> {as_units(lvl):.4g} {unit_txt}) "
+                f"from step {int(x[i])} to {end}"
                 + (
                     ", then recovered."
                     if recovered

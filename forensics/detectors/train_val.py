@@ -1,7 +1,9 @@
 """Train and validation loss together (article section 5): gap_acceleration, overfitting, val_shift.
 
-The gap is val minus train, with the train loss smoothed (median around each val step) and
-aligned to the val steps; it may be negative (dropout makes train look worse than val).
+The gap is the evidence layer's (``ev.gap``, :mod:`forensics.evidence.gap`): val minus train,
+with the train loss smoothed (median around each val step) and aligned to the val steps; it
+may be negative (dropout makes train look worse than val). Its window growths, noise floor
+and the 1.5x acceleration rule are computed there, once per run; this module decides.
 
 * ``gap_acceleration`` (warning): the gap grew over the last window by more than 1.5x its
   growth over the window before, and by more than the val noise; window = 1000 steps or two
@@ -62,44 +64,30 @@ kind ``val_shift``
 | `train_change` | train level change across the same split |
 | `gap_slope_after_per_1k` | gap slope after the shift, per 1000 steps (about 0: stopped widening) |
 | `val_noise` | noise of the val-train gap (robust sigma, at least the val noise) |
+
+Judged against (``Finding.judged_against``):
+
+* ``gap_acceleration``: `accel_ratio` (1.5), `accel_line` (accel_ratio x the previous
+  window's growth, at least 0), `noise_floor` (what the growth had to exceed), `noise`,
+  `noise_k`, `window_steps`.
+* ``overfitting``: `rise_floor` (overfit_noise_k x noise, what the val rise had to exceed),
+  `noise`, `critical_epoch`.
+* ``val_shift``: `shift_floor` (the larger of shift_noise_k x noise and min_rel_shift x the
+  old level), `noise`, `shift_window`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from forensics.evidence.trend_utils import (
-    align,
-    arrays,
-    bin_median,
-    despike,
-    hinge_onset,
-    robust_sigma,
-    rolling_median,
-    theil_sen,
-)
 from forensics.evidence import Evidence
-from forensics.params import TrainValParams
+from forensics.evidence.gap import Gap, train_val_gap
+from forensics.evidence.trend_utils import hinge_onset, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.run import Run
+from forensics.params import TrainValParams
 from forensics.schema import EPOCH, LOSS, VAL_LOSS
 
 CHECK = "train_val"
-
-
-@dataclass
-class Gap:
-    vx: np.ndarray
-    vy: np.ndarray
-    train: np.ndarray
-    gap: np.ndarray
-    tx: np.ndarray
-    ty: np.ndarray
-    interval: float
-    window: float
-    noise: float
 
 
 class TrainValDetector:
@@ -110,37 +98,31 @@ class TrainValDetector:
     def __init__(self, params: TrainValParams | None = None) -> None:
         self.params = params or TrainValParams()
 
-    def gap(self, run: Run) -> Gap | None:
-        """The aligned gap series (also useful for plotting), or None with a note."""
-        tx, ty = arrays(run, LOSS)
-        vx, vy = arrays(run, VAL_LOSS)
-        missing = [m for m, x in ((LOSS, tx), (VAL_LOSS, vx)) if len(x) == 0]
+    def _gap(self, ev: Evidence) -> Gap | None:
+        """The evidence's gap, or None with a note saying why the checks did not run."""
+        n_train, n_val = len(ev.series(LOSS)), len(ev.series(VAL_LOSS))
+        missing = [m for m, n in ((LOSS, n_train), (VAL_LOSS, n_val)) if n == 0]
         if missing:
-            run.note(
-                f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), no {' or '.join(missing)} series"
+            ev.run.note(
+                f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), "
+                f"no {' or '.join(missing)} series"
             )
             return None
-        if len(vx) < self.params.min_val_points or len(tx) < 5:
-            run.note(
-                f"{CHECK}: not run, only {len(vx)} val and {len(tx)} train points (need {self.params.min_val_points} and 5)"
+        need = self.params.min_val_points
+        g = None
+        if n_val >= need and n_train >= 5:
+            # The evidence's gap is built with the configured train_val parameters; a detector
+            # configured apart from them (a test) gets its own, from the same function.
+            g = ev.gap if self.params == ev.params.train_val else train_val_gap(ev, self.params)
+        if g is None:
+            ev.run.note(
+                f"{CHECK}: not run, only {n_val} val and {n_train} train points "
+                f"(need {max(need, 2)} and 5)"
             )
-            return None
-        keep = despike(ty)
-        tx, ty = tx[keep], ty[keep]
-        interval = float(np.median(np.diff(vx)))
-        t_int = float(np.median(np.diff(tx))) if len(tx) > 1 else interval
-        train = align(tx, ty, vx.astype(float), max(interval / 2, 2 * t_int))
-        # The article's 1000 steps assume a long run; a short log (under six windows) gets a
-        # sixth of its length instead, never less than two val intervals.
-        span = float(vx[-1] - vx[0])
-        window = max(min(float(self.params.min_window), span / 6.0), self.params.window_intervals * interval)
-        # The gap carries the val noise plus what is left of the train noise after smoothing.
-        noise = max(robust_sigma(vy), robust_sigma(vy - train), 1e-9)
-        return Gap(vx, vy, train, vy - train, tx, ty, interval, window, noise)
+        return g
 
     def detect(self, ev: Evidence) -> list[Finding]:
-        run = ev.run
-        g = self.gap(run)
+        g = self._gap(ev)
         if g is None:
             return []
         accel = self._acceleration(g)
@@ -152,35 +134,20 @@ class TrainValDetector:
                 for f in accel
                 if not (f.start_step <= s1 + g.window and (f.end_step or f.start_step) >= s0)
             ]
-        return accel + self._overfitting(run, g, accel) + shift
+        return accel + self._overfitting(ev, g, accel) + shift
 
     # -- gap acceleration ------------------------------------------------------------
-    def _growths(self, g: Gap) -> tuple[np.ndarray, np.ndarray]:
-        smooth = rolling_median(g.gap, 3)
-        t = g.vx.astype(float)
-        at = lambda s: np.interp(s, t, smooth)  # noqa: E731 - local shorthand
-        last = at(t) - at(t - g.window)
-        prev = at(t - g.window) - at(t - 2 * g.window)
-        valid = t - 2 * g.window >= t[0]
-        return np.where(valid, last, np.nan), np.where(valid, prev, np.nan)
-
     def _acceleration(self, g: Gap) -> list[Finding]:
-        last, prev = self._growths(g)
-        # A growth is the difference of two gap readings: its noise is sqrt(2) x the gap noise.
-        # The noise is taken locally too: a loss's noise shrinks with its level, so the run-wide
-        # estimate (dominated by the quiet late stretch) would be too strict early on.
-        thr = self.params.noise_k * np.sqrt(2.0) * np.maximum(g.noise, _local_noise(g.vy, g.gap))
-        with np.errstate(invalid="ignore"):
-            hit = (last > self.params.accel_ratio * np.maximum(prev, 0.0)) & (last > thr)
-        widening = np.nan_to_num(last, nan=-np.inf) > thr
+        hit, widening, thr = g.accelerating, g.widening, g.growth_floor
+        confirm = self.params.confirm
         out: list[Finding] = []
         i, n = 0, len(hit)
         first_i = first_det = 0
         while i < n:
-            if not (hit[i] and hit[i : i + self.params.confirm].all() and i + self.params.confirm <= n):
+            if not (hit[i] and hit[i : i + confirm].all() and i + confirm <= n):
                 i += 1
                 continue
-            det = i + self.params.confirm - 1
+            det = i + confirm - 1
             end = det
             while end + 1 < n and widening[end + 1]:
                 end += 1
@@ -191,41 +158,42 @@ class TrainValDetector:
             if out and onset <= (out[-1].end_step or 0) + g.window:
                 # The same widening picked up again after a noisy pause: extend the episode.
                 prev_f = out.pop()
-                f = self._accel_finding(g, prev_f.start_step, first_i, first_det, end, last, prev)
+                f = self._accel_finding(g, prev_f.start_step, first_i, first_det, end)
             else:
                 first_i, first_det = i, det
-                f = self._accel_finding(g, onset, i, det, end, last, prev)
+                f = self._accel_finding(g, onset, i, det, end)
             out.append(f)
             i = end + 1
         return out
 
-    def _sustained(self, g: Gap, i: int, det: int, thr: float) -> bool:
+    @staticmethod
+    def _sustained(g: Gap, i: int, det: int, thr: float) -> bool:
         """The widening must hold a window after detection: data-order wander comes back down."""
-        smooth = rolling_median(g.gap, 3)
-        t = g.vx.astype(float)
-        later = min(float(t[det]) + g.window, float(t[-1]))
-        return bool(np.interp(later, t, smooth) - np.interp(t[i] - g.window, t, smooth) > thr)
+        later = min(float(g.steps[det]) + g.window, float(g.steps[-1]))
+        return bool(g.smooth_at(later) - g.smooth_at(float(g.steps[i]) - g.window) > thr)
 
-    def _onset(self, g: Gap, i: int, end: int) -> int:
+    @staticmethod
+    def _onset(g: Gap, i: int, end: int) -> int:
         """Where the gap bends upward: a two-piece fit from 4 windows before the first
         accelerating window ending at point i to 2 windows after it (offline: later points help)."""
-        t = g.vx[i]
-        sel = (g.vx >= t - 4 * g.window) & (g.vx <= min(g.vx[end], t + 2 * g.window))
+        vx = g.steps
+        t = vx[i]
+        sel = (vx >= t - 4 * g.window) & (vx <= min(vx[end], t + 2 * g.window))
         if sel.sum() >= 7:
-            h = hinge_onset(g.vx[sel].astype(float), rolling_median(g.gap[sel], 3))
+            h = hinge_onset(vx[sel].astype(float), rolling_median(g.gap[sel], 3))
             if h is not None and h[2] > max(h[1], 0.0) and h[0] <= t:
                 return int(h[0])
-        return int(g.vx[int(np.searchsorted(g.vx, t - g.window))])
+        return int(vx[int(np.searchsorted(vx, t - g.window))])
 
-    def _accel_finding(
-        self, g: Gap, onset: int, i: int, det: int, end: int, last: np.ndarray, prev: np.ndarray
-    ) -> Finding:
-        gl, gp = float(last[i]), float(prev[i])
-        vsel = (g.vx >= g.vx[det] - g.window) & (g.vx <= g.vx[det])
-        vs = theil_sen(g.vx[vsel], g.vy[vsel]) if vsel.sum() >= 3 else None
+    @staticmethod
+    def _accel_finding(g: Gap, onset: int, i: int, det: int, end: int) -> Finding:
+        vx = g.steps
+        gl, gp = float(g.growth_last[i]), float(g.growth_prev[i])
+        vsel = (vx >= vx[det] - g.window) & (vx <= vx[det])
+        vs = theil_sen(vx[vsel], g.val[vsel]) if vsel.sum() >= 3 else None
         turned = bool(vs is not None and vs.slope > 0)
-        seg = (g.vx >= onset) & (g.vx <= g.vx[end])
-        peak = int(g.vx[seg][int(np.argmax(g.gap[seg]))]) if seg.any() else int(g.vx[det])
+        seg = (vx >= onset) & (vx <= vx[end])
+        peak = int(vx[seg][int(np.argmax(g.gap[seg]))]) if seg.any() else int(vx[det])
         ratio_txt = (
             f"{gl / gp:.1f}x the previous window's"
             if gp > 0
@@ -237,74 +205,93 @@ class TrainValDetector:
             metric=VAL_LOSS,
             start_step=onset,
             peak_step=peak,
-            end_step=int(g.vx[end]),
+            end_step=int(vx[end]),
             measures={
                 "growth_last": gl,
                 "growth_prev": gp,
                 "accel_ratio": gl / gp if gp > 0 else None,
                 "window_steps": g.window,
                 "val_noise": g.noise,
-                "gap_at_onset": float(np.interp(onset, g.vx, g.gap)),
+                "gap_at_onset": float(np.interp(onset, vx, g.gap)),
                 "gap_now": float(g.gap[end]),
-                "detected_step": int(g.vx[det]),
+                "detected_step": int(vx[det]),
                 "val_turned_up": turned,
             },
+            judged_against={
+                "accel_ratio": g.accel_ratio,
+                "accel_line": g.accel_ratio * max(gp, 0.0),
+                "noise_floor": float(g.growth_floor[i]),
+                "noise": g.noise,
+                "noise_k": g.noise_k,
+                "window_steps": g.window,
+            },
             summary=(
-                f"The val-train gap started widening faster around step {onset}: +{gl:.3g} over the "
-                f"{g.window:.0f} steps to {int(g.vx[i])}, {ratio_txt}"
+                f"The val-train gap started widening faster around step {onset}: +{gl:.3g} over "
+                f"the {g.window:.0f} steps to {int(vx[i])}, {ratio_txt}"
                 + ("; val loss is rising too." if turned else "; val loss has not turned up yet.")
             ),
         )
 
     # -- overfitting -----------------------------------------------------------------
-    def _overfitting(self, run: Run, g: Gap, accel: list[Finding]) -> list[Finding]:
-        smooth = rolling_median(g.vy, 3)
+    def _overfitting(self, ev: Evidence, g: Gap, accel: list[Finding]) -> list[Finding]:
+        vx, vy = g.steps, g.val
+        smooth = rolling_median(vy, 3)
         m = int(np.argmin(smooth))
-        lo, hi = max(0, m - 1), min(len(g.vy), m + 2)
-        m = lo + int(np.argmin(g.vy[lo:hi]))
-        after = len(g.vy) - 1 - m
+        lo, hi = max(0, m - 1), min(len(vy), m + 2)
+        m = lo + int(np.argmin(vy[lo:hi]))
+        after = len(vy) - 1 - m
         if after < 2:
             return []
         n_now = min(3, after)
-        val_now = float(np.median(g.vy[-n_now:]))
+        val_now = float(np.median(vy[-n_now:]))
         val_min = float(smooth[m])
         rise = val_now - val_min
-        if rise <= self.params.overfit_noise_k * g.noise:
+        rise_floor = self.params.overfit_noise_k * g.noise
+        if rise <= rise_floor:
             return []
-        vs = theil_sen(g.vx[m:], g.vy[m:])
+        vs = theil_sen(vx[m:], vy[m:])
         if vs is None or vs.slope <= 0:
             return []
-        tsel = g.tx >= g.vx[m]
-        ts = theil_sen(g.tx[tsel], g.ty[tsel]) if tsel.sum() >= 3 else None
+        tsel = g.train_steps >= vx[m]
+        ts = theil_sen(g.train_steps[tsel], g.train_values[tsel]) if tsel.sum() >= 3 else None
         if ts is None or not ts.falling:
             return []  # train not falling: not the negative slope (see val_shift / divergence)
-        onset, end = int(g.vx[m]), int(g.vx[-1])
+        onset, end = int(vx[m]), int(vx[-1])
         t0, t1 = float(g.train[m]), float(np.median(g.train[-n_now:]))
         train_change = 100.0 * (t1 - t0) / abs(t0) if t0 else None
-        epoch, epoch_now = _epoch_at(run, onset), _epoch_at(run, end)
-        last, prev = self._growths(g)
+        epoch, epoch_now = _epoch_at(ev, onset), _epoch_at(ev, end)
+        # Still accelerating: an episode reaching the last window, or the 1.5x rule met at the
+        # last val point (with the same noise floor as the episodes).
         accelerating = bool(
             any(f.end_step is not None and f.end_step >= end - g.window for f in accel)
-            or (
-                np.isfinite(last[-1])
-                and last[-1] > self.params.accel_ratio * max(prev[-1], 0.0)
-                and last[-1] > self.params.noise_k * g.noise
-            )
+            or g.accelerating[-1]
         )
-        critical = epoch_now is not None and epoch_now >= self.params.critical_epoch and accelerating
+        critical = (
+            epoch_now is not None and epoch_now >= self.params.critical_epoch and accelerating
+        )
         ep_txt = f" (epoch {epoch})" if epoch is not None else ""
+        if train_change is not None:
+            summary = (
+                f"Val loss turned up at step {onset}{ep_txt}, from {float(vy[m]):.4g} to "
+                f"{val_now:.4g}, while the train loss kept falling ({train_change:+.1f}%)"
+                + ("; the gap is still accelerating." if accelerating else ".")
+            )
+        else:
+            summary = (
+                f"Val loss turned up at step {onset}{ep_txt} while the train loss kept falling."
+            )
         return [
             Finding(
                 kind=FindingKind.OVERFITTING,
                 severity=Severity.CRITICAL if critical else Severity.WARNING,
                 metric=VAL_LOSS,
                 start_step=onset,
-                peak_step=int(g.vx[m + int(np.argmax(g.vy[m:]))]),
+                peak_step=int(vx[m + int(np.argmax(vy[m:]))]),
                 end_step=end,
                 measures={
-                    "val_min": float(g.vy[m]),
+                    "val_min": float(vy[m]),
                     "val_now": val_now,
-                    "val_rise": val_now - float(g.vy[m]),
+                    "val_rise": val_now - float(vy[m]),
                     "train_change_pct": train_change,
                     "gap_at_onset": float(g.gap[m]),
                     "gap_now": float(np.median(g.gap[-n_now:])),
@@ -313,33 +300,31 @@ class TrainValDetector:
                     "gap_accelerating": accelerating,
                     "val_noise": g.noise,
                 },
-                summary=(
-                    f"Val loss turned up at step {onset}{ep_txt}, from {float(g.vy[m]):.4g} to {val_now:.4g}, "
-                    f"while the train loss kept falling ({train_change:+.1f}%)"
-                    + ("; the gap is still accelerating." if accelerating else ".")
-                    if train_change is not None
-                    else f"Val loss turned up at step {onset}{ep_txt} while the train loss kept falling."
-                ),
+                judged_against={
+                    "rise_floor": rise_floor,
+                    "noise": g.noise,
+                    "critical_epoch": self.params.critical_epoch,
+                },
+                summary=summary,
             )
         ]
 
     # -- val shift -------------------------------------------------------------------
     def _val_shift(self, g: Gap) -> list[Finding]:
-        vx, vy = g.vx.astype(float), g.vy
-        if len(vy) > 400:  # the pair search is quadratic: work on bin medians
-            vx, vy = bin_median(vx, vy, max_bins=400)
-            train = align(g.tx, g.ty, vx, g.interval)
-            g = Gap(vx, vy, train, vy - train, g.tx, g.ty, g.interval, g.window, g.noise)
+        g = g.binned(400)  # the pair search is quadratic: long logs work on bin medians
+        vx, vy = g.steps.astype(float), g.val
         n = len(vy)
         side = 3
         if n < 2 * side:
             return []
         # Levels are medians over up to two shift windows on each side (less on short logs).
         look = min(2.0 * self.params.shift_window, max(0.25 * float(np.ptp(vx)), 3 * g.interval))
-        pre = np.array([np.median(vy[(vx >= vx[i] - look) & (vx <= vx[i])]) for i in range(n)])
-        post = np.array([np.median(vy[(vx >= vx[j]) & (vx <= vx[j] + look)]) for j in range(n)])
-        npre = np.array([((vx >= vx[i] - look) & (vx <= vx[i])).sum() for i in range(n)])
-        npost = np.array([((vx >= vx[j]) & (vx <= vx[j] + look)).sum() for j in range(n)])
+        pre_sel = [(vx >= vx[i] - look) & (vx <= vx[i]) for i in range(n)]
+        post_sel = [(vx >= vx[j]) & (vx <= vx[j] + look) for j in range(n)]
+        pre = np.array([np.median(vy[s]) for s in pre_sel])
+        post = np.array([np.median(vy[s]) for s in post_sel])
+        npre = np.array([s.sum() for s in pre_sel])
+        npost = np.array([s.sum() for s in post_sel])
         ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         ok = (
             (jj > ii)
@@ -356,15 +341,14 @@ class TrainValDetector:
         jump = np.where(ok, post[jj] - pre[ii], 0.0)
         order = np.argsort(-np.abs(jump), axis=None)
         for flat in order[:20]:  # the biggest candidate shifts only
-            i, j = np.unravel_index(flat, jump.shape)
-            J = float(jump[i, j])
-            if (
-                not ok[i, j]
-                or abs(J) <= self.params.shift_noise_k * g.noise
-                or abs(J) <= self.params.min_rel_shift * abs(pre[i])
-            ):
+            i, j = (int(k) for k in np.unravel_index(flat, jump.shape))
+            J, before = float(jump[i, j]), float(pre[i])
+            floor = max(
+                self.params.shift_noise_k * g.noise, self.params.min_rel_shift * abs(before)
+            )
+            if not ok[i, j] or abs(J) <= floor:
                 break  # sorted: nothing further can pass
-            f = self._shift_finding(g, int(i), int(j), J, float(pre[i]), float(post[j]), look)
+            f = self._shift_finding(g, i, j, J, before, float(post[j]), look)
             if f is not None:
                 return [f]
         return []
@@ -372,19 +356,20 @@ class TrainValDetector:
     def _shift_finding(
         self, g: Gap, i: int, j: int, J: float, before: float, after: float, look: float
     ) -> Finding | None:
-        vx = g.vx
+        vx = g.steps
         pre_sel = (vx >= vx[i] - look) & (vx <= vx[i])
         post_sel = (vx >= vx[j]) & (vx <= vx[j] + look)
         for sel in (pre_sel, post_sel):
-            s = theil_sen(vx[sel], g.vy[sel])
+            s = theil_sen(vx[sel], g.val[sel])
             if s is None or abs(s.slope * float(np.ptp(vx[sel]))) > 0.5 * abs(J):
                 return None  # a trend, not a level change
         t_before, t_after = float(np.median(g.train[pre_sel])), float(np.median(g.train[post_sel]))
         train_change = t_after - t_before
-        tsel = (g.tx >= vx[i] - look) & (g.tx <= vx[j] + look)
-        ts = theil_sen(g.tx[tsel], g.ty[tsel]) if tsel.sum() >= 3 else None
+        tx, ty = g.train_steps, g.train_values
+        tsel = (tx >= vx[i] - look) & (tx <= vx[j] + look)
+        ts = theil_sen(tx[tsel], ty[tsel]) if tsel.sum() >= 3 else None
         if abs(train_change) > 0.5 * abs(J) or (
-            ts is not None and abs(ts.slope * float(np.ptp(g.tx[tsel]))) > 0.5 * abs(J)
+            ts is not None and abs(ts.slope * float(np.ptp(tx[tsel]))) > 0.5 * abs(J)
         ):
             return None  # train moved too: not a val-only shift
         gs = theil_sen(vx[post_sel], g.gap[post_sel])
@@ -392,7 +377,7 @@ class TrainValDetector:
         if gs is not None and abs(gs.slope * float(np.ptp(vx[post_sel]))) > 0.5 * abs(J):
             return None  # the gap keeps widening after the jump: overfitting, not a new val set
         word = "rose" if J > 0 else "fell"
-        i, j = _pin_ramp(vx.astype(float), np.sign(J) * (g.vy - before) / abs(J), i, j)
+        i, j = _pin_ramp(vx.astype(float), np.sign(J) * (g.val - before) / abs(J), i, j)
         return Finding(
             kind=FindingKind.VAL_SHIFT,
             severity=Severity.WARNING,
@@ -410,19 +395,27 @@ class TrainValDetector:
                 "gap_slope_after_per_1k": gap_slope,
                 "val_noise": g.noise,
             },
+            judged_against={
+                "shift_floor": max(
+                    self.params.shift_noise_k * g.noise, self.params.min_rel_shift * abs(before)
+                ),
+                "noise": g.noise,
+                "shift_window": self.params.shift_window,
+            },
             summary=(
-                f"Val loss {word} from {before:.4g} to {after:.4g} between steps {int(vx[i])} and {int(vx[j])} "
-                f"and then held, while train moved only {train_change:+.3g}; check whether the validation set changed."
+                f"Val loss {word} from {before:.4g} to {after:.4g} between steps {int(vx[i])} "
+                f"and {int(vx[j])} and then held, while train moved only {train_change:+.3g}; "
+                "check whether the validation set changed."
             ),
         )
 
 
-def _epoch_at(run: Run, step: int) -> int | None:
+def _epoch_at(ev: Evidence, step: int) -> int | None:
     """1-based epoch at a step, from the run's epoch series (HF floats or Lightning integers)."""
-    ex, ey = arrays(run, EPOCH)
-    if len(ex) == 0:
+    e_series = ev.series(EPOCH)
+    if e_series.empty:
         return None
-    e = float(np.interp(step, ex, ey))
+    e = float(np.interp(step, e_series.steps, e_series.values))
     return int(np.floor(e + 1e-9)) + 1
 
 
@@ -446,13 +439,3 @@ def _pin_ramp(x: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:
     below = np.flatnonzero(zone & (z < 0.5))
     k0 = int(below[-1]) if len(below) else i
     return k0, min(len(z) - 1, k0 + 1)
-
-
-def _local_noise(vy: np.ndarray, gap: np.ndarray, half: int = 12) -> np.ndarray:
-    """Robust noise of the val loss and the gap around each val point (``half`` points each side)."""
-    n = len(vy)
-    out = np.zeros(n)
-    for i in range(n):  # a few hundred val points at most: a loop is clear and cheap here
-        lo, hi = max(0, i - half), min(n, i + half + 1)
-        out[i] = max(robust_sigma(vy[lo:hi]), robust_sigma(gap[lo:hi]))
-    return out

@@ -24,12 +24,14 @@ import numpy as np
 from forensics.params import Params
 
 if TYPE_CHECKING:
+    from forensics.detectors.drift import DriftResult
     from forensics.evidence.baseline import Baseline
     from forensics.evidence.checkpoints import Checkpoints
     from forensics.evidence.gap import Gap
     from forensics.evidence.schedule import Schedule
-    from forensics.evidence.spike_context import Kink, ScaleCascade
+    from forensics.evidence.spike_context import Kink, Period, ScaleCascade
     from forensics.evidence.spikes import Spike
+    from forensics.evidence.trend_utils import LayerMatrix
     from forensics.run import Run
 
 
@@ -86,6 +88,8 @@ class Evidence:
         self.params = params or Params()
         self._series: dict[tuple[str, int | None], Series] = {}
         self._spikes: dict[str, list[Spike]] = {}
+        self._layer_matrix: dict[str, LayerMatrix] = {}
+        self._logged: dict[tuple[str, int | None], Series] = {}
 
     # -- aligned arrays ----------------------------------------------------------------------
     def series(self, metric: str, layer: int | None = None) -> Series:
@@ -103,8 +107,43 @@ class Evidence:
             self._series[key] = out
         return self._series[key]
 
+    def logged(self, metric: str, layer: int | None = None) -> Series:
+        """Every logged point of one series, NaN and Inf included (they are evidence), sorted
+        by step (cached). For where a value was logged, not for statistics."""
+        key = (metric, layer)
+        if key not in self._logged:
+            s = self.run.series(metric, layer)
+            self._logged[key] = Series(
+                s.get_column("step").to_numpy().astype(np.int64),
+                s.get_column("value").to_numpy().astype(float),
+            )
+        return self._logged[key]
+
     def has(self, metric: str) -> bool:
         return self.run.has(metric)
+
+    def layer_matrix(self, metric: str) -> LayerMatrix:
+        """A per-layer series as a steps x layers matrix (NaN where missing), cached."""
+        if metric not in self._layer_matrix:
+            from forensics.evidence.trend_utils import layer_matrix
+
+            self._layer_matrix[metric] = layer_matrix(self.run, metric)
+        return self._layer_matrix[metric]
+
+    @cached_property
+    def param_norm_total(self) -> tuple[Series, str]:
+        """The total param norm (logged, or rebuilt from per-layer norms) and its source."""
+        from forensics.evidence.baseline import total_param_norm
+
+        return total_param_norm(self)
+
+    def using(self, name: str, params: Any) -> Evidence:
+        """This evidence when ``params`` are detector ``name``'s configured parameters, else
+        evidence of the same run built with them (a detector made with other parameters than
+        the evidence's reads numbers computed with its own)."""
+        if self.params[name] == params:
+            return self
+        return Evidence(self.run, Params({**self.params.by_detector, name: params}))
 
     # -- LR schedule -------------------------------------------------------------------------
     @cached_property
@@ -130,16 +169,18 @@ class Evidence:
     def lr_kinks(self) -> list[Kink]:
         """Non-smooth points of the LR schedule (warm-up end, restarts, drops)."""
         from forensics.evidence.spike_context import lr_kinks
+        from forensics.schema import LR
 
-        return lr_kinks(self.run)
+        return lr_kinks(self.series(LR))
 
     @cached_property
     def level_barriers(self) -> list[int]:
         """Steps where the loss level may jump for its own reasons (epochs, LR restarts/drops)."""
         from forensics.evidence.spike_context import epoch_boundaries
+        from forensics.schema import EPOCH
 
         kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
-        return sorted(set(epoch_boundaries(self.run)) | set(kinks))
+        return sorted(set(epoch_boundaries(self.series(EPOCH))) | set(kinks))
 
     # -- baselines and bands -----------------------------------------------------------------
     @cached_property
@@ -164,6 +205,14 @@ class Evidence:
             return None
         return Band(base, p.ratio_limit)
 
+    @cached_property
+    def drift(self) -> DriftResult | None:
+        """The grad-norm drift analysis (judged against :attr:`grad_norm_band`), shared by the
+        drift and eval-regression detectors; None when the run cannot support it."""
+        from forensics.detectors.drift import analyze_drift
+
+        return analyze_drift(self)
+
     @property
     def activation_limit(self) -> float:
         """The absolute activation past which a layer is the suspect (configured; 1e4)."""
@@ -173,7 +222,7 @@ class Evidence:
     def spikes(self, metric: str) -> list[Spike]:
         """The spikes of one series with their shapes, found with the configured spike
         parameters (computed once; the spike, periodicity and loss-scale detectors share them).
-        The list is shared: callers must not mutate the spikes' measures."""
+        The spikes are read-only; do not change the list."""
         if metric not in self._spikes:
             from forensics.evidence.spikes import find_spikes
 
@@ -182,23 +231,31 @@ class Evidence:
 
     @cached_property
     def scale_cascades(self) -> list[ScaleCascade]:
+        """Groups of loss-scale halvings with no growth between them (configured gap)."""
         from forensics.evidence.spike_context import scale_cascades
+        from forensics.schema import LOSS_SCALE, OVERFLOW
 
-        return scale_cascades(self.run, cascade_gap=self.params["loss_scale"].cascade_gap)
+        return scale_cascades(
+            self.series(LOSS_SCALE),
+            self.series(OVERFLOW),
+            cascade_gap=self.params["loss_scale"].cascade_gap,
+        )
 
     @cached_property
     def drop_windows(self) -> np.ndarray:
         """Where the loss scale fell, as ``(lo, hi]`` step windows."""
         from forensics.evidence.spike_context import drop_windows
+        from forensics.schema import LOSS_SCALE, OVERFLOW
 
-        return drop_windows(self.run)
+        return drop_windows(self.series(LOSS_SCALE), self.series(OVERFLOW))
 
     @cached_property
-    def revealed_periods(self) -> dict[str, float]:
-        """Periods the log shows (epoch, eval, checkpoint, LR restart intervals)."""
+    def revealed_periods(self) -> dict[str, Period]:
+        """Periods the log shows (epoch, eval, checkpoint, LR restart intervals), each with
+        where its grid starts."""
         from forensics.evidence.spike_context import revealed_periods
 
-        return revealed_periods(self.run)
+        return revealed_periods(self)
 
     # -- train / val -------------------------------------------------------------------------
     @cached_property

@@ -4,17 +4,25 @@ The article records the grad norm's rolling level over the first 500 steps after
 warns at 2x / 3x of it. We take the median (robust to the odd spike) over the first
 ``window`` steps after the LR warm-up; when the log starts mid-training, the first window of
 the log; when the log is short, a window that shrinks with the number of logged points.
+
+These are the only baselines: :class:`forensics.evidence.Evidence` builds its grad-norm and
+param-norm bands from them with the configured windows, and the detectors and the charts read
+those bands. :func:`warmup_end` is the only warm-up end (``Evidence.warmup_end``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from forensics.run import Run
-from forensics.schema import GRAD_NORM, LR
+from forensics.schema import GRAD_NORM, LR, PARAM_NORM, PARAM_NORM_LAYER
+
+if TYPE_CHECKING:
+    from forensics.evidence import Evidence, Series
 
 
 @dataclass(frozen=True)
@@ -27,24 +35,32 @@ class Baseline:
 
 
 def warmup_end(run: Run) -> int | None:
-    """The step where the LR first reaches (about) its peak, if the log has an LR series that rises first."""
+    """The step where the LR warm-up ends: where the LR first reaches (about) its early peak,
+    when the log has an LR series that rises first. Read it as ``Evidence.warmup_end`` (computed
+    once per run; the LR schedule's warm-up segment ends there)."""
     lr = run.series(LR)
     if lr.height < 3:
         return None
-    v = lr.get_column("value").to_numpy()
+    v = lr.get_column("value").to_numpy().astype(float)
     s = lr.get_column("step").to_numpy()
     finite = np.isfinite(v)
     if not finite.any():
         return None
-    peak = np.nanmax(v[finite])
+    v, s = v[finite], s[finite]
+    # A warm-up comes early: its peak is the highest LR of the first quarter of the log. An LR
+    # raised later (a scheduler bug, a restart) is not part of it.
+    early = s <= s[0] + 0.25 * (s[-1] - s[0])
+    peak = float(np.max(v[early]))
     if peak <= 0:
         return None
     first_peak = int(np.argmax(v >= 0.98 * peak))
     if first_peak == 0 or v[0] >= 0.9 * peak:
         return None  # no warm-up visible
-    # A warm-up comes early: an LR raised late in the run (or a schedule peaking at its end)
-    # is not one, and would otherwise put the baseline at the end of the log.
-    if s[first_peak] > s[0] + 0.25 * (s[-1] - s[0]):
+    # The LR must stop rising there: one that keeps climbing (a schedule peaking at the end of
+    # the log, a warm-up longer than the log) has no warm-up end in it.
+    reach = max(int(s[first_peak] - s[0]), int(0.05 * (s[-1] - s[0])))
+    after = (s > s[first_peak]) & (s <= s[first_peak] + reach)
+    if (v[after] > 1.02 * peak).any():
         return None
     return int(s[first_peak])
 
@@ -83,21 +99,25 @@ def series_baseline(
         start_step=int(chosen_steps[0]),
         end_step=int(chosen_steps[-1]),
         n_points=int(sel.sum()),
-        how=f"median of {int(sel.sum())} points, steps {int(chosen_steps[0])}-{int(chosen_steps[-1])}",
+        how=(
+            f"median of {int(sel.sum())} points, "
+            f"steps {int(chosen_steps[0])}-{int(chosen_steps[-1])}"
+        ),
     )
 
 
-def grad_norm_baseline(run: Run, *, window: int = 500) -> Baseline | None:
-    """The grad-norm baseline: median over the first ``window`` steps after the LR warm-up."""
-    g = run.series(GRAD_NORM)
-    if g.is_empty():
+def grad_norm_baseline(ev: Evidence, *, window: int = 500) -> Baseline | None:
+    """The grad-norm baseline: median over the first ``window`` steps after the LR warm-up
+    (``ev.warmup_end``). Read it as ``Evidence.grad_norm_band``."""
+    g = ev.logged(GRAD_NORM)  # every logged step: a log ending in NaN is that long
+    if g.empty:
         return None
-    start = warmup_end(run)
-    steps = g.get_column("step").to_numpy()
+    start = ev.warmup_end
+    steps = g.steps
     # Short logs: at most a fifth of the log, so a drift later on does not leak into its own
     # baseline (the drift detector and the report's 2x/3x bands both read this one value).
     window = min(window, max(10, int(steps[-1] - steps[0]) // 5))
-    values = g.get_column("value").to_numpy().astype(float)
+    values = g.values
     how = " (after the LR warm-up)"
     if start is None and int(steps[0]) <= window:
         # No warm-up in the log (LR not logged, or constant) but the log starts with training:
@@ -111,6 +131,41 @@ def grad_norm_baseline(run: Run, *, window: int = 500) -> Baseline | None:
     if b is not None and start is not None:
         b = Baseline(b.value, b.start_step, b.end_step, b.n_points, b.how + how)
     return b
+
+
+def total_param_norm(ev: Evidence) -> tuple[Series, str]:
+    """The param-norm series, or one rebuilt from per-layer norms (the root of their sum of
+    squares, at the steps where every layer was logged), with its source metric. Read it as
+    ``Evidence.param_norm_total``."""
+    from forensics.evidence import Series
+
+    s = ev.series(PARAM_NORM)
+    if len(s):
+        return s, PARAM_NORM
+    layers = ev.run.layers(PARAM_NORM_LAYER)
+    if not layers:
+        return s, PARAM_NORM
+    v = ev.run.view().filter(pl.col("metric") == PARAM_NORM_LAYER)
+    tot = (
+        v.group_by("step")
+        .agg((pl.col("value") ** 2).sum().sqrt().alias("v"), pl.col("layer").n_unique().alias("n"))
+        .filter(pl.col("n") == len(layers))
+        .sort("step")
+    )
+    x = tot.get_column("step").to_numpy().astype(np.int64)
+    y = tot.get_column("v").to_numpy().astype(float)
+    ok = np.isfinite(y)
+    return Series(x[ok], y[ok]), PARAM_NORM_LAYER
+
+
+def param_norm_baseline(ev: Evidence, *, window: int = 500) -> Baseline | None:
+    """The param-norm baseline: median over the first ``window`` steps after the LR warm-up
+    (of the total param norm, logged or rebuilt); None without a positive one."""
+    s, _ = ev.param_norm_total
+    if s.empty:
+        return None
+    b = series_baseline(s.steps, s.values, start=ev.warmup_end, window=window)
+    return b if b is not None and b.value > 0 else None
 
 
 def settle_step(steps: np.ndarray, values: np.ndarray, *, tolerance: float = 1.25) -> int | None:
@@ -134,7 +189,3 @@ def settle_step(steps: np.ndarray, values: np.ndarray, *, tolerance: float = 1.2
     if len(inside) == 0 or inside[0] == 0:
         return None
     return int(steps[inside[0]])
-
-
-def as_arrays(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    return frame.get_column("step").to_numpy(), frame.get_column("value").to_numpy().astype(float)

@@ -20,7 +20,7 @@ its onset). Where fewer than ``min_side`` points precede, the point must also st
 median of the following points (two-sided), which lets a spike at the second line of a log
 be found without calling the first, falling points of training spikes. The first point of a
 log is never scored: nothing says whether it is a spike or the start. The same two-sided rule
-holds through the start of training (the LR warm-up, see ``spikes.start_zone``) when the
+holds through the start of training (the LR warm-up, see ``evidence.spikes.start_zone``) when the
 step numbers show the log begins there: a grad norm that climbs steeply while the LR warms up
 is above its past but not above its future, and a climb is not a spike.
 
@@ -28,8 +28,9 @@ Subtracting the rolling median removes the trend for detection (within ``window`
 trend moves the level less than the noise, except at the very start where the median lags
 *above* a falling loss). The shape measures (spike_shape) use an extrapolated trend instead.
 
-Noise: 1.4826 x the rolling MAD of detrended first differences / sqrt(2), floored by the
-printing resolution of the log (a value printed with two decimals cannot be known better).
+Noise: ``MAD_TO_SIGMA`` (1.4826) x the rolling MAD of detrended first differences / sqrt(2),
+floored by the printing resolution of the log (a value printed with two decimals cannot be
+known better).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-MAD_TO_SIGMA = 1.4826
+MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
 
 SCORE_SCHEMA = {
     "step": pl.Int64,
@@ -66,7 +67,7 @@ def median_interval(steps: np.ndarray) -> float:
 
 
 def resolution(values: np.ndarray) -> float:
-    """Smallest step between distinct printed values: the log's numeric resolution (0 if unknown)."""
+    """Smallest step between distinct printed values: the log's resolution (0 if unknown)."""
     u = np.unique(values[np.isfinite(values)])
     if len(u) < 3:
         return 0.0
@@ -109,14 +110,15 @@ def noise_scale(y: np.ndarray, window: int) -> np.ndarray:
 
 
 def score(
-    frame: pl.DataFrame,
+    steps: np.ndarray,
+    values: np.ndarray,
     *,
     window: int = 20,
     min_side: int = 3,
     sigma_floor: float = 0.005,
     confirm_until: float | None = None,
 ) -> pl.DataFrame:
-    """Robust spike score of one series (columns ``step``, ``value``) -> :data:`SCORE_SCHEMA`.
+    """Robust spike score of one series (steps in order) -> :data:`SCORE_SCHEMA`.
 
     Non-finite values are left out (the NaN detector reports them); the score has one row per
     finite point. ``sigma_floor`` is the smallest noise scale, relative (log units) for
@@ -124,10 +126,8 @@ def score(
     ``confirm_until`` must stand above the following points too (two-sided): at the start of
     training a grad norm may climb steeply for a while, and a climb is not a spike.
     """
-    if frame.is_empty():
-        return empty_score()
-    steps = frame.get_column("step").to_numpy()
-    values = frame.get_column("value").to_numpy().astype(float)
+    steps = np.asarray(steps)
+    values = np.asarray(values, dtype=float)
     ok = np.isfinite(values)
     steps, values = steps[ok], values[ok]
     n = len(values)

@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from forensics.evidence.robust import median_interval
-from forensics.run import Run
-from forensics.schema import EPOCH, EVAL_PREFIX, LOSS_SCALE, LR, OVERFLOW, VAL_LOSS
+from forensics.schema import EPOCH, EVAL_PREFIX, VAL_LOSS
 
-
-def finite_arrays(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    s = run.series(metric)
-    if s.is_empty():
-        return np.array([], dtype=np.int64), np.array([], dtype=float)
-    t = s.get_column("step").to_numpy()
-    v = s.get_column("value").to_numpy().astype(float)
-    ok = np.isfinite(v)
-    return t[ok], v[ok]
+if TYPE_CHECKING:
+    from forensics.evidence import Evidence, Series
 
 
 # -- LR schedule ---------------------------------------------------------------------------
@@ -36,8 +29,8 @@ class Kink:
     strength: float  # slope change x run length / peak LR (dimensionless)
 
 
-def lr_kinks(run: Run, *, min_strength: float = 3.0, span_frac: float = 0.01) -> list[Kink]:
-    """Non-smooth points of the LR schedule.
+def lr_kinks(lr: Series, *, min_strength: float = 3.0, span_frac: float = 0.01) -> list[Kink]:
+    """Non-smooth points of the LR schedule (``lr``: the finite LR series).
 
     Slopes before and after each point are taken over a span of about ``span_frac`` of the
     run (at least 3 points) so that an LR printed with three digits does not look like a kink
@@ -45,7 +38,7 @@ def lr_kinks(run: Run, *, min_strength: float = 3.0, span_frac: float = 0.01) ->
     a whole cosine schedule changes slope by at most pi/2 on that scale, a warm-up of 5% of
     the run ending gives 20.
     """
-    t, v = finite_arrays(run, LR)
+    t, v = lr.steps, lr.values
     if len(t) < 5:
         return []
     peak = float(np.max(np.abs(v)))
@@ -100,17 +93,16 @@ class ScaleCascade:
     source: str  # loss_scale | overflow
 
 
-def scale_cascades(run: Run, *, cascade_gap: int = 50) -> list[ScaleCascade]:
+def scale_cascades(scale: Series, overflow: Series, *, cascade_gap: int) -> list[ScaleCascade]:
     """Groups of loss-scale halvings with no growth in between, each within ``cascade_gap`` steps.
 
     From the ``loss_scale`` series when logged (from/to known; a drop between two logged
     points counts log2(from/to) halvings), else from ``overflow`` steps (one halving each).
     A scale series logged only at overflow steps (DeepSpeed's "reducing to" lines) counts one
-    halving per logged point.
+    halving per logged point. ``scale`` and ``overflow`` are the finite series (may be empty).
     """
-    t, v = finite_arrays(run, LOSS_SCALE)
-    ot, ov = finite_arrays(run, OVERFLOW)
-    over_steps = ot[ov > 0]
+    t, v = scale.steps, scale.values
+    over_steps = overflow.steps[overflow.values > 0]
     out: list[ScaleCascade] = []
     if len(t) and len(over_steps) and np.all(v > 0) and np.isin(t, over_steps).all():
         # DeepSpeed logs the scale only when it reduces it ("reducing to Y"): each logged point
@@ -172,15 +164,14 @@ def scale_cascades(run: Run, *, cascade_gap: int = 50) -> list[ScaleCascade]:
     return out
 
 
-def drop_windows(run: Run) -> np.ndarray:
+def drop_windows(scale: Series, overflow: Series) -> np.ndarray:
     """Where the loss scale fell, as step windows ``(lo, hi]`` (shape (n, 2)).
 
     A drop seen between two logged points happened somewhere after the first and at or before
     the second; an overflow line names its step exactly.
     """
-    t, v = finite_arrays(run, LOSS_SCALE)
-    ot, ov = finite_arrays(run, OVERFLOW)
-    exact = ot[ov > 0]
+    t, v = scale.steps, scale.values
+    exact = overflow.steps[overflow.values > 0]
     parts = [np.column_stack([exact - 1, exact])]
     if len(t) >= 2:
         fell = np.flatnonzero(v[1:] < v[:-1]) + 1
@@ -195,86 +186,50 @@ def overlaps(windows: np.ndarray, lo: float, hi: float) -> bool:
     return bool(np.any((windows[:, 0] < hi) & (windows[:, 1] > lo)))
 
 
-def epoch_boundaries(run: Run) -> list[int]:
-    """Steps at which a new epoch began, from the ``epoch`` series."""
-    t, e = finite_arrays(run, EPOCH)
+def epoch_boundaries(epoch: Series) -> list[int]:
+    """Steps at which a new epoch began, from the (finite) ``epoch`` series."""
+    t, e = epoch.steps, epoch.values
     if len(t) < 2:
         return []
     whole = np.floor(e + 1e-6)
     return [int(x) for x in t[1:][whole[1:] > whole[:-1]]]
 
 
-def level_barriers(run: Run) -> list[int]:
-    """Steps where the loss level may jump for reasons of its own (epoch starts, LR restarts
-    and drops): a post-spike plateau is not measured across them."""
-    kinks = [k.step for k in lr_kinks(run) if k.kind in ("restart", "drop")]
-    return sorted(set(epoch_boundaries(run)) | set(kinks))
-
-
-def series_interval(run: Run, metric: str) -> float:
-    t, _ = finite_arrays(run, metric)
-    return median_interval(t)
-
-
 # -- periods the log reveals ------------------------------------------------------------------
-_CKPT_KEYS = (
-    "save_steps",
-    "save_interval",
-    "checkpoint_interval",
-    "ckpt_interval",
-    "checkpointing_steps",
-    "save_every",
-    "checkpoint_every",
-    "save_every_n_steps",
-    "every_n_train_steps",
-    "save_freq",
-)
+@dataclass(frozen=True)
+class Period:
+    """A period (in steps) the log itself shows, and where its grid starts."""
+
+    steps: float
+    origin: float  # the first epoch start, the first eval, the first LR restart; 0 for saves
 
 
-def revealed_periods(run: Run) -> dict[str, float]:
-    """Periods (in steps) the log itself shows: epoch length, eval interval, checkpoint interval,
-    LR-restart interval. Only those the run reveals are returned."""
-    out: dict[str, float] = {}
-    t, e = finite_arrays(run, EPOCH)
+def revealed_periods(ev: Evidence) -> dict[str, Period]:
+    """Periods the log itself shows: epoch length, eval interval, checkpoint interval (as the
+    run's config states it, :attr:`Evidence.checkpoints`), LR-restart interval. Only those the
+    run reveals are returned."""
+    out: dict[str, Period] = {}
+    epoch = ev.series(EPOCH)
+    t, e = epoch.steps, epoch.values
     if len(t) >= 2:
         de, dt = np.diff(e), np.diff(t)
         ok = de > 0
         if ok.any():
             length = float(np.median(dt[ok] / de[ok]))
-            if (
-                length > 0 and (e[-1] - e[0]) >= 1.0
-            ):  # an epoch length the log has actually lived through
-                out["epoch"] = length
-    evals = [m for m in run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
+            # An epoch length the log has actually lived through.
+            if length > 0 and (e[-1] - e[0]) >= 1.0:
+                starts = epoch_boundaries(epoch)
+                out["epoch"] = Period(length, float(starts[0]) if starts else 0.0)
+    evals = [m for m in ev.run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
     for m in evals:
-        et, _ = finite_arrays(run, m)
+        et = ev.series(m).steps
         if len(et) >= 3:
-            out["eval_interval"] = median_interval(et)
+            out["eval_interval"] = Period(median_interval(et), float(et[0]))
             break
-    for key in _CKPT_KEYS:
-        val = run.config.get(key)
-        if isinstance(val, (int, float)) and not isinstance(val, bool) and val > 1:
-            out["checkpoint_interval"] = float(val)
-            break
-    restarts = [k.step for k in lr_kinks(run) if k.kind == "restart"]
+    every = ev.checkpoints.interval
+    if every is not None and every > 1:
+        out["checkpoint_interval"] = Period(float(every), 0.0)  # saved at multiples of it
+    restarts = [k.step for k in ev.lr_kinks if k.kind == "restart"]
     if len(restarts) >= 2:
-        out["lr_restart"] = float(np.median(np.diff(restarts)))
+        out["lr_restart"] = Period(float(np.median(np.diff(restarts))), float(restarts[0]))
     return out
-
-
-def period_origin(run: Run, name: str) -> float:
-    """Where the grid of a revealed period starts: the first epoch start, the first eval, the
-    first LR restart; checkpoints are saved at multiples of their interval (origin 0)."""
-    if name == "epoch":
-        eb = epoch_boundaries(run)
-        return float(eb[0]) if eb else 0.0
-    if name == "eval_interval":
-        for m in run.metrics():
-            if m == VAL_LOSS or m.startswith(EVAL_PREFIX):
-                et, _ = finite_arrays(run, m)
-                if len(et):
-                    return float(et[0])
-    if name == "lr_restart":
-        r = [k.step for k in lr_kinks(run) if k.kind == "restart"]
-        return float(r[0]) if r else 0.0
-    return 0.0

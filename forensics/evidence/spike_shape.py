@@ -16,27 +16,46 @@ judged: a level cannot be extrapolated.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
 from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen
-
-PHYSIOLOGICAL = "physiological"
-PATHOLOGICAL = "pathological"
-BENEFICIAL = "beneficial"
-UNRESOLVED = "unresolved"
+from forensics.params import SpikesParams
 
 
-@dataclass(frozen=True)
+class SpikeClass(StrEnum):
+    """What a spike's shape says (article 4.3); the values are the findings' ``classification``."""
+
+    PHYSIOLOGICAL = "physiological"  # back on its trend within the recovery limit
+    PATHOLOGICAL = "pathological"  # back too late, settled higher, or never back
+    BENEFICIAL = "beneficial"  # settled clearly below its earlier trend
+    UNRESOLVED = "unresolved"  # still up when the log ends, before the recovery limit
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShapeParams:
-    trend_window: int = 500  # steps before the onset used for the trend
+    """How a spike's shape is measured. The configurable numbers come from
+    :class:`~forensics.params.SpikesParams` (:meth:`of`); the rest are fixed here."""
+
+    trend_window: int  # steps before the onset used for the trend
+    band_k: float  # recovery band half-width in robust sigmas
+    recover_steps: int  # article 4.3: not back after ~500 steps = pathological
+    plateau_window: int  # steps after recovery where the steady level is measured
+    plateau_tol: float  # relative shift that counts as "settled clearly higher/lower"
     trend_max_points: int = 300  # cap on points (Theil-Sen is quadratic)
     min_trend_points: int = 5
-    band_k: float = 3.0  # recovery band half-width in robust sigmas
-    recover_steps: int = 500  # article 4.3: not back after ~500 steps = pathological
-    plateau_window: int = 500  # steps after recovery where the steady level is measured
-    plateau_tol: float = 0.05  # relative shift that counts as "settled clearly higher/lower"
     smooth_points: int = 3  # recovery needs this many points' median back in the band
+
+    @classmethod
+    def of(cls, p: SpikesParams) -> ShapeParams:
+        return cls(
+            trend_window=p.trend_window,
+            band_k=p.band_k,
+            recover_steps=p.recover_steps,
+            plateau_window=p.plateau_window,
+            plateau_tol=p.plateau_tol,
+        )
 
 
 @dataclass(frozen=True)
@@ -51,19 +70,20 @@ class Trend:
     backtest_h: float = 1.0  # at that distance (x units)
 
     def at(self, steps: np.ndarray) -> np.ndarray:
-        return self.intercept + self.slope * _x(steps)
+        return self.intercept + self.slope * log_steps(steps)
 
     def uncertainty(self, steps: np.ndarray) -> np.ndarray:
         """How wrong the extrapolation may be at ``steps``, growing with the distance from the fit:
         the larger of the slope's 95% half-width and the backtest miss per unit of distance."""
-        dx = np.abs(_x(steps) - self.x_center)
+        dx = np.abs(log_steps(steps) - self.x_center)
         return np.maximum(self.slope_halfwidth, self.backtest_err / self.backtest_h) * dx
 
     def upper(self, steps: np.ndarray, k: float) -> np.ndarray:
         return self.at(steps) + k * self.sigma + self.uncertainty(steps)
 
 
-def _x(steps: np.ndarray | float) -> np.ndarray:
+def log_steps(steps: np.ndarray | float) -> np.ndarray:
+    """The trend's abscissa, log(step + 1): a power law in steps is a line against it."""
     return np.log1p(np.maximum(np.asarray(steps, dtype=float), 0.0))
 
 
@@ -82,7 +102,7 @@ def fit_trend(
     if len(sel) < p.min_trend_points and onset >= p.min_trend_points:
         sel = np.arange(onset - p.min_trend_points, onset)  # sparse logs: widen to the minimum
     if len(sel) >= p.min_trend_points:
-        xs, ys = _x(steps[sel]), y[sel]
+        xs, ys = log_steps(steps[sel]), y[sel]
         if np.ptp(xs) > 0:
             slope, intercept, low, high = theil_sen(xs, ys)
             resid = ys - (intercept + slope * xs)
@@ -212,13 +232,13 @@ def measure(
 
     log_left = int(steps[-1] - steps[peak])
     if not recovered:
-        cls = PATHOLOGICAL if log_left >= p.recover_steps else UNRESOLVED
+        cls = SpikeClass.PATHOLOGICAL if log_left >= p.recover_steps else SpikeClass.UNRESOLVED
     elif recovery_steps is not None and recovery_steps > p.recover_steps or clearly > 0:
-        cls = PATHOLOGICAL
+        cls = SpikeClass.PATHOLOGICAL
     elif clearly < 0:
-        cls = BENEFICIAL
+        cls = SpikeClass.BENEFICIAL
     else:
-        cls = PHYSIOLOGICAL
+        cls = SpikeClass.PHYSIOLOGICAL
 
     return {
         "width_steps": width_steps,

@@ -1,9 +1,14 @@
 """Shared helpers for the trend detectors: robust slopes, spike filtering, binning, onsets.
 
-Everything works on plain numpy arrays of steps and values. Long series are reduced to
-per-bin medians before a Theil-Sen fit: the estimator compares every pair of points, so
-twenty thousand raw points would cost hundreds of millions of pairs, while a few hundred
-bin medians keep the slope robust and the cost negligible.
+Everything works on plain numpy arrays of steps and values (the evidence layer hands them
+out, see :meth:`forensics.evidence.Evidence.series`). Long series are reduced to per-bin
+medians before a Theil-Sen fit: the estimator compares every pair of points, so twenty
+thousand raw points would cost hundreds of millions of pairs, while a few hundred bin medians
+keep the slope robust and the cost negligible.
+
+:func:`theil_sen` is the project's one Theil-Sen estimator (the spike shapes use it too, with
+their own confidence level); the MAD-to-sigma factor is
+:data:`forensics.evidence.robust.MAD_TO_SIGMA`.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from forensics.evidence.robust import MAD_TO_SIGMA
 from forensics.run import Run
 
-MAD_SCALE = 1.4826  # MAD -> standard deviation for normal noise
+MAD_SCALE = MAD_TO_SIGMA  # MAD -> standard deviation for normal noise (one constant)
 
 
 @dataclass(frozen=True)
@@ -40,15 +46,34 @@ class Slope:
         return self.slope * 1000.0
 
 
-def arrays(run: Run, metric: str, layer: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Steps and values of one canonical series, non-finite values dropped."""
-    s = run.series(metric, layer)
-    if s.is_empty():
-        return np.array([], dtype=np.int64), np.array([], dtype=float)
-    x = s.get_column("step").to_numpy().astype(np.int64)
-    y = s.get_column("value").to_numpy().astype(float)
-    ok = np.isfinite(y)
-    return x[ok], y[ok]
+@dataclass(frozen=True)
+class LayerMatrix:
+    """A per-layer series as a steps x layers matrix (NaN where a layer was not logged or
+    is not finite at a step); see :meth:`forensics.evidence.Evidence.layer_matrix`."""
+
+    steps: np.ndarray  # int64
+    layers: list[int]
+    values: np.ndarray  # float64, len(steps) x len(layers)
+
+    def complete(self) -> LayerMatrix:
+        """Only the steps where every layer has a finite value."""
+        ok = np.isfinite(self.values).all(axis=1)
+        return LayerMatrix(self.steps[ok], self.layers, self.values[ok])
+
+
+def layer_matrix(run: Run, metric: str) -> LayerMatrix:
+    """Steps x layers matrix of a per-layer series (the last value where a step repeats)."""
+    layers = run.layers(metric)
+    v = run.view().filter(pl.col("metric") == metric)
+    if not layers or v.is_empty():
+        return LayerMatrix(np.array([], dtype=np.int64), [], np.empty((0, 0)))
+    wide = (
+        v.select("step", "layer", "value")
+        .pivot(on="layer", index="step", values="value", aggregate_function="last")
+        .sort("step")
+    )
+    mat = wide.select([str(layer) for layer in layers]).to_numpy().astype(float)
+    return LayerMatrix(wide.get_column("step").to_numpy().astype(np.int64), layers, mat)
 
 
 def rolling_median(values: np.ndarray, window: int, *, center: bool = True) -> np.ndarray:
@@ -117,19 +142,61 @@ def bin_bounds(steps: np.ndarray, *, max_bins: int = 200) -> tuple[np.ndarray, n
     return steps[edges[:-1]], steps[edges[1:] - 1]
 
 
-def theil_sen(steps: np.ndarray, values: np.ndarray, *, max_points: int = 200) -> Slope | None:
-    """Robust slope with a 90% band; None with fewer than three distinct steps."""
-    from scipy.stats import theilslopes
+def theil_sen(
+    steps: np.ndarray,
+    values: np.ndarray,
+    *,
+    max_points: int | None = 200,
+    confidence: float = 0.90,
+) -> Slope | None:
+    """Robust slope with a ``confidence`` band (90% by default); None with fewer than three
+    distinct steps.
 
-    x, y = bin_median(np.asarray(steps, float), np.asarray(values, float), max_bins=max_points)
+    The median of the pairwise slopes (Sen 1968), intercept ``median(y) - slope median(x)``;
+    the band from the normal approximation of Kendall's S with Sen's tie corrections (eq. 2.6),
+    the same numbers as ``scipy.stats.theilslopes`` but in numpy, so callers do not pay for
+    importing scipy.stats. Series longer than ``max_points`` are reduced to bin medians first
+    (``None``: every point).
+    """
+    x = np.asarray(steps, float)
+    y = np.asarray(values, float)
+    if max_points is not None:
+        x, y = bin_median(x, y, max_bins=max_points)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if len(x) < 3 or np.ptp(x) == 0:
         return None
-    res = theilslopes(y, x, alpha=0.90)
-    return Slope(
-        float(res.slope), float(res.intercept), float(res.low_slope), float(res.high_slope), len(x)
-    )
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    pair = dx != 0
+    slopes = np.sort((y[j] - y[i])[pair] / dx[pair])
+    slope = float(np.median(slopes))
+    intercept = float(np.median(y) - slope * np.median(x))
+    n, nt = len(y), len(slopes)
+    sigsq = (n * (n - 1) * (2 * n + 5) - _tie_term(x) - _tie_term(y)) / 18.0
+    z = _normal_quantile(0.5 + confidence / 2.0)
+    if sigsq >= 0:
+        sigma = float(np.sqrt(sigsq))
+        hi = min(int(np.round((nt + z * sigma) / 2.0)), nt - 1)
+        lo = max(int(np.round((nt - z * sigma) / 2.0)) - 1, 0)
+        low, high = float(slopes[lo]), float(slopes[hi])
+    else:  # cannot happen for real data; scipy returns NaN here too
+        low = high = float("nan")
+    return Slope(slope, intercept, low, high, len(x))
+
+
+def _tie_term(v: np.ndarray) -> float:
+    """Sen's correction for tied values: sum of k(k-1)(2k+5) over groups of k equal values."""
+    _, counts = np.unique(v, return_counts=True)
+    k = counts[counts > 1].astype(float)
+    return float(np.sum(k * (k - 1) * (2 * k + 5)))
+
+
+def _normal_quantile(p: float) -> float:
+    """The standard normal quantile (exact to float precision, via the inverse error function)."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(p)
 
 
 def hinge_onset(
@@ -158,21 +225,6 @@ def hinge_onset(
         return None
     _, i, before, after = best
     return int(round(x[i])), before, after
-
-
-def warmup_start(run: Run, steps: np.ndarray) -> int | None:
-    """End of the LR warm-up (``baseline.warmup_end``) when it is plausible, else None.
-
-    The LR peak is only a warm-up end when it comes early: an LR that is ramped up late in
-    the run (or a schedule that peaks at the end) would otherwise put the "baseline" at the
-    very end of the log. Past the first quarter of the log the first window is used instead.
-    """
-    from forensics.evidence.baseline import warmup_end
-
-    w = warmup_end(run)
-    if w is None or len(steps) == 0:
-        return None
-    return w if w <= steps[0] + 0.25 * (steps[-1] - steps[0]) else None
 
 
 def level(values: np.ndarray) -> float:

@@ -1,8 +1,9 @@
 """Importers: find what a path holds, read it, and merge one job's sources into a Run.
 
-Each format lives in its own module exposing an object with ``NAME``, ``discover`` and
-``read`` (see :class:`forensics.importers.base.Importer`). :data:`REGISTRY` lists them in
-claiming order: specific formats first, generic fallbacks last, so a file is read once.
+Each format lives in its own module (or package) exposing ``IMPORTER``, an object with
+``NAME``, ``discover`` and ``read`` (see :class:`forensics.importers.base.Importer`).
+:data:`REGISTRY` maps each format name to its module, in claiming order: specific formats
+first, generic fallbacks last, so a file is read once.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
+from types import ModuleType
 
 import polars as pl
 
@@ -42,31 +44,28 @@ __all__ = [
     "read_run",
 ]
 
-# Module names under forensics.importers, in claiming order. Imported lazily.
-REGISTRY: list[str] = [
-    "tfevents",
-    "mlflow_store",
-    "neptune_parquet",
-    "wandb_run",
-    "hf_trainer_state",
-    "lightning_csv",
-    "wandb_csv",
-    "megatron_golden",
-    "jsonl",
-    "text_logs",
-]
+# Format name (a Source's ``importer``, a Run's ``format``) -> module under
+# forensics.importers, in claiming order. Imported lazily.
+REGISTRY: dict[str, str] = {
+    "tfevents": "tfevents",
+    "mlflow_store": "mlflow_store",
+    "neptune_parquet": "neptune_parquet",
+    "wandb_run": "wandb_run",
+    "hf_trainer_state": "hf_trainer_state",
+    "lightning_csv": "lightning_csv",
+    "wandb_csv": "wandb_csv",
+    "megatron_golden": "megatron_golden",
+    "jsonl": "jsonl",
+    "text_logs": "text",
+}
 
 _SKIP_DIRS = {"__pycache__", ".git", "node_modules", ".ipynb_checkpoints"}
 MAX_FILES = 20000
 
 
-def _importer(name: str):  # noqa: ANN202 - returns a module implementing Importer
-    try:
-        return importlib.import_module(f"forensics.importers.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"forensics.importers.{name}":
-            return None  # not written yet
-        raise
+def _importer(name: str) -> ModuleType:
+    """The module of a format (its ``IMPORTER`` implements the Importer protocol)."""
+    return importlib.import_module(f"forensics.importers.{REGISTRY[name]}")
 
 
 def list_files(root: Path) -> list[Path]:
@@ -112,10 +111,9 @@ def discover(path: Path) -> list[Source]:
     unclaimed = list(files)
     sources: list[Source] = []
     for name in REGISTRY:
-        mod = _importer(name)
-        if mod is None or not unclaimed:
-            continue
-        found = mod.IMPORTER.discover(root, unclaimed)
+        if not unclaimed:
+            break
+        found = _importer(name).IMPORTER.discover(root, unclaimed)
         claimed = {f for s in found for f in s.files}
         claimed |= {f for s in found for f in s.options.get("also_claims", [])}
         unclaimed = [f for f in unclaimed if f not in claimed]
@@ -262,7 +260,7 @@ def read_job(
     seen_restarts: set[tuple[object, object]] = set()
     # Notes, findings, config and metadata of every source read, even one whose rows all lost
     # to a richer source: its checkpoints list or truncated tail are still facts about the run.
-    for s, r in results:
+    for _, r in results:
         for n in r.notes:
             run.note(n)
         for f in r.findings:
@@ -356,7 +354,8 @@ def _choose_overlapping(
             why = "more points" if ni != nj else "as many points and more precise numbers"
             also = f"; it still gives {', '.join(kept)}" if kept else ""
             notes.append(
-                f"{_files(ls)} ({ls.importer}) and {_files(ws)} ({ws.importer}) hold the same metrics "
-                f"({', '.join(sorted(shared))}); {_files(ws)} has {why} and is used for them{also}"
+                f"{_files(ls)} ({ls.importer}) and {_files(ws)} ({ws.importer}) hold the same "
+                f"metrics ({', '.join(sorted(shared))}); {_files(ws)} has {why} and is used for "
+                f"them{also}"
             )
     return [(s, r) for s, r in results if not r.frame.is_empty()], notes

@@ -6,7 +6,7 @@ import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 import polars as pl
 
@@ -66,7 +66,7 @@ COMPRESSED = (".gz", ".zst")
 def open_bytes(path: Path) -> IO[bytes]:
     """Open a file for binary reading, decompressing .gz and .zst transparently."""
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     if path.name.endswith(".zst"):
         import zstandard
 
@@ -200,10 +200,27 @@ def binary_junk(head: bytes) -> bool:
     return False
 
 
-def frame_from_rows(rows: dict[str, list[Any]]) -> pl.DataFrame:
-    from forensics.schema import conform
+def rows_frame(
+    columns: dict[str, list[Any]],
+    *,
+    source: str,
+    file: str,
+    file_idx: int = 0,
+    x_kind: str | None = "step",
+) -> pl.DataFrame:
+    """An importer's rows (``step``, ``tag``, ``value`` and any other canonical columns, as
+    lists) typed as the canonical frame and labelled with where they come from."""
+    from forensics.schema import SCHEMA
 
-    return conform(pl.DataFrame(rows, strict=False))
+    labels = [
+        pl.lit(source).alias("source"),
+        pl.lit(file).alias("file"),
+        pl.lit(file_idx).alias("file_idx"),
+    ]
+    if x_kind is not None:
+        labels.append(pl.lit(x_kind).alias("x_kind"))
+    frame = pl.DataFrame(columns, schema={k: SCHEMA[k] for k in columns})
+    return frame.with_columns(labels)
 
 
 def convert_x_axis(frame: pl.DataFrame, batch_size: int | None) -> tuple[pl.DataFrame, list[str]]:
@@ -223,7 +240,8 @@ def convert_x_axis(frame: pl.DataFrame, batch_size: int | None) -> tuple[pl.Data
         shown = ", ".join(tags[:5]) + (f" and {len(tags) - 5} more" if len(tags) > 5 else "")
         if kind[0] == "samples" and batch_size:
             notes.append(
-                f"{shown}: logged against consumed samples; converted to steps with batch size {batch_size}"
+                f"{shown}: logged against consumed samples; converted to steps with batch size "
+                f"{batch_size}"
             )
         else:
             why = (

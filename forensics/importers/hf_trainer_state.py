@@ -21,10 +21,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from forensics.errors import UnreadableInputError
-from forensics.importers.base import ImportResult, ReadOptions, Source, read_text, rel
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    read_text,
+    rel,
+    rows_frame,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform
 
@@ -104,7 +109,8 @@ class HfTrainerStateImporter:
             try:
                 copies.append((p, _load(p)))
             except UnreadableInputError as exc:
-                # A copy cut short by a job killed while saving: the other copies still hold the run.
+                # A copy cut short by a job killed while saving: the other copies still hold
+                # the run.
                 if len(source.files) == 1:
                     raise
                 broken.append(f"{rel(p, source.root)} ({str(exc).split(': ', 1)[-1]})")
@@ -159,14 +165,10 @@ class HfTrainerStateImporter:
                 tags.append(key)
                 values.append(x)
                 recs.append(i)
-        frame = pl.DataFrame(
+        frame = rows_frame(
             {"step": steps, "tag": tags, "value": values, "record_idx": recs},
-            schema={"step": pl.Int64, "tag": pl.Utf8, "value": pl.Float64, "record_idx": pl.Int64},
-        ).with_columns(
-            pl.lit(NAME).alias("source"),
-            pl.lit(name).alias("file"),
-            pl.lit(0).alias("file_idx"),
-            pl.lit("step").alias("x_kind"),
+            source=NAME,
+            file=name,
         )
         frame = assign_segments(conform(frame))
         notes = [f"{b}: unreadable copy skipped" for b in broken]
@@ -177,7 +179,8 @@ class HfTrainerStateImporter:
         ]
         if others:
             notes.append(
-                f"{name} (step {state.get('global_step')}) has the longest history; other copies not used: {', '.join(others)}"
+                f"{name} (step {state.get('global_step')}) has the longest history; other "
+                f"copies not used: {', '.join(others)}"
             )
         if no_step:
             notes.append(f"{name}: {no_step} log_history entries without a step were skipped")

@@ -24,8 +24,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.base import (
     ImportResult,
@@ -35,6 +33,7 @@ from forensics.importers.base import (
     head_lines,
     read_bytes,
     rel,
+    rows_frame,
     strip_suffixes,
 )
 from forensics.importers.restarts import assign_segments, restart_findings
@@ -211,20 +210,10 @@ class JsonlImporter:
                 values.append(x)
                 times.append(wt)
                 recs.append(lineno)
-        frame = pl.DataFrame(
+        frame = rows_frame(
             {"step": steps, "tag": tags, "value": values, "wall_time": times, "record_idx": recs},
-            schema={
-                "step": pl.Int64,
-                "tag": pl.Utf8,
-                "value": pl.Float64,
-                "wall_time": pl.Float64,
-                "record_idx": pl.Int64,
-            },
-        ).with_columns(
-            pl.lit(NAME).alias("source"),
-            pl.lit(name).alias("file"),
-            pl.lit(0).alias("file_idx"),
-            pl.lit("step").alias("x_kind"),
+            source=NAME,
+            file=name,
         )
         frame = assign_segments(conform(frame))
         notes: list[str] = []
@@ -239,7 +228,10 @@ class JsonlImporter:
                     metric=None,
                     start_step=int(last[-1]) if len(last) else 0,
                     measures={"file": name, "line": bad[-1]},
-                    summary=f"The last line of {name} is cut off: the writer stopped mid-line, as when a job is killed.",
+                    summary=(
+                        f"The last line of {name} is cut off: the writer stopped mid-line, as "
+                        "when a job is killed."
+                    ),
                 )
             )
         if bad:

@@ -88,6 +88,7 @@ class LightningCsvImporter:
         name = rel(path, source.root)
         raw = read_bytes(path)
         notes: list[str] = []
+        df: pl.DataFrame | None
         try:
             df = pl.read_csv(raw, infer_schema=False, truncate_ragged_lines=True)
         except pl.exceptions.PolarsError as exc:
@@ -104,7 +105,8 @@ class LightningCsvImporter:
                 df = None
             if df is None:
                 raise UnreadableInputError(
-                    f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); expected Lightning metrics.csv"
+                    f"{path}: not a readable CSV ({str(exc).splitlines()[0]}); "
+                    "expected Lightning metrics.csv"
                 ) from None
             notes.append(f"{name}: the last line is cut short ({last[:60]!r}); it was skipped")
         step_col = "step" if "step" in df.columns else "epoch"

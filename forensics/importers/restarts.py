@@ -14,6 +14,7 @@ earlier rows at steps >= its first step, per series (TensorBoard data-server sem
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import polars as pl
@@ -63,7 +64,9 @@ def assign_segments(
     s = steps.astype(np.float64)
     back = s[cur] < s[prev]
     cand_pos, cand_prev = cur[back], prev[back]
-    events: list[tuple[int, int, int]] = [(int(p), 0, int(q)) for p, q in zip(cand_pos, cand_prev)]
+    events: list[tuple[int, int, int]] = [
+        (int(p), 0, int(q)) for p, q in zip(cand_pos, cand_prev, strict=True)
+    ]
     if purges:
         rec = f.get_column("record_idx").to_numpy() if "record_idx" in f.columns else pos
         key = files.astype(np.int64) * (1 << 32) + rec.astype(np.int64)
@@ -129,7 +132,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         .group_by("tag", "segment")
         .agg(pl.col("step").min().alias("seg_first"))
     )
-    for prev, cur in zip(per, per[1:]):
+    for prev, cur in pairwise(per):
         if cur["first"] is None or prev["last"] is None:
             continue
         k = int(cur["segment"])
@@ -178,11 +181,13 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                 },
                 summary=(
                     f"The job was resumed at step {resumed} after it had logged up to step {last}"
-                    f"{gap_text}; {points} earlier points from step {resumed} on give way to the later ones"
+                    f"{gap_text}; {points} earlier points from step {resumed} on give way to "
+                    "the later ones"
                     + (
                         f" ({repeats} of them at steps logged again)."
                         if repeats
-                        else ": no step was logged twice, so two writers may have shared the folder rather than a restart."
+                        else ": no step was logged twice, so two writers may have shared the "
+                        "folder rather than a restart."
                     )
                 ),
             )

@@ -161,7 +161,8 @@ def _crc_function():  # noqa: ANN202
         import crc32c
     except ImportError:
         raise ConfigError(
-            "--verify-crc needs the crc32c package (pip install 'forensics[crc]' or pip install crc32c)"
+            "--verify-crc needs the crc32c package "
+            "(pip install 'forensics[crc]' or pip install crc32c)"
         ) from None
     return crc32c.crc32c
 
@@ -209,7 +210,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     keep = np.ones(k, dtype=bool)
     if crc is not None and k:
         view = memoryview(buf)
-        for i, (o, ln) in enumerate(zip(offs.tolist(), lens.tolist())):
+        for i, (o, ln) in enumerate(zip(offs.tolist(), lens.tolist(), strict=True)):
             stored = int.from_bytes(view[o + 12 + ln : o + 16 + ln], "little")
             c = crc(view[o + 12 : o + 12 + ln])
             if ((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF) != stored:

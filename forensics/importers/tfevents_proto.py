@@ -145,7 +145,7 @@ def decode_records(
     out = ProtoRows()
     view = memoryview(buf)
     Event = event_pb2.Event
-    for rec, a, b in zip(recs.tolist(), starts.tolist(), ends.tolist()):
+    for rec, a, b in zip(recs.tolist(), starts.tolist(), ends.tolist(), strict=True):
         try:
             ev = Event.FromString(view[a:b])
         except DecodeError:

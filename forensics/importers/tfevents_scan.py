@@ -221,7 +221,7 @@ def _varint(a: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     for k in range(int(vlen[valid].max()) if valid.any() else 0):
         part = (b[:, k].astype(np.uint64) & np.uint64(0x7F)) << np.uint64(7 * k)
         val |= np.where(k < vlen, part, np.uint64(0))
-    return val.view(np.int64), vlen.astype(np.int64), valid
+    return val.view(np.int64), vlen.astype(np.int64), np.asarray(valid)
 
 
 def _floats(a: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:

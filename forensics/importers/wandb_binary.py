@@ -125,6 +125,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value): varints as int, length-delimited as bytes."""
     pos, n = 0, len(buf)
+    val: int | bytes
     while pos < n:
         key = buf[pos]
         if key < 0x80:  # one-byte keys and lengths are the rule: skip the general varint call
@@ -160,6 +161,7 @@ def _item(buf: bytes) -> tuple[str, Any, bool]:
     # Fast path for the shape wandb-core writes for nearly every item: one short key
     # (field 1 or 2) then a short value_json (field 16), lengths below 128.
     n = len(buf)
+    value: Any
     if n > 4 and buf[0] in (0x0A, 0x12) and buf[1] < 0x80:
         p = 2 + buf[1]
         if (

@@ -227,7 +227,8 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
         )
     if skipped:
         notes.append(
-            f"{name}: {len(skipped)} non-numeric column(s) skipped (media, histograms or text): {', '.join(skipped[:5])}"
+            f"{name}: {len(skipped)} non-numeric column(s) skipped (media, histograms or "
+            f"text): {', '.join(skipped[:5])}"
         )
     if not parts:
         return empty_frame()

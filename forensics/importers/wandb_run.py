@@ -17,7 +17,14 @@ from typing import Any
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.importers.base import ImportResult, ReadOptions, Source, read_text, rel
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    read_text,
+    rel,
+    rows_frame,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.wandb_binary import read_wandb
 from forensics.importers.wandb_csv import GLOBAL_STEP_KEYS, _jsonl_history
@@ -101,14 +108,16 @@ class WandbRunImporter:
             console.extend(log.console)
             if log.bad_chunks:
                 notes.append(
-                    f"{name}: {log.bad_chunks} corrupt chunk(s) skipped (resumed at the next 32 KiB block)"
+                    f"{name}: {log.bad_chunks} corrupt chunk(s) skipped "
+                    "(resumed at the next 32 KiB block)"
                 )
             if log.skipped_values:
                 keys = ", ".join(sorted(log.skipped_values)[:5])
                 notes.append(
-                    f"{name}: non-numeric history values skipped (media, histograms or text): {keys}"
+                    f"{name}: non-numeric history values skipped (media, histograms or "
+                    f"text): {keys}"
                 )
-            frame = pl.DataFrame(
+            frame = rows_frame(
                 {
                     "step": log.steps,
                     "tag": log.tags,
@@ -116,17 +125,10 @@ class WandbRunImporter:
                     "wall_time": log.times,
                     "record_idx": log.records,
                 },
-                schema={
-                    "step": pl.Int64,
-                    "tag": pl.Utf8,
-                    "value": pl.Float64,
-                    "wall_time": pl.Float64,
-                    "record_idx": pl.Int64,
-                },
-            ).with_columns(
-                pl.lit(name).alias("file"),
-                pl.lit(file_idx).alias("file_idx"),
-                pl.lit("wandb_binary").alias("source"),
+                source="wandb_binary",
+                file=name,
+                file_idx=file_idx,
+                x_kind=None,
             )
             frames.append(frame)
             if log.bytes_left:
@@ -139,8 +141,8 @@ class WandbRunImporter:
                         start_step=last,
                         measures={"file": name, "bytes_lost": log.bytes_left},
                         summary=(
-                            f"{name} ends inside a record ({log.bytes_left} bytes): the job was killed or was "
-                            "still running; every complete record was read."
+                            f"{name} ends inside a record ({log.bytes_left} bytes): the job was "
+                            "killed or was still running; every complete record was read."
                         ),
                     )
                 )

@@ -43,12 +43,10 @@ def _xml_text(text: str) -> str:
 
 def junit_suite(diag: Diagnosis, *, fail_on: str | None = None) -> ET.Element:
     """One ``<testsuite>`` for a diagnosis."""
-    from forensics.checklists import run_metrics
-
     threshold = RANK[fail_on or DEFAULT_FAIL_ON]
     run = diag.run
     by_sign: dict[str, list[Finding]] = {}
-    for sign in run_metrics(run):
+    for sign in run.metrics():
         by_sign[sign] = []
     for f in diag.findings:
         by_sign.setdefault(f.metric or RUN_CASE, []).append(f)

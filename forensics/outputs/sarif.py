@@ -66,9 +66,7 @@ def _where(diag: Diagnosis, f: Finding) -> tuple[str | None, int | None]:
     if f.metric is None:
         return None, None
     rows = run.view().filter(pl.col("metric") == f.metric)
-    from forensics.checklists import run_metrics
-
-    tag = run_metrics(run).get(f.metric)
+    tag = run.metrics().get(f.metric)
     if tag is not None and rows.filter(pl.col("tag") == tag).height:
         rows = rows.filter(pl.col("tag") == tag)
     if rows.is_empty():

@@ -4,6 +4,14 @@ Figures are built as dicts (not plotly.graph_objects) so that size and escaping 
 our control: every series is min/max-decimated (keeping each finding's peak), numbers are
 written with 6 significant digits, and every string that came from a log is HTML-escaped
 before it reaches plotly (whose labels accept a little HTML).
+
+Charts draw, never derive. Every line that stands for a judgement (a baseline, an alarm line,
+a limit, the warm-up end, the train/val gap) comes from the run's
+:class:`~forensics.evidence.Evidence` or from a finding's ``judged_against``, so the number in
+the chart is the number in the finding. Such a line carries ``meta = {"judged": <key>,
+"value": <number>, "source": "evidence" | <finding kind>}`` (full precision) so tests and
+tools can read what it draws. A finding's ``judged_against`` levels (see :func:`is_level_key`)
+are drawn over the finding's span on its own series' panel.
 """
 
 from __future__ import annotations
@@ -16,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from forensics.checklists import run_layers, run_metrics, run_series
-from forensics.findings import Finding, FindingKind
+from forensics.evidence import Band, Evidence
+from forensics.findings import Finding, FindingKind, Severity, finding_steps
 from forensics.report.downsample import DEFAULT_BUCKETS, bucket_mean, downsample
-from forensics.run import Run
 from forensics.schema import (
     ACT_ABSMAX,
     GRAD_NORM,
@@ -35,12 +42,6 @@ from forensics.schema import (
     lower_is_better,
 )
 
-SEVERITY_COLOURS = {
-    "info": "#4c78a8",
-    "warning": "#e0b000",
-    "critical": "#f07f0e",
-    "fatal": "#d62728",
-}
 TB_SMOOTHING = 0.6  # TensorBoard's default smoothing weight
 HEATMAP_COLUMNS = 300
 MAX_EVAL_TRACES = 12
@@ -110,11 +111,10 @@ def smoothing_weight(n: int, buckets: int) -> float:
     return float(min(0.999, max(TB_SMOOTHING, 1.0 - 1.0 / per_bucket)))
 
 
-def _arrays(run: Run, metric: str, layer: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    s = run_series(run, metric, layer=layer)
-    return s.get_column("step").to_numpy().astype(np.int64), s.get_column(
-        "value"
-    ).to_numpy().astype(float)
+def _arrays(ev: Evidence, metric: str, layer: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every logged point of a series, NaN and Inf included (a gap in the line is evidence)."""
+    s = ev.logged(metric, layer)
+    return s.steps, s.values
 
 
 def _layout(title: str, ytitle: str, **extra: Any) -> dict[str, Any]:
@@ -143,6 +143,165 @@ def _line(x: np.ndarray, y: np.ndarray, name: str, **kw: Any) -> dict[str, Any]:
         "name": esc(name),
         **kw,
     }
+
+
+def _level(
+    x0: float,
+    x1: float,
+    value: float,
+    name: str,
+    colour: str,
+    judged: str,
+    source: str,
+    *,
+    dash: str = "dash",
+    showlegend: bool = True,
+) -> dict[str, Any]:
+    """A horizontal line at a judged level, drawn at full precision and labelled in ``meta``."""
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "x": [int(x0), int(x1)],
+        "y": [float(value), float(value)],
+        "name": esc(name),
+        "line": {"color": colour, "width": 1, "dash": dash},
+        "hoverinfo": "name+y",
+        "showlegend": showlegend,
+        "meta": {"judged": judged, "value": float(value), "source": source},
+    }
+
+
+def band_lines(fig: dict[str, Any], band: Band, x0: int, x1: int, *, critical_light: bool) -> None:
+    """The evidence's baseline and its alarm lines, labelled with the configured ratios."""
+    base = band.baseline.value
+    fig["data"].append(_level(x0, x1, base, "baseline", "#666", "baseline", "evidence"))
+    warn = Severity.WARNING
+    label = f"{band.warn_ratio:g}x baseline" + (f" ({warn.light})" if critical_light else "")
+    fig["data"].append(_level(x0, x1, band.warn_at, label, warn.colour, "warn_at", "evidence"))
+    if band.critical_at is not None and band.critical_ratio is not None:
+        crit = Severity.CRITICAL
+        fig["data"].append(
+            _level(
+                x0,
+                x1,
+                band.critical_at,
+                f"{band.critical_ratio:g}x baseline ({crit.light})",
+                crit.colour,
+                "critical_at",
+                "evidence",
+            )
+        )
+    # the stretch the baseline was measured over
+    fig["layout"]["shapes"].append(
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": "paper",
+            "x0": band.baseline.start_step,
+            "x1": band.baseline.end_step,
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": "#999",
+            "opacity": 0.08,
+            "line": {"width": 0},
+            "layer": "below",
+            "name": "baseline window",
+        }
+    )
+
+
+def warmup_line(fig: dict[str, Any], ev: Evidence) -> None:
+    """A vertical line where the evidence says the LR warm-up ends."""
+    wu = ev.warmup_end
+    if wu is None:
+        return
+    fig["layout"]["shapes"].append(
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": wu,
+            "x1": wu,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#7f7f7f", "width": 1, "dash": "dashdot"},
+            "name": "warm-up end",
+        }
+    )
+    fig["layout"].setdefault("annotations", []).append(
+        {
+            "x": wu,
+            "xref": "x",
+            "y": 1,
+            "yref": "paper",
+            "yanchor": "bottom",
+            "showarrow": False,
+            "font": {"size": 10, "color": "#7f7f7f"},
+            "text": f"warm-up ends ({wu:,})",
+        }
+    )
+
+
+# judged_against keys that are levels in the finding's own series' units, besides "*_at".
+LEVEL_KEYS = frozenset({"baseline", "local_baseline", "drop_line"})
+
+
+def is_level_key(key: str) -> bool:
+    """``judged_against`` keys that are levels in the finding's own series' units: names ending
+    in ``_at`` (``warn_at``, ``alarm_at``) and :data:`LEVEL_KEYS`. Others (ratios, noise floors,
+    a growth threshold such as ``accel_line``) are not drawn as lines."""
+    return key in LEVEL_KEYS or key.endswith("_at")
+
+
+def judged_levels(fig: dict[str, Any], findings: list[Finding], x_end: int) -> None:
+    """The findings' judged levels, each drawn over its finding's span (to the series' end when
+    the finding has no end), unless the panel already draws the same level from the evidence.
+
+    One trace per (finding kind, key), its segments separated by gaps; ``meta["segments"]``
+    lists ``[start, end, value]`` at full precision.
+    """
+    drawn = {
+        (t["meta"]["judged"], t["meta"]["value"])
+        for t in fig["data"]
+        if isinstance(t.get("meta"), dict) and "value" in t["meta"]
+    }
+    groups: dict[tuple[str, str], list[tuple[int, int, float, Severity]]] = {}
+    for f in findings[:MAX_MARKS]:
+        end = f.end_step if f.end_step is not None and f.end_step > f.start_step else x_end
+        for key, value in f.judged_against.items():
+            if not is_level_key(key) or isinstance(value, bool):
+                continue
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            if (key, value) in drawn:
+                continue
+            seg = (f.start_step, max(end, f.start_step), float(value), f.severity)
+            groups.setdefault((f.kind.value, key), []).append(seg)
+    for (kind, key), segs in groups.items():
+        xs: list[int | None] = []
+        ys: list[float | None] = []
+        for x0, x1, v, _ in segs:
+            xs += [x0, x1, None]
+            ys += [v, v, None]
+        worst = max((sev for *_, sev in segs), key=lambda sev: sev.rank)
+        colour = "#666" if "baseline" in key else worst.colour
+        fig["data"].append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": xs[:-1],
+                "y": ys[:-1],
+                "name": esc(f"{key.replace('_', ' ')} ({kind})"),
+                "line": {"color": colour, "width": 1, "dash": "dot"},
+                "hoverinfo": "name+y",
+                "connectgaps": False,
+                "meta": {
+                    "judged": key,
+                    "source": kind,
+                    "segments": [[x0, x1, v] for x0, x1, v, _ in segs],
+                },
+            }
+        )
 
 
 def _keep_steps(findings: list[Finding]) -> np.ndarray:
@@ -191,7 +350,7 @@ def mark_findings(
     texts: list[str] = []
     colours: list[str] = []
     for f in findings:
-        colour = SEVERITY_COLOURS[f.severity.value]
+        colour = f.severity.colour
         end = f.end_step if f.end_step is not None else f.start_step
         if end > f.start_step:
             shapes.append(
@@ -229,7 +388,7 @@ def mark_findings(
         mx.append(at)
         my.append(float(f"{val:.6g}"))
         texts.append(
-            esc(f"{f.kind.value} ({f.severity.value}), step {f.start_step:,}: {f.summary}")
+            esc(f"{f.kind.value} ({f.severity.value}), step {finding_steps(f)}: {f.summary}")
         )
         colours.append(colour)
     if mx:
@@ -253,7 +412,7 @@ def mark_findings(
 
 
 def _series_panel(
-    run: Run,
+    ev: Evidence,
     metric: str,
     title: str,
     ytitle: str,
@@ -262,27 +421,28 @@ def _series_panel(
     caption: str = "",
     log_y: bool = False,
     colour: str = "#1f77b4",
+    band: Band | None = None,
 ) -> Panel | None:
-    x, y = _arrays(run, metric)
+    x, y = _arrays(ev, metric)
     if len(x) == 0:
         return None
     dx, dy = downsample(x, y, buckets, _keep_steps(fs))
-    fig = {
-        "data": [
-            _line(
-                dx, dy, run_metrics(run).get(metric, metric), line={"color": colour, "width": 1.2}
-            )
-        ],
+    name = ev.run.metrics().get(metric, metric)
+    fig: dict[str, Any] = {
+        "data": [_line(dx, dy, name, line={"color": colour, "width": 1.2})],
         "layout": _layout(title, ytitle),
     }
     if log_y:
         fig["layout"]["yaxis"]["type"] = "log"
+    if band is not None:
+        band_lines(fig, band, int(x[0]), int(x[-1]), critical_light=False)
+    judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
     return Panel(metric, title, caption, fig, fs)
 
 
-def loss_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
-    x, y = _arrays(run, LOSS)
+def loss_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
+    x, y = _arrays(ev, LOSS)
     if len(x) == 0:
         return None
     w = smoothing_weight(len(x), buckets)
@@ -297,8 +457,12 @@ def loss_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
         ],
         "layout": _layout("Training loss", "loss"),
     }
+    judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
-    cap = f"Raw values (light) and TensorBoard's debiased exponential moving average with weight {w:.3g}"
+    cap = (
+        "Raw values (light) and TensorBoard's debiased exponential moving average"
+        f" with weight {w:.3g}"
+    )
     cap += (
         " (TensorBoard's default)."
         if w == TB_SMOOTHING
@@ -307,10 +471,8 @@ def loss_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
     return Panel(LOSS, "Training loss", cap, fig, fs)
 
 
-def grad_norm_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
-    from forensics.evidence.baseline import grad_norm_baseline
-
-    x, y = _arrays(run, GRAD_NORM)
+def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
+    x, y = _arrays(ev, GRAD_NORM)
     if len(x) == 0:
         return None
     dx, dy = downsample(x, y, buckets, _keep_steps(fs))
@@ -319,29 +481,58 @@ def grad_norm_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
         "layout": _layout("Gradient norm", "grad norm"),
     }
     cap = "No baseline: too few finite points."
-    base = grad_norm_baseline(run)
-    if base is not None and math.isfinite(base.value):
-        ends = np.array([x[0], x[-1]])
-        for mult, colour, name in (
-            (1, "#666", "baseline"),
-            (2, SEVERITY_COLOURS["warning"], "2x baseline (yellow)"),
-            (3, SEVERITY_COLOURS["critical"], "3x baseline (orange)"),
-        ):
-            fig["data"].append(
-                _line(
-                    ends,
-                    np.full(2, mult * base.value),
-                    name,
-                    line={"color": colour, "width": 1, "dash": "dash"},
-                )
-            )
-        cap = f"Baseline {base.value:.4g} ({base.how}); the article warns at 2x and calls 3x critical."
+    band = ev.grad_norm_band
+    if band is not None and math.isfinite(band.baseline.value):
+        band_lines(fig, band, int(x[0]), int(x[-1]), critical_light=True)
+        crit = (
+            f" and calls {band.critical_ratio:g}x critical"
+            if band.critical_ratio is not None
+            else ""
+        )
+        cap = (
+            f"Baseline {band.baseline.value:.4g} ({band.baseline.how}, shaded); warns at"
+            f" {band.warn_ratio:g}x{crit} (the article: 2x and 3x)."
+        )
+    warmup_line(fig, ev)
+    judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
     return Panel(GRAD_NORM, "Gradient norm", cap, fig, fs)
 
 
-def train_val_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
-    vx, vy = _arrays(run, VAL_LOSS)
+def param_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
+    band = ev.param_norm_band
+    if band is not None and not math.isfinite(band.baseline.value):
+        band = None
+    cap = "Should grow slowly under AdamW; a jump means oversized updates."
+    if band is not None:
+        cap += (
+            f" Baseline {band.baseline.value:.4g} ({band.baseline.how}, shaded);"
+            f" the line at {band.warn_ratio:g}x is the limit (the article: 1.5x)."
+        )
+    return _series_panel(
+        ev,
+        PARAM_NORM,
+        "Parameter norm",
+        "param norm",
+        fs,
+        buckets,
+        cap,
+        colour="#8c564b",
+        band=band,
+    )
+
+
+def lr_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
+    p = _series_panel(ev, LR, "Learning rate", "lr", fs, buckets, colour="#7f7f7f")
+    if p is not None:
+        warmup_line(p.figure, ev)
+        if ev.warmup_end is not None:
+            p.caption = f"The warm-up ends at step {ev.warmup_end:,} (dash-dotted line)."
+    return p
+
+
+def train_val_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
+    vx, vy = _arrays(ev, VAL_LOSS)
     if len(vx) == 0:
         return None
     fig: dict[str, Any] = {
@@ -359,7 +550,7 @@ def train_val_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
         ),
     }
     fig["layout"]["margin"]["r"] = 70
-    tx, ty = _arrays(run, LOSS)
+    tx, ty = _arrays(ev, LOSS)
     cap = "Validation loss only: the run has no training loss to compare with."
     if len(tx):
         sm = tb_smooth(ty, smoothing_weight(len(tx), buckets))
@@ -367,21 +558,22 @@ def train_val_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
         fig["data"].append(
             _line(sx, sy, "train (smoothed)", line={"color": "#08519c", "width": 1.5})
         )
-        ok = np.isfinite(sm)
-        if ok.sum() >= 2:
-            gap = vy - np.interp(vx, tx[ok], sm[ok])
-            fig["data"].append(
-                {
-                    "type": "scatter",
-                    "mode": "lines",
-                    "x": _ints(vx),
-                    "y": _nums(gap),
-                    "name": "gap",
-                    "yaxis": "y2",
-                    "line": {"color": "#9467bd", "dash": "dot"},
-                }
-            )
-            cap = "Validation loss against the smoothed training loss; the dotted line (right axis) is the gap."
+        cap = "Validation loss against the smoothed training loss."
+    gap = ev.gap
+    if gap is not None and len(gap.steps):
+        fig["data"].append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": _ints(gap.steps),
+                "y": [float(v) for v in np.asarray(gap.gap, dtype=float)],
+                "name": "gap",
+                "yaxis": "y2",
+                "line": {"color": "#9467bd", "dash": "dot"},
+                "meta": {"judged": "gap", "source": "evidence"},
+            }
+        )
+        cap += " The dotted line (right axis) is the train/val gap the detectors judged."
     dvx, dvy = downsample(vx, vy, buckets, _keep_steps(fs))
     fig["data"].append(
         {
@@ -394,17 +586,18 @@ def train_val_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
             "marker": {"size": 5},
         }
     )
+    judged_levels(fig, fs, int(vx[-1]))
     mark_findings(fig, fs, vx, vy)
     return Panel(VAL_LOSS, "Training vs validation loss", cap, fig, fs)
 
 
-def eval_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
-    evals = sorted(m for m in run_metrics(run) if m.startswith("eval/"))
+def eval_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
+    evals = sorted(m for m in ev.run.metrics() if m.startswith("eval/"))
     if not evals:
         return None
     fig: dict[str, Any] = {"data": [], "layout": _layout("Evaluation metrics", "score")}
     for m in evals[:MAX_EVAL_TRACES]:
-        x, y = _arrays(run, m)
+        x, y = _arrays(ev, m)
         dx, dy = downsample(x, y, buckets, _keep_steps([f for f in fs if f.metric == m]))
         label = m[5:] + (" (lower is better)" if lower_is_better(m) else "")
         fig["data"].append(
@@ -419,7 +612,12 @@ def eval_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
         )
     fig["layout"]["showlegend"] = True
     for f in fs:
-        x, y = _arrays(run, f.metric) if f.metric else (None, None)
+        if not f.metric:
+            mark_findings(fig, [f])
+            continue
+        x, y = _arrays(ev, f.metric)
+        if len(x):
+            judged_levels(fig, [f], int(x[-1]))
         mark_findings(fig, [f], x, y)
     cap = f"{len(evals)} evaluation metric(s)" + (
         f"; the first {MAX_EVAL_TRACES} are drawn." if len(evals) > MAX_EVAL_TRACES else "."
@@ -427,10 +625,11 @@ def eval_panel(run: Run, fs: list[Finding], buckets: int) -> Panel | None:
     return Panel("eval", "Evaluation metrics", cap, fig, fs)
 
 
-def _layer_matrix(run: Run, metric: str) -> tuple[np.ndarray, list[int], np.ndarray] | None:
+def _layer_matrix(ev: Evidence, metric: str) -> tuple[np.ndarray, list[int], np.ndarray] | None:
     import polars as pl
 
-    layers = run_layers(run, metric)
+    run = ev.run
+    layers = run.layers(metric)
     if not layers:
         return None
     v = run.view().filter(pl.col("metric") == metric).select("step", "layer", "value")
@@ -445,8 +644,8 @@ def _layer_matrix(run: Run, metric: str) -> tuple[np.ndarray, list[int], np.ndar
     return steps, layers, z
 
 
-def layer_share_panel(run: Run, fs: list[Finding]) -> Panel | None:
-    got = _layer_matrix(run, GRAD_NORM_LAYER)
+def layer_share_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
+    got = _layer_matrix(ev, GRAD_NORM_LAYER)
     if got is None:
         return None
     steps, layers, z = got
@@ -454,7 +653,7 @@ def layer_share_panel(run: Run, fs: list[Finding]) -> Panel | None:
     with np.errstate(invalid="ignore", divide="ignore"):
         share = sq / np.nansum(sq, axis=0, keepdims=True)
     xs, zs = bucket_mean(steps, share, HEATMAP_COLUMNS)
-    fig = {
+    fig: dict[str, Any] = {
         "data": [
             {
                 "type": "heatmap",
@@ -475,14 +674,15 @@ def layer_share_panel(run: Run, fs: list[Finding]) -> Panel | None:
     return Panel(
         GRAD_NORM_LAYER,
         "Per-layer share of the gradient",
-        "Each layer's squared gradient norm as a share of the sum over layers (shares add up to 100% per step).",
+        "Each layer's squared gradient norm as a share of the sum over layers"
+        " (shares add up to 100% per step).",
         fig,
         fs,
     )
 
 
-def activation_panel(run: Run, fs: list[Finding]) -> Panel | None:
-    got = _layer_matrix(run, ACT_ABSMAX)
+def activation_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
+    got = _layer_matrix(ev, ACT_ABSMAX)
     if got is None:
         return None
     steps, layers, z = got
@@ -490,7 +690,18 @@ def activation_panel(run: Run, fs: list[Finding]) -> Panel | None:
         lz = np.log10(np.abs(z))
     lz[~np.isfinite(lz)] = np.nan
     xs, zs = bucket_mean(steps, lz, HEATMAP_COLUMNS)
-    fig = {
+    limit = ev.activation_limit
+    log_limit = math.log10(limit) if limit > 0 else None
+    colorbar: dict[str, Any] = {"title": {"text": "log10 |act| max"}}
+    if log_limit is not None:
+        # the limit as a labelled tick on the colour bar: cells past it are the suspects
+        colorbar.update(
+            tickmode="array",
+            tickvals=[float(log_limit)],
+            ticktext=[f"limit {_fmt(limit)}"],
+            ticks="outside",
+        )
+    fig: dict[str, Any] = {
         "data": [
             {
                 "type": "heatmap",
@@ -498,7 +709,8 @@ def activation_panel(run: Run, fs: list[Finding]) -> Panel | None:
                 "y": [str(layer) for layer in layers],
                 "z": [_nums(row) for row in zs],
                 "colorscale": "Magma",
-                "colorbar": {"title": {"text": "log10 |act| max"}},
+                "colorbar": colorbar,
+                "meta": {"judged": "absmax_limit", "value": float(limit), "source": "evidence"},
             }
         ],
         "layout": _layout(
@@ -507,13 +719,19 @@ def activation_panel(run: Run, fs: list[Finding]) -> Panel | None:
     }
     fig["layout"]["yaxis"]["type"] = "category"
     mark_findings(fig, fs)
+    where = f" ({log_limit:.3g} here)" if log_limit is not None else ""
     return Panel(
         ACT_ABSMAX,
         "Activation maxima per layer",
-        "log10 of each layer's largest absolute activation; the article treats values past 1e4 (4 here) as a problem layer.",
+        f"log10 of each layer's largest absolute activation; values past {_fmt(limit)}{where}"
+        " mark a problem layer (the article's limit is 1e4).",
         fig,
         fs,
     )
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,g}"
 
 
 # Which findings a panel shows, by the metric they are about.
@@ -533,30 +751,22 @@ _PANEL_METRICS: dict[str, set[str | None]] = {
 
 
 def build_panels(
-    run: Run, findings: list[Finding], *, buckets: int = DEFAULT_BUCKETS
+    ev: Evidence, findings: list[Finding], *, buckets: int = DEFAULT_BUCKETS
 ) -> list[Panel]:
-    """Every vital-sign panel the run has data for, each with its findings marked."""
+    """Every vital-sign panel the run has data for, each with its findings marked and the
+    evidence's baselines, alarm lines and limits drawn."""
 
     def about(*metrics: str | None) -> list[Finding]:
         return [f for f in findings if f.metric in metrics]
 
     evals = [f for f in findings if f.metric and f.metric.startswith("eval/")]
     builders = [
-        lambda: loss_panel(run, about(LOSS), buckets),
-        lambda: grad_norm_panel(run, about(*_PANEL_METRICS[GRAD_NORM]), buckets),
+        lambda: loss_panel(ev, about(LOSS), buckets),
+        lambda: grad_norm_panel(ev, about(*_PANEL_METRICS[GRAD_NORM]), buckets),
+        lambda: param_norm_panel(ev, about(*_PANEL_METRICS[PARAM_NORM]), buckets),
+        lambda: lr_panel(ev, about(LR), buckets),
         lambda: _series_panel(
-            run,
-            PARAM_NORM,
-            "Parameter norm",
-            "param norm",
-            about(*_PANEL_METRICS[PARAM_NORM]),
-            buckets,
-            "Should grow slowly under AdamW; a jump means oversized updates.",
-            colour="#8c564b",
-        ),
-        lambda: _series_panel(run, LR, "Learning rate", "lr", about(LR), buckets, colour="#7f7f7f"),
-        lambda: _series_panel(
-            run,
+            ev,
             LOSS_SCALE,
             "Loss scale",
             "loss scale",
@@ -566,13 +776,13 @@ def build_panels(
             log_y=True,
             colour="#17becf",
         ),
-        lambda: train_val_panel(run, about(VAL_LOSS), buckets),
-        lambda: eval_panel(run, evals, buckets),
+        lambda: train_val_panel(ev, about(VAL_LOSS), buckets),
+        lambda: eval_panel(ev, evals, buckets),
         lambda: _series_panel(
-            run, THROUGHPUT, "Throughput", "tokens/s", about(THROUGHPUT), buckets, colour="#bcbd22"
+            ev, THROUGHPUT, "Throughput", "tokens/s", about(THROUGHPUT), buckets, colour="#bcbd22"
         ),
         lambda: _series_panel(
-            run,
+            ev,
             STEP_TIME,
             "Step time",
             "time per step",
@@ -581,10 +791,10 @@ def build_panels(
             colour="#bcbd22",
         ),
         lambda: _series_panel(
-            run, MEMORY, "Memory", "memory", about(MEMORY), buckets, colour="#e377c2"
+            ev, MEMORY, "Memory", "memory", about(MEMORY), buckets, colour="#e377c2"
         ),
-        lambda: layer_share_panel(run, about(GRAD_NORM_LAYER)),
-        lambda: activation_panel(run, about(*_PANEL_METRICS[ACT_ABSMAX])),
+        lambda: layer_share_panel(ev, about(GRAD_NORM_LAYER)),
+        lambda: activation_panel(ev, about(*_PANEL_METRICS[ACT_ABSMAX])),
     ]
     panels = [p for p in (b() for b in builders) if p is not None]
     # Findings with no panel of their own (run-level ones, unplotted metrics) go on the first panel.

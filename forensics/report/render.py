@@ -14,6 +14,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from forensics.findings import LOOKS, Severity, finding_steps, look, step_range
 from forensics.prescriptions import AREA_TITLES, STANDING_GUIDANCE, TABLE, needs_action
 from forensics.timeline import vital_label
 
@@ -22,13 +23,6 @@ if TYPE_CHECKING:
 
     from forensics.diagnosis import Diagnosis
 
-LIGHTS = {
-    "healthy": ("green", "#2ca02c", "Healthy: no warning sign"),
-    "warning": ("yellow", "#e0b000", "Yellow light: keep an eye on it"),
-    "critical": ("orange", "#f07f0e", "Orange light: pause and look before going on"),
-    "fatal": ("red", "#d62728", "Red light: the run needs a rollback"),
-    "info": ("blue", "#4c78a8", "Note"),
-}
 # Metadata keys that identify machines, people or places; dropped by --redact.
 _SENSITIVE_KEY = re.compile(
     r"host|node|machine|path|dir|file|cwd|user|email|ip\b|addr|url|cluster|hostname", re.I
@@ -67,9 +61,10 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["num"] = _num
-    env.filters["steps"] = _steps
+    env.filters["steps"] = finding_steps
+    env.globals["step_range"] = step_range
     env.globals["vital_label"] = vital_label
-    env.globals["LIGHTS"] = LIGHTS
+    env.globals["LOOKS"] = LOOKS  # the one table of lights (base.html's colours come from it)
     return env
 
 
@@ -85,12 +80,6 @@ def _num(v: Any) -> str:
             return f"{int(v):,}"
         return f"{v:.4g}"
     return str(v)
-
-
-def _steps(f: Any) -> str:
-    if f.end_step is not None and f.end_step != f.start_step:
-        return f"{f.start_step:,}–{f.end_step:,}"
-    return f"{f.start_step:,}"
 
 
 def redact_text(text: str) -> str:
@@ -156,7 +145,7 @@ def _metadata(
     run = diagnosis.run
     meta: list[tuple[str, str]] = [
         ("format", run.format),
-        ("steps", f"{run.first_step:,}–{run.last_step:,}"),
+        ("steps", step_range(run.first_step, run.last_step)),
     ]
     if not redact:
         meta.insert(0, ("path", str(run.path)))
@@ -179,11 +168,10 @@ def build_context(
     diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: bool = False
 ) -> dict[str, Any]:
     """Everything the templates need, computed once (templates hold no logic beyond loops)."""
-    from forensics.checklists import run_metrics
-    from forensics.report.charts import build_panels
+    from forensics.report.charts import SPIKE_KINDS, build_panels
 
     run = diagnosis.run
-    panels = build_panels(run, diagnosis.findings)
+    panels = build_panels(diagnosis.ev, diagnosis.findings)
     ranked = diagnosis.ranked()
     rollbacks: dict[int, list[Any]] = {}
     for rb in diagnosis.rollbacks:
@@ -204,26 +192,28 @@ def build_context(
     n_hidden = max(0, len(ranked) - FULL_FINDINGS - MAX_ROWS)
     kinds_present = []
     for f in ranked:
-        if f.kind in TABLE and TABLE[f.kind] not in kinds_present and f.severity.value != "info":
+        if (
+            f.kind in TABLE
+            and TABLE[f.kind] not in kinds_present
+            and f.severity is not Severity.INFO
+        ):
             kinds_present.append(TABLE[f.kind])
     spike_keys, spikes = _spike_table(diagnosis.findings)
     meta, config, n_config = _metadata(diagnosis, redact)
     notes = [redact_text(n) if redact else n for n in run.notes]
-    segments = int(run.frame.get_column("segment").max() or 0) if run.frame.height else 0
+    top = run.frame.get_column("segment").max() if run.frame.height else None
+    segments = int(top) if isinstance(top, (int, float)) else 0
     unmapped = run.unmapped_tags()
-    counts = {
-        s: sum(1 for f in diagnosis.findings if f.severity.value == s)
-        for s in ("fatal", "critical", "warning", "info")
-    }
+    counts = severity_counts(diagnosis.findings)
     if plotlyjs not in ("inline", "cdn"):
         raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
     cdn_url, cdn_sri = _plotly_cdn() if plotlyjs == "cdn" else ("", "")
     return {
         "run": run,
-        "metrics": run_metrics(run),
+        "metrics": run.metrics(),
         "redact": redact,
         "verdict": diagnosis.verdict,
-        "light": LIGHTS[diagnosis.verdict],
+        "light": look(diagnosis.verdict),
         "counts": counts,
         "timeline": diagnosis.timeline,
         "items": items,
@@ -237,9 +227,7 @@ def build_context(
         "panels": panels,
         "spike_keys": spike_keys,
         "spikes": spikes,
-        "n_spikes": sum(
-            1 for f in diagnosis.findings if f.kind.value in ("loss_spike", "grad_norm_spike")
-        ),
+        "n_spikes": sum(1 for f in diagnosis.findings if f.kind in SPIKE_KINDS),
         "max_rows": MAX_ROWS,
         "item_rx": diagnosis.prescription_for,
         "phases": diagnosis.phases,
@@ -259,6 +247,14 @@ def build_context(
         "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "version": _version(),
     }
+
+
+def severity_counts(findings: list[Any]) -> dict[str, int]:
+    """Findings per severity, worst first (the banner's and compare's counts)."""
+    out = {s.value: 0 for s in sorted(Severity, key=lambda s: -s.rank)}
+    for f in findings:
+        out[f.severity.value] += 1
+    return out
 
 
 def _version() -> str:

@@ -1,19 +1,35 @@
-"""Text logs of big-model trainers: one small module per family, one orchestrator here.
+"""Text logs big-model trainers print (Megatron, DeepSpeed, llm.c, nanoGPT, torchtitan,
+fairseq, Composer, MLPerf, OLMo, and a generic per-step key-value fallback).
 
-:func:`sniff` names the families a file's head and tail show; :func:`parse_text` runs
-them, gives a step to rows printed without one, merges the copies several ranks print,
-and reads the end of the log for how the job ended (:mod:`crash`).
+One small module per family; this package's importer (format ``text_logs``) claims the
+files and builds the canonical frame. :func:`sniff` names the families a file's head and
+tail show; :func:`parse_text` runs them, gives a step to rows printed without one, merges
+the copies several ranks print, and reads the end of the log for how the job ended
+(:mod:`crash`). Each log file is its own job (a folder of SLURM logs is several jobs); a log
+inside a TensorBoard or HF output folder joins that folder's job.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import polars as pl
 
 from forensics.findings import Finding
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    binary_junk,
+    open_bytes,
+    read_bytes,
+    rel,
+    strip_suffixes,
+)
+from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.text import (
     composer,
     crash,
@@ -35,6 +51,12 @@ from forensics.importers.text.engine import (
     empty_rows,
     sample_text,
 )
+from forensics.schema import SCHEMA, conform
+
+NAME = "text_logs"
+SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr")
+CRASH_ONLY_SUFFIXES = (".log", ".out", ".err", ".stdout", ".stderr")
+SNIFF_BYTES = 262144
 
 # Specific families, each recognised by its own line shapes. Several may apply to one file
 # (Megatron-DeepSpeed prints Megatron iteration lines and DeepSpeed overflow lines).
@@ -161,7 +183,8 @@ def resolve_steps(rows: pl.DataFrame, anchors: pl.DataFrame, ctx: Ctx) -> pl.Dat
         # No step anywhere (e.g. only DeepSpeed overflow lines): number events in order.
         ctx.x_kind = "points"
         ctx.notes.append(
-            f"{ctx.name}: the log prints no step numbers; its events are numbered in the order they appear"
+            f"{ctx.name}: the log prints no step numbers; its events are numbered in the order "
+            "they appear"
         )
         return pl.concat([known, _number_in_order(pending)])
     pending = pending.sort("ln")
@@ -241,3 +264,94 @@ def _tail_after(raw: bytes, last_ln: int | None, ctx: Ctx) -> str:
     if skip >= 0:
         text = text[skip:]  # keep the last metric line itself: a crash can share its line
     return "\n".join(text)
+
+
+# -- the importer ------------------------------------------------------------------------
+def _is_candidate(p: Path) -> bool:
+    base = strip_suffixes(p.name).lower()
+    return base.endswith(SUFFIXES) or ".log." in base or base.startswith("slurm-")
+
+
+def head_and_tail(path: Path, n: int = SNIFF_BYTES) -> tuple[bytes, bytes]:
+    """First and last ``n`` bytes (compressed files: the head only)."""
+    try:
+        with open_bytes(path) as fh:
+            head = fh.read(n)
+            if path.name.endswith((".gz", ".zst")):
+                return head, b""
+            size = path.stat().st_size
+            if size <= n:
+                return head, b""
+            fh.seek(max(n, size - n))
+            return head, fh.read(n)
+    except Exception:  # noqa: BLE001 - sniffing never raises (corrupt .gz/.zst, permissions)
+        return b"", b""
+
+
+class TextLogsImporter:
+    NAME = NAME
+
+    def discover(self, root: Path, files: list[Path]) -> list[Source]:
+        out: list[Source] = []
+        for f in files:
+            if not _is_candidate(f):
+                continue
+            head, tail = head_and_tail(f)
+            if not head or binary_junk(head):
+                continue
+            sample = (
+                clean(head).decode("utf-8", "replace")
+                + "\n"
+                + clean(tail).decode("utf-8", "replace")
+            )
+            families = sniff(sample)
+            if not families:
+                end = (tail or head).decode("utf-8", "replace")
+                if not (
+                    strip_suffixes(f.name).lower().endswith(CRASH_ONLY_SUFFIXES)
+                    and looks_crashed(end)
+                ):
+                    continue
+            out.append(
+                Source(NAME, [f], rel(f, root), root, scope="file", options={"families": families})
+            )
+        return out
+
+    def read(self, source: Source, options: ReadOptions) -> ImportResult:
+        path = source.files[0]
+        name = rel(path, source.root)
+        raw = read_bytes(path)
+        log = parse_text(raw, name)
+        family = log.families[0] if log.families else "text"
+        frame = log.frame.select(
+            pl.lit(f"{family}_text").alias("source"),
+            pl.lit(name).alias("file"),
+            pl.lit(0, dtype=pl.Int32).alias("file_idx"),
+            (pl.col("ln") + 1).alias("record_idx"),
+            "step",
+            pl.lit(log.x_kind).alias("x_kind"),
+            "tag",
+            pl.lit(None, dtype=pl.Utf8).alias("metric"),
+            pl.lit(None, dtype=pl.Int32).alias("layer"),
+            "value",
+            "wall_time",
+            pl.lit(0, dtype=pl.Int32).alias("segment"),
+        )
+        if log.may_restart:
+            frame = assign_segments(conform(frame))
+        notes = list(log.notes)
+        if log.families:
+            notes.append(f"{name}: read as {' + '.join(log.families)} text log")
+        if frame.is_empty():
+            notes.append(f"{name}: no metric line found")
+        findings = restart_findings(frame) + log.findings
+        return ImportResult(
+            frame=frame if frame.schema == SCHEMA else conform(frame),
+            notes=notes,
+            findings=findings,
+            config=log.config,
+            metadata=log.metadata,
+        )
+
+
+IMPORTER = TextLogsImporter()

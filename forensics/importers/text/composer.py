@@ -12,7 +12,7 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, num
+from forensics.importers.text.engine import NUM, Ctx, conform_rows, matches, num
 
 NAME = "composer"
 SNIFF = re.compile(r"(?m)^\[metric\]\[batch=\d+\]:")
@@ -26,19 +26,11 @@ def sniff(sample: str) -> bool:
 
 def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
-    m = (
-        ctx.lines.filter(line.str.starts_with("[metric][batch="))
-        .with_columns(line.str.extract_groups(_METRIC).alias("g"))
-        .unnest("g")
-    )
+    m = matches(ctx.lines, line.str.starts_with("[metric][batch="), _METRIC)
     rows = m.select(
         "ln", pl.col("step").cast(pl.Int64, strict=False), "tag", num(pl.col("val")).alias("value")
     ).filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
-    hp = (
-        ctx.lines.filter(line.str.starts_with("[hyperparameter]:"))
-        .with_columns(line.str.extract_groups(_HPARAM).alias("g"))
-        .unnest("g")
-    )
+    hp = matches(ctx.lines, line.str.starts_with("[hyperparameter]:"), _HPARAM)
     for key, val in hp.select("key", "val").iter_rows():  # a handful of lines
         if key:
             ctx.config[key] = _scalar(val)

@@ -18,8 +18,8 @@ REASONS: list[tuple[str, re.Pattern[str]]] = [
     (
         "out_of_memory",
         re.compile(
-            r"CUDA out of memory|OutOfMemoryError|\bout of memory\b|Cannot allocate memory|oom[-_]kill|"
-            r"\bOOM\b|RESOURCE_EXHAUSTED|MemoryError",
+            r"CUDA out of memory|OutOfMemoryError|\bout of memory\b|Cannot allocate memory|"
+            r"oom[-_]kill|\bOOM\b|RESOURCE_EXHAUSTED|MemoryError",
             re.I,
         ),
     ),

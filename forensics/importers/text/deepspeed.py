@@ -6,8 +6,10 @@ Loss-scale lines, in the spellings DeepSpeed versions print::
     Reducing dynamic loss scale from 128.0 to 64.0
     [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 128.0, reducing to 64.0
     [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768
-    [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, but hysteresis is 2. ...
-    [deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648
+    [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, but hysteresis
+        is 2. ...
+    [deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted loss scale:
+        4294967296, reducing to 2147483648
 
 Each event becomes a ``loss_scale_reduced_to`` row (the new scale) and an ``overflow`` row
 (1.0 per skipped step). A line naming its iteration gives the step; a line that does not
@@ -39,10 +41,14 @@ SNIFF = re.compile(
 )
 OVERFLOW_TAG = "overflow"
 SCALE_TAG = "loss_scale_reduced_to"
-SCALE_UP_TAG = "loss_scale_increased_to"  # "No Grad overflow for N iterations. Increasing dynamic loss scale from X to Y"
+# "No Grad overflow for N iterations. Increasing dynamic loss scale from X to Y"
+SCALE_UP_TAG = "loss_scale_increased_to"
 EVENT_TAGS = (OVERFLOW_TAG, SCALE_TAG, SCALE_UP_TAG)
 _DATE = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?)\]"
-_FILTER = r"(?i:verflow)|dynamic loss scale from|step=\d+, skipped=|global_step=\d+|\|step: \d+\||average reward score|higher is better"
+_FILTER = (
+    r"(?i:verflow)|dynamic loss scale from|step=\d+, skipped=|global_step=\d+|\|step: \d+\||"
+    r"average reward score|higher is better"
+)
 
 
 def sniff(sample: str) -> bool:
@@ -146,7 +152,8 @@ def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
         num(line.str.extract(r"lr=\[?\s*(" + NUM + ")", 1)).alias("lr"),
     )
     parts.append(wide_to_rows(st, {"skipped": "skipped_steps", "lr": "lr"}))
-    # Timer: "epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=..., MemAllocated=4.34GB, MaxMemAllocated=12.81GB"
+    # Timer: "epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=...,
+    # CurrSamplesPerSec=..., MemAllocated=4.34GB, MaxMemAllocated=12.81GB"
     tm = lines.filter(line.str.contains(r"global_step=\d+,")).with_columns(
         line.str.extract(r"global_step=(\d+)", 1).cast(pl.Int64).alias("step")
     )
@@ -159,7 +166,8 @@ def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
             + ")",
         )
     )
-    # DeepSpeed-Chat RLHF: "epoch: 0|step: 12|ppo_ep: 1|act_loss: 0.20|cri_loss: 0.12|unsuper_loss: 0.0"
+    # DeepSpeed-Chat RLHF:
+    # "epoch: 0|step: 12|ppo_ep: 1|act_loss: 0.20|cri_loss: 0.12|unsuper_loss: 0.0"
     chat = lines.filter(line.str.contains(r"\|step: \d+\|")).with_columns(
         line.str.extract(r"\|step: (\d+)\|", 1).cast(pl.Int64).alias("step")
     )

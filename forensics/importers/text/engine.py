@@ -15,18 +15,21 @@ from typing import Any
 import polars as pl
 
 # A number as trainers print it: 1,234.5  1.2E+01  .5  nan  inf  -Infinity
-NUM = r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[nN][aA][nN]|[iI]nf(?:inity)?|INF)"
+NUM = (
+    r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+    r"|[nN][aA][nN]|[iI]nf(?:inity)?|INF)"
+)
 
 # fill: how a row without a step gets one. "prev": the step of the closest metric line
 # above; "next": the closest below (an event printed before the step line that reports
 # it); "prev0": like prev, but 0 before the first step (an evaluation before training).
 ROWS: dict[str, pl.DataType] = {
-    "ln": pl.Int64,
-    "step": pl.Int64,
-    "tag": pl.Utf8,
-    "value": pl.Float64,
-    "wall_time": pl.Float64,
-    "fill": pl.Utf8,
+    "ln": pl.Int64(),
+    "step": pl.Int64(),
+    "tag": pl.Utf8(),
+    "value": pl.Float64(),
+    "wall_time": pl.Float64(),
+    "fill": pl.Utf8(),
 }
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
@@ -122,6 +125,12 @@ def num(expr: pl.Expr, commas: bool = True) -> pl.Expr:
     if commas:
         expr = expr.str.replace_all(",", "", literal=True)
     return expr.cast(pl.Float64, strict=False)
+
+
+def matches(lines: pl.DataFrame, keep: pl.Expr, pattern: str) -> pl.DataFrame:
+    """The lines ``keep`` selects, with a column per named group of ``pattern``."""
+    groups = pl.col("line").str.extract_groups(pattern).alias("g")
+    return lines.filter(keep).with_columns(groups).unnest("g")
 
 
 def empty_rows() -> pl.DataFrame:

@@ -1,7 +1,9 @@
 """fairseq / metaseq ``--log-format json`` progress lines (values are strings)::
 
-    2021-03-01 12:00:00 | INFO | train_inner | {"epoch": 1, "update": 0.021, "loss": "9.876", ..., "num_updates": "100", ...}
-    2021-03-01 12:30:00 | INFO | valid | {"epoch": 1, "valid_loss": "9.1", ..., "valid_num_updates": "1000"}
+    2021-03-01 12:00:00 | INFO | train_inner | {"epoch": 1, "update": 0.021, "loss": "9.876",
+        ..., "num_updates": "100", ...}
+    2021-03-01 12:30:00 | INFO | valid | {"epoch": 1, "valid_loss": "9.1", ...,
+        "valid_num_updates": "1000"}
 
 The x axis is ``num_updates`` (``update`` is a fractional epoch). The end-of-epoch ``train``
 line repeats the epoch averages with ``train_`` keys.

@@ -1,7 +1,8 @@
 """llm.c: ``main.log`` (``llmc/logger.h``) and the stdout of ``train_gpt2cu``.
 
 main.log::   s:10 trl:7.1235 lr:0.000060 norm:1.23      s:250 tel:6.9876      s:250 eval:0.2950
-stdout::     step   10/74000 | loss 7.123456 (+0.12z)| norm 1.2345 (+0.10z)| lr 6.00e-05 | 123.45 ms | 45.6% bf16 MFU | 456789 tok/s
+stdout::     step   10/74000 | loss 7.123456 (+0.12z)| norm 1.2345 (+0.10z)| lr 6.00e-05 |
+                 123.45 ms | 45.6% bf16 MFU | 456789 tok/s
              val loss 6.202221                HellaSwag: 2493/10042 = 0.248257
 older stdout: step 10/74000: train loss 7.123456 norm 1.2345 lr 6.00e-05 (123.45 ms, 45678 tok/s)
 
@@ -16,13 +17,16 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, num, wide_to_rows
+from forensics.importers.text.engine import NUM, Ctx, conform_rows, matches, num, wide_to_rows
 
 NAME = "llmc"
 SNIFF = re.compile(
     r"(?m)^s:\d+ (?:trl|tel|eval):|^step\s+\d+/\d+ \| loss |^step\s+\d+/\d+: train loss "
 )
-_MAIN = r"^s:(?P<step>\d+) (?P<kind>trl|tel|eval):(?P<v>\S+)(?: lr:(?P<lr>\S+))?(?: norm:(?P<norm>\S+))?"
+_MAIN = (
+    r"^s:(?P<step>\d+) (?P<kind>trl|tel|eval):(?P<v>\S+)(?: lr:(?P<lr>\S+))?"
+    r"(?: norm:(?P<norm>\S+))?"
+)
 _NEW = (
     r"step\s+(?P<step>\d+)/\d+ \| loss\s+(?P<loss>\S+)\s*(?:\([^)]*\))?\s*\|"
     r"(?:\s*norm\s+(?P<norm>\S+)\s*(?:\([^)]*\))?\s*\|)?"
@@ -36,7 +40,8 @@ _NEW = (
     + r")\s*tok/s)?"
 )
 _OLD = (
-    r"step\s+(?P<step>\d+)/\d+: train loss (?P<loss>\S+)(?: norm (?P<norm>\S+))?(?: lr (?P<lr>\S+))?"
+    r"step\s+(?P<step>\d+)/\d+: train loss (?P<loss>\S+)(?: norm (?P<norm>\S+))?"
+    r"(?: lr (?P<lr>\S+))?"
     r"(?: \((?P<ms>" + NUM + r") ms(?:, (?P<toks>" + NUM + r") tok/s)?\))?"
 )
 _STDOUT_TAGS = {
@@ -57,11 +62,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     lines = ctx.lines
     parts = []
-    main = (
-        lines.filter(line.str.contains(r"^s:\d+ "))
-        .with_columns(line.str.extract_groups(_MAIN).alias("g"))
-        .unnest("g")
-    )
+    main = matches(lines, line.str.contains(r"^s:\d+ "), _MAIN)
     if not main.is_empty():
         main = main.with_columns(
             pl.col("step").cast(pl.Int64, strict=False), num(pl.col("v")).alias("v")
@@ -72,11 +73,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
             grp = grp.with_columns(num(pl.col("lr")).alias("lr"), num(pl.col("norm")).alias("norm"))
             parts.append(wide_to_rows(grp, cols))
     for pattern in (_NEW, _OLD):
-        st = (
-            lines.filter(line.str.contains(pattern))
-            .with_columns(line.str.extract_groups(pattern).alias("g"))
-            .unnest("g")
-        )
+        st = matches(lines, line.str.contains(pattern), pattern)
         if st.is_empty():
             continue
         st = st.with_columns(

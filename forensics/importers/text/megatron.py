@@ -3,9 +3,12 @@
 Iteration line (old forks lack the date, throughput and grad norm)::
 
      [2024-05-01 12:00:00] iteration      100/  500000 | consumed samples: 51200 | ...
-     | lm loss: 7.123456E+00 | loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations: 0 |
+     | lm loss: 7.123456E+00 | loss scale: 1.0 | grad norm: 1.234 |
+     | number of skipped iterations: 0 |
 
-Validation line: `` validation loss at iteration 1000 | lm loss value: 2.3E+00 | lm loss PPL: 10.4 |``.
+Validation line::
+
+     validation loss at iteration 1000 | lm loss value: 2.3E+00 | lm loss PPL: 10.4 |
 
 Speed matters here (1M-line logs): the file is split on ``|`` by polars' CSV reader, the
 most common key layout is read column by column with plain slicing, and only the few lines
@@ -15,6 +18,7 @@ with another layout go through the slower key/value split.
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import polars as pl
 
@@ -70,7 +74,8 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     if it.select(repeat.any()).item():
         it = it.filter(~repeat)
     ctx.line_steps = it.select("ln", "step")
-    # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule out here.
+    # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule
+    # out here.
     ctx.overflow_hint = bool(
         cells.select(
             (
@@ -116,7 +121,7 @@ def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = Fal
             (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(c)
             if p
             else pl.col(c).str.contains(":", literal=True).any().alias(c)
-            for c, p in zip(cols, prefixes)
+            for c, p in zip(cols, prefixes, strict=True)
         ]
     ).row(0)
     # Columns that print the same text on every line (batch size, skipped-iteration counts,
@@ -130,7 +135,7 @@ def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = Fal
             for j, c in enumerate(cols)
         ]
     ).row(0)
-    for j, (col, pre) in enumerate(zip(cols, prefixes)):
+    for j, (col, pre) in enumerate(zip(cols, prefixes, strict=True)):
         if pre is None:
             if odd[j]:
                 others.append(pl.col(col))
@@ -213,7 +218,7 @@ def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
     dates = it.select(
         c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
     ).to_series()
-    if dates.approx_n_unique() * 8 > max(len(dates), 1):
+    if cast(int, dates.approx_n_unique()) * 8 > max(len(dates), 1):
         return (
             dates.to_frame()
             .select(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time"))

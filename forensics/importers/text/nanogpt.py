@@ -15,7 +15,15 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, kv_rows, num, wide_to_rows
+from forensics.importers.text.engine import (
+    NUM,
+    Ctx,
+    conform_rows,
+    kv_rows,
+    matches,
+    num,
+    wide_to_rows,
+)
 
 NAME = "nanogpt"
 SNIFF = re.compile(
@@ -41,11 +49,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     lines = ctx.lines
     parts = []
-    it = (
-        lines.filter(line.str.contains(r"^iter \d+: loss "))
-        .with_columns(line.str.extract_groups(_ITER).alias("g"))
-        .unnest("g")
-    )
+    it = matches(lines, line.str.contains(r"^iter \d+: loss "), _ITER)
     if not it.is_empty():
         it = it.with_columns(
             pl.col("step").cast(pl.Int64),
@@ -54,11 +58,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
             num(pl.col("mfu")),
         )
         parts.append(wide_to_rows(it, {"loss": "loss", "ms": "step_time (ms)", "mfu": "mfu (%)"}))
-    ev = (
-        lines.filter(line.str.contains(r"^step \d+: train loss "))
-        .with_columns(line.str.extract_groups(_EVAL).alias("g"))
-        .unnest("g")
-    )
+    ev = matches(lines, line.str.contains(r"^step \d+: train loss "), _EVAL)
     if not ev.is_empty():
         ev = ev.with_columns(pl.col("step").cast(pl.Int64), num(pl.col("tl")), num(pl.col("vl")))
         # The train loss printed at evaluation is an estimate over eval batches: kept apart.

@@ -1,7 +1,7 @@
 """torchtitan stdout (``torchtitan/components/metrics.py``), ANSI colours already stripped::
 
-    [rank0]:[titan] 2025-01-01 12:00:00,000 - root - INFO - step: 10  loss:  8.1234  grad_norm:  1.2345
-        memory: 30.12GiB(38.02%)  tps: 6,123  tflops: 311.20  mfu: 31.46%
+    [rank0]:[titan] 2025-01-01 12:00:00,000 - root - INFO - step: 10  loss:  8.1234
+        grad_norm:  1.2345  memory: 30.12GiB(38.02%)  tps: 6,123  tflops: 311.20  mfu: 31.46%
     ... validate step: 100  loss: 7.9  ...   (validation, kept under ``validation/``)
 
 Values may carry thousands separators and units (``GiB``, ``%``), which are dropped.

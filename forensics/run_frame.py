@@ -19,7 +19,8 @@ EXPORT_SUFFIXES = (".parquet", ".csv")
 
 
 def metrics_table(run: Run) -> pl.DataFrame:
-    """One row per raw tag: ``tag, metric, layer, points, first_step, last_step, source, x_kind, used``.
+    """One row per raw tag: ``tag, metric, layer, points, first_step, last_step, source,
+    x_kind, used``.
 
     ``points`` counts every logged row (restart replays included); ``used`` says whether the
     analysis reads this tag for its canonical vital sign (when several tags map to one vital

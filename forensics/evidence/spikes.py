@@ -1,0 +1,184 @@
+"""The spikes of one series, found and measured once per run (article 4.3-4.4).
+
+:func:`find_spikes` runs the robust score (:mod:`~forensics.evidence.robust`), applies the
+configured thresholds (``[tool.forensics.detectors.spikes]``: loss and grad norm have their own
+height ratios) and measures each spike's shape (:mod:`~forensics.evidence.spike_shape`).
+:meth:`forensics.evidence.Evidence.spikes` calls it once per metric and caches the list: the
+spike, periodicity and loss-scale detectors judge the same spikes.
+
+A :class:`Spike` holds only what the series itself shows, read-only. What happened around it
+(a loss-scale drop, an LR kink, a grad-norm spike leading a loss spike) is the spike
+detector's judgement and goes into its findings, not back into the shared spikes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from forensics.evidence import robust
+from forensics.evidence.spike_shape import ShapeParams, SpikeClass, measure
+from forensics.params import SpikesParams
+from forensics.schema import LOSS
+
+if TYPE_CHECKING:
+    from forensics.evidence import Evidence
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpikeSearch:
+    """The parameters spikes of one metric are found and measured with (from SpikesParams)."""
+
+    window: int
+    min_side: int
+    z_threshold: float
+    min_ratio: float
+    gross_ratio: float | None
+    z_gross: float
+    sigma_floor: float
+    shape: ShapeParams
+
+    @classmethod
+    def of(cls, p: SpikesParams, metric: str) -> SpikeSearch:
+        """The loss has its own height ratios; every other series uses the grad norm's."""
+        is_loss = metric == LOSS
+        return cls(
+            window=p.window,
+            min_side=p.min_side,
+            z_threshold=p.z_threshold,
+            min_ratio=p.loss_min_ratio if is_loss else p.grad_norm_min_ratio,
+            gross_ratio=p.loss_gross_ratio if is_loss else p.grad_norm_gross_ratio,
+            z_gross=p.z_gross,
+            sigma_floor=p.sigma_floor,
+            shape=ShapeParams.of(p),
+        )
+
+
+@dataclass(frozen=True)
+class Spike:
+    """One spike with its raw measures (see the table in :mod:`forensics.detectors.spikes`:
+    ``peak_value`` to ``classification``). Shared by every consumer: read-only.
+
+    Attributes:
+        metric: the series.
+        start_step: the onset (where the series left its noise).
+        peak_step: the highest point.
+        end_step: where it was back in the band (the last logged step if never).
+        measures: height, shape and recovery measures (a read-only mapping).
+        alarm_at: the level the series had to pass at the peak to be flagged (the local
+            baseline times the larger of the height ratio and the z threshold's noise band).
+    """
+
+    metric: str
+    start_step: int
+    peak_step: int
+    end_step: int
+    measures: Mapping[str, Any] = field(compare=False)
+    alarm_at: float = float("nan")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "measures", MappingProxyType(dict(self.measures)))
+
+    @property
+    def log_interval(self) -> float:
+        return float(self.measures["log_interval"])
+
+    @property
+    def classification(self) -> SpikeClass:
+        return SpikeClass(self.measures["classification"])
+
+
+def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
+    """Detect the spikes of one series and measure their shape, with the configured spike
+    parameters (no co-occurrence, no severity: that is the spike detector's).
+
+    Call it through :meth:`Evidence.spikes`, which computes each metric's spikes once.
+    """
+    p = SpikeSearch.of(ev.params.spikes, metric)
+    series = ev.series(metric)
+    sc = robust.score(
+        series.steps,
+        series.values,
+        window=p.window,
+        min_side=p.min_side,
+        sigma_floor=p.sigma_floor,
+        confirm_until=start_zone(series.steps, ev.warmup_end, p.window),
+    )
+    if sc.height < 3:
+        return []
+    steps = sc.get_column("step").to_numpy()
+    values = sc.get_column("value").to_numpy()
+    log_scale = robust.use_log(values)
+    events = robust.find_events(
+        sc,
+        z_min=p.z_threshold,
+        min_ratio=p.min_ratio,
+        log_scale=log_scale,
+        gross_ratio=p.gross_ratio,
+        z_gross=p.z_gross,
+    )
+    interval = robust.median_interval(steps)
+    barriers = ev.level_barriers
+    out: list[Spike] = []
+    for e in events:
+        row = sc.row(e.peak, named=True)
+        # The alarm line above the local baseline, in the score's units (log units for
+        # positive series): the z threshold's noise band, at least the height ratio.
+        alarm = max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * row["sigma"])
+        m = measure(
+            steps,
+            values,
+            onset=e.onset,
+            peak=e.peak,
+            log_scale=log_scale,
+            sigma=row["sigma"],
+            baseline_at_peak=row["baseline"],
+            alarm=alarm,
+            p=p.shape,
+            barriers=barriers,
+        )
+        rec = m["recovered_step"]
+        end_step = int(rec) if isinstance(rec, (int, float)) else int(steps[-1])
+        measures: dict[str, Any] = {
+            "peak_value": row["value"],
+            "baseline": row["baseline"],
+            "height": row["value"] - row["baseline"],
+            "height_ratio": row["value"] / row["baseline"] if log_scale else None,
+            "z": row["z"],
+            "two_sided": row["two_sided"],
+            "points": e.n_flagged,
+            "log_interval": interval,
+            **m,
+        }
+        alarm_at = row["baseline"] * float(np.exp(alarm)) if log_scale else row["baseline"] + alarm
+        out.append(
+            Spike(
+                metric,
+                int(steps[e.onset]),
+                int(steps[e.peak]),
+                end_step,
+                measures,
+                float(alarm_at),
+            )
+        )
+    return out
+
+
+def start_zone(steps: np.ndarray, warmup_end: int | None, window: int) -> float | None:
+    """Last step of the start of training, where spikes need two-sided confirmation: the LR
+    warm-up, and at least the first ``window`` logged points. None when the log starts
+    mid-training (its step numbers say so). ``steps`` are the series' finite points."""
+    if len(steps) == 0:
+        return None
+    interval = robust.median_interval(steps)
+    if steps[0] > 2 * interval + 1:
+        return None
+    first_points = float(steps[min(window, len(steps)) - 1])
+    return max(float(warmup_end or 0), first_points)
+
+
+__all__ = ["Spike", "SpikeSearch", "find_spikes", "start_zone"]

@@ -1,0 +1,709 @@
+"""The measures of every finding kind: key, type, whether it can be null, fixed values, meaning.
+
+This table is the one declaration of what a finding's ``measures`` hold. From it come the
+per-kind ``measures`` of the JSON Schema (``scripts/schema_gen.py``) and the README's measures
+reference (``scripts/measures_reference.py``); ``Finding`` rejects a key its kind does not
+declare, and the tests check that the schema, the README and the emitted values agree with it.
+
+A finding need not carry every declared key (``truncated_log`` says only what its format
+knows); a key it carries has the declared type. ``float`` accepts an int (JSON has one number
+type); NaN and Inf are never emitted (they become null, see ``findings.clean_measure``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+MeasureType = type[float] | type[int] | type[str] | type[bool]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measure:
+    """One declared measure of a finding kind."""
+
+    key: str
+    type: MeasureType
+    meaning: str
+    null: bool = False  # the value can be null
+    values: tuple[str, ...] = ()  # the fixed set of values (str measures only)
+    required: bool = False  # every finding of the kind carries it
+
+    def accepts(self, value: object) -> bool:
+        """Whether a (JSON-safe) value has this measure's type and one of its fixed values."""
+        if value is None:
+            return self.null
+        if self.type is bool:
+            return isinstance(value, bool)
+        if isinstance(value, bool):
+            return False
+        if self.type is float:
+            return isinstance(value, (int, float))
+        if not isinstance(value, self.type):
+            return False
+        return not self.values or value in self.values
+
+
+def _m(
+    key: str,
+    type_: MeasureType,
+    meaning: str,
+    *,
+    null: bool = False,
+    values: Iterable[str] = (),
+    required: bool = False,
+) -> Measure:
+    return Measure(
+        key=key, type=type_, meaning=meaning, null=null, values=tuple(values), required=required
+    )
+
+
+SPIKE_CLASSES = ("physiological", "pathological", "beneficial", "unresolved")
+LR_KINK_KINDS = ("warmup_end", "restart", "drop", "slope_change")
+SPIKE_CAUSES = ("numeric_overflow", "schedule_induced", "grad_norm_led")
+CRASH_REASONS = (
+    "out_of_memory",
+    "nccl",
+    "cuda",
+    "assertion",
+    "time_limit",
+    "cancelled",
+    "traceback",
+)
+
+# Shared by loss_spike and grad_norm_spike (spikes.py measures both the same way).
+_SPIKE = (
+    _m("peak_value", float, "the series at the peak"),
+    _m("baseline", float, "local robust baseline at the peak (median of the preceding points)"),
+    _m("height", float, "peak_value - baseline (series units)"),
+    _m(
+        "height_ratio",
+        float,
+        "peak_value / baseline (null when the series has non-positive values)",
+        null=True,
+    ),
+    _m("z", float, "robust z-score of the peak (log units for positive series)"),
+    _m(
+        "two_sided",
+        bool,
+        "the baseline also used the following points (near the start of the log or in the warm-up)",
+    ),
+    _m("points", int, "logged points flagged in the spike"),
+    _m("log_interval", float, "typical logging interval of the series (steps)"),
+    _m("width_steps", int, "steps spent above the alarm line around the peak"),
+    _m(
+        "recovered",
+        bool,
+        "the series came back inside the band of the extrapolated pre-spike trend",
+    ),
+    _m(
+        "recovery_steps",
+        int,
+        "steps from the peak until back inside that band (null if never)",
+        null=True,
+    ),
+    _m("recovered_step", int, "step where it was back (null if never)", null=True),
+    _m(
+        "plateau_shift",
+        float,
+        "post-recovery steady level minus the extrapolated trend (series units)",
+        null=True,
+    ),
+    _m("plateau_shift_rel", float, "the same, relative to the trend", null=True),
+    _m(
+        "excess_area",
+        float,
+        "sum of (value - trend) x steps from onset to recovery (series units x steps)",
+    ),
+    _m("excess_area_rel", float, "the same with the excess relative to the trend (steps)"),
+    _m(
+        "trend",
+        str,
+        "trend: a robust line was fitted before the spike; level: too few points for one",
+        values=("trend", "level"),
+    ),
+    _m("steps_logged_after_peak", int, "how far the log goes past the peak"),
+    _m(
+        "classification",
+        str,
+        "physiological: back on its trend; pathological: settled higher or came back too "
+        "slowly; beneficial: settled lower; unresolved: still above its trend when the log ends",
+        values=SPIKE_CLASSES,
+    ),
+    _m(
+        "loss_scale_drop",
+        bool,
+        "a loss-scale drop / fp16 overflow was logged at the spike (numeric overflow)",
+    ),
+    _m(
+        "lr_kink_step",
+        int,
+        "step of an LR-schedule kink the spike follows (schedule-induced), else null",
+        null=True,
+    ),
+    _m(
+        "lr_kink_kind",
+        str,
+        "the kind of that kink (null if none)",
+        null=True,
+        values=LR_KINK_KINDS,
+    ),
+    _m(
+        "cause",
+        str,
+        "what the spike followed: an fp16 overflow, an LR-schedule kink or a grad-norm spike "
+        "(null: none of these)",
+        null=True,
+        values=SPIKE_CAUSES,
+    ),
+)
+
+_GAP_NOISE = _m(
+    "val_noise", float, "noise of the val-train gap (robust sigma, at least the val noise)"
+)
+
+MEASURES: dict[str, tuple[Measure, ...]] = {
+    "loss_spike": (
+        # The schema has always required a loss spike's classification.
+        *(replace(m, required=True) if m.key == "classification" else m for m in _SPIKE),
+        _m(
+            "grad_norm_lead_steps",
+            int,
+            "a grad-norm spike began this many steps before the loss spike (null if none)",
+            null=True,
+        ),
+    ),
+    "grad_norm_spike": (
+        *_SPIKE,
+        _m("transient", bool, "back inside the band within `transient_steps`"),
+        _m("loss_response", bool, "a loss spike began within the lead window around it"),
+        _m(
+            "leads_loss_by_steps",
+            int,
+            "steps by which it preceded the loss spike (null if none)",
+            null=True,
+        ),
+        _m(
+            "run_baseline",
+            float,
+            "the run's grad-norm baseline (median after LR warm-up, article 6.1)",
+            null=True,
+        ),
+        _m(
+            "ratio_to_run_baseline",
+            float,
+            "peak_value / run_baseline (article: 2x yellow, 3x orange)",
+            null=True,
+        ),
+    ),
+    "periodic_spikes": (
+        _m("period_steps", float, "median interval between the periodic spikes"),
+        _m("count", int, "spikes in the pattern"),
+        _m("first_interval", float, "fitted interval at the first spike"),
+        _m("last_interval", float, "fitted interval at the last spike"),
+        _m(
+            "interval_trend",
+            float,
+            "change of the interval per spike (steps; negative = shrinking)",
+        ),
+        _m("shrinking", bool, "last_interval <= `shrink_ratio` x first_interval"),
+        _m(
+            "spread",
+            float,
+            "robust spread of the intervals around their line, relative to the period",
+        ),
+        _m(
+            "matches",
+            str,
+            "which revealed period it matches (null: none)",
+            null=True,
+            values=("epoch", "eval_interval", "checkpoint_interval", "lr_restart"),
+        ),
+        _m("matched_period_steps", float, "that period (steps)", null=True),
+        _m("multiple", int, "period_steps / matched_period_steps, rounded", null=True),
+        _m(
+            "phase_steps",
+            float,
+            "for a match: median offset of the spikes from the matched period's grid",
+            null=True,
+        ),
+        _m("spike_steps", str, "the onsets, comma-separated (first 20)"),
+    ),
+    "divergence": (
+        _m("loss_before", float, "smoothed loss at the onset (the level the rise started from)"),
+        _m(
+            "loss_peak",
+            float,
+            "highest smoothed loss in the rise (null when it ended in NaN / Inf)",
+            null=True,
+        ),
+        _m("loss_rise_rel", float, "loss_peak / loss_before - 1"),
+        _m(
+            "grad_norm_before",
+            float,
+            "median grad norm over the window before the onset",
+            null=True,
+        ),
+        _m("grad_norm_during", float, "median grad norm over the rise", null=True),
+        _m("grad_norm_ratio", float, "grad_norm_during / grad_norm_before", null=True),
+        _m("steps_observed", int, "steps from the onset to the end of the rise (or of the log)"),
+        _m(
+            "returned_step",
+            int,
+            "step where the loss came back down (null if it never did)",
+            null=True,
+        ),
+        _m("ended_nonfinite", bool, "the loss or grad norm turned NaN / Inf during the rise"),
+        _m("confirmed", bool, "not back within `window` steps (or ended non-finite)"),
+        _m("window", int, "the parameter: steps the rise must last"),
+    ),
+    "nan_inf": (
+        _m("first_bad_step", int, "first step whose value is NaN or +-Inf"),
+        _m("first_bad_value", str, "the first non-finite value", values=("nan", "inf", "-inf")),
+        _m(
+            "last_finite_step",
+            int,
+            "the last finite step before it (null when the series starts bad)",
+            null=True,
+        ),
+        _m("last_finite_value", float, "the value there", null=True),
+        _m("bad_points", int, "non-finite points in the whole series"),
+        _m("bad_runs", int, "separate stretches of non-finite points"),
+        _m("first_run_points", int, "length of the first stretch (logged points)"),
+        _m(
+            "recovered_step",
+            int,
+            "first finite step after the first stretch (null if none)",
+            null=True,
+        ),
+        _m(
+            "persistent",
+            bool,
+            "a stretch of at least `persist_points` points, or one that lasts to the end of "
+            "the log",
+        ),
+        _m(
+            "persistent_from",
+            int,
+            "step where the persistent stretch began (null if none)",
+            null=True,
+        ),
+        _m("bad_fraction", float, "bad_points / all points"),
+    ),
+    "loss_scale_drop": (
+        _m(
+            "pattern",
+            str,
+            "cascade: halvings in quick succession; sustained_decline: separate drops that "
+            "never grow back",
+            values=("cascade", "sustained_decline"),
+        ),
+        _m(
+            "from_scale",
+            float,
+            "scale before the first halving (null when only overflow lines are known)",
+            null=True,
+        ),
+        _m("to_scale", float, "scale after the last halving (null likewise)", null=True),
+        _m(
+            "halvings",
+            float,
+            "number of halvings (log2 of from/to; one per overflow line otherwise)",
+        ),
+        _m("steps", int, "steps the cascade or decline spans"),
+        _m(
+            "overflow_steps",
+            int,
+            "overflow lines logged inside it (null for a sustained decline)",
+            null=True,
+        ),
+        _m("drops", int, "separate drop events (sustained_decline only; 1 for a cascade)"),
+        _m("calibration", bool, "it happened in the scaler's calibration at the start of training"),
+        _m(
+            "coincides_with_spike",
+            bool,
+            "a loss or grad-norm spike began in the same step window",
+        ),
+        _m("spike_step", int, "onset of that spike (null if none)", null=True),
+        _m(
+            "source",
+            str,
+            "loss_scale: the logged scale; overflow: only the log's overflow lines",
+            values=("loss_scale", "overflow"),
+        ),
+    ),
+    "grad_norm_drift": (
+        _m("baseline", float, "grad-norm baseline (median after the LR warm-up)"),
+        _m("baseline_start_step", int, "first step of the baseline window"),
+        _m("baseline_end_step", int, "last step of the baseline window"),
+        _m("current", float, "grad-norm level now (median of the last 2% of points, >= 5)"),
+        _m("ratio", float, "current / baseline"),
+        _m("peak", float, "highest smoothed grad-norm level after the onset"),
+        _m("peak_ratio", float, "peak / baseline"),
+        _m("onset_value", float, "smoothed grad-norm level at the onset step"),
+        _m(
+            "slope_per_1k_steps",
+            float,
+            "Theil-Sen slope of the grad norm from the onset, per 1000 steps",
+        ),
+        _m(
+            "loss_slope_per_1k_steps",
+            float,
+            "Theil-Sen slope of the loss over the same window (null: no loss)",
+            null=True,
+        ),
+        _m(
+            "loss_change_pct",
+            float,
+            "loss level change from the onset to the end, in % (medians of 5%)",
+            null=True,
+        ),
+        _m(
+            "warning_step",
+            int,
+            "first step where the smoothed level reached warn_ratio x baseline",
+        ),
+        _m("critical_step", int, "same for crit_ratio (null if never reached)", null=True),
+        _m("spikes_excluded", int, "number of spike points left out of the fits"),
+    ),
+    "param_norm_jump": (
+        _m(
+            "abrupt",
+            bool,
+            "true for a jump; false for a crossing of 1.5x (surge or slow growth)",
+        ),
+        _m("before", float, "param norm just before the jump (jumps only)", null=True),
+        _m("after", float, "param norm just after it (median of up to 3 points)", null=True),
+        _m(
+            "change_pct",
+            float,
+            "(after - before) / before in %, or growth over the run (info)",
+        ),
+        _m(
+            "robust_z",
+            float,
+            "the jump's increment over the local increment scale (jumps only)",
+            null=True,
+        ),
+        _m("persistent", bool, "true when the level stays changed (false: a one-off blip)"),
+        _m("baseline", float, "param-norm baseline (median after the LR warm-up)"),
+        _m("ratio", float, "after (or current) / baseline"),
+        _m(
+            "crossing_step",
+            int,
+            "first step at ratio_limit x baseline (crossings only)",
+            null=True,
+        ),
+        _m(
+            "growth_pct_per_1k_steps",
+            float,
+            "Theil-Sen growth rate up to the crossing, % of the baseline",
+            null=True,
+        ),
+        _m(
+            "pace_ratio",
+            float,
+            "recent growth pace / pace of the whole way (>= 3: a surge, warning)",
+            null=True,
+        ),
+        _m(
+            "source",
+            str,
+            "the series judged (param_norm_layer: the total rebuilt from the layers)",
+            values=("param_norm", "param_norm_layer"),
+        ),
+    ),
+    "layer_grad_shift": (
+        _m("layer", int, "first layer index of the group"),
+        _m("layers", str, 'the group, compact (`"0-3"`)'),
+        _m("n_layers", int, "layers in the group"),
+        _m("n_layers_logged", int, "layers with a grad-norm series"),
+        _m(
+            "share_definition",
+            str,
+            "a layer's share is norm^2 / sum of norm^2 over layers",
+            values=("squared",),
+        ),
+        _m("share_before", float, "group share in the early window (0..1)"),
+        _m("share_after", float, "group share over the last stretch (0..1)"),
+        _m("share_ratio", float, "share_after / share_before (null: no early share)", null=True),
+        _m("peak_share", float, "highest smoothed group share"),
+        _m(
+            "param_growth_group_pct_per_1k",
+            float,
+            "mean param-norm growth of the group, % per 1000 steps (null: not logged)",
+            null=True,
+        ),
+        _m("param_growth_rest_pct_per_1k", float, "same for the other layers", null=True),
+        _m(
+            "param_growth_by_layer",
+            str,
+            '`"layer:pct"` list for every layer (null: not logged)',
+            null=True,
+        ),
+    ),
+    "activation_outlier": (
+        _m("layer", int, "layer index"),
+        _m(
+            "trigger",
+            str,
+            "absmax: above the limit; std_jump: the std jumped by the ratio limit",
+            values=("absmax", "std_jump"),
+        ),
+        _m(
+            "value",
+            float,
+            "absmax at the peak, or the std at the peak (null: non-finite)",
+            null=True,
+        ),
+        _m("limit", float, "the absmax limit (absmax) or the std ratio limit (std_jump)"),
+        _m(
+            "before",
+            float,
+            "typical level before the onset (median of the preceding points)",
+            null=True,
+        ),
+        _m("ratio", float, "peak / before", null=True),
+        _m("points_over", int, "how many logged points were over the limit"),
+    ),
+    "overfitting": (
+        _m("val_min", float, "val loss at the onset (its lowest point)"),
+        _m("val_now", float, "val loss now (median of the last val points)"),
+        _m("val_rise", float, "val_now - val_min"),
+        _m(
+            "train_change_pct",
+            float,
+            "smoothed train-loss change from the onset to the end, in %",
+            null=True,
+        ),
+        _m("gap_at_onset", float, "gap at the onset"),
+        _m("gap_now", float, "gap now"),
+        _m(
+            "epoch",
+            int,
+            "epoch (1-based) at the onset; null when no epoch series",
+            null=True,
+        ),
+        _m(
+            "epoch_now",
+            int,
+            "epoch (1-based) at the last val step; null when no epoch series",
+            null=True,
+        ),
+        _m("gap_accelerating", bool, "true when the gap was still accelerating at the end"),
+        _GAP_NOISE,
+    ),
+    "gap_acceleration": (
+        _m("growth_last", float, "gap growth over the window ending at the detection step"),
+        _m("growth_prev", float, "gap growth over the window before it"),
+        _m(
+            "accel_ratio",
+            float,
+            "growth_last / growth_prev (null when growth_prev <= 0)",
+            null=True,
+        ),
+        _m("window_steps", float, "window length in steps"),
+        _GAP_NOISE,
+        _m("gap_at_onset", float, "gap at the onset step"),
+        _m("gap_now", float, "gap at the last val step of the episode"),
+        _m("detected_step", int, "first val step where the acceleration was confirmed"),
+        _m("val_turned_up", bool, "true when val was rising over the last window at detection"),
+    ),
+    "val_shift": (
+        _m("val_before", float, "val level before the shift (median)"),
+        _m("val_after", float, "val level after it (median)"),
+        _m("shift", float, "val_after - val_before"),
+        _m("shift_pct", float, "shift in % of val_before", null=True),
+        _m(
+            "ramp_steps",
+            int,
+            "steps between the last old-level point and the first new-level point",
+        ),
+        _m("train_change", float, "train level change across the same split"),
+        _m(
+            "gap_slope_after_per_1k",
+            float,
+            "gap slope after the shift, per 1000 steps (about 0: stopped widening)",
+            null=True,
+        ),
+        _GAP_NOISE,
+    ),
+    "eval_regression": (
+        _m(
+            "direction",
+            str,
+            "which way the eval metric improves",
+            values=("higher_is_better", "lower_is_better"),
+        ),
+        _m("best", float, "best smoothed score (rolling median of 3 evals)"),
+        _m("best_step", int, "step of that best score (the onset)"),
+        _m("current", float, "smoothed score now (median of the last evals)"),
+        _m("worst", float, "worst raw score after the best"),
+        _m("worst_step", int, "its step"),
+        _m("drop", float, "how much worse now is than the best, in the metric's units (> 0)"),
+        _m("drop_pct", float, "drop in % of the magnitude of best", null=True),
+        _m("noise", float, "eval noise (robust sigma of the eval series)"),
+        _m("evals_after_best", int, "number of evals after the best one"),
+        _m(
+            "loss_change_pct",
+            float,
+            "train-loss change from best_step to the end, in % (null: no loss)",
+            null=True,
+        ),
+        _m("grad_norm_drift", bool, "true when a grad-norm drift overlaps the regression"),
+    ),
+    "plateau": (
+        _m("level", float, "median loss over the plateau"),
+        _m(
+            "change_pct",
+            float,
+            "loss change across the plateau predicted by its Theil-Sen slope, in % (at most "
+            "2 x flat_rel, else it is a slow trend, not a plateau)",
+        ),
+        _m("span_steps", float, "length of the plateau in steps"),
+        _m("run_fraction", float, "span_steps / the run's length"),
+        _m("lr_start", float, "LR at the start of the plateau (null: no LR series)", null=True),
+        _m("lr_end", float, "LR at its end", null=True),
+        _m("lr_peak", float, "highest LR of the run", null=True),
+        _m("lr_ratio", float, "mean LR over the plateau / lr_peak", null=True),
+        _m(
+            "lr_context",
+            str,
+            "decayed: LR near the end of its decay; active: LR still high; unknown: no LR logged",
+            values=("decayed", "active", "unknown"),
+        ),
+        _m("expected", bool, "true when the schedule explains the plateau (`decayed`)"),
+        _m("from_start", bool, "true when the plateau begins within the first 10% of the log"),
+    ),
+    "throughput_drop": (
+        _m(
+            "source",
+            str,
+            "the series judged (step_time: inverted to steps/s)",
+            values=("throughput", "step_time"),
+        ),
+        _m("baseline", float, "rolling-median level before the drop (in the source's units)"),
+        _m("level", float, "median level during the drop (same units)"),
+        _m("drop_pct", float, "how far throughput fell below the baseline, in %"),
+        _m("window_steps", int, "steps from the drop's start to its end"),
+        _m("n_points", int, "logged points in the drop"),
+        _m(
+            "recovered",
+            bool,
+            "true when throughput came back above the limit before the log ended",
+        ),
+    ),
+    "stall": (
+        _m("gap_seconds", float, "wall time between the two logged steps"),
+        _m("expected_seconds", float, "what those steps should have taken at the usual pace"),
+        _m("usual_step_seconds", float, "median seconds per step"),
+        _m("ratio", float, "gap_seconds / expected_seconds"),
+        _m("steps_between", int, "step difference between the two logged points"),
+        _m(
+            "usual_pause_seconds",
+            float,
+            "typical eval/checkpoint pause (null when none was seen)",
+            null=True,
+        ),
+    ),
+    "memory_growth": (
+        _m("start_level", float, "memory at the start of the analysed part (fitted)"),
+        _m("end_level", float, "memory at the last step (fitted)"),
+        _m("growth_pct", float, "(end_level - start_level) / start_level in %"),
+        _m("slope_per_1k_steps", float, "overall Theil-Sen slope, memory units per 1000 steps"),
+        _m("late_slope_per_1k_steps", float, "the same over the last third"),
+        _m("late_ratio", float, "late slope / overall slope (about 1: no levelling off)"),
+        _m("duration_steps", int, "length of the analysed stretch in steps"),
+    ),
+    "restart": (
+        _m("resumed_from_step", int, "first step of the new segment"),
+        _m("last_step_before", int, "last step logged before the restart"),
+        _m(
+            "steps_replayed",
+            int,
+            "steps logged twice (last_step_before - resumed_from_step + 1, at least 0)",
+        ),
+        _m("points_replayed", int, "logged points that the later segment pre-empts"),
+        _m(
+            "points_repeated",
+            int,
+            "of those, points whose (tag, step) the later segment logs again (0: interleaved "
+            "writers, not a replay)",
+        ),
+        _m(
+            "wall_clock_gap_s",
+            float,
+            "seconds between the last old record and the first new one (null without wall times)",
+            null=True,
+        ),
+        _m("file", str, "the file where the new segment starts"),
+        _m("segment", int, "the new segment's number"),
+    ),
+    "truncated_log": (
+        _m("file", str, "the file concerned"),
+        _m(
+            "bytes_lost",
+            int,
+            "bytes after the last complete record (event files, W&B binary)",
+        ),
+        _m("records_read", int, "complete records read from the file (event files)"),
+        _m(
+            "zero_filled",
+            bool,
+            "the tail is zero bytes, as a file preallocated by a killed job (event files)",
+        ),
+        _m("line", int, "the last line number, cut mid-record (JSONL)"),
+        _m(
+            "last_recorded_step",
+            int,
+            'last step with a value (Megatron golden values padded with "nan")',
+        ),
+        _m("end_step", int, "the step the file claims to end at (golden values)"),
+    ),
+    "crash": (
+        _m(
+            "reason",
+            str,
+            "what ended the job, as the log line says",
+            values=CRASH_REASONS,
+        ),
+        _m("line", str, "the log line that says so (at most 200 characters)"),
+    ),
+}
+
+_BY_KEY: dict[str, dict[str, Measure]] = {
+    kind: {m.key: m for m in ms} for kind, ms in MEASURES.items()
+}
+
+
+def declared(kind: str) -> Mapping[str, Measure]:
+    """The measures declared for a finding kind, by key, in declaration order."""
+    return _BY_KEY[str(kind)]
+
+
+def check_keys(kind: str, measures: Mapping[str, object]) -> None:
+    """Raise ValueError naming every measure key the kind does not declare."""
+    allowed = _BY_KEY[str(kind)]
+    unknown = [k for k in measures if k not in allowed]
+    if unknown:
+        raise ValueError(
+            f"{kind} finding: measure(s) {', '.join(map(repr, unknown))} not declared in "
+            f"forensics/measures.py (declared: {', '.join(allowed)})"
+        )
+
+
+def problems(kind: str, measures: Mapping[str, object]) -> list[str]:
+    """Every way the measures disagree with the declaration: unknown keys, types, values."""
+    allowed = _BY_KEY[str(kind)]
+    out = [f"{kind}.{k}: not declared" for k in measures if k not in allowed]
+    for k, v in measures.items():
+        m = allowed.get(k)
+        if m is not None and not m.accepts(v):
+            want = m.type.__name__ + ("|null" if m.null else "")
+            if m.values:
+                want += f" in {m.values}"
+            out.append(f"{kind}.{k}: {v!r} is not {want}")
+    out += [
+        f"{kind}.{m.key}: missing" for m in allowed.values() if m.required and m.key not in measures
+    ]
+    return out

@@ -1,0 +1,91 @@
+"""The `forensics compare` page: verdicts side by side and one overlaid chart per vital sign.
+
+The series drawn are each run's evidence (:meth:`forensics.evidence.Evidence.logged`: every
+logged point, so a NaN stays a gap), as on the single-run report; the page reuses its
+templates, escaping and plotly.js embedding.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from forensics.report.charts import _nums, esc, figure_json
+from forensics.report.downsample import downsample
+from forensics.report.render import (
+    _env,
+    _plotly_cdn,
+    _plotly_inline,
+    _version,
+    severity_counts,
+)
+from forensics.schema import LOSS_SCALE, LR
+
+if TYPE_CHECKING:
+    from forensics.compare import Comparison
+
+# One colour per run (the first is the reference).
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+LOG_AXIS = (LOSS_SCALE, LR)
+WEBGL_POINTS = 2000  # traces longer than this are drawn with WebGL
+
+
+def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
+    """One vital sign of every run, overlaid."""
+    traces = []
+    for i, (lab, d) in enumerate(zip(cmp.labels, cmp.diagnoses, strict=True)):
+        s = d.ev.logged(metric)
+        if len(s) == 0:
+            continue
+        x, y = downsample(s.steps, s.values)
+        traces.append(
+            {
+                "type": "scattergl" if len(x) > WEBGL_POINTS else "scatter",
+                "mode": "lines",
+                "name": esc(lab),
+                "x": [int(v) for v in x],
+                "y": _nums(y),
+                "line": {"width": 1.2, "color": PALETTE[i % len(PALETTE)]},
+            }
+        )
+    return {
+        "data": traces,
+        "layout": {
+            "title": {"text": esc(metric)},
+            "height": 300,
+            "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
+            "xaxis": {"title": {"text": "step"}},
+            "legend": {"orientation": "h"},
+            "yaxis": {"type": "log" if metric in LOG_AXIS else "linear"},
+        },
+    }
+
+
+def render_compare_html(cmp: Comparison, *, plotlyjs: str = "inline") -> str:
+    """One page: verdicts side by side and one overlaid chart per vital sign."""
+    from markupsafe import Markup
+
+    if plotlyjs not in ("inline", "cdn"):
+        raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
+    panels = [
+        {
+            "key": metric.replace("/", "_"),
+            "title": metric,
+            "json": Markup(figure_json(compare_figure(cmp, metric))),
+        }
+        for metric in cmp.vitals
+    ]
+    counts = [severity_counts(d.findings) for d in cmp.diagnoses]
+    ctx = {
+        "cmp": cmp,
+        "runs": list(zip(cmp.labels, cmp.diagnoses, counts, cmp.part_ways, strict=True)),
+        "panels": panels,
+        "plotlyjs": plotlyjs,
+        "plotly_inline": Markup(_plotly_inline()) if plotlyjs == "inline" else "",
+        "cdn_url": _plotly_cdn()[0] if plotlyjs == "cdn" else "",
+        "cdn_sri": _plotly_cdn()[1] if plotlyjs == "cdn" else "",
+        "version": _version(),
+    }
+    return _env().get_template("compare.html").render(**ctx)
+
+
+__all__ = ["compare_figure", "render_compare_html"]

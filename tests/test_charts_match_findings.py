@@ -1,0 +1,249 @@
+"""Every line a chart draws is the number a finding states (issue 11).
+
+For every sample run, with every detector's parameters changed from the defaults, the report's
+figures (the plotly dicts :func:`forensics.report.charts.build_panels` returns, not the HTML)
+draw baselines, alarm lines, limits, the warm-up end and the train/val gap exactly as the
+run's :class:`~forensics.evidence.Evidence` holds them and as the findings' ``judged_against``
+states them, in both directions: no finding states a level the chart does not draw, and no
+chart draws a level no finding or evidence states.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics.config import Config
+from forensics.detectors import REGISTRY
+from forensics.evidence import Band, Evidence
+from forensics.params import PARAMS
+from forensics.pipeline import analyze
+from forensics.report.charts import Panel, build_panels, is_level_key
+from forensics.schema import ACT_ABSMAX, GRAD_NORM, PARAM_NORM, VAL_LOSS
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = sorted(
+    p.name for p in (ROOT / "sample_runs").iterdir() if p.is_dir() and p.name != "generator"
+)
+
+# Every detector gets parameters off its defaults; the levels drawn must follow them.
+CHANGED: dict[str, dict[str, Any]] = {
+    "spikes": {"z_threshold": 5.5, "loss_min_ratio": 1.2, "grad_norm_min_ratio": 2.2},
+    "periodic": {"max_spread": 0.25, "shrink_ratio": 0.75},
+    "nan_inf": {"persist_points": 4},
+    "divergence": {"loss_rise": 0.12, "grad_rise": 2.2},
+    "loss_scale": {"cascade_gap": 60},
+    "grad_norm_drift": {"baseline_window": 300, "warn_ratio": 1.7, "crit_ratio": 2.6},
+    "eval_regression": {"noise_k": 2.5},
+    "param_norm": {"baseline_window": 300, "ratio_limit": 1.3},
+    "layers": {"group_ratio": 1.8},
+    "activations": {"absmax_limit": 5000.0, "std_jump_ratio": 2.5},
+    "train_val": {"accel_ratio": 1.4, "noise_k": 1.8},
+    "plateau": {"flat_rel": 0.006},
+    "throughput": {"drop": 0.25, "baseline_points": 80},
+    "stall": {"factor": 15.0},
+    "memory": {"min_growth": 0.04},
+}
+
+
+def test_the_changed_configuration_covers_every_detector() -> None:
+    """A new detector must join the table above (and really change something)."""
+    assert set(CHANGED) == set(REGISTRY) == set(PARAMS)
+    for name, changes in CHANGED.items():
+        defaults = PARAMS[name]()
+        assert all(getattr(defaults, k) != v for k, v in changes.items()), name
+
+
+def _evidence_lines(panel: Panel) -> dict[str, float]:
+    """The panel's evidence levels by the key they draw (``baseline``, ``warn_at``...)."""
+    out: dict[str, float] = {}
+    for t in panel.figure["data"]:
+        meta = t.get("meta")
+        if isinstance(meta, dict) and meta.get("source") == "evidence" and "value" in meta:
+            assert t["y"] == [meta["value"], meta["value"]], t["name"]  # drawn as stated
+            out[meta["judged"]] = meta["value"]
+    return out
+
+
+def _segments(panel: Panel) -> list[tuple[str, str, int, int, float]]:
+    """The findings' own levels on the panel: (key, kind, start, end, value)."""
+    out = []
+    for t in panel.figure["data"]:
+        meta = t.get("meta")
+        if isinstance(meta, dict) and "segments" in meta:
+            xs = [x for x in t["x"] if x is not None]
+            ys = [y for y in t["y"] if y is not None]
+            assert xs == [x for x0, x1, _ in meta["segments"] for x in (x0, x1)]
+            assert ys == [v for *_, v in meta["segments"] for _ in (0, 1)]
+            out += [(meta["judged"], meta["source"], x0, x1, v) for x0, x1, v in meta["segments"]]
+    return out
+
+
+def _shapes(panel: Panel, name: str) -> list[dict[str, Any]]:
+    return [s for s in panel.figure["layout"].get("shapes", []) if s.get("name") == name]
+
+
+def _check_band(panel: Panel, band: Band | None, ratios: tuple[float, float | None]) -> None:
+    """The panel draws the evidence's band exactly, labelled with the configured ratios."""
+    lines = _evidence_lines(panel)
+    if band is None:
+        assert not lines
+        return
+    assert (band.warn_ratio, band.critical_ratio) == ratios  # the evidence used the config
+    want = {k: v for k, v in band.judged().items() if v is not None}
+    assert lines == want
+    names = {t["name"] for t in panel.figure["data"]}
+    assert any(n.startswith(f"{band.warn_ratio:g}x baseline") for n in names)
+    if band.critical_ratio is not None:
+        assert any(n.startswith(f"{band.critical_ratio:g}x baseline") for n in names)
+    (window,) = _shapes(panel, "baseline window")
+    assert (window["x0"], window["x1"]) == (band.baseline.start_step, band.baseline.end_step)
+    for f in panel.findings:  # a finding judged against this band states the same numbers
+        ja = f.judged_against
+        for key in ("baseline", "warn_at", "critical_at"):
+            if key in ja and f.metric == panel.key:
+                assert ja[key] == lines[key], (f.kind, key)
+        if f.metric == panel.key and "baseline_start_step" in ja:
+            assert (ja["baseline_start_step"], ja["baseline_end_step"]) == (
+                band.baseline.start_step,
+                band.baseline.end_step,
+            ), f.kind
+
+
+def _check_levels(panel: Panel) -> int:
+    """Each level a finding on this panel states is drawn over it; each drawn level is stated."""
+    lines = _evidence_lines(panel)
+    segs = _segments(panel)
+    stated = 0
+    for f in panel.findings:
+        if f.metric is None or (panel.key != "eval" and f.metric != panel.key):
+            continue  # run-level findings placed on the first panel
+        for key, v in f.judged_against.items():
+            if not is_level_key(key) or not isinstance(v, (int, float)) or isinstance(v, bool):
+                continue
+            if not math.isfinite(v):
+                continue
+            stated += 1
+            drawn = lines.get(key) == v or any(
+                (k, kind, x0, v2) == (key, f.kind.value, f.start_step, v)
+                for k, kind, x0, _, v2 in segs
+            )
+            assert drawn, (panel.key, f.kind, key, v)
+    for key, kind, x0, _, v in segs:  # nothing drawn that no finding states
+        assert any(
+            f.kind.value == kind and f.start_step == x0 and f.judged_against.get(key) == v
+            for f in panel.findings
+        ), (panel.key, key, kind, x0)
+    return stated
+
+
+@pytest.fixture(scope="module", params=SAMPLES)
+def analysed(request: pytest.FixtureRequest) -> tuple[str, Evidence, list[Panel], Any]:
+    cfg = Config(detectors=CHANGED)
+    diag = analyze(ROOT / "sample_runs" / request.param, cfg)
+    assert diag.evidence is not None
+    return request.param, diag.evidence, build_panels(diag.evidence, diag.findings), diag
+
+
+def test_bands_are_the_evidence_and_the_findings(analysed) -> None:
+    """Grad-norm and param-norm panels draw the evidence's bands with the configured ratios,
+    and every finding judged against a band states the same baseline and lines."""
+    _, ev, panels, _ = analysed
+    by_key = {p.key: p for p in panels}
+    gp = ev.params.grad_norm_drift
+    if GRAD_NORM in by_key:
+        _check_band(by_key[GRAD_NORM], ev.grad_norm_band, (gp.warn_ratio, gp.crit_ratio))
+    if PARAM_NORM in by_key:
+        _check_band(
+            by_key[PARAM_NORM], ev.param_norm_band, (ev.params.param_norm.ratio_limit, None)
+        )
+
+
+def test_every_stated_level_is_drawn(analysed) -> None:
+    """Baselines and alarm lines the findings state are the lines the charts draw."""
+    name, _, panels, diag = analysed
+    for p in panels:
+        if p.figure["data"] and p.figure["data"][0].get("type") == "heatmap":
+            continue
+        _check_levels(p)
+
+
+def test_activation_limit(analysed) -> None:
+    """The activation panel's limit is the configured one, as the findings state it."""
+    _, ev, panels, diag = analysed
+    assert ev.activation_limit == CHANGED["activations"]["absmax_limit"]
+    act = next((p for p in panels if p.key == ACT_ABSMAX), None)
+    if act is None:
+        return
+    heat = act.figure["data"][0]
+    assert heat["meta"] == {
+        "judged": "absmax_limit",
+        "value": ev.activation_limit,
+        "source": "evidence",
+    }
+    assert heat["colorbar"]["tickvals"] == [math.log10(ev.activation_limit)]
+    for f in diag.findings:
+        if f.metric == ACT_ABSMAX and "limit" in f.judged_against:
+            assert f.judged_against["limit"] == ev.activation_limit
+
+
+def test_gap_and_warmup(analysed) -> None:
+    """The train/val panel's gap is the evidence's; the warm-up line is the evidence's, as the
+    findings that judged from the warm-up state it."""
+    _, ev, panels, diag = analysed
+    tv = next((p for p in panels if p.key == VAL_LOSS), None)
+    if tv is not None:
+        gaps = [t for t in tv.figure["data"] if t.get("name") == "gap"]
+        if ev.gap is None or len(ev.gap.steps) == 0:
+            assert gaps == []
+        else:
+            (g,) = gaps
+            assert g["x"] == [int(s) for s in ev.gap.steps]
+            assert g["y"] == [float(v) for v in ev.gap.gap]
+    for p in panels:
+        for line in _shapes(p, "warm-up end"):
+            assert line["x0"] == line["x1"] == ev.warmup_end
+    for f in diag.findings:
+        if "warmup_end" in f.judged_against:
+            assert f.judged_against["warmup_end"] == ev.warmup_end, f.kind
+
+
+def test_issue_11_reproduction() -> None:
+    """The reproduction in issue 11: a 60-step baseline window and a 1.5x warning line. The
+    chart draws the finding's baseline (1.119, not the default window's 0.802) and its lines."""
+    cfg = Config(detectors={"grad_norm_drift": {"baseline_window": 60, "warn_ratio": 1.5}})
+    diag = analyze(ROOT / "sample_runs" / "grad_norm_drift", cfg)
+    (drift,) = [f for f in diag.findings if f.kind.value == "grad_norm_drift"]
+    (gn,) = [p for p in build_panels(diag.ev, diag.findings) if p.key == GRAD_NORM]
+    lines = _evidence_lines(gn)
+    assert lines["baseline"] == drift.measures["baseline"] == drift.judged_against["baseline"]
+    assert lines["baseline"] == pytest.approx(1.119, abs=1e-3)
+    assert lines["warn_at"] == drift.judged_against["warn_at"] == 1.5 * lines["baseline"]
+    names = {t["name"] for t in gn.figure["data"]}
+    assert {"baseline", "1.5x baseline (yellow)", "3x baseline (orange)"} <= names
+    assert "2x" not in gn.caption.split("(the article")[0]
+
+
+def test_one_table_of_lights(analysed) -> None:
+    """Finding marks, the page's colours and its banner all come from findings.LOOKS."""
+    from forensics.findings import LOOKS, look
+    from forensics.report import render_html
+
+    name, _, panels, diag = analysed
+    colours = {lk.colour for lk in LOOKS.values()}
+    for p in panels:
+        for t in p.figure["data"]:
+            if t.get("name") in ("findings", "run-level findings"):
+                assert set(t["marker"]["color"]) <= colours
+        marks = [s for s in p.figure["layout"]["shapes"] if "name" not in s]
+        assert all(s.get("fillcolor", s.get("line", {}).get("color")) in colours for s in marks)
+    if name != "healthy":
+        return
+    page = render_html(diag, plotlyjs="cdn")
+    for key, lk in LOOKS.items():
+        assert f"--{key}:{lk.colour};" in page
+    assert f"--light: {look(diag.verdict).colour}" in page
+    assert look(diag.verdict).label in page
