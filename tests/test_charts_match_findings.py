@@ -21,7 +21,7 @@ from forensics.detectors import REGISTRY
 from forensics.evidence import Band, Evidence
 from forensics.params import PARAMS
 from forensics.pipeline import analyze
-from forensics.report.charts import Panel, build_panels, is_level_key
+from forensics.report.charts import Panel, build_panels, is_level_key, most_severe
 from forensics.schema import ACT_ABSMAX, GRAD_NORM, PARAM_NORM, VAL_LOSS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,9 +118,10 @@ def _check_levels(panel: Panel) -> int:
     lines = _evidence_lines(panel)
     segs = _segments(panel)
     stated = 0
-    for f in panel.findings:
-        if f.metric is None or (panel.key != "eval" and f.metric != panel.key):
-            continue  # run-level findings placed on the first panel
+    own = [f for f in panel.findings if f.metric == panel.key]  # not run-level ones
+    if panel.key == "eval":
+        own = [f for f in panel.findings if f.metric and f.metric.startswith("eval/")]
+    for f in own if panel.key == "eval" else most_severe(own):  # the findings it marks
         for key, v in f.judged_against.items():
             if not is_level_key(key) or not isinstance(v, (int, float)) or isinstance(v, bool):
                 continue

@@ -135,8 +135,9 @@ def test_computed_once_with_the_configured_parameters() -> None:
     ev = Evidence(run, resolve({"train_val": {"min_window": 600, "accel_ratio": 2.0}}))
     assert ev.gap is ev.gap
     assert ev.gap is not None and ev.gap.window == 600 and ev.gap.accel_ratio == 2.0
-    own = train_val_gap(ev, resolve({})["train_val"])  # a detector configured apart
-    assert own is not None and own.window == 1000
+    assert train_val_gap(ev) is not ev.gap  # the function computes, the evidence caches
+    own = ev.using("train_val", resolve({})["train_val"]).gap  # a detector configured apart
+    assert own is not None and own.window == 1000 and ev.gap.window == 600
 
 
 def test_no_gap_without_both_series() -> None:

@@ -81,7 +81,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.gap import Gap, train_val_gap
+from forensics.evidence.gap import Gap
 from forensics.evidence.trend_utils import hinge_onset, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import TrainValParams
@@ -111,9 +111,9 @@ class TrainValDetector:
         need = self.params.min_val_points
         g = None
         if n_val >= need and n_train >= 5:
-            # The evidence's gap is built with the configured train_val parameters; a detector
-            # configured apart from them (a test) gets its own, from the same function.
-            g = ev.gap if self.params == ev.params.train_val else train_val_gap(ev, self.params)
+            # The evidence's gap, built with the configured train_val parameters (a detector
+            # configured apart from them, as in a test, reads evidence built with its own).
+            g = ev.using(CHECK, self.params).gap
         if g is None:
             ev.run.note(
                 f"{CHECK}: not run, only {n_val} val and {n_train} train points "

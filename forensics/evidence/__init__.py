@@ -96,15 +96,9 @@ class Evidence:
         """Steps and finite values of one canonical series (cached)."""
         key = (metric, layer)
         if key not in self._series:
-            s = self.run.series(metric, layer)
-            if s.is_empty():
-                out = Series(np.array([], dtype=np.int64), np.array([], dtype=float))
-            else:
-                x = s.get_column("step").to_numpy().astype(np.int64)
-                y = s.get_column("value").to_numpy().astype(float)
-                ok = np.isfinite(y)
-                out = Series(x[ok], y[ok])
-            self._series[key] = out
+            got = self.logged(metric, layer)  # read from the run once, for both views
+            ok = np.isfinite(got.values)
+            self._series[key] = got if ok.all() else Series(got.steps[ok], got.values[ok])
         return self._series[key]
 
     def logged(self, metric: str, layer: int | None = None) -> Series:

@@ -43,7 +43,6 @@ from forensics.schema import LOSS, VAL_LOSS
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence
-    from forensics.params import TrainValParams
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,14 +142,14 @@ class Gap:
         }
 
 
-def train_val_gap(ev: Evidence, params: TrainValParams | None = None) -> Gap | None:
-    """The train/val gap of a run, or None without at least two val and one train point.
+def train_val_gap(ev: Evidence) -> Gap | None:
+    """The train/val gap of a run (``Evidence.gap``), or None without at least two val points
+    and one train point.
 
-    Built with the ``train_val`` detector's parameters (window, acceleration rule): the
-    evidence's own (``ev.gap``), or ``params`` for a detector configured apart from it (a test).
-    The detector asks for more points (``min_val_points``, 5 train points) before judging it.
+    Built with the evidence's ``train_val`` parameters (window, acceleration rule). The detector
+    asks for more points (``min_val_points``, 5 train points) before judging it.
     """
-    p = params if params is not None else ev.params.train_val
+    p = ev.params.train_val
     t, v = ev.series(LOSS), ev.series(VAL_LOSS)
     if len(v) < 2 or t.empty:
         return None

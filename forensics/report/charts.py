@@ -246,6 +246,14 @@ def warmup_line(fig: dict[str, Any], ev: Evidence) -> None:
 LEVEL_KEYS = frozenset({"baseline", "local_baseline", "drop_line"})
 
 
+def most_severe(findings: list[Finding]) -> list[Finding]:
+    """The findings a panel marks: all, or the :data:`MAX_MARKS` most severe (earliest first at
+    equal severity)."""
+    if len(findings) <= MAX_MARKS:
+        return findings
+    return sorted(findings, key=lambda f: (-f.severity.rank, f.start_step))[:MAX_MARKS]
+
+
 def is_level_key(key: str) -> bool:
     """``judged_against`` keys that are levels in the finding's own series' units: names ending
     in ``_at`` (``warn_at``, ``alarm_at``) and :data:`LEVEL_KEYS`. Others (ratios, noise floors,
@@ -266,7 +274,7 @@ def judged_levels(fig: dict[str, Any], findings: list[Finding], x_end: int) -> N
         if isinstance(t.get("meta"), dict) and "value" in t["meta"]
     }
     groups: dict[tuple[str, str], list[tuple[int, int, float, Severity]]] = {}
-    for f in findings[:MAX_MARKS]:
+    for f in most_severe(findings):
         end = f.end_step if f.end_step is not None and f.end_step > f.start_step else x_end
         for key, value in f.judged_against.items():
             if not is_level_key(key) or isinstance(value, bool):
@@ -332,7 +340,7 @@ def mark_findings(
     thousands of small findings still gives a readable chart and a small file.
     """
     if len(findings) > MAX_MARKS:
-        findings = sorted(findings, key=lambda f: (-f.severity.rank, f.start_step))[:MAX_MARKS]
+        findings = most_severe(findings)
         fig["layout"].setdefault("annotations", []).append(
             {
                 "xref": "paper",
