@@ -22,7 +22,7 @@ import forensics
 from forensics.cli import app
 
 pytest.importorskip("s3fs", reason="the s3:// tests need s3fs (the s3 extra)")
-moto_server = pytest.importorskip("moto.server", reason="the s3:// tests need moto[server]")
+moto_server = pytest.importorskip("moto.server", reason="the s3:// tests need moto[s3] and flask")
 
 runner = CliRunner()
 SAMPLES = ROOT / "sample_runs"
