@@ -41,7 +41,8 @@ class _Group(TyperGroup):
             ):
                 raise
             _err(
-                f"internal error: {type(exc).__name__}: {exc} (set FORENSICS_DEBUG=1 for the traceback)"
+                f"internal error: {type(exc).__name__}: {exc} "
+                "(set FORENSICS_DEBUG=1 for the traceback)"
             )
             raise typer.Exit(code=2) from None
 
@@ -139,7 +140,8 @@ def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
         if _inside(target, evidence):
             if requested is not None:
                 raise ForensicsError(
-                    f"{requested}: refusing to write inside the run folder {evidence} (it is evidence); choose another path"
+                    f"{requested}: refusing to write inside the run folder {evidence} "
+                    "(it is evidence); choose another path"
                 )
             target = _cache_dir() / default_name
     return target
@@ -258,7 +260,9 @@ def analyze(
         typer.Option(
             "--checkpoint-every",
             min=1,
-            help="Checkpoint interval for rollback advice when the log does not say [default: 500].",
+            help=(
+                "Checkpoint interval for rollback advice when the log does not say [default: 500]."
+            ),
         ),
     ] = None,
     alias: Annotated[
@@ -301,7 +305,8 @@ def analyze(
         raise MultipleJobsError(str(path), sorted(jobs))
     if all_jobs and len(jobs) > 1 and (out is not None or json_out is not None):
         raise ForensicsError(
-            "--out and --json name one file; with --all each job's report and findings go to reports/<job>.html and .json"
+            "--out and --json name one file; with --all each job's report and findings go to "
+            "reports/<job>.html and .json"
         )
     verdicts: list[str] = []
     docs: list[dict] = []
@@ -384,8 +389,8 @@ def metrics(
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """List every raw tag with its canonical vital sign, points and step range."""
-    from forensics.inspect import metrics_table
     from forensics.pipeline import read_options, read_run
+    from forensics.run_frame import metrics_table
 
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
@@ -410,8 +415,8 @@ def export(
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """Write the run's canonical long frame (every row, restarts included) for a notebook."""
-    from forensics.inspect import export_run
     from forensics.pipeline import read_options, read_run
+    from forensics.run_frame import export_run
 
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
@@ -455,7 +460,8 @@ def compare(
     if len(paths) < 2:
         raise ForensicsError("compare needs at least two runs")
     cfg = _config(None, alias, ignore, None)
-    cmp = do_compare([_input(p) for p in paths], cfg)
+    runs: list[str | os.PathLike[str]] = [_input(p) for p in paths]
+    cmp = do_compare(runs, cfg)
     if not no_report:
         name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"
         target = _place(out, name, *[Path(d.run.path) for d in cmp.diagnoses])

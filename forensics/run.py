@@ -47,9 +47,8 @@ class Run:
     _view: pl.DataFrame | None = field(default=None, repr=False)
     _metrics: dict[str, str] | None = field(default=None, repr=False)
     _parts: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
-    _cached_for: int | None = field(
-        default=None, repr=False
-    )  # id() of the frame the caches describe
+    # id() of the frame the caches describe
+    _cached_for: int | None = field(default=None, repr=False)
 
     def note(self, text: str) -> None:
         if text not in self.notes:

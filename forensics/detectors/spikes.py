@@ -38,8 +38,9 @@ Severity: physiological or beneficial loss spike = info; unresolved = warning; p
 critical. A transient grad-norm spike is a warning ("check that batch") when the loss
 responded; when the loss did not move at all the spike was absorbed and is reported at
 ``absorbed_gn_severity`` (info by default: healthy GPT-2 runs show several such one-step
-outliers). A grad-norm spike that does not come back is a warning, critical at 3x the run
-baseline.
+outliers). A grad-norm spike that does not come back is a warning, critical from the grad-norm
+band's critical line (``grad_norm_drift.crit_ratio``, 3x the run baseline; the same line the
+drift finding and the chart use).
 
 Steps: ``start_step`` is the onset (where the series left its noise), ``peak_step`` the
 highest point, ``end_step`` the step it was back in the band (the last logged step if never).

@@ -71,7 +71,7 @@ def open_bytes(path: Path) -> IO[bytes]:
         import zstandard
 
         raw = path.open("rb")
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
     return path.open("rb")
 
 

@@ -48,7 +48,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
             return loader.construct_mapping(node, deep=True)
         if isinstance(node, yaml.SequenceNode):
             return loader.construct_sequence(node, deep=True)
-        return loader.construct_scalar(node)  # type: ignore[arg-type]
+        return loader.construct_scalar(node)
 
     _Loose.add_multi_constructor("", _any)
     try:

@@ -83,6 +83,11 @@ def _first_json(path: Path) -> dict[str, Any] | None:
     return None
 
 
+def _file_source(f: Path, root: Path, kind: str) -> Source:
+    """One exported file read on its own (an API export: csv, jsonl or parquet)."""
+    return Source(NAME, [f], rel(f, root), root, scope="file", options={"kind": kind})
+
+
 class WandbCsvImporter:
     NAME = NAME
 
@@ -97,40 +102,18 @@ class WandbCsvImporter:
                     for run in _ui_columns(header):
                         ui_by_dir.setdefault(f.parent, {}).setdefault(run, []).append(f)
                 elif is_api_header(header):
-                    out.append(
-                        Source(
-                            NAME, [f], rel(f, root), root, scope="file", options={"kind": "api_csv"}
-                        )
-                    )
+                    out.append(_file_source(f, root, "api_csv"))
             elif base.endswith(_JSON_EXT):
                 obj = _first_json(f)
                 if obj is not None and W_STEP in obj and ("_timestamp" in obj or "_runtime" in obj):
-                    out.append(
-                        Source(
-                            NAME,
-                            [f],
-                            rel(f, root),
-                            root,
-                            scope="file",
-                            options={"kind": "api_jsonl"},
-                        )
-                    )
+                    out.append(_file_source(f, root, "api_jsonl"))
             elif base.endswith(".parquet"):
                 try:
                     cols = pl.read_parquet_schema(f)
                 except Exception:  # noqa: BLE001
                     continue
                 if W_STEP in cols:
-                    out.append(
-                        Source(
-                            NAME,
-                            [f],
-                            rel(f, root),
-                            root,
-                            scope="file",
-                            options={"kind": "api_parquet"},
-                        )
-                    )
+                    out.append(_file_source(f, root, "api_parquet"))
         for folder, runs in ui_by_dir.items():
             job = rel(folder, root)
             for run, fs in runs.items():
