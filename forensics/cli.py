@@ -147,6 +147,19 @@ def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
     return target
 
 
+def _is_url(path: str) -> bool:
+    from forensics.remote import is_url
+
+    return is_url(path)
+
+
+def _input(path: str | Path) -> Path:
+    """A run path as given, or an s3:// / gs:// / fsspec URL fetched (see forensics.remote)."""
+    from forensics.remote import local_path
+
+    return local_path(path)
+
+
 def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +214,10 @@ def _gate(verdicts: list[str], fail_on: str | None) -> None:
 @app.command()
 def analyze(
     path: Annotated[
-        Path, typer.Argument(help="A run folder or a single log file; the format is detected.")
+        str,
+        typer.Argument(
+            help="A run folder, a single log file or an s3:// / gs:// URL; the format is detected."
+        ),
     ],
     out: Annotated[
         Path | None,
@@ -264,6 +280,16 @@ def analyze(
     config_file: Annotated[
         Path | None, typer.Option("--config", help="Read settings from this TOML file.")
     ] = None,
+    sarif_out: Annotated[
+        Path | None,
+        typer.Option("--sarif", help="Also write the findings as SARIF 2.1.0 (code scanning)."),
+    ] = None,
+    junit_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit", help="Also write JUnit XML: a test case per vital sign, failed at --fail-on."
+        ),
+    ] = None,
 ) -> None:
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
     from forensics.importers import discover_jobs, read_job
@@ -271,7 +297,8 @@ def analyze(
 
     cfg = _config(config_file, alias, ignore, checkpoint_every)
     options = read_options(cfg, verify_crc)
-    jobs = discover_jobs(path)
+    root = _input(path)
+    jobs = discover_jobs(root)
     if len(jobs) > 1 and not all_jobs:
         from forensics.errors import MultipleJobsError
 
@@ -283,9 +310,14 @@ def analyze(
         )
     verdicts: list[str] = []
     docs: list[dict] = []
+    gate = fail_on.value if fail_on else cfg.fail_on
+    ci = _CiOutputs(sarif_out, junit_out, gate)
     for job, sources in sorted(jobs.items()):
-        run = read_job(path, job, sources, options=options, only_job=len(jobs) == 1)
+        run = read_job(root, job, sources, options=options, only_job=len(jobs) == 1)
+        if _is_url(path):
+            run.metadata["url"] = path if job == "." else f"{path.rstrip('/')}/{job}"
         diag = analyze_run(run, cfg)
+        ci.add(diag)
         multi = all_jobs and len(jobs) > 1
         name = _safe_name(job if multi and job != "." else run.name)
         jout = json_out
@@ -310,12 +342,50 @@ def analyze(
         typer.echo(
             json.dumps(docs, indent=2, allow_nan=False)
         )  # --all: one JSON array, a document per job
-    _gate(verdicts, fail_on.value if fail_on else cfg.fail_on)
+    ci.write()
+    _gate(verdicts, gate)
+
+
+class _CiOutputs:
+    """--sarif and --junit: one part per analysed job, one file for all (see forensics.outputs)."""
+
+    def __init__(self, sarif: Path | None, junit: Path | None, fail_on: str | None) -> None:
+        self.sarif, self.junit, self.fail_on = sarif, junit, fail_on
+        self.runs: list[dict] = []
+        self.suites: list = []
+        self.paths: list[Path] = []
+
+    def add(self, diag: Diagnosis) -> None:
+        if self.sarif is not None:
+            from forensics.outputs.sarif import sarif_run
+
+            self.runs.append(sarif_run(diag))
+        if self.junit is not None:
+            from forensics.outputs.junit import junit_suite
+
+            self.suites.append(junit_suite(diag, fail_on=self.fail_on))
+        self.paths.append(Path(diag.run.path))
+
+    def write(self) -> None:
+        from forensics.outputs import atomic_write_text
+
+        if self.sarif is not None:
+            from forensics.outputs.sarif import sarif_text
+
+            target = _place(self.sarif, self.sarif.name, *self.paths)
+            atomic_write_text(target, sarif_text(self.runs))
+            _err(f"SARIF written to {target}")
+        if self.junit is not None:
+            from forensics.outputs.junit import junit_text
+
+            target = _place(self.junit, self.junit.name, *self.paths)
+            atomic_write_text(target, junit_text(self.suites))
+            _err(f"JUnit XML written to {target}")
 
 
 @app.command()
 def metrics(
-    path: Annotated[Path, typer.Argument(help="A run folder or a single log file.")],
+    path: Annotated[str, typer.Argument(help="A run folder, a single log file or a URL.")],
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """List every raw tag with its canonical vital sign, points and step range."""
@@ -340,7 +410,7 @@ def metrics(
 
 @app.command()
 def export(
-    path: Annotated[Path, typer.Argument(help="A run folder or a single log file.")],
+    path: Annotated[str, typer.Argument(help="A run folder, a single log file or a URL.")],
     to: Annotated[Path, typer.Option("--to", help="Output file: .parquet or .csv.")],
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
 ) -> None:
@@ -358,8 +428,10 @@ def export(
 @app.command()
 def compare(
     paths: Annotated[
-        list[Path],
-        typer.Argument(help="Two or more run folders or log files; the first is the reference."),
+        list[str],
+        typer.Argument(
+            help="Two or more run folders, log files or URLs; the first is the reference."
+        ),
     ],
     out: Annotated[
         Path | None,
@@ -388,7 +460,7 @@ def compare(
     if len(paths) < 2:
         raise ForensicsError("compare needs at least two runs")
     cfg = _config(None, alias, ignore, None)
-    runs: list[str | os.PathLike[str]] = list(paths)
+    runs: list[str | os.PathLike[str]] = [_input(p) for p in paths]
     cmp = do_compare(runs, cfg)
     if not no_report:
         name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"

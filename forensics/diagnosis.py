@@ -167,6 +167,26 @@ class Diagnosis:
             ],
         }
 
+    # -- notebooks: see forensics.notebook -------------------------------------------------
+    def _repr_html_(self) -> str:
+        """Jupyter's view: verdict, findings and a chart per vital sign, no file written."""
+        from forensics.notebook import diagnosis_html
+
+        return diagnosis_html(self)
+
+    @property
+    def frame(self) -> Any:
+        """The run's canonical long frame (polars)."""
+        return self.run.frame
+
+    def to_arrow(self) -> Any:
+        """The run's frame as a pyarrow Table."""
+        return self.run.to_arrow()
+
+    def to_pandas(self) -> Any:
+        """The run's frame as pandas, through Arrow (Arrow-backed dtypes)."""
+        return self.run.to_pandas()
+
 
 def verdict_of(findings: list[Finding]) -> str:
     """The highest severity among the findings; ``healthy`` when none is above info."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forensics.config import Config
-from forensics.importers import ReadOptions, read_job, read_run
+from forensics.importers import ReadOptions, read_job
+from forensics.importers import read_run as _read_run
 
 if TYPE_CHECKING:
     from forensics.diagnosis import Diagnosis
@@ -19,6 +19,21 @@ def read_options(config: Config | None = None, verify_crc: bool = False) -> Read
     return ReadOptions(
         verify_crc=verify_crc, aliases=dict(config.aliases), batch_size=config.batch_size
     )
+
+
+def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None) -> Run:
+    """Read one job's logs into a Run (see :func:`forensics.importers.read_run`).
+
+    ``path`` may also be an ``s3://``, ``gs://`` or other fsspec URL: its objects are fetched
+    in ranges into a local mirror first (:mod:`forensics.remote`); ``run.metadata["url"]``
+    keeps the URL.
+    """
+    from forensics.remote import is_url, local_path
+
+    run = _read_run(local_path(path), options=options)
+    if is_url(os.fspath(path)):
+        run.metadata["url"] = os.fspath(path)
+    return run
 
 
 def analyze_run(run: Run, config: Config | None = None) -> Diagnosis:
@@ -48,7 +63,7 @@ def analyze(
         >>> diag = forensics.analyze("sample_runs/bad_batch")  # doctest: +SKIP
         >>> diag.verdict, [f.kind for f in diag.findings]       # doctest: +SKIP
     """
-    run = read_run(Path(path), options=read_options(config, verify_crc))
+    run = read_run(path, options=read_options(config, verify_crc))
     return analyze_run(run, config)
 
 

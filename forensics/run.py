@@ -156,6 +156,18 @@ class Run:
         s = self.frame.get_column("step").drop_nulls()
         return int(s.max()) if len(s) else 0  # type: ignore[arg-type]
 
+    def to_arrow(self) -> Any:
+        """The frame as a pyarrow Table (see :mod:`forensics.notebook`)."""
+        from forensics.notebook import to_arrow
+
+        return to_arrow(self)
+
+    def to_pandas(self) -> Any:
+        """The frame as pandas through Arrow (see :mod:`forensics.notebook`)."""
+        from forensics.notebook import to_pandas
+
+        return to_pandas(self)
+
     def unmapped_tags(self) -> list[str]:
         v = self.frame.filter(pl.col("metric").is_null())
         return sorted(v.get_column("tag").unique().to_list())

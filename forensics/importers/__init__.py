@@ -48,6 +48,8 @@ __all__ = [
 # forensics.importers, in claiming order. Imported lazily.
 REGISTRY: dict[str, str] = {
     "tfevents": "tfevents",
+    "mlflow_store": "mlflow_store",
+    "neptune_parquet": "neptune_parquet",
     "wandb_run": "wandb_run",
     "hf_trainer_state": "hf_trainer_state",
     "lightning_csv": "lightning_csv",
@@ -271,6 +273,8 @@ def read_job(
         run.config.update(r.config)
         run.metadata.update(r.metadata)
     run.metadata["sources"] = {s.importer: [rel(f, s.root) for f in s.files] for s, _ in kept}
+    # A store that names its runs (MLflow, Neptune) names the run better than its file does.
+    run.name = str(run.metadata.pop("run_name", None) or run.name)
     stepless = run.frame.filter(pl.col("step").is_null())
     if stepless.height:
         # Values logged without any step (an epoch summary line, a step too large to hold)
