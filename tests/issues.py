@@ -15,6 +15,7 @@ IMPORTERS_II = "Importers II: W&B exports and the text logs big-model trainers a
 SPIKES = "Spike forensics: detection, shape, classification, periodicity, divergence, NaN and loss-scale events"
 TRENDS = "Trend forensics: grad-norm drift against the loss, eval regression, param norm, layers, activations, train/val gap, plateau, throughput, stalls, memory"
 REPORT = "Diagnosis and the HTML report: prescriptions, timeline, checklists, rollback advice, an offline page for the post-mortem"
+JUDGEMENT = "Judgement on real runs: schedule-aware, shape-aware, calibrated on healthy runs"
 
 
 def open_issue(title: str) -> pytest.MarkDecorator:
