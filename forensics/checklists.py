@@ -2,8 +2,10 @@
 
 Each item is answered ``pass``, ``fail`` or ``not measurable`` with the evidence behind the
 answer. Items read the findings first (a detector already judged the event) and fall back to
-plain measurements of the series. Phases: start-up is steps 0-1000, the middle runs from
-1000 to the run's half-way point, the late phase is the second half.
+plain measurements of the series. Phases (:func:`phase_bounds`): start-up is steps 0-1000, the
+middle runs from 1001 to the run's half-way point, the late phase is the second half; a run
+shorter than 2,000 steps is split in proportion (quarter, quarter, half). The phases never
+overlap; a finding counts in every phase its steps cross.
 """
 
 from __future__ import annotations
@@ -77,10 +79,15 @@ def _window(
 
 
 def _in(findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int) -> list[Finding]:
+    """Findings of ``kinds`` (above info) whose steps cross the phase: a divergence that began
+    in the middle phase is still there in the late one."""
     return [
         f
         for f in findings
-        if f.kind in kinds and lo <= f.start_step <= hi and f.severity is not Severity.INFO
+        if f.kind in kinds
+        and f.start_step <= hi
+        and (f.start_step if f.end_step is None else f.end_step) >= lo
+        and f.severity is not Severity.INFO
     ]
 
 
@@ -280,7 +287,7 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
 
     items.ask(
         q,
-        {FindingKind.GRAD_NORM_DRIFT},
+        {FindingKind.GRAD_NORM_DRIFT, FindingKind.DIVERGENCE},
         "grad-norm climb",
         gn,
         "grad norm or loss not logged in this phase",
@@ -425,15 +432,20 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             return None
         l0, l1 = _thirds(loss)
         r0, r1 = float(r[0]), float(r[-1])
+        rose = l1 > l0 * (1 + VAL_RISE)
         return Item(
             q,
-            PASS,
+            FAIL if rose else PASS,
             f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)};"
-            " no plateau found",
+            + (" the loss rose" if rose else " no plateau found"),
         )
 
     items.ask(
-        q, {FindingKind.PLATEAU}, "plateau", sched, "loss or learning rate not logged in this phase"
+        q,
+        {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
+        "plateau or divergence",
+        sched,
+        "loss or learning rate not logged in this phase",
     )
 
     q = "Is the loss scale stable?"
@@ -476,33 +488,63 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     return items
 
 
+def phase_bounds(first: int, last: int) -> list[tuple[str, str, int, int]]:
+    """The three phases as ``(key, title, lo, hi)``: ordered, non-overlapping, inclusive.
+
+    The article's start-up is steps 0-1,000, the middle runs to the half-way point and the late
+    phase is the second half. A run shorter than 2,000 steps has no room for that: its phases
+    are proportional (the first quarter, the second quarter, the second half). A log that
+    starts after step 1,000 has no start-up phase (``hi < lo``).
+    """
+    half = (first + last) // 2
+    if first > STARTUP_END:
+        return [
+            ("startup", f"Start-up (steps {step_range(0, STARTUP_END)})", first, first - 1),
+            ("middle", f"Middle (steps {step_range(first, half)})", first, half),
+            ("late", f"Late (second half, steps {step_range(half + 1, last)})", half + 1, last),
+        ]
+    if half > STARTUP_END:
+        return [
+            ("startup", f"Start-up (steps {step_range(first, STARTUP_END)})", first, STARTUP_END),
+            (
+                "middle",
+                f"Middle (steps {step_range(STARTUP_END + 1, half)})",
+                STARTUP_END + 1,
+                half,
+            ),
+            ("late", f"Late (second half, steps {step_range(half + 1, last)})", half + 1, last),
+        ]
+    quarter = first + (last - first) // 4
+    short = "the run is shorter than 2,000 steps"
+    return [
+        (
+            "startup",
+            f"Start-up (steps {step_range(first, quarter)}: the first quarter, {short})",
+            first,
+            quarter,
+        ),
+        (
+            "middle",
+            f"Middle (steps {step_range(quarter + 1, half)}: the second quarter)",
+            quarter + 1,
+            half,
+        ),
+        ("late", f"Late (second half, steps {step_range(half + 1, last)})", half + 1, last),
+    ]
+
+
 def evaluate_checklists(ev: Evidence, findings: list[Finding]) -> list[Phase]:
     """Answer the article's start-up, middle and late checklists from the evidence and findings."""
     run = ev.run
-    first, last = run.first_step, run.last_step
-    half = (first + last) // 2
-    phases = [
-        (
-            "startup",
-            f"Start-up (steps {step_range(0, STARTUP_END)})",
-            first,
-            min(STARTUP_END, last),
-            _startup,
-        ),
-        ("middle", f"Middle (steps {step_range(STARTUP_END, half)})", STARTUP_END, half, _middle),
-        ("late", f"Late (second half, steps {step_range(half, last)})", half, last, _late),
-    ]
+    fns = {"startup": _startup, "middle": _middle, "late": _late}
     out = []
-    for key, title, lo, hi, fn in phases:
-        if (
-            hi < lo
-            or (key == "startup" and first > STARTUP_END)
-            or (key == "middle" and half <= STARTUP_END)
-        ):
+    for key, title, lo, hi in phase_bounds(run.first_step, run.last_step):
+        fn = fns[key]
+        if hi < lo:
             reason = (
                 "the log starts after step 1,000"
                 if key == "startup"
-                else "the run is too short to have a middle phase (it ends before step 2,000)"
+                else "the run is too short for this phase"
             )
             probe = fn(ev, [], 1, 0)  # questions only; every answer becomes not measurable
             out.append(Phase(key, title, lo, hi, [Item(i.question, NA, reason) for i in probe]))
@@ -537,6 +579,19 @@ def _interval(ev: Evidence, metric: str, unit: str) -> float | None:
     return float(np.median(d)) if len(d) else None
 
 
+def _every(iv: float, unit: str) -> str:
+    """A logging interval as text; never "every 0 s" (sub-second intervals in ms)."""
+    if unit == "steps":
+        return "every step" if iv <= 1 else f"every {iv:,.0f} steps"
+    if iv >= 60:
+        return f"every {iv / 60:,.1f} min"
+    if iv >= 1:
+        return f"every {iv:,.3g} s"
+    if iv >= 0.001:
+        return f"every {iv * 1000:,.3g} ms"
+    return "several times per millisecond"
+
+
 def coverage(ev: Evidence) -> list[Coverage]:
     """Which vital signs the run logged, and how often, against the article's table."""
     have = ev.run.metrics()
@@ -553,10 +608,7 @@ def coverage(ev: Evidence) -> list[Coverage]:
             if iv is None:
                 parts.append(f"{m}: one point")
                 continue
-            if unit == "steps":
-                shown = "every step" if iv <= 1 else f"every {iv:,.0f} steps"
-            else:
-                shown = f"every {iv:,.0f} s" if iv < 60 else f"every {iv / 60:,.1f} min"
+            shown = _every(iv, unit)
             parts.append(f"{m}: {shown}")
             sparse = sparse or iv > every * 1.5
         if missing:

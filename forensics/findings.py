@@ -95,6 +95,7 @@ class FindingKind(StrEnum):
     VAL_SHIFT = "val_shift"
     EVAL_REGRESSION = "eval_regression"
     PLATEAU = "plateau"
+    NO_LEARNING = "no_learning"
     THROUGHPUT_DROP = "throughput_drop"
     STALL = "stall"
     MEMORY_GROWTH = "memory_growth"

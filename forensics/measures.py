@@ -58,7 +58,7 @@ def _m(
     )
 
 
-SPIKE_CLASSES = ("physiological", "pathological", "beneficial", "unresolved")
+SPIKE_CLASSES = ("physiological", "pathological", "beneficial", "unresolved", "diverged")
 LR_KINK_KINDS = ("warmup_end", "restart", "drop", "slope_change")
 SPIKE_CAUSES = ("numeric_overflow", "schedule_induced", "grad_norm_led")
 CRASH_REASONS = (
@@ -127,8 +127,23 @@ _SPIKE = (
         "classification",
         str,
         "physiological: back on its trend; pathological: settled higher or came back too "
-        "slowly; beneficial: settled lower; unresolved: still above its trend when the log ends",
+        "slowly; beneficial: settled lower; unresolved: still above its trend when the log ends; "
+        "diverged: inside a diverged stretch, part of that divergence",
         values=SPIKE_CLASSES,
+    ),
+    _m(
+        "divergence_from",
+        int,
+        "onset of the diverged stretch the spike lies in (null: none)",
+        null=True,
+    ),
+    _m(
+        "judged_by",
+        str,
+        "the rule that gave the severity: divergence (part of one: info), unresolved (at most "
+        "warning), shape (loss: article 4.3), recovery (a transient grad-norm outlier), band "
+        "(the grad-norm band's 2x / 3x lines)",
+        values=("divergence", "unresolved", "shape", "recovery", "band"),
     ),
     _m(
         "loss_scale_drop",
@@ -268,6 +283,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("last_finite_value", float, "the value there", null=True),
         _m("bad_points", int, "non-finite points in the whole series"),
+        _m(
+            "last_bad_step",
+            int,
+            "the finding's end: the last step of the last persistent stretch (or of the last "
+            "stretch when none persists)",
+        ),
         _m("bad_runs", int, "separate stretches of non-finite points"),
         _m("first_run_points", int, "length of the first stretch (logged points)"),
         _m(
@@ -373,7 +394,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "true for a jump; false for a crossing of 1.5x (surge or slow growth)",
         ),
         _m("before", float, "param norm just before the jump (jumps only)", null=True),
-        _m("after", float, "param norm just after it (median of up to 3 points)", null=True),
+        _m(
+            "after",
+            float,
+            "the level it settled at: median of up to `window` points from the jump's end",
+            null=True,
+        ),
         _m(
             "change_pct",
             float,
@@ -574,6 +600,21 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("expected", bool, "true when the schedule explains the plateau (`decayed`)"),
         _m("from_start", bool, "true when the plateau begins within the first 10% of the log"),
+    ),
+    "no_learning": (
+        _m("loss_start", float, "median loss over the first `head_frac` of the logged points"),
+        _m("loss_end", float, "median loss over the last `tail_frac` of the logged points"),
+        _m("fall_pct", float, "(loss_start - loss_end) / loss_start in % (below `min_fall`)"),
+        _m("start_points", int, "points in the start window"),
+        _m("end_points", int, "points in the end window"),
+        _m("span_steps", int, "steps from the first to the last logged loss"),
+        _m(
+            "second_half_trend_pct",
+            float,
+            "Theil-Sen change of the loss over the second half, % of its level",
+        ),
+        _m("second_half_trend_low_pct", float, "the low end of its 90% band (%)"),
+        _m("second_half_trend_high_pct", float, "the high end of its 90% band (%)"),
     ),
     "throughput_drop": (
         _m(

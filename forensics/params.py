@@ -59,6 +59,7 @@ class PeriodicParams:
     max_spread: float = 0.2
     shrink_ratio: float = 0.8
     match_tol: float = 0.1
+    max_multiple: int = 4
     max_p: float = 0.001
     max_p_regular: float = 0.002
     phase_tol: float = 0.03
@@ -184,6 +185,18 @@ class PlateauParams:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoLearningParams:
+    """Parameters of the ``no_learning`` detector."""
+
+    min_fall: float = 0.05
+    still_falling_pct: float = 0.25
+    min_steps: int = 1000
+    min_points: int = 20
+    head_frac: float = 0.05
+    tail_frac: float = 0.1
+
+
+@dataclass(frozen=True, kw_only=True)
 class ThroughputParams:
     """Parameters of the ``throughput`` detector."""
 
@@ -228,6 +241,7 @@ PARAMS: dict[str, type] = {
     "activations": ActivationsParams,
     "train_val": TrainValParams,
     "plateau": PlateauParams,
+    "no_learning": NoLearningParams,
     "throughput": ThroughputParams,
     "stall": StallParams,
     "memory": MemoryParams,

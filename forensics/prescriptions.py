@@ -147,6 +147,8 @@ TABLE: dict[FindingKind, Prescription] = {
             "beneficial": "No action: the loss settled below its level before the spike; the "
             "jump helped the model over a barrier.",
             "pathological": _ROLLBACK_SPIKE,
+            "diverged": "Part of the divergence it lies in: follow that card's rollback; this "
+            "spike needs no treatment of its own.",
             "unresolved": "The log ends before the loss recovered. If it has not recovered "
             "within about 500 steps: " + _ROLLBACK_SPIKE,
         },
@@ -376,6 +378,28 @@ TABLE: dict[FindingKind, Prescription] = {
         (
             _c("data", "Check for the end of an epoch or a repeated shard."),
             _c("optimizer", "Compare the plateau's start with the LR schedule."),
+        ),
+    ),
+    FindingKind.NO_LEARNING: Prescription(
+        FindingKind.NO_LEARNING,
+        "The loss never fell: the run has not learned anything.",
+        (
+            "The learning rate is zero, far too low, or never reaches the optimizer (a "
+            "scheduler or parameter-group bug).",
+            "The gradients never reach the weights (frozen parameters, a detached graph, "
+            "an optimizer built before the model was moved or wrapped).",
+            "The labels do not match the inputs (shifted, shuffled apart, or padding only).",
+        ),
+        "Stop the run: its compute is spent on nothing. Check the learning rate the optimizer "
+        "actually applies and that the weights change between two steps, then overfit a "
+        "single batch before relaunching.",
+        (
+            _c("data", "Decode a batch: inputs and labels must line up."),
+            _c(
+                "optimizer",
+                "Print the optimizer's parameter groups and learning rates; count the "
+                "parameters with requires_grad.",
+            ),
         ),
     ),
     FindingKind.STALL: Prescription(

@@ -43,6 +43,7 @@ CHANGED: dict[str, dict[str, Any]] = {
     "activations": {"absmax_limit": 5000.0, "std_jump_ratio": 2.5},
     "train_val": {"accel_ratio": 1.4, "noise_k": 1.8},
     "plateau": {"flat_rel": 0.006},
+    "no_learning": {"min_fall": 0.06},
     "throughput": {"drop": 0.25, "baseline_points": 80},
     "stall": {"factor": 15.0},
     "memory": {"min_growth": 0.04},

@@ -265,10 +265,21 @@ def test_checklist_reads_findings() -> None:
     assert status == FAIL and "1,500" in evidence
 
 
-def test_short_run_has_no_middle_phase() -> None:
-    """A 1500-step run: every middle item is not measurable, with the reason."""
-    items = _items(diagnose(_run(1500), []), "middle")
-    assert all(s == NA and "too short" in e for s, e in items.values())
+def test_short_run_phases_are_proportional_and_ordered() -> None:
+    """A run under 2,000 steps (issue 12: "Middle (steps 1,000-500)", overlapping phases) is
+    split in proportion: the first quarter, the second quarter, the second half; the phases are
+    ordered, do not overlap, cover the run, and their titles state their own steps."""
+    diag = diagnose(_run(1500), [])
+    bounds = [(p.start, p.end) for p in diag.phases]
+    assert [p.key for p in diag.phases] == ["startup", "middle", "late"]
+    first, last = bounds[0][0], bounds[-1][1]
+    assert all(lo <= hi for lo, hi in bounds)
+    assert all(a[1] + 1 == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert (last - first) // 4 - 1 <= bounds[0][1] - first <= (last - first) // 4 + 1
+    for p in diag.phases:
+        assert f"{p.start:,}-{p.end:,}" in p.title, p.title
+    middle = _items(diag, "middle")
+    assert not all(s == NA for s, _ in middle.values())
 
 
 def test_coverage_against_the_cadence_table() -> None:

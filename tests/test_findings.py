@@ -32,6 +32,7 @@ KINDS = {
     "val_shift",
     "eval_regression",
     "plateau",
+    "no_learning",
     "throughput_drop",
     "stall",
     "memory_growth",

@@ -42,6 +42,7 @@ REGISTRY: dict[str, str] = {
     "activations": "activations:ActivationDetector",  # activation_outlier
     "train_val": "train_val:TrainValDetector",  # gap_acceleration, overfitting, val_shift
     "plateau": "plateau:PlateauDetector",  # plateau
+    "no_learning": "no_learning:NoLearningDetector",  # no_learning
     "throughput": "throughput:ThroughputDetector",  # throughput_drop
     "stall": "stall:StallDetector",  # stall
     "memory": "memory:MemoryGrowthDetector",  # memory_growth

@@ -133,28 +133,47 @@ class NanInfDetector:
         }
         name = "loss" if metric == LOSS else "grad norm"
         if persistent:
-            p0, p1 = persistent[0]
+            # The extent is from the first persistent stretch to the end of the last one: a few
+            # finite points in between do not end it, and the text counts them.
+            p0, p1 = persistent[0][0], persistent[-1][1]
             end = int(t[p1])
+            span_bad = int(bad[p0 : p1 + 1].sum())
+            span_n = p1 - p0 + 1
+            finite = t[p0 : p1 + 1][~bad[p0 : p1 + 1]]
+            measures["last_bad_step"] = end
+            to_end = p1 == len(v) - 1
             tail = (
-                "to the end of the log" if p1 == len(v) - 1 else f"for {p1 - p0 + 1} logged points"
+                f"to the end of the log (step {end:,})"
+                if to_end
+                else f"to step {end:,}, finite again from step {int(t[p1 + 1]):,}"
             )
-            if p0 == first:
-                summary = (
-                    f"The {name} is {_label(v[first])} from step {int(t[first])} {tail}: "
-                    "no usable values after that."
-                )
+            if len(finite) == 0:
+                count = f"all {span_n:,} logged points"
             else:
-                summary = (
-                    f"The {name} is first {_label(v[first])} at step {int(t[first])}; "
-                    f"from step {int(t[p0])} it stays non-finite {tail}."
+                where = ", ".join(f"{int(x):,}" for x in finite[:3]) + (
+                    " ..." if len(finite) > 3 else ""
                 )
+                steps_word = "step" if len(finite) == 1 else "steps"
+                count = (
+                    f"{span_bad:,} of the {span_n:,} logged points (finite only at "
+                    f"{steps_word} {where})"
+                )
+            after = "; no usable values after that" if to_end and len(finite) == 0 else ""
+            first_text = (
+                f"The {name} is {_label(v[first])} from step {int(t[first]):,}"
+                if p0 == first
+                else f"The {name} is first {_label(v[first])} at step {int(t[first]):,}, "
+                f"and non-finite from step {int(t[p0]):,}"
+            )
+            summary = f"{first_text} {tail}: {count} are non-finite{after}."
             sev = Severity.FATAL
         else:
             end = int(t[last])
+            measures["last_bad_step"] = int(t[runs[-1][1]])
             summary = (
-                f"The {name} is {_label(v[first])} at step {int(t[first])} "
+                f"The {name} is {_label(v[first])} at step {int(t[first]):,} "
                 f"({measures['bad_points']} non-finite point(s) in {len(runs)} stretch(es)), "
-                f"finite again at step {measures['recovered_step']}."
+                f"finite again at step {measures['recovered_step']:,}."
             )
             sev = Severity.CRITICAL
         return Finding(

@@ -105,20 +105,44 @@ class ParamNormDetector:
         for g in groups:
             i0, i1 = int(g[0]), int(g[-1])
             before = float(y[i0])
-            j = min(len(y), i1 + 4)
-            after = float(np.median(y[i1 + 1 : j]))
+            reached = float(y[i1 + 1])  # where the flagged increments ended
+            # The level it settled at: the median of up to `window` points from the jump's end.
+            settled_pts = y[i1 + 1 : i1 + 1 + self.params.window]
+            after = float(np.median(settled_pts))
             big = int(g[np.argmax(np.abs(resid[g]))])
-            peak = float(y[big + 1])
+            inside = y[i0 + 1 : i1 + 2]
+            up = float(np.median(d[g])) >= 0
+            k_ext = int(np.argmax(inside) if up else np.argmin(inside))
+            extreme, extreme_step = float(inside[k_ext]), int(x[i0 + 1 + k_ext])
             change = 100.0 * (after - before) / before if before else None
             persistent = bool(
                 before and abs(after - before) > 0.5 * self.params.min_rel_jump * abs(before)
             )
-            what = "jumped" if peak >= before else "dropped"
-            summary = (
-                f"Param norm {what} from {before:.4g} to {peak:.4g} at step {int(x[big + 1])} "
-                f"({abs(resid[big]) / scale[big]:.0f}x its usual step-to-step change)"
-                + ("; the new level held." if persistent else ", then returned to its trend.")
-            )
+            what = "jumped" if up else "dropped"
+            s0, s1 = int(x[i0 + 1]), int(x[i1 + 1])
+            when = f"at step {s0:,}" if s0 == s1 else f"over steps {s0:,}-{s1:,}"
+            times = f"{abs(resid[big]) / scale[big]:.0f}x its usual step-to-step change"
+            biggest = times if s0 == s1 else f"the largest step, at {int(x[big + 1]):,}, {times}"
+            n_after = len(settled_pts) - 1
+            if persistent:
+                level = (
+                    f"; it settled at {after:.4g}"
+                    + (
+                        f" (median of the {len(settled_pts)} points from step {s1:,})"
+                        if n_after >= 2
+                        else " (the log ends there)"
+                    )
+                    + f", {after / before:.2f}x its level before."
+                )
+                summary = (
+                    f"Param norm {what} from {before:.4g} to {reached:.4g} {when} "
+                    f"({biggest}){level}"
+                )
+            else:
+                summary = (
+                    f"Param norm {what} from {before:.4g} to {extreme:.4g} at step "
+                    f"{extreme_step:,} ({biggest}), then returned to its trend ({after:.4g})."
+                )
             out.append(
                 Finding(
                     kind=FindingKind.PARAM_NORM_JUMP,

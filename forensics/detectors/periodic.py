@@ -136,7 +136,7 @@ class PeriodicSpikeDetector:
             if len(onsets) < self.params.min_count:
                 continue
             interval = median_interval(ev.series(metric).steps)
-            f = self._regular(metric, onsets, periods) or self._phase_locked(
+            f = self._regular(metric, onsets, periods, interval) or self._phase_locked(
                 metric, onsets, periods, interval
             )
             if f is not None:
@@ -145,7 +145,7 @@ class PeriodicSpikeDetector:
 
     # -- pattern 1: intervals on a line ------------------------------------------------------
     def _regular(
-        self, metric: str, onsets: np.ndarray, periods: dict[str, Period]
+        self, metric: str, onsets: np.ndarray, periods: dict[str, Period], interval: float
     ) -> Finding | None:
         if float(np.median(np.diff(onsets))) <= 0:
             return None
@@ -155,10 +155,10 @@ class PeriodicSpikeDetector:
         # Random spikes are sometimes evenly spaced by luck: demand that luck be rare.
         if _regularity_p(onsets, line.spread, line.linear) > self.params.max_p_regular:
             return None
-        match = self._match(line.period, periods)
+        match = self._match(line.period, periods, onsets, interval)
         grid = periods[match[0]] if match else None
         phase = _phase(onsets, grid) if grid else None
-        return self._finding(metric, onsets, line, match, phase, grid)
+        return self._finding(metric, onsets, line, match, phase, grid, periods)
 
     # -- pattern 2: phase-locked to a revealed period -------------------------------------------
     def _phase_locked(
@@ -197,17 +197,28 @@ class PeriodicSpikeDetector:
         )
 
     # -- helpers ----------------------------------------------------------------------------
-    def _match(self, period: float, periods: dict[str, Period]) -> tuple[str, float, int] | None:
+    def _match(
+        self, period: float, periods: dict[str, Period], onsets: np.ndarray, interval: float
+    ) -> tuple[str, float, int] | None:
+        """The revealed period the spikes' period matches: within ``match_tol`` of k times it
+        for k up to ``max_multiple``, and in phase with its grid (at least three quarters of
+        the onsets within the phase window of a grid point). None when no period does."""
         best = None
         for name, period_ in periods.items():
             p = period_.steps
             if p <= 0:
                 continue
             m = round(period / p)
-            if m < 1:
+            if m < 1 or m > self.params.max_multiple:
                 continue
             err = abs(period / (m * p) - 1.0)
-            if err <= self.params.match_tol and (best is None or err < best[0]):
+            if err > self.params.match_tol:
+                continue
+            w = max(3 * interval, self.params.phase_tol * p)
+            on_grid = np.abs(_offsets(onsets, period_.origin, p)) <= w
+            if on_grid.mean() < 0.75:
+                continue
+            if best is None or err < best[0]:
                 best = (err, name, p, int(m))
         return (best[1], best[2], best[3]) if best else None
 
@@ -219,6 +230,7 @@ class PeriodicSpikeDetector:
         match: tuple[str, float, int] | None,
         phase: float | None,
         grid: Period | None,
+        periods: dict[str, Period] | None = None,
     ) -> Finding:
         period, first_iv, last_iv = line.period, line.first, line.last
         shrinking = last_iv <= self.params.shrink_ratio * first_iv
@@ -248,15 +260,22 @@ class PeriodicSpikeDetector:
             "checkpoint_interval": "the checkpoint interval",
             "lr_restart": "the LR-restart interval",
         }
-        m = (
-            f"; it matches {label.get(match[0], match[0])} ({match[1]:.0f} steps"
-            f"{'' if match[2] == 1 else f', x{match[2]}'})"
-            if match
-            else ""
-        )
+        if match:
+            m = (
+                f"; it matches {label.get(match[0], match[0])} ({match[1]:.0f} steps"
+                f"{'' if match[2] == 1 else f', x{match[2]}'}, in phase)"
+            )
+        elif periods:
+            shown = ", ".join(
+                f"{label.get(k, k).removeprefix('the ')} {v.steps:,.0f} steps"
+                for k, v in periods.items()
+            )
+            m = f"; no interval the log shows matches it ({shown})"
+        else:
+            m = ""
         summary = (
-            f"{name} spikes recur every {period:.0f} steps ({len(onsets)} from step "
-            f"{int(onsets[0])} to {int(onsets[-1])}){trend}{m}."
+            f"{name} spikes recur every {period:,.0f} steps ({len(onsets)} from step "
+            f"{int(onsets[0]):,} to {int(onsets[-1]):,}){trend}{m}."
         )
         sev = Severity.CRITICAL if shrinking else Severity.WARNING
         end = int(onsets[-1])
@@ -264,6 +283,7 @@ class PeriodicSpikeDetector:
             "max_spread": self.params.max_spread,
             "shrink_ratio": self.params.shrink_ratio,
             "match_tol": self.params.match_tol,
+            "max_multiple": self.params.max_multiple,
             "grid_period_steps": grid.steps if grid else None,
             "grid_origin_step": grid.origin if grid else None,
         }

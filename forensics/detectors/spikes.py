@@ -1,12 +1,27 @@
 """Loss and grad-norm spikes: detection, shape, classification, co-occurrence (article 4).
 
-Severity: physiological or beneficial loss spike = info; unresolved = warning; pathological =
-critical. A transient grad-norm spike is a warning ("check that batch") when the loss
-responded; when the loss did not move at all the spike was absorbed and is reported at
-``absorbed_gn_severity`` (info by default: healthy GPT-2 runs show several such one-step
-outliers). A grad-norm spike that does not come back is a warning, critical from the grad-norm
-band's critical line (``grad_norm_drift.crit_ratio``, 3x the run baseline; the same line the
-drift finding and the chart use).
+One rule per severity; the severity a finding's text announces is the severity it gets.
+
+* A spike inside a diverged stretch (:attr:`Evidence.diverged`: from the divergence's onset
+  to where the loss came back, or to the end of the log) is part of that divergence, not an
+  event of its own: classification ``diverged``, info (the divergence finding carries the red
+  light), and the text says so.
+* A spike the log cannot judge yet, because the log ends before it could come back
+  (``unresolved``: still up, fewer than ``recover_steps`` logged after the peak; a spike at the
+  last logged step has none) is at most a warning: alone it never makes a verdict critical.
+* Loss spikes (article 4.3): physiological or beneficial = info; pathological = critical.
+* Grad-norm spikes back within ``transient_steps`` are single-batch outliers: the article's
+  2x / 3x lines (6.1, 6.3) judge the grad norm's level, a rolling mean, which one step does not
+  move; such a spike is judged by its recovery: info when the loss did not move (absorbed,
+  ``absorbed_gn_severity``), warning when the loss moved with it ("check that batch"). The
+  text says so and does not print the 2x / 3x lines as if they applied.
+* Every other grad-norm spike stays up long enough to move that level, and is judged against
+  the grad-norm band (``grad_norm_drift.warn_ratio`` / ``crit_ratio``, 2x / 3x the run
+  baseline: the same lines the drift finding and the chart use): critical at or above the
+  critical line, warning at or above the warning line, info below it. The text states the
+  ratio and the lines.
+
+``judged_by`` in the measures names which of these rules gave the severity.
 
 Steps: ``start_step`` is the onset (where the series left its noise), ``peak_step`` the
 highest point, ``end_step`` the step it was back in the band (the last logged step if never).
@@ -25,13 +40,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from forensics.evidence import Band, Evidence
 from forensics.evidence.spike_context import overlaps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
-from forensics.findings import Finding, FindingKind, Severity, steps_text
-from forensics.params import GRAD_NORM_CRITICAL, SpikesParams
+from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
+from forensics.params import GRAD_NORM_CRITICAL, GRAD_NORM_WARN, SpikesParams
 from forensics.schema import GRAD_NORM, LOSS
+
+DIVERGED = "diverged"  # the classification of a spike inside a diverged stretch
 
 _LOSS_SEVERITY = {
     SpikeClass.PHYSIOLOGICAL: Severity.INFO,
@@ -44,11 +63,13 @@ _LOSS_SEVERITY = {
 class _Judged:
     """A shared spike with this detector's own copy of its measures, to add context to."""
 
-    __slots__ = ("spike", "m")
+    __slots__ = ("spike", "m", "diverged", "nonfinite_at")
 
     def __init__(self, spike: Spike) -> None:
         self.spike = spike
         self.m: dict[str, Any] = dict(spike.measures)
+        self.diverged: tuple[int, int] | None = None  # the diverged stretch it lies in
+        self.nonfinite_at: int | None = None  # the series turned NaN / Inf before it came back
 
     @property
     def start_step(self) -> int:
@@ -95,8 +116,15 @@ class SpikeDetector:
             return
         drops = ev.drop_windows
         kinks = ev.lr_kinks
+        diverged = ev.diverged if ev.has(LOSS) and ev.has(GRAD_NORM) else []
         for j in spikes:
             s, m = j.spike, j.m
+            j.diverged = next((d for d in diverged if d[0] <= s.start_step <= d[1]), None)
+            m["divergence_from"] = j.diverged[0] if j.diverged else None
+            if not m["recovered"]:
+                logged = ev.logged(s.metric)
+                bad = logged.steps[(logged.steps > s.peak_step) & ~np.isfinite(logged.values)]
+                j.nonfinite_at = int(bad[0]) if len(bad) else None
             # The spike began after the previous logged point; a scaler logged after its update
             # shows the drop of an overflowing step at the next logged point: allow one interval.
             iv = s.log_interval
@@ -163,19 +191,27 @@ class SpikeDetector:
     def _loss_finding(self, j: _Judged) -> Finding:
         s, m = j.spike, j.m
         cls = s.classification
-        sev = _LOSS_SEVERITY[cls]
-        how = {
-            SpikeClass.PHYSIOLOGICAL: f"back on its trend after {steps_text(m['recovery_steps'])}",
-            SpikeClass.BENEFICIAL: (
-                f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend"
-            ),
-            SpikeClass.PATHOLOGICAL: _pathology(m, self.params.recover_steps),
-            SpikeClass.UNRESOLVED: "still above its trend when the log ends",
-        }[cls]
-        extra = _cause_text(m)
+        if j.diverged is not None:
+            m["classification"] = DIVERGED
+            m["judged_by"] = "divergence"
+            sev = Severity.INFO
+            how = _inside(j.diverged)
+        else:
+            sev = _LOSS_SEVERITY[cls]
+            m["judged_by"] = "unresolved" if cls is SpikeClass.UNRESOLVED else "shape"
+            how = {
+                SpikeClass.PHYSIOLOGICAL: (
+                    f"back on its trend after {steps_text(m['recovery_steps'])}; {cls}"
+                ),
+                SpikeClass.BENEFICIAL: (
+                    f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend; {cls}"
+                ),
+                SpikeClass.PATHOLOGICAL: f"{_pathology(m, self.params.recover_steps)}; {cls}",
+                SpikeClass.UNRESOLVED: _unresolved(j),
+            }[cls]
         summary = (
             f"Loss spike at step {s.peak_step}: {m['peak_value']:.4g} against a local baseline of "
-            f"{m['baseline']:.4g} ({_height(m)}), {how}; {cls}{extra}."
+            f"{m['baseline']:.4g} ({_height(m)}), {how}{_cause_text(m)}."
         )
         return Finding(
             FindingKind.LOSS_SPIKE,
@@ -198,29 +234,55 @@ class SpikeDetector:
         m["transient"] = transient
         m["run_baseline"] = run_base
         m["ratio_to_run_baseline"] = m["peak_value"] / run_base if run_base else None
-        if transient:
+        # The level lines: the run's grad-norm band (2x / 3x its baseline), or the same ratios
+        # of the local baseline when the run has no band.
+        r = m["ratio_to_run_baseline"] or m["height_ratio"] or 0.0
+        warn = band.warn_ratio if band else GRAD_NORM_WARN
+        crit = band.critical_ratio if band and band.critical_ratio else GRAD_NORM_CRITICAL
+        on_level = Severity.CRITICAL if r >= crit else (Severity.WARNING if r >= warn else None)
+        of_what = "the run's baseline" if run_base else "its local baseline"
+        lines = f"{r:.1f}x {of_what} (warning from {warn:g}x, critical from {crit:g}x)"
+        if j.diverged is not None:
+            m["classification"] = DIVERGED
+            m["judged_by"] = "divergence"
+            sev = Severity.INFO
+            how = _inside(j.diverged)
+        elif transient:
+            m["judged_by"] = "recovery"
             sev = (
                 Severity.WARNING
                 if m["loss_response"]
                 else Severity(self.params.absorbed_gn_severity)
             )
             what = (
-                "the loss moved with it: check that batch"
+                "but the loss moved with it: check that batch"
                 if m["loss_response"]
-                else "the loss did not move: an outlier batch the optimizer absorbed"
-            )
-            how = f"back within {steps_text(rec)}, {what}"
-        else:
-            r = m["ratio_to_run_baseline"] or m["height_ratio"]
-            critical = band.critical_ratio if band and band.critical_ratio else GRAD_NORM_CRITICAL
-            sev = (
-                Severity.CRITICAL
-                if (r or 0) >= critical and not m["recovered"]
-                else Severity.WARNING
+                else "and the loss did not move: an outlier batch the optimizer absorbed"
             )
             how = (
-                f"back only after {steps_text(rec)}" if m["recovered"] else "not back on its trend"
+                f"back within {steps_text(rec)} {what} (a transient: judged by its recovery, "
+                "not by the 2x / 3x lines of the grad norm's level)"
             )
+        elif s.classification is SpikeClass.UNRESOLVED:
+            m["judged_by"] = "unresolved"
+            level = on_level or Severity.INFO
+            sev = level if level.rank <= Severity.WARNING.rank else Severity.WARNING
+            held = (
+                f"; {r:.1f}x {of_what}, held at warning until a longer log shows whether it "
+                "comes back"
+                if level is Severity.CRITICAL
+                else f"; {lines}"
+            )
+            how = _unresolved(j) + held
+        else:
+            m["judged_by"] = "band"
+            sev = on_level or Severity.INFO
+            back = (
+                f"back only after {steps_text(rec)}"
+                if m["recovered"]
+                else f"not back {steps_text(m['steps_logged_after_peak'])} later"
+            )
+            how = f"{back}; {lines}"
         lead = (
             f"; it led a loss spike by {m['leads_loss_by_steps']} steps"
             if m["leads_loss_by_steps"]
@@ -246,6 +308,23 @@ class SpikeDetector:
         )
 
 
+def _inside(stretch: tuple[int, int]) -> str:
+    return (
+        f"inside the divergence of steps {step_range(*stretch)}: part of it (judged there), "
+        "not an event of its own"
+    )
+
+
+def _unresolved(j: _Judged) -> str:
+    m = j.m
+    if j.nonfinite_at is not None:
+        return f"still up when the values turned non-finite at step {j.nonfinite_at}; unresolved"
+    n = m["steps_logged_after_peak"]
+    if not n:
+        return "at the last logged step: unresolved (nothing is logged after it)"
+    return f"still up when the log ends {steps_text(n)} later: unresolved"
+
+
 def _height(m: dict[str, Any]) -> str:
     r = m["height_ratio"]
     return f"{r:.2f}x" if r is not None else f"+{m['height']:.4g}"
@@ -253,7 +332,7 @@ def _height(m: dict[str, Any]) -> str:
 
 def _pathology(m: dict[str, Any], limit: int) -> str:
     if not m["recovered"]:
-        return f"not back on its trend {m['steps_logged_after_peak']} steps later"
+        return f"not back on its trend {steps_text(m['steps_logged_after_peak'])} later"
     if m["recovery_steps"] > limit:
         return f"back only after {steps_text(m['recovery_steps'])}"
     return f"settled {m['plateau_shift_rel'] or 0:.0%} above its earlier trend"

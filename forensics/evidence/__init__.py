@@ -237,6 +237,15 @@ class Evidence:
         return self._spikes[metric]
 
     @cached_property
+    def diverged(self) -> list[tuple[int, int]]:
+        """The loss's diverged stretches as ``(onset, end)`` steps: the divergence detector's
+        findings with the configured parameters (spikes inside one are part of it)."""
+        from forensics.detectors.divergence import DivergenceDetector
+
+        found = DivergenceDetector(self.params["divergence"]).detect(self)
+        return [(f.start_step, f.start_step if f.end_step is None else f.end_step) for f in found]
+
+    @cached_property
     def scale_cascades(self) -> list[ScaleCascade]:
         """Groups of loss-scale halvings with no growth between them (configured gap)."""
         from forensics.evidence.spike_context import scale_cascades
