@@ -518,6 +518,21 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("gap_accelerating", bool, "true when the gap was still accelerating at the end"),
         _GAP_NOISE,
+        _m("val_rise_pct", float, "val_rise in % of val_min", null=True),
+        _m("evals_after_min", int, "number of evals after the minimum"),
+        _m(
+            "eval_noise",
+            float,
+            "the held-out loss's own eval noise (robust sigma), what the rise had to beat",
+        ),
+        _m("best_step", int, "eval step of the lowest held-out loss: the best checkpoint"),
+        _m(
+            "best_checkpoint",
+            int,
+            "saved (or configured-interval) checkpoint at or before best_step; null when "
+            "the run states none",
+            null=True,
+        ),
     ),
     "gap_acceleration": (
         _m("growth_last", float, "gap growth over the window ending at the detection step"),
@@ -536,8 +551,17 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("val_turned_up", bool, "true when val was rising over the last window at detection"),
     ),
     "val_shift": (
-        _m("val_before", float, "val level before the shift (median)"),
-        _m("val_after", float, "val level after it (median)"),
+        _m("direction", str, "which way the held-out loss stepped", values=("up", "down")),
+        _m(
+            "val_before",
+            float,
+            "old val level at the last eval before the shift (line fitted over the window before)",
+        ),
+        _m(
+            "val_after",
+            float,
+            "new val level at the first eval after the shift (line fitted over the window after)",
+        ),
         _m("shift", float, "val_after - val_before"),
         _m("shift_pct", float, "shift in % of val_before", null=True),
         _m(
@@ -545,11 +569,17 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             int,
             "steps between the last old-level point and the first new-level point",
         ),
-        _m("train_change", float, "train level change across the same split"),
+        _m("train_change", float, "train loss step across the same split (same line fits)"),
         _m(
             "gap_slope_after_per_1k",
             float,
             "gap slope after the shift, per 1000 steps (about 0: stopped widening)",
+            null=True,
+        ),
+        _m(
+            "gap_slope_before_per_1k",
+            float,
+            "gap slope before the shift, per 1000 steps (the ramp the slope after must match)",
             null=True,
         ),
         _GAP_NOISE,

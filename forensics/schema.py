@@ -412,6 +412,37 @@ def canonicalize(
     return None, None
 
 
+# A held-out loss of one eval set, canonical eval/<set>_loss (eval_<set>_loss, val/<set>/loss,
+# validation/<set>_loss ...) or eval/loss_<set> (val_loss/<set>). Not a train loss computed at
+# eval time (eval/train_loss) nor a per-batch one (eval/loss_step).
+_HELD_OUT_LOSS = re.compile(r"^(?:(?P<pre>.+)_)?loss(?:_(?P<post>.+))?$")
+_NOT_AN_EVAL_SET = re.compile(r"(?:^|_)(?:train\w*|step|steps|runtime|samples)$")
+
+
+def held_out_set(metric: str) -> str | None:
+    """The eval set a held-out loss is about: "" for ``val_loss``, ``wiki`` for
+    ``eval/wiki_loss`` (from ``eval_wiki_loss``, ``val/wiki/loss`` ...); None for any metric
+    that is not a held-out loss (scores such as accuracy, BLEU or WER, perplexities, timings).
+
+    Held-out losses are judged by the train/val checks (overfitting, val_shift,
+    gap_acceleration); the other eval metrics by eval_regression.
+    """
+    if metric == VAL_LOSS:
+        return ""
+    if not metric.startswith(EVAL_PREFIX):
+        return None
+    m = _HELD_OUT_LOSS.match(metric[len(EVAL_PREFIX) :])
+    if m is None:
+        return None
+    pre, post = m.group("pre"), m.group("post")
+    if post is not None and post.endswith("epoch"):  # Lightning's <name>_epoch aggregate
+        post = post[: -len("epoch")].rstrip("_") or None
+    name = "_".join(p for p in (pre, post) if p)
+    if not name or _NOT_AN_EVAL_SET.search(name):
+        return None
+    return name
+
+
 def lower_is_better(metric: str) -> bool:
     """For eval metrics: True when a smaller value is better (WER, perplexity...)."""
     return bool(LOWER_IS_BETTER.search(metric))

@@ -34,7 +34,7 @@ SAMPLES = sorted(
 
 # module, function, what tells two calls apart (a signal per metric is one signal per metric)
 SIGNALS: list[tuple[Any, str, Callable[[tuple[Any, ...]], tuple[Any, ...]]]] = [
-    (gap_mod, "train_val_gap", lambda a: ()),
+    (gap_mod, "train_val_gap", lambda a: a[1:2]),  # one gap per held-out loss
     (baseline_mod, "warmup_end", lambda a: ()),
     (baseline_mod, "grad_norm_baseline", lambda a: ()),
     (baseline_mod, "param_norm_baseline", lambda a: ()),
@@ -84,7 +84,7 @@ def test_train_val_signals_once(monkeypatch: pytest.MonkeyPatch) -> None:
     checklists and the chart."""
     counts = _count(monkeypatch)
     _analyse("overfitting")
-    assert counts[("train_val_gap",)] == 1
+    assert counts[("train_val_gap", "val_loss")] == 1
 
 
 @pytest.mark.parametrize("name", ["healthy", "overfitting"])

@@ -167,8 +167,8 @@ def test_findings_judged_against_the_evidence_gap() -> None:
     frame, _ = trend_train_val("overfit", steps_per_epoch=1500)
     ev = Evidence(run_from_frame(frame))
     found = _kinds(TrainValDetector().detect(ev))
-    g = ev.__dict__.get("gap")  # cached on the evidence by the detector
-    assert isinstance(g, Gap)
+    g = ev._gaps.get("val_loss")  # cached on the evidence by the detector
+    assert isinstance(g, Gap) and ev.gap is g
     (a,) = found[FindingKind.GAP_ACCELERATION]
     j = a.judged_against
     assert j["accel_ratio"] == 1.5 and j["window_steps"] == g.window == a.measures["window_steps"]
@@ -179,7 +179,9 @@ def test_findings_judged_against_the_evidence_gap() -> None:
     assert a.measures["growth_last"] > j["accel_line"]
     assert j["accel_line"] == pytest.approx(1.5 * max(a.measures["growth_prev"], 0.0))
     (o,) = found[FindingKind.OVERFITTING]
-    assert o.judged_against["rise_floor"] == pytest.approx(3.0 * g.noise)
+    # the rise is judged against the held-out loss's own eval noise
+    assert o.judged_against["rise_floor"] == pytest.approx(3.0 * g.val_noise)
+    assert o.judged_against["noise"] == o.measures["eval_noise"] == g.val_noise
     assert o.measures["val_rise"] > o.judged_against["rise_floor"]
     assert o.judged_against["critical_epoch"] == 5
     # the end-of-log acceleration the severity rests on is the evidence's own rule

@@ -5,7 +5,12 @@ about three points below its step-6000 score (section 3.1). For each ``eval/<nam
 the best smoothed score is found; when the evals after it are worse by more than the eval's
 own noise and a small relative margin, and the train loss kept falling over that stretch,
 it is a warning. It becomes critical when a grad-norm drift overlaps it, the combination the
-article traced to its root cause. Direction comes from :func:`forensics.schema.lower_is_better`.
+article traced to its root cause. Direction comes from :func:`forensics.schema.lower_is_better`
+(WER, CER, perplexity: lower is better).
+
+Held-out losses (``val_loss`` and each eval set's ``eval/<set>_loss``) are not scores here: the
+train/val checks judge them (overfitting, val_shift, gap_acceleration), and a perplexity that
+restates one of them (``eval/perplexity``, ``eval/<set>_ppl``) is noted and skipped.
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
@@ -27,7 +32,7 @@ from forensics.evidence.trend_utils import (
 )
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import EvalRegressionParams
-from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS, lower_is_better
+from forensics.schema import EVAL_PREFIX, LOSS, held_out_set, lower_is_better
 
 if TYPE_CHECKING:
     from forensics.detectors.drift import DriftResult
@@ -37,7 +42,13 @@ CHECK = "eval_regression"
 _NOT_A_SCORE = re.compile(
     r"(runtime|per_second|samples|num_tokens|tokens|epoch_?$|step|time|entropy)", re.I
 )
-_RESTATES_VAL = re.compile(r"^(?:epoch_)?(?:perplexity|ppl)$", re.I)
+_PERPLEXITY = re.compile(r"^(?:(?P<set>.+?)_)??(?:epoch_)?(?:perplexity|ppl)$", re.I)
+
+
+def _restates(name: str, held_out: set[str | None]) -> bool:
+    """Whether eval/<name> is the perplexity of a held-out loss the run logs ("" = val_loss)."""
+    m = _PERPLEXITY.match(name)
+    return m is not None and (m.group("set") or "") in held_out
 
 
 class EvalRegressionDetector:
@@ -50,18 +61,26 @@ class EvalRegressionDetector:
 
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
+        metrics = run.metrics()
+        # Held-out losses (eval/<set>_loss) are the train/val checks': overfitting, val_shift
+        # and gap_acceleration judge each one. Scores (accuracy, BLEU, WER ...) are judged here.
         names = [
             m
-            for m in run.metrics()
-            if m.startswith(EVAL_PREFIX) and not _NOT_A_SCORE.search(m[len(EVAL_PREFIX) :])
+            for m in metrics
+            if m.startswith(EVAL_PREFIX)
+            and not _NOT_A_SCORE.search(m[len(EVAL_PREFIX) :])
+            and held_out_set(m) is None
         ]
         restated: list[str] = []
-        if run.has(VAL_LOSS):
-            # A bare val perplexity is exp(val_loss): the train/val checks already read it.
-            restated = [m for m in names if _RESTATES_VAL.match(m[len(EVAL_PREFIX) :])]
+        held_out = {held_out_set(m) for m in metrics if held_out_set(m) is not None}
+        if held_out:
+            # A perplexity is exp(a held-out loss) the train/val checks already read: the bare
+            # one restates val_loss, eval/<set>_ppl restates eval/<set>_loss.
+            restated = [m for m in names if _restates(m[len(EVAL_PREFIX) :], held_out)]
             for m in restated:
                 run.note(
-                    f"{CHECK}: {m} not checked, it restates val_loss (see the train/val checks)"
+                    f"{CHECK}: {m} not checked, it restates a held-out loss "
+                    "(see the train/val checks)"
                 )
             names = [m for m in names if m not in restated]
         if not names:

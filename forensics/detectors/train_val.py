@@ -12,14 +12,25 @@ and the 1.5x acceleration rule are computed there, once per run; this module dec
   confirmed on two consecutive val points, must still hold one window later (the train
   loss wanders with the data order and such wander comes back down), and is reported at its
   onset (where the gap bends upward), usually before the val loss itself turns up.
-* ``overfitting`` (warning): the negative slope, train falling while val rises from its
-  minimum. Critical from the fifth epoch on when the gap keeps accelerating, as the article
-  grades it.
-* ``val_shift`` (warning): val jumps up to a new level within a few thousand steps and stays
-  there while train is flat, so the gap stops widening: the article's snapshot effect
-  (section 5.4). The first thing to check is whether the validation set changed. Only upward
-  shifts are looked for (a val set that got easier is not reported), and the new level must
-  hold for at least half a level window before the log ends.
+* ``overfitting`` (warning): the negative slope, train falling (or at least not rising)
+  while the held-out loss rises from its minimum over at least two later evals by more than
+  overfit_noise_k x its own eval noise, however small (a 1-2% rise in the last epoch of an
+  SFT run counts). The finding names the best checkpoint: the eval step of the minimum
+  (``best_step``), and the saved checkpoint at or before it when the run states them.
+  Critical from the fifth epoch on when the gap keeps accelerating, as the article grades it.
+* ``val_shift`` (warning): the held-out loss steps, up or down, between consecutive evals
+  (or within ``shift_window`` steps) to a new level that then holds, while the train loss
+  does not step: the article's snapshot effect (section 5.4), or a val set that got easier.
+  The old and the new level are lines fitted over the window before and after the step, so
+  a train loss still falling slowly (and the val falling with it) is allowed: what must hold
+  is the gap's ramp, the same before and after the step (a gap that keeps ramping up is gap
+  acceleration, not a new val set). The first thing to check is whether the validation set
+  changed. The new level must hold for at least half a level window before the log ends.
+
+Every held-out loss counts: ``val_loss`` and each eval set's ``eval/<set>_loss`` (from
+``eval_<set>_loss``, ``val/<set>/loss`` ...; :func:`forensics.schema.held_out_set`) is judged
+on its own gap (``Evidence.gap_of``); a finding's ``metric`` names the set. Scores (accuracy,
+BLEU, WER, perplexity) are eval_regression's.
 
 Measures:
 
@@ -28,8 +39,8 @@ Judged against (``Finding.judged_against``):
 * ``gap_acceleration``: `accel_ratio` (1.5), `accel_line` (accel_ratio x the previous
   window's growth, at least 0), `noise_floor` (what the growth had to exceed), `noise`,
   `noise_k`, `window_steps`.
-* ``overfitting``: `rise_floor` (overfit_noise_k x noise, what the val rise had to exceed),
-  `noise`, `critical_epoch`.
+* ``overfitting``: `rise_floor` (overfit_noise_k x val_noise, what the val rise had to
+  exceed), `noise` (the eval noise of the held-out loss), `critical_epoch`.
 * ``val_shift``: `shift_floor` (the larger of shift_noise_k x noise and min_rel_shift x the
   old level), `noise`, `shift_window`.
 
@@ -38,10 +49,12 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.gap import Gap
+from forensics.evidence.gap import Gap, held_out_losses
 from forensics.evidence.trend_utils import hinge_onset, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import TrainValParams
@@ -57,34 +70,44 @@ class TrainValDetector:
 
     def __init__(self, params: TrainValParams | None = None) -> None:
         self.params = params or TrainValParams()
+        self._shift_score = 0.0  # set by _val_shift (see scores)
 
-    def _gap(self, ev: Evidence) -> Gap | None:
-        """The evidence's gap, or None with a note saying why the checks did not run."""
-        n_train, n_val = len(ev.series(LOSS)), len(ev.series(VAL_LOSS))
-        missing = [m for m, n in ((LOSS, n_train), (VAL_LOSS, n_val)) if n == 0]
-        if missing:
-            ev.run.note(
-                f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), "
-                f"no {' or '.join(missing)} series"
-            )
-            return None
+    def _gap(self, ev: Evidence, metric: str) -> Gap | None:
+        """The evidence's gap of one held-out loss, or None with a note saying why the checks
+        did not run on it."""
+        n_train, n_val = len(ev.series(LOSS)), len(ev.series(metric))
         need = self.params.min_val_points
         g = None
         if n_val >= need and n_train >= 5:
             # The evidence's gap, built with the configured train_val parameters (a detector
             # configured apart from them, as in a test, reads evidence built with its own).
-            g = ev.using(CHECK, self.params).gap
+            g = ev.using(CHECK, self.params).gap_of(metric)
         if g is None:
+            what = "val" if metric == VAL_LOSS else metric
             ev.run.note(
-                f"{CHECK}: not run, only {n_val} val and {n_train} train points "
+                f"{CHECK}: not run, only {n_val} {what} and {n_train} train points "
                 f"(need {max(need, 2)} and 5)"
             )
         return g
 
     def detect(self, ev: Evidence) -> list[Finding]:
-        g = self._gap(ev)
-        if g is None:
+        metrics = held_out_losses(ev)
+        missing = [m for m, ok in ((LOSS, ev.has(LOSS)), (VAL_LOSS, bool(metrics))) if not ok]
+        if missing:
+            ev.run.note(
+                f"{CHECK}: not run (gap_acceleration, overfitting, val_shift), "
+                f"no {' or '.join(missing)} series"
+                + (" (nor an eval set's eval/<set>_loss)" if not metrics else "")
+            )
             return []
+        out: list[Finding] = []
+        for metric in metrics:  # every held-out loss is judged on its own gap
+            g = self._gap(ev, metric)
+            if g is not None:
+                out += self._judge(ev, g)
+        return out
+
+    def _judge(self, ev: Evidence, g: Gap) -> list[Finding]:
         accel = self._acceleration(g)
         shift = self._val_shift(g)
         if shift:  # a widening that the val-set shift explains is not reported twice
@@ -94,7 +117,57 @@ class TrainValDetector:
                 for f in accel
                 if not (f.start_step <= s1 + g.window and (f.end_step or f.start_step) >= s0)
             ]
-        return accel + self._overfitting(ev, g, accel) + shift
+        since = float(shift[0].peak_step or shift[0].start_step) if shift else None
+        return accel + self._overfitting(ev, g, accel, since) + shift
+
+    def scores(self, ev: Evidence) -> dict[str, dict[str, float]]:
+        """Calibration scores per held-out loss, each the ratio to its alarm line (> 1 fires):
+        ``overfitting`` (the rise from the minimum over rise_floor, 0 when train rises or the
+        later trend is not up), ``val_shift`` (the biggest step of a val-only shape over its
+        floor), ``gap_acceleration`` (growth over the larger of the 1.5x line and the noise
+        floor, the smallest over ``confirm`` consecutive val steps, at its largest; the
+        detector also asks it to hold a window later)."""
+        out: dict[str, dict[str, float]] = {}
+        for metric in held_out_losses(ev):
+            if not ev.has(LOSS) or len(ev.series(metric)) < self.params.min_val_points:
+                continue
+            g = ev.using(CHECK, self.params).gap_of(metric)
+            if g is None:
+                continue
+            self._shift_score = 0.0
+            self._val_shift(g)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                line = np.maximum(
+                    g.growth_floor, g.accel_ratio * np.maximum(np.nan_to_num(g.growth_prev), 0.0)
+                )
+                accel = np.nan_to_num(g.growth_last / line, nan=0.0, neginf=0.0, posinf=0.0)
+            c = self.params.confirm  # the rule must hold on `confirm` consecutive val steps
+            held = [float(np.min(accel[k : k + c])) for k in range(len(accel) - c + 1)]
+            out[metric] = {
+                "overfitting": self._overfit_score(g),
+                "val_shift": self._shift_score,
+                "gap_acceleration": max(held, default=0.0),
+            }
+        return out
+
+    def _overfit_score(self, g: Gap) -> float:
+        vy = g.val
+        if len(vy) < 3:
+            return 0.0
+        smooth = rolling_median(vy, 3)
+        m = int(np.argmin(smooth))
+        lo, hi = max(0, m - 1), min(len(vy), m + 2)
+        m = lo + int(np.argmin(vy[lo:hi]))
+        after = len(vy) - 1 - m
+        if after < 2:
+            return 0.0
+        rise = float(np.median(vy[-min(3, after) :])) - float(smooth[m])
+        vs = theil_sen(g.steps[m:], vy[m:])
+        tsel = g.train_steps >= g.steps[m]
+        ts = theil_sen(g.train_steps[tsel], g.train_values[tsel]) if tsel.sum() >= 3 else None
+        if vs is None or vs.slope <= 0 or ts is None or ts.rising:
+            return 0.0
+        return max(rise, 0.0) / (self.params.overfit_noise_k * max(g.val_noise, 1e-9))
 
     # -- gap acceleration ------------------------------------------------------------
     def _acceleration(self, g: Gap) -> list[Finding]:
@@ -162,7 +235,7 @@ class TrainValDetector:
         return Finding(
             kind=FindingKind.GAP_ACCELERATION,
             severity=Severity.WARNING,
-            metric=VAL_LOSS,
+            metric=g.metric,
             start_step=onset,
             peak_step=peak,
             end_step=int(vx[end]),
@@ -186,15 +259,28 @@ class TrainValDetector:
                 "window_steps": g.window,
             },
             summary=(
-                f"The val-train gap started widening faster around step {onset}: +{gl:.3g} over "
-                f"the {g.window:.0f} steps to {int(vx[i])}, {ratio_txt}"
-                + ("; val loss is rising too." if turned else "; val loss has not turned up yet.")
+                f"The {'val' if g.metric == VAL_LOSS else g.metric}-train gap started widening "
+                f"faster around step {onset}: +{gl:.3g} over the {g.window:.0f} steps to "
+                f"{int(vx[i])}, {ratio_txt}"
+                + (
+                    f"; {_label(g)} is rising too."
+                    if turned
+                    else f"; {_label(g)} has not turned up yet."
+                )
             ),
         )
 
     # -- overfitting -----------------------------------------------------------------
-    def _overfitting(self, ev: Evidence, g: Gap, accel: list[Finding]) -> list[Finding]:
-        vx, vy = g.steps, g.val
+    def _overfitting(
+        self, ev: Evidence, g: Gap, accel: list[Finding], since: float | None = None
+    ) -> list[Finding]:
+        """The held-out loss rising from its minimum while train falls; only the evals from
+        ``since`` on are read (after a val-set shift, the new set's own minimum)."""
+        keep = g.steps >= since if since is not None else np.ones(len(g.steps), dtype=bool)
+        base = int(np.flatnonzero(keep)[0]) if keep.any() else len(g.steps)
+        vx, vy = g.steps[keep], g.val[keep]
+        if len(vy) < 3:
+            return []
         smooth = rolling_median(vy, 3)
         m = int(np.argmin(smooth))
         lo, hi = max(0, m - 1), min(len(vy), m + 2)
@@ -206,7 +292,10 @@ class TrainValDetector:
         val_now = float(np.median(vy[-n_now:]))
         val_min = float(smooth[m])
         rise = val_now - val_min
-        rise_floor = self.params.overfit_noise_k * g.noise
+        # Beyond the held-out loss's own eval noise, however small the rise is relative to
+        # its level (a 1-2% rise over the last epoch of an SFT run counts).
+        eval_noise = max(g.val_noise, 1e-9)
+        rise_floor = self.params.overfit_noise_k * eval_noise
         if rise <= rise_floor:
             return []
         vs = theil_sen(vx[m:], vy[m:])
@@ -214,10 +303,11 @@ class TrainValDetector:
             return []
         tsel = g.train_steps >= vx[m]
         ts = theil_sen(g.train_steps[tsel], g.train_values[tsel]) if tsel.sum() >= 3 else None
-        if ts is None or not ts.falling:
-            return []  # train not falling: not the negative slope (see val_shift / divergence)
+        if ts is None or ts.rising:
+            return []  # train rising too: not the negative slope (see divergence)
+        gi = base + m  # index of the minimum in the gap's arrays
         onset, end = int(vx[m]), int(vx[-1])
-        t0, t1 = float(g.train[m]), float(np.median(g.train[-n_now:]))
+        t0, t1 = float(g.train[gi]), float(np.median(g.train[-n_now:]))
         train_change = 100.0 * (t1 - t0) / abs(t0) if t0 else None
         epoch, epoch_now = _epoch_at(ev, onset), _epoch_at(ev, end)
         # Still accelerating: an episode reaching the last window, or the 1.5x rule met at the
@@ -229,22 +319,36 @@ class TrainValDetector:
         critical = (
             epoch_now is not None and epoch_now >= self.params.critical_epoch and accelerating
         )
+        cps = ev.checkpoints
+        best_ckpt = cps.before(onset)[0] if (cps.saved or cps.interval) else None
+        ckpt_txt = (
+            f"; the best checkpoint is step {onset} (lowest {_label(g)})"
+            + (f", saved at step {best_ckpt}" if best_ckpt is not None else "")
+            + "."
+        )
         ep_txt = f" (epoch {epoch})" if epoch is not None else ""
-        if train_change is not None:
-            summary = (
-                f"Val loss turned up at step {onset}{ep_txt}, from {float(vy[m]):.4g} to "
-                f"{val_now:.4g}, while the train loss kept falling ({train_change:+.1f}%)"
-                + ("; the gap is still accelerating." if accelerating else ".")
+        rise_pct = 100.0 * (val_now - float(vy[m])) / abs(float(vy[m])) if vy[m] else None
+        pct_txt = f", {rise_pct:+.1f}%" if rise_pct is not None else ""
+        train_txt = (
+            f"while the train loss kept falling ({train_change:+.1f}%)"
+            if train_change is not None and train_change < 0
+            else (
+                f"while the train loss did not rise ({train_change:+.1f}%)"
+                if train_change is not None
+                else "while the train loss kept falling"
             )
-        else:
-            summary = (
-                f"Val loss turned up at step {onset}{ep_txt} while the train loss kept falling."
-            )
+        )
+        summary = (
+            f"{_label(g, cap=True)} turned up at step {onset}{ep_txt}, from {float(vy[m]):.4g} "
+            f"to {val_now:.4g} over {after} evals{pct_txt}, {train_txt}"
+            + ("; the gap is still accelerating" if accelerating else "")
+            + ckpt_txt
+        )
         return [
             Finding(
                 kind=FindingKind.OVERFITTING,
                 severity=Severity.CRITICAL if critical else Severity.WARNING,
-                metric=VAL_LOSS,
+                metric=g.metric,
                 start_step=onset,
                 peak_step=int(vx[m + int(np.argmax(vy[m:]))]),
                 end_step=end,
@@ -252,17 +356,22 @@ class TrainValDetector:
                     "val_min": float(vy[m]),
                     "val_now": val_now,
                     "val_rise": val_now - float(vy[m]),
+                    "val_rise_pct": rise_pct,
+                    "evals_after_min": after,
                     "train_change_pct": train_change,
-                    "gap_at_onset": float(g.gap[m]),
+                    "gap_at_onset": float(g.gap[gi]),
                     "gap_now": float(np.median(g.gap[-n_now:])),
                     "epoch": epoch,
                     "epoch_now": epoch_now,
                     "gap_accelerating": accelerating,
                     "val_noise": g.noise,
+                    "eval_noise": eval_noise,
+                    "best_step": onset,
+                    "best_checkpoint": best_ckpt,
                 },
                 judged_against={
                     "rise_floor": rise_floor,
-                    "noise": g.noise,
+                    "noise": eval_noise,
                     "critical_epoch": self.params.critical_epoch,
                 },
                 summary=summary,
@@ -271,81 +380,163 @@ class TrainValDetector:
 
     # -- val shift -------------------------------------------------------------------
     def _val_shift(self, g: Gap) -> list[Finding]:
-        g = g.binned(400)  # the pair search is quadratic: long logs work on bin medians
+        """A step of the held-out loss, up or down, to a level that then holds, train smooth.
+
+        For each pair of evals (i, j) at most ``shift_window`` apart, lines are fitted to the
+        val and to the (despiked) train loss over the level window before i and after j; the
+        step is the difference of the two lines in the middle of (i, j). A val-only step has
+        a val step beyond the floor, a train step under half of it, and the same gap slope on
+        both sides (the new level holds: no ramp starting there).
+        """
+        g = g.binned(400)  # long logs work on bin medians
+        p = self.params
         vx, vy = g.steps.astype(float), g.val
         n = len(vy)
         side = 3
         if n < 2 * side:
             return []
-        # Levels are medians over up to two shift windows on each side (less on short logs).
-        look = min(2.0 * self.params.shift_window, max(0.25 * float(np.ptp(vx)), 3 * g.interval))
-        pre_sel = [(vx >= vx[i] - look) & (vx <= vx[i]) for i in range(n)]
-        post_sel = [(vx >= vx[j]) & (vx <= vx[j] + look) for j in range(n)]
-        pre = np.array([np.median(vy[s]) for s in pre_sel])
-        post = np.array([np.median(vy[s]) for s in post_sel])
-        npre = np.array([s.sum() for s in pre_sel])
-        npost = np.array([s.sum() for s in post_sel])
+        look = min(2.0 * p.shift_window, max(0.25 * float(np.ptp(vx)), 3 * g.interval))
+        # Val lines over [x_i - look, x_i] (pre) and [x_j, x_j + look] (post), by index.
+        pre_lo = np.searchsorted(vx, vx - look, side="left")
+        post_hi = np.searchsorted(vx, vx + look, side="right")
+        vpre = _lines(vx, vy, pre_lo, np.arange(n) + 1)
+        vpost = _lines(vx, vy, np.arange(n), post_hi)
+        tx, ty = g.train_steps.astype(float), g.train_values
+        tpre = _lines(
+            tx,
+            ty,
+            np.searchsorted(tx, vx - look, side="left"),
+            np.searchsorted(tx, vx, side="right"),
+        )
+        tpost = _lines(
+            tx,
+            ty,
+            np.searchsorted(tx, vx, side="left"),
+            np.searchsorted(tx, vx + look, side="right"),
+        )
         ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         ok = (
             (jj > ii)
-            & (vx[jj] - vx[ii] <= self.params.shift_window)
-            & (npre[ii] >= side)
-            & (npost[jj] >= side)
+            # a step, or a ramp no longer than the level windows that judge it
+            & (vx[jj] - vx[ii] <= min(float(p.shift_window), look))
+            & (vpre.n[ii] >= side)
+            & (vpost.n[jj] >= side)
+            & (tpre.n[ii] >= 2)
+            & (tpost.n[jj] >= 2)
+            # "Then held" needs evidence: at least half a level window of log after the step.
+            & ((vx[-1] - vx[jj]) >= 0.5 * look)
         )
-        # Upward shifts only (the article's snapshot effect: val jumps up while train is flat).
-        # Downward candidates are nearly all the early fall of training, which would crowd the
-        # real shift out of the few biggest candidates tried below.
-        ok &= post[jj] > pre[ii]
-        # "Then held" needs evidence: at least half a level window of log after the jump.
-        ok &= (vx[-1] - vx[jj]) >= 0.5 * look
-        jump = np.where(ok, post[jj] - pre[ii], 0.0)
-        order = np.argsort(-np.abs(jump), axis=None)
-        for flat in order[:20]:  # the biggest candidate shifts only
-            i, j = (int(k) for k in np.unravel_index(flat, jump.shape))
-            J, before = float(jump[i, j]), float(pre[i])
-            floor = max(
-                self.params.shift_noise_k * g.noise, self.params.min_rel_shift * abs(before)
+        mid = 0.5 * (vx[ii] + vx[jj])
+        jv = vpost.at(mid, jj) - vpre.at(mid, ii)
+        jt = tpost.at(mid, jj) - tpre.at(mid, ii)
+        jg = jv - jt
+        # The gap's ramp is the same on both sides of the step: it holds, not accelerates.
+        ramp = np.abs((vpost.slope[jj] - tpost.slope[jj]) - (vpre.slope[ii] - tpre.slope[ii]))
+        # ... and its own ramp does not cover the step over the same distance (a steady climb
+        # read through two line fits is not a step).
+        span = np.maximum(vx[jj] - vx[ii], g.interval)
+        own = np.maximum(
+            np.abs(vpre.slope[ii] - tpre.slope[ii]), np.abs(vpost.slope[jj] - tpost.slope[jj])
+        )
+        level = np.abs(vpre.at(mid, ii))
+        floor = np.maximum(p.shift_noise_k * g.noise, p.min_rel_shift * level)
+        with np.errstate(invalid="ignore"):
+            ok &= (
+                (np.abs(jt) <= 0.5 * np.abs(jv))
+                & (np.sign(jv) == np.sign(jg))
+                & (ramp * look <= 0.5 * np.abs(jg))
+                & (own * span <= 0.5 * np.abs(jg))
+                & (vpre.resid[ii] <= 0.25 * np.abs(jv))
+                & (vpost.resid[jj] <= 0.25 * np.abs(jv))
             )
-            if not ok[i, j] or abs(J) <= floor:
-                break  # sorted: nothing further can pass
-            f = self._shift_finding(g, i, j, J, before, float(post[j]), look)
+        # The calibration score: the biggest step of the right shape, over its floor.
+        self._shift_score = float(np.max(np.where(ok, np.abs(jv) / floor, 0.0), initial=0.0))
+        ok &= np.abs(jv) > floor
+        score = np.where(ok, np.abs(jg), 0.0)
+        order = np.argsort(-score, axis=None)
+        for flat in order[:20]:  # the biggest candidate steps only
+            i, j = (int(k) for k in np.unravel_index(flat, score.shape))
+            if not ok[i, j]:
+                break  # sorted: nothing further passed
+            f = self._shift_finding(
+                g,
+                i,
+                j,
+                float(jv[i, j]),
+                float(vpre.at(mid[i, j], i)),
+                float(vpost.at(mid[i, j], j)),
+                float(jt[i, j]),
+                float(floor[i, j]),
+                look,
+            )
             if f is not None:
                 return [f]
         return []
 
     def _shift_finding(
-        self, g: Gap, i: int, j: int, J: float, before: float, after: float, look: float
+        self,
+        g: Gap,
+        i: int,
+        j: int,
+        J: float,
+        before: float,
+        after: float,
+        train_change: float,
+        floor: float,
+        look: float,
     ) -> Finding | None:
         vx = g.steps
         pre_sel = (vx >= vx[i] - look) & (vx <= vx[i])
         post_sel = (vx >= vx[j]) & (vx <= vx[j] + look)
-        for sel in (pre_sel, post_sel):
-            s = theil_sen(vx[sel], g.val[sel])
-            if s is None or abs(s.slope * float(np.ptp(vx[sel]))) > 0.5 * abs(J):
-                return None  # a trend, not a level change
-        t_before, t_after = float(np.median(g.train[pre_sel])), float(np.median(g.train[post_sel]))
-        train_change = t_after - t_before
-        tx, ty = g.train_steps, g.train_values
-        tsel = (tx >= vx[i] - look) & (tx <= vx[j] + look)
-        ts = theil_sen(tx[tsel], ty[tsel]) if tsel.sum() >= 3 else None
-        if abs(train_change) > 0.5 * abs(J) or (
-            ts is not None and abs(ts.slope * float(np.ptp(tx[tsel]))) > 0.5 * abs(J)
-        ):
-            return None  # train moved too: not a val-only shift
-        gs = theil_sen(vx[post_sel], g.gap[post_sel])
-        gap_slope = gs.per_1k() if gs is not None else None
-        if gs is not None and abs(gs.slope * float(np.ptp(vx[post_sel]))) > 0.5 * abs(J):
-            return None  # the gap keeps widening after the jump: overfitting, not a new val set
+        # Robust confirmation: the gap's Theil-Sen slopes before and after agree.
+        gpre = theil_sen(vx[pre_sel], g.gap[pre_sel])
+        gpost = theil_sen(vx[post_sel], g.gap[post_sel])
+        if gpre is None or gpost is None:
+            return None
+        if abs(gpost.slope - gpre.slope) * look > 0.5 * abs(J):
+            return None  # the gap ramps on after the step: acceleration, not a new val set
+        gap_slope = gpost.per_1k()
         word = "rose" if J > 0 else "fell"
-        i, j = _pin_ramp(vx.astype(float), np.sign(J) * (g.val - before) / abs(J), i, j)
+        # The start and end of the step: z is 0 on the old line and 1 on the new one.
+        x = vx.astype(float)
+        old = np.polyval(np.polyfit(x[pre_sel], g.val[pre_sel], 1), x)
+        new = np.polyval(np.polyfit(x[post_sel], g.val[post_sel], 1), x)
+        step = np.where(np.abs(new - old) > 1e-12, new - old, J)
+        i, j = _pin_ramp(x, (g.val - old) / step, i, j)
+        # The levels stated are the two lines, refitted on the windows of the pinned step, at
+        # the last old and the first new eval.
+        pre_sel = (vx >= vx[i] - look) & (vx <= vx[i])
+        post_sel = (vx >= vx[j]) & (vx <= vx[j] + look)
+        if pre_sel.sum() >= 2 and post_sel.sum() >= 2:
+            old = np.polyval(np.polyfit(x[pre_sel], g.val[pre_sel], 1), x)
+            new = np.polyval(np.polyfit(x[post_sel], g.val[post_sel], 1), x)
+        before, after = float(old[i]), float(new[j])
+        tx, ty, mid = g.train_steps.astype(float), g.train_values, 0.5 * float(vx[i] + vx[j])
+        tpre = (tx >= vx[i] - look) & (tx <= vx[i])
+        tpost = (tx >= vx[j]) & (tx <= vx[j] + look)
+        if tpre.sum() >= 2 and tpost.sum() >= 2:
+            train_change = float(
+                np.polyval(np.polyfit(tx[tpost], ty[tpost], 1), mid)
+                - np.polyval(np.polyfit(tx[tpre], ty[tpre], 1), mid)
+            )
+        J = after - before
+        floor = max(self.params.shift_noise_k * g.noise, self.params.min_rel_shift * abs(before))
+        if abs(J) <= floor:
+            return None
+        why = (
+            "check whether the validation set changed"
+            if J > 0
+            else "check whether the validation set changed (an easier set reads as progress)"
+        )
         return Finding(
             kind=FindingKind.VAL_SHIFT,
             severity=Severity.WARNING,
-            metric=VAL_LOSS,
+            metric=g.metric,
             start_step=int(vx[i]),
             peak_step=int(vx[j]),
             end_step=int(vx[-1]),
             measures={
+                "direction": "up" if J > 0 else "down",
                 "val_before": before,
                 "val_after": after,
                 "shift": J,
@@ -353,21 +544,72 @@ class TrainValDetector:
                 "ramp_steps": int(vx[j] - vx[i]),
                 "train_change": train_change,
                 "gap_slope_after_per_1k": gap_slope,
+                "gap_slope_before_per_1k": gpre.per_1k(),
                 "val_noise": g.noise,
             },
             judged_against={
-                "shift_floor": max(
-                    self.params.shift_noise_k * g.noise, self.params.min_rel_shift * abs(before)
-                ),
+                "shift_floor": floor,
                 "noise": g.noise,
                 "shift_window": self.params.shift_window,
             },
             summary=(
-                f"Val loss {word} from {before:.4g} to {after:.4g} between steps {int(vx[i])} "
-                f"and {int(vx[j])} and then held, while train moved only {train_change:+.3g}; "
-                "check whether the validation set changed."
+                f"{_label(g, cap=True)} {word} from {before:.4g} to {after:.4g} between steps "
+                f"{int(vx[i])} and {int(vx[j])} and then held, while the train loss stepped "
+                f"only {train_change:+.3g}; {why}."
             ),
         )
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """Least-squares lines over index windows [lo, hi) of one series, one per window."""
+
+    n: np.ndarray
+    mx: np.ndarray
+    my: np.ndarray
+    slope: np.ndarray
+    resid: np.ndarray  # root-mean-square residual around the line
+
+    def at(self, x: np.ndarray | float, k: np.ndarray | int) -> np.ndarray:
+        return self.my[k] + self.slope[k] * (x - self.mx[k])
+
+
+def _lines(x: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> _Lines:
+    """Least-squares lines of y on x over each window [lo, hi), from prefix sums (x centred
+    and scaled first, so that long step counts lose no precision)."""
+    if len(x) == 0:
+        z = np.zeros(len(lo))
+        return _Lines(z.astype(int), z, z, z, z + np.inf)
+    c, sc = float(np.mean(x)), max(float(np.ptp(x)), 1.0)
+    u = (x - c) / sc
+    yc = float(np.mean(y))
+    w = y - yc
+
+    def csum(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0.0], np.cumsum(a)])
+
+    S = [csum(a) for a in (np.ones_like(u), u, w, u * u, u * w, w * w)]
+    n, su, sw, suu, suw, sww = (s[hi] - s[lo] for s in S)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu, mw = su / n, sw / n
+        vu = suu / n - mu * mu
+        cov = suw / n - mu * mw
+        b = np.where(vu > 1e-12, cov / vu, 0.0)
+        res = np.maximum(sww / n - mw * mw - b * cov, 0.0)
+    return _Lines(
+        n=n.astype(int),
+        mx=np.nan_to_num(mu) * sc + c,
+        my=np.nan_to_num(mw) + yc,
+        slope=np.nan_to_num(b) / sc,
+        resid=np.where(n > 0, np.sqrt(np.nan_to_num(res)), np.inf),
+    )
+
+
+def _label(g: Gap, cap: bool = False) -> str:
+    """How a summary names the held-out loss: "val loss", or the eval set's metric."""
+    if g.metric == VAL_LOSS:
+        return "Val loss" if cap else "val loss"
+    return g.metric
 
 
 def _epoch_at(ev: Evidence, step: int) -> int | None:
@@ -393,8 +635,9 @@ def _pin_ramp(x: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:
         b, a = np.polyfit(x[mid], z[mid], 1)
         if b > 0:
             s0, s1 = -a / b, (1.0 - a) / b
-            k0 = int(np.clip(np.searchsorted(x, s0 + 1e-9, side="right") - 1, 0, len(x) - 1))
-            k1 = int(np.clip(np.searchsorted(x, s1 - 1e-9, side="left"), 0, len(x) - 1))
+            first, last = max(0, i - 2), min(len(x) - 1, j + 2)  # within the zone
+            k0 = int(np.clip(np.searchsorted(x, s0 + 1e-9, side="right") - 1, first, last))
+            k1 = int(np.clip(np.searchsorted(x, s1 - 1e-9, side="left"), first, last))
             return k0, max(k1, k0 + 1)
     below = np.flatnonzero(zone & (z < 0.5))
     k0 = int(below[-1]) if len(below) else i

@@ -93,6 +93,7 @@ class Evidence:
         self._spikes: dict[str, list[Spike]] = {}
         self._layer_matrix: dict[str, LayerMatrix] = {}
         self._logged: dict[tuple[str, int | None], Series] = {}
+        self._gaps: dict[str, Gap | None] = {}
 
     # -- aligned arrays ----------------------------------------------------------------------
     def series(self, metric: str, layer: int | None = None) -> Series:
@@ -274,12 +275,19 @@ class Evidence:
         return revealed_periods(self)
 
     # -- train / val -------------------------------------------------------------------------
-    @cached_property
+    @property
     def gap(self) -> Gap | None:
         """The train/val gap at each eval (train smoothed around it), with its noise."""
-        from forensics.evidence.gap import train_val_gap
+        return self.gap_of("val_loss")
 
-        return train_val_gap(self)
+    def gap_of(self, metric: str) -> Gap | None:
+        """The gap of one held-out loss (``val_loss`` or an eval set's ``eval/<set>_loss``),
+        computed once."""
+        if metric not in self._gaps:
+            from forensics.evidence.gap import train_val_gap
+
+            self._gaps[metric] = train_val_gap(self, metric)
+        return self._gaps[metric]
 
     # -- checkpoints -------------------------------------------------------------------------
     @cached_property

@@ -1,6 +1,8 @@
 """The train/val gap (article section 5), computed once per run: ``Evidence.gap``.
 
-The gap is val minus train at each validation step, with the train loss smoothed around the
+Every held-out loss has its own gap (``Evidence.gap_of(metric)``; :func:`held_out_losses` lists
+them: ``val_loss`` and each eval set's ``eval/<set>_loss``). The gap is val minus train at each
+validation step, with the train loss smoothed around the
 eval (spikes dropped, then the median over ``[s - half_width, s + half_width]``). It may be
 negative (dropout makes train look worse than val). Detectors, checklists and charts read the
 same :class:`Gap`, so a gap a chart draws is the gap a finding states.
@@ -21,6 +23,7 @@ Fields of :class:`Gap` (arrays are aligned with the validation points):
 | `noise` | noise of the gap: max(val_noise, robust sigma of the gap, 1e-9) |
 | `accel_ratio` | the article's 1.5x: growth over the last window vs the window before |
 | `noise_k` | growth must also beat noise_k x sqrt(2) x the noise (the noise floor) |
+| `metric` | the held-out loss: `val_loss`, or an eval set's `eval/<set>_loss` |
 
 Derived (computed on first use): `smooth` (3-point rolling median of the gap), `growth_last`
 and `growth_prev` (growth of `smooth` over the window ending at each val step and over the
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from forensics.evidence.trend_utils import align, bin_median, despike, robust_sigma, rolling_median
-from forensics.schema import LOSS, VAL_LOSS
+from forensics.schema import LOSS, VAL_LOSS, held_out_set
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence
@@ -62,6 +65,7 @@ class Gap:
     noise: float
     accel_ratio: float
     noise_k: float
+    metric: str = VAL_LOSS  # the held-out loss: val_loss or one eval set's eval/<set>_loss
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -142,15 +146,22 @@ class Gap:
         }
 
 
-def train_val_gap(ev: Evidence) -> Gap | None:
-    """The train/val gap of a run (``Evidence.gap``), or None without at least two val points
-    and one train point.
+def held_out_losses(ev: Evidence) -> list[str]:
+    """Every held-out loss the run logged: ``val_loss`` first, then each eval set's
+    ``eval/<set>_loss`` (:func:`forensics.schema.held_out_set`), each with its own gap."""
+    found = [m for m in ev.run.metrics() if held_out_set(m) is not None]
+    return sorted(found, key=lambda m: (m != VAL_LOSS, m))
+
+
+def train_val_gap(ev: Evidence, metric: str = VAL_LOSS) -> Gap | None:
+    """The train/val gap of a run (``Evidence.gap``; ``Evidence.gap_of(metric)`` for one eval
+    set's held-out loss), or None without at least two val points and one train point.
 
     Built with the evidence's ``train_val`` parameters (window, acceleration rule). The detector
     asks for more points (``min_val_points``, 5 train points) before judging it.
     """
     p = ev.params.train_val
-    t, v = ev.series(LOSS), ev.series(VAL_LOSS)
+    t, v = ev.series(LOSS), ev.series(metric)
     if len(v) < 2 or t.empty:
         return None
     vx, vy = v.steps, v.values
@@ -184,6 +195,7 @@ def train_val_gap(ev: Evidence) -> Gap | None:
         noise=noise,
         accel_ratio=float(p.accel_ratio),
         noise_k=float(p.noise_k),
+        metric=metric,
     )
 
 
@@ -197,4 +209,4 @@ def local_noise(val: np.ndarray, gap: np.ndarray, half: int = 12) -> np.ndarray:
     return out
 
 
-__all__ = ["Gap", "local_noise", "train_val_gap"]
+__all__ = ["Gap", "held_out_losses", "local_noise", "train_val_gap"]
