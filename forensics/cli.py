@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,12 +21,21 @@ from typer.core import TyperGroup
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
+
     from forensics.config import Config
     from forensics.diagnosis import Diagnosis
 
 
 class _Group(TyperGroup):
     """Maps the project's own errors to one stderr line and exit code 2, for every command."""
+
+    def get_command(self, ctx, cmd_name):  # noqa: ANN001, ANN201
+        command = super().get_command(ctx, cmd_name)
+        _plain_arguments(command)
+        return command
 
     def invoke(self, ctx):  # noqa: ANN001, ANN201
         try:
@@ -47,6 +57,21 @@ class _Group(TyperGroup):
             raise typer.Exit(code=2) from None
 
 
+def _plain_arguments(command: object) -> None:
+    """Arguments shown by their metavar alone: no ``<str>`` type label, no ``{PATH}`` braces."""
+    from typer.core import TyperArgument
+
+    for param in getattr(command, "params", ()):
+        if isinstance(param, TyperArgument) and param.metavar:
+            # Per instance: typer has no option for either (its own help shows both).
+            vars(param)["display_type_rich"] = _no_type_label
+            vars(param)["_usage_display_name"] = partial(str, param.metavar)
+
+
+def _no_type_label(ctx: object) -> None:
+    return None
+
+
 app = typer.Typer(
     cls=_Group,
     name="forensics",
@@ -54,6 +79,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: rich markup would eat "[default: ...]" as a tag and box the text at 80 columns.
+    rich_markup_mode=None,
 )
 
 
@@ -185,22 +212,51 @@ def _emit(
     if json_out is not None:
         jpath = _place(json_out, f"{name}.json", run_path)
         _write(jpath, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-        _err(f"findings written to {jpath}")
+        _err(f"findings written to {_shown(jpath)}")
     report_path: Path | None = None
     if not no_report:
         from forensics.report import render_html
 
         report_path = _place(out, f"{name}.html", run_path)
         _write(report_path, render_html(diag, plotlyjs=plotlyjs.value, redact=redact))
-        _err(f"report written to {report_path}")
+        _err(f"report written to {_shown(report_path)}")
     if fmt is OutputFormat.json:
         if print_json:
             typer.echo(json.dumps(doc, indent=2, allow_nan=False))
     else:
         from forensics.summary import print_summary
 
-        print_summary(diag, report_path=report_path)
+        shown = _shown(report_path) if report_path is not None else None
+        _to_stdout(lambda console: print_summary(diag, report_path=shown, console=console))
     return doc
+
+
+def _shown(path: Path) -> Path:
+    """A path as the user would write it: relative to the current folder when inside it (the
+    default reports/ place), else as given."""
+    if not path.is_absolute():
+        return path
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _to_stdout(draw: Callable[[Console], None]) -> None:
+    """Print rich output: on a terminal at its width; elsewhere (a pipe, a file, CI) with no
+    wrapping at all, so a path or a sentence stays on one line for grep and for the reader."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        draw(Console())
+        return
+    import io
+
+    buf = io.StringIO()
+    draw(Console(file=buf, width=100_000, soft_wrap=True, color_system=None))
+    lines = (ln.rstrip() for ln in buf.getvalue().splitlines())
+    sys.stdout.write("".join(ln + "\n" for ln in lines))
+    sys.stdout.flush()
 
 
 def _gate(verdicts: list[str], fail_on: str | None) -> None:
@@ -211,30 +267,45 @@ def _gate(verdicts: list[str], fail_on: str | None) -> None:
 
 
 # ---------------------------------------------------------------------------- commands
-@app.command()
+@app.command(short_help="Find what the loss hides: a verdict and an HTML report.")
 def analyze(
     path: Annotated[
         str,
         typer.Argument(
-            help="A run folder, a single log file or an s3:// / gs:// URL; the format is detected."
+            metavar="PATH",
+            help="A run folder, a single log file or an s3:// / gs:// URL; the format is detected.",
         ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="HTML report path [default: reports/<run>.html]."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="REPORT.html",
+            help="HTML report path [default: reports/<run>.html].",
+        ),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the findings document (JSON) here.")
+        Path | None,
+        typer.Option(
+            "--json", metavar="FINDINGS.json", help="Also write the findings document (JSON) here."
+        ),
     ] = None,
     fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="What to print on stdout.")
+        OutputFormat,
+        typer.Option("--format", metavar="[text|json]", help="What to print on stdout."),
     ] = OutputFormat.text,
     fail_on: Annotated[
         FailOn | None,
-        typer.Option("--fail-on", help="Exit 1 when the verdict is at or above this."),
+        typer.Option(
+            "--fail-on",
+            metavar="[warning|critical|fatal]",
+            help="Exit 1 when the verdict is at or above this.",
+        ),
     ] = None,
     ignore: Annotated[
-        list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")
+        list[str],
+        typer.Option("--ignore", metavar="KIND", help="Drop a finding kind (repeatable)."),
     ] = [],  # noqa: B006
     all_jobs: Annotated[
         bool,
@@ -246,7 +317,9 @@ def analyze(
     plotlyjs: Annotated[
         PlotlyJs,
         typer.Option(
-            "--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN (small file)."
+            "--plotlyjs",
+            metavar="[inline|cdn]",
+            help="Inline plotly.js (offline) or load it from a CDN (small file).",
         ),
     ] = PlotlyJs.inline,
     redact: Annotated[
@@ -260,6 +333,7 @@ def analyze(
         typer.Option(
             "--checkpoint-every",
             min=1,
+            metavar="N",
             help=(
                 "Checkpoint interval for rollback advice when the log does not say [default: 500]."
             ),
@@ -268,7 +342,9 @@ def analyze(
     alias: Annotated[
         list[str],
         typer.Option(
-            "--alias", help="Map a raw tag to a canonical vital sign: raw=canonical (repeatable)."
+            "--alias",
+            metavar="RAW=CANONICAL",
+            help="Map a raw tag to a canonical vital sign (repeatable).",
         ),
     ] = [],  # noqa: B006
     verify_crc: Annotated[
@@ -278,16 +354,23 @@ def analyze(
         ),
     ] = False,
     config_file: Annotated[
-        Path | None, typer.Option("--config", help="Read settings from this TOML file.")
+        Path | None,
+        typer.Option("--config", metavar="FILE.toml", help="Read settings from this TOML file."),
     ] = None,
     sarif_out: Annotated[
         Path | None,
-        typer.Option("--sarif", help="Also write the findings as SARIF 2.1.0 (code scanning)."),
+        typer.Option(
+            "--sarif",
+            metavar="FINDINGS.sarif",
+            help="Also write the findings as SARIF 2.1.0 (code scanning).",
+        ),
     ] = None,
     junit_out: Annotated[
         Path | None,
         typer.Option(
-            "--junit", help="Also write JUnit XML: a test case per vital sign, failed at --fail-on."
+            "--junit",
+            metavar="VITALS.xml",
+            help="Also write JUnit XML: a test case per vital sign, failed at --fail-on.",
         ),
     ] = None,
 ) -> None:
@@ -374,19 +457,26 @@ class _CiOutputs:
 
             target = _place(self.sarif, self.sarif.name, *self.paths)
             atomic_write_text(target, sarif_text(self.runs))
-            _err(f"SARIF written to {target}")
+            _err(f"SARIF written to {_shown(target)}")
         if self.junit is not None:
             from forensics.outputs.junit import junit_text
 
             target = _place(self.junit, self.junit.name, *self.paths)
             atomic_write_text(target, junit_text(self.suites))
-            _err(f"JUnit XML written to {target}")
+            _err(f"JUnit XML written to {_shown(target)}")
 
 
-@app.command()
+@app.command(short_help="List every raw tag with its canonical vital sign.")
 def metrics(
-    path: Annotated[str, typer.Argument(help="A run folder, a single log file or a URL.")],
-    alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+    path: Annotated[
+        str, typer.Argument(metavar="PATH", help="A run folder, a single log file or a URL.")
+    ],
+    alias: Annotated[
+        list[str],
+        typer.Option(
+            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """List every raw tag with its canonical vital sign, points and step range."""
     from forensics.pipeline import read_options, read_run
@@ -395,7 +485,6 @@ def metrics(
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
     table = metrics_table(run)
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"{run.name} ({run.format})")
@@ -403,16 +492,23 @@ def metrics(
         t.add_column(col)
     for row in table.iter_rows():
         t.add_row(*["" if v is None else str(v) for v in row])
-    Console(width=max(100, os.get_terminal_size(1).columns if sys.stdout.isatty() else 120)).print(
-        t
-    )
+    _to_stdout(lambda console: console.print(t))
 
 
-@app.command()
+@app.command(short_help="Write the run's canonical long frame (.parquet or .csv).")
 def export(
-    path: Annotated[str, typer.Argument(help="A run folder, a single log file or a URL.")],
-    to: Annotated[Path, typer.Option("--to", help="Output file: .parquet or .csv.")],
-    alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+    path: Annotated[
+        str, typer.Argument(metavar="PATH", help="A run folder, a single log file or a URL.")
+    ],
+    to: Annotated[
+        Path, typer.Option("--to", metavar="FILE", help="Output file: .parquet or .csv.")
+    ],
+    alias: Annotated[
+        list[str],
+        typer.Option(
+            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """Write the run's canonical long frame (every row, restarts included) for a notebook."""
     from forensics.pipeline import read_options, read_run
@@ -422,35 +518,52 @@ def export(
     run = read_run(path, options=read_options(cfg))
     target = _place(to, to.name, Path(run.path))
     export_run(run, target)
-    _err(f"{run.frame.height} rows written to {target}")
+    _err(f"{run.frame.height} rows written to {_shown(target)}")
 
 
-@app.command()
+@app.command(short_help="Put runs side by side.")
 def compare(
     paths: Annotated[
         list[str],
         typer.Argument(
-            help="Two or more run folders, log files or URLs; the first is the reference."
+            metavar="RUN...",
+            help="Two or more run folders, log files or URLs; the first is the reference.",
         ),
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="HTML page [default: reports/compare-<a>-vs-<b>.html]."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="PAGE.html",
+            help="HTML page [default: reports/compare-<a>-vs-<b>.html].",
+        ),
     ] = None,
     fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="What to print on stdout.")
+        OutputFormat,
+        typer.Option("--format", metavar="[text|json]", help="What to print on stdout."),
     ] = OutputFormat.text,
     no_report: Annotated[
         bool, typer.Option("--no-report", help="Do not write the HTML page.")
     ] = False,
     plotlyjs: Annotated[
         PlotlyJs,
-        typer.Option("--plotlyjs", help="Inline plotly.js (offline) or load it from a CDN."),
+        typer.Option(
+            "--plotlyjs",
+            metavar="[inline|cdn]",
+            help="Inline plotly.js (offline) or load it from a CDN.",
+        ),
     ] = PlotlyJs.inline,
     ignore: Annotated[
-        list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")
+        list[str],
+        typer.Option("--ignore", metavar="KIND", help="Drop a finding kind (repeatable)."),
     ] = [],  # noqa: B006
-    alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+    alias: Annotated[
+        list[str],
+        typer.Option(
+            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
     from forensics.compare import compare as do_compare
@@ -466,11 +579,11 @@ def compare(
         name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"
         target = _place(out, name, *[Path(d.run.path) for d in cmp.diagnoses])
         _write(target, render_compare_html(cmp, plotlyjs=plotlyjs.value))
-        _err(f"comparison written to {target}")
+        _err(f"comparison written to {_shown(target)}")
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(cmp.to_document(), indent=2, allow_nan=False))
     else:
-        print_comparison(cmp)
+        _to_stdout(lambda console: print_comparison(cmp, console))
 
 
 def main() -> None:

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import numpy as np
-
 from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists
 from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, worst_severity
@@ -25,64 +23,14 @@ from forensics.prescriptions import (
     prescribe,
 )
 from forensics.prescriptions import TABLE as PRESCRIPTIONS
+from forensics.rollback import (  # rollback_advice: re-exported for callers of diagnosis
+    Rollback,
+    rollback_advice,  # noqa: F401
+)
 from forensics.run import Run
-from forensics.schema import LR, VAL_LOSS
 from forensics.timeline import Timeline, build_timeline
 
 SCHEMA_VERSION = 1
-
-# Kinds that describe the training dynamics going wrong; an ongoing one makes the eve of a later
-# event unhealthy too. Infrastructure and evaluation findings do not move the rollback point.
-_DYNAMICS = {
-    FindingKind.LOSS_SPIKE,
-    FindingKind.GRAD_NORM_SPIKE,
-    FindingKind.DIVERGENCE,
-    FindingKind.NAN_INF,
-    FindingKind.LOSS_SCALE_DROP,
-    FindingKind.GRAD_NORM_DRIFT,
-    FindingKind.PARAM_NORM_JUMP,
-    FindingKind.LAYER_GRAD_SHIFT,
-    FindingKind.ACTIVATION_OUTLIER,
-    FindingKind.PERIODIC_SPIKES,
-}
-
-# Learning-rate cuts by situation (the article's numbers): (low, high) fraction removed.
-LR_CUT_SPIKE = (0.2, 0.5)  # a spike that does not recover (7.1)
-LR_CUT_RED_LIGHT = (0.1, 0.1)  # automatic rollback after a fatal divergence (6.3)
-LR_CUT_DRIFT = (2 / 3, 2 / 3)  # grad-norm drift first aid: down to a third (3.5)
-
-
-@dataclass(frozen=True)
-class Rollback:
-    """Where to go back to after a pathological event, and how much to cut the learning rate."""
-
-    finding: Finding
-    rollback: bool  # False for first aid that keeps training (grad-norm drift)
-    onset_step: (
-        int  # onset of the episode (may precede the finding when trouble was already going on)
-    )
-    last_healthy_step: int | None
-    checkpoint_step: int | None
-    checkpoint_source: str
-    lr_cut: tuple[float, float]
-    lr_cut_text: str
-    lr_at_onset: float | None
-    new_lr: tuple[float, float] | None
-    why: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.finding.kind.value,
-            "start_step": self.finding.start_step,
-            "rollback": self.rollback,
-            "onset_step": self.onset_step,
-            "last_healthy_step": self.last_healthy_step,
-            "checkpoint_step": self.checkpoint_step,
-            "checkpoint_source": self.checkpoint_source,
-            "lr_cut": self.lr_cut_text,
-            "lr_at_onset": self.lr_at_onset,
-            "new_lr": list(self.new_lr) if self.new_lr else None,
-        }
 
 
 @dataclass(frozen=True)
@@ -229,114 +177,3 @@ def diagnose(
         coverage=coverage(ev),
         evidence=ev,
     )
-
-
-# -- rollback ----------------------------------------------------------------------------
-
-
-def _lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
-    """(roll back?, cut range, wording) for findings that call for a rollback or first aid."""
-    if f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE:
-        return True, LR_CUT_RED_LIGHT, "10% lower (the red-light rule)"
-    if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") in (
-        "pathological",
-        "unresolved",
-    ):
-        return True, LR_CUT_SPIKE, "20-50% lower"
-    if f.kind == FindingKind.NAN_INF:
-        return True, LR_CUT_RED_LIGHT, "10% lower once the cause is fixed"
-    if f.kind == FindingKind.GRAD_NORM_DRIFT:
-        return False, LR_CUT_DRIFT, "down to a third (first aid)"
-    if f.kind == FindingKind.OVERFITTING:
-        return (
-            True,
-            (0.0, 0.0),
-            "unchanged: stop early from the best checkpoint (or lower it for any further epochs)",
-        )
-    return None
-
-
-def _best_val_step(ev: Evidence, until: int) -> int | None:
-    """The step with the lowest validation loss up to ``until`` (overfitting's rollback point)."""
-    s = ev.series(VAL_LOSS)
-    ok = s.steps <= until
-    if not ok.any():
-        return None
-    return int(s.steps[ok][np.argmin(s.values[ok])])
-
-
-def _value_at(ev: Evidence, metric: str, step: int) -> float | None:
-    """The last finite value of ``metric`` at or before ``step``."""
-    s = ev.series(metric)
-    i = int(np.searchsorted(s.steps, step, side="right")) - 1
-    return float(s.values[i]) if i >= 0 else None
-
-
-def _last_logged_before(ev: Evidence, metric: str | None, step: int) -> int | None:
-    for m in (metric, "loss"):
-        if not m:
-            continue
-        steps = ev.logged(m).steps  # a NaN was logged too
-        if len(steps) == 0:
-            continue
-        i = int(np.searchsorted(steps, step, side="left")) - 1
-        if i >= 0:
-            return int(steps[i])
-    return step - 1 if step > ev.run.first_step else None
-
-
-def rollback_advice(
-    run: Run | Evidence, findings: list[Finding], *, checkpoint_every: int | None = None
-) -> list[Rollback]:
-    """Rollback and learning-rate advice for each pathological event.
-
-    The episode's onset is the earliest actionable training-dynamics finding still going on
-    when this one began (a grad-norm climb that precedes a spike makes the spike's eve
-    unhealthy too; a throughput drop does not). The checkpoint to go back to comes from
-    the evidence's :attr:`~forensics.evidence.Evidence.checkpoints`.
-    """
-    ev = evidence_of(run)
-    actionable = [f for f in findings if needs_action(f) and f.kind in _DYNAMICS]
-    out: list[Rollback] = []
-    for f in findings:
-        rule = _lr_cut_for(f)
-        if rule is None:
-            continue
-        do_rollback, cut, cut_text = rule
-        onset, cause = f.start_step, None
-        for g in actionable:
-            if (
-                g is not f
-                and g.start_step < onset
-                and (g.end_step is None or g.end_step >= f.start_step)
-            ):
-                onset, cause = g.start_step, g
-        healthy = _last_logged_before(ev, f.metric if cause is None else cause.metric, onset)
-        if f.kind == FindingKind.OVERFITTING:
-            # The best val step at or before the finding's onset, so the advice never points
-            # past the step the finding says the val loss turned up (a later noisy dip).
-            best = _best_val_step(ev, f.start_step)
-            healthy = best if best is not None else healthy
-        ckpt, source = (
-            ev.checkpoints.before(healthy, checkpoint_every)
-            if healthy is not None
-            else (None, "the trouble starts at the first logged step")
-        )
-        lr = _value_at(ev, LR, healthy if healthy is not None else onset)
-        new_lr = (lr * (1 - cut[1]), lr * (1 - cut[0])) if lr is not None and cut[1] > 0 else None
-        if f.kind == FindingKind.OVERFITTING:
-            why = (
-                "the lowest validation loss before it turned up"
-                if healthy is not None
-                else "no validation loss to pick the best step"
-            )
-        elif cause is not None:
-            why = (
-                f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
-            )
-        else:
-            why = f"onset of the {f.kind.value} at step {f.start_step:,}"
-        out.append(
-            Rollback(f, do_rollback, onset, healthy, ckpt, source, cut, cut_text, lr, new_lr, why)
-        )
-    return out

@@ -63,12 +63,8 @@ def print_summary(
     if diagnosis.timeline is not None and diagnosis.timeline.movers:
         console.print(escape(diagnosis.timeline.sentence(limit=2)))
     # The earliest event's advice: going back before it also covers every later one.
-    for rb in [r for r in diagnosis.rollbacks if r.rollback and r.checkpoint_step is not None][:1]:
-        console.print(
-            f"Roll back to the checkpoint at step {rb.checkpoint_step:,} "
-            f"(last healthy step {rb.last_healthy_step:,}, before the {rb.finding.kind.value} "
-            f"at step {rb.finding.start_step:,}); learning rate {rb.lr_cut_text}."
-        )
+    for rb in [r for r in diagnosis.rollbacks if r.rollback][:1]:
+        console.print(escape(rb.sentence()))  # forensics.rollback words the plan
     hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:
         console.print(f"[dim]{hidden} more informational note(s) in the report.[/dim]")

@@ -1,9 +1,11 @@
-"""The CLI contract of `forensics analyze` (issue 2 item 7), through CliRunner and a real subprocess."""
+"""The CLI contract of `forensics analyze` (issue 2 item 7), through CliRunner and a real
+subprocess."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,13 +30,16 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_analyze_prints_verdict_and_writes_report(spike_run: Path, workdir: Path) -> None:
-    """The default: a text summary on stdout, the HTML report in reports/<run>.html, its place on stderr."""
+    """The default: a text summary on stdout, the HTML report in reports/<run>.html, its place on
+    stderr."""
     before = snapshot(spike_run)
     res = runner.invoke(app, ["analyze", str(spike_run)])
     assert res.exit_code == 0, res.output
     report = workdir / "reports" / "exp42.html"
     assert report.is_file() and report.stat().st_size > 1000
-    assert "report written to" in res.stderr and str(report) in res.stderr
+    # The place as the user would type it (relative to the current folder), not resolved.
+    assert "report written to reports/exp42.html" in res.stderr
+    assert "Report: reports/exp42.html" in res.stdout
     assert any(w in res.stdout.lower() for w in ("healthy", "warning", "critical", "fatal"))
     assert snapshot(spike_run) == before  # nothing written into the evidence
 
@@ -46,7 +51,7 @@ def test_format_json_matches_schema(spike_run: Path, workdir: Path, findings_sch
     doc = json.loads(res.stdout)
     jsonschema.validate(doc, findings_schema)
     assert doc["run"]["name"] == "exp42"
-    assert doc["run"]["path"] == str(spike_run.resolve())
+    assert doc["run"]["path"] == str(spike_run)  # the path as given
     assert doc["run"]["format"] == "tfevents"
     assert (doc["run"]["first_step"], doc["run"]["last_step"]) == (0, 599)
     assert doc["run"]["metrics"]["loss"] == "train/loss"
@@ -136,7 +141,8 @@ def test_usage_error_exit_2(workdir: Path) -> None:
 
 
 def test_several_jobs_are_listed_then_all(tmp_path: Path, workdir: Path) -> None:
-    """A folder with two Lightning-style version_N TensorBoard jobs: exit 2 listing them; --all reports each."""
+    """A folder with two Lightning-style version_N TensorBoard jobs: exit 2 listing them; --all
+    reports each."""
     root = tmp_path / "lightning_logs"
     write_tb_run(root / "version_0", n=200, spike_at=None)
     write_tb_run(root / "version_1", n=200, spike_at=None, seed=3)
@@ -151,7 +157,8 @@ def test_several_jobs_are_listed_then_all(tmp_path: Path, workdir: Path) -> None
 
 
 def test_config_ignore_from_pyproject(tmp_path: Path, workdir: Path) -> None:
-    """[tool.forensics] ignore in the current folder's pyproject.toml drops that kind; a bad key is exit 2."""
+    """[tool.forensics] ignore in the current folder's pyproject.toml drops that kind; a bad key is
+    exit 2."""
     run = write_tb_run(tmp_path / "r", n=300, spike_at=None, nan_at=200)
     (workdir / "pyproject.toml").write_text(
         '[tool.forensics]\nignore = ["nan_inf", "divergence", "loss_spike", "grad_norm_spike"]\n'
@@ -199,7 +206,8 @@ def test_real_subprocess(spike_run: Path, tmp_path: Path) -> None:
 
 
 def test_metrics_export_and_alias(tmp_path: Path, workdir: Path) -> None:
-    """`metrics` lists tags with canonical names; `export` writes the frame; --alias maps an odd tag."""
+    """`metrics` lists tags with canonical names; `export` writes the frame; --alias maps an odd
+    tag."""
     import polars as pl
     from tensorboardX import SummaryWriter
 
@@ -236,7 +244,8 @@ def test_metrics_export_and_alias(tmp_path: Path, workdir: Path) -> None:
 
 
 def test_job_that_crashed_before_its_first_step(workdir: Path) -> None:
-    """A real llm.c log that ran out of memory before step 1 still gets a verdict: the crash, critical."""
+    """A real llm.c log that ran out of memory before step 1 still gets a verdict: the crash,
+    critical."""
     from conftest import shared_path
 
     log = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11672072.log")
@@ -251,24 +260,29 @@ def test_job_that_crashed_before_its_first_step(workdir: Path) -> None:
 
 
 def test_all_on_a_folder_of_text_logs(workdir: Path) -> None:
-    """--all over a folder of SLURM logs: one report and findings file per log, each named after its file."""
+    """--all over a folder of SLURM logs: one report and findings file per log, each named after its
+    file."""
     from conftest import shared_path
 
     folder = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas")
     logs = sorted(p.name for p in folder.glob("*.log"))
-    res = runner.invoke(app, ["analyze", str(folder), "--all"])
+    # The folder as a user types it from the current folder (relative): run.path keeps it so,
+    # wherever the clone and the shared folder sit.
+    given = os.path.relpath(folder, workdir)
+    res = runner.invoke(app, ["analyze", given, "--all"])
     assert res.exit_code == 0, res.output
     names = set()
     for log in logs:
         doc = json.loads((workdir / "reports" / f"{log}.json").read_text())
-        assert doc["run"]["path"] == str(folder / log)
+        assert doc["run"]["path"] == str(Path(given) / log)
         names.add(doc["run"]["name"])
         assert (workdir / "reports" / f"{log}.html").is_file()
     assert names == {log.removesuffix(".log") for log in logs}
 
 
 def test_report_options_reach_the_page(spike_run: Path, workdir: Path) -> None:
-    """--plotlyjs cdn makes a small page that loads plotly.js by URL; --redact leaves the run's path out."""
+    """--plotlyjs cdn makes a small page that loads plotly.js by URL; --redact leaves the run's path
+    out."""
     full = runner.invoke(app, ["analyze", str(spike_run), "--out", str(workdir / "full.html")])
     small = runner.invoke(
         app,
@@ -286,3 +300,96 @@ def test_report_options_reach_the_page(spike_run: Path, workdir: Path) -> None:
     f, s = (workdir / "full.html").read_text(), (workdir / "small.html").read_text()
     assert len(s) < len(f) / 3 and "cdn.plot.ly" in s
     assert str(spike_run) in f and str(spike_run) not in s
+
+
+# -- the terminal and file output (issue 12) ----------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_runs"
+
+
+def _commands() -> dict[str, object]:
+    import typer
+
+    group = typer.main.get_command(app)
+    return {"": group, **group.commands}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", ["", "analyze", "metrics", "export", "compare"])
+def test_help_is_clean(command: str) -> None:
+    """--help: no rich markup eating "[default: ...]" (a stray space before a full stop), no
+    <bool>/<str> type labels, arguments by name."""
+    res = runner.invoke(app, [*([command] if command else []), "--help"])
+    assert res.exit_code == 0, res.output
+    text = res.output
+    assert "<bool>" not in text and "<str>" not in text and "<list[str]>" not in text
+    assert not re.search(r" [.,](\s|$)", text) and "{" not in text  # "path ." from "[...]"
+    assert "╭" not in text  # no boxes: one column layout a pipe can read
+    if command == "analyze":
+        flat = " ".join(text.split())
+        assert "[default: reports/<run>.html]" in flat and "[default: 500]" in flat
+        assert "Usage: forensics analyze [OPTIONS] PATH" in text
+
+
+def test_readme_usage_lists_every_option() -> None:
+    """The README's usage block names every option of every command (and nothing else)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Usage", 1)[1].split("```", 2)[1]
+    documented: dict[str, set[str]] = {}
+    current = None
+    for line in block.splitlines():
+        m = re.match(r"forensics(?: ([a-z]+))?", line)
+        if m:
+            current = m.group(1) or ""
+        if current is None:
+            continue
+        documented.setdefault(current, set()).update(re.findall(r"(--[a-z][a-z-]*)", line))
+    for name, cmd in _commands().items():
+        options = {
+            o
+            for p in cmd.params  # type: ignore[attr-defined]
+            for o in p.opts
+            if o.startswith("--") and o != "--help"
+        }
+        assert documented.get(name, set()) == options, name or "forensics"
+
+
+def test_output_is_not_wrapped_and_paths_are_as_given(workdir: Path) -> None:
+    """Piped output: every sentence on one line (a path is never cut), and the report's place
+    as the user would type it."""
+    given = os.path.relpath(SAMPLES / "nan", workdir)
+    res = runner.invoke(app, ["analyze", given, "--json", "out/nan.json"])
+    assert res.exit_code == 0, res.output
+    assert "findings written to out/nan.json" in res.stderr
+    assert "report written to reports/nan.html" in res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[-1] == "Report: reports/nan.html"
+    roll = [ln for ln in lines if ln.startswith("Roll back")]
+    assert len(roll) == 1 and roll[0].endswith("keep the data position.")  # one line
+    assert any(len(ln) > 120 for ln in lines)  # not cut at 80 columns
+    assert all(ln == ln.rstrip() for ln in lines)  # no padding to a terminal width
+    doc = json.loads((workdir / "out" / "nan.json").read_text())
+    assert doc["run"]["path"] == given
+
+
+def test_from_another_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from a folder outside the project: the run's path is kept as given (relative)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    given = os.path.relpath(SAMPLES / "healthy", elsewhere)
+    res = runner.invoke(app, ["analyze", given, "--format", "json", "--no-report"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["run"]["path"] == given and doc["run"]["name"] == "healthy"
+
+
+def test_wandb_offline_run_is_named_after_the_run(workdir: Path) -> None:
+    """A W&B offline run folder is named after the W&B run (its display name in the .wandb
+    file), not offline-run-<date>-<id>; the report goes to reports/<that name>.html."""
+    res = runner.invoke(app, ["analyze", str(SAMPLES / "divergence"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["run"]["name"] == "divergence"
+    assert (workdir / "reports" / "divergence.html").is_file()
+    assert "offline-run" not in res.stderr

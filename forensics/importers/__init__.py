@@ -211,7 +211,8 @@ def read_job(
     """Read one job's sources into a Run: canonical names, x axis, one source per vital sign."""
     options = options or ReadOptions()
     check_aliases(options.aliases)
-    path = Path(path).resolve()
+    given = Path(path)  # run.path: the path as the user gave it
+    path = given.resolve()
     results: list[tuple[Source, ImportResult]] = []
     x_notes: list[str] = []
     for s in sources:
@@ -249,9 +250,9 @@ def read_job(
         name = path.name if job == "." else Path(job).name
         if job != "." and all(s.scope == "file" for s in sources):
             name = Path(strip_suffixes(name)).stem or name  # a log file's stem, as for a file PATH
-    run_path = (path / job).resolve() if job != "." and path.is_dir() else path
-    if not run_path.exists():  # a job named by its run, not a path (W&B UI CSV with several runs)
-        run_path = path
+    run_path = given / job if job != "." and path.is_dir() else given
+    if not (path / job).exists():  # a job named by its run, not a path (W&B UI CSV, several runs)
+        run_path = given
     run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in kept)))
     frames = [r.frame for _, r in kept]
     run.frame = pl.concat(frames, how="vertical") if frames else run.frame

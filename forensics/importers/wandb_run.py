@@ -168,6 +168,12 @@ class WandbRunImporter:
         findings.extend(restart_findings(frame))
         if exit_code is not None:
             metadata["wandb_exit_code"] = exit_code
+        # Named after the W&B run (its display name, else its id), not "offline-run-<date>-<id>".
+        run_name = metadata.get("wandb_display_name") or metadata.get("wandb_run_id")
+        if not run_name and RUN_DIR.match(run_dir.name):
+            run_name = run_dir.name.rsplit("-", 1)[-1]
+        if run_name:
+            metadata["run_name"] = str(run_name)
         out_log = _find(run_dir, "output.log")
         if not console and out_log is not None:
             console = [ln + "\n" for ln in read_text(out_log).splitlines()[-400:]]

@@ -1,0 +1,583 @@
+"""A rollback plan that can be run: where to go back to, with which LR, what to skip, how.
+
+For each incident that calls for it (a red light, a NaN, a spike that does not recover,
+overfitting; first aid without rollback for a grad-norm drift) the plan names:
+
+- the checkpoint to resume from, known from the run (folders beside the log, the config's save
+  interval) or stated as assumed (``--checkpoint-every``, the article's one every 500 steps);
+  a step-0 "checkpoint" is never advised unless a checkpoint at step 0 was saved;
+- the last healthy step: the last logged step before the incident's onset, or before an LR
+  change no schedule explains when that came first (the usual cause of the incident);
+- the LR to resume with, computed from the LR before the incident (not the raised one): 20-50%
+  lower for a spike that does not recover, 10% lower for the red light (article 7.1, 6.3);
+- the data position kept: the model and optimizer go back, the data loader does not;
+- the batches to skip around the onset when the cause is a batch;
+- the lines to run for the trainer that wrote the log (Megatron, HF Trainer, Lightning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from forensics.evidence import Evidence
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.prescriptions import needs_action
+from forensics.run import Run
+from forensics.schema import LR, VAL_LOSS
+
+# Kinds that describe the training dynamics going wrong; an ongoing one makes the eve of a later
+# event unhealthy too. Infrastructure and evaluation findings do not move the rollback point.
+DYNAMICS = frozenset(
+    {
+        FindingKind.LOSS_SPIKE,
+        FindingKind.GRAD_NORM_SPIKE,
+        FindingKind.DIVERGENCE,
+        FindingKind.NAN_INF,
+        FindingKind.LOSS_SCALE_DROP,
+        FindingKind.GRAD_NORM_DRIFT,
+        FindingKind.PARAM_NORM_JUMP,
+        FindingKind.LAYER_GRAD_SHIFT,
+        FindingKind.ACTIVATION_OUTLIER,
+        FindingKind.PERIODIC_SPIKES,
+    }
+)
+
+# Learning-rate cuts by situation (the article's numbers): (low, high) fraction removed.
+LR_CUT_SPIKE = (0.2, 0.5)  # a spike that does not recover (7.1)
+LR_CUT_RED_LIGHT = (0.1, 0.1)  # automatic rollback after a fatal divergence (6.3)
+LR_CUT_DRIFT = (2 / 3, 2 / 3)  # grad-norm drift first aid: down to a third (3.5)
+
+# An LR change no schedule explains this many steps before the onset still counts as its cause:
+# the article's window for a spike to recover (a damaged model can take that long to blow up).
+CAUSE_LOOKBACK = 500
+# Batches skipped on each side of a bad batch's onset (the spike's own steps are skipped).
+SKIP_MARGIN = 2
+
+DATA_POSITION = (
+    "restore the model and optimizer state only and keep the data loader's position "
+    "(do not replay the data from the checkpoint)"
+)
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    """Where to go back to after an incident, with which LR, and how to run it."""
+
+    finding: Finding  # the incident's lead finding (the one whose rule sets the LR cut)
+    rollback: bool  # False for first aid that keeps training (grad-norm drift)
+    onset_step: int  # the incident's onset (an unexplained LR change before it included)
+    last_healthy_step: int | None
+    checkpoint_step: int | None
+    checkpoint_known: bool  # saved folders or the run's own config, not an assumption
+    checkpoint_source: str
+    lr_cut: tuple[float, float]
+    lr_cut_text: str
+    lr_before: float | None  # the LR that was stable before the incident
+    lr_resume: tuple[float, float] | None  # (low, high) LR to resume with
+    why: str
+    skip_steps: tuple[int, int] | None = None  # inclusive range of batches to skip
+    commands: tuple[str, ...] = ()
+    trainer: str | None = None
+    lr_change: str | None = None  # the unexplained LR change that preceded the onset
+    findings: tuple[Finding, ...] = field(default=(), compare=False)
+
+    # Names the report's templates and older callers read.
+    @property
+    def lr_at_onset(self) -> float | None:
+        return self.lr_before
+
+    @property
+    def new_lr(self) -> tuple[float, float] | None:
+        return self.lr_resume
+
+    def lr_text(self) -> str:
+        """ "0.001416 (10% lower than 0.001573, the LR before the incident; the red-light
+        rule)"; the cut's wording alone when no LR was logged."""
+        if self.lr_resume is None or self.lr_before is None:
+            return self.lr_cut_text
+        lo, hi = self.lr_resume
+        new = _num(lo) if lo == hi else f"{_num(lo)}-{_num(hi)}"
+        cut, _, rule = self.lr_cut_text.partition(" (")
+        rule = f"; {rule.rstrip(')')}" if rule else ""
+        return f"{new} ({cut} than {_num(self.lr_before)}, the LR before the incident{rule})"
+
+    def checkpoint_text(self) -> str:
+        if not self.rollback:
+            return "no rollback (first aid)"
+        if self.checkpoint_step is None:
+            return (
+                f"no checkpoint before step {self.onset_step:,} is known ({self.checkpoint_source})"
+            )
+        src = self.checkpoint_source
+        sep = ", " if src.startswith("assuming") else ", from "
+        return f"the checkpoint at step {self.checkpoint_step:,}{sep}{src}"
+
+    def sentence(self) -> str:
+        """The plan in a few sentences for the terminal: where to go back to and why, the LR,
+        the data position, the batches to skip."""
+        kind, start = self.finding.kind.value, self.finding.start_step
+        if not self.rollback:
+            return f"First aid for the {kind} at step {start:,}: learning rate {self.lr_text()}."
+        if self.finding.kind == FindingKind.OVERFITTING:
+            best = self.last_healthy_step
+            if self.checkpoint_step is None:
+                head = f"Stop early: {self.checkpoint_text()}."
+            else:
+                head = f"Stop early: keep {self.checkpoint_text()}."
+            why = (
+                f" The best validation loss is at step {best:,}; it rises after it."
+                if best is not None
+                else " No validation loss to pick the best step."
+            )
+            return f"{head}{why} Learning rate {self.lr_cut_text}."
+        if self.checkpoint_step is None:
+            head = (
+                f"Roll back: {self.checkpoint_text()}; use the last one you kept before step "
+                f"{self.onset_step:,}."
+            )
+        else:
+            head = f"Roll back to {self.checkpoint_text()}."
+        if self.last_healthy_step is None:
+            why = f" The {kind} starts at the first logged step."
+        elif self.lr_change is not None:
+            why = f" Last healthy step {self.last_healthy_step:,}: {self.lr_change}."
+        else:
+            why = (
+                f" Last healthy step {self.last_healthy_step:,}, before the {kind} "
+                f"(onset at step {self.onset_step:,})."
+            )
+        lr = self.lr_text()
+        resume = f" Resume with learning rate {lr}" if self.lr_resume else f" Learning rate {lr}"
+        tail = "; restore the model and optimizer, keep the data position"
+        if self.skip_steps is not None:
+            a, b = self.skip_steps
+            tail += f"; skip the batches of steps {a:,}-{b:,}"
+        return head + why + resume + tail + "."
+
+    def to_dict(self) -> dict[str, Any]:
+        """The findings document's ``rollback`` object (one per incident that needs one)."""
+        return {
+            "checkpoint_step": self.checkpoint_step,
+            "checkpoint_known": self.checkpoint_known,
+            "last_healthy_step": self.last_healthy_step,
+            "lr_before": self.lr_before,
+            "lr_resume": list(self.lr_resume) if self.lr_resume else None,
+            "skip_steps": list(self.skip_steps) if self.skip_steps else None,
+            "commands": list(self.commands),
+        }
+
+
+Rollback = RollbackPlan  # the name diagnosis and the report used before the plan grew
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+# -- the rule per finding --------------------------------------------------------------------
+
+
+def lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
+    """(roll back?, cut range, wording) for findings that call for a rollback or first aid."""
+    if f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE:
+        return True, LR_CUT_RED_LIGHT, "10% lower (the red-light rule)"
+    if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") in (
+        "pathological",
+        "unresolved",
+    ):
+        return True, LR_CUT_SPIKE, "20-50% lower"
+    if f.kind == FindingKind.NAN_INF:
+        return True, LR_CUT_RED_LIGHT, "10% lower once the cause is fixed"
+    if f.kind == FindingKind.GRAD_NORM_DRIFT:
+        return False, LR_CUT_DRIFT, "down to a third (first aid)"
+    if f.kind == FindingKind.OVERFITTING:
+        return (
+            True,
+            (0.0, 0.0),
+            "unchanged: stop early from the best checkpoint (or lower it for any further epochs)",
+        )
+    return None
+
+
+_RULE_ORDER = (  # the lead of an incident: the finding whose rule is the strictest
+    lambda f: f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE,
+    lambda f: f.kind == FindingKind.NAN_INF,
+    lambda f: f.kind == FindingKind.LOSS_SPIKE,
+    lambda f: f.kind == FindingKind.OVERFITTING,
+    lambda f: f.kind == FindingKind.GRAD_NORM_DRIFT,
+)
+
+
+def _lead(findings: Iterable[Finding]) -> Finding | None:
+    ruled = [f for f in findings if lr_cut_for(f) is not None]
+    for test in _RULE_ORDER:
+        hit = [f for f in ruled if test(f)]
+        if hit:
+            return min(hit, key=lambda f: f.start_step)
+    return None
+
+
+# -- evidence read --------------------------------------------------------------------------
+
+
+def _best_val_step(ev: Evidence, until: int) -> int | None:
+    """The step with the lowest validation loss up to ``until`` (overfitting's rollback point)."""
+    s = ev.series(VAL_LOSS)
+    ok = s.steps <= until
+    if not ok.any():
+        return None
+    return int(s.steps[ok][np.argmin(s.values[ok])])
+
+
+def _value_before(ev: Evidence, metric: str, step: int) -> float | None:
+    """The last finite value of ``metric`` strictly before ``step`` (at ``step`` when it is the
+    first logged point)."""
+    s = ev.series(metric)
+    if len(s.steps) == 0:
+        return None
+    i = int(np.searchsorted(s.steps, step, side="left")) - 1
+    return float(s.values[max(i, 0)])
+
+
+def _last_logged_before(ev: Evidence, metric: str | None, step: int) -> int | None:
+    for m in (metric, "loss"):
+        if not m:
+            continue
+        steps = ev.logged(m).steps  # a NaN was logged too
+        if len(steps) == 0:
+            continue
+        i = int(np.searchsorted(steps, step, side="left")) - 1
+        if i >= 0:
+            return int(steps[i])
+    return step - 1 if step > ev.run.first_step else None
+
+
+def _lr_change_before(ev: Evidence, onset: int) -> Any:
+    """The raised LR stretch no schedule explains that was going on at the onset or began
+    within CAUSE_LOOKBACK steps before it: where the trouble was caused (its first step)."""
+    hits = [
+        s
+        for s in ev.schedule.unexplained
+        if s.start_step <= onset
+        and (s.start_step >= onset - CAUSE_LOOKBACK or s.end_step >= onset)
+        and (s.lr_before is None or max(s.lr_start, s.lr_end) > s.lr_before)
+    ]
+    return min(hits, key=lambda s: s.start_step) if hits else None
+
+
+def _lr_change_text(ev: Evidence, seg: Any) -> str:
+    """ "the LR went from 0.0016 to 0.48 (peak at step 600) from step 501, which no schedule
+    explains"."""
+    lr = ev.series(LR)
+    inside = (lr.steps >= seg.start_step) & (lr.steps <= seg.end_step)
+    if not inside.any() or seg.lr_before is None:
+        return f"the LR no schedule explains from step {seg.start_step:,}"
+    i = int(np.argmax(np.where(inside, lr.values, -np.inf)))
+    return (
+        f"the LR went from {_num(seg.lr_before)} to {_num(float(lr.values[i]))} "
+        f"(x{float(lr.values[i]) / seg.lr_before:.3g} at step {int(lr.steps[i]):,}) "
+        f"from step {seg.start_step:,}, which no schedule explains"
+    )
+
+
+def _checkpoint(
+    ev: Evidence, healthy: int | None, every: int | None
+) -> tuple[int | None, bool, str]:
+    """(step, known?, where that comes from); never an assumed or interval-derived step 0."""
+    if healthy is None:
+        return None, False, "the trouble starts at the first logged step"
+    cps = ev.checkpoints
+    step, source = cps.before(healthy, every)
+    known = bool(cps.saved) or cps.interval is not None
+    if (
+        step is not None
+        and step <= max(ev.run.first_step, 0)
+        and not (cps.saved and step in cps.saved)
+    ):
+        # Step 0 from an interval or an assumption is the initialisation, not a checkpoint.
+        src = (
+            f"the run's checkpoint interval ({cps.interval_key} = {cps.interval}) "
+            f"saves none before step {healthy:,}"
+            if cps.interval is not None
+            else "the log shows no checkpoint folders or save interval"
+        )
+        return None, False, src
+    return step, known and step is not None, source
+
+
+def trainer_of(run: Run) -> str | None:
+    """The trainer that wrote the log, when its format says: megatron, hf, lightning."""
+    fmt = run.format or ""
+    sources: set[str] = set()
+    if "source" in run.frame.columns and run.frame.height:
+        sources = set(run.frame.get_column("source").unique().drop_nulls().to_list())
+    if "megatron" in fmt or any(s.startswith("megatron") for s in sources):
+        return "megatron"
+    if "hf_trainer_state" in fmt:
+        return "hf"
+    if "lightning" in fmt:
+        return "lightning"
+    keys = {k.rsplit(".", 1)[-1] for k in run.config}
+    if {"per_device_train_batch_size", "save_steps"} & keys:
+        return "hf"
+    return None
+
+
+def _commands(
+    trainer: str | None,
+    ckpt: int | None,
+    lr: tuple[float, float] | None,
+    skip: tuple[int, int] | None,
+    run: Run,
+) -> tuple[str, ...]:
+    new_lr = _num(lr[1]) if lr else None  # the smallest cut: the upper end of the range
+    if trainer == "megatron":
+        line = "--load <checkpoint dir>"
+        if ckpt is not None:
+            line += f"  # iteration {ckpt:,}"
+        out = [line]
+        if new_lr:
+            out.append(f"--lr {new_lr}")
+        if skip is not None:
+            out.append(f"--skip-train-iteration-range {skip[0]}-{skip[1]}")
+        return tuple(out)
+    if trainer == "hf":
+        out_dir = str(run.config.get("output_dir") or "<output_dir>")
+        where = f"{out_dir}/checkpoint-{ckpt}" if ckpt is not None else "<checkpoint dir>"
+        out = [f'trainer.train(resume_from_checkpoint="{where}")']
+        out.append(f"--resume_from_checkpoint {where}")
+        if new_lr:
+            out.append(f"--learning_rate {new_lr}")
+        return tuple(out)
+    if trainer == "lightning":
+        out = ['trainer.fit(model, datamodule, ckpt_path="<checkpoint .ckpt>")']
+        if new_lr:
+            out.append(f"# set the optimizer's lr to {new_lr} in configure_optimizers")
+        return tuple(out)
+    return ()
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+
+def rollback_plan(
+    run: Run | Evidence,
+    findings: Iterable[Finding],
+    *,
+    checkpoint_every: int | None = None,
+    lead: Finding | None = None,
+    causes: Sequence[Any] | None = None,
+) -> RollbackPlan | None:
+    """The rollback plan for one incident (the findings of one time window and cause).
+
+    Returns None when no finding of the incident calls for a rollback or first aid.
+    ``lead`` forces which finding's rule sets the LR cut (by default the strictest);
+    ``causes`` are the incident's tested causes (:mod:`forensics.causes`): a supported bad
+    batch (or data shared across seeds) adds the batches to skip.
+    """
+    ev = run if isinstance(run, Evidence) else Evidence(run)
+    fs = list(findings)
+    f = lead if lead is not None else _lead(fs)
+    if f is None:
+        return None
+    rule = lr_cut_for(f)
+    if rule is None:
+        return None
+    do_rollback, cut, cut_text = rule
+    # The onset: the earliest actionable dynamics finding of the incident still going on when
+    # the lead began (a throughput drop does not move it).
+    onset, cause = f.start_step, None
+    for g in fs:
+        if (
+            g is not f
+            and needs_action(g)
+            and g.kind in DYNAMICS
+            and g.start_step < onset
+            and (g.end_step is None or g.end_step >= f.start_step)
+        ):
+            onset, cause = g.start_step, g
+    lr_seg = None
+    if f.kind != FindingKind.OVERFITTING:
+        lr_seg = _lr_change_before(ev, onset)
+    lr_change = None
+    if lr_seg is not None:
+        lr_change = _lr_change_text(ev, lr_seg)
+        onset = lr_seg.start_step
+        healthy = _last_logged_before(ev, LR, onset)
+    else:
+        healthy = _last_logged_before(ev, f.metric if cause is None else cause.metric, onset)
+    if f.kind == FindingKind.OVERFITTING:
+        # The best val step at or before the finding's onset, so the advice never points past
+        # the step the finding says the val loss turned up (a later noisy dip).
+        best = _best_val_step(ev, f.start_step)
+        healthy = best if best is not None else healthy
+    ckpt, known, source = _checkpoint(ev, healthy, checkpoint_every)
+    if lr_seg is not None and lr_seg.lr_before is not None:
+        lr_before: float | None = float(lr_seg.lr_before)
+    else:
+        lr_before = _value_before(ev, LR, onset) if len(ev.series(LR).steps) else None
+    lr_resume = (
+        (lr_before * (1 - cut[1]), lr_before * (1 - cut[0]))
+        if lr_before is not None and cut[1] > 0
+        else None
+    )
+    skip = _skip_steps(ev, fs, lr_seg is not None, causes) if do_rollback else None
+    if f.kind == FindingKind.OVERFITTING:
+        why = (
+            "the lowest validation loss before it turned up"
+            if healthy is not None
+            else "no validation loss to pick the best step"
+        )
+    elif lr_change is not None:
+        why = f"{lr_change}: resume with the LR from before it"
+    elif cause is not None:
+        why = f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
+    else:
+        why = f"onset of the {f.kind.value} at step {f.start_step:,}"
+    trainer = trainer_of(ev.run)
+    commands = (
+        _commands(trainer, ckpt, lr_resume, skip, ev.run)
+        if do_rollback and f.kind != FindingKind.OVERFITTING
+        else ()
+    )
+    if f.kind == FindingKind.OVERFITTING and trainer == "hf" and ckpt is not None:
+        commands = ("load_best_model_at_end=True, metric_for_best_model='eval_loss'",)
+    return RollbackPlan(
+        finding=f,
+        rollback=do_rollback,
+        onset_step=onset,
+        last_healthy_step=healthy,
+        checkpoint_step=ckpt if do_rollback else None,
+        checkpoint_known=known if do_rollback else False,
+        checkpoint_source=source,
+        lr_cut=cut,
+        lr_cut_text=cut_text,
+        lr_before=lr_before,
+        lr_resume=lr_resume,
+        why=why,
+        skip_steps=skip,
+        commands=commands,
+        trainer=trainer,
+        lr_change=lr_change,
+        findings=tuple(fs),
+    )
+
+
+def _supported_batch(causes: Iterable[Any]) -> list[Any]:
+    return [
+        c
+        for c in causes
+        if getattr(c, "cause", None) in ("bad_batch", "shared_data")
+        and getattr(c, "status", None) == "supported"
+    ]
+
+
+def _skip_steps(
+    ev: Evidence, fs: list[Finding], lr_caused: bool, causes: Sequence[Any] | None
+) -> tuple[int, int] | None:
+    """The batches to skip on resume, only when the incident's cause is a batch (never for an
+    LR change no schedule explains): the steps the bad-batch evidence names, else the first
+    loss spike's steps, with a margin of SKIP_MARGIN on each side.
+
+    Without tested causes, a loss spike the grad norm led counts as a batch."""
+    if lr_caused:
+        return None
+    if causes is not None:
+        hits = _supported_batch(causes)
+        if not hits:
+            return None
+        steps = [s for c in hits for s in getattr(c, "steps", ())]
+        if steps:
+            a, b = min(steps), max(steps)
+            return max(ev.run.first_step, a - SKIP_MARGIN), b + SKIP_MARGIN
+    spikes = [
+        g
+        for g in fs
+        if g.kind == FindingKind.LOSS_SPIKE
+        and (causes is not None or g.measures.get("grad_norm_lead_steps") is not None)
+    ]
+    if not spikes:
+        return None
+    g = min(spikes, key=lambda x: x.start_step)
+    a = max(ev.run.first_step, g.start_step - SKIP_MARGIN)
+    b = (g.peak_step if g.peak_step is not None else g.start_step) + SKIP_MARGIN
+    return a, b
+
+
+def incident_rollbacks(
+    run: Run | Evidence,
+    incidents: Sequence[Any],
+    findings: Sequence[Finding],
+    *,
+    checkpoint_every: int | None = None,
+) -> list[RollbackPlan]:
+    """A plan per incident (set on ``incident.rollback`` when it is a rollback; first aid
+    without a rollback is returned but not attached), first aid for a drift inside an incident
+    another finding leads, and a plan per finding outside every incident that calls for one.
+    In onset order."""
+    ev = run if isinstance(run, Evidence) else Evidence(run)
+    out: list[RollbackPlan] = []
+    covered: set[int] = set()
+    for inc in incidents:
+        covered.update(id(f) for f in inc.findings)
+        plan = rollback_plan(
+            ev, inc.findings, checkpoint_every=checkpoint_every, causes=getattr(inc, "causes", None)
+        )
+        if plan is None:
+            continue
+        if plan.rollback:
+            inc.rollback = plan
+        out.append(plan)
+        # First aid for a drift inside the incident (cut the LR and keep training) is still
+        # advice of its own when the incident's plan is a rollback led by another finding.
+        for g in inc.findings:
+            rule = lr_cut_for(g)
+            if g is not plan.finding and rule is not None and not rule[0]:
+                aid = rollback_plan(ev, inc.findings, checkpoint_every=checkpoint_every, lead=g)
+                if aid is not None:
+                    out.append(aid)
+    rest = [f for f in findings if id(f) not in covered]
+    for plan in rollback_advice(ev, rest, checkpoint_every=checkpoint_every):
+        out.append(plan)
+    return sorted(out, key=lambda p: p.onset_step)
+
+
+def rollback_advice(
+    run: Run | Evidence, findings: list[Finding], *, checkpoint_every: int | None = None
+) -> list[RollbackPlan]:
+    """A rollback plan per finding that calls for one (the per-finding grouping used until
+    findings are grouped into incidents; :func:`rollback_plan` takes one incident).
+
+    The episode's onset is the earliest actionable training-dynamics finding still going on
+    when this one began (a grad-norm climb that precedes a spike makes the spike's eve
+    unhealthy too; a throughput drop does not).
+    """
+    ev = run if isinstance(run, Evidence) else Evidence(run)
+    out: list[RollbackPlan] = []
+    for f in findings:
+        if lr_cut_for(f) is None:
+            continue
+        context = [f] + [g for g in findings if g is not f]
+        plan = rollback_plan(ev, context, checkpoint_every=checkpoint_every, lead=f)
+        if plan is not None:
+            out.append(plan)
+    return out
+
+
+__all__ = [
+    "DATA_POSITION",
+    "LR_CUT_DRIFT",
+    "LR_CUT_RED_LIGHT",
+    "LR_CUT_SPIKE",
+    "Rollback",
+    "RollbackPlan",
+    "lr_cut_for",
+    "incident_rollbacks",
+    "rollback_advice",
+    "rollback_plan",
+    "trainer_of",
+]

@@ -1,0 +1,219 @@
+"""A rollback plan that can be run (issue 12): checkpoint, last healthy step, the LR from before
+the incident, the data position, the batches to skip, the trainer's own commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame
+
+from forensics.diagnosis import diagnose
+from forensics.evidence import Evidence
+from forensics.findings import Finding
+from forensics.pipeline import analyze_run, read_run
+from forensics.rollback import rollback_advice, rollback_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_runs"
+JSON_KEYS = [
+    "checkpoint_step",
+    "checkpoint_known",
+    "last_healthy_step",
+    "lr_before",
+    "lr_resume",
+    "skip_steps",
+    "commands",
+]
+
+
+def _sample(name: str):  # noqa: ANN202
+    return analyze_run(read_run(SAMPLES / name))
+
+
+def _run(
+    n: int = 3000,
+    lr: np.ndarray | float = 3e-4,
+    fmt: str | None = None,
+    checkpoints: list[int] | None = None,
+):  # noqa: ANN202
+    s, loss = healthy_loss(n)
+    gs, gn = healthy_grad_norm(n)
+    lrs = np.full(len(s), lr) if np.isscalar(lr) else lr
+    run = run_from_frame(
+        long_frame({"train/loss": (s, loss), "grad_norm": (gs, gn), "lr": (s, lrs)})
+    )
+    if fmt is not None:
+        run.format = fmt
+    if checkpoints is not None:
+        run.metadata["checkpoints"] = checkpoints
+    return run
+
+
+def _spike(step: int, cls: str = "pathological", **measures: object) -> Finding:
+    return Finding(
+        "loss_spike",
+        "critical",
+        "loss",
+        step,
+        f"spike at {step}",
+        peak_step=step + 2,
+        end_step=step + 20,
+        measures={"classification": cls, "height": 2.5, **measures},
+    )
+
+
+# -- the samples the issue names -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nan_diag():  # noqa: ANN201
+    return _sample("nan")
+
+
+def test_nan_resumes_from_the_lr_before_the_incident(nan_diag) -> None:  # noqa: ANN001
+    """sample_runs/nan: LR x~200 over 501-962 then NaN at 637. The plan cuts the LR that was
+    stable before (0.001573 at step 500) by 10%, not the raised 0.0135 at step 540."""
+    (plan,) = [r for r in nan_diag.rollbacks if r.rollback and r.finding.kind.value == "nan_inf"]
+    lr = nan_diag.ev.series("lr")
+    before = float(lr.values[lr.steps == 500][0])
+    assert plan.lr_before == pytest.approx(before) and before == pytest.approx(0.001573, rel=1e-3)
+    assert plan.lr_resume == pytest.approx((0.9 * before, 0.9 * before))
+    assert plan.last_healthy_step == 500 and plan.onset_step == 501
+    assert "0.0135" not in plan.sentence() and "0.01215" not in plan.sentence()
+    assert "0.001416" in plan.sentence() and "keep the data position" in plan.sentence()
+    # No checkpoint folders: the every-500 habit is stated as an assumption.
+    assert plan.checkpoint_step == 500 and plan.checkpoint_known is False
+    assert "assuming a checkpoint every 500 steps" in plan.sentence()
+    assert "x208 at step 600" in plan.sentence()  # the LR peak the series shows
+
+
+def test_nan_json_has_a_rollback_object_per_incident(nan_diag) -> None:  # noqa: ANN001
+    doc = nan_diag.to_document()
+    rbs = [inc["rollback"] for inc in doc["incidents"] if inc["rollback"] is not None]
+    assert len(rbs) == 1
+    assert list(rbs[0]) == JSON_KEYS
+    assert rbs[0]["lr_before"] == pytest.approx(0.001573, rel=1e-3)
+    assert rbs[0]["checkpoint_step"] == 500 and rbs[0]["checkpoint_known"] is False
+
+
+@pytest.mark.parametrize("name", ["param_norm_jump", "divergence", "activation_outlier"])
+def test_no_step_0_checkpoint_unless_one_is_known(name: str) -> None:
+    """Four samples advised "roll back to the checkpoint at step 0": with no checkpoint known
+    before the onset, the plan says so."""
+    diag = _sample(name)
+    plans = [r for r in diag.rollbacks if r.rollback]
+    assert plans
+    for plan in plans:
+        assert plan.checkpoint_step != 0
+        text = plan.sentence()
+        assert "step 0 " not in text and "step 0." not in text and "step 0," not in text
+        if plan.checkpoint_step is None:
+            assert f"no checkpoint before step {plan.onset_step:,} is known" in text
+
+
+def test_param_norm_jump_lr_before_the_jump() -> None:
+    """LR x50 for steps 500-509: resume 20-50% below the LR before the jump (0.001578)."""
+    (plan,) = [r for r in _sample("param_norm_jump").rollbacks if r.rollback]
+    assert plan.lr_before == pytest.approx(0.001578, rel=1e-3)
+    lo, hi = plan.lr_resume
+    assert lo == pytest.approx(0.5 * plan.lr_before) and hi == pytest.approx(0.8 * plan.lr_before)
+    assert plan.last_healthy_step == 499 and plan.onset_step == 500
+
+
+def test_divergence_lr_before_the_raise() -> None:
+    """LR raised from step 401 (no schedule explains it): the plan goes back before it."""
+    (plan, *_) = [r for r in _sample("divergence").rollbacks if r.rollback]
+    assert plan.finding.kind.value == "divergence"
+    assert plan.onset_step == 401 and plan.last_healthy_step == 400
+    assert plan.lr_before == pytest.approx(0.002414, rel=1e-3)
+    assert plan.lr_resume == pytest.approx((0.9 * plan.lr_before,) * 2)
+
+
+def test_overfitting_wording() -> None:
+    """Not "last healthy step 240, before the overfitting at step 240": the best validation
+    loss is at 240, the checkpoint at 200 is known from the folders beside the log."""
+    (plan,) = [r for r in _sample("overfitting").rollbacks if r.rollback]
+    text = plan.sentence()
+    assert "before the overfitting at step 240" not in text
+    assert "best validation loss is at step 240" in text
+    assert plan.checkpoint_step == 200 and plan.checkpoint_known is True
+    assert plan.trainer == "hf"
+
+
+# -- rules on synthetic runs ---------------------------------------------------------------
+
+
+def test_checkpoint_at_step_0_only_when_saved() -> None:
+    run = _run()
+    (rb,) = rollback_advice(run, [_spike(300)])  # the every-500 habit would give step 0
+    assert rb.checkpoint_step is None and rb.checkpoint_known is False
+    run = _run(checkpoints=[0, 1000])
+    (rb,) = rollback_advice(run, [_spike(300)])
+    assert rb.checkpoint_step == 0 and rb.checkpoint_known is True
+    run = _run()
+    run.config["save_steps"] = 1000  # an interval saves nothing at step 0
+    (rb,) = rollback_advice(run, [_spike(300)])
+    assert rb.checkpoint_step is None and "save_steps = 1000" in rb.checkpoint_source
+
+
+def test_lr_before_an_unexplained_raise() -> None:
+    """An LR raised x20 at step 1500 and a spike at 1600: the LR before the raise is the base,
+    and the rollback goes back before the raise."""
+    lr = np.full(3000, 3e-4)
+    lr[1500:] = 6e-3
+    run = _run(lr=lr)
+    (rb,) = rollback_advice(Evidence(run), [_spike(1600)])
+    assert rb.lr_before == pytest.approx(3e-4)
+    assert rb.lr_resume == pytest.approx((1.5e-4, 2.4e-4))
+    assert rb.onset_step == 1500 and rb.last_healthy_step == 1499
+    assert rb.checkpoint_step == 1000 and rb.skip_steps is None  # an LR cause: nothing to skip
+
+
+def test_bad_batch_is_skipped_and_megatron_commands() -> None:
+    """A loss spike the grad norm led, in a Megatron log: skip its batches, and the lines to
+    run are Megatron's."""
+    run = _run(fmt="text_logs")
+    run.frame = run.frame.with_columns(source=pl.lit("megatron_text"))
+    (rb,) = rollback_advice(run, [_spike(1700, grad_norm_lead_steps=0)])
+    assert rb.skip_steps == (1698, 1704)
+    assert rb.trainer == "megatron"
+    assert "--skip-train-iteration-range 1698-1704" in rb.commands
+    assert any(c.startswith("--lr ") for c in rb.commands)
+    assert rb.to_dict()["skip_steps"] == [1698, 1704]
+    assert "skip the batches of steps 1,698-1,704" in rb.sentence()
+
+
+def test_hf_and_lightning_commands() -> None:
+    run = _run(fmt="hf_trainer_state", checkpoints=[1000, 1500])
+    run.config["output_dir"] = "out"
+    (rb,) = rollback_advice(run, [_spike(1700)])
+    assert 'trainer.train(resume_from_checkpoint="out/checkpoint-1500")' in rb.commands
+    assert "--resume_from_checkpoint out/checkpoint-1500" in rb.commands
+    run = _run(fmt="lightning_csv")
+    (rb,) = rollback_advice(run, [_spike(1700)])
+    assert any("ckpt_path=" in c for c in rb.commands)
+    (rb,) = rollback_advice(_run(), [_spike(1700)])
+    assert rb.commands == ()  # no trainer known: no invented command line
+
+
+def test_rollback_plan_for_an_incident() -> None:
+    """rollback_plan takes one incident's findings: the strictest rule leads, the onset is the
+    earliest ongoing dynamics finding, benign incidents get none."""
+    drift = Finding("grad_norm_drift", "warning", "grad_norm", 1100, "climb", end_step=2999)
+    nan = Finding("nan_inf", "fatal", "loss", 2100, "nan", end_step=2999)
+    plan = rollback_plan(_run(), [drift, _spike(2000), nan])
+    assert plan is not None and plan.finding is nan and plan.lr_cut == (0.1, 0.1)
+    assert plan.onset_step == 1100 and plan.last_healthy_step == 1099
+    assert rollback_plan(_run(), [_spike(500, "physiological")]) is None
+
+
+def test_diagnose_attaches_plans_to_incidents() -> None:
+    diag = diagnose(_run(), [_spike(1700)])
+    doc = diag.to_document()
+    (inc,) = doc["incidents"]
+    assert list(inc["rollback"]) == JSON_KEYS
+    assert inc["rollback"]["checkpoint_step"] == 1500
+    assert inc["rollback"]["lr_before"] == pytest.approx(3e-4)
