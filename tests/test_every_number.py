@@ -260,3 +260,16 @@ def test_no_learning_on_synthetic_runs() -> None:
         NoLearningDetector().detect(Evidence(run_from_frame(long_frame({"loss": (s, learning)}))))
         == []
     )
+
+
+def test_param_norm_surge_before_a_nan_is_reported_with_its_level() -> None:
+    """sample_runs/nan: the param norm climbs from about 40 at step 500 to 399 at step 650;
+    the only param-norm finding was a "jump" of 2% at step 641 (the weights freeze there)."""
+    diag = _diag("nan")
+    (f,) = _of(diag, "param_norm_jump")
+    s = diag.evidence.series(PARAM_NORM)
+    base = f.measures["baseline"]
+    assert 500 <= f.start_step <= 560 and f.measures["crossing_step"] == 560
+    assert float(s.values[s.steps == 560][0]) >= 1.5 * base > float(s.values[s.steps == 559][0])
+    assert f.measures["ratio"] == pytest.approx(float(np.median(s.values[-20:])) / base, rel=0.01)
+    assert f"now {f.measures['ratio']:.2f}x" in f.summary

@@ -147,3 +147,19 @@ def test_activation_limit_is_the_evidence_limit() -> None:
     ev = Evidence(run, params)
     assert ev.activation_limit == 1e9
     assert ActivationDetector(params.activations).detect(ev) == []
+
+
+@pytest.mark.parametrize(
+    ("group", "after", "severity"),
+    [((3,), 0.25, "info"), ((3,), 0.40, "warning"), ((1,), 0.24, "warning")],
+)
+def test_the_last_block_alone_creeping_up_is_a_note(
+    group: tuple[int, ...], after: float, severity: str
+) -> None:
+    """Issue 12: a healthy cosine run with weight decay (4 blocks) saw the last block go from
+    9% to 19% of the squared grad norm, reported as a warning. The deepest block alone is a
+    note unless its share triples; a shallower block (the article's pattern) stays a warning."""
+    frame, _ = trend_layer_shift(n_layers=4, group=group, before=0.09, after=after)
+    (f,) = LayerGradShiftDetector().detect(Evidence(run_from_frame(frame)))
+    assert f.severity == severity and f.peak_step >= f.start_step
+    assert ("a note" in f.summary) == (severity == "info")

@@ -16,7 +16,7 @@ import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import sig
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.params import ActivationsParams
 from forensics.schema import ACT_ABSMAX, ACT_STD
 
@@ -77,8 +77,8 @@ class ActivationDetector:
                     "points_over": int(over.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation absmax passed {limit:g} at step {int(x[i0])} "
-                    f"and reached {val_txt} at step {int(x[peak])}"
+                    f"Layer {layer} activation absmax passed {limit:g} at step {int(x[i0]):,} "
+                    f"and reached {val_txt} at step {int(x[peak]):,}"
                     + (f" (typical before: {sig(before)})." if before is not None else ".")
                 ),
                 judged_against={"limit": limit, "before": before},
@@ -109,6 +109,10 @@ class ActivationDetector:
         i0 = int(np.argmax(jump))
         before = float(prev[i0])
         peak = i0 + int(np.argmax(y[i0:]))
+        k = min(self.params.history, i0)  # the trailing points the median was taken over
+        # A point far above the one before it jumped; one the series was already climbing to
+        # (the point before is already half-way up) climbed.
+        verb = "jumped" if y[i0 - 1] < 0.5 * (before + float(y[i0])) else "climbed"
         return [
             Finding(
                 kind=FindingKind.ACTIVATION_OUTLIER,
@@ -127,9 +131,10 @@ class ActivationDetector:
                     "points_over": int(jump.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation std jumped from {sig(before)} to "
-                    f"{sig(float(y[i0]))} at step {int(x[i0])} ({y[i0] / before:.1f}x), "
-                    f"peaking at {sig(float(y[peak]))}."
+                    f"Layer {layer} activation std {verb} to {sig(float(y[i0]))} at step "
+                    f"{int(x[i0]):,}, {y[i0] / before:.1f}x the median of its {k} points before "
+                    f"({sig(before)}, steps {step_range(int(x[i0 - k]), int(x[i0 - 1]))}), and "
+                    f"peaked at {sig(float(y[peak]))} at step {int(x[peak]):,}."
                 ),
                 judged_against={
                     "before": before,

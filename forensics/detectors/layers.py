@@ -10,8 +10,9 @@ the shares still reorganise) and the last stretch of the run;
 contiguous layers whose share grew by half or more form a candidate group, flagged when the
 group's share at least doubled and rose by at least 10 points of the total (the article's case
 gained 12; in small healthy models the last block's share often creeps from ~9% to ~18% as
-training goes on, which is not this pattern). Per-layer param-norm growth rates are attached
-when logged.
+training goes on, which is not this pattern: a group of the deepest layer alone is an ``info``
+note unless its share grew ``LAST_ONLY_RATIO`` (3x) or more). Per-layer param-norm growth
+rates are attached when logged.
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
@@ -36,6 +37,7 @@ from forensics.params import LayersParams
 from forensics.schema import GRAD_NORM_LAYER, PARAM_NORM_LAYER
 
 CHECK = "layer_grad_shift"
+LAST_ONLY_RATIO = 3.0  # the deepest block alone is a warning only past this share ratio
 
 
 class LayerGradShiftDetector:
@@ -147,12 +149,23 @@ class LayerGradShiftDetector:
         if pg is not None and pr is not None:
             whose = "their param norms grow" if len(names) > 1 else "its param norm grows"
             param_txt = f"; {whose} {pg:+.2f}%/1k steps vs {pr:+.2f}% for the rest"
+        after = xb >= onset
+        k_peak = int(np.flatnonzero(after)[np.argmax(smooth[after])]) if after.any() else 0
+        # The deepest block alone creeping up is common in healthy runs (see above); the
+        # article's pattern is shallow layers. A note unless its share grew past LAST_ONLY_RATIO.
+        last_only = names == [max(layers)] and a < LAST_ONLY_RATIO * b
+        note = (
+            "; the last block alone, whose share often creeps up in healthy runs (the article's "
+            "pattern is shallow layers): a note"
+            if last_only
+            else ""
+        )
         return Finding(
             kind=FindingKind.LAYER_GRAD_SHIFT,
-            severity=Severity.WARNING,
+            severity=Severity.INFO if last_only else Severity.WARNING,
             metric=GRAD_NORM_LAYER,
             start_step=onset,
-            peak_step=int(round(xb[int(np.argmax(smooth))])),
+            peak_step=int(round(xb[k_peak])),
             end_step=int(steps[-1]),
             measures={
                 "layer": names[0],
@@ -163,14 +176,14 @@ class LayerGradShiftDetector:
                 "share_before": b,
                 "share_after": a,
                 "share_ratio": a / b if b > 0 else None,
-                "peak_share": float(smooth.max()),
+                "peak_share": float(smooth[k_peak]),
                 "param_growth_group_pct_per_1k": pg,
                 "param_growth_rest_pct_per_1k": pr,
                 "param_growth_by_layer": by_layer or None,
             },
             summary=(
                 f"{'Layers' if len(names) > 1 else 'Layer'} {label} went from {100 * b:.0f}% "
-                f"to {100 * a:.0f}% of the squared grad norm since step {onset}{param_txt}."
+                f"to {100 * a:.0f}% of the squared grad norm since step {onset:,}{param_txt}{note}."
             ),
             judged_against=judged,
         )

@@ -32,6 +32,15 @@ from forensics.params import ParamNormParams
 from forensics.schema import PARAM_NORM
 
 CHECK = "param_norm"
+PAST_MOVE_K = 3.0  # a jump's increment is at least this many times the preceding median one
+
+
+def _trailing_median(v: np.ndarray, window: int) -> np.ndarray:
+    """Median of the ``window`` values before each index (0 where none precede)."""
+    out = np.zeros(len(v))
+    for i in range(1, len(v)):  # plain loop: the param-norm series is short
+        out[i] = float(np.median(v[max(0, i - window) : i]))
+    return out
 
 
 class ParamNormDetector:
@@ -57,8 +66,17 @@ class ParamNormDetector:
             return []
         band = ev.param_norm_band  # the 1.5x line the report's chart draws
         out = self._jumps(x, y, band, source)
-        if not out:
-            out = self._growth(x, y, band, source)
+        # A crossing of the 1.5x line is reported too, unless a jump carried the norm across it
+        # (the jump's finding already states the level it reached).
+        for g in self._growth(x, y, band, source):
+            cross = g.measures["crossing_step"]
+            carried = any(
+                f.start_step <= int(cross) <= (f.end_step or f.start_step) + self.params.window
+                for f in out
+                if isinstance(cross, int)
+            )
+            if not carried:
+                out.append(g)
         return out
 
     def _judged(self, band: Band | None) -> dict[str, Any]:
@@ -91,6 +109,11 @@ class ParamNormDetector:
         # Both the departure from the trend and the move itself must be large: a pause in a
         # fast climb departs from the trend without the norm jumping anywhere.
         big_move = np.abs(d) > self.params.min_rel_jump * np.abs(y[:-1])
+        # ... and large against what the norm did just before it: an increment no bigger than a
+        # few of the preceding ones is the same climb going on (a residual scale of zero after
+        # the weights freeze would make any step look like a jump).
+        past = _trailing_median(np.abs(d), self.params.window)
+        big_move &= np.abs(d) > PAST_MOVE_K * past
         flag = (
             (z > self.params.jump_k)
             & (np.abs(resid) > self.params.min_rel_jump * np.abs(y[:-1]))
