@@ -67,6 +67,10 @@ def _load(path: Path) -> dict[str, Any]:
         raise UnreadableInputError(
             f"{path}: not valid JSON ({exc}); expected a Trainer state"
         ) from None
+    except RecursionError:
+        raise UnreadableInputError(
+            f"{path}: JSON nested too deeply to read; expected a Trainer state"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("log_history"), list):
         raise UnreadableInputError(
             f"{path}: no log_history list; expected a Hugging Face trainer_state.json"
@@ -122,14 +126,14 @@ class HfTrainerStateImporter:
 
         def step_of(e: Any) -> float:
             st = e.get("step") if isinstance(e, dict) else None
-            return float(st) if isinstance(st, (int, float)) and not isinstance(st, bool) else 0.0
+            return _number(st) or 0.0
 
         def rank(item: tuple[Path, dict[str, Any]]) -> tuple[float, int, int]:
             p, d = item
             gs = d.get("global_step")
             gs = (
                 gs
-                if isinstance(gs, (int, float))
+                if isinstance(gs, (int, float)) and not isinstance(gs, bool)
                 else max((step_of(e) for e in d["log_history"]), default=0)
             )
             where = (
@@ -139,7 +143,7 @@ class HfTrainerStateImporter:
                 if p.parent.name == "last-checkpoint"
                 else 0
             )
-            return (float(gs), where, len(d["log_history"]))
+            return (_number(gs) or 0.0, where, len(d["log_history"]))
 
         best_path, state = max(copies, key=rank)
         name = rel(best_path, source.root)
@@ -153,7 +157,11 @@ class HfTrainerStateImporter:
                 no_step += 1
                 continue
             st = entry.get("step")
-            if not isinstance(st, (int, float)) or isinstance(st, bool) or not math.isfinite(st):
+            if (
+                not isinstance(st, (int, float))
+                or isinstance(st, bool)
+                or not -(2**62) < st < 2**62  # NaN, inf and steps no trainer reaches
+            ):
                 no_step += 1
                 continue
             for key, v in entry.items():
@@ -203,11 +211,14 @@ def _number(v: Any) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, (int, float)):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer beyond float range
+            return math.inf if v > 0 else -math.inf
     if isinstance(v, str):
         try:
             return float(v.strip())
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     return None
 

@@ -149,8 +149,8 @@ class MegatronGoldenImporter:
 
 def _model_config(folder: Path) -> dict[str, Any]:
     cfg = folder / "model_config.yaml"
-    if not cfg.is_file():
-        return {}
+    if not cfg.is_file() or folder.resolve() not in cfg.resolve().parents:
+        return {}  # absent, or a link pointing outside the run folder (not followed)
     import yaml
 
     try:

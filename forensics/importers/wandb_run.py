@@ -218,7 +218,8 @@ def use_global_step(frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
 
 def _find(run_dir: Path, name: str) -> Path | None:
     for cand in (run_dir / "files" / name, run_dir / name):
-        if cand.is_file():
+        # A link pointing outside the run folder is not followed (it is not the run's file).
+        if cand.is_file() and run_dir.resolve() in cand.resolve().parents:
             return cand
     return None
 
