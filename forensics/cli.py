@@ -244,7 +244,15 @@ def _emit(
     print_json: bool = True,
 ) -> dict:
     run_path = Path(diag.run.path)
-    doc = diag.to_document()
+    shown, scrub = diag, None
+    if redact:
+        # Hosts, users and home paths out of every string of the page and the document.
+        from forensics.redact import redact_diagnosis, redact_document
+
+        shown, scrub = redact_diagnosis(diag)
+        doc = redact_document(shown.to_document(), scrub)
+    else:
+        doc = diag.to_document()
     if json_out is not None:
         jpath = _place(json_out, f"{name}.json", run_path)
         _write(jpath, json.dumps(doc, indent=2, allow_nan=False) + "\n")
@@ -254,7 +262,12 @@ def _emit(
         from forensics.report import render_html
 
         report_path = _place(out, f"{name}.html", run_path)
-        _write(report_path, render_html(diag, plotlyjs=plotlyjs.value, redact=redact))
+        html = render_html(shown, plotlyjs=plotlyjs.value, redact=redact)
+        if scrub is not None:
+            from forensics.redact import redact_page
+
+            html = redact_page(html, scrub)
+        _write(report_path, html)
         _err(f"report written to {report_path}")
     if fmt is OutputFormat.json:
         if print_json:
