@@ -119,7 +119,7 @@ def test_redact_leaves_no_host_user_or_home_path(
 
 
 def test_links_out_of_the_run_folder_are_not_followed(tmp_path: Path) -> None:
-    """A linked hparams.yaml and a linked log pointing outside the run: not read, counted in a note."""
+    """A linked hparams.yaml, log and folder pointing outside the run: not read, noted."""
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "hparams.yaml").write_text("api_token: sk-SECRET-123\n")

@@ -100,6 +100,9 @@ def list_files(root: Path, notes: list[str] | None = None) -> list[Path]:
                     continue
                 if not p.is_file():  # pipes and sockets would block a read
                     continue
+                if not os.access(p, os.R_OK):
+                    unreadable.append(f"{rel(p, root)} (permission denied)")
+                    continue
             except (OSError, RuntimeError) as exc:  # a link into an unreadable folder, a loop
                 unreadable.append(f"{rel(p, root)} ({getattr(exc, 'strerror', None) or exc})")
                 continue
@@ -152,6 +155,8 @@ def discover(path: Path) -> list[Source]:
     else:
         root, files = path, list_files(path, notes)
         if not files:
+            if notes:  # every file unreadable: say so, not "empty"
+                raise UnreadableInputError(f"{path}: nothing readable; {'; '.join(notes)}")
             raise UnreadableInputError(f"{path}: the folder is empty; {_EXPECTED}")
     unclaimed = list(files)
     sources: list[Source] = []
@@ -174,8 +179,10 @@ def discover(path: Path) -> list[Source]:
                 else "no training log format recognised"
             )
             raise UnknownFormatError(f"{path}: {what}; {_EXPECTED}")
+        also = f" ({'; '.join(notes)})" if notes else ""
         raise UnknownFormatError(
-            f"{path}: no training log recognised in this folder ({len(files)} files); {_EXPECTED}"
+            f"{path}: no training log recognised in this folder ({len(files)} files){also}; "
+            f"{_EXPECTED}"
         )
     for s in sources:
         s.options.setdefault("discovery_notes", notes)
