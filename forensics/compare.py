@@ -138,8 +138,11 @@ def compare(paths: list[str | os.PathLike[str]], config: Config | None = None) -
         try:
             diags.append(analyze(Path(p), config))
         except MultipleJobsError as exc:
+            from forensics.errors import summarize
+
             raise ForensicsError(
-                f"{p} holds {len(exc.jobs)} separate jobs ({', '.join(exc.jobs)}); compare takes one job per path"
+                f"{p} holds {len(exc.jobs)} separate jobs ({summarize(exc.jobs)}); "
+                "compare takes one job per path"
             ) from None
     labels = _labels([d.run.name for d in diags])
     vitals = {m: [_vital(d.run, m) for d in diags] for m in VITALS}

@@ -52,7 +52,9 @@ def _state(extra_entry: dict | None = None, tail: str = "") -> str:
 
 
 def _nanogpt(extra: str = "") -> str:
-    rows = "".join(f"iter {i}: loss {3 - i / 100:.4f}, time 10.00ms, mfu 1.00%\n" for i in range(60))
+    rows = "".join(
+        f"iter {i}: loss {3 - i / 100:.4f}, time 10.00ms, mfu 1.00%\n" for i in range(60)
+    )
     return rows + extra
 
 
@@ -64,7 +66,10 @@ CASES = {
         _state({"step": int("9" * 400), "loss": int("9" * 400)}, tail=', "x": ' + "7" * 400),
     ),
     "nanogpt-iter-2^63": ("train.log", _nanogpt(f"iter {2**63}: loss 1.0, time 1ms, mfu 1%\n")),
-    "jsonl-step-minus-2^63": ("m.jsonl", _jsonl(extra=(json.dumps({"step": -(2**63), "loss": 1}),))),
+    "jsonl-step-minus-2^63": (
+        "m.jsonl",
+        _jsonl(extra=(json.dumps({"step": -(2**63), "loss": 1}),)),
+    ),
 }
 
 

@@ -118,7 +118,9 @@ def list_files(root: Path, notes: list[str] | None = None) -> list[Path]:
                 + _listing(outside)
             )
         if unreadable:
-            notes.append(f"{len(unreadable)} unreadable path(s) passed over: {_listing(unreadable)}")
+            notes.append(
+                f"{len(unreadable)} unreadable path(s) passed over: {_listing(unreadable)}"
+            )
     return out
 
 
@@ -198,11 +200,16 @@ def group_jobs(sources: list[Source]) -> dict[str, list[Source]]:
     caller refuses to guess. File jobs (a single log file) join the folder job around them.
     """
     folder = sorted({s.job for s in sources if s.scope == "folder"}, key=lambda j: (_depth(j), j))
+    folder_set = set(folder)
     parent_of: dict[str, str] = {}
     for j in folder:
-        enclosing = [a for a in folder if a != j and _inside(j, a)]
-        if enclosing:
-            parent_of[j] = max(enclosing, key=_depth)
+        # The closest enclosing folder job, found by walking up (linear in the number of jobs).
+        if j == ".":
+            continue
+        for anc in [*(a.as_posix() for a in Path(j).parents if a != Path(".")), "."]:
+            if anc in folder_set:
+                parent_of[j] = anc
+                break
     # Refuse to merge when an enclosing job would absorb two nested jobs of the same format.
     nested: dict[tuple[str, str], set[str]] = {}
     for s in sources:
@@ -216,13 +223,17 @@ def group_jobs(sources: list[Source]) -> dict[str, list[Source]]:
         return j
 
     jobs: dict[str, list[Source]] = {}
-    tops = sorted({top(j) for j in folder}, key=_depth, reverse=True)
+    tops = {top(j) for j in folder}
     for s in sources:
         if s.scope == "folder":
             key = top(s.job)
         else:
-            where = str(Path(s.job).parent.as_posix()) if s.job != "." else "."
-            key = next((fj for fj in tops if _inside(where, fj) or where == fj), s.job)
+            # The deepest top-level folder job around the file, walking up from its folder.
+            where = Path(s.job).parent if s.job != "." else Path(".")
+            chain = [where.as_posix(), *(a.as_posix() for a in where.parents)]
+            if "." not in chain:
+                chain.append(".")
+            key = next((a for a in chain if a in tops), s.job)
         jobs.setdefault(key, []).append(s)
     return jobs
 

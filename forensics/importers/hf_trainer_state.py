@@ -92,18 +92,16 @@ class HfTrainerStateImporter:
 
     def discover(self, root: Path, files: list[Path]) -> list[Source]:
         by_job: dict[Path, list[Path]] = {}
+        # checkpoint-N folders per output folder, in one pass (linear in the number of files)
+        ckpts_of: dict[Path, set[int]] = {}
         for f in files:
+            if m := _CKPT.match(f.parent.name):
+                ckpts_of.setdefault(f.parent.parent, set()).add(int(m.group(1)))
             if f.name == FILENAME and _looks_like_state(f):
                 by_job.setdefault(_job_dir(f), []).append(f)
         out = []
         for job, copies in by_job.items():
-            ckpts = sorted(
-                {
-                    int(m.group(1))
-                    for f in files
-                    if f.parent.parent == job and (m := _CKPT.match(f.parent.name))
-                }
-            )
+            ckpts = sorted(ckpts_of.get(job, ()))
             copies.sort(key=lambda p: (p.parent != job, str(p)))  # the top-level copy first
             out.append(Source(NAME, copies, rel(job, root), root, options={"checkpoints": ckpts}))
         return out

@@ -63,6 +63,7 @@ class LightningCsvImporter:
 
     def discover(self, root: Path, files: list[Path]) -> list[Source]:
         out: list[Source] = []
+        present = set(files)  # membership per file: a list would make discovery quadratic
         for f in files:
             if strip_suffixes(f.name) != "metrics.csv":
                 continue
@@ -71,7 +72,7 @@ class LightningCsvImporter:
             if ("step" not in cols and "epoch" not in cols) or "_step" in cols:
                 continue
             hp = f.parent / "hparams.yaml"
-            extra = [hp] if hp in files else []
+            extra = [hp] if hp in present else []
             out.append(
                 Source(
                     NAME,

@@ -52,12 +52,13 @@ class MegatronGoldenImporter:
 
     def discover(self, root: Path, files: list[Path]) -> list[Source]:
         out = []
+        present = set(files)  # a list would make discovery quadratic
         for f in files:
             if not strip_suffixes(f.name).lower().endswith(".json"):
                 continue
             if _SNIFF.match(read_head(f, 4096)):
                 cfg = f.parent / "model_config.yaml"
-                extra = [cfg] if cfg in files else []
+                extra = [cfg] if cfg in present else []
                 out.append(
                     Source(
                         NAME, [f], rel(f, root), root, scope="file", options={"also_claims": extra}

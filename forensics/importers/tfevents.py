@@ -82,11 +82,8 @@ def event_jobs(root: Path, files: list[Path]) -> dict[Path, list[Path]]:
         )
         jobs.setdefault(key, [])
     for f in ev:
-        key = next(
-            k
-            for k in sorted(jobs, key=lambda p: len(p.parts), reverse=True)
-            if k == f.parent or k in f.parents
-        )
+        # The deepest job folder at or above the file, walking up (linear in the files).
+        key = next(k for k in (f.parent, *f.parent.parents) if k in jobs)
         jobs[key].append(f)
     return {k: sorted(v, key=lambda p: (p.name, str(p))) for k, v in jobs.items()}
 

@@ -51,8 +51,20 @@ class WandbRunImporter:
         # A marker file alone (a summary without history) does not make a run unless the
         # folder looks like a W&B run folder.
         out: list[Source] = []
+        # Files under each run folder and debug logs per folder, in one pass over the files
+        # (a folder of thousands of runs must not cost runs x files).
+        under: dict[Path, list[Path]] = {d: [] for d in dirs}
+        debug_logs: dict[Path, list[Path]] = {}
+        for f in files:
+            for anc in f.parents:
+                if anc in under:
+                    under[anc].append(f)
+                if anc == root:
+                    break
+            if f.name.startswith("debug") and f.suffix == ".log":
+                debug_logs.setdefault(f.parent, []).append(f)
         for d in sorted(dirs):
-            members = [f for f in files if f == d or d in f.parents]
+            members = list(under[d])
             binaries = sorted(f for f in members if f.parent == d and BINARY.match(f.name))
             history = [f for f in members if f.name == "wandb-history.jsonl"]
             if not binaries and not history and not RUN_DIR.match(d.name):
@@ -61,11 +73,7 @@ class WandbRunImporter:
             if not main:
                 main = [f for f in members if f.name == "wandb-summary.json"][:1]
             # The wandb/ folder's own debug logs (symlinks to the latest run's) are not a job.
-            members += [
-                f
-                for f in files
-                if f.parent == d.parent and f.name.startswith("debug") and f.suffix == ".log"
-            ]
+            members += debug_logs.get(d.parent, [])
             out.append(
                 Source(
                     NAME,
