@@ -53,7 +53,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     _Loose.add_multi_constructor("", _any)
     try:
         data = yaml.load(read_text(path), Loader=_Loose)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -71,7 +71,7 @@ class MegatronGoldenImporter:
         name = rel(path, source.root)
         try:
             data = json.loads(read_text(path))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise UnreadableInputError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(data, dict):
             raise UnreadableInputError(f"{path}: expected an object of metrics with 'values'")
@@ -156,7 +156,7 @@ def _model_config(folder: Path) -> dict[str, Any]:
 
     try:
         data = yaml.safe_load(cfg.read_text(encoding="utf-8", errors="replace")) or {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return {}
     args = data.get("MODEL_ARGS") if isinstance(data, dict) else None
     if not isinstance(args, dict):

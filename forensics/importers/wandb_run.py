@@ -241,7 +241,7 @@ def _read_side_files(
 
         try:
             data = yaml.safe_load(read_text(cfg)) or {}
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             notes.append(f"{cfg.name}: not valid YAML; config not read")
             data = {}
         if isinstance(data, dict):
@@ -257,7 +257,7 @@ def _read_side_files(
                 metadata["wandb_summary"] = _json_safe(
                     {k: v for k, v in data.items() if k != "_wandb"}
                 )
-        except ValueError:
+        except (ValueError, RecursionError):
             notes.append(f"{summ.name}: not valid JSON; summary not read")
     meta = _find(run_dir, "wandb-metadata.json")
     if meta is not None:
@@ -277,7 +277,7 @@ def _read_side_files(
                 ):
                     if k in data:
                         metadata[f"wandb_{k}"] = data[k]
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
 
 
