@@ -58,3 +58,34 @@ def test_a_long_list_of_jobs_is_summarized(tmp_path: Path) -> None:
     (line,) = res.stderr.splitlines()
     assert "40 separate training jobs" in line and "(first 10 of 40)" in line
     assert "job09" in line and "job10" not in line and len(line) < 600
+
+
+def test_a_sparse_event_file_is_not_read_into_memory(tmp_path: Path) -> None:
+    """A 1 GiB event file that is mostly a hole (a crash's preallocated tail): read through a
+    memory map, holes skipped, so the reader's peak memory stays far below the file size."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, write_tb_run
+
+    run = write_tb_run(tmp_path / "run", n=200, spike_at=None)
+    (f,) = run.glob("events*")
+    with open(f, "r+b") as fh:
+        fh.truncate(1 << 30)
+    reader = (
+        "import sys; from forensics.importers import read_run; "
+        f"r = read_run({str(run)!r}); assert r.series('loss').height == 200"
+    )
+    # A fresh parent whose only child is the reader: RUSAGE_CHILDREN is then the reader's peak.
+    probe = (
+        "import resource, subprocess, sys; "
+        f"subprocess.run([sys.executable, '-c', {reader!r}], check=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    peak_mib = int(out.stdout.strip()) / 1024
+    assert peak_mib < 700, peak_mib
