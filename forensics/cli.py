@@ -37,18 +37,57 @@ class _Group(TyperGroup):
         _plain_arguments(command)
         return command
 
-    def invoke(self, ctx):  # noqa: ANN001, ANN201
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        """Usage errors as one line (click's own format boxed by rich is 5-6 lines)."""
         try:
-            return super().invoke(ctx)
+            from typer._click import exceptions as click  # typer >= 0.20 vendors click
+        except ImportError:  # pragma: no cover - older typer
+            from click import exceptions as click
+
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.NoArgsIsHelpError as exc:
+            exc.show()  # the help text, as asked for by giving no argument
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            cmd = exc.ctx.command_path if exc.ctx is not None else "forensics"
+            hint = f" (see {cmd} --help)" if exc.ctx is not None else ""
+            _err(f"error: {_one_line(exc.format_message())}{hint}")
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            _err(f"error: {_one_line(exc.format_message())}")
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            _err("aborted")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx):  # noqa: ANN001, ANN201
+        import warnings
+
+        debug = bool(os.environ.get("FORENSICS_DEBUG"))
+        try:
+            with warnings.catch_warnings():
+                # stderr holds the project's own lines only: numpy's overflow warnings on
+                # absurd values (1e308, signalling NaNs) are not news to the user.
+                if not debug:
+                    warnings.simplefilter("ignore")
+                return super().invoke(ctx)
         except ForensicsError as exc:
             _err(f"error: {exc}")
             raise typer.Exit(code=2) from None
         except (typer.Exit, typer.Abort):
             raise
+        except OSError as exc:
+            if debug:
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            _err(f"error: {where}cannot be read or written ({exc.strerror or exc})")
+            raise typer.Exit(code=2) from None
         except Exception as exc:
-            if os.environ.get("FORENSICS_DEBUG") or type(exc).__module__.startswith(
-                ("click", "typer")
-            ):
+            if debug or type(exc).__module__.startswith(("click", "typer")):
                 raise
             _err(
                 f"internal error: {type(exc).__name__}: {exc} "
@@ -70,6 +109,10 @@ def _plain_arguments(command: object) -> None:
 
 def _no_type_label(ctx: object) -> None:
     return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 app = typer.Typer(
@@ -101,7 +144,9 @@ class PlotlyJs(StrEnum):
 
 
 def _err(msg: str) -> None:
-    typer.echo(f"forensics: {msg}", err=True)
+    from forensics.terminal import safe
+
+    typer.echo(f"forensics: {safe(msg)}", err=True)
 
 
 def _version(value: bool) -> None:
@@ -146,32 +191,62 @@ def _inside(child: Path, parent: Path) -> bool:
         return False
 
 
+def _fallback_dirs() -> list[Path]:
+    """Where a report goes when reports/ under the current folder lies inside the run: the
+    user cache folder, then a per-user folder under the system temporary folder (HOME or
+    XDG_CACHE_HOME may themselves lie inside the run)."""
+    out: list[Path] = []
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        out.append(Path(xdg) / "forensics" / "reports")
+    try:
+        out.append(Path.home() / ".cache" / "forensics" / "reports")
+    except RuntimeError:  # no HOME and no passwd entry
+        pass
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    out.append(Path(tempfile.gettempdir()) / f"forensics-{uid}" / "reports")
+    return out
+
+
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "forensics" / "reports"
+    return _fallback_dirs()[0]
 
 
 def _safe_name(name: str) -> str:
-    return re.sub(r"[^\w.-]+", "_", name).strip("._") or "run"
+    return re.sub(r"[^\w.-]+", "_", name).strip("._")[:200] or "run"
 
 
 def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
     """Where an output goes: never inside a run folder (it is evidence).
 
     The default place (reports/ under the current folder) falls back to the user cache
-    folder when it lies inside a run; an explicit path there is refused.
+    folder, then to the temporary folder, when it lies inside a run; an explicit path there
+    is refused. Links are resolved before the check, so a symlinked reports/ folder cannot
+    lead into the run either.
     """
-    target = requested if requested is not None else Path.cwd() / "reports" / default_name
-    for run_path in run_paths:
-        evidence = run_path if run_path.is_dir() else run_path.parent
-        if _inside(target, evidence):
-            if requested is not None:
-                raise ForensicsError(
-                    f"{requested}: refusing to write inside the run folder {evidence} "
-                    "(it is evidence); choose another path"
-                )
-            target = _cache_dir() / default_name
-    return target
+    evidence = [p if p.is_dir() else p.parent for p in (Path(r) for r in run_paths)]
+
+    def inside_run(target: Path) -> Path | None:
+        return next((e for e in evidence if _inside(target, e)), None)
+
+    if requested is not None:
+        where = inside_run(requested)
+        if where is not None:
+            raise ForensicsError(
+                f"{requested}: refusing to write inside the run folder {where} "
+                "(it is evidence); choose another path"
+            )
+        return requested
+    for folder in [Path.cwd() / "reports", *_fallback_dirs()]:
+        target = folder / default_name
+        if inside_run(target) is None:
+            return target
+    raise ForensicsError(
+        f"every place for {default_name} (reports/, the cache folder, the temporary folder) "
+        "lies inside the run folder (it is evidence); choose a path with --out"
+    )
 
 
 def _is_url(path: str) -> bool:
@@ -188,11 +263,10 @@ def _input(path: str | Path) -> Path:
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ForensicsError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    """Write an output atomically: complete or absent, never written through a link."""
+    from forensics.atomic import write_atomic
+
+    write_atomic(path, text)
 
 
 def _emit(
@@ -208,7 +282,15 @@ def _emit(
     print_json: bool = True,
 ) -> dict:
     run_path = Path(diag.run.path)
-    doc = diag.to_document()
+    shown, scrub = diag, None
+    if redact:
+        # Hosts, users and home paths out of every string of the page and the document.
+        from forensics.redact import redact_diagnosis, redact_document
+
+        shown, scrub = redact_diagnosis(diag)
+        doc = redact_document(shown.to_document(), scrub)
+    else:
+        doc = diag.to_document()
     if json_out is not None:
         jpath = _place(json_out, f"{name}.json", run_path)
         _write(jpath, json.dumps(doc, indent=2, allow_nan=False) + "\n")
@@ -218,7 +300,12 @@ def _emit(
         from forensics.report import render_html
 
         report_path = _place(out, f"{name}.html", run_path)
-        _write(report_path, render_html(diag, plotlyjs=plotlyjs.value, redact=redact))
+        html = render_html(shown, plotlyjs=plotlyjs.value, redact=redact)
+        if scrub is not None:
+            from forensics.redact import redact_page
+
+            html = redact_page(html, scrub)
+        _write(report_path, html)
         _err(f"report written to {_shown(report_path)}")
     if fmt is OutputFormat.json:
         if print_json:
@@ -487,11 +574,13 @@ def metrics(
     table = metrics_table(run)
     from rich.table import Table
 
-    t = Table(title=f"{run.name} ({run.format})")
+    from forensics.terminal import escape
+
+    t = Table(title=f"{escape(run.name)} ({run.format})")
     for col in table.columns:
         t.add_column(col)
-    for row in table.iter_rows():
-        t.add_row(*["" if v is None else str(v) for v in row])
+    for row in table.iter_rows():  # tags are untrusted text: no markup, no control characters
+        t.add_row(*["" if v is None else escape(v) for v in row])
     _to_stdout(lambda console: console.print(t))
 
 

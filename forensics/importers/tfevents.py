@@ -39,7 +39,14 @@ from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.base import ImportResult, ReadOptions, Source, rel
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.tfevents_proto import decode_records
-from forensics.importers.tfevents_scan import decode_fast, header_ok, length_crc_ok, walk
+from forensics.importers.tfevents_scan import (
+    crc32c_py,
+    decode_fast,
+    header_ok,
+    length_crc_ok,
+    masked,
+    walk,
+)
 from forensics.schema import conform, x_kind_of
 
 NAME = "tfevents"
@@ -75,11 +82,8 @@ def event_jobs(root: Path, files: list[Path]) -> dict[Path, list[Path]]:
         )
         jobs.setdefault(key, [])
     for f in ev:
-        key = next(
-            k
-            for k in sorted(jobs, key=lambda p: len(p.parts), reverse=True)
-            if k == f.parent or k in f.parents
-        )
+        # The deepest job folder at or above the file, walking up (linear in the files).
+        key = next(k for k in (f.parent, *f.parent.parents) if k in jobs)
         jobs[key].append(f)
     return {k: sorted(v, key=lambda p: (p.name, str(p))) for k, v in jobs.items()}
 
@@ -167,6 +171,16 @@ def _crc_function():  # noqa: ANN202
     return crc32c.crc32c
 
 
+def _any_crc():  # noqa: ANN202
+    """The crc32c package when installed, else the pure-Python CRC (one record's worth)."""
+    try:
+        import crc32c
+
+        return crc32c.crc32c
+    except ImportError:
+        return crc32c_py
+
+
 class _FileResult:
     def __init__(self) -> None:
         self.frame = pl.DataFrame()
@@ -183,14 +197,14 @@ class _FileResult:
 def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], crc) -> _FileResult:  # noqa: ANN001
     out = _FileResult()
     try:
-        buf = path.read_bytes()
+        buf = _map(path)
     except OSError as exc:
         raise UnreadableInputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     n = len(buf)
     if n == 0:
         return out
     if n >= 12 and not header_ok(buf[:12]):
-        if buf.count(0) == n:
+        if not np.frombuffer(buf, dtype=np.uint8).any():
             raise UnreadableInputError(
                 f"{path}: the file is all zero bytes; expected TensorBoard event records"
             )
@@ -202,10 +216,21 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     fr = walk(buf, MAX_RECORD)
     good = length_crc_ok(a, fr.offs)
     k = int(np.argmin(good)) if not good.all() else len(good)
+    stop = fr.stop if k == len(good) else "bad_crc"
+    # A crash can leave the last block zero-filled from the middle of a record: the record
+    # the zeros begin in was being written, not corrupted. It is dropped when its data CRC
+    # fails (at most one record reaches into the trailing zero run).
+    z = _zero_run_start(a, path)
+    while k and z < n and int(fr.offs[k - 1] + fr.lens[k - 1] + 16) > z:
+        o, ln = int(fr.offs[k - 1]), int(fr.lens[k - 1])
+        stored = int.from_bytes(buf[o + 12 + ln : o + 16 + ln], "little")
+        if masked(_any_crc()(buf[o + 12 : o + 12 + ln])) == stored:
+            break  # a complete record whose last bytes happen to be zeros
+        k, stop = k - 1, "bad_crc"
     offs, lens = fr.offs[:k], fr.lens[:k]
     end = int(offs[-1] + lens[-1] + 16) if k else 0
-    if k < len(good) or fr.stop != "eof":
-        _classify_tail(path, buf, end, k, fr.stop if k == len(good) else "bad_crc", out)
+    if k < len(fr.offs) or fr.stop != "eof":
+        _classify_tail(path, buf, end, k, stop, out, z)
     out.records = k
     keep = np.ones(k, dtype=bool)
     if crc is not None and k:
@@ -275,16 +300,87 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     return out
 
 
-def _classify_tail(path: Path, buf: bytes, end: int, k: int, stop: str, out: _FileResult) -> None:
+def _map(path: Path):  # noqa: ANN202 - bytes or a read-only mmap (same buffer protocol)
+    """The file's bytes, memory-mapped: a multi-gigabyte (or sparse) event file is paged in
+    as it is scanned instead of copied into memory whole."""
+    import mmap
+
+    with open(path, "rb") as fh:
+        try:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):  # an empty file, a file system without mmap
+            return fh.read()
+
+
+def _zero_run_start(a: np.ndarray, path: Path | None = None) -> int:
+    """Where the run of zero bytes ending the file starts (len(a) when it ends otherwise).
+
+    Holes of a sparse file are zeros by definition: they are skipped without being read
+    (SEEK_DATA / SEEK_HOLE), so a mostly-empty multi-gigabyte file is not paged in."""
+    for lo, hi in reversed(_data_regions(path, len(a))):
+        found = _last_nonzero(a, lo, hi)
+        if found is not None:
+            return found + 1
+    return 0
+
+
+def _data_regions(path: Path | None, n: int) -> list[tuple[int, int]]:
+    """(start, end) of the parts of the file that hold data; the whole file when unknown."""
+    import errno
+    import os
+
+    if path is None or not hasattr(os, "SEEK_DATA"):
+        return [(0, n)]
+    out: list[tuple[int, int]] = []
+    try:
+        with open(path, "rb") as fh:
+            fd, pos = fh.fileno(), 0
+            while pos < n:
+                try:
+                    data = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only a hole from pos on
+                        break
+                    raise
+                hole = os.lseek(fd, data, os.SEEK_HOLE)
+                out.append((data, min(hole, n)))
+                pos = hole
+    except OSError:
+        return [(0, n)]
+    return out
+
+
+def _last_nonzero(a: np.ndarray, lo: int, hi: int) -> int | None:
+    step = 1 << 16
+    while hi > lo:
+        start = max(lo, hi - step)
+        nz = np.flatnonzero(a[start:hi])
+        if len(nz):
+            return start + int(nz[-1])
+        hi = start
+        step = min(step * 4, 1 << 26)
+    return None
+
+
+def _classify_tail(
+    path: Path, buf: bytes, end: int, k: int, stop: str, out: _FileResult, z: int
+) -> None:
     """After the last good record: a killed job's cut-off tail is fine, corruption is not."""
-    tail = buf[end:]
-    if tail.count(0) == len(tail):
+    n = len(buf)
+    if z <= end:
         if k == 0:
             raise UnreadableInputError(f"{path}: zero-filled; expected TensorBoard event records")
-        out.cut_bytes, out.zero_tail = len(tail), True
+        out.cut_bytes, out.zero_tail = n - end, True
         return
-    if stop == "short" and (len(tail) < 12 or header_ok(tail[:12])):
-        out.cut_bytes = len(tail)  # the last record was being written when the job stopped
+    if z < n:
+        # Bytes of one record, then zeros to the end (a crash's zero-filled last block).
+        declared = int.from_bytes(buf[end : end + 8], "little") if z - end >= 12 else 0
+        if z - end < 12 or (header_ok(buf[end : end + 12]) and z - end < declared + 16):
+            out.cut_bytes, out.zero_tail = n - end, True
+            return
+    left = n - end  # no copy of the tail: it may be gigabytes of a sparse file
+    if stop == "short" and (left < 12 or header_ok(buf[end : end + 12])):
+        out.cut_bytes = left  # the last record was being written when the job stopped
         return
     raise UnreadableInputError(
         f"{path}: corrupt TensorBoard record framing at byte {end} (after {k} good records); "

@@ -52,7 +52,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     it = matches(lines, line.str.contains(r"^iter \d+: loss "), _ITER)
     if not it.is_empty():
         it = it.with_columns(
-            pl.col("step").cast(pl.Int64),
+            pl.col("step").cast(pl.Int64, strict=False),
             num(pl.col("loss")),
             num(pl.col("ms")),
             num(pl.col("mfu")),
@@ -60,11 +60,13 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         parts.append(wide_to_rows(it, {"loss": "loss", "ms": "step_time (ms)", "mfu": "mfu (%)"}))
     ev = matches(lines, line.str.contains(r"^step \d+: train loss "), _EVAL)
     if not ev.is_empty():
-        ev = ev.with_columns(pl.col("step").cast(pl.Int64), num(pl.col("tl")), num(pl.col("vl")))
+        ev = ev.with_columns(
+            pl.col("step").cast(pl.Int64, strict=False), num(pl.col("tl")), num(pl.col("vl"))
+        )
         # The train loss printed at evaluation is an estimate over eval batches: kept apart.
         parts.append(wide_to_rows(ev, {"tl": "eval_train_loss", "vl": "val loss"}))
     md = lines.filter(line.str.contains(r"^step:\d+/\d+ ")).with_columns(
-        line.str.extract(r"^step:(\d+)/", 1).cast(pl.Int64).alias("step")
+        line.str.extract(r"^step:(\d+)/", 1).cast(pl.Int64, strict=False).alias("step")
     )
     if not md.is_empty():
         parts.append(
