@@ -21,8 +21,9 @@ def print_summary(
 ) -> None:
     """Print the verdict, the most severe findings with their steps, and the report's location."""
     from rich.console import Console
-    from forensics.terminal import escape
     from rich.table import Table
+
+    from forensics.terminal import escape
 
     console = console or Console()
     run = diagnosis.run

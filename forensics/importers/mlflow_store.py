@@ -311,7 +311,7 @@ class MlflowStoreImporter:
             if run is not None:
                 runs.setdefault(run, []).append(f)
                 continue
-            if read_head(f, 16) == _SQLITE_MAGIC:
+            if read_head(f, 16, raw=True) == _SQLITE_MAGIC:
                 found = _sqlite_runs(f)
                 if not found:
                     continue
