@@ -120,39 +120,69 @@ def _inside(child: Path, parent: Path) -> bool:
         return False
 
 
+def _fallback_dirs() -> list[Path]:
+    """Where a report goes when reports/ under the current folder lies inside the run: the
+    user cache folder, then a per-user folder under the system temporary folder (HOME or
+    XDG_CACHE_HOME may themselves lie inside the run)."""
+    out: list[Path] = []
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        out.append(Path(xdg) / "forensics" / "reports")
+    try:
+        out.append(Path.home() / ".cache" / "forensics" / "reports")
+    except RuntimeError:  # no HOME and no passwd entry
+        pass
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    out.append(Path(tempfile.gettempdir()) / f"forensics-{uid}" / "reports")
+    return out
+
+
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "forensics" / "reports"
+    return _fallback_dirs()[0]
 
 
 def _safe_name(name: str) -> str:
-    return re.sub(r"[^\w.-]+", "_", name).strip("._") or "run"
+    return re.sub(r"[^\w.-]+", "_", name).strip("._")[:200] or "run"
 
 
 def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
     """Where an output goes: never inside a run folder (it is evidence).
 
     The default place (reports/ under the current folder) falls back to the user cache
-    folder when it lies inside a run; an explicit path there is refused.
+    folder, then to the temporary folder, when it lies inside a run; an explicit path there
+    is refused. Links are resolved before the check, so a symlinked reports/ folder cannot
+    lead into the run either.
     """
-    target = requested if requested is not None else Path.cwd() / "reports" / default_name
-    for run_path in run_paths:
-        evidence = run_path if run_path.is_dir() else run_path.parent
-        if _inside(target, evidence):
-            if requested is not None:
-                raise ForensicsError(
-                    f"{requested}: refusing to write inside the run folder {evidence} (it is evidence); choose another path"
-                )
-            target = _cache_dir() / default_name
-    return target
+    evidence = [p if p.is_dir() else p.parent for p in (Path(r) for r in run_paths)]
+
+    def inside_run(target: Path) -> Path | None:
+        return next((e for e in evidence if _inside(target, e)), None)
+
+    if requested is not None:
+        where = inside_run(requested)
+        if where is not None:
+            raise ForensicsError(
+                f"{requested}: refusing to write inside the run folder {where} "
+                "(it is evidence); choose another path"
+            )
+        return requested
+    for folder in [Path.cwd() / "reports", *_fallback_dirs()]:
+        target = folder / default_name
+        if inside_run(target) is None:
+            return target
+    raise ForensicsError(
+        f"every place for {default_name} (reports/, the cache folder, the temporary folder) "
+        "lies inside the run folder (it is evidence); choose a path with --out"
+    )
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ForensicsError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    """Write an output atomically: complete or absent, never written through a link."""
+    from forensics.atomic import write_atomic
+
+    write_atomic(path, text)
 
 
 def _emit(

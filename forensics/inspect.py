@@ -86,9 +86,11 @@ def export_run(run: Run, out: Path) -> Path:
             f"{out}: inside the run folder {run_dir}; write the export somewhere else"
         )
     frame = run.frame.select(pl.lit(run.name).alias("run"), pl.all())
-    target.parent.mkdir(parents=True, exist_ok=True)
+    from forensics.atomic import write_with
+
+    # Temporary file and rename: a full disk leaves no partial or 0-byte export behind.
     if suffix == ".parquet":
-        frame.write_parquet(target)
+        write_with(out, frame.write_parquet)
     else:
-        frame.write_csv(target)
+        write_with(out, frame.write_csv)
     return target

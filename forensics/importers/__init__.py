@@ -124,7 +124,7 @@ def discover(path: Path) -> list[Source]:
                 read_bytes(path)  # a corrupt archive: say so rather than "unknown format"
             what = (
                 "binary data"
-                if binary_junk(read_head(path, 8192))
+                if binary_junk(read_head(path, 8192, raw=True))
                 else "no training log format recognised"
             )
             raise UnknownFormatError(f"{path}: {what}; {_EXPECTED}")

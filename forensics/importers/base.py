@@ -75,9 +75,15 @@ def open_bytes(path: Path) -> IO[bytes]:
     return path.open("rb")
 
 
-def read_bytes(path: Path) -> bytes:
-    """The whole file, decompressed. Bad .gz/.zst data is an UnreadableInputError (one line);
-    OS errors (permission, I/O) propagate for read_job to name the file."""
+def read_bytes(path: Path, *, raw: bool = False) -> bytes:
+    """The whole file, decompressed, as UTF-8 text bytes (see :func:`text_bytes`; ``raw``
+    skips that). Bad .gz/.zst data is an UnreadableInputError (one line); OS errors
+    (permission, I/O) propagate for read_job to name the file."""
+    data = _read_bytes(path)
+    return data if raw else text_bytes(data)
+
+
+def _read_bytes(path: Path) -> bytes:
     if path.name.endswith(".gz"):
         return _gunzip(path)
     chunks: list[bytes] = []
@@ -140,13 +146,63 @@ def as_number(v: Any) -> float | None:
     return None
 
 
+def utf16_kind(head: bytes) -> str | None:
+    """"utf-16" (BOM), "utf-16-le" / "utf-16-be" (no BOM: ASCII text with every other byte
+    zero), or None."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    sample = head[:4096]
+    if len(sample) < 8:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    z_even, z_odd = even.count(0) / len(even), odd.count(0) / len(odd)
+    if z_odd > 0.4 and z_even < 0.05:
+        return "utf-16-le"
+    if z_even > 0.4 and z_odd < 0.05:
+        return "utf-16-be"
+    return None
+
+
+def text_bytes(data: bytes) -> bytes:
+    """A text log as UTF-8 bytes: UTF-16 (with or without BOM) converted, a UTF-8 BOM
+    dropped, NUL bytes removed (a NUL line or the zero-filled tail a crash leaves).
+    Undecodable bytes (latin-1) stay; readers decode with replacement."""
+    if not data:
+        return data
+    kind = utf16_kind(data)
+    if kind is not None:
+        if kind != "utf-16" and len(data) % 2:
+            data = data[:-1]
+        data = data.decode(kind, "replace").encode("utf-8", "replace")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if b"\x00" in data:
+        data = data.replace(b"\x00", b"")
+    return data
+
+
 def read_text(path: Path) -> str:
     return read_bytes(path).decode("utf-8", errors="replace")
 
 
-def read_head(path: Path, n: int = 65536) -> bytes:
-    """The first ``n`` bytes (decompressed), for sniffing. Empty on any error; what was read
-    before the end of a cut-short compressed file."""
+def split_lines(text: str) -> list[str]:
+    """Lines split on newlines only: U+2028, U+2029 and U+0085 are legal inside JSON strings
+    (orjson, ensure_ascii=False) and must not split a record as str.splitlines() does."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def read_head(path: Path, n: int = 65536, *, raw: bool = False) -> bytes:
+    """The first ``n`` bytes (decompressed), for sniffing, as text bytes (:func:`text_bytes`;
+    ``raw`` skips that). Empty on any error; what was read before the end of a cut-short
+    compressed file."""
+    got = _read_head(path, n)
+    return got if raw else text_bytes(got)
+
+
+def _read_head(path: Path, n: int) -> bytes:
     out = b""
     if path.name.endswith(".gz"):
         import zlib
@@ -167,7 +223,7 @@ def read_head(path: Path, n: int = 65536) -> bytes:
 
 def head_lines(path: Path, n_lines: int = 200) -> list[str]:
     text = read_head(path).decode("utf-8", errors="replace")
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in split_lines(text) if ln.strip()]
     return lines[:n_lines]
 
 
@@ -187,17 +243,25 @@ def rel(path: Path, root: Path) -> str:
 
 
 def binary_junk(head: bytes) -> bool:
-    """True when the head of a file looks like binary data rather than text."""
+    """True when the head of a file looks like binary data rather than text.
+
+    Text survives a few odd bytes: latin-1 characters, a NUL line or a zero-filled tail, UTF-16.
+    Binary data is NULs scattered among control characters and invalid UTF-8."""
     if not head:
         return False
-    if b"\x00" in head[:4096]:
-        return True
-    try:
-        head[:4096].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # A multi-byte char cut at the end of the window is fine.
-        return exc.start < len(head[:4096]) - 4
-    return False
+    if utf16_kind(head):
+        return False
+    sample = head[:4096]
+    stripped = sample.replace(b"\x00", b"")
+    if not stripped.strip():
+        return b"\x00" in sample  # nothing but NULs
+    text = stripped.decode("utf-8", "replace")
+    if len(stripped) == len(sample) and "\ufffd" in text[-2:]:
+        text = text[:-2]  # a multi-byte character cut at the end of the window
+    bad = sum(
+        1 for c in text if c == "\ufffd" or c == "\x7f" or (c < " " and c not in "\t\n\r\x0c\x1b")
+    )
+    return bad > max(2, len(text) // 20)
 
 
 def frame_from_rows(rows: dict[str, list[Any]]) -> pl.DataFrame:

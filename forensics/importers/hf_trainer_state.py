@@ -24,7 +24,14 @@ from typing import Any
 import polars as pl
 
 from forensics.errors import UnreadableInputError
-from forensics.importers.base import ImportResult, ReadOptions, Source, read_text, rel
+from forensics.importers.base import (
+    ImportResult,
+    ReadOptions,
+    Source,
+    read_text,
+    rel,
+    text_bytes,
+)
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform
 
@@ -70,7 +77,7 @@ def _load(path: Path) -> dict[str, Any]:
 def _looks_like_state(path: Path) -> bool:
     try:
         with path.open("rb") as fh:
-            head = fh.read(4096)
+            head = text_bytes(fh.read(4096))  # a BOM or UTF-16 still reads as a state
     except OSError:
         return True  # let read() report it
     return b"log_history" in head or b"global_step" in head or head.lstrip().startswith(b"{")

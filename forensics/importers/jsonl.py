@@ -33,9 +33,13 @@ from forensics.importers.base import (
     Source,
     as_number,
     head_lines,
+    open_bytes,
     read_bytes,
+    read_head,
     rel,
+    split_lines,
     strip_suffixes,
+    text_bytes,
 )
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import conform
@@ -128,6 +132,35 @@ def _parse(line: str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+_HEAD = 65536
+_LONG_LINE_SCAN = 1 << 30  # how far to look for the end of a long first line
+
+
+def _head_lines(path: Path) -> list[str]:
+    """Up to 50 non-empty lines from the head, for sniffing. A line longer than the head (a
+    first record holding a 100 MB blob) is not judged on its cut-off start: the lines after
+    it are read instead, and it counts as an object when it starts like one."""
+    head = read_head(path, _HEAD)
+    if len(head) < _HEAD or b"\n" in head or not head.lstrip().startswith(b"{"):
+        return head_lines(path, 50)
+    try:
+        with open_bytes(path) as fh:
+            seen = 0
+            while seen < _LONG_LINE_SCAN and (chunk := fh.read(1 << 20)):
+                seen += len(chunk)
+                i = chunk.find(b"\n")
+                if i >= 0:
+                    rest = text_bytes(chunk[i + 1 :] + fh.read(_HEAD))
+                    break
+            else:
+                return []
+    except Exception:  # noqa: BLE001 - sniffing never raises
+        return []
+    text = rest.decode("utf-8", "replace")
+    lines = [ln for ln in split_lines(text) if ln.strip()][:49]
+    return ["{}"] + lines
+
+
 class JsonlImporter:
     NAME = NAME
 
@@ -137,7 +170,7 @@ class JsonlImporter:
             base = strip_suffixes(f.name)
             if not base.endswith(_SUFFIXES):
                 continue
-            lines = head_lines(f, 50)
+            lines = _head_lines(f)
             objs = [ln for ln in lines if _parse(ln) is not None]
             # Most lines must be objects; a .json file must hold more than one (not a
             # pretty-printed document such as all_results.json).
@@ -166,7 +199,7 @@ class JsonlImporter:
         bad: list[int] = []
         config: dict[str, Any] = {}
         relative_time = False
-        lines = text.splitlines()
+        lines = split_lines(text)
         for lineno, line in enumerate(lines, start=1):
             if not line.strip():
                 continue

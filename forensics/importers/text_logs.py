@@ -21,6 +21,7 @@ from forensics.importers.base import (
     read_bytes,
     rel,
     strip_suffixes,
+    text_bytes,
 )
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.schema import SCHEMA, conform
@@ -65,6 +66,7 @@ class TextLogsImporter:
             head, tail = head_and_tail(f)
             if not head or binary_junk(head):
                 continue
+            head, tail = text_bytes(head), text_bytes(tail)
             sample = (
                 clean(head).decode("utf-8", "replace")
                 + "\n"

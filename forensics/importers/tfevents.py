@@ -39,7 +39,14 @@ from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.base import ImportResult, ReadOptions, Source, rel
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.tfevents_proto import decode_records
-from forensics.importers.tfevents_scan import decode_fast, header_ok, length_crc_ok, walk
+from forensics.importers.tfevents_scan import (
+    crc32c_py,
+    decode_fast,
+    header_ok,
+    length_crc_ok,
+    masked,
+    walk,
+)
 from forensics.schema import conform, x_kind_of
 
 NAME = "tfevents"
@@ -166,6 +173,16 @@ def _crc_function():  # noqa: ANN202
     return crc32c.crc32c
 
 
+def _any_crc():  # noqa: ANN202
+    """The crc32c package when installed, else the pure-Python CRC (one record's worth)."""
+    try:
+        import crc32c
+
+        return crc32c.crc32c
+    except ImportError:
+        return crc32c_py
+
+
 class _FileResult:
     def __init__(self) -> None:
         self.frame = pl.DataFrame()
@@ -201,10 +218,21 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     fr = walk(buf, MAX_RECORD)
     good = length_crc_ok(a, fr.offs)
     k = int(np.argmin(good)) if not good.all() else len(good)
+    stop = fr.stop if k == len(good) else "bad_crc"
+    # A crash can leave the last block zero-filled from the middle of a record: the record
+    # the zeros begin in was being written, not corrupted. It is dropped when its data CRC
+    # fails (at most one record reaches into the trailing zero run).
+    z = _zero_run_start(a)
+    while k and z < n and int(fr.offs[k - 1] + fr.lens[k - 1] + 16) > z:
+        o, ln = int(fr.offs[k - 1]), int(fr.lens[k - 1])
+        stored = int.from_bytes(buf[o + 12 + ln : o + 16 + ln], "little")
+        if masked(_any_crc()(buf[o + 12 : o + 12 + ln])) == stored:
+            break  # a complete record whose last bytes happen to be zeros
+        k, stop = k - 1, "bad_crc"
     offs, lens = fr.offs[:k], fr.lens[:k]
     end = int(offs[-1] + lens[-1] + 16) if k else 0
-    if k < len(good) or fr.stop != "eof":
-        _classify_tail(path, buf, end, k, fr.stop if k == len(good) else "bad_crc", out)
+    if k < len(fr.offs) or fr.stop != "eof":
+        _classify_tail(path, buf, end, k, stop, out, z)
     out.records = k
     keep = np.ones(k, dtype=bool)
     if crc is not None and k:
@@ -274,14 +302,38 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     return out
 
 
-def _classify_tail(path: Path, buf: bytes, end: int, k: int, stop: str, out: _FileResult) -> None:
+def _zero_run_start(a: np.ndarray) -> int:
+    """Where the run of zero bytes ending the file starts (len(a) when it ends otherwise)."""
+    n = len(a)
+    step = 1 << 16
+    hi = n
+    while hi > 0:
+        lo = max(0, hi - step)
+        nz = np.flatnonzero(a[lo:hi])
+        if len(nz):
+            return lo + int(nz[-1]) + 1
+        hi = lo
+        step = min(step * 4, 1 << 26)
+    return 0
+
+
+def _classify_tail(
+    path: Path, buf: bytes, end: int, k: int, stop: str, out: _FileResult, z: int
+) -> None:
     """After the last good record: a killed job's cut-off tail is fine, corruption is not."""
-    tail = buf[end:]
-    if tail.count(0) == len(tail):
+    n = len(buf)
+    if z <= end:
         if k == 0:
             raise UnreadableInputError(f"{path}: zero-filled; expected TensorBoard event records")
-        out.cut_bytes, out.zero_tail = len(tail), True
+        out.cut_bytes, out.zero_tail = n - end, True
         return
+    if z < n:
+        # Bytes of one record, then zeros to the end (a crash's zero-filled last block).
+        declared = int.from_bytes(buf[end : end + 8], "little") if z - end >= 12 else 0
+        if z - end < 12 or (header_ok(buf[end : end + 12]) and z - end < declared + 16):
+            out.cut_bytes, out.zero_tail = n - end, True
+            return
+    tail = buf[end:]
     if stop == "short" and (len(tail) < 12 or header_ok(tail[:12])):
         out.cut_bytes = len(tail)  # the last record was being written when the job stopped
         return

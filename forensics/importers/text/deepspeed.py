@@ -163,7 +163,7 @@ def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
     chat = lines.filter(line.str.contains(r"\|step: \d+\|")).with_columns(
         line.str.extract(r"\|step: (\d+)\|", 1).cast(pl.Int64).alias("step")
     )
-    rows = kv_rows(chat, "line", r"(?P<key>[A-Za-z_][\w ]*?):\s*(?P<val>" + NUM + r")(?:\||$)")
+    rows = kv_rows(chat, "line", r"(?P<key>[A-Za-z_][\w ]*?):\s*(?P<val>" + NUM + r")\s*(?:\||$)")
     parts.append(rows.filter(~pl.col("tag").is_in(["step", "epoch", "ppo_ep"])))
     # DeepSpeed-Chat: "average reward score: -0.67" after each step; reward-model evaluations.
     rew = lines.filter(line.str.contains("average reward score", literal=True)).with_columns(
