@@ -48,6 +48,7 @@ class ReadOptions:
     verify_crc: bool = False
     aliases: dict[str, str] = field(default_factory=dict)
     batch_size: int | None = None  # samples per optimizer step, to convert sample-indexed x axes
+    cache: bool = True  # read an unchanged run back from the user cache (forensics.cache)
 
 
 class Importer(Protocol):
@@ -147,7 +148,7 @@ def as_number(v: Any) -> float | None:
 
 
 def utf16_kind(head: bytes) -> str | None:
-    """"utf-16" (BOM), "utf-16-le" / "utf-16-be" (no BOM: ASCII text with every other byte
+    """ "utf-16" (BOM), "utf-16-le" / "utf-16-be" (no BOM: ASCII text with every other byte
     zero), or None."""
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return "utf-16"
