@@ -61,7 +61,7 @@ class Run:
 
         TensorBoard's data-server rule: a record at step s pre-empts earlier records at
         steps >= s. Within a segment the last row for a step wins (a re-logged value).
-        Sorted by (metric, layer, tag, step).
+        Sorted by (metric, source, tag, step).
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
             self._view, self._metrics, self._parts, self._cached_for = (
@@ -106,11 +106,16 @@ class Run:
     def _metric_rows(self, metric: str) -> pl.DataFrame:
         v = self.view()
         if self._parts is None:
+            # The view is sorted by metric first: each metric's rows are one zero-copy slice
+            # of it (partitioning would copy the whole view once more).
+            runs = (
+                v.select(pl.col("metric").rle())
+                .unnest("metric")
+                .with_columns(pl.col("len").cum_sum().shift(1, fill_value=0).alias("start"))
+                .filter(pl.col("value").is_not_null())
+            )
             self._parts = {
-                k[0]: part
-                for k, part in v.filter(pl.col("metric").is_not_null())
-                .partition_by("metric", as_dict=True)
-                .items()
+                m: v.slice(start, n) for n, m, start in runs.select("len", "value", "start").rows()
             }
         return self._parts.get(metric, v.clear())
 
@@ -172,7 +177,8 @@ _LAYER_COMBINE = {
 def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
     """Keep, per series, only rows not pre-empted by a later segment (RustBoard semantics).
 
-    Then one value per (series, step): the last one logged. Sorted by (source, tag, step).
+    Then one value per (series, step): the last one logged. Sorted by (metric, source, tag,
+    step), rows without a canonical metric first.
     """
     if frame.is_empty():
         return frame
@@ -193,8 +199,9 @@ def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
         f = f.filter(pl.col("_later_first").is_null() | (pl.col("step") < pl.col("_later_first")))
         f = f.drop("_later_first")
     # Stable sort keeps record order among equal keys, so the last of a run of equal
-    # (source, tag, step) rows is the value logged last.
-    f = f.sort(["source", "tag", "step"], maintain_order=True)
+    # (source, tag, step) rows is the value logged last. The metric comes first (it is a
+    # function of source and tag) so that each metric's rows are contiguous (Run.series).
+    f = f.sort(["metric", "source", "tag", "step"], maintain_order=True)
     last_of_key = (
         (pl.col("step") != pl.col("step").shift(-1))
         | (pl.col("tag") != pl.col("tag").shift(-1))
