@@ -42,7 +42,10 @@ def assign_segments(
     order = order or ["file_idx", "record_idx"]
     if frame.is_empty():
         return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
-    f = frame.with_row_index("_row").sort([*order, "_row"]).drop("_row")
+    if _in_order(frame, order):
+        f = frame  # importers emit record order: no sorted copy of the whole frame
+    else:
+        f = frame.with_row_index("_row").sort([*order, "_row"]).drop("_row")
     steps = f.get_column("step").to_numpy()
     n = len(f)
     pos = np.arange(n)
@@ -97,6 +100,24 @@ def assign_segments(
             current = cut
     seg = np.searchsorted(np.asarray(cuts, dtype=np.int64), pos, side="right").astype(np.int32)
     return f.with_columns(pl.Series("segment", seg, dtype=pl.Int32))
+
+
+def _in_order(frame: pl.DataFrame, order: list[str]) -> bool:
+    """Are the rows already sorted by ``order`` (stable sort would keep them as they are)?"""
+    if any(c not in frame.columns for c in order):
+        return False
+    cols = [frame.get_column(c) for c in order]
+    if any(c.null_count() for c in cols):
+        return False
+    if len(cols) == 1:
+        return cols[0].is_sorted()
+    if len(cols) != 2 or not cols[0].is_sorted():
+        return False
+    a, b = cols[0].to_numpy(), cols[1].to_numpy()
+    if a.dtype.kind not in "iu" or b.dtype.kind not in "iu" or len(a) < 2:
+        return len(a) < 2
+    same = a[1:] == a[:-1]
+    return bool(np.all(b[1:][same] >= b[:-1][same]))
 
 
 def restart_findings(frame: pl.DataFrame) -> list[Finding]:
