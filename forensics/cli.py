@@ -27,23 +27,67 @@ if TYPE_CHECKING:
 class _Group(TyperGroup):
     """Maps the project's own errors to one stderr line and exit code 2, for every command."""
 
-    def invoke(self, ctx):  # noqa: ANN001, ANN201
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        """Usage errors as one line (click's own format boxed by rich is 5-6 lines)."""
         try:
-            return super().invoke(ctx)
+            from typer._click import exceptions as click  # typer >= 0.20 vendors click
+        except ImportError:  # pragma: no cover - older typer
+            from click import exceptions as click
+
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.NoArgsIsHelpError as exc:
+            exc.show()  # the help text, as asked for by giving no argument
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            cmd = exc.ctx.command_path if exc.ctx is not None else "forensics"
+            hint = f" (see {cmd} --help)" if exc.ctx is not None else ""
+            _err(f"error: {_one_line(exc.format_message())}{hint}")
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            _err(f"error: {_one_line(exc.format_message())}")
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            _err("aborted")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx):  # noqa: ANN001, ANN201
+        import warnings
+
+        debug = bool(os.environ.get("FORENSICS_DEBUG"))
+        try:
+            with warnings.catch_warnings():
+                # stderr holds the project's own lines only: numpy's overflow warnings on
+                # absurd values (1e308, signalling NaNs) are not news to the user.
+                if not debug:
+                    warnings.simplefilter("ignore")
+                return super().invoke(ctx)
         except ForensicsError as exc:
             _err(f"error: {exc}")
             raise typer.Exit(code=2) from None
         except (typer.Exit, typer.Abort):
             raise
+        except OSError as exc:
+            if debug:
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            _err(f"error: {where}cannot be read or written ({exc.strerror or exc})")
+            raise typer.Exit(code=2) from None
         except Exception as exc:
-            if os.environ.get("FORENSICS_DEBUG") or type(exc).__module__.startswith(
-                ("click", "typer")
-            ):
+            if debug or type(exc).__module__.startswith(("click", "typer")):
                 raise
             _err(
-                f"internal error: {type(exc).__name__}: {exc} (set FORENSICS_DEBUG=1 for the traceback)"
+                f"internal error: {type(exc).__name__}: {exc} "
+                "(set FORENSICS_DEBUG=1 for the traceback)"
             )
             raise typer.Exit(code=2) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 app = typer.Typer(
@@ -75,7 +119,9 @@ class PlotlyJs(StrEnum):
 
 
 def _err(msg: str) -> None:
-    typer.echo(f"forensics: {msg}", err=True)
+    from forensics.terminal import safe
+
+    typer.echo(f"forensics: {safe(msg)}", err=True)
 
 
 def _version(value: bool) -> None:
@@ -198,7 +244,15 @@ def _emit(
     print_json: bool = True,
 ) -> dict:
     run_path = Path(diag.run.path)
-    doc = diag.to_document()
+    shown, scrub = diag, None
+    if redact:
+        # Hosts, users and home paths out of every string of the page and the document.
+        from forensics.redact import redact_diagnosis, redact_document
+
+        shown, scrub = redact_diagnosis(diag)
+        doc = redact_document(shown.to_document(), scrub)
+    else:
+        doc = diag.to_document()
     if json_out is not None:
         jpath = _place(json_out, f"{name}.json", run_path)
         _write(jpath, json.dumps(doc, indent=2, allow_nan=False) + "\n")
@@ -208,7 +262,12 @@ def _emit(
         from forensics.report import render_html
 
         report_path = _place(out, f"{name}.html", run_path)
-        _write(report_path, render_html(diag, plotlyjs=plotlyjs.value, redact=redact))
+        html = render_html(shown, plotlyjs=plotlyjs.value, redact=redact)
+        if scrub is not None:
+            from forensics.redact import redact_page
+
+            html = redact_page(html, scrub)
+        _write(report_path, html)
         _err(f"report written to {report_path}")
     if fmt is OutputFormat.json:
         if print_json:
@@ -353,11 +412,13 @@ def metrics(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{run.name} ({run.format})")
+    from forensics.terminal import escape
+
+    t = Table(title=f"{escape(run.name)} ({run.format})")
     for col in table.columns:
         t.add_column(col)
-    for row in table.iter_rows():
-        t.add_row(*["" if v is None else str(v) for v in row])
+    for row in table.iter_rows():  # tags are untrusted text: no markup, no control characters
+        t.add_row(*["" if v is None else escape(v) for v in row])
     Console(width=max(100, os.get_terminal_size(1).columns if sys.stdout.isatty() else 120)).print(
         t
     )

@@ -138,8 +138,11 @@ def compare(paths: list[str | os.PathLike[str]], config: Config | None = None) -
         try:
             diags.append(analyze(Path(p), config))
         except MultipleJobsError as exc:
+            from forensics.errors import summarize
+
             raise ForensicsError(
-                f"{p} holds {len(exc.jobs)} separate jobs ({', '.join(exc.jobs)}); compare takes one job per path"
+                f"{p} holds {len(exc.jobs)} separate jobs ({summarize(exc.jobs)}); "
+                "compare takes one job per path"
             ) from None
     labels = _labels([d.run.name for d in diags])
     vitals = {m: [_vital(d.run, m) for d in diags] for m in VITALS}
@@ -160,12 +163,13 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
     from rich.table import Table
 
     from forensics.report.render import _num
+    from forensics.terminal import escape
 
     console = console or Console()
     t = Table(title="forensics compare", show_lines=False)
     t.add_column("")
     for lab in cmp.labels:
-        t.add_column(lab, overflow="fold")
+        t.add_column(escape(lab), overflow="fold")  # run names come from folder names
     t.add_row("verdict", *[d.verdict.upper() for d in cmp.diagnoses])
     t.add_row("format", *[d.run.format for d in cmp.diagnoses])
     t.add_row("steps", *[f"{d.run.first_step:,}-{d.run.last_step:,}" for d in cmp.diagnoses])

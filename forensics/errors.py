@@ -20,11 +20,17 @@ class MultipleJobsError(ForensicsError):
 
     def __init__(self, path: str, jobs: list[str]) -> None:
         self.jobs = jobs
-        listing = ", ".join(jobs)
         super().__init__(
-            f"{path} holds {len(jobs)} separate training jobs ({listing}); "
+            f"{path} holds {len(jobs)} separate training jobs ({summarize(jobs)}); "
             "point at one of them, or use --all to analyze each"
         )
+
+
+def summarize(names: list[str], n: int = 10) -> str:
+    """A list of names for one line: all of them when few, else the first n and the count."""
+    if len(names) <= n:
+        return ", ".join(names)
+    return f"{', '.join(names[:n])} ... (first {n} of {len(names)})"
 
 
 class ConfigError(ForensicsError):

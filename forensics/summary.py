@@ -27,7 +27,7 @@ def print_summary(
 ) -> None:
     """Print the verdict, the most severe findings with their steps, and the report's location."""
     from rich.console import Console
-    from rich.markup import escape
+    from forensics.terminal import escape
     from rich.table import Table
 
     console = console or Console()

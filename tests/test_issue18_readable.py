@@ -33,7 +33,7 @@ def _state(n: int = 30) -> str:
 def test_an_event_file_zeroed_from_the_middle_of_a_record_keeps_the_records_before(
     tmp_path: Path,
 ) -> None:
-    """A crash's zero-filled last 4 KiB block, from inside a record on: every complete record is read."""
+    """A crash's zero-filled last 4 KiB block, from inside a record on: complete records read."""
     src = write_tb_run(tmp_path / "src", n=200, spike_at=None)
     (f,) = src.glob("events.out.tfevents*")
     data = f.read_bytes()
@@ -76,7 +76,7 @@ def test_text_logs_with_odd_bytes_are_read(tmp_path: Path, name: str, content: b
     ids=["utf16-bom", "utf16le", "utf8-bom"],
 )
 def test_jsonl_and_trainer_state_in_other_encodings(tmp_path: Path, encode) -> None:  # noqa: ANN001
-    """UTF-16 and a UTF-8 BOM: every JSONL line (the first included) and the trainer state are read."""
+    """UTF-16 and a UTF-8 BOM: every JSONL line (the first too) and the trainer state read."""
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "m.jsonl").write_bytes(encode(_jsonl_text()))
     assert read_run(tmp_path / "a" / "m.jsonl").series("loss").height == 40
@@ -101,7 +101,8 @@ def test_deepspeed_chat_lines_with_trailing_whitespace_keep_their_last_field(
     path = tmp_path / "train.log"
     path.write_text(
         "".join(
-            f"epoch: 0|step: {i}|ppo_ep: 1|act_loss: {0.5 + i / 100}|cri_loss: 0.3|unsuper_loss: 0.0   \n"
+            f"epoch: 0|step: {i}|ppo_ep: 1|act_loss: {0.5 + i / 100}|cri_loss: 0.3"
+            "|unsuper_loss: 0.0   \n"
             for i in range(40)
         )
     )

@@ -67,25 +67,71 @@ def _importer(name: str):  # noqa: ANN202 - returns a module implementing Import
         raise
 
 
-def list_files(root: Path) -> list[Path]:
-    """Every regular file under root (sorted, hidden and cache folders skipped)."""
+def list_files(root: Path, notes: list[str] | None = None) -> list[Path]:
+    """Every regular file under root (sorted, hidden and cache folders skipped).
+
+    The run folder is the boundary: a link pointing outside it is not followed (the user did
+    not pass that file), and a sub-folder or file that cannot be read is passed over; both
+    are counted in ``notes``. Only an unreadable root is an error.
+    """
     out: list[Path] = []
+    base = root.resolve()
+    outside: list[str] = []
+    unreadable: list[str] = []
 
     def fail(exc: OSError) -> None:
-        raise UnreadableInputError(f"{exc.filename}: cannot be listed ({exc.strerror or exc})")
+        if exc.filename is None or Path(exc.filename) == root:
+            raise UnreadableInputError(f"{root}: cannot be listed ({exc.strerror or exc})")
+        unreadable.append(rel(Path(exc.filename), root))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=fail):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for d in dirnames:  # os.walk does not descend into linked folders; say so for outside ones
+            q = Path(dirpath) / d
+            if q.is_symlink() and not _within(q.resolve(), base):
+                outside.append(rel(q, root))
         for f in sorted(filenames):
+            if f.startswith("."):
+                continue
             p = Path(dirpath) / f
-            if f.startswith(".") or not p.is_file():  # pipes and sockets would block a read
+            try:
+                if p.is_symlink() and not _within(p.resolve(), base):
+                    outside.append(rel(p, root))
+                    continue
+                if not p.is_file():  # pipes and sockets would block a read
+                    continue
+                if not os.access(p, os.R_OK):
+                    unreadable.append(f"{rel(p, root)} (permission denied)")
+                    continue
+            except (OSError, RuntimeError) as exc:  # a link into an unreadable folder, a loop
+                unreadable.append(f"{rel(p, root)} ({getattr(exc, 'strerror', None) or exc})")
                 continue
             out.append(p)
             if len(out) > MAX_FILES:
                 raise UnreadableInputError(
                     f"{root}: more than {MAX_FILES} files; point at one run folder"
                 )
+    if notes is not None:
+        if outside:
+            notes.append(
+                f"{len(outside)} link(s) pointing outside the run folder not followed: "
+                + _listing(outside)
+            )
+        if unreadable:
+            notes.append(
+                f"{len(unreadable)} unreadable path(s) passed over: {_listing(unreadable)}"
+            )
     return out
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _listing(items: list[str], n: int = 10) -> str:
+    """A long list shortened: the first n names, then how many more."""
+    shown = ", ".join(items[:n])
+    return shown + (f" ... ({len(items) - n} more)" if len(items) > n else "")
 
 
 _EXPECTED = (
@@ -97,15 +143,22 @@ _EXPECTED = (
 def discover(path: Path) -> list[Source]:
     """All sources under path, each claimed by one importer."""
     path = Path(path)
-    if not path.exists():
-        raise UnreadableInputError(f"{path}: no such file or folder")
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise UnreadableInputError(f"{path}: no such file or folder") from None
+    except OSError as exc:  # a name too long, a link loop, a folder on the way not searchable
+        raise UnreadableInputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    notes: list[str] = []
     if path.is_file():
         if not os.access(path, os.R_OK):
             raise UnreadableInputError(f"{path}: cannot be read (permission denied)")
         root, files = path.parent, [path]
     else:
-        root, files = path, list_files(path)
+        root, files = path, list_files(path, notes)
         if not files:
+            if notes:  # every file unreadable: say so, not "empty"
+                raise UnreadableInputError(f"{path}: nothing readable; {'; '.join(notes)}")
             raise UnreadableInputError(f"{path}: the folder is empty; {_EXPECTED}")
     unclaimed = list(files)
     sources: list[Source] = []
@@ -128,9 +181,13 @@ def discover(path: Path) -> list[Source]:
                 else "no training log format recognised"
             )
             raise UnknownFormatError(f"{path}: {what}; {_EXPECTED}")
+        also = f" ({'; '.join(notes)})" if notes else ""
         raise UnknownFormatError(
-            f"{path}: no training log recognised in this folder ({len(files)} files); {_EXPECTED}"
+            f"{path}: no training log recognised in this folder ({len(files)} files){also}; "
+            f"{_EXPECTED}"
         )
+    for s in sources:
+        s.options.setdefault("discovery_notes", notes)
     return sources
 
 
@@ -143,11 +200,16 @@ def group_jobs(sources: list[Source]) -> dict[str, list[Source]]:
     caller refuses to guess. File jobs (a single log file) join the folder job around them.
     """
     folder = sorted({s.job for s in sources if s.scope == "folder"}, key=lambda j: (_depth(j), j))
+    folder_set = set(folder)
     parent_of: dict[str, str] = {}
     for j in folder:
-        enclosing = [a for a in folder if a != j and _inside(j, a)]
-        if enclosing:
-            parent_of[j] = max(enclosing, key=_depth)
+        # The closest enclosing folder job, found by walking up (linear in the number of jobs).
+        if j == ".":
+            continue
+        for anc in [*(a.as_posix() for a in Path(j).parents if a != Path(".")), "."]:
+            if anc in folder_set:
+                parent_of[j] = anc
+                break
     # Refuse to merge when an enclosing job would absorb two nested jobs of the same format.
     nested: dict[tuple[str, str], set[str]] = {}
     for s in sources:
@@ -161,13 +223,17 @@ def group_jobs(sources: list[Source]) -> dict[str, list[Source]]:
         return j
 
     jobs: dict[str, list[Source]] = {}
-    tops = sorted({top(j) for j in folder}, key=_depth, reverse=True)
+    tops = {top(j) for j in folder}
     for s in sources:
         if s.scope == "folder":
             key = top(s.job)
         else:
-            where = str(Path(s.job).parent.as_posix()) if s.job != "." else "."
-            key = next((fj for fj in tops if _inside(where, fj) or where == fj), s.job)
+            # The deepest top-level folder job around the file, walking up from its folder.
+            where = Path(s.job).parent if s.job != "." else Path(".")
+            chain = [where.as_posix(), *(a.as_posix() for a in where.parents)]
+            if "." not in chain:
+                chain.append(".")
+            key = next((a for a in chain if a in tops), s.job)
         jobs.setdefault(key, []).append(s)
     return jobs
 
@@ -275,7 +341,8 @@ def _read_job(
     run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in kept)))
     frames = [r.frame for _, r in kept]
     run.frame = pl.concat(frames, how="vertical") if frames else run.frame
-    for note in dropped_notes + x_notes:
+    discovery = dict.fromkeys(n for s in sources for n in s.options.get("discovery_notes", []))
+    for note in [*discovery, *dropped_notes, *x_notes]:
         run.note(note)
     seen_restarts: set[tuple[object, object]] = set()
     # Notes, findings, config and metadata of every source read, even one whose rows all lost

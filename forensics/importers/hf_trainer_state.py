@@ -67,6 +67,10 @@ def _load(path: Path) -> dict[str, Any]:
         raise UnreadableInputError(
             f"{path}: not valid JSON ({exc}); expected a Trainer state"
         ) from None
+    except RecursionError:
+        raise UnreadableInputError(
+            f"{path}: JSON nested too deeply to read; expected a Trainer state"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("log_history"), list):
         raise UnreadableInputError(
             f"{path}: no log_history list; expected a Hugging Face trainer_state.json"
@@ -88,18 +92,16 @@ class HfTrainerStateImporter:
 
     def discover(self, root: Path, files: list[Path]) -> list[Source]:
         by_job: dict[Path, list[Path]] = {}
+        # checkpoint-N folders per output folder, in one pass (linear in the number of files)
+        ckpts_of: dict[Path, set[int]] = {}
         for f in files:
+            if m := _CKPT.match(f.parent.name):
+                ckpts_of.setdefault(f.parent.parent, set()).add(int(m.group(1)))
             if f.name == FILENAME and _looks_like_state(f):
                 by_job.setdefault(_job_dir(f), []).append(f)
         out = []
         for job, copies in by_job.items():
-            ckpts = sorted(
-                {
-                    int(m.group(1))
-                    for f in files
-                    if f.parent.parent == job and (m := _CKPT.match(f.parent.name))
-                }
-            )
+            ckpts = sorted(ckpts_of.get(job, ()))
             copies.sort(key=lambda p: (p.parent != job, str(p)))  # the top-level copy first
             out.append(Source(NAME, copies, rel(job, root), root, options={"checkpoints": ckpts}))
         return out
@@ -122,14 +124,14 @@ class HfTrainerStateImporter:
 
         def step_of(e: Any) -> float:
             st = e.get("step") if isinstance(e, dict) else None
-            return float(st) if isinstance(st, (int, float)) and not isinstance(st, bool) else 0.0
+            return _number(st) or 0.0
 
         def rank(item: tuple[Path, dict[str, Any]]) -> tuple[float, int, int]:
             p, d = item
             gs = d.get("global_step")
             gs = (
                 gs
-                if isinstance(gs, (int, float))
+                if isinstance(gs, (int, float)) and not isinstance(gs, bool)
                 else max((step_of(e) for e in d["log_history"]), default=0)
             )
             where = (
@@ -139,7 +141,7 @@ class HfTrainerStateImporter:
                 if p.parent.name == "last-checkpoint"
                 else 0
             )
-            return (float(gs), where, len(d["log_history"]))
+            return (_number(gs) or 0.0, where, len(d["log_history"]))
 
         best_path, state = max(copies, key=rank)
         name = rel(best_path, source.root)
@@ -153,7 +155,11 @@ class HfTrainerStateImporter:
                 no_step += 1
                 continue
             st = entry.get("step")
-            if not isinstance(st, (int, float)) or isinstance(st, bool) or not math.isfinite(st):
+            if (
+                not isinstance(st, (int, float))
+                or isinstance(st, bool)
+                or not -(2**62) < st < 2**62  # NaN, inf and steps no trainer reaches
+            ):
                 no_step += 1
                 continue
             for key, v in entry.items():
@@ -203,11 +209,14 @@ def _number(v: Any) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, (int, float)):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer beyond float range
+            return math.inf if v > 0 else -math.inf
     if isinstance(v, str):
         try:
             return float(v.strip())
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     return None
 

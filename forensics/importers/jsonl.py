@@ -130,7 +130,29 @@ def _parse(line: str) -> dict[str, Any] | None:
         obj = json.loads(s)
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return None
-    return obj if isinstance(obj, dict) else None
+    if not isinstance(obj, dict):
+        return None
+    if _SURROGATE.search(s):
+        try:
+            obj = _no_surrogates(obj)
+        except RecursionError:
+            return None
+    return obj
+
+
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _no_surrogates(v: Any) -> Any:
+    """A lone surrogate escape (``"\\ud800"``) is legal JSON but no text: make it U+FFFD so
+    that tags and config values can be stored, printed and written."""
+    if isinstance(v, str):
+        return v.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(v, dict):
+        return {_no_surrogates(k): _no_surrogates(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_no_surrogates(x) for x in v]
+    return v
 
 
 _HEAD = 65536

@@ -53,7 +53,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     _Loose.add_multi_constructor("", _any)
     try:
         data = yaml.load(read_text(path), Loader=_Loose)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -63,6 +63,7 @@ class LightningCsvImporter:
 
     def discover(self, root: Path, files: list[Path]) -> list[Source]:
         out: list[Source] = []
+        present = set(files)  # membership per file: a list would make discovery quadratic
         for f in files:
             if strip_suffixes(f.name) != "metrics.csv":
                 continue
@@ -71,7 +72,7 @@ class LightningCsvImporter:
             if ("step" not in cols and "epoch" not in cols) or "_step" in cols:
                 continue
             hp = f.parent / "hparams.yaml"
-            extra = [hp] if hp in files else []
+            extra = [hp] if hp in present else []
             out.append(
                 Source(
                     NAME,

@@ -52,12 +52,13 @@ class MegatronGoldenImporter:
 
     def discover(self, root: Path, files: list[Path]) -> list[Source]:
         out = []
+        present = set(files)  # a list would make discovery quadratic
         for f in files:
             if not strip_suffixes(f.name).lower().endswith(".json"):
                 continue
             if _SNIFF.match(read_head(f, 4096)):
                 cfg = f.parent / "model_config.yaml"
-                extra = [cfg] if cfg in files else []
+                extra = [cfg] if cfg in present else []
                 out.append(
                     Source(
                         NAME, [f], rel(f, root), root, scope="file", options={"also_claims": extra}
@@ -70,7 +71,7 @@ class MegatronGoldenImporter:
         name = rel(path, source.root)
         try:
             data = json.loads(read_text(path))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise UnreadableInputError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(data, dict):
             raise UnreadableInputError(f"{path}: expected an object of metrics with 'values'")
@@ -149,13 +150,13 @@ class MegatronGoldenImporter:
 
 def _model_config(folder: Path) -> dict[str, Any]:
     cfg = folder / "model_config.yaml"
-    if not cfg.is_file():
-        return {}
+    if not cfg.is_file() or folder.resolve() not in cfg.resolve().parents:
+        return {}  # absent, or a link pointing outside the run folder (not followed)
     import yaml
 
     try:
         data = yaml.safe_load(cfg.read_text(encoding="utf-8", errors="replace")) or {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return {}
     args = data.get("MODEL_ARGS") if isinstance(data, dict) else None
     if not isinstance(args, dict):

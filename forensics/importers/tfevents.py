@@ -82,11 +82,8 @@ def event_jobs(root: Path, files: list[Path]) -> dict[Path, list[Path]]:
         )
         jobs.setdefault(key, [])
     for f in ev:
-        key = next(
-            k
-            for k in sorted(jobs, key=lambda p: len(p.parts), reverse=True)
-            if k == f.parent or k in f.parents
-        )
+        # The deepest job folder at or above the file, walking up (linear in the files).
+        key = next(k for k in (f.parent, *f.parent.parents) if k in jobs)
         jobs[key].append(f)
     return {k: sorted(v, key=lambda p: (p.name, str(p))) for k, v in jobs.items()}
 
@@ -199,14 +196,14 @@ class _FileResult:
 def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], crc) -> _FileResult:  # noqa: ANN001
     out = _FileResult()
     try:
-        buf = path.read_bytes()
+        buf = _map(path)
     except OSError as exc:
         raise UnreadableInputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     n = len(buf)
     if n == 0:
         return out
     if n >= 12 and not header_ok(buf[:12]):
-        if buf.count(0) == n:
+        if not np.frombuffer(buf, dtype=np.uint8).any():
             raise UnreadableInputError(
                 f"{path}: the file is all zero bytes; expected TensorBoard event records"
             )
@@ -222,7 +219,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     # A crash can leave the last block zero-filled from the middle of a record: the record
     # the zeros begin in was being written, not corrupted. It is dropped when its data CRC
     # fails (at most one record reaches into the trailing zero run).
-    z = _zero_run_start(a)
+    z = _zero_run_start(a, path)
     while k and z < n and int(fr.offs[k - 1] + fr.lens[k - 1] + 16) > z:
         o, ln = int(fr.offs[k - 1]), int(fr.lens[k - 1])
         stored = int.from_bytes(buf[o + 12 + ln : o + 16 + ln], "little")
@@ -303,19 +300,66 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     return out
 
 
-def _zero_run_start(a: np.ndarray) -> int:
-    """Where the run of zero bytes ending the file starts (len(a) when it ends otherwise)."""
-    n = len(a)
-    step = 1 << 16
-    hi = n
-    while hi > 0:
-        lo = max(0, hi - step)
-        nz = np.flatnonzero(a[lo:hi])
-        if len(nz):
-            return lo + int(nz[-1]) + 1
-        hi = lo
-        step = min(step * 4, 1 << 26)
+def _map(path: Path):  # noqa: ANN202 - bytes or a read-only mmap (same buffer protocol)
+    """The file's bytes, memory-mapped: a multi-gigabyte (or sparse) event file is paged in
+    as it is scanned instead of copied into memory whole."""
+    import mmap
+
+    with open(path, "rb") as fh:
+        try:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):  # an empty file, a file system without mmap
+            return fh.read()
+
+
+def _zero_run_start(a: np.ndarray, path: Path | None = None) -> int:
+    """Where the run of zero bytes ending the file starts (len(a) when it ends otherwise).
+
+    Holes of a sparse file are zeros by definition: they are skipped without being read
+    (SEEK_DATA / SEEK_HOLE), so a mostly-empty multi-gigabyte file is not paged in."""
+    for lo, hi in reversed(_data_regions(path, len(a))):
+        found = _last_nonzero(a, lo, hi)
+        if found is not None:
+            return found + 1
     return 0
+
+
+def _data_regions(path: Path | None, n: int) -> list[tuple[int, int]]:
+    """(start, end) of the parts of the file that hold data; the whole file when unknown."""
+    import errno
+    import os
+
+    if path is None or not hasattr(os, "SEEK_DATA"):
+        return [(0, n)]
+    out: list[tuple[int, int]] = []
+    try:
+        with open(path, "rb") as fh:
+            fd, pos = fh.fileno(), 0
+            while pos < n:
+                try:
+                    data = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only a hole from pos on
+                        break
+                    raise
+                hole = os.lseek(fd, data, os.SEEK_HOLE)
+                out.append((data, min(hole, n)))
+                pos = hole
+    except OSError:
+        return [(0, n)]
+    return out
+
+
+def _last_nonzero(a: np.ndarray, lo: int, hi: int) -> int | None:
+    step = 1 << 16
+    while hi > lo:
+        start = max(lo, hi - step)
+        nz = np.flatnonzero(a[start:hi])
+        if len(nz):
+            return start + int(nz[-1])
+        hi = start
+        step = min(step * 4, 1 << 26)
+    return None
 
 
 def _classify_tail(
@@ -334,9 +378,9 @@ def _classify_tail(
         if z - end < 12 or (header_ok(buf[end : end + 12]) and z - end < declared + 16):
             out.cut_bytes, out.zero_tail = n - end, True
             return
-    tail = buf[end:]
-    if stop == "short" and (len(tail) < 12 or header_ok(tail[:12])):
-        out.cut_bytes = len(tail)  # the last record was being written when the job stopped
+    left = n - end  # no copy of the tail: it may be gigabytes of a sparse file
+    if stop == "short" and (left < 12 or header_ok(buf[end : end + 12])):
+        out.cut_bytes = left  # the last record was being written when the job stopped
         return
     raise UnreadableInputError(
         f"{path}: corrupt TensorBoard record framing at byte {end} (after {k} good records); "

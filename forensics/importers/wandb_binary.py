@@ -202,7 +202,7 @@ def _item(buf: bytes) -> tuple[str, Any, bool]:
 def _json(text: str) -> Any:
     try:
         return json.loads(text)  # Python's json accepts bare NaN / Infinity, as W&B writes them
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

@@ -77,7 +77,7 @@ def _first_json(path: Path) -> dict[str, Any] | None:
         if line.strip():
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
             return obj if isinstance(obj, dict) else None
     return None
@@ -259,7 +259,7 @@ def _jsonl_history(path: Path, name: str, notes: list[str]) -> pl.DataFrame:
             obj = json.loads(line)
             if not isinstance(obj, dict):
                 raise ValueError
-        except ValueError:
+        except (ValueError, RecursionError):
             bad.append(lineno)
             continue
         flat = flatten_dots(obj)

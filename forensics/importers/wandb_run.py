@@ -51,8 +51,20 @@ class WandbRunImporter:
         # A marker file alone (a summary without history) does not make a run unless the
         # folder looks like a W&B run folder.
         out: list[Source] = []
+        # Files under each run folder and debug logs per folder, in one pass over the files
+        # (a folder of thousands of runs must not cost runs x files).
+        under: dict[Path, list[Path]] = {d: [] for d in dirs}
+        debug_logs: dict[Path, list[Path]] = {}
+        for f in files:
+            for anc in f.parents:
+                if anc in under:
+                    under[anc].append(f)
+                if anc == root:
+                    break
+            if f.name.startswith("debug") and f.suffix == ".log":
+                debug_logs.setdefault(f.parent, []).append(f)
         for d in sorted(dirs):
-            members = [f for f in files if f == d or d in f.parents]
+            members = list(under[d])
             binaries = sorted(f for f in members if f.parent == d and BINARY.match(f.name))
             history = [f for f in members if f.name == "wandb-history.jsonl"]
             if not binaries and not history and not RUN_DIR.match(d.name):
@@ -61,11 +73,7 @@ class WandbRunImporter:
             if not main:
                 main = [f for f in members if f.name == "wandb-summary.json"][:1]
             # The wandb/ folder's own debug logs (symlinks to the latest run's) are not a job.
-            members += [
-                f
-                for f in files
-                if f.parent == d.parent and f.name.startswith("debug") and f.suffix == ".log"
-            ]
+            members += debug_logs.get(d.parent, [])
             out.append(
                 Source(
                     NAME,
@@ -218,7 +226,8 @@ def use_global_step(frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
 
 def _find(run_dir: Path, name: str) -> Path | None:
     for cand in (run_dir / "files" / name, run_dir / name):
-        if cand.is_file():
+        # A link pointing outside the run folder is not followed (it is not the run's file).
+        if cand.is_file() and run_dir.resolve() in cand.resolve().parents:
             return cand
     return None
 
@@ -232,7 +241,7 @@ def _read_side_files(
 
         try:
             data = yaml.safe_load(read_text(cfg)) or {}
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             notes.append(f"{cfg.name}: not valid YAML; config not read")
             data = {}
         if isinstance(data, dict):
@@ -248,7 +257,7 @@ def _read_side_files(
                 metadata["wandb_summary"] = _json_safe(
                     {k: v for k, v in data.items() if k != "_wandb"}
                 )
-        except ValueError:
+        except (ValueError, RecursionError):
             notes.append(f"{summ.name}: not valid JSON; summary not read")
     meta = _find(run_dir, "wandb-metadata.json")
     if meta is not None:
@@ -268,7 +277,7 @@ def _read_side_files(
                 ):
                     if k in data:
                         metadata[f"wandb_{k}"] = data[k]
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
 
 

@@ -210,12 +210,12 @@ def _number_in_order(pending: pl.DataFrame) -> pl.DataFrame:
     number of the scale event it belongs to (the one printed with or right after it)."""
     is_scale = pl.col("tag").is_in([deepspeed.SCALE_TAG, deepspeed.SCALE_UP_TAG])
     scale = _collapse_copies(pending.filter(is_scale))
-    scale = scale.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("step"))
+    scale = scale.with_columns(pl.int_range(pl.len()).cast(pl.Int64, strict=False).alias("step"))
     rest = pending.filter(~is_scale).sort("ln")
     if scale.is_empty():
         rest = _collapse_copies(rest)
         return rest.with_columns(
-            pl.int_range(pl.len()).over("tag").cast(pl.Int64).alias("step")
+            pl.int_range(pl.len()).over("tag").cast(pl.Int64, strict=False).alias("step")
         ).select(list(ROWS))
     lut = scale.select("ln", pl.col("step").alias("_n"))
     rest = rest.join_asof(lut, on="ln", strategy="forward").join_asof(

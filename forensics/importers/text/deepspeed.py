@@ -141,14 +141,14 @@ def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
     parts = []
     # Engine: "[Rank 0] step=10, skipped=10, lr=[5e-05, 5e-05], mom=[...]"
     st = lines.filter(line.str.contains(r"step=\d+, skipped=\d+")).with_columns(
-        line.str.extract(r"step=(\d+), skipped=", 1).cast(pl.Int64).alias("step"),
+        line.str.extract(r"step=(\d+), skipped=", 1).cast(pl.Int64, strict=False).alias("step"),
         num(line.str.extract(r"skipped=(\d+)", 1)).alias("skipped"),
         num(line.str.extract(r"lr=\[?\s*(" + NUM + ")", 1)).alias("lr"),
     )
     parts.append(wide_to_rows(st, {"skipped": "skipped_steps", "lr": "lr"}))
     # Timer: "epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=..., MemAllocated=4.34GB, MaxMemAllocated=12.81GB"
     tm = lines.filter(line.str.contains(r"global_step=\d+,")).with_columns(
-        line.str.extract(r"global_step=(\d+)", 1).cast(pl.Int64).alias("step")
+        line.str.extract(r"global_step=(\d+)", 1).cast(pl.Int64, strict=False).alias("step")
     )
     parts.append(
         kv_rows(
@@ -161,7 +161,7 @@ def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
     )
     # DeepSpeed-Chat RLHF: "epoch: 0|step: 12|ppo_ep: 1|act_loss: 0.20|cri_loss: 0.12|unsuper_loss: 0.0"
     chat = lines.filter(line.str.contains(r"\|step: \d+\|")).with_columns(
-        line.str.extract(r"\|step: (\d+)\|", 1).cast(pl.Int64).alias("step")
+        line.str.extract(r"\|step: (\d+)\|", 1).cast(pl.Int64, strict=False).alias("step")
     )
     rows = kv_rows(chat, "line", r"(?P<key>[A-Za-z_][\w ]*?):\s*(?P<val>" + NUM + r")\s*(?:\||$)")
     parts.append(rows.filter(~pl.col("tag").is_in(["step", "epoch", "ppo_ep"])))

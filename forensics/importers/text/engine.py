@@ -95,7 +95,7 @@ def read_lines(raw: bytes) -> pl.DataFrame:
     return (
         df.with_columns(pl.col("line").fill_null(""))
         .with_row_index("ln")
-        .with_columns(pl.col("ln").cast(pl.Int64))
+        .with_columns(pl.col("ln").cast(pl.Int64, strict=False))
     )
 
 
@@ -113,7 +113,7 @@ def read_pipes(raw: bytes, n_cols: int) -> pl.DataFrame:
         missing_columns="insert",
         encoding="utf8-lossy",
     )
-    return df.with_row_index("ln").with_columns(pl.col("ln").cast(pl.Int64))
+    return df.with_row_index("ln").with_columns(pl.col("ln").cast(pl.Int64, strict=False))
 
 
 def num(expr: pl.Expr, commas: bool = True) -> pl.Expr:

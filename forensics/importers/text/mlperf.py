@@ -45,7 +45,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     for ln, text in lines.iter_rows():
         try:
             ev = json.loads(text[text.index(":::MLLOG ") + 9 :])
-        except ValueError:
+        except (ValueError, RecursionError):
             bad += 1
             continue
         key, value, meta = ev.get("key"), ev.get("value"), ev.get("metadata") or {}

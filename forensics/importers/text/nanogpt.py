@@ -48,7 +48,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     )
     if not it.is_empty():
         it = it.with_columns(
-            pl.col("step").cast(pl.Int64),
+            pl.col("step").cast(pl.Int64, strict=False),
             num(pl.col("loss")),
             num(pl.col("ms")),
             num(pl.col("mfu")),
@@ -60,11 +60,11 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         .unnest("g")
     )
     if not ev.is_empty():
-        ev = ev.with_columns(pl.col("step").cast(pl.Int64), num(pl.col("tl")), num(pl.col("vl")))
+        ev = ev.with_columns(pl.col("step").cast(pl.Int64, strict=False), num(pl.col("tl")), num(pl.col("vl")))
         # The train loss printed at evaluation is an estimate over eval batches: kept apart.
         parts.append(wide_to_rows(ev, {"tl": "eval_train_loss", "vl": "val loss"}))
     md = lines.filter(line.str.contains(r"^step:\d+/\d+ ")).with_columns(
-        line.str.extract(r"^step:(\d+)/", 1).cast(pl.Int64).alias("step")
+        line.str.extract(r"^step:(\d+)/", 1).cast(pl.Int64, strict=False).alias("step")
     )
     if not md.is_empty():
         parts.append(

@@ -28,7 +28,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     lines = ctx.lines
     heads = lines.filter(line.str.contains(r"^\[step=\d+/")).select(
-        "ln", line.str.extract(r"^\[step=(\d+)/", 1).cast(pl.Int64).alias("step")
+        "ln", line.str.extract(r"^\[step=(\d+)/", 1).cast(pl.Int64, strict=False).alias("step")
     )
     if heads.is_empty():
         return empty_rows()

@@ -28,7 +28,7 @@ def sniff(sample: str) -> bool:
 def parse(ctx: Ctx) -> pl.DataFrame:
     line = pl.col("line")
     st = ctx.lines.filter(line.str.contains(r"\bstep:\s*\d+\s+loss:")).with_columns(
-        line.str.extract(r"\bstep:\s*(\d+)", 1).cast(pl.Int64).alias("step"),
+        line.str.extract(r"\bstep:\s*(\d+)", 1).cast(pl.Int64, strict=False).alias("step"),
         to_unix(line.str.extract(_DATE, 1)).alias("wall_time"),
         line.str.contains(r"(?i)validat").alias("_val"),
         # The metrics start at "step:"; the logging prefix before it holds no metric.
