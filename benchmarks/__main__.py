@@ -131,8 +131,8 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
             res[f"ratio_{name}_wall"] = ratio["wall"]
             res[f"ratio_{name}_cpu"] = ratio["cpu"]
             print(
-                f"   import {ta.wall:7.2f} s wall {ta.cpu:7.2f} s cpu | {name} {tb.wall:7.2f} s wall "
-                f"{tb.cpu:7.2f} s cpu | forensics/{name}: wall {ratio['wall']:.3f} cpu {ratio['cpu']:.3f}",
+                f"   import {ta.wall:7.2f} s wall {ta.cpu:7.2f} s cpu | {name} {tb.wall:7.2f} s wall "  # noqa: E501
+                f"{tb.cpu:7.2f} s cpu | forensics/{name}: wall {ratio['wall']:.3f} cpu {ratio['cpu']:.3f}",  # noqa: E501
                 flush=True,
             )
     assert t_imp is not None
@@ -147,8 +147,8 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
     res["analyze_over_import_wall"] = ta.wall / t_imp.wall
     res["analyze_over_import_cpu"] = ta.cpu / t_imp.cpu
     print(
-        f"   analyze --no-report {ta.wall:7.2f} s wall {ta.cpu:7.2f} s cpu, peak {ta.peak_mib:6.0f} MiB "
-        f"({res['analyze_bytes_per_point']:.0f} B/point); analyze/import cpu {res['analyze_over_import_cpu']:.2f}",
+        f"   analyze --no-report {ta.wall:7.2f} s wall {ta.cpu:7.2f} s cpu, peak {ta.peak_mib:6.0f} MiB "  # noqa: E501
+        f"({res['analyze_bytes_per_point']:.0f} B/point); analyze/import cpu {res['analyze_over_import_cpu']:.2f}",  # noqa: E501
         flush=True,
     )
     if not (args.no_report or args.smoke):
@@ -181,7 +181,7 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
     res.update(cache_read_cpu=tc.cpu, fresh_read_cpu=tn.cpu if tn else math.nan)
     res["cache_ratio_wall"], res["cache_ratio_cpu"] = ratio.get("wall"), ratio.get("cpu")
     print(
-        f"   read_run from the cache / fresh parse: wall {ratio['wall']:.3f} cpu {ratio['cpu']:.3f} (target <= 0.10)",
+        f"   read_run from the cache / fresh parse: wall {ratio['wall']:.3f} cpu {ratio['cpu']:.3f} (target <= 0.10)",  # noqa: E501
         flush=True,
     )
     if not args.smoke:
@@ -191,7 +191,7 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
             ((k, v) for k, v in st.items() if k.startswith("detector:")), key=lambda kv: -kv[1]
         )
         print(
-            "   in-process: import {:.2f} s, evidence {:.2f} s, detect {:.2f} s, diagnose {:.2f} s; top: {}".format(
+            "   in-process: import {:.2f} s, evidence {:.2f} s, detect {:.2f} s, diagnose {:.2f} s; top: {}".format(  # noqa: E501
                 st.get("import", 0),
                 st.get("evidence_init", 0),
                 st.get("detect", 0),
@@ -256,7 +256,7 @@ def table(results: list[dict], exps: dict[str, dict[str, float]], where: str, wh
         "of pairwise ratios of runs taken in turns. CPU seconds (user + sys) are quoted beside",
         "wall seconds: on a shared machine they move less with the load.",
         "",
-        "| format | steps | points | import s (cpu) | reference | ref s (cpu) | ratio wall / cpu | target | analyze --no-report s (cpu) | analyze / import (cpu) | peak MiB (B/point) | cached read / fresh (cpu) |",
+        "| format | steps | points | import s (cpu) | reference | ref s (cpu) | ratio wall / cpu | target | analyze --no-report s (cpu) | analyze / import (cpu) | peak MiB (B/point) | cached read / fresh (cpu) |",  # noqa: E501
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:

@@ -246,16 +246,16 @@ def write_megatron(folder: Path, ser: Series) -> tuple[Path, Path]:
             when = _dt.datetime.fromtimestamp(wall[j], _dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
             fb.append(
                 f" [{when}] iteration {it:8d}/ {n:8d} | consumed samples: {it * 512:12d} | "
-                f"elapsed time per iteration (ms): {ms[j]:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops[j]:.1f} | "
+                f"elapsed time per iteration (ms): {ms[j]:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops[j]:.1f} | "  # noqa: E501
                 f"learning rate: {lr[j]:.6E} | global batch size:   512 | lm loss: {loss[j]:.6E} | "
-                f"loss scale: {scale[j]:.1f} | grad norm: {gn[j]:.3f} | number of skipped iterations:   0 | "
+                f"loss scale: {scale[j]:.1f} | grad norm: {gn[j]:.3f} | number of skipped iterations:   0 | "  # noqa: E501
                 f"number of nan iterations:   0 |\n"
             )
             gb.append(
                 f'{{"iteration": {it}, "consumed samples": {it * 512}, '
                 f'"elapsed time per iteration (ms)": {ms[j]:.1f}, '
-                f'"throughput per GPU (TFLOP/s/GPU)": {tflops[j]:.1f}, "learning rate": {lr[j]:.6E}, '
-                f'"global batch size": 512, "lm loss": {loss[j]:.6E}, "loss scale": {scale[j]:.1f}, '
+                f'"throughput per GPU (TFLOP/s/GPU)": {tflops[j]:.1f}, "learning rate": {lr[j]:.6E}, '  # noqa: E501
+                f'"global batch size": 512, "lm loss": {loss[j]:.6E}, "loss scale": {scale[j]:.1f}, '  # noqa: E501
                 f'"grad norm": {gn[j]:.3f}, "number of skipped iterations": 0, '
                 f'"number of nan iterations": 0}}\n'
             )

@@ -103,7 +103,7 @@ def key(
             for f in claimed:
                 st = os.stat(f)
                 stats.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
-                newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+                newest = max(newest, st.st_mtime_ns)
             opts = {k: v for k, v in s.options.items() if k != "also_claims"}
             files.append(
                 (s.importer, s.job, str(s.root), s.scope, repr(sorted(opts.items())), stats)

@@ -132,6 +132,23 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _no_cache(value: bool) -> bool:
+    """--no-cache: parse the logs again instead of reading the run cache (forensics.cache)."""
+    if value:
+        os.environ["FORENSICS_NO_CACHE"] = "1"
+    return value
+
+
+NoCache = Annotated[
+    bool,
+    typer.Option(
+        "--no-cache",
+        callback=_no_cache,
+        help="Parse the logs again; do not read or write the run cache in the user cache folder.",
+    ),
+]
+
+
 @app.callback()
 def _root(
     version: Annotated[
@@ -140,6 +157,7 @@ def _root(
             "--version", callback=_version, is_eager=True, help="Show the version and exit."
         ),
     ] = False,
+    no_cache: NoCache = False,
 ) -> None:
     """Offline forensics for training logs: the vital signs the loss hides."""
 
@@ -349,6 +367,7 @@ def analyze(
     config_file: Annotated[
         Path | None, typer.Option("--config", help="Read settings from this TOML file.")
     ] = None,
+    no_cache: NoCache = False,
 ) -> None:
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
     from forensics.importers import discover_jobs, read_job
@@ -429,6 +448,7 @@ def export(
     path: Annotated[Path, typer.Argument(help="A run folder or a single log file.")],
     to: Annotated[Path, typer.Option("--to", help="Output file: .parquet or .csv.")],
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+    no_cache: NoCache = False,
 ) -> None:
     """Write the run's canonical long frame (every row, restarts included) for a notebook."""
     from forensics.inspect import export_run
@@ -465,6 +485,7 @@ def compare(
         list[str], typer.Option("--ignore", help="Drop a finding kind (repeatable).")
     ] = [],  # noqa: B006
     alias: Annotated[list[str], typer.Option("--alias", help="raw=canonical (repeatable).")] = [],  # noqa: B006
+    no_cache: NoCache = False,
 ) -> None:
     """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
     from forensics.compare import compare as do_compare

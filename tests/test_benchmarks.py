@@ -13,7 +13,7 @@ from benchmarks.measure import exponent
 
 
 def test_suite_smoke(tmp_path, capsys):
-    """`python -m benchmarks --smoke`: every format imports, analyzes and reads back from the cache."""
+    """`python -m benchmarks --smoke`: every format imports, analyzes and reads back from the cache."""  # noqa: E501
     results = main(["--smoke", "--data", str(tmp_path / "data")])
     assert {r["format"] for r in results} == {"tfevents", "jsonl", "megatron"}
     for r in results:
