@@ -140,6 +140,8 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
     if not refs:
         print(f"   import {t_imp.wall:7.2f} s wall {t_imp.cpu:7.2f} s cpu", flush=True)
 
+    if args.import_only:
+        return res
     ana = [PY, "-m", "forensics", "analyze", str(run_dir), "--no-report", "--format", "json"]
     ta, _, _ = pair(ana, None, repeat, nocache, warmup=False)
     res.update(analyze_wall=ta.wall, analyze_cpu=ta.cpu, analyze_peak_mib=ta.peak_mib)
@@ -184,7 +186,7 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
         f"   read_run from the cache / fresh parse: wall {ratio['wall']:.3f} cpu {ratio['cpu']:.3f} (target <= 0.10)",  # noqa: E501
         flush=True,
     )
-    if not args.smoke:
+    if not (args.smoke or args.no_stages):
         st = _stages(run_dir, nocache)
         res["stages"] = st
         top = sorted(
@@ -212,15 +214,17 @@ def scaling(results: list[dict]) -> dict[str, dict[str, float]]:
         if len(rows) < 2:
             continue
         pts = [r["points"] for r in rows]
-        e = {
-            "import_cpu": exponent(pts, [r["import_cpu"] for r in rows]),
-            "analyze_cpu": exponent(pts, [r["analyze_cpu"] for r in rows]),
-            "analyze_peak": exponent(pts, [r["analyze_peak_mib"] for r in rows]),
-        }
-        keys = set.intersection(*(set(r.get("stages", {})) for r in rows))
+        e = {"import_cpu": exponent(pts, [r["import_cpu"] for r in rows])}
+        ana = [r for r in rows if "analyze_cpu" in r]
+        if len(ana) >= 2:
+            apts = [r["points"] for r in ana]
+            e["analyze_cpu"] = exponent(apts, [r["analyze_cpu"] for r in ana])
+            e["analyze_peak"] = exponent(apts, [r["analyze_peak_mib"] for r in ana])
+        staged = [r for r in rows if r.get("stages")]
+        keys = set.intersection(*(set(r["stages"]) for r in staged)) if len(staged) >= 2 else set()
         for k in sorted(keys):
             if k.startswith("detector:") or k in ("import", "detect", "evidence_init", "diagnose"):
-                e[k] = exponent(pts, [r["stages"][k] for r in rows])
+                e[k] = exponent([r["points"] for r in staged], [r["stages"][k] for r in staged])
         out[kind] = e
     return out
 
@@ -264,13 +268,15 @@ def table(results: list[dict], exps: dict[str, dict[str, float]], where: str, wh
         for i, ref in enumerate(refs):
             if ref:
                 fr = (
-                    (r[f"ref_{ref}_wall"] / r["import_wall"], r[f"ref_{ref}_cpu"] / r["import_cpu"])
+                    (1 / r[f"ratio_{ref}_wall"], 1 / r[f"ratio_{ref}_cpu"])
                     if TARGETS[r["format"]][0].startswith("tbparse")
                     else (r[f"ratio_{ref}_wall"], r[f"ratio_{ref}_cpu"])
                 )
                 ratio = f"{fr[0]:.2f} / {fr[1]:.2f}"
                 label = (
-                    ref if TARGETS[r["format"]][0].startswith("forensics") else f"{ref} / forensics"
+                    f"forensics / {ref}"
+                    if TARGETS[r["format"]][0].startswith("forensics")
+                    else f"{ref} / forensics"
                 )
                 target = TARGETS[r["format"]][1]
                 if ref == "ea":
@@ -290,9 +296,10 @@ def table(results: list[dict], exps: dict[str, dict[str, float]], where: str, wh
                         f"{r[f'ref_{ref}_wall']:.2f} ({r[f'ref_{ref}_cpu']:.2f})" if ref else "–",
                         ratio,
                         target,
-                        f"{r['analyze_wall']:.2f} ({r['analyze_cpu']:.2f})" if first else "",
-                        f(r["analyze_over_import_cpu"]) if first else "",
-                        f"{r['analyze_peak_mib']:.0f} ({r['analyze_bytes_per_point']:.0f})"
+                        f"{f(r.get('analyze_wall'))} ({f(r.get('analyze_cpu'))})" if first else "",
+                        f(r.get("analyze_over_import_cpu")) if first else "",
+                        f"{f(r.get('analyze_peak_mib'), '{:.0f}')} "
+                        f"({f(r.get('analyze_bytes_per_point'), '{:.0f}')})"
                         if first
                         else "",
                         f(r.get("cache_ratio_cpu"), "{:.3f}") if first else "",
@@ -352,6 +359,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     ap.add_argument("--wide-max", type=_size, default=100_000, help="largest size of the wide run")
     ap.add_argument("--no-report", action="store_true", help="skip timing the HTML report")
+    ap.add_argument("--no-stages", action="store_true", help="skip the per-detector timings")
+    ap.add_argument(
+        "--import-only", action="store_true", help="time the import and its reference only"
+    )
     ap.add_argument("--smoke", action="store_true", help="smallest size, once, no references (CI)")
     ap.add_argument("--write-readme", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
