@@ -186,7 +186,7 @@ def _head_lines(path: Path) -> list[str]:
 
 # Anything the per-line reader treats specially sends a file to it: a carriage return,
 # a blank line, a BOM, NUL bytes.
-_NOT_FLAT = re.compile(rb"\r|\n\n|\x00|^\n|^\xef\xbb\xbf")
+_NOT_FLAT = (b"\r", b"\n\n", b"\x00")
 _NUMERIC = (pl.Boolean, pl.Null)
 
 
@@ -196,7 +196,7 @@ def _read_flat(raw: bytes) -> pl.DataFrame | None:
     record_idx) the per-line reader would, or None for anything else (nested objects,
     strings, bare NaN, a bad or cut-off line, Levanter's logger lines), which then goes
     line by line. Within a line, rows follow the file's first-seen key order."""
-    if not raw or _NOT_FLAT.search(raw):
+    if not raw or raw.startswith((b"\n", b"\xef\xbb\xbf")) or any(b in raw for b in _NOT_FLAT):
         return None
     n_lines = raw.count(b"\n") + (0 if raw.endswith(b"\n") else 1)
     try:
