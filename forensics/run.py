@@ -11,7 +11,6 @@ import polars as pl
 from forensics.findings import Finding
 from forensics.schema import (
     ACT_ABSMAX,
-    COLUMNS,
     GRAD_NORM_LAYER,
     PARAM_NORM_LAYER,
     PER_LAYER,
@@ -61,7 +60,7 @@ class Run:
 
         TensorBoard's data-server rule: a record at step s pre-empts earlier records at
         steps >= s. Within a segment the last row for a step wins (a re-logged value).
-        Sorted by (metric, source, tag, step).
+        Sorted by (metric, source, tag, step); columns :data:`VIEW_COLUMNS`.
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
             self._view, self._metrics, self._parts, self._cached_for = (
@@ -174,6 +173,10 @@ _LAYER_COMBINE = {
 }
 
 
+# Columns of the analysis view (the frame keeps every canonical column).
+VIEW_COLUMNS = ["source", "tag", "metric", "layer", "step", "value", "wall_time", "segment"]
+
+
 def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
     """Keep, per series, only rows not pre-empted by a later segment (RustBoard semantics).
 
@@ -181,8 +184,10 @@ def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
     step), rows without a canonical metric first.
     """
     if frame.is_empty():
-        return frame
-    f = frame.filter(pl.col("step").is_not_null())
+        return frame.select(VIEW_COLUMNS)
+    # Only what the analysis reads: provenance (file, record) stays in the frame, and the
+    # sorted copy is about half as wide.
+    f = frame.select(VIEW_COLUMNS).filter(pl.col("step").is_not_null())
     key = ["source", "tag"]
     if f.get_column("segment").n_unique() > 1:
         # For each segment, the smallest first step of any *later* segment of the same series:
@@ -207,4 +212,4 @@ def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
         | (pl.col("tag") != pl.col("tag").shift(-1))
         | (pl.col("source") != pl.col("source").shift(-1))
     ).fill_null(True)
-    return f.filter(last_of_key).select(COLUMNS)
+    return f.filter(last_of_key)
