@@ -129,16 +129,19 @@ class Run:
         v = self.view()
         if self._metrics is not None:
             return dict(self._metrics)
-        known = v.filter(pl.col("metric").is_not_null())
         out: dict[str, str] = {}
         self._metrics = out
-        if known.is_empty():
-            return dict(out)
+        # Lazy: the filter feeds the aggregation without a copy of the known rows.
         counts = (
-            known.group_by("metric", "tag")
+            v.lazy()
+            .filter(pl.col("metric").is_not_null())
+            .group_by("metric", "tag")
             .agg(pl.len().alias("n"), pl.col("layer").first())
             .sort(["metric", "n", "tag"], descending=[False, True, False])
+            .collect()
         )
+        if counts.is_empty():
+            return dict(out)
         for metric, grp in counts.group_by("metric", maintain_order=True):
             m = metric[0]
             if m in PER_LAYER:
