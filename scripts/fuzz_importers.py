@@ -108,7 +108,7 @@ def seeds() -> list[tuple[str, bytes]]:
     if ev:
         out.append(("events.out.tfevents.1700000000.host", ev))
     for p in sorted(CORPUS.rglob("*")):
-        if p.is_file() and p.suffix != ".txt" and p.name != "README.md":
+        if p.is_file() and p.suffix != ".txt" and p.name != "README.md" and p.name[0] != ".":
             out.append((corpus_name(p), p.read_bytes()))
     return out
 

@@ -51,9 +51,9 @@ def test_escape_sequences_in_folder_and_tag_names_do_not_reach_the_terminal(
 
 def _hostile_run(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A job with a host name in its event-file name, /home/<user> in a crash, W&B args."""
-    monkeypatch.setattr(socket, "gethostname", lambda: HOST)
-    run = write_tb_run(root / "job", n=200)
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:  # only the writer sees the fake host name
+        mp.setattr(socket, "gethostname", lambda: HOST)
+        run = write_tb_run(root / "job", n=200)
     (run / "train.log").write_text(
         "".join(f"iter {i}: loss {3 - i / 100:.4f}, time 10.00ms, mfu 1.00%\n" for i in range(50))
         + "Traceback (most recent call last):\n"

@@ -148,8 +148,8 @@ def as_number(v: Any) -> float | None:
 
 
 def utf16_kind(head: bytes) -> str | None:
-    """ "utf-16" (BOM), "utf-16-le" / "utf-16-be" (no BOM: ASCII text with every other byte
-    zero), or None."""
+    """The UTF-16 flavour of a head: "utf-16" (BOM), "utf-16-le" / "utf-16-be" (no BOM: ASCII
+    text with every other byte zero), or None."""
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return "utf-16"
     sample = head[:4096]

@@ -65,7 +65,9 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         ]
     )
     long = long.with_columns(
-        steps.cast(pl.Int64, strict=False).alias("step") if keys else pl.lit(None, dtype=pl.Int64).alias("step")
+        steps.cast(pl.Int64, strict=False).alias("step")
+        if keys
+        else pl.lit(None, dtype=pl.Int64).alias("step")
     )
     parts = []
     for k in keys:

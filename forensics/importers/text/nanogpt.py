@@ -60,7 +60,9 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         .unnest("g")
     )
     if not ev.is_empty():
-        ev = ev.with_columns(pl.col("step").cast(pl.Int64, strict=False), num(pl.col("tl")), num(pl.col("vl")))
+        ev = ev.with_columns(
+            pl.col("step").cast(pl.Int64, strict=False), num(pl.col("tl")), num(pl.col("vl"))
+        )
         # The train loss printed at evaluation is an estimate over eval batches: kept apart.
         parts.append(wide_to_rows(ev, {"tl": "eval_train_loss", "vl": "val loss"}))
     md = lines.filter(line.str.contains(r"^step:\d+/\d+ ")).with_columns(
