@@ -60,7 +60,12 @@ def assign_segments(
     )
     # Previous row of the same tag (with a step): sort positions by (tag, pos) and shift.
     sel = np.flatnonzero(has_step)
-    by_tag = sel[np.lexsort((sel, tag_ids[sel]))]
+    # A stable sort by tag keeps positions in order (sel is increasing): the same as a
+    # lexsort on (tag, position); on 16-bit ids numpy's stable sort is a radix sort.
+    ids = tag_ids[sel]
+    if len(ids) and int(ids.max()) < 1 << 16:
+        ids = ids.astype(np.uint16)
+    by_tag = sel[np.argsort(ids, kind="stable")]
     same = tag_ids[by_tag][1:] == tag_ids[by_tag][:-1]
     cur, prev = by_tag[1:][same], by_tag[:-1][same]
     s = steps.astype(np.float64)
