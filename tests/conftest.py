@@ -38,7 +38,8 @@ def write_tb_run(
     tag_prefix: str = "train/",
     suffix: str = "",
 ) -> Path:
-    """A TensorBoard run written by tensorboardX: a falling noisy loss, grad norm, lr; optional spike/NaN."""
+    """A TensorBoard run written by tensorboardX: a falling noisy loss, grad norm, lr; optional
+    spike/NaN."""
     from tensorboardX import SummaryWriter
 
     rng = np.random.default_rng(seed)

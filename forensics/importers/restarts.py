@@ -71,7 +71,9 @@ def assign_segments(
     s = steps.astype(np.float64)
     back = s[cur] < s[prev]
     cand_pos, cand_prev = cur[back], prev[back]
-    events: list[tuple[int, int, int]] = [(int(p), 0, int(q)) for p, q in zip(cand_pos, cand_prev)]
+    events: list[tuple[int, int, int]] = [
+        (int(p), 0, int(q)) for p, q in zip(cand_pos, cand_prev, strict=True)
+    ]
     if purges:
         rec = f.get_column("record_idx").to_numpy() if "record_idx" in f.columns else pos
         key = files.astype(np.int64) * (1 << 32) + rec.astype(np.int64)
@@ -155,7 +157,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         .group_by("tag", "segment")
         .agg(pl.col("step").min().alias("seg_first"))
     )
-    for prev, cur in zip(per, per[1:]):
+    for prev, cur in zip(per, per[1:], strict=False):
         if cur["first"] is None or prev["last"] is None:
             continue
         k = int(cur["segment"])
