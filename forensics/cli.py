@@ -157,6 +157,23 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _no_cache(value: bool) -> bool:
+    """--no-cache: parse the logs again instead of reading the run cache (forensics.cache)."""
+    if value:
+        os.environ["FORENSICS_NO_CACHE"] = "1"
+    return value
+
+
+NoCache = Annotated[
+    bool,
+    typer.Option(
+        "--no-cache",
+        callback=_no_cache,
+        help="Parse the logs again; do not read or write the run cache in the user cache folder.",
+    ),
+]
+
+
 @app.callback()
 def _root(
     version: Annotated[
@@ -165,6 +182,7 @@ def _root(
             "--version", callback=_version, is_eager=True, help="Show the version and exit."
         ),
     ] = False,
+    no_cache: NoCache = False,
 ) -> None:
     """Offline forensics for training logs: the vital signs the loss hides."""
 
@@ -460,6 +478,7 @@ def analyze(
             help="Also write JUnit XML: a test case per vital sign, failed at --fail-on.",
         ),
     ] = None,
+    no_cache: NoCache = False,
 ) -> None:
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
     from forensics.importers import discover_jobs, read_job
@@ -598,6 +617,7 @@ def export(
             "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
         ),
     ] = [],  # noqa: B006
+    no_cache: NoCache = False,
 ) -> None:
     """Write the run's canonical long frame (every row, restarts included) for a notebook."""
     from forensics.pipeline import read_options, read_run
@@ -653,6 +673,7 @@ def compare(
             "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
         ),
     ] = [],  # noqa: B006
+    no_cache: NoCache = False,
 ) -> None:
     """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
     from forensics.compare import compare as do_compare

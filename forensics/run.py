@@ -11,7 +11,6 @@ import polars as pl
 from forensics.findings import Finding
 from forensics.schema import (
     ACT_ABSMAX,
-    COLUMNS,
     GRAD_NORM_LAYER,
     PARAM_NORM_LAYER,
     PER_LAYER,
@@ -60,7 +59,7 @@ class Run:
 
         TensorBoard's data-server rule: a record at step s pre-empts earlier records at
         steps >= s. Within a segment the last row for a step wins (a re-logged value).
-        Sorted by (metric, layer, tag, step).
+        Sorted by (metric, source, tag, step); columns :data:`VIEW_COLUMNS`.
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
             self._view, self._metrics, self._parts, self._cached_for = (
@@ -105,11 +104,16 @@ class Run:
     def _metric_rows(self, metric: str) -> pl.DataFrame:
         v = self.view()
         if self._parts is None:
+            # The view is sorted by metric first: each metric's rows are one zero-copy slice
+            # of it (partitioning would copy the whole view once more).
+            runs = (
+                v.select(pl.col("metric").rle())
+                .unnest("metric")
+                .with_columns(pl.col("len").cum_sum().shift(1, fill_value=0).alias("start"))
+                .filter(pl.col("value").is_not_null())
+            )
             self._parts = {
-                k[0]: part
-                for k, part in v.filter(pl.col("metric").is_not_null())
-                .partition_by("metric", as_dict=True)
-                .items()
+                m: v.slice(start, n) for n, m, start in runs.select("len", "value", "start").rows()
             }
         return self._parts.get(metric, v.clear())
 
@@ -124,16 +128,19 @@ class Run:
         v = self.view()
         if self._metrics is not None:
             return dict(self._metrics)
-        known = v.filter(pl.col("metric").is_not_null())
         out: dict[str, str] = {}
         self._metrics = out
-        if known.is_empty():
-            return dict(out)
+        # Lazy: the filter feeds the aggregation without a copy of the known rows.
         counts = (
-            known.group_by("metric", "tag")
+            v.lazy()
+            .filter(pl.col("metric").is_not_null())
+            .group_by("metric", "tag")
             .agg(pl.len().alias("n"), pl.col("layer").first())
             .sort(["metric", "n", "tag"], descending=[False, True, False])
+            .collect()
         )
+        if counts.is_empty():
+            return dict(out)
         for metric, grp in counts.group_by("metric", maintain_order=True):
             m = metric[0]
             if m in PER_LAYER:
@@ -180,14 +187,21 @@ _LAYER_COMBINE = {
 }
 
 
+# Columns of the analysis view (the frame keeps every canonical column).
+VIEW_COLUMNS = ["source", "tag", "metric", "layer", "step", "value", "wall_time", "segment"]
+
+
 def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
     """Keep, per series, only rows not pre-empted by a later segment (RustBoard semantics).
 
-    Then one value per (series, step): the last one logged. Sorted by (source, tag, step).
+    Then one value per (series, step): the last one logged. Sorted by (metric, source, tag,
+    step), rows without a canonical metric first.
     """
     if frame.is_empty():
-        return frame
-    f = frame.filter(pl.col("step").is_not_null())
+        return frame.select(VIEW_COLUMNS)
+    # Only what the analysis reads: provenance (file, record) stays in the frame, and the
+    # sorted copy is about half as wide.
+    f = frame.select(VIEW_COLUMNS).filter(pl.col("step").is_not_null())
     key = ["source", "tag"]
     if f.get_column("segment").n_unique() > 1:
         # For each segment, the smallest first step of any *later* segment of the same series:
@@ -204,11 +218,12 @@ def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
         f = f.filter(pl.col("_later_first").is_null() | (pl.col("step") < pl.col("_later_first")))
         f = f.drop("_later_first")
     # Stable sort keeps record order among equal keys, so the last of a run of equal
-    # (source, tag, step) rows is the value logged last.
-    f = f.sort(["source", "tag", "step"], maintain_order=True)
+    # (source, tag, step) rows is the value logged last. The metric comes first (it is a
+    # function of source and tag) so that each metric's rows are contiguous (Run.series).
+    f = f.sort(["metric", "source", "tag", "step"], maintain_order=True)
     last_of_key = (
         (pl.col("step") != pl.col("step").shift(-1))
         | (pl.col("tag") != pl.col("tag").shift(-1))
         | (pl.col("source") != pl.col("source").shift(-1))
     ).fill_null(True)
-    return f.filter(last_of_key).select(COLUMNS)
+    return f.filter(last_of_key)

@@ -14,6 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # The shared folder (real logs, format samples): FORENSICS_SHARED, by default ../shared.
 SHARED = Path(os.environ.get("FORENSICS_SHARED", str(ROOT.parent / "shared"))).resolve()
 REAL_RUNS = SHARED / "real_runs"
+# The run cache goes to a folder of this test session, never the user's cache folder.
+if "FORENSICS_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["FORENSICS_CACHE_DIR"] = tempfile.mkdtemp(prefix="forensics-test-cache-")
 
 
 def shared_path(*parts: str) -> Path:
@@ -33,7 +38,8 @@ def write_tb_run(
     tag_prefix: str = "train/",
     suffix: str = "",
 ) -> Path:
-    """A TensorBoard run written by tensorboardX: a falling noisy loss, grad norm, lr; optional spike/NaN."""
+    """A TensorBoard run written by tensorboardX: a falling noisy loss, grad norm, lr; optional
+    spike/NaN."""
     from tensorboardX import SummaryWriter
 
     rng = np.random.default_rng(seed)

@@ -274,9 +274,29 @@ def read_job(
     options: ReadOptions | None = None,
     only_job: bool = True,
 ) -> Run:
-    """Read one job's sources into a Run: canonical names, x axis, one source per vital sign."""
+    """Read one job's sources into a Run: canonical names, x axis, one source per vital sign.
+
+    An unchanged run (same files, sizes and modification times, same options) is read back
+    from the user cache folder (:mod:`forensics.cache`) unless ``options.cache`` is off.
+    """
+    from forensics import cache
+
     options = options or ReadOptions()
     check_aliases(options.aliases)
+    key = cache.key(path, job, sources, options, only_job) if cache.enabled(options) else None
+    if key is not None:
+        hit = cache.load(key[0], Path(path))
+        if hit is not None:
+            return hit
+    run = _read_job(path, job, sources, options, only_job)
+    if key is not None and key[1]:
+        cache.store(key[0], run, Path(path))
+    return run
+
+
+def _read_job(
+    path: Path, job: str, sources: list[Source], options: ReadOptions, only_job: bool
+) -> Run:
     given = Path(path)  # run.path: the path as the user gave it
     path = given.resolve()
     results: list[tuple[Source, ImportResult]] = []

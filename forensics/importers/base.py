@@ -48,6 +48,7 @@ class ReadOptions:
     verify_crc: bool = False
     aliases: dict[str, str] = field(default_factory=dict)
     batch_size: int | None = None  # samples per optimizer step, to convert sample-indexed x axes
+    cache: bool = True  # read an unchanged run back from the user cache (forensics.cache)
 
 
 class Importer(Protocol):

@@ -43,7 +43,10 @@ def assign_segments(
     order = order or ["file_idx", "record_idx"]
     if frame.is_empty():
         return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
-    f = frame.with_row_index("_row").sort([*order, "_row"]).drop("_row")
+    if _in_order(frame, order):
+        f = frame  # importers emit record order: no sorted copy of the whole frame
+    else:
+        f = frame.with_row_index("_row").sort([*order, "_row"]).drop("_row")
     steps = f.get_column("step").to_numpy()
     n = len(f)
     pos = np.arange(n)
@@ -58,7 +61,12 @@ def assign_segments(
     )
     # Previous row of the same tag (with a step): sort positions by (tag, pos) and shift.
     sel = np.flatnonzero(has_step)
-    by_tag = sel[np.lexsort((sel, tag_ids[sel]))]
+    # A stable sort by tag keeps positions in order (sel is increasing): the same as a
+    # lexsort on (tag, position); on 16-bit ids numpy's stable sort is a radix sort.
+    ids = tag_ids[sel]
+    if len(ids) and int(ids.max()) < 1 << 16:
+        ids = ids.astype(np.uint16)
+    by_tag = sel[np.argsort(ids, kind="stable")]
     same = tag_ids[by_tag][1:] == tag_ids[by_tag][:-1]
     cur, prev = by_tag[1:][same], by_tag[:-1][same]
     s = steps.astype(np.float64)
@@ -100,6 +108,24 @@ def assign_segments(
             current = cut
     seg = np.searchsorted(np.asarray(cuts, dtype=np.int64), pos, side="right").astype(np.int32)
     return f.with_columns(pl.Series("segment", seg, dtype=pl.Int32))
+
+
+def _in_order(frame: pl.DataFrame, order: list[str]) -> bool:
+    """Are the rows already sorted by ``order`` (stable sort would keep them as they are)?"""
+    if any(c not in frame.columns for c in order):
+        return False
+    cols = [frame.get_column(c) for c in order]
+    if any(c.null_count() for c in cols):
+        return False
+    if len(cols) == 1:
+        return cols[0].is_sorted()
+    if len(cols) != 2 or not cols[0].is_sorted():
+        return False
+    a, b = cols[0].to_numpy(), cols[1].to_numpy()
+    if a.dtype.kind not in "iu" or b.dtype.kind not in "iu" or len(a) < 2:
+        return len(a) < 2
+    same = a[1:] == a[:-1]
+    return bool(np.all(b[1:][same] >= b[:-1][same]))
 
 
 def restart_findings(frame: pl.DataFrame) -> list[Finding]:

@@ -41,7 +41,7 @@ from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.tfevents_proto import decode_records
 from forensics.importers.tfevents_scan import (
     crc32c_py,
-    decode_fast,
+    decode_fast_chunked,
     header_ok,
     length_crc_ok,
     masked,
@@ -241,7 +241,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
             if ((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF) != stored:
                 keep[i] = False
         out.bad_crc = int((~keep).sum())
-    fast = decode_fast(a, offs, lens)
+    fast = decode_fast_chunked(a, offs, lens)
     # Tags known as scalars from a fast-path record's own metadata.
     for t in np.unique(fast.tag_id[fast.has_meta]).tolist():
         plugin_of[fast.tags[t]] = "scalars"
@@ -251,6 +251,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     except ValueError as exc:
         raise UnreadableInputError(f"{path}: {exc}; the file is corrupt") from None
     out.purges, out.hparams, out.skipped = proto.purges, proto.hparams, proto.skipped
+    del a, buf  # the file's bytes are decoded: free them before the frame is built
     sel = keep[fast.rec]
     tag_series = pl.Series("tag", fast.tags, dtype=pl.Utf8)
     fast_df = pl.DataFrame(

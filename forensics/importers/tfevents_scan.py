@@ -114,54 +114,113 @@ def walk(buf: bytes, max_record: int) -> Framing:
     offs: list[int] = []
     lens: list[int] = []
     blocks: list[tuple[np.ndarray, np.ndarray]] = []
-    recent: list[int] = []  # the latest lengths, wherever they came from, to find the pattern
+    recent: list[int] = []  # lengths read one by one since the last look for a pattern
+    hist = np.zeros(0, dtype=np.int64)  # the latest lengths, wherever they came from
+    pattern = np.zeros(0, dtype=np.int64)
     pos = 0
     stop = ""
     block = 64
+    cont: np.ndarray | None = None  # the pattern, continued, after a fully verified block
     while not stop:
-        # One by one: a few records, enough to see a repeating pattern.
-        for _ in range(32):
+        if cont is None:
+            # One by one: a few records, enough to see a repeating pattern.
+            for _ in range(32):
+                if pos + 12 > n:
+                    stop = "eof"
+                    break
+                (length,) = unpack(buf, pos)
+                if length == 0:  # no real Event serialises to zero bytes: zero-filled space
+                    stop = "zero"
+                    break
+                if length > max_record:
+                    stop = "huge"
+                    break
+                if pos + length + 16 > n:
+                    stop = "short"
+                    break
+                offs.append(pos)
+                lens.append(length)
+                recent.append(length)
+                pos += length + 16
+            if stop:
+                break
+            hist = np.concatenate([hist, np.asarray(recent, dtype=np.int64)])[-_HISTORY:]
+            recent = []
+            # The longest cycle the history repeats (per-layer norms every 50 steps, eval
+            # every 500) first, then the short one of the last records.
+            candidates = _patterns(hist)
+        else:
+            candidates = [cont]
+        got = None
+        for pattern in candidates:
+            got = _speculate(a, pos, pattern, block, max_record)
+            if len(got):
+                break
+        if got is None or not len(got):
+            block, cont = 64, None
             if pos + 12 > n:
                 stop = "eof"
-                break
-            (length,) = unpack(buf, pos)
-            if length == 0:  # no real Event serialises to zero bytes: zero-filled space
-                stop = "zero"
-                break
-            if length > max_record:
-                stop = "huge"
-                break
-            if pos + length + 16 > n:
-                stop = "short"
-                break
-            offs.append(pos)
-            lens.append(length)
-            recent.append(length)
-            pos += length + 16
-        if stop:
-            break
-        period = _period(recent[-32:])
-        got = (
-            _speculate(a, pos, np.asarray(recent[-period:], dtype=np.int64), block, max_record)
-            if period
-            else None
-        )
-        if got is None or not len(got):
-            block = 64
             continue
-        glens = np.asarray(recent[-period:], dtype=np.int64)[np.arange(len(got)) % period]
+        period = len(pattern)
+        glens = pattern[np.arange(len(got)) % period]
         blocks.append((np.asarray(offs, dtype=np.int64), np.asarray(lens, dtype=np.int64)))
         blocks.append((got, glens))
         offs, lens = [], []
-        recent = glens[-32:].tolist()
+        hist = np.concatenate([hist, glens[-_HISTORY:]])[-_HISTORY:]
         pos = int(got[-1] + glens[-1] + 16)
-        block = min(block * 2, 1 << 20) if len(got) == block else 64
+        if len(got) == block:
+            block = min(block * 2, 1 << 20)
+            cont = np.roll(pattern, -(len(got) % period))
+        else:
+            block, cont = 64, None
     if stop == "eof" and pos < n:
         stop = "short"  # fewer than 12 bytes left: a cut-off header
     blocks.append((np.asarray(offs, dtype=np.int64), np.asarray(lens, dtype=np.int64)))
     return Framing(
         np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]), pos, stop
     )
+
+
+_HISTORY = 16384  # lengths kept to find a long cycle
+
+
+def _patterns(hist: np.ndarray) -> list[np.ndarray]:
+    """Candidate next lengths: the longest-lived cycle of the history, then the short one."""
+    out: list[np.ndarray] = []
+    p = _long_period(hist)
+    if p:
+        out.append(hist[-p:])
+    q = _period(hist[-32:].tolist())
+    if q and q != p:
+        out.append(hist[-q:])
+    return out
+
+
+def _long_period(h: np.ndarray, probe: int = 64, span: int = 2048) -> int:
+    """Smallest p such that the latest max(span, 2p) lengths repeat with period p, or 0.
+
+    Candidates must first match the last ``probe`` lengths, then a sample of the last
+    ``span // 2`` (all survivors at once); the rest are checked in full, smallest first.
+    """
+    n = len(h)
+    if n < 2 * probe:
+        return 0
+    cands = np.arange(1, n // 2 + 1)
+    for k in range(1, probe + 1):
+        cands = cands[h[n - k - cands] == h[n - k]]
+        if not len(cands):
+            return 0
+    lo = max(n - span // 2, int(cands[-1]))
+    idx = np.linspace(lo, n - 1, num=min(256, n - lo)).astype(np.int64)
+    cands = cands[(h[idx[None, :] - cands[:, None]] == h[idx][None, :]).all(axis=1)]
+    for p in cands.tolist():
+        w = max(span, 2 * p)
+        if w > n:
+            break
+        seg = h[n - w :]
+        if np.array_equal(seg[p:], seg[:-p]):
+            return int(p)
+    return 0
 
 
 def _period(lens: list[int], longest: int = 16) -> int:
@@ -292,6 +351,38 @@ def decode_fast(a: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> FastRows:
     wall = _floats(a, d[rec] + 1, 8)
     tag_id, tags = _tags(a, q[rec] + 6, lt[rec])
     return FastRows(rec, step[rec], wall, value, tag_id, tags, meta[rec], tens[rec], matched)
+
+
+def decode_fast_chunked(
+    a: np.ndarray, offs: np.ndarray, lens: np.ndarray, chunk: int = 1 << 20
+) -> FastRows:
+    """:func:`decode_fast` over blocks of records: the same result, with the working arrays
+    (a few dozen bytes per record) bounded by the block instead of the whole file."""
+    if len(offs) <= chunk:
+        return decode_fast(a, offs, lens)
+    parts: list[FastRows] = []
+    tags: dict[str, int] = {}
+    for i in range(0, len(offs), chunk):
+        fr = decode_fast(a, offs[i : i + chunk], lens[i : i + chunk])
+        remap = np.asarray([tags.setdefault(t, len(tags)) for t in fr.tags], dtype=np.int64)
+        fr.rec += i
+        fr.tag_id = remap[fr.tag_id] if len(remap) else fr.tag_id
+        parts.append(fr)
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])
+
+    return FastRows(
+        rec=cat("rec"),
+        step=cat("step"),
+        wall_time=cat("wall_time"),
+        value=cat("value"),
+        tag_id=cat("tag_id"),
+        tags=list(tags),
+        has_meta=cat("has_meta"),
+        is_tensor=cat("is_tensor"),
+        matched=cat("matched"),
+    )
 
 
 def _tags(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:

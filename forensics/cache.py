@@ -1,0 +1,240 @@
+"""The run cache: a parsed run kept as Parquet in the user cache folder, keyed by its files.
+
+A second ``analyze``, ``compare``, ``export`` or a ``watch`` restart on an unchanged run reads
+the canonical frame back instead of re-parsing the logs. The key covers what the read
+depends on: the importer and files of every source with each file's size and modification
+time (nanoseconds), the read options, and the forensics code that turns files into frames
+(the size and modification time of the importer modules), so a changed log file or a new
+importer gives a new entry. Entries live under ``$FORENSICS_CACHE_DIR``, else
+``$XDG_CACHE_HOME/forensics/runs``, else ``~/.cache/forensics/runs``, never inside the run
+folder (it is evidence: a cache that would land there is not written).
+
+``FORENSICS_NO_CACHE=1`` (or ``--no-cache``, ``ReadOptions(cache=False)``) turns it off;
+``FORENSICS_CACHE_MAX_MB`` caps the folder (default 2048): the least recently used entries
+go first, and a run larger than the cap is not kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forensics.importers.base import ReadOptions, Source
+    from forensics.run import Run
+
+FORMAT = 1  # bump when the entry layout or the Run fields change
+DEFAULT_MAX_MB = 2048
+_FRAME = "frame.parquet"
+_META = "run.pickle"
+
+
+def enabled(options: ReadOptions | None = None) -> bool:
+    if os.environ.get("FORENSICS_NO_CACHE", "").strip() not in ("", "0"):
+        return False
+    return options is None or getattr(options, "cache", True)
+
+
+def max_bytes() -> int:
+    try:
+        mb = float(os.environ.get("FORENSICS_CACHE_MAX_MB", DEFAULT_MAX_MB))
+    except ValueError:
+        mb = DEFAULT_MAX_MB
+    return int(mb * 1024 * 1024)
+
+
+def cache_dir() -> Path:
+    """The folder entries live in (not created here)."""
+    explicit = os.environ.get("FORENSICS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "forensics" / "runs"
+    try:
+        return Path.home() / ".cache" / "forensics" / "runs"
+    except RuntimeError:  # no HOME and no passwd entry
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        return Path(tempfile.gettempdir()) / f"forensics-{uid}" / "runs"
+
+
+def _code_fingerprint() -> list[tuple[str, int, int]]:
+    """Size and mtime of the modules that turn files into the canonical frame."""
+    import forensics
+
+    pkg = Path(forensics.__file__).parent
+    mods = [pkg / "schema.py", pkg / "run.py", pkg / "cache.py", pkg / "findings.py"]
+    mods += sorted((pkg / "importers").rglob("*.py"))
+    out = []
+    for m in mods:
+        try:
+            st = m.stat()
+        except OSError:
+            continue
+        out.append((m.name, st.st_size, st.st_mtime_ns))
+    return out
+
+
+# A file modified this recently may change again within one tick of the file system's
+# clock, keeping its size and time stamp (git's "racily clean" problem), and a live run is
+# still being written: such reads are not stored.
+SETTLE_NS = 2_000_000_000
+
+
+def key(
+    path: Path, job: str, sources: list[Source], options: ReadOptions, only_job: bool
+) -> tuple[str, bool] | None:
+    """The entry name for this read and whether it may be stored (every file settled), or
+    None when a file cannot be stat'ed."""
+    import forensics
+
+    files: list[Any] = []
+    newest = 0
+    try:
+        for s in sources:
+            claimed = [*s.files, *s.options.get("also_claims", [])]
+            stats = []
+            for f in claimed:
+                st = os.stat(f)
+                stats.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
+                newest = max(newest, st.st_mtime_ns)
+            opts = {k: v for k, v in s.options.items() if k != "also_claims"}
+            files.append(
+                (s.importer, s.job, str(s.root), s.scope, repr(sorted(opts.items())), stats)
+            )
+    except OSError:
+        return None
+    parts = (
+        FORMAT,
+        forensics.__version__,
+        _code_fingerprint(),
+        str(Path(path).resolve()),
+        job,
+        only_job,
+        bool(options.verify_crc),
+        sorted(options.aliases.items()),
+        options.batch_size,
+        files,
+    )
+    settled = time.time_ns() - newest > SETTLE_NS
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:40], settled
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+def _usable_dir(run_path: Path) -> Path | None:
+    d = cache_dir()
+    evidence = run_path if run_path.is_dir() else run_path.parent
+    if _inside(d, evidence):
+        return None  # the cache would write into the run folder: never
+    return d
+
+
+def load(entry: str, run_path: Path) -> Run | None:
+    """The cached Run, or None (absent, unreadable or from another layout)."""
+    d = _usable_dir(run_path)
+    if d is None:
+        return None
+    folder = d / entry
+    try:
+        import polars as pl
+
+        with open(folder / _META, "rb") as fh:
+            meta = pickle.load(fh)  # noqa: S301 - the user's own cache folder, written by us
+        if meta.get("format") != FORMAT:
+            return None
+        frame = pl.read_parquet(folder / _FRAME)
+        os.utime(folder)  # least recently used goes first when the cap is reached
+    except Exception:  # noqa: BLE001 - a damaged entry is a miss, never an error
+        return None
+    from forensics.run import Run
+
+    run = Run(**meta["run"])
+    run.frame = frame
+    return run
+
+
+def store(entry: str, run: Run, run_path: Path) -> None:
+    """Keep the run (best effort: a full disk or a read-only cache folder only costs speed)."""
+    d = _usable_dir(run_path)
+    if d is None:
+        return
+    cap = max_bytes()
+    if run.frame.estimated_size() > 4 * cap:  # certainly too large even compressed
+        return
+    tmp: Path | None = None
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=d))
+        run.frame.write_parquet(tmp / _FRAME, compression="lz4", statistics=False)
+        meta = {
+            "format": FORMAT,
+            "run": {
+                "name": run.name,
+                "path": run.path,
+                "format": run.format,
+                "notes": list(run.notes),
+                "import_findings": list(run.import_findings),
+                "config": dict(run.config),
+                "metadata": dict(run.metadata),
+            },
+        }
+        with open(tmp / _META, "wb") as fh:
+            pickle.dump(meta, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        size = _size(tmp)
+        if size > cap:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        target = d / entry
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        tmp = None
+        _evict(d, cap, keep=target)
+    except Exception:  # noqa: BLE001 - caching is an optimisation, never a failure
+        pass
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def _evict(d: Path, cap: int, keep: Path) -> None:
+    """Remove least recently used entries until the folder fits the cap."""
+    entries = []
+    for e in d.iterdir():
+        if not e.is_dir():
+            continue
+        if e.name.startswith(".tmp-"):
+            if time.time() - e.stat().st_mtime > 3600:  # a crashed writer's leftovers
+                shutil.rmtree(e, ignore_errors=True)
+            continue
+        entries.append((e.stat().st_mtime, _size(e), e))
+    total = sum(s for _, s, _ in entries)
+    for _, s, e in sorted(entries, key=lambda t: t[0]):
+        if total <= cap:
+            break
+        if e == keep:
+            continue
+        shutil.rmtree(e, ignore_errors=True)
+        total -= s
+
+
+def clear() -> None:
+    """Remove every entry."""
+    shutil.rmtree(cache_dir(), ignore_errors=True)

@@ -1,0 +1,80 @@
+"""The benchmark suite runs end to end at its smallest size (untimed) and writes true data."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from benchmarks import generate
+from benchmarks.__main__ import main, write_readme
+from benchmarks.measure import exponent
+
+
+def test_suite_smoke(tmp_path, capsys):
+    """`python -m benchmarks --smoke`: every format imports, analyzes and reads back from the cache."""  # noqa: E501
+    results = main(["--smoke", "--data", str(tmp_path / "data")])
+    assert {r["format"] for r in results} == {"tfevents", "jsonl", "megatron"}
+    for r in results:
+        assert r["cache_ok"], r
+        assert r["import_cpu"] > 0 and r["analyze_cpu"] > 0
+    assert "| tfevents | 2k |" in capsys.readouterr().out
+
+
+def test_event_writer_matches_tensorboardx(tmp_path):
+    """The direct record writer writes the bytes tensorboardX writes for add_scalar."""
+    from tensorboardX import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "tbx"))
+    for step, (tag, v) in enumerate(
+        [("train/loss", 2.5), ("grad_norm/layers.3", 0.125), ("x", 1e30)]
+    ):
+        w.add_scalar(tag, v, step * 300, walltime=1.7e9 + step)
+    w.close()
+    ours = generate.EventWriter(tmp_path / "ours.tfevents")
+    for step, (tag, v) in enumerate(
+        [("train/loss", 2.5), ("grad_norm/layers.3", 0.125), ("x", 1e30)]
+    ):
+        ours.scalar(tag, v, step * 300, 1.7e9 + step)
+    ours.close()
+    (theirs,) = (tmp_path / "tbx").iterdir()
+    a, b = theirs.read_bytes(), (tmp_path / "ours.tfevents").read_bytes()
+    first = lambda buf: 16 + int.from_bytes(buf[:8], "little")  # noqa: E731 - skip file_version
+    assert a[first(a) :] == b[first(b) :]
+
+
+def test_generated_run_reads_like_tbparse(tmp_path):
+    """tbparse and forensics read the same points from a generated event file."""
+    from tbparse import SummaryReader
+
+    from forensics.importers import ReadOptions, read_run
+
+    ser = generate.series(1200)
+    generate.write_tfevents(tmp_path / "run", ser)
+    df = SummaryReader(str(tmp_path / "run"), extra_columns={"wall_time"}).scalars
+    ref = pl.DataFrame({c: df[c].to_numpy() for c in df.columns}).sort("tag", "step")
+    got = read_run(tmp_path / "run", options=ReadOptions(cache=False)).frame
+    got = got.select("step", "tag", "value", "wall_time").sort("tag", "step")
+    assert got.height == ref.height == ser.points
+    assert got["tag"].cast(pl.Utf8).to_list() == ref["tag"].to_list()
+    assert np.array_equal(got["step"].to_numpy(), ref["step"].to_numpy())
+    assert np.array_equal(got["value"].to_numpy(), ref["value"].to_numpy().astype(np.float64))
+    assert np.array_equal(got["wall_time"].to_numpy(), ref["wall_time"].to_numpy())
+
+
+def test_scaling_exponent():
+    """The exponent is the log-log slope: 1 for linear cost, 2 for quadratic."""
+    xs = [1e4, 1e5, 1e6]
+    assert math.isclose(exponent(xs, [2 * x for x in xs]), 1.0)
+    assert math.isclose(exponent(xs, [x * x for x in xs]), 2.0)
+
+
+def test_write_readme_replaces_the_table(tmp_path):
+    """--write-readme replaces the table between its markers and leaves the rest alone."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\nintro\n")
+    write_readme("table one", readme)
+    write_readme("table two", readme)
+    text = readme.read_text()
+    assert text.startswith("# x\n\nintro\n") and "table two" in text and "table one" not in text
