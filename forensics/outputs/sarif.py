@@ -65,7 +65,8 @@ def _where(diag: Diagnosis, f: Finding) -> tuple[str | None, int | None]:
         return measured, line if isinstance(line, int) and not isinstance(line, bool) else None
     if f.metric is None:
         return None, None
-    rows = run.view().filter(pl.col("metric") == f.metric)
+    # The full frame: the analysis view keeps only the columns the detectors read.
+    rows = run.frame.filter(pl.col("metric") == f.metric)
     tag = run.metrics().get(f.metric)
     if tag is not None and rows.filter(pl.col("tag") == tag).height:
         rows = rows.filter(pl.col("tag") == tag)
