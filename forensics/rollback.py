@@ -158,6 +158,12 @@ class RollbackPlan:
             tail += f"; skip the batches of steps {a:,}-{b:,}"
         return head + why + resume + tail + "."
 
+    def commands_text(self) -> str | None:
+        """ "With Megatron-LM: --load ... | --lr ..." (None when the trainer is not known)."""
+        if not self.commands or self.trainer is None:
+            return None
+        return f"With {TRAINER_NAMES.get(self.trainer, self.trainer)}: " + " | ".join(self.commands)
+
     def to_dict(self) -> dict[str, Any]:
         """The findings document's ``rollback`` object (one per incident that needs one)."""
         return {
@@ -309,6 +315,9 @@ def _checkpoint(
     return step, known and step is not None, source
 
 
+TRAINER_NAMES = {"megatron": "Megatron-LM", "hf": "the HF Trainer", "lightning": "Lightning"}
+
+
 def trainer_of(run: Run) -> str | None:
     """The trainer that wrote the log, when its format says: megatron, hf, lightning."""
     fmt = run.format or ""
@@ -338,10 +347,10 @@ def _commands(
     if trainer == "megatron":
         line = "--load <checkpoint dir>"
         if ckpt is not None:
-            line += f"  # iteration {ckpt:,}"
+            line += f" (latest_checkpointed_iteration.txt: {ckpt})"
         out = [line]
         if new_lr:
-            out.append(f"--lr {new_lr}")
+            out += [f"--lr {new_lr}", "--override-opt_param-scheduler"]
         if skip is not None:
             out.append(f"--skip-train-iteration-range {skip[0]}-{skip[1]}")
         return tuple(out)

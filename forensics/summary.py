@@ -65,6 +65,8 @@ def print_summary(
     # The earliest event's advice: going back before it also covers every later one.
     for rb in [r for r in diagnosis.rollbacks if r.rollback][:1]:
         console.print(escape(rb.sentence()))  # forensics.rollback words the plan
+        if rb.commands_text():
+            console.print(escape(rb.commands_text() or ""))
     hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:
         console.print(f"[dim]{hidden} more informational note(s) in the report.[/dim]")
