@@ -251,8 +251,8 @@ def _g(x: float) -> str:
 def _near(ev: Evidence, base: int = NEAR_STEPS) -> int:
     """The reach of "near the onset": ``base`` steps, a tenth of the log on shorter logs (a
     warm-up end 30 steps before an event is near in a 60-step log only as everything is)."""
-    span = ev.run.last_step - ev.run.first_step
-    return int(min(base, max(5, span // 10)))
+    steps = ev.run.last_step - ev.run.first_step + 1
+    return int(min(base, max(5, steps // 10)))
 
 
 def _points(n: int) -> str:
