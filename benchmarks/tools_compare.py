@@ -107,7 +107,9 @@ TRAINPROOF_KINDS: dict[str, set[str]] = {
 }
 
 
-UNREAD = "TP-NO-LOSS"  # trainproof found no loss column: a reading failure, not a judgement
+# trainproof read nothing (no loss column, or no log it can parse): a reading failure, not a
+# judgement; counted apart
+UNREAD = ("TP-NO-LOSS", "TP-UNREADABLE")
 
 
 @dataclass
@@ -227,6 +229,8 @@ def trainproof(path: Path) -> tuple[list[Alarm], str | None]:
         doc = json.loads(proc.stdout)
     except (subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
         return [], f"trainproof failed on {path}: {exc}"
+    if not doc.get("reports"):  # "no readable training logs", or every file not_judged
+        return [Alarm({"other"}, None, "TP-UNREADABLE: no log it could parse")], None
     out = []
     for rep in doc.get("reports", []):
         for f in rep.get("findings", []):
@@ -390,6 +394,8 @@ def _cached_alarms(
     """alarms_of, remembered per (job, tool, files' size and mtime) across invocations; for
     forensics also per the hash of its source files (a change to a detector recomputes)."""
     key = f"{job.name}|{tool}|{_signature(job.path)}"
+    if tool == "trainproof":
+        key += "|2"  # unreadable logs recorded since version 2 of this script
     if tool == "forensics":
         key += f"|{_code_hash()}"
     if key not in cache:
@@ -401,10 +407,9 @@ def _cached_alarms(
     if tool == "trainproof":  # kinds from the id, so that the mapping below can change
         for a in every + loud:
             a.kinds = TRAINPROOF_KINDS.get(a.label.split(":")[0], {"other"})
-        if any(a.label.startswith(UNREAD) for a in every):
-            note = f"trainproof could not read {job.name} ({UNREAD}): not counted as an alarm"
-            if note not in notes:
-                notes.append(note)
+        unread = [a.label.split(":")[0] for a in every if a.label.startswith(UNREAD)]
+        if unread:
+            notes.append(f"trainproof could not read {job.name} ({unread[0]})")
         every = [a for a in every if not a.label.startswith(UNREAD)]
         loud = [a for a in loud if not a.label.startswith(UNREAD)]
     return every, loud
@@ -485,8 +490,14 @@ def main() -> None:
             "false alarms: healthy runs with at least one alarm (warning or worse for forensics).\n"
         )
     print(table(tools, recall, false, false_kind))
+    unread = [n for n in notes if n.startswith("trainproof could not read")]
+    if unread:
+        print(f"\ntrainproof read nothing in {len(unread)} of the jobs (not counted as alarms):")
+        for n in unread:
+            print(f"  {n.removeprefix('trainproof could not read ')}")
     for n in notes:
-        print(f"\nnote: {n}")
+        if n not in unread:
+            print(f"\nnote: {n}")
 
 
 if __name__ == "__main__":
