@@ -94,6 +94,11 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
         ROW_GRAD_DRIFT,
+        variants={
+            "info": "No action: the climb stays inside what the decaying learning rate explains "
+            "(with weight decay the grad norm grows about as sqrt(lr_start / lr)). If a flat "
+            "grad norm matters, scale the weight decay with the learning rate (AdamC).",
+        },
     ),
     FindingKind.LAYER_GRAD_SHIFT: Prescription(
         FindingKind.LAYER_GRAD_SHIFT,
