@@ -469,7 +469,7 @@ def rollback_plan(
     if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") == "unresolved":
         peak = f.peak_step if f.peak_step is not None else f.start_step
         decide_by = peak + int(ev.params.spikes.recover_steps)
-    trainer = trainer_of(ev.run)
+    trainer = ev.trainer  # looked up once per run, not once per plan
     commands = (
         _commands(trainer, ckpt, lr_resume, skip, ev.run)
         if do_rollback and f.kind != FindingKind.OVERFITTING
