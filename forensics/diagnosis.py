@@ -1,8 +1,11 @@
 """Diagnosis: the verdict, a prescription per finding, the timeline, rollback advice, checklists.
 
-``diagnose(run, findings)`` turns what the detectors saw into what the user should do. It
+``diagnose(run, findings)`` turns what the detectors saw into what the user should do: each
+finding's causes tested against the evidence (:mod:`forensics.causes`), the incidents the
+findings form (:mod:`forensics.incidents`), the verdict, the prescriptions, the timeline. It
 holds no HTML: the report renders it, the CLI prints it, ``to_document()`` serialises the
-findings document (schema_version 1).
+findings document (schema_version 2: version 1 plus each finding's ``causes`` and the
+``incidents`` array; see the README's findings contract).
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from forensics.causes import Cause, causes_of
 from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists
 from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, worst_severity
+from forensics.incidents import Incident, build_incidents, run_timeline
 from forensics.prescriptions import (
     AREAS,
     STANDING_GUIDANCE,
@@ -25,12 +30,13 @@ from forensics.prescriptions import (
 from forensics.prescriptions import TABLE as PRESCRIPTIONS
 from forensics.rollback import (  # rollback_advice: re-exported for callers of diagnosis
     Rollback,
+    incident_rollbacks,
     rollback_advice,  # noqa: F401
 )
 from forensics.run import Run
-from forensics.timeline import Timeline, build_timeline
+from forensics.timeline import Timeline
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ class Diagnosis:
     phases: list[Phase] = field(default_factory=list)
     coverage: list[Coverage] = field(default_factory=list)
     evidence: Evidence | None = None
+    # Each finding's causes tested against the evidence, in the findings' order.
+    causes: list[list[Cause]] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
 
     @cached_property
     def ev(self) -> Evidence:
@@ -72,6 +81,20 @@ class Diagnosis:
     def prescription_for(self, finding: Finding) -> str:
         """The prescription diagnose() wrote for this finding (looked up by identity)."""
         return self._rx_by_id.get(id(finding)) or self.prescriptions[self.findings.index(finding)]
+
+    def causes_for(self, finding: Finding) -> list[Cause]:
+        """The causes diagnose() tested for this finding (looked up by identity)."""
+        for f, cs in zip(self.findings, self.causes, strict=False):
+            if f is finding:
+                return cs
+        return []
+
+    def incident_of(self, finding: Finding) -> Incident | None:
+        """The incident this finding belongs to (None for a note outside every incident)."""
+        for inc in self.incidents:
+            if any(g is finding for g in inc.findings):
+                return inc
+        return None
 
     @cached_property
     def _rx_by_id(self) -> dict[int, str]:
@@ -97,8 +120,9 @@ class Diagnosis:
         return [Investigation(a, list(by_area[a].values())) for a in by_area if by_area[a]]
 
     def to_document(self) -> dict[str, Any]:
-        """The findings document, schema_version 1 (key order is part of the contract)."""
+        """The findings document, schema_version 2 (key order is part of the contract)."""
         run = self.run
+        causes = self.causes or [[] for _ in self.findings]
         return {
             "schema_version": SCHEMA_VERSION,
             "run": {
@@ -111,8 +135,10 @@ class Diagnosis:
             },
             "verdict": self.verdict,
             "findings": [
-                f.to_dict(p) for f, p in zip(self.findings, self.prescriptions, strict=True)
+                {**f.to_dict(p), "causes": [c.to_dict() for c in cs]}
+                for f, p, cs in zip(self.findings, self.prescriptions, causes, strict=True)
             ],
+            "incidents": [inc.to_dict() for inc in self.incidents],
         }
 
     # -- notebooks: see forensics.notebook -------------------------------------------------
@@ -165,15 +191,19 @@ def diagnose(
     """
     ev = evidence_of(run)
     findings = list(findings)
+    causes = causes_of(ev, findings)
+    incidents = build_incidents(findings, causes)
     return Diagnosis(
         run=ev.run,
         findings=findings,
         verdict=verdict_of(findings),
         prescriptions=[prescribe(f) for f in findings],
         checkpoint_every=checkpoint_every,
-        rollbacks=rollback_advice(ev, findings, checkpoint_every=checkpoint_every),
-        timeline=build_timeline(findings),
+        rollbacks=incident_rollbacks(ev, incidents, findings, checkpoint_every=checkpoint_every),
+        timeline=run_timeline(incidents, findings),
         phases=evaluate_checklists(ev, findings),
         coverage=coverage(ev),
         evidence=ev,
+        causes=causes,
+        incidents=incidents,
     )

@@ -386,6 +386,35 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("critical_step", int, "same for crit_ratio (null if never reached)", null=True),
         _m("spikes_excluded", int, "number of spike points left out of the fits"),
+        _m("lr_logged", bool, "false when no LR was logged (the schedule could not be judged)"),
+        _m("lr_baseline", float, "median LR over the baseline window (null: no LR)", null=True),
+        _m("lr_now", float, "median LR over the recent points (null: no LR)", null=True),
+        _m(
+            "expected_rise",
+            float,
+            "the rise the LR decay explains now: min(envelope_max, (lr_baseline / lr_now) ** "
+            "envelope_exponent), at least 1 (null: no LR)",
+            null=True,
+        ),
+        _m("excess", float, "ratio / expected_rise (the part the schedule does not explain)"),
+        _m(
+            "envelope_score",
+            float,
+            "ratio / the moving warning line now, max(warn_ratio, envelope_margin x "
+            "expected_rise) (>= 1: beyond what the schedule explains)",
+        ),
+        _m("lr_phase", str, "LR schedule phase at the last step (null: no LR)", null=True),
+        _m(
+            "lr_phase_at_warning",
+            str,
+            "LR schedule phase where the climb passed warn_ratio (null: no LR)",
+            null=True,
+        ),
+        _m(
+            "schedule_explained",
+            bool,
+            "true when the climb stayed under the moving warning line: info, not a drift",
+        ),
     ),
     "param_norm_jump": (
         _m(
@@ -625,10 +654,22 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "lr_context",
             str,
-            "decayed: LR near the end of its decay; active: LR still high; unknown: no LR logged",
-            values=("decayed", "active", "unknown"),
+            "decayed: LR near the end of its decay; active: LR still high; "
+            "stable_before_decay: a steady LR whose later decay or cooldown brought the loss "
+            "down (a WSD stable phase); unknown: no LR logged",
+            values=("decayed", "active", "stable_before_decay", "unknown"),
         ),
-        _m("expected", bool, "true when the schedule explains the plateau (`decayed`)"),
+        _m(
+            "expected",
+            bool,
+            "true when the schedule explains the plateau (`decayed`, `stable_before_decay`)",
+        ),
+        _m(
+            "loss_after",
+            float,
+            "loss at the end of the decay that follows a plateau at a steady LR (null: none)",
+            null=True,
+        ),
         _m("from_start", bool, "true when the plateau begins within the first 10% of the log"),
     ),
     "no_learning": (
@@ -663,18 +704,52 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             bool,
             "true when throughput came back above the limit before the log ended",
         ),
+        _m(
+            "unit",
+            str,
+            "baseline and level's unit as the metric name states it (tokens/s; ms/step and "
+            "s/step for step times); null when the name states none",
+            null=True,
+        ),
     ),
     "stall": (
-        _m("gap_seconds", float, "wall time between the two logged steps"),
-        _m("expected_seconds", float, "what those steps should have taken at the usual pace"),
-        _m("usual_step_seconds", float, "median seconds per step"),
-        _m("ratio", float, "gap_seconds / expected_seconds"),
+        _m(
+            "gap_seconds",
+            float,
+            "wall time between the two logged steps; for slow steps, their median step time "
+            "(null when only a throughput in tokens/s was logged)",
+            null=True,
+        ),
+        _m(
+            "expected_seconds",
+            float,
+            "what those steps should have taken at the usual pace (null: unknown)",
+            null=True,
+        ),
+        _m("usual_step_seconds", float, "median seconds per step (null: unknown)", null=True),
+        _m("ratio", float, "gap_seconds / expected_seconds (slow steps: x the rolling median)"),
         _m("steps_between", int, "step difference between the two logged points"),
         _m(
             "usual_pause_seconds",
             float,
             "typical eval/checkpoint pause (null when none was seen)",
             null=True,
+        ),
+        _m(
+            "source",
+            str,
+            "wall_time: a silence between logged steps; step_time / throughput: slow steps in "
+            "that series",
+            values=("wall_time", "step_time", "throughput"),
+        ),
+        _m("slow_steps", int, "how many slow logged steps the finding covers", null=True),
+        _m(
+            "housekeeping",
+            str,
+            "the interval the slow steps sit at (info: the job's own evals or saves); null "
+            "when they sit at none",
+            null=True,
+            values=("eval_interval", "checkpoint_interval"),
         ),
     ),
     "memory_growth": (
@@ -685,6 +760,13 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("late_slope_per_1k_steps", float, "the same over the last third"),
         _m("late_ratio", float, "late slope / overall slope (about 1: no levelling off)"),
         _m("duration_steps", int, "length of the analysed stretch in steps"),
+        _m(
+            "unit",
+            str,
+            "the levels' unit as the metric name states it (MB, GiB, bytes: the summary shows "
+            "bytes in GB); null when the name states none",
+            null=True,
+        ),
     ),
     "restart": (
         _m("resumed_from_step", int, "first step of the new segment"),

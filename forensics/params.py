@@ -105,6 +105,9 @@ class GradNormDriftParams:
     recent_frac: float = 0.02
     spike_k: float = 5.0
     min_points: int = 20
+    envelope_exponent: float = 0.5
+    envelope_margin: float = 1.25
+    envelope_max: float = 4.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,6 +218,7 @@ class StallParams:
     min_seconds: float = 300.0
     pause_factor: float = 3.0
     min_points: int = 10
+    slow_factor: float = 3.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -94,6 +94,11 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
         ROW_GRAD_DRIFT,
+        variants={
+            "info": "No action: the climb stays inside what the decaying learning rate explains "
+            "(with weight decay the grad norm grows about as sqrt(lr_start / lr)). If a flat "
+            "grad norm matters, scale the weight decay with the learning rate (AdamC).",
+        },
     ),
     FindingKind.LAYER_GRAD_SHIFT: Prescription(
         FindingKind.LAYER_GRAD_SHIFT,
@@ -157,7 +162,7 @@ TABLE: dict[FindingKind, Prescription] = {
         FindingKind.DIVERGENCE,
         "Loss (and gradient norm) rise together and do not come back: the run diverges.",
         ("The learning rate is above the stable region for the current state of the weights.",),
-        "Red light: roll back to the last healthy checkpoint and restart with the learning "
+        "Roll back to the last healthy checkpoint and restart with the learning "
         "rate 10% lower (cut more if it diverges again); keep the data position.",
         (
             _c("data", "Check whether the onset coincides with a new data shard or source."),
@@ -177,7 +182,7 @@ TABLE: dict[FindingKind, Prescription] = {
             "A gradient overflowed.",
             "The fp16 loss scale misbehaved (too high, or stuck at its floor).",
         ),
-        "Orange light: stop and look before resuming. Check the loss scale around the step, "
+        "Stop and look before resuming. Check the loss scale around the step, "
         "consider training in bf16, and find the layer with extreme activation values.",
         (
             _c(
@@ -243,7 +248,7 @@ TABLE: dict[FindingKind, Prescription] = {
         FindingKind.GAP_ACCELERATION,
         "The gap between validation and training loss widens faster than before.",
         ("The model starts to memorise the training data: an early sign of overfitting.",),
-        "Yellow light: act before the validation loss turns. Plan an early stop, add "
+        "Act before the validation loss turns. Plan an early stop, add "
         "regularisation, or lower the learning rate; keep the checkpoint before the onset.",
         (
             _c(
@@ -316,8 +321,12 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("optimizer", "Check the clip threshold relative to the baseline gradient norm."),
         ),
         variants={
-            "critical": "Orange light (over 3x the baseline): pause and look at the batch "
-            "and the clip threshold before going on.",
+            "critical": "Over 3x the baseline: pause and look at the batch and the clip "
+            "threshold before going on.",
+            "diverged": "Part of the divergence it lies in: follow that card's rollback; this "
+            "spike needs no treatment of its own.",
+            "unresolved": "The log ends before the gradient norm could come back: judge it "
+            "again on a longer log; if it stays up, it is a climb (see the drift checks).",
         },
     ),
     FindingKind.PERIODIC_SPIKES: Prescription(
@@ -502,16 +511,33 @@ def entry(kind: FindingKind | str) -> Prescription:
 
 
 def prescribe(finding: Finding) -> str:
-    """The prescription for one finding, adjusted to its classification or severity."""
+    """The prescription for one finding, adjusted to its classification or severity.
+
+    One rule for the light: the table's texts name none; a finding that calls for action gets
+    its own severity's light in front ("Red light: ..." for a fatal one), so the colour a text
+    names always follows the severity (:data:`forensics.findings.LOOKS`).
+    """
     p = TABLE.get(finding.kind)
     if p is None:  # a kind added without a table entry: the test suite catches this
         return ""
     cls = finding.measures.get("classification")
     if isinstance(cls, str) and cls in p.variants:
-        return p.variants[cls]
-    if finding.severity.value in p.variants:
-        return p.variants[finding.severity.value]
-    return p.treatment
+        text = p.variants[cls]
+    elif finding.severity.value in p.variants:
+        text = p.variants[finding.severity.value]
+    else:
+        text = p.treatment
+    prefix = light_prefix(finding)
+    if prefix and len(text) > 1 and text[0].isupper() and text[1].islower():
+        text = text[0].lower() + text[1:]  # "Red light: roll back ...", not "Red light: Roll"
+    return prefix + text
+
+
+def light_prefix(finding: Finding) -> str:
+    """``"Orange light: "`` for a critical finding that calls for action, '' otherwise."""
+    if not needs_action(finding):
+        return ""
+    return f"{finding.severity.light.capitalize()} light: "
 
 
 def needs_action(finding: Finding) -> bool:

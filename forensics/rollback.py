@@ -56,6 +56,7 @@ LR_CUT_DRIFT = (2 / 3, 2 / 3)  # grad-norm drift first aid: down to a third (3.5
 CAUSE_LOOKBACK = 500
 # Batches skipped on each side of a bad batch's onset (the spike's own steps are skipped).
 SKIP_MARGIN = 2
+SKIP_CLUSTER = 10  # steps named by the bad-batch evidence this close together are one range
 
 DATA_POSITION = (
     "restore the model and optimizer state only and keep the data loader's position "
@@ -83,6 +84,10 @@ class RollbackPlan:
     commands: tuple[str, ...] = ()
     trainer: str | None = None
     lr_change: str | None = None  # the unexplained LR change that preceded the onset
+    # An unresolved spike (the log ends before it could recover): roll back only if it is
+    # still up at this step (its peak + the spikes detector's recover_steps).
+    decide_by: int | None = None
+    onset_kind: str | None = None  # the finding the onset is (the lead's, or an ongoing one's)
     findings: tuple[Finding, ...] = field(default=(), compare=False)
 
     # Names the report's templates and older callers read.
@@ -141,15 +146,24 @@ class RollbackPlan:
             )
         else:
             head = f"Roll back to {self.checkpoint_text()}."
+        if self.decide_by is not None:
+            head = (
+                f"The {kind} at step {start:,} is unresolved (the log ends before it could "
+                f"recover): if it is not back on its trend by step {self.decide_by:,}, "
+                + head[0].lower()
+                + head[1:]
+            )
         if self.last_healthy_step is None:
             why = f" The {kind} starts at the first logged step."
         elif self.lr_change is not None:
             why = f" Last healthy step {self.last_healthy_step:,}: {self.lr_change}."
         else:
-            why = (
-                f" Last healthy step {self.last_healthy_step:,}, before the {kind} "
-                f"(onset at step {self.onset_step:,})."
-            )
+            first = self.onset_kind or kind
+            why = f" Last healthy step {self.last_healthy_step:,}, before the {first} at step "
+            why += f"{self.onset_step:,}"
+            if self.onset_step != start:
+                why += f" (still going on at the {kind} at step {start:,})"
+            why += "."
         lr = self.lr_text()
         resume = f" Resume with learning rate {lr}" if self.lr_resume else f" Learning rate {lr}"
         tail = "; restore the model and optimizer, keep the data position"
@@ -157,6 +171,12 @@ class RollbackPlan:
             a, b = self.skip_steps
             tail += f"; skip the batches of steps {a:,}-{b:,}"
         return head + why + resume + tail + "."
+
+    def commands_text(self) -> str | None:
+        """ "With Megatron-LM: --load ... | --lr ..." (None when the trainer is not known)."""
+        if not self.commands or self.trainer is None:
+            return None
+        return f"With {TRAINER_NAMES.get(self.trainer, self.trainer)}: " + " | ".join(self.commands)
 
     def to_dict(self) -> dict[str, Any]:
         """The findings document's ``rollback`` object (one per incident that needs one)."""
@@ -176,6 +196,10 @@ Rollback = RollbackPlan  # the name diagnosis and the report used before the pla
 
 def _num(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _ratio(r: float) -> str:
+    return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
 
 
 # -- the rule per finding --------------------------------------------------------------------
@@ -279,7 +303,7 @@ def _lr_change_text(ev: Evidence, seg: Any) -> str:
     i = int(np.argmax(np.where(inside, lr.values, -np.inf)))
     return (
         f"the LR went from {_num(seg.lr_before)} to {_num(float(lr.values[i]))} "
-        f"(x{float(lr.values[i]) / seg.lr_before:.3g} at step {int(lr.steps[i]):,}) "
+        f"(x{_ratio(float(lr.values[i]) / seg.lr_before)} at step {int(lr.steps[i]):,}) "
         f"from step {seg.start_step:,}, which no schedule explains"
     )
 
@@ -307,6 +331,9 @@ def _checkpoint(
         )
         return None, False, src
     return step, known and step is not None, source
+
+
+TRAINER_NAMES = {"megatron": "Megatron-LM", "hf": "the HF Trainer", "lightning": "Lightning"}
 
 
 def trainer_of(run: Run) -> str | None:
@@ -338,10 +365,10 @@ def _commands(
     if trainer == "megatron":
         line = "--load <checkpoint dir>"
         if ckpt is not None:
-            line += f"  # iteration {ckpt:,}"
+            line += f" (latest_checkpointed_iteration.txt: {ckpt})"
         out = [line]
         if new_lr:
-            out.append(f"--lr {new_lr}")
+            out += [f"--lr {new_lr}", "--override-opt_param-scheduler"]
         if skip is not None:
             out.append(f"--skip-train-iteration-range {skip[0]}-{skip[1]}")
         return tuple(out)
@@ -438,7 +465,11 @@ def rollback_plan(
         why = f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
     else:
         why = f"onset of the {f.kind.value} at step {f.start_step:,}"
-    trainer = trainer_of(ev.run)
+    decide_by = None
+    if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") == "unresolved":
+        peak = f.peak_step if f.peak_step is not None else f.start_step
+        decide_by = peak + int(ev.params.spikes.recover_steps)
+    trainer = ev.trainer  # looked up once per run, not once per plan
     commands = (
         _commands(trainer, ckpt, lr_resume, skip, ev.run)
         if do_rollback and f.kind != FindingKind.OVERFITTING
@@ -463,6 +494,8 @@ def rollback_plan(
         commands=commands,
         trainer=trainer,
         lr_change=lr_change,
+        decide_by=decide_by,
+        onset_kind=(cause.kind.value if cause is not None else f.kind.value),
         findings=tuple(fs),
     )
 
@@ -484,15 +517,20 @@ def _skip_steps(
     loss spike's steps, with a margin of SKIP_MARGIN on each side.
 
     Without tested causes, a loss spike the grad norm led counts as a batch."""
-    if lr_caused:
-        return None
+    if lr_caused or any(g.kind == FindingKind.PERIODIC_SPIKES for g in fs):
+        return None  # a recurring batch is a data problem to fix, not a range to skip
     if causes is not None:
         hits = _supported_batch(causes)
         if not hits:
             return None
-        steps = [s for c in hits for s in getattr(c, "steps", ())]
+        steps = sorted(s for c in hits for s in getattr(c, "steps", ()))
         if steps:
-            a, b = min(steps), max(steps)
+            # One bad batch (or a few adjacent ones); steps far apart mean it recurs.
+            a = b = steps[0]
+            for s in steps[1:]:
+                if s - b > SKIP_CLUSTER:
+                    return None  # it recurs
+                b = s
             return max(ev.run.first_step, a - SKIP_MARGIN), b + SKIP_MARGIN
     spikes = [
         g

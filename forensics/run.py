@@ -47,6 +47,7 @@ class Run:
     _metrics: dict[str, str] | None = field(default=None, repr=False)
     _parts: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
     # id() of the frame the caches describe
+    _span: tuple[int, tuple[int, int]] | None = field(default=None, repr=False)
     _cached_for: int | None = field(default=None, repr=False)
 
     def note(self, text: str) -> None:
@@ -155,13 +156,20 @@ class Run:
 
     @property
     def first_step(self) -> int:
-        s = self.frame.get_column("step").drop_nulls()
-        return int(s.min()) if len(s) else 0  # type: ignore[arg-type]
+        return self._step_span()[0]
 
     @property
     def last_step(self) -> int:
-        s = self.frame.get_column("step").drop_nulls()
-        return int(s.max()) if len(s) else 0  # type: ignore[arg-type]
+        return self._step_span()[1]
+
+    def _step_span(self) -> tuple[int, int]:
+        # Cached per frame object: read in loops (one rollback plan per incident).
+        key = id(self.frame)
+        if self._span is None or self._span[0] != key:
+            s = self.frame.get_column("step").drop_nulls()
+            lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)  # type: ignore[arg-type]
+            self._span = (key, (lo, hi))
+        return self._span[1]
 
     def to_arrow(self) -> Any:
         """The frame as a pyarrow Table (see :mod:`forensics.notebook`)."""

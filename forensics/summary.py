@@ -11,8 +11,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from forensics.diagnosis import Diagnosis
+    from forensics.incidents import Incident
 
 TOP_N = 5
+MAX_INCIDENTS = 3
 _NOTES_FIRST = {"loss_spike", "restart", "truncated_log", "crash", "plateau", "loss_scale_drop"}
 
 
@@ -61,13 +63,41 @@ def print_summary(
         console.print(table)
         if len(ranked) > TOP_N:
             console.print(f"... and {len(ranked) - TOP_N} more finding(s) in the report.")
+    # Incidents: the findings of one window and cause, with the cause the log supports.
+    for inc in diagnosis.incidents[:MAX_INCIDENTS]:
+        console.print(f"[{inc.severity.look.term}]{escape(inc.id)}[/] {escape(incident_line(inc))}")
+    if len(diagnosis.incidents) > MAX_INCIDENTS:
+        console.print(
+            f"... and {len(diagnosis.incidents) - MAX_INCIDENTS} more incident(s) in the report."
+        )
     if diagnosis.timeline is not None and diagnosis.timeline.movers:
         console.print(escape(diagnosis.timeline.sentence(limit=2)))
     # The earliest event's advice: going back before it also covers every later one.
     for rb in [r for r in diagnosis.rollbacks if r.rollback][:1]:
         console.print(escape(rb.sentence()))  # forensics.rollback words the plan
+        if rb.commands_text():
+            console.print(escape(rb.commands_text() or ""))
     hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:
         console.print(f"[dim]{hidden} more informational note(s) in the report.[/dim]")
     if report_path is not None:
         console.print(f"Report: {escape(str(report_path))}")
+
+
+def incident_line(inc: Incident) -> str:
+    """``fatal, steps 501-1,000, 12 findings (signs); cause: ... (supported: evidence)``."""
+    signs = ", ".join(s.text().split(":")[0] for s in inc.signs)
+    n = len(inc.findings)
+    head = f"{inc.severity.value}, steps {inc.steps}, {n} finding{'s' if n != 1 else ''} ({signs})"
+    roots = inc.supported
+    if roots:
+        c = roots[0]
+        more = f" (+{len(roots) - 1} more supported)" if len(roots) > 1 else ""
+        return f"{head}; cause (supported): {c.text}: {c.evidence}{more}."
+    if inc.mechanisms:
+        c = inc.mechanisms[0]
+        return (
+            f"{head}; no root cause the log can show is supported; mechanism (supported): "
+            f"{c.text}: {c.evidence}."
+        )
+    return f"{head}; no cause the log can show is supported."

@@ -2,13 +2,19 @@
 
 The article's core diagnostic skill is reading the order of events (section 2.4): a grad
 norm that climbs thousands of steps before the loss follows tells a different story from a
-loss spike with a loss-scale drop at the same step. The timeline orders the findings that
-call for action by onset and says, per vital sign, how many steps after the first mover it
-moved.
+loss spike with a loss-scale drop at the same step. The timeline orders findings by onset
+and says, per vital sign, how many steps after the first mover it moved.
+
+An incident's timeline (:mod:`forensics.incidents`) holds every finding of the incident, notes
+included, and the control inputs its supported causes name (an LR change, an LR schedule
+effect, a resume): the first mover is then often the LR, not the vital sign that reacted.
+At equal onsets the causal order decides: a control input, then the loss scale, the gradient
+norm, the parameter norm, the loss, then the rest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from forensics.findings import Finding, Severity, steps_text
@@ -43,15 +49,63 @@ def vital_label(metric: str | None) -> str:
     return str(metric)
 
 
+# Causal order at equal onsets: what the trainer changed, then the loss scale (an overflow is
+# seen on the scale first), the gradient, the weights, the loss, everything else.
+_CAUSAL = {
+    "loss_scale": 1,
+    "grad_norm": 2,
+    "grad_norm_clipped": 2,
+    "grad_norm_layer": 2,
+    "param_norm": 3,
+    "param_norm_layer": 3,
+    "loss": 4,
+}
+
+
+def causal_rank(metric: str | None, control: bool = False) -> int:
+    """0 for a control input, then loss scale, grad norm, param norm, loss, the rest (5)."""
+    return 0 if control else _CAUSAL.get(metric or "", 5)
+
+
+@dataclass(frozen=True)
+class Control:
+    """A control input near an incident: what the trainer changed (from a supported cause)."""
+
+    cause: str  # lr_change | lr_schedule | resume (forensics.causes.CONTROLS)
+    metric: str | None  # "lr" for the LR, None for a resume (the job)
+    step: int
+    text: str  # the cause's evidence
+
+
 @dataclass(frozen=True)
 class Mover:
-    """The first onset of trouble in one vital sign."""
+    """The first onset of trouble in one vital sign (or a control input)."""
 
     metric: str | None
     label: str
     step: int
     lag: int  # steps after the first mover
-    finding: Finding
+    finding: Finding | None  # None for a control input
+    kind: str = ""  # the finding's kind, or the control input's cause id
+    text: str = ""  # a control input's evidence
+
+    @property
+    def control(self) -> bool:
+        return self.finding is None
+
+    def to_dict(self, index: dict[int, int] | None = None) -> dict[str, object]:
+        """The mover in the findings document (``finding``: its index, None for a control)."""
+        idx = None
+        if self.finding is not None and index is not None:
+            idx = index.get(id(self.finding))
+        return {
+            "kind": self.kind,
+            "metric": self.metric,
+            "label": self.label,
+            "step": self.step,
+            "control": self.control,
+            "finding": idx,
+        }
 
 
 @dataclass(frozen=True)
@@ -73,33 +127,64 @@ class Timeline:
         if not self.movers:
             return "No vital sign left its normal range."
         head = self.movers[0]
-        text = (
-            f"The {head.label} moved first (onset at step {head.step:,}, {head.finding.kind.value})"
-        )
+        text = f"The {head.label} moved first (onset at step {head.step:,}, {_what(head)})"
         if len(self.movers) == 1:
             return text + "."
         parts = []
         followers = self.movers[1:] if limit is None else self.movers[1 : 1 + limit]
         for m in followers:
             when = "at the same step" if m.lag == 0 else f"{steps_text(m.lag)} later"
-            parts.append(f"the {m.label} {when} (step {m.step:,}, {m.finding.kind.value})")
+            parts.append(f"the {m.label} {when} (step {m.step:,}, {_what(m)})")
         rest = len(self.movers) - 1 - len(followers)
         tail = f" and {rest} more" if rest > 0 else ""
         return text + "; then " + ", ".join(parts) + tail + "."
 
 
-def build_timeline(findings: list[Finding]) -> Timeline:
-    """Order actionable findings by onset; fall back to every non-info finding if none."""
-    events = [f for f in findings if needs_action(f)]
-    if not events:
-        events = [f for f in findings if f.severity is not Severity.INFO]
-    events = sorted(events, key=Finding.sort_key)
+_CONTROL_WORDS = {
+    "lr_change": "an LR change no schedule explains",
+    "lr_schedule": "an LR schedule effect",
+    "resume": "a resume",
+}
+
+
+def _what(m: Mover) -> str:
+    return _CONTROL_WORDS.get(m.kind, m.kind) if m.control else m.kind
+
+
+def build_timeline(
+    findings: list[Finding], controls: Iterable[Control] = (), *, include_info: bool = False
+) -> Timeline:
+    """Order findings by onset, with the control inputs; one mover per vital sign.
+
+    Args:
+        findings: the findings to order.
+        controls: control inputs (an incident's supported LR change, schedule effect, resume).
+        include_info: keep notes (an incident's physiological spike is part of the story);
+            otherwise the findings that call for action, or every non-info finding if none.
+    """
+    if include_info:
+        events = list(findings)
+    else:
+        events = [f for f in findings if needs_action(f)]
+        if not events:
+            events = [f for f in findings if f.severity is not Severity.INFO]
+    events = sorted(
+        events, key=lambda f: (f.start_step, causal_rank(f.metric), -f.severity.rank, f.kind.value)
+    )
+    # (step, causal rank, order, metric, finding, kind, text)
+    onsets: list[tuple[int, int, int, str | None, Finding | None, str, str]] = []
+    for c in controls:
+        onsets.append((c.step, 0, -1, c.metric if c.metric else "resume", None, c.cause, c.text))
+    for i, f in enumerate(events):
+        onsets.append((f.start_step, causal_rank(f.metric), i, f.metric, f, f.kind.value, ""))
+    onsets.sort(key=lambda o: (o[0], o[1], o[2]))
     movers: list[Mover] = []
     seen: set[str | None] = set()
-    for f in events:
-        if f.metric in seen:
+    for step, _rank, _i, metric, found, kind, text in onsets:
+        if metric in seen:
             continue
-        seen.add(f.metric)
-        lag = f.start_step - events[0].start_step
-        movers.append(Mover(f.metric, vital_label(f.metric), f.start_step, lag, f))
+        seen.add(metric)
+        label = "job (resume)" if metric == "resume" else vital_label(metric)
+        lag = step - onsets[0][0]
+        movers.append(Mover(metric, label, step, lag, found, kind, text))
     return Timeline(events, movers)

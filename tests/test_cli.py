@@ -153,7 +153,7 @@ def test_several_jobs_are_listed_then_all(tmp_path: Path, workdir: Path) -> None
     assert res.exit_code == 0, res.output
     for job in ("version_0", "version_1"):
         assert (workdir / "reports" / f"{job}.html").is_file()
-        assert json.loads((workdir / "reports" / f"{job}.json").read_text())["schema_version"] == 1
+        assert json.loads((workdir / "reports" / f"{job}.json").read_text())["schema_version"] == 2
 
 
 def test_config_ignore_from_pyproject(tmp_path: Path, workdir: Path) -> None:
@@ -193,7 +193,7 @@ def test_real_subprocess(spike_run: Path, tmp_path: Path) -> None:
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["schema_version"] == 1
+    assert json.loads(res.stdout)["schema_version"] == 2
     res = subprocess.run(
         [sys.executable, "-m", "forensics", "analyze", str(tmp_path / "nope")],
         capture_output=True,

@@ -57,8 +57,9 @@ def test_verdict_is_the_worst_light(severities: list[str], verdict: str) -> None
     assert diagnose(_run(300), fs).verdict == verdict
 
 
-def test_document_follows_schema_version_1() -> None:
-    """to_document has the contract's keys in order, keeps step order, and is strict JSON."""
+def test_document_follows_schema_version_2() -> None:
+    """to_document has the contract's keys in order (version 1's plus causes and incidents),
+    keeps step order, and is strict JSON."""
     run = _run()
     fs = [
         Finding("grad_norm_drift", "warning", "grad_norm", 500, "climb"),
@@ -66,8 +67,9 @@ def test_document_follows_schema_version_1() -> None:
         _spike(2000),
     ]
     doc = diagnose(run, fs).to_document()
-    assert list(doc) == ["schema_version", "run", "verdict", "findings"]
-    assert doc["schema_version"] == 1
+    assert list(doc) == ["schema_version", "run", "verdict", "findings", "incidents"]
+    assert doc["schema_version"] == 2
+    assert all(list(f)[-2:] == ["prescription", "causes"] for f in doc["findings"])
     assert list(doc["run"]) == ["name", "path", "format", "first_step", "last_step", "metrics"]
     assert doc["run"]["metrics"] == {"grad_norm": "grad_norm", "loss": "train/loss", "lr": "lr"}
     assert (doc["run"]["first_step"], doc["run"]["last_step"]) == (0, 2999)

@@ -125,7 +125,7 @@ def test_document_key_order(findings_schema: dict) -> None:
 
 def _doc(finding: Finding) -> dict:
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "run": {
             "name": "r",
             "path": "/r",
@@ -135,7 +135,8 @@ def _doc(finding: Finding) -> dict:
             "metrics": {"loss": "loss"},
         },
         "verdict": "healthy",
-        "findings": [finding.to_dict("rx")],
+        "findings": [{**finding.to_dict("rx"), "causes": []}],
+        "incidents": [],
     }
 
 

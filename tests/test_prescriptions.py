@@ -108,3 +108,21 @@ def test_needs_action(severity: str, classification: str | None, expected: bool)
     assert (
         needs_action(Finding("loss_spike", severity, "loss", 1, "s", measures=measures)) is expected
     )
+
+
+_LIGHTS = ("green", "blue", "yellow", "orange", "red")
+
+
+@pytest.mark.parametrize("kind", list(FindingKind))
+@pytest.mark.parametrize("severity", ["info", "warning", "critical", "fatal"])
+def test_the_light_named_follows_the_severity(kind: FindingKind, severity: str) -> None:
+    """One rule per severity: a prescription names its finding's light and no other (the fatal
+    NaN used to say "Orange light")."""
+    f = Finding(kind, severity, "loss", 5, "s")
+    text = prescribe(f).lower()
+    named = {c for c in _LIGHTS if f"{c} light" in text}
+    if needs_action(f):
+        assert named == {f.severity.light}, text
+        assert text.startswith(f"{f.severity.light} light: ")
+    else:
+        assert not named, text

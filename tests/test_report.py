@@ -605,3 +605,58 @@ def test_thousands_of_findings_stay_small() -> None:
     assert cards[0]["data-severity"] == "fatal" and len(cards) == 60
     assert len([a for a in page.all("tr") if a.get("data-kind") == "loss_spike"]) == 500
     assert "spike 4321" in " ".join(page.text)
+
+
+class _Cards(HTMLParser):
+    """The text of each <article> (finding and incident cards), keyed by its id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cards: dict[str, str] = {}
+        self._id: str | None = None
+        self._depth = 0
+        self._buf: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "article":
+            if self._id is None:
+                self._id, self._buf, self._depth = dict(attrs).get("id") or "", [], 0
+            self._depth += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "article" and self._id is not None:
+            self._depth -= 1
+            if self._depth == 0:
+                self.cards[self._id] = re.sub(r"\s+", " ", "".join(self._buf))
+                self._id = None
+
+    def handle_data(self, data: str) -> None:
+        if self._id is not None:
+            self._buf.append(data)
+
+
+def test_nan_report_incident_causes_and_lights() -> None:
+    """nan: one incident card names the LR change as the cause and the LR as the first mover;
+    the fatal NaN card and its prescription say "Red light" (never "Orange light"); each
+    finding card lists its causes tested against the log."""
+    from forensics import analyze
+
+    diag = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "nan")
+    page = render_html(diag, plotlyjs="cdn")
+    ids = {a.get("id") for _, a in parse(page).tags}
+    assert "incidents" in ids and "incident-1" in ids
+    p = _Cards()
+    p.feed(page)
+    inc = p.cards["incident-1"]
+    assert "Cause: An LR change no schedule explains" in inc
+    assert "The learning rate moved first (onset at step 501" in inc
+    assert "layers 0-3" not in inc or "0, 1, 2, 3" in inc  # signs list the layers
+    nan_card = next(t for k, t in p.cards.items() if k.startswith("finding-nan_inf"))
+    assert "Red light" in nan_card and "Orange light" not in nan_card
+    assert "Causes tested against the log" in nan_card
+    assert "supported : An LR change no schedule explains" in nan_card.replace(
+        "supported:", "supported :"
+    )
+    for k, text in p.cards.items():
+        if k.startswith("finding-"):
+            assert "Causes tested against the log" in text, k

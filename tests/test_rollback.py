@@ -217,3 +217,37 @@ def test_diagnose_attaches_plans_to_incidents() -> None:
     assert list(inc["rollback"]) == JSON_KEYS
     assert inc["rollback"]["checkpoint_step"] == 1500
     assert inc["rollback"]["lr_before"] == pytest.approx(3e-4)
+
+
+def test_unresolved_spike_is_a_conditional_rollback() -> None:
+    """A spike the log ends on cannot be judged yet: roll back only if it is still up after the
+    recovery window (peak + 500 steps)."""
+    (rb,) = rollback_advice(_run(), [_spike(2990, "unresolved")])
+    assert rb.decide_by == 2992 + 500
+    assert rb.sentence().startswith(
+        "The loss_spike at step 2,990 is unresolved (the log ends before it could recover): "
+        "if it is not back on its trend by step 3,492, roll back"
+    )
+
+
+def test_a_recurring_batch_is_not_a_range_to_skip() -> None:
+    """Periodic spikes: the data problem recurs, so no batch range is offered to skip."""
+    periodic = Finding("periodic_spikes", "warning", "loss", 125, "every 125", end_step=2999)
+    spike = _spike(1700, grad_norm_lead_steps=0)
+    (rb,) = rollback_advice(_run(), [spike, periodic])[:1]
+    assert rb.finding is spike and rb.skip_steps is None
+    assert "before the periodic_spikes at step 125 (still going on at the loss_spike" in (
+        rb.sentence()
+    )
+
+
+def test_periodic_spikes_sample_plan() -> None:
+    """sample_runs/periodic_spikes: the loss spike at the last step is unresolved; the LR is the
+    one before step 125 and nothing is skipped."""
+    diag = _sample("periodic_spikes")
+    plans = [r for r in diag.rollbacks if r.rollback]
+    assert plans and all(p.skip_steps is None for p in plans)
+    lr = diag.ev.series("lr")
+    for p in plans:
+        if p.onset_step == 125:
+            assert p.lr_before == pytest.approx(float(lr.values[lr.steps == 124][0]))

@@ -191,7 +191,7 @@ def test_cli_subprocess_json() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["run"]["name"] == "bad_batch" and doc["run"]["format"] == "tfevents"
     assert doc["run"]["metrics"]["loss"] == "train/loss"
     assert doc["run"]["first_step"] == 1 and doc["run"]["last_step"] == 1000

@@ -3,6 +3,10 @@
 Article 2.2: "grad norm and loss soaring together without falling back is the prelude to
 divergence"; 6.3: red = a divergence that does not recover for N steps.
 
+Only a rise the loss never comes back from within the log is a divergence: a rise that falls
+back to its earlier level before the log ends, however long it took and however short the log,
+is a spike (the spike detector judges how slowly it recovered), not a divergence.
+
 Severity: fatal when confirmed; critical when the log ends before ``window`` steps have passed
 (the rise is there but the log cannot show that it lasts).
 
@@ -89,8 +93,11 @@ class DivergenceDetector:
             nonfinite = nonfinite or g_bad
             last_step = last_logged if ret is None else t_end
             observed = last_step - t0
-            if ret is not None and observed < self.params.window:
-                i = end_idx + 1  # came back in time: a spike, not a divergence
+            if ret is not None:
+                # Came back within the log, however long it took: a spike (the spike detector
+                # judges its recovery), not a divergence. Only a rise the log never sees
+                # undone is the red light.
+                i = end_idx + 1
                 continue
             pre = (gt < t0) & (gt >= t0 - self.params.window)
             if pre.sum() < 3:

@@ -176,7 +176,7 @@ class EvalRegressionDetector:
         m = f["m"]
         overlap = bool(
             drift is not None
-            and drift.flagged
+            and drift.alarming  # a climb the LR schedule explains does not count
             and drift.onset_step <= f["end"]
             and drift.end_step >= f["start"]
         )

@@ -12,6 +12,9 @@ Judged against: `analysed_from` (first step of the analysed part, after ``skip_f
 `min_growth_pct` (the growth it had to reach), `level_off` (the late/overall slope ratio it
 had to keep), `late_slope_floor_per_1k_steps` (level_off x the overall slope).
 
+Levels are in the logged series' units; the unit is read from the metric name
+(``memory/rss_mb``: MB; ``mem-allocated-bytes``: bytes, shown in GB) and shown in the summary.
+
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import bin_median, despike, hinge_onset, theil_sen
+from forensics.evidence.trend_utils import bin_median, despike, hinge_onset, theil_sen, unit_of
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import MemoryParams
 from forensics.schema import MEMORY
@@ -72,6 +75,8 @@ class MemoryGrowthDetector:
             else int(xs[0])
         )
         dur = int(xs[-1] - onset)
+        unit = unit_of(MEMORY, ev.run.metrics().get(MEMORY))
+        per_1k = unit.show(overall.per_1k(), 4)
         return [
             Finding(
                 kind=FindingKind.MEMORY_GROWTH,
@@ -88,6 +93,7 @@ class MemoryGrowthDetector:
                     "late_slope_per_1k_steps": late.per_1k(),
                     "late_ratio": late.slope / overall.slope,
                     "duration_steps": dur,
+                    "unit": unit.source,
                 },
                 judged_against={
                     "analysed_from": float(start),
@@ -96,8 +102,10 @@ class MemoryGrowthDetector:
                     "late_slope_floor_per_1k_steps": self.params.level_off * overall.per_1k(),
                 },
                 summary=(
-                    f"Memory kept climbing from {a:.4g} to {b:.4g} (+{100 * growth:.0f}%, "
-                    f"{overall.per_1k():.3g} per 1k steps) over {dur} steps without levelling off."
+                    f"Memory kept climbing from {unit.show(a)} to {unit.show(b)} "
+                    f"(+{100 * growth:.0f}%, {per_1k} per 1k steps) over {dur} steps without "
+                    "levelling off"
+                    + ("." if unit.stated else " (the log does not state the unit).")
                 ),
             )
         ]

@@ -2,13 +2,15 @@
 
 The loss should fall at a pace that matches the learning-rate schedule. A long flat stretch at
 a healthy LR means the run stopped learning (or never started); a flat tail while a cosine or
-linear decay has brought the LR close to zero is what the schedule asks for, and the note
-says so. The loss is reduced to bin medians; a plateau is the longest stretch where every
-bin stays within a narrow band (a fraction of the loss level, widened by the bin noise) and
-the robust slope over it is not measurably negative (its 90% band reaches zero). It must cover
-both a minimum number of steps (or half of a short log) and a minimum share of the run. The LR
-context comes from the evidence's LR schedule (``Evidence.schedule``). Always ``info``: a note,
-not an alarm.
+linear decay has brought the LR close to zero is what the schedule asks for, and the note says
+so. So is a flat stretch at a steady LR that a decay or cooldown then brings down (the stable
+phase of a warm-up/stable/decay schedule: the loss falling faster once the LR decays is
+expected, not a finding). The loss is reduced to bin medians; a plateau is the longest stretch
+where every bin stays within a narrow band (a fraction of the loss level, widened by the bin
+noise) and the robust slope over it is not measurably negative (its 90% band reaches zero). It
+must cover both a minimum number of steps (or half of a short log) and a minimum share of the
+run. The LR context comes from the evidence's LR schedule (``Evidence.schedule``). Always
+``info``: a note, not an alarm.
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
@@ -81,6 +83,8 @@ class PlateauDetector:
             return []  # still falling measurably (slowly but surely): a healthy late phase
         sched = ev.schedule
         ctx = self._lr_context(sched, a, b)
+        band_lvl = max(p.flat_rel * abs(lvl), noise_band)
+        ctx.update(self._decay_after(sched, x, y, b, lvl, band_lvl, ctx))
         peak = ctx["lr_peak"]
         ctx["from_start"] = a - int(x[0]) <= 0.1 * run_span
         judged: dict[str, Any] = {
@@ -127,6 +131,36 @@ class PlateauDetector:
             "expected": bool(decayed),
         }
 
+    @staticmethod
+    def _decay_after(
+        sched: Schedule,
+        x: np.ndarray,
+        y: np.ndarray,
+        b: int,
+        lvl: float,
+        band: float,
+        ctx: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A flat stretch at a steady LR that a decay or cooldown (WSD) then brings down: the
+        stable phase waiting for its decay, which the schedule explains."""
+        out: dict[str, Any] = {"loss_after": None}
+        if ctx["lr_context"] != "active":
+            return out
+        seg = sched.segment_at(b)
+        nxt = [s for s in sched.segments if s.start_step > b and s.kind in ("decay", "cooldown")]
+        if seg is None or seg.kind != "constant" or not nxt:
+            return out
+        d = nxt[0]
+        after = (x >= d.start_step) & (x <= d.end_step)
+        if after.sum() < 3:
+            return out
+        k = max(3, int(after.sum()) // 10)
+        end_lvl = float(np.median(y[after][-k:]))
+        out["loss_after"] = end_lvl
+        if lvl - end_lvl > band:
+            out.update(lr_context="stable_before_decay", expected=True, decay_kind=d.kind)
+        return out
+
     def _finding(
         self,
         a: int,
@@ -138,7 +172,14 @@ class PlateauDetector:
         ctx: dict[str, Any],
         judged: dict[str, Any],
     ) -> Finding:
-        if ctx["lr_context"] == "decayed":
+        if ctx["lr_context"] == "stable_before_decay":
+            kind = "cooldown" if ctx.get("decay_kind") == "cooldown" else "decay"
+            why = (
+                f"the LR held steady there and the {kind} that followed brought the loss down "
+                f"to {ctx['loss_after']:.4g}: a stable phase waiting for its decay (as in a "
+                "warm-up/stable/decay schedule), which the schedule explains"
+            )
+        elif ctx["lr_context"] == "decayed":
             pct = 100 * float(ctx["lr_end"]) / float(ctx["lr_peak"])
             why = f"the LR had decayed to {pct:.1f}% of its peak, so the schedule explains it"
         elif ctx["lr_context"] == "active":
@@ -157,10 +198,10 @@ class PlateauDetector:
             end_step=b,
             measures={
                 "level": lvl,
+                **{k: v for k, v in ctx.items() if k != "decay_kind"},
                 "change_pct": change,
                 "span_steps": span,
                 "run_fraction": frac,
-                **ctx,
             },
             summary=(
                 f"The loss stayed flat near {lvl:.4g} from step {a} to {b} "

@@ -8,6 +8,14 @@ Regular pauses (evaluations, checkpoints) are not stalls: when candidate gaps li
 val/eval steps, their typical length sets the bar, and only gaps several times longer than a
 normal pause are reported. Gaps across a restart are left to the ``restart`` finding.
 
+Slow steps in the step-time (or throughput) series the log records are read too: a step
+``slow_factor`` x slower than the rolling median that stays isolated (shorter than a
+throughput drop's ``min_points``) is the job's housekeeping when it sits at the eval or
+checkpoint interval the log reveals (``Evidence.revealed_periods``): one ``info`` finding
+names them all. An isolated step ``factor`` x slower than usual (and at least ``min_seconds``
+long, when its time is known in seconds) is a stall wherever it sits. Step times are read in
+the unit their name states (``step_time (ms)``: milliseconds).
+
 Judged against: `factor` and `expected_seconds` (factor x the usual interval), `min_seconds`,
 `pause_factor` and `usual_pause_seconds`, and `stall_line_seconds`: the silence a gap had to
 exceed, the largest of factor x expected_seconds, min_seconds and pause_factor x the usual
@@ -22,10 +30,12 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
+from forensics.evidence.robust import median_interval
+from forensics.evidence.trend_utils import housekeeping_at, rolling_median, unit_of
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
 from forensics.run import Run
-from forensics.schema import EVAL_PREFIX, LOSS, VAL_LOSS
+from forensics.schema import EVAL_PREFIX, LOSS, STEP_TIME, VAL_LOSS
 
 CHECK = "stall"
 
@@ -62,11 +72,21 @@ class StallDetector:
         run = ev.run
         c = self._clock(run)
         if c is None or c.height < self.params.min_points:
+            from forensics.detectors.throughput import work_rate
+
+            timed = len(work_rate(ev)[1]) >= self.params.min_points
             run.note(
-                f"{CHECK}: not run, the log has no wall-clock times "
-                f"(or fewer than {self.params.min_points})"
+                f"{CHECK}: "
+                + ("wall-clock silences not judged" if timed else "not run")
+                + f", the log has no wall-clock times (or fewer than {self.params.min_points})"
+                + ("; slow steps judged from the step times" if timed else "")
             )
-            return []
+            return self._slow_steps(ev, []) if timed else []
+        out = self._wall_stalls(ev, c)
+        return out + self._slow_steps(ev, out)
+
+    def _wall_stalls(self, ev: Evidence, c: pl.DataFrame) -> list[Finding]:
+        run = ev.run
         steps = c.get_column("step").to_numpy().astype(np.int64)
         wall = c.get_column("wall_time").to_numpy().astype(float)
         seg = c.get_column("segment").to_numpy()
@@ -103,6 +123,9 @@ class StallDetector:
                     peak_step=int(steps[k]),
                     end_step=int(steps[k + 1]),
                     measures={
+                        "source": "wall_time",
+                        "slow_steps": None,
+                        "housekeeping": None,
                         "gap_seconds": float(dt[k]),
                         "expected_seconds": float(expected[k]),
                         "usual_step_seconds": per_step,
@@ -130,6 +153,109 @@ class StallDetector:
                 )
             )
         return out
+
+    def _slow_steps(self, ev: Evidence, wall: list[Finding]) -> list[Finding]:
+        """Isolated slow steps of the step-time / throughput series (see the module text)."""
+        from forensics.detectors.throughput import work_rate
+
+        metric, x, rate = work_rate(ev)
+        ok = rate > 0
+        x, rate = x[ok], rate[ok]
+        if len(x) < self.params.min_points:
+            return []
+        tp = ev.params.throughput
+        usual = rolling_median(rate, tp.baseline_points)
+        slower = usual / rate  # how many times slower than the usual pace
+        slow = slower >= self.params.slow_factor
+        if not slow.any():
+            return []
+        unit = unit_of(metric, ev.run.metrics().get(metric))
+        seconds = None
+        if metric == STEP_TIME:
+            seconds = unit.scale / rate  # seconds per step (a name in ms is scaled)
+        every = median_interval(x)
+        # runs of consecutive slow points; a run as long as a throughput drop is not isolated
+        idx = np.flatnonzero(slow)
+        groups = np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)
+        house: dict[str, list[int]] = {}
+        out: list[Finding] = []
+        for g in groups:
+            # the throughput detector's rule: a short dip at the housekeeping grid is no drop
+            at = housekeeping_at(ev.revealed_periods, float(x[g[0]]), every)
+            if at is not None and x[g[-1]] - x[g[0]] <= tp.min_points * every:
+                house.setdefault(at, []).extend(int(k) for k in g)
+                continue
+            if len(g) >= tp.min_points:
+                continue  # as long as a throughput drop: not isolated
+            k = int(g[np.argmax(slower[g])])
+            secs = float(seconds[k]) if seconds is not None else None
+            if slower[k] < self.params.factor or (
+                secs is not None and secs < self.params.min_seconds
+            ):
+                continue
+            if any(f.start_step <= x[k] <= (f.end_step or f.start_step) for f in wall):
+                continue  # the wall clock already shows this silence
+            usual_s = secs / float(slower[k]) if secs is not None else None
+            out.append(self._slow_finding(metric, x, [k], slower, seconds, None, usual_s, every))
+        for at, ks in house.items():
+            usual_s = float(np.median(seconds[ks] / slower[ks])) if seconds is not None else None
+            out.append(self._slow_finding(metric, x, ks, slower, seconds, at, usual_s, every))
+        return out
+
+    def _slow_finding(
+        self,
+        metric: str,
+        x: np.ndarray,
+        ks: list[int],
+        slower: np.ndarray,
+        seconds: np.ndarray | None,
+        at: str | None,
+        usual_s: float | None,
+        every: float,
+    ) -> Finding:
+        ratio = float(np.median(slower[ks]))
+        secs = float(np.median(seconds[ks])) if seconds is not None else None
+        first, last = int(x[ks[0]]), int(x[ks[-1]])
+        worst = ks[int(np.argmax(slower[ks]))]
+        took = f" ({_human(secs)} each)" if secs is not None else ""
+        if at is not None:
+            what = "evaluation" if at == "eval_interval" else "checkpoint"
+            summary = (
+                f"{len(ks)} slow step(s){took}, about {ratio:.1f}x the usual pace, from step "
+                f"{first} to {last}, each at the {what} interval: the job's own {what} pauses, "
+                "not a throughput drop."
+            )
+        else:
+            summary = (
+                f"Step {first} took {ratio:.0f}x the usual pace{took} and the steps around it "
+                "ran normally: a hang or a pre-emption inside the step."
+            )
+        return Finding(
+            kind=FindingKind.STALL,
+            severity=Severity.INFO if at is not None else Severity.WARNING,
+            metric=metric,
+            start_step=first,
+            peak_step=int(x[worst]),
+            end_step=last,
+            measures={
+                "source": metric,
+                "slow_steps": len(ks),
+                "housekeeping": at,
+                "gap_seconds": secs,
+                "expected_seconds": usual_s,
+                "usual_step_seconds": usual_s,
+                "ratio": ratio,
+                "steps_between": int(round(every)),
+                "usual_pause_seconds": None,
+            },
+            judged_against={
+                "factor": self.params.factor,
+                "slow_factor": self.params.slow_factor,
+                "min_seconds": self.params.min_seconds,
+                "isolated_below_points": self.params.min_points,
+            },
+            summary=summary,
+        )
 
     @staticmethod
     def _eval_steps(run: Run) -> set[int]:

@@ -1,15 +1,25 @@
-"""throughput_drop: tokens/s well below its recent normal (article sections 2.4 and 7.1).
+"""throughput_drop: a sustained fall of throughput well below its recent normal (sections 2.4
+and 7.1).
 
 The article's rule of thumb: throughput suddenly down by 30% usually means a data-loading
 bottleneck or a GPU clocking down; persistently low throughput points at the input pipeline,
 throttling or communication. The series is smoothed with a short centered median and
-compared with a trailing rolling median (the baseline); a drop is a stretch of at least a
-few points below (1 - 30%) of the baseline frozen at the drop's start. When only the step
-time is logged, its inverse is used: 30% fewer tokens/s is a step time 1/0.7 = 1.43x longer.
+compared with a trailing rolling median (the baseline); a drop is a stretch of at least
+``min_points`` logged points below (1 - 30%) of the baseline frozen at the drop's start, so a
+handful of isolated slow steps (which the centered median removes) is not one. A short dip
+(at most ``min_points`` logged intervals) that begins at the eval or checkpoint interval the
+log reveals (``Evidence.revealed_periods``) is the job's own housekeeping: the stall detector
+notes it (``info``), this detector does not call it a drop.
+When only the step time is logged, its inverse is used: 30% fewer tokens/s is a step time
+1/0.7 = 1.43x longer, and the finding says the step time rose.
 
-Judged against: `baseline` (the frozen rolling median, source units), `drop_ratio` (0.3),
+Units come from the logged name (``tok/s``, ``step_time (ms)``, ``iteration-time``...): step
+times are stated in s/step (a name in ms is scaled), and a name that states no unit is
+assumed to be tokens/s or s/step and said so.
+
+Judged against: `baseline` (the frozen rolling median, in `unit`), `drop_ratio` (0.3),
 `drop_line` (the level the smoothed series fell below: (1 - 0.3) x baseline in tokens/s, or
-baseline / 0.7 in s/step), `baseline_points` (the rolling window).
+baseline / 0.7 in s/step), `baseline_points` (the rolling window), `min_points`.
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
@@ -20,7 +30,8 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import rolling_median
+from forensics.evidence.robust import median_interval
+from forensics.evidence.trend_utils import Unit, housekeeping_at, rolling_median, unit_of
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ThroughputParams
 from forensics.schema import STEP_TIME, THROUGHPUT
@@ -28,8 +39,18 @@ from forensics.schema import STEP_TIME, THROUGHPUT
 CHECK = "throughput_drop"
 
 
+def work_rate(ev: Evidence) -> tuple[str, np.ndarray, np.ndarray]:
+    """(source metric, steps, work per second): the throughput, else the inverse step time."""
+    tp = ev.series(THROUGHPUT)
+    if len(tp):
+        return THROUGHPUT, tp.steps, tp.values
+    st = ev.series(STEP_TIME)
+    ok = st.values > 0
+    return STEP_TIME, st.steps[ok], 1.0 / st.values[ok]
+
+
 class ThroughputDetector:
-    """Flags stretches where tokens/s falls more than 30% below its rolling baseline."""
+    """Flags sustained stretches where throughput falls 30% below its rolling baseline."""
 
     name = CHECK
 
@@ -38,14 +59,7 @@ class ThroughputDetector:
 
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
-        metric = THROUGHPUT
-        tp = ev.series(THROUGHPUT)
-        x, y = tp.steps, tp.values
-        if len(x) == 0:
-            metric = STEP_TIME
-            st = ev.series(STEP_TIME)
-            ok = st.values > 0
-            x, y = st.steps[ok], 1.0 / st.values[ok]  # work in "work per second", whatever the unit
+        metric, x, y = work_rate(ev)
         if len(x) == 0:
             run.note(
                 f"{CHECK}: not run, the run logged neither throughput (tokens/s) nor step time"
@@ -54,6 +68,8 @@ class ThroughputDetector:
         if len(x) < self.params.min_history + self.params.min_points:
             run.note(f"{CHECK}: not run, only {len(x)} throughput points")
             return []
+        unit = unit_of(metric, run.metrics().get(metric))
+        every = median_interval(x) if len(x) > 1 else 1.0
         smooth = rolling_median(y, self.params.smooth_points)
         base = (
             pl.Series(y)
@@ -74,22 +90,42 @@ class ThroughputDetector:
             frozen = base[i]  # the baseline before the drop, not one the drop drags down
             ends = np.flatnonzero(smooth[i:] >= limit * frozen)
             j = i + int(ends[0]) if len(ends) else n
-            if j - i >= self.params.min_points:
-                out.append(self._finding(metric, x, y, i, j, frozen))
+            short = x[j - 1] - x[i] <= self.params.min_points * every
+            at = housekeeping_at(ev.revealed_periods, float(x[i]), every)
+            if j - i >= self.params.min_points and not (short and at and j < n):
+                out.append(self._finding(metric, unit, x, y, i, j, frozen))
             i = max(j, i + 1)
         return out
 
     def _finding(
-        self, metric: str, x: np.ndarray, y: np.ndarray, i: int, j: int, frozen: float
+        self,
+        metric: str,
+        unit: Unit,
+        x: np.ndarray,
+        y: np.ndarray,
+        i: int,
+        j: int,
+        frozen: float,
     ) -> Finding:
         lvl = float(np.median(y[i:j]))
         drop_pct = 100.0 * (1.0 - lvl / frozen)
         recovered = j < len(y)
         end = int(x[j - 1])
-        as_units = (lambda v: 1.0 / v) if metric == STEP_TIME else (lambda v: v)
-        unit_txt = "tokens/s" if metric == THROUGHPUT else "s/step"
+        step_time = metric == STEP_TIME
+        as_units = (lambda v: 1.0 / v) if step_time else (lambda v: v)
         peak = i + int(np.argmin(y[i:j]))
         limit = 1.0 - self.params.drop
+        assumed = "" if unit.stated else f" ({unit.label} assumed: the log states no unit)"
+        if step_time:
+            what = (
+                f"Step time rose from {unit.show(frozen**-1)} to {unit.show(lvl**-1)}"
+                f"{assumed}, throughput {drop_pct:.0f}% below its recent level,"
+            )
+        else:
+            what = (
+                f"Throughput fell {drop_pct:.0f}% below its recent level "
+                f"({unit.show(frozen)} -> {unit.show(lvl)}{assumed})"
+            )
         return Finding(
             kind=FindingKind.THROUGHPUT_DROP,
             severity=Severity.WARNING,
@@ -105,17 +141,17 @@ class ThroughputDetector:
                 "window_steps": end - int(x[i]),
                 "n_points": j - i,
                 "recovered": recovered,
+                "unit": unit.source,
             },
             judged_against={
                 "baseline": as_units(frozen),
                 "drop_ratio": self.params.drop,
                 "drop_line": as_units(limit * frozen),
                 "baseline_points": self.params.baseline_points,
+                "min_points": self.params.min_points,
             },
             summary=(
-                f"Throughput fell {drop_pct:.0f}% below its recent level "
-                f"({as_units(frozen):.4g} -> {as_units(lvl):.4g} {unit_txt}) "
-                f"from step {int(x[i])} to {end}"
+                f"{what} from step {int(x[i])} to {end}"
                 + (
                     ", then recovered."
                     if recovered

@@ -297,6 +297,13 @@ class Evidence:
 
         return known_checkpoints(self.run)
 
+    @cached_property
+    def trainer(self) -> str | None:
+        """The trainer that wrote the log (megatron, hf, lightning), when its format says."""
+        from forensics.rollback import trainer_of
+
+        return trainer_of(self.run)
+
     # -- for the report ----------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         """The evidence's headline numbers, for the JSON document and the report."""

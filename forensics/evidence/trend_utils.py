@@ -281,3 +281,92 @@ def sig(x: float, digits: int = 3) -> str:
     if x is None or not np.isfinite(x):
         return "n/a"
     return f"{x:.{digits}g}"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """How to show a series' values: ``value * scale`` in ``label`` (``stated`` False when the
+    metric name gives no unit and the label is the usual one assumed)."""
+
+    label: str
+    scale: float = 1.0
+    stated: bool = True
+    raw: str | None = None  # the logged values' unit when they are scaled for display
+
+    @property
+    def source(self) -> str | None:
+        """The logged values' own unit (None when the name states none)."""
+        if not self.stated:
+            return None
+        return self.raw or self.label
+
+    def show(self, value: float | None, digits: int = 4) -> str:
+        if value is None or not np.isfinite(value):
+            return "n/a"
+        v = value * self.scale
+        num = f"{v:,.0f}" if abs(v) >= 10**digits else f"{v:.{digits}g}"
+        return f"{num} {self.label}".rstrip()
+
+
+_MEMORY_UNITS = (
+    (("bytes", "_b)", "(b)"), Unit("GB", 1e-9, raw="bytes")),
+    (("gib",), Unit("GiB")),
+    (("gigabytes", "_gb", "(gb)", " gb"), Unit("GB")),
+    (("mib",), Unit("MiB")),
+    (("_mb", "(mb)", " mb", "megabytes"), Unit("MB")),
+    (("memoryallocated", "percent", "%"), Unit("%")),
+)
+_TIME_UNITS = (
+    (("(ms)", "_ms", " ms", "millis"), Unit("s/step", 1e-3, raw="ms/step")),
+    (("(s)", "_s)", "seconds", "in s", "_sec", "(sec)"), Unit("s/step")),
+    # Megatron's golden values and MLPerf's NeMo logs keep these in seconds
+    (("iteration-time", "train_step_timing"), Unit("s/step")),
+)
+_RATE_UNITS = (
+    (("tok", "tps"), Unit("tokens/s")),
+    (("wps", "word"), Unit("words/s")),
+    (("sample",), Unit("samples/s")),
+)
+
+
+def unit_of(metric: str, tag: str | None) -> Unit:
+    """The unit of a memory, step-time or throughput series, read from its logged name
+    (``memory/rss_mb``, ``mem-allocated-bytes``, ``step_time (ms)``, ``tok/s``...). Step times
+    are shown in s/step (a name in ms is scaled), bytes in GB. A name without a unit gets the
+    usual one, marked as assumed (``stated`` False): seconds per step for a step time, tokens/s
+    for a throughput, none for memory."""
+    from forensics.schema import MEMORY, STEP_TIME, THROUGHPUT
+
+    name = (tag or metric).lower()
+    table = {MEMORY: _MEMORY_UNITS, STEP_TIME: _TIME_UNITS, THROUGHPUT: _RATE_UNITS}.get(metric)
+    for keys, unit in table or ():
+        if any(k in name for k in keys):
+            return unit
+    if metric == STEP_TIME:
+        return Unit("s/step", 1.0, stated=False)
+    if metric == THROUGHPUT:
+        return Unit("tokens/s", 1.0, stated=False)
+    return Unit("", 1.0, stated=False)
+
+
+def grid_distance(step: float, period: float, origin: float) -> float:
+    """Steps from ``step`` back to the last point of the grid ``origin + k * period`` (k >= 0;
+    the distance to the origin before it)."""
+    if not period > 0:
+        return float("inf")
+    if step < origin:
+        return float(origin - step)
+    return float((step - origin) % period)
+
+
+def housekeeping_at(ev_periods: dict, step: float, slack: float) -> str | None:
+    """The housekeeping interval (``eval_interval``, ``checkpoint_interval``) whose grid point
+    ``step`` follows within ``slack`` steps, else None. ``ev_periods``: the evidence's
+    :attr:`~forensics.evidence.Evidence.revealed_periods`."""
+    for name in ("eval_interval", "checkpoint_interval"):
+        p = ev_periods.get(name)
+        if p is None or p.steps <= slack:
+            continue
+        if grid_distance(step, p.steps, p.origin) <= slack:
+            return name
+    return None

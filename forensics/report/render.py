@@ -28,6 +28,7 @@ _SENSITIVE_KEY = re.compile(
     r"host|node|machine|path|dir|file|cwd|user|email|ip\b|addr|url|cluster|hostname", re.I
 )
 FULL_FINDINGS = 60  # findings shown as full cards; the rest as table rows
+MAX_INCIDENTS = 20  # incidents shown as full cards; the rest as table rows
 MAX_ROLLBACKS = 50  # rows in the rollback table
 MAX_ROWS = 500  # rows in the long tables (more findings, spikes, timeline events)
 # Shape measures shown first in the spike table (article 4.4: height, width, recovery, frequency).
@@ -173,6 +174,7 @@ def build_context(
     run = diagnosis.run
     panels = build_panels(diagnosis.ev, diagnosis.findings)
     ranked = diagnosis.ranked()
+    incidents = sorted(diagnosis.incidents, key=lambda i: (-i.severity.rank, i.start_step))
     rollbacks: dict[int, list[Any]] = {}
     for rb in diagnosis.rollbacks:
         rollbacks.setdefault(id(rb.finding), []).append(rb)
@@ -185,6 +187,8 @@ def build_context(
             "entry": TABLE.get(f.kind),
             "acts": needs_action(f),
             "rollbacks": rollbacks.get(id(f), []),
+            "causes": diagnosis.causes_for(f),
+            "incident": diagnosis.incident_of(f),
         }
         for f in ranked[:FULL_FINDINGS]
     ]
@@ -216,6 +220,10 @@ def build_context(
         "light": look(diagnosis.verdict),
         "counts": counts,
         "timeline": diagnosis.timeline,
+        # The worst incidents as cards (then by onset), the rest as rows.
+        "incidents": incidents[:MAX_INCIDENTS],
+        "more_incidents": incidents[MAX_INCIDENTS : MAX_INCIDENTS + MAX_ROWS],
+        "n_incidents": len(diagnosis.incidents),
         "items": items,
         "more": more,
         "n_hidden": n_hidden,

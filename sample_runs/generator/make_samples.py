@@ -177,10 +177,62 @@ def param_norm_jump() -> Path:
     return tb(Config("param_norm_jump", lr_windows=((500, 509, 50.0, ()),)))
 
 
+def hf(cfg: Config) -> Path:
+    d = fresh(cfg.name)
+    t = Trainer(cfg)
+    log = HFTrainerLog(d, max_steps=cfg.steps, batch=cfg.batch, train_tokens=len(t.corpus.train),
+                       tokens_per_step=cfg.batch * cfg.ctx)
+    t.run(log)
+    log.close()
+    return d
+
+
+# Issue 13's runs: judgement that needs the schedule, the shape of the val curve, or calibration.
+
+
+def healthy_cosine_wd() -> Path:
+    """1200 steps, cosine decay to zero, weight decay 0.1: the grad norm rises as the lr decays."""
+    return tb(Config("healthy_cosine_wd", steps=1200, weight_decay=0.1))
+
+
+def healthy_wsd() -> Path:
+    """Warm-up, stable lr, then a short linear decay to zero over the last 15% of 800 steps."""
+    return jsonl(Config("healthy_wsd", steps=800, schedule="wsd", decay_frac=0.15, weight_decay=0.1))
+
+
+def val_swap_harder() -> Path:
+    """At step 400 of 600 half of the validation batches are re-processed (indents become tabs)."""
+    return jsonl(Config("val_swap_harder", steps=600, val_transform_from=400, val_transform_share=0.5))
+
+
+def val_swap_easier() -> Path:
+    """At step 360 of 600 the validation text is re-processed with doubled indents (more easy bytes)."""
+    return jsonl(Config("val_swap_easier", steps=600, val_transform_from=360, val_transform_kind="spaces8"))
+
+
+def late_overfit() -> Path:
+    """A 20 KB train subset repeated for ~40 epochs under a cosine decay: val turns up a little."""
+    return hf(Config("late_overfit", steps=800, train_bytes=20_000))
+
+
+def multi_eval_sets() -> Path:
+    """Twelve rows of every batch come from 2 KB of idlelib, constant lr; held-out idlelib files
+    and the stdlib validation set are evaluated as two eval sets."""
+    return hf(Config("multi_eval_sets", steps=600, schedule="constant", domain="idlelib",
+                     domain_train_bytes=2000, domain_rows=12))
+
+
+def slow_eval_steps() -> Path:
+    """The validation pass (12 batches) is timed inside its step; throughput logged every step."""
+    return jsonl(Config("slow_eval_steps", steps=400, eval_in_step_time=True, every_sys=1, val_batches=12))
+
+
 RUNS: dict[str, Callable[[], Path]] = {f.__name__: f for f in (
     healthy, bad_batch, periodic_spikes, divergence, grad_norm_drift, overfitting, val_shift,
     loss_scale_collapse, nan, resumed, truncated_log, throughput_drop, memory_growth,
     layer_grad_shift, activation_outlier, param_norm_jump,
+    healthy_cosine_wd, healthy_wsd, val_swap_harder, val_swap_easier, late_overfit, multi_eval_sets,
+    slow_eval_steps,
 )}
 
 

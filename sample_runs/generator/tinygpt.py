@@ -145,8 +145,9 @@ class Config:
     batch: int = 16
     lr: float = 3e-3
     warmup: int = 30
-    schedule: str = "cosine"  # cosine | constant | exp (geometric decay to min_lr_frac)
+    schedule: str = "cosine"  # cosine | constant | exp (geometric decay to min_lr_frac) | wsd
     min_lr_frac: float = 0.0
+    decay_frac: float = 0.2  # wsd: the share of the run (at its end) spent decaying linearly to min_lr_frac
     weight_decay: float = 0.0
     # beta2 0.99: with 0.95 the grad norm of this model creeps up even in a healthy run
     betas: tuple[float, float] = (0.9, 0.99)
@@ -175,6 +176,13 @@ class Config:
     group_wd: dict[str, float] = field(default_factory=dict)  # weight decay per group prefix ...
     group_wd_ramp: tuple[int, int] = (0, 0)  # ... growing linearly from 0 at first to full at last
     val_transform_from: int | None = None  # the val preprocessing changes at this step
+    val_transform_kind: str = "tabs"  # tabs (harder) | spaces8 (easier: indents doubled)
+    val_transform_share: float = 1.0  # share of the val batches the new preprocessing reaches
+    # a small domain set repeated inside every batch; its held-out files form a second eval set
+    domain: str | None = None  # a stdlib package (e.g. "idlelib"): its files are the domain
+    domain_train_bytes: int = 8000  # the domain's training text (the rest of its files: eval)
+    domain_rows: int = 4  # rows of each batch drawn from the domain's training text
+    eval_in_step_time: bool = False  # the validation pass is timed as part of its training step
     leak_from: int | None = None  # keep each step's logits alive from this step on
     slow_data_from: int | None = None  # pure-Python data decoding from this step on
     slow_files: int = 4  # files re-read per batch once the data path is slow
@@ -195,10 +203,23 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def val_transform(raw: torch.Tensor) -> torch.Tensor:
-    """The 'reprocessed' validation set: indentation converted from 4 spaces to tabs."""
-    text = bytes(raw.numpy()).replace(b"    ", b"\t")
+def val_transform(raw: torch.Tensor, kind: str = "tabs") -> torch.Tensor:
+    """The 'reprocessed' validation set: indentation converted from 4 spaces to tabs (a text
+    the model has never seen: harder), or doubled to 8 spaces (more easy bytes: easier)."""
+    new = {"tabs": b"\t", "spaces8": b" " * 8}[kind]
+    text = bytes(raw.numpy()).replace(b"    ", new)
     return torch.frombuffer(bytearray(text), dtype=torch.uint8).clone()
+
+
+def domain_corpus(package: str, train_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stdlib package's files: the first ``train_bytes`` of them to train on, files after
+    those (none of whose bytes are trained on) to evaluate on."""
+    root = Path(sysconfig.get_paths()["stdlib"]) / package
+    train, held = bytearray(), bytearray()
+    for p in sorted(root.glob("*.py")):
+        (train if len(train) < train_bytes else held).extend(p.read_bytes())
+    as_t = lambda b: torch.frombuffer(bytearray(b), dtype=torch.uint8).clone()  # noqa: E731
+    return as_t(train[:train_bytes]), as_t(held[:400_000])
 
 
 # ----------------------------------------------------------------------------- training
@@ -223,8 +244,15 @@ class Trainer:
         self.val_sets = {False: [windows(self.corpus.val, cfg.batch, cfg.ctx, g) for _ in range(cfg.val_batches)]}
         if cfg.val_transform_from is not None:
             g = torch.Generator().manual_seed(999)
-            changed = val_transform(self.corpus.val)
-            self.val_sets[True] = [windows(changed, cfg.batch, cfg.ctx, g) for _ in range(cfg.val_batches)]
+            changed = val_transform(self.corpus.val, cfg.val_transform_kind)
+            new = [windows(changed, cfg.batch, cfg.ctx, g) for _ in range(cfg.val_batches)]
+            k = round(cfg.val_transform_share * cfg.val_batches)
+            self.val_sets[True] = new[:k] + self.val_sets[False][k:]
+        self.domain_sets: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if cfg.domain:
+            self.domain_train, held = domain_corpus(cfg.domain, cfg.domain_train_bytes)
+            g = torch.Generator().manual_seed(998)
+            self.domain_sets = [windows(held, cfg.batch, cfg.ctx, g) for _ in range(cfg.val_batches)]
 
     def _groups(self) -> list[dict]:
         groups: dict[str, list[nn.Parameter]] = {}
@@ -257,6 +285,10 @@ class Trainer:
             lr = c.lr * step / c.warmup
         elif c.schedule == "constant":
             lr = c.lr
+        elif c.schedule == "wsd":
+            decay_start = c.steps - round(c.decay_frac * c.steps)
+            frac = max(0.0, (step - decay_start) / max(1, c.steps - decay_start))
+            lr = c.lr * (1 - (1 - c.min_lr_frac) * min(1.0, frac))
         elif c.schedule == "exp":
             lr = c.lr * c.min_lr_frac ** ((step - c.warmup) / max(1, c.steps - c.warmup))
         else:
@@ -271,6 +303,9 @@ class Trainer:
         c = self.cfg
         g = torch.Generator().manual_seed(c.seed * 1_000_003 + step)
         x, y = windows(self.corpus.train, c.batch, c.ctx, g)
+        if c.domain:
+            dx, dy = windows(self.domain_train, c.domain_rows, c.ctx, g)
+            x[: c.domain_rows], y[: c.domain_rows] = dx, dy
         if step in c.bad_steps:
             n_bad = max(1, round(c.batch * c.bad_fraction))
             bx, by = windows(self.corpus.binary, n_bad, c.ctx, g)
@@ -292,10 +327,11 @@ class Trainer:
         return torch.tensor([[int(v) for v in row.tolist()] for row in x])
 
     @torch.no_grad()
-    def val_loss(self, step: int) -> float:
+    def val_loss(self, step: int, batches: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> float:
         changed = self.cfg.val_transform_from is not None and step >= self.cfg.val_transform_from
         self.model.eval()
-        losses = [F.cross_entropy(self.model(x).flatten(0, 1), y.flatten()).item() for x, y in self.val_sets[changed]]
+        sets = self.val_sets[changed] if batches is None else batches
+        losses = [F.cross_entropy(self.model(x).flatten(0, 1), y.flatten()).item() for x, y in sets]
         self.model.train()
         return sum(losses) / len(losses)
 
@@ -360,6 +396,9 @@ class Trainer:
             if c.fp16 and self.growth >= c.growth_interval:
                 self.scale *= 2.0
                 self.growth = 0
+        evals: dict[str, float] = {}
+        if s % c.every_val == 0 and c.eval_in_step_time:  # the eval runs inside the timed step
+            evals["val/loss"] = self.val_loss(s)
         dt = time.process_time() - t0
         self._times.append((dt, x.numel()))
 
@@ -395,7 +434,11 @@ class Trainer:
             log.scalar("memory/rss_mb", rss_mb(), s)
             self._times.clear()
         if s % c.every_val == 0:
-            log.scalar("val/loss", self.val_loss(s), s)
+            if c.domain:  # several eval sets, each logged under its own name
+                log.scalar("val/stdlib/loss", self.val_loss(s), s)
+                log.scalar(f"val/{c.domain}/loss", self.val_loss(s, self.domain_sets), s)
+            else:
+                log.scalar("val/loss", evals["val/loss"] if evals else self.val_loss(s), s)
         if c.crash_at is not None and s == c.crash_at:
             log.flush()
             raise RuntimeError(f"simulated crash after step {s}")

@@ -131,6 +131,15 @@ class HFTrainerLog(_PerStep):
                                  "eval_steps_per_second": round(8 / runtime, 3), "step": step})
             if self.best is None or row["val/loss"] < self.best[0]:
                 self.best = (row["val/loss"], step)
+        # eval_dataset given as a dict: one entry per set, its keys prefixed eval_<set>_
+        sets = sorted(t.split("/")[1] for t in row if t.startswith("val/") and t.count("/") == 2)
+        if sets and step % self.eval_steps == 0:
+            runtime = 0.05
+            for name in sets:
+                self.history.append({"epoch": self._epoch(step), f"eval_{name}_loss": row[f"val/{name}/loss"],
+                                     f"eval_{name}_runtime": runtime,
+                                     f"eval_{name}_samples_per_second": round(128 / runtime, 3),
+                                     f"eval_{name}_steps_per_second": round(8 / runtime, 3), "step": step})
         if step % self.save_steps == 0:
             ck = self.out / f"checkpoint-{step}"
             ck.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,842 @@
+"""Causes from evidence: each finding's likely causes, tested against what the log shows.
+
+A cause is a hypothesis. For every finding, :func:`find_causes` lists the causes the article
+gives for its symptom (section 7's table, sections 3-5) and the causes a log can show, and marks
+each one against the evidence layer (:class:`~forensics.evidence.Evidence`):
+
+``supported``
+    the log shows it, at the finding's steps (the evidence says where and how much);
+``contradicted``
+    the log could have shown it and does not (the series is logged, nothing there);
+``untested``
+    no series in the log can tell (data shared across seeds needs other runs; an article cause
+    such as Adam's second moment needs optimizer state the log does not hold).
+
+The causes a log can show (:data:`CAUSES`): an LR change no schedule explains
+(``Evidence.schedule``'s unexplained segments and jumps), an LR schedule effect (a warm-up end,
+restart or step drop near the onset), a resume near the onset (the importers' restart
+findings), a loss-scale overflow in the same steps (``Evidence.drop_windows``), a bad batch (a
+short loss spike that recovers, with the grad norm), activations that blew up (activation
+outlier findings), an eval or checkpoint pause (``Evidence.revealed_periods``, stall findings)
+and a validation-set change (val_shift findings). A supported mechanism that follows a
+supported root (an overflow after an LR change) names that root in ``consequence_of``: the
+overflow is then how the LR change hurt, not why.
+
+Nothing here recomputes a baseline, a spike or a schedule: it reads the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+import numpy as np
+
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, VAL_LOSS
+
+if TYPE_CHECKING:
+    from forensics.evidence import Evidence
+
+SUPPORTED, CONTRADICTED, UNTESTED = "supported", "contradicted", "untested"
+STATUSES = (SUPPORTED, CONTRADICTED, UNTESTED)
+
+# How far before an onset a control input (an LR change, a resume, a schedule kink) still counts
+# as near it: the article's 100 steps, the short end of a normal recovery (4.4).
+NEAR_STEPS = 100
+# A schedule kink (warm-up end, restart, step drop) acts within a shorter reach.
+SCHEDULE_NEAR_STEPS = 50
+# An overflow counts when the loss scale fell within this many steps of the onset.
+OVERFLOW_STEPS = 10
+# A bad batch is one or two logged points high, then back (a spike the optimizer absorbed).
+BAD_BATCH_POINTS = 2
+
+# Cause ids and how each reads (the README's findings contract lists the same).
+CAUSES: dict[str, str] = {
+    "lr_change": "An LR change no schedule explains",
+    "lr_schedule": "An LR schedule effect (warm-up end, restart, step drop)",
+    "resume": "A resume from a checkpoint at or near the onset",
+    "loss_scale_overflow": "A loss-scale overflow in the same steps",
+    "bad_batch": "A bad batch (a short spike in loss and grad norm that recovers)",
+    "shared_data": "Data shared across seeds (the same batch hurts every seed)",
+    "activations": "A layer's activations blew up",
+    "grad_norm_climb": "A grad-norm climb going on since before the onset",
+    "eval_pause": "An eval or checkpoint pause",
+    "val_set_change": "A validation-set change",
+    "article": "The article's cause for this symptom",
+}
+# The causes as a sentence names them ("a consequence of the LR change").
+SHORT: dict[str, str] = {
+    "lr_change": "the LR change",
+    "lr_schedule": "the LR schedule",
+    "resume": "the resume",
+    "bad_batch": "the bad batch",
+    "eval_pause": "the pause",
+    "val_set_change": "the validation-set change",
+    "grad_norm_climb": "the grad-norm climb",
+}
+# Root causes: control inputs and outside events. The others are mechanisms (how it hurt).
+ROOTS = (
+    "lr_change",
+    "lr_schedule",
+    "resume",
+    "bad_batch",
+    "eval_pause",
+    "val_set_change",
+    "grad_norm_climb",
+)
+# Control inputs: what the trainer (or its operator) changed; a timeline's first movers.
+CONTROLS = ("lr_change", "lr_schedule", "resume")
+
+_DYNAMICS = frozenset(
+    {
+        FindingKind.LOSS_SPIKE,
+        FindingKind.GRAD_NORM_SPIKE,
+        FindingKind.PERIODIC_SPIKES,
+        FindingKind.DIVERGENCE,
+        FindingKind.NAN_INF,
+        FindingKind.LOSS_SCALE_DROP,
+        FindingKind.GRAD_NORM_DRIFT,
+        FindingKind.PARAM_NORM_JUMP,
+        FindingKind.LAYER_GRAD_SHIFT,
+        FindingKind.ACTIVATION_OUTLIER,
+    }
+)
+_SPIKY = frozenset(
+    {
+        FindingKind.LOSS_SPIKE,
+        FindingKind.GRAD_NORM_SPIKE,
+        FindingKind.LOSS_SCALE_DROP,
+        FindingKind.NAN_INF,
+        FindingKind.PARAM_NORM_JUMP,
+    }
+)
+_NUMERIC = frozenset(
+    {
+        FindingKind.LOSS_SCALE_DROP,
+        FindingKind.LOSS_SPIKE,
+        FindingKind.GRAD_NORM_SPIKE,
+        FindingKind.NAN_INF,
+        FindingKind.DIVERGENCE,
+        FindingKind.ACTIVATION_OUTLIER,
+        FindingKind.PARAM_NORM_JUMP,
+    }
+)
+_BLOWUP = frozenset(
+    {
+        FindingKind.LOSS_SPIKE,
+        FindingKind.NAN_INF,
+        FindingKind.LOSS_SCALE_DROP,
+        FindingKind.DIVERGENCE,
+        FindingKind.GRAD_NORM_SPIKE,
+    }
+)
+_PAUSE = frozenset({FindingKind.STALL, FindingKind.THROUGHPUT_DROP, FindingKind.PERIODIC_SPIKES})
+_VAL = frozenset(
+    {FindingKind.OVERFITTING, FindingKind.GAP_ACCELERATION, FindingKind.EVAL_REGRESSION}
+)
+
+_TRENDS = frozenset({FindingKind.GRAD_NORM_DRIFT, FindingKind.LAYER_GRAD_SHIFT})
+
+# Which hypotheses each finding kind is tested for (in this order).
+_TESTS: dict[FindingKind, tuple[str, ...]] = {}
+for _k in FindingKind:
+    _t: list[str] = []
+    if _k in _DYNAMICS or _k is FindingKind.PLATEAU:
+        _t.append("lr_change")
+        # A warm-up end or restart explains a sudden event, not a trend that builds for long.
+        if _k not in _TRENDS:
+            _t.append("lr_schedule")
+    if _k in _DYNAMICS or _k in _PAUSE or _k is FindingKind.PLATEAU:
+        _t.append("resume")
+    if _k in _NUMERIC:
+        _t.append("loss_scale_overflow")
+    if _k in _SPIKY or _k is FindingKind.PERIODIC_SPIKES:
+        _t += ["bad_batch", "shared_data"]
+    if _k in _BLOWUP:
+        _t += ["activations", "grad_norm_climb"]
+    if _k in _PAUSE:
+        _t.append("eval_pause")
+    if _k in _VAL:
+        _t.append("val_set_change")
+    _TESTS[_k] = tuple(_t)
+
+# Article causes (prescriptions.TABLE[kind].causes, by index) that a tested hypothesis covers;
+# the others are listed as untested in the article's words.
+_COVERED: dict[FindingKind, dict[int, str]] = {
+    FindingKind.LOSS_SPIKE: {0: "lr_change", 1: "bad_batch", 2: "activations"},
+    FindingKind.DIVERGENCE: {0: "lr_change"},
+    FindingKind.NAN_INF: {0: "loss_scale_overflow", 1: "loss_scale_overflow"},
+    FindingKind.LOSS_SCALE_DROP: {0: "loss_scale_overflow", 1: "activations"},
+    FindingKind.OVERFITTING: {1: "val_set_change"},
+    FindingKind.VAL_SHIFT: {},
+    FindingKind.GRAD_NORM_SPIKE: {0: "bad_batch"},
+    FindingKind.PERIODIC_SPIKES: {1: "lr_schedule"},
+    FindingKind.PLATEAU: {0: "lr_schedule"},
+    FindingKind.STALL: {},
+    FindingKind.RESTART: {0: "resume"},
+}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One hypothesis about a finding (or an incident), tested against the log.
+
+    Attributes:
+        cause: the id (a key of :data:`CAUSES`; ``article`` for a cause only the article names).
+        status: ``supported``, ``contradicted`` or ``untested``.
+        evidence: what the log shows, with steps and values.
+        steps: the steps the evidence names (the control input's step first).
+        text: the cause in words.
+        consequence_of: for a supported mechanism after a supported root, the root's id.
+    """
+
+    cause: str
+    status: str
+    evidence: str
+    steps: tuple[int, ...] = ()
+    text: str = ""
+    consequence_of: str | None = None
+    # The control input's step and size (for a timeline's first mover); not serialised.
+    anchor: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown cause status {self.status!r}")
+        if not self.text:
+            object.__setattr__(self, "text", CAUSES.get(self.cause, self.cause))
+        object.__setattr__(self, "steps", tuple(int(s) for s in self.steps))
+
+    @property
+    def is_root(self) -> bool:
+        return self.cause in ROOTS
+
+    @property
+    def keys(self) -> set[tuple[str, int]]:
+        """What two findings must share to have the same supported cause (the same event):
+        the anchor step, or each step the evidence names (a recurring bad batch)."""
+        if self.anchor is not None:
+            return {(self.cause, self.anchor)}
+        return {(self.cause, s) for s in self.steps}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "text": self.text,
+            "status": self.status,
+            "evidence": self.evidence,
+            "steps": list(self.steps),
+            "consequence_of": self.consequence_of,
+        }
+
+    @property
+    def consequence_text(self) -> str:
+        """``a consequence of the LR change`` ('' for a cause that is not one)."""
+        if self.consequence_of is None:
+            return ""
+        return f"a consequence of {SHORT.get(self.consequence_of, self.consequence_of)}"
+
+    def line(self) -> str:
+        """``supported: An LR change no schedule explains (the LR left its schedule ...)``."""
+        tail = f", {self.consequence_text}" if self.consequence_of else ""
+        return f"{self.status}: {self.text}{tail} ({self.evidence})"
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _near(ev: Evidence, base: int = NEAR_STEPS) -> int:
+    """The reach of "near the onset": ``base`` steps, a tenth of the log on shorter logs (a
+    warm-up end 30 steps before an event is near in a 60-step log only as everything is)."""
+    steps = ev.run.last_step - ev.run.first_step + 1
+    return int(min(base, max(5, steps // 10)))
+
+
+def _points(n: int) -> str:
+    return f"{n:,} logged point" if n == 1 else f"{n:,} logged points"
+
+
+def _window(f: Finding) -> tuple[int, int]:
+    """The steps a finding's onset covers: its start to its peak (a spike's rise)."""
+    hi = f.peak_step if f.peak_step is not None else f.start_step
+    return f.start_step, max(f.start_step, hi)
+
+
+# -- the hypotheses -----------------------------------------------------------------------------
+def _lr_change(ev: Evidence, f: Finding) -> Cause:
+    sched = ev.schedule
+    if sched.empty:
+        return Cause("lr_change", UNTESTED, "no learning rate in the log")
+    onset = f.start_step
+    for seg in sched.unexplained:
+        # Going on at the onset, or ended at most NEAR_STEPS before it.
+        if seg.start_step <= onset + 1 and seg.end_step >= onset - _near(ev):
+            before = seg.lr_before
+            jumps = [
+                c
+                for c in sched.changes
+                if seg.start_step <= c.step <= seg.end_step and c.kind.startswith("jump")
+            ]
+            if jumps:
+                c = jumps[0]
+                size = f"x{c.factor:.3g}: {_g(c.lr_before)} -> {_g(c.lr_after)} at step {c.step:,}"
+            elif before:
+                top = float(
+                    np.max(
+                        sched.values[
+                            (sched.steps >= seg.start_step) & (sched.steps <= seg.end_step)
+                        ]
+                    )
+                )
+                size = (
+                    f"from {_g(before)} at step {seg.start_step - 1:,} the LR rose to {_g(top)} "
+                    f"(x{top / before:.3g})"
+                )
+            else:
+                size = f"{_g(seg.lr_start)} -> {_g(seg.lr_end)}"
+            where = (
+                f"steps {seg.start_step:,}-{seg.end_step:,}"
+                if seg.end_step > seg.start_step
+                else f"step {seg.start_step:,}"
+            )
+            rel = (
+                "still raised at the onset"
+                if seg.end_step >= onset
+                else f"back on schedule {onset - seg.end_step:,} steps before the onset"
+            )
+            return Cause(
+                "lr_change",
+                SUPPORTED,
+                f"the LR left its schedule over {where} ({size}); {rel} at step {onset:,}",
+                (seg.start_step, seg.end_step),
+                anchor=seg.start_step,
+            )
+    later = [s for s in sched.unexplained if s.start_step > onset + 1]
+    phase = sched.phase_at(onset)
+    text = (
+        f"the logged LR follows its schedule ({phase or 'outside the logged LR'}) at step "
+        f"{onset:,} (a parameter group's own LR is not in the log)"
+    )
+    if later:
+        text += f"; its unexplained change starts later, at step {later[0].start_step:,}"
+    return Cause("lr_change", CONTRADICTED, text, (onset,))
+
+
+def _lr_schedule(ev: Evidence, f: Finding) -> Cause:
+    sched = ev.schedule
+    if sched.empty:
+        return Cause("lr_schedule", UNTESTED, "no learning rate in the log")
+    onset = f.start_step
+    if f.kind is FindingKind.PERIODIC_SPIKES:
+        return _restart_period(ev, f)
+    events: list[tuple[int, str]] = []
+    if ev.warmup_end is not None:
+        events.append((int(ev.warmup_end), "the warm-up ended"))
+    for c in sched.changes:
+        if c.kind in ("restart", "step_drop"):
+            word = "restarted" if c.kind == "restart" else "dropped a step"
+            events.append((c.step, f"the LR {word} ({_g(c.lr_before)} -> {_g(c.lr_after)})"))
+    for seg in sched.segments:
+        if seg.kind == "cooldown":
+            events.append((seg.start_step, "the cooldown began"))
+    reach = _near(ev, SCHEDULE_NEAR_STEPS)
+    near = [(s, t) for s, t in events if onset - reach <= s <= onset + 1]
+    if near:
+        s, t = max(near)
+        lag = onset - s
+        when = "at the onset" if lag <= 0 else f"{lag:,} steps before the onset at step {onset:,}"
+        return Cause("lr_schedule", SUPPORTED, f"{t} at step {s:,}, {when}", (s,), anchor=s)
+    phase = sched.phase_at(onset)
+    return Cause(
+        "lr_schedule",
+        CONTRADICTED,
+        f"no warm-up end, restart or step drop within {reach:,} steps before step "
+        f"{onset:,} (the LR is in its {phase or 'unlogged'} phase there)",
+        (onset,),
+    )
+
+
+def _restart_period(ev: Evidence, f: Finding) -> Cause:
+    """Periodic spikes: does the LR restart at the spikes' period?"""
+    period = f.measures.get("period_steps")
+    p = ev.revealed_periods.get("lr_restart")
+    if p is None or not isinstance(period, (int, float)) or period <= 0:
+        return Cause(
+            "lr_schedule",
+            CONTRADICTED,
+            "the LR schedule has no restarts to recur with",
+            (f.start_step,),
+        )
+    ratio = float(period) / p.steps
+    if round(ratio) >= 1 and abs(ratio - round(ratio)) <= 0.05:
+        return Cause(
+            "lr_schedule",
+            SUPPORTED,
+            f"the LR restarts every {p.steps:,.0f} steps; the spikes recur every "
+            f"{float(period):,.0f}",
+            (int(p.origin),),
+            anchor=int(p.origin),
+        )
+    return Cause(
+        "lr_schedule",
+        CONTRADICTED,
+        f"the LR restarts every {p.steps:,.0f} steps, not at the spikes' period of "
+        f"{float(period):,.0f}",
+        (f.start_step,),
+    )
+
+
+def _resume(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+    onset = f.start_step
+    restarts = [g for g in findings if g.kind is FindingKind.RESTART]
+    reach = _near(ev)
+    near = [g for g in restarts if onset - reach <= g.start_step <= onset + 1]
+    if near:
+        g = near[-1]
+        lag = onset - g.start_step
+        when = "at the onset" if lag <= 0 else f"{lag:,} steps before the onset"
+        return Cause(
+            "resume",
+            SUPPORTED,
+            f"the job resumed at step {g.start_step:,}, {when}",
+            (g.start_step,),
+            anchor=g.start_step,
+        )
+    text = f"no restart in the log within {reach:,} steps before step {onset:,}"
+    if restarts:
+        text += " (restarts at " + ", ".join(f"{g.start_step:,}" for g in restarts[:5]) + ")"
+    return Cause("resume", CONTRADICTED, text, (onset,))
+
+
+def _overflow(ev: Evidence, f: Finding) -> Cause:
+    if not ev.has(LOSS_SCALE) and len(ev.drop_windows) == 0:
+        return Cause("loss_scale_overflow", UNTESTED, "no loss scale in the log (bf16 or fp32?)")
+    # In the same steps: from just before the onset to the peak, at most OVERFLOW_STEPS on.
+    lo, hi = _window(f)
+    hi = min(hi, lo + OVERFLOW_STEPS)
+    w = ev.drop_windows
+    hit = w[(w[:, 0] < hi + 1) & (w[:, 1] > lo - 1)] if len(w) else w
+    if len(hit) and (hit[:, 1] <= hi + 1).any():
+        hit = hit[hit[:, 1] <= hi + 1]  # a drop seen later between sparse points is not "same"
+    if len(hit):
+        steps = sorted({int(b) for b in hit[:, 1]})
+        s = ev.series(LOSS_SCALE)
+        where = f"step {steps[0]:,}" if len(steps) == 1 else f"steps {steps[0]:,}-{steps[-1]:,}"
+        vals = ""
+        if len(s):
+            i = int(np.searchsorted(s.steps, steps[0], side="left"))
+            k = int(np.searchsorted(s.steps, steps[-1], side="left"))
+            if 0 < i and k < len(s):
+                vals = (
+                    f" (loss scale {_g(s.values[i - 1])} at step {int(s.steps[i - 1]):,}, "
+                    f"{_g(s.values[k])} at step {int(s.steps[k]):,})"
+                )
+        n = len(steps)
+        return Cause(
+            "loss_scale_overflow",
+            SUPPORTED,
+            f"the loss scale overflowed or fell at {n} step{'s' if n != 1 else ''}, {where}{vals}",
+            (steps[0], steps[-1]),
+            anchor=steps[0],
+        )
+    return Cause(
+        "loss_scale_overflow",
+        CONTRADICTED,
+        f"the loss scale held from step {lo - 1:,} to {hi + 1:,}",
+        (lo, hi),
+    )
+
+
+_SPIKE_INDEX: WeakKeyDictionary[Evidence, dict[str, tuple[np.ndarray, list[Any]]]] = (
+    WeakKeyDictionary()
+)
+
+
+def _spike_at(ev: Evidence, metric: str, lo: int, hi: int) -> Any:
+    """The first spike of ``metric`` whose rise meets ``[lo - 1, hi + 1]`` (None if none)."""
+    per = _SPIKE_INDEX.setdefault(ev, {})
+    if metric not in per:
+        spikes = sorted(ev.spikes(metric), key=lambda s: s.start_step)
+        per[metric] = (np.array([s.start_step for s in spikes], dtype=np.int64), spikes)
+    starts, spikes = per[metric]
+    # Spikes are short next to the gaps between them: look back from the last start <= hi + 1.
+    i = int(np.searchsorted(starts, hi + 1, side="right"))
+    for sp in spikes[max(0, i - 8) : i]:
+        if sp.peak_step >= lo - 1:
+            return sp
+    return None
+
+
+def _bad_batch_recurring(ev: Evidence, f: Finding) -> Cause:
+    """Periodic spikes: is each spike a bad batch (short, recovered)?"""
+    raw = f.measures.get("spike_steps")
+    steps = [int(x) for x in str(raw).split(",") if x.strip()] if raw else []
+    if not steps:
+        return Cause("bad_batch", UNTESTED, "the finding names no spike steps", (f.start_step,))
+    tested = [_bad_batch_at(ev, s, s) for s in steps]
+    ok = [s for s, c in zip(steps, tested, strict=True) if c.status == SUPPORTED]
+    listed = ", ".join(f"{s:,}" for s in ok[:8]) + (" ..." if len(ok) > 8 else "")
+    if len(ok) * 2 > len(steps):
+        return Cause(
+            "bad_batch",
+            SUPPORTED,
+            f"{len(ok)} of the {len(steps)} spikes are one-batch spikes that recover at once "
+            f"(steps {listed}): a batch that comes round",
+            tuple(ok),
+        )
+    return Cause(
+        "bad_batch",
+        CONTRADICTED,
+        f"only {len(ok)} of the {len(steps)} spikes are short and recover at once",
+        tuple(steps),
+    )
+
+
+def _bad_batch(ev: Evidence, f: Finding) -> Cause:
+    if not ev.has(LOSS):
+        return Cause("bad_batch", UNTESTED, "no training loss in the log")
+    if f.kind is FindingKind.PERIODIC_SPIKES:
+        return _bad_batch_recurring(ev, f)
+    lo, hi = _window(f)
+    return _bad_batch_at(ev, lo, hi)
+
+
+def _bad_batch_at(ev: Evidence, lo: int, hi: int) -> Cause:
+    sp = _spike_at(ev, LOSS, lo, hi)
+    if sp is None:
+        return Cause(
+            "bad_batch",
+            CONTRADICTED,
+            f"the loss has no spike at steps {lo:,}-{hi + 1:,}",
+            (lo, hi),
+        )
+    m = sp.measures
+    if not m.get("recovered") and int(m.get("steps_logged_after_peak") or 0) == 0:
+        return Cause(
+            "bad_batch",
+            UNTESTED,
+            f"loss {_g(m['peak_value'])} at step {sp.peak_step:,}, the last logged step: nothing "
+            "after it shows whether it came back",
+            (sp.peak_step,),
+        )
+    short = int(m.get("points", 99)) <= BAD_BATCH_POINTS and bool(m.get("recovered"))
+    head = (
+        f"loss {_g(m['peak_value'])} at step {sp.peak_step:,} against {_g(m['baseline'])} "
+        f"({m['height_ratio']:.2f}x)"
+    )
+    if not short:
+        rec = (
+            f"back after {int(m['recovery_steps']):,} steps"
+            if m.get("recovered")
+            else "not back on its trend"
+        )
+        return Cause(
+            "bad_batch",
+            CONTRADICTED,
+            f"{head}, high for {_points(int(m.get('points', 0)))}, {rec}: longer than one batch",
+            (sp.start_step, sp.end_step),
+        )
+    gtext = ""
+    if ev.has(GRAD_NORM):
+        gs = _spike_at(ev, GRAD_NORM, sp.start_step, sp.peak_step)
+        logged = ev.logged(GRAD_NORM)
+        at = logged.values[logged.steps == sp.peak_step]
+        if gs is not None:
+            gtext = f"; grad norm {_g(gs.measures['peak_value'])} at step {gs.peak_step:,}"
+        elif len(at) == 0:
+            gtext = f"; no grad norm logged at step {sp.peak_step:,} (a skipped step logs none)"
+        elif not np.all(np.isfinite(at)):
+            gtext = f"; the grad norm is {_g(float(at[0]))} at step {sp.peak_step:,}"
+        else:
+            return Cause(
+                "bad_batch",
+                CONTRADICTED,
+                f"{head}, but the grad norm did not spike ({_g(float(at[0]))} at step "
+                f"{sp.peak_step:,}): a batch that hurts moves both",
+                (sp.start_step, sp.peak_step),
+            )
+    return Cause(
+        "bad_batch",
+        SUPPORTED,
+        f"{head}, back on its trend at step {int(m['recovered_step']):,}{gtext}",
+        (sp.start_step, int(m["recovered_step"])),
+        anchor=sp.start_step,
+    )
+
+
+def _shared_data() -> Cause:
+    return Cause(
+        "shared_data",
+        UNTESTED,
+        "one run cannot tell: compare the same steps in runs with other seeds on the same "
+        "data order",
+    )
+
+
+def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+    outs = [
+        g
+        for g in findings
+        if g.kind is FindingKind.ACTIVATION_OUTLIER
+        and g.start_step <= f.start_step + 1
+        and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step - _near(ev)
+    ]
+    if outs:
+        first = min(g.start_step for g in outs)
+        layers = sorted({int(v) for g in outs if isinstance(v := g.measures.get("layer"), int)})
+        lay = f" in layer{'s' if len(layers) > 1 else ''} " + ", ".join(map(str, layers))
+        return Cause(
+            "activations",
+            SUPPORTED,
+            f"activations left their range{lay if layers else ''} from step {first:,}",
+            (first,),
+            anchor=first,
+        )
+    if any(ev.has(m) for m in ("act_absmax", "act_std", "act_mean")):
+        return Cause(
+            "activations",
+            CONTRADICTED,
+            f"the logged activations stay in their range up to step {f.start_step:,}",
+            (f.start_step,),
+        )
+    return Cause("activations", UNTESTED, "no activation statistics in the log")
+
+
+def _climb(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+    """A grad-norm drift still going on at the onset (the article's 2.4: the climb comes first)."""
+    drifts = [g for g in findings if g.kind is FindingKind.GRAD_NORM_DRIFT and g is not f]
+    going = [
+        g
+        for g in drifts
+        if g.start_step < f.start_step
+        and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step
+        and g.severity is not Severity.INFO
+    ]
+    if going:
+        g = going[0]
+        return Cause(
+            "grad_norm_climb",
+            SUPPORTED,
+            f"the grad norm has been climbing since step {g.start_step:,} "
+            f"({f.start_step - g.start_step:,} steps before the onset)",
+            (g.start_step,),
+            anchor=g.start_step,
+        )
+    if drifts:
+        return Cause(
+            "grad_norm_climb",
+            CONTRADICTED,
+            f"the grad-norm drift the log shows is not going on at step {f.start_step:,}",
+            (f.start_step,),
+        )
+    if not ev.has(GRAD_NORM):
+        return Cause("grad_norm_climb", UNTESTED, "no grad norm in the log")
+    return Cause(
+        "grad_norm_climb",
+        CONTRADICTED,
+        f"no grad-norm drift before step {f.start_step:,}",
+        (f.start_step,),
+    )
+
+
+def _eval_pause(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+    lo, hi = f.start_step, f.end_step if f.end_step is not None else f.start_step
+    stalls = [
+        g
+        for g in findings
+        if g.kind is FindingKind.STALL
+        and g is not f
+        and g.start_step <= hi
+        and (g.end_step or g.start_step) >= lo - 1
+    ]
+    if stalls:
+        g = stalls[0]
+        return Cause(
+            "eval_pause",
+            SUPPORTED,
+            f"the job stalled at step {g.start_step:,}",
+            (g.start_step,),
+            anchor=g.start_step,
+        )
+    periods = {k: p for k, p in ev.revealed_periods.items() if k not in ("epoch", "lr_restart")}
+    if not periods:
+        return Cause("eval_pause", UNTESTED, "the log shows no eval or checkpoint interval")
+    names = {"eval_interval": "eval", "checkpoint_interval": "checkpoint"}
+    said = []
+    period = f.measures.get("period_steps") if f.kind is FindingKind.PERIODIC_SPIKES else None
+    for k, p in periods.items():
+        every = int(round(p.steps))
+        if every <= 0:
+            continue
+        if isinstance(period, (int, float)) and period > 0:
+            ratio = float(period) / p.steps
+            if abs(ratio - round(ratio)) <= 0.05 and round(ratio) >= 1:
+                return Cause(
+                    "eval_pause",
+                    SUPPORTED,
+                    f"the period ({_g(float(period))} steps) is {round(ratio)}x the "
+                    f"{names.get(k, k)} interval ({every:,} steps)",
+                    (f.start_step,),
+                    anchor=every,
+                )
+            said.append(f"{names.get(k, k)} every {every:,} steps")
+            continue
+        off = (lo - p.origin) % p.steps
+        if min(off, p.steps - off) <= 1:
+            return Cause(
+                "eval_pause",
+                SUPPORTED,
+                f"step {lo:,} is on the {names.get(k, k)} grid (every {every:,} steps)",
+                (lo,),
+                anchor=lo,
+            )
+        said.append(f"{names.get(k, k)} every {every:,} steps")
+    what = f"the period of {_g(float(period))} steps" if period else f"step {lo:,}"
+    return Cause(
+        "eval_pause",
+        CONTRADICTED,
+        f"{what} does not match the log's intervals ({', '.join(said)}); no stall",
+        (lo,),
+    )
+
+
+def _val_change(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+    if not ev.has(VAL_LOSS):
+        return Cause("val_set_change", UNTESTED, "no validation loss in the log")
+    lo = f.start_step
+    shifts = [
+        g
+        for g in findings
+        if g.kind is FindingKind.VAL_SHIFT and g is not f and g.start_step <= lo + NEAR_STEPS
+    ]
+    if shifts:
+        g = shifts[-1]
+        return Cause(
+            "val_set_change",
+            SUPPORTED,
+            f"the validation loss stepped to a new level at step {g.start_step:,} while the "
+            "training loss was flat",
+            (g.start_step,),
+            anchor=g.start_step,
+        )
+    return Cause(
+        "val_set_change",
+        CONTRADICTED,
+        f"no step in the validation loss up to step {lo + NEAR_STEPS:,} that the training loss "
+        "does not share",
+        (lo,),
+    )
+
+
+def find_causes(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> list[Cause]:
+    """The causes of one finding, each tested against the evidence (supported ones first).
+
+    Args:
+        ev: the evidence the findings were judged against.
+        f: the finding.
+        findings: the run's findings (restarts, stalls, activation outliers, grad-norm
+            drifts and val_shifts are evidence for the others; other kinds are ignored).
+    """
+    from forensics.prescriptions import TABLE
+
+    out: list[Cause] = []
+    for name in _TESTS.get(f.kind, ()):
+        if name == "lr_change":
+            out.append(_lr_change(ev, f))
+        elif name == "lr_schedule":
+            out.append(_lr_schedule(ev, f))
+        elif name == "resume":
+            out.append(_resume(ev, f, findings))
+        elif name == "loss_scale_overflow":
+            out.append(_overflow(ev, f))
+        elif name == "bad_batch":
+            out.append(_bad_batch(ev, f))
+        elif name == "shared_data":
+            out.append(_shared_data())
+        elif name == "activations":
+            out.append(_activations(ev, f, findings))
+        elif name == "grad_norm_climb":
+            out.append(_climb(ev, f, findings))
+        elif name == "eval_pause":
+            out.append(_eval_pause(ev, f, findings))
+        elif name == "val_set_change":
+            out.append(_val_change(ev, f, findings))
+    out = _chain(out)
+    entry = TABLE.get(f.kind)
+    covered = _COVERED.get(f.kind, {})
+    for i, text in enumerate(entry.causes if entry else ()):
+        if i in covered and any(c.cause == covered[i] for c in out):
+            continue
+        out.append(
+            Cause("article", UNTESTED, "no series in the log shows this", (), text=text.rstrip("."))
+        )
+    order = {SUPPORTED: 0, CONTRADICTED: 1, UNTESTED: 2}
+    return sorted(out, key=lambda c: (order[c.status], c.consequence_of is not None))
+
+
+def _chain(causes: list[Cause]) -> list[Cause]:
+    """Mark supported mechanisms that follow a supported root as its consequence."""
+    roots = [c for c in causes if c.status == SUPPORTED and c.cause in ("lr_change", "bad_batch")]
+    if not roots:
+        return causes
+    root = min(roots, key=lambda c: c.steps[0] if c.steps else 0)
+    out = []
+    for c in causes:
+        if (
+            c.status == SUPPORTED
+            and c.cause in ("loss_scale_overflow", "activations")
+            and c.steps
+            and root.steps
+            and c.steps[0] >= root.steps[0]
+        ):
+            c = Cause(c.cause, c.status, c.evidence, c.steps, c.text, root.cause, c.anchor)
+        out.append(c)
+    return out
+
+
+# The finding kinds that are evidence for other findings' causes.
+_EVIDENCE_KINDS = frozenset(
+    {
+        FindingKind.RESTART,
+        FindingKind.ACTIVATION_OUTLIER,
+        FindingKind.STALL,
+        FindingKind.GRAD_NORM_DRIFT,
+        FindingKind.VAL_SHIFT,
+    }
+)
+
+
+def causes_of(ev: Evidence, findings: Sequence[Finding]) -> list[list[Cause]]:
+    """:func:`find_causes` for every finding, in the findings' order."""
+    related = [g for g in findings if g.kind in _EVIDENCE_KINDS]  # thousands of spikes: O(n)
+    return [find_causes(ev, f, related) for f in findings]
+
+
+def supported_roots(causes: Iterable[Cause]) -> list[Cause]:
+    """The supported root causes (control inputs and outside events): the causes to act on."""
+    return [c for c in causes if c.status == SUPPORTED and c.cause in ROOTS]
+
+
+def supported_mechanisms(causes: Iterable[Cause]) -> list[Cause]:
+    """Supported mechanisms (an overflow, activations) that no supported root explains: how
+    the trouble happened when the log shows no why."""
+    return [
+        c
+        for c in causes
+        if c.status == SUPPORTED and c.cause not in ROOTS and c.consequence_of is None
+    ]
+
+
+__all__ = [
+    "CAUSES",
+    "CONTROLS",
+    "ROOTS",
+    "Cause",
+    "causes_of",
+    "supported_mechanisms",
+    "supported_roots",
+    "find_causes",
+]

@@ -1,0 +1,346 @@
+"""Incidents: findings that share a time window and a cause, read as one event.
+
+A reviewer reads incidents, not detector outputs: four activation-outlier findings for layers
+0-3 at the same step, the loss spike and the NaN that follow them, all while the LR is raised
+past its schedule, are one blow-up with one cause. :func:`build_incidents` groups the findings:
+
+- two findings with the same supported root cause (the same LR change, the same bad batch,
+  resume, pause or validation-set change: :attr:`forensics.causes.Cause.key`) are one incident;
+- findings with no supported root that start within :data:`TOUCH_STEPS` of each other are one
+  incident (a NaN in the loss and in the grad norm at the same step);
+- a group becomes an incident when at least one of its findings is above info; notes (a
+  physiological spike) join the incident they belong to and may be its first mover.
+
+Each incident has its signs (vital signs, with layers and finding kinds), its causes (merged
+from its findings: supported if any finding's evidence supports it), a timeline whose first
+mover includes the control inputs (the LR change, the schedule effect, the resume), and a
+``rollback`` slot that :mod:`forensics.rollback` fills (None when the incident needs none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.causes import (
+    CONTRADICTED,
+    CONTROLS,
+    ROOTS,
+    SUPPORTED,
+    UNTESTED,
+    Cause,
+    supported_mechanisms,
+    supported_roots,
+)
+from forensics.findings import Finding, FindingKind, Severity, step_range
+from forensics.timeline import Control, Timeline, build_timeline, vital_label
+
+_SPIKES = frozenset(
+    {FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE, FindingKind.LOSS_SCALE_DROP}
+)
+# Findings with no supported root cause are one incident when their onsets are this close.
+TOUCH_STEPS = 5
+
+
+@dataclass(frozen=True)
+class Sign:
+    """One vital sign in an incident: the kinds it showed, its layers, its first onset."""
+
+    metric: str | None
+    label: str
+    kinds: tuple[str, ...]
+    layers: tuple[int, ...]
+    first_step: int
+    findings: tuple[int, ...]  # indexes into the diagnosis' findings
+
+    def text(self) -> str:
+        """``activation spread (layers 0-3): activation_outlier``."""
+        lay = ""
+        if self.layers:
+            ls = list(self.layers)
+            if len(ls) > 2 and ls == list(range(ls[0], ls[-1] + 1)):
+                lay = f" (layers {ls[0]}-{ls[-1]})"
+            else:
+                lay = f" (layer{'s' if len(ls) > 1 else ''} {', '.join(map(str, ls))})"
+        return f"{self.label}{lay}: {', '.join(self.kinds)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "label": self.label,
+            "kinds": list(self.kinds),
+            "layers": list(self.layers),
+            "first_step": self.first_step,
+            "findings": list(self.findings),
+        }
+
+
+@dataclass
+class Incident:
+    """Findings that share a time window and a cause.
+
+    Attributes:
+        id: ``incident-1``, ``incident-2``... in onset order.
+        findings: the member findings, in onset order.
+        indexes: their positions in the diagnosis' (and the document's) findings list.
+        causes: the incident's causes, merged from its findings' (supported ones first).
+        timeline: the members and the control inputs in causal order.
+        rollback: filled by the rollback advice (None when the incident needs none).
+    """
+
+    id: str
+    findings: list[Finding]
+    indexes: list[int]
+    causes: list[Cause]
+    timeline: Timeline
+    signs: list[Sign] = field(default_factory=list)
+    controls: list[Control] = field(default_factory=list)
+    rollback: Any = None
+
+    @property
+    def start_step(self) -> int:
+        starts = [f.start_step for f in self.findings]
+        first = self.timeline.first
+        if first is not None and first.control:
+            starts.append(first.step)
+        return min(starts)
+
+    @property
+    def end_step(self) -> int:
+        return max(
+            (f.end_step if f.end_step is not None else (f.peak_step or f.start_step))
+            for f in self.findings
+        )
+
+    @property
+    def severity(self) -> Severity:
+        return max((f.severity for f in self.findings), key=lambda s: s.rank)
+
+    @property
+    def steps(self) -> str:
+        return step_range(self.start_step, self.end_step)
+
+    @property
+    def supported(self) -> list[Cause]:
+        """Supported root causes (control inputs, outside events): what to act on."""
+        return supported_roots(self.causes)
+
+    @property
+    def mechanisms(self) -> list[Cause]:
+        """Supported mechanisms no supported root explains (an overflow with no known why)."""
+        return supported_mechanisms(self.causes)
+
+    def headline(self) -> str:
+        """One line: severity, steps, signs, supported cause (the terminal's and the card's)."""
+        signs = "; ".join(s.text() for s in self.signs)
+        n = len(self.findings)
+        if self.supported:
+            cause = "cause: " + "; ".join(f"{c.text} ({c.evidence})" for c in self.supported[:2])
+        elif self.mechanisms:
+            c = self.mechanisms[0]
+            cause = (
+                f"no root cause the log can show is supported; mechanism: {c.text} ({c.evidence})"
+            )
+        else:
+            cause = "no cause the log can show is supported"
+        return (
+            f"{self.severity.value} incident, steps {self.steps}, {n} finding"
+            f"{'s' if n != 1 else ''}: {signs}. {cause[0].upper() + cause[1:]}."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        index = {id(f): i for f, i in zip(self.findings, self.indexes, strict=True)}
+        first = self.timeline.first
+        rb = self.rollback
+        if rb is not None and hasattr(rb, "to_dict"):
+            rb = rb.to_dict()
+        return {
+            "id": self.id,
+            "start_step": self.start_step,
+            "end_step": self.end_step,
+            "severity": self.severity.value,
+            "first_mover": first.to_dict(index) if first is not None else None,
+            "signs": [s.to_dict() for s in self.signs],
+            "findings": list(self.indexes),
+            "causes": [c.to_dict() for c in self.causes],
+            "rollback": rb,
+        }
+
+
+def _keys(f: Finding, causes: Sequence[Cause]) -> set[tuple[str, int]]:
+    out: set[tuple[str, int]] = set()
+    # A restart and an ongoing grad-norm climb are themselves the causes others are tested for.
+    if f.kind is FindingKind.RESTART:
+        out.add(("resume", f.start_step))
+    if f.kind is FindingKind.GRAD_NORM_DRIFT and f.severity is not Severity.INFO:
+        out.add(("grad_norm_climb", f.start_step))
+    for c in causes:
+        if c.status == SUPPORTED and c.cause in ROOTS:
+            out |= c.keys
+    return out
+
+
+def build_incidents(
+    findings: Sequence[Finding], causes: Sequence[Sequence[Cause]]
+) -> list[Incident]:
+    """Group findings into incidents (see the module's docstring).
+
+    Args:
+        findings: the diagnosis' findings (their order gives the indexes).
+        causes: each finding's tested causes (:func:`forensics.causes.causes_of`).
+    """
+    n = len(findings)
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(i: int, j: int) -> None:
+        a, b = find(i), find(j)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+
+    keys = [_keys(f, c) for f, c in zip(findings, causes, strict=True)]
+    owner: dict[tuple[str, int], int] = {}
+    for i in range(n):
+        for k in keys[i]:
+            if k in owner:
+                union(owner[k], i)
+            else:
+                owner[k] = i
+    # Periodic spikes are one recurring event: each spike they list belongs to them.
+    for i, f in enumerate(findings):
+        if f.kind is not FindingKind.PERIODIC_SPIKES:
+            continue
+        raw = f.measures.get("spike_steps")
+        steps = {int(x) for x in str(raw).split(",") if x.strip()} if raw else set()
+        for j, g in enumerate(findings):
+            if g.kind in _SPIKES and (
+                {g.start_step, g.peak_step or g.start_step}
+                & {s + d for s in steps for d in (-1, 0, 1)}
+            ):
+                union(i, j)
+    order = sorted(range(n), key=lambda i: findings[i].start_step)
+    for a, i in enumerate(order):
+        for j in order[a + 1 :]:
+            if findings[j].start_step - findings[i].start_step > TOUCH_STEPS:
+                break
+            if keys[i] and keys[j] and not keys[i] & keys[j]:
+                continue  # two events with different causes at nearly the same step
+            if findings[i].kind is FindingKind.TRUNCATED_LOG or (
+                findings[j].kind is FindingKind.TRUNCATED_LOG
+            ):
+                continue  # how the log ends is not part of what happened in training
+            union(i, j)
+    groups: dict[int, list[int]] = {}
+    for i in order:
+        groups.setdefault(find(i), []).append(i)
+    out: list[Incident] = []
+    for members in sorted(groups.values(), key=lambda m: findings[m[0]].start_step):
+        if all(findings[i].severity is Severity.INFO for i in members):
+            continue
+        fs = [findings[i] for i in members]
+        merged = merge_causes([causes[i] for i in members])
+        has_restart = any(f.kind is FindingKind.RESTART for f in fs)
+        controls = [
+            Control(
+                c.cause,
+                "lr" if c.cause.startswith("lr") else None,
+                c.steps[0],
+                c.evidence.split("; ")[0],  # the change itself, not how it relates to one onset
+            )
+            for c in merged
+            if c.status == SUPPORTED
+            and c.cause in CONTROLS
+            and c.steps
+            and not (c.cause == "resume" and has_restart)
+        ]
+        timeline = build_timeline(fs, controls, include_info=True)
+        out.append(
+            Incident(
+                f"incident-{len(out) + 1}",
+                fs,
+                list(members),
+                merged,
+                timeline,
+                _signs(fs, members),
+                controls,
+            )
+        )
+    return out
+
+
+def run_timeline(incidents: Sequence[Incident], findings: Sequence[Finding]) -> Timeline:
+    """The run's timeline: every incident's findings and control inputs in causal order
+    (the findings that call for action when the run has no incident)."""
+    if not incidents:
+        return build_timeline(list(findings))
+    members = [f for inc in incidents for f in inc.findings]
+    controls = [c for inc in incidents for c in inc.controls]
+    return build_timeline(members, controls, include_info=True)
+
+
+def merge_causes(per_finding: Sequence[Sequence[Cause]]) -> list[Cause]:
+    """One list for several findings: a cause is supported when any finding's evidence
+    supports it (the earliest such evidence is kept), contradicted when tested and never
+    supported, untested otherwise."""
+    best: dict[tuple[str, str], Cause] = {}
+    rank = {SUPPORTED: 0, CONTRADICTED: 1, UNTESTED: 2}
+    for cs in per_finding:
+        for c in cs:
+            k = (c.cause, c.text)
+            old = best.get(k)
+            if old is None or rank[c.status] < rank[old.status]:
+                best[k] = c
+            elif c.status == old.status == SUPPORTED and c.consequence_of is None:
+                if old.consequence_of is not None:
+                    best[k] = c
+    out = list(best.values())
+    # A mechanism is a consequence in the incident when it is one for any finding.
+    conseq = {
+        c.cause: c.consequence_of
+        for cs in per_finding
+        for c in cs
+        if c.status == SUPPORTED and c.consequence_of is not None
+    }
+    out = [
+        Cause(c.cause, c.status, c.evidence, c.steps, c.text, conseq[c.cause], c.anchor)
+        if c.status == SUPPORTED and c.consequence_of is None and c.cause in conseq
+        else c
+        for c in out
+    ]
+    order = {SUPPORTED: 0, CONTRADICTED: 1, UNTESTED: 2}
+    return sorted(
+        out, key=lambda c: (order[c.status], c.consequence_of is not None, c.cause == "article")
+    )
+
+
+def _signs(fs: Sequence[Finding], members: Sequence[int]) -> list[Sign]:
+    by: dict[str | None, list[tuple[Finding, int]]] = {}
+    for f, i in zip(fs, members, strict=True):
+        by.setdefault(f.metric, []).append((f, i))
+    out = []
+    for metric, items in by.items():
+        kinds: list[str] = []
+        for f, _ in items:
+            if f.kind.value not in kinds:
+                kinds.append(f.kind.value)
+        layers = sorted({int(v) for f, _ in items if isinstance(v := f.measures.get("layer"), int)})
+        out.append(
+            Sign(
+                metric,
+                vital_label(metric),
+                tuple(kinds),
+                tuple(layers),
+                min(f.start_step for f, _ in items),
+                tuple(i for _, i in items),
+            )
+        )
+    return sorted(out, key=lambda s: s.first_step)
+
+
+__all__ = ["Incident", "Sign", "build_incidents", "merge_causes", "run_timeline"]

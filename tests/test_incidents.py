@@ -1,0 +1,137 @@
+"""Incidents: findings that share a time window and a cause are one card, with one timeline
+whose first mover includes the control inputs (issue 12), on the sample runs that showed them."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from forensics import analyze
+from forensics.diagnosis import Diagnosis
+from forensics.findings import Severity
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_runs"
+SCHEMA = ROOT / "forensics" / "schemas" / "findings.schema.json"
+RUNS = sorted(
+    p.name for p in SAMPLES.iterdir() if p.is_dir() and p.name != "generator" and any(p.iterdir())
+)
+
+
+@cache
+def diag(name: str) -> Diagnosis:
+    return analyze(SAMPLES / name)
+
+
+def test_nan_blow_up_is_one_incident() -> None:
+    """nan: the four activation-outlier findings (layers 0-3, step 560) and the rest of the
+    blow-up are one incident, caused by the LR change; its signs list the layers."""
+    d = diag("nan")
+    assert len(d.incidents) == 1
+    inc = d.incidents[0]
+    assert len(inc.findings) == len(d.findings)
+    assert inc.severity is Severity.FATAL
+    spread = next(s for s in inc.signs if s.metric == "act_std")
+    assert spread.layers == (0, 1, 2, 3) and spread.kinds == ("activation_outlier",)
+    assert "layers 0-3" in spread.text()
+    assert [c.cause for c in inc.supported] == ["lr_change"]
+
+
+@pytest.mark.parametrize(
+    "run, lr_step", [("nan", 501), ("param_norm_jump", 500), ("divergence", 401)]
+)
+def test_first_mover_is_the_lr(run: str, lr_step: int) -> None:
+    """The timeline's first mover is the LR change (not the activations at 560), for the
+    incident and for the run."""
+    d = diag(run)
+    inc = next(i for i in d.incidents if i.severity is d.incidents[0].severity)
+    for tl in (inc.timeline, d.timeline):
+        first = tl.first
+        assert first is not None and first.control and first.kind == "lr_change"
+        assert first.step == lr_step and first.label == "learning rate"
+        assert tl.sentence().startswith(f"The learning rate moved first (onset at step {lr_step}")
+    assert inc.start_step == lr_step
+
+
+def test_divergence_is_a_few_incidents() -> None:
+    """divergence: 25-odd findings become a few incidents, the fatal one holding the LR blow-up."""
+    d = diag("divergence")
+    assert len(d.findings) > 20
+    assert 1 <= len(d.incidents) <= 4
+    fatal = d.incidents[0]
+    assert fatal.severity is Severity.FATAL
+    assert {"divergence", "activation_outlier", "param_norm_jump"} <= {
+        f.kind.value for f in fatal.findings
+    }
+
+
+@pytest.mark.parametrize("start", [300, 650])
+def test_bad_batch_timeline_is_true(start: int) -> None:
+    """bad_batch: the loss spiked at 300 (650) and the loss scale fell at the next logged step;
+    the timeline says the loss moved first, never that the loss scale moved first."""
+    d = diag("bad_batch")
+    inc = next(i for i in d.incidents if i.start_step == start)
+    movers = [(m.metric, m.step) for m in inc.timeline.movers]
+    assert movers == [("loss", start), ("loss_scale", start + 1)]
+    assert inc.timeline.sentence() == (
+        f"The training loss moved first (onset at step {start}, loss_spike); then the loss scale "
+        f"1 step later (step {start + 1}, loss_scale_drop)."
+    )
+    assert not d.timeline.sentence().startswith("The loss scale moved first")
+    assert [c.cause for c in inc.supported] == ["bad_batch"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_finding_above_info_is_in_one_incident(run: str) -> None:
+    """Each warning, critical or fatal finding belongs to exactly one incident; an incident
+    holds at least one; its steps cover its findings'."""
+    d = diag(run)
+    for f in d.findings:
+        n = sum(any(g is f for g in inc.findings) for inc in d.incidents)
+        assert n == (1 if f.severity is not Severity.INFO else n) and n <= 1, f
+    for inc in d.incidents:
+        assert any(f.severity is not Severity.INFO for f in inc.findings)
+        assert inc.start_step <= min(f.start_step for f in inc.findings)
+        assert [d.findings[i] for i in inc.indexes] == inc.findings
+
+
+@pytest.mark.parametrize("run", ["nan", "bad_batch", "divergence", "healthy", "periodic_spikes"])
+def test_document_incidents(run: str) -> None:
+    """The findings document (schema_version 2) carries the incidents with their first mover,
+    signs, finding indexes, causes and a rollback slot, and validates against the schema."""
+    import jsonschema
+
+    d = diag(run)
+    doc = json.loads(json.dumps(d.to_document(), allow_nan=False))
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    assert doc["schema_version"] == 2
+    assert len(doc["incidents"]) == len(d.incidents)
+    for inc, di in zip(d.incidents, doc["incidents"], strict=True):
+        assert list(di) == [
+            "id",
+            "start_step",
+            "end_step",
+            "severity",
+            "first_mover",
+            "signs",
+            "findings",
+            "causes",
+            "rollback",
+        ]
+        assert di["findings"] == inc.indexes
+        fm = di["first_mover"]
+        if fm["control"]:
+            assert fm["finding"] is None
+        else:
+            assert doc["findings"][fm["finding"]]["start_step"] == fm["step"]
+
+
+def test_periodic_spikes_are_one_incident() -> None:
+    """The eight spikes of a batch that comes round every 125 steps are one incident."""
+    d = diag("periodic_spikes")
+    inc = next(i for i in d.incidents if any(f.kind.value == "periodic_spikes" for f in i.findings))
+    spikes = {f.start_step for f in inc.findings if f.kind.value == "loss_spike"}
+    assert spikes == {125, 250, 375, 500, 625, 750, 875, 1000}
