@@ -42,12 +42,12 @@ class _Group(TyperGroup):
         try:
             from typer._click import exceptions as click  # typer >= 0.20 vendors click
         except ImportError:  # pragma: no cover - older typer
-            from click import exceptions as click
+            from click import exceptions as click  # type: ignore[no-redef]
 
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]
         except click.NoArgsIsHelpError as exc:
             exc.show()  # the help text, as asked for by giving no argument
             sys.exit(exc.exit_code)
@@ -331,8 +331,8 @@ def _emit(
     else:
         from forensics.summary import print_summary
 
-        shown = _shown(report_path) if report_path is not None else None
-        _to_stdout(lambda console: print_summary(diag, report_path=shown, console=console))
+        shown_path = _shown(report_path) if report_path is not None else None
+        _to_stdout(lambda console: print_summary(shown, report_path=shown_path, console=console))
     return doc
 
 

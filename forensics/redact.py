@@ -181,7 +181,7 @@ def _copy_scrubbed(obj: Any, fn: Callable[[str], str], memo: dict[int, Any]) -> 
                 continue
             object.__setattr__(new_obj, k, _copy_scrubbed(v, fn, memo))
         return new_obj
-    if dataclasses.is_dataclass(obj):  # slotted dataclasses
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # slotted dataclasses
         return dataclasses.replace(
             obj,
             **{

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame
 
-from forensics.evidence import Evidence
 from forensics.detectors import REGISTRY, load
+from forensics.evidence import Evidence
 from forensics.findings import Finding, Severity
 
 NAMES = sorted(REGISTRY)

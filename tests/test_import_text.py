@@ -18,8 +18,8 @@ import pytest
 from forensics.errors import MultipleJobsError, UnknownFormatError
 from forensics.findings import FindingKind, Severity
 from forensics.importers import ReadOptions, discover, discover_jobs, read_run
-from forensics.importers.text import parse_text
 from forensics.importers.text import IMPORTER as TEXT
+from forensics.importers.text import parse_text
 
 PREAMBLE = "using world size: 8\n" + "".join(f"  arg_{i} ........ {i}\n" for i in range(40))
 
