@@ -6,7 +6,8 @@ Not a test (speed is machine-dependent); run it by hand:
 
 It writes a Megatron-LM stdout log of ``--lines`` iteration lines (dated, 11 fields each,
 with a preamble like the real thing; as in real bf16 runs, batch size, loss scale and the
-skipped/nan counters print the same text on every line) and the same numbers as one JSON object per line, then
+skipped/nan counters print the same text on every line) and the same numbers as one JSON object per
+line, then
 times, in this one process:
 
 * ``forensics``: the text importer's ``read`` on the log (family sniffing, line table,
@@ -54,10 +55,14 @@ def write_logs(folder: Path, n: int) -> tuple[Path, Path]:
             lr = 1.5e-4 * min(1.0, it / 2000.0)
             tflops = 150.0 + rng.random()
             f.write(
-                f" [2024-05-01 12:{(it // 60) % 60:02d}:{it % 60:02d}] iteration {it:8d}/ {n:8d} | consumed samples: {it * 512:12d} | "
-                f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | "
-                f"learning rate: {lr:.6E} | global batch size:   512 | lm loss: {loss:.6E} | loss scale: 1.0 | "
-                f"grad norm: {gn:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+                f" [2024-05-01 12:{(it // 60) % 60:02d}:{it % 60:02d}] iteration {it:8d}/ "
+                f"{n:8d} | consumed samples: {it * 512:12d} | "
+                f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU "
+                f"(TFLOP/s/GPU): {tflops:.1f} | "
+                f"learning rate: {lr:.6E} | global batch size:   512 | lm loss: {loss:.6E} | "
+                "loss scale: 1.0 | "
+                f"grad norm: {gn:.3f} | number of skipped iterations:   0 | number of nan "
+                "iterations:   0 |\n"
             )
             g.write(
                 json.dumps(
@@ -96,7 +101,8 @@ def main() -> None:
             t = time.perf_counter()
             write_logs(folder, args.lines)
             print(
-                f"wrote {args.lines:,} lines in {time.perf_counter() - t:.1f} s ({log.stat().st_size / 1e6:.0f} MB log)"
+                f"wrote {args.lines:,} lines in {time.perf_counter() - t:.1f} s "
+                f"({log.stat().st_size / 1e6:.0f} MB log)"
             )
         src = Source("text_logs", [log], log.name, folder, scope="file")
         # One untimed warm-up of each (imports, page cache), then the timed runs.
@@ -111,7 +117,8 @@ def main() -> None:
             ref = pl.read_ndjson(jsonl)
             t_ref = min(t_ref, time.perf_counter() - t)
         print(
-            f"forensics text import: {t_ours:6.2f} s  ({res.frame.height:,} rows, {res.frame.get_column('step').n_unique():,} steps)"
+            f"forensics text import: {t_ours:6.2f} s  ({res.frame.height:,} rows, "
+            f"{res.frame.get_column('step').n_unique():,} steps)"
         )
         print(f"polars read_ndjson:    {t_ref:6.2f} s  ({ref.height:,} rows x {ref.width} columns)")
         print(f"ratio forensics / polars = {t_ours / t_ref:.2f}  (target <= 3)")

@@ -87,7 +87,8 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         ours, rows = min(time_forensics(logdir, verify_crc=False) for _ in range(3))
         print(
-            f"forensics read_run         {ours:7.2f} s  {n / ours / 1e3:8.1f} k events/s  ({rows:,} rows)"
+            f"forensics read_run         {ours:7.2f} s  {n / ours / 1e3:8.1f} k events/s  "
+            f"({rows:,} rows)"
         )
         try:
             crc, _ = time_forensics(logdir, verify_crc=True)
@@ -96,7 +97,8 @@ def main() -> None:
             print(f"forensics --verify-crc     skipped ({exc})")
         ref, ref_rows = time_tbparse(logdir)
         print(
-            f"tbparse .scalars -> polars {ref:7.2f} s  {n / ref / 1e3:8.1f} k events/s  ({ref_rows:,} rows)"
+            f"tbparse .scalars -> polars {ref:7.2f} s  {n / ref / 1e3:8.1f} k events/s  "
+            f"({ref_rows:,} rows)"
         )
         print(f"ratio tbparse / forensics  {ref / ours:7.1f} x  (target >= 10)")
     finally:

@@ -2,7 +2,8 @@
 """Load forensics HTML reports in headless Chromium: every chart rendered, no console errors.
 
 Usage:
-    python scripts/browser_check.py REPORT.html [REPORT2.html ...] [--screenshot OUT.png] [--install]
+    python scripts/browser_check.py REPORT.html [REPORT2.html ...] [--screenshot OUT.png]
+        [--install]
 
 Needs the Debian package ``chromium`` (``apt-get update && apt-get install -y chromium``);
 ``--install`` runs that command first when no browser is found (as root, e.g. in CI).

@@ -19,7 +19,8 @@ from forensics.schema import add_canonical, conform
 def long_frame(
     series: dict[str, tuple[np.ndarray, np.ndarray]], source: str = "synthetic"
 ) -> pl.DataFrame:
-    """Build a canonical frame from {tag: (steps, values)}; tags are mapped through the alias table."""
+    """Build a canonical frame from {tag: (steps, values)}; tags are mapped through the alias
+    table."""
     parts = []
     for tag, (steps, values) in series.items():
         parts.append(
@@ -91,7 +92,8 @@ def _constant_lr(steps: np.ndarray, peak: float = 3e-4, warmup: int = 300) -> np
 def trend_healthy(
     n: int = 10000, every: int = 10, seed: int = 0, val_every: int = 500
 ) -> tuple[pl.DataFrame, dict]:
-    """A healthy pre-training run: falling loss and val loss, flat grad norm, steady param-norm growth."""
+    """A healthy pre-training run: falling loss and val loss, flat grad norm, steady param-norm
+    growth."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
     loss = 2.0 + 8.0 / (1.0 + steps / 40.0) ** 0.7
@@ -124,7 +126,8 @@ def trend_grad_norm_drift(
     loss_rises: bool = False,
     spikes: int = 5,
 ) -> tuple[pl.DataFrame, dict]:
-    """The article's case: grad norm flat near ``base`` then climbing to ``end`` from ``onset``; loss falls smoothly."""
+    """The article's case: grad norm flat near ``base`` then climbing to ``end`` from ``onset``;
+    loss falls smoothly."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
     level = (
@@ -157,7 +160,8 @@ def trend_eval_regression(
     lower_better: bool = False,
     with_drift: bool = False,
 ) -> tuple[pl.DataFrame, dict]:
-    """A benchmark that improves until ``best`` then loses ``drop`` points by the end, while the loss keeps falling."""
+    """A benchmark that improves until ``best`` then loses ``drop`` points by the end, while the
+    loss keeps falling."""
     rng = np.random.default_rng(seed)
     frame, _ = trend_grad_norm_drift(
         n=n, onset=best + 500 if with_drift else n * 10, every=every, seed=seed, spikes=0
@@ -181,7 +185,8 @@ def trend_param_norm(
     growth: float = 0.3,
     seed: int = 0,
 ) -> tuple[pl.DataFrame, dict]:
-    """Param norm growing slowly (``growth`` over the run) with an optional abrupt ``jump`` (fraction) at ``jump_at``."""
+    """Param norm growing slowly (``growth`` over the run) with an optional abrupt ``jump``
+    (fraction) at ``jump_at``."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
     pn = 120.0 * (1 + growth * steps / n)
@@ -207,7 +212,8 @@ def trend_layer_shift(
     seed: int = 0,
     shift: bool = True,
 ) -> tuple[pl.DataFrame, dict]:
-    """Per-layer grad norms whose ``group`` share of the squared total goes from ``before`` to ``after`` from ``onset``."""
+    """Per-layer grad norms whose ``group`` share of the squared total goes from ``before`` to
+    ``after`` from ``onset``."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
     prog = np.clip((steps - onset) / max(1, n - onset), 0, 1) if shift else np.zeros(len(steps))
@@ -267,10 +273,12 @@ def trend_train_val(
     steps_per_epoch: int | None = None,
     ramp: int = 3000,
 ) -> tuple[pl.DataFrame, dict]:
-    """Train and val loss for ``case`` in {healthy, overfit, accelerate, val_shift}; onset is the injected change.
+    """Train and val loss for ``case`` in {healthy, overfit, accelerate, val_shift}; onset is the
+    injected change.
 
     overfit: val turns up at ``onset`` while train keeps falling. accelerate: train falls faster
-    from ``onset`` so the gap widens faster, while val never turns up. val_shift: train flat, val jumps 1.95 -> 2.1 over ``ramp`` steps
+    from ``onset`` so the gap widens faster, while val never turns up. val_shift: train flat, val
+    jumps 1.95 -> 2.1 over ``ramp`` steps
     from ``onset`` then stays flat (the article's snapshot effect).
     """
     rng = np.random.default_rng(seed)
@@ -318,7 +326,8 @@ def trend_plateau(
     seed: int = 0,
 ) -> tuple[pl.DataFrame, dict]:
     """Loss shapes for the plateau check: ``stuck`` (flat from the start at a constant LR),
-    ``cosine_end`` (learning, then flat while the cosine LR decays to ~0), ``learning`` (healthy)."""
+    ``cosine_end`` (learning, then flat while the cosine LR decays to ~0), ``learning``
+    (healthy)."""
     rng = np.random.default_rng(seed)
     steps = np.arange(0, n, every)
     if case == "stuck":
@@ -347,7 +356,8 @@ def trend_infra(
     use_step_time: bool = False,
     seed: int = 0,
 ) -> tuple[pl.DataFrame, dict]:
-    """Throughput (or step time), memory and wall times: optional throughput drop window, a stall, a memory leak.
+    """Throughput (or step time), memory and wall times: optional throughput drop window, a stall, a
+    memory leak.
 
     ``leak`` is GiB per 1000 steps of steady growth after step 500.
     """
@@ -423,5 +433,6 @@ def spiky_loss(
 def excerpt(
     steps: np.ndarray, values: np.ndarray, start: int, lines: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``lines`` consecutive logged points from index ``start`` (a log excerpt from mid-training)."""
+    """``lines`` consecutive logged points from index ``start`` (a log excerpt from
+    mid-training)."""
     return steps[start : start + lines], values[start : start + lines]

@@ -1,4 +1,5 @@
-"""Contract checks run over every registered detector (ruptures / scikit-learn's check_estimator idea)."""
+"""Contract checks run over every registered detector (ruptures / scikit-learn's check_estimator
+idea)."""
 
 from __future__ import annotations
 

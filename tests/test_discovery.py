@@ -46,7 +46,8 @@ def test_nonexistent_and_empty_paths(tmp_path: Path) -> None:
 
 
 def test_unknown_format_folder_and_binary_junk(tmp_path: Path) -> None:
-    """Files no importer knows, or binary junk: UnknownFormatError naming the path and what was expected."""
+    """Files no importer knows, or binary junk: UnknownFormatError naming the path and what was
+    expected."""
     (tmp_path / "README.md").write_text("# my run\nsome notes\n")
     (tmp_path / "plot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(500))
     with pytest.raises(UnknownFormatError) as err:
@@ -105,7 +106,8 @@ def test_two_event_runs_beside_one_trainer_state_are_not_merged(tmp_path: Path) 
 
 
 def test_trainer_log_beside_trainer_state_uses_the_richer_source(tmp_path: Path) -> None:
-    """LLaMA-Factory's two files of one run: the one with more loss points is used, the other noted."""
+    """LLaMA-Factory's two files of one run: the one with more loss points is used, the other
+    noted."""
     _hf_state(tmp_path / "trainer_state.json", range(10, 101, 10))
     _hf_state(tmp_path / "checkpoint-50" / "trainer_state.json", range(10, 51, 10))
     lines = [
@@ -152,7 +154,8 @@ def test_a_log_file_inside_an_event_run_joins_it(tmp_path: Path) -> None:
 
 
 def test_single_file_path(tmp_path: Path) -> None:
-    """PATH may be one event file; the run is named after its folder (event file names say nothing)."""
+    """PATH may be one event file; the run is named after its folder (event file names say
+    nothing)."""
     write_tb_run(tmp_path, n=10, spike_at=None)
     f = next(tmp_path.glob("*tfevents*"))
     run = read_run(f)

@@ -14,7 +14,8 @@ from forensics.importers import read_run
 
 
 def _state(n_steps: int, every: int = 10, eval_every: int = 50, nan_at: int | None = None) -> dict:
-    """A trainer state shaped like TrainerState.save_to_json writes it (log_history + top-level fields)."""
+    """A trainer state shaped like TrainerState.save_to_json writes it (log_history + top-level
+    fields)."""
     hist: list[dict] = []
     for s in range(every, n_steps + 1, every):
         loss = 3.0 / (1 + s / 100)
@@ -100,7 +101,8 @@ def test_train_and_eval_entries(tmp_path: Path) -> None:
 
 
 def test_highest_global_step_copy_wins_and_checkpoints_are_listed(tmp_path: Path) -> None:
-    """Among top level, last-checkpoint/ and checkpoint-*/ the copy with the highest global_step is read."""
+    """Among top level, last-checkpoint/ and checkpoint-*/ the copy with the highest global_step is
+    read."""
     out = tmp_path / "output"
     _save(out / "checkpoint-100" / "trainer_state.json", _state(100))
     _save(out / "checkpoint-300" / "trainer_state.json", _state(300))
@@ -134,7 +136,8 @@ def test_two_output_folders_are_two_jobs(tmp_path: Path) -> None:
     ids=["cut-json", "no-history"],
 )
 def test_broken_trainer_state_is_a_one_line_error(tmp_path: Path, content: str, words: str) -> None:
-    """A broken trainer_state.json: one-line UnreadableInputError naming the file and what was expected."""
+    """A broken trainer_state.json: one-line UnreadableInputError naming the file and what was
+    expected."""
     (tmp_path / "trainer_state.json").write_text(content)
     with pytest.raises(UnreadableInputError) as err:
         read_run(tmp_path)

@@ -59,16 +59,19 @@ def test_step_key_order(tmp_path: Path, record: dict, step: int) -> None:
     ids=["_timestamp", "timestamp", "wall_time", "milliseconds", "iso"],
 )
 def test_time_keys(tmp_path: Path, record: dict, wall: float) -> None:
-    """Wall time from _timestamp / timestamp / wall_time (unix seconds, milliseconds or ISO date)."""
+    """Wall time from _timestamp / timestamp / wall_time (unix seconds, milliseconds or ISO
+    date)."""
     _write(tmp_path / "m.jsonl", [record])
     assert read_run(tmp_path / "m.jsonl").series("loss").get_column("wall_time").to_list() == [wall]
 
 
 def test_loose_numbers_nan_and_infinity(tmp_path: Path) -> None:
-    """Numbers as strings, "nan", bare NaN / Infinity and "1,234" are read; other strings are not metrics."""
+    """Numbers as strings, "nan", bare NaN / Infinity and "1,234" are read; other strings are not
+    metrics."""
     p = tmp_path / "m.jsonl"
     p.write_text(
-        '{"step": 1, "loss": "1.5e-1", "lr": "3e-4", "gnorm": NaN, "tps": "1,234", "note": "warmup"}\n'
+        '{"step": 1, "loss": "1.5e-1", "lr": "3e-4", "gnorm": NaN, "tps": "1,234", "note": '
+        '"warmup"}\n'
         '{"step": 2, "loss": "nan", "lr": Infinity, "gnorm": -Infinity, "tps": 1000}\n'
     )
     f = read_run(p).frame
@@ -134,7 +137,8 @@ def test_llama_factory_trainer_log(tmp_path: Path) -> None:
 
 
 def test_levanter_json_logger_through_python_logging(tmp_path: Path) -> None:
-    """Levanter's json_logger lines (behind a logging prefix) give metrics, hparams and histograms."""
+    """Levanter's json_logger lines (behind a logging prefix) give metrics, hparams and
+    histograms."""
     p = tmp_path / "levanter.log"
     handler = logging.FileHandler(p)
     handler.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
@@ -215,7 +219,8 @@ def test_corrupt_gzip_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_steps_going_back_are_a_restart(tmp_path: Path) -> None:
-    """A resumed job appending to the same file (steps 0..29, then 20..39): two segments, one restart."""
+    """A resumed job appending to the same file (steps 0..29, then 20..39): two segments, one
+    restart."""
     objs = [{"step": s, "loss": 1.0, "_timestamp": 1000 + s} for s in range(30)]
     objs += [{"step": s, "loss": 2.0, "_timestamp": 5000 + s} for s in range(20, 40)]
     run = read_run(_write(tmp_path / "m.jsonl", objs))
@@ -233,7 +238,8 @@ def test_steps_going_back_are_a_restart(tmp_path: Path) -> None:
 
 
 def test_two_restarts_two_findings(tmp_path: Path) -> None:
-    """Two resumptions: segments 0/1/2, one finding each, and the view keeps the latest value per step."""
+    """Two resumptions: segments 0/1/2, one finding each, and the view keeps the latest value per
+    step."""
     objs = [{"step": s, "loss": 1.0} for s in range(100)]
     objs += [{"step": s, "loss": 2.0} for s in range(60, 150)]
     objs += [{"step": s, "loss": 3.0} for s in range(120, 200)]

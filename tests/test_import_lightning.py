@@ -93,10 +93,12 @@ def test_each_version_folder_is_its_own_job(tmp_path: Path) -> None:
 
 
 def test_hparams_with_python_tags_still_load(tmp_path: Path) -> None:
-    """hparams.yaml with python object tags (as save_hyperparameters can write) does not fail the import."""
+    """hparams.yaml with python object tags (as save_hyperparameters can write) does not fail the
+    import."""
     v = _write_version(tmp_path / "version_0", _rows(0, 3))
     (v / "hparams.yaml").write_text(
-        "lr: 0.001\noptimizer: !!python/name:torch.optim.AdamW ''\nbetas: !!python/tuple\n- 0.9\n- 0.95\n"
+        "lr: 0.001\noptimizer: !!python/name:torch.optim.AdamW ''\n"
+        "betas: !!python/tuple\n- 0.9\n- 0.95\n"
     )
     cfg = read_run(v).config
     assert cfg["lr"] == 0.001 and cfg["betas"] == [0.9, 0.95]

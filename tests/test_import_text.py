@@ -60,7 +60,8 @@ def _series(run, metric: str) -> dict[int, float]:  # noqa: ANN001
 
 
 def test_megatron_iteration_and_validation_lines(tmp_path: Path) -> None:
-    """Megatron iteration lines (old layout first, full layout later) and validation lines import with steps and values."""
+    """Megatron iteration lines (old layout first, full layout later) and validation lines import
+    with steps and values."""
     text = PREAMBLE
     text += "".join(_meg_line(i, None, None, 2.0**23) for i in (10,))  # fp16 warm-up: no loss yet
     text += "".join(
@@ -68,7 +69,10 @@ def test_megatron_iteration_and_validation_lines(tmp_path: Path) -> None:
     )
     text += (
         "-" * 60
-        + "\n validation loss at iteration 200 | lm loss value: 7.487306E+00 | lm loss PPL: 1.785236E+03 | \n"
+        + (
+            "\n validation loss at iteration 200 | lm loss value: 7.487306E+00 |"
+            " lm loss PPL: 1.785236E+03 | \n"
+        )
         + "-" * 60
         + "\n"
     )
@@ -87,7 +91,8 @@ def test_megatron_iteration_and_validation_lines(tmp_path: Path) -> None:
 
 
 def test_megatron_rank_copies_are_one_row(tmp_path: Path) -> None:
-    """The same iteration printed by several ranks (srun --label prefixes) gives one row per step."""
+    """The same iteration printed by several ranks (srun --label prefixes) gives one row per
+    step."""
     lines = []
     for i in range(1, 51):
         for rank in (0, 1, 2, 3):
@@ -99,7 +104,8 @@ def test_megatron_rank_copies_are_one_row(tmp_path: Path) -> None:
 
 
 def test_megatron_resumed_in_one_log_is_a_restart(tmp_path: Path) -> None:
-    """A job resumed into the same log replays steps: both copies are kept and a restart is reported."""
+    """A job resumed into the same log replays steps: both copies are kept and a restart is
+    reported."""
     first = "".join(_meg_line(i, 4.0 - i / 1000) for i in range(1, 31))
     second = "".join(_meg_line(i, 3.0 - i / 1000) for i in range(21, 41))
     run = read_run(
@@ -115,7 +121,8 @@ def test_megatron_resumed_in_one_log_is_a_restart(tmp_path: Path) -> None:
 
 
 def test_megatron_bad_line_is_skipped_and_counted(tmp_path: Path) -> None:
-    """A garbled iteration line is skipped and counted in the notes; the rest of the file imports."""
+    """A garbled iteration line is skipped and counted in the notes; the rest of the file
+    imports."""
     text = PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 11))
     text += " iteration       11/    1000 | consumed samples: ### | lm loss: ??? |\n"
     text += "".join(_meg_line(i, 3.0) for i in range(12, 21))
@@ -126,9 +133,12 @@ def test_megatron_bad_line_is_skipped_and_counted(tmp_path: Path) -> None:
 
 DS_REWARD = """***** Running training *****
 Beginning of Epoch 1/1, Total Micro Batches 1840
-{overflow}[2023-04-18 03:36:02,682] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=3, lr=[5e-05, 5e-05], mom=[(0.9, 0.95), (0.9, 0.95)]
-[2023-04-18 03:36:02,683] [INFO] [timer.py:199:stop] epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=265.3, CurrSamplesPerSec=265.4, MemAllocated=4.34GB, MaxMemAllocated=12.81GB
-[2023-04-18 03:36:05,686] [INFO] [logging.py:96:log_dist] [Rank 0] step=20, skipped=3, lr=[4.9e-05, 4.9e-05], mom=[(0.9, 0.95), (0.9, 0.95)]
+{overflow}[2023-04-18 03:36:02,682] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, \
+skipped=3, lr=[5e-05, 5e-05], mom=[(0.9, 0.95), (0.9, 0.95)]
+[2023-04-18 03:36:02,683] [INFO] [timer.py:199:stop] epoch=0/micro_step=10/global_step=10, \
+RunningAvgSamplesPerSec=265.3, CurrSamplesPerSec=265.4, MemAllocated=4.34GB, MaxMemAllocated=12.81GB
+[2023-04-18 03:36:05,686] [INFO] [logging.py:96:log_dist] [Rank 0] step=20, skipped=3, \
+lr=[4.9e-05, 4.9e-05], mom=[(0.9, 0.95), (0.9, 0.95)]
 """
 
 
@@ -138,17 +148,20 @@ def _ds_overflow_block(iteration: int, old: float, new: float, ranks: int = 4) -
         out.append("[2023-04-18 03:36:00,502] [INFO] [fused_optimizer.py:362:_update_scale] \n")
         out.append(f"Grad overflow on iteration {iteration}\n")
         out.append(
-            f"[2023-04-18 03:36:00,502] [INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from {old} to {new}\n"
+            "[2023-04-18 03:36:00,502] [INFO] [fused_optimizer.py:363:_update_scale] Reducing "
+            f"dynamic loss scale from {old} to {new}\n"
         )
     out.insert(
         2,
-        f"[2023-04-18 03:36:00,502] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: {old}, reducing to {new}\n",
+        "[2023-04-18 03:36:00,502] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow "
+        f"detected. Skipping step. Attempted loss scale: {old}, reducing to {new}\n",
     )
     return "".join(out)
 
 
 def test_deepspeed_overflow_lines_become_loss_scale_events(tmp_path: Path) -> None:
-    """'Grad overflow on iteration N' (4 ranks) gives one overflow row at N and the new scale at N."""
+    """'Grad overflow on iteration N' (4 ranks) gives one overflow row at N and the new scale at
+    N."""
     blocks = (
         _ds_overflow_block(0, 65536, 32768.0)
         + _ds_overflow_block(1, 32768.0, 16384.0)
@@ -167,17 +180,24 @@ def test_deepspeed_overflow_without_iteration_takes_the_step_printed_next(tmp_pa
     text = ""
     for step in range(6):
         if step in (2, 4):
-            for engine in ("actor", "critic"):  # two engines, same step: one event row
+            for _engine in ("actor", "critic"):  # two engines, same step: one event row
                 text += (
-                    f"[2023-04-18 08:48:05,282] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
-                    f"Skipping step. Attempted loss scale: {2 ** (17 - step)}, reducing to {2 ** (16 - step)}\n"
+                    "[2023-04-18 08:48:05,282] [INFO] [loss_scaler.py:181:update_scale] "
+                    "[deepspeed] OVERFLOW! Rank 0 "
+                    f"Skipping step. Attempted loss scale: {2 ** (17 - step)}, reducing to "
+                    f"{2 ** (16 - step)}\n"
                 )
         if step == 3:
             text += (
-                "[2023-04-18 08:48:01,543] [INFO] [loss_scaler.py:188:update_scale] [deepspeed] OVERFLOW! Rank 0 "
-                "Skipping step. Attempted loss scale: 16384, but hysteresis is 2. Reducing hysteresis to 1\n"
+                "[2023-04-18 08:48:01,543] [INFO] [loss_scaler.py:188:update_scale] "
+                "[deepspeed] OVERFLOW! Rank 0 "
+                "Skipping step. Attempted loss scale: 16384, but hysteresis is 2. Reducing "
+                "hysteresis to 1\n"
             )
-        text += f"epoch: 0|step: {step}|ppo_ep: 1|act_loss: {0.2 + step / 100}|cri_loss: 0.12|unsuper_loss: 0.0\n"
+        text += (
+            f"epoch: 0|step: {step}|ppo_ep: 1|act_loss: {0.2 + step / 100}|cri_loss: "
+            "0.12|unsuper_loss: 0.0\n"
+        )
         text += f"average reward score: {step / 10}\n"
     run = read_run(_write(tmp_path / "rlhf.log", text))
     assert _series(run, "overflow") == {2: 1.0, 3: 1.0, 4: 1.0}
@@ -190,11 +210,16 @@ def test_deepspeed_overflow_without_iteration_takes_the_step_printed_next(tmp_pa
 
 
 def test_deepspeed_overflow_in_order_when_the_log_has_no_step(tmp_path: Path) -> None:
-    """Only overflow lines (rank copies included): events numbered in order, x axis said to be points."""
+    """Only overflow lines (rank copies included): events numbered in order, x axis said to be
+    points."""
     text = ""
     for old in (65536, 32768, 16384):
         for _ in range(3):
-            text += f"[2023-04-18 03:36:00,502] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: {old}, reducing to {old // 2}\n"
+            text += (
+                "[2023-04-18 03:36:00,502] [INFO] [logging.py:96:log_dist] [Rank 0] "
+                f"Overflow detected. Skipping step. Attempted loss scale: {old}, reducing "
+                f"to {old // 2}\n"
+            )
         text += "some other output\n"
     log = parse_text(text.encode(), "x.log")
     f = log.frame
@@ -211,19 +236,23 @@ def test_deepspeed_overflow_in_order_when_the_log_has_no_step(tmp_path: Path) ->
     "line, scale",
     [
         (
-            "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+            "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing "
+            "to 32768",
             32768.0,
         ),
         (
-            "[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 128.0, reducing to 64.0",
+            "[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 128.0, reducing "
+            "to 64.0",
             64.0,
         ),
         (
-            "[deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648",
+            "[deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. Attempted "
+            "loss scale: 4294967296, reducing to 2147483648",
             2147483648.0,
         ),
         (
-            "[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from 2048.0 to 1024.0",
+            "[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from "
+            "2048.0 to 1024.0",
             1024.0,
         ),
     ],
@@ -244,16 +273,20 @@ LLMC_STDOUT = """+-----------------------+--------------------------------------
 | num_heads NH          | 12                                                 |
 +-----------------------+----------------------------------------------------+
 val loss 11.007921
-step    1/19560 | loss 11.009662 (+nanz)| norm 15.0789 (+nanz)| lr 8.57e-07 | 4230.95 ms | 31.9% bf16 MFU | 123917 tok/s
-step    2/19560 | loss 10.956554 (+nanz)| norm 15.2427 (+nanz)| lr 1.71e-06 | 4385.98 ms | 30.8% bf16 MFU | 119537 tok/s
+step    1/19560 | loss 11.009662 (+nanz)| norm 15.0789 (+nanz)| lr 8.57e-07 | 4230.95 ms | \
+31.9% bf16 MFU | 123917 tok/s
+step    2/19560 | loss 10.956554 (+nanz)| norm 15.2427 (+nanz)| lr 1.71e-06 | 4385.98 ms | \
+30.8% bf16 MFU | 119537 tok/s
 val loss 10.5
 evaluating HellaSwag: 0/1256evaluating HellaSwag: 10/1256HellaSwag: 2493/10042 = 0.248257
-step    3/19560 | loss     nan (+nanz)| norm    nan (+nanz)| lr 2.57e-06 | 4401.95 ms | 30.7% bf16 MFU | 119315 tok/s
+step    3/19560 | loss     nan (+nanz)| norm    nan (+nanz)| lr 2.57e-06 | 4401.95 ms | 30.7% \
+bf16 MFU | 119315 tok/s
 """
 
 
 def test_llmc_stdout(tmp_path: Path) -> None:
-    """llm.c stdout: loss, norm, lr, ms, tok/s per step; val loss and HellaSwag at the step printed above."""
+    """llm.c stdout: loss, norm, lr, ms, tok/s per step; val loss and HellaSwag at the step printed
+    above."""
     run = read_run(_write(tmp_path / "gpt2_train.1.log", LLMC_STDOUT))
     loss = _series(run, "loss")
     assert loss[1] == pytest.approx(11.009662) and math.isnan(loss[3])
@@ -268,7 +301,10 @@ def test_llmc_stdout(tmp_path: Path) -> None:
 
 def test_llmc_main_log(tmp_path: Path) -> None:
     """llm.c main.log: trl/tel/norm/eval keys map to loss, val_loss, grad_norm and HellaSwag."""
-    text = "s:0 tel:11.0095\ns:0 trl:11.0116 lr:0.000001 norm:14.96\ns:1 trl:10.9586 lr:0.000002 norm:15.18\ns:250 tel:6.1565\ns:250 eval:0.2437\n"
+    text = (
+        "s:0 tel:11.0095\ns:0 trl:11.0116 lr:0.000001 norm:14.96\n"
+        "s:1 trl:10.9586 lr:0.000002 norm:15.18\ns:250 tel:6.1565\ns:250 eval:0.2437\n"
+    )
     run = read_run(_write(tmp_path / "log124M" / "main.log", text))
     assert _series(run, "loss") == {0: pytest.approx(11.0116), 1: pytest.approx(10.9586)}
     assert _series(run, "val_loss") == {0: pytest.approx(11.0095), 250: pytest.approx(6.1565)}
@@ -278,7 +314,8 @@ def test_llmc_main_log(tmp_path: Path) -> None:
 
 
 def test_llmc_main_log_appended_after_a_resume_is_a_restart(tmp_path: Path) -> None:
-    """llm.c appends to main.log when it resumes: steps going back are a restart, both copies kept."""
+    """llm.c appends to main.log when it resumes: steps going back are a restart, both copies
+    kept."""
     first = "".join(f"s:{s} trl:{5 - s / 100:.4f} lr:0.000100 norm:1.00\n" for s in range(0, 60))
     second = "".join(f"s:{s} trl:{4 - s / 100:.4f} lr:0.000100 norm:1.00\n" for s in range(40, 80))
     run = read_run(_write(tmp_path / "main.log", first + second))
@@ -289,8 +326,14 @@ def test_llmc_main_log_appended_after_a_resume_is_a_restart(tmp_path: Path) -> N
 
 
 def test_nanogpt_and_modded_nanogpt(tmp_path: Path) -> None:
-    """nanoGPT iter/eval lines and modded-nanogpt step:N/M lines (after the script source it prints)."""
-    nano = "step 0: train loss 10.9876, val loss 10.9901\niter 0: loss 10.9812, time 2345.67ms, mfu -100.00%\niter 10: loss 9.1234, time 123.45ms, mfu 35.12%\nstep 250: train loss 3.9876, val loss 4.0123\n"
+    """nanoGPT iter/eval lines and modded-nanogpt step:N/M lines (after the script source it
+    prints)."""
+    nano = (
+        "step 0: train loss 10.9876, val loss 10.9901\n"
+        "iter 0: loss 10.9812, time 2345.67ms, mfu -100.00%\n"
+        "iter 10: loss 9.1234, time 123.45ms, mfu 35.12%\n"
+        "step 250: train loss 3.9876, val loss 4.0123\n"
+    )
     run = read_run(_write(tmp_path / "a" / "train.log", nano))
     assert _series(run, "loss") == {0: pytest.approx(10.9812), 10: pytest.approx(9.1234)}
     assert _series(run, "val_loss") == {0: pytest.approx(10.9901), 250: pytest.approx(4.0123)}
@@ -299,9 +342,10 @@ def test_nanogpt_and_modded_nanogpt(tmp_path: Path) -> None:
         + "=" * 40
         + "\n"
     )
-    modded = (
-        source
-        + "step:0/20 val_loss:10.9264 train_time:285ms step_avg:nanms\nstep:1/20 train_loss:10.9184 train_time:74701ms step_avg:nanms\nstep:2/20 train_loss:8.6834 train_time:75965ms step_avg:37982.50ms\n"
+    modded = source + (
+        "step:0/20 val_loss:10.9264 train_time:285ms step_avg:nanms\n"
+        "step:1/20 train_loss:10.9184 train_time:74701ms step_avg:nanms\n"
+        "step:2/20 train_loss:8.6834 train_time:75965ms step_avg:37982.50ms\n"
     )
     run = read_run(_write(tmp_path / "b" / "log.txt", modded))
     assert _series(run, "loss") == {1: pytest.approx(10.9184), 2: pytest.approx(8.6834)}
@@ -312,8 +356,10 @@ def test_torchtitan_ansi_colours_and_thousands_separators(tmp_path: Path) -> Non
     """torchtitan lines with ANSI colours, units and '6,123' thousands separators."""
     c = "\x1b[31m", "\x1b[32m", "\x1b[39m"
     lines = "".join(
-        f"[rank0]:[titan] 2025-01-01 12:00:{s:02d},000 - root - INFO - {c[0]}step: {s:2d}  {c[1]}loss: {8.0 - s / 10:7.4f}  "
-        f"{c[0]}grad_norm: {1.2 + s / 100:7.4f}  memory: 30.12GiB(38.02%)  tps: 6,{100 + s:03d}  tflops: 311.20  mfu: 31.46%{c[2]}\n"
+        f"[rank0]:[titan] 2025-01-01 12:00:{s:02d},000 - root - INFO - {c[0]}step: {s:2d}  "
+        f"{c[1]}loss: {8.0 - s / 10:7.4f}  "
+        f"{c[0]}grad_norm: {1.2 + s / 100:7.4f}  memory: 30.12GiB(38.02%)  tps: "
+        f"6,{100 + s:03d}  tflops: 311.20  mfu: 31.46%{c[2]}\n"
         for s in range(1, 11)
     )
     run = read_run(_write(tmp_path / "titan.log", "Starting job: llama3 8B\n" + lines))
@@ -324,7 +370,8 @@ def test_torchtitan_ansi_colours_and_thousands_separators(tmp_path: Path) -> Non
 
 
 def test_fairseq_json_progress_values_as_strings(tmp_path: Path) -> None:
-    """fairseq --log-format json: string values, num_updates as the x axis, valid_ keys as validation."""
+    """fairseq --log-format json: string values, num_updates as the x axis, valid_ keys as
+    validation."""
 
     def inner(u: int) -> str:
         d = {
@@ -360,10 +407,12 @@ def test_fairseq_json_progress_values_as_strings(tmp_path: Path) -> None:
 
 
 def test_composer_file_logger(tmp_path: Path) -> None:
-    """Composer FileLogger: [metric][batch=N] lines per metric; hyper-parameters go to the config."""
+    """Composer FileLogger: [metric][batch=N] lines per metric; hyper-parameters go to the
+    config."""
     text = "[hyperparameter]: lr: 0.0006 \n[hyperparameter]: run_name: mpt-125m \n"
     text += "".join(
-        f"[metric][batch={b}]: loss/train/total: {3.0 - b / 100} \n[metric][batch={b}]: throughput/tokens_per_sec: 12345.5 \n"
+        f"[metric][batch={b}]: loss/train/total: {3.0 - b / 100} \n[metric][batch={b}]: "
+        "throughput/tokens_per_sec: 12345.5 \n"
         for b in range(1, 6)
     )
     text += "[metric][batch=5]: metrics/eval/LanguageCrossEntropy: 2.9 \n"
@@ -378,7 +427,8 @@ def test_olmo_console_blocks(tmp_path: Path) -> None:
     """OLMo prints a [step=N/M] header, then one indented name=value line per metric."""
     text = "".join(
         f"[step={s}/739328]\n"
-        f"    train/CrossEntropyLoss={3.0 - s / 100:.4f}\n    optim/total_grad_norm={0.5 + s / 1000:.4f}\n"
+        f"    train/CrossEntropyLoss={3.0 - s / 100:.4f}\n    "
+        f"optim/total_grad_norm={0.5 + s / 1000:.4f}\n"
         f"    throughput/device/tokens_per_second=9,{870 + s:03d}\n"
         for s in range(10, 60, 10)
     )
@@ -406,7 +456,8 @@ def _mllog(key: str, value, **meta) -> str:  # noqa: ANN001
 
 
 def test_mlperf_lines(tmp_path: Path) -> None:
-    """MLPerf :::MLLOG lines: token counts become optimizer steps; gpt3 eval_accuracy is a validation loss."""
+    """MLPerf :::MLLOG lines: token counts become optimizer steps; gpt3 eval_accuracy is a
+    validation loss."""
     text = (
         _mllog("submission_benchmark", "gpt3")
         + _mllog("global_batch_size", 4)
@@ -444,7 +495,8 @@ step 120 | loss: 2.27 | lr 3e-4 | norm: 0.43 | tok/s 12,390
         (GENERIC, 120, 2.27),
         (
             "".join(
-                f"Step {s} | loss:{1.5 - s / 1000} lr:2e-05 tokens_per_second_per_gpu:1234.5 peak_memory_alloc:20.1\n"
+                f"Step {s} | loss:{1.5 - s / 1000} lr:2e-05 tokens_per_second_per_gpu:1234.5 "
+                "peak_memory_alloc:20.1\n"
                 for s in (10, 20, 30)
             ),
             20,
@@ -460,33 +512,54 @@ step 120 | loss: 2.27 | lr 3e-4 | norm: 0.43 | tok/s 12,390
     ],
 )
 def test_generic_key_value_fallback(tmp_path: Path, text: str, step: int, loss: float) -> None:
-    """A format nobody listed still imports when it prints one step per line with key-value pairs."""
+    """A format nobody listed still imports when it prints one step per line with key-value
+    pairs."""
     run = read_run(_write(tmp_path / "custom.log", text))
     assert _series(run, "loss")[step] == pytest.approx(loss)
     assert run.has("lr")
 
 
 def test_generic_issue_example_maps_norm_and_throughput(tmp_path: Path) -> None:
-    """`norm` and `tok/s` in a generic step line are grad norm and throughput; prose lines are ignored."""
+    """`norm` and `tok/s` in a generic step line are grad norm and throughput; prose lines are
+    ignored."""
     run = read_run(_write(tmp_path / "custom.log", GENERIC))
     assert _series(run, "grad_norm") == {100: 0.41, 110: 0.40, 120: 0.43}
     assert _series(run, "throughput")[110] == 12400
 
 
 CRASH_TAILS = {
-    "out_of_memory": 'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n',
-    "nccl": "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.\n",
+    "out_of_memory": (
+        'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    ),
+    "nccl": (
+        "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation"
+        " timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 milliseconds before"
+        " timing out.\n"
+    ),
     "cuda": "RuntimeError: CUDA error: an illegal memory access was encountered\n",
-    "assertion": 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nAssertionError: batch size must divide the number of tokens\n',
-    "time_limit": "slurmstepd: error: *** JOB 11679010 ON g002 CANCELLED AT 2024-10-10T18:59:58 DUE TO TIME LIMIT ***\n",
-    "cancelled": "slurmstepd: error: *** JOB 1809579 ON r8i3n1 CANCELLED AT 2021-05-23T08:45:57 ***\n",
-    "traceback": "Traceback (most recent call last):\n  File \"train.py\", line 99, in <module>\n    main()\nValueError: could not convert string to float: 'abc'\n",
+    "assertion": (
+        'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+        "AssertionError: batch size must divide the number of tokens\n"
+    ),
+    "time_limit": (
+        "slurmstepd: error: *** JOB 11679010 ON g002 CANCELLED AT 2024-10-10T18:59:58"
+        " DUE TO TIME LIMIT ***\n"
+    ),
+    "cancelled": (
+        "slurmstepd: error: *** JOB 1809579 ON r8i3n1 CANCELLED AT 2021-05-23T08:45:57 ***\n"
+    ),
+    "traceback": (
+        'Traceback (most recent call last):\n  File "train.py", line 99, in <module>\n'
+        "    main()\nValueError: could not convert string to float: 'abc'\n"
+    ),
 }
 
 
 @pytest.mark.parametrize("reason", sorted(CRASH_TAILS))
 def test_crash_at_the_end_of_a_log(tmp_path: Path, reason: str) -> None:
-    """The end of the log says how the job died: a critical crash finding at the last logged step."""
+    """The end of the log says how the job died: a critical crash finding at the last logged
+    step."""
     text = PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 21)) + CRASH_TAILS[reason]
     run = read_run(_write(tmp_path / "train.log", text))
     crashes = [f for f in run.import_findings if f.kind == FindingKind.CRASH]
@@ -502,7 +575,8 @@ def test_crash_at_the_end_of_a_log(tmp_path: Path, reason: str) -> None:
 
 
 def test_no_crash_when_the_job_ends_cleanly_or_survived_an_error(tmp_path: Path) -> None:
-    """A traceback printed mid-run and survived is not how the job ended; a clean end has no crash."""
+    """A traceback printed mid-run and survived is not how the job ended; a clean end has no
+    crash."""
     text = PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 11)) + CRASH_TAILS["traceback"]
     text += (
         "".join(_meg_line(i, 3.0) for i in range(11, 21))

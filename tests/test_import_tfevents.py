@@ -49,7 +49,8 @@ def _tbparse_long(logdir: Path, kind: str = "scalars") -> pl.DataFrame:
             "tag": df["tag"].to_numpy().astype(str)[scalar],
             "step": df["step"].to_numpy().astype(np.int64)[scalar],
             "value": np.asarray(
-                [float(v) for v, ok in zip(df["value"], scalar) if ok], dtype=np.float64
+                [float(v) for v, ok in zip(df["value"], scalar, strict=True) if ok],
+                dtype=np.float64,
             ),
         }
     )
@@ -86,7 +87,8 @@ def test_tensorboardx_scalars_match_tbparse(tmp_path: Path) -> None:
 
 
 def test_torch_new_style_and_double_scalars_match_tbparse_tensors(tmp_path: Path) -> None:
-    """torch new_style float/double scalars (plugin 'scalars', float_val/double_val) equal tbparse .tensors."""
+    """torch new_style float/double scalars (plugin 'scalars', float_val/double_val) equal tbparse
+    .tensors."""
     from torch.utils.tensorboard import SummaryWriter
 
     w = SummaryWriter(str(tmp_path))
@@ -137,7 +139,8 @@ def _write_events(logdir: Path, values_per_step: list[list]) -> None:  # noqa: A
 
 
 def test_tf2_style_tensor_content_scalars_and_histograms(tmp_path: Path) -> None:
-    """TF2-style records (tensor_content, metadata only on a tag's first value, [k,3] histograms) match tbparse."""
+    """TF2-style records (tensor_content, metadata only on a tag's first value, [k,3] histograms)
+    match tbparse."""
     from tensorboard.compat.proto import tensor_shape_pb2
 
     hist = np.array([[0.0, 1.0, 2.0], [1.0, 3.0, 6.0]])  # 2 values around 0.5, 6 around 2.0
@@ -258,7 +261,8 @@ def test_fast_path_equals_protobuf_decoding(tmp_path: Path) -> None:
 
 
 def test_sub_runs_train_validation_and_add_scalars(tmp_path: Path) -> None:
-    """train/ and validation/ sub-runs form one job; add_scalars folders become <main>/<key> tags."""
+    """train/ and validation/ sub-runs form one job; add_scalars folders become <main>/<key>
+    tags."""
     from tensorboardX import SummaryWriter
 
     job = tmp_path / "logs"
@@ -296,7 +300,8 @@ def test_new_file_that_continues_is_not_a_restart(tmp_path: Path) -> None:
 
 
 def test_restart_segments_view_and_finding(tmp_path: Path) -> None:
-    """A resumed job replaying steps 50..99: segment 1, later values win, restart finding with measures."""
+    """A resumed job replaying steps 50..99: segment 1, later values win, restart finding with
+    measures."""
     _tbx(
         tmp_path,
         {"loss": [(s, 1.0) for s in range(100)], "lr": [(s, 0.1) for s in range(100)]},
@@ -335,7 +340,8 @@ def test_purge_step_session_start_is_a_restart(tmp_path: Path) -> None:
 
 
 def test_truncated_last_record_reads_the_rest(tmp_path: Path) -> None:
-    """A file cut mid-record (killed job): every complete record plus a truncated_log info finding."""
+    """A file cut mid-record (killed job): every complete record plus a truncated_log info
+    finding."""
     _tbx(tmp_path, {"loss": [(s, float(s)) for s in range(20)]})
     path = next(tmp_path.glob("*tfevents*"))
     data = path.read_bytes()
@@ -372,7 +378,8 @@ def test_zero_filled_tail_is_truncation(tmp_path: Path) -> None:
 def test_bad_event_files_fail_fast_with_one_line(
     tmp_path: Path, content: bytes, words: str
 ) -> None:
-    """Zero-filled, random or text content under an event-file name: one-line UnreadableInputError naming the file."""
+    """Zero-filled, random or text content under an event-file name: one-line UnreadableInputError
+    naming the file."""
     bad = tmp_path / "events.out.tfevents.1700000000.host"
     bad.write_bytes(content)
     with pytest.raises(UnreadableInputError) as err:
@@ -394,7 +401,8 @@ def test_corrupt_length_in_the_middle_is_an_error(tmp_path: Path) -> None:
 
 
 def test_verify_crc_skips_a_damaged_record(tmp_path: Path) -> None:
-    """With verify_crc a record whose data CRC fails is skipped and noted; without it, it is read."""
+    """With verify_crc a record whose data CRC fails is skipped and noted; without it, it is
+    read."""
     pytest.importorskip("crc32c")
     _tbx(tmp_path, {"loss": [(s, 1.0) for s in range(30)]})
     path = next(tmp_path.glob("*tfevents*"))

@@ -30,7 +30,8 @@ WRITER = textwrap.dedent("""
     import json, math, sys, wandb
     out = {}
     run = wandb.init(project="forensics-test", mode="offline", name="alpha",
-                     config={"lr": 3e-4, "betas": [0.9, 0.95], "batch_size": 64, "model": {"n_layer": 4}})
+                     config={"lr": 3e-4, "betas": [0.9, 0.95], "batch_size": 64,
+                             "model": {"n_layer": 4}})
     for step in range(300):
         loss = 2.0 + 3.5 * math.exp(-step / 80) + 0.03 * math.sin(step)
         if step == 200:
@@ -39,15 +40,18 @@ WRITER = textwrap.dedent("""
         if step % 50 == 0:
             d["val/loss"] = loss + 0.05
         run.log(d, step=step)
-    run.log({"nested": {"a": 1, "b": {"c": 2.5}}, "note": "text", "nan_val": float("nan")}, step=300)
+    run.log({"nested": {"a": 1, "b": {"c": 2.5}}, "note": "text", "nan_val": float("nan")},
+            step=300)
     run.summary["best_val"] = 2.07
     out["alpha"] = run.dir
     run.finish()
     # HF Trainer style: no step= argument, so W&B's _step counts log calls; the trainer's
     # step is train/global_step, and evaluations are separate log calls.
-    run = wandb.init(project="forensics-test", mode="offline", name="beta", config={"learning_rate": 5e-5})
+    run = wandb.init(project="forensics-test", mode="offline", name="beta",
+                     config={"learning_rate": 5e-5})
     for gs in range(0, 200, 10):
-        run.log({"train/loss": 3.0 - gs / 100, "train/learning_rate": 5e-5, "train/global_step": gs})
+        run.log({"train/loss": 3.0 - gs / 100, "train/learning_rate": 5e-5,
+                 "train/global_step": gs})
         if gs % 50 == 0:
             run.log({"eval/loss": 3.1 - gs / 100, "train/global_step": gs})
     out["beta"] = run.dir
@@ -145,7 +149,7 @@ def test_binary_decoder_agrees_with_wandbs_own_protobuf(wandb_runs: dict[str, Pa
                 continue
             expected.append((int(items["_step"]), k, float(v)))
     log = read_wandb(path, verify_crc=True)
-    ours = list(zip(log.steps, log.tags, log.values))
+    ours = list(zip(log.steps, log.tags, log.values, strict=True))
     assert len(ours) == len(expected) == 300 * 3 + 6 + 3
     assert sorted(map(repr, ours)) == sorted(map(repr, expected))  # repr: NaN compares equal
 
@@ -159,7 +163,8 @@ def test_several_run_folders_are_several_jobs(wandb_runs: dict[str, Path]) -> No
 
 
 def test_trainer_global_step_is_the_x_axis(wandb_runs: dict[str, Path]) -> None:
-    """HF-style logging: train/global_step, not W&B's _step (which counts log calls), is the step."""
+    """HF-style logging: train/global_step, not W&B's _step (which counts log calls), is the
+    step."""
     run = read_run(wandb_runs["beta"])
     assert _series(run, "loss") == {gs: pytest.approx(3.0 - gs / 100) for gs in range(0, 200, 10)}
     assert _series(run, "val_loss") == {
@@ -187,7 +192,8 @@ def _copy_run(src: Path, dst: Path) -> Path:
 def test_truncated_binary_reads_every_complete_record(
     wandb_runs: dict[str, Path], tmp_path: Path
 ) -> None:
-    """A killed job's .wandb ends mid-record: the complete records import and a truncated_log is noted."""
+    """A killed job's .wandb ends mid-record: the complete records import and a truncated_log is
+    noted."""
     full = read_run(wandb_runs["alpha"]).series("loss")
     path = _copy_run(wandb_runs["alpha"], tmp_path / "run-20240101_000000-abc")
     data = path.read_bytes()
@@ -252,7 +258,8 @@ def test_shared_sample_matches_the_script_that_made_it() -> None:
 
 
 def test_old_client_folder_with_history_jsonl(tmp_path: Path) -> None:
-    """Older clients: files/wandb-history.jsonl, config.yaml and wandb-summary.json in the run folder."""
+    """Older clients: files/wandb-history.jsonl, config.yaml and wandb-summary.json in the run
+    folder."""
     run_dir = tmp_path / "wandb" / "run-20200101_120000-oldrun1"
     files = run_dir / "files"
     files.mkdir(parents=True)
@@ -272,7 +279,8 @@ def test_old_client_folder_with_history_jsonl(tmp_path: Path) -> None:
         "".join(json.dumps(r) + "\n" for r in rows) + "{broken\n"
     )
     (files / "config.yaml").write_text(
-        "wandb_version: 1\n_wandb:\n  desc: null\n  value: {}\nlr:\n  desc: null\n  value: 0.0001\nbatch_size:\n  desc: null\n  value: 32\n"
+        "wandb_version: 1\n_wandb:\n  desc: null\n  value: {}\nlr:\n  desc: null\n  value: "
+        "0.0001\nbatch_size:\n  desc: null\n  value: 32\n"
     )
     (files / "wandb-summary.json").write_text(json.dumps({"loss": 2.1, "_step": 9}))
     run = read_run(tmp_path)
@@ -322,7 +330,8 @@ def test_ui_chart_csvs_of_one_run_are_one_job(tmp_path: Path) -> None:
 
 
 def test_ui_chart_csv_with_two_runs_is_two_jobs(tmp_path: Path) -> None:
-    """A panel comparing two runs (one of them a group) holds two jobs; names split on the last ' - '."""
+    """A panel comparing two runs (one of them a group) holds two jobs; names split on the last ' -
+    '."""
     _ui_csv(
         tmp_path / "loss.csv",
         ["Group: exp - a", "brisk-pond-1"],
@@ -375,7 +384,8 @@ def _history_rows() -> list[dict]:
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
 def test_api_history_exports(tmp_path: Path, kind: str) -> None:
-    """API history saved as CSV, JSONL (scan_history rows) or parquet: global step axis, NaN kept."""
+    """API history saved as CSV, JSONL (scan_history rows) or parquet: global step axis, NaN
+    kept."""
     rows = _history_rows()
     path = tmp_path / f"history.{kind}"
     if kind == "csv":

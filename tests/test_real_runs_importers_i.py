@@ -29,7 +29,8 @@ HF_RUNS = {
 
 
 def _numeric_cells(entries: list[dict]) -> int:
-    """Count the numbers a log_history holds, the step excluded: what the importer must turn into rows."""
+    """Count the numbers a log_history holds, the step excluded: what the importer must turn into
+    rows."""
     return sum(
         1
         for e in entries
@@ -40,7 +41,8 @@ def _numeric_cells(entries: list[dict]) -> int:
 
 @pytest.mark.parametrize("folder", sorted(HF_RUNS))
 def test_hf_trainer_states(folder: str) -> None:
-    """Each trainer_state.json: loss points, first/last values and every number of log_history kept."""
+    """Each trainer_state.json: loss points, first/last values and every number of log_history
+    kept."""
     root = shared_path("real_runs", folder)
     n, first, last, last_step = HF_RUNS[folder]
     run = read_run(root)
@@ -63,7 +65,8 @@ def test_tinyllama_eval_entries() -> None:
 
 
 def test_whisper_uses_the_top_level_copy_and_reads_wer() -> None:
-    """Whisper: last-checkpoint/ holds the same step, the top-level copy is read; eval_wer -> eval/wer."""
+    """Whisper: last-checkpoint/ holds the same step, the top-level copy is read; eval_wer ->
+    eval/wer."""
     run = read_run(shared_path("real_runs", "hf-trainer-whisper-large-v2-ja"))
     assert run.metadata["trainer_state"] == "trainer_state.json"
     assert run.series("eval/wer").height == 5 and run.series("val_loss").height == 5
@@ -86,7 +89,8 @@ def test_mistral_checkpoints_and_grad_norm_peak() -> None:
     [("llamafactory-luojiu-7b-qlora-cpt", 1743), ("llamafactory-mistral7b-translator-lora", 867)],
 )
 def test_llama_factory_jsonl_alone_and_beside_trainer_state(folder: str, lines: int) -> None:
-    """trainer_log.jsonl reads on its own; in its folder it is compared with trainer_state.json and noted."""
+    """trainer_log.jsonl reads on its own; in its folder it is compared with trainer_state.json and
+    noted."""
     root = shared_path("real_runs", folder)
     log = root / "trainer_log.jsonl"
     objs = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
@@ -103,7 +107,8 @@ def test_llama_factory_jsonl_alone_and_beside_trainer_state(folder: str, lines: 
 
 
 def test_tensorboard_real_event_files_match_tbparse() -> None:
-    """The HF callback's three event files (one in an hparams sub-folder) equal tbparse value for value."""
+    """The HF callback's three event files (one in an hparams sub-folder) equal tbparse value for
+    value."""
     from tbparse import SummaryReader
 
     runs = shared_path("real_runs", "tfevents-hf-trainer-japanese-gpt2-medium", "runs")
@@ -127,7 +132,8 @@ def test_tensorboard_real_event_files_match_tbparse() -> None:
 
 
 def test_tensorboard_with_trainer_state_is_one_run() -> None:
-    """The output folder (event files + trainer_state.json) is one job; the JSON copy wins on a tie."""
+    """The output folder (event files + trainer_state.json) is one job; the JSON copy wins on a
+    tie."""
     run = read_run(shared_path("real_runs", "tfevents-hf-trainer-japanese-gpt2-medium"))
     assert set(run.format.split("+")) == {"tfevents", "hf_trainer_state"}
     assert run.metrics()["loss"] == "loss" and run.series("loss").get_column("value")[0] == 0.4742
@@ -159,7 +165,8 @@ def test_lightning_parent_folder_lists_its_versions() -> None:
 
 @pytest.mark.parametrize("version", sorted(LIGHTNING))
 def test_lightning_versions(version: int) -> None:
-    """Each version imports alone: every non-empty cell is a row, steps and config as in the files."""
+    """Each version imports alone: every non-empty cell is a row, steps and config as in the
+    files."""
     folder = shared_path(
         "real_runs", "lightning-csv-slm-wikitext103", "lightning_logs", f"version_{version}"
     )
@@ -177,7 +184,8 @@ def test_lightning_versions(version: int) -> None:
 
 
 def test_lightning_v5_resumes_v0() -> None:
-    """v5 continues where v0 stopped (step 140749 after 140739) with num_epochs raised to 20; val loss rises."""
+    """v5 continues where v0 stopped (step 140749 after 140739) with num_epochs raised to 20; val
+    loss rises."""
     logs = shared_path("real_runs", "lightning-csv-slm-wikitext103", "lightning_logs")
     v0, v5 = read_run(logs / "version_0"), read_run(logs / "version_5")
     assert v5.frame.get_column("step").min() > v0.frame.get_column("step").max()

@@ -85,7 +85,8 @@ def test_megatron_slurm_logs(name: str) -> None:
 
 
 def test_megatron_fp16_warmup_and_early_spike() -> None:
-    """n16: loss scale 8388608 -> 32768 -> 16384 with skipped iterations; loss 12.5 -> 32.8 at 30, then 8.3."""
+    """n16: loss scale 8388608 -> 32768 -> 16384 with skipped iterations; loss 12.5 -> 32.8 at 30,
+    then 8.3."""
     path = shared_path(
         "real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out"
     )
@@ -99,7 +100,8 @@ def test_megatron_fp16_warmup_and_early_spike() -> None:
 
 
 def test_megatron_deepspeed_minus_one_loss_scale_is_not_a_value() -> None:
-    """Megatron-DeepSpeed prints 'loss scale: -1' when DeepSpeed owns the scaler: not imported as a scale."""
+    """Megatron-DeepSpeed prints 'loss scale: -1' when DeepSpeed owns the scaler: not imported as a
+    scale."""
     run = read_run(
         shared_path(
             "real_runs", "bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-on.out"
@@ -133,7 +135,8 @@ def test_folder_of_slurm_logs_is_several_jobs() -> None:
 
 # -- DeepSpeed-Chat -----------------------------------------------------------------------------
 def test_deepspeed_reward_model_overflow_events() -> None:
-    """Reward model (16 ranks): one overflow row per overflowing iteration, the reduced scale at it."""
+    """Reward model (16 ranks): one overflow row per overflowing iteration, the reduced scale at
+    it."""
     path = shared_path(
         "real_runs", "deepspeed-chat-logs", "step2_reward", "opt-350m_globalBatchSize-64.log"
     )
@@ -182,7 +185,8 @@ def test_deepspeed_reward_model_overflow_events() -> None:
 
 
 def test_deepspeed_rlhf_overflow_and_losses() -> None:
-    """RLHF actor/critic: per-step losses and rewards; OVERFLOW lines placed at the step printed next."""
+    """RLHF actor/critic: per-step losses and rewards; OVERFLOW lines placed at the step printed
+    next."""
     path = shared_path(
         "real_runs",
         "deepspeed-chat-logs",
@@ -351,7 +355,7 @@ def test_modded_nanogpt_muon_record() -> None:
     assert val[6200] == pytest.approx(3.2785)
 
 
-# -- Megatron-LM golden values ----------------------------------------------------------------------
+# -- Megatron-LM golden values ---------------------------------------------------------------------
 GOLDEN = {
     # file: (loss points, last recorded step, end_step)
     ("gpt", "gpt3_15b_8t_release", "golden_values_dev_dgx_h100.json"): (10173, 50860, 51000),
@@ -363,7 +367,8 @@ GOLDEN = {
 
 @pytest.mark.parametrize("parts", sorted(GOLDEN))
 def test_megatron_golden_values(parts: tuple[str, str, str]) -> None:
-    """lm loss at every recorded step; trailing "nan" padding is a truncated log, never a NaN value."""
+    """lm loss at every recorded step; trailing "nan" padding is a truncated log, never a NaN
+    value."""
     path = shared_path("real_runs", "megatron-lm-golden-values", *parts)
     n, last, end = GOLDEN[parts]
     doc = json.loads(path.read_text())["lm loss"]
@@ -388,7 +393,7 @@ def test_golden_values_folder_is_four_runs() -> None:
     assert len(jobs) == 4 and all(j.endswith(".json") for j in jobs)
 
 
-# -- MLPerf ------------------------------------------------------------------------------------------
+# -- MLPerf ----------------------------------------------------------------------------------------
 MLPERF = [
     ("NVIDIA", "dgxh100_n64_nemo", "result_0.txt"),
     ("NVIDIA", "dgxh100_n64_nemo", "result_1.txt"),
@@ -400,7 +405,8 @@ MLPERF = [
 
 @pytest.mark.parametrize("org, system, name", MLPERF)
 def test_mlperf_gpt3_results(org: str, system: str, name: str) -> None:
-    """tracked_stats losses and eval log-perplexities at optimizer steps (tokens / (batch x seq len))."""
+    """tracked_stats losses and eval log-perplexities at optimizer steps (tokens / (batch x seq
+    len))."""
     path = shared_path(
         "real_runs", "mlperf-training-v3.0-gpt3-175b", org, "results", system, "gpt3", name
     )

@@ -1,4 +1,5 @@
-"""Bad input found in review: each gets a counted skip or a one-line error, never a hang or a traceback."""
+"""Bad input found in review: each gets a counted skip or a one-line error, never a hang or a
+traceback."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def test_a_named_pipe_in_the_run_folder_does_not_hang(tmp_path: Path) -> None:
     ids=["step-1e20", "step-beyond-int64", "value-beyond-float", "nested-5000"],
 )
 def test_absurd_jsonl_lines_are_skipped_and_counted(tmp_path: Path, bad: str) -> None:
-    """One absurd line among good ones: the file imports; the line is skipped and counted, or its value becomes inf."""
+    """One absurd line among good ones: the file imports; the line is skipped and counted, or its
+    value becomes inf."""
     path = _jsonl(tmp_path / "m.jsonl", extra=[bad])
     res = runner.invoke(app, ["analyze", str(path), "--no-report", "--format", "json"])
     assert res.exit_code == 0, res.output
@@ -59,7 +61,8 @@ def test_absurd_jsonl_lines_are_skipped_and_counted(tmp_path: Path, bad: str) ->
 
 
 def test_a_half_written_checkpoint_copy_is_skipped(tmp_path: Path) -> None:
-    """checkpoint-1000's state cut in half by a killed job: checkpoint-500's copy is used, and the skip is noted."""
+    """checkpoint-1000's state cut in half by a killed job: checkpoint-500's copy is used, and the
+    skip is noted."""
     out = tmp_path / "out"
     for step, cut in ((500, False), (1000, True)):
         d = out / f"checkpoint-{step}"
@@ -90,7 +93,8 @@ def test_trainer_state_with_null_steps(tmp_path: Path) -> None:
 
 
 def test_values_without_a_step_are_reported(tmp_path: Path) -> None:
-    """Lines with no step key (an epoch summary) cannot be placed: their values (2 a line) are counted in the notes."""
+    """Lines with no step key (an epoch summary) cannot be placed: their values (2 a line) are
+    counted in the notes."""
     path = _jsonl(tmp_path / "m.jsonl", extra=['{"epoch": 1, "eval_loss": 2.0}'] * 3)
     run = read_run(path)
     assert any("without a step" in n and "6 in m.jsonl" in n for n in run.notes), run.notes
@@ -116,7 +120,8 @@ def test_all_with_json_prints_one_array(tmp_path: Path) -> None:
     ids=["ignore-string", "param-type"],
 )
 def test_bad_configuration_is_one_line(tmp_path: Path, toml: str, needle: str) -> None:
-    """A configuration value of the wrong type: exit 2 with one line naming it, before any analysis."""
+    """A configuration value of the wrong type: exit 2 with one line naming it, before any
+    analysis."""
     (Path.cwd() / "pyproject.toml").write_text(toml)
     path = _jsonl(tmp_path / "m.jsonl")
     res = runner.invoke(app, ["analyze", str(path), "--no-report"])
@@ -126,7 +131,8 @@ def test_bad_configuration_is_one_line(tmp_path: Path, toml: str, needle: str) -
 
 
 def test_a_cut_short_gzip_log_is_read_up_to_the_cut(tmp_path: Path) -> None:
-    """A .jsonl.gz cut in half by a killed job: the complete lines are read; a corrupt one is a one-line error."""
+    """A .jsonl.gz cut in half by a killed job: the complete lines are read; a corrupt one is a
+    one-line error."""
     import gzip
 
     raw = gzip.compress(_jsonl(tmp_path / "m.jsonl", n=2000).read_bytes())
@@ -145,7 +151,8 @@ def test_a_cut_short_gzip_log_is_read_up_to_the_cut(tmp_path: Path) -> None:
 
 
 def test_interleaved_writers_are_not_called_a_replay(tmp_path: Path) -> None:
-    """Two event files, even steps then odd steps: the restart note says no step was logged twice."""
+    """Two event files, even steps then odd steps: the restart note says no step was logged
+    twice."""
     from tensorboardX import SummaryWriter
 
     run = tmp_path / "tb"
@@ -160,7 +167,8 @@ def test_interleaved_writers_are_not_called_a_replay(tmp_path: Path) -> None:
 
 
 def test_lightning_csv_cut_inside_a_quote(tmp_path: Path) -> None:
-    """metrics.csv whose last line stops inside a quoted field: the rest imports, the cut line is noted."""
+    """metrics.csv whose last line stops inside a quoted field: the rest imports, the cut line is
+    noted."""
     d = tmp_path / "lightning_logs" / "version_0"
     d.mkdir(parents=True)
     rows = (
@@ -175,7 +183,8 @@ def test_lightning_csv_cut_inside_a_quote(tmp_path: Path) -> None:
 
 
 def test_wandb_ui_csv_with_two_runs_all(tmp_path: Path) -> None:
-    """A W&B chart CSV holding two runs, with --all: each run's document names a path that exists."""
+    """A W&B chart CSV holding two runs, with --all: each run's document names a path that
+    exists."""
     d = tmp_path / "export"
     d.mkdir()
     head = ["Step"] + [
