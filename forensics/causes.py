@@ -34,7 +34,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import DYNAMICS, Finding, FindingKind, Severity
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, VAL_LOSS
 
 if TYPE_CHECKING:
@@ -90,20 +90,6 @@ ROOTS = (
 # Control inputs: what the trainer (or its operator) changed; a timeline's first movers.
 CONTROLS = ("lr_change", "lr_schedule", "resume")
 
-_DYNAMICS = frozenset(
-    {
-        FindingKind.LOSS_SPIKE,
-        FindingKind.GRAD_NORM_SPIKE,
-        FindingKind.PERIODIC_SPIKES,
-        FindingKind.DIVERGENCE,
-        FindingKind.NAN_INF,
-        FindingKind.LOSS_SCALE_DROP,
-        FindingKind.GRAD_NORM_DRIFT,
-        FindingKind.PARAM_NORM_JUMP,
-        FindingKind.LAYER_GRAD_SHIFT,
-        FindingKind.ACTIVATION_OUTLIER,
-    }
-)
 _SPIKY = frozenset(
     {
         FindingKind.LOSS_SPIKE,
@@ -144,12 +130,12 @@ _TRENDS = frozenset({FindingKind.GRAD_NORM_DRIFT, FindingKind.LAYER_GRAD_SHIFT})
 _TESTS: dict[FindingKind, tuple[str, ...]] = {}
 for _k in FindingKind:
     _t: list[str] = []
-    if _k in _DYNAMICS or _k is FindingKind.PLATEAU:
+    if _k in DYNAMICS or _k is FindingKind.PLATEAU:
         _t.append("lr_change")
         # A warm-up end or restart explains a sudden event, not a trend that builds for long.
         if _k not in _TRENDS:
             _t.append("lr_schedule")
-    if _k in _DYNAMICS or _k in _PAUSE or _k is FindingKind.PLATEAU:
+    if _k in DYNAMICS or _k in _PAUSE or _k is FindingKind.PLATEAU:
         _t.append("resume")
     if _k in _NUMERIC:
         _t.append("loss_scale_overflow")
@@ -244,8 +230,13 @@ class Cause:
         return f"{self.status}: {self.text}{tail} ({self.evidence})"
 
 
-def _g(x: float) -> str:
-    return f"{x:.4g}"
+def _g(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _ratio_text(r: float | None) -> str:
+    """" (2.40x)", or nothing where no ratio is defined (a series judged on a linear scale)."""
+    return "" if r is None else f" ({r:.2f}x)"
 
 
 def _near(ev: Evidence, base: int = NEAR_STEPS) -> int:
@@ -524,8 +515,8 @@ def _bad_batch_at(ev: Evidence, lo: int, hi: int) -> Cause:
         )
     short = int(m.get("points", 99)) <= BAD_BATCH_POINTS and bool(m.get("recovered"))
     head = (
-        f"loss {_g(m['peak_value'])} at step {sp.peak_step:,} against {_g(m['baseline'])} "
-        f"({m['height_ratio']:.2f}x)"
+        f"loss {_g(m['peak_value'])} at step {sp.peak_step:,} against {_g(m['baseline'])}"
+        f"{_ratio_text(m.get('height_ratio'))}"
     )
     if not short:
         rec = (

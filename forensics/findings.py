@@ -104,6 +104,24 @@ class FindingKind(StrEnum):
     CRASH = "crash"
 
 
+# Kinds that describe the training dynamics going wrong; an ongoing one makes the eve of a later
+# event unhealthy too. Infrastructure and evaluation findings do not move the rollback point.
+DYNAMICS: frozenset[FindingKind] = frozenset(
+    {
+        FindingKind.LOSS_SPIKE,
+        FindingKind.GRAD_NORM_SPIKE,
+        FindingKind.DIVERGENCE,
+        FindingKind.NAN_INF,
+        FindingKind.LOSS_SCALE_DROP,
+        FindingKind.GRAD_NORM_DRIFT,
+        FindingKind.PARAM_NORM_JUMP,
+        FindingKind.LAYER_GRAD_SHIFT,
+        FindingKind.ACTIVATION_OUTLIER,
+        FindingKind.PERIODIC_SPIKES,
+    }
+)
+
+
 MeasureValue = float | int | str | bool | None
 
 

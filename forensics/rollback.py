@@ -24,27 +24,10 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import DYNAMICS, Finding, FindingKind, Severity
 from forensics.prescriptions import needs_action
 from forensics.run import Run
 from forensics.schema import LR, VAL_LOSS
-
-# Kinds that describe the training dynamics going wrong; an ongoing one makes the eve of a later
-# event unhealthy too. Infrastructure and evaluation findings do not move the rollback point.
-DYNAMICS = frozenset(
-    {
-        FindingKind.LOSS_SPIKE,
-        FindingKind.GRAD_NORM_SPIKE,
-        FindingKind.DIVERGENCE,
-        FindingKind.NAN_INF,
-        FindingKind.LOSS_SCALE_DROP,
-        FindingKind.GRAD_NORM_DRIFT,
-        FindingKind.PARAM_NORM_JUMP,
-        FindingKind.LAYER_GRAD_SHIFT,
-        FindingKind.ACTIVATION_OUTLIER,
-        FindingKind.PERIODIC_SPIKES,
-    }
-)
 
 # Learning-rate cuts by situation (the article's numbers): (low, high) fraction removed.
 LR_CUT_SPIKE = (0.2, 0.5)  # a spike that does not recover (7.1)
