@@ -235,7 +235,7 @@ def _g(x: float | None) -> str:
 
 
 def _ratio_text(r: float | None) -> str:
-    """" (2.40x)", or nothing where no ratio is defined (a series judged on a linear scale)."""
+    """The ratio as " (2.40x)", or nothing where none is defined (a linear-scale series)."""
     return "" if r is None else f" ({r:.2f}x)"
 
 
