@@ -214,7 +214,8 @@ def _read_flat(raw: bytes) -> pl.DataFrame | None:
     step = pl.coalesce(
         [pl.when(num[k].is_finite()).then(num[k]) for k in step_keys] + [pl.lit(None, pl.Float64)]
     )
-    time_keys = [k for k in TIME_KEYS if k in num]
+    # W&B's _runtime (seconds since the run started) when no unix time was logged
+    time_keys = [k for k in (*TIME_KEYS, "_runtime") if k in num]
     wt = pl.coalesce([num[k] for k in time_keys] + [pl.lit(None, pl.Float64)])
     wt = pl.when(wt > 1e11).then(wt / 1000.0).otherwise(wt)  # milliseconds since the epoch
     base = df.select(
@@ -340,6 +341,8 @@ class JsonlImporter:
             if wt is None and "elapsed_time" in flat:
                 wt = _elapsed(flat["elapsed_time"])
                 relative_time = relative_time or wt is not None
+            if wt is None and "_runtime" in flat:  # W&B: seconds since the run started
+                wt = _number(flat["_runtime"])
             for k, v in flat.items():
                 if k in _SKIP_KEYS:
                     continue
