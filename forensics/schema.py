@@ -236,6 +236,10 @@ _SOURCE_ALIASES: dict[str, dict[str, str | None]] = {
         "loss_scale_reduced_to": LOSS_SCALE,
         "loss_scale_increased_to": LOSS_SCALE,
         "eval_accuracy (log perplexity)": VAL_LOSS,
+        # build-nanogpt log.txt ("STEP train|val|hella VALUE")
+        "train": LOSS,
+        "val": VAL_LOSS,
+        "hella": "eval/hellaswag",
         "eval_train_loss": None,
         "validation_step_timing": None,
         "validation_epoch_timing": None,

@@ -43,6 +43,7 @@ from forensics.importers.text import (
     mlperf,
     nanogpt,
     olmo,
+    step_lines,
     torchtitan,
 )
 from forensics.importers.text.engine import (
@@ -71,6 +72,7 @@ FAMILIES: list[ModuleType] = [
     composer,
     mlperf,
     olmo,
+    step_lines,
     deepspeed,
 ]
 CRASH_TAIL_BYTES = 131072
