@@ -43,7 +43,7 @@ from forensics.importers.base import (
     strip_suffixes,
     text_bytes,
 )
-from forensics.importers.restarts import assign_segments, restart_findings
+from forensics.importers.restarts import assign_segments, interleaved_note, restart_findings
 from forensics.schema import conform
 
 NAME = "jsonl"
@@ -297,7 +297,10 @@ class JsonlImporter:
             )
             frame = assign_segments(conform(frame))
             findings = restart_findings(frame)
-            return ImportResult(frame=conform(frame), notes=[], findings=findings, config={})
+            shared = interleaved_note(frame, name)
+            return ImportResult(
+                frame=conform(frame), notes=[shared] if shared else [], findings=findings, config={}
+            )
         text = raw.decode("utf-8", errors="replace")
         steps: list[int | None] = []
         tags: list[str] = []
@@ -361,6 +364,8 @@ class JsonlImporter:
         )
         frame = assign_segments(conform(frame))
         notes: list[str] = []
+        if (shared := interleaved_note(frame, name)) is not None:
+            notes.append(shared)
         findings = restart_findings(frame)
         cut = bool(bad) and bad[-1] == len(lines) and not text.endswith("\n")
         if cut:

@@ -31,7 +31,12 @@ from forensics.importers.base import (
     strip_suffixes,
     text_bytes,
 )
-from forensics.importers.restarts import assign_segments, restart_findings
+from forensics.importers.restarts import (
+    assign_segments,
+    counter_tags,
+    interleaved_note,
+    restart_findings,
+)
 from forensics.importers.text import (
     composer,
     crash,
@@ -378,11 +383,14 @@ class TextLogsImporter:
             pl.lit(0, dtype=pl.Int32).alias("segment"),
         )
         frame, elapsed_note = _elapsed_as_wall_time(frame, name)
-        if log.may_restart:
+        counters = counter_tags(frame.get_column("tag").unique().to_list())
+        if log.may_restart or counters or elapsed_note:
             frame = assign_segments(conform(frame))
         notes = list(log.notes)
         if elapsed_note:
             notes.append(elapsed_note)
+        if (shared := interleaved_note(frame, name)) is not None:
+            notes.append(shared)
         if log.families:
             notes.append(f"{name}: read as {' + '.join(log.families)} text log")
         if frame.is_empty():
