@@ -168,9 +168,12 @@ def _counter_resets(
 def _interleaved_tags(ids: np.ndarray, cur: np.ndarray, prev: np.ndarray) -> set[int]:
     """Tag ids whose step goes back often and by little: lines of two writers interleaved."""
     out: set[int] = set()
-    if not len(ids):
+    back = cur < prev
+    if int(back.sum()) < _INTERLEAVE_MIN_BACKS:
         return out
-    for t in np.unique(ids):
+    # Only tags that step back often enough are looked at (per-layer runs hold thousands).
+    tags, counts = np.unique(ids[back], return_counts=True)
+    for t in tags[counts >= _INTERLEAVE_MIN_BACKS]:
         m = ids == t
         d = cur[m] - prev[m]
         backs = d[d < 0]
