@@ -585,19 +585,35 @@ def metrics(
     ] = [],  # noqa: B006
 ) -> None:
     """List every raw tag with its canonical vital sign, points and step range."""
+    import polars as pl
+
     from forensics.pipeline import read_options, read_run
     from forensics.run_frame import metrics_table
+    from forensics.schema import alias_line, nearest_canonical
 
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
     table = metrics_table(run)
+    units = run.metadata.get("units", {})
+    # Every unmapped tag: the nearest vital sign and the --alias line that would map it.
+    unmapped = table.filter(pl.col("metric").is_null()).get_column("tag").unique().to_list()
+    nearest = {t: nearest_canonical(t) for t in unmapped}
+    table = table.with_columns(
+        pl.col("tag").replace_strict(units, default=None, return_dtype=pl.Utf8).alias("unit"),
+        pl.col("tag").replace_strict(nearest, default=None, return_dtype=pl.Utf8).alias("nearest"),
+        pl.col("tag")
+        .replace_strict(
+            {t: alias_line(t, c) for t, c in nearest.items()}, default=None, return_dtype=pl.Utf8
+        )
+        .alias("alias"),
+    )
     from rich.table import Table
 
     from forensics.terminal import escape
 
     t = Table(title=f"{escape(run.name)} ({run.format})")
     for col in table.columns:
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for row in table.iter_rows():  # tags are untrusted text: no markup, no control characters
         t.add_row(*["" if v is None else escape(v) for v in row])
     _to_stdout(lambda console: console.print(t))

@@ -791,6 +791,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("file", str, "the file where the new segment starts"),
         _m("segment", int, "the new segment's number"),
+        _m(
+            "counter",
+            str,
+            "what started again: step, or the counter that went back while the step went on "
+            "(epoch, consumed samples or tokens, an elapsed-time field, 'elapsed time')",
+        ),
     ),
     "truncated_log": (
         _m("file", str, "the file concerned"),

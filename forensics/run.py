@@ -54,6 +54,12 @@ class Run:
         if text not in self.notes:
             self.notes.append(text)
 
+    def unit(self, metric: str) -> str | None:
+        """The unit of the tag read for ``metric`` as its name states it (``mem_gb`` -> GB),
+        from ``metadata["units"]``; None when the name states none."""
+        tag = self.metrics().get(metric)
+        return self.metadata.get("units", {}).get(tag) if tag is not None else None
+
     # -- the analysis view -------------------------------------------------------------
     def view(self) -> pl.DataFrame:
         """Rows the analysis uses: per series, a later segment pre-empts earlier rows.

@@ -236,6 +236,10 @@ _SOURCE_ALIASES: dict[str, dict[str, str | None]] = {
         "loss_scale_reduced_to": LOSS_SCALE,
         "loss_scale_increased_to": LOSS_SCALE,
         "eval_accuracy (log perplexity)": VAL_LOSS,
+        # build-nanogpt log.txt ("STEP train|val|hella VALUE")
+        "train": LOSS,
+        "val": VAL_LOSS,
+        "hella": "eval/hellaswag",
         "eval_train_loss": None,
         "validation_step_timing": None,
         "validation_epoch_timing": None,
@@ -252,6 +256,57 @@ _REGEX_ALIASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^lr-[A-Za-z]\w*(?:/(?:pg|group)\d+)?$"), LR),  # Lightning LearningRateMonitor
     (re.compile(r"^optim/learning_rate_group\d+$"), LR),
 ]
+
+# Throughput, step time and memory under any namespace (perf/, system/, my_project/...) and
+# the common spellings; matched on the normalised tag (separators are "_"), end-anchored.
+_NS = r"(?:^|_)"
+_UNIT_SUFFIX = r"(?:_(?:mb|mib|gb|gib|kb|kib|bytes|b|megabytes|gigabytes))?"
+_TIME_SUFFIX = r"(?:_(?:s|sec|secs|seconds|ms|msec|millis|milliseconds))?"
+_VOCAB_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(
+            _NS + r"(?:tokens?|toks?|samples?|seqs?|sequences?|examples?|imgs?|images?|it|iters?"
+            r"|iterations?|steps?|batch(?:es)?|words?)_?(?:per_)?(?:s|sec|second)"
+            r"(?:_per_(?:gpu|device|rank))?$"
+        ),
+        THROUGHPUT,
+    ),
+    (re.compile(_NS + r"(?:tps|wps|ups|tokens_throughput|tok_throughput)$"), THROUGHPUT),
+    (
+        re.compile(
+            _NS + r"(?:(?:train_)?step|iter|iteration|batch|update)_?(?:time|timing|duration"
+            r"|latency)" + _TIME_SUFFIX + r"$"
+        ),
+        STEP_TIME,
+    ),
+    (re.compile(_NS + r"time_per_(?:step|iter|iteration|batch)" + _TIME_SUFFIX + r"$"), STEP_TIME),
+    (
+        re.compile(
+            _NS + r"(?:(?:max|peak|cur|current)_)?(?:gpu_|cuda_|cpu_|host_|device_)?"
+            r"(?:rss|mem|memory)(?:_(?:max|peak|allocated|alloc|reserved|active|used|usage))?"
+            + _UNIT_SUFFIX
+            + r"$"
+        ),
+        MEMORY,
+    ),
+    (
+        re.compile(
+            _NS
+            + r"(?:max_)?(?:memory|mem)_(?:allocated|reserved|alloc)_?(?:memory|mem)?"
+            + _UNIT_SUFFIX
+            + r"$"
+        ),
+        MEMORY,
+    ),
+]
+# Names the patterns above would catch by mistake: HF's whole-run summaries, eval-time speeds,
+# W&B's system GPU "memory" (a utilisation percentage), free memory (the inverse).
+_NOT_VOCAB = re.compile(
+    r"(?:^|_)(?:train_(?:samples|steps)_per_second|train_runtime)$"
+    r"|^(?:eval|evaluation|val|valid|validation|test)_"
+    r"|^system_(?!.*(?:allocated|rss|mem_used|memory_used))"
+    r"|(?:^|_)(?:free|avail|available|total)(?:_|$)"
+)
 
 # Where a layer index sits in a parameter path: model.layers.3.mlp, transformer.h.3.attn,
 # transformer.blocks.3.att_proj, decoder.layers.3, layer_3, block3, Levanter's stacked.3.
@@ -393,6 +448,10 @@ def canonicalize(
     for pattern, canon in _REGEX_ALIASES:
         if pattern.match(base):
             return canon, None
+    if not _NOT_VOCAB.search(nb):
+        for pattern, canon in _VOCAB_PATTERNS:
+            if pattern.search(nb):
+                return canon, None
     for pattern, canon in _LAYER_PATTERNS:
         m = pattern.match(base)
         if m and not _STAT_SUFFIX.search(m.group("p")):
@@ -474,3 +533,147 @@ def conform(frame: pl.DataFrame) -> pl.DataFrame:
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=dtype).alias(name))
     return frame.select([pl.col(n).cast(t) for n, t in SCHEMA.items()])
+
+
+# -- units taken from the name ----------------------------------------------------------
+_UNIT_WORDS: dict[str, str] = {
+    "bytes": "bytes",
+    "b": "bytes",
+    "kb": "KB",
+    "kib": "KiB",
+    "mb": "MB",
+    "megabytes": "MB",
+    "mib": "MiB",
+    "gb": "GB",
+    "gigabytes": "GB",
+    "gib": "GiB",
+    "ms": "ms",
+    "msec": "ms",
+    "millis": "ms",
+    "milliseconds": "ms",
+    "s": "s",
+    "sec": "s",
+    "secs": "s",
+    "seconds": "s",
+    "%": "%",
+    "pct": "%",
+    "percent": "%",
+}
+_PAREN_UNIT = re.compile(r"\(\s*([^)]*?)\s*\)\s*$")
+_IN_UNIT = re.compile(r"\bin\s+(\w+)\s*$", re.I)
+_RATE_OF = re.compile(
+    r"(?:^|_)(?P<what>tokens?|toks?|samples?|seqs?|sequences?|examples?|imgs?|images?|it|iters?"
+    r"|iterations?|steps?|batch(?:es)?|words?)_?(?:per_)?(?:s|sec|second)(?:_|$)"
+)
+_RATE_UNIT = {
+    "tok": "tokens/s",
+    "sam": "samples/s",
+    "seq": "samples/s",
+    "exa": "samples/s",
+    "img": "samples/s",
+    "ima": "samples/s",
+    "it": "it/s",
+    "ite": "it/s",
+    "ste": "it/s",
+    "bat": "it/s",
+    "wor": "words/s",
+}
+# Units that belong with a vital sign: anything else read from a name is ignored.
+_UNITS_FOR = {
+    MEMORY: {"bytes", "KB", "KiB", "MB", "MiB", "GB", "GiB", "%"},
+    STEP_TIME: {"ms", "s"},
+    THROUGHPUT: {"tokens/s", "samples/s", "it/s", "words/s"},
+}
+_DEFAULT_UNIT = {STEP_TIME: "s"}
+_KNOWN_TAG_UNITS = {
+    "tps": "tokens/s",
+    "wps": "words/s",
+    "ups": "it/s",
+    "system_gpu_0_memoryallocated": "%",
+    "memory_current_allocated_gigabytes": "GB",
+    "memory_max_reserved": "GiB",
+    "memory_max_active": "GiB",
+    "peak_memory_gb": "GB",
+}
+
+
+def unit_of(tag: str, metric: str | None = None) -> str | None:
+    """The unit a tag's name states (``mem_gb`` -> GB, ``iter_time_ms`` -> ms,
+    ``System/Peak GPU Memory (MB)`` -> MB, ``tok/s`` -> tokens/s), None when the name says none.
+
+    With ``metric``, only a unit that fits that vital sign is returned.
+    """
+    unit = None
+    m = _PAREN_UNIT.search(tag) or _IN_UNIT.search(tag)
+    if m:
+        word = m.group(1).strip().lower()
+        unit = _UNIT_WORDS.get(word) or (
+            "tokens/s" if word in ("tps", "tokens/s", "tok/s") else None
+        )
+    nb = normalize_tag(tag)
+    if unit is None:
+        unit = _KNOWN_TAG_UNITS.get(nb)
+    if unit is None:
+        r = _RATE_OF.search(nb)
+        if r:
+            unit = _RATE_UNIT.get(r.group("what")[:3]) or _RATE_UNIT.get(r.group("what")[:2])
+    if unit is None:
+        last = nb.rsplit("_", 1)[-1]
+        if last != nb or metric is not None:
+            unit = _UNIT_WORDS.get(last)
+    if metric is None:
+        return unit
+    if unit is not None and unit in _UNITS_FOR.get(metric, ()):
+        return unit
+    return _DEFAULT_UNIT.get(metric) if unit is None and metric == STEP_TIME else None
+
+
+def tag_units(frame: pl.DataFrame) -> dict[str, str]:
+    """``{raw tag: unit}`` for every mapped throughput / step-time / memory tag whose name
+    states a unit (step times without one are seconds)."""
+    if frame.is_empty():
+        return {}
+    pairs = (
+        frame.filter(pl.col("metric").is_in(list(_UNITS_FOR)))
+        .select("tag", "metric")
+        .unique()
+        .iter_rows()
+    )
+    out: dict[str, str] = {}
+    for tag, metric in pairs:
+        u = unit_of(tag, metric)
+        if u is not None:
+            out[tag] = u
+    return out
+
+
+# -- the nearest canonical name of an unmapped tag --------------------------------------
+def nearest_canonical(tag: str) -> str:
+    """The canonical vital sign whose known spellings are closest to ``tag`` (for the
+    ``--alias`` hint of ``forensics metrics``); always returns a name."""
+    import difflib
+
+    nb = normalize_tag(_X_SUFFIX.sub("", tag))
+    parts = nb.split("_")
+    tails = {"_".join(parts[i:]) for i in range(len(parts))} | {nb}
+    best, best_score = LOSS, -1.0
+    for alias, canon in _EXACT.items():
+        for t in tails:
+            score = difflib.SequenceMatcher(None, t, alias).ratio()
+            if t == nb:
+                score += 0.01  # the whole name beats a fragment on a tie
+            if score > best_score:
+                best, best_score = canon, score
+    for canon in KNOWN_METRICS:
+        for t in tails:
+            score = difflib.SequenceMatcher(None, t, canon).ratio()
+            if score > best_score:
+                best, best_score = canon, score
+    return best
+
+
+def alias_line(tag: str, canonical: str) -> str:
+    """The ``--alias`` option that maps ``tag`` to ``canonical``, quoted for a POSIX shell."""
+    import shlex
+
+    return f"--alias {shlex.quote(f'{tag}={canonical}')}"

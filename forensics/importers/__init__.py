@@ -30,7 +30,7 @@ from forensics.importers.base import (
     strip_suffixes,
 )
 from forensics.run import Run
-from forensics.schema import FLAGS, add_canonical, check_aliases, conform
+from forensics.schema import FLAGS, add_canonical, check_aliases, conform, tag_units
 
 __all__ = [
     "REGISTRY",
@@ -361,6 +361,9 @@ def _read_job(
         run.config.update(r.config)
         run.metadata.update(r.metadata)
     run.metadata["sources"] = {s.importer: [rel(f, s.root) for f in s.files] for s, _ in kept}
+    units = tag_units(run.frame)
+    if units:  # throughput / step time / memory units read from the names (mem_gb -> GB)
+        run.metadata["units"] = units
     # A store that names its runs (MLflow, Neptune) names the run better than its file does.
     run.name = str(run.metadata.pop("run_name", None) or run.name)
     stepless = run.frame.filter(pl.col("step").is_null())

@@ -43,7 +43,7 @@ from forensics.importers.base import (
     strip_suffixes,
     text_bytes,
 )
-from forensics.importers.restarts import assign_segments, restart_findings
+from forensics.importers.restarts import assign_segments, interleaved_note, restart_findings
 from forensics.schema import conform
 
 NAME = "jsonl"
@@ -214,7 +214,8 @@ def _read_flat(raw: bytes) -> pl.DataFrame | None:
     step = pl.coalesce(
         [pl.when(num[k].is_finite()).then(num[k]) for k in step_keys] + [pl.lit(None, pl.Float64)]
     )
-    time_keys = [k for k in TIME_KEYS if k in num]
+    # W&B's _runtime (seconds since the run started) when no unix time was logged
+    time_keys = [k for k in (*TIME_KEYS, "_runtime") if k in num]
     wt = pl.coalesce([num[k] for k in time_keys] + [pl.lit(None, pl.Float64)])
     wt = pl.when(wt > 1e11).then(wt / 1000.0).otherwise(wt)  # milliseconds since the epoch
     base = df.select(
@@ -296,7 +297,10 @@ class JsonlImporter:
             )
             frame = assign_segments(conform(frame))
             findings = restart_findings(frame)
-            return ImportResult(frame=conform(frame), notes=[], findings=findings, config={})
+            shared = interleaved_note(frame, name)
+            return ImportResult(
+                frame=conform(frame), notes=[shared] if shared else [], findings=findings, config={}
+            )
         text = raw.decode("utf-8", errors="replace")
         steps: list[int | None] = []
         tags: list[str] = []
@@ -340,6 +344,8 @@ class JsonlImporter:
             if wt is None and "elapsed_time" in flat:
                 wt = _elapsed(flat["elapsed_time"])
                 relative_time = relative_time or wt is not None
+            if wt is None and "_runtime" in flat:  # W&B: seconds since the run started
+                wt = _number(flat["_runtime"])
             for k, v in flat.items():
                 if k in _SKIP_KEYS:
                     continue
@@ -358,6 +364,8 @@ class JsonlImporter:
         )
         frame = assign_segments(conform(frame))
         notes: list[str] = []
+        if (shared := interleaved_note(frame, name)) is not None:
+            notes.append(shared)
         findings = restart_findings(frame)
         cut = bool(bad) and bad[-1] == len(lines) and not text.endswith("\n")
         if cut:

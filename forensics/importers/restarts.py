@@ -13,6 +13,7 @@ earlier rows at steps >= its first step, per series (TensorBoard data-server sem
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from itertools import pairwise
 
@@ -72,9 +73,18 @@ def assign_segments(
     s = steps.astype(np.float64)
     back = s[cur] < s[prev]
     cand_pos, cand_prev = cur[back], prev[back]
+    # Two writers sharing one file (ranks interleaving their lines): many small step-backs of
+    # the same series, each soon overtaken. No restart.
+    shaky = _interleaved_tags(tag_ids[by_tag][1:][same], s[cur], s[prev])
+    if shaky:
+        keep = ~np.isin(tag_ids[cand_pos], np.fromiter(shaky, dtype=np.int64))
+        cand_pos, cand_prev = cand_pos[keep], cand_prev[keep]
     events: list[tuple[int, int, int]] = [
         (int(p), 0, int(q)) for p, q in zip(cand_pos, cand_prev, strict=True)
     ]
+    # Another counter that starts again while the step goes on: epoch, consumed samples or
+    # tokens, an elapsed-time field or a relative clock.
+    events.extend(_counter_resets(f, tag_ids, by_tag, same))
     if purges:
         rec = f.get_column("record_idx").to_numpy() if "record_idx" in f.columns else pos
         key = files.astype(np.int64) * (1 << 32) + rec.astype(np.int64)
@@ -108,6 +118,115 @@ def assign_segments(
             current = cut
     seg = np.searchsorted(np.asarray(cuts, dtype=np.int64), pos, side="right").astype(np.int32)
     return f.with_columns(pl.Series("segment", seg, dtype=pl.Int32))
+
+
+# Counters that only grow within one job: a drop to less than half is a new job's count.
+COUNTER_TAG = re.compile(
+    r"^(?:train_|trainer_)?epoch$"
+    r"|(?:^|_)(?:(?:consumed|seen|global|cumulative)_(?:samples|tokens)"
+    r"|(?:samples|tokens)_(?:seen|consumed|processed)|consumed_train_samples"
+    r"|elapsed(?:_time)?|time_elapsed)$"
+)
+_RELATIVE_CLOCK = 1e9  # wall times below this are seconds since the job started
+_MIN_CLOCK_S = 60.0
+_INTERLEAVE_MIN_BACKS = 4
+_INTERLEAVE_SHARE = 0.1
+
+
+def counter_tags(tags: Sequence[str]) -> list[str]:
+    """The tags among ``tags`` that are counters (epoch, consumed samples/tokens, elapsed)."""
+    from forensics.schema import normalize_tag
+
+    return [t for t in tags if COUNTER_TAG.search(normalize_tag(t))]
+
+
+def _counter_resets(
+    f: pl.DataFrame, tag_ids: np.ndarray, by_tag: np.ndarray, same: np.ndarray
+) -> list[tuple[int, int, int]]:
+    """(position, 0, previous position) of each counter that falls to less than half."""
+    out: list[tuple[int, int, int]] = []
+    tag_col = f.get_column("tag")
+    counters = counter_tags(tag_col.unique().to_list())
+    vals = f.get_column("value").to_numpy().astype(np.float64)
+    if counters:
+        row_is_counter = tag_col.is_in(counters).to_numpy()
+        cur, prev = by_tag[1:][same], by_tag[:-1][same]
+        is_counter = row_is_counter[cur]
+        c, p = cur[is_counter], prev[is_counter]
+        drop = (vals[p] > 0) & (vals[c] < 0.5 * vals[p])
+        out += [(int(a), 0, int(b)) for a, b in zip(c[drop], p[drop], strict=True)]
+    if "wall_time" in f.columns:
+        w = f.get_column("wall_time").to_numpy().astype(np.float64)
+        rows = np.flatnonzero(np.isfinite(w) & (w >= 0))
+        if len(rows) > 1 and np.nanmax(w[rows]) < _RELATIVE_CLOCK:
+            c, p = rows[1:], rows[:-1]
+            drop = (w[p] >= _MIN_CLOCK_S) & (w[c] < 0.5 * w[p])
+            out += [(int(a), 0, int(b)) for a, b in zip(c[drop], p[drop], strict=True)]
+    return out
+
+
+def _interleaved_tags(ids: np.ndarray, cur: np.ndarray, prev: np.ndarray) -> set[int]:
+    """Tag ids whose step goes back often and by little: lines of two writers interleaved."""
+    out: set[int] = set()
+    back = cur < prev
+    if int(back.sum()) < _INTERLEAVE_MIN_BACKS:
+        return out
+    # Only tags that step back often enough are looked at (per-layer runs hold thousands).
+    tags, counts = np.unique(ids[back], return_counts=True)
+    for t in tags[counts >= _INTERLEAVE_MIN_BACKS]:
+        m = ids == t
+        d = cur[m] - prev[m]
+        backs = d[d < 0]
+        if len(backs) < _INTERLEAVE_MIN_BACKS or len(backs) < _INTERLEAVE_SHARE * len(d):
+            continue
+        fwd = d[d > 0]
+        span = float(np.nanmax(cur[m]) - np.nanmin(cur[m])) if len(d) else 0.0
+        # Small: each step-back is a small part of the series' range.
+        if len(fwd) and float(np.max(-backs)) <= max(0.05 * span, 3 * float(np.median(fwd))):
+            out.add(int(t))
+    return out
+
+
+def interleaved_note(frame: pl.DataFrame, where: str) -> str | None:
+    """A note when some series of ``frame`` (record order) look like two writers' lines."""
+    if frame.is_empty():
+        return None
+    f = frame.filter(pl.col("step").is_not_null())
+    names = f.get_column("tag").unique(maintain_order=True).to_list()
+    index = {n: i for i, n in enumerate(names)}
+    tags = f.get_column("tag").replace_strict(index, return_dtype=pl.Int64).to_numpy()
+    order = np.argsort(tags, kind="stable")
+    s = f.get_column("step").to_numpy().astype(np.float64)[order]
+    t = tags[order]
+    same = t[1:] == t[:-1]
+    shaky = _interleaved_tags(t[1:][same], s[1:][same], s[:-1][same])
+    if not shaky:
+        return None
+    shown = ", ".join(sorted(names[int(i)] for i in shaky)[:3])
+    return (
+        f"{where}: the steps of {shown} go back and forth by a little, often: two writers "
+        "(ranks) interleave their lines in one file; read as one job, not as restarts"
+    )
+
+
+def _restart_counter(f: pl.DataFrame, k: int) -> str:
+    """What started again at segment ``k``: "step", or the counter that fell back."""
+    a, b = f.filter(pl.col("segment") == k - 1), f.filter(pl.col("segment") == k)
+    sa = a.filter(pl.col("step").is_not_null()).group_by("tag").agg(pl.col("step").max())
+    sb = b.filter(pl.col("step").is_not_null()).group_by("tag").agg(pl.col("step").min())
+    j = sa.join(sb, on="tag", suffix="_b")
+    if j.filter(pl.col("step_b") <= pl.col("step")).height:
+        return "step"
+    tags = counter_tags(list(set(a.get_column("tag").to_list()) & set(b.get_column("tag"))))
+    for t in sorted(tags):
+        last = a.filter(pl.col("tag") == t).get_column("value").drop_nulls()
+        first = b.filter(pl.col("tag") == t).get_column("value").drop_nulls()
+        if len(last) and len(first) and first[0] < last[-1]:
+            return t
+    wa, wb = a.get_column("wall_time").drop_nulls(), b.get_column("wall_time").drop_nulls()
+    if len(wa) and len(wb) and wb[0] < wa[-1]:
+        return "elapsed time"
+    return "step"
 
 
 def _in_order(frame: pl.DataFrame, order: list[str]) -> bool:
@@ -185,6 +304,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         if prev["t_last"] is not None and cur["t_first"] is not None:
             gap = float(cur["t_first"]) - float(prev["t_last"])
         replayed = max(0, last - resumed + 1)
+        counter = _restart_counter(f, k)
         gap_text = (
             f", {gap / 60:.1f} min after the last record before it" if gap is not None else ""
         )
@@ -204,6 +324,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                     "wall_clock_gap_s": gap,
                     "file": cur["file"],
                     "segment": k,
+                    "counter": counter,
                 },
                 summary=(
                     f"The job was resumed at step {resumed} after it had logged up to step {last}"
@@ -215,6 +336,9 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                         else ": no step was logged twice, so two writers may have shared the "
                         "folder rather than a restart."
                     )
+                    if counter == "step"
+                    else f"The job started again at step {resumed} (after step {last}"
+                    f"{gap_text}): its {counter} counter went back while the step went on."
                 ),
             )
         )

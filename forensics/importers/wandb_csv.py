@@ -184,6 +184,11 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
         notes.append(f"{name}: no step column; rows are numbered in order")
     steps = steps.fill_null(strategy="forward")
     times = _as_float(wide.get_column(W_TIME)) if W_TIME in wide.columns else None
+    if (times is None or times.null_count() == times.len()) and "_runtime" in wide.columns:
+        # No unix time: W&B's _runtime (seconds since the run started) still places a hang.
+        times = _as_float(wide.get_column("_runtime"))
+        if times is not None:
+            notes.append(f"{name}: times are W&B's _runtime, seconds since the run started")
     parts = []
     skipped: list[str] = []
     for col in wide.columns:

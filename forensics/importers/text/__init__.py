@@ -11,6 +11,7 @@ inside a TensorBoard or HF output folder joins that folder's job.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -30,7 +31,12 @@ from forensics.importers.base import (
     strip_suffixes,
     text_bytes,
 )
-from forensics.importers.restarts import assign_segments, restart_findings
+from forensics.importers.restarts import (
+    assign_segments,
+    counter_tags,
+    interleaved_note,
+    restart_findings,
+)
 from forensics.importers.text import (
     composer,
     crash,
@@ -42,6 +48,7 @@ from forensics.importers.text import (
     mlperf,
     nanogpt,
     olmo,
+    step_lines,
     torchtitan,
 )
 from forensics.importers.text.engine import (
@@ -70,6 +77,7 @@ FAMILIES: list[ModuleType] = [
     composer,
     mlperf,
     olmo,
+    step_lines,
     deepspeed,
 ]
 CRASH_TAIL_BYTES = 131072
@@ -289,6 +297,41 @@ def head_and_tail(path: Path, n: int = SNIFF_BYTES) -> tuple[bytes, bytes]:
         return b"", b""
 
 
+# A text log's elapsed-time field (seconds since the job started unless the name says ms/min):
+# the clock of lines that carry no date. Not a per-iteration time ("elapsed time per iteration").
+_ELAPSED_TAG = re.compile(
+    r"^(?:time[ _/.-]?)?(?:elapsed|wall(?:[ _-]?clock)?|total[ _-]time|time[ _-]elapsed|runtime)"
+    r"(?:[ _-]?time)?"
+    r"(?:[ _-]?(?:\(?(?P<unit>s|sec|secs|seconds|ms|min|mins|minutes|h|hours)\)?))?$",
+    re.I,
+)
+_ELAPSED_SCALE = {"ms": 1e-3, "min": 60.0, "mins": 60.0, "minutes": 60.0, "h": 3600.0}
+_ELAPSED_SCALE["hours"] = 3600.0
+
+
+def _elapsed_as_wall_time(frame: pl.DataFrame, name: str) -> tuple[pl.DataFrame, str | None]:
+    """Fill a null ``wall_time`` from the line's elapsed-time field (relative seconds)."""
+    if frame.is_empty() or frame.get_column("wall_time").null_count() < frame.height:
+        return frame, None
+    tags = [t for t in frame.get_column("tag").unique().to_list() if _ELAPSED_TAG.match(t)]
+    if not tags:
+        return frame, None
+    tag = tags[0]
+    unit = (_ELAPSED_TAG.match(tag).group("unit") or "s").lower()  # type: ignore[union-attr]
+    scale = _ELAPSED_SCALE.get(unit, 1.0)
+    clock = (
+        frame.filter(pl.col("tag") == tag)
+        .group_by("record_idx")
+        .agg((pl.col("value").first() * scale).alias("_clock"))
+    )
+    out = (
+        frame.join(clock, on="record_idx", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("wall_time", "_clock").alias("wall_time"))
+        .drop("_clock")
+    )
+    return out, f"{name}: times are the log's {tag} field, seconds since the job started"
+
+
 class TextLogsImporter:
     NAME = NAME
 
@@ -339,9 +382,15 @@ class TextLogsImporter:
             "wall_time",
             pl.lit(0, dtype=pl.Int32).alias("segment"),
         )
-        if log.may_restart:
+        frame, elapsed_note = _elapsed_as_wall_time(frame, name)
+        counters = counter_tags(frame.get_column("tag").unique().to_list())
+        if log.may_restart or counters or elapsed_note:
             frame = assign_segments(conform(frame))
         notes = list(log.notes)
+        if elapsed_note:
+            notes.append(elapsed_note)
+        if (shared := interleaved_note(frame, name)) is not None:
+            notes.append(shared)
         if log.families:
             notes.append(f"{name}: read as {' + '.join(log.families)} text log")
         if frame.is_empty():

@@ -1,0 +1,172 @@
+"""Issue 14, vocabulary: throughput, step time, memory and wall time under any namespace and
+the common spellings; units read from the names; the `--alias` hint for unmapped tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from forensics.cli import app
+from forensics.importers import read_run
+from forensics.schema import (
+    MEMORY,
+    STEP_TIME,
+    THROUGHPUT,
+    alias_line,
+    canonicalize,
+    nearest_canonical,
+    unit_of,
+)
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("tag", "metric", "unit"),
+    [
+        ("tokens/s", THROUGHPUT, "tokens/s"),
+        ("tok/s", THROUGHPUT, "tokens/s"),
+        ("tps", THROUGHPUT, "tokens/s"),
+        ("myproj/perf/tokens_per_sec", THROUGHPUT, "tokens/s"),
+        ("samples_per_second", THROUGHPUT, "samples/s"),
+        ("speed/samples_per_second", THROUGHPUT, "samples/s"),
+        ("it/s", THROUGHPUT, "it/s"),
+        ("step_time", STEP_TIME, "s"),
+        ("iter time", STEP_TIME, "s"),
+        ("iter time (ms)", STEP_TIME, "ms"),
+        ("perf/iter_time_ms", STEP_TIME, "ms"),
+        ("timing/step_duration_ms", STEP_TIME, "ms"),
+        ("rss", MEMORY, None),
+        ("host/rss_mb", MEMORY, "MB"),
+        ("mem_gb", MEMORY, "GB"),
+        ("memory_allocated", MEMORY, None),
+        ("cuda/memory_allocated_bytes", MEMORY, "bytes"),
+        ("max_memory_reserved", MEMORY, None),
+        ("my_team/sys/max_memory_reserved_mb", MEMORY, "MB"),
+        ("gpu_mem", MEMORY, None),
+        ("System/Peak GPU Memory (MB)", MEMORY, "MB"),
+    ],
+)
+def test_vital_sign_spellings(tag: str, metric: str, unit: str | None) -> None:
+    assert canonicalize(tag) == (metric, None)
+    assert unit_of(tag, metric) == unit
+
+
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "train/train_samples_per_second",  # HF's whole-run summary
+        "eval_samples_per_second",  # eval-time speed, not training throughput
+        "system/gpu.0.memory",  # W&B system: memory-controller utilisation
+        "mem_free_gb",  # the inverse of usage
+        "train_runtime",
+    ],
+)
+def test_lookalikes_stay_unmapped(tag: str) -> None:
+    assert canonicalize(tag)[0] is None
+
+
+def test_nearest_canonical_and_alias_line() -> None:
+    assert nearest_canonical("learnrate") == "lr"
+    assert nearest_canonical("my/gradnorm_total") == "grad_norm"
+    assert nearest_canonical("throughputz") == THROUGHPUT
+    assert alias_line("my/odd tag", "loss") == "--alias 'my/odd tag=loss'"
+
+
+def _tb_run(path: Path) -> None:
+    from tensorboardX import SummaryWriter
+
+    w = SummaryWriter(str(path))
+    for s in range(60):
+        w.add_scalar("train/loss", 3.0 - s * 0.01, s)
+        w.add_scalar("acme/perf/tok_per_sec", 1000.0 + s, s)
+        w.add_scalar("acme/sys/max_memory_reserved_gb", 10.0, s)
+        w.add_scalar("acme/perf/iter_time_ms", 250.0, s)
+        w.add_scalar("acme/strange_objective", 1.0, s)
+    w.close()
+
+
+def test_namespaced_vitals_from_tensorboardx(tmp_path: Path) -> None:
+    """A real tensorboardX run: namespaced throughput, memory and step time mapped, their units
+    recorded per tag in run.metadata and per vital sign by Run.unit."""
+    _tb_run(tmp_path / "run")
+    run = read_run(tmp_path / "run")
+    chosen = run.metrics()
+    assert chosen[THROUGHPUT] == "acme/perf/tok_per_sec"
+    assert chosen[MEMORY] == "acme/sys/max_memory_reserved_gb"
+    assert chosen[STEP_TIME] == "acme/perf/iter_time_ms"
+    assert run.metadata["units"]["acme/sys/max_memory_reserved_gb"] == "GB"
+    assert (run.unit(THROUGHPUT), run.unit(MEMORY), run.unit(STEP_TIME)) == (
+        "tokens/s",
+        "GB",
+        "ms",
+    )
+
+
+def test_metrics_command_shows_alias_hint(tmp_path: Path) -> None:
+    _tb_run(tmp_path / "run")
+    res = runner.invoke(app, ["metrics", str(tmp_path / "run")], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.stdout.splitlines() if "acme/strange_objective" in ln)
+    assert "--alias" in line and "acme/strange_objective=" in line
+    unit_line = next(ln for ln in res.stdout.splitlines() if "max_memory_reserved_gb" in ln)
+    assert " GB " in unit_line
+
+
+def test_wandb_export_runtime_as_wall_time(tmp_path: Path) -> None:
+    """A W&B API history export (shape of `run.history()` saved to CSV) whose only clock is
+    `_runtime`, with throughput and memory under the project's namespace: the clock becomes wall
+    time, so a 30-minute hang between two steps is seen."""
+    n = 200
+    runtime = [float(i) for i in range(n)]
+    for i in range(120, n):
+        runtime[i] += 1800.0
+    pl.DataFrame(
+        {
+            "_step": list(range(n)),
+            "_runtime": runtime,
+            "train/loss": [3.0 - i * 0.005 for i in range(n)],
+            "myproj/throughput/tokens_per_second": [5000.0] * n,
+            "myproj/system/gpu_mem_gb": [20.0] * n,
+        }
+    ).write_csv(tmp_path / "history.csv")
+    run = read_run(tmp_path / "history.csv")
+    chosen = run.metrics()
+    assert chosen[THROUGHPUT] == "myproj/throughput/tokens_per_second"
+    assert chosen[MEMORY] == "myproj/system/gpu_mem_gb"
+    loss = run.series("loss")
+    assert loss.get_column("wall_time").null_count() == 0
+    assert any("_runtime" in n for n in run.notes)
+    from forensics.pipeline import analyze_run
+
+    kinds = {str(f.kind) for f in analyze_run(run).findings}
+    assert any("stall" in k or "hang" in k for k in kinds), kinds
+
+
+def test_text_log_elapsed_field_is_wall_time(tmp_path: Path) -> None:
+    """A text log without dates whose lines carry an elapsed-time field: that field is the
+    clock (seconds since the job started), so the hang before the last lines is seen."""
+    lines = []
+    for s in range(1, 201):
+        t = s * 1.5 + (3600.0 if s > 150 else 0.0)
+        lines.append(f"step {s} | loss: {3.0 - s * 0.004:.4f} | lr 3e-4 | elapsed: {t:.1f}")
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    run = read_run(tmp_path / "train.log")
+    loss = run.series("loss")
+    assert loss.get_column("wall_time").null_count() == 0
+    assert loss.get_column("wall_time")[0] == pytest.approx(1.5)
+    assert any("elapsed" in n for n in run.notes)
+    from forensics.pipeline import analyze_run
+
+    kinds = {str(f.kind) for f in analyze_run(run).findings}
+    assert any("stall" in k or "hang" in k for k in kinds), kinds
+
+
+def test_text_log_elapsed_ms_scaled() -> None:
+    from forensics.importers.text import _ELAPSED_TAG
+
+    assert _ELAPSED_TAG.match("elapsed_ms").group("unit") == "ms"  # type: ignore[union-attr]
+    assert _ELAPSED_TAG.match("elapsed time per iteration (ms)") is None
