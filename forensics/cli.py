@@ -673,9 +673,29 @@ def compare(
             "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
         ),
     ] = [],  # noqa: B006
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            "--reference",
+            metavar="RUN",
+            help="The run the others are judged against (one of RUN...) [default: the first].",
+        ),
+    ] = None,
+    align: Annotated[
+        str,
+        typer.Option(
+            "--align",
+            metavar="[step|tokens|samples|time]",
+            help="Line the runs up by step, or by tokens, samples or wall time when logged.",
+        ),
+    ] = "step",
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Also write the JSON document to FILE."),
+    ] = None,
     no_cache: NoCache = False,
 ) -> None:
-    """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
+    """Put runs side by side: where they part, what findings they share, how configs differ."""
     from forensics.compare import compare as do_compare
     from forensics.compare import print_comparison
     from forensics.report.compare_page import render_compare_html
@@ -683,8 +703,19 @@ def compare(
     if len(paths) < 2:
         raise ForensicsError("compare needs at least two runs")
     cfg = _config(None, alias, ignore, None)
+    ref = 0
+    if reference is not None:
+        if reference in paths:
+            ref = paths.index(reference)
+        else:
+            # The reference may be given again as a path (not among RUN...): add it first.
+            paths = [reference, *paths]
     runs: list[str | os.PathLike[str]] = [_input(p) for p in paths]
-    cmp = do_compare(runs, cfg)
+    cmp = do_compare(runs, cfg, reference=ref, align=align)
+    if json_out is not None:
+        jtarget = _place(json_out, "compare.json", *[Path(d.run.path) for d in cmp.diagnoses])
+        _write(jtarget, json.dumps(cmp.to_document(), indent=2, allow_nan=False))
+        _err(f"comparison JSON written to {_shown(jtarget)}")
     if not no_report:
         name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"
         target = _place(out, name, *[Path(d.run.path) for d in cmp.diagnoses])
