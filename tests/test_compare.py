@@ -154,3 +154,28 @@ def test_compare_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert doc["runs"][1]["verdict"] != "healthy"
     assert (snapshot(a), snapshot(b)) == before
     assert runner.invoke(app, ["compare", str(a)]).exit_code == 2
+
+
+def test_compare_cli_reference_align_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--reference picks the envelope, --json writes the document (outside the runs), --align
+    time uses the logged wall time, --align tokens is refused when no run logs tokens; the page
+    carries the parting marks, the finding diff and the config diff."""
+    a, b = SAMPLES / "healthy", SAMPLES / "param_norm_jump"
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(
+        app,
+        ["compare", str(b), str(a), "--reference", str(a), "--json", "cmp.json", "-o", "p.html"],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "cmp.json").read_text())
+    assert doc["schema_version"] == 2 and doc["reference"] == "healthy"
+    assert doc["loss_parts_ways"][0]["step"] == 501 and doc["loss_parts_ways"][1] is None
+    assert doc["first_parting"][0]["step"] == 500
+    assert "param_norm + lr @ 500" in res.stdout or "lr + param_norm @ 500" in res.stdout
+    page = (tmp_path / "p.html").read_text()
+    assert 'id="finding-diff"' in page and 'id="why"' in page
+    assert "param_norm_jump parts at step 501" in page  # the loss chart's mark
+    res = runner.invoke(app, ["compare", str(a), str(b), "--align", "time", "--no-report"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["compare", str(a), str(b), "--align", "tokens", "--no-report"])
+    assert res.exit_code != 0 and "not logged" in res.output
