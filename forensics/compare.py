@@ -359,6 +359,8 @@ def _plain(v: Any) -> Any:
         return v if np.isfinite(v) else str(v)
     if isinstance(v, list | tuple):
         return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
     return str(v)
 
 
