@@ -409,7 +409,7 @@ def shared_spikes(diags: list[Diagnosis], labels: list[str]) -> list[dict[str, A
         known = [s for s in seeds if s is not None]
         differ = len(known) == len(seeds) and len({repr(s) for s in known}) == len(known)
         bs = {_batch_size(diags[i].run.config) for i in g["runs"]}
-        batch = None
+        batch: dict[str, Any] | None = None
         if len(bs) == 1 and None not in bs:
             (b,) = bs
             batch = {"batch_size": b, "samples": [g["step"] * b, (g["step"] + 1) * b - 1]}

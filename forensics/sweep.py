@@ -141,7 +141,9 @@ def sweep(
     found, empty = find_jobs(root)
     if not found and not empty:
         raise ForensicsError(f"{root}: no runs found")
-    tasks = [(str(root), j, s, config, plotlyjs) for j, s in sorted(found.items())]
+    tasks: list[tuple[str, str, list[Any] | None, Config | None, str]] = [
+        (str(root), j, s, config, plotlyjs) for j, s in sorted(found.items())
+    ]
     tasks += [(str(root), e, None, config, plotlyjs) for e in empty]
     if executor is not None:
         rows = list(executor.map(analyze_job, *zip(*tasks, strict=True)))
