@@ -689,9 +689,29 @@ def compare(
             "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
         ),
     ] = [],  # noqa: B006
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            "--reference",
+            metavar="RUN",
+            help="The run the others are judged against (one of RUN...) [default: the first].",
+        ),
+    ] = None,
+    align: Annotated[
+        str,
+        typer.Option(
+            "--align",
+            metavar="[step|tokens|samples|time]",
+            help="Line the runs up by step, or by tokens, samples or wall time when logged.",
+        ),
+    ] = "step",
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Also write the JSON document to FILE."),
+    ] = None,
     no_cache: NoCache = False,
 ) -> None:
-    """Put runs side by side: verdicts, vital signs, and where their losses part ways."""
+    """Put runs side by side: where they part, what findings they share, how configs differ."""
     from forensics.compare import compare as do_compare
     from forensics.compare import print_comparison
     from forensics.report.compare_page import render_compare_html
@@ -699,8 +719,19 @@ def compare(
     if len(paths) < 2:
         raise ForensicsError("compare needs at least two runs")
     cfg = _config(None, alias, ignore, None)
+    ref = 0
+    if reference is not None:
+        if reference in paths:
+            ref = paths.index(reference)
+        else:
+            # The reference may be given again as a path (not among RUN...): add it first.
+            paths = [reference, *paths]
     runs: list[str | os.PathLike[str]] = [_input(p) for p in paths]
-    cmp = do_compare(runs, cfg)
+    cmp = do_compare(runs, cfg, reference=ref, align=align)
+    if json_out is not None:
+        jtarget = _place(json_out, "compare.json", *[Path(d.run.path) for d in cmp.diagnoses])
+        _write(jtarget, json.dumps(cmp.to_document(), indent=2, allow_nan=False))
+        _err(f"comparison JSON written to {_shown(jtarget)}")
     if not no_report:
         name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"
         target = _place(out, name, *[Path(d.run.path) for d in cmp.diagnoses])
@@ -710,6 +741,69 @@ def compare(
         typer.echo(json.dumps(cmp.to_document(), indent=2, allow_nan=False))
     else:
         _to_stdout(lambda console: print_comparison(cmp, console))
+
+
+@app.command()
+def sweep(
+    folder: Annotated[
+        str, typer.Argument(metavar="DIR", help="A folder of runs (a sweep, a night of jobs).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="index.html",
+            help="Index page [default: reports/sweep-<DIR>/index.html]; the runs' reports go "
+            "to a folder beside it.",
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", metavar="N", min=1, help="Worker processes [default: cores]."),
+    ] = None,
+    fmt: Annotated[
+        OutputFormat,
+        typer.Option("--format", metavar="[text|json]", help="What to print on stdout."),
+    ] = OutputFormat.text,
+    plotlyjs: Annotated[
+        PlotlyJs,
+        typer.Option(
+            "--plotlyjs",
+            metavar="[inline|cdn]",
+            help="Inline plotly.js in each report (offline) or load it from a CDN.",
+        ),
+    ] = PlotlyJs.inline,
+    ignore: Annotated[
+        list[str],
+        typer.Option("--ignore", metavar="KIND", help="Drop a finding kind (repeatable)."),
+    ] = [],  # noqa: B006
+    alias: Annotated[
+        list[str],
+        typer.Option(
+            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
+        ),
+    ] = [],  # noqa: B006
+) -> None:
+    """Analyze every run under a folder in parallel: an index page, worst run first."""
+    from forensics.sweep import render_sweep_html, to_document
+    from forensics.sweep import sweep as do_sweep
+
+    cfg = _config(None, alias, ignore, None)
+    root = _input(folder)
+    index = _place(out, f"sweep-{_safe_name(Path(root).resolve().name)}/index.html", root)
+    reports = index.parent / f"{index.stem}-runs"
+    _place(reports / "x.html", "x.html", root)  # refused inside the runs, like the index
+    rows = do_sweep(root, reports, jobs=jobs, config=cfg, plotlyjs=plotlyjs.value)
+    _write(index, render_sweep_html(str(folder), rows, reports.name))
+    _err(f"sweep index written to {_shown(index)}")
+    if fmt is OutputFormat.json:
+        typer.echo(json.dumps(to_document(str(folder), rows), indent=2, allow_nan=False))
+        return
+    for r in rows:
+        top = r.get("error") or ", ".join(f"{f['kind']} @ {f['step']:,}" for f in r["top_findings"])
+        vary = " ".join(f"{k}={v}" for k, v in r.get("varying", {}).items())
+        typer.echo(f"{r['verdict'].upper():9} {r['name']}  {top or 'no findings'}  {vary}".rstrip())
 
 
 def main() -> None:

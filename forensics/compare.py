@@ -8,7 +8,7 @@ The HTML page is rendered by :mod:`forensics.report.compare_page`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +33,26 @@ if TYPE_CHECKING:
     from forensics.run import Run
 
 VITALS = (LOSS, VAL_LOSS, GRAD_NORM, PARAM_NORM, LR, LOSS_SCALE, THROUGHPUT, MEMORY)
-PART_WAYS_REL = 0.05  # losses more than 5% apart ...
-PART_WAYS_POINTS = 5  # ... for this many consecutive points of the reference run
+# The signs the training computes: where runs part. Throughput and memory are the machine's and
+# differ between any two runs, so they are overlaid but not judged for parting.
+TRAINING_SIGNS = (LOSS, VAL_LOSS, GRAD_NORM, PARAM_NORM, LR, LOSS_SCALE)
+ALIGNS = ("step", "tokens", "samples", "time")
+# Where a run leaves the reference's band. The band's half-width is estimated from the data:
+# BAND_K times the reference's step-to-step noise (a robust sigma of its successive differences,
+# local over BAND_WINDOW points) and, when at least RUN_TO_RUN_MIN other runs log the sign,
+# RUN_TO_RUN_K times their typical (median) distance from the reference at that point.
+BAND_K = 4.0
+RUN_TO_RUN_K = 3.0
+RUN_TO_RUN_MIN = 3
+BAND_WINDOW = 101
+# A point outside the band parts the runs when the excursion holds: PART_HOLD of the
+# PART_POINTS points from it are out (a spike both runs take at one step, with different
+# heights, is a shared event, not a parting).
+PART_POINTS = 5
+PART_HOLD = 3
+SAME_STEP = 2  # findings of one kind at most this many steps apart are "at the same step"
+SPIKE_KINDS = ("loss_spike", "grad_norm_spike")
+SEED_KEYS = ("seed", "random_seed", "data_seed", "training.seed", "args.seed")
 
 
 @dataclass
@@ -46,17 +64,33 @@ class Comparison:
     vitals: dict[
         str, list[dict[str, float | int | None] | None]
     ]  # metric -> per run: final, best, points
-    part_ways: list[dict[str, Any] | None]  # per run (vs the first): where the loss curves separate
+    part_ways: list[dict[str, Any] | None]  # per run (vs the reference): where the loss parts
+    reference: int = 0
+    align: str = "step"
+    partings: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)
+    first_parting: list[dict[str, Any] | None] = field(default_factory=list)
+    finding_diff: list[dict[str, Any] | None] = field(default_factory=list)
+    shared_spikes: list[dict[str, Any]] = field(default_factory=list)
+    config_diff: dict[str, list[Any]] = field(default_factory=dict)
+    why: list[str | None] = field(default_factory=list)
 
     def to_document(self) -> dict[str, Any]:
         return {
-            "schema_version": 1,
+            "schema_version": 2,
+            "reference": self.labels[self.reference],
+            "align": self.align,
             "runs": [
                 {"label": lab, **d.to_document()}
                 for lab, d in zip(self.labels, self.diagnoses, strict=True)
             ],
             "vitals": self.vitals,
+            "partings": self.partings,
+            "first_parting": self.first_parting,
             "loss_parts_ways": self.part_ways,
+            "finding_diff": self.finding_diff,
+            "shared_spikes": self.shared_spikes,
+            "config_diff": self.config_diff,
+            "why": self.why,
         }
 
 
@@ -65,14 +99,6 @@ def _labels(names: list[str]) -> list[str]:
     for i, n in enumerate(names):
         out.append(n if names.count(n) == 1 else f"{n} [{i + 1}]")
     return out
-
-
-def _smooth(y: np.ndarray, k: int = 11) -> np.ndarray:
-    if len(y) < k:
-        return y
-    from scipy.ndimage import median_filter
-
-    return median_filter(y, size=k, mode="nearest")
 
 
 def _evidence(run: Run | Evidence) -> Evidence:
@@ -97,40 +123,366 @@ def _vital(ev: Evidence, metric: str) -> dict[str, float | int | None] | None:
     }
 
 
+# -- alignment -----------------------------------------------------------------------------
+def _axis_metric(ev: Evidence, align: str) -> str | None:
+    """The logged series that counts tokens or samples (a raw tag such as ``tokens`` or
+    ``train/consumed_samples``), or None."""
+    want = {
+        "tokens": ("tokens", "num_tokens", "consumed_tokens", "tokens_seen"),
+        "samples": ("samples", "consumed_samples", "num_samples", "samples_seen"),
+    }[align]
+    for name in ev.run.metrics():
+        leaf = name.lower().rsplit("/", 1)[-1]
+        if leaf in want:
+            return name
+    return None
+
+
+def aligned(
+    ev: Evidence, metric: str, align: str = "step"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, values, steps) of one vital sign with x in the unit of ``align``: steps, tokens or
+    samples seen (the counter the log carries, interpolated at each point's step) or seconds
+    since the run's first logged point. Points the counter does not cover are dropped."""
+    s = ev.series(metric)
+    if align == "step" or len(s) == 0:
+        return s.steps.astype(float), s.values, s.steps
+    if align == "time":
+        if s.wall_time is None:
+            return np.array([]), np.array([]), np.array([], dtype=np.int64)
+        ok = np.isfinite(s.wall_time)
+        t0 = np.nanmin(s.wall_time) if ok.any() else 0.0
+        return s.wall_time[ok] - t0, s.values[ok], s.steps[ok]
+    counter = _axis_metric(ev, align)
+    if counter is None:
+        return np.array([]), np.array([]), np.array([], dtype=np.int64)
+    c = ev.series(counter)
+    ok = (s.steps >= c.steps[0]) & (s.steps <= c.steps[-1])
+    return np.interp(s.steps[ok], c.steps, c.values), s.values[ok], s.steps[ok]
+
+
+def can_align(ev: Evidence, align: str) -> bool:
+    if align == "step":
+        return True
+    if align == "time":
+        s = ev.series(LOSS)
+        return s.wall_time is not None and bool(np.isfinite(s.wall_time).any())
+    return _axis_metric(ev, align) is not None
+
+
+# -- where the runs part ---------------------------------------------------------------------
+def _rolling_median(y: np.ndarray, k: int = BAND_WINDOW) -> np.ndarray:
+    if len(y) == 0:
+        return y
+    from scipy.ndimage import median_filter
+
+    return median_filter(y, size=min(k, len(y)), mode="mirror")
+
+
+def step_noise(values: np.ndarray) -> np.ndarray:
+    """Per point, a robust sigma of the series' step-to-step noise: 1.4826 x the local median
+    absolute successive difference, over sqrt(2) (a difference carries two points' noise)."""
+    if len(values) < 2:
+        return np.zeros(len(values))
+    d = np.abs(np.diff(values))
+    d = np.concatenate([d[:1], d])
+    return 1.4826 * _rolling_median(d) / np.sqrt(2)
+
+
+def partings(
+    ref: Evidence, others: list[Evidence], metric: str, align: str = "step"
+) -> list[dict[str, Any] | None]:
+    """For each of ``others``: the first point where its ``metric`` leaves the reference's band
+    and the excursion holds or is large (None when a run or the reference lacks the sign)."""
+    xr, yr, sr = aligned(ref, metric, align)
+    if len(xr) < 2:
+        return [None for _ in others]
+    order = np.argsort(xr, kind="stable")
+    xr, yr, sr = xr[order], yr[order], sr[order]
+    tiny = 1e-9 * np.maximum(np.abs(yr), 1e-12)  # float noise: bit-identical never parts
+    width = np.maximum(BAND_K * step_noise(yr), tiny)
+    curves: list[tuple[np.ndarray, np.ndarray] | None] = []
+    for ev in others:
+        xo, yo, _ = aligned(ev, metric, align)
+        if len(xo) < 2:
+            curves.append(None)
+            continue
+        o = np.argsort(xo, kind="stable")
+        xo, yo = xo[o], yo[o]
+        diff = np.full(len(xr), np.nan)
+        if align == "step":  # the steps both runs logged, compared as they are
+            sel = np.isin(xr, xo)
+            diff[sel] = yo[np.searchsorted(xo, xr[sel])] - yr[sel]
+        else:  # counters and clocks differ between runs: the other run read at the same x
+            sel = (xr >= xo[0]) & (xr <= xo[-1])
+            diff[sel] = np.interp(xr[sel], xo, yo) - yr[sel]
+        curves.append((sel, diff))
+    run_to_run = None
+    have = [c for c in curves if c is not None]
+    if len(have) >= RUN_TO_RUN_MIN:
+        with np.errstate(all="ignore"):
+            med = np.nanmedian(np.abs(np.vstack([c[1] for c in have])), axis=0)
+        run_to_run = _rolling_median(np.nan_to_num(med))
+        width = np.maximum(width, RUN_TO_RUN_K * run_to_run)
+    out: list[dict[str, Any] | None] = []
+    for c in curves:
+        if c is None:
+            out.append(None)
+            continue
+        sel, diff = c
+        idx = np.flatnonzero(sel)
+        if len(idx) < 2:
+            out.append(None)
+            continue
+        d, w = diff[idx], width[idx]
+        outside = np.abs(d) > w
+        hit = None
+        for j in np.flatnonzero(outside):
+            window = outside[j : j + PART_POINTS]
+            if window.sum() >= min(PART_HOLD, len(window)):
+                hit = int(j)
+                break
+        common = [int(sr[idx[0]]), int(sr[idx[-1]])]
+        if hit is None:
+            out.append({"step": None, "common_steps": common, "band": "data"})
+            continue
+        i = int(idx[hit])
+        out.append(
+            {
+                "step": int(sr[i]),
+                "x": float(xr[i]),
+                "reference_value": float(yr[i]),
+                "value": float(yr[i] + d[hit]),
+                "diff": float(d[hit]),
+                "band_half_width": float(w[hit]),
+                "rel_diff_at_step": float(d[hit] / max(abs(yr[i]), 1e-12)),
+                "common_steps": common,
+                "run_to_run": run_to_run is not None,
+            }
+        )
+    return out
+
+
 def loss_parts_ways(ref: Run | Evidence, other: Run | Evidence) -> dict[str, Any] | None:
-    """The first step where ``other``'s smoothed loss stays more than 5% away from ``ref``'s."""
-    a, b = _evidence(ref).series(LOSS), _evidence(other).series(LOSS)
-    if len(a) < PART_WAYS_POINTS or len(b) < 2:
+    """The first step where ``other``'s loss leaves ``ref``'s band (see :func:`partings`)."""
+    return partings(_evidence(ref), [_evidence(other)], LOSS)[0]
+
+
+def _first_parting(per_sign: dict[str, list[dict[str, Any] | None]], i: int) -> dict | None:
+    """The earliest parting of run ``i``: its step and every sign that parted there (in the
+    order of TRAINING_SIGNS; ``metric`` is the first of them). When the LR parts first (a
+    different schedule is a cause, not an effect), ``then`` is the first other sign to part."""
+    hits = [
+        (p["step"], m)
+        for m, per_run in per_sign.items()
+        if (p := per_run[i]) and p.get("step") is not None
+    ]
+    if not hits:
         return None
-    xa, ya = a.steps, _smooth(a.values)
-    xb, yb = b.steps, _smooth(b.values)
-    lo, hi = max(xa[0], xb[0]), min(xa[-1], xb[-1])
-    sel = (xa >= lo) & (xa <= hi)
-    if sel.sum() < PART_WAYS_POINTS:
-        return {"step": None, "common_steps": [int(lo), int(hi)], "note": "too few common steps"}
-    x, y_ref = xa[sel], ya[sel]
-    y_oth = np.interp(x, xb, yb)
-    rel = (y_oth - y_ref) / np.maximum(np.abs(y_ref), 1e-12)
-    apart = np.abs(rel) > PART_WAYS_REL
-    run_len = np.convolve(apart.astype(int), np.ones(PART_WAYS_POINTS, dtype=int), mode="valid")
-    hits = np.flatnonzero(run_len == PART_WAYS_POINTS)
-    final_rel = float(rel[-1])
-    if len(hits) == 0:
-        return {"step": None, "common_steps": [int(lo), int(hi)], "final_rel_diff": final_rel}
-    i = int(hits[0])
+    step = min(h[0] for h in hits)
+    signs = [m for st, m in hits if st == step]
+    out: dict[str, Any] = {"metric": signs[0], "metrics": signs, "step": step, "then": None}
+    if signs == [LR]:
+        rest = [h for h in hits if h[1] != LR]
+        if rest:
+            st = min(h[0] for h in rest)
+            out["then"] = {"metrics": [m for s_, m in rest if s_ == st], "step": st}
+    return out
+
+
+# -- what they share -------------------------------------------------------------------------
+def _key(f: Any) -> dict[str, Any]:
     return {
-        "step": int(x[i]),
-        "rel_diff_at_step": float(rel[i]),
-        "common_steps": [int(lo), int(hi)],
-        "final_rel_diff": final_rel,
+        "kind": f.kind.value,
+        "severity": f.severity.value,
+        "metric": f.metric,
+        "step": f.start_step,
+        "summary": f.summary,
     }
 
 
-def compare(paths: list[str | os.PathLike[str]], config: Config | None = None) -> Comparison:
-    """Analyze each path and line the runs up (the first run is the reference)."""
+def finding_diff(ref: Diagnosis, other: Diagnosis) -> dict[str, Any]:
+    """Findings of ``ref`` and ``other`` matched by kind, metric and onset (within SAME_STEP
+    steps): in both at the same step, only in the reference, only in the other run."""
+    rest = list(other.findings)
+    both, only_ref = [], []
+    for f in ref.findings:
+        m = next(
+            (
+                g
+                for g in rest
+                if g.kind == f.kind
+                and g.metric == f.metric
+                and abs(g.start_step - f.start_step) <= SAME_STEP
+            ),
+            None,
+        )
+        if m is None:
+            only_ref.append(_key(f))
+        else:
+            rest.remove(m)
+            both.append({**_key(f), "other_step": m.start_step})
+    return {"both": both, "only_reference": only_ref, "only_other": [_key(g) for g in rest]}
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            if set(v) == {"value"}:  # W&B config.yaml style {key: {value: x}}
+                out[key] = v["value"]
+            else:
+                out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_diff(configs: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The configuration keys whose values differ across runs (dotted paths; a missing key is
+    None), in key order. W&B bookkeeping keys (``_wandb``) are left out."""
+    flats = [_flat(c or {}) for c in configs]
+    keys = sorted({k for f in flats for k in f if not k.startswith("_wandb")})
+    out: dict[str, list[Any]] = {}
+    for k in keys:
+        vals = [f.get(k) for f in flats]
+        if any(repr(v) != repr(vals[0]) for v in vals[1:]):
+            out[k] = [_plain(v) for v in vals]
+    return out
+
+
+def _plain(v: Any) -> Any:
+    if v is None or isinstance(v, bool | int | str):
+        return v
+    if isinstance(v, float):
+        return v if np.isfinite(v) else str(v)
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return str(v)
+
+
+def _seed(cfg: dict[str, Any]) -> Any:
+    flat = _flat(cfg or {})
+    for k in SEED_KEYS:
+        if k in flat:
+            return flat[k]
+    return next((v for k, v in flat.items() if k.rsplit(".", 1)[-1] == "seed"), None)
+
+
+def _batch_size(cfg: dict[str, Any]) -> int | None:
+    flat = _flat(cfg or {})
+    for k, v in flat.items():
+        leaf = k.rsplit(".", 1)[-1]
+        if leaf in ("global_batch_size", "batch_size", "train_batch_size") and isinstance(v, int):
+            return v
+    return None
+
+
+def shared_spikes(diags: list[Diagnosis], labels: list[str]) -> list[dict[str, Any]]:
+    """Spikes (loss or grad norm) at the same step in two or more runs. When the runs' seeds
+    differ (or are not logged), the common cause is the data order: the batch at that step."""
+    groups: list[dict[str, Any]] = []
+    for i, d in enumerate(diags):
+        for f in d.findings:
+            if f.kind.value not in SPIKE_KINDS:
+                continue
+            g = next(
+                (
+                    g
+                    for g in groups
+                    if g["kind"] == f.kind.value and abs(g["step"] - f.start_step) <= SAME_STEP
+                ),
+                None,
+            )
+            if g is None:
+                groups.append({"kind": f.kind.value, "step": f.start_step, "runs": [i]})
+            elif i not in g["runs"]:
+                g["runs"].append(i)
+    out = []
+    for g in groups:
+        if len(g["runs"]) < 2:
+            continue
+        seeds = [_seed(diags[i].run.config) for i in g["runs"]]
+        known = [s for s in seeds if s is not None]
+        differ = len(known) == len(seeds) and len({repr(s) for s in known}) == len(known)
+        bs = {_batch_size(diags[i].run.config) for i in g["runs"]}
+        batch: dict[str, Any] | None = None
+        if len(bs) == 1 and None not in bs:
+            (b,) = bs
+            batch = {"batch_size": b, "samples": [g["step"] * b, (g["step"] + 1) * b - 1]}
+        who = ", ".join(labels[i] for i in g["runs"])
+        what = g["kind"].replace("_", " ")
+        if differ:
+            note = (
+                f"{what} at step {g['step']:,} in {who}, whose seeds differ "
+                f"({', '.join(map(str, seeds))}): it points at the data, the batch of step "
+                f"{g['step']:,}"
+            )
+        else:
+            note = f"{what} at step {g['step']:,} in {who}" + (
+                "; seeds not logged: if they differ, it points at the data"
+                if len(known) < len(seeds)
+                else "; same seed: the data order and the initialisation are shared"
+            )
+        if batch is not None:
+            note += f" (samples {batch['samples'][0]:,} to {batch['samples'][1]:,})"
+        out.append(
+            {
+                "kind": g["kind"],
+                "step": g["step"],
+                "runs": [labels[i] for i in g["runs"]],
+                "seeds": [_plain(s) for s in seeds],
+                "points_at_data": differ,
+                "batch": batch,
+                "note": note,
+            }
+        )
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "-" if v is None else str(v)
+
+
+def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: int) -> str:
+    """ "lr 3e-4 vs 6e-4; the grad norm parted at step 1,200"."""
+    parts = [
+        f"{k} {_fmt(v[ref])} vs {_fmt(v[i])}"
+        for k, v in cdiff.items()
+        if repr(v[ref]) != repr(v[i])
+    ]
+    head = "; ".join(parts[:6]) + (f" (+{len(parts) - 6} more)" if len(parts) > 6 else "")
+    if not parts:
+        head = "no config difference logged"
+    if first is None:
+        tail = "no vital sign parted"
+    else:
+        signs = " and ".join(m.replace("_", " ") for m in first["metrics"])
+        tail = f"the {signs} parted at step {first['step']:,}"
+        if first.get("then"):
+            then = " and ".join(m.replace("_", " ") for m in first["then"]["metrics"])
+            tail += f", the {then} at step {first['then']['step']:,}"
+    return f"{head}; {tail}"
+
+
+def compare(
+    paths: list[str | os.PathLike[str]],
+    config: Config | None = None,
+    *,
+    reference: int = 0,
+    align: str = "step",
+) -> Comparison:
+    """Analyze each path and line the runs up against ``paths[reference]``."""
     from forensics.errors import ForensicsError, MultipleJobsError
     from forensics.pipeline import analyze
 
+    if align not in ALIGNS:
+        raise ForensicsError(f"--align must be one of {', '.join(ALIGNS)}, not {align!r}")
     diags = []
     for p in paths:
         try:
@@ -142,11 +494,54 @@ def compare(paths: list[str | os.PathLike[str]], config: Config | None = None) -
                 f"{p} holds {len(exc.jobs)} separate jobs ({summarize(exc.jobs)}); "
                 "compare takes one job per path"
             ) from None
+    return compare_diagnoses(diags, reference=reference, align=align)
+
+
+def compare_diagnoses(
+    diags: list[Diagnosis], *, reference: int = 0, align: str = "step"
+) -> Comparison:
+    """The cross-run measures of already analysed runs (each read from its own evidence)."""
+    from forensics.errors import ForensicsError
+
     labels = _labels([d.run.name for d in diags])
+    missing = [lab for lab, d in zip(labels, diags, strict=True) if not can_align(d.ev, align)]
+    if missing:
+        raise ForensicsError(
+            f"--align {align}: not logged by {', '.join(missing)} (align by step instead)"
+        )
     vitals = {m: [_vital(d.ev, m) for d in diags] for m in VITALS}
     vitals = {m: v for m, v in vitals.items() if any(x is not None for x in v)}
-    part = [None] + [loss_parts_ways(diags[0].ev, d.ev) for d in diags[1:]]
-    return Comparison(diags, labels, vitals, part)
+    ref = diags[reference]
+    others = [i for i in range(len(diags)) if i != reference]
+    per_sign: dict[str, list[dict[str, Any] | None]] = {}
+    for m in (m for m in TRAINING_SIGNS if m in vitals):
+        got = partings(ref.ev, [diags[i].ev for i in others], m, align)
+        row: list[dict[str, Any] | None] = [None] * len(diags)
+        for i, g in zip(others, got, strict=True):
+            row[i] = g
+        if any(g is not None for g in got):
+            per_sign[m] = row
+    first = [None if i == reference else _first_parting(per_sign, i) for i in range(len(diags))]
+    part = per_sign.get(LOSS, [None] * len(diags))
+    fdiff = [None if i == reference else finding_diff(ref, diags[i]) for i in range(len(diags))]
+    cdiff = config_diff([d.run.config for d in diags])
+    whys = [
+        None if i == reference else why(cdiff, first[i], reference, i) for i in range(len(diags))
+    ]
+    return Comparison(
+        diags,
+        labels,
+        vitals,
+        part,
+        reference=reference,
+        align=align,
+        partings=per_sign,
+        first_parting=first,
+        finding_diff=fdiff,
+        shared_spikes=shared_spikes(diags, labels),
+        config_diff=cdiff,
+        why=whys,
+    )
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:
@@ -191,17 +586,43 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
     for metric, per_run in cmp.vitals.items():
         t.add_row(f"{metric} (end)", *["-" if v is None else _num(v["final"]) for v in per_run])
     t.add_row(
-        "loss parts ways",
-        "reference",
+        "first to part",
         *[
-            "-"
-            if p is None
+            "reference"
+            if i == cmp.reference
+            else ("-" if f is None else f"{' + '.join(f['metrics'])} @ {f['step']:,}")
+            for i, f in enumerate(cmp.first_parting)
+        ],
+    )
+    t.add_row(
+        "loss parts ways",
+        *[
+            "reference"
+            if i == cmp.reference
             else (
-                f"step {p['step']:,} ({p['rel_diff_at_step']:+.0%})"
-                if p.get("step") is not None
-                else "never (within 5%)"
+                "-"
+                if p is None
+                else (
+                    f"step {p['step']:,} ({p['rel_diff_at_step']:+.0%})"
+                    if p.get("step") is not None
+                    else "never (within the band)"
+                )
             )
-            for p in cmp.part_ways[1:]
+            for i, p in enumerate(cmp.part_ways)
         ],
     )
     console.print(t)
+    ref = escape(cmp.labels[cmp.reference])
+    for lab, w, fd in zip(cmp.labels, cmp.why, cmp.finding_diff, strict=True):
+        if w is None or fd is None:
+            continue
+        console.print(f"[bold]{escape(lab)}[/] vs {ref}: {escape(w)}")
+        console.print(
+            f"  findings: {len(fd['both'])} in both at the same step, "
+            f"{len(fd['only_reference'])} only in {ref}, {len(fd['only_other'])} only in "
+            f"{escape(lab)}"
+        )
+        for f in fd["only_other"][:5]:
+            console.print(f"    only in {escape(lab)}: {f['kind']} @ {f['step']:,}")
+    for sp in cmp.shared_spikes:
+        console.print(f"shared: {escape(sp['note'])}")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 # One colour per run (the first is the reference).
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 LOG_AXIS = (LOSS_SCALE, LR)
+AXIS_TITLE = {"step": "step", "tokens": "tokens", "samples": "samples", "time": "seconds"}
 WEBGL_POINTS = 2000  # traces longer than this are drawn with WebGL
 
 
@@ -36,24 +37,62 @@ def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
         s = d.ev.logged(metric)
         if len(s) == 0:
             continue
-        x, y = downsample(s.steps, s.values)
+        if cmp.align == "step":
+            x, y = downsample(s.steps, s.values)
+        else:
+            from forensics.compare import aligned
+
+            xa, ya, _ = aligned(d.ev, metric, cmp.align)
+            x, y = downsample(xa, ya)
         traces.append(
             {
                 "type": "scattergl" if len(x) > WEBGL_POINTS else "scatter",
                 "mode": "lines",
                 "name": esc(lab),
-                "x": [int(v) for v in x],
+                "x": [int(v) for v in x] if cmp.align == "step" else _nums(x),
                 "y": _nums(y),
                 "line": {"width": 1.2, "color": PALETTE[i % len(PALETTE)]},
+            }
+        )
+    shapes, notes = [], []
+    for i, part in enumerate(cmp.partings.get(metric, [])):
+        if not part or part.get("step") is None:
+            continue
+        x = part["x"] if cmp.align != "step" else part["step"]
+        color = PALETTE[i % len(PALETTE)]
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": color, "dash": "dot", "width": 1.5},
+            }
+        )
+        notes.append(
+            {
+                "x": x,
+                "y": 1,
+                "xref": "x",
+                "yref": "paper",
+                "text": esc(f"{cmp.labels[i]} parts at step {part['step']:,}"),
+                "showarrow": False,
+                "font": {"size": 10, "color": color},
+                "yanchor": "bottom",
             }
         )
     return {
         "data": traces,
         "layout": {
+            "shapes": shapes,
+            "annotations": notes,
             "title": {"text": esc(metric)},
             "height": 300,
             "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
-            "xaxis": {"title": {"text": "step"}},
+            "xaxis": {"title": {"text": AXIS_TITLE[cmp.align]}},
             "legend": {"orientation": "h"},
             "yaxis": {"type": "log" if metric in LOG_AXIS else "linear"},
         },

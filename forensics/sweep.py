@@ -1,0 +1,210 @@
+"""`forensics sweep DIR`: every run under a folder analysed, one index page, worst run first.
+
+A hyper-parameter sweep or a night of jobs: each job under ``DIR`` (as ``analyze --all``
+finds them) is read, analysed and rendered in its own process (:mod:`concurrent.futures`,
+``--jobs`` workers), each report written beside the index (never inside a run). The index has
+one row per run: verdict, top findings, final and best loss, the config values that vary across
+the sweep, and the report's link; runs that could not be read are rows too, at the top.
+
+:func:`analyze_job` is a plain function of picklable arguments returning a plain row, so any
+executor can run it.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forensics.config import Config
+
+# Worst first: runs that could not be analysed, then by verdict.
+VERDICT_ORDER = {"error": 0, "fatal": 1, "critical": 2, "warning": 3, "healthy": 4}
+TOP_FINDINGS = 3
+
+
+def _safe(name: str) -> str:
+    import re
+
+    return re.sub(r"[^\w.-]+", "_", name).strip("._")[:200] or "run"
+
+
+def analyze_job(
+    root: str, job: str, sources: list[Any] | None, config: Config | None, plotlyjs: str
+) -> dict[str, Any]:
+    """Read, analyse and render one job: its index row and its report's HTML (``html``).
+
+    Never raises for a bad run: a run that cannot be read or analysed is a row with verdict
+    ``error`` and the message."""
+    from forensics.errors import ForensicsError
+    from forensics.importers import read_job
+    from forensics.pipeline import analyze_run, read_options
+    from forensics.schema import LOSS
+
+    row: dict[str, Any] = {
+        "job": job,
+        "name": job if job != "." else Path(root).name,
+        "findings": 0,
+        "worst_rank": 0,
+        "top_findings": [],
+        "final_loss": None,
+        "best_loss": None,
+        "last_step": None,
+        "config": {},
+    }
+    if sources is None:
+        row.update(verdict="error", error="no training log found", html=None)
+        return row
+    try:
+        run = read_job(Path(root), job, sources, options=read_options(config), only_job=False)
+        diag = analyze_run(run, config)
+        from forensics.report import render_html
+
+        html = render_html(diag, plotlyjs=plotlyjs)
+    except (ForensicsError, OSError, ValueError) as exc:
+        row.update(verdict="error", error=str(exc).splitlines()[0][:300], html=None)
+        return row
+    loss = diag.ev.series(LOSS)
+    from forensics.compare import _vital
+
+    vital = _vital(diag.ev, LOSS)
+    ranked = diag.ranked()
+    row.update(
+        verdict=diag.verdict,
+        error=None,
+        findings=len(diag.findings),
+        worst_rank=max((f.severity.rank for f in diag.findings), default=0),
+        top_findings=[
+            {"kind": f.kind.value, "severity": f.severity.value, "step": f.start_step}
+            for f in ranked[:TOP_FINDINGS]
+        ],
+        final_loss=None if vital is None else vital["final"],
+        best_loss=None if vital is None or len(loss) == 0 else float(loss.values.min()),
+        last_step=None if vital is None else vital["last_step"],
+        config=run.config,
+        html=html,
+    )
+    return row
+
+
+def find_jobs(root: Path) -> tuple[dict[str, list[Any]], list[str]]:
+    """The jobs under ``root`` and the sub-folders that hold none (runs that logged nothing
+    readable: listed as errors)."""
+    from forensics.errors import UnknownFormatError
+    from forensics.importers import discover_jobs
+
+    try:
+        jobs = discover_jobs(root)
+    except UnknownFormatError:
+        jobs = {}
+    empty = []
+    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        name = child.name
+        if not any(j == name or j.startswith(name + "/") for j in jobs):
+            empty.append(name)
+    return jobs, empty
+
+
+def _sort_key(row: dict[str, Any]) -> tuple:
+    final = row.get("final_loss")
+    return (
+        VERDICT_ORDER.get(row["verdict"], 0),
+        -row.get("worst_rank", 0),
+        -row.get("findings", 0),
+        -(final if isinstance(final, float) else float("inf")),
+        row["name"],
+    )
+
+
+def sweep(
+    root: str | os.PathLike[str],
+    out_dir: Path,
+    *,
+    jobs: int | None = None,
+    config: Config | None = None,
+    plotlyjs: str = "inline",
+    executor: Executor | None = None,
+) -> list[dict[str, Any]]:
+    """Analyse every job under ``root`` in parallel; write each report into ``out_dir``.
+
+    Returns the rows, worst first, each with ``report`` (the file name in ``out_dir``, or
+    None) and ``varying`` (the config values that differ across the sweep)."""
+    from forensics.atomic import write_atomic
+    from forensics.compare import config_diff
+    from forensics.errors import ForensicsError
+
+    root = Path(root)
+    if not root.is_dir():
+        raise ForensicsError(f"{root}: sweep takes a folder of runs")
+    found, empty = find_jobs(root)
+    if not found and not empty:
+        raise ForensicsError(f"{root}: no runs found")
+    tasks: list[tuple[str, str, list[Any] | None, Config | None, str]] = [
+        (str(root), j, s, config, plotlyjs) for j, s in sorted(found.items())
+    ]
+    tasks += [(str(root), e, None, config, plotlyjs) for e in empty]
+    if executor is not None:
+        rows = list(executor.map(analyze_job, *zip(*tasks, strict=True)))
+    elif (jobs or os.cpu_count() or 1) <= 1 or len(tasks) == 1:
+        rows = [analyze_job(*t) for t in tasks]
+    else:
+        workers = min(jobs or os.cpu_count() or 1, len(tasks))
+        import multiprocessing
+
+        # spawn, not fork: a forked copy of a process whose polars / torch thread pools are
+        # running can deadlock in the child.
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            rows = list(pool.map(analyze_job, *zip(*tasks, strict=True)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    for row in rows:
+        html = row.pop("html", None)
+        row["report"] = None
+        if html is not None:
+            name = _safe(row["name"])
+            while name in used:
+                name += "_"
+            used.add(name)
+            row["report"] = f"{name}.html"
+            write_atomic(out_dir / row["report"], html)
+    ok = [r for r in rows if r.get("config")]  # runs whose logs carry no config are left out
+    varying = config_diff([r.get("config") or {} for r in ok])
+    for r in rows:
+        r["varying"] = {}
+    for k, vals in varying.items():
+        for r, v in zip(ok, vals, strict=True):
+            r["varying"][k] = v
+    rows.sort(key=_sort_key)
+    return rows
+
+
+def render_sweep_html(root: str, rows: list[dict[str, Any]], reports: str) -> str:
+    """The index page: one row per run, worst first, each linking its report."""
+    from forensics.report.render import _env, _version
+
+    keys = sorted({k for r in rows for k in r.get("varying", {})})
+    return (
+        _env()
+        .get_template("sweep.html")
+        .render(root=root, rows=rows, keys=keys, reports=reports, version=_version())
+    )
+
+
+def to_document(root: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from forensics.compare import _plain
+
+    return {
+        "schema_version": 1,
+        "root": root,
+        "runs": [
+            {k: _plain(v) if k != "config" else None for k, v in r.items() if k != "config"}
+            | {"varying": {k: _plain(v) for k, v in r.get("varying", {}).items()}}
+            for r in rows
+        ],
+    }
+
+
+__all__ = ["analyze_job", "find_jobs", "render_sweep_html", "sweep", "to_document"]

@@ -1,0 +1,122 @@
+"""`forensics sweep`: a folder of real small trainings analysed in parallel, one index page."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from conftest import snapshot
+from torch_runs import train_run
+from typer.testing import CliRunner
+
+from forensics.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Thirteen jobs: a 3 LR x 3 seed grid, one run that diverges to NaN (an infinite LR from
+    step 120), one with a corrupt batch at step 100, one whose only log is a CUDA out-of-memory
+    line, and one that died leaving no log at all (a core file)."""
+    root = tmp_path_factory.mktemp("sweep")
+    for lr in (1e-3, 3e-3, 1e-2):
+        for seed in (1, 2, 3):
+            train_run(root / f"lr{lr:g}_s{seed}", lr=lr, seed=seed, steps=200)
+    train_run(root / "lr0.003_s4_nan", lr=3e-3, seed=4, steps=200, nan_at=120)
+    train_run(root / "lr0.003_s5_badbatch", lr=3e-3, seed=5, steps=200, bad_batch_at=100)
+    (root / "lr0.003_s6_crashed").mkdir()
+    (root / "lr0.003_s6_crashed" / "slurm.err").write_text("CUDA error: out of memory\n")
+    (root / "lr0.003_s7_nolog").mkdir()
+    (root / "lr0.003_s7_nolog" / "core").write_bytes(bytes(range(256)) * 4)
+    return root
+
+
+class _Rows(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.links: list[str] = []
+        self._in_row = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        d = dict(attrs)
+        if tag == "tr" and d.get("class") == "run":
+            self.rows.append([])
+            self._in_row = True
+        if tag == "a" and self._in_row:
+            self.links.append(d["href"])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._in_row = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_row and data.strip():
+            self.rows[-1].append(data.strip())
+
+
+def test_sweep_index_worst_first(
+    sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One row per run, worst first (the run with no log, then the NaN run), each analysed run
+    linked to its report beside the index; the config columns are the values that vary (lr and
+    seed, not the batch size); nothing is written inside the runs."""
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(sweep_dir)
+    res = runner.invoke(app, ["sweep", str(sweep_dir), "--jobs", "4", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    runs = doc["runs"]
+    assert len(runs) == 13
+    assert runs[0]["name"] == "lr0.003_s7_nolog" and runs[0]["verdict"] == "error"
+    crashed = next(r for r in runs if r["name"].startswith("lr0.003_s6_crashed"))
+    assert crashed["verdict"] != "healthy" and crashed["top_findings"][0]["kind"] == "crash"
+    assert runs[1]["name"].startswith("lr0.003_s4_nan") and runs[1]["verdict"] == "fatal"
+    assert "nan_inf" in {f["kind"] for f in runs[1]["top_findings"]}
+    bad = next(r for r in runs if r["name"].startswith("lr0.003_s5_badbatch"))
+    assert ("loss_spike", 100) in {(f["kind"], f["step"]) for f in bad["top_findings"]}
+    ranks = [
+        {"error": 0, "fatal": 1, "critical": 2, "warning": 3, "healthy": 4}[r["verdict"]]
+        for r in runs
+    ]
+    assert ranks == sorted(ranks)
+    healthy = [r for r in runs if r["verdict"] == "healthy"]
+    assert healthy and all(
+        r["final_loss"] <= 1.0 and r["best_loss"] <= r["final_loss"] for r in healthy
+    )
+    assert set(runs[1]["varying"]) == {"lr", "seed"}
+    assert crashed["varying"] == {}
+    index = tmp_path / "reports" / f"sweep-{sweep_dir.name}" / "index.html"
+    page = _Rows()
+    page.feed(index.read_text())
+    assert len(page.rows) == 13 and page.rows[0][0] == "lr0.003_s7_nolog"
+    assert len(page.links) == 12
+    for link in page.links:
+        report = (index.parent / link).read_text()
+        assert "<html" in report
+    assert snapshot(sweep_dir) == before
+
+
+def test_sweep_refuses_to_write_inside_the_runs(sweep_dir: Path) -> None:
+    res = runner.invoke(app, ["sweep", str(sweep_dir), "--out", str(sweep_dir / "index.html")])
+    assert res.exit_code != 0 and "refusing to write inside" in res.output
+
+
+def test_sweep_jobs_one_matches_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same rows from one process as from the pool (sample runs, a small folder)."""
+    from forensics.sweep import sweep
+
+    root = Path(__file__).resolve().parent.parent / "sample_runs"
+    import shutil
+
+    for name in ("healthy", "nan", "bad_batch"):
+        shutil.copytree(root / name, tmp_path / "runs" / name)
+    one = sweep(tmp_path / "runs", tmp_path / "one", jobs=1)
+    many = sweep(tmp_path / "runs", tmp_path / "many", jobs=3)
+    assert [(r["name"], r["verdict"], r["findings"]) for r in one] == [
+        (r["name"], r["verdict"], r["findings"]) for r in many
+    ]
+    assert [r["name"] for r in one] == ["nan", "bad_batch", "healthy"]
