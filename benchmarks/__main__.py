@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks import generate
@@ -87,6 +88,14 @@ def _stages(run_dir: Path, env: dict[str, str]) -> dict[str, float]:
         print("    ! stages probe failed:", p.stderr.strip().splitlines()[-1:])
         return {}
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _settle(folder: Path) -> None:
+    """Date freshly generated files 10 s back, so the cache treats them as a finished run."""
+    then = time.time() - 10
+    for f in folder.rglob("*"):
+        if f.is_file():
+            os.utime(f, (then, then))
 
 
 def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> dict:
@@ -172,6 +181,7 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
         print(f"   report (analyze with report - without) {tr.cpu - ta.cpu:7.2f} s cpu", flush=True)
 
     read = [PY, "-m", "benchmarks.probe", "read", str(run_dir)]
+    _settle(run_dir)  # the cache skips files written in the last 2 s (a live run)
     run(read, withcache)  # fills the cache
     if args.smoke:  # one read back from the cache, untimed
         ok = run(read, withcache).code == 0 and any(cache_dir.iterdir())
