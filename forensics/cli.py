@@ -164,6 +164,17 @@ def _no_cache(value: bool) -> bool:
     return value
 
 
+# Options several commands share, declared once.
+AliasOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
+    ),
+]
+IgnoreOpt = Annotated[
+    list[str],
+    typer.Option("--ignore", metavar="KIND", help="Drop a finding kind (repeatable)."),
+]
 NoCache = Annotated[
     bool,
     typer.Option(
@@ -408,10 +419,7 @@ def analyze(
             help="Exit 1 when the verdict is at or above this.",
         ),
     ] = None,
-    ignore: Annotated[
-        list[str],
-        typer.Option("--ignore", metavar="KIND", help="Drop a finding kind (repeatable)."),
-    ] = [],  # noqa: B006
+    ignore: IgnoreOpt = [],  # noqa: B006
     all_jobs: Annotated[
         bool,
         typer.Option("--all", help="PATH holds several jobs: analyze each into its own report."),
@@ -577,12 +585,7 @@ def metrics(
     path: Annotated[
         str, typer.Argument(metavar="PATH", help="A run folder, a single log file or a URL.")
     ],
-    alias: Annotated[
-        list[str],
-        typer.Option(
-            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
-        ),
-    ] = [],  # noqa: B006
+    alias: AliasOpt = [],  # noqa: B006
 ) -> None:
     """List every raw tag with its canonical vital sign, points and step range."""
     import polars as pl
@@ -627,12 +630,7 @@ def export(
     to: Annotated[
         Path, typer.Option("--to", metavar="FILE", help="Output file: .parquet or .csv.")
     ],
-    alias: Annotated[
-        list[str],
-        typer.Option(
-            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
-        ),
-    ] = [],  # noqa: B006
+    alias: AliasOpt = [],  # noqa: B006
     no_cache: NoCache = False,
 ) -> None:
     """Write the run's canonical long frame (every row, restarts included) for a notebook."""
@@ -679,16 +677,8 @@ def compare(
             help="Inline plotly.js (offline) or load it from a CDN.",
         ),
     ] = PlotlyJs.inline,
-    ignore: Annotated[
-        list[str],
-        typer.Option("--ignore", metavar="KIND", help="Drop a finding kind (repeatable)."),
-    ] = [],  # noqa: B006
-    alias: Annotated[
-        list[str],
-        typer.Option(
-            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
-        ),
-    ] = [],  # noqa: B006
+    ignore: IgnoreOpt = [],  # noqa: B006
+    alias: AliasOpt = [],  # noqa: B006
     reference: Annotated[
         str | None,
         typer.Option(
@@ -774,16 +764,8 @@ def sweep(
             help="Inline plotly.js in each report (offline) or load it from a CDN.",
         ),
     ] = PlotlyJs.inline,
-    ignore: Annotated[
-        list[str],
-        typer.Option("--ignore", metavar="KIND", help="Drop a finding kind (repeatable)."),
-    ] = [],  # noqa: B006
-    alias: Annotated[
-        list[str],
-        typer.Option(
-            "--alias", metavar="RAW=CANONICAL", help="Map a raw tag to a vital sign (repeatable)."
-        ),
-    ] = [],  # noqa: B006
+    ignore: IgnoreOpt = [],  # noqa: B006
+    alias: AliasOpt = [],  # noqa: B006
 ) -> None:
     """Analyze every run under a folder in parallel: an index page, worst run first."""
     from forensics.sweep import render_sweep_html, to_document
