@@ -323,7 +323,13 @@ class TrainValDetector:
         best_ckpt = cps.before(onset)[0] if (cps.saved or cps.interval) else None
         ckpt_txt = (
             f"; the best checkpoint is step {onset} (lowest {_label(g)})"
-            + (f", saved at step {best_ckpt}" if best_ckpt is not None else "")
+            + (
+                ""
+                if best_ckpt is None
+                else " (saved)"
+                if best_ckpt == onset
+                else f"; the last checkpoint saved at or before it is step {best_ckpt}"
+            )
             + "."
         )
         ep_txt = f" (epoch {epoch})" if epoch is not None else ""
