@@ -1,0 +1,164 @@
+"""Alert once per finding, again only when it escalates, and note when it ends.
+
+A finding seen on one poll is seen again on the next, often with a slightly different onset
+(the adaptive baseline grows with the run). Its identity is therefore its kind, metric and
+layer plus an onset that matches within a tolerance of an earlier one of the same kind:
+the same event, not a new one. The book's state is a small JSON file, so a restarted
+watcher carries on without repeating an alert.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from forensics.atomic import write_atomic
+from forensics.findings import Finding, Severity
+
+STATE_VERSION = 1
+# Info findings are notes for the report, not alerts: the lights start at yellow.
+ALERTING = (Severity.WARNING, Severity.CRITICAL, Severity.FATAL)
+
+
+class Event(StrEnum):
+    NEW = "new"
+    ESCALATED = "escalated"
+    ENDED = "ended"
+
+
+@dataclass
+class Tracked:
+    """What the book remembers of one alerted finding."""
+
+    key: str
+    kind: str
+    metric: str | None
+    layer: int | None
+    start_step: int
+    severity: str
+    end_step: int | None = None
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One thing to act on: a finding that is new, escalated, or ended."""
+
+    event: Event
+    finding: Finding
+    key: str
+    previous: Severity | None = None
+
+    @property
+    def severity(self) -> Severity:
+        return self.finding.severity
+
+
+def _layer(f: Finding) -> int | None:
+    v = f.measures.get("layer")
+    return int(v) if isinstance(v, int | float) else None
+
+
+def onset_tolerance(f: Finding) -> int:
+    """How far the onset of the same event may move between polls, in steps."""
+    span = (f.end_step or f.peak_step or f.start_step) - f.start_step
+    return max(50, span // 2)
+
+
+@dataclass
+class AlertBook:
+    """The alerts sent so far. ``update`` turns this poll's findings into alerts."""
+
+    state_path: Path | None = None
+    tracked: dict[str, Tracked] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, state_path: Path | None) -> AlertBook:
+        """The book saved at ``state_path`` (an empty one when there is none yet).
+
+        A state file that cannot be read or parsed is a :class:`ValueError` with one line:
+        alerting again from scratch would repeat every alert, so it is not ignored.
+        """
+        book = cls(state_path=state_path)
+        if state_path is None or not state_path.exists():
+            return book
+        try:
+            doc = json.loads(state_path.read_text(encoding="utf-8"))
+            if doc.get("version") != STATE_VERSION:
+                raise ValueError(f"state version {doc.get('version')!r}, not {STATE_VERSION}")
+            for item in doc["alerts"]:
+                t = Tracked(**item)
+                book.tracked[t.key] = t
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{state_path}: not a forensics watch state file ({exc})") from exc
+        return book
+
+    def save(self) -> None:
+        if self.state_path is None:
+            return
+        doc: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "alerts": [asdict(t) for t in self.tracked.values()],
+        }
+        write_atomic(self.state_path, json.dumps(doc, indent=1) + "\n")
+
+    def _match(self, f: Finding) -> Tracked | None:
+        layer, tol = _layer(f), onset_tolerance(f)
+        best: Tracked | None = None
+        for t in self.tracked.values():
+            if (t.kind, t.metric, t.layer) != (f.kind.value, f.metric, layer):
+                continue
+            if abs(t.start_step - f.start_step) > tol:
+                continue
+            if best is None or abs(t.start_step - f.start_step) < abs(
+                best.start_step - f.start_step
+            ):
+                best = t
+        return best
+
+    def update(self, findings: Iterable[Finding]) -> list[Alert]:
+        """Alerts for this poll: new findings, escalations, and findings that ended.
+
+        A finding ends when it gains an end step (the sign recovered). A finding that was
+        alerted and is no longer reported is left as it was: with more data a baseline can
+        absorb an old event, which is no news for the person on call.
+        """
+        alerts: list[Alert] = []
+        for f in sorted(findings, key=Finding.sort_key):
+            if f.severity not in ALERTING:
+                continue
+            t = self._match(f)
+            if t is None:
+                key = f"{f.kind.value}|{f.metric or ''}|{_layer(f) or ''}|{f.start_step}"
+                t = Tracked(
+                    key=key,
+                    kind=f.kind.value,
+                    metric=f.metric,
+                    layer=_layer(f),
+                    start_step=f.start_step,
+                    severity=f.severity.value,
+                    end_step=f.end_step,
+                    ended=f.end_step is not None,
+                )
+                self.tracked[key] = t
+                alerts.append(Alert(Event.NEW, f, key))
+                continue
+            before = Severity(t.severity)
+            if f.severity.rank > before.rank:
+                t.severity = f.severity.value
+                t.ended = False
+                alerts.append(Alert(Event.ESCALATED, f, t.key, previous=before))
+            if f.end_step is not None and not t.ended:
+                t.end_step, t.ended = f.end_step, True
+                alerts.append(Alert(Event.ENDED, f, t.key, previous=before))
+        return alerts
+
+
+def worst(alerts: Iterable[Alert]) -> Severity | None:
+    """The highest severity among alerts that are not endings."""
+    levels = [a.severity for a in alerts if a.event is not Event.ENDED]
+    return max(levels, key=lambda s: s.rank) if levels else None
