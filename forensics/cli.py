@@ -752,6 +752,16 @@ def sweep(
         int | None,
         typer.Option("--jobs", "-j", metavar="N", min=1, help="Worker processes [default: cores]."),
     ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="Run the jobs on the Dask cluster of this scheduler (tcp://HOST:PORT; needs "
+            "forensics[dask], and forensics on the workers). The workers read the runs by path: "
+            "DIR must be at the same absolute path on every worker.",
+        ),
+    ] = None,
     fmt: Annotated[
         OutputFormat,
         typer.Option("--format", metavar="[text|json]", help="What to print on stdout."),
@@ -776,7 +786,9 @@ def sweep(
     index = _place(out, f"sweep-{_safe_name(Path(root).resolve().name)}/index.html", root)
     reports = index.parent / f"{index.stem}-runs"
     _place(reports / "x.html", "x.html", root)  # refused inside the runs, like the index
-    rows = do_sweep(root, reports, jobs=jobs, config=cfg, plotlyjs=plotlyjs.value)
+    rows = do_sweep(
+        root, reports, jobs=jobs, config=cfg, plotlyjs=plotlyjs.value, scheduler=scheduler
+    )
     _write(index, render_sweep_html(str(folder), rows, reports.name))
     _err(f"sweep index written to {_shown(index)}")
     if fmt is OutputFormat.json:

@@ -2,9 +2,11 @@
 
 A hyper-parameter sweep or a night of jobs: each job under ``DIR`` (as ``analyze --all``
 finds them) is read, analysed and rendered in its own process (:mod:`concurrent.futures`,
-``--jobs`` workers), each report written beside the index (never inside a run). The index has
-one row per run: verdict, top findings, final and best loss, the config values that vary across
-the sweep, and the report's link; runs that could not be read are rows too, at the top.
+``--jobs`` workers) or, with ``--scheduler``, on the workers of a Dask cluster
+(:mod:`forensics.sweep_dask`), each report written beside the index (never inside a run).
+The index has one row per run: verdict, top findings, final and best loss, the config values
+that vary across the sweep, and the report's link; runs that could not be read are rows too, at
+the top.
 
 :func:`analyze_job` is a plain function of picklable arguments returning a plain row, so any
 executor can run it.
@@ -31,19 +33,9 @@ def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("._")[:200] or "run"
 
 
-def analyze_job(
-    root: str, job: str, sources: list[Any] | None, config: Config | None, plotlyjs: str
-) -> dict[str, Any]:
-    """Read, analyse and render one job: its index row and its report's HTML (``html``).
-
-    Never raises for a bad run: a run that cannot be read or analysed is a row with verdict
-    ``error`` and the message."""
-    from forensics.errors import ForensicsError
-    from forensics.importers import read_job
-    from forensics.pipeline import analyze_run, read_options
-    from forensics.schema import LOSS
-
-    row: dict[str, Any] = {
+def empty_row(root: str, job: str) -> dict[str, Any]:
+    """A row with nothing measured yet (verdict and error still to set)."""
+    return {
         "job": job,
         "name": job if job != "." else Path(root).name,
         "findings": 0,
@@ -54,6 +46,41 @@ def analyze_job(
         "last_step": None,
         "config": {},
     }
+
+
+def error_row(root: str, job: str, error: str) -> dict[str, Any]:
+    """The row of a run that could not be analysed."""
+    return empty_row(root, job) | {"verdict": "error", "error": error, "html": None}
+
+
+def analyze_job(
+    root: str,
+    job: str,
+    sources: list[Any] | None,
+    config: Config | None,
+    plotlyjs: str,
+    remote: bool = False,
+) -> dict[str, Any]:
+    """Read, analyse and render one job: its index row and its report's HTML (``html``).
+
+    Never raises for a bad run: a run that cannot be read or analysed is a row with verdict
+    ``error`` and the message. ``remote``: running on a cluster worker, which reads the run by
+    the path the client found it at; a path the worker cannot see says so, with its host."""
+    from forensics.errors import ForensicsError
+    from forensics.importers import read_job
+    from forensics.pipeline import analyze_run, read_options
+    from forensics.schema import LOSS
+
+    row = empty_row(root, job)
+    if remote and not (Path(root) / job).exists():
+        import socket
+
+        return error_row(
+            root,
+            job,
+            f"{Path(root) / job}: not found on the Dask worker on {socket.gethostname()} "
+            "(workers read the runs by path: the folder must be at the same path on every worker)",
+        )
     if sources is None:
         row.update(verdict="error", error="no training log found", html=None)
         return row
@@ -64,7 +91,12 @@ def analyze_job(
 
         html = render_html(diag, plotlyjs=plotlyjs)
     except (ForensicsError, OSError, ValueError) as exc:
-        row.update(verdict="error", error=str(exc).splitlines()[0][:300], html=None)
+        msg = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        if remote and isinstance(exc, OSError):
+            import socket
+
+            msg += f" (on the Dask worker on {socket.gethostname()})"
+        row.update(verdict="error", error=msg, html=None)
         return row
     loss = diag.ev.series(LOSS)
     from forensics.compare import _vital
@@ -126,8 +158,12 @@ def sweep(
     config: Config | None = None,
     plotlyjs: str = "inline",
     executor: Executor | None = None,
+    scheduler: str | None = None,
 ) -> list[dict[str, Any]]:
     """Analyse every job under ``root`` in parallel; write each report into ``out_dir``.
+
+    ``scheduler``: a Dask scheduler's address; the jobs run on its workers, which read the runs
+    by the same absolute paths (the folder must be mounted there at the same path).
 
     Returns the rows, worst first, each with ``report`` (the file name in ``out_dir``, or
     None) and ``varying`` (the config values that differ across the sweep)."""
@@ -135,7 +171,8 @@ def sweep(
     from forensics.compare import config_diff
     from forensics.errors import ForensicsError
 
-    root = Path(root)
+    # Absolute: a cluster worker (or a pool process) may not share the caller's working directory.
+    root = Path(os.path.abspath(root))
     if not root.is_dir():
         raise ForensicsError(f"{root}: sweep takes a folder of runs")
     found, empty = find_jobs(root)
@@ -145,7 +182,11 @@ def sweep(
         (str(root), j, s, config, plotlyjs) for j, s in sorted(found.items())
     ]
     tasks += [(str(root), e, None, config, plotlyjs) for e in empty]
-    if executor is not None:
+    if scheduler is not None:
+        from forensics.sweep_dask import analyze_on_cluster
+
+        rows = analyze_on_cluster(scheduler, tasks)
+    elif executor is not None:
         rows = list(executor.map(analyze_job, *zip(*tasks, strict=True)))
     elif (jobs or os.cpu_count() or 1) <= 1 or len(tasks) == 1:
         rows = [analyze_job(*t) for t in tasks]
@@ -207,4 +248,4 @@ def to_document(root: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-__all__ = ["analyze_job", "find_jobs", "render_sweep_html", "sweep", "to_document"]
+__all__ = ["analyze_job", "error_row", "find_jobs", "render_sweep_html", "sweep", "to_document"]
