@@ -764,7 +764,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "unit",
             str,
             "the levels' unit as the metric name states it (MB, GiB, bytes: the summary shows "
-            "bytes in GB); null when the name states none",
+            "bytes in GB, or MB below a gigabyte); null when the name states none",
             null=True,
         ),
     ),

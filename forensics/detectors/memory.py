@@ -12,8 +12,9 @@ Judged against: `analysed_from` (first step of the analysed part, after ``skip_f
 `min_growth_pct` (the growth it had to reach), `level_off` (the late/overall slope ratio it
 had to keep), `late_slope_floor_per_1k_steps` (level_off x the overall slope).
 
-Levels are in the logged series' units; the unit is read from the metric name
-(``memory/rss_mb``: MB; ``mem-allocated-bytes``: bytes, shown in GB) and shown in the summary.
+Levels are in the logged series' units; the unit is the one the run read from the metric name
+(:meth:`Run.unit`: ``memory/rss_mb``: MB; ``mem-allocated-bytes``: bytes, shown in GB, or MB
+below a gigabyte) and shown in the summary ("grew 3.1 GB over 4000 steps").
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import bin_median, despike, hinge_onset, theil_sen, unit_of
+from forensics.evidence.trend_utils import bin_median, despike, hinge_onset, theil_sen, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import MemoryParams
 from forensics.schema import MEMORY
@@ -75,8 +76,8 @@ class MemoryGrowthDetector:
             else int(xs[0])
         )
         dur = int(xs[-1] - onset)
-        unit = unit_of(MEMORY, ev.run.metrics().get(MEMORY))
-        per_1k = unit.show(overall.per_1k(), 4)
+        unit = unit_for(ev.run, MEMORY, level=max(abs(a), abs(b)))
+        per_1k = unit.show(overall.per_1k(), 3)
         return [
             Finding(
                 kind=FindingKind.MEMORY_GROWTH,
@@ -102,9 +103,9 @@ class MemoryGrowthDetector:
                     "late_slope_floor_per_1k_steps": self.params.level_off * overall.per_1k(),
                 },
                 summary=(
-                    f"Memory kept climbing from {unit.show(a)} to {unit.show(b)} "
-                    f"(+{100 * growth:.0f}%, {per_1k} per 1k steps) over {dur} steps without "
-                    "levelling off"
+                    f"Memory grew {unit.show(b - a, 3)} over {dur} steps without levelling off, "
+                    f"from {unit.show(a, 3)} to {unit.show(b, 3)} (+{100 * growth:.0f}%, "
+                    f"{per_1k} per 1k steps)"
                     + ("." if unit.stated else " (the log does not state the unit).")
                 ),
             )

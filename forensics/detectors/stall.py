@@ -31,7 +31,7 @@ import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.trend_utils import housekeeping_at, rolling_median, unit_of
+from forensics.evidence.trend_utils import housekeeping_at, rolling_median, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
 from forensics.run import Run
@@ -169,10 +169,10 @@ class StallDetector:
         slow = slower >= self.params.slow_factor
         if not slow.any():
             return []
-        unit = unit_of(metric, ev.run.metrics().get(metric))
+        unit = unit_for(ev.run, metric)
         seconds = None
         if metric == STEP_TIME:
-            seconds = unit.scale / rate  # seconds per step (a name in ms is scaled)
+            seconds = unit.seconds / rate  # seconds per step (a name in ms is scaled)
         every = median_interval(x)
         # runs of consecutive slow points; a run as long as a throughput drop is not isolated
         idx = np.flatnonzero(slow)
@@ -217,7 +217,10 @@ class StallDetector:
         secs = float(np.median(seconds[ks])) if seconds is not None else None
         first, last = int(x[ks[0]]), int(x[ks[-1]])
         worst = ks[int(np.argmax(slower[ks]))]
-        took = f" ({_human(secs)} each)" if secs is not None else ""
+        took = ""
+        if secs is not None:
+            usual = f", the usual step {_human(usual_s)}" if usual_s is not None else ""
+            took = f" ({_human(secs)} each{usual})"
         if at is not None:
             what = "evaluation" if at == "eval_interval" else "checkpoint"
             summary = (
@@ -270,4 +273,8 @@ def _human(seconds: float) -> str:
         return f"{seconds / 3600:.1f} h"
     if seconds >= 60:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
+    if seconds >= 10:
+        return f"{seconds:.0f} s"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    return f"{seconds * 1000:.0f} ms"  # a step time of 850 ms, not "1 s"

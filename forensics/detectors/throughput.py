@@ -13,9 +13,10 @@ notes it (``info``), this detector does not call it a drop.
 When only the step time is logged, its inverse is used: 30% fewer tokens/s is a step time
 1/0.7 = 1.43x longer, and the finding says the step time rose.
 
-Units come from the logged name (``tok/s``, ``step_time (ms)``, ``iteration-time``...): step
-times are stated in s/step (a name in ms is scaled), and a name that states no unit is
-assumed to be tokens/s or s/step and said so.
+Units are the ones the run read from the logged name (:meth:`Run.unit`: ``tok/s``,
+``step_time (ms)``...; ``iteration-time`` is Megatron's seconds): step times are shown in their
+own unit per step (ms/step, s/step), and a name that states no unit is assumed to be tokens/s
+or s/step and said so.
 
 Judged against: `baseline` (the frozen rolling median, in `unit`), `drop_ratio` (0.3),
 `drop_line` (the level the smoothed series fell below: (1 - 0.3) x baseline in tokens/s, or
@@ -31,7 +32,7 @@ import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.trend_utils import Unit, housekeeping_at, rolling_median, unit_of
+from forensics.evidence.trend_utils import Unit, housekeeping_at, rolling_median, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ThroughputParams
 from forensics.schema import STEP_TIME, THROUGHPUT
@@ -68,7 +69,10 @@ class ThroughputDetector:
         if len(x) < self.params.min_history + self.params.min_points:
             run.note(f"{CHECK}: not run, only {len(x)} throughput points")
             return []
-        unit = unit_of(metric, run.metrics().get(metric))
+        # a typical step time (the inverse of the work rate) picks ms or s for showing it
+        unit = unit_for(
+            run, metric, level=float(np.median(1.0 / y)) if metric == STEP_TIME else None
+        )
         every = median_interval(x) if len(x) > 1 else 1.0
         smooth = rolling_median(y, self.params.smooth_points)
         base = (

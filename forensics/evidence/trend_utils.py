@@ -286,12 +286,14 @@ def sig(x: float, digits: int = 3) -> str:
 @dataclass(frozen=True)
 class Unit:
     """How to show a series' values: ``value * scale`` in ``label`` (``stated`` False when the
-    metric name gives no unit and the label is the usual one assumed)."""
+    metric name gives no unit and the label is the usual one assumed). ``seconds``: for a step
+    time, seconds per logged unit (1e-3 for milliseconds)."""
 
     label: str
     scale: float = 1.0
     stated: bool = True
     raw: str | None = None  # the logged values' unit when they are scaled for display
+    seconds: float = 1.0
 
     @property
     def source(self) -> str | None:
@@ -308,8 +310,17 @@ class Unit:
         return f"{num} {self.label}".rstrip()
 
 
+# How a unit the name states is shown: bytes in GB (MB below a gigabyte), the rest as stated.
+_SHOWN = {
+    "bytes": Unit("GB", 1e-9, raw="bytes"),
+    "ms": Unit("ms/step", seconds=1e-3),
+    "s": Unit("s/step"),
+}
+
+# The old guesses from the name, kept for names Run.unit finds no unit in (``iteration-time``
+# is Megatron's seconds, ``memoryallocated`` W&B's system percentage, ``wps`` words/s).
 _MEMORY_UNITS = (
-    (("bytes", "_b)", "(b)"), Unit("GB", 1e-9, raw="bytes")),
+    (("bytes", "_b)", "(b)"), _SHOWN["bytes"]),
     (("gib",), Unit("GiB")),
     (("gigabytes", "_gb", "(gb)", " gb"), Unit("GB")),
     (("mib",), Unit("MiB")),
@@ -317,10 +328,10 @@ _MEMORY_UNITS = (
     (("memoryallocated", "percent", "%"), Unit("%")),
 )
 _TIME_UNITS = (
-    (("(ms)", "_ms", " ms", "millis"), Unit("s/step", 1e-3, raw="ms/step")),
-    (("(s)", "_s)", "seconds", "in s", "_sec", "(sec)"), Unit("s/step")),
+    (("(ms)", "_ms", " ms", "millis"), _SHOWN["ms"]),
+    (("(s)", "_s)", "seconds", "in s", "_sec", "(sec)"), _SHOWN["s"]),
     # Megatron's golden values and MLPerf's NeMo logs keep these in seconds
-    (("iteration-time", "train_step_timing"), Unit("s/step")),
+    (("iteration-time", "train_step_timing"), _SHOWN["s"]),
 )
 _RATE_UNITS = (
     (("tok", "tps"), Unit("tokens/s")),
@@ -330,11 +341,11 @@ _RATE_UNITS = (
 
 
 def unit_of(metric: str, tag: str | None) -> Unit:
-    """The unit of a memory, step-time or throughput series, read from its logged name
+    """The unit of a memory, step-time or throughput series guessed from its logged name
     (``memory/rss_mb``, ``mem-allocated-bytes``, ``step_time (ms)``, ``tok/s``...). Step times
-    are shown in s/step (a name in ms is scaled), bytes in GB. A name without a unit gets the
-    usual one, marked as assumed (``stated`` False): seconds per step for a step time, tokens/s
-    for a throughput, none for memory."""
+    are shown per step, bytes in GB. A name without a unit gets the usual one, marked as assumed
+    (``stated`` False): seconds per step for a step time, tokens/s for a throughput, none for
+    memory. Detectors use :func:`unit_for`, which asks the run first."""
     from forensics.schema import MEMORY, STEP_TIME, THROUGHPUT
 
     name = (tag or metric).lower()
@@ -347,6 +358,31 @@ def unit_of(metric: str, tag: str | None) -> Unit:
     if metric == THROUGHPUT:
         return Unit("tokens/s", 1.0, stated=False)
     return Unit("", 1.0, stated=False)
+
+
+def unit_for(run: Run, metric: str, level: float | None = None) -> Unit:
+    """The unit findings show for ``metric``: the one the run read from its tag's name
+    (:meth:`Run.unit`, ``run.metadata["units"]``), the old guess from the name only when that
+    states none. ``level``: a typical value, so that bytes below a gigabyte are shown in MB and
+milliseconds from a second up in seconds ("850 ms/step", "1.2 s/step")."""
+    from forensics.schema import STEP_TIME
+    from forensics.schema import unit_of as stated_unit
+
+    tag = run.metrics().get(metric)
+    stated = run.unit(metric)
+    if metric == STEP_TIME and stated == "s" and tag is not None and stated_unit(tag) is None:
+        stated = None  # the importer's default for a step time, not a word of the name
+    if stated is None:
+        unit = unit_of(metric, tag)
+    else:
+        unit = _SHOWN.get(stated, Unit(stated))
+    if level is None or not np.isfinite(level):
+        return unit
+    if unit.raw == "bytes" and abs(level) < 1e9:
+        unit = Unit("MB", 1e-6, raw="bytes")
+    if unit.label == "ms/step" and unit.stated and abs(level) >= 1000:
+        unit = Unit("s/step", 1e-3, raw="ms/step", seconds=1e-3)
+    return unit
 
 
 def grid_distance(step: float, period: float, origin: float) -> float:
