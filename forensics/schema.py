@@ -283,9 +283,9 @@ _VOCAB_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(
             _NS + r"(?:(?:max|peak|cur|current)_)?(?:gpu_|cuda_|cpu_|host_|device_)?"
-            r"(?:rss|mem|memory)(?:_(?:max|peak|allocated|alloc|reserved|active|used|usage))?"
-            + _UNIT_SUFFIX
-            + r"$"
+            # memory/max_allocated_mb: a max or peak, then what it counts
+            r"(?:rss|mem|memory)(?:_(?:max|peak))?(?:_(?:allocated|alloc|reserved|active|used"
+            r"|usage))?" + _UNIT_SUFFIX + r"$"
         ),
         MEMORY,
     ),
