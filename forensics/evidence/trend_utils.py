@@ -364,7 +364,7 @@ def unit_for(run: Run, metric: str, level: float | None = None) -> Unit:
     """The unit findings show for ``metric``: the one the run read from its tag's name
     (:meth:`Run.unit`, ``run.metadata["units"]``), the old guess from the name only when that
     states none. ``level``: a typical value, so that bytes below a gigabyte are shown in MB and
-milliseconds from a second up in seconds ("850 ms/step", "1.2 s/step")."""
+    milliseconds from a second up in seconds ("850 ms/step", "1.2 s/step")."""
     from forensics.schema import STEP_TIME
     from forensics.schema import unit_of as stated_unit
 
