@@ -21,6 +21,8 @@ from forensics.cli import app
 
 distributed = pytest.importorskip("distributed")
 runner = CliRunner()
+# A second scheduler in the session finds the first one's HTTP port taken and says so.
+pytestmark = pytest.mark.filterwarnings("ignore:Port \\d+ is already in use")
 
 
 def _env(**extra: str) -> dict[str, str]:
