@@ -80,6 +80,9 @@ class _Server(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a scraper that hung up: no traceback across the watcher's terminal
+
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
@@ -270,7 +273,10 @@ class PrometheusServer:
         self.host = host
         self.port: int = int(self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="forensics-prometheus", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},  # how long close() waits for the loop at most
+            name="forensics-prometheus",
+            daemon=True,
         )
         self._thread.start()
 
