@@ -25,6 +25,7 @@ from forensics.watch.prometheus import (
     PrometheusServer,
     PrometheusTextfile,
     format_value,
+    open_prometheus,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -336,3 +337,31 @@ def test_server_on_ipv6_loopback(nan_diag: Diagnosis) -> None:
         server.update("nan", nan_diag)
         assert server.url.startswith("http://[::1]:")
         assert _get(server.url)[0] == 200
+
+
+# -- --prometheus FILE|:PORT -------------------------------------------------------------------
+def test_open_prometheus_picks_the_output(tmp_path: Path, nan_diag: Diagnosis) -> None:
+    out = open_prometheus(str(tmp_path / "watch.prom"))
+    assert isinstance(out, PrometheusTextfile)
+    out.update("nan", nan_diag)
+    out.close()
+    assert (tmp_path / "watch.prom").exists()
+    with socket.socket() as s:  # a port that is free now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for spec in (f":{port}", f"127.0.0.1:{port}"):
+        server = open_prometheus(spec)
+        try:
+            assert isinstance(server, PrometheusServer)
+            assert (server.host, server.port) == ("127.0.0.1", port)
+            server.update("nan", nan_diag)
+            samples, _ = parse(_get(server.url)[2])
+            assert value(samples, "forensics_up", run="nan") == 1
+        finally:
+            server.close()
+
+
+@pytest.mark.parametrize("spec", ["metrics.txt", "9100", ":", ":99999", "host:port", "a:b:9100"])
+def test_open_prometheus_refuses_other_specs(spec: str) -> None:
+    with pytest.raises(ForensicsError, match="--prometheus"):
+        open_prometheus(spec)
