@@ -160,11 +160,13 @@ def _expected_lights(diag: Diagnosis) -> dict[str, int]:
     return lights
 
 
-@pytest.mark.parametrize("which", ["nan", "param_norm_jump"])
+@pytest.mark.parametrize("which", ["nan", "param_norm_jump", "truncated_log", "healthy"])
 def test_lights_and_vitals_of_a_real_run_match_its_findings(
     which: str, nan_diag: Diagnosis, jump_diag: Diagnosis
 ) -> None:
-    diag = nan_diag if which == "nan" else jump_diag
+    # truncated_log: a run-level note (no metric) lights the "job" sign green.
+    others = {"nan": nan_diag, "param_norm_jump": jump_diag}
+    diag = others.get(which) or analyze(ROOT / "sample_runs" / which)
     samples, meta = parse(Exposition().update(which, diag))
     assert set(meta) == set(FAMILIES)
     assert all(t == "gauge" and h for h, t in meta.values())
@@ -188,6 +190,11 @@ def test_lights_and_vitals_of_a_real_run_match_its_findings(
         last = s.get_column("value").to_list()[-1]
         assert steps[sign] == s.get_column("step").to_list()[-1]
         assert (math.isnan(last) and math.isnan(vitals[sign])) or vitals[sign] == last
+
+    if which == "truncated_log":
+        assert lights["job"] == 0
+    if which == "healthy":
+        assert diag.verdict == "healthy" and set(lights.values()) == {0}
 
     counts = family(samples, "forensics_findings", which, "severity")
     assert counts == {
