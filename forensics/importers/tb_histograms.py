@@ -46,6 +46,7 @@ checks these numbers against tbparse's on the same files, and against the exact 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -237,11 +238,11 @@ def _map_source(
         )
     est = {b: e for b, e in hists.items() if e > 0.0}
     if est:
-        worst = max(est.values())
+        worst = math.ceil(max(est.values()) * 1000) / 10  # in %, rounded up: a bound
         notes.append(
             f"TensorBoard histograms: {len(est)} histogram tags hold only buckets (TF2 format, "
             "no sum of squares): their norms, means and stds are estimated from the bucket "
-            f"centres; the norm is within {worst:.1%} of the exact one (bucket widths)"
+            f"centres; the norm is within {worst:.1f}% of the exact one (bucket widths)"
         )
     return frame, notes
 

@@ -21,7 +21,8 @@ the ``crc32c`` package). A cut-off last record (a killed job) yields every compl
 a ``truncated_log`` finding.
 
 Histograms become extra scalar series ``<tag>/min``, ``/max``, ``/mean``, ``/std``,
-``/absmax`` and ``/norm`` (see :mod:`tfevents_proto`). Tags logged against consumed samples
+``/absmax`` and ``/norm`` (see :mod:`tfevents_proto`); :mod:`tb_histograms` makes per-layer
+vital signs of them. Tags logged against consumed samples
 or tokens (``... vs samples``, ``Train/Samples/...``) get that ``x_kind``. Every
 ``SessionLog.START`` that would purge logged steps (``purge_step=``) starts a new segment.
 """
