@@ -130,11 +130,14 @@ def test_histogram_stats_equal_tbparse(tmp_path: Path, writer: str) -> None:
     f = read_run(tmp_path).frame
     ours = {(t, s): v for t, s, v in f.select("tag", "step", "value").iter_rows()}
     for row in ref.itertuples():
-        key = lambda stat: (f"{row.tag}/{stat}", int(row.step))  # noqa: E731
-        assert ours[key("min")] == row.min and ours[key("max")] == row.max
-        assert ours[key("mean")] == pytest.approx(row.sum / row.num, rel=1e-12)
-        assert ours[key("norm")] == pytest.approx(math.sqrt(row.sum_squares), rel=1e-12)
-        assert ours[key("absmax")] == max(abs(row.min), abs(row.max))
+        got = {
+            st: ours[(f"{row.tag}/{st}", int(row.step))]
+            for st in ("min", "max", "mean", "norm", "absmax")
+        }
+        assert got["min"] == row.min and got["max"] == row.max
+        assert got["mean"] == pytest.approx(row.sum / row.num, rel=1e-12)
+        assert got["norm"] == pytest.approx(math.sqrt(row.sum_squares), rel=1e-12)
+        assert got["absmax"] == max(abs(row.min), abs(row.max))
 
 
 def _write_tf2(logdir: Path, tensors: dict[str, list[np.ndarray]], buckets: int) -> None:
