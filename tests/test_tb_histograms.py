@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from forensics.importers import read_run
-from forensics.importers.tb_histograms import classify, norm_bound
+from forensics.importers.tb_histograms import META_KEY, classify, norm_bound
 from forensics.schema import ACT_ABSMAX, ACT_STD, GRAD_NORM_LAYER, PARAM_NORM_LAYER
 
 torch = pytest.importorskip("torch")
@@ -113,6 +113,27 @@ def test_layer_vitals_equal_the_exact_tensors(tmp_path: Path, writer: str) -> No
         "3 activation, 6 gradient, 6 weight histogram tags read as per-layer vital signs" in notes
     )
     assert "1 histogram tags name no layer index" in notes and "tok_emb.weight" in notes
+    assert META_KEY not in run.metadata  # a hand-over, not a fact for the report
+
+
+def test_histograms_in_a_split_subfolder_keep_its_prefix(tmp_path: Path) -> None:
+    """Histograms written in a Keras-style train/ sub-folder are found under their prefixed
+    tags (train/layers.0.weight/norm) and still give the layer's param norm."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "train"))
+    v = SummaryWriter(str(tmp_path / "validation"))
+    for step in range(3):
+        w.add_scalar("loss", 1.0, step)
+        v.add_scalar("loss", 1.5, step)
+        w.add_histogram("layers.0.weight", torch.full((4,), float(step + 1)), step)
+    w.close()
+    v.close()
+    run = read_run(tmp_path)
+    s = run.frame.filter(pl.col("metric") == PARAM_NORM_LAYER).sort("step")
+    assert s["tag"].unique().to_list() == ["train/layers.0.weight/norm"]
+    assert s["layer"].unique().to_list() == [0]
+    assert s["value"].to_list() == pytest.approx([2.0, 4.0, 6.0])
 
 
 @pytest.mark.parametrize("writer", ["tensorboardX", "torch"])

@@ -145,7 +145,9 @@ def histogram_vitals(
         )
         given.update(got)
     for r in with_hist:
-        r.frame, notes = _map_source(r.frame, r.metadata[META_KEY], given, aliases or {})
+        # popped: the importer's hand-over, not a fact for the report's metadata table
+        hists = r.metadata.pop(META_KEY)
+        r.frame, notes = _map_source(r.frame, hists, given, aliases or {})
         r.notes.extend(notes)
 
 
