@@ -17,6 +17,7 @@ import polars as pl
 
 from forensics.errors import MultipleJobsError, UnknownFormatError, UnreadableInputError
 from forensics.findings import FindingKind
+from forensics.importers import chains
 from forensics.importers.base import (
     COMPRESSED,
     ImportResult,
@@ -260,6 +261,8 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
     """
     path = Path(path)
     jobs = discover_jobs(path)
+    if len(jobs) > 1:  # one run resumed in several jobs is one run (see chains.py)
+        jobs = chains.stitch_jobs(path, jobs, options)
     if len(jobs) > 1:
         raise MultipleJobsError(str(path), sorted(jobs))
     ((job, sources),) = jobs.items()
@@ -283,6 +286,8 @@ def read_job(
 
     options = options or ReadOptions()
     check_aliases(options.aliases)
+    if chains.is_chain(sources):  # a resume chain: its member jobs read and merged
+        return chains.read_chain(path, job, sources, options, only_job)
     key = cache.key(path, job, sources, options, only_job) if cache.enabled(options) else None
     if key is not None:
         hit = cache.load(key[0], Path(path))
