@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from forensics.findings import Finding, FindingKind
+from forensics.findings import Finding
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -229,17 +229,17 @@ class _Chain:
 Chain = list[tuple[JobSpan, Seam | None]]
 
 
-def find_chains(spans: Iterable[JobSpan]) -> tuple[list[Chain], list[str]]:
+def find_chains(spans: Iterable[JobSpan]) -> tuple[list[Chain], dict[str, str]]:
     """Group job spans into chains, each in order with the seam that joined each job (None for
-    the first); single jobs are chains of one. Also notes about jobs that look resumed but
-    were kept apart."""
+    the first); single jobs are chains of one. Also a note for each job that looks resumed
+    but was kept apart, saying why."""
     items = list(spans)
     if items and all(s.first_wall is not None for s in items):
         items.sort(key=lambda s: (s.first_wall, s.first_step, s.job))
     else:
         items.sort(key=lambda s: (s.first_step, s.job))
     chains: list[_Chain] = []
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     for job in items:
         fits: list[tuple[_Chain, Seam]] = []
         why_not: list[str] = []
@@ -257,12 +257,12 @@ def find_chains(spans: Iterable[JobSpan]) -> tuple[list[Chain], list[str]]:
         chains.append(_Chain([(job, None)], job.last_step))
         if len(fits) > 1:
             names = ", ".join(c.links[-1][0].job for c, _ in fits)
-            notes.append(
+            notes[job.job] = (
                 f"{job.job} (from step {job.first_step:,}) could continue {names}: not "
                 "stitched to any (the log cannot say which it resumed)"
             )
         elif job.first_step > FRESH_INTERVALS * job.interval and why_not:
-            notes.append(
+            notes[job.job] = (
                 f"{job.job} starts at step {job.first_step:,} (a resume?) but continues no "
                 "other job here: " + "; ".join(why_not[:3])
             )
@@ -272,7 +272,7 @@ def find_chains(spans: Iterable[JobSpan]) -> tuple[list[Chain], list[str]]:
 def short_names(jobs: list[str]) -> tuple[str, list[str]]:
     """The folder the jobs share and each job's own part: ``lightning_logs``, ``[version_0,
     version_5]``; ``job_0/metrics.jsonl`` and ``job_1/metrics.jsonl`` are ``job_0``, ``job_1``."""
-    parts = [Path(j).parts for j in jobs]
+    parts = [Path(j).parts or (j,) for j in jobs]  # "." (the folder itself) has no parts
     lead = 0
     while all(len(p) > lead + 1 for p in parts) and len({p[lead] for p in parts}) == 1:
         lead += 1
@@ -320,18 +320,19 @@ def stitch_jobs(
         if s is None:  # unreadable: kept as its own job, whose read says what is wrong
             out[n_] = jobs[n_]
     for links in chains:
-        if len(links) == 1:
-            out[links[0][0].job] = jobs[links[0][0].job]
-            continue
         members = [span.job for span, _ in links]
-        out[chain_name(members)] = [
+        if len(links) == 1 and members[0] not in notes:
+            out[members[0]] = jobs[members[0]]
+            continue
+        # A chain, or a job kept apart with a note saying why: read through read_chain.
+        out[chain_name(members) if len(members) > 1 else members[0]] = [
             replace(
                 src,
                 options={
                     **src.options,
                     CHAIN_KEY: span.job,
                     "chain_seam": None if seam is None else (seam.kind, seam.why),
-                    "chain_notes": notes,
+                    "chain_notes": [notes[j] for j in members if j in notes],
                 },
             )
             for span, seam in links
@@ -367,6 +368,12 @@ def read_chain(
         if src.options.get("chain_seam"):
             seams[j] = src.options["chain_seam"]
         notes = src.options.get("chain_notes", notes)
+    if len(members) == 1:  # a job kept apart, with the note saying why
+        ((j, plain),) = members.items()
+        run = read_job(path, j, plain, options=options, only_job=only_job)
+        for n in notes:
+            run.note(n)
+        return run
     runs = [(j, read_job(path, j, s, options=options, only_job=False)) for j, s in members.items()]
     run = merge_runs(runs, seams)
     given = Path(path)
@@ -396,8 +403,8 @@ def merge_runs(runs: list[tuple[str, Run]], seams: dict[str, tuple[str, str]]) -
     jobs_meta: list[dict[str, Any]] = []
     for i, (job, r) in enumerate(runs):
         f = r.frame
-        top = int(f.get_column("segment").max() or 0) if f.height else 0  # type: ignore[arg-type]
-        nfiles = int(f.get_column("file_idx").max() or 0) + 1 if f.height else 0  # type: ignore[operator]
+        top = int(f.get_column("segment").fill_null(0).max() or 0) if f.height else 0  # type: ignore[arg-type]
+        nfiles = int(f.get_column("file_idx").fill_null(0).max() or 0) + 1 if f.height else 0  # type: ignore[arg-type]
         frames.append(
             f.with_columns(
                 (pl.col("segment") + seg_base).cast(pl.Int32),
@@ -419,9 +426,13 @@ def merge_runs(runs: list[tuple[str, Run]], seams: dict[str, tuple[str, str]]) -
         seg_base += top + 1
         file_base += nfiles
     first = runs[0][1]
-    run = Run(name=first.name, path=first.path, format="+".join(dict.fromkeys(r.format for _, r in runs)))
+    run = Run(
+        name=first.name, path=first.path, format="+".join(dict.fromkeys(r.format for _, r in runs))
+    )
     run.frame = pl.concat(frames, how="vertical")
-    short = dict(zip([m["job"] for m in jobs_meta], short_names([j for j, _ in runs])[1], strict=True))
+    short = dict(
+        zip([m["job"] for m in jobs_meta], short_names([j for j, _ in runs])[1], strict=True)
+    )
     spans = ", ".join(
         f"{short[m['job']]} (steps {m['first_step']:,}-{m['last_step']:,})" for m in jobs_meta
     )
@@ -432,9 +443,7 @@ def merge_runs(runs: list[tuple[str, Run]], seams: dict[str, tuple[str, str]]) -
     for job, r in runs:
         for n in r.notes:
             run.note(f"{short[job]}: {n}")
-    restarts = {
-        g.measures.get("segment"): g for g in restart_findings(run.frame) if g.measures
-    }
+    restarts = {g.measures.get("segment"): g for g in restart_findings(run.frame) if g.measures}
     for found in shifted:
         run.import_findings.extend(found)
     for seg, (prev, job) in seam_segment.items():
@@ -483,7 +492,9 @@ def _seam_finding(g: Finding, prev: str, job: str, kind: str, why: str) -> Findi
     a, b = short_names([prev, job])[1]
     m.update(previous_job=prev, job=job, seam=kind)
     resumed, last = int(m["resumed_from_step"]), int(m["last_step_before"])  # type: ignore[arg-type]
-    text = f"Resumed from job {a} at step {resumed:,} in job {b} ({a} had logged up to step {last:,}"
+    text = (
+        f"Resumed from job {a} at step {resumed:,} in job {b} ({a} had logged up to step {last:,}"
+    )
     gap = m.get("wall_clock_gap_s")
     if isinstance(gap, (int, float)) and gap >= 0:
         text += f", {gap / 60:,.1f} min before"
