@@ -462,3 +462,32 @@ def test_wandb_offline_resumed_run(tmp_path: Path) -> None:
     assert (seam.measures["resumed_from_step"], seam.measures["last_step_before"]) == (100, 129)
     assert run.series("loss").height == 220
     assert run.frame.filter(pl.col("segment") == 1).get_column("step").min() == 100
+
+
+# ------------------------------------------------------------------ every command reads chains
+def test_metrics_export_and_sweep_read_the_chain(tmp_path: Path) -> None:
+    root, ck = tmp_path / "run", tmp_path / "ckpt"
+    train_job(root / "job_0" / "metrics.jsonl", "jsonl", stop=130, ckpt_dir=ck)
+    train_job(root / "job_1" / "metrics.jsonl", "jsonl", stop=220, ckpt_dir=ck, resume=100)
+    r = _cli("metrics", str(root), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    loss_row = next(ln for ln in r.stdout.splitlines() if ln.startswith("│ loss "))
+    assert [c.strip() for c in loss_row.split("│")[4:7]] == ["250", "0", "219"]
+    r = _cli("metrics", str(root), "--no-stitch", cwd=tmp_path)
+    assert r.returncode == 2 and "2 separate training jobs" in r.stderr
+    out = tmp_path / "frame.parquet"
+    r = _cli("export", str(root), "--to", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    frame = pl.read_parquet(out)
+    # Every row of both jobs is kept (the re-done steps 100-129 twice), in two segments.
+    assert frame.filter(pl.col("tag") == "loss").height == 130 + 120
+    assert frame.get_column("segment").unique().sort().to_list() == [0, 1]
+    r = _cli("export", str(root), "--to", str(out), "--no-stitch", cwd=tmp_path)
+    assert r.returncode == 2
+    from forensics.sweep import sweep
+
+    train_job(root / "other" / "metrics.jsonl", "jsonl", stop=90, ckpt_dir=tmp_path / "o", seed=3)
+    rows = sweep(root, tmp_path / "sweep", jobs=1)
+    assert sorted(r["name"] for r in rows) == ["job_0+job_1", "other/metrics.jsonl"]
+    chain = next(r for r in rows if r["name"] == "job_0+job_1")
+    assert chain["last_step"] == 219

@@ -4,7 +4,8 @@ A run that outlives one job (a SLURM time limit, a preemption, Lightning's ``ver
 folders, W&B resumed runs) leaves one job per attempt. The tool reads them as one run with
 a restart (a new ``segment``) at each seam, so what happens across the seam is visible.
 
-The rule (``continues(prev, job)``; ``prev`` is the chain built so far, its last job):
+The rule (:func:`continues`: may ``job`` follow the chain built so far, whose last job is
+``last``?):
 
 - Same metric names: at least half of the smaller job's tags are shared, and when either
   job logs a training loss both log it under the same tag.
@@ -19,7 +20,8 @@ The rule (``continues(prev, job)``; ``prev`` is the chain built so far, its last
   the later values win, as in a restart inside one job); from ``L`` to ``L + 2i`` an
   *exact continuation*; further on a *gap*, chained only when the loss continues across
   it (the job's first losses lie within the band the previous job's last losses, extended
-  along their trend, allow), since no step evidence ties the two.
+  along their trend, allow: 4 robust deviations or 2% of their level, the trend's fall over
+  the gap capped at the previous job's whole fall), since no step evidence ties the two.
 - Wall clocks, when both jobs log absolute ones, must agree: the job starts after the
   previous one ended (2 minutes of clock skew allowed); jobs that ran at the same time
   are not a chain.
@@ -31,7 +33,9 @@ neither: the tool does not guess. ``ReadOptions(stitch=False)`` (``--no-stitch``
 
 A stitched unit is a job of :func:`stitch_jobs`'s result whose sources carry
 ``options["chain_job"]`` (the member job each came from); :func:`read_chain` reads each
-member as its own job (so each keeps its cache entry) and merges them.
+member as its own job (so each keeps its cache entry) and merges them. A job kept apart that
+looks resumed (it does not start from scratch) goes the same way alone, to carry the note
+saying why it was not stitched.
 """
 
 from __future__ import annotations
@@ -207,7 +211,9 @@ def _gap(last: JobSpan, chain_last_step: int, job: JobSpan) -> Seam | str:
     level = last.tail_loss
     band = max(GAP_BAND_MADS * last.tail_mad, GAP_BAND_FLOOR * abs(level))
     predicted = level + last.tail_slope * (job.first_step - chain_last_step)
-    lo, hi = min(predicted, level) - band, level + band
+    # The trend carried over a long gap cannot fall further than the job's whole fall.
+    fall = max(0.0, (last.head_loss or level) - level)
+    lo, hi = max(min(predicted, level), level - fall) - band, level + band
     if lo <= job.head_loss <= hi:
         return Seam(
             "gap",
