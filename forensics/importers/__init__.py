@@ -255,6 +255,9 @@ def discover_jobs(path: Path) -> dict[str, list[Source]]:
 def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None) -> Run:
     """Read everything one training job logged at ``path`` into a :class:`Run`.
 
+    Jobs that resume one another are one run (:mod:`forensics.importers.chains`) unless
+    ``options.stitch`` is off.
+
     Raises:
         MultipleJobsError: the path holds several jobs (use :func:`discover_jobs`).
         UnknownFormatError / UnreadableInputError: nothing readable there.
