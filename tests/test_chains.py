@@ -144,18 +144,29 @@ def _seams(run) -> list:  # noqa: ANN001
     return [f for f in run.import_findings if f.kind is FindingKind.RESTART and "job" in f.measures]
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    env.pop("FORENSICS_NO_STITCH", None)
-    return subprocess.run(
-        [sys.executable, "-m", "forensics", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
+class _Result:
+    def __init__(self, code: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = code, stdout, stderr
+
+
+def _cli(*args: str, cwd: Path) -> _Result:
+    """The CLI in this process (CliRunner); --no-stitch's environment switch is undone."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    before = os.environ.get("FORENSICS_NO_STITCH")
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        res = CliRunner().invoke(app, list(args))
+    finally:
+        os.chdir(here)
+        if before is None:
+            os.environ.pop("FORENSICS_NO_STITCH", None)
+        else:
+            os.environ["FORENSICS_NO_STITCH"] = before
+    return _Result(res.exit_code, res.stdout, res.stderr)
 
 
 # ------------------------------------------------------------------ the real Lightning resume
@@ -170,7 +181,7 @@ def test_lightning_version_5_resumes_version_0() -> None:
     run = _read(root, "lightning_logs/version_0+version_5", units)
     assert run.name == "version_0+version_5"
     assert run.path == root / "lightning_logs"
-    assert [j["job"] for j in run.metadata["jobs"]] == [
+    assert run.metadata["jobs"] == [
         "lightning_logs/version_0",
         "lightning_logs/version_5",
     ]
@@ -273,7 +284,7 @@ def test_jsonl_job_folders_exact_continuation(tmp_path: Path) -> None:
     a = train_job(root / "job_0" / "metrics.jsonl", "jsonl", stop=100, ckpt_dir=ck)
     b = train_job(root / "job_1" / "metrics.jsonl", "jsonl", stop=200, ckpt_dir=ck, resume=100)
     run = read_run(root)
-    assert [j["job"] for j in run.metadata["jobs"]] == [
+    assert run.metadata["jobs"] == [
         "job_0/metrics.jsonl",
         "job_1/metrics.jsonl",
     ]

@@ -90,7 +90,7 @@ def test_each_version_folder_is_its_own_job(tmp_path: Path) -> None:
     with pytest.raises(MultipleJobsError) as err:
         read_run(tmp_path, options=ReadOptions(stitch=False))
     assert err.value.jobs == ["lightning_logs/version_0", "lightning_logs/version_1"]
-    assert [j["job"] for j in read_run(tmp_path).metadata["jobs"]] == err.value.jobs
+    assert read_run(tmp_path).metadata["jobs"] == err.value.jobs
     assert sorted(discover_jobs(logs)) == ["version_0", "version_1"]
     assert read_run(logs / "version_1").config == {"num_epochs": 20}
 

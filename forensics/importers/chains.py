@@ -96,12 +96,11 @@ def job_span(
 ) -> JobSpan | None:
     """Read one job (through the cache) and describe it; None when it cannot be read (its own
     read reports the error later)."""
-    from forensics.errors import ForensicsError
     from forensics.importers import read_job
 
     try:
         run = read_job(Path(root), job, sources, options=options, only_job=False)
-    except (ForensicsError, OSError):
+    except Exception:  # noqa: BLE001 - stitching adds no failure: the job's own read reports it
         return None
     return span_of(job, run)
 
@@ -420,15 +419,7 @@ def merge_runs(runs: list[tuple[str, Run]], seams: dict[str, tuple[str, str]]) -
         if i:
             seam_segment[seg_base] = (runs[i - 1][0], job)
         shifted.append([_offset_segment(g, seg_base) for g in r.import_findings])
-        jobs_meta.append(
-            {
-                "job": job,
-                "first_step": r.first_step,
-                "last_step": r.last_step,
-                "format": r.format,
-                "path": str(r.path),
-            }
-        )
+        jobs_meta.append({"job": job, "first_step": r.first_step, "last_step": r.last_step})
         seg_base += top + 1
         file_base += nfiles
     first = runs[0][1]
@@ -480,7 +471,8 @@ def merge_runs(runs: list[tuple[str, Run]], seams: dict[str, tuple[str, str]]) -
             run.metadata.setdefault("sources", {}).setdefault(fmt, []).extend(files)
         if units:
             run.metadata.setdefault("units", {}).update(units)
-    run.metadata["jobs"] = jobs_meta
+    # The stitched jobs in chain order (their steps are in the note above).
+    run.metadata["jobs"] = [m["job"] for m in jobs_meta]
     return run
 
 
