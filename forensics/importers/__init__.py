@@ -30,6 +30,7 @@ from forensics.importers.base import (
     rel,
     strip_suffixes,
 )
+from forensics.importers.tb_histograms import histogram_vitals
 from forensics.run import Run
 from forensics.schema import FLAGS, add_canonical, check_aliases, conform, tag_units
 
@@ -321,6 +322,7 @@ def _read_job(
         x_notes.extend(notes)
         res.frame = add_canonical(frame, s.importer, options.aliases)
         results.append((s, res))
+    histogram_vitals(results, options.aliases)  # per-layer vitals from TensorBoard histograms
 
     kept, dropped_notes = _choose_overlapping(results)
     # A folder whose only job is one log file directly inside it is named after the folder;
