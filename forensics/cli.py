@@ -164,6 +164,13 @@ def _no_cache(value: bool) -> bool:
     return value
 
 
+def _no_stitch(value: bool) -> bool:
+    """--no-stitch: a job that resumes another stays its own run (forensics.importers.chains)."""
+    if value:
+        os.environ["FORENSICS_NO_STITCH"] = "1"
+    return value
+
+
 # Options several commands share, declared once.
 AliasOpt = Annotated[
     list[str],
@@ -181,6 +188,15 @@ NoCache = Annotated[
         "--no-cache",
         callback=_no_cache,
         help="Parse the logs again; do not read or write the run cache in the user cache folder.",
+    ),
+]
+
+NoStitch = Annotated[
+    bool,
+    typer.Option(
+        "--no-stitch",
+        callback=_no_stitch,
+        help="Keep a folder's jobs apart even when one resumes another (a resume chain).",
     ),
 ]
 
@@ -487,15 +503,17 @@ def analyze(
         ),
     ] = None,
     no_cache: NoCache = False,
+    no_stitch: NoStitch = False,
 ) -> None:
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
     from forensics.importers import discover_jobs, read_job
+    from forensics.importers.chains import stitch_jobs
     from forensics.pipeline import analyze_run, read_options
 
     cfg = _config(config_file, alias, ignore, checkpoint_every)
     options = read_options(cfg, verify_crc)
     root = _input(path)
-    jobs = discover_jobs(root)
+    jobs = stitch_jobs(root, discover_jobs(root), options)
     if len(jobs) > 1 and not all_jobs:
         from forensics.errors import MultipleJobsError
 
@@ -586,6 +604,7 @@ def metrics(
         str, typer.Argument(metavar="PATH", help="A run folder, a single log file or a URL.")
     ],
     alias: AliasOpt = [],  # noqa: B006
+    no_stitch: NoStitch = False,
 ) -> None:
     """List every raw tag with its canonical vital sign, points and step range."""
     import polars as pl
@@ -632,6 +651,7 @@ def export(
     ],
     alias: AliasOpt = [],  # noqa: B006
     no_cache: NoCache = False,
+    no_stitch: NoStitch = False,
 ) -> None:
     """Write the run's canonical long frame (every row, restarts included) for a notebook."""
     from forensics.pipeline import read_options, read_run
@@ -700,6 +720,7 @@ def compare(
         typer.Option("--json", metavar="FILE", help="Also write the JSON document to FILE."),
     ] = None,
     no_cache: NoCache = False,
+    no_stitch: NoStitch = False,
 ) -> None:
     """Put runs side by side: where they part, what findings they share, how configs differ."""
     from forensics.compare import compare as do_compare
@@ -776,6 +797,7 @@ def sweep(
     ] = PlotlyJs.inline,
     ignore: IgnoreOpt = [],  # noqa: B006
     alias: AliasOpt = [],  # noqa: B006
+    no_stitch: NoStitch = False,
 ) -> None:
     """Analyze every run under a folder in parallel: an index page, worst run first."""
     from forensics.sweep import render_sweep_html, to_document

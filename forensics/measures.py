@@ -797,6 +797,20 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "what started again: step, or the counter that went back while the step went on "
             "(epoch, consumed samples or tokens, an elapsed-time field, 'elapsed time')",
         ),
+        _m(
+            "previous_job",
+            str,
+            "a seam between two jobs read as one run (a resume chain): the job resumed from",
+        ),
+        _m("job", str, "a seam between two jobs: the job that resumed"),
+        _m(
+            "seam",
+            str,
+            "how the job continues the one before: it re-does logged steps (overlap), goes on "
+            "within two logging intervals (continuation), or after missing steps the loss "
+            "bridges (gap)",
+            values=("overlap", "continuation", "gap"),
+        ),
     ),
     "truncated_log": (
         _m("file", str, "the file concerned"),

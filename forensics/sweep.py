@@ -139,6 +139,33 @@ def find_jobs(root: Path) -> tuple[dict[str, list[Any]], list[str]]:
     return jobs, empty
 
 
+def _stitched(
+    root: Path,
+    found: dict[str, list[Any]],
+    config: Config | None,
+    executor: Executor | None,
+    jobs: int | None,
+) -> dict[str, list[Any]]:
+    """Jobs that resume one another as one run each (forensics.importers.chains), the jobs
+    read in parallel to judge it (each is cached, so its analysis reads it back)."""
+    from forensics.importers.chains import enabled, stitch_jobs
+    from forensics.pipeline import read_options
+
+    options = read_options(config)
+    if len(found) < 2 or not enabled(options):
+        return found
+    if executor is not None:
+        return stitch_jobs(root, found, options, mapper=executor.map)
+    workers = min(jobs or os.cpu_count() or 1, len(found))
+    if workers <= 1:
+        return stitch_jobs(root, found, options)
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        return stitch_jobs(root, found, options, mapper=pool.map)
+
+
 def _sort_key(row: dict[str, Any]) -> tuple:
     final = row.get("final_loss")
     return (
@@ -178,6 +205,7 @@ def sweep(
     found, empty = find_jobs(root)
     if not found and not empty:
         raise ForensicsError(f"{root}: no runs found")
+    found = _stitched(root, found, config, executor, jobs)
     tasks: list[tuple[str, str, list[Any] | None, Config | None, str]] = [
         (str(root), j, s, config, plotlyjs) for j, s in sorted(found.items())
     ]

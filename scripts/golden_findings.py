@@ -29,11 +29,12 @@ def job_findings(path: Path) -> dict[str, list[dict[str, Any]]]:
     from forensics.config import Config
     from forensics.errors import ForensicsError
     from forensics.importers import discover_jobs, read_job
+    from forensics.importers.chains import stitch_jobs
     from forensics.pipeline import analyze_run, read_options
 
     out: dict[str, list[dict[str, Any]]] = {}
     try:
-        jobs = discover_jobs(path)
+        jobs = stitch_jobs(path, discover_jobs(path), read_options(Config()))
     except ForensicsError as exc:
         return {".": [{"error": str(exc).replace(str(path), "<path>")}]}
     for job, sources in sorted(jobs.items()):

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from forensics.errors import MultipleJobsError
-from forensics.importers import discover_jobs, read_run
+from forensics.importers import ReadOptions, discover_jobs, read_run
 
 
 def _write_version(folder: Path, rows: list[dict], hparams: dict | None = None) -> Path:
@@ -81,13 +81,16 @@ def test_nan_cells_are_kept(tmp_path: Path) -> None:
 
 
 def test_each_version_folder_is_its_own_job(tmp_path: Path) -> None:
-    """Several version_N folders: MultipleJobsError listing them; each reads alone."""
+    """Several version_N folders: MultipleJobsError listing them; each reads alone. (These two
+    are a resume chain, version_1 going on at step 1,049 after 999: read as one run unless
+    stitching is off, see tests/test_chains.py.)"""
     logs = tmp_path / "lightning_logs"
     _write_version(logs / "version_0", _rows(49, 20), {"num_epochs": 10})
     _write_version(logs / "version_1", _rows(1049, 20, epoch=1), {"num_epochs": 20})
     with pytest.raises(MultipleJobsError) as err:
-        read_run(tmp_path)
+        read_run(tmp_path, options=ReadOptions(stitch=False))
     assert err.value.jobs == ["lightning_logs/version_0", "lightning_logs/version_1"]
+    assert read_run(tmp_path).metadata["jobs"] == err.value.jobs
     assert sorted(discover_jobs(logs)) == ["version_0", "version_1"]
     assert read_run(logs / "version_1").config == {"num_epochs": 20}
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import shared_path
 
 from forensics.errors import MultipleJobsError
-from forensics.importers import read_run
+from forensics.importers import ReadOptions, read_run
 
 HF_RUNS = {
     # folder: (loss points, first loss, last loss, last step)
@@ -157,10 +157,15 @@ def _csv_cells(path: Path) -> tuple[int, int]:
 
 
 def test_lightning_parent_folder_lists_its_versions() -> None:
-    """The lightning_logs parent holds four jobs: MultipleJobsError lists them."""
+    """The lightning_logs parent holds four jobs: MultipleJobsError lists them (version_5
+    resumes version_0: one run of the three, unless stitching is off; tests/test_chains.py)."""
+    folder = shared_path("real_runs", "lightning-csv-slm-wikitext103")
     with pytest.raises(MultipleJobsError) as err:
-        read_run(shared_path("real_runs", "lightning-csv-slm-wikitext103"))
+        read_run(folder, options=ReadOptions(stitch=False))
     assert err.value.jobs == [f"lightning_logs/version_{v}" for v in (0, 5, 7, 8)]
+    with pytest.raises(MultipleJobsError) as err:
+        read_run(folder)
+    assert err.value.jobs == [f"lightning_logs/version_{v}" for v in ("0+version_5", 7, 8)]
 
 
 @pytest.mark.parametrize("version", sorted(LIGHTNING))

@@ -17,6 +17,7 @@ import polars as pl
 
 from forensics.errors import MultipleJobsError, UnknownFormatError, UnreadableInputError
 from forensics.findings import FindingKind
+from forensics.importers import chains
 from forensics.importers.base import (
     COMPRESSED,
     ImportResult,
@@ -255,12 +256,17 @@ def discover_jobs(path: Path) -> dict[str, list[Source]]:
 def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None) -> Run:
     """Read everything one training job logged at ``path`` into a :class:`Run`.
 
+    Jobs that resume one another are one run (:mod:`forensics.importers.chains`) unless
+    ``options.stitch`` is off.
+
     Raises:
         MultipleJobsError: the path holds several jobs (use :func:`discover_jobs`).
         UnknownFormatError / UnreadableInputError: nothing readable there.
     """
     path = Path(path)
     jobs = discover_jobs(path)
+    if len(jobs) > 1:  # one run resumed in several jobs is one run (see chains.py)
+        jobs = chains.stitch_jobs(path, jobs, options)
     if len(jobs) > 1:
         raise MultipleJobsError(str(path), sorted(jobs))
     ((job, sources),) = jobs.items()
@@ -284,6 +290,8 @@ def read_job(
 
     options = options or ReadOptions()
     check_aliases(options.aliases)
+    if chains.is_chain(sources):  # a resume chain: its member jobs read and merged
+        return chains.read_chain(path, job, sources, options, only_job)
     key = cache.key(path, job, sources, options, only_job) if cache.enabled(options) else None
     if key is not None:
         hit = cache.load(key[0], Path(path))

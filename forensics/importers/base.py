@@ -49,6 +49,7 @@ class ReadOptions:
     aliases: dict[str, str] = field(default_factory=dict)
     batch_size: int | None = None  # samples per optimizer step, to convert sample-indexed x axes
     cache: bool = True  # read an unchanged run back from the user cache (forensics.cache)
+    stitch: bool = True  # read a folder's resume chains as one run (forensics.importers.chains)
 
 
 class Importer(Protocol):
