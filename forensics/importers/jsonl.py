@@ -231,9 +231,9 @@ def _read_flat(raw: bytes) -> pl.DataFrame | None:
     keys = ["record_idx", "step", "wall_time"]
     metrics = [c for c in base.columns if c not in keys]
     parts = [
-        base.select(*keys, pl.lit(c, dtype=SCHEMA["tag"]).alias("tag"), pl.col(c).alias("value")).filter(
-            pl.col("value").is_not_null()
-        )
+        base.select(
+            *keys, pl.lit(c, dtype=SCHEMA["tag"]).alias("tag"), pl.col(c).alias("value")
+        ).filter(pl.col("value").is_not_null())
         for c in _first_seen_order(raw, df, metrics)
     ]
     if not parts:
