@@ -230,6 +230,9 @@ def scaling(results: list[dict]) -> dict[str, dict[str, float]]:
             apts = [r["points"] for r in ana]
             e["analyze_cpu"] = exponent(apts, [r["analyze_cpu"] for r in ana])
             e["analyze_peak"] = exponent(apts, [r["analyze_peak_mib"] for r in ana])
+            # Detection alone: the whole command's CPU less the import's (both whole processes).
+            det = [max(r["analyze_cpu"] - r["import_cpu"], 1e-3) for r in ana]
+            e["detection_cpu"] = exponent(apts, det)
         staged = [r for r in rows if r.get("stages")]
         keys = set.intersection(*(set(r["stages"]) for r in staged)) if len(staged) >= 2 else set()
         for k in sorted(keys):
@@ -330,6 +333,8 @@ def table(results: list[dict], exps: dict[str, dict[str, float]], where: str, wh
             )
             lines.append(
                 f"- {kind}: import {f(e.get('import_cpu'))}, analyze {f(e.get('analyze_cpu'))}, "
+                f"detection (analyze - import) {f(e.get('detection_cpu'))}, "
+                f"detection in process {f(e.get('detect'))}, "
                 f"peak memory {f(e.get('analyze_peak'))}; steepest detectors: "
                 + ", ".join(f"{k} {v:.2f}" for k, v in det[:4])
             )

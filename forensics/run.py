@@ -108,6 +108,12 @@ class Run:
             .sort("step")
         )
 
+    def metric_rows(self, metric: str) -> pl.DataFrame:
+        """The analysis view's rows of one canonical metric (every tag and layer): a zero-copy
+        slice of :meth:`view`, the same rows as ``view().filter(metric == ...)`` without
+        scanning or copying the whole view."""
+        return self._metric_rows(metric)
+
     def _metric_rows(self, metric: str) -> pl.DataFrame:
         v = self.view()
         if self._parts is None:

@@ -13,7 +13,7 @@ import polars as pl
 
 from forensics.errors import ConfigError
 from forensics.run import Run
-from forensics.schema import PER_LAYER
+from forensics.schema import PER_LAYER, SCHEMA
 
 EXPORT_SUFFIXES = (".parquet", ".csv")
 
@@ -43,7 +43,7 @@ def metrics_table(run: Run) -> pl.DataFrame:
     chosen = run.metrics()
     picked = pl.DataFrame(
         {"metric": list(chosen), "tag": list(chosen.values()), "_picked": [True] * len(chosen)},
-        schema={"metric": pl.Utf8, "tag": pl.Utf8, "_picked": pl.Boolean},
+        schema={"metric": SCHEMA["metric"], "tag": SCHEMA["tag"], "_picked": pl.Boolean},
     )
     table = (
         f.group_by("source", "tag")

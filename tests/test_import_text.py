@@ -296,7 +296,7 @@ def test_llmc_stdout(tmp_path: Path) -> None:
     assert _series(run, "val_loss") == {0: pytest.approx(11.007921), 2: pytest.approx(10.5)}
     assert _series(run, "eval/hellaswag") == {2: pytest.approx(0.248257)}
     # the table of hyper-parameters at the top is not metric data
-    assert run.frame.filter(pl.col("tag").str.contains("num_heads")).is_empty()
+    assert run.frame.filter(pl.col("tag").cast(pl.Utf8).str.contains("num_heads")).is_empty()
 
 
 def test_llmc_main_log(tmp_path: Path) -> None:

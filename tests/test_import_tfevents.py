@@ -57,7 +57,7 @@ def _tbparse_long(logdir: Path, kind: str = "scalars") -> pl.DataFrame:
 
 
 def _ours(run) -> pl.DataFrame:  # noqa: ANN001
-    return run.frame.select("tag", "step", "value")
+    return run.frame.select(pl.col("tag").cast(pl.Utf8), "step", "value")
 
 
 def test_tensorboardx_scalars_match_tbparse(tmp_path: Path) -> None:
@@ -218,7 +218,9 @@ def test_histograms_reduce_to_exact_stats(tmp_path: Path) -> None:
     w.close()
     f = read_run(tmp_path).frame
     got = dict(
-        f.filter(pl.col("tag").str.starts_with("gradients/")).select("tag", "value").iter_rows()
+        f.filter(pl.col("tag").cast(pl.Utf8).str.starts_with("gradients/"))
+        .select("tag", "value")
+        .iter_rows()
     )
     p = "gradients/model.layers.4.mlp/"
     assert got[p + "min"] == -3.0 and got[p + "max"] == 4.0 and got[p + "absmax"] == 4.0

@@ -324,7 +324,7 @@ def test_ui_chart_csvs_of_one_run_are_one_job(tmp_path: Path) -> None:
     assert run.format == "wandb_csv"
     assert _series(run, "loss")[500] == pytest.approx(4.5)
     assert _series(run, "grad_norm")[990] == 1.0
-    assert not run.frame.filter(pl.col("tag").str.contains("__M")).height
+    assert not run.frame.filter(pl.col("tag").cast(pl.Utf8).str.contains("__M")).height
     assert any("sampled points" in n for n in run.notes)
     assert not any("down-sampled" in n for n in run.notes)
 

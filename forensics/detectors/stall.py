@@ -263,7 +263,8 @@ class StallDetector:
     @staticmethod
     def _eval_steps(run: Run) -> set[int]:
         v = run.view().filter(
-            (pl.col("metric") == VAL_LOSS) | pl.col("metric").str.starts_with(EVAL_PREFIX)
+            (pl.col("metric") == VAL_LOSS)
+            | pl.col("metric").cast(pl.Utf8).str.starts_with(EVAL_PREFIX)
         )
         return set(v.get_column("step").unique().to_list()) if not v.is_empty() else set()
 

@@ -142,7 +142,7 @@ def total_param_norm(ev: Evidence) -> tuple[Series, str]:
     layers = ev.run.layers(PARAM_NORM_LAYER)
     if not layers:
         return s, PARAM_NORM
-    v = ev.run.view().filter(pl.col("metric") == PARAM_NORM_LAYER)
+    v = ev.run.metric_rows(PARAM_NORM_LAYER)
     tot = (
         v.group_by("step")
         .agg((pl.col("value") ** 2).sum().sqrt().alias("v"), pl.col("layer").n_unique().alias("n"))

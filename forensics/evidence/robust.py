@@ -36,6 +36,7 @@ known better).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import polars as pl
@@ -184,19 +185,36 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     scipy.stats (over a second) on every run.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    i, j = np.triu_indices(len(x), k=1)
+    i, j = _pairs(len(x))
     dx = x[j] - x[i]
     ok = dx != 0
-    slopes = np.sort((y[j] - y[i])[ok] / dx[ok])
+    slopes = (y[j] - y[i])[ok] / dx[ok]
     if len(slopes) == 0:
         return 0.0, float(np.median(y)), 0.0, 0.0
-    slope = float(np.median(slopes))
-    intercept = float(np.median(y) - slope * np.median(x))
     n, nt = len(x), len(slopes)
     sigma = np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
     hi = min(int(round((nt + z * sigma) / 2.0)), nt - 1)
     lo = max(int(round((nt - z * sigma) / 2.0)) - 1, 0)
-    return slope, intercept, float(slopes[lo]), float(slopes[hi])
+    # The median and the interval are order statistics: one partition, not a sort (the same
+    # values, in linear time). The median as np.median forms it: the middle value, or the
+    # mean of the two middle values; NaN slopes go through np.median itself.
+    mid = nt // 2
+    if np.isnan(slopes).any():
+        slope = float(np.median(slopes))
+        part = np.partition(slopes, [lo, hi])
+    else:
+        part = np.partition(slopes, sorted({lo, max(mid - 1, 0), mid, hi}))
+        slope = float(part[mid] if nt % 2 else np.mean(part[mid - 1 : mid + 1]))
+    intercept = float(np.median(y) - slope * np.median(x))
+    return slope, intercept, float(part[lo]), float(part[hi])
+
+
+@lru_cache(maxsize=8)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs i < j of n points (Theil-Sen is fitted on windows of the same length)."""
+    i, j = np.triu_indices(n, k=1)
+    i.flags.writeable = j.flags.writeable = False
+    return i, j
 
 
 @dataclass(frozen=True)

@@ -149,52 +149,77 @@ def measure(
     alarm: float,
     p: ShapeParams,
     barriers: list[int] | None = None,
+    interval: float | None = None,
 ) -> dict[str, float | int | str | bool | None]:
-    """Shape measures of one spike. ``steps``/``values`` are the finite points of the series.
+    """Shape measures of one spike. ``steps``/``values`` are the finite points of the series,
+    sorted by step.
 
     ``alarm`` is the detection threshold above the trend, in transformed units (log units for
-    positive series): the width counts the steps spent above it.
+    positive series): the width counts the steps spent above it. ``interval`` is the median
+    step difference of ``steps`` (computed when not given; callers measuring many spikes of one
+    series pass it once).
+
+    The cost grows with the spike's own extent (trend window, width, recovery, plateau), not
+    with the series' length: every array below is computed on the stretch it needs, growing
+    in doubling chunks where the end is not known in advance. The numbers are those of the
+    whole-series computation (the same element-wise operations on fewer elements).
     """
-    y = np.log(values) if log_scale else values.astype(float)
+    n = len(values)
+    # The trend needs at most trend_max_points (or min_trend_points) points before the onset.
+    lo0 = max(0, onset - max(p.trend_max_points, p.min_trend_points))
     base_y = np.log(baseline_at_peak) if log_scale else baseline_at_peak
-    trend = fit_trend(steps, y, onset, base_y, sigma, p)
-    n = len(y)
-    interval = float(np.median(np.diff(steps))) if n > 1 else 1.0
-    after = np.arange(peak + 1, n)
-    resid = y - trend.at(steps)
-    upper = trend.upper(steps, p.band_k) - trend.at(steps)
+    trend = fit_trend(
+        steps[lo0 : onset + 1], _transform(values[lo0 : onset + 1], log_scale), onset - lo0,
+        base_y, sigma, p,
+    )  # fmt: skip
+    if interval is None:
+        interval = float(np.median(np.diff(steps))) if n > 1 else 1.0
+
+    def resid(a: int, b: int) -> np.ndarray:
+        return _transform(values[a:b], log_scale) - trend.at(steps[a:b])
+
+    def upper(a: int, b: int) -> np.ndarray:
+        return trend.upper(steps[a:b], p.band_k) - trend.at(steps[a:b])
 
     # Recovery: the first point after the peak where the median of it and the next few points
     # is back inside the band (one lucky low point does not make a recovery).
     rec_idx: int | None = None
-    if len(after):
-        m = max(1, p.smooth_points)
+    m = max(1, p.smooth_points)
+    a, size = peak + 1, _CHUNK
+    while a < n and rec_idx is None:
+        b = min(n, a + size)
+        hi = min(n, b + m - 1)
         win = np.lib.stride_tricks.sliding_window_view(
-            np.concatenate([resid[after], np.full(m - 1, np.nan)]), m
+            np.concatenate([resid(a, hi), np.full(b + m - 1 - hi, np.nan)]), m
         )
-        med = np.nanmedian(win, axis=1)
-        inside = np.flatnonzero(med <= upper[after])
+        inside = np.flatnonzero(_window_median(win) <= upper(a, b))
         if len(inside):
-            rec_idx = int(after[inside[0]])
+            rec_idx = a + int(inside[0])
+        a, size = b, size * 2
     recovered = rec_idx is not None
     recovery_steps = int(steps[rec_idx] - steps[peak]) if recovered else None
 
     # Width: the contiguous run of points above the alarm line that holds the peak.
-    above = resid > max(alarm, 0.0)
-    a, b = peak, peak
-    while a - 1 >= onset and above[a - 1]:
-        a -= 1
-    while b + 1 < n and above[b + 1]:
-        b += 1
-    width_steps = int(steps[b] - steps[a] + interval)
+    line = max(alarm, 0.0)
+    left = np.flatnonzero(~(resid(onset, peak) > line))
+    first = onset + int(left[-1]) + 1 if len(left) else onset
+    last, a, size = peak, peak + 1, _CHUNK
+    while a < n:
+        b = min(n, a + size)
+        below = np.flatnonzero(~(resid(a, b) > line))
+        if len(below):
+            last = a + int(below[0]) - 1
+            break
+        last, a, size = b - 1, b, size * 2
+    width_steps = int(steps[last] - steps[first] + interval)
 
     end = rec_idx if recovered else n
-    seg = np.arange(onset, end)
-    trend_v = inverse(trend.at(steps[seg]), log_scale)
-    dt = np.diff(np.append(steps[seg], steps[seg][-1] + interval)) if len(seg) else np.array([])
-    excess = values[seg] - trend_v
-    excess_area = float(np.sum(excess * dt)) if len(seg) else 0.0
-    excess_area_rel = float(np.sum(excess / np.abs(trend_v) * dt)) if len(seg) else 0.0
+    seg_steps = steps[onset:end]
+    trend_v = inverse(trend.at(seg_steps), log_scale)
+    dt = np.diff(np.append(seg_steps, seg_steps[-1] + interval)) if len(seg_steps) else np.array([])
+    excess = values[onset:end] - trend_v
+    excess_area = float(np.sum(excess * dt)) if len(seg_steps) else 0.0
+    excess_area_rel = float(np.sum(excess / np.abs(trend_v) * dt)) if len(seg_steps) else 0.0
 
     # Plateau: the steady level after recovery (or after the recovery limit) minus the trend.
     plateau_shift = plateau_rel = None
@@ -206,12 +231,13 @@ def measure(
         later = [b for b in (barriers or []) if b > steps[peak]]
         if later:
             stop = min(stop, min(later) - 1)
-        win_idx = np.flatnonzero((steps >= settle) & (steps <= stop))
-        if len(win_idx) >= 3:
-            r = resid[win_idx]
+        w0 = int(np.searchsorted(steps, settle, side="left"))
+        w1 = int(np.searchsorted(steps, stop, side="right"))
+        if w1 - w0 >= 3:
+            r = resid(w0, w1)
             shift_y = float(np.median(r))
-            tv = inverse(trend.at(steps[win_idx]), log_scale)
-            plateau_shift = float(np.median(values[win_idx] - tv))
+            tv = inverse(trend.at(steps[w0:w1]), log_scale)
+            plateau_shift = float(np.median(values[w0:w1] - tv))
             plateau_rel = (
                 float(np.expm1(shift_y))
                 if log_scale
@@ -219,7 +245,7 @@ def measure(
             )
             # "Clearly" shifted: beyond the tolerance plus what the slope's uncertainty allows
             # at that distance from the fit.
-            unc = float(trend.uncertainty(np.array([np.median(steps[win_idx])]))[0])
+            unc = float(trend.uncertainty(np.array([np.median(steps[w0:w1])]))[0])
             unc_rel = (
                 float(np.expm1(unc))
                 if log_scale
@@ -253,3 +279,23 @@ def measure(
         "steps_logged_after_peak": log_left,
         "classification": cls,
     }
+
+
+_CHUNK = 64  # first chunk of a forward search (recovery, width); doubled each time
+
+
+def _transform(values: np.ndarray, log_scale: bool) -> np.ndarray:
+    return np.log(values) if log_scale else values.astype(float)
+
+
+def _window_median(win: np.ndarray) -> np.ndarray:
+    """Row medians of the recovery windows, NaN padding ignored (as ``np.nanmedian``); rows
+    without NaN take the fast path (``np.nanmedian`` on small rows goes through masked
+    arrays, about 30x slower)."""
+    bad = np.isnan(win).any(axis=1)
+    if not bad.any():
+        return np.median(win, axis=1)
+    out = np.empty(len(win))
+    out[~bad] = np.median(win[~bad], axis=1)
+    out[bad] = np.nanmedian(win[bad], axis=1)
+    return out

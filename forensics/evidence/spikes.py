@@ -122,6 +122,8 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
         z_gross=p.z_gross,
     )
     interval = robust.median_interval(steps)
+    # The shape's own interval (np.median of the raw differences), once for all the events.
+    shape_interval = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
     barriers = ev.level_barriers
     out: list[Spike] = []
     for e in events:
@@ -140,6 +142,7 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
             alarm=alarm,
             p=p.shape,
             barriers=barriers,
+            interval=shape_interval,
         )
         rec = m["recovered_step"]
         end_step = int(rec) if isinstance(rec, (int, float)) else int(steps[-1])

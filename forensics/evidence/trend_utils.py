@@ -64,7 +64,7 @@ class LayerMatrix:
 def layer_matrix(run: Run, metric: str) -> LayerMatrix:
     """Steps x layers matrix of a per-layer series (the last value where a step repeats)."""
     layers = run.layers(metric)
-    v = run.view().filter(pl.col("metric") == metric)
+    v = run.metric_rows(metric)
     if not layers or v.is_empty():
         return LayerMatrix(np.array([], dtype=np.int64), [], np.empty((0, 0)))
     wide = (

@@ -44,7 +44,7 @@ from forensics.importers.base import (
     text_bytes,
 )
 from forensics.importers.restarts import assign_segments, interleaved_note, restart_findings
-from forensics.schema import conform
+from forensics.schema import SCHEMA, conform
 
 NAME = "jsonl"
 STEP_KEYS = (
@@ -231,9 +231,9 @@ def _read_flat(raw: bytes) -> pl.DataFrame | None:
     keys = ["record_idx", "step", "wall_time"]
     metrics = [c for c in base.columns if c not in keys]
     parts = [
-        base.select(*keys, pl.lit(c, dtype=pl.Utf8).alias("tag"), pl.col(c).alias("value")).filter(
-            pl.col("value").is_not_null()
-        )
+        base.select(
+            *keys, pl.lit(c, dtype=SCHEMA["tag"]).alias("tag"), pl.col(c).alias("value")
+        ).filter(pl.col("value").is_not_null())
         for c in _first_seen_order(raw, df, metrics)
     ]
     if not parts:
@@ -290,8 +290,8 @@ class JsonlImporter:
         fast = _read_flat(raw)
         if fast is not None:
             frame = fast.with_columns(
-                pl.lit(NAME).alias("source"),
-                pl.lit(name).alias("file"),
+                pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
+                pl.lit(name, dtype=SCHEMA["file"]).alias("file"),
                 pl.lit(0).alias("file_idx"),
                 pl.lit("step").alias("x_kind"),
             )

@@ -147,7 +147,7 @@ class TfeventsImporter:
                 }
             )
         names = [rel(p, source.root) for p in source.files]
-        frame = frame.with_columns(pl.lit(NAME).alias("source"), _x_kind_expr(frame))
+        frame = frame.with_columns(pl.lit(NAME, dtype=_CAT).alias("source"), _x_kind_expr(frame))
         frame = assign_segments(conform(frame), purges=purges)
         findings.extend(restart_findings(frame))
         if skipped:
@@ -161,10 +161,15 @@ class TfeventsImporter:
         )
 
 
+# The frame's string columns are categorical (schema.SCHEMA): built so from the start, the
+# 7M-row columns of a 1M-step run are never materialised as strings.
+_CAT = pl.Categorical()
+
+
 def _x_kind_expr(frame: pl.DataFrame) -> pl.Expr:
     tags = frame.get_column("tag").unique().to_list()
     kinds = {t: x_kind_of(t) for t in tags}
-    return pl.col("tag").replace_strict(kinds, default="step", return_dtype=pl.Utf8).alias("x_kind")
+    return pl.col("tag").replace_strict(kinds, default="step", return_dtype=_CAT).alias("x_kind")
 
 
 def _crc_function():  # noqa: ANN202
@@ -262,7 +267,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     out.hist = proto.hist
     del a, buf  # the file's bytes are decoded: free them before the frame is built
     sel = keep[fast.rec]
-    tag_series = pl.Series("tag", fast.tags, dtype=pl.Utf8)
+    tag_series = pl.Series("tag", fast.tags, dtype=_CAT)
     fast_df = pl.DataFrame(
         {
             "record_idx": fast.rec[sel],
@@ -270,7 +275,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
             "step": fast.step[sel],
             "tag": tag_series.gather(fast.tag_id[sel])
             if len(fast.tags)
-            else pl.Series([], dtype=pl.Utf8),
+            else pl.Series([], dtype=_CAT),
             "value": fast.value[sel],
             "wall_time": fast.wall_time[sel],
             "_tensor": fast.is_tensor[sel] & ~fast.has_meta[sel],
@@ -279,7 +284,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
             "record_idx": pl.Int64,
             "_sub": pl.Int64,
             "step": pl.Int64,
-            "tag": pl.Utf8,
+            "tag": _CAT,
             "value": pl.Float64,
             "wall_time": pl.Float64,
             "_tensor": pl.Boolean,
@@ -303,7 +308,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
         else pl.concat([fast_df, proto_df]).sort("record_idx", "_sub")
     )
     out.frame = df.drop("_sub").with_columns(
-        pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name).alias("file")
+        pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name, dtype=_CAT).alias("file")
     )
     if df.height:
         out.last_step = int(df.get_column("step")[-1])
@@ -438,7 +443,7 @@ def _prefix_tags(frame: pl.DataFrame, folder: Path, job_dir: Path) -> pl.DataFra
             mapping[tag] = f"{tag}/{sub[len(stem) :]}"
         else:
             mapping[tag] = f"{sub}/{tag}"
-    return frame.with_columns(pl.col("tag").replace_strict(mapping, return_dtype=pl.Utf8))
+    return frame.with_columns(pl.col("tag").replace_strict(mapping, return_dtype=_CAT))
 
 
 def _prefixed(hist: dict[str, float], folder: Path, job_dir: Path) -> dict[str, float]:

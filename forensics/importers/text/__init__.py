@@ -369,14 +369,14 @@ class TextLogsImporter:
         log = parse_text(raw, name)
         family = log.families[0] if log.families else "text"
         frame = log.frame.select(
-            pl.lit(f"{family}_text").alias("source"),
-            pl.lit(name).alias("file"),
+            pl.lit(f"{family}_text", dtype=pl.Categorical).alias("source"),
+            pl.lit(name, dtype=pl.Categorical).alias("file"),
             pl.lit(0, dtype=pl.Int32).alias("file_idx"),
             (pl.col("ln") + 1).alias("record_idx"),
             "step",
-            pl.lit(log.x_kind).alias("x_kind"),
-            "tag",
-            pl.lit(None, dtype=pl.Utf8).alias("metric"),
+            pl.lit(log.x_kind, dtype=pl.Categorical).alias("x_kind"),
+            pl.col("tag").cast(pl.Categorical),
+            pl.lit(None, dtype=pl.Categorical).alias("metric"),
             pl.lit(None, dtype=pl.Int32).alias("layer"),
             "value",
             "wall_time",
