@@ -1,0 +1,66 @@
+"""A real tiny training job that writes its TensorBoard log while it trains (for watch tests).
+
+Run as a script: ``python tests/watch_trainer.py OUT_DIR [--steps N] [--delay S] [--nan-at K]
+[--sleep-at K --sleep-for S]``. A two-layer MLP learns a fixed regression task on the CPU (one
+thread); each step logs loss, grad norm and lr through tensorboardX and flushes, so a watcher
+sees the step at once. ``--nan-at K`` sets a weight to NaN before step K's forward pass: the
+loss is NaN from step K on, as after an fp16 overflow that poisoned the weights. ``--sleep-at
+K --sleep-for S`` stops logging for S seconds after step K (a hang), then goes on. The script
+prints ``step K`` on stdout after each logged step so a test can follow it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--delay", type=float, default=0.02)
+    ap.add_argument("--nan-at", type=int, default=None)
+    ap.add_argument("--sleep-at", type=int, default=None)
+    ap.add_argument("--sleep-for", type=float, default=0.0)
+    ap.add_argument("--start", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    import torch
+    from tensorboardX import SummaryWriter
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    batch = 32
+    x = torch.randn(2048, 16, generator=g)
+    y = torch.tanh(x @ torch.randn(16, 1, generator=g)) + 0.05 * torch.randn(2048, 1, generator=g)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    writer = SummaryWriter(args.out, flush_secs=1)
+    for step in range(args.start, args.start + args.steps):
+        i = (step * batch) % len(x)
+        xb, yb = x[i : i + batch], y[i : i + batch]
+        if args.nan_at is not None and step == args.nan_at:
+            with torch.no_grad():
+                model[0].weight[0, 0] = float("nan")
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+        opt.step()
+        writer.add_scalar("train/loss", loss.item(), step)
+        writer.add_scalar("train/grad_norm", gn.item(), step)
+        writer.add_scalar("train/lr", opt.param_groups[0]["lr"], step)
+        writer.flush()
+        print(f"step {step}", flush=True)
+        if args.sleep_at is not None and step == args.sleep_at:
+            time.sleep(args.sleep_for)
+        time.sleep(args.delay)
+    writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
