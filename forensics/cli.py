@@ -809,13 +809,24 @@ def _watch_state(requested: Path | None, root: Path) -> Path:
     from forensics.watch.options import state_name
 
     if requested is not None:
-        return _place(requested, requested.name, root)
+        return _outside_run(requested, root)
     evidence = root if not root.is_file() else root.parent
     for folder in _fallback_dirs():
         target = folder.parent / "watch" / state_name(root)
         if not _inside(target, evidence):
             return target
     raise ForensicsError("every place for the watch state lies inside the run; use --state")
+
+
+def _outside_run(target: Path, root: Path) -> Path:
+    """``target`` unless it lies inside the run (a run that does not exist yet is a folder)."""
+    evidence = root if not root.is_file() else root.parent
+    if _inside(target, evidence):
+        raise ForensicsError(
+            f"{target}: refusing to write inside the run folder {evidence} (it is evidence); "
+            "choose another path"
+        )
+    return target
 
 
 @app.command(short_help="Watch a running job: alerts, hooks and a live panel.")
@@ -953,7 +964,7 @@ def _prometheus(target: str, root: Path):  # noqa: ANN202
         return PrometheusServer(port)
     from forensics.watch.prometheus import PrometheusTextfile
 
-    return PrometheusTextfile(_place(Path(target), Path(target).name, root))
+    return PrometheusTextfile(_outside_run(Path(target), root))
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Run as a script: ``python tests/watch_trainer.py OUT_DIR [--steps N] [--delay S] [--nan-at K]
 [--sleep-at K --sleep-for S]``. A two-layer MLP learns a fixed regression task on the CPU (one
-thread); each step logs loss, grad norm and lr through tensorboardX and flushes, so a watcher
+thread, full batch); each step logs loss, grad norm and lr through tensorboardX and flushes, so a watcher
 sees the step at once. ``--nan-at K`` sets a weight to NaN before step K's forward pass: the
 loss is NaN from step K on, as after an fp16 overflow that poisoned the weights. ``--sleep-at
 K --sleep-for S`` stops logging for S seconds after step K (a hang), then goes on. The script
@@ -32,16 +32,16 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
-    batch = 32
-    x = torch.randn(2048, 16, generator=g)
-    y = torch.tanh(x @ torch.randn(16, 1, generator=g)) + 0.05 * torch.randn(2048, 1, generator=g)
+    # Full-batch gradient descent on a fixed set: a smooth, falling loss, so the only event in
+    # the log is the one a test induces.
+    x = torch.randn(256, 16, generator=g)
+    y = torch.tanh(x @ torch.randn(16, 1, generator=g)) + 0.05 * torch.randn(256, 1, generator=g)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     writer = SummaryWriter(args.out, flush_secs=1)
     for step in range(args.start, args.start + args.steps):
-        i = (step * batch) % len(x)
-        xb, yb = x[i : i + batch], y[i : i + batch]
+        xb, yb = x, y
         if args.nan_at is not None and step == args.nan_at:
             with torch.no_grad():
                 model[0].weight[0, 0] = float("nan")

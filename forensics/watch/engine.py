@@ -41,9 +41,7 @@ MIN_OBSERVED = 3
 class MetricSink(Protocol):
     """Where the vital signs go on each change (forensics.watch.prometheus)."""
 
-    def update(self, run: Run, diagnosis: Diagnosis) -> None: ...
-
-    def close(self) -> None: ...
+    def update(self, run: str, diagnosis: Diagnosis | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,6 +54,7 @@ class WatchSettings:
     hooks: dict[Severity, str] = field(default_factory=dict)  # level -> shell command
     webhook: str | None = None
     hook_timeout: float = 60.0
+    webhook_timeout: float = 10.0
     exit_code: int = 1  # --until reached: the code --fail-on uses
 
 
@@ -129,6 +128,7 @@ class Watcher:
         self.status = Status()
         self.stopping = False
         self._said: set[str] = set()
+        self._waiting = False
         self._last_step: int | None = None
         self._advanced_at: float | None = None
         self._advances: deque[float] = deque(maxlen=PACE_WINDOW)
@@ -154,7 +154,9 @@ class Watcher:
     def close(self) -> None:
         self.book.save()
         for sink in self.sinks:
-            sink.close()
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
         if self.panel is not None:
             self.panel.close()
 
@@ -183,7 +185,7 @@ class Watcher:
                 self.status.run, self.status.diagnosis = run, diag
                 alerts += self.book.update(diag.findings, last_step=run.last_step)
                 for sink in self.sinks:
-                    sink.update(run, diag)
+                    sink.update(run.name, diag)
         step = run.last_step if not run.frame.is_empty() else None
         if step is not None and (self._last_step is None or step > self._last_step):
             if self._last_step is not None and self._advanced_at is not None:
@@ -198,7 +200,7 @@ class Watcher:
                 self.status.last_alert = alert
                 if self.panel is not None:
                     self.panel.alert(alert)
-                self._act(alert, run, report)
+            self._act(alerts, run, report)
         if self.panel is not None:
             self.panel.show(self.status)
         return self._until()
@@ -217,7 +219,9 @@ class Watcher:
             raise  # the user must point at one job: waiting would not help
         except ForensicsError as exc:
             if self.tail.run is None:
-                self._say_once(f"waiting for a training log: {exc}")
+                if not self._waiting:  # said once, however the reason changes meanwhile
+                    self._waiting = True
+                    self._say_once(f"waiting for a training log: {exc}")
             else:
                 self._say_once(f"could not read the new records: {exc}; trying again")
             return False
@@ -297,25 +301,40 @@ class Watcher:
         self._report_of, self.status.report = id(diag), target
         return target
 
-    def _act(self, alert: Alert, run: Run, report: Path | None) -> None:
-        """The level's hook (new and escalated alerts) and the webhook (every alert)."""
-        s = self.settings
-        cmd = s.hooks.get(alert.severity) if alert.event is not Event.ENDED else None
-        if cmd is None and s.webhook is None:
-            return
-        from forensics.watch.actions import post_webhook, run_hook
+    def _act(self, alerts: list[Alert], run: Run, report: Path | None) -> None:
+        """Each level's hook once per poll, and the webhook for every alert.
 
+        The findings one event raises arrive together (a NaN makes the loss and the grad norm
+        non-finite at one step): the level's hook runs once, for the poll's leading alert at
+        that level (the earliest onset); the others are in the report it points to.
+        """
+        s = self.settings
         results = []
-        if cmd is not None:
-            results.append(
-                run_hook(cmd, alert, run_name=run.name, report=report, timeout=s.hook_timeout)
-            )
+        if s.hooks:
+            from forensics.watch.actions import run_hook
+
+            for level, cmd in s.hooks.items():
+                at_level = [a for a in alerts if a.event is not Event.ENDED and a.severity is level]
+                if at_level:
+                    lead = min(at_level, key=lambda a: a.finding.sort_key())
+                    results.append(
+                        run_hook(
+                            cmd, lead, run_name=run.name, report=report, timeout=s.hook_timeout
+                        )
+                    )
         if s.webhook is not None:
-            results.append(
-                post_webhook(
-                    s.webhook, alert, run_name=run.name, report=report, timeout=s.hook_timeout
+            from forensics.watch.actions import post_webhook
+
+            for alert in alerts:
+                results.append(
+                    post_webhook(
+                        s.webhook,
+                        alert,
+                        run_name=run.name,
+                        report=report,
+                        timeout=s.webhook_timeout,
+                    )
                 )
-            )
         if self.panel is not None:
             for result in results:
                 self.panel.action(result)

@@ -63,7 +63,7 @@ def action_line(result: Any) -> str | None:
     """A line for a hook or webhook that failed (None when it went well)."""
     if getattr(result, "ok", True):
         return None
-    return safe(f"action failed: {getattr(result, 'message', result)}")
+    return safe(f"action failed: {getattr(result, 'detail', result)}")
 
 
 def _number(v: float) -> str:
