@@ -144,3 +144,14 @@ def test_a_run_read_poll_by_poll_alerts_each_event_once() -> None:
     final = analyze_run(full)
     again = book.update(final.findings, last_step=final.run.last_step)
     assert [a for a in again if a.event is Event.NEW] == []
+
+
+def test_a_half_read_step_is_no_end() -> None:
+    """The loss of step 99 is in the file, its grad norm not yet: a grad-norm NaN to step 98
+    still runs to the end of its series."""
+    book = AlertBook()
+    nan = _f(kind="nan_inf", severity="fatal", start=20, end=98)
+    book.update([nan], last_step=98)
+    assert book.update([nan], last_step=99, last_steps={"grad_norm": 98, "loss": 99}) == []
+    ended = book.update([nan], last_step=99, last_steps={"grad_norm": 99, "loss": 99})
+    assert [a.event for a in ended] == [Event.ENDED]

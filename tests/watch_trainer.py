@@ -1,12 +1,16 @@
 """A real tiny training job that writes its TensorBoard log while it trains (for watch tests).
 
-Run as a script: ``python tests/watch_trainer.py OUT_DIR [--steps N] [--delay S] [--nan-at K]
-[--sleep-at K --sleep-for S]``. A two-layer MLP learns a fixed regression task on the CPU (one
-thread, full batch); each step logs loss, grad norm and lr through tensorboardX and flushes, so a watcher
-sees the step at once. ``--nan-at K`` sets a weight to NaN before step K's forward pass: the
-loss is NaN from step K on, as after an fp16 overflow that poisoned the weights. ``--sleep-at
-K --sleep-for S`` stops logging for S seconds after step K (a hang), then goes on. The script
-prints ``step K`` on stdout after each logged step so a test can follow it.
+Run as a script: ``python tests/watch_trainer.py OUT_DIR [--steps N] [--delay S]
+[--nan-at K] [--sleep-at K --sleep-for S]``. A two-layer MLP learns a fixed regression task
+on the CPU (one thread, full batch); each step logs loss, grad norm and lr through
+tensorboardX and flushes, so a watcher sees the step at once.
+
+- ``--nan-at K`` sets a weight to NaN before step K's forward pass: the loss is NaN from
+  step K on, as after an fp16 overflow that poisoned the weights.
+- ``--sleep-at K --sleep-for S`` stops logging for S seconds after step K (a hang), then
+  goes on.
+
+The script prints ``step K`` on stdout after each logged step.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nan-at", type=int, default=None)
     ap.add_argument("--sleep-at", type=int, default=None)
     ap.add_argument("--sleep-for", type=float, default=0.0)
-    ap.add_argument("--start", type=int, default=1)
     args = ap.parse_args(argv)
 
     import torch
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     writer = SummaryWriter(args.out, flush_secs=1)
-    for step in range(args.start, args.start + args.steps):
+    for step in range(1, args.steps + 1):
         xb, yb = x, y
         if args.nan_at is not None and step == args.nan_at:
             with torch.no_grad():

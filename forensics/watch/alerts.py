@@ -14,7 +14,7 @@ the log is silent, ended when steps resume.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -129,20 +129,29 @@ class AlertBook:
                 best = t
         return best
 
-    def update(self, findings: Iterable[Finding], *, last_step: int | None = None) -> list[Alert]:
+    def update(
+        self,
+        findings: Iterable[Finding],
+        *,
+        last_step: int | None = None,
+        last_steps: Mapping[str, int] | None = None,
+    ) -> list[Alert]:
         """Alerts for this poll: new findings, escalations, and findings that ended.
 
         A finding has ended when it has an end step before ``last_step``, the run's last step
         (the sign recovered while the run went on); an end step at the last step is the log's
-        end, not a recovery (a NaN to the end of the log). Without ``last_step`` any end step
-        counts. A finding that was alerted and is no longer reported is left as it was: with
-        more data a baseline can absorb an old event, which is no news for the person on call.
+        end, not a recovery (a NaN to the end of the log). ``last_steps`` gives the last step
+        per metric, which is the one that counts for a finding on that metric (a step half read:
+        its loss is in the file, its grad norm not yet). Without either any end step counts.
+        A finding that was alerted and is no longer reported is left as it was: with more
+        data a baseline can absorb an old event, which is no news for the person on call.
         A ``stall`` the detectors find between two logged steps is the same event as a stall
         the watcher saw from outside at the same step.
         """
 
         def over(f: Finding) -> bool:
-            return f.end_step is not None and (last_step is None or f.end_step < last_step)
+            last = (last_steps or {}).get(f.metric or "", last_step)
+            return f.end_step is not None and (last is None or f.end_step < last)
 
         alerts: list[Alert] = []
         for f in sorted(findings, key=Finding.sort_key):

@@ -183,15 +183,20 @@ class Watcher:
             diag = self._analyze(run)
             if diag is not None:
                 self.status.run, self.status.diagnosis = run, diag
-                alerts += self.book.update(diag.findings, last_step=run.last_step)
+                alerts += self.book.update(
+                    diag.findings, last_step=run.last_step, last_steps=_last_steps(run)
+                )
                 for sink in self.sinks:
                     sink.update(run.name, diag)
         step = run.last_step if not run.frame.is_empty() else None
         if step is not None and (self._last_step is None or step > self._last_step):
             if self._last_step is not None and self._advanced_at is not None:
                 self._advances.append(now - self._advanced_at)
+                # An open stall ends at the first step after the silence.
+                alerts += self.book.steps_resumed(_first_after(run, self._last_step))
+            else:
+                alerts += self.book.steps_resumed(step)  # a restarted watcher: resumed since
             self._last_step, self._advanced_at = step, now
-            alerts += self.book.steps_resumed(step)
         alerts += self._stall(run, now)
         if alerts:
             self.book.save()  # before acting: a watcher killed in a hook repeats nothing
@@ -350,6 +355,20 @@ class Watcher:
                 self.panel.say(f"the verdict reached {diag.verdict} (--until {until.value})")
             return self.settings.exit_code
         return None
+
+
+def _last_steps(run: Run) -> dict[str, int]:
+    """The last logged step of each vital sign."""
+    import polars as pl
+
+    last = run.frame.group_by("metric").agg(pl.col("step").max()).drop_nulls()
+    return {str(m): int(s) for m, s in last.iter_rows()}
+
+
+def _first_after(run: Run, step: int) -> int:
+    """The first logged step after ``step``."""
+    steps = run.frame.get_column("step")
+    return int(steps.filter(steps > step).min())  # type: ignore[arg-type]
 
 
 def _seconds(s: float) -> str:
