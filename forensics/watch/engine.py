@@ -201,9 +201,13 @@ class Watcher:
         if alerts:
             self.book.save()  # before acting: a watcher killed in a hook repeats nothing
             report = self._write_report()
-            for alert in alerts:
-                self.status.last_alert = alert
-                if self.panel is not None:
+            # The panel's "last alert": the worst of this poll's (an end only when alone).
+            self.status.last_alert = min(
+                alerts,
+                key=lambda a: (a.event is Event.ENDED, -a.severity.rank, a.finding.sort_key()),
+            )
+            if self.panel is not None:
+                for alert in alerts:
                     self.panel.alert(alert)
             self._act(alerts, run, report)
         if self.panel is not None:

@@ -156,16 +156,18 @@ class LivePanel:
 
     def say(self, text: str) -> None:
         self.note = text
-        self.live.console.print(f"[dim]{escape(text)}[/dim]")
+        self.live.console.print(f"[dim]{escape(text)}[/dim]", highlight=False)
 
     def alert(self, alert: Alert) -> None:
         term = look(alert.severity.value).term if alert.event is not Event.ENDED else "green"
-        self.live.console.print(f"[{term}]{escape(_clock())} {escape(alert_line(alert))}[/]")
+        self.live.console.print(
+            f"[{term}]{escape(_clock())} {escape(alert_line(alert))}[/]", highlight=False
+        )
 
     def action(self, result: Any) -> None:
         line = action_line(result)
         if line is not None:
-            self.live.console.print(f"[red]{escape(line)}[/red]")
+            self.live.console.print(f"[red]{escape(line)}[/red]", highlight=False)
 
     def show(self, status: Status) -> None:
         self.live.update(self._render(status), refresh=True)
