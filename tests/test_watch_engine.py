@@ -304,3 +304,39 @@ def test_quiet_prints_alert_lines_only(tmp_path: Path, capsys: pytest.CaptureFix
     w.poll()
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and "step 63  fatal  grad_norm nan  loss nan  lr 0.001" in out[-1]
+
+
+def test_the_webhook_gets_every_alert_as_a_chat_message(tmp_path: Path) -> None:
+    """A local HTTP server stands in for Slack: one POST per alert, ``text`` in the body."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    bodies: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        run, clock = tmp_path / "run", Clock()
+        writer = Writer(run)
+        writer.steps(60)
+        writer.steps(3, nan=True)
+        writer.close()
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        w, panel = _watcher(run, tmp_path, clock, webhook=url)
+        w.poll()
+        w.poll()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(panel.alerts) == 2 and [r.ok for r in panel.results] == [True, True]
+    assert len(bodies) == 2
+    assert all("FATAL" in b["text"] and "nan_inf" in b["text"] for b in bodies)
