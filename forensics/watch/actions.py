@@ -203,7 +203,7 @@ def run_hook(
         _kill_group(proc)
         try:
             # A grandchild that left the group may hold the pipes open: do not wait for it.
-            proc.communicate(timeout=2.0)
+            proc.communicate(timeout=1.0)
         except subprocess.TimeoutExpired:
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:

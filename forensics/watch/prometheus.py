@@ -23,12 +23,14 @@ would swamp a dashboard), but a finding on them lights their sign.
 
 :class:`PrometheusTextfile` writes a ``.prom`` file for node_exporter's textfile collector,
 atomically (the collector never reads half a file); :class:`PrometheusServer` serves
-``/metrics`` itself from a background thread.
+``/metrics`` itself from a background thread. :func:`open_prometheus` turns the command
+line's ``--prometheus FILE|:PORT`` into one of them.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import socket
 import socketserver
 import threading
@@ -37,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from forensics.atomic import write_atomic
 from forensics.errors import ForensicsError
@@ -79,6 +81,9 @@ class _Server(ThreadingHTTPServer):
         # HTTPServer.server_bind looks up the host's FQDN: a DNS query the metrics do not need.
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a scraper that hung up: no traceback across the watcher's terminal
 
 
 class _Server6(_Server):
@@ -219,6 +224,9 @@ class PrometheusTextfile:
     def update(self, run: str, diagnosis: Diagnosis | None) -> None:
         write_atomic(self.path, self._exposition.update(run, diagnosis))
 
+    def close(self) -> None:
+        """Nothing to release: the last file stays for the collector (its mtime says how old)."""
+
 
 class PrometheusServer:
     """``/metrics`` served from a background thread until :meth:`close`.
@@ -270,7 +278,10 @@ class PrometheusServer:
         self.host = host
         self.port: int = int(self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="forensics-prometheus", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},  # how long close() waits for the loop at most
+            name="forensics-prometheus",
+            daemon=True,
         )
         self._thread.start()
 
@@ -300,3 +311,31 @@ class PrometheusServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class MetricsOutput(Protocol):
+    """What the watcher needs of either output."""
+
+    def update(self, run: str, diagnosis: Diagnosis | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+_LISTEN = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:/\\\[\]]*)):(?P<port>\d{1,5})")
+USAGE = (
+    "a .prom file for node_exporter's textfile collector, or :PORT (HOST:PORT, [V6]:PORT) "
+    "to serve /metrics"
+)
+
+
+def open_prometheus(spec: str) -> MetricsOutput:
+    """``--prometheus FILE|:PORT``: a ``*.prom`` path is a textfile, ``:9100`` serves on the
+    loopback, ``0.0.0.0:9100`` or ``[::]:9100`` on that address. Anything else is a one-line
+    :class:`ForensicsError`."""
+    if spec.endswith(".prom"):
+        return PrometheusTextfile(spec)
+    m = _LISTEN.fullmatch(spec)
+    if m is None or int(m["port"]) > 65535:
+        raise ForensicsError(f"--prometheus {spec!r}: expected {USAGE}")
+    host = m["v6"] or m["host"] or "127.0.0.1"
+    return PrometheusServer(int(m["port"]), host=host)
