@@ -953,18 +953,12 @@ def watch(
 
 
 def _prometheus(target: str, root: Path):  # noqa: ANN202
-    """``:PORT`` (an HTTP endpoint on localhost) or a textfile-collector file."""
-    if target.startswith(":"):
-        from forensics.watch.prometheus import PrometheusServer
+    """``FILE.prom`` (node_exporter's textfile collector; never inside the run) or ``:PORT``."""
+    from forensics.watch.prometheus import open_prometheus
 
-        try:
-            port = int(target[1:])
-        except ValueError:
-            raise typer.BadParameter(f"{target!r}: write :PORT, e.g. :9108") from None
-        return PrometheusServer(port)
-    from forensics.watch.prometheus import PrometheusTextfile
-
-    return PrometheusTextfile(_outside_run(Path(target), root))
+    if target.endswith(".prom"):
+        _outside_run(Path(target), root)
+    return open_prometheus(target)
 
 
 def main() -> None:
