@@ -153,3 +153,14 @@ def test_the_live_panel_shows_each_vital_sign_with_its_light() -> None:
     assert "red" in text and "yellow" in text and "green" in text
     assert "nan at step 1,000" in text  # the loss's last value
     assert "last alert:" in text
+
+
+def test_a_folder_of_several_jobs_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    for job in ("a", "b"):
+        shutil.copytree(NAN, tmp_path / "jobs" / job)
+    res = _watch(tmp_path, str(tmp_path / "jobs"), "--interval", "0.2")
+    assert res.returncode == 2
+    assert res.stderr.strip().endswith(
+        "holds 2 separate training jobs (a, b); point watch at one of them"
+    )
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from forensics.errors import ForensicsError, MultipleJobsError
+from forensics.errors import ForensicsError, MultipleJobsError, summarize
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.watch.alerts import WATCH, Alert, AlertBook, Event
 from forensics.watch.tail import RunTail
@@ -133,6 +133,8 @@ class Watcher:
         self._advanced_at: float | None = None
         self._advances: deque[float] = deque(maxlen=PACE_WINDOW)
         self._report_of: int | None = None  # id() of the diagnosis the report shows
+        self._pace_of: int | None = None  # id() of the frame the logged pace was read from
+        self._logged_gap: float | None = None
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -224,8 +226,11 @@ class Watcher:
         """Poll the tail; a missing folder or no log yet is waited for (said once)."""
         try:
             return self.tail.poll()
-        except MultipleJobsError:
-            raise  # the user must point at one job: waiting would not help
+        except MultipleJobsError as exc:  # waiting would not help: one watcher, one job
+            raise ForensicsError(
+                f"{self.path} holds {len(exc.jobs)} separate training jobs "
+                f"({summarize(exc.jobs)}); point watch at one of them"
+            ) from None
         except ForensicsError as exc:
             if self.tail.run is None:
                 if not self._waiting:  # said once, however the reason changes meanwhile
@@ -258,7 +263,9 @@ class Watcher:
         if self.settings.stall_after is not None:
             return self.settings.stall_after
         params = self.config.params["stall"]
-        usual = usual_logged_gap(run)
+        if self._pace_of != id(run.frame):  # once per change of the run, not per poll
+            self._pace_of, self._logged_gap = id(run.frame), usual_logged_gap(run)
+        usual = self._logged_gap
         if usual is None and len(self._advances) >= MIN_OBSERVED:
             usual = statistics.median(self._advances)
         if usual is None:
