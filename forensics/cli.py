@@ -937,6 +937,8 @@ def watch(
         hooks=hooks,
         webhook=webhook,
     )
+    if out is not None:
+        _outside_run(out, root)  # refused now, not at the first alert
     sinks = [_prometheus(prometheus, root)] if prometheus else []
     watcher = Watcher(
         root,

@@ -155,3 +155,25 @@ def test_a_half_read_step_is_no_end() -> None:
     assert book.update([nan], last_step=99, last_steps={"grad_norm": 98, "loss": 99}) == []
     ended = book.update([nan], last_step=99, last_steps={"grad_norm": 99, "loss": 99})
     assert [a.event for a in ended] == [Event.ENDED]
+
+
+def test_one_action_per_event_and_level_across_signs_and_polls(tmp_path: Path) -> None:
+    """The NaN reaches the loss's record on one poll and the grad norm's on the next: one
+    hook. An escalation of the same event to a higher level is a new action; a distant onset
+    is another event."""
+    book = AlertBook.load(tmp_path / "state.json")
+    (loss,) = book.update([_f(kind="nan_inf", severity="fatal", metric="loss", start=40)])
+    assert book.claim_action(loss)
+    book.save()
+    book = AlertBook.load(tmp_path / "state.json")  # the claim survives a restart
+    gn = _f(kind="nan_inf", severity="fatal", metric="grad_norm", start=40)
+    (grad,) = book.update([gn])
+    assert not book.claim_action(grad)
+    (warn,) = book.update([_f(start=500)])
+    assert book.claim_action(warn)
+    (esc,) = book.update([_f(start=500, severity="critical")])
+    assert esc.event is Event.ESCALATED and book.claim_action(esc)
+    (far,) = book.update([_f(kind="nan_inf", severity="fatal", metric="loss", start=900)])
+    assert book.claim_action(far)
+    (ended,) = book.update([_f(start=500, severity="critical", end=520)], last_step=600)
+    assert ended.event is Event.ENDED and not book.claim_action(ended)

@@ -233,7 +233,7 @@ def test_stall_from_the_logged_pace_alerted_once_and_ended_when_steps_resume(
     settle(w, writer)
     ended = [a for a in panel.alerts if a.event is Event.ENDED]
     assert [(a.finding.kind.value, a.finding.start_step, a.finding.end_step) for a in ended] == [
-        ("stall", 60, 63)
+        ("stall", 60, 61)
     ]
     assert len(_lines(hooklog)) == 1  # an end runs no hook
     writer.close()

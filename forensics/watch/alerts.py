@@ -49,6 +49,7 @@ class Tracked:
     ended: bool = False
     origin: str = "detector"  # or "watch": a stall the watcher saw from outside
     summary: str = ""
+    acted: str | None = None  # the level whose hook ran for this event (see claim_action)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,24 @@ class AlertBook:
                 t.end_step, t.ended = f.end_step, True
                 alerts.append(Alert(Event.ENDED, f, t.key, previous=before))
         return alerts
+
+    def claim_action(self, alert: Alert) -> bool:
+        """Whether ``alert`` is the first of its event at its level to run the level's hook.
+
+        One event shows in several signs, and not always on the same poll (a NaN reaches the
+        loss's record before the grad norm's): an alert whose onset lies within the identity
+        tolerance of one that already ran the hook at the same level is that event again.
+        An end runs no hook. The claim is kept in the state file.
+        """
+        if alert.event is Event.ENDED:
+            return False
+        f, level = alert.finding, alert.severity.value
+        tol = onset_tolerance(f)
+        for t in self.tracked.values():
+            if t.acted == level and abs(t.start_step - f.start_step) <= tol:
+                return False
+        self.tracked[alert.key].acted = level
+        return True
 
     # -- stalls seen from outside ------------------------------------------------------
     def stall(self, finding: Finding) -> list[Alert]:

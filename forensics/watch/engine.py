@@ -201,6 +201,7 @@ class Watcher:
             self._last_step, self._advanced_at = step, now
         alerts += self._stall(run, now)
         if alerts:
+            hooks = self._hooks_to_run(alerts)
             self.book.save()  # before acting: a watcher killed in a hook repeats nothing
             report = self._write_report()
             # The panel's "last alert": the worst of this poll's (an end only when alone).
@@ -211,7 +212,7 @@ class Watcher:
             if self.panel is not None:
                 for alert in alerts:
                     self.panel.alert(alert)
-            self._act(alerts, run, report)
+            self._act(alerts, hooks, run, report)
         if self.panel is not None:
             self.panel.show(self.status)
         return self._until()
@@ -312,32 +313,38 @@ class Watcher:
         from forensics.atomic import write_atomic
         from forensics.report import render_html
 
-        target = self.report_place(diag.run)
-        write_atomic(target, render_html(diag))
+        try:
+            target = self.report_place(diag.run)
+            write_atomic(target, render_html(diag))
+        except ForensicsError as exc:  # a full disk or a refused place: said, watching goes on
+            self._say_once(f"report not written: {exc}")
+            return None
         self._report_of, self.status.report = id(diag), target
         return target
 
-    def _act(self, alerts: list[Alert], run: Run, report: Path | None) -> None:
-        """Each level's hook once per poll, and the webhook for every alert.
+    def _hooks_to_run(self, alerts: list[Alert]) -> list[tuple[str, Alert]]:
+        """(command, alert) for each event's first alert at a level that has a hook."""
+        out = []
+        for alert in sorted(alerts, key=lambda a: a.finding.sort_key()):
+            cmd = self.settings.hooks.get(alert.severity)
+            if cmd is not None and self.book.claim_action(alert):
+                out.append((cmd, alert))
+        return out
 
-        The findings one event raises arrive together (a NaN makes the loss and the grad norm
-        non-finite at one step): the level's hook runs once, for the poll's leading alert at
-        that level (the earliest onset); the others are in the report it points to.
-        """
+    def _act(
+        self, alerts: list[Alert], hooks: list[tuple[str, Alert]], run: Run, report: Path | None
+    ) -> None:
+        """The hooks (once per event and level, see AlertBook.claim_action) and the webhook
+        for every alert."""
         s = self.settings
         results = []
-        if s.hooks:
+        if hooks:
             from forensics.watch.actions import run_hook
 
-            for level, cmd in s.hooks.items():
-                at_level = [a for a in alerts if a.event is not Event.ENDED and a.severity is level]
-                if at_level:
-                    lead = min(at_level, key=lambda a: a.finding.sort_key())
-                    results.append(
-                        run_hook(
-                            cmd, lead, run_name=run.name, report=report, timeout=s.hook_timeout
-                        )
-                    )
+            for cmd, alert in hooks:
+                results.append(
+                    run_hook(cmd, alert, run_name=run.name, report=report, timeout=s.hook_timeout)
+                )
         if s.webhook is not None:
             from forensics.watch.actions import post_webhook
 
