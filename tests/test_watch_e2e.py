@@ -168,15 +168,16 @@ def test_a_writer_that_sleeps_raises_a_stall_once_and_it_ends(
     _wait(lambda: _saw_step(w, 30), "the watcher to see the last step")
     _clean_exit(w, w.stop())
 
-    # The sleep at step 15: one stall, ended when the steps resumed. (The job's own end is a
-    # silence too: a watcher left running after step 30 would see a stall there.)
+    # The sleep at step 15: one stall, ended when the steps resumed. (Any other silence over
+    # 3 s is a stall too: the job's own end after step 30, or a hiccup of a loaded machine.)
     lines = w.stdout().splitlines()
-    stalls = [x for x in lines if " stall " in x and " step 30" not in x]
+    stalls = [x for x in lines if " stall " in x and " 15" in x]
     assert len(stalls) == 2, lines
     assert " WARNING new stall at step 15: No new step for " in stalls[0]
     assert " ENDED stall steps 15-16: Steps resumed" in stalls[1]
     calls = [(c["FORENSICS_KIND"], c["FORENSICS_STEP"]) for c in _calls(hooks)]
-    assert calls in ([("stall", "15")], [("stall", "15"), ("stall", "30")])
+    assert calls.count(("stall", "15")) == 1
+    assert {kind for kind, _ in calls} == {"stall"}
 
 
 def test_a_watcher_restarted_mid_run_with_its_state_repeats_no_alert(
@@ -188,6 +189,8 @@ def test_a_watcher_restarted_mid_run_with_its_state_repeats_no_alert(
     first = _watch(tmp_path, "first", run, *args)
     procs += [trainer, first]
     _wait(lambda: len(_calls(hooks)) == 1, "the fatal hook")
+    # Both signs' NaN seen (a step's grad norm can reach the file a poll after its loss).
+    _wait(lambda: "FATAL new nan_inf (grad_norm)" in first.stdout(), "the grad norm's NaN")
     _clean_exit(first, first.stop())  # killed mid-run
     assert trainer.p.poll() is None, "the job ended before the watcher was restarted"
 
