@@ -178,6 +178,8 @@ class Watcher:
         changed = self._read()
         run = self.tail.run
         if run is None:
+            where = "does not exist yet" if not self.path.exists() else "holds no training log yet"
+            self._wait_said(f"{self.path} {where}")
             return None
         now = self.clock()
         alerts: list[Alert] = []
@@ -223,6 +225,11 @@ class Watcher:
             if self.panel is not None:
                 self.panel.say(text)
 
+    def _wait_said(self, reason: str) -> None:
+        if not self._waiting:  # said once, however the reason changes meanwhile
+            self._waiting = True
+            self._say_once(f"waiting for a training log: {reason}")
+
     def _read(self) -> bool:
         """Poll the tail; a missing folder or no log yet is waited for (said once)."""
         try:
@@ -234,11 +241,18 @@ class Watcher:
             ) from None
         except ForensicsError as exc:
             if self.tail.run is None:
-                if not self._waiting:  # said once, however the reason changes meanwhile
-                    self._waiting = True
-                    self._say_once(f"waiting for a training log: {exc}")
+                self._wait_said(str(exc))
             else:
                 self._say_once(f"could not read the new records: {exc}; trying again")
+            return False
+        except Exception as exc:
+            if os.environ.get("FORENSICS_DEBUG"):
+                raise
+            # The next poll reads again from where the tail stands: said once, not fatal.
+            self._say_once(
+                f"internal error reading the run: {type(exc).__name__}: {exc}; trying again "
+                "(set FORENSICS_DEBUG=1 for the traceback)"
+            )
             return False
 
     def _analyze(self, run: Run) -> Diagnosis | None:
