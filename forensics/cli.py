@@ -822,6 +822,181 @@ def sweep(
         typer.echo(f"{r['verdict'].upper():9} {r['name']}  {top or 'no findings'}  {vary}".rstrip())
 
 
+class Until(StrEnum):
+    critical = "critical"
+    fatal = "fatal"
+
+
+def _duration(text: str | None) -> float | None:
+    from forensics.watch.options import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _watch_state(requested: Path | None, root: Path) -> Path:
+    """The state file: as given (never inside the run), else in the user cache folder."""
+    from forensics.watch.options import state_name
+
+    if requested is not None:
+        return _outside_run(requested, root)
+    evidence = root if not root.is_file() else root.parent
+    for folder in _fallback_dirs():
+        target = folder.parent / "watch" / state_name(root)
+        if not _inside(target, evidence):
+            return target
+    raise ForensicsError("every place for the watch state lies inside the run; use --state")
+
+
+def _outside_run(target: Path, root: Path) -> Path:
+    """``target`` unless it lies inside the run (a run that does not exist yet is a folder)."""
+    evidence = root if not root.is_file() else root.parent
+    if _inside(target, evidence):
+        raise ForensicsError(
+            f"{target}: refusing to write inside the run folder {evidence} (it is evidence); "
+            "choose another path"
+        )
+    return target
+
+
+@app.command(short_help="Watch a running job: alerts, hooks and a live panel.")
+def watch(
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH", help="A run folder or log file; it may not exist yet (waited for)."
+        ),
+    ],
+    interval: Annotated[
+        str, typer.Option("--interval", metavar="DURATION", help="Time between polls.")
+    ] = "30s",
+    on_warning: Annotated[
+        str | None,
+        typer.Option("--on-warning", metavar="CMD", help="Shell command run on a yellow alert."),
+    ] = None,
+    on_critical: Annotated[
+        str | None,
+        typer.Option("--on-critical", metavar="CMD", help="Shell command run on an orange alert."),
+    ] = None,
+    on_fatal: Annotated[
+        str | None,
+        typer.Option("--on-fatal", metavar="CMD", help="Shell command run on a red alert."),
+    ] = None,
+    webhook: Annotated[
+        str | None,
+        typer.Option("--webhook", metavar="URL", help="Post each alert here (Slack, Teams)."),
+    ] = None,
+    stall_after: Annotated[
+        str | None,
+        typer.Option(
+            "--stall-after",
+            metavar="DURATION",
+            help="No new step for this long is a stall [default: 20x the usual step gap, "
+            "at least 5 minutes].",
+        ),
+    ] = None,
+    until: Annotated[
+        Until | None,
+        typer.Option(
+            "--until",
+            metavar="[critical|fatal]",
+            help="Exit 1 (the --fail-on code) when the verdict reaches this.",
+        ),
+    ] = None,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            "--state",
+            metavar="FILE",
+            help="Alerts sent so far; a restarted watcher repeats none [default: in the user "
+            "cache folder, per run path].",
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            metavar="FILE|:PORT",
+            help="Vital signs and lights for Prometheus: a textfile-collector file or a port.",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the alerts, one line each.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="REPORT.html",
+            help="HTML report, rewritten on each alert [default: reports/<run>.html].",
+        ),
+    ] = None,
+    ignore: IgnoreOpt = [],  # noqa: B006
+    alias: AliasOpt = [],  # noqa: B006
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", metavar="FILE.toml", help="Read settings from this TOML file."),
+    ] = None,
+) -> None:
+    """Watch a run while it trains: the same detectors as analyze on every poll, each finding
+    alerted once (again when it escalates), hooks per level, a stall when the log stops."""
+    import signal
+
+    from forensics.findings import Severity
+    from forensics.watch.engine import Watcher, WatchSettings
+    from forensics.watch.panel import make_panel
+
+    every = _duration(interval)
+    assert every is not None
+    cfg = _config(config_file, alias, ignore, None)
+    root = Path(path)
+    hooks = {
+        level: cmd
+        for level, cmd in (
+            (Severity.WARNING, on_warning),
+            (Severity.CRITICAL, on_critical),
+            (Severity.FATAL, on_fatal),
+        )
+        if cmd
+    }
+    settings = WatchSettings(
+        interval=every,
+        stall_after=_duration(stall_after),
+        until=Severity(until.value) if until else None,
+        hooks=hooks,
+        webhook=webhook,
+    )
+    if out is not None:
+        _outside_run(out, root)  # refused now, not at the first alert
+    sinks = [_prometheus(prometheus, root)] if prometheus else []
+    watcher = Watcher(
+        root,
+        config=cfg,
+        settings=settings,
+        state_path=_watch_state(state, root),
+        report_place=lambda run: _place(out, f"{_safe_name(run.name)}.html", Path(run.path)),
+        panel=make_panel(str(path), quiet=quiet),
+        sinks=sinks,
+    )
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: watcher.stop())
+    raise typer.Exit(code=watcher.run())
+
+
+def _prometheus(target: str, root: Path):  # noqa: ANN202
+    """``FILE.prom`` (node_exporter's textfile collector; never inside the run) or ``:PORT``."""
+    from forensics.watch.prometheus import open_prometheus
+
+    if target.endswith(".prom"):
+        _outside_run(Path(target), root)
+    return open_prometheus(target)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -739,8 +739,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "source",
             str,
             "wall_time: a silence between logged steps; step_time / throughput: slow steps in "
-            "that series",
-            values=("wall_time", "step_time", "throughput"),
+            "that series; watch: no new step while `forensics watch` looked (the log stopped)",
+            values=("wall_time", "step_time", "throughput", "watch"),
         ),
         _m("slow_steps", int, "how many slow logged steps the finding covers", null=True),
         _m(

@@ -5,23 +5,28 @@ A finding seen on one poll is seen again on the next, often with a slightly diff
 layer plus an onset that matches within a tolerance of an earlier one of the same kind:
 the same event, not a new one. The book's state is a small JSON file, so a restarted
 watcher carries on without repeating an alert.
+
+A stall the watcher sees from outside (no new step for too long) is tracked here too, under
+its own identity (``watch_stall`` and the last step before the silence): alerted once while
+the log is silent, ended when steps resume.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from forensics.atomic import write_atomic
-from forensics.findings import Finding, Severity
+from forensics.findings import Finding, FindingKind, Severity
 
 STATE_VERSION = 1
 # Info findings are notes for the report, not alerts: the lights start at yellow.
 ALERTING = (Severity.WARNING, Severity.CRITICAL, Severity.FATAL)
+WATCH = "watch"
 
 
 class Event(StrEnum):
@@ -42,6 +47,9 @@ class Tracked:
     severity: str
     end_step: int | None = None
     ended: bool = False
+    origin: str = "detector"  # or "watch": a stall the watcher saw from outside
+    summary: str = ""
+    acted: str | None = None  # the level whose hook ran for this event (see claim_action)
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,8 @@ class AlertBook:
         layer, tol = _layer(f), onset_tolerance(f)
         best: Tracked | None = None
         for t in self.tracked.values():
+            if t.origin == WATCH and f.kind is not FindingKind.STALL:
+                continue
             if (t.kind, t.metric, t.layer) != (f.kind.value, f.metric, layer):
                 continue
             if abs(t.start_step - f.start_step) > tol:
@@ -120,29 +130,49 @@ class AlertBook:
                 best = t
         return best
 
-    def update(self, findings: Iterable[Finding]) -> list[Alert]:
+    def update(
+        self,
+        findings: Iterable[Finding],
+        *,
+        last_step: int | None = None,
+        last_steps: Mapping[str, int] | None = None,
+    ) -> list[Alert]:
         """Alerts for this poll: new findings, escalations, and findings that ended.
 
-        A finding ends when it gains an end step (the sign recovered). A finding that was
-        alerted and is no longer reported is left as it was: with more data a baseline can
-        absorb an old event, which is no news for the person on call.
+        A finding has ended when it has an end step before ``last_step``, the run's last step
+        (the sign recovered while the run went on); an end step at the last step is the log's
+        end, not a recovery (a NaN to the end of the log). ``last_steps`` gives the last step
+        per metric, which is the one that counts for a finding on that metric (a step half read:
+        its loss is in the file, its grad norm not yet). Without either any end step counts.
+        A finding that was alerted and is no longer reported is left as it was: with more
+        data a baseline can absorb an old event, which is no news for the person on call.
+        A ``stall`` the detectors find between two logged steps is the same event as a stall
+        the watcher saw from outside at the same step.
         """
+
+        def over(f: Finding) -> bool:
+            last = (last_steps or {}).get(f.metric or "", last_step)
+            return f.end_step is not None and (last is None or f.end_step < last)
+
         alerts: list[Alert] = []
         for f in sorted(findings, key=Finding.sort_key):
             if f.severity not in ALERTING:
                 continue
             t = self._match(f)
             if t is None:
-                key = f"{f.kind.value}|{f.metric or ''}|{_layer(f) or ''}|{f.start_step}"
+                layer = _layer(f)
+                where = "" if layer is None else str(layer)
+                key = f"{f.kind.value}|{f.metric or ''}|{where}|{f.start_step}"
                 t = Tracked(
                     key=key,
                     kind=f.kind.value,
                     metric=f.metric,
-                    layer=_layer(f),
+                    layer=layer,
                     start_step=f.start_step,
                     severity=f.severity.value,
-                    end_step=f.end_step,
-                    ended=f.end_step is not None,
+                    end_step=f.end_step if over(f) else None,
+                    ended=over(f),
+                    summary=f.summary,
                 )
                 self.tracked[key] = t
                 alerts.append(Alert(Event.NEW, f, key))
@@ -151,10 +181,71 @@ class AlertBook:
             if f.severity.rank > before.rank:
                 t.severity = f.severity.value
                 t.ended = False
+                t.summary = f.summary
                 alerts.append(Alert(Event.ESCALATED, f, t.key, previous=before))
-            if f.end_step is not None and not t.ended:
+            if over(f) and not t.ended:
                 t.end_step, t.ended = f.end_step, True
                 alerts.append(Alert(Event.ENDED, f, t.key, previous=before))
+        return alerts
+
+    def claim_action(self, alert: Alert) -> bool:
+        """Whether ``alert`` is the first of its event at its level to run the level's hook.
+
+        One event shows in several signs, and not always on the same poll (a NaN reaches the
+        loss's record before the grad norm's): an alert whose onset lies within the identity
+        tolerance of one that already ran the hook at the same level is that event again.
+        An end runs no hook. The claim is kept in the state file.
+        """
+        if alert.event is Event.ENDED:
+            return False
+        f, level = alert.finding, alert.severity.value
+        tol = onset_tolerance(f)
+        for t in self.tracked.values():
+            if t.acted == level and abs(t.start_step - f.start_step) <= tol:
+                return False
+        self.tracked[alert.key].acted = level
+        return True
+
+    # -- stalls seen from outside ------------------------------------------------------
+    def stall(self, finding: Finding) -> list[Alert]:
+        """Alert a stall (a ``stall`` finding the watcher made) once per silent step."""
+        key = f"{WATCH}_stall|{finding.start_step}"
+        if key in self.tracked:
+            return []
+        self.tracked[key] = Tracked(
+            key=key,
+            kind=finding.kind.value,
+            metric=None,
+            layer=None,
+            start_step=finding.start_step,
+            severity=finding.severity.value,
+            origin=WATCH,
+            summary=finding.summary,
+        )
+        return [Alert(Event.NEW, finding, key)]
+
+    def open_stall(self) -> Tracked | None:
+        """The stall alerted and not ended yet, if any."""
+        return next((t for t in self.tracked.values() if t.origin == WATCH and not t.ended), None)
+
+    def steps_resumed(self, step: int) -> list[Alert]:
+        """End every open stall: the log has a step (``step``) after it again."""
+        alerts = []
+        for t in self.tracked.values():
+            if t.origin != WATCH or t.ended or step <= t.start_step:
+                continue
+            t.ended, t.end_step = True, step
+            f = Finding(
+                kind=FindingKind.STALL,
+                severity=Severity(t.severity),
+                metric=None,
+                start_step=t.start_step,
+                end_step=step,
+                summary=f"Steps resumed: step {step:,} came after the silence from step "
+                f"{t.start_step:,}.",
+                measures={"source": WATCH},
+            )
+            alerts.append(Alert(Event.ENDED, f, t.key, previous=Severity(t.severity)))
         return alerts
 
 

@@ -1,0 +1,179 @@
+"""The alert book: each finding alerts once, again on escalation, a note at its end; a state
+file carries it over a restarted watcher; a stall seen from outside has its own identity.
+
+The findings come from the real detectors on the sample runs where that matters (the onset
+of the same event moves between polls as the baseline grows); the book's rules are also
+checked on hand-made findings, one rule each.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.pipeline import analyze_run, read_run
+from forensics.watch.alerts import AlertBook, Event, worst
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _f(
+    kind: str = "grad_norm_spike",
+    severity: str = "warning",
+    start: int = 100,
+    end: int | None = None,
+    metric: str | None = "grad_norm",
+    **measures: object,
+) -> Finding:
+    return Finding(
+        kind=FindingKind(kind),
+        severity=Severity(severity),
+        metric=metric,
+        start_step=start,
+        end_step=end,
+        summary=f"{kind} at {start}",
+        measures=measures,  # type: ignore[arg-type]
+    )
+
+
+def test_new_once_then_escalated_then_ended() -> None:
+    book = AlertBook()
+    a = book.update([_f()], last_step=120)
+    assert [(x.event, x.severity) for x in a] == [(Event.NEW, Severity.WARNING)]
+    assert book.update([_f(start=110)], last_step=140) == []  # onset moved within tolerance
+    a = book.update([_f(severity="critical", start=105)], last_step=160)
+    assert [(x.event, x.previous) for x in a] == [(Event.ESCALATED, Severity.WARNING)]
+    assert worst(a) is Severity.CRITICAL
+    # An end step at the run's last step is the log's end, not a recovery.
+    assert book.update([_f(severity="critical", end=180)], last_step=180) == []
+    a = book.update([_f(severity="critical", end=180)], last_step=200)
+    assert [x.event for x in a] == [Event.ENDED]
+    assert worst(a) is None  # an end is no level to act on
+    assert book.update([_f(severity="critical", end=180)], last_step=300) == []
+
+
+def test_identity_is_kind_metric_layer_and_onset() -> None:
+    book = AlertBook()
+    book.update([_f()])
+    others = [
+        _f(start=400),  # a later event of the same kind
+        _f(metric="loss", kind="loss_spike", classification="pathological"),
+        _f(kind="layer_grad_shift", metric="grad_norm_layer", layer=0),
+        _f(kind="layer_grad_shift", metric="grad_norm_layer", layer=3),
+    ]
+    assert [x.event for x in book.update(others)] == [Event.NEW] * 4
+    assert book.update(others) == []
+    assert "layer_grad_shift|grad_norm_layer|0|100" in book.tracked  # layer 0 is a layer
+
+
+def test_info_findings_do_not_alert() -> None:
+    assert AlertBook().update([_f(severity="info")]) == []
+
+
+def test_state_round_trip_and_a_bad_state_file(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    book = AlertBook.load(state)
+    book.update([_f(), _f(kind="nan_inf", severity="fatal", metric="loss", start=300)])
+    book.stall(_f(kind="stall", metric=None, start=350, source="watch"))
+    book.save()
+    again = AlertBook.load(state)
+    assert again.tracked == book.tracked
+    assert (
+        again.update([_f(start=90), _f(kind="nan_inf", severity="fatal", metric="loss", start=300)])
+        == []
+    )
+    assert again.stall(_f(kind="stall", metric=None, start=350, source="watch")) == []
+
+    state.write_text("{not json")
+    with pytest.raises(ValueError, match="not a forensics watch state file"):
+        AlertBook.load(state)
+    state.write_text(json.dumps({"version": 99, "alerts": []}))
+    with pytest.raises(ValueError, match="state version 99"):
+        AlertBook.load(state)
+
+
+def test_watch_stall_alerts_once_per_silent_step_and_ends_when_steps_resume() -> None:
+    book = AlertBook()
+    stall = _f(kind="stall", metric=None, start=500, source="watch")
+    assert [x.event for x in book.stall(stall)] == [Event.NEW]
+    assert book.stall(stall) == []
+    assert book.open_stall() is not None
+    assert book.steps_resumed(500) == []  # no step after the silence yet
+    ended = book.steps_resumed(510)
+    assert [(x.event, x.finding.start_step, x.finding.end_step) for x in ended] == [
+        (Event.ENDED, 500, 510)
+    ]
+    assert book.open_stall() is None and book.steps_resumed(520) == []
+    # The detector's stall between the same two logged steps is the same event.
+    detector = _f(kind="stall", metric=None, start=500, end=510, source="wall_time")
+    assert book.update([detector], last_step=600) == []
+    # A later silence is a new stall.
+    assert [x.event for x in book.stall(_f(kind="stall", metric=None, start=900))] == [Event.NEW]
+
+
+def test_a_detector_finding_does_not_match_a_watch_stall() -> None:
+    book = AlertBook()
+    book.stall(_f(kind="stall", metric=None, start=500, source="watch"))
+    a = book.update([_f(kind="crash", severity="critical", metric=None, start=500)])
+    assert [x.event for x in a] == [Event.NEW]
+
+
+def test_a_run_read_poll_by_poll_alerts_each_event_once() -> None:
+    """The nan sample run cut at growing steps, as a watcher would read it while it is
+    written: every event is alerted once, however its onset and extent move between polls;
+    the NaN at step 637 is fatal from the first poll that sees it."""
+    full = read_run(ROOT / "sample_runs" / "nan")
+    book = AlertBook()
+    seen: list[tuple[tuple[str, str | None, object, int], Event]] = []
+    for last in range(300, 1001, 50):
+        cut = read_run(ROOT / "sample_runs" / "nan")
+        cut.frame = full.frame.filter(pl.col("step") <= last)
+        diag = analyze_run(cut)
+        for a in book.update(diag.findings, last_step=cut.last_step):
+            f = a.finding
+            seen.append(((f.kind.value, f.metric, f.measures.get("layer"), f.start_step), a.event))
+    new = [k for k, e in seen if e is Event.NEW]
+    assert len(new) >= 5 and len(new) == len(set(new))
+    first_nan = next((k, e) for k, e in seen if k[0] == "nan_inf")
+    assert first_nan == (("nan_inf", "loss", None, 637), Event.NEW)
+    # Every alerting finding of the finished run is one the book already knows.
+    final = analyze_run(full)
+    again = book.update(final.findings, last_step=final.run.last_step)
+    assert [a for a in again if a.event is Event.NEW] == []
+
+
+def test_a_half_read_step_is_no_end() -> None:
+    """The loss of step 99 is in the file, its grad norm not yet: a grad-norm NaN to step 98
+    still runs to the end of its series."""
+    book = AlertBook()
+    nan = _f(kind="nan_inf", severity="fatal", start=20, end=98)
+    book.update([nan], last_step=98)
+    assert book.update([nan], last_step=99, last_steps={"grad_norm": 98, "loss": 99}) == []
+    ended = book.update([nan], last_step=99, last_steps={"grad_norm": 99, "loss": 99})
+    assert [a.event for a in ended] == [Event.ENDED]
+
+
+def test_one_action_per_event_and_level_across_signs_and_polls(tmp_path: Path) -> None:
+    """The NaN reaches the loss's record on one poll and the grad norm's on the next: one
+    hook. An escalation of the same event to a higher level is a new action; a distant onset
+    is another event."""
+    book = AlertBook.load(tmp_path / "state.json")
+    (loss,) = book.update([_f(kind="nan_inf", severity="fatal", metric="loss", start=40)])
+    assert book.claim_action(loss)
+    book.save()
+    book = AlertBook.load(tmp_path / "state.json")  # the claim survives a restart
+    gn = _f(kind="nan_inf", severity="fatal", metric="grad_norm", start=40)
+    (grad,) = book.update([gn])
+    assert not book.claim_action(grad)
+    (warn,) = book.update([_f(start=500)])
+    assert book.claim_action(warn)
+    (esc,) = book.update([_f(start=500, severity="critical")])
+    assert esc.event is Event.ESCALATED and book.claim_action(esc)
+    (far,) = book.update([_f(kind="nan_inf", severity="fatal", metric="loss", start=900)])
+    assert book.claim_action(far)
+    (ended,) = book.update([_f(start=500, severity="critical", end=520)], last_step=600)
+    assert ended.event is Event.ENDED and not book.claim_action(ended)
