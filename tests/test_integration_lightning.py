@@ -1,0 +1,115 @@
+"""The Lightning callback on a real tiny MLP trained from scratch on the CPU, no logger.
+
+The induced incidents are real ones of the training itself: an LR schedule that jumps 100x
+(the loss diverges), and one that turns the LR infinite (the weights and the loss turn NaN).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+L = pytest.importorskip("lightning.pytorch")
+
+from forensics.findings import Severity  # noqa: E402
+from forensics.integrations.engine import PLAN_FILE  # noqa: E402
+from forensics.integrations.lightning import ForensicsCallback  # noqa: E402
+
+
+class Mlp(L.LightningModule):  # type: ignore[misc]
+    def __init__(self, schedule, lr: float = 1e-3) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
+            torch.nn.Linear(64, 4),
+        )
+        self.schedule, self.lr = schedule, lr
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=False)
+        return loss
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=self.lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, self.schedule)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def data(n: int) -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(0)
+    centers = torch.randn(4, 16, generator=g)
+    y = torch.randint(0, 4, (n,), generator=g)
+    x = centers[y] + torch.randn(n, 16, generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+
+
+def fit(root: Path, schedule, cb: ForensicsCallback, steps: int = 90, every: int | None = None):
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    callbacks: list = [cb]
+    if every:
+        callbacks.append(
+            L.callbacks.ModelCheckpoint(every_n_train_steps=every, save_top_k=-1)
+        )
+    trainer = L.Trainer(
+        default_root_dir=str(root),
+        max_steps=steps,
+        max_epochs=-1,
+        logger=False,
+        callbacks=callbacks,
+        accelerator="cpu",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Mlp(schedule), data(16 * steps))
+    return trainer
+
+
+def test_healthy_run_goes_to_the_end_without_alert(tmp_path: Path) -> None:
+    cb = ForensicsCallback()
+    trainer = fit(tmp_path / "root", lambda s: 1.0, cb, steps=60)
+    assert trainer.global_step == 60
+    assert cb.judge.judged == 60
+    run = cb.live.run()
+    assert {"loss", "grad_norm", "lr"} <= set(run.metrics())
+    assert cb.alerts == [], [a.finding.summary for a in cb.alerts]
+
+
+def test_lr_jump_stops_at_orange_with_a_checkpoint(tmp_path: Path) -> None:
+    onset = 40
+    cb = ForensicsCallback()
+    trainer = fit(tmp_path / "root", lambda s: 1.0 if s < onset else 100.0, cb)
+    stop = trainer.global_step
+    assert cb.stopped_by is not None, "no alert stopped the run"
+    f = cb.stopped_by.finding
+    print(f.kind, f.severity, f.start_step, f.summary)
+    assert cb.stopped_by.severity is Severity.CRITICAL
+    assert onset <= f.start_step <= stop < 90
+    assert [p.name for p in cb.saved] == [f"forensics-epoch=0-step={stop}.ckpt"]
+    assert cb.saved[0].is_file()
+    assert cb.saved[0].parent == tmp_path / "root" / "checkpoints"
+    assert all(p.is_relative_to(tmp_path / "root") for p in tmp_path.rglob("*"))
+
+
+def test_nan_writes_the_rollback_plan(tmp_path: Path) -> None:
+    bad = 45
+    cb = ForensicsCallback()
+    root = tmp_path / "root"
+    trainer = fit(root, lambda s: 1.0 if s < bad else float("inf"), cb, every=10)
+    stop = trainer.global_step
+    assert cb.stopped_by is not None and cb.stopped_by.severity is Severity.FATAL
+    plan = json.loads((root / "checkpoints" / PLAN_FILE).read_text())
+    print(json.dumps(plan, indent=1))
+    assert stop < 90
+    ckpt = plan["checkpoint"]
+    assert ckpt["step"] is not None and ckpt["step"] < bad
+    assert Path(ckpt["path"]).is_file() and f"step={ckpt['step']}" in Path(ckpt["path"]).name
+    lr = plan["learning_rate"]
+    assert lr["resume"] == pytest.approx(0.9 * lr["before"])
+    assert plan["stopped_at"]["global_step"] == stop
+    assert all(p.is_relative_to(root) for p in tmp_path.rglob("*"))
