@@ -9,6 +9,7 @@ and then the loss turn NaN).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -19,9 +20,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from forensics.config import Config  # noqa: E402
+from forensics.errors import ConfigError  # noqa: E402
 from forensics.findings import Severity  # noqa: E402
 from forensics.integrations.engine import PLAN_FILE  # noqa: E402
 from forensics.integrations.hf import ForensicsCallback  # noqa: E402
+from forensics.pipeline import read_run  # noqa: E402
 from forensics.watch.alerts import Event  # noqa: E402
 
 VOCAB, SEQ = 64, 32
@@ -47,8 +51,13 @@ def train(out: Path, schedule, callback: ForensicsCallback, max_steps: int = 90,
     torch.manual_seed(0)
     torch.set_num_threads(1)
     cfg = transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ,
-        bos_token_id=0, eos_token_id=0,
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=VOCAB,
+        n_positions=SEQ,
+        bos_token_id=0,
+        eos_token_id=0,
     )
     model = transformers.GPT2LMHeadModel(cfg)
     args = transformers.TrainingArguments(
@@ -84,11 +93,50 @@ def files_under(root: Path) -> set[Path]:
 
 def test_healthy_run_goes_to_the_end_without_alert(tmp_path: Path) -> None:
     cb = ForensicsCallback()
-    trainer = train(tmp_path / "out", lambda s: 1.0, cb, max_steps=60)
+    out = tmp_path / "out"
+    trainer = train(out, lambda s: 1.0, cb, max_steps=60)
     assert trainer.state.global_step == 60
-    assert cb.judge.judged == 60  # every log judged
+    assert cb.judge.judged == 60  # every log judged; the end-of-training summary is not
     assert cb.alerts == [], [a.finding.summary for a in cb.alerts]
-    assert not (tmp_path / "out" / PLAN_FILE).exists()
+    assert not (out / PLAN_FILE).exists()
+    # The live run is the run `forensics analyze` reads from the Trainer's own state file.
+    live, saved = cb.live.run(), read_run(out)
+    assert live.metrics() == saved.metrics()
+    for metric in ("loss", "grad_norm", "lr"):
+        assert (
+            live.series(metric)
+            .select("step", "value")
+            .equals(saved.series(metric).select("step", "value"))
+        ), metric
+    assert live.metadata["checkpoints"] == [10, 20, 30, 40, 50]  # as of the last judgement
+    assert saved.metadata["checkpoints"] == [10, 20, 30, 40, 50, 60]
+
+
+def test_an_internal_error_is_logged_once_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import forensics.pipeline
+
+    def broken(*a: object, **k: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(forensics.pipeline, "analyze_run", broken)
+    cb = ForensicsCallback()
+    with caplog.at_level(logging.ERROR, logger="forensics.watch"):
+        trainer = train(tmp_path / "out", lambda s: 1.0, cb, max_steps=12)
+    assert trainer.state.global_step == 12
+    assert cb.judge.disabled
+    lines = [r for r in caplog.records if r.name == "forensics.watch"]
+    assert len(lines) == 1 and "RuntimeError: boom" in lines[0].getMessage()
+
+
+def test_bad_options_are_refused_before_training() -> None:
+    with pytest.raises(ValueError, match="stop_at"):
+        ForensicsCallback(stop_at="orange")
+    with pytest.raises(ValueError, match="every_n_logs"):
+        ForensicsCallback(every_n_logs=0)
+    with pytest.raises(ConfigError):
+        ForensicsCallback(config=Config(detectors={"spikes": {"no_such_param": 1}}))
 
 
 def test_lr_jump_stops_at_orange_with_a_checkpoint(tmp_path: Path) -> None:

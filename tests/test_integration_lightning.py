@@ -23,7 +23,10 @@ class Mlp(L.LightningModule):  # type: ignore[misc]
     def __init__(self, schedule, lr: float = 1e-3) -> None:
         super().__init__()
         self.net = torch.nn.Sequential(
-            torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
+            torch.nn.Linear(16, 64),
+            torch.nn.GELU(),
+            torch.nn.Linear(64, 64),
+            torch.nn.GELU(),
             torch.nn.Linear(64, 4),
         )
         self.schedule, self.lr = schedule, lr
@@ -53,9 +56,7 @@ def fit(root: Path, schedule, cb: ForensicsCallback, steps: int = 90, every: int
     torch.set_num_threads(1)
     callbacks: list = [cb]
     if every:
-        callbacks.append(
-            L.callbacks.ModelCheckpoint(every_n_train_steps=every, save_top_k=-1)
-        )
+        callbacks.append(L.callbacks.ModelCheckpoint(every_n_train_steps=every, save_top_k=-1))
     trainer = L.Trainer(
         default_root_dir=str(root),
         max_steps=steps,
@@ -113,3 +114,30 @@ def test_nan_writes_the_rollback_plan(tmp_path: Path) -> None:
     assert lr["resume"] == pytest.approx(0.9 * lr["before"])
     assert plan["stopped_at"]["global_step"] == stop
     assert all(p.is_relative_to(root) for p in tmp_path.rglob("*"))
+
+
+def test_levels_can_be_told_to_only_warn(tmp_path: Path) -> None:
+    """stop_at=None and no saving: the same LR jump alerts (each alert once, through
+    on_alert) but training runs to the end; judging every 5th step is every 5th step."""
+    seen = []
+    cb = ForensicsCallback(stop_at=None, save_on=None, on_alert=seen.append, every_n_logs=5)
+    root = tmp_path / "root"
+    trainer = fit(root, lambda s: 1.0 if s < 40 else 100.0, cb, steps=70)
+    assert trainer.global_step == 70
+    assert cb.judge.judged == 14
+    assert seen == cb.alerts and cb.stopped_by is None and cb.saved == []
+    levels = {(a.finding.kind.value, a.severity.value) for a in seen}
+    assert ("divergence", "critical") in levels, levels
+    keys = [(a.key, a.event, a.severity) for a in seen]
+    assert len(keys) == len(set(keys))  # no alert repeated
+    assert not list(root.rglob("forensics-*"))
+
+
+def test_a_failing_on_alert_does_not_stop_the_watch(tmp_path: Path) -> None:
+    def boom(alert: object) -> None:
+        raise OSError("the pager is down")
+
+    cb = ForensicsCallback(on_alert=boom)
+    trainer = fit(tmp_path / "root", lambda s: 1.0 if s < 40 else 100.0, cb)
+    assert not cb.judge.disabled
+    assert cb.stopped_by is not None and cb.saved and trainer.global_step < 90

@@ -91,6 +91,7 @@ class LiveJudge:
         self.plan_on = _levels(plan_on, "plan_on")
         self.on_alert = on_alert
         self.config = config or Config()
+        self.config.params  # noqa: B018 - a bad parameter is the user's error now, not mid-run
         self.book = AlertBook()
         self.alerts: list[Alert] = []  # every alert so far, in order
         self.judged = 0
@@ -223,10 +224,19 @@ def rollback_document(
                 "rule": plan.lr_cut_text,
             },
             "skip_steps": list(plan.skip_steps) if plan.skip_steps else None,
-            "commands": list(plan.commands),
+            # The checkpoint's path where the trainer's command has a placeholder for it.
+            "commands": [_with_path(c, path) for c in plan.commands],
         }
     )
     return doc
+
+
+def _with_path(command: str, path: Path | None) -> str:
+    if path is None:
+        return command
+    for placeholder in ("<checkpoint .ckpt>", "<checkpoint dir>"):
+        command = command.replace(placeholder, str(path))
+    return command
 
 
 def write_plan(folder: Path, doc: dict[str, Any]) -> Path:

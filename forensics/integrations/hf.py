@@ -44,7 +44,7 @@ _CONFIG_ARGS = (
 )
 
 
-class ForensicsCallback(TrainerCallback):  # type: ignore[misc]
+class ForensicsCallback(TrainerCallback):
     """Watch a Trainer's logs in-process and act on the article's lights.
 
     Args:
@@ -98,13 +98,14 @@ class ForensicsCallback(TrainerCallback):  # type: ignore[misc]
         if self.judge.disabled:
             return
         try:
-            out = Path(args.output_dir)
+            out = _output_dir(args)
             live = LiveRun(out.name, out, HF_SOURCE, aliases=self.judge.config.aliases)
             live.config = {k: getattr(args, k) for k in _CONFIG_ARGS if hasattr(args, k)}
             # A resumed run: its history so far (loaded from the checkpoint) is evidence too.
             for row in state.log_history:
-                if isinstance(row, dict) and isinstance(row.get("step"), int):
-                    live.add(row["step"], row)
+                step = row.get("step") if isinstance(row, dict) else None
+                if isinstance(step, int):
+                    live.add(step, row)
             self.live = live
         except Exception as exc:
             self.judge.fail(exc)
@@ -124,7 +125,7 @@ class ForensicsCallback(TrainerCallback):  # type: ignore[misc]
             if "train_runtime" in logs or not self.judge.due():
                 # the end-of-training summary: kept as the importer keeps it, nothing to act on
                 return
-            out = Path(args.output_dir)
+            out = _output_dir(args)
             self.live.checkpoints = list(_checkpoints(out))
             dec = self.judge.judge(self.live)
             self.last_decision = dec
@@ -149,6 +150,10 @@ class ForensicsCallback(TrainerCallback):  # type: ignore[misc]
                 control.should_training_stop = True
         except Exception as exc:
             self.judge.fail(exc)
+
+
+def _output_dir(args: TrainingArguments) -> Path:
+    return Path(args.output_dir or "trainer_output")  # the Trainer's own default
 
 
 def _checkpoints(output_dir: Path) -> dict[int, Path]:

@@ -36,7 +36,7 @@ from forensics.watch.alerts import Alert
 _STEP = re.compile(r"(?:^|[-_])step=(\d+)")
 
 
-class ForensicsCallback(pl.Callback):  # type: ignore[misc]
+class ForensicsCallback(pl.Callback):
     """Watch a Lightning run in-process and act on the article's lights.
 
     Args:
@@ -145,8 +145,14 @@ class ForensicsCallback(pl.Callback):  # type: ignore[misc]
             logs["epoch"] = trainer.current_epoch
             self.live.add(step, logs, time.time())
             if self.judge.due():
-                self._act(trainer, {"global_step": step, "epoch": trainer.current_epoch,
-                                    "batch_in_epoch": batch_idx + 1})
+                self._act(
+                    trainer,
+                    {
+                        "global_step": step,
+                        "epoch": trainer.current_epoch,
+                        "batch_in_epoch": batch_idx + 1,
+                    },
+                )
         except Exception as exc:
             self.judge.fail(exc)
 
