@@ -17,6 +17,7 @@ L = pytest.importorskip("lightning.pytorch")
 from forensics.findings import Severity  # noqa: E402
 from forensics.integrations.engine import PLAN_FILE  # noqa: E402
 from forensics.integrations.lightning import ForensicsCallback  # noqa: E402
+from forensics.pipeline import read_run  # noqa: E402
 
 
 class Mlp(L.LightningModule):  # type: ignore[misc]
@@ -51,7 +52,14 @@ def data(n: int) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
 
 
-def fit(root: Path, schedule, cb: ForensicsCallback, steps: int = 90, every: int | None = None):
+def fit(
+    root: Path,
+    schedule,
+    cb: ForensicsCallback,
+    steps: int = 90,
+    every: int | None = None,
+    logger: object = False,
+):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     callbacks: list = [cb]
@@ -61,7 +69,8 @@ def fit(root: Path, schedule, cb: ForensicsCallback, steps: int = 90, every: int
         default_root_dir=str(root),
         max_steps=steps,
         max_epochs=-1,
-        logger=False,
+        logger=logger,
+        log_every_n_steps=1,
         callbacks=callbacks,
         accelerator="cpu",
         enable_progress_bar=False,
@@ -73,12 +82,22 @@ def fit(root: Path, schedule, cb: ForensicsCallback, steps: int = 90, every: int
 
 def test_healthy_run_goes_to_the_end_without_alert(tmp_path: Path) -> None:
     cb = ForensicsCallback()
-    trainer = fit(tmp_path / "root", lambda s: 1.0, cb, steps=60)
+    root = tmp_path / "root"
+    csv = L.loggers.CSVLogger(root)
+    trainer = fit(root, lambda s: 1.0, cb, steps=60, logger=csv)
     assert trainer.global_step == 60
     assert cb.judge.judged == 60
-    run = cb.live.run()
-    assert {"loss", "grad_norm", "lr"} <= set(run.metrics())
+    live = cb.live.run()
+    assert {"loss", "grad_norm", "lr"} <= set(live.metrics())
     assert cb.alerts == [], [a.finding.summary for a in cb.alerts]
+    # What the module logged is named and valued as Lightning's CSV logger writes it, and the
+    # importer of that file maps it to the same vital sign. (The CSV logger's step is the
+    # number of batches before the step, the callback's the optimizer steps after it: 1 apart.)
+    saved = read_run(Path(csv.log_dir))
+    assert live.metrics()["loss"] == saved.metrics()["loss"] == "train_loss"
+    a, b = live.series("loss"), saved.series("loss")
+    assert a["value"].to_list() == b["value"].to_list()
+    assert (a["step"] - b["step"]).unique().to_list() == [1]
 
 
 def test_lr_jump_stops_at_orange_with_a_checkpoint(tmp_path: Path) -> None:

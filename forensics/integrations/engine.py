@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,11 @@ class LiveJudge:
         on_alert: called with each :class:`~forensics.watch.alerts.Alert` (new, escalated
             or ended); an exception in it is logged and the callback goes on.
         config: detector parameters, ignored kinds, aliases (as ``forensics.toml``).
+        max_overhead: at most this fraction of the wall time spent judging (e.g. 0.05): a
+            judgement due sooner after the last one than its cost allows is put off to a
+            later log. A judgement reads the whole run (about 2 s for 100,000 logged steps
+            of loss, grad norm and LR), so on long runs of fast steps this keeps the watch
+            cheap. None: no limit.
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class LiveJudge:
         plan_on: str | Iterable[str] | None = ("fatal",),
         on_alert: Callable[[Alert], Any] | None = None,
         config: Config | None = None,
+        max_overhead: float | None = None,
     ) -> None:
         if int(every_n_logs) < 1:
             raise ValueError(f"every_n_logs: {every_n_logs!r}, must be at least 1")
@@ -94,7 +101,13 @@ class LiveJudge:
         self.config.params  # noqa: B018 - a bad parameter is the user's error now, not mid-run
         self.book = AlertBook()
         self.alerts: list[Alert] = []  # every alert so far, in order
+        if max_overhead is not None and not 0 < max_overhead <= 1:
+            raise ValueError(f"max_overhead: {max_overhead!r}, must be in (0, 1]")
+        self.max_overhead = max_overhead
         self.judged = 0
+        self.judging_seconds = 0.0  # time spent in judgements so far
+        self._last_cost = 0.0
+        self._last_end: float | None = None
         self.stopped_by: Alert | None = None
         self.disabled = False
         self._since = 0
@@ -102,14 +115,19 @@ class LiveJudge:
     def due(self) -> bool:
         """Count one log; True when this one is to be judged."""
         self._since += 1
-        if self._since >= self.every_n_logs:
-            self._since = 0
-            return True
-        return False
+        if self._since < self.every_n_logs:
+            return False
+        if self.max_overhead is not None and self._last_end is not None:
+            idle = time.monotonic() - self._last_end
+            if self._last_cost > self.max_overhead * (idle + self._last_cost):
+                return False  # judged again at a later log
+        self._since = 0
+        return True
 
     def judge(self, live: LiveRun) -> Decision:
         from forensics.pipeline import analyze_run
 
+        t0 = time.monotonic()
         diag = analyze_run(live.run(), self.config)
         self.judged += 1
         dec = Decision(alerts=self.book.update(diag.findings), diagnosis=diag)
@@ -128,6 +146,9 @@ class LiveJudge:
                 dec.stop = True
                 if self.stopped_by is None or a.severity.rank > self.stopped_by.severity.rank:
                     self.stopped_by = a
+        self._last_end = time.monotonic()
+        self._last_cost = self._last_end - t0
+        self.judging_seconds += self._last_cost
         return dec
 
     def _announce(self, a: Alert) -> None:

@@ -56,6 +56,8 @@ class ForensicsCallback(TrainerCallback):
         plan_on: levels that write the rollback plan (default fatal).
         on_alert: called with each alert (``forensics.watch.alerts.Alert``).
         config: a :class:`forensics.config.Config` (detector parameters, ignored kinds).
+        max_overhead: at most this fraction of the wall time spent judging (None: no limit;
+            see :class:`forensics.integrations.engine.LiveJudge`).
 
     Attributes:
         alerts: every alert so far; ``stopped_by``: the alert that stopped training;
@@ -71,6 +73,7 @@ class ForensicsCallback(TrainerCallback):
         plan_on: str | Iterable[str] | None = ("fatal",),
         on_alert: Callable[[Alert], Any] | None = None,
         config: Config | None = None,
+        max_overhead: float | None = None,
     ) -> None:
         self.judge = LiveJudge(
             every_n_logs=every_n_logs,
@@ -79,6 +82,7 @@ class ForensicsCallback(TrainerCallback):
             plan_on=plan_on,
             on_alert=on_alert,
             config=config,
+            max_overhead=max_overhead,
         )
         self.live: LiveRun | None = None
         self.plan_path: Path | None = None

@@ -47,6 +47,8 @@ class ForensicsCallback(pl.Callback):
         plan_on: levels that write the rollback plan (default fatal).
         on_alert: called with each alert (``forensics.watch.alerts.Alert``).
         config: a :class:`forensics.config.Config` (detector parameters, ignored kinds).
+        max_overhead: at most this fraction of the wall time spent judging (None: no limit;
+            see :class:`forensics.integrations.engine.LiveJudge`).
         grad_norm: measure the total gradient norm at each step (off: only what the module
             logs is judged).
 
@@ -63,6 +65,7 @@ class ForensicsCallback(pl.Callback):
         plan_on: str | Iterable[str] | None = ("fatal",),
         on_alert: Callable[[Alert], Any] | None = None,
         config: Config | None = None,
+        max_overhead: float | None = None,
         grad_norm: bool = True,
     ) -> None:
         self.judge = LiveJudge(
@@ -72,6 +75,7 @@ class ForensicsCallback(pl.Callback):
             plan_on=plan_on,
             on_alert=on_alert,
             config=config,
+            max_overhead=max_overhead,
         )
         self.measure_grad_norm = grad_norm
         self.live: LiveRun | None = None
