@@ -160,6 +160,7 @@ def test_nan_writes_the_rollback_plan(tmp_path: Path) -> None:
     bad = 45
     cb = ForensicsCallback()
     out = tmp_path / "out"
+    before = files_under(tmp_path)
     trainer = train(out, lambda s: 1.0 if s < bad else float("inf"), cb)
     stop = trainer.state.global_step
     assert cb.stopped_by is not None and cb.stopped_by.severity is Severity.FATAL
@@ -174,3 +175,4 @@ def test_nan_writes_the_rollback_plan(tmp_path: Path) -> None:
     lr = plan["learning_rate"]
     assert lr["resume"] == pytest.approx(0.9 * lr["before"])
     assert plan["stopped_at"]["global_step"] == stop
+    assert all(p.is_relative_to(out) for p in files_under(tmp_path) - before)
