@@ -38,6 +38,10 @@ class Mlp(L.LightningModule):  # type: ignore[misc]
         self.log("train_loss", loss, on_step=True, on_epoch=False)
         return loss
 
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(x), y))
+
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.parameters(), lr=self.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.schedule)
@@ -59,6 +63,7 @@ def fit(
     steps: int = 90,
     every: int | None = None,
     logger: object = False,
+    validate_every: int | None = None,
 ):
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -71,12 +76,15 @@ def fit(
         max_epochs=-1,
         logger=logger,
         log_every_n_steps=1,
+        val_check_interval=validate_every,
+        num_sanity_val_steps=0,
         callbacks=callbacks,
         accelerator="cpu",
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Mlp(schedule), data(16 * steps))
+    val = data(64) if validate_every else None
+    trainer.fit(Mlp(schedule), data(16 * steps), val)
     return trainer
 
 
@@ -84,7 +92,7 @@ def test_healthy_run_goes_to_the_end_without_alert(tmp_path: Path) -> None:
     cb = ForensicsCallback()
     root = tmp_path / "root"
     csv = L.loggers.CSVLogger(root)
-    trainer = fit(root, lambda s: 1.0, cb, steps=60, logger=csv)
+    trainer = fit(root, lambda s: 1.0, cb, steps=60, logger=csv, validate_every=20)
     assert trainer.global_step == 60
     assert cb.judge.judged == 60
     live = cb.live.run()
@@ -98,6 +106,9 @@ def test_healthy_run_goes_to_the_end_without_alert(tmp_path: Path) -> None:
     a, b = live.series("loss"), saved.series("loss")
     assert a["value"].to_list() == b["value"].to_list()
     assert (a["step"] - b["step"]).unique().to_list() == [1]
+    # The val loss is read once per validation, at the step it ran after.
+    assert live.series("val_loss")["step"].to_list() == [20, 40, 60]
+    assert live.series("val_loss")["value"].to_list() == saved.series("val_loss")["value"].to_list()
 
 
 def test_lr_jump_stops_at_orange_with_a_checkpoint(tmp_path: Path) -> None:
