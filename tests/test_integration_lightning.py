@@ -7,6 +7,7 @@ The induced incidents are real ones of the training itself: an LR schedule that 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,16 @@ def test_a_failing_on_alert_does_not_stop_the_watch(tmp_path: Path) -> None:
     trainer = fit(tmp_path / "root", lambda s: 1.0 if s < 40 else 100.0, cb)
     assert not cb.judge.disabled
     assert cb.stopped_by is not None and cb.saved and trainer.global_step < 90
+
+
+def test_a_plan_that_cannot_be_written_still_stops_training(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "root"
+    (root / "checkpoints" / PLAN_FILE).mkdir(parents=True)  # a folder where the file goes
+    cb = ForensicsCallback()
+    with caplog.at_level(logging.ERROR, logger="forensics.watch"):
+        trainer = fit(root, lambda s: 1.0 if s < 45 else float("inf"), cb, every=10)
+    assert cb.stopped_by is not None and cb.stopped_by.severity is Severity.FATAL
+    assert trainer.global_step < 90 and cb.plan_path is None and not cb.judge.disabled
+    assert any("writing the rollback plan" in r.getMessage() for r in caplog.records)

@@ -174,6 +174,10 @@ class LiveJudge:
             except Exception as exc:  # the user's function must not stop training either
                 log.warning("forensics: on_alert raised %s: %s", type(exc).__name__, exc)
 
+    def action_failed(self, what: str, exc: BaseException) -> None:
+        """A response that could not be carried out (a full disk): said, and the watch goes on."""
+        log.error("forensics: %s failed (%s: %s)", what, type(exc).__name__, exc)
+
     def fail(self, exc: BaseException) -> None:
         """An internal error: logged once, then the callback stays out of the way."""
         if not self.disabled:

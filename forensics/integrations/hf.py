@@ -23,6 +23,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from forensics.config import Config
+from forensics.errors import ForensicsError
 from forensics.importers.hf_trainer_state import NAME as HF_SOURCE
 from forensics.integrations.engine import Decision, LiveJudge, rollback_document, write_plan
 from forensics.integrations.live_run import LiveRun
@@ -135,6 +136,8 @@ class ForensicsCallback(TrainerCallback):
             self.last_decision = dec
             if dec.save:
                 control.should_save = True
+            if dec.stop:  # first: a plan that cannot be written must not keep training going
+                control.should_training_stop = True
             if dec.plan_for is not None and state.is_world_process_zero:
                 position = {
                     "global_step": state.global_step,
@@ -149,9 +152,10 @@ class ForensicsCallback(TrainerCallback):
                     position,
                     self.judge.config,
                 )
-                self.plan_path = write_plan(out, doc)
-            if dec.stop:
-                control.should_training_stop = True
+                try:
+                    self.plan_path = write_plan(out, doc)
+                except (OSError, ForensicsError) as exc:
+                    self.judge.action_failed(f"writing the rollback plan into {out}", exc)
         except Exception as exc:
             self.judge.fail(exc)
 

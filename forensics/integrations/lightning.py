@@ -27,6 +27,7 @@ import lightning.pytorch as pl
 import torch
 
 from forensics.config import Config
+from forensics.errors import ForensicsError
 from forensics.importers.lightning_csv import NAME as LIGHTNING_SOURCE
 from forensics.integrations.engine import Decision, LiveJudge, rollback_document, write_plan
 from forensics.integrations.live_run import LiveRun
@@ -195,14 +196,20 @@ class ForensicsCallback(pl.Callback):
         self.live.checkpoints = list(saved)
         dec = self.judge.judge(self.live)
         self.last_decision = dec
+        if dec.stop:  # first: a failing save or plan below must not keep training going
+            trainer.should_stop = True
         if dec.save:
             path = folder / (
                 f"forensics-epoch={trainer.current_epoch}-step={trainer.global_step}.ckpt"
             )
-            trainer.save_checkpoint(path)
-            self.saved.append(path)
-            self.live.checkpoints.append(trainer.global_step)
-            saved[trainer.global_step] = path
+            try:
+                trainer.save_checkpoint(path)
+            except Exception as exc:
+                self.judge.action_failed(f"saving {path}", exc)
+            else:
+                self.saved.append(path)
+                self.live.checkpoints.append(trainer.global_step)
+                saved[trainer.global_step] = path
         if dec.plan_for is not None and trainer.is_global_zero:
             doc = rollback_document(
                 dec.diagnosis,
@@ -211,9 +218,10 @@ class ForensicsCallback(pl.Callback):
                 position,
                 self.judge.config,
             )
-            self.plan_path = write_plan(folder, doc)
-        if dec.stop:
-            trainer.should_stop = True
+            try:
+                self.plan_path = write_plan(folder, doc)
+            except (OSError, ForensicsError) as exc:
+                self.judge.action_failed(f"writing the rollback plan into {folder}", exc)
 
 
 def checkpoint_dir(trainer: pl.Trainer) -> Path:
