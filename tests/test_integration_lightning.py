@@ -32,12 +32,17 @@ class Mlp(L.LightningModule):  # type: ignore[misc]
             torch.nn.Linear(64, 4),
         )
         self.schedule, self.lr = schedule, lr
+        self.log_grad_norm = False
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = torch.nn.functional.cross_entropy(self.net(x), y)
         self.log("train_loss", loss, on_step=True, on_epoch=False)
         return loss
+
+    def on_before_optimizer_step(self, optimizer):
+        if self.log_grad_norm:  # Lightning's own measure, to check the callback's against
+            self.log_dict(L.utilities.grad_norm(self, norm_type=2))
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
@@ -85,7 +90,9 @@ def fit(
         enable_model_summary=False,
     )
     val = data(64) if validate_every else None
-    trainer.fit(Mlp(schedule), data(16 * steps), val)
+    model = Mlp(schedule)
+    model.log_grad_norm = logger is not False
+    trainer.fit(model, data(16 * steps), val)
     return trainer
 
 
@@ -107,6 +114,10 @@ def test_healthy_run_goes_to_the_end_without_alert(tmp_path: Path) -> None:
     a, b = live.series("loss"), saved.series("loss")
     assert a["value"].to_list() == b["value"].to_list()
     assert (a["step"] - b["step"]).unique().to_list() == [1]
+    # The callback's grad norm is the one Lightning's grad_norm utility measures.
+    ours = live.frame.filter(live.frame["tag"] == "grad_norm")["value"]
+    lightning_own = live.frame.filter(live.frame["tag"] == "grad_2.0_norm_total")["value"]
+    assert len(ours) == 60 and ours.to_list() == pytest.approx(lightning_own.to_list(), rel=1e-4)
     # The val loss is read once per validation, at the step it ran after.
     assert live.series("val_loss")["step"].to_list() == [20, 40, 60]
     assert live.series("val_loss")["value"].to_list() == saved.series("val_loss")["value"].to_list()

@@ -118,7 +118,8 @@ class ForensicsCallback(pl.Callback):
             grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
             if grads:
                 norms = torch._foreach_norm(grads)
-                self._grad_norm = float(torch.linalg.vector_norm(torch.stack(norms)))
+                on_one = [n.to(norms[0].device) for n in norms]  # a model split over devices
+                self._grad_norm = float(torch.linalg.vector_norm(torch.stack(on_one)))
         except Exception as exc:
             self.judge.fail(exc)
 
