@@ -27,6 +27,8 @@ import polars as pl
 
 from forensics.importers import ReadOptions, Source, finish_source, read_source
 from forensics.importers.base import COMPRESSED, ImportResult, rel, utf16_kind
+from forensics.importers.restarts import assign_segments
+from forensics.schema import conform
 from forensics.watch.tail_files import Cursor, split_complete
 
 
@@ -41,6 +43,10 @@ class SourceTail:
         self.result: ImportResult | None = None
         self.x_notes: list[str] = []
         self.rereads = 0  # whole reads of the source (the first one included)
+        self.appends = 0  # polls whose rows were appended alone (see _append)
+        self._tags: set[str] = set()
+        self._calm = False  # no restart and no step going back in ``result`` so far
+        self._last = pl.DataFrame()  # the last row of each tag in ``result``
 
     @property
     def bytes_read(self) -> int:
@@ -59,7 +65,36 @@ class SourceTail:
         return same
 
     def _finish(self, res: ImportResult) -> None:
+        """Take a result the importer's file-level steps made from all rows so far."""
         self.result, self.x_notes = finish_source(self.source, res, self.options)
+        frame = self.result.frame
+        self._tags = set(frame.get_column("tag").unique().to_list())
+        ordered = frame.sort("file_idx", "record_idx", maintain_order=True)
+        self._calm = not (frame.get_column("segment").max() or 0) and not _steps_back(ordered)
+        self._last = _last_rows(ordered)
+
+    def _append(self, new: pl.DataFrame) -> bool:
+        """Rows appended after the rows of ``result`` (canonical columns, record order): when
+        they start no restart and bring no new tag, ``result`` grows by them alone (their
+        canonical names, segment 0) instead of the file-level steps running on everything
+        again. False when that does not hold: the caller then runs those steps."""
+        if self.result is None or not self._calm or new.is_empty():
+            return False
+        if not set(new.get_column("tag").unique().to_list()) <= self._tags:
+            return False  # a new series changes per-tag notes (x axis, units): the full way
+        last_file = self._last.get_column("file_idx").max()
+        if last_file is not None and new.get_column("file_idx").min() < last_file:  # type: ignore[operator]
+            return False  # rows that sort before rows already read (two files growing)
+        new = conform(new).with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
+        probe = pl.concat([self._last.select(new.columns), new])
+        if _steps_back(probe) or (assign_segments(probe).get_column("segment").max() or 0):
+            return False  # a restart (a step, a counter or a clock going back)
+        res = ImportResult(frame=new)
+        add, _ = finish_source(self.source, res, self.options)
+        self.result.frame = pl.concat([self.result.frame, add.frame])
+        self.appends += 1
+        self._last = _last_rows(pl.concat([self._last, add.frame]))
+        return True
 
 
 class RereadTail(SourceTail):
@@ -106,6 +141,7 @@ class _LineTail(SourceTail):
         super().__init__(source, options)
         self.cursor = Cursor(source.files[0])
         self.carry = b""
+        self.done = 0  # bytes of complete lines taken in
         self.name = rel(source.files[0], source.root)
         self._fallback: RereadTail | None = None
 
@@ -121,7 +157,8 @@ class _LineTail(SourceTail):
             return changed
         got = self.cursor.read_new()
         if got.reset:
-            self.carry = b""
+            self.carry, self.done = b"", 0
+            self.result, self._calm = None, False
             self.reset()
         first = self.cursor.offset == len(got.data)  # these bytes start the file
         if first and utf16_kind(got.data[:4096]):
@@ -131,8 +168,9 @@ class _LineTail(SourceTail):
         lines, self.carry = split_complete(self.carry, got.data)
         if not lines and not got.reset:
             return False
-        if first and lines.startswith(b"\xef\xbb\xbf"):
+        if not self.done and lines.startswith(b"\xef\xbb\xbf"):
             lines = lines[3:]  # a UTF-8 BOM (read_bytes drops it too)
+        self.done += len(lines)
         if b"\x00" in lines:
             lines = lines.replace(b"\x00", b"")  # NUL bytes, as read_bytes drops them
         self.add(lines)
@@ -170,6 +208,7 @@ class JsonlTail(_LineTail):
             got.frame = got.frame.sort("record_idx", maintain_order=True)
             self.n_lines += lines.count(b"\n")
             acc = self.lines
+            calm = not (got.bad or got.config or got.relative_time)
             frame = got.frame if acc.frame.is_empty() else pl.concat([acc.frame, got.frame])
             self.lines = Lines(
                 frame=frame,
@@ -177,6 +216,8 @@ class JsonlTail(_LineTail):
                 config={**acc.config, **got.config},
                 relative_time=acc.relative_time or got.relative_time,
             )
+            if calm and self._append(got.frame):
+                return
         if self.lines.frame.is_empty():
             self.result = None
             return
@@ -203,6 +244,18 @@ class PrefixTail(_LineTail):
             return
         importer = _importer(self.source.importer).IMPORTER
         self._finish(importer.read_raw(self.source, bytes(self.text)))
+
+
+def _last_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    """The last row of each tag (rows in record order), columns as given."""
+    return frame.group_by("tag", maintain_order=True).last().select(frame.columns)
+
+
+def _steps_back(frame: pl.DataFrame) -> bool:
+    """Does any series' step go back (rows in record order)? Such a step-back is a restart
+    or two writers interleaving; either way the importer's segmentation must judge it."""
+    back = pl.col("step") < pl.col("step").shift(1).over("tag")
+    return bool(frame.select(back.fill_null(False).any()).item())
 
 
 def tail_for(source: Source, options: ReadOptions) -> SourceTail:

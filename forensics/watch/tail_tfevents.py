@@ -23,8 +23,10 @@ from forensics.importers import ReadOptions, Source
 from forensics.importers.base import rel
 from forensics.importers.tfevents import (
     MAX_RECORD,
+    NAME,
     _crc_function,
     _prefix_tags,
+    _x_kind_expr,
     assemble,
     decode_framed,
 )
@@ -55,11 +57,14 @@ class TfeventsTail(SourceTail):
         self._spent += sum(f.cursor.bytes_read for f in getattr(self, "files", []))
         self.files = [_EventFile(p) for p in self.source.files]
         self.parts: list[pl.DataFrame] = []
+        self.fresh: list[pl.DataFrame] = []  # rows of this poll
+        self.plain = True  # this poll found nothing but plain scalar records
         self.plugin_of: dict[str, str] = {}
         self.purges: list[tuple[int, int, int]] = []
         self.config: dict[str, Any] = {}
         self.skipped: dict[str, int] = {}
         self.rereads += 1
+        self.result, self._calm = None, False
 
     @property
     def bytes_read(self) -> int:
@@ -83,7 +88,7 @@ class TfeventsTail(SourceTail):
             changed = self._fallback.poll()
             self.result, self.x_notes = self._fallback.result, self._fallback.x_notes
             return changed
-        changed = False
+        changed, self.fresh, self.plain = False, [], True
         for file_idx, ef in enumerate(self.files):
             got = ef.cursor.read_new()
             if got.reset:  # shrank or replaced: every file read again from its start
@@ -96,6 +101,8 @@ class TfeventsTail(SourceTail):
             if taken is None:
                 return self._give_up()
             changed = changed or taken
+        if changed and self.plain and self._append_fresh():
+            return True
         if changed or (self.result is None and self.parts):
             self._assemble()
             return True
@@ -147,12 +154,26 @@ class TfeventsTail(SourceTail):
         )
         if df.height:
             job_dir: Path = self.source.options.get("job_dir", self.source.root)
-            self.parts.append(_prefix_tags(df, path.parent, job_dir))
+            df = _prefix_tags(df, path.parent, job_dir)
+            self.parts.append(df)
+            self.fresh.append(df)
+        if proto.purges or proto.hparams or proto.skipped or not keep.all():
+            self.plain = False
         self.purges.extend((file_idx, base + r, s) for r, s in proto.purges)
         self.config.update(proto.hparams)
         for kind, n in proto.skipped.items():
             self.skipped[kind] = self.skipped.get(kind, 0) + n
         return True
+
+    def _append_fresh(self) -> bool:
+        """Plain scalar records appended (no purge, hparams, tensor without metadata or
+        skipped kind): try growing the result by them alone (see SourceTail._append)."""
+        new = pl.concat(self.fresh) if len(self.fresh) > 1 else self.fresh[0]
+        if new.get_column("_tensor").any():
+            return False
+        new = new.drop("_tensor").sort("file_idx", "record_idx", maintain_order=True)
+        new = new.with_columns(pl.lit(NAME).alias("source"), _x_kind_expr(new))
+        return self._append(new)
 
     def _assemble(self) -> None:
         # Files in name order, as a whole read concatenates them.
