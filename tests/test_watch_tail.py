@@ -302,3 +302,40 @@ def test_nothing_is_written_into_the_run_folder(tmp_path: Path) -> None:
     assert tail.poll()
     assert not tail.poll()
     assert snapshot() == before
+
+
+def test_compressed_log_is_read_again_whole_on_change(tmp_path: Path) -> None:
+    import gzip
+
+    run = tmp_path / "run"
+    run.mkdir()
+    tail = RunTail(run, OPTS)
+    rows: list[str] = []
+    for k in range(3):
+        rows += [json.dumps({"step": i, "loss": 2.0 - i / 100}) for i in range(k * 20, k * 20 + 20)]
+        (run / "metrics.jsonl.gz").write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+        assert tail.poll()
+        _same(tail, _whole(run), f"gzip rewrite {k}")
+    (st,) = tail.sources.values()
+    assert st.mode == "reread" and st.rereads == 3
+
+
+def test_a_single_file_path_is_followed(tmp_path: Path) -> None:
+    log = tmp_path / "train.jsonl"
+    log.write_text(json.dumps({"step": 0, "loss": 2.0}) + "\n" + '{"step": 1, "lo')
+    tail = RunTail(log, OPTS)
+    assert tail.poll()
+    assert tail.run is not None and tail.run.frame.height == 1  # the cut line waits
+    with log.open("a") as fh:
+        fh.write('ss": 1.5}\n')
+    assert tail.poll()
+    _same(tail, _whole(log), "the line completed")
+    assert tail.run.frame.height == 2
+
+
+def test_the_benchmark_runs_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.watch_poll import main
+
+    assert main(["--size", "2k", "--new", "100", "--data", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| tfevents | 2k (+100) |" in out and "| jsonl | 2k (+100) |" in out
