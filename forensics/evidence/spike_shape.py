@@ -166,16 +166,21 @@ def measure(
 
     # Recovery: the first point after the peak where the median of it and the next few points
     # is back inside the band (one lucky low point does not make a recovery).
+    # Searched in growing blocks: the whole rest of a long series per spike made the cost
+    # quadratic (spikes x points) on million-step runs; the first match is the same.
     rec_idx: int | None = None
-    if len(after):
-        m = max(1, p.smooth_points)
-        win = np.lib.stride_tricks.sliding_window_view(
-            np.concatenate([resid[after], np.full(m - 1, np.nan)]), m
-        )
+    m = max(1, p.smooth_points)
+    start, block = 0, 1024
+    while start < len(after) and rec_idx is None:
+        part = after[start : start + block]
+        vals = resid[after[start : start + block + m - 1]]
+        pad = np.full(len(part) + m - 1 - len(vals), np.nan)
+        win = np.lib.stride_tricks.sliding_window_view(np.concatenate([vals, pad]), m)
         med = np.nanmedian(win, axis=1)
-        inside = np.flatnonzero(med <= upper[after])
+        inside = np.flatnonzero(med <= upper[part])
         if len(inside):
-            rec_idx = int(after[inside[0]])
+            rec_idx = int(part[inside[0]])
+        start, block = start + block, block * 4
     recovered = rec_idx is not None
     recovery_steps = int(steps[rec_idx] - steps[peak]) if recovered else None
 

@@ -123,7 +123,11 @@ class RunTail:
         return (s.importer, s.job, n)
 
     def poll(self) -> bool:
-        """Read what is new; True when the run changed since the last poll."""
+        """Read what is new; True when the run changed since the last poll.
+
+        A folder with nothing recognisable yet is no error (``run`` stays None). Raises
+        MultipleJobsError when the folder holds several jobs, and the importers' one-line
+        UnreadableInputError for a file that is corrupt rather than still being written."""
         try:
             listing = self._list()
         except UnreadableInputError:

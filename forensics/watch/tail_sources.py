@@ -208,7 +208,8 @@ class JsonlTail(_LineTail):
             got.frame = got.frame.sort("record_idx", maintain_order=True)
             self.n_lines += lines.count(b"\n")
             acc = self.lines
-            calm = not (got.bad or got.config or got.relative_time)
+            # Lines that change no note or config (a relative clock already noted is fine).
+            calm = not (got.bad or got.config) and (acc.relative_time or not got.relative_time)
             frame = got.frame if acc.frame.is_empty() else pl.concat([acc.frame, got.frame])
             self.lines = Lines(
                 frame=frame,
