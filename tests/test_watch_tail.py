@@ -339,3 +339,60 @@ def test_the_benchmark_runs_small(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["--size", "2k", "--new", "100", "--data", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| tfevents | 2k (+100) |" in out and "| jsonl | 2k (+100) |" in out
+
+
+LIVE_WANDB = """
+import math, pathlib, sys, time, wandb
+go = pathlib.Path(sys.argv[1])
+run = wandb.init(project="forensics-test", mode="offline", name="live")
+print("DIR=" + str(pathlib.Path(run.dir).parent), flush=True)
+for s in range(3000):
+    run.log({"train/loss": 3.0 - s / 100, "train/lr": 1e-4}, step=s)
+print("HALF", flush=True)
+while not go.exists():
+    time.sleep(0.05)
+for s in range(3000, 3100):
+    run.log({"train/loss": 3.0 - s / 100, "train/lr": 1e-4}, step=s)
+run.finish()
+"""
+
+
+def test_wandb_offline_client_live(tmp_path: Path) -> None:
+    """The real wandb client writes its .wandb file while the tail polls (re-read on change:
+    its records are framed in blocks the client writes itself, see tail_sources)."""
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("wandb")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    env |= {"WANDB_SILENT": "true", "WANDB_CONSOLE": "off"}
+    go = tmp_path / "go"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE_WANDB, str(go)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        run_dir = Path(proc.stdout.readline().strip().removeprefix("DIR="))
+        assert proc.stdout.readline().strip() == "HALF"
+        tail = RunTail(run_dir, OPTS)
+        quiet_since, deadline = time.monotonic(), time.monotonic() + 30
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < 1.5:
+            if tail.poll():
+                quiet_since = time.monotonic()
+            time.sleep(0.1)
+        _same(tail, _whole(run_dir), "while the writer waits")
+        assert tail.run is not None  # the client had written blocks of records mid-run
+        go.touch()
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+    assert tail.poll()
+    _same(tail, _whole(run_dir), "after run.finish()")
+    assert tail.run is not None
+    assert tail.run.frame.filter(pl.col("metric") == "loss").height == 3100
+    assert {t.mode for t in tail.sources.values()} == {"reread"}
