@@ -30,6 +30,7 @@ from forensics.importers.base import (
     rel,
     strip_suffixes,
 )
+from forensics.importers.tb_histograms import histogram_vitals
 from forensics.run import Run
 from forensics.schema import FLAGS, add_canonical, check_aliases, conform, tag_units
 
@@ -307,7 +308,7 @@ def _read_job(
         res, notes = read_source(s, options)
         x_notes.extend(notes)
         results.append((s, res))
-    return merge_job(path, job, sources, results, x_notes, only_job)
+    return merge_job(path, job, sources, results, x_notes, options, only_job)
 
 
 def read_source(s: Source, options: ReadOptions) -> tuple[ImportResult, list[str]]:
@@ -338,6 +339,7 @@ def merge_job(
     sources: list[Source],
     results: list[tuple[Source, ImportResult]],
     x_notes: list[str],
+    options: ReadOptions | None = None,
     only_job: bool = True,
 ) -> Run:
     """One job's sources, each already read (:func:`read_source`), merged into a Run.
@@ -345,7 +347,13 @@ def merge_job(
     ``results`` are not changed (a tail keeps them for the next merge)."""
     given = Path(path)  # run.path: the path as the user gave it
     path = given.resolve()
-    results = [(s, replace(r)) for s, r in results]  # _choose_overlapping trims its copies
+    # Copies: the steps below replace frames and extend notes and metadata of what they get.
+    results = [
+        (s, replace(r, notes=list(r.notes), findings=list(r.findings), metadata=dict(r.metadata)))
+        for s, r in results
+    ]
+    aliases = (options or ReadOptions()).aliases
+    histogram_vitals(results, aliases)  # per-layer vitals from TensorBoard histograms
     kept, dropped_notes = _choose_overlapping(results)
     # A folder whose only job is one log file directly inside it is named after the folder;
     # one of several file jobs (--all) keeps its own name and path.

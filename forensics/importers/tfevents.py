@@ -21,7 +21,8 @@ the ``crc32c`` package). A cut-off last record (a killed job) yields every compl
 a ``truncated_log`` finding.
 
 Histograms become extra scalar series ``<tag>/min``, ``/max``, ``/mean``, ``/std``,
-``/absmax`` and ``/norm`` (see :mod:`tfevents_proto`). Tags logged against consumed samples
+``/absmax`` and ``/norm`` (see :mod:`tfevents_proto`); :mod:`tb_histograms` makes per-layer
+vital signs of them. Tags logged against consumed samples
 or tokens (``... vs samples``, ``Train/Samples/...``) get that ``x_kind``. Every
 ``SessionLog.START`` that would purge logged steps (``purge_step=``) starts a new segment.
 """
@@ -38,6 +39,7 @@ from forensics.errors import ConfigError, UnreadableInputError
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.base import ImportResult, ReadOptions, Source, rel
 from forensics.importers.restarts import assign_segments, restart_findings
+from forensics.importers.tb_histograms import META_KEY as HIST_META
 from forensics.importers.tfevents_proto import ProtoRows, decode_records
 from forensics.importers.tfevents_scan import (
     crc32c_py,
@@ -107,6 +109,7 @@ class TfeventsImporter:
         notes: list[str] = []
         config: dict[str, Any] = {}
         skipped: dict[str, int] = {}
+        hists: dict[str, float] = {}  # histogram tag (prefixed) -> norm error bound
         for file_idx, path in enumerate(source.files):
             name = rel(path, source.root)
             got = _read_file(path, name, file_idx, plugin_of, crc)
@@ -114,6 +117,8 @@ class TfeventsImporter:
                 parts.append(_prefix_tags(got.frame, path.parent, job_dir))
             purges.extend((file_idx, r, s) for r, s in got.purges)
             config.update(got.hparams)
+            for t, e in _prefixed(got.hist, path.parent, job_dir).items():
+                hists[t] = max(hists.get(t, 0.0), e)
             for k, v in got.skipped.items():
                 skipped[k] = skipped.get(k, 0) + v
             if got.bad_crc:
@@ -122,7 +127,7 @@ class TfeventsImporter:
                 )
             if got.cut_bytes:
                 findings.append(_truncated(name, got))
-        return assemble(source, parts, plugin_of, purges, findings, notes, config, skipped)
+        return assemble(source, parts, plugin_of, purges, findings, notes, config, skipped, hists)
 
 
 def assemble(
@@ -134,9 +139,11 @@ def assemble(
     notes: list[str],
     config: dict[str, Any],
     skipped: dict[str, int],
+    hists: dict[str, float] | None = None,
 ) -> ImportResult:
     """A job's decoded rows (per file, tags prefixed) -> its result: tensor scalars kept once
-    their tag is known as scalars, x kinds, restart segments (purges included)."""
+    their tag is known as scalars, x kinds, restart segments (purges included); ``hists``
+    (histogram tag -> norm error bound) is handed to read_job's per-layer vitals."""
     if parts:
         frame = pl.concat(parts, how="vertical")
         # New-style tensor scalars without metadata count only once the tag is known as scalars.
@@ -161,7 +168,9 @@ def assemble(
     if skipped:
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(skipped.items()))
         notes.append(f"TensorBoard records without vital signs were ignored ({kinds})")
-    meta = {"tfevents_files": names}
+    meta: dict[str, Any] = {"tfevents_files": names}
+    if hists:  # per-layer vitals are given in read_job (tb_histograms), after canonicalising
+        meta[HIST_META] = hists
     return ImportResult(frame=frame, notes=notes, findings=findings, config=config, metadata=meta)
 
 
@@ -198,6 +207,7 @@ class _FileResult:
         self.purges: list[tuple[int, int]] = []
         self.hparams: dict[str, Any] = {}
         self.skipped: dict[str, int] = {}
+        self.hist: dict[str, float] = {}
         self.bad_crc = 0
         self.cut_bytes = 0
         self.zero_tail = False
@@ -257,6 +267,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
     except ValueError as exc:
         raise UnreadableInputError(f"{path}: {exc}; the file is corrupt") from None
     out.purges, out.hparams, out.skipped = proto.purges, proto.hparams, proto.skipped
+    out.hist = proto.hist
     del a, buf  # the file's bytes are decoded: free them before the frame is built
     out.frame = df.with_columns(
         pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name).alias("file")
@@ -457,6 +468,15 @@ def _prefix_tags(frame: pl.DataFrame, folder: Path, job_dir: Path) -> pl.DataFra
         else:
             mapping[tag] = f"{sub}/{tag}"
     return frame.with_columns(pl.col("tag").replace_strict(mapping, return_dtype=pl.Utf8))
+
+
+def _prefixed(hist: dict[str, float], folder: Path, job_dir: Path) -> dict[str, float]:
+    """Histogram tags named as their stat series are (the sub-folder prefix of _prefix_tags)."""
+    if not hist or folder == job_dir:
+        return hist
+    tags = pl.DataFrame({"tag": list(hist)}, schema={"tag": pl.Utf8})
+    new = _prefix_tags(tags, folder, job_dir).get_column("tag").to_list()
+    return dict(zip(new, hist.values(), strict=True))
 
 
 IMPORTER = TfeventsImporter()

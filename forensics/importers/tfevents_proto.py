@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from forensics.importers.tb_histograms import norm_bound
+
 HIST_STATS = ("min", "max", "mean", "std", "absmax", "norm")
 
 # TensorProto dtype -> numpy dtype for tensor_content.
@@ -52,6 +54,8 @@ class ProtoRows:
     )  # (record, step) of SessionLog.START
     hparams: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)  # ignored value kinds -> count
+    # histogram tag -> worst relative error of its norm (0.0: exact, from sum_squares)
+    hist: dict[str, float] = field(default_factory=dict)
 
     def add(self, rec: int, sub: int, step: int, tag: str, value: float, wall: float) -> None:
         self.rec.append(rec)
@@ -171,6 +175,7 @@ def decode_records(
                 out.add(rec, sub, step, tag, float(v.simple_value), wall)
                 sub += 1
             elif kind == "histo":
+                out.hist.setdefault(tag, 0.0)
                 for stat, x in histo_stats(v.histo).items():
                     out.add(rec, sub, step, f"{tag}/{stat}", x, wall)
                     sub += 1
@@ -184,6 +189,9 @@ def decode_records(
                 elif plugin == "histograms":
                     vals = tensor_values(v.tensor)
                     stats = bucket_stats(vals) if vals is not None else None
+                    if stats:
+                        err = norm_bound(vals) if vals is not None else 0.0
+                        out.hist[tag] = max(out.hist.get(tag, 0.0), err)
                     for stat, x in (stats or {}).items():
                         out.add(rec, sub, step, f"{tag}/{stat}", x, wall)
                         sub += 1

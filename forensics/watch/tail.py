@@ -161,6 +161,6 @@ class RunTail:
             return None
         try:
             every = [t.source for t in self.sources.values()]
-            return merge_job(self.path, job, every, results, x_notes)
+            return merge_job(self.path, job, every, results, x_notes, self.options)
         except UnreadableInputError:
             return None  # no metric with a step yet

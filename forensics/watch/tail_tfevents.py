@@ -26,6 +26,7 @@ from forensics.importers.tfevents import (
     NAME,
     _crc_function,
     _prefix_tags,
+    _prefixed,
     _x_kind_expr,
     assemble,
     decode_framed,
@@ -62,6 +63,7 @@ class TfeventsTail(SourceTail):
         self.plugin_of: dict[str, str] = {}
         self.purges: list[tuple[int, int, int]] = []
         self.config: dict[str, Any] = {}
+        self.hists: dict[str, float] = {}  # histogram tag -> norm error bound (tb_histograms)
         self.skipped: dict[str, int] = {}
         self.rereads += 1
         self.result, self._calm = None, False
@@ -152,15 +154,17 @@ class TfeventsTail(SourceTail):
             pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"),
             pl.lit(name).alias("file"),
         )
+        job_dir: Path = self.source.options.get("job_dir", self.source.root)
         if df.height:
-            job_dir: Path = self.source.options.get("job_dir", self.source.root)
             df = _prefix_tags(df, path.parent, job_dir)
             self.parts.append(df)
             self.fresh.append(df)
-        if proto.purges or proto.hparams or proto.skipped or not keep.all():
+        if proto.purges or proto.hparams or proto.skipped or proto.hist or not keep.all():
             self.plain = False
         self.purges.extend((file_idx, base + r, s) for r, s in proto.purges)
         self.config.update(proto.hparams)
+        for t, e in _prefixed(proto.hist, path.parent, job_dir).items():
+            self.hists[t] = max(self.hists.get(t, 0.0), e)
         for kind, n in proto.skipped.items():
             self.skipped[kind] = self.skipped.get(kind, 0) + n
         return True
@@ -195,5 +199,6 @@ class TfeventsTail(SourceTail):
             notes,
             dict(self.config),
             dict(self.skipped),
+            dict(self.hists),
         )
         self._finish(res)

@@ -23,7 +23,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from tinygpt import Config, Trainer  # noqa: E402
-from writers import HFTrainerLog, JsonlLog, MegatronLog, TensorBoardLog, WandbLog  # noqa: E402
+from writers import (  # noqa: E402
+    HFTrainerLog,
+    JsonlLog,
+    MegatronLog,
+    TensorBoardHistogramLog,
+    TensorBoardLog,
+    WandbLog,
+)
 
 OUT = HERE.parent
 
@@ -177,6 +184,41 @@ def param_norm_jump() -> Path:
     return tb(Config("param_norm_jump", lr_windows=((500, 509, 50.0, ()),)))
 
 
+def histogram_layers() -> Path:
+    """Block 2's MLP gets 1000x the lr for steps 300-304, as in activation_outlier, but the
+    per-layer vital signs are logged only with add_histogram: every block parameter and its
+    gradient every 50 steps, each block's output every 10; scalars are loss, lr, grad norm,
+    loss scale, throughput, memory and val loss."""
+    cfg = Config("histogram_layers", steps=600, lr_windows=((300, 304, 1000.0, ("layers.2.mlp",)),))
+    d = fresh(cfg.name)
+    log = TensorBoardHistogramLog(d)
+    t = Trainer(cfg)
+    every_w, every_act = 50, 10
+
+    def before(tr: Trainer) -> None:  # the next step keeps its block outputs when due
+        tr.model.act_keep = {} if (tr.step + 1) % every_act == 0 else None
+
+    def on_step(tr: Trainer) -> None:
+        s, m = tr.step, tr.model
+        if m.act_keep:
+            # np.histogram refuses inf/NaN (an fp16 overflow): such a tensor is not logged
+            acts = {f"activations/layers.{i}": a for i, a in m.act_keep.items() if bool(a.isfinite().all())}
+            log.histograms(acts, s)
+        if s % every_w == 0:
+            named = {n: p.detach() for n, p in m.named_parameters() if n.startswith("layers.")}
+            grads = {
+                f"{n}.grad": p.grad for n, p in m.named_parameters()
+                if n.startswith("layers.") and p.grad is not None and bool(p.grad.isfinite().all())
+            }
+            log.histograms({**named, **grads}, s)
+        before(tr)
+
+    before(t)
+    t.run(log, on_step=on_step)
+    log.close()
+    return d
+
+
 def hf(cfg: Config) -> Path:
     d = fresh(cfg.name)
     t = Trainer(cfg)
@@ -232,7 +274,7 @@ RUNS: dict[str, Callable[[], Path]] = {f.__name__: f for f in (
     loss_scale_collapse, nan, resumed, truncated_log, throughput_drop, memory_growth,
     layer_grad_shift, activation_outlier, param_norm_jump,
     healthy_cosine_wd, healthy_wsd, val_swap_harder, val_swap_easier, late_overfit, multi_eval_sets,
-    slow_eval_steps,
+    slow_eval_steps, histogram_layers,
 )}
 
 

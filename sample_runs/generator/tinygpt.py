@@ -112,6 +112,7 @@ class TinyGPT(nn.Module):
         self.register_buffer("mask", torch.triu(torch.full((ctx, ctx), float("-inf")), 1), persistent=False)
         self.apply(self._init)
         self.act_stats: dict[int, tuple[float, float, float]] | None = None  # filled when not None
+        self.act_keep: dict[int, torch.Tensor] | None = None  # filled when not None
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -128,6 +129,8 @@ class TinyGPT(nn.Module):
             if self.act_stats is not None:
                 d = h.detach()
                 self.act_stats[i] = (d.mean().item(), d.std().item(), d.abs().max().item())
+            if self.act_keep is not None:  # the tensors themselves (histogram logging)
+                self.act_keep[i] = h.detach()
         return self.lm_head(self.ln_f(h))
 
 

@@ -35,6 +35,25 @@ class TensorBoardLog:
         self.w.close()
 
 
+class TensorBoardHistogramLog(TensorBoardLog):
+    """A torch SummaryWriter whose per-layer vital signs are only ``add_histogram``s: the
+    training loop's per-layer and activation scalars (and the total param norm) are dropped,
+    and :meth:`histograms` logs the model's weights, gradients and block outputs as many
+    codebases do (``for name, p in model.named_parameters(): add_histogram(name, p)``)."""
+
+    DROP = ("grad_norm/", "param_norm/", "act/", "train/param_norm")
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        if not tag.startswith(self.DROP):
+            super().scalar(tag, value, step)
+
+    def histograms(self, named: dict[str, object], step: int, bins: int = 16) -> None:
+        # 16 equal-width buckets instead of the default 'tensorflow' ones (hundreds of
+        # exponential buckets): the sample stays under a megabyte.
+        for tag, t in named.items():
+            self.w.add_histogram(tag, t, step, bins=bins)
+
+
 class _PerStep:
     """Collects one step's scalars and hands them over as a dict when the step changes."""
 
