@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -41,9 +42,12 @@ __all__ = [
     "Source",
     "discover",
     "discover_jobs",
+    "finish_source",
     "group_jobs",
+    "merge_job",
     "read_job",
     "read_run",
+    "read_source",
 ]
 
 # Format name (a Source's ``importer``, a Run's ``format``) -> module under
@@ -306,24 +310,58 @@ def read_job(
 def _read_job(
     path: Path, job: str, sources: list[Source], options: ReadOptions, only_job: bool
 ) -> Run:
-    given = Path(path)  # run.path: the path as the user gave it
-    path = given.resolve()
     results: list[tuple[Source, ImportResult]] = []
     x_notes: list[str] = []
     for s in sources:
-        mod = _importer(s.importer)
-        try:
-            res = mod.IMPORTER.read(s, options)
-        except OSError as exc:
-            where = exc.filename or ", ".join(str(f) for f in s.files)
-            raise UnreadableInputError(f"{where}: cannot be read ({exc.strerror or exc})") from None
-        frame = conform(res.frame)
-        frame, notes = convert_x_axis(frame, options.batch_size)
+        res, notes = read_source(s, options)
         x_notes.extend(notes)
-        res.frame = add_canonical(frame, s.importer, options.aliases)
         results.append((s, res))
-    histogram_vitals(results, options.aliases)  # per-layer vitals from TensorBoard histograms
+    return merge_job(path, job, sources, results, x_notes, options, only_job)
 
+
+def read_source(s: Source, options: ReadOptions) -> tuple[ImportResult, list[str]]:
+    """One source read by its importer and put in canonical form (:func:`finish_source`)."""
+    mod = _importer(s.importer)
+    try:
+        res = mod.IMPORTER.read(s, options)
+    except OSError as exc:
+        where = exc.filename or ", ".join(str(f) for f in s.files)
+        raise UnreadableInputError(f"{where}: cannot be read ({exc.strerror or exc})") from None
+    return finish_source(s, res, options)
+
+
+def finish_source(
+    s: Source, res: ImportResult, options: ReadOptions
+) -> tuple[ImportResult, list[str]]:
+    """An importer's result in canonical form: schema, steps on the x axis, vital-sign names.
+    Returns it (changed in place) and the x-axis notes for the run."""
+    frame = conform(res.frame)
+    frame, notes = convert_x_axis(frame, options.batch_size)
+    res.frame = add_canonical(frame, s.importer, options.aliases)
+    return res, notes
+
+
+def merge_job(
+    path: Path,
+    job: str,
+    sources: list[Source],
+    results: list[tuple[Source, ImportResult]],
+    x_notes: list[str],
+    options: ReadOptions | None = None,
+    only_job: bool = True,
+) -> Run:
+    """One job's sources, each already read (:func:`read_source`), merged into a Run.
+
+    ``results`` are not changed (a tail keeps them for the next merge)."""
+    given = Path(path)  # run.path: the path as the user gave it
+    path = given.resolve()
+    # Copies: the steps below replace frames and extend notes and metadata of what they get.
+    results = [
+        (s, replace(r, notes=list(r.notes), findings=list(r.findings), metadata=dict(r.metadata)))
+        for s, r in results
+    ]
+    aliases = (options or ReadOptions()).aliases
+    histogram_vitals(results, aliases)  # per-layer vitals from TensorBoard histograms
     kept, dropped_notes = _choose_overlapping(results)
     # A folder whose only job is one log file directly inside it is named after the folder;
     # one of several file jobs (--all) keeps its own name and path.

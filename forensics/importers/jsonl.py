@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -286,113 +287,132 @@ class JsonlImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         path = source.files[0]
         name = rel(path, source.root)
-        raw = read_bytes(path)
-        fast = _read_flat(raw)
-        if fast is not None:
-            frame = fast.with_columns(
-                pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
-                pl.lit(name, dtype=SCHEMA["file"]).alias("file"),
-                pl.lit(0).alias("file_idx"),
-                pl.lit("step").alias("x_kind"),
-            )
-            frame = assign_segments(conform(frame))
-            findings = restart_findings(frame)
-            shared = interleaved_note(frame, name)
-            return ImportResult(
-                frame=conform(frame), notes=[shared] if shared else [], findings=findings, config={}
-            )
-        text = raw.decode("utf-8", errors="replace")
-        steps: list[int | None] = []
-        tags: list[str] = []
-        values: list[float] = []
-        times: list[float | None] = []
-        recs: list[int] = []
-        bad: list[int] = []
-        config: dict[str, Any] = {}
-        relative_time = False
-        lines = split_lines(text)
-        for lineno, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            obj = _parse(line)
-            if obj is None:
-                bad.append(lineno)
-                continue
-            if obj.get("tracker") == "json_logger":  # Levanter
-                event = obj.get("event")
-                if event == "hparams" and isinstance(obj.get("hparams"), dict):
-                    config.update(flatten(obj["hparams"]))
-                if event != "log" or not isinstance(obj.get("metrics"), dict):
-                    continue
-                flat = flatten(obj["metrics"])
-                flat["step"] = obj.get("step")
-            else:
-                flat = flatten(obj)
-            step = None
-            for k in STEP_KEYS:
-                x = _number(flat.get(k))
-                if x is not None and math.isfinite(x):
-                    step = int(x)
-                    break
-            if step is not None and not -(2**62) < step < 2**62:
-                bad.append(lineno)  # a step no trainer logs: a corrupt line
-                continue
-            wt = None
-            for k in TIME_KEYS:
-                if k in flat and (wt := _time(flat[k])) is not None:
-                    break
-            if wt is None and "elapsed_time" in flat:
-                wt = _elapsed(flat["elapsed_time"])
-                relative_time = relative_time or wt is not None
-            if wt is None and "_runtime" in flat:  # W&B: seconds since the run started
-                wt = _number(flat["_runtime"])
-            for k, v in flat.items():
-                if k in _SKIP_KEYS:
-                    continue
-                x = _number(v)
-                if x is None:
-                    continue
-                steps.append(step)
-                tags.append(k)
-                values.append(x)
-                times.append(wt)
-                recs.append(lineno)
-        frame = rows_frame(
-            {"step": steps, "tag": tags, "value": values, "wall_time": times, "record_idx": recs},
-            source=NAME,
-            file=name,
+        return finish(parse_lines(read_bytes(path), name), name)
+
+
+@dataclass
+class Lines:
+    """What a run of lines holds, before the file-level steps (segments, notes)."""
+
+    frame: pl.DataFrame  # labelled rows in line order, not yet segmented
+    bad: list[int] = field(default_factory=list)  # line numbers that are not JSON objects
+    config: dict[str, Any] = field(default_factory=dict)
+    relative_time: bool = False  # LLaMA-Factory elapsed_time was the clock
+    cut: bool = False  # the last line is cut off mid-record (no newline after it)
+
+
+def parse_lines(raw: bytes, name: str, first_line: int = 1) -> Lines:
+    """The rows of ``raw`` (text bytes, whole lines; ``first_line`` is the number of its
+    first line in the file, so that a tail reading appended lines numbers them as a whole
+    read would)."""
+    fast = _read_flat(raw)
+    if fast is not None:
+        frame = fast.with_columns(
+            pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
+            pl.lit(name, dtype=SCHEMA["file"]).alias("file"),
+            pl.lit(0).alias("file_idx"),
+            pl.lit("step").alias("x_kind"),
         )
-        frame = assign_segments(conform(frame))
-        notes: list[str] = []
-        if (shared := interleaved_note(frame, name)) is not None:
-            notes.append(shared)
-        findings = restart_findings(frame)
-        cut = bool(bad) and bad[-1] == len(lines) and not text.endswith("\n")
-        if cut:
-            last = frame.get_column("step").drop_nulls()
-            findings.append(
-                Finding(
-                    kind=FindingKind.TRUNCATED_LOG,
-                    severity=Severity.INFO,
-                    metric=None,
-                    start_step=int(last[-1]) if len(last) else 0,
-                    measures={"file": name, "line": bad[-1]},
-                    summary=(
-                        f"The last line of {name} is cut off: the writer stopped mid-line, as "
-                        "when a job is killed."
-                    ),
-                )
+        if first_line != 1:
+            frame = frame.with_columns(pl.col("record_idx") + (first_line - 1))
+        return Lines(frame=conform(frame))
+    text = raw.decode("utf-8", errors="replace")
+    steps: list[int | None] = []
+    tags: list[str] = []
+    values: list[float] = []
+    times: list[float | None] = []
+    recs: list[int] = []
+    bad: list[int] = []
+    config: dict[str, Any] = {}
+    relative_time = False
+    lines = split_lines(text)
+    for lineno, line in enumerate(lines, start=first_line):
+        if not line.strip():
+            continue
+        obj = _parse(line)
+        if obj is None:
+            bad.append(lineno)
+            continue
+        if obj.get("tracker") == "json_logger":  # Levanter
+            event = obj.get("event")
+            if event == "hparams" and isinstance(obj.get("hparams"), dict):
+                config.update(flatten(obj["hparams"]))
+            if event != "log" or not isinstance(obj.get("metrics"), dict):
+                continue
+            flat = flatten(obj["metrics"])
+            flat["step"] = obj.get("step")
+        else:
+            flat = flatten(obj)
+        step = None
+        for k in STEP_KEYS:
+            x = _number(flat.get(k))
+            if x is not None and math.isfinite(x):
+                step = int(x)
+                break
+        if step is not None and not -(2**62) < step < 2**62:
+            bad.append(lineno)  # a step no trainer logs: a corrupt line
+            continue
+        wt = None
+        for k in TIME_KEYS:
+            if k in flat and (wt := _time(flat[k])) is not None:
+                break
+        if wt is None and "elapsed_time" in flat:
+            wt = _elapsed(flat["elapsed_time"])
+            relative_time = relative_time or wt is not None
+        if wt is None and "_runtime" in flat:  # W&B: seconds since the run started
+            wt = _number(flat["_runtime"])
+        for k, v in flat.items():
+            if k in _SKIP_KEYS:
+                continue
+            x = _number(v)
+            if x is None:
+                continue
+            steps.append(step)
+            tags.append(k)
+            values.append(x)
+            times.append(wt)
+            recs.append(lineno)
+    frame = rows_frame(
+        {"step": steps, "tag": tags, "value": values, "wall_time": times, "record_idx": recs},
+        source=NAME,
+        file=name,
+    )
+    cut = bool(bad) and bad[-1] == first_line - 1 + len(lines) and not text.endswith("\n")
+    return Lines(conform(frame), bad, config, relative_time, cut)
+
+
+def finish(lines: Lines, name: str) -> ImportResult:
+    """A file's rows (:func:`parse_lines`, one call or several concatenated) -> its result:
+    restart segments, notes on skipped lines, a cut-off last line as ``truncated_log``."""
+    frame = assign_segments(lines.frame)
+    notes: list[str] = []
+    if (shared := interleaved_note(frame, name)) is not None:
+        notes.append(shared)
+    findings = restart_findings(frame)
+    bad = lines.bad
+    if lines.cut:
+        last = frame.get_column("step").drop_nulls()
+        findings.append(
+            Finding(
+                kind=FindingKind.TRUNCATED_LOG,
+                severity=Severity.INFO,
+                metric=None,
+                start_step=int(last[-1]) if len(last) else 0,
+                measures={"file": name, "line": bad[-1]},
+                summary=(
+                    f"The last line of {name} is cut off: the writer stopped mid-line, as "
+                    "when a job is killed."
+                ),
             )
-        if bad:
-            shown = ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10 else "")
-            notes.append(
-                f"{name}: skipped {len(bad)} line(s) that are not JSON objects (line {shown})"
-            )
-        if relative_time:
-            notes.append(
-                f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"
-            )
-        return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=config)
+        )
+    if bad:
+        shown = ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10 else "")
+        notes.append(f"{name}: skipped {len(bad)} line(s) that are not JSON objects (line {shown})")
+    if lines.relative_time:
+        notes.append(
+            f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"
+        )
+    return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=lines.config)
 
 
 IMPORTER = JsonlImporter()

@@ -85,9 +85,12 @@ class LightningCsvImporter:
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
+        return self.read_raw(source, read_bytes(source.files[0]))
+
+    def read_raw(self, source: Source, raw: bytes) -> ImportResult:
+        """The source's file given as its (text) bytes: a tail passes the complete lines."""
         path = source.files[0]
         name = rel(path, source.root)
-        raw = read_bytes(path)
         notes: list[str] = []
         df: pl.DataFrame | None
         try:

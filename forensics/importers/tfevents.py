@@ -40,7 +40,7 @@ from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.base import ImportResult, ReadOptions, Source, rel
 from forensics.importers.restarts import assign_segments, restart_findings
 from forensics.importers.tb_histograms import META_KEY as HIST_META
-from forensics.importers.tfevents_proto import decode_records
+from forensics.importers.tfevents_proto import ProtoRows, decode_records
 from forensics.importers.tfevents_scan import (
     crc32c_py,
     decode_fast_chunked,
@@ -127,38 +127,51 @@ class TfeventsImporter:
                 )
             if got.cut_bytes:
                 findings.append(_truncated(name, got))
-        if parts:
-            frame = pl.concat(parts, how="vertical")
-            # New-style tensor scalars without metadata count only once the tag is known as scalars.
-            scalar_tags = [t for t, p in plugin_of.items() if p == "scalars"]
-            frame = frame.filter(~pl.col("_tensor") | pl.col("tag").is_in(scalar_tags)).drop(
-                "_tensor"
-            )
-        else:
-            frame = pl.DataFrame(
-                schema={
-                    "file_idx": pl.Int32,
-                    "record_idx": pl.Int64,
-                    "step": pl.Int64,
-                    "tag": pl.Utf8,
-                    "value": pl.Float64,
-                    "wall_time": pl.Float64,
-                    "file": pl.Utf8,
-                }
-            )
-        names = [rel(p, source.root) for p in source.files]
-        frame = frame.with_columns(pl.lit(NAME, dtype=_CAT).alias("source"), _x_kind_expr(frame))
-        frame = assign_segments(conform(frame), purges=purges)
-        findings.extend(restart_findings(frame))
-        if skipped:
-            kinds = ", ".join(f"{n} {k}" for k, n in sorted(skipped.items()))
-            notes.append(f"TensorBoard records without vital signs were ignored ({kinds})")
-        meta: dict[str, Any] = {"tfevents_files": names}
-        if hists:  # per-layer vitals are given in read_job (tb_histograms), after canonicalising
-            meta[HIST_META] = hists
-        return ImportResult(
-            frame=frame, notes=notes, findings=findings, config=config, metadata=meta
+        return assemble(source, parts, plugin_of, purges, findings, notes, config, skipped, hists)
+
+
+def assemble(
+    source: Source,
+    parts: list[pl.DataFrame],
+    plugin_of: dict[str, str],
+    purges: list[tuple[int, int, int]],
+    findings: list[Finding],
+    notes: list[str],
+    config: dict[str, Any],
+    skipped: dict[str, int],
+    hists: dict[str, float] | None = None,
+) -> ImportResult:
+    """A job's decoded rows (per file, tags prefixed) -> its result: tensor scalars kept once
+    their tag is known as scalars, x kinds, restart segments (purges included); ``hists``
+    (histogram tag -> norm error bound) is handed to read_job's per-layer vitals."""
+    if parts:
+        frame = pl.concat(parts, how="vertical")
+        # New-style tensor scalars without metadata count only once the tag is known as scalars.
+        scalar_tags = [t for t, p in plugin_of.items() if p == "scalars"]
+        frame = frame.filter(~pl.col("_tensor") | pl.col("tag").is_in(scalar_tags)).drop("_tensor")
+    else:
+        frame = pl.DataFrame(
+            schema={
+                "file_idx": pl.Int32,
+                "record_idx": pl.Int64,
+                "step": pl.Int64,
+                "tag": pl.Utf8,
+                "value": pl.Float64,
+                "wall_time": pl.Float64,
+                "file": pl.Utf8,
+            }
         )
+    names = [rel(p, source.root) for p in source.files]
+    frame = frame.with_columns(pl.lit(NAME, dtype=_CAT).alias("source"), _x_kind_expr(frame))
+    frame = assign_segments(conform(frame), purges=purges)
+    findings.extend(restart_findings(frame))
+    if skipped:
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(skipped.items()))
+        notes.append(f"TensorBoard records without vital signs were ignored ({kinds})")
+    meta: dict[str, Any] = {"tfevents_files": names}
+    if hists:  # per-layer vitals are given in read_job (tb_histograms), after canonicalising
+        meta[HIST_META] = hists
+    return ImportResult(frame=frame, notes=notes, findings=findings, config=config, metadata=meta)
 
 
 # The frame's string columns are categorical (schema.SCHEMA): built so from the start, the
@@ -254,18 +267,39 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
             if ((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF) != stored:
                 keep[i] = False
         out.bad_crc = int((~keep).sum())
-    fast = decode_fast_chunked(a, offs, lens)
-    # Tags known as scalars from a fast-path record's own metadata.
-    for t in np.unique(fast.tag_id[fast.has_meta]).tolist():
-        plugin_of[fast.tags[t]] = "scalars"
-    rest = np.flatnonzero(~fast.matched & keep)
     try:
-        proto = decode_records(buf, offs[rest] + 12, offs[rest] + 12 + lens[rest], rest, plugin_of)
+        df, proto = decode_framed(buf, a, offs, lens, keep, plugin_of)
     except ValueError as exc:
         raise UnreadableInputError(f"{path}: {exc}; the file is corrupt") from None
     out.purges, out.hparams, out.skipped = proto.purges, proto.hparams, proto.skipped
     out.hist = proto.hist
     del a, buf  # the file's bytes are decoded: free them before the frame is built
+    out.frame = df.with_columns(
+        pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name, dtype=_CAT).alias("file")
+    )
+    if df.height:
+        out.last_step = int(df.get_column("step")[-1])
+    return out
+
+
+def decode_framed(
+    buf,  # noqa: ANN001 - bytes or mmap
+    a: np.ndarray,
+    offs: np.ndarray,
+    lens: np.ndarray,
+    keep: np.ndarray,
+    plugin_of: dict[str, str],
+) -> tuple[pl.DataFrame, ProtoRows]:
+    """Complete records (``offs``/``lens`` into ``buf``, ``a`` its bytes as uint8; ``keep``
+    False for records that failed the data CRC) -> rows (``record_idx`` = index among them,
+    step, tag, value, wall_time, ``_tensor``) and what protobuf found besides (purges,
+    hparams, skipped kinds). A record that is not an Event is a ValueError."""
+    fast = decode_fast_chunked(a, offs, lens)
+    # Tags known as scalars from a fast-path record's own metadata.
+    for t in np.unique(fast.tag_id[fast.has_meta]).tolist():
+        plugin_of[fast.tags[t]] = "scalars"
+    rest = np.flatnonzero(~fast.matched & keep)
+    proto = decode_records(buf, offs[rest] + 12, offs[rest] + 12 + lens[rest], rest, plugin_of)
     sel = keep[fast.rec]
     tag_series = pl.Series("tag", fast.tags, dtype=_CAT)
     fast_df = pl.DataFrame(
@@ -307,12 +341,7 @@ def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], 
         if proto_df.is_empty()
         else pl.concat([fast_df, proto_df]).sort("record_idx", "_sub")
     )
-    out.frame = df.drop("_sub").with_columns(
-        pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name, dtype=_CAT).alias("file")
-    )
-    if df.height:
-        out.last_step = int(df.get_column("step")[-1])
-    return out
+    return df.drop("_sub"), proto
 
 
 def _map(path: Path):  # noqa: ANN202 - bytes or a read-only mmap (same buffer protocol)

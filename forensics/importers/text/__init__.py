@@ -363,9 +363,11 @@ class TextLogsImporter:
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
-        path = source.files[0]
-        name = rel(path, source.root)
-        raw = read_bytes(path)
+        return self.read_raw(source, read_bytes(source.files[0]))
+
+    def read_raw(self, source: Source, raw: bytes) -> ImportResult:
+        """The source's file given as its (text) bytes: a tail passes the complete lines."""
+        name = rel(source.files[0], source.root)
         log = parse_text(raw, name)
         family = log.families[0] if log.families else "text"
         frame = log.frame.select(
