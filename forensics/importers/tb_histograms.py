@@ -60,6 +60,7 @@ from forensics.schema import (
     COLUMNS,
     GRAD_NORM_LAYER,
     PARAM_NORM_LAYER,
+    SCHEMA,
     layer_of,
 )
 
@@ -201,7 +202,7 @@ def _map_source(
                 "_m": [v for v, _ in single.values()],
                 "_l": [la for _, la in single.values()],
             },
-            schema={"tag": pl.Utf8, "_m": pl.Utf8, "_l": pl.Int32},
+            schema={"tag": SCHEMA["tag"], "_m": SCHEMA["metric"], "_l": pl.Int32},
         )
         frame = (
             frame.join(lut, on="tag", how="left")
@@ -266,8 +267,10 @@ def _combine(frame: pl.DataFrame, tags: list[str], vital: str, layer: int) -> pl
         )
         .filter(pl.col("_n") == len(tags))
         .with_columns(
-            pl.lit(f"{vital}[layer {layer}] from {len(tags)} histograms").alias("tag"),
-            pl.lit(vital).alias("metric"),
+            pl.lit(
+                f"{vital}[layer {layer}] from {len(tags)} histograms", dtype=SCHEMA["tag"]
+            ).alias("tag"),
+            pl.lit(vital, dtype=SCHEMA["metric"]).alias("metric"),
             pl.lit(layer, dtype=pl.Int32).alias("layer"),
         )
     )
