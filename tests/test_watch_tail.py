@@ -397,3 +397,27 @@ def test_wandb_offline_client_live(tmp_path: Path) -> None:
     assert tail.run is not None
     assert tail.run.frame.filter(pl.col("metric") == "loss").height == 3100
     assert {t.mode for t in tail.sources.values()} == {"reread"}
+
+
+def test_a_new_event_file_with_only_its_header_is_no_error(tmp_path: Path) -> None:
+    """A restarted job's writer opens its event file (the header record) before it logs a
+    scalar: a poll in between sees records but no rows (this crashed the watcher once)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "run"
+    w = SummaryWriter(str(run), filename_suffix=".a")
+    for s in range(20):
+        w.add_scalar("train/loss", 3.0 / (1 + s), s)
+    w.close()
+    tail = RunTail(run, OPTS)
+    assert tail.poll()
+    w2 = SummaryWriter(str(run), filename_suffix=".b")  # writes the header record only
+    w2.flush()
+    assert len(list(run.glob("events.out.tfevents.*"))) == 2
+    tail.poll()
+    _same(tail, _whole(run), "after the header-only file")
+    for s in range(20, 30):
+        w2.add_scalar("train/loss", 3.0 / (1 + s), s)
+    w2.close()
+    assert tail.poll()
+    _same(tail, _whole(run), "after the second file's scalars")

@@ -171,7 +171,12 @@ class TfeventsTail(SourceTail):
 
     def _append_fresh(self) -> bool:
         """Plain scalar records appended (no purge, hparams, tensor without metadata or
-        skipped kind): try growing the result by them alone (see SourceTail._append)."""
+        skipped kind): try growing the result by them alone (see SourceTail._append).
+
+        Records that brought no rows (a new file's header, a graph) leave nothing to append:
+        the whole assembly runs instead, so the new file is named as a whole read names it."""
+        if not self.fresh:
+            return False
         new = pl.concat(self.fresh) if len(self.fresh) > 1 else self.fresh[0]
         if new.get_column("_tensor").any():
             return False
