@@ -22,7 +22,7 @@ from forensics.atomic import write_atomic
 from forensics.config import Config
 from forensics.findings import Finding, Severity
 from forensics.integrations.live_run import LiveRun
-from forensics.watch.alerts import Alert, AlertBook, Event
+from forensics.watch.alerts import Alert, AlertBook, Event, last_steps
 
 log = logging.getLogger("forensics.watch")
 
@@ -128,9 +128,17 @@ class LiveJudge:
         from forensics.pipeline import analyze_run
 
         t0 = time.monotonic()
-        diag = analyze_run(live.run(), self.config)
+        run = live.run()
+        diag = analyze_run(run, self.config)
         self.judged += 1
-        dec = Decision(alerts=self.book.update(diag.findings), diagnosis=diag)
+        # An end step at the log's last step is the log's end, not a recovery.
+        if run.frame.height:
+            alerts = self.book.update(
+                diag.findings, last_step=run.last_step, last_steps=last_steps(run)
+            )
+        else:
+            alerts = self.book.update(diag.findings)
+        dec = Decision(alerts=alerts, diagnosis=diag)
         for a in dec.alerts:
             self.alerts.append(a)
             self._announce(a)

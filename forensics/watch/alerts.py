@@ -18,10 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forensics.atomic import write_atomic
 from forensics.findings import Finding, FindingKind, Severity
+
+if TYPE_CHECKING:
+    from forensics.run import Run
 
 STATE_VERSION = 1
 # Info findings are notes for the report, not alerts: the lights start at yellow.
@@ -253,3 +256,11 @@ def worst(alerts: Iterable[Alert]) -> Severity | None:
     """The highest severity among alerts that are not endings."""
     levels = [a.severity for a in alerts if a.event is not Event.ENDED]
     return max(levels, key=lambda s: s.rank) if levels else None
+
+
+def last_steps(run: Run) -> dict[str, int]:
+    """The last logged step of each vital sign (what ``AlertBook.update`` judges an end by)."""
+    import polars as pl
+
+    last = run.frame.group_by("metric").agg(pl.col("step").max()).drop_nulls()
+    return {str(m): int(s) for m, s in last.iter_rows()}

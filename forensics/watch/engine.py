@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from forensics.errors import ForensicsError, MultipleJobsError, summarize
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.watch.alerts import WATCH, Alert, AlertBook, Event
+from forensics.watch.alerts import WATCH, Alert, AlertBook, Event, last_steps
 from forensics.watch.tail import RunTail
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class Watcher:
             if diag is not None:
                 self.status.run, self.status.diagnosis = run, diag
                 alerts += self.book.update(
-                    diag.findings, last_step=run.last_step, last_steps=_last_steps(run)
+                    diag.findings, last_step=run.last_step, last_steps=last_steps(run)
                 )
                 for sink in self.sinks:
                     sink.update(run.name, diag)
@@ -387,14 +387,6 @@ class Watcher:
                 self.panel.say(f"the verdict reached {diag.verdict} (--until {until.value})")
             return self.settings.exit_code
         return None
-
-
-def _last_steps(run: Run) -> dict[str, int]:
-    """The last logged step of each vital sign."""
-    import polars as pl
-
-    last = run.frame.group_by("metric").agg(pl.col("step").max()).drop_nulls()
-    return {str(m): int(s) for m, s in last.iter_rows()}
 
 
 def _first_after(run: Run, step: int) -> int:
