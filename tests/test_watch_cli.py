@@ -164,3 +164,14 @@ def test_a_folder_of_several_jobs_is_one_line_and_exit_2(tmp_path: Path) -> None
         "holds 2 separate training jobs (a, b); point watch at one of them"
     )
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_panel_values_carry_the_units_their_names_state() -> None:
+    from forensics.pipeline import read_run
+    from forensics.watch.panel import vitals
+
+    run = read_run(Path(__file__).parent.parent / "sample_runs" / "nan")
+    shown = {sign: value for sign, _, value in vitals(run, None)}
+    assert shown["memory"].split(" at step")[0].endswith(" MB")
+    assert shown["throughput"].split(" at step")[0].endswith(" tokens/s")
+    assert not shown["loss"].split(" at step")[0].endswith(("MB", "s"))

@@ -334,6 +334,7 @@ class Watcher:
             self._say_once(f"report not written: {exc}")
             return None
         self._report_of, self.status.report = id(diag), target
+        self._say_once(f"report: {target} (rewritten on each alert)")
         return target
 
     def _hooks_to_run(self, alerts: list[Alert]) -> list[tuple[str, Alert]]:

@@ -86,6 +86,8 @@ def vitals(run: Run, diag: Diagnosis | None) -> list[tuple[str, str, str]]:
         else:
             s = run.series(sign)
             value = _number(float(s.get_column("value")[-1])) if s.height else "-"
+            if s.height and (unit := run.unit(sign)):
+                value += f" {unit}"
             value += f" at step {int(s.get_column('step')[-1]):,}" if s.height else ""
         rows.append((sign, worst[sign].value if sign in worst else "healthy", value))
     if "run" in worst:
