@@ -609,6 +609,7 @@ def metrics(
     """List every raw tag with its canonical vital sign, points and step range."""
     import polars as pl
 
+    from forensics.importers.tb_histograms import STATS as HIST_STATS
     from forensics.pipeline import read_options, read_run
     from forensics.run_frame import metrics_table
     from forensics.schema import alias_line, nearest_canonical
@@ -619,10 +620,26 @@ def metrics(
     units = run.metadata.get("units", {})
     # Every unmapped tag: the nearest vital sign and the --alias line that would map it.
     unmapped = table.filter(pl.col("metric").is_null()).get_column("tag").unique().to_list()
-    nearest = {t: nearest_canonical(t) for t in unmapped}
+    # A TensorBoard histogram's other statistics (min, max...) are no misspelt vital sign:
+    # the per-layer vitals come from its norm or absmax, so no alias is suggested for them.
+    stats_of: dict[str, set[str]] = {}
+    for t in table.get_column("tag").unique().to_list():
+        base, _, stat = str(t).rpartition("/")
+        if stat in HIST_STATS:
+            stats_of.setdefault(base, set()).add(stat)
+    histogram_stat = {
+        t for t in unmapped if len(stats_of.get(str(t).rpartition("/")[0], ())) == len(HIST_STATS)
+    }
+    nearest = {t: nearest_canonical(t) for t in unmapped if t not in histogram_stat}
     table = table.with_columns(
         pl.col("tag").replace_strict(units, default=None, return_dtype=pl.Utf8).alias("unit"),
-        pl.col("tag").replace_strict(nearest, default=None, return_dtype=pl.Utf8).alias("nearest"),
+        pl.col("tag")
+        .replace_strict(
+            {**nearest, **dict.fromkeys(histogram_stat, "(histogram statistic)")},
+            default=None,
+            return_dtype=pl.Utf8,
+        )
+        .alias("nearest"),
         pl.col("tag")
         .replace_strict(
             {t: alias_line(t, c) for t, c in nearest.items()}, default=None, return_dtype=pl.Utf8

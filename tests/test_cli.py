@@ -393,3 +393,13 @@ def test_wandb_offline_run_is_named_after_the_run(workdir: Path) -> None:
     assert doc["run"]["name"] == "divergence"
     assert (workdir / "reports" / "divergence.html").is_file()
     assert "offline-run" not in res.stderr
+
+
+def test_metrics_suggests_no_alias_for_a_histograms_other_statistics(workdir: Path) -> None:
+    """A histogram's min/max/mean are no misspelt vital sign (it once suggested
+    `--alias activations/layers.0/min=val_loss`)."""
+    run = Path(__file__).parent.parent / "sample_runs" / "histogram_layers"
+    res = runner.invoke(app, ["metrics", str(run)], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stdout.splitlines() if "activations/layers.0/min" in ln]
+    assert len(lines) == 1 and "histogram statistic" in lines[0] and "--alias" not in lines[0]

@@ -204,7 +204,7 @@ class PlateauDetector:
                 "run_fraction": frac,
             },
             summary=(
-                f"The loss stayed flat near {lvl:.4g} from step {a} to {b} "
+                f"The loss stayed flat near {lvl:.4g} from step {a:,} to {b:,} "
                 f"({100 * frac:.0f}% of the run); {why}."
             ),
             judged_against=judged,
