@@ -186,6 +186,28 @@ class LiveJudge:
         """A response that could not be carried out (a full disk): said, and the watch goes on."""
         log.error("forensics: %s failed (%s: %s)", what, type(exc).__name__, exc)
 
+    def write_rollback(
+        self,
+        dec: Decision,
+        folder: Path,
+        saved: dict[int, Path],
+        position: dict[str, Any],
+    ) -> Path | None:
+        """The rollback plan of ``dec``'s fatal incident written into ``folder`` (beside the
+        checkpoints; ``saved``: step -> checkpoint path); None when it could not be written
+        (said once in the log: training still stops)."""
+        from forensics.errors import ForensicsError
+
+        assert dec.plan_for is not None and dec.diagnosis is not None
+        doc = rollback_document(
+            dec.diagnosis, dec.plan_for.finding, saved.get, position, self.config
+        )
+        try:
+            return write_plan(folder, doc)
+        except (OSError, ForensicsError) as exc:
+            self.action_failed(f"writing the rollback plan into {folder}", exc)
+            return None
+
     def fail(self, exc: BaseException) -> None:
         """An internal error: logged once, then the callback stays out of the way."""
         if not self.disabled:

@@ -23,9 +23,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from forensics.config import Config
-from forensics.errors import ForensicsError
 from forensics.importers.hf_trainer_state import NAME as HF_SOURCE
-from forensics.integrations.engine import Decision, LiveJudge, rollback_document, write_plan
+from forensics.integrations.engine import Decision, LiveJudge
 from forensics.integrations.live_run import LiveRun
 from forensics.watch.alerts import Alert
 
@@ -144,18 +143,7 @@ class ForensicsCallback(TrainerCallback):
                     "epoch": state.epoch,
                     "gradient_accumulation_steps": args.gradient_accumulation_steps,
                 }
-                saved = _checkpoints(out)
-                doc = rollback_document(
-                    dec.diagnosis,
-                    dec.plan_for.finding,
-                    lambda step: saved.get(step),
-                    position,
-                    self.judge.config,
-                )
-                try:
-                    self.plan_path = write_plan(out, doc)
-                except (OSError, ForensicsError) as exc:
-                    self.judge.action_failed(f"writing the rollback plan into {out}", exc)
+                self.plan_path = self.judge.write_rollback(dec, out, _checkpoints(out), position)
         except Exception as exc:
             self.judge.fail(exc)
 

@@ -27,9 +27,8 @@ import lightning.pytorch as pl
 import torch
 
 from forensics.config import Config
-from forensics.errors import ForensicsError
 from forensics.importers.lightning_csv import NAME as LIGHTNING_SOURCE
-from forensics.integrations.engine import Decision, LiveJudge, rollback_document, write_plan
+from forensics.integrations.engine import Decision, LiveJudge
 from forensics.integrations.live_run import LiveRun
 from forensics.schema import LOSS, canonicalize
 from forensics.watch.alerts import Alert
@@ -212,17 +211,7 @@ class ForensicsCallback(pl.Callback):
                 self.live.checkpoints.append(trainer.global_step)
                 saved[trainer.global_step] = path
         if dec.plan_for is not None and trainer.is_global_zero:
-            doc = rollback_document(
-                dec.diagnosis,
-                dec.plan_for.finding,
-                lambda step: saved.get(step),
-                position,
-                self.judge.config,
-            )
-            try:
-                self.plan_path = write_plan(folder, doc)
-            except (OSError, ForensicsError) as exc:
-                self.judge.action_failed(f"writing the rollback plan into {folder}", exc)
+            self.plan_path = self.judge.write_rollback(dec, folder, saved, position)
 
 
 def checkpoint_dir(trainer: pl.Trainer) -> Path:
