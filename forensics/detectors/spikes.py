@@ -341,7 +341,7 @@ def _pathology(m: dict[str, Any], limit: int) -> str:
 def _cause_text(m: dict[str, Any]) -> str:
     if m.get("cause") == "numeric_overflow":
         # The overflow is the mechanism; what set it off is judged by the causes (diagnosis).
-        return "; the loss scale dropped in the same step (an overflow: see its causes)"
+        return "; the loss scale dropped during the spike (an overflow: see its causes)"
     if m.get("cause") == "schedule_induced":
         kind = str(m["lr_kink_kind"]).replace("_", " ")
         return f"; it follows an LR-schedule {kind} at step {m['lr_kink_step']}"
