@@ -10,7 +10,8 @@ and the poll is timed: the tail's incremental read, the merge into a Run and
 as the watcher does on each poll, with the watcher's memo of spike trend fits
 (:mod:`forensics.evidence.reuse`) filled by an untimed analysis before the append (the previous
 poll); the same analysis without the memo is timed too. The reference is a full analyze of the
-complete run: ``read_run`` with the cache off, then ``analyze_run``. Both are timed in this process (wall
+complete run: ``read_run`` with the cache off, then ``analyze_run``. Both are timed in this
+process (wall
 and CPU seconds), in turns, ``--repeat`` times; the ratio quoted is the median of the
 pairwise ratios; the read alone is also compared (the tail's poll against ``read_run``, CPU
 seconds). Target: poll / analyze <= 0.25. Nothing asserts a time.
@@ -121,9 +122,7 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
         ),
         "ratio_wall": statistics.median(p[0] / f[0] for p, f in zip(polls, fulls, strict=True)),
         "ratio_cpu": statistics.median(p[1] / f[1] for p, f in zip(polls, fulls, strict=True)),
-        "bare_ratio_cpu": statistics.median(
-            p[1] / f[1] for p, f in zip(bare, fulls, strict=True)
-        ),
+        "bare_ratio_cpu": statistics.median(p[1] / f[1] for p, f in zip(bare, fulls, strict=True)),
         "reused": statistics.median(hits),
         "fits": statistics.median(fits),
         "bytes_new": full_bytes - cut,
