@@ -109,3 +109,25 @@ def test_changed_inputs_are_refitted() -> None:
     assert (memo.hits, memo.misses) == (1, 2)
     assert first == again == fit_trend(steps, y, 90, 1.0, 0.01, p)
     assert changed == fit_trend(steps, y2, 90, 1.0, 0.01, p) != first
+
+
+def test_the_watcher_keeps_its_memo_between_polls(tmp_path: Path) -> None:
+    """The watcher's analysis goes through its memo: a poll after an append reuses fits."""
+    from benchmarks.generate import series, write_jsonl
+    from forensics.watch.engine import Watcher
+
+    log = write_jsonl(tmp_path / "run", series(4000))
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:-300]))
+    watcher = Watcher(tmp_path / "run")
+    try:
+        watcher.poll()
+        assert len(watcher.trend_memo) > 0 and watcher.trend_memo.hits == 0
+        with log.open("ab") as f:
+            f.write(b"".join(lines[-300:]))
+        watcher.poll()
+        assert watcher.trend_memo.hits > 0
+        assert watcher.status.diagnosis is not None
+        assert watcher.status.run is not None and watcher.status.run.last_step == 3999
+    finally:
+        watcher.close()
