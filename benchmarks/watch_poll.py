@@ -7,8 +7,11 @@ into a temporary folder without its last ``--new`` steps (cut at a record / line
 a :class:`~forensics.watch.tail.RunTail` reads it (untimed), the missing steps are appended,
 and the poll is timed: the tail's incremental read, the merge into a Run and
 :func:`forensics.pipeline.analyze_run` (evidence, detectors, diagnosis) on the updated run,
-as the watcher does on each poll. The reference is a full analyze of the complete run:
-``read_run`` with the cache off, then ``analyze_run``. Both are timed in this process (wall
+as the watcher does on each poll, with the watcher's memo of spike trend fits
+(:mod:`forensics.evidence.reuse`) filled by an untimed analysis before the append (the previous
+poll); the same analysis without the memo is timed too. The reference is a full analyze of the
+complete run: ``read_run`` with the cache off, then ``analyze_run``. Both are timed in this
+process (wall
 and CPU seconds), in turns, ``--repeat`` times; the ratio quoted is the median of the
 pairwise ratios; the read alone is also compared (the tail's poll against ``read_run``, CPU
 seconds). Target: poll / analyze <= 0.25. Nothing asserts a time.
@@ -59,6 +62,7 @@ def _timed(fn) -> tuple[float, float, object]:  # noqa: ANN001
 
 
 def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[str, float]:
+    from forensics.evidence.reuse import TrendMemo
     from forensics.importers import ReadOptions, read_run
     from forensics.pipeline import analyze_run
     from forensics.watch.tail import RunTail
@@ -69,6 +73,7 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
     full_bytes = src.stat().st_size
     opts = ReadOptions(cache=False)
     fulls, full_reads, polls, reads, grown = [], [], [], [], []
+    bare, hits, fits = [], [], []
     with tempfile.TemporaryDirectory(prefix="watch-poll-") as tmp:
         for _ in range(repeat):
             w, c, run = _timed(lambda: read_run(folder, options=opts))
@@ -84,15 +89,25 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
                 fo.write(fi.read(cut))
             tail = RunTail(run_dir, opts)
             tail.poll()
+            # The previous poll's analysis (untimed): what the watcher's memo holds.
+            memo = TrendMemo()
+            with memo.active():
+                analyze_run(tail.run)
+            memo.hits = memo.misses = 0
             before = tail.bytes_read
             with src.open("rb") as fi, dst.open("ab") as fo:
                 fi.seek(cut)
                 fo.write(fi.read())
             wr, cr, changed = _timed(tail.poll)
             assert changed and tail.run is not None
-            wa, ca, _ = _timed(lambda t=tail: analyze_run(t.run))
+            wa, ca, _ = _timed(lambda t=tail, m=memo: _reusing(m, t.run))
+            hits.append(memo.hits)
+            fits.append(memo.hits + memo.misses)
+            # The same analysis without the memo: what a poll cost before the reuse.
+            wb, cb, _ = _timed(lambda t=tail: analyze_run(t.run))
             reads.append((wr, cr))
             polls.append((wr + wa, cr + ca))
+            bare.append((wr + wb, cr + cb))
             grown.append(tail.bytes_read - before)
             del tail
     return {
@@ -107,10 +122,20 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
         ),
         "ratio_wall": statistics.median(p[0] / f[0] for p, f in zip(polls, fulls, strict=True)),
         "ratio_cpu": statistics.median(p[1] / f[1] for p, f in zip(polls, fulls, strict=True)),
+        "bare_ratio_cpu": statistics.median(p[1] / f[1] for p, f in zip(bare, fulls, strict=True)),
+        "reused": statistics.median(hits),
+        "fits": statistics.median(fits),
         "bytes_new": full_bytes - cut,
         "bytes_read": statistics.median(grown),
         "bytes_file": full_bytes,
     }
+
+
+def _reusing(memo, run):  # noqa: ANN001, ANN202
+    from forensics.pipeline import analyze_run
+
+    with memo.active():
+        return analyze_run(run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| format | steps | full analyze s (cpu) | of which read s | poll s (cpu) | "
         f"of which read s | bytes read / appended | read: poll / full (cpu) | "
-        f"poll / analyze (target <= {TARGET}) |"
+        f"trend fits reused | poll / analyze (target <= {TARGET}) | without reuse (cpu) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for kind in args.formats.split(","):
         m = measure(kind, args.size, args.new, args.repeat, args.data)
         print(
@@ -136,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             f"({m['full_cpu']:.2f}) | {m['full_read_wall']:.2f} | {m['poll_wall']:.2f} "
             f"({m['poll_cpu']:.2f}) | {m['read_wall']:.2f} | {m['bytes_read']:,.0f} / "
             f"{m['bytes_new']:,} of {m['bytes_file']:,} | {m['read_ratio']:.3f} | "
-            f"**{m['ratio_wall']:.3f}** (cpu {m['ratio_cpu']:.3f}) |",
+            f"{m['reused']:,.0f} / {m['fits']:,.0f} | "
+            f"**{m['ratio_wall']:.3f}** (cpu {m['ratio_cpu']:.3f}) | {m['bare_ratio_cpu']:.3f} |",
             flush=True,
         )
     return 0

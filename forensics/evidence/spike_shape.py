@@ -20,6 +20,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from forensics.evidence.reuse import fit_trend_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen
 from forensics.params import SpikesParams
 
@@ -168,7 +169,9 @@ def measure(
     # The trend needs at most trend_max_points (or min_trend_points) points before the onset.
     lo0 = max(0, onset - max(p.trend_max_points, p.min_trend_points))
     base_y = np.log(baseline_at_peak) if log_scale else baseline_at_peak
-    trend = fit_trend(
+    # Through the watcher's memo when one is active (forensics.evidence.reuse): same inputs,
+    # same fit.
+    trend = fit_trend_reusing(
         steps[lo0 : onset + 1], _transform(values[lo0 : onset + 1], log_scale), onset - lo0,
         base_y, sigma, p,
     )  # fmt: skip

@@ -114,6 +114,7 @@ class Watcher:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from forensics.config import Config
+        from forensics.evidence.reuse import TrendMemo
         from forensics.pipeline import read_options
 
         self.path = Path(path)
@@ -135,6 +136,7 @@ class Watcher:
         self._report_of: int | None = None  # id() of the diagnosis the report shows
         self._pace_of: int | None = None  # id() of the frame the logged pace was read from
         self._logged_gap: float | None = None
+        self.trend_memo = TrendMemo()
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -259,7 +261,9 @@ class Watcher:
         from forensics.pipeline import analyze_run
 
         try:
-            return analyze_run(run, self.config)
+            # Spike trend fits whose exact inputs did not change are reused (the poll's cost).
+            with self.trend_memo.active():
+                return analyze_run(run, self.config)
         except ForensicsError as exc:
             self._say_once(f"analysis skipped on this poll: {exc}")
         except Exception as exc:
