@@ -100,6 +100,7 @@ class FindingKind(StrEnum):
     STALL = "stall"
     MEMORY_GROWTH = "memory_growth"
     RESTART = "restart"
+    RESUME_REGRESSION = "resume_regression"
     TRUNCATED_LOG = "truncated_log"
     CRASH = "crash"
 
