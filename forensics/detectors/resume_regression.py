@@ -80,7 +80,7 @@ class ResumeRegressionDetector:
         rise = lvl_end - lvl_before
         if rise <= p.noise_k * noise:
             return None
-        m: dict[str, object] = {
+        m: dict[str, float | int | str | bool | None] = {
             "seam_step": seam,
             "level_before": lvl_before,
             "level_end": lvl_end,
