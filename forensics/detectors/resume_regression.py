@@ -120,7 +120,8 @@ class ResumeRegressionDetector:
                     val_txt = (
                         f"; the val loss reached its best {sig(float(vy[b]), 4)} at step "
                         f"{int(vx[b]):,} and ended at {sig(float(vy[-1]), 4)} (step "
-                        f"{int(vx[-1]):,}), above it by more than the eval noise"
+                        f"{int(vx[-1]):,}), {float(vy[-1] - vy[b]) / max(vnoise, 1e-12):.0f}x "
+                        "the eval noise above it"
                     )
         summary = (
             f"After the resume at step {seam:,} the training loss trended up: its level went "
