@@ -147,6 +147,8 @@ for _k in FindingKind:
         _t.append("eval_pause")
     if _k in _VAL:
         _t.append("val_set_change")
+    if _k is FindingKind.RESUME_REGRESSION:
+        _t.append("resume")  # the seam is the context the log supports, not a mechanism
     _TESTS[_k] = tuple(_t)
 
 # Article causes (prescriptions.TABLE[kind].causes, by index) that a tested hypothesis covers;
@@ -163,6 +165,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.PLATEAU: {0: "lr_schedule"},
     FindingKind.STALL: {},
     FindingKind.RESTART: {0: "resume"},
+    FindingKind.RESUME_REGRESSION: {0: "resume"},
 }
 
 

@@ -94,6 +94,7 @@ class FindingKind(StrEnum):
     GAP_ACCELERATION = "gap_acceleration"
     VAL_SHIFT = "val_shift"
     EVAL_REGRESSION = "eval_regression"
+    RESUME_REGRESSION = "resume_regression"
     PLATEAU = "plateau"
     NO_LEARNING = "no_learning"
     THROUGHPUT_DROP = "throughput_drop"

@@ -637,6 +637,35 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("grad_norm_drift", bool, "true when a grad-norm drift overlaps the regression"),
     ),
+    "resume_regression": (
+        _m("seam_step", int, "first step logged after the resume (the restart finding's step)"),
+        _m(
+            "level_before",
+            float,
+            "median train loss over the last `window` points before it (fewer: short stretch)",
+        ),
+        _m("level_end", float, "median train loss over the last `window` points after it"),
+        _m("rise", float, "level_end - level_before, in loss units (> 0: worse)"),
+        _m(
+            "level_noise",
+            float,
+            "noise of a level: robust sigma of the train loss / sqrt(window points)",
+        ),
+        _m("slope_per_1k", float, "Theil-Sen slope of the loss after the seam, per 1000 steps"),
+        _m("slope_low_per_1k", float, "lower end of its 90% band (> 0: a rise, not noise)"),
+        _m("slope_high_per_1k", float, "upper end of its 90% band"),
+        _m("points_after", int, "train-loss points after the seam"),
+        _m("val_best", float, "lowest val loss after the seam (null: no val loss)", null=True),
+        _m("val_best_step", int, "its step", null=True),
+        _m("val_end", float, "last val loss", null=True),
+        _m("val_end_step", int, "its step", null=True),
+        _m("val_noise", float, "eval noise (robust sigma of the val series)", null=True),
+        _m(
+            "val_worse",
+            bool,
+            "true when val_end - val_best exceeds noise_k x val_noise (the finding is a warning)",
+        ),
+    ),
     "plateau": (
         _m("level", float, "median loss over the plateau"),
         _m(

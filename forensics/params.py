@@ -121,6 +121,16 @@ class EvalRegressionParams:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResumeRegressionParams:
+    """Parameters of the ``resume_regression`` detector."""
+
+    noise_k: float = 3.0
+    window: int = 100
+    min_points_after: int = 20
+    min_evals_after: int = 3
+
+
+@dataclass(frozen=True, kw_only=True)
 class ParamNormParams:
     """Parameters of the ``param_norm`` detector."""
 
@@ -240,6 +250,7 @@ PARAMS: dict[str, type] = {
     "loss_scale": LossScaleParams,
     "grad_norm_drift": GradNormDriftParams,
     "eval_regression": EvalRegressionParams,
+    "resume_regression": ResumeRegressionParams,
     "param_norm": ParamNormParams,
     "layers": LayersParams,
     "activations": ActivationsParams,

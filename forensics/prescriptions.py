@@ -448,6 +448,21 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
     ),
+    FindingKind.RESUME_REGRESSION: Prescription(
+        FindingKind.RESUME_REGRESSION,
+        "After the job resumed, the training loss drifted up instead of on down.",
+        (
+            "The resume did not restore the whole training state (optimizer moments, LR "
+            "schedule position, data position).",
+            "The training itself degrades from here on; the resume only marks where.",
+        ),
+        "Check that the resume restored the optimizer state, the LR schedule's step and the "
+        "data loader's position; roll back to the best checkpoint before the regression.",
+        (
+            _c("optimizer", "Compare the LR and optimizer state logged just before and after."),
+            _c("data", "Confirm the data loader resumed where it stopped."),
+        ),
+    ),
     FindingKind.TRUNCATED_LOG: Prescription(
         FindingKind.TRUNCATED_LOG,
         "The log ends in the middle of a record.",

@@ -31,6 +31,7 @@ KINDS = {
     "gap_acceleration",
     "val_shift",
     "eval_regression",
+    "resume_regression",
     "plateau",
     "no_learning",
     "throughput_drop",

@@ -1,0 +1,147 @@
+"""resume_regression: the training loss gets worse after a job resumed (a restart seam).
+
+A resumed job is one run to the tool (:mod:`forensics.importers.chains`), and the seam is a
+``restart`` finding. For each seam the stretch up to the next seam (or the end) is judged:
+
+* the train loss must trend up: its Theil-Sen slope's 90% band lies above zero, and
+* its level at the end (median of the last ``window`` points) must stand above its level just
+  before the seam (median of the ``window`` points before it) by more than ``noise_k`` times
+  the noise of such a level (robust sigma / sqrt(window)).
+
+Both are required: a trend alone can be a slow wobble of a flat loss, a level alone a late
+noisy stretch. The overfitting detector stops when the train loss rises too, and divergence
+wants a rise many times larger; this is the slow degradation between them.
+
+Severity from the numbers: when the val loss also ends above its best after the seam by more
+than ``noise_k`` times the eval noise, the model the run would deliver is worse than one it
+already had -- a warning (roll back). Otherwise only the training loss moved: info. On the
+Lightning wikitext run (version_0 resumed as version_5 at step 140,749) the train loss level
+goes from 3.682 to 3.727 (medians of 100 points; level noise 0.010) and the val loss
+from its best 3.563 to 3.604 with an eval noise of 0.003: a warning.
+
+The finding says the resume is the context (the causes test it: ``resume`` is supported when
+the seam is the onset); it does not claim what went wrong at the resume, the log cannot show it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forensics.evidence import Evidence
+from forensics.evidence.trend_utils import robust_sigma, sig, theil_sen
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.params import ResumeRegressionParams
+from forensics.schema import LOSS, VAL_LOSS
+
+CHECK = "resume_regression"
+
+
+class ResumeRegressionDetector:
+    """Flags a training loss that trends up after a resume seam."""
+
+    name = CHECK
+
+    def __init__(self, params: ResumeRegressionParams | None = None) -> None:
+        self.params = params or ResumeRegressionParams()
+
+    def detect(self, ev: Evidence) -> list[Finding]:
+        seams = sorted(
+            {int(f.start_step) for f in ev.run.import_findings if f.kind is FindingKind.RESTART}
+        )
+        if not seams or not ev.has(LOSS):
+            return []
+        out: list[Finding] = []
+        for i, seam in enumerate(seams):
+            nxt = seams[i + 1] if i + 1 < len(seams) else None
+            f = self._one(ev, seam, nxt)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def _one(self, ev: Evidence, seam: int, nxt: int | None) -> Finding | None:
+        p = self.params
+        s = ev.series(LOSS)
+        x, y = s.steps, s.values
+        ok = np.isfinite(y)
+        x, y = x[ok], y[ok]
+        before = x < seam
+        after = (x >= seam) & ((x < nxt) if nxt is not None else True)
+        if before.sum() < p.min_points_after or after.sum() < p.min_points_after:
+            return None
+        # A level is the median of up to `window` points, at most a third of the stretch after.
+        w = int(min(p.window, before.sum(), after.sum() // 3))
+        xa, ya = x[after], y[after]
+        trend = theil_sen(xa, ya)
+        if trend is None or not trend.rising:
+            return None
+        lvl_before = float(np.median(y[before][-w:]))
+        lvl_end = float(np.median(ya[-w:]))
+        noise = robust_sigma(y[before][-10 * w :]) / np.sqrt(w)
+        rise = lvl_end - lvl_before
+        if rise <= p.noise_k * noise:
+            return None
+        m: dict[str, float | int | str | bool | None] = {
+            "seam_step": seam,
+            "level_before": lvl_before,
+            "level_end": lvl_end,
+            "rise": rise,
+            "level_noise": noise,
+            "slope_per_1k": trend.slope * 1000.0,
+            "slope_low_per_1k": trend.low * 1000.0,
+            "slope_high_per_1k": trend.high * 1000.0,
+            "points_after": int(after.sum()),
+            "val_best": None,
+            "val_best_step": None,
+            "val_end": None,
+            "val_end_step": None,
+            "val_noise": None,
+            "val_worse": False,
+        }
+        val_txt = ""
+        if ev.has(VAL_LOSS):
+            v = ev.series(VAL_LOSS)
+            vx, vy = v.steps, v.values
+            sel = np.isfinite(vy) & (vx >= seam) & ((vx < nxt) if nxt is not None else True)
+            vx, vy = vx[sel], vy[sel]
+            if len(vx) >= p.min_evals_after:
+                gap = ev.gap
+                vnoise = gap.val_noise if gap is not None else robust_sigma(v.values)
+                b = int(np.argmin(vy))
+                worse = bool(vy[-1] - vy[b] > p.noise_k * vnoise)
+                m.update(
+                    val_best=float(vy[b]),
+                    val_best_step=int(vx[b]),
+                    val_end=float(vy[-1]),
+                    val_end_step=int(vx[-1]),
+                    val_noise=float(vnoise),
+                    val_worse=worse,
+                )
+                if worse:
+                    val_txt = (
+                        f"; the val loss reached its best {sig(float(vy[b]), 4)} at step "
+                        f"{int(vx[b]):,} and ended at {sig(float(vy[-1]), 4)} (step "
+                        f"{int(vx[-1]):,}), {float(vy[-1] - vy[b]) / max(vnoise, 1e-12):.0f}x "
+                        "the eval noise above it"
+                    )
+        summary = (
+            f"After the resume at step {seam:,} the training loss trended up: its level went "
+            f"from {sig(lvl_before, 4)} before the seam to {sig(lvl_end, 4)} at step "
+            f"{int(xa[-1]):,} ({rise:+.3g}, {rise / noise:.0f}x the level noise){val_txt}."
+        )
+        peak = int(xa[int(np.argmax(ya))])
+        return Finding(
+            kind=FindingKind.RESUME_REGRESSION,
+            severity=Severity.WARNING if m["val_worse"] else Severity.INFO,
+            metric=LOSS,
+            start_step=seam,
+            peak_step=peak,
+            end_step=int(xa[-1]),
+            measures=m,
+            summary=summary,
+            judged_against={
+                "level_before": lvl_before,
+                "level_noise": noise,
+                "noise_k": p.noise_k,
+                "rise_at": lvl_before + p.noise_k * noise,
+            },
+        )
