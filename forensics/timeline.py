@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from forensics.findings import Finding, Severity, steps_text
+from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.prescriptions import needs_action
 
 _LABELS = {
@@ -65,6 +65,11 @@ _CAUSAL = {
 def causal_rank(metric: str | None, control: bool = False) -> int:
     """0 for a control input, then loss scale, grad norm, param norm, loss, the rest (5)."""
     return 0 if control else _CAUSAL.get(metric or "", 5)
+
+
+def _finding_rank(f: Finding) -> int:
+    # A restart (a resume) is what the trainer did: a control input, first at its step.
+    return causal_rank(f.metric, control=f.kind is FindingKind.RESTART)
 
 
 @dataclass(frozen=True)
@@ -169,14 +174,14 @@ def build_timeline(
         if not events:
             events = [f for f in findings if f.severity is not Severity.INFO]
     events = sorted(
-        events, key=lambda f: (f.start_step, causal_rank(f.metric), -f.severity.rank, f.kind.value)
+        events, key=lambda f: (f.start_step, _finding_rank(f), -f.severity.rank, f.kind.value)
     )
     # (step, causal rank, order, metric, finding, kind, text)
     onsets: list[tuple[int, int, int, str | None, Finding | None, str, str]] = []
     for c in controls:
         onsets.append((c.step, 0, -1, c.metric if c.metric else "resume", None, c.cause, c.text))
     for i, f in enumerate(events):
-        onsets.append((f.start_step, causal_rank(f.metric), i, f.metric, f, f.kind.value, ""))
+        onsets.append((f.start_step, _finding_rank(f), i, f.metric, f, f.kind.value, ""))
     onsets.sort(key=lambda o: (o[0], o[1], o[2]))
     movers: list[Mover] = []
     seen: set[str | None] = set()

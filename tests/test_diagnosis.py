@@ -115,6 +115,19 @@ def test_timeline_names_the_first_mover_and_the_lag() -> None:
     assert tl.sentence(limit=1).endswith("and 1 more.")
 
 
+def test_timeline_puts_a_restart_first_at_its_step() -> None:
+    """A resume is what the trainer did: at the same step it comes before the loss that moved
+    after it (it came second on the Lightning chain)."""
+    from forensics.timeline import build_timeline
+
+    fs = [
+        Finding("resume_regression", "warning", "loss", 8000, "loss up after the resume"),
+        Finding("restart", "info", None, 8000, "resumed"),
+    ]
+    tl = build_timeline(fs, include_info=True)
+    assert [(m.metric, m.step) for m in tl.movers] == [(None, 8000), ("loss", 8000)]
+
+
 def test_timeline_without_findings() -> None:
     """No actionable finding: the timeline says nothing moved."""
     tl = diagnose(_run(300), []).timeline
