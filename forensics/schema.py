@@ -269,7 +269,10 @@ _VOCAB_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(
             _NS + r"(?:tokens?|toks?|samples?|seqs?|sequences?|examples?|imgs?|images?|it|iters?"
-            r"|iterations?|steps?|batch(?:es)?|words?)_?(?:per_)?(?:s|sec|second)"
+            # a rate needs its "per second" spelled: tokens_s (tokens/s), tokens_per_sec,
+            # tokenspersec; a bare plural (tokens, consumed samples, skipped iterations) is a
+            # counter, not a throughput
+            r"|iterations?|steps?|batch(?:es)?|words?)(?:_|_?per_?)(?:s|secs?|seconds?)"
             r"(?:_per_(?:gpu|device|rank))?$"
         ),
         THROUGHPUT,

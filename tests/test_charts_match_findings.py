@@ -250,3 +250,20 @@ def test_one_table_of_lights(analysed) -> None:
         assert f"--{key}:{lk.colour};" in page
     assert f"--light: {look(diag.verdict).colour}" in page
     assert look(diag.verdict).label in page
+
+
+def test_axis_titles_carry_the_logged_unit() -> None:
+    """Throughput, step time and memory charts plot the values as logged: the y axis says in
+    which unit the log named them, or that it named none (never a guessed "tokens/s")."""
+    titles = {}
+    for sample in ("healthy", "loss_scale_collapse"):
+        diag = analyze(ROOT / "sample_runs" / sample, Config())
+        for p in build_panels(diag.ev, diag.findings):
+            titles[(sample, p.key)] = p.figure["layout"]["yaxis"]["title"]["text"]
+    assert titles[("healthy", "throughput")] == "throughput (tokens/s)"  # train/tokens_per_sec
+    assert titles[("healthy", "memory")] == "memory (MB)"  # memory/rss_mb
+    assert titles[("healthy", "step_time")] == "time per step (unit not in the log)"
+    # Megatron: "elapsed time per iteration (ms)"; its "consumed samples" is a counter and
+    # gives no throughput chart
+    assert titles[("loss_scale_collapse", "step_time")] == "time per step (ms)"
+    assert ("loss_scale_collapse", "throughput") not in titles

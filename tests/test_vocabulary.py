@@ -63,6 +63,14 @@ def test_vital_sign_spellings(tag: str, metric: str, unit: str | None) -> None:
         "system/gpu.0.memory",  # W&B system: memory-controller utilisation
         "mem_free_gb",  # the inverse of usage
         "train_runtime",
+        # counters, not rates: the plural's "s" is not "per second"
+        "consumed samples",  # Megatron's iteration line
+        "number of skipped iterations",
+        "number of nan iterations",
+        "num_tokens",
+        "tokens",
+        "global_steps",
+        "train/samples",
     ],
 )
 def test_lookalikes_stay_unmapped(tag: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Band, Evidence
+from forensics.evidence.trend_utils import unit_for
 from forensics.findings import Finding, FindingKind, Severity, finding_steps
 from forensics.report.downsample import DEFAULT_BUCKETS, bucket_mean, downsample
 from forensics.schema import (
@@ -115,6 +116,14 @@ def _arrays(ev: Evidence, metric: str, layer: int | None = None) -> tuple[np.nda
     """Every logged point of a series, NaN and Inf included (a gap in the line is evidence)."""
     s = ev.logged(metric, layer)
     return s.steps, s.values
+
+
+def axis_title(ev: Evidence, metric: str, what: str) -> str:
+    """A y-axis title with the unit the logged values are in (``throughput (tokens/s)``), or
+    saying that the log names none: the chart plots the values as logged, unscaled."""
+    unit = unit_for(ev.run, metric).source
+    unit = unit.removesuffix("/step") if unit else unit  # "time per step (ms)"
+    return f"{what} ({unit})" if unit else f"{what} (unit not in the log)"
 
 
 def _layout(title: str, ytitle: str, **extra: Any) -> dict[str, Any]:
@@ -787,19 +796,31 @@ def build_panels(
         lambda: train_val_panel(ev, about(VAL_LOSS), buckets),
         lambda: eval_panel(ev, evals, buckets),
         lambda: _series_panel(
-            ev, THROUGHPUT, "Throughput", "tokens/s", about(THROUGHPUT), buckets, colour="#bcbd22"
+            ev,
+            THROUGHPUT,
+            "Throughput",
+            axis_title(ev, THROUGHPUT, "throughput"),
+            about(THROUGHPUT),
+            buckets,
+            colour="#bcbd22",
         ),
         lambda: _series_panel(
             ev,
             STEP_TIME,
             "Step time",
-            "time per step",
+            axis_title(ev, STEP_TIME, "time per step"),
             about(STEP_TIME),
             buckets,
             colour="#bcbd22",
         ),
         lambda: _series_panel(
-            ev, MEMORY, "Memory", "memory", about(MEMORY), buckets, colour="#e377c2"
+            ev,
+            MEMORY,
+            "Memory",
+            axis_title(ev, MEMORY, "memory"),
+            about(MEMORY),
+            buckets,
+            colour="#e377c2",
         ),
         lambda: layer_share_panel(ev, about(GRAD_NORM_LAYER)),
         lambda: activation_panel(ev, about(*_PANEL_METRICS[ACT_ABSMAX])),
