@@ -612,7 +612,7 @@ def metrics(
     from forensics.importers.tb_histograms import STATS as HIST_STATS
     from forensics.pipeline import read_options, read_run
     from forensics.run_frame import metrics_table
-    from forensics.schema import alias_line, nearest_canonical
+    from forensics.schema import alias_line, is_not_a_vital, nearest_canonical
 
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
@@ -630,12 +630,19 @@ def metrics(
     histogram_stat = {
         t for t in unmapped if len(stats_of.get(str(t).rpartition("/")[0], ())) == len(HIST_STATS)
     }
-    nearest = {t: nearest_canonical(t) for t in unmapped if t not in histogram_stat}
+    no_vital = {t for t in unmapped if t not in histogram_stat and is_not_a_vital(str(t))}
+    nearest = {
+        t: nearest_canonical(t) for t in unmapped if t not in histogram_stat and t not in no_vital
+    }
     table = table.with_columns(
         pl.col("tag").replace_strict(units, default=None, return_dtype=pl.Utf8).alias("unit"),
         pl.col("tag")
         .replace_strict(
-            {**nearest, **dict.fromkeys(histogram_stat, "(histogram statistic)")},
+            {
+                **nearest,
+                **dict.fromkeys(histogram_stat, "(histogram statistic)"),
+                **dict.fromkeys(no_vital, "(not a vital sign)"),
+            },
             default=None,
             return_dtype=pl.Utf8,
         )

@@ -654,9 +654,25 @@ def tag_units(frame: pl.DataFrame) -> dict[str, str]:
 
 
 # -- the nearest canonical name of an unmapped tag --------------------------------------
+# Names that are no vital sign under another spelling: counters, batch sizes, perplexities
+# and scores. ``forensics metrics`` proposes no alias for them (mapping "global batch size" to
+# the loss because the strings look alike would be nonsense).
+_NOT_A_VITAL = re.compile(
+    r"(?:^|_)(?:ppl|perplexity|batch_size|bs|acc|accuracy|f1|bleu|rouge\w*|wer|cer|epoch"
+    r"|samples|tokens|iterations|iters|steps|count|seen|consumed)$"
+    r"|^(?:num|number_of|n|consumed|total|global_batch)_"
+)
+
+
+def is_not_a_vital(tag: str) -> bool:
+    """True for names that are clearly no vital sign (counters, sizes, scores, perplexities)."""
+    return bool(_NOT_A_VITAL.search(normalize_tag(_X_SUFFIX.sub("", tag))))
+
+
 def nearest_canonical(tag: str) -> str:
     """The canonical vital sign whose known spellings are closest to ``tag`` (for the
-    ``--alias`` hint of ``forensics metrics``); always returns a name."""
+    ``--alias`` hint of ``forensics metrics``); always returns a name (callers skip the names
+    :func:`is_not_a_vital` recognises)."""
     import difflib
 
     nb = normalize_tag(_X_SUFFIX.sub("", tag))

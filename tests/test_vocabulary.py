@@ -178,3 +178,14 @@ def test_text_log_elapsed_ms_scaled() -> None:
 
     assert _ELAPSED_TAG.match("elapsed_ms").group("unit") == "ms"  # type: ignore[union-attr]
     assert _ELAPSED_TAG.match("elapsed time per iteration (ms)") is None
+
+
+def test_metrics_command_proposes_no_alias_for_counters() -> None:
+    """Megatron's counters and perplexity look like no vital sign: no --alias hint that would
+    map "global batch size" to the loss because the strings look alike."""
+    sample = Path(__file__).resolve().parents[1] / "sample_runs" / "loss_scale_collapse"
+    res = runner.invoke(app, ["metrics", str(sample)], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    for tag in ("global batch size", "lm loss PPL", "consumed samples"):
+        line = next(ln for ln in res.stdout.splitlines() if f" {tag} " in ln)
+        assert "(not a vital sign)" in line and "--alias" not in line, line
