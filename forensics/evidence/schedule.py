@@ -276,10 +276,10 @@ def _jumps(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
     """Intervals ``i`` (between points i and i+1) where the LR jumps."""
     if len(v) < 2:
         return []
-    import polars as pl
+    from forensics.evidence.rolling import centered_median
 
     d = np.abs(np.diff(v))
-    local = pl.Series(d).rolling_median(11, center=True, min_samples=1).to_numpy().astype(float)
+    local = centered_median(d, 11)
     hi = np.maximum(np.abs(v[:-1]), np.abs(v[1:]))
     lo = np.minimum(np.abs(v[:-1]), np.abs(v[1:]))
     big = (hi >= jump_ratio * lo) & (hi > 0)

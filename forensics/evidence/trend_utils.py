@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence.robust import MAD_TO_SIGMA
+from forensics.evidence.rolling import centered_median
 from forensics.run import Run
 
 MAD_SCALE = MAD_TO_SIGMA  # MAD -> standard deviation for normal noise (one constant)
@@ -81,6 +82,8 @@ def rolling_median(values: np.ndarray, window: int, *, center: bool = True) -> n
     if len(values) == 0:
         return values.astype(float)
     window = max(1, min(int(window), len(values)))
+    if center:
+        return centered_median(values, window)  # polars' numbers, in O(n log window)
     out = pl.Series(values.astype(float)).rolling_median(window, min_samples=1, center=center)
     return out.to_numpy().astype(float)
 

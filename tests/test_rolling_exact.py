@@ -1,0 +1,65 @@
+"""The fast rolling medians (forensics.evidence.rolling) give the libraries' numbers bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from forensics.evidence.rolling import centered_median, trailing_median
+
+
+def _data(kind: str, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        return rng.normal(size=n)
+    if kind == "heavy":  # spans many magnitudes: the midpoint's rounding shows
+        return rng.normal(size=n) * np.exp(rng.normal(size=n) * 8)
+    if kind == "ties":  # few distinct values, zeros among them
+        return rng.integers(-3, 4, size=n).astype(float) * 0.1
+    if kind == "steps":  # a slowly rising logged counter with plateaus
+        return np.floor(np.cumsum(rng.random(n)) / 7.0)
+    raise AssertionError(kind)
+
+
+def _polars(v: np.ndarray, w: int) -> np.ndarray:
+    return pl.Series(v).rolling_median(w, min_samples=1, center=True).to_numpy().astype(float)
+
+
+def _numpy_trailing(v: np.ndarray, w: int) -> np.ndarray:
+    out = np.zeros(len(v))
+    for i in range(1, len(v)):
+        out[i] = float(np.median(v[max(0, i - w) : i]))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [1, 2, 3, 4, 5, 9, 10, 21, 25, 100, 101])
+@pytest.mark.parametrize("n", [0, 7, 600, 2100])
+def test_centered_median_is_polars(kind: str, window: int, n: int) -> None:
+    v = _data(kind, n, seed=window * 1000 + n)
+    got, want = centered_median(v, window), (_polars(v, window) if n else v)
+    assert got.shape == want.shape
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))  # bits, signs of zero too
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [1, 2, 3, 20, 21, 100])
+@pytest.mark.parametrize("n", [0, 5, 700, 2500])
+def test_trailing_median_is_numpy(kind: str, window: int, n: int) -> None:
+    v = _data(kind, n, seed=window * 7 + n)
+    got, want = trailing_median(v, window), _numpy_trailing(v, window)
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -0.0])
+def test_unselectable_values_take_the_library_path(bad: float) -> None:
+    v = _data("normal", 2000, seed=1)
+    v[[5, 900, 1999]] = bad
+    for w in (4, 25):
+        a, b = centered_median(v, w), _polars(v, w)
+        assert np.array_equal(a, b, equal_nan=True)
+        assert np.array_equal(np.signbit(a), np.signbit(b))
+        c, d = trailing_median(v, w), _numpy_trailing(v, w)
+        assert np.array_equal(c, d, equal_nan=True)
+        assert np.array_equal(np.signbit(c), np.signbit(d))
