@@ -63,3 +63,21 @@ def test_unselectable_values_take_the_library_path(bad: float) -> None:
         c, d = trailing_median(v, w), _numpy_trailing(v, w)
         assert np.array_equal(c, d, equal_nan=True)
         assert np.array_equal(np.signbit(c), np.signbit(d))
+
+
+@pytest.mark.parametrize("n", [3, 30, 99, 100, 101, 2000])
+@pytest.mark.parametrize("nan_at", [None, 0, 50])
+def test_local_noise_is_the_windowed_loop(n: int, nan_at: int | None) -> None:
+    from forensics.evidence.gap import local_noise
+    from forensics.evidence.trend_utils import robust_sigma
+
+    rng = np.random.default_rng(n)
+    val = 2.0 + np.cumsum(rng.normal(size=n)) * 1e-3 + rng.normal(size=n) * 0.01
+    gap = val - 1.9 + rng.normal(size=n) * np.exp(rng.normal(size=n))
+    if nan_at is not None and nan_at < n:
+        gap[nan_at] = np.nan  # a val point with no train loss near it
+    want = np.zeros(n)
+    for i in range(n):
+        lo, hi = max(0, i - 12), min(n, i + 13)
+        want[i] = max(robust_sigma(val[lo:hi]), robust_sigma(gap[lo:hi]))
+    assert np.array_equal(local_noise(val, gap).view(np.int64), want.view(np.int64))

@@ -94,6 +94,7 @@ class Evidence:
         self._layer_matrix: dict[str, LayerMatrix] = {}
         self._logged: dict[tuple[str, int | None], Series] = {}
         self._gaps: dict[str, Gap | None] = {}
+        self._despike: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
 
     # -- aligned arrays ----------------------------------------------------------------------
     def series(self, metric: str, layer: int | None = None) -> Series:
@@ -123,6 +124,17 @@ class Evidence:
 
     def has(self, metric: str) -> bool:
         return self.run.has(metric)
+
+    def despiked(self, metric: str, k: float = 5.0) -> np.ndarray:
+        """``trend_utils.despike(self.series(metric).values, k=k)``: the mask of points a trend
+        fit keeps, with the rolling band computed once per series (plateau, gap, drift and
+        eval regression all despike the loss)."""
+        from forensics.evidence.trend_utils import despike_band, despike_mask
+
+        values = self.series(metric).values
+        if metric not in self._despike:
+            self._despike[metric] = despike_band(values)
+        return despike_mask(values, self._despike[metric], k=k)
 
     def layer_matrix(self, metric: str) -> LayerMatrix:
         """A per-layer series as a steps x layers matrix (NaN where missing), cached."""

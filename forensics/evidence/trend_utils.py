@@ -109,14 +109,31 @@ def despike(values: np.ndarray, *, window: int = 25, k: float = 5.0) -> np.ndarr
 
     Spikes belong to the spike detectors; a trend fit must not be dragged by them.
     """
+    return despike_mask(values, despike_band(values, window=window), k=k)
+
+
+def despike_band(values: np.ndarray, *, window: int = 25) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rolling median and the MAD floor :func:`despike` compares against (None for fewer
+    than 5 points); independent of ``k``, so one series' band serves every caller."""
     v = np.asarray(values, dtype=float)
     if len(v) < 5:
-        return np.isfinite(v)
+        return None
     med = rolling_median(v, window)
     dev = np.abs(v - med)
     mad = rolling_median(dev, window) * MAD_SCALE
     floor = 1e-3 * np.abs(med) + 1e-12  # constant stretches have zero MAD
-    return np.isfinite(v) & (v <= med + k * np.maximum(mad, floor))
+    return med, np.maximum(mad, floor)
+
+
+def despike_mask(
+    values: np.ndarray, band: tuple[np.ndarray, np.ndarray] | None, *, k: float = 5.0
+) -> np.ndarray:
+    """:func:`despike`'s mask from its band (:func:`despike_band` of the same values)."""
+    v = np.asarray(values, dtype=float)
+    if band is None:
+        return np.isfinite(v)
+    med, spread = band
+    return np.isfinite(v) & (v <= med + k * spread)
 
 
 def bin_median(
