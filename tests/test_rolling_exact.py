@@ -81,3 +81,16 @@ def test_local_noise_is_the_windowed_loop(n: int, nan_at: int | None) -> None:
         lo, hi = max(0, i - 12), min(n, i + 13)
         want[i] = max(robust_sigma(val[lo:hi]), robust_sigma(gap[lo:hi]))
     assert np.array_equal(local_noise(val, gap).view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties"])
+@pytest.mark.parametrize(("window", "min_samples"), [(100, 10), (5, 1), (4, 3), (25, 25)])
+@pytest.mark.parametrize("n", [0, 8, 900, 2100])
+def test_polars_trailing_median_is_polars(kind: str, window: int, min_samples: int, n: int) -> None:
+    from forensics.evidence.rolling import polars_trailing_median
+
+    v = _data(kind, n, seed=window + n)
+    want = pl.Series(v).rolling_median(window, min_samples=min_samples).to_numpy().astype(float)
+    got = polars_trailing_median(v, window, min_samples)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))

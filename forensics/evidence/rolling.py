@@ -9,6 +9,8 @@ between libraries, and each function here repeats the library's own:
 * :func:`centered_median` equals ``pl.Series(v).rolling_median(w, min_samples=1,
   center=True)``: window ``[i - w // 2, i - w // 2 + w)``, shrunk at the ends; an even count
   gives ``lo + (hi - lo) * 0.5``. The ends (fewer than ``w`` points) are left to polars.
+* :func:`polars_trailing_median` equals ``pl.Series(v).rolling_median(w, min_samples=m)``
+  (window ``[i - w + 1, i]``; the first, short windows are polars' own, nulls as NaN).
 * :func:`trailing_median` equals ``np.median(v[max(0, i - w) : i])`` for each ``i >= 1`` (0 at
   ``i = 0``); an even count gives ``(lo + hi) / 2``.
 
@@ -72,6 +74,32 @@ def centered_median(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
+def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) -> np.ndarray:
+    """``pl.Series(v).rolling_median(window, min_samples=min_samples)`` (window ``[i - w + 1,
+    i]``) as floats, NaN where polars gives null."""
+    v = np.ascontiguousarray(values, dtype=float)
+    n = len(v)
+    w, m = int(window), int(min_samples)
+
+    def lib(x: np.ndarray) -> np.ndarray:
+        r = pl.Series(x).rolling_median(w, min_samples=m)
+        return r.to_numpy().astype(float)
+
+    if n < _MIN_FAST or w < 2 or n < 4 * w or not 1 <= m <= w or not _selectable(v):
+        return lib(v) if n else v.copy()
+    h = w // 2
+    if w % 2:
+        mid = _rank(v, h, w)
+    else:
+        lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
+        mid = lo + (hi - lo) * 0.5
+    out = np.empty(n)
+    # The full window ending at i starts at i - w + 1: the centred window at j = i - w + 1 + h.
+    out[w - 1 :] = mid[h : n - w + 1 + h]
+    out[: w - 1] = lib(v[: 2 * w])[: w - 1]  # the first windows are short
+    return out
+
+
 def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     """``np.median`` of the ``window`` values before each index (0 where none precede)."""
     v = np.ascontiguousarray(values, dtype=float)
@@ -96,4 +124,4 @@ def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-__all__ = ["centered_median", "trailing_median"]
+__all__ = ["centered_median", "polars_trailing_median", "trailing_median"]
