@@ -112,7 +112,9 @@ class Evidence:
         by step (cached). For where a value was logged, not for statistics."""
         key = (metric, layer)
         if key not in self._logged:
-            s = self.run.series(metric, layer)
+            s = _one_row_per_step(self.run, metric, layer)
+            if s is None:
+                s = self.run.series(metric, layer)
             self._logged[key] = Series(
                 s.get_column("step").to_numpy().astype(np.int64),
                 s.get_column("value").to_numpy().astype(float),
@@ -327,6 +329,29 @@ class Evidence:
             "param_norm_band": pb.judged() if pb else None,
             "activation_limit": self.activation_limit,
         }
+
+
+def _one_row_per_step(run: Run, metric: str, layer: int | None) -> pl.DataFrame | None:
+    """``run.series(metric)`` when its rows are already one per step in step order (the
+    usual case), read straight from the view's slice; None when the group-by is needed.
+
+    The view's slice of one tag is sorted by step within each source; strictly increasing
+    steps mean one row per step, so ``Run.series``'s group-by (last value per step) and sort
+    return these rows unchanged: a million-point series is read in a millisecond instead of
+    a fifth of a second.
+    """
+    from forensics.schema import PER_LAYER
+
+    if layer is not None or metric in PER_LAYER:
+        return None
+    tag = run.metrics().get(metric)
+    if tag is None:
+        return None
+    sub = run.metric_rows(metric).filter(pl.col("tag") == tag)
+    steps = sub.get_column("step").to_numpy()
+    if len(steps) == 0 or not bool(np.all(steps[1:] > steps[:-1])):
+        return None
+    return sub.select("step", "value", "wall_time")
 
 
 __all__ = ["Band", "Evidence", "Series"]
