@@ -94,3 +94,49 @@ def test_polars_trailing_median_is_polars(kind: str, window: int, min_samples: i
     got = polars_trailing_median(v, window, min_samples)
     assert np.array_equal(got, want, equal_nan=True)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("n", [150, 201, 1000, 4099, 20000])
+@pytest.mark.parametrize("nan", [False, True])
+def test_bin_median_is_the_per_bin_loop(n: int, nan: bool) -> None:
+    from forensics.evidence.trend_utils import bin_median
+
+    rng = np.random.default_rng(n)
+    steps = np.cumsum(rng.integers(1, 4, size=n))
+    values = rng.normal(size=n) * np.exp(rng.normal(size=n) * 5)
+    if nan:
+        values[n // 3] = np.nan
+    for max_bins in (100, 200):
+        xs, ys = bin_median(steps, values, max_bins=max_bins)
+        if n <= max_bins:
+            continue
+        edges = np.linspace(0, n, max_bins + 1).astype(int)
+        wx = np.array([np.median(steps[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+        wy = np.array([np.median(values[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+        assert np.array_equal(xs, wx) and np.array_equal(ys, wy, equal_nan=True)
+
+
+@pytest.mark.parametrize("half", [0.4, 3.0, 50.0, 2500.0])
+def test_align_is_the_per_window_loop(half: float) -> None:
+    from forensics.evidence import trend_utils
+    from forensics.evidence.trend_utils import align
+
+    rng = np.random.default_rng(int(half * 10))
+    ts = np.cumsum(rng.integers(1, 3, size=5000)).astype(np.int64)
+    tv = rng.normal(size=5000) * np.exp(rng.normal(size=5000) * 4)
+    at = np.sort(rng.uniform(-100, ts[-1] + 100, size=300))
+    want = np.full(len(at), np.nan)
+    lo = np.searchsorted(ts, at - half, side="left")
+    hi = np.searchsorted(ts, at + half, side="right")
+    for i in range(len(at)):
+        if hi[i] > lo[i]:
+            want[i] = np.median(tv[lo[i] : hi[i]])
+        else:
+            want[i] = tv[int(np.clip(np.searchsorted(ts, at[i]), 0, len(ts) - 1))]
+    assert np.array_equal(align(ts, tv, at, half), want)
+    old = trend_utils._ALIGN_MATRIX_POINTS
+    trend_utils._ALIGN_MATRIX_POINTS = 0  # the loop alone (windows too many to copy)
+    try:
+        assert np.array_equal(align(ts, tv, at, half), want)
+    finally:
+        trend_utils._ALIGN_MATRIX_POINTS = old

@@ -146,10 +146,14 @@ def bin_median(
     edges = np.linspace(0, n, max_bins + 1).astype(int)
     xs = np.empty(max_bins)
     ys = np.empty(max_bins)
-    for i in range(max_bins):  # at most max_bins iterations: cheap
-        a, b = edges[i], edges[i + 1]
-        xs[i] = np.median(steps[a:b])
-        ys[i] = np.median(values[a:b])
+    # Bins hold one of two sizes: each size's bins as the rows of one matrix, np.median along
+    # the rows (the same partition and midpoint as a median per bin).
+    sizes = np.diff(edges)
+    for size in np.unique(sizes):
+        rows = np.flatnonzero(sizes == size)
+        idx = edges[rows][:, None] + np.arange(int(size))
+        xs[rows] = np.median(steps[idx], axis=1)
+        ys[rows] = np.median(values[idx], axis=1)
     return xs, ys
 
 
@@ -271,13 +275,25 @@ def align(
         return out
     lo = np.searchsorted(train_steps, at - half_width, side="left")
     hi = np.searchsorted(train_steps, at + half_width, side="right")
-    for i in range(len(at)):  # one iteration per validation point (a few hundred at most)
+    size = hi - lo
+    done = np.zeros(len(at), dtype=bool)
+    # Windows of one size as the rows of one matrix (thousands of val points on a long log),
+    # while the copies stay small; np.median along rows is the per-window median.
+    if int(size.sum()) <= _ALIGN_MATRIX_POINTS:
+        for k in np.unique(size[size > 0]):
+            rows = np.flatnonzero(size == k)
+            out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
+            done[rows] = True
+    for i in np.flatnonzero(~done):
         if hi[i] > lo[i]:
             out[i] = np.median(train_values[lo[i] : hi[i]])
         else:
             j = int(np.clip(np.searchsorted(train_steps, at[i]), 0, len(train_steps) - 1))
             out[i] = train_values[j]
     return out
+
+
+_ALIGN_MATRIX_POINTS = 8_000_000  # at most 64 MB of window copies at once
 
 
 def fmt_layers(layers: list[int]) -> str:
