@@ -66,3 +66,20 @@ def test_shared_despike_band_equals_despike(name: str, k: float) -> None:
     for metric in (LOSS, GRAD_NORM):
         values = ev.series(metric).values
         assert np.array_equal(ev.despiked(metric, k=k), despike(values, k=k))
+
+
+def test_a_short_run_does_not_load_the_rank_filter() -> None:
+    """scipy.ndimage costs 0.2 s to import: a short run's rolling medians stay with polars."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from forensics.pipeline import analyze\n"
+        f"analyze({str(ROOT / 'sample_runs' / 'bad_batch')!r})\n"
+        "print('scipy.ndimage' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "False"

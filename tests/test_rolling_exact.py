@@ -8,6 +8,10 @@ import pytest
 
 from forensics.evidence.rolling import centered_median, trailing_median
 
+# Loaded here, the rank filter serves series of any length >= 512 (otherwise only from 50k
+# points): the tests below compare the fast path, not polars with itself.
+pytest.importorskip("scipy.ndimage")
+
 
 def _data(kind: str, n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)

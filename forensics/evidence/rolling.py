@@ -15,17 +15,31 @@ between libraries, and each function here repeats the library's own:
   ``i = 0``); an even count gives ``(lo + hi) / 2``.
 
 Inputs with NaN, Inf or a negative zero (whose sign a selection may or may not keep) and
-short inputs take the library's own path, so the result is always the library's.
+short inputs take the library's own path, so the result is always the library's. So do
+series under 50k points while scipy.ndimage is not loaded yet: its import (0.2 s) would cost
+more than it saves.
 tests/test_rolling_exact.py checks bit-for-bit equality on random, heavy-tailed and tied data.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import polars as pl
 
 # Below this many points the library's path is as fast: no need for the rank filter.
 _MIN_FAST = 512
+# Importing scipy.ndimage costs about 0.2 s of CPU once: worth it from series this long (a
+# dozen rolling medians of 50k points cost that much more with polars), or when it is loaded.
+_IMPORT_PAYS = 50_000
+
+
+def _fast(n: int, w: int) -> bool:
+    """Whether the rank filter is worth it for ``n`` points at window ``w``."""
+    if n < _MIN_FAST or w < 2 or n < 4 * w:
+        return False
+    return n >= _IMPORT_PAYS or "scipy.ndimage" in sys.modules
 
 
 def _selectable(v: np.ndarray) -> bool:
@@ -54,7 +68,7 @@ def centered_median(values: np.ndarray, window: int) -> np.ndarray:
     v = np.ascontiguousarray(values, dtype=float)
     n = len(v)
     w = int(window)  # as given: a window longer than the series is polars' business
-    if n < _MIN_FAST or w < 2 or n < 4 * w or not _selectable(v):
+    if not _fast(n, w) or not _selectable(v):
         return _polars_centered(v, w) if n else v.copy()
     h = w // 2
     if w % 2:
@@ -85,7 +99,7 @@ def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) ->
         r = pl.Series(x).rolling_median(w, min_samples=m)
         return r.to_numpy().astype(float)
 
-    if n < _MIN_FAST or w < 2 or n < 4 * w or not 1 <= m <= w or not _selectable(v):
+    if not _fast(n, w) or not 1 <= m <= w or not _selectable(v):
         return lib(v) if n else v.copy()
     h = w // 2
     if w % 2:
@@ -106,7 +120,7 @@ def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     n = len(v)
     w = int(window)
     out = np.zeros(n)
-    fast = n >= _MIN_FAST and 1 <= w and n >= 4 * w and _selectable(v)
+    fast = w >= 1 and _fast(n, max(w, 2)) and _selectable(v)
     # Expanding windows at the start (and everything on the slow path): numpy's own median.
     for i in range(1, n if not fast else min(n, w + 1)):
         out[i] = float(np.median(v[max(0, i - w) : i]))
