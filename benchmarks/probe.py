@@ -74,7 +74,8 @@ def _stages(path: str) -> dict[str, float]:
         out[f"detector:{det.name}"] = time.process_time() - t
     out["detect"] = time.process_time() - total + out["evidence_init"]
     t = time.process_time()
-    diagnose(run, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
+    # The evidence the detectors filled, as analyze_run passes it (no second spike search).
+    diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
     out["diagnose"] = time.process_time() - t
     return out
 

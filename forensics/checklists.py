@@ -574,7 +574,8 @@ def _interval(ev: Evidence, metric: str, unit: str) -> float | None:
         x = wall[np.isfinite(wall)] if wall is not None else np.array([], dtype=float)
     if len(x) < 2:
         return None
-    d = np.diff(np.sort(x))
+    # Logged steps come sorted: sort only what is not (the same array either way).
+    d = np.diff(x if len(x) < 2 or bool(np.all(x[1:] >= x[:-1])) else np.sort(x))
     d = d[d > 0]
     return float(np.median(d)) if len(d) else None
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import forensics.detectors.drift as drift_mod
+import forensics.evidence as evidence_mod
 import forensics.evidence.baseline as baseline_mod
 import forensics.evidence.checkpoints as checkpoints_mod
 import forensics.evidence.gap as gap_mod
@@ -98,8 +99,19 @@ def test_each_series_read_from_the_run_once(name: str, monkeypatch: pytest.Monke
         counts[(metric, layer)] += 1
         return series(self, metric, layer)
 
+    # The evidence also reads a series straight from the view when it is one row per step
+    # (evidence._one_row_per_step): a read from the run too.
+    direct = evidence_mod._one_row_per_step
+
+    def counted_direct(run: Run, metric: str, layer: int | None) -> Any:
+        got = direct(run, metric, layer)
+        if got is not None:
+            counts[(metric, layer)] += 1
+        return got
+
     run = read_run(ROOT / "sample_runs" / name, options=read_options(None, False))
     monkeypatch.setattr(Run, "series", counted)
+    monkeypatch.setattr(evidence_mod, "_one_row_per_step", counted_direct)
     f = context_mod.epoch_boundaries
 
     def boundaries(*a: Any, **k: Any) -> Any:

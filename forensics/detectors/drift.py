@@ -39,7 +39,6 @@ from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
     bin_median,
-    despike,
     hinge_onset,
     rolling_median,
     sig,
@@ -102,7 +101,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         "baseline_end_step": base.end_step,
         "spike_k": p.spike_k,
     }
-    keep = despike(y, k=p.spike_k) & (y >= 0)
+    keep = ev.despiked(GRAD_NORM, k=p.spike_k) & (y >= 0)  # despike(y, k=...)
     after = x >= base.start_step
     xs, ys = x[keep & after], y[keep & after]
     if len(xs) < p.min_points:
@@ -158,7 +157,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         return quiet("grad norm high but not trending up")
     loss = ev.series(LOSS)
     lx, ly = loss.steps, loss.values
-    loss_sel = (lx >= onset) & despike(ly, k=p.spike_k)
+    loss_sel = (lx >= onset) & ev.despiked(LOSS, k=p.spike_k)  # despike(ly, k=...)
     l_slope = theil_sen(lx[loss_sel], ly[loss_sel]) if loss_sel.sum() >= 3 else None
     if l_slope is not None and l_slope.rising:
         return quiet("the loss rises too (divergence, not drift)")

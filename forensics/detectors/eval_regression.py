@@ -24,7 +24,6 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import (
-    despike,
     robust_sigma,
     rolling_median,
     sig,
@@ -129,7 +128,7 @@ class EvalRegressionDetector:
             return None
         loss = ev.series(LOSS)
         lx, ly = loss.steps, loss.values
-        sel = (lx >= x[best_i]) & despike(ly)
+        sel = (lx >= x[best_i]) & ev.despiked(LOSS)  # despike(ly)
         loss_change = None
         if sel.sum() >= 3:
             ls = theil_sen(lx[sel], ly[sel])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.spike_context import ScaleCascade, overlaps
+from forensics.evidence.spike_context import ScaleCascade
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import LossScaleParams
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
@@ -53,14 +53,10 @@ class LossScaleDetector:
         singles = 0
         for c in cascades:
             calibration = calib_end is not None and c.start_step <= calib_end
-            hit = next(
-                (
-                    s
-                    for s, lo, hi in spikes
-                    if overlaps(np.array([[lo, hi]]), c.start_step - 1, c.end_step)
-                ),
-                None,
-            )
+            # overlaps() of each (lo, hi] window with (start - 1, end], in float64 as it
+            # compares, without an array per spike (thousands of spikes at 1M steps)
+            a, b = float(c.start_step - 1), float(c.end_step)
+            hit = next((s for s, lo, hi in spikes if float(lo) < b and float(hi) > a), None)
             if hit is not None or (
                 not calibration and c.halvings >= self.params.warn_halvings - 1e-9
             ):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import bin_median, despike, hinge_onset, theil_sen, unit_for
+from forensics.evidence.trend_utils import bin_median, hinge_onset, theil_sen, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import MemoryParams
 from forensics.schema import MEMORY
@@ -47,7 +47,7 @@ class MemoryGrowthDetector:
             what = "no memory series" if len(x) == 0 else f"only {len(x)} memory points"
             ev.run.note(f"{CHECK}: not run, {what}")
             return []
-        keep = despike(y)
+        keep = ev.despiked(MEMORY)  # despike(y)
         x, y = x[keep], y[keep]
         start = x[0] + self.params.skip_frac * (x[-1] - x[0])
         sel = x >= start

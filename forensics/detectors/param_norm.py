@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Band, Evidence
+from forensics.evidence.rolling import trailing_median
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
     bin_median,
@@ -33,14 +34,6 @@ from forensics.schema import PARAM_NORM
 
 CHECK = "param_norm"
 PAST_MOVE_K = 3.0  # a jump's increment is at least this many times the preceding median one
-
-
-def _trailing_median(v: np.ndarray, window: int) -> np.ndarray:
-    """Median of the ``window`` values before each index (0 where none precede)."""
-    out = np.zeros(len(v))
-    for i in range(1, len(v)):  # plain loop: the param-norm series is short
-        out[i] = float(np.median(v[max(0, i - window) : i]))
-    return out
 
 
 class ParamNormDetector:
@@ -112,7 +105,7 @@ class ParamNormDetector:
         # ... and large against what the norm did just before it: an increment no bigger than a
         # few of the preceding ones is the same climb going on (a residual scale of zero after
         # the weights freeze would make any step look like a jump).
-        past = _trailing_median(np.abs(d), self.params.window)
+        past = trailing_median(np.abs(d), self.params.window)
         big_move &= np.abs(d) > PAST_MOVE_K * past
         flag = (
             (z > self.params.jump_k)

@@ -26,7 +26,6 @@ from forensics.evidence.schedule import Schedule
 from forensics.evidence.trend_utils import (
     bin_bounds,
     bin_median,
-    despike,
     robust_sigma,
     theil_sen,
 )
@@ -54,7 +53,7 @@ class PlateauDetector:
             why = "no loss series" if len(x) == 0 else f"only {len(x)} loss points"
             run.note(f"{CHECK}: not run, {why}")
             return []
-        keep = despike(y)
+        keep = ev.despiked(LOSS)  # despike(y), its band shared
         x, y = x[keep], y[keep]
         # Bins of at least ~20 points, so the band reflects the level, not single-step noise.
         nb = min(self.params.bins, max(10, len(x) // 20))

@@ -50,20 +50,30 @@ class StallDetector:
 
     def _clock(self, run: Run) -> pl.DataFrame | None:
         """step, wall_time, segment of the densest series with wall times (train loss first)."""
-        v = run.view().filter(
+        timed = (
             pl.col("wall_time").is_not_null()
             & pl.col("wall_time").is_finite()
             & pl.col("layer").is_null()
         )
-        if v.is_empty():
-            return None
         tag = run.metrics().get(LOSS)
-        if tag is None or v.filter(pl.col("tag") == tag).height < self.params.min_points:
+        # The loss tag's timed rows first, without copying every timed row of the run.
+        rows = (
+            run.view().lazy().filter(pl.col("tag") == tag).filter(timed).collect()
+            if tag is not None
+            else None
+        )
+        if rows is None or rows.height < self.params.min_points:
+            v = run.view().filter(timed)
+            if v.is_empty():
+                return None
             counts = v.group_by("tag").len().sort(["len", "tag"], descending=[True, False])
-            tag = counts.get_column("tag")[0]
+            rows = v.filter(pl.col("tag") == counts.get_column("tag")[0])
+        steps = rows.get_column("step").to_numpy()
+        if len(steps) < 2 or bool(np.all(steps[1:] > steps[:-1])):
+            # one row per step, in step order: the group-by below would return these rows
+            return rows.select("step", "wall_time", "segment")
         return (
-            v.filter(pl.col("tag") == tag)
-            .group_by("step")
+            rows.group_by("step")
             .agg(pl.col("wall_time").min(), pl.col("segment").max())
             .sort("step")
         )
@@ -262,11 +272,12 @@ class StallDetector:
 
     @staticmethod
     def _eval_steps(run: Run) -> set[int]:
-        v = run.view().filter(
-            (pl.col("metric") == VAL_LOSS)
-            | pl.col("metric").cast(pl.Utf8).str.starts_with(EVAL_PREFIX)
-        )
-        return set(v.get_column("step").unique().to_list()) if not v.is_empty() else set()
+        # The val and eval metrics' rows: slices of the view (metric_rows), not a scan of it.
+        held = [m for m in run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
+        out: set[int] = set()
+        for m in held:
+            out.update(run.metric_rows(m).get_column("step").unique().to_list())
+        return out
 
 
 def _human(seconds: float) -> str:

@@ -28,10 +28,10 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
+from forensics.evidence.rolling import polars_trailing_median
 from forensics.evidence.trend_utils import Unit, housekeeping_at, rolling_median, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ThroughputParams
@@ -75,13 +75,10 @@ class ThroughputDetector:
         )
         every = median_interval(x) if len(x) > 1 else 1.0
         smooth = rolling_median(y, self.params.smooth_points)
-        base = (
-            pl.Series(y)
-            .rolling_median(self.params.baseline_points, min_samples=self.params.min_history)
-            .shift(1)
-            .to_numpy()
-            .astype(float)
-        )
+        # polars' trailing rolling median (nulls as NaN), shifted one point: the baseline
+        # before each point
+        trail = polars_trailing_median(y, self.params.baseline_points, self.params.min_history)
+        base = np.concatenate([[np.nan], trail[:-1]]) if len(trail) else trail
         limit = 1.0 - self.params.drop
         below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
         out: list[Finding] = []

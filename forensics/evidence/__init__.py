@@ -94,6 +94,7 @@ class Evidence:
         self._layer_matrix: dict[str, LayerMatrix] = {}
         self._logged: dict[tuple[str, int | None], Series] = {}
         self._gaps: dict[str, Gap | None] = {}
+        self._despike: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
 
     # -- aligned arrays ----------------------------------------------------------------------
     def series(self, metric: str, layer: int | None = None) -> Series:
@@ -111,7 +112,9 @@ class Evidence:
         by step (cached). For where a value was logged, not for statistics."""
         key = (metric, layer)
         if key not in self._logged:
-            s = self.run.series(metric, layer)
+            s = _one_row_per_step(self.run, metric, layer)
+            if s is None:
+                s = self.run.series(metric, layer)
             self._logged[key] = Series(
                 s.get_column("step").to_numpy().astype(np.int64),
                 s.get_column("value").to_numpy().astype(float),
@@ -123,6 +126,17 @@ class Evidence:
 
     def has(self, metric: str) -> bool:
         return self.run.has(metric)
+
+    def despiked(self, metric: str, k: float = 5.0) -> np.ndarray:
+        """``trend_utils.despike(self.series(metric).values, k=k)``: the mask of points a trend
+        fit keeps, with the rolling band computed once per series (plateau, gap, drift and
+        eval regression all despike the loss)."""
+        from forensics.evidence.trend_utils import despike_band, despike_mask
+
+        values = self.series(metric).values
+        if metric not in self._despike:
+            self._despike[metric] = despike_band(values)
+        return despike_mask(values, self._despike[metric], k=k)
 
     def layer_matrix(self, metric: str) -> LayerMatrix:
         """A per-layer series as a steps x layers matrix (NaN where missing), cached."""
@@ -315,6 +329,29 @@ class Evidence:
             "param_norm_band": pb.judged() if pb else None,
             "activation_limit": self.activation_limit,
         }
+
+
+def _one_row_per_step(run: Run, metric: str, layer: int | None) -> pl.DataFrame | None:
+    """``run.series(metric)`` when its rows are already one per step in step order (the
+    usual case), read straight from the view's slice; None when the group-by is needed.
+
+    The view's slice of one tag is sorted by step within each source; strictly increasing
+    steps mean one row per step, so ``Run.series``'s group-by (last value per step) and sort
+    return these rows unchanged: a million-point series is read in a millisecond instead of
+    a fifth of a second.
+    """
+    from forensics.schema import PER_LAYER
+
+    if layer is not None or metric in PER_LAYER:
+        return None
+    tag = run.metrics().get(metric)
+    if tag is None:
+        return None
+    sub = run.metric_rows(metric).filter(pl.col("tag") == tag)
+    steps = sub.get_column("step").to_numpy()
+    if len(steps) == 0 or not bool(np.all(steps[1:] > steps[:-1])):
+        return None
+    return sub.select("step", "value", "wall_time")
 
 
 __all__ = ["Band", "Evidence", "Series"]

@@ -272,21 +272,27 @@ def lr_schedule(
     return Schedule(segments, tuple(changes), x, v, warmup_end, peak)
 
 
+def _distinct_at_least(v: np.ndarray, k: int) -> bool:
+    """``len(np.unique(v)) >= k``, from the first points when they already hold k values (a
+    part has no more distinct values than the whole): no sort of a million LRs."""
+    return len(np.unique(v[:4096])) >= k or len(np.unique(v)) >= k
+
+
 def _jumps(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
     """Intervals ``i`` (between points i and i+1) where the LR jumps."""
     if len(v) < 2:
         return []
-    import polars as pl
+    from forensics.evidence.rolling import centered_median
 
     d = np.abs(np.diff(v))
-    local = pl.Series(d).rolling_median(11, center=True, min_samples=1).to_numpy().astype(float)
+    local = centered_median(d, 11)
     hi = np.maximum(np.abs(v[:-1]), np.abs(v[1:]))
     lo = np.minimum(np.abs(v[:-1]), np.abs(v[1:]))
     big = (hi >= jump_ratio * lo) & (hi > 0)
     # An LR printed with few decimals moves by one last digit at a time near zero: a change
     # of one printed unit is the printing, not a jump (only for LRs with many distinct values;
     # a step schedule has a handful).
-    if len(np.unique(v)) >= 20:
+    if _distinct_at_least(v, 20):
         big &= d > 1.5 * resolution(v)
     return [int(i) for i in np.flatnonzero(big & (d > jump_k * local))]
 

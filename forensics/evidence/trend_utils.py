@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence.robust import MAD_TO_SIGMA
+from forensics.evidence.rolling import centered_median
 from forensics.run import Run
 
 MAD_SCALE = MAD_TO_SIGMA  # MAD -> standard deviation for normal noise (one constant)
@@ -81,6 +82,8 @@ def rolling_median(values: np.ndarray, window: int, *, center: bool = True) -> n
     if len(values) == 0:
         return values.astype(float)
     window = max(1, min(int(window), len(values)))
+    if center:
+        return centered_median(values, window)  # polars' numbers, in O(n log window)
     out = pl.Series(values.astype(float)).rolling_median(window, min_samples=1, center=center)
     return out.to_numpy().astype(float)
 
@@ -106,14 +109,31 @@ def despike(values: np.ndarray, *, window: int = 25, k: float = 5.0) -> np.ndarr
 
     Spikes belong to the spike detectors; a trend fit must not be dragged by them.
     """
+    return despike_mask(values, despike_band(values, window=window), k=k)
+
+
+def despike_band(values: np.ndarray, *, window: int = 25) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rolling median and the MAD floor :func:`despike` compares against (None for fewer
+    than 5 points); independent of ``k``, so one series' band serves every caller."""
     v = np.asarray(values, dtype=float)
     if len(v) < 5:
-        return np.isfinite(v)
+        return None
     med = rolling_median(v, window)
     dev = np.abs(v - med)
     mad = rolling_median(dev, window) * MAD_SCALE
     floor = 1e-3 * np.abs(med) + 1e-12  # constant stretches have zero MAD
-    return np.isfinite(v) & (v <= med + k * np.maximum(mad, floor))
+    return med, np.maximum(mad, floor)
+
+
+def despike_mask(
+    values: np.ndarray, band: tuple[np.ndarray, np.ndarray] | None, *, k: float = 5.0
+) -> np.ndarray:
+    """:func:`despike`'s mask from its band (:func:`despike_band` of the same values)."""
+    v = np.asarray(values, dtype=float)
+    if band is None:
+        return np.isfinite(v)
+    med, spread = band
+    return np.isfinite(v) & (v <= med + k * spread)
 
 
 def bin_median(
@@ -126,10 +146,14 @@ def bin_median(
     edges = np.linspace(0, n, max_bins + 1).astype(int)
     xs = np.empty(max_bins)
     ys = np.empty(max_bins)
-    for i in range(max_bins):  # at most max_bins iterations: cheap
-        a, b = edges[i], edges[i + 1]
-        xs[i] = np.median(steps[a:b])
-        ys[i] = np.median(values[a:b])
+    # Bins hold one of two sizes: each size's bins as the rows of one matrix, np.median along
+    # the rows (the same partition and midpoint as a median per bin).
+    sizes = np.diff(edges)
+    for size in np.unique(sizes):
+        rows = np.flatnonzero(sizes == size)
+        idx = edges[rows][:, None] + np.arange(int(size))
+        xs[rows] = np.median(steps[idx], axis=1)
+        ys[rows] = np.median(values[idx], axis=1)
     return xs, ys
 
 
@@ -251,13 +275,25 @@ def align(
         return out
     lo = np.searchsorted(train_steps, at - half_width, side="left")
     hi = np.searchsorted(train_steps, at + half_width, side="right")
-    for i in range(len(at)):  # one iteration per validation point (a few hundred at most)
+    size = hi - lo
+    done = np.zeros(len(at), dtype=bool)
+    # Windows of one size as the rows of one matrix (thousands of val points on a long log),
+    # while the copies stay small; np.median along rows is the per-window median.
+    if int(size.sum()) <= _ALIGN_MATRIX_POINTS:
+        for k in np.unique(size[size > 0]):
+            rows = np.flatnonzero(size == k)
+            out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
+            done[rows] = True
+    for i in np.flatnonzero(~done):
         if hi[i] > lo[i]:
             out[i] = np.median(train_values[lo[i] : hi[i]])
         else:
             j = int(np.clip(np.searchsorted(train_steps, at[i]), 0, len(train_steps) - 1))
             out[i] = train_values[j]
     return out
+
+
+_ALIGN_MATRIX_POINTS = 8_000_000  # at most 64 MB of window copies at once
 
 
 def fmt_layers(layers: list[int]) -> str:

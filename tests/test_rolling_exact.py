@@ -1,0 +1,146 @@
+"""The fast rolling medians (forensics.evidence.rolling) give the libraries' numbers bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from forensics.evidence.rolling import centered_median, trailing_median
+
+# Loaded here, the rank filter serves series of any length >= 512 (otherwise only from 50k
+# points): the tests below compare the fast path, not polars with itself.
+pytest.importorskip("scipy.ndimage")
+
+
+def _data(kind: str, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        return rng.normal(size=n)
+    if kind == "heavy":  # spans many magnitudes: the midpoint's rounding shows
+        return rng.normal(size=n) * np.exp(rng.normal(size=n) * 8)
+    if kind == "ties":  # few distinct values, zeros among them
+        return rng.integers(-3, 4, size=n).astype(float) * 0.1
+    if kind == "steps":  # a slowly rising logged counter with plateaus
+        return np.floor(np.cumsum(rng.random(n)) / 7.0)
+    raise AssertionError(kind)
+
+
+def _polars(v: np.ndarray, w: int) -> np.ndarray:
+    return pl.Series(v).rolling_median(w, min_samples=1, center=True).to_numpy().astype(float)
+
+
+def _numpy_trailing(v: np.ndarray, w: int) -> np.ndarray:
+    out = np.zeros(len(v))
+    for i in range(1, len(v)):
+        out[i] = float(np.median(v[max(0, i - w) : i]))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [1, 2, 3, 4, 5, 9, 10, 21, 25, 100, 101])
+@pytest.mark.parametrize("n", [0, 7, 600, 2100])
+def test_centered_median_is_polars(kind: str, window: int, n: int) -> None:
+    v = _data(kind, n, seed=window * 1000 + n)
+    got, want = centered_median(v, window), (_polars(v, window) if n else v)
+    assert got.shape == want.shape
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))  # bits, signs of zero too
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [1, 2, 3, 20, 21, 100])
+@pytest.mark.parametrize("n", [0, 5, 700, 2500])
+def test_trailing_median_is_numpy(kind: str, window: int, n: int) -> None:
+    v = _data(kind, n, seed=window * 7 + n)
+    got, want = trailing_median(v, window), _numpy_trailing(v, window)
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -0.0])
+def test_unselectable_values_take_the_library_path(bad: float) -> None:
+    v = _data("normal", 2000, seed=1)
+    v[[5, 900, 1999]] = bad
+    for w in (4, 25):
+        a, b = centered_median(v, w), _polars(v, w)
+        assert np.array_equal(a, b, equal_nan=True)
+        assert np.array_equal(np.signbit(a), np.signbit(b))
+        c, d = trailing_median(v, w), _numpy_trailing(v, w)
+        assert np.array_equal(c, d, equal_nan=True)
+        assert np.array_equal(np.signbit(c), np.signbit(d))
+
+
+@pytest.mark.parametrize("n", [3, 30, 99, 100, 101, 2000])
+@pytest.mark.parametrize("nan_at", [None, 0, 50])
+def test_local_noise_is_the_windowed_loop(n: int, nan_at: int | None) -> None:
+    from forensics.evidence.gap import local_noise
+    from forensics.evidence.trend_utils import robust_sigma
+
+    rng = np.random.default_rng(n)
+    val = 2.0 + np.cumsum(rng.normal(size=n)) * 1e-3 + rng.normal(size=n) * 0.01
+    gap = val - 1.9 + rng.normal(size=n) * np.exp(rng.normal(size=n))
+    if nan_at is not None and nan_at < n:
+        gap[nan_at] = np.nan  # a val point with no train loss near it
+    want = np.zeros(n)
+    for i in range(n):
+        lo, hi = max(0, i - 12), min(n, i + 13)
+        want[i] = max(robust_sigma(val[lo:hi]), robust_sigma(gap[lo:hi]))
+    assert np.array_equal(local_noise(val, gap).view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties"])
+@pytest.mark.parametrize(("window", "min_samples"), [(100, 10), (5, 1), (4, 3), (25, 25)])
+@pytest.mark.parametrize("n", [0, 8, 900, 2100])
+def test_polars_trailing_median_is_polars(kind: str, window: int, min_samples: int, n: int) -> None:
+    from forensics.evidence.rolling import polars_trailing_median
+
+    v = _data(kind, n, seed=window + n)
+    want = pl.Series(v).rolling_median(window, min_samples=min_samples).to_numpy().astype(float)
+    got = polars_trailing_median(v, window, min_samples)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("n", [150, 201, 1000, 4099, 20000])
+@pytest.mark.parametrize("nan", [False, True])
+def test_bin_median_is_the_per_bin_loop(n: int, nan: bool) -> None:
+    from forensics.evidence.trend_utils import bin_median
+
+    rng = np.random.default_rng(n)
+    steps = np.cumsum(rng.integers(1, 4, size=n))
+    values = rng.normal(size=n) * np.exp(rng.normal(size=n) * 5)
+    if nan:
+        values[n // 3] = np.nan
+    for max_bins in (100, 200):
+        xs, ys = bin_median(steps, values, max_bins=max_bins)
+        if n <= max_bins:
+            continue
+        edges = np.linspace(0, n, max_bins + 1).astype(int)
+        wx = np.array([np.median(steps[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+        wy = np.array([np.median(values[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+        assert np.array_equal(xs, wx) and np.array_equal(ys, wy, equal_nan=True)
+
+
+@pytest.mark.parametrize("half", [0.4, 3.0, 50.0, 2500.0])
+def test_align_is_the_per_window_loop(half: float) -> None:
+    from forensics.evidence import trend_utils
+    from forensics.evidence.trend_utils import align
+
+    rng = np.random.default_rng(int(half * 10))
+    ts = np.cumsum(rng.integers(1, 3, size=5000)).astype(np.int64)
+    tv = rng.normal(size=5000) * np.exp(rng.normal(size=5000) * 4)
+    at = np.sort(rng.uniform(-100, ts[-1] + 100, size=300))
+    want = np.full(len(at), np.nan)
+    lo = np.searchsorted(ts, at - half, side="left")
+    hi = np.searchsorted(ts, at + half, side="right")
+    for i in range(len(at)):
+        if hi[i] > lo[i]:
+            want[i] = np.median(tv[lo[i] : hi[i]])
+        else:
+            want[i] = tv[int(np.clip(np.searchsorted(ts, at[i]), 0, len(ts) - 1))]
+    assert np.array_equal(align(ts, tv, at, half), want)
+    old = trend_utils._ALIGN_MATRIX_POINTS
+    trend_utils._ALIGN_MATRIX_POINTS = 0  # the loop alone (windows too many to copy)
+    try:
+        assert np.array_equal(align(ts, tv, at, half), want)
+    finally:
+        trend_utils._ALIGN_MATRIX_POINTS = old
