@@ -49,6 +49,7 @@ import numpy as np
 import polars as pl
 
 from forensics.findings import Finding
+from forensics.schema import SCHEMA
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -412,8 +413,8 @@ def merge_runs(runs: list[tuple[str, Run]], seams: dict[str, tuple[str, str]]) -
         nfiles = int(f.get_column("file_idx").fill_null(0).max() or 0) + 1 if f.height else 0  # type: ignore[arg-type]
         frames.append(
             f.with_columns(
-                (pl.col("segment") + seg_base).cast(pl.Int32),
-                (pl.col("file_idx") + file_base).cast(pl.Int32),
+                (pl.col("segment") + seg_base).cast(SCHEMA["segment"]),
+                (pl.col("file_idx") + file_base).cast(SCHEMA["file_idx"]),
             )
         )
         if i:

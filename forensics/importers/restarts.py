@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
+from forensics.schema import SCHEMA
 
 # (file_idx, record_idx, step) of a TensorBoard SessionLog.START: the writer asked readers to
 # purge everything logged at or after ``step`` (torch/tensorboardX ``purge_step=``).
@@ -43,7 +44,7 @@ def assign_segments(
     """
     order = order or ["file_idx", "record_idx"]
     if frame.is_empty():
-        return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
+        return frame.with_columns(pl.lit(0, dtype=SCHEMA["segment"]).alias("segment"))
     if _in_order(frame, order):
         f = frame  # importers emit record order: no sorted copy of the whole frame
     else:
@@ -117,7 +118,7 @@ def assign_segments(
             cuts.append(cut)
             current = cut
     seg = np.searchsorted(np.asarray(cuts, dtype=np.int64), pos, side="right").astype(np.int32)
-    return f.with_columns(pl.Series("segment", seg, dtype=pl.Int32))
+    return f.with_columns(pl.Series("segment", seg).cast(SCHEMA["segment"]))
 
 
 # Counters that only grow within one job: a drop to less than half is a new job's count.
