@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+import numpy as np
 import polars as pl
 
 # Column order of the canonical long frame. The string columns are categorical: a few distinct
@@ -519,18 +520,30 @@ def add_canonical(
 ) -> pl.DataFrame:
     """Fill ``metric`` and ``layer`` from ``tag`` (vectorised over unique tags)."""
     extra = tuple(sorted((aliases or {}).items()))
-    tags = frame.get_column("tag").unique().to_list()
+    col = frame.get_column("tag")
+    if col.dtype != SCHEMA["tag"]:
+        col = col.cast(pl.Utf8).cast(SCHEMA["tag"])
+        frame = frame.with_columns(col)
+    tags = col.unique().drop_nulls().to_list()
     mapping = {t: canonicalize(t, source, extra) for t in tags}
-    # Two new columns from the tag alone (a join would copy every column of the frame).
-    old = pl.Series(list(mapping), dtype=pl.Utf8)
-    metric = pl.Series([m for m, _ in mapping.values()], dtype=pl.Utf8)
-    layer = pl.Series([n for _, n in mapping.values()], dtype=pl.Int64)
-    tag = pl.col("tag").cast(pl.Utf8) if frame.schema["tag"] != SCHEMA["tag"] else pl.col("tag")
+    # Two new columns from the tag alone (a join would copy every column of the frame): each
+    # row's tag code picks its entry in a table of the unique tags' names and layers (the
+    # last entry, null, for a null tag).
+    k = len(mapping)
+    names = pl.Series(list(mapping), dtype=SCHEMA["tag"]).to_physical().to_numpy()
+    phys = col.to_physical()
+    codes = phys.fill_null(0).to_numpy() if phys.null_count() else phys.to_numpy()
+    size = int(max(names.max(initial=0), codes.max(initial=0))) + 1
+    lut = np.full(size, k, dtype=np.uint32)
+    lut[names] = np.arange(k, dtype=np.uint32)
+    at = lut[codes]
+    if phys.null_count():
+        at[phys.is_null().to_numpy()] = k
+    metric = pl.Series([m for m, _ in mapping.values()] + [None], dtype=SCHEMA["metric"])
+    layer = pl.Series([n for _, n in mapping.values()] + [None], dtype=SCHEMA["layer"])
+    idx = pl.Series(at)
     return frame.with_columns(
-        tag.replace_strict(old, metric, default=None, return_dtype=SCHEMA["metric"]).alias(
-            "metric"
-        ),
-        tag.replace_strict(old, layer, default=None, return_dtype=SCHEMA["layer"]).alias("layer"),
+        metric.gather(idx).alias("metric"), layer.gather(idx).alias("layer")
     ).select(COLUMNS)
 
 
