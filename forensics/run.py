@@ -299,22 +299,14 @@ def view_and_index(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | No
     pairs = pairs.sort(["metric", "source", "tag"], maintain_order=True)
     n_series = pairs.height
     rank = _series_rank(f, pairs)
-    perm = np.argsort(rank, kind="stable")
     steps = f.get_column("step").to_numpy()
-    rank_p = rank[perm]
-    steps_p = steps[perm]
-    same = rank_p[1:] == rank_p[:-1]
-    if (steps_p[1:][same] < steps_p[:-1][same]).any():
-        perm = np.lexsort((steps, rank))  # stable: equal (series, step) keep record order
-        rank_p, steps_p = rank[perm], steps[perm]
-        same = rank_p[1:] == rank_p[:-1]
+    pos = np.uint32 if f.height < 1 << 32 else np.int64
+    perm = np.argsort(rank, kind="stable").astype(pos)
+    keep, counts, in_order = _last_of_key(perm, rank, steps, n_series)
+    if not in_order:
+        perm = np.lexsort((steps, rank)).astype(pos)  # stable: equal keys keep record order
+        keep, counts, _ = _last_of_key(perm, rank, steps, n_series)
     del rank, steps
-    # The last of a run of equal (series, step) rows is the value logged last.
-    keep = np.ones(len(perm), dtype=bool)
-    keep[:-1] = ~(same & (steps_p[1:] == steps_p[:-1]))
-    del steps_p, same
-    counts = np.bincount(rank_p[keep], minlength=n_series)
-    del rank_p
     if not keep.all():
         perm = perm[keep]
     del keep
@@ -324,6 +316,31 @@ def view_and_index(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | No
         pl.Series("start", starts, dtype=pl.Int64), pl.Series("len", counts, dtype=pl.Int64)
     ).filter(pl.col("len") > 0)
     return view, index.select(list(INDEX_SCHEMA))
+
+
+_BLOCK = 1 << 20  # rows of keys gathered at a time
+
+
+def _last_of_key(
+    perm: np.ndarray, rank: np.ndarray, steps: np.ndarray, n_series: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """For rows taken in ``perm`` order: which are the last of a run of equal (series, step)
+    (the value logged last), the kept rows per series, and whether steps grow within every
+    series. In blocks, so no whole-frame copy of the keys is made."""
+    n = len(perm)
+    keep = np.ones(n, dtype=bool)
+    counts = np.zeros(n_series, dtype=np.int64)
+    block = _BLOCK
+    for a in range(0, n, block):
+        p = perm[a : min(a + block + 1, n)]  # one row of overlap: the next block's first
+        r, st = rank[p], steps[p]
+        same = r[1:] == r[:-1]
+        if (st[1:][same] < st[:-1][same]).any():
+            return keep, counts, False
+        keep[a : a + len(p) - 1] = ~(same & (st[1:] == st[:-1]))
+        stop = len(p) if a + block >= n else len(p) - 1
+        counts += np.bincount(r[:stop][keep[a : a + stop]], minlength=n_series)
+    return keep, counts, True
 
 
 def _series_rank(f: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:

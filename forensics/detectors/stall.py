@@ -50,22 +50,34 @@ class StallDetector:
 
     def _clock(self, run: Run) -> pl.DataFrame | None:
         """step, wall_time, segment of the densest series with wall times (train loss first)."""
-        v = run.view().filter(
-            pl.col("wall_time").is_not_null()
-            & pl.col("wall_time").is_finite()
-            & pl.col("layer").is_null()
+        # Lazy: the filters run fused, without a copy of the view's timed rows.
+        v = (
+            run.view()
+            .lazy()
+            .filter(
+                pl.col("wall_time").is_not_null()
+                & pl.col("wall_time").is_finite()
+                & pl.col("layer").is_null()
+            )
         )
-        if v.is_empty():
-            return None
         tag = run.metrics().get(LOSS)
-        if tag is None or v.filter(pl.col("tag") == tag).height < self.params.min_points:
-            counts = v.group_by("tag").len().sort(["len", "tag"], descending=[True, False])
+        if (
+            tag is None
+            or v.filter(pl.col("tag") == tag).select(pl.len()).collect().item()
+            < self.params.min_points
+        ):
+            counts = (
+                v.group_by("tag").len().sort(["len", "tag"], descending=[True, False]).collect()
+            )
+            if counts.is_empty():
+                return None
             tag = counts.get_column("tag")[0]
         return (
             v.filter(pl.col("tag") == tag)
             .group_by("step")
             .agg(pl.col("wall_time").min(), pl.col("segment").max())
             .sort("step")
+            .collect()
         )
 
     def detect(self, ev: Evidence) -> list[Finding]:
@@ -262,10 +274,9 @@ class StallDetector:
 
     @staticmethod
     def _eval_steps(run: Run) -> set[int]:
-        v = run.view().filter(
-            (pl.col("metric") == VAL_LOSS)
-            | pl.col("metric").cast(pl.Utf8).str.starts_with(EVAL_PREFIX)
-        )
+        # The eval metrics by name (a cast of the whole column to strings would copy it).
+        evals = [m for m in run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
+        v = run.view().filter(pl.col("metric").is_in(evals))
         return set(v.get_column("step").unique().to_list()) if not v.is_empty() else set()
 
 

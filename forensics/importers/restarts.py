@@ -136,7 +136,8 @@ def assign_segments(
             cuts.append(cut)
             current = cut
     # Segment of a row = the number of cuts at or before it (cuts are increasing positions).
-    lengths = np.diff(np.asarray([0, *cuts, n], dtype=np.int64))
+    bounds = np.array([0, *cuts, n], dtype=np.int64)
+    lengths = bounds[1:] - bounds[:-1]
     seg = np.repeat(np.arange(len(cuts) + 1, dtype=np.int64), lengths)
     return f.with_columns(pl.Series("segment", seg).cast(SCHEMA["segment"]))
 
