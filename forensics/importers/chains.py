@@ -109,7 +109,9 @@ def job_span(
 def span_of(job: str, run: Run) -> JobSpan | None:
     from forensics.schema import LOSS
 
-    f = run.frame.filter(pl.col("step").is_not_null())
+    f = run.frame
+    if f.get_column("step").null_count():  # filtered only then: a filter copies every row
+        f = f.filter(pl.col("step").is_not_null())
     if f.is_empty():
         return None
     steps = f.get_column("step")
