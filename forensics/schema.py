@@ -16,18 +16,17 @@ import polars as pl
 # Column order of the canonical long frame. The string columns are categorical: a few distinct
 # values repeated on millions of rows (4 bytes a row instead of the string; a 1M-step run's
 # file names alone took 40 bytes a row). Comparisons with string literals work as on strings;
-# string functions need ``.cast(pl.Utf8)`` first. ``source`` and ``x_kind`` hold a handful of
-# names in any process (importer names, x-axis kinds): one byte a row. The integer columns are
-# the narrowest that hold what a run can log (at most 20,000 files, 2^31 records a file,
-# 32,767 layers or restarts): 56 -> 44 bytes a row with the floats and steps unchanged.
-_SMALL_CATEGORIES = pl.Categorical(pl.Categories("forensics_small", physical=pl.UInt8))
+# string functions need ``.cast(pl.Utf8)`` first. (Not one-byte categories for source and
+# x_kind: polars has no Series comparison for them.) The integer columns are the narrowest that
+# hold what a run can log (at most 20,000 files, 2^31 records a file, 32,767 layers or
+# restarts): 64 -> 54 bytes a row with the floats and steps unchanged.
 SCHEMA: dict[str, pl.DataType] = {
-    "source": _SMALL_CATEGORIES,  # importer name: tfevents, jsonl, hf_trainer_state, ...
+    "source": pl.Categorical(),  # importer name: tfevents, jsonl, hf_trainer_state, ...
     "file": pl.Categorical(),  # path relative to the run folder
     "file_idx": pl.Int16(),  # name order of the file within the run
     "record_idx": pl.Int32(),  # record / line number within the file
     "step": pl.Int64(),  # optimizer step (x axis); see x_kind
-    "x_kind": _SMALL_CATEGORIES,  # step | samples | tokens | epoch | iteration | points
+    "x_kind": pl.Categorical(),  # step | samples | tokens | epoch | iteration | points
     "tag": pl.Categorical(),  # raw metric name as written
     "metric": pl.Categorical(),  # canonical vital sign, null if unknown
     "layer": pl.Int16(),  # layer index for per-layer series, else null
