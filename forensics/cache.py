@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from forensics.importers.base import ReadOptions, Source
     from forensics.run import Run
 
-FORMAT = 2  # bump when the entry layout, the Run fields or the frame's dtypes change
+FORMAT = 3  # bump when the entry layout, the Run fields or the frame's dtypes change
 DEFAULT_MAX_MB = 2048
 _FRAME = "frame.parquet"
 _META = "run.pickle"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from forensics.findings import Finding
@@ -14,6 +16,7 @@ from forensics.schema import (
     GRAD_NORM_LAYER,
     PARAM_NORM_LAYER,
     PER_LAYER,
+    SCHEMA,
     empty_frame,
 )
 
@@ -44,8 +47,11 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     _view: pl.DataFrame | None = field(default=None, repr=False)
+    # One row per series of the view (metric, source, tag, layer, start, len), in view order.
+    _index: pl.DataFrame | None = field(default=None, repr=False)
     _metrics: dict[str, str] | None = field(default=None, repr=False)
-    _parts: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
+    _parts: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
+    _exact_index: bool = field(default=False, repr=False)  # one index row per series and layer
     # id() of the frame the caches describe
     _span: tuple[int, tuple[int, int]] | None = field(default=None, repr=False)
     _cached_for: int | None = field(default=None, repr=False)
@@ -69,15 +75,34 @@ class Run:
         Sorted by (metric, source, tag, step); columns :data:`VIEW_COLUMNS`.
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
-            self._view, self._metrics, self._parts, self._cached_for = (
-                None,
-                None,
-                None,
-                id(self.frame),
-            )
+            self._view, self._index, self._metrics, self._parts = None, None, None, None
+            self._cached_for = id(self.frame)
         if self._view is None:
-            self._view = analysis_view(self.frame)
+            self._view, self._index = view_and_index(self.frame)
+            self._exact_index = self._index is not None
         return self._view
+
+    def _series_index(self) -> pl.DataFrame:
+        v = self.view()
+        if self._index is None:
+            # The general view (a tag on two layers, a null tag): runs of (metric, source, tag)
+            # are still contiguous; their layers are not told apart (``layer`` null).
+            self._index = (
+                v.select("metric", "source", "tag")
+                .with_row_index("start")
+                .group_by("metric", "source", "tag", maintain_order=True)
+                .agg(pl.col("start").min(), pl.len().alias("len"))
+                .select(
+                    "metric",
+                    "source",
+                    "tag",
+                    pl.lit(None, dtype=SCHEMA["layer"]).alias("layer"),
+                    pl.col("start").cast(pl.Int64),
+                    pl.col("len").cast(pl.Int64),
+                )
+            )
+            self._exact_index = False
+        return self._index
 
     def series(self, metric: str, layer: int | None = None) -> pl.DataFrame:
         """One canonical series: columns ``step, value, wall_time`` sorted by step.
@@ -87,6 +112,11 @@ class Run:
         tensors, the values at a step are combined: L2 for grad/param norms (the layer's
         norm), max for activation absmax, mean for activation mean and std.
         """
+        one = self._one_series(metric, layer)
+        if one is not None:
+            # The rows of one series in the view are already one per step, sorted by step.
+            start, n = one
+            return self.view().slice(start, n).select("step", "value", "wall_time")
         sub = self._metric_rows(metric)
         if layer is not None:
             sub = sub.filter(pl.col("layer") == layer)
@@ -108,6 +138,26 @@ class Run:
             .sort("step")
         )
 
+    def _one_series(self, metric: str, layer: int | None) -> tuple[int, int] | None:
+        """(start, len) in the view when :meth:`series` reads exactly one (source, tag)
+        series, else None (the general way combines several)."""
+        idx = self._series_index().filter(pl.col("metric") == metric)
+        if not self._exact_index:
+            return None
+        if layer is not None:
+            idx = idx.filter(pl.col("layer") == layer)
+        elif metric not in PER_LAYER:
+            tag = self.metrics().get(metric)
+            if tag is None:
+                return None
+            idx = idx.filter(pl.col("tag") == tag)
+        else:
+            return None
+        if idx.height != 1:
+            return None
+        start, n = idx.row(0)[-2:]
+        return int(start), int(n)
+
     def metric_rows(self, metric: str) -> pl.DataFrame:
         """The analysis view's rows of one canonical metric (every tag and layer): a zero-copy
         slice of :meth:`view`, the same rows as ``view().filter(metric == ...)`` without
@@ -117,18 +167,14 @@ class Run:
     def _metric_rows(self, metric: str) -> pl.DataFrame:
         v = self.view()
         if self._parts is None:
-            # The view is sorted by metric first: each metric's rows are one zero-copy slice
-            # of it (partitioning would copy the whole view once more).
-            runs = (
-                v.select(pl.col("metric").rle())
-                .unnest("metric")
-                .with_columns(pl.col("len").cum_sum().shift(1, fill_value=0).alias("start"))
-                .filter(pl.col("value").is_not_null())
+            # The view is sorted by metric first: each metric's rows are one zero-copy slice.
+            idx = self._series_index().filter(pl.col("metric").is_not_null())
+            spans = idx.group_by("metric", maintain_order=True).agg(
+                pl.col("start").min(), pl.col("len").sum()
             )
-            self._parts = {
-                m: v.slice(start, n) for n, m, start in runs.select("len", "value", "start").rows()
-            }
-        return self._parts.get(metric, v.clear())
+            self._parts = {m: (int(a), int(n)) for m, a, n in spans.iter_rows()}
+        span = self._parts.get(metric)
+        return v.slice(*span) if span is not None else v.clear()
 
     def has(self, metric: str) -> bool:
         return metric in self.metrics()
@@ -138,19 +184,16 @@ class Run:
 
         Per-layer series are summarised as ``"<n> layer tags"``.
         """
-        v = self.view()
+        idx = self._series_index()
         if self._metrics is not None:
             return dict(self._metrics)
         out: dict[str, str] = {}
         self._metrics = out
-        # Lazy: the filter feeds the aggregation without a copy of the known rows.
         counts = (
-            v.lazy()
-            .filter(pl.col("metric").is_not_null())
+            idx.filter(pl.col("metric").is_not_null())
             .group_by("metric", "tag")
-            .agg(pl.len().alias("n"), pl.col("layer").first())
+            .agg(pl.col("len").sum().alias("n"))
             .sort(["metric", "n", "tag"], descending=[False, True, False])
-            .collect()
         )
         if counts.is_empty():
             return dict(out)
@@ -163,8 +206,10 @@ class Run:
         return dict(out)
 
     def layers(self, metric: str) -> list[int]:
-        v = self._metric_rows(metric)
-        return sorted(v.get_column("layer").drop_nulls().unique().to_list())
+        idx = self._series_index().filter(pl.col("metric") == metric)
+        if not self._exact_index:
+            idx = self._metric_rows(metric)
+        return sorted(idx.get_column("layer").drop_nulls().unique().to_list())
 
     @property
     def first_step(self) -> int:
@@ -211,32 +256,152 @@ _LAYER_COMBINE = {
 VIEW_COLUMNS = ["source", "tag", "metric", "layer", "step", "value", "wall_time", "segment"]
 
 
+INDEX_SCHEMA: dict[str, pl.DataType] = {
+    "metric": SCHEMA["metric"],
+    "source": SCHEMA["source"],
+    "tag": SCHEMA["tag"],
+    "layer": SCHEMA["layer"],
+    "start": pl.Int64(),
+    "len": pl.Int64(),
+}
+
+
 def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
     """Keep, per series, only rows not pre-empted by a later segment (RustBoard semantics).
 
     Then one value per (series, step): the last one logged. Sorted by (metric, source, tag,
     step), rows without a canonical metric first.
     """
-    if frame.is_empty():
-        return frame.select(VIEW_COLUMNS)
-    # Only what the analysis reads: provenance (file, record) stays in the frame, and the
-    # sorted copy is about half as wide.
-    f = frame.select(VIEW_COLUMNS).filter(pl.col("step").is_not_null())
+    return view_and_index(frame)[0]
+
+
+def view_and_index(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The analysis view (:func:`analysis_view`) and its series index: one row per (source,
+    tag) series with its ``metric``, ``layer`` and the ``start`` and ``len`` of its rows
+    (None for a frame where a tag is not one series of one layer)."""
+    f = frame.select(VIEW_COLUMNS)  # only what the analysis reads; no copy
+    if f.get_column("step").null_count():
+        f = f.filter(pl.col("step").is_not_null())
+    if f.is_empty():
+        return f, pl.DataFrame(schema=INDEX_SCHEMA)
+    seg = f.get_column("segment")
+    if seg.null_count() or seg.min() != seg.max():
+        f = _drop_preempted(f)
+    pairs = f.select("metric", "source", "tag", "layer").unique()
+    if (
+        pairs.null_count().select("source", "tag").row(0) != (0, 0)
+        or pairs.select("source", "tag").is_duplicated().any()
+    ):
+        return _sorted_view(f), None  # a tag with two layers, a null tag: the general way
+    # Series in view order; each row's rank among them; then a stable sort of the rows by
+    # rank (a radix sort of small integers) is the view's order whenever every series'
+    # steps already grow in record order (else by rank and step).
+    pairs = pairs.sort(["metric", "source", "tag"], maintain_order=True)
+    n_series = pairs.height
+    rank = _series_rank(f, pairs)
+    steps = f.get_column("step").to_numpy()
+    pos = np.uint32 if f.height < 1 << 32 else np.int64
+    perm = np.argsort(rank, kind="stable").astype(pos)
+    keep, counts, in_order = _last_of_key(perm, rank, steps, n_series)
+    if not in_order:
+        perm = np.lexsort((steps, rank)).astype(pos)  # stable: equal keys keep record order
+        keep, counts, _ = _last_of_key(perm, rank, steps, n_series)
+    del rank, steps
+    if not keep.all():
+        perm = perm[keep]
+    del keep
+    view = _take(f, perm)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    index = pairs.with_columns(
+        pl.Series("start", starts, dtype=pl.Int64), pl.Series("len", counts, dtype=pl.Int64)
+    ).filter(pl.col("len") > 0)
+    return view, index.select(list(INDEX_SCHEMA))
+
+
+_BLOCK = 1 << 20  # rows of keys gathered at a time
+
+
+def _last_of_key(
+    perm: np.ndarray, rank: np.ndarray, steps: np.ndarray, n_series: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """For rows taken in ``perm`` order: which are the last of a run of equal (series, step)
+    (the value logged last), the kept rows per series, and whether steps grow within every
+    series. In blocks, so no whole-frame copy of the keys is made."""
+    n = len(perm)
+    keep = np.ones(n, dtype=bool)
+    counts = np.zeros(n_series, dtype=np.int64)
+    block = _BLOCK
+    for a in range(0, n, block):
+        p = perm[a : min(a + block + 1, n)]  # one row of overlap: the next block's first
+        r, st = rank[p], steps[p]
+        same = r[1:] == r[:-1]
+        if (st[1:][same] < st[:-1][same]).any():
+            return keep, counts, False
+        keep[a : a + len(p) - 1] = ~(same & (st[1:] == st[:-1]))
+        stop = len(p) if a + block >= n else len(p) - 1
+        counts += np.bincount(r[:stop][keep[a : a + stop]], minlength=n_series)
+    return keep, counts, True
+
+
+def _series_rank(f: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
+    """Each row's position among ``pairs`` (one row per (source, tag), in view order)."""
+    dtype = np.uint16 if pairs.height < 1 << 16 else np.uint32
+    if not pairs.get_column("tag").is_duplicated().any():
+        # One source per tag: a lookup table on the tag's categorical code.
+        codes = f.get_column("tag").to_physical().to_numpy()
+        pair_codes = pairs.get_column("tag").to_physical().to_numpy()
+        lut = np.zeros(int(max(pair_codes.max(), codes.max())) + 1, dtype=dtype)
+        lut[pair_codes] = np.arange(pairs.height, dtype=dtype)
+        return lut[codes]
+    ranked = pairs.select("source", "tag").with_row_index("_rank")
+    got = f.select("source", "tag").join(
+        ranked, on=["source", "tag"], how="left", maintain_order="left"
+    )
+    return got.get_column("_rank").to_numpy().astype(dtype)
+
+
+def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
+    """The rows of ``f`` at ``perm``: ``f`` itself when that is every row in order, zero-copy
+    slices when the rows come in a few long runs (a frame written series by series), else
+    one gather."""
+    n = len(perm)
+    if n == 0:
+        return f.clear()
+    breaks = np.flatnonzero(np.diff(perm) != 1) + 1
+    if not len(breaks) and n == f.height and perm[0] == 0:
+        return f
+    if len(breaks) < 1024 and n >= 4096 * (len(breaks) + 1):
+        bounds = np.concatenate(([0], breaks, [n]))
+        parts = [f.slice(int(perm[a]), int(b - a)) for a, b in pairwise(bounds)]
+        return pl.concat(parts, how="vertical", rechunk=False)
+    idx = pl.Series(perm.astype(np.uint32 if f.height < 1 << 32 else np.uint64))
+    return f.select(pl.all().gather(idx))
+
+
+def _drop_preempted(f: pl.DataFrame) -> pl.DataFrame:
+    """Rows a later segment of the same series pre-empts (its first step at or before
+    theirs) dropped; the rest in their order."""
     key = ["source", "tag"]
-    if f.get_column("segment").n_unique() > 1:
-        # For each segment, the smallest first step of any *later* segment of the same series:
-        # rows at or beyond it were replayed by the restart and lose to the later values.
-        firsts = (
-            f.group_by(key + ["segment"])
-            .agg(pl.col("step").min().alias("_first"))
-            .sort(key + ["segment"], descending=[False, False, True])
-            .with_columns(pl.col("_first").shift(1).over(key).alias("_next_first"))
-            .with_columns(pl.col("_next_first").cum_min().over(key).alias("_later_first"))
-            .select(key + ["segment", "_later_first"])
-        )
-        f = f.join(firsts, on=key + ["segment"], how="left")
-        f = f.filter(pl.col("_later_first").is_null() | (pl.col("step") < pl.col("_later_first")))
-        f = f.drop("_later_first")
+    # For each segment, the smallest first step of any *later* segment of the same series:
+    # rows at or beyond it were replayed by the restart and lose to the later values.
+    firsts = (
+        f.group_by(key + ["segment"])
+        .agg(pl.col("step").min().alias("_first"))
+        .sort(key + ["segment"], descending=[False, False, True])
+        .with_columns(pl.col("_first").shift(1).over(key).alias("_next_first"))
+        .with_columns(pl.col("_next_first").cum_min().over(key).alias("_later_first"))
+        .select(key + ["segment", "_later_first"])
+    )
+    later = (
+        f.select(key + ["segment"])
+        .join(firsts, on=key + ["segment"], how="left", maintain_order="left")
+        .get_column("_later_first")
+    )
+    return f.filter(later.is_null() | (f.get_column("step") < later))
+
+
+def _sorted_view(f: pl.DataFrame) -> pl.DataFrame:
+    """The general way (any frame): a stable sort of every row."""
     # Stable sort keeps record order among equal keys, so the last of a run of equal
     # (source, tag, step) rows is the value logged last. The metric comes first (it is a
     # function of source and tag) so that each metric's rows are contiguous (Run.series).

@@ -86,12 +86,14 @@ def export_run(run: Run, out: Path) -> Path:
         raise ConfigError(
             f"{out}: inside the run folder {run_dir}; write the export somewhere else"
         )
-    frame = run.frame.select(pl.lit(run.name).alias("run"), pl.all())
+    # Lazy and streamed: the ``run`` column (the name on every row) is made a batch at a time,
+    # never as a whole column beside the frame.
+    frame = run.frame.lazy().select(pl.lit(run.name).alias("run"), pl.all())
     from forensics.atomic import write_with
 
     # Temporary file and rename: a full disk leaves no partial or 0-byte export behind.
     if suffix == ".parquet":
-        write_with(out, frame.write_parquet)
+        write_with(out, frame.sink_parquet)
     else:
-        write_with(out, frame.write_csv)
+        write_with(out, frame.sink_csv)
     return target

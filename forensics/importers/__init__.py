@@ -388,7 +388,8 @@ def merge_job(
     if not (path / job).exists():  # a job named by its run, not a path (W&B UI CSV, several runs)
         run_path = given
     run = Run(name=name, path=run_path, format="+".join(dict.fromkeys(s.importer for s, _ in kept)))
-    frames = [r.frame for _, r in kept]
+    # conform: steps after an importer's own (histogram vitals) keep the canonical dtypes.
+    frames = [conform(r.frame) for _, r in kept]
     run.frame = pl.concat(frames, how="vertical") if frames else run.frame
     discovery = dict.fromkeys(n for s in sources for n in s.options.get("discovery_notes", []))
     for note in [*discovery, *dropped_notes, *x_notes]:
@@ -414,8 +415,10 @@ def merge_job(
         run.metadata["units"] = units
     # A store that names its runs (MLflow, Neptune) names the run better than its file does.
     run.name = str(run.metadata.pop("run_name", None) or run.name)
-    stepless = run.frame.filter(pl.col("step").is_null())
-    if stepless.height:
+    # Counted, not filtered: a filter of every row with a step would copy the whole frame.
+    n_stepless = run.frame.get_column("step").null_count()
+    if n_stepless:
+        stepless = run.frame.filter(pl.col("step").is_null())
         # Values logged without any step (an epoch summary line, a step too large to hold)
         # cannot be placed on the x axis: counted here, never dropped silently.
         per_file = stepless.group_by("file").len().sort("file").iter_rows()
@@ -423,7 +426,7 @@ def merge_job(
             "values without a step were left out: " + ", ".join(f"{n} in {f}" for f, n in per_file)
         )
     crashed = any(f.kind == FindingKind.CRASH for f in run.import_findings)
-    if run.frame.filter(pl.col("step").is_not_null()).is_empty() and not crashed:
+    if run.frame.height == n_stepless and not crashed:
         # A job that crashed before its first step is still worth a report (the crash line);
         # anything else with no step has nothing to analyze.
         files = ", ".join(rel(f, s.root) for s in sources for f in s.files[:3])
@@ -461,8 +464,8 @@ def _choose_overlapping(
         return results, notes
 
     def points(r: ImportResult) -> dict[str, int]:
-        f = r.frame.filter(pl.col("metric").is_not_null())
-        return dict(f.group_by("metric").len().iter_rows())
+        f = r.frame.lazy().filter(pl.col("metric").is_not_null())  # lazy: no copy of the rows
+        return dict(f.group_by("metric").len().collect().iter_rows())
 
     for i in range(len(results)):
         for j in range(i + 1, len(results)):

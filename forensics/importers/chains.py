@@ -49,6 +49,7 @@ import numpy as np
 import polars as pl
 
 from forensics.findings import Finding
+from forensics.schema import SCHEMA
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -108,7 +109,9 @@ def job_span(
 def span_of(job: str, run: Run) -> JobSpan | None:
     from forensics.schema import LOSS
 
-    f = run.frame.filter(pl.col("step").is_not_null())
+    f = run.frame
+    if f.get_column("step").null_count():  # filtered only then: a filter copies every row
+        f = f.filter(pl.col("step").is_not_null())
     if f.is_empty():
         return None
     steps = f.get_column("step")
@@ -412,8 +415,8 @@ def merge_runs(runs: list[tuple[str, Run]], seams: dict[str, tuple[str, str]]) -
         nfiles = int(f.get_column("file_idx").fill_null(0).max() or 0) + 1 if f.height else 0  # type: ignore[arg-type]
         frames.append(
             f.with_columns(
-                (pl.col("segment") + seg_base).cast(pl.Int32),
-                (pl.col("file_idx") + file_base).cast(pl.Int32),
+                (pl.col("segment") + seg_base).cast(SCHEMA["segment"]),
+                (pl.col("file_idx") + file_base).cast(SCHEMA["file_idx"]),
             )
         )
         if i:

@@ -106,10 +106,12 @@ def _config_and_meta(
 
 def _finish(frame: pl.DataFrame) -> tuple[pl.DataFrame, list]:
     """Segments from the order MLflow recorded the points in (time, then record)."""
-    frame = conform(frame)
     if frame.is_empty():
-        return frame, []
-    frame = assign_segments(frame, order=["wall_time", "record_idx"])
+        return conform(frame), []
+    # The order across files needs the 64-bit offset record_idx; the frame keeps line numbers.
+    order = frame.get_column("record_idx").alias("_order")
+    frame = conform(frame.with_columns(pl.col("record_idx") % (1 << 40))).with_columns(order)
+    frame = assign_segments(frame, order=["wall_time", "_order"])
     return conform(frame), restart_findings(frame)
 
 

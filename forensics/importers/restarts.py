@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
+from forensics.schema import SCHEMA
 
 # (file_idx, record_idx, step) of a TensorBoard SessionLog.START: the writer asked readers to
 # purge everything logged at or after ``step`` (torch/tensorboardX ``purge_step=``).
@@ -43,14 +44,13 @@ def assign_segments(
     """
     order = order or ["file_idx", "record_idx"]
     if frame.is_empty():
-        return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
+        return frame.with_columns(pl.lit(0, dtype=SCHEMA["segment"]).alias("segment"))
     if _in_order(frame, order):
         f = frame  # importers emit record order: no sorted copy of the whole frame
     else:
         f = frame.with_row_index("_row").sort([*order, "_row"]).drop("_row")
     steps = f.get_column("step").to_numpy()
     n = len(f)
-    pos = np.arange(n)
     tag_ids = f.get_column("tag").cast(pl.Categorical).to_physical().to_numpy()
     files = (
         f.get_column("file_idx").to_numpy()
@@ -60,22 +60,41 @@ def assign_segments(
     has_step = (
         ~np.isnan(steps.astype(np.float64)) if steps.dtype.kind == "f" else np.ones(n, dtype=bool)
     )
+    # Steps compared as floats (a null step is NaN); integer steps that floats hold exactly
+    # are compared as they are, without a float copy of the column.
+    exact = steps.dtype.kind in "iu" and (
+        not n or max(abs(int(steps.min())), abs(int(steps.max()))) < 1 << 53
+    )
+    s = steps if exact else steps.astype(np.float64)
     # Previous row of the same tag (with a step): sort positions by (tag, pos) and shift.
-    sel = np.flatnonzero(has_step)
-    # A stable sort by tag keeps positions in order (sel is increasing): the same as a
-    # lexsort on (tag, position); on 16-bit ids numpy's stable sort is a radix sort.
-    ids = tag_ids[sel]
+    # A stable sort by tag keeps positions in order: the same as a lexsort on (tag,
+    # position); on 16-bit ids numpy's stable sort is a radix sort. Positions as int32 and
+    # no (current, previous) pair arrays for the whole frame: this runs on every row.
+    sel = None if has_step.all() else np.flatnonzero(has_step)
+    ids = tag_ids if sel is None else tag_ids[sel]
     if len(ids) and int(ids.max()) < 1 << 16:
         ids = ids.astype(np.uint16)
-    by_tag = sel[np.argsort(ids, kind="stable")]
-    same = tag_ids[by_tag][1:] == tag_ids[by_tag][:-1]
-    cur, prev = by_tag[1:][same], by_tag[:-1][same]
-    s = steps.astype(np.float64)
-    back = s[cur] < s[prev]
-    cand_pos, cand_prev = cur[back], prev[back]
+    by_tag = np.argsort(ids, kind="stable")
+    if n < 1 << 31:
+        by_tag = by_tag.astype(np.int32)
+    sorted_ids = ids[by_tag]
+    del ids
+    if sel is not None:
+        by_tag = sel[by_tag]
+    same = sorted_ids[1:] == sorted_ids[:-1]
+    s_by = s[by_tag]
+    back_all = same & (s_by[1:] < s_by[:-1])
+    cand_pos, cand_prev = by_tag[1:][back_all], by_tag[:-1][back_all]
     # Two writers sharing one file (ranks interleaving their lines): many small step-backs of
     # the same series, each soon overtaken. No restart.
-    shaky = _interleaved_tags(tag_ids[by_tag][1:][same], s[cur], s[prev])
+    shaky: set[int] = set()
+    if int(back_all.sum()) >= _INTERLEAVE_MIN_BACKS:
+        shaky = _interleaved_tags(
+            sorted_ids[1:][same],
+            s_by[1:][same].astype(np.float64),
+            s_by[:-1][same].astype(np.float64),
+        )
+    del s_by, back_all, sorted_ids
     if shaky:
         keep = ~np.isin(tag_ids[cand_pos], np.fromiter(shaky, dtype=np.int64))
         cand_pos, cand_prev = cand_pos[keep], cand_prev[keep]
@@ -86,7 +105,7 @@ def assign_segments(
     # tokens, an elapsed-time field or a relative clock.
     events.extend(_counter_resets(f, tag_ids, by_tag, same))
     if purges:
-        rec = f.get_column("record_idx").to_numpy() if "record_idx" in f.columns else pos
+        rec = f.get_column("record_idx").to_numpy() if "record_idx" in f.columns else np.arange(n)
         key = files.astype(np.int64) * (1 << 32) + rec.astype(np.int64)
         for fi, ri, st in purges:
             p = int(np.searchsorted(key, fi * (1 << 32) + ri, side="left"))
@@ -116,8 +135,11 @@ def assign_segments(
         if cut > current:
             cuts.append(cut)
             current = cut
-    seg = np.searchsorted(np.asarray(cuts, dtype=np.int64), pos, side="right").astype(np.int32)
-    return f.with_columns(pl.Series("segment", seg, dtype=pl.Int32))
+    # Segment of a row = the number of cuts at or before it (cuts are increasing positions).
+    bounds = np.array([0, *cuts, n], dtype=np.int64)
+    lengths = bounds[1:] - bounds[:-1]
+    seg = np.repeat(np.arange(len(cuts) + 1, dtype=np.int64), lengths)
+    return f.with_columns(pl.Series("segment", seg).cast(SCHEMA["segment"]))
 
 
 # Counters that only grow within one job: a drop to less than half is a new job's count.
@@ -147,18 +169,19 @@ def _counter_resets(
     out: list[tuple[int, int, int]] = []
     tag_col = f.get_column("tag")
     counters = counter_tags(tag_col.unique().to_list())
-    vals = f.get_column("value").to_numpy().astype(np.float64)
     if counters:
+        vals = f.get_column("value").to_numpy().astype(np.float64, copy=False)
         row_is_counter = tag_col.is_in(counters).to_numpy()
-        cur, prev = by_tag[1:][same], by_tag[:-1][same]
-        is_counter = row_is_counter[cur]
-        c, p = cur[is_counter], prev[is_counter]
+        is_counter = row_is_counter[by_tag[1:]] & same
+        c, p = by_tag[1:][is_counter], by_tag[:-1][is_counter]
         drop = (vals[p] > 0) & (vals[c] < 0.5 * vals[p])
         out += [(int(a), 0, int(b)) for a, b in zip(c[drop], p[drop], strict=True)]
     if "wall_time" in f.columns:
-        w = f.get_column("wall_time").to_numpy().astype(np.float64)
-        rows = np.flatnonzero(np.isfinite(w) & (w >= 0))
-        if len(rows) > 1 and np.nanmax(w[rows]) < _RELATIVE_CLOCK:
+        w = f.get_column("wall_time").to_numpy().astype(np.float64, copy=False)
+        ok = np.isfinite(w) & (w >= 0)
+        # The largest clock value first: the row list is only needed for a relative clock.
+        if int(ok.sum()) > 1 and np.max(w, where=ok, initial=-np.inf) < _RELATIVE_CLOCK:
+            rows = np.flatnonzero(ok)
             c, p = rows[1:], rows[:-1]
             drop = (w[p] >= _MIN_CLOCK_S) & (w[c] < 0.5 * w[p])
             out += [(int(a), 0, int(b)) for a, b in zip(c[drop], p[drop], strict=True)]

@@ -28,7 +28,7 @@ import polars as pl
 from forensics.importers import ReadOptions, Source, finish_source, read_source
 from forensics.importers.base import COMPRESSED, ImportResult, rel, utf16_kind
 from forensics.importers.restarts import assign_segments
-from forensics.schema import conform
+from forensics.schema import SCHEMA, conform
 from forensics.watch.tail_files import Cursor, split_complete
 
 
@@ -85,7 +85,7 @@ class SourceTail:
         last_file = self._last.get_column("file_idx").max()
         if last_file is not None and new.get_column("file_idx").min() < last_file:  # type: ignore[operator]
             return False  # rows that sort before rows already read (two files growing)
-        new = conform(new).with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
+        new = conform(new).with_columns(pl.lit(0, dtype=SCHEMA["segment"]).alias("segment"))
         probe = pl.concat([self._last.select(new.columns), new])
         if _steps_back(probe) or (assign_segments(probe).get_column("segment").max() or 0):
             return False  # a restart (a step, a counter or a clock going back)
