@@ -1,4 +1,4 @@
-"""Work a watcher reuses between polls: the spikes' pre-spike trend fits.
+"""Work a watcher reuses between polls: spike trend fits and the prefixes of local filters.
 
 ``forensics watch`` re-analyses the whole run on each poll. Most spikes lie before the new
 data, and the costly part of measuring one (:func:`~forensics.evidence.spike_shape.fit_trend`,
@@ -9,13 +9,21 @@ same :class:`~forensics.evidence.spike_shape.Trend`, and any change (a moved ons
 sigma, a rewritten point) is a miss that fits again. Nothing is inferred about causality, so
 no finding can differ from an analysis without the memo (``tests/test_watch_reuse.py``).
 
+Local filters (rolling medians, the robust score's noise scale) are reused the other way: a
+filter whose output at point i reads only the points within ``reach`` of i gives, on a series
+that *begins with* the series it was computed on last poll (checked byte for byte), the same
+output at every point more than ``reach`` before the old end. Only the tail is computed again,
+on the points it reads, and spliced after the kept prefix (:func:`local_reusing`). Series with
+a non-finite value are always computed whole (a NaN could make a sliding median depend on
+more than its window).
+
 The memo is active only inside :meth:`TrendMemo.active` (the watcher wraps its
 ``analyze_run`` in it); ``analyze`` never uses one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -26,6 +34,9 @@ if TYPE_CHECKING:
     from forensics.evidence.spike_shape import ShapeParams, Trend
 
 _Key = tuple[str, bytes, str, bytes, int, bytes, "ShapeParams"]
+# (filter name, its parameters, the input's dtype, its first points' bytes)
+_LocalKey = tuple[str, tuple[object, ...], str, bytes]
+_HEAD = 16  # points of the input that index the memo (the full prefix is compared on a hit)
 
 _ACTIVE: ContextVar[TrendMemo | None] = ContextVar("forensics_trend_memo", default=None)
 
@@ -39,6 +50,11 @@ class TrendMemo:
         self._used: dict[_Key, Trend] = {}
         self.hits = 0
         self.misses = 0
+        # Local filters: the inputs and outputs of the last poll (and of this one so far).
+        self._local: dict[_LocalKey, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._local_used: dict[_LocalKey, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.local_hits = 0  # filters computed on their tail only
+        self.local_misses = 0  # filters computed whole
 
     def __len__(self) -> int:
         return len(self._fits)
@@ -46,13 +62,68 @@ class TrendMemo:
     @contextmanager
     def active(self) -> Iterator[TrendMemo]:
         """Use this memo for the fits made inside the block (one analysis)."""
-        self._used = {}
+        self._used, self._local_used = {}, {}
         token = _ACTIVE.set(self)
         try:
             yield self
         finally:
             _ACTIVE.reset(token)
             self._fits, self._used = self._used, {}
+            self._local, self._local_used = self._local_used, {}
+
+    def local(
+        self,
+        name: str,
+        params: tuple[object, ...],
+        reach: int,
+        values: np.ndarray,
+        compute: Callable[[np.ndarray], np.ndarray],
+    ) -> np.ndarray:
+        """``compute(values)``, computed on the tail only when a previous input is a prefix
+        of ``values`` (see :func:`local_reusing`)."""
+        values = np.ascontiguousarray(values)
+        n, reach = len(values), int(reach)
+        finite = values.dtype.kind != "f" or bool(np.isfinite(values).all())
+        key: _LocalKey = (name, params, values.dtype.str, values[:_HEAD].tobytes())
+        out: np.ndarray | None = None
+        if finite and n > _HEAD:
+            out = self._extend(key, reach, values, compute)
+        if out is None:
+            self.local_misses += 1
+            out = compute(values)
+        if finite and n > _HEAD:
+            # Copies: the caller may change its arrays after the call.
+            self._local_used.setdefault(key, []).append((values.copy(), np.array(out)))
+        return out
+
+    def _extend(
+        self,
+        key: _LocalKey,
+        reach: int,
+        values: np.ndarray,
+        compute: Callable[[np.ndarray], np.ndarray],
+    ) -> np.ndarray | None:
+        n = len(values)
+        best: tuple[np.ndarray, np.ndarray] | None = None
+        for old, out in [*self._local.get(key, []), *self._local_used.get(key, [])]:
+            m = len(old)
+            if m > n or (best is not None and m <= len(best[0])):
+                continue
+            if np.array_equal(old.view(np.uint8), values[:m].view(np.uint8)):  # byte for byte
+                best = (old, out)
+        if best is None:
+            return None
+        old, out = best
+        m = len(old)
+        keep = m - reach  # outputs before here read only points of the old input
+        start = keep - reach  # the tail's outputs read points from here on
+        if start < 0 or len(out) != m:
+            return None
+        self.local_hits += 1
+        if m == n:
+            return out.copy()
+        tail = compute(values[start:])
+        return np.concatenate([out[:keep], tail[keep - start :]])
 
     def fit(
         self,
@@ -104,4 +175,26 @@ def fit_trend_reusing(
     return memo.fit(steps, y, onset, fallback_level, fallback_sigma, p)
 
 
-__all__ = ["TrendMemo", "fit_trend_reusing"]
+def local_reusing(
+    name: str,
+    params: tuple[object, ...],
+    reach: int,
+    values: np.ndarray,
+    compute: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """``compute(values)`` for a *local* filter, through the active memo if any.
+
+    ``compute`` must return one output per input point, each output reading only the inputs
+    within ``reach`` points of its own (windows cut short only at the ends of the array), and
+    nothing else (``params`` name everything else it depends on). Then, when the last poll
+    computed it on a prefix of ``values``, every output more than ``reach`` points before
+    that prefix's end is the same, and the rest is computed from ``2 * reach`` points before
+    it: equal to the whole computation, element for element (``tests/test_watch_reuse.py``).
+    """
+    memo = _ACTIVE.get()
+    if memo is None:
+        return compute(values)
+    return memo.local(name, params, reach, values, compute)
+
+
+__all__ = ["TrendMemo", "fit_trend_reusing", "local_reusing"]

@@ -116,6 +116,7 @@ class Watcher:
         from forensics.config import Config
         from forensics.evidence.reuse import TrendMemo
         from forensics.pipeline import read_options
+        from forensics.watch.carry import ViewCarry
 
         self.path = Path(path)
         self.config = config or Config()
@@ -137,6 +138,7 @@ class Watcher:
         self._pace_of: int | None = None  # id() of the frame the logged pace was read from
         self._logged_gap: float | None = None
         self.trend_memo = TrendMemo()
+        self.view_carry = ViewCarry()
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -261,7 +263,9 @@ class Watcher:
         from forensics.pipeline import analyze_run
 
         try:
-            # Spike trend fits whose exact inputs did not change are reused (the poll's cost).
+            # The last poll's view grows with the run, and spike trend fits and local filters
+            # whose exact inputs did not change are reused (the poll's cost): same findings.
+            self.view_carry.prepare(run)
             with self.trend_memo.active():
                 return analyze_run(run, self.config)
         except ForensicsError as exc:
