@@ -55,10 +55,13 @@ class ViewCarry:
         self._state: _State | None = None
         self.spliced = 0
         self.whole = 0
+        # This poll's appended rows as a view (empty: none), None when built whole.
+        self.added: pl.DataFrame | None = None
 
     def prepare(self, run: Run) -> None:
         """Give ``run`` its analysis view and tag counts (spliced when exact, else whole)."""
         cols = run.frame.select(VIEW_COLUMNS)
+        self.added = None
         got = self._splice(cols) if self._state is not None else None
         if got is None:
             self.whole += 1
@@ -66,25 +69,25 @@ class ViewCarry:
             state = _State(cols, view, _groups(view), _counts(view), _max_segment(cols))
         else:
             self.spliced += 1
-            state = got
+            state, self.added = got
         self._state = state
-        _seed(run, state.view, _metrics(state.counts))
+        seed(run, state.view, _metrics(state.counts))
 
-    def _splice(self, cols: pl.DataFrame) -> _State | None:
+    def _splice(self, cols: pl.DataFrame) -> tuple[_State, pl.DataFrame] | None:
         old = self._state
         assert old is not None
         m = old.frame.height
         if cols.height < m or not _same_rows(cols.slice(0, m), old.frame):
             return None
         if cols.height == m:
-            return old
+            return old, old.view.clear()
         add = cols.slice(m)
         segment = _max_segment(cols)
         if segment != old.segment or not (add.get_column("segment") == segment).all():
             return None
         new_view = analysis_view(add)
         if new_view.is_empty():
-            return _State(cols, old.view, old.groups, old.counts, segment)
+            return _State(cols, old.view, old.groups, old.counts, segment), new_view
         firsts = new_view.group_by(_KEY, maintain_order=True).agg(
             pl.col("step").first().alias("first"),
             pl.col("step").last().alias("last_new"),
@@ -134,7 +137,7 @@ class ViewCarry:
             .group_by("metric", "tag", maintain_order=True)
             .agg(pl.col("n").sum(), pl.col("layer").first())
         )
-        return _State(cols, view, groups, counts, segment)
+        return _State(cols, view, groups, counts, segment), new_view
 
 
 def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
@@ -191,10 +194,10 @@ def _metrics(counts: pl.DataFrame) -> dict[str, str]:
     return out
 
 
-def _seed(run: Run, view: pl.DataFrame, metrics: dict[str, str]) -> None:
+def seed(run: Run, view: pl.DataFrame, metrics: dict[str, str]) -> None:
     """Give the run the view and tag table it would compute itself (its caches)."""
     run._cached_for = id(run.frame)
     run._view, run._metrics, run._parts = view, metrics, None
 
 
-__all__ = ["ViewCarry"]
+__all__ = ["ViewCarry", "seed"]
