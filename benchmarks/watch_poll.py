@@ -21,11 +21,11 @@ seconds). Target: poll / analyze <= 0.25. Nothing asserts a time.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import generate

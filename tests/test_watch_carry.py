@@ -116,5 +116,7 @@ def test_appends_that_move_old_rows_are_built_whole() -> None:
         assert not _poll(carry, run, pl.concat([old, extra, add]))
         # ... and the next plain append after it is spliced again, from the whole view.
         latest = pl.col("segment").max()
-        more = add.with_columns(pl.col("step") + 10_000, pl.lit(extra.select(latest).item(), pl.Int32).alias("segment"))
+        more = add.with_columns(
+            pl.col("step") + 10_000, pl.lit(extra.select(latest).item(), pl.Int32).alias("segment")
+        )
         assert _poll(carry, run, pl.concat([old, extra, add, more]))

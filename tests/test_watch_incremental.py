@@ -164,7 +164,7 @@ def test_the_checks_catch_a_rewritten_value(check: str, monkeypatch: pytest.Monk
     if check == "frame":
         monkeypatch.setattr(carry, "_same_rows", lambda a, b: True)
     else:
-        monkeypatch.setattr(reuse.np, "array_equal", lambda a, b: True)
+        monkeypatch.setattr(reuse, "_common_prefix", lambda a, b: min(len(a), len(b)))
         monkeypatch.setattr(carry, "_same_rows", lambda a, b: False)
     with pytest.raises(AssertionError):
         poll_twice()

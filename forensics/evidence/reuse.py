@@ -11,9 +11,10 @@ no finding can differ from an analysis without the memo (``tests/test_watch_reus
 
 Local filters (rolling medians, the robust score's noise scale) are reused the other way: a
 filter whose output at point i reads only the points within ``reach`` of i gives, on a series
-that *begins with* the series it was computed on last poll (checked byte for byte), the same
-output at every point more than ``reach`` before the old end. Only the tail is computed again,
-on the points it reads, and spliced after the kept prefix (:func:`local_reusing`). Series with
+that *begins with* the first L points of the series it was computed on last poll (checked
+byte for byte), the same output at every point more than ``reach`` before L. Only the tail is
+computed again, on the points it reads, and spliced after the kept prefix
+(:func:`local_reusing`). Series with
 a non-finite value are always computed whole (a NaN could make a sliding median depend on
 more than its window).
 
@@ -79,8 +80,8 @@ class TrendMemo:
         values: np.ndarray,
         compute: Callable[[np.ndarray], np.ndarray],
     ) -> np.ndarray:
-        """``compute(values)``, computed on the tail only when a previous input is a prefix
-        of ``values`` (see :func:`local_reusing`)."""
+        """``compute(values)``, computed on the tail only when a previous input shares a
+        long enough prefix with ``values`` (see :func:`local_reusing`)."""
         values = np.ascontiguousarray(values)
         n, reach = len(values), int(reach)
         finite = values.dtype.kind != "f" or bool(np.isfinite(values).all())
@@ -104,24 +105,22 @@ class TrendMemo:
         compute: Callable[[np.ndarray], np.ndarray],
     ) -> np.ndarray | None:
         n = len(values)
-        best: tuple[np.ndarray, np.ndarray] | None = None
+        best: tuple[int, np.ndarray, np.ndarray] | None = None
         for old, out in [*self._local.get(key, []), *self._local_used.get(key, [])]:
-            m = len(old)
-            if m > n or (best is not None and m <= len(best[0])):
-                continue
-            if np.array_equal(old.view(np.uint8), values[:m].view(np.uint8)):  # byte for byte
-                best = (old, out)
+            same = _common_prefix(old, values)
+            if len(out) == len(old) and (best is None or same > best[0]):
+                best = (same, old, out)
         if best is None:
             return None
-        old, out = best
-        m = len(old)
-        keep = m - reach  # outputs before here read only points of the old input
+        same, old, out = best
+        if same == len(old) == n:
+            self.local_hits += 1
+            return out.copy()
+        keep = same - reach  # outputs before here read only points both inputs share
         start = keep - reach  # the tail's outputs read points from here on
-        if start < 0 or len(out) != m:
+        if start < 0:
             return None
         self.local_hits += 1
-        if m == n:
-            return out.copy()
         tail = compute(values[start:])
         return np.concatenate([out[:keep], tail[keep - start :]])
 
@@ -175,6 +174,15 @@ def fit_trend_reusing(
     return memo.fit(steps, y, onset, fallback_level, fallback_sigma, p)
 
 
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading elements ``a`` and ``b`` (one dtype) share, byte for byte (a NaN
+    equals itself, -0.0 does not equal 0.0)."""
+    k = min(len(a), len(b))
+    differ = a[:k].view(np.uint8) != b[:k].view(np.uint8)
+    first = int(np.argmax(differ)) if differ.any() else k * a.itemsize
+    return first // a.itemsize
+
+
 def local_reusing(
     name: str,
     params: tuple[object, ...],
@@ -187,9 +195,10 @@ def local_reusing(
     ``compute`` must return one output per input point, each output reading only the inputs
     within ``reach`` points of its own (windows cut short only at the ends of the array), and
     nothing else (``params`` name everything else it depends on). Then, when the last poll
-    computed it on a prefix of ``values``, every output more than ``reach`` points before
-    that prefix's end is the same, and the rest is computed from ``2 * reach`` points before
-    it: equal to the whole computation, element for element (``tests/test_watch_reuse.py``).
+    computed it on an input that shares its first L points with ``values`` (byte for byte;
+    usually all of them: the series grew), every output more than ``reach`` points before L
+    is the same, and the rest is computed from ``2 * reach`` points before it: equal to the
+    whole computation, element for element (``tests/test_watch_reuse.py``).
     """
     memo = _ACTIVE.get()
     if memo is None:

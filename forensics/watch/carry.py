@@ -94,9 +94,10 @@ class ViewCarry:
             pl.len().alias("add"),
         )
         joined = firsts.join(old.groups, on=_KEY, how="left", maintain_order="left")
-        if joined.get_column("start").null_count() or not (
-            joined.get_column("first") > joined.get_column("last")
-        ).all():
+        if (
+            joined.get_column("start").null_count()
+            or not (joined.get_column("first") > joined.get_column("last")).all()
+        ):
             return None  # a new series, or a step at or before a series' last step
         # Where each series' appended rows start in the appended view.
         add_lens = firsts.get_column("add").to_numpy().astype(np.int64)
