@@ -97,12 +97,18 @@ def test_cuts_that_create_extend_and_end_spikes() -> None:
     run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=read_options(Config()))
     spikes = analyze_run(run).ev.spikes("loss")
     assert len(spikes) >= 2
+    window = Config().params.spikes.plateau_window
     cuts: set[int] = set()
     for s in spikes[:2]:
         for step in (s.start_step - 1, s.start_step, s.peak_step, s.peak_step + 1, s.end_step):
             cuts |= {step, step + 3}
+        # Around the end of its recovery window and of its plateau window: the last polls
+        # before the spike's measures are settled, and the first after.
+        cuts |= {s.end_step + 1, s.end_step + 2, s.end_step + window - 1}
+        cuts |= {s.end_step + window, s.end_step + window + 1, s.end_step + window + 2}
     inc = _grow(run, sorted(cuts))
     assert inc.memo.local_hits > 0 and inc.extended > 0
+    assert inc.memo.measure_hits > 0 and inc.memo.measure_misses > 0
 
 
 def test_generated_run_cut_at_many_points(tmp_path: Path) -> None:
@@ -112,6 +118,7 @@ def test_generated_run_cut_at_many_points(tmp_path: Path) -> None:
     run = read_run(tmp_path / "run", options=read_options(Config()))
     inc = _grow(run, _even_cuts(run, 10))
     assert inc.memo.hits > 0 and inc.memo.local_hits > 0 and inc.view.spliced >= 8
+    assert inc.memo.measure_hits > 0
 
 
 def test_a_restart_and_a_nan_appended_mid_watch() -> None:
@@ -168,3 +175,20 @@ def test_the_checks_catch_a_rewritten_value(check: str, monkeypatch: pytest.Monk
         monkeypatch.setattr(carry, "_same_rows", lambda a, b: False)
     with pytest.raises(AssertionError):
         poll_twice()
+
+
+def test_a_spike_measured_before_it_settled_is_measured_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutation check for spike measures: polls inside a spike, then after it recovered;
+    with the settling check switched off, the stale measures fail the comparison."""
+    import forensics.evidence.reuse as reuse
+
+    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=read_options(Config()))
+    spike = analyze_run(run).ev.spikes("loss")[0]
+    cuts = [spike.peak_step + 1, spike.end_step + 300]
+    inc = _grow(run, cuts)
+    assert inc.memo.measure_misses > 0
+    monkeypatch.setattr(reuse, "_settled", lambda *a: True)
+    with pytest.raises(AssertionError):
+        _grow(run, cuts)
