@@ -61,7 +61,7 @@ class TrendMemo:
         # Spike measures: per series (its arrays as last measured), the results by inputs.
         self._measured: dict[_SeriesId, _Measured] = {}
         self._measured_used: dict[_SeriesId, _Measured] = {}
-        self._grown: dict[tuple[int, int], tuple[_SeriesId, _Measured | None]] = {}
+        self._grown: dict[tuple[int, int], tuple[object, ...]] = {}
         self.measure_hits = 0
         self.measure_misses = 0
 
@@ -99,8 +99,12 @@ class TrendMemo:
             result = measure(steps, values, **kw)
         used = self._measured_used.get(sid)
         if used is None:
-            used = self._measured_used[sid] = _Measured(steps.copy(), {}, values.copy())
-        used.results[key] = result
+            used = _Measured(steps.copy(), {}, values.copy(), (id(steps), id(values)))
+            self._measured_used[sid] = used
+        if used.mark == (id(steps), id(values)):
+            used.results[key] = result
+        else:  # two series begin alike: neither is kept for the next poll
+            used.results, used.mark = {}, None
         return result
 
     def _series_of(
@@ -110,7 +114,7 @@ class TrendMemo:
         once per poll and pair of arrays: every spike of a series shares them)."""
         mark = (id(steps), id(values))
         if mark in self._grown:
-            return self._grown[mark]
+            return self._grown[mark][:2]  # type: ignore[return-value]
         sid: _SeriesId = (
             steps.dtype.str,
             values.dtype.str,
@@ -126,7 +130,8 @@ class TrendMemo:
                 and _common_prefix(old.values, values) == m
             ):
                 old = None
-        self._grown[mark] = (sid, old)
+        # The arrays are kept with their ids: no other array takes their id during the poll.
+        self._grown[mark] = (sid, old, steps, values)
         return sid, old
 
     def local(
@@ -238,6 +243,7 @@ class _Measured:
     steps: np.ndarray
     results: dict[tuple[object, ...], dict[str, Any]]
     values: np.ndarray = field(default_factory=lambda: np.empty(0))
+    mark: tuple[int, int] | None = None  # ids of the arrays measured this poll
 
 
 def _measure_key(kw: dict[str, Any]) -> tuple[object, ...]:

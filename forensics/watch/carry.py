@@ -83,7 +83,8 @@ class ViewCarry:
             return old, old.view.clear()
         add = cols.slice(m)
         segment = _max_segment(cols)
-        if segment != old.segment or not (add.get_column("segment") == segment).all():
+        seg = add.get_column("segment")
+        if segment != old.segment or seg.null_count() or not (seg == segment).all():
             return None
         new_view = analysis_view(add)
         if new_view.is_empty():
