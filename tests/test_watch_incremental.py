@@ -192,3 +192,39 @@ def test_a_spike_measured_before_it_settled_is_measured_again(
     monkeypatch.setattr(reuse, "_settled", lambda *a: True)
     with pytest.raises(AssertionError):
         _grow(run, cuts)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "tfevents"])
+def test_the_watcher_on_a_log_written_in_chunks(kind: str, tmp_path: Path) -> None:
+    """The real path: a log file on disk grown in chunks (cut at record / line boundaries),
+    polled by the watcher; after each poll its findings equal ``analyze_run`` of the same
+    bytes read from scratch, and the polls after the first reuse the view and the spikes."""
+    from benchmarks.generate import series, write_jsonl, write_tfevents
+    from benchmarks.watch_poll import _cut_before
+    from forensics.watch.engine import Watcher
+
+    n = 3000
+    write = write_jsonl if kind == "jsonl" else write_tfevents
+    src = write(tmp_path / "src", series(n))
+    data = src.read_bytes()
+    cuts = [_cut_before(src, kind, n, k) for k in (1200, 700, 300, 1)] + [len(data)]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    dst = run_dir / src.name
+    watcher = Watcher(run_dir, state_path=tmp_path / "state.json")
+    try:
+        done = 0
+        for cut in cuts:
+            with dst.open("ab") as f:  # the writer appends
+                f.write(data[done:cut])
+            done = cut
+            watcher.poll()
+            diag = watcher.status.diagnosis
+            assert diag is not None
+            fresh = analyze_run(read_run(run_dir, options=read_options(Config())))
+            assert _drawn(diag) == _drawn(fresh), cut
+        inc = watcher.incremental
+        assert inc.view.spliced == len(cuts) - 1 and inc.extended > 0
+        assert inc.memo.measure_hits > 0
+    finally:
+        watcher.close()
