@@ -7,9 +7,10 @@ into a temporary folder without its last ``--new`` steps (cut at a record / line
 a :class:`~forensics.watch.tail.RunTail` reads it (untimed), the missing steps are appended,
 and the poll is timed: the tail's incremental read, the merge into a Run and
 :func:`forensics.pipeline.analyze_run` (evidence, detectors, diagnosis) on the updated run,
-as the watcher does on each poll, with the watcher's memo of spike trend fits
-(:mod:`forensics.evidence.reuse`) filled by an untimed analysis before the append (the previous
-poll); the same analysis without the memo is timed too. The reference is a full analyze of the
+as the watcher does on each poll, with what the watcher carries from poll to poll
+(:mod:`forensics.watch.incremental`: the view, series, spike trend fits and local filters)
+filled by an untimed analysis before the append (the previous poll); the same analysis
+without any reuse is timed too. The reference is a full analyze of the
 complete run: ``read_run`` with the cache off, then ``analyze_run``. Both are timed in this
 process (wall
 and CPU seconds), in turns, ``--repeat`` times; the ratio quoted is the median of the
@@ -24,6 +25,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import generate
@@ -62,9 +64,9 @@ def _timed(fn) -> tuple[float, float, object]:  # noqa: ANN001
 
 
 def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[str, float]:
-    from forensics.evidence.reuse import TrendMemo
     from forensics.importers import ReadOptions, read_run
     from forensics.pipeline import analyze_run
+    from forensics.watch.incremental import IncrementalAnalysis
     from forensics.watch.tail import RunTail
 
     folder = generate.build(data, kind, n_steps) / "run"
@@ -89,22 +91,24 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
                 fo.write(fi.read(cut))
             tail = RunTail(run_dir, opts)
             tail.poll()
-            # The previous poll's analysis (untimed): what the watcher's memo holds.
-            memo = TrendMemo()
-            with memo.active():
-                analyze_run(tail.run)
-            memo.hits = memo.misses = 0
+            # The previous poll's analysis (untimed): what the watcher carries.
+            carry = IncrementalAnalysis()
+            carry.analyze(tail.run)
+            memo = carry.memo
+            memo.hits = memo.misses = memo.measure_hits = memo.measure_misses = 0
             before = tail.bytes_read
             with src.open("rb") as fi, dst.open("ab") as fo:
                 fi.seek(cut)
                 fo.write(fi.read())
             wr, cr, changed = _timed(tail.poll)
             assert changed and tail.run is not None
-            wa, ca, _ = _timed(lambda t=tail, m=memo: _reusing(m, t.run))
-            hits.append(memo.hits)
-            fits.append(memo.hits + memo.misses)
+            wa, ca, _ = _timed(lambda t=tail, c=carry: c.analyze(t.run))
+            hits.append(memo.measure_hits)
+            fits.append(memo.measure_hits + memo.measure_misses)
             # The same analysis without the memo: what a poll cost before the reuse.
-            wb, cb, _ = _timed(lambda t=tail: analyze_run(t.run))
+            # (on a copy of the run without its cached view: nothing carried)
+            fresh = replace(tail.run, _view=None, _metrics=None, _parts=None, _cached_for=None)
+            wb, cb, _ = _timed(lambda r=fresh: analyze_run(r))
             reads.append((wr, cr))
             polls.append((wr + wa, cr + ca))
             bare.append((wr + wb, cr + cb))
@@ -131,13 +135,6 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
     }
 
 
-def _reusing(memo, run):  # noqa: ANN001, ANN202
-    from forensics.pipeline import analyze_run
-
-    with memo.active():
-        return analyze_run(run)
-
-
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.__main__ import _label, default_data_dir
 
@@ -151,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| format | steps | full analyze s (cpu) | of which read s | poll s (cpu) | "
         f"of which read s | bytes read / appended | read: poll / full (cpu) | "
-        f"trend fits reused | poll / analyze (target <= {TARGET}) | without reuse (cpu) |"
+        f"spike measures reused | poll / analyze (target <= {TARGET}) | without reuse (cpu) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for kind in args.formats.split(","):

@@ -11,6 +11,7 @@ from forensics.importers import read_run as _read_run
 
 if TYPE_CHECKING:
     from forensics.diagnosis import Diagnosis
+    from forensics.evidence import Evidence
     from forensics.run import Run
 
 
@@ -36,19 +37,23 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
     return run
 
 
-def analyze_run(run: Run, config: Config | None = None) -> Diagnosis:
+def analyze_run(
+    run: Run, config: Config | None = None, *, evidence: Evidence | None = None
+) -> Diagnosis:
     """Build the run's evidence once, detect and diagnose from it.
 
     The one :class:`~forensics.evidence.Evidence` (with the configured parameters) is what the
     detectors judge against and what the diagnosis keeps for the checklists and the report's
-    charts, so every number drawn is the number a finding states.
+    charts, so every number drawn is the number a finding states. ``evidence``: the run's
+    evidence with ``config.params`` when the caller built it (the watcher's reuses the last
+    poll's series: :mod:`forensics.watch.incremental`).
     """
     from forensics.detectors import detect
     from forensics.diagnosis import diagnose
     from forensics.evidence import Evidence
 
     config = config or Config()
-    ev = Evidence(run, config.params)
+    ev = Evidence(run, config.params) if evidence is None else evidence
     findings = detect(run, ev.params, ignore=config.ignore, evidence=ev)
     return diagnose(ev, findings, checkpoint_every=config.checkpoint_every)
 

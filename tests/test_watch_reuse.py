@@ -131,3 +131,57 @@ def test_the_watcher_keeps_its_memo_between_polls(tmp_path: Path) -> None:
         assert watcher.status.run is not None and watcher.status.run.last_step == 3999
     finally:
         watcher.close()
+
+
+def _filters() -> dict[str, Any]:
+    from forensics.evidence import robust
+    from forensics.evidence.trend_utils import rolling_median
+
+    return {
+        "centered 25": lambda v: rolling_median(v, 25),
+        "centered 4": lambda v: rolling_median(v, 4),
+        "trailing 7": lambda v: rolling_median(v, 7, center=False),
+        "noise scale": lambda v: robust.noise_scale(v, 20),
+        "score": lambda v: robust.score(np.arange(len(v)), v, window=20).to_numpy(),
+    }
+
+
+@pytest.mark.parametrize("name", list(_filters()))
+def test_local_filters_on_their_tail_equal_the_whole(name: str) -> None:
+    """Series grown by appends, by appends that also rewrite the last points (the despike's
+    deviations from a median whose last values moved), with ties and long flat stretches:
+    the memo's tail computation equals the whole computation bit for bit, and a series that
+    changed early is computed whole."""
+    f = _filters()[name]
+    rng = np.random.default_rng(7)
+    full = np.exp(np.round(rng.normal(size=3000), 2)) + np.repeat(rng.random(30), 100)
+    full[1000:1300] = 2.0  # a flat stretch: ties everywhere
+    memo = TrendMemo()
+    for n in (400, 401, 700, 1500, 1500, 2600, 3000):
+        with memo.active():
+            v = full[:n].copy()
+            v[-5:] *= 1.01  # the last points differ from what the last poll saw
+            got = f(v)
+        assert np.array_equal(np.asarray(got), np.asarray(f(v)), equal_nan=True), n
+    assert memo.local_hits >= 5
+    hits = memo.local_hits
+    v = full.copy()
+    v[3] += 1.0  # changed at the start: nothing to reuse
+    with memo.active():
+        got = f(v)
+    assert np.array_equal(np.asarray(got), np.asarray(f(v)), equal_nan=True)
+    assert memo.local_hits == hits
+
+
+def test_a_series_with_a_nan_is_computed_whole() -> None:
+    from forensics.evidence.trend_utils import rolling_median
+
+    v = np.linspace(1.0, 2.0, 500)
+    memo = TrendMemo()
+    with memo.active():
+        rolling_median(v[:400], 9)
+    v[450] = np.nan
+    with memo.active():
+        got = rolling_median(v, 9)
+    assert memo.local_hits == 0
+    assert np.array_equal(got, rolling_median(v, 9), equal_nan=True)

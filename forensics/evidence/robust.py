@@ -36,10 +36,12 @@ known better).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 import polars as pl
+
+from forensics.evidence.reuse import local_reusing
 
 MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
 
@@ -97,8 +99,14 @@ def noise_scale(y: np.ndarray, window: int) -> np.ndarray:
     n = len(y)
     if n < 3:
         return np.full(n, np.nan)
-    d = np.diff(y)
     w = max(2 * window + 1, 5)
+    # Local: point i reads the differences within 2 windows of it (a median of medians). A
+    # watcher's later poll computes only the tail (forensics.evidence.reuse): same numbers.
+    return local_reusing("noise_scale", (w,), 2 * w + 2, y, partial(_noise_scale, w))
+
+
+def _noise_scale(w: int, y: np.ndarray) -> np.ndarray:
+    d = np.diff(y)
     ds = pl.Series(d)
     trend = ds.rolling_median(w, center=True, min_samples=1).to_numpy()
     dev = pl.Series(np.abs(d - trend)).rolling_median(w, center=True, min_samples=1).to_numpy()
@@ -136,10 +144,11 @@ def score(
         return empty_score()
     log_scale = use_log(values)
     y = transform(values, log_scale)
-    s = pl.Series(y)
     w = max(int(window), 1)
-    trail = s.shift(1).rolling_median(w, min_samples=1).to_numpy()
-    lead = s.reverse().shift(1).rolling_median(w, min_samples=1).to_numpy()[::-1]
+    # Medians of the w points before / after each point (a watcher's later poll computes only
+    # the tail: forensics.evidence.reuse).
+    trail = local_reusing("trail_median", (w,), w + 1, y, partial(_trail_median, w))
+    lead = local_reusing("lead_median", (w,), w + 1, y, partial(_lead_median, w))
     idx = np.arange(n)
     n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
 
@@ -174,6 +183,14 @@ def score(
         },
         schema=SCORE_SCHEMA,
     ).with_columns(pl.col("baseline", "z", "ratio").fill_nan(None))
+
+
+def _trail_median(w: int, y: np.ndarray) -> np.ndarray:
+    return pl.Series(y).shift(1).rolling_median(w, min_samples=1).to_numpy()
+
+
+def _lead_median(w: int, y: np.ndarray) -> np.ndarray:
+    return pl.Series(y).reverse().shift(1).rolling_median(w, min_samples=1).to_numpy()[::-1]
 
 
 def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, float, float, float]:

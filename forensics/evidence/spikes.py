@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.evidence import robust
-from forensics.evidence.spike_shape import ShapeParams, SpikeClass, measure
+from forensics.evidence.reuse import measure_reusing
+from forensics.evidence.spike_shape import ShapeParams, SpikeClass
 from forensics.params import SpikesParams
 from forensics.schema import LOSS
 
@@ -131,7 +132,9 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
         # The alarm line above the local baseline, in the score's units (log units for
         # positive series): the z threshold's noise band, at least the height ratio.
         alarm = max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * row["sigma"])
-        m = measure(
+        # Through the watcher's memo when one is active (forensics.evidence.reuse): a spike
+        # that settled before the last poll's end keeps its measures.
+        m = measure_reusing(
             steps,
             values,
             onset=e.onset,

@@ -29,6 +29,7 @@ from forensics.watch.tail import RunTail
 if TYPE_CHECKING:
     from forensics.config import Config
     from forensics.diagnosis import Diagnosis
+    from forensics.evidence.reuse import TrendMemo
     from forensics.run import Run
     from forensics.watch.panel import Panel
 
@@ -114,8 +115,8 @@ class Watcher:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from forensics.config import Config
-        from forensics.evidence.reuse import TrendMemo
         from forensics.pipeline import read_options
+        from forensics.watch.incremental import IncrementalAnalysis
 
         self.path = Path(path)
         self.config = config or Config()
@@ -136,7 +137,7 @@ class Watcher:
         self._report_of: int | None = None  # id() of the diagnosis the report shows
         self._pace_of: int | None = None  # id() of the frame the logged pace was read from
         self._logged_gap: float | None = None
-        self.trend_memo = TrendMemo()
+        self.incremental = IncrementalAnalysis()
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -257,13 +258,15 @@ class Watcher:
             )
             return False
 
-    def _analyze(self, run: Run) -> Diagnosis | None:
-        from forensics.pipeline import analyze_run
+    @property
+    def trend_memo(self) -> TrendMemo:
+        return self.incremental.memo
 
+    def _analyze(self, run: Run) -> Diagnosis | None:
         try:
-            # Spike trend fits whose exact inputs did not change are reused (the poll's cost).
-            with self.trend_memo.active():
-                return analyze_run(run, self.config)
+            # analyze_run, reusing the last poll's work where that gives the same numbers
+            # (forensics.watch.incremental): the poll's cost.
+            return self.incremental.analyze(run, self.config)
         except ForensicsError as exc:
             self._say_once(f"analysis skipped on this poll: {exc}")
         except Exception as exc:

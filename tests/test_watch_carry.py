@@ -1,0 +1,122 @@
+"""The watcher's view carried between polls (forensics.watch.carry) is the run's own view.
+
+A run is grown poll by poll (its frame cut at increasing steps, as the watcher sees it while
+the writer appends); after each poll the spliced view and tag table must equal what
+:func:`~forensics.run.analysis_view` and :meth:`~forensics.run.Run.metrics` compute from the
+frame from scratch, row for row; appends that cannot be spliced (a restart, a new series, a
+rewritten row) are built whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from forensics.config import Config
+from forensics.importers import read_run
+from forensics.pipeline import read_options
+from forensics.run import Run, analysis_view
+from forensics.watch.carry import ViewCarry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cut(run: Run, last_step: int) -> Run:
+    """The run as read when the writer had logged up to ``last_step`` (rows in file order)."""
+    frame = run.frame.filter(pl.col("step").is_null() | (pl.col("step") <= last_step))
+    return Run(run.name, run.path, run.format, frame, config=dict(run.config))
+
+
+def _check(carry: ViewCarry, run: Run) -> None:
+    carry.prepare(run)
+    fresh = Run(run.name, run.path, run.format, run.frame)
+    assert run.view().equals(analysis_view(run.frame), null_equal=True)
+    assert run.metrics() == fresh.metrics()
+
+
+@pytest.mark.parametrize(
+    ("name", "spliced"),
+    # resumed: cut by step, its second job's rows interleave with the first's (no append);
+    # histogram_layers: rows of two kinds of record in one file, cut by step the same.
+    [("periodic_spikes", 6), ("bad_batch", 6), ("nan", 6), ("healthy", 6), ("resumed", 0)]
+    + [("histogram_layers", 0)],
+)
+def test_sample_runs_grown_poll_by_poll(name: str, spliced: int) -> None:
+    run = read_run(ROOT / "sample_runs" / name, options=read_options(Config()))
+    steps = run.frame.get_column("step").drop_nulls()
+    lo, hi = int(steps.min()), int(steps.max())
+    carry = ViewCarry()
+    for cut in sorted({int(x) for x in np.linspace(lo + (hi - lo) // 4, hi, 7)}):
+        # A grown frame: the rows up to the cut, in the frame's own order (rows appended).
+        _check(carry, _cut(run, cut))
+    assert carry.spliced >= spliced, (carry.spliced, carry.whole)
+
+
+def _frames() -> tuple[Run, pl.DataFrame, pl.DataFrame]:
+    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=read_options(Config()))
+    steps = run.frame.get_column("step")
+    cut = int(steps.max()) - 40  # type: ignore[operator]
+    old = run.frame.filter(steps <= cut)
+    return run, old, run.frame.filter(steps > cut)
+
+
+def _poll(carry: ViewCarry, run: Run, frame: pl.DataFrame) -> bool:
+    """One poll on ``frame``; True when the view was spliced."""
+    before = carry.spliced
+    _check(carry, Run(run.name, run.path, run.format, frame))
+    return carry.spliced > before
+
+
+def test_an_append_is_spliced() -> None:
+    run, old, add = _frames()
+    carry = ViewCarry()
+    assert not _poll(carry, run, old)
+    assert _poll(carry, run, pl.concat([old, add]))
+    assert _poll(carry, run, pl.concat([old, add]))  # nothing new: the same view
+
+
+def _changed_value(frame: pl.DataFrame, i: int, value: float) -> pl.DataFrame:
+    v = frame.get_column("value").to_numpy().copy()
+    v[i] = value
+    return frame.with_columns(pl.Series("value", v))
+
+
+@pytest.mark.parametrize("how", ["value", "negative zero", "nan"])
+def test_a_rewritten_old_row_is_caught(how: str) -> None:
+    """The mutation check: an old row that changed (a rewritten file) is never reused, even
+    when it differs only in its bits (0.0 against -0.0) or becomes NaN."""
+    run, old, add = _frames()
+    i = old.height // 2
+    x = float(old.get_column("value")[i])
+    if how == "negative zero":
+        old = _changed_value(old, i, 0.0)
+        changed = -0.0
+    else:
+        changed = float("nan") if how == "nan" else x * 1.5
+    carry = ViewCarry()
+    _poll(carry, run, old)
+    assert not _poll(carry, run, pl.concat([_changed_value(old, i, changed), add]))
+
+
+def test_appends_that_move_old_rows_are_built_whole() -> None:
+    run, old, add = _frames()
+    tag = add.get_column("tag")[0]
+    # A step logged again (its later value wins over the old row).
+    again = old.filter(pl.col("tag") == tag).tail(1).with_columns(pl.col("value") * 2)
+    # A new series.
+    new_tag = add.head(1).with_columns(pl.lit("brand/new").cast(add.schema["tag"]).alias("tag"))
+    # A restart: the appended rows in a new segment, stepping back.
+    restart = add.with_columns(pl.col("segment") + 1, pl.col("step") - 100)
+    for extra in (again, new_tag, restart):
+        carry = ViewCarry()
+        _poll(carry, run, old)
+        assert not _poll(carry, run, pl.concat([old, extra, add]))
+        # ... and the next plain append after it is spliced again, from the whole view.
+        latest = pl.col("segment").max()
+        more = add.with_columns(
+            pl.col("step") + 10_000, pl.lit(extra.select(latest).item(), pl.Int32).alias("segment")
+        )
+        assert _poll(carry, run, pl.concat([old, extra, add, more]))
