@@ -346,3 +346,13 @@ def test_random_plain_files_with_rare_odd_lines() -> None:
         got = _same(raw)
         assert not math.isnan(got.frame.get_column("value").drop_nans().sum())
     assert isinstance(pl.__version__, str)
+
+
+def test_a_lone_surrogate_key_does_not_stop_polars() -> None:
+    """A key polars cannot hold (a lone surrogate escape) sends its own line line by line,
+    not the lines after it."""
+    raw = b'{"step": 0, "\\ud800": 1.0, "loss": 2.0}\n' + CASES["plain"] * 4
+    _same(raw)
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(raw)
+    assert reader.slow_lines == 1 and reader.fast_lines == 200

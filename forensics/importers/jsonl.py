@@ -254,11 +254,12 @@ def read_lines(path: Path, name: str) -> Lines:
         while chunk := fh.read(jsonl_blocks.BLOCK):
             if not carry and reader.next_line == 1 and chunk.startswith(b"\xef\xbb\xbf"):
                 chunk = chunk[3:]  # a UTF-8 BOM (text_bytes drops it)
-            data = carry + chunk
-            cut = data.rfind(b"\n") + 1
-            carry = data[cut:]
+            cut = chunk.rfind(b"\n") + 1
             if cut:
-                reader.feed(_no_nul(data[:cut]))
+                reader.feed(_no_nul(b"".join((carry, memoryview(chunk)[:cut]))))
+                carry = chunk[cut:]
+            else:
+                carry += chunk
     if carry:
         reader.feed(_no_nul(carry))
     return reader.lines()

@@ -20,6 +20,7 @@ that order, so a file gives the same rows whichever reader took each line.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ _PASSES = 64  # learning passes per file (each adds a key at least)
 # Tokens that send a line to the per-line reader wherever they appear.
 _SLOW_TOKENS = (b"\\", b"NaN", b"Infinity")
 _STEP_LIMIT = 2.0**62
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no key polars can hold
 
 
 def blocks(data: bytes | memoryview, size: int | None = None) -> Iterator[memoryview]:
@@ -128,7 +130,7 @@ class BlockReader:
         if not self.schema:
             head = data.split(b"\n", _SAMPLE)[:_SAMPLE]
             self._learn([ln for ln in head if ln.strip()])
-        if not self.schema or b"\\" in data:
+        if not self.schema:
             return False
         n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
         df = self._polars(data, n)
@@ -250,7 +252,7 @@ class BlockReader:
             if not isinstance(obj, dict):
                 continue
             for k, v in obj.items():
-                if k in self.schema:
+                if k in self.schema or _SURROGATE.search(k):
                     continue
                 if isinstance(v, bool):
                     self.schema[k] = pl.Boolean()
@@ -368,7 +370,9 @@ class BlockReader:
         if not cols:
             return pl.DataFrame(schema=_ROWS)
         # Row-major: line by line, and within a line the columns in key order.
-        vals = df.select(pl.col(c).cast(pl.Float64) for c in cols).to_numpy()
+        vals = df.select(
+            pl.col(c).cast(pl.Float64) if self.schema[c] == pl.Boolean else pl.col(c) for c in cols
+        ).to_numpy()
         r, c = np.nonzero(~np.isnan(vals))  # nulls came out as NaN (no value is NaN here)
         ids = np.asarray([self.rank[x] for x in cols], dtype=np.uint32)
         rows = pl.Series(r.astype(np.uint32))
