@@ -356,3 +356,22 @@ def test_a_lone_surrogate_key_does_not_stop_polars() -> None:
     reader = jsonl_blocks.BlockReader("m")
     reader.feed(raw)
     assert reader.slow_lines == 1 and reader.fast_lines == 200
+
+
+def test_null_values_go_to_polars() -> None:
+    """Nulls (an eval loss logged as null between evaluations, pandas' missing values) do not
+    send plain lines line by line; a duplicate key beside a null still does."""
+    objs = [{"step": s, "loss": 1.0, "eval_loss": None if s % 10 else 0.5} for s in range(500)]
+    raw = _lines(*objs)
+    _same(raw)
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(raw)
+    assert reader.slow_lines == 0 and reader.fast_lines == 500
+    dup = raw + b'{"step": 500, "loss": 1.0, "loss": null}\n'
+    _same(dup)
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(dup)
+    # That block goes line by line where a null is (the lines without one still polars').
+    assert reader.slow_lines == dup.count(b"null") and reader.bad == []
+    # A value equal to the stand-in for null is a value.
+    _same(raw + _lines({"step": 501, "loss": -5e-324, "eval_loss": None}))

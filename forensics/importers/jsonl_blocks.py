@@ -43,7 +43,9 @@ _SAMPLE = 200  # lines parsed in Python to start the schema
 _LEARN = 50  # unaccounted lines looked at per pass to learn new keys
 _PASSES = 64  # learning passes per file (each adds a key at least)
 # Tokens that send a line to the per-line reader wherever they appear.
-_SLOW_TOKENS = (b"\\", b"NaN", b"Infinity")
+_SLOW_TOKENS = (b"\\", b"NaN", b"Infinity", b"null")
+_NULL = -5e-324  # stands in for null in a plain block (checked never to be a value there)
+_NULL_TOKEN = b"-5e-324"
 _STEP_LIMIT = 2.0**62
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no key polars can hold
 
@@ -133,11 +135,24 @@ class BlockReader:
         if not self.schema:
             return False
         n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        df = self._polars(data, n)
+        # A null becomes a number polars reads (then null again), so that its key counts
+        # among the values read: a duplicate key beside it then leaves a string over.
+        nulls = data.count(b"null")
+        df = self._polars(data.replace(b"null", _NULL_TOKEN) if nulls else data, n)
         if df is None:
             return False
         values = sum(df.height - c.null_count() for c in df.get_columns())
-        if data.count(b'"') != 2 * values or not self._steps_fit(df).all():
+        if data.count(b'"') != 2 * values:
+            return False
+        if nulls:
+            floats = [c for c in df.columns if self.schema[c] == pl.Float64]
+            hits = df.select(pl.sum_horizontal((pl.col(c) == _NULL).sum() for c in floats)).item()
+            if hits != nulls:  # a "null" inside a string, or a value equal to the stand-in
+                return False
+            df = df.with_columns(
+                pl.when(pl.col(c) != _NULL).then(pl.col(c)).alias(c) for c in floats
+            )
+        if not self._steps_fit(df).all():
             return False
         first = self.next_line
         self.next_line += n
@@ -256,7 +271,7 @@ class BlockReader:
                     continue
                 if isinstance(v, bool):
                     self.schema[k] = pl.Boolean()
-                elif isinstance(v, (int, float)):
+                elif v is None or isinstance(v, (int, float)):
                     self.schema[k] = pl.Float64()
                 else:
                     continue
