@@ -375,3 +375,28 @@ def test_null_values_go_to_polars() -> None:
     assert reader.slow_lines == dup.count(b"null") and reader.bad == []
     # A value equal to the stand-in for null is a value.
     _same(raw + _lines({"step": 501, "loss": -5e-324, "eval_loss": None}))
+
+
+def test_keys_that_appear_late_are_learned_without_going_line_by_line() -> None:
+    """A null-valued file whose new key appears mid-block: every line read by polars, rows
+    the same."""
+    objs = [{"step": s, "loss": 1.0, "eval": None} for s in range(3000)]
+    for s in range(1700, 3000, 7):
+        objs[s]["late/key"] = float(s)
+    raw = _lines(*objs)
+    _same(raw)
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(raw)
+    assert (reader.fast_lines, reader.slow_lines) == (3000, 0)
+    assert "late/key" in reader.rank
+
+
+def test_benchmark_shape_all_through_polars(tmp_path: Path) -> None:
+    """The benchmark's shape (layer norms every 50 lines, val every 500): all polars'."""
+    from benchmarks.generate import series, write_jsonl
+
+    raw = write_jsonl(tmp_path, series(1200, n_layers=4)).read_bytes()
+    reader = jsonl_blocks.BlockReader("m")
+    for block in jsonl_blocks.blocks(raw, 20_000):
+        reader.feed(block)
+    assert (reader.fast_lines, reader.slow_lines) == (1200, 0)

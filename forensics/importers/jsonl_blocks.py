@@ -1,16 +1,25 @@
-"""The JSONL reader's engine: blocks of lines, each line read by polars' JSON reader when it is
-plain, by the per-line reader (:func:`forensics.importers.jsonl.line_rows`) otherwise.
+"""The JSONL reader's engine: lines in blocks, each line read by polars' JSON reader when
+it is plain, by the per-line reader (:func:`forensics.importers.jsonl.line_rows`) otherwise,
+with the same rows either way.
 
-A line goes to polars only when it is one flat object of numbers and booleans: it starts with
-``{`` and ends with ``}``, holds no backslash, no ``NaN`` / ``Infinity`` token (polars refuses
-them), no ``null`` (a null beside a duplicate key would read differently) and a step that fits.
-Polars is given the schema (every key seen so far), so it ignores keys it does not know. That
-is why every line is checked after the read: the number of strings in the line (its double
-quotes / 2; with no backslash every quote delimits a string) must equal the number of values
-polars read from it. A key polars did not know, a string value, a nested object or a
-duplicate key leaves a string over; such lines teach the schema their new keys (when those
-are plain numbers) and are read again, and what is still not accounted for goes to the
-per-line reader. A block polars refuses is halved until the refused lines are found.
+Polars is given a schema (the keys seen so far; a sample of the first lines starts it), so
+it ignores keys it does not know; what it read must therefore be checked against the text.
+The check counts strings: every key is a string, so a line's double quotes are at least
+twice the values polars read from it, and exactly twice only when every string in the line
+is a key whose value polars read (an escaped quote only adds quotes). A key polars did not
+know, a string value, a nested object or a duplicate key leaves a string over. A null is
+replaced by a stand-in number before the read (and made null again after), so that its key
+counts too; a block where a value equals the stand-in goes the slow way.
+
+* A block is first tried whole (:meth:`BlockReader._feed_plain`): one polars read and a few
+  byte counts. Lines with strings over teach the schema their plain keys and the block is
+  read again.
+* Otherwise line by line where needed (:meth:`BlockReader.feed`): lines that are not
+  ``{...}`` or hold a backslash, ``NaN``, ``Infinity`` or ``null`` go to the per-line
+  reader; polars reads the others, a piece it refuses is halved until the refused lines are
+  found, and lines with strings over go to the per-line reader too.
+* Lines whose step no trainer logs (beyond 2**62) go to the per-line reader, which reports
+  them.
 
 Rows come out line by line; within a line, keys in the order the file first showed them (the
 first line holding a value for the key, then its place in that line). Both readers follow
@@ -138,12 +147,16 @@ class BlockReader:
         # A null becomes a number polars reads (then null again), so that its key counts
         # among the values read: a duplicate key beside it then leaves a string over.
         nulls = data.count(b"null")
-        df = self._polars(data.replace(b"null", _NULL_TOKEN) if nulls else data, n)
-        if df is None:
-            return False
-        values = sum(df.height - c.null_count() for c in df.get_columns())
-        if data.count(b'"') != 2 * values:
-            return False
+        src = data.replace(b"null", _NULL_TOKEN) if nulls else data
+        quotes = data.count(b'"')
+        while True:
+            df = self._polars(src, n)
+            if df is None:
+                return False
+            if quotes == 2 * sum(df.height - c.null_count() for c in df.get_columns()):
+                break
+            if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
+                return False
         if nulls:
             floats = [c for c in df.columns if self.schema[c] == pl.Float64]
             hits = df.select(pl.sum_horizontal((pl.col(c) == _NULL).sum() for c in floats)).item()
@@ -166,6 +179,19 @@ class BlockReader:
         part = np.arange(n, dtype=np.int64)
         self._emit(data, starts, ends, first, [(part, df)], np.empty(0, dtype=np.int64))
         return True
+
+    def _learn_unaccounted(self, data: bytes, df: pl.DataFrame) -> bool:
+        """Learn the keys of some lines of ``data`` (row i of ``df`` is line i) that hold
+        more strings than values read; True if the schema grew."""
+        arr = np.frombuffer(data, dtype=np.uint8)
+        nl = np.flatnonzero(arr == 10)
+        ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
+        starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
+        quotes = np.bincount(np.searchsorted(nl, np.flatnonzero(arr == 34)), minlength=len(ends))
+        values = df.select(pl.sum_horizontal(pl.all().is_not_null())).to_series().to_numpy()
+        bad = np.flatnonzero(quotes[: len(ends)] != 2 * values)
+        look = np.union1d(bad[: _LEARN // 2], bad[:: max(1, len(bad) // (_LEARN // 2))])
+        return self._learn([data[starts[i] : ends[i]] for i in look], passes=True)
 
     def _new_keys(self, df: pl.DataFrame) -> bool:
         from forensics.importers.jsonl import SKIP_KEYS
