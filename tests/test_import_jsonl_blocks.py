@@ -349,13 +349,29 @@ def test_random_plain_files_with_rare_odd_lines() -> None:
 
 
 def test_a_lone_surrogate_key_does_not_stop_polars() -> None:
-    """A key polars cannot hold (a lone surrogate escape) sends its own line line by line,
-    not the lines after it."""
+    """A key polars cannot hold (a lone surrogate escape, which it reads as NUL) sends its
+    own line line by line, not the lines after it; the tag is the per-line reader's."""
     raw = b'{"step": 0, "\\ud800": 1.0, "loss": 2.0}\n' + CASES["plain"] * 4
     _same(raw)
     reader = jsonl_blocks.BlockReader("m")
     reader.feed(raw)
     assert reader.slow_lines == 1 and reader.fast_lines == 200
+    # Beside a NUL key polars knows, its NUL reading would pass every count.
+    raw = b'{"step": 0, "\\u0000": 1.0}\n{"step": 1, "\\ud800": 5.0}\n'
+    got = _same(raw).frame
+    assert got.get_column("tag").cast(pl.String).to_list() == ["\x00", "\ufffd" * 3]
+
+
+def test_escaped_keys_go_to_polars() -> None:
+    """json.dumps escapes every non-ASCII key (ensure_ascii): such lines stay on polars' path
+    with the same tags."""
+    raw = _lines(*({"step": s, "损失": 1.0 / (s + 1), "café": 2.0} for s in range(100)))
+    assert b"\\u635f" in raw
+    got = _same(raw)
+    assert set(got.frame.get_column("tag").cast(pl.String).to_list()) == {"损失", "café"}
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(raw)
+    assert (reader.fast_lines, reader.slow_lines) == (100, 0)
 
 
 def test_null_values_go_to_polars() -> None:

@@ -57,6 +57,7 @@ _NULL = -5e-324  # stands in for null in a plain block (checked never to be a va
 _NULL_TOKEN = b"-5e-324"
 _STEP_LIMIT = 2.0**62
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no key polars can hold
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def blocks(data: bytes | memoryview, size: int | None = None) -> Iterator[memoryview]:
@@ -141,8 +142,8 @@ class BlockReader:
         if not self.schema:
             head = data.split(b"\n", _SAMPLE)[:_SAMPLE]
             self._learn([ln for ln in head if ln.strip()])
-        if not self.schema:
-            return False
+        if not self.schema or (b"\\u" in data and _ESCAPED_SURROGATE.search(data)):
+            return False  # polars decodes a lone surrogate its own way (as NUL)
         n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
         # A null becomes a number polars reads (then null again), so that its key counts
         # among the values read: a duplicate key beside it then leaves a string over.
