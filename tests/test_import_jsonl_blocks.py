@@ -416,3 +416,33 @@ def test_benchmark_shape_all_through_polars(tmp_path: Path) -> None:
     for block in jsonl_blocks.blocks(raw, 20_000):
         reader.feed(block)
     assert (reader.fast_lines, reader.slow_lines) == (1200, 0)
+
+
+_COUNTERS = {
+    "epoch_falls": _lines(*({"step": s, "loss": 1.0, "epoch": s / 10 % 3} for s in range(60))),
+    "samples_fall": _lines(
+        *({"step": s, "consumed_samples": (s % 25) * 64 + 64, "loss": 1.0} for s in range(60))
+    ),
+    "relative_clock_falls": _lines(
+        *({"step": s, "_runtime": (s % 30) * 10.0 + 1, "loss": 1.0} for s in range(60))
+    ),
+    "epoch_grows": _lines(*({"step": s, "loss": 1.0, "epoch": s / 10} for s in range(60))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(_COUNTERS))
+def test_no_restart_shortcut_equals_the_segmentation(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """finish() skips the restart search only when it would find nothing: the same frame,
+    notes and findings as running it."""
+    raw = CASES.get(name) or _COUNTERS[name]
+    lines = jsonl.parse_lines(raw, "m.jsonl")
+    if lines.frame.is_empty():
+        return
+    got = jsonl.finish(lines, "m.jsonl")
+    monkeypatch.setattr(jsonl, "_no_restart", lambda frame: False)
+    want = jsonl.finish(lines, "m.jsonl")
+    assert got.frame.equals(want.frame)
+    assert got.notes == want.notes
+    assert [f.summary for f in got.findings] == [f.summary for f in want.findings]
