@@ -13,6 +13,9 @@
   logging prefix; its ``log`` events give the metrics, ``hparams`` the run config.
 * A line that is not a JSON object is skipped and counted (line numbers in the run notes);
   it never aborts the file. A cut-off last line is reported as ``truncated_log``.
+* A file is read in blocks (:mod:`forensics.importers.jsonl_blocks`): plain lines by polars'
+  JSON reader, checked against the text, the others by :func:`line_rows`; the same rows
+  either way. Within a line, rows follow the order in which the file first showed its keys.
 """
 
 from __future__ import annotations
