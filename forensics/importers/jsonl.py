@@ -13,6 +13,9 @@
   logging prefix; its ``log`` events give the metrics, ``hparams`` the run config.
 * A line that is not a JSON object is skipped and counted (line numbers in the run notes);
   it never aborts the file. A cut-off last line is reported as ``truncated_log``.
+* A file is read in blocks (:mod:`forensics.importers.jsonl_blocks`): plain lines by polars'
+  JSON reader, checked against the text, the others by :func:`line_rows`; the same rows
+  either way. Within a line, rows follow the order in which the file first showed its keys.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.base import (
+    COMPRESSED,
     ImportResult,
     ReadOptions,
     Source,
@@ -39,13 +42,13 @@ from forensics.importers.base import (
     read_bytes,
     read_head,
     rel,
-    rows_frame,
     split_lines,
     strip_suffixes,
     text_bytes,
+    utf16_kind,
 )
 from forensics.importers.restarts import assign_segments, interleaved_note, restart_findings
-from forensics.schema import SCHEMA, conform
+from forensics.schema import conform
 
 NAME = "jsonl"
 STEP_KEYS = (
@@ -59,7 +62,7 @@ STEP_KEYS = (
     "_step",
 )
 TIME_KEYS = ("_timestamp", "timestamp", "wall_time")
-_SKIP_KEYS = set(STEP_KEYS) | set(TIME_KEYS) | {"_runtime"}
+SKIP_KEYS = set(STEP_KEYS) | set(TIME_KEYS) | {"_runtime"}
 _SUFFIXES = (".jsonl", ".ndjson", ".json", ".log", ".txt", ".out")
 _HIST_KEYS = {"min", "max", "num", "sum", "sum_squares"}
 _LEVANTER = '{"tracker"'
@@ -186,79 +189,6 @@ def _head_lines(path: Path) -> list[str]:
     return ["{}"] + lines
 
 
-# Anything the per-line reader treats specially sends a file to it: a carriage return,
-# a blank line, a BOM, NUL bytes.
-_NOT_FLAT = (b"\r", b"\n\n", b"\x00")
-_NUMERIC = (pl.Boolean, pl.Null)
-
-
-def _read_flat(raw: bytes) -> pl.DataFrame | None:
-    """The common case at the speed of polars' JSON reader: one flat object per line, every
-    value a number, a bool or null. Returns the rows (step, tag, value, wall_time,
-    record_idx) the per-line reader would, or None for anything else (nested objects,
-    strings, bare NaN, a bad or cut-off line, Levanter's logger lines), which then goes
-    line by line. Within a line, rows follow the file's first-seen key order."""
-    if not raw or raw.startswith((b"\n", b"\xef\xbb\xbf")) or any(b in raw for b in _NOT_FLAT):
-        return None
-    n_lines = raw.count(b"\n") + (0 if raw.endswith(b"\n") else 1)
-    try:
-        df = pl.read_ndjson(raw, infer_schema_length=None)
-    except Exception:  # noqa: BLE001 - polars refuses what the per-line reader handles
-        return None
-    if df.height != n_lines or not df.width:
-        return None
-    for dt in df.schema.values():
-        if not (dt.is_numeric() or dt in _NUMERIC):
-            return None
-    num = {c: pl.col(c).cast(pl.Float64) for c in df.columns}
-    step_keys = [k for k in STEP_KEYS if k in num]
-    step = pl.coalesce(
-        [pl.when(num[k].is_finite()).then(num[k]) for k in step_keys] + [pl.lit(None, pl.Float64)]
-    )
-    # W&B's _runtime (seconds since the run started) when no unix time was logged
-    time_keys = [k for k in (*TIME_KEYS, "_runtime") if k in num]
-    wt = pl.coalesce([num[k] for k in time_keys] + [pl.lit(None, pl.Float64)])
-    wt = pl.when(wt > 1e11).then(wt / 1000.0).otherwise(wt)  # milliseconds since the epoch
-    base = df.select(
-        (pl.int_range(pl.len(), dtype=pl.Int64) + 1).alias("record_idx"),
-        step.alias("_step"),
-        wt.alias("wall_time"),
-        *[num[c].alias(c) for c in df.columns if c not in _SKIP_KEYS],
-    )
-    s = base.get_column("_step").drop_nulls()
-    if len(s) and not (-(2.0**62) < s.min() and s.max() < 2.0**62):  # type: ignore[operator]
-        return None  # steps no trainer logs: the per-line reader reports those lines
-    base = base.with_columns(pl.col("_step").cast(pl.Int64).alias("step")).drop("_step")
-    keys = ["record_idx", "step", "wall_time"]
-    metrics = [c for c in base.columns if c not in keys]
-    parts = [
-        base.select(
-            *keys, pl.lit(c, dtype=SCHEMA["tag"]).alias("tag"), pl.col(c).alias("value")
-        ).filter(pl.col("value").is_not_null())
-        for c in _first_seen_order(raw, df, metrics)
-    ]
-    if not parts:
-        return None
-    # Concatenated per key; restart segmentation sorts by record (stably), so each line's
-    # rows come out in key order.
-    return pl.concat(parts).select("step", "tag", "value", "wall_time", "record_idx")
-
-
-def _first_seen_order(raw: bytes, df: pl.DataFrame, cols: list[str]) -> list[str]:
-    """Columns in the order the per-line reader meets them: by the first line holding a
-    value, then by their place in that line's object."""
-    firsts = df.select(pl.col(c).is_not_null().arg_max().alias(c) for c in cols).row(0)
-    first_of = dict(zip(cols, firsts, strict=True))
-    ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 10)
-    place: dict[str, int] = {}
-    for r in sorted(set(firsts)):
-        start = int(ends[r - 1]) + 1 if r else 0
-        end = int(ends[r]) if r < len(ends) else len(raw)
-        for i, k in enumerate(json.loads(raw[start:end])):
-            place.setdefault(k, i)
-    return sorted(cols, key=lambda c: (first_of[c], place.get(c, 0)))
-
-
 class JsonlImporter:
     NAME = NAME
 
@@ -287,7 +217,7 @@ class JsonlImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         path = source.files[0]
         name = rel(path, source.root)
-        return finish(parse_lines(read_bytes(path), name), name)
+        return finish(read_lines(path, name), name)
 
 
 @dataclass
@@ -301,94 +231,107 @@ class Lines:
     cut: bool = False  # the last line is cut off mid-record (no newline after it)
 
 
-def parse_lines(raw: bytes, name: str, first_line: int = 1) -> Lines:
+def parse_lines(raw: bytes, name: str, first_line: int = 1, *, fast: bool = True) -> Lines:
     """The rows of ``raw`` (text bytes, whole lines; ``first_line`` is the number of its
     first line in the file, so that a tail reading appended lines numbers them as a whole
-    read would)."""
-    fast = _read_flat(raw)
-    if fast is not None:
-        frame = fast.with_columns(
-            pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
-            pl.lit(name, dtype=SCHEMA["file"]).alias("file"),
-            pl.lit(0).alias("file_idx"),
-            pl.lit("step").alias("x_kind"),
-        )
-        if first_line != 1:
-            frame = frame.with_columns(pl.col("record_idx") + (first_line - 1))
-        return Lines(frame=conform(frame))
-    text = raw.decode("utf-8", errors="replace")
-    steps: list[int | None] = []
-    tags: list[str] = []
-    values: list[float] = []
-    times: list[float | None] = []
-    recs: list[int] = []
-    bad: list[int] = []
-    config: dict[str, Any] = {}
-    relative_time = False
-    lines = split_lines(text)
-    for lineno, line in enumerate(lines, start=first_line):
-        if not line.strip():
+    read would). ``fast=False``: every line through the per-line reader."""
+    from forensics.importers.jsonl_blocks import BlockReader, blocks
+
+    reader = BlockReader(name, first_line, fast=fast)
+    for block in blocks(raw):
+        reader.feed(block)
+    return reader.lines()
+
+
+def read_lines(path: Path, name: str) -> Lines:
+    """A file's rows, read block by block (a plain file is never held whole in memory)."""
+    from forensics.importers import jsonl_blocks
+    from forensics.importers.jsonl_blocks import BlockReader
+
+    head = read_head(path, 4096, raw=True)
+    if path.name.endswith(COMPRESSED) or utf16_kind(head) is not None:
+        return parse_lines(read_bytes(path), name)
+    reader = BlockReader(name)
+    carry = b""
+    with path.open("rb") as fh:
+        while chunk := fh.read(jsonl_blocks.BLOCK):
+            if not carry and reader.next_line == 1 and chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]  # a UTF-8 BOM (text_bytes drops it)
+            cut = chunk.rfind(b"\n") + 1
+            if cut:
+                reader.feed(_no_nul(b"".join((carry, memoryview(chunk)[:cut]))))
+                carry = chunk[cut:]
+            else:
+                carry += chunk
+    if carry:
+        reader.feed(_no_nul(carry))
+    return reader.lines()
+
+
+def _no_nul(data: bytes) -> bytes:
+    """NUL bytes removed, as text_bytes does (a crash's zero-filled tail)."""
+    return data.replace(b"\x00", b"") if b"\x00" in data else data
+
+
+def line_rows(
+    line: str, config: dict[str, Any]
+) -> tuple[int | None, float | None, list[tuple[str, float]], bool] | None:
+    """One line as (step, wall time, [(tag, value)...], relative clock), or None for a line
+    that is not a JSON object (or logs a step no trainer logs). Levanter's ``hparams``
+    events update ``config``."""
+    obj = _parse(line)
+    if obj is None:
+        return None
+    if obj.get("tracker") == "json_logger":  # Levanter
+        event = obj.get("event")
+        if event == "hparams" and isinstance(obj.get("hparams"), dict):
+            config.update(flatten(obj["hparams"]))
+        if event != "log" or not isinstance(obj.get("metrics"), dict):
+            return None, None, [], False
+        flat = flatten(obj["metrics"])
+        flat["step"] = obj.get("step")
+    else:
+        flat = flatten(obj)
+    step = None
+    for k in STEP_KEYS:
+        x = _number(flat.get(k))
+        if x is not None and math.isfinite(x):
+            step = int(x)
+            break
+    if step is not None and not -(2**62) < step < 2**62:
+        return None  # a step no trainer logs: a corrupt line
+    wt = None
+    relative = False
+    for k in TIME_KEYS:
+        if k in flat and (wt := _time(flat[k])) is not None:
+            break
+    if wt is None and "elapsed_time" in flat:
+        wt = _elapsed(flat["elapsed_time"])
+        relative = wt is not None
+    if wt is None and "_runtime" in flat:  # W&B: seconds since the run started
+        wt = _number(flat["_runtime"])
+    rows: list[tuple[str, float]] = []
+    for k, v in flat.items():
+        if k in SKIP_KEYS:
             continue
-        obj = _parse(line)
-        if obj is None:
-            bad.append(lineno)
-            continue
-        if obj.get("tracker") == "json_logger":  # Levanter
-            event = obj.get("event")
-            if event == "hparams" and isinstance(obj.get("hparams"), dict):
-                config.update(flatten(obj["hparams"]))
-            if event != "log" or not isinstance(obj.get("metrics"), dict):
-                continue
-            flat = flatten(obj["metrics"])
-            flat["step"] = obj.get("step")
-        else:
-            flat = flatten(obj)
-        step = None
-        for k in STEP_KEYS:
-            x = _number(flat.get(k))
-            if x is not None and math.isfinite(x):
-                step = int(x)
-                break
-        if step is not None and not -(2**62) < step < 2**62:
-            bad.append(lineno)  # a step no trainer logs: a corrupt line
-            continue
-        wt = None
-        for k in TIME_KEYS:
-            if k in flat and (wt := _time(flat[k])) is not None:
-                break
-        if wt is None and "elapsed_time" in flat:
-            wt = _elapsed(flat["elapsed_time"])
-            relative_time = relative_time or wt is not None
-        if wt is None and "_runtime" in flat:  # W&B: seconds since the run started
-            wt = _number(flat["_runtime"])
-        for k, v in flat.items():
-            if k in _SKIP_KEYS:
-                continue
-            x = _number(v)
-            if x is None:
-                continue
-            steps.append(step)
-            tags.append(k)
-            values.append(x)
-            times.append(wt)
-            recs.append(lineno)
-    frame = rows_frame(
-        {"step": steps, "tag": tags, "value": values, "wall_time": times, "record_idx": recs},
-        source=NAME,
-        file=name,
-    )
-    cut = bool(bad) and bad[-1] == first_line - 1 + len(lines) and not text.endswith("\n")
-    return Lines(conform(frame), bad, config, relative_time, cut)
+        x = _number(v)
+        if x is not None:
+            rows.append((k, x))
+    return step, wt, rows, relative
 
 
 def finish(lines: Lines, name: str) -> ImportResult:
     """A file's rows (:func:`parse_lines`, one call or several concatenated) -> its result:
     restart segments, notes on skipped lines, a cut-off last line as ``truncated_log``."""
-    frame = assign_segments(lines.frame)
     notes: list[str] = []
-    if (shared := interleaved_note(frame, name)) is not None:
-        notes.append(shared)
-    findings = restart_findings(frame)
+    if _no_restart(lines.frame):
+        frame = lines.frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
+        findings: list[Finding] = []
+    else:
+        frame = assign_segments(lines.frame)
+        if (shared := interleaved_note(frame, name)) is not None:
+            notes.append(shared)
+        findings = restart_findings(frame)
     bad = lines.bad
     if lines.cut:
         last = frame.get_column("step").drop_nulls()
@@ -413,6 +356,34 @@ def finish(lines: Lines, name: str) -> ImportResult:
             f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"
         )
     return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=lines.config)
+
+
+def _no_restart(frame: pl.DataFrame) -> bool:
+    """True when :func:`assign_segments` would find no restart, known without its per-tag
+    sort: the rows are in line order, the steps never go back (so no series' step does),
+    no counter falls to less than half and no relative clock starts again (the other
+    restarts it looks for, with its thresholds). Then there is also no interleaving note."""
+    from forensics.importers.restarts import _MIN_CLOCK_S, _RELATIVE_CLOCK, counter_tags
+
+    if frame.is_empty():
+        return False
+    rec = frame.get_column("record_idx")
+    step = frame.get_column("step").drop_nulls()
+    if rec.null_count() or not rec.is_sorted() or not step.is_sorted():
+        return False
+    counters = counter_tags(frame.get_column("tag").unique().cast(pl.String).to_list())
+    if counters:
+        c = frame.filter(pl.col("tag").is_in(counters) & pl.col("step").is_not_null())
+        prev = pl.col("value").shift(1).over("tag")
+        if c.select(((prev > 0) & (pl.col("value") < 0.5 * prev)).any()).item():
+            return False
+    w = frame.get_column("wall_time")
+    w = w.filter(w.is_finite() & (w >= 0))
+    if len(w) > 1 and w.max() < _RELATIVE_CLOCK:  # type: ignore[operator]
+        p, cur = w.slice(0, len(w) - 1), w.slice(1)
+        if ((p >= _MIN_CLOCK_S) & (cur < 0.5 * p)).any():
+            return False
+    return True
 
 
 IMPORTER = JsonlImporter()

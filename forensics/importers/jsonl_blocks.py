@@ -1,0 +1,481 @@
+"""The JSONL reader's engine: lines in blocks, each line read by polars' JSON reader when
+it is plain, by the per-line reader (:func:`forensics.importers.jsonl.line_rows`) otherwise,
+with the same rows either way.
+
+Polars is given a schema (the keys seen so far; a sample of the first lines starts it), so
+it ignores keys it does not know; what it read must therefore be checked against the text.
+The check counts strings: every key is a string, so a line's double quotes are at least
+twice the values polars read from it, and exactly twice only when every string in the line
+is a key whose value polars read (an escaped quote only adds quotes). A key polars did not
+know, a string value, a nested object or a duplicate key leaves a string over. A null is
+replaced by a stand-in number before the read (and made null again after), so that its key
+counts too; a block where a value equals the stand-in goes the slow way.
+
+* A block is first tried whole (:meth:`BlockReader._feed_plain`): one polars read and a few
+  byte counts. Lines with strings over teach the schema their plain keys and the block is
+  read again.
+* Otherwise line by line where needed (:meth:`BlockReader.feed`): lines that are not
+  ``{...}`` or hold a backslash, ``NaN``, ``Infinity`` or ``null`` go to the per-line
+  reader; polars reads the others, a piece it refuses is halved until the refused lines are
+  found, and lines with strings over go to the per-line reader too.
+* Lines whose step no trainer logs (beyond 2**62) go to the per-line reader, which reports
+  them.
+
+Rows come out line by line; within a line, keys in the order the file first showed them (the
+first line holding a value for the key, then its place in that line). Both readers follow
+that order, so a file gives the same rows whichever reader took each line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from forensics.importers.jsonl import Lines
+
+_ROWS = {
+    "step": pl.Int64,
+    "tag": pl.Categorical,
+    "value": pl.Float64,
+    "wall_time": pl.Float64,
+    "record_idx": pl.Int64,
+}
+BLOCK = 16 << 20  # bytes of lines per polars read: bounds the wide frame held at once
+_MIN_SPLIT = 64  # a refused piece of at most this many lines goes to the per-line reader
+_SAMPLE = 200  # lines parsed in Python to start the schema
+_LEARN = 50  # unaccounted lines looked at per pass to learn new keys
+_PASSES = 64  # learning passes per file (each adds a key at least)
+# Tokens that send a line to the per-line reader wherever they appear.
+_SLOW_TOKENS = (b"\\", b"NaN", b"Infinity", b"null")
+_NULL = -5e-324  # stands in for null in a plain block (checked never to be a value there)
+_NULL_TOKEN = b"-5e-324"
+_STEP_LIMIT = 2.0**62
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no key polars can hold
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def blocks(data: bytes | memoryview, size: int | None = None) -> Iterator[memoryview]:
+    """``data`` in pieces of whole lines of about ``size`` bytes (the last may be partial)."""
+    size = size or BLOCK
+    view = memoryview(data)
+    n, i = len(view), 0
+    while i < n:
+        j = min(i + size, n)
+        if j < n:
+            k = bytes(view[j - 1 : min(j + (1 << 20), n)]).find(b"\n")
+            while k < 0 and j < n:  # a line longer than the block: take it whole
+                j = min(j + (1 << 20), n)
+                k = bytes(view[j - 1 : min(j + (1 << 20), n)]).find(b"\n")
+            j = n if k < 0 else j + k
+        yield view[i:j]
+        i = j
+
+
+class BlockReader:
+    """Reads a file's lines block by block (:meth:`feed`) into :class:`Lines` (:meth:`lines`).
+
+    ``name`` labels the rows; lines are numbered from ``first_line``. ``fast=False`` sends
+    every line to the per-line reader (the reference the tests hold polars' rows to)."""
+
+    def __init__(self, name: str, first_line: int = 1, *, fast: bool = True) -> None:
+        self.name = name
+        self.fast = fast
+        self.next_line = first_line
+        self.schema: dict[str, pl.DataType] = {}
+        self.tags: list[str] = []  # metric keys in row order
+        self.rank: dict[str, int] = {}
+        self.parts: list[pl.DataFrame] = []
+        self.bad: list[int] = []
+        self.config: dict[str, Any] = {}
+        self.relative_time = False
+        self.cut = False
+        self.fast_lines = 0
+        self.slow_lines = 0
+        self._passes = 0
+
+    # -- one block ------------------------------------------------------------------------
+    def feed(self, block: bytes | memoryview) -> None:
+        data = bytes(block)
+        if not data:
+            return
+        if self.fast and self._feed_plain(data):
+            return
+        arr = np.frombuffer(data, dtype=np.uint8)
+        nl = np.flatnonzero(arr == 10)
+        ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
+        starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
+        first = self.next_line
+        self.next_line += len(ends)
+        nonempty = ends > starts
+        plain = np.zeros(len(ends), dtype=bool)
+        ne = np.flatnonzero(nonempty)
+        plain[ne] = (arr[starts[ne]] == 123) & (arr[ends[ne] - 1] == 125)  # { ... }
+        for tok in _SLOW_TOKENS:
+            at = data.find(tok)
+            if at < 0:
+                continue
+            hits = []
+            while at >= 0:
+                hits.append(at)
+                at = data.find(tok, at + len(tok))
+            plain[np.searchsorted(ends, np.asarray(hits), side="left")] = False
+        if not self.fast:
+            plain[:] = False
+        fast = np.flatnonzero(plain)
+        slow = np.flatnonzero(nonempty & ~plain)
+        got, refused = self._read_fast(data, starts, ends, fast)
+        slow_idx = np.union1d(slow, refused) if len(refused) else slow
+        self._emit(data, starts, ends, first, got, slow_idx)
+        if not data.endswith(b"\n") and self.bad and self.bad[-1] == first + len(ends) - 1:
+            self.cut = True
+
+    def _feed_plain(self, data: bytes) -> bool:
+        """The common block, at the cost of one polars read and a few byte counts: every
+        line one object polars reads whole with the schema known so far. False (nothing
+        done) for anything else, which :meth:`feed` then takes line by line."""
+        if not self.schema:
+            head = data.split(b"\n", _SAMPLE)[:_SAMPLE]
+            self._learn([ln for ln in head if ln.strip()])
+        if not self.schema or (b"\\u" in data and _ESCAPED_SURROGATE.search(data)):
+            return False  # polars decodes a lone surrogate its own way (as NUL)
+        n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        # A null becomes a number polars reads (then null again), so that its key counts
+        # among the values read: a duplicate key beside it then leaves a string over.
+        nulls = data.count(b"null")
+        src = data.replace(b"null", _NULL_TOKEN) if nulls else data
+        quotes = data.count(b'"')
+        while True:
+            df = self._polars(src, n)
+            if df is None:
+                return False
+            if quotes == 2 * sum(df.height - c.null_count() for c in df.get_columns()):
+                break
+            if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
+                return False
+        if nulls:
+            floats = [c for c in df.columns if self.schema[c] == pl.Float64]
+            hits = df.select(pl.sum_horizontal((pl.col(c) == _NULL).sum() for c in floats)).item()
+            if hits != nulls:  # a "null" inside a string, or a value equal to the stand-in
+                return False
+            df = df.with_columns(
+                pl.when(pl.col(c) != _NULL).then(pl.col(c)).alias(c) for c in floats
+            )
+        if not self._steps_fit(df).all():
+            return False
+        first = self.next_line
+        self.next_line += n
+        arr = np.frombuffer(data, dtype=np.uint8)
+        if self._new_keys(df):  # the lines that show them: their places are needed
+            nl = np.flatnonzero(arr == 10)
+            ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
+            starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
+        else:
+            starts = ends = np.empty(0, dtype=np.int64)
+        part = np.arange(n, dtype=np.int64)
+        self._emit(data, starts, ends, first, [(part, df)], np.empty(0, dtype=np.int64))
+        return True
+
+    def _learn_unaccounted(self, data: bytes, df: pl.DataFrame) -> bool:
+        """Learn the keys of some lines of ``data`` (row i of ``df`` is line i) that hold
+        more strings than values read; True if the schema grew."""
+        arr = np.frombuffer(data, dtype=np.uint8)
+        nl = np.flatnonzero(arr == 10)
+        ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
+        starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
+        quotes = np.bincount(np.searchsorted(nl, np.flatnonzero(arr == 34)), minlength=len(ends))
+        values = df.select(pl.sum_horizontal(pl.all().is_not_null())).to_series().to_numpy()
+        bad = np.flatnonzero(quotes[: len(ends)] != 2 * values)
+        look = np.union1d(bad[: _LEARN // 2], bad[:: max(1, len(bad) // (_LEARN // 2))])
+        return self._learn([data[starts[i] : ends[i]] for i in look], passes=True)
+
+    def _new_keys(self, df: pl.DataFrame) -> bool:
+        from forensics.importers.jsonl import SKIP_KEYS
+
+        return any(c not in self.rank and c not in SKIP_KEYS for c in df.columns)
+
+    def _steps_fit(self, df: pl.DataFrame) -> np.ndarray:
+        """Per row: no step, or one a trainer logs (the per-line reader reports the others)."""
+        step = _step_expr(self.schema)
+        if step is None:
+            return np.ones(df.height, dtype=bool)
+        s = df.select(step).to_series().to_numpy()
+        with np.errstate(invalid="ignore"):
+            return np.isnan(s) | ((-_STEP_LIMIT < s) & (s < _STEP_LIMIT))
+
+    # -- polars ---------------------------------------------------------------------------
+    def _read_fast(
+        self, data: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray
+    ) -> tuple[list[tuple[np.ndarray, pl.DataFrame]], np.ndarray]:
+        """(line indices, frame) pieces read by polars, and the indices it could not take."""
+        if not len(idx):
+            return [], idx
+        if not self.schema:
+            return [], idx
+        got: list[tuple[np.ndarray, pl.DataFrame]] = []
+        refused: list[np.ndarray] = []
+        todo = [idx]
+        while todo:
+            part = todo.pop()
+            piece = _gather(data, starts, ends, part)
+            df = self._polars(piece, len(part))
+            if df is None:
+                if len(part) <= _MIN_SPLIT:
+                    refused.append(part)
+                else:
+                    half = len(part) // 2
+                    todo += [part[half:], part[:half]]
+                continue
+            ok, df, learned = self._accounted(piece, part, df, data, starts, ends)
+            if learned:  # new keys: the same lines again with the larger schema
+                todo.append(part)
+                continue
+            if not ok.all():
+                refused.append(part[~ok])
+                df = df.filter(pl.Series(ok))
+                part = part[ok]
+            if len(part):
+                got.append((part, df))
+        got.sort(key=lambda g: int(g[0][0]))
+        return got, (np.concatenate(refused) if refused else np.empty(0, dtype=np.int64))
+
+    def _polars(self, piece: bytes, n: int) -> pl.DataFrame | None:
+        try:
+            df = pl.read_ndjson(piece, schema=self.schema)
+        except Exception:  # noqa: BLE001 - polars refuses what the per-line reader handles
+            return None
+        return df if df.height == n else None
+
+    def _accounted(
+        self,
+        piece: bytes,
+        part: np.ndarray,
+        df: pl.DataFrame,
+        data: bytes,
+        starts: np.ndarray,
+        ends: np.ndarray,
+    ) -> tuple[np.ndarray, pl.DataFrame, bool]:
+        """Which lines polars read whole (every string a key it read a value for); whether
+        unaccounted lines taught the schema new keys (then nothing else is decided)."""
+        ok = np.ones(len(part), dtype=bool)
+        if piece.count(b'"') != 2 * sum(df.height - c.null_count() for c in df.get_columns()):
+            values = df.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
+            arr = np.frombuffer(piece, dtype=np.uint8)
+            line_ends = np.flatnonzero(arr == 10)
+            quotes = np.bincount(
+                np.searchsorted(line_ends, np.flatnonzero(arr == 34)), minlength=len(part) + 1
+            )[: len(part)]
+            ok = quotes == 2 * values.to_numpy()
+            if not ok.all():
+                bad = part[~ok]
+                look = np.union1d(bad[: _LEARN // 2], bad[:: max(1, len(bad) // (_LEARN // 2))])
+                if self._learn([data[starts[i] : ends[i]] for i in look], passes=True):
+                    return ok, df, True
+        ok &= self._steps_fit(df)
+        return ok, df, False
+
+    def _learn(self, lines: list[bytes], passes: bool = False) -> bool:
+        """Add the plain numeric keys of these lines to the schema; True if any was new."""
+        if passes:
+            self._passes += 1
+            if self._passes > _PASSES:
+                return False
+        new = False
+        for line in lines:
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(obj, dict):
+                continue
+            for k, v in obj.items():
+                if k in self.schema or _SURROGATE.search(k):
+                    continue
+                if isinstance(v, bool):
+                    self.schema[k] = pl.Boolean()
+                elif v is None or isinstance(v, (int, float)):
+                    self.schema[k] = pl.Float64()
+                else:
+                    continue
+                new = True
+        return new
+
+    # -- rows -----------------------------------------------------------------------------
+    def _emit(
+        self,
+        data: bytes,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        first: int,
+        got: list[tuple[np.ndarray, pl.DataFrame]],
+        slow: np.ndarray,
+    ) -> None:
+        from forensics.importers.jsonl import SKIP_KEYS, line_rows
+
+        # The per-line reader's rows for the lines polars did not take.
+        srows: dict[str, list[Any]] = {"step": [], "tag": [], "value": [], "wall_time": []}
+        srec: list[int] = []
+        for i in slow:
+            line = data[starts[i] : ends[i]].decode("utf-8", errors="replace")
+            if line.endswith("\r"):
+                line = line[:-1]
+            if not line.strip():
+                continue
+            got_line = line_rows(line, self.config)
+            if got_line is None:
+                self.bad.append(first + int(i))
+                continue
+            step, wt, rows, relative = got_line
+            self.relative_time = self.relative_time or relative
+            for tag, value in rows:
+                srows["step"].append(step)
+                srows["tag"].append(tag)
+                srows["value"].append(value)
+                srows["wall_time"].append(wt)
+                srec.append(first + int(i))
+        self.slow_lines += len(slow)
+        # New keys, in the order the lines show them: (first line, place in it).
+        firsts: dict[str, tuple[int, int]] = {}
+        for k, rec in zip(srows["tag"], srec, strict=True):
+            if k not in self.rank and k not in firsts:
+                firsts[k] = (rec, len(firsts))
+        # (the place of a slow key: its row order within the line, which is the line's order)
+        for part, df in got:
+            self.fast_lines += len(part)
+            cols = [c for c in df.columns if c not in SKIP_KEYS and c not in self.rank]
+            if not cols:
+                continue
+            has = df.select(pl.col(c).is_not_null().any() for c in cols).row(0)
+            cols = [c for c, h in zip(cols, has, strict=True) if h]
+            if not cols:
+                continue
+            at = df.select(pl.col(c).is_not_null().arg_max() for c in cols).row(0)
+            places: dict[int, dict[str, int]] = {}
+            for c, r in zip(cols, at, strict=True):
+                li = int(part[r])
+                if li not in places:
+                    obj = json.loads(data[starts[li] : ends[li]])
+                    places[li] = {k: j for j, k in enumerate(obj)}
+                rec = first + li
+                old = firsts.get(c)
+                key = (rec, places[li].get(c, 0))
+                if old is None or key < old:
+                    firsts[c] = key
+        for k in sorted(firsts, key=firsts.__getitem__):
+            self.rank[k] = len(self.tags)
+            self.tags.append(k)
+        tag_names = pl.Series("tag", self.tags, dtype=pl.Categorical)
+        frames = [self._fast_rows(part, df, first, tag_names) for part, df in got]
+        if srec:
+            sf = pl.DataFrame(
+                {**srows, "record_idx": srec},
+                schema={
+                    "step": pl.Int64,
+                    "tag": pl.String,
+                    "value": pl.Float64,
+                    "wall_time": pl.Float64,
+                    "record_idx": pl.Int64,
+                },
+            ).with_columns(
+                pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank")
+            )
+            # within a line, keys in the file's order (a line may list them otherwise)
+            sf = sf.sort("record_idx", "_rank", maintain_order=True).drop("_rank")
+            frames.append(sf.with_columns(pl.col("tag").cast(pl.Categorical)))
+        if not frames:
+            return
+        out = pl.concat(frames) if len(frames) > 1 else frames[0]
+        if len(frames) > 1:
+            out = out.sort("record_idx", maintain_order=True)
+        self.parts.append(out)
+
+    def _fast_rows(
+        self, part: np.ndarray, df: pl.DataFrame, first: int, tag_names: pl.Series
+    ) -> pl.DataFrame:
+        from forensics.importers.jsonl import SKIP_KEYS
+
+        cols = sorted(
+            (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
+            key=self.rank.__getitem__,
+        )
+        step = _step_expr(self.schema)
+        wt = _time_expr(self.schema)
+        base = df.with_columns(  # with_columns: a literal fills the frame's height
+            (step if step is not None else pl.lit(None, pl.Float64)).alias("_step"),
+            wt.alias("_wall_time"),
+        ).select(pl.col("_step").alias("step"), pl.col("_wall_time").alias("wall_time"))
+        if not cols:
+            return pl.DataFrame(schema=_ROWS)
+        # Row-major: line by line, and within a line the columns in key order.
+        vals = df.select(
+            pl.col(c).cast(pl.Float64) if self.schema[c] == pl.Boolean else pl.col(c) for c in cols
+        ).to_numpy()
+        r, c = np.nonzero(~np.isnan(vals))  # nulls came out as NaN (no value is NaN here)
+        ids = np.asarray([self.rank[x] for x in cols], dtype=np.uint32)
+        rows = pl.Series(r.astype(np.uint32))
+        return pl.DataFrame(
+            {
+                "step": base.get_column("step").cast(pl.Int64).gather(rows),
+                "tag": tag_names.gather(pl.Series(ids[c])),
+                "value": vals[r, c],
+                "wall_time": base.get_column("wall_time").gather(rows),
+                "record_idx": part[r] + first,
+            }
+        )
+
+    def lines(self) -> Lines:
+        from forensics.importers.jsonl import NAME, Lines
+        from forensics.schema import SCHEMA, conform
+
+        frame = (
+            pl.concat(self.parts, rechunk=False)
+            if len(self.parts) > 1
+            else (self.parts[0] if self.parts else pl.DataFrame(schema=_ROWS))
+        )
+        self.parts = []
+        frame = frame.with_columns(
+            pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
+            pl.lit(self.name, dtype=SCHEMA["file"]).alias("file"),
+            pl.lit(0, dtype=pl.Int32).alias("file_idx"),
+            pl.lit("step", dtype=SCHEMA["x_kind"]).alias("x_kind"),
+        )
+        return Lines(conform(frame), self.bad, self.config, self.relative_time, self.cut)
+
+
+def _gather(data: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> bytes:
+    """The lines ``idx`` (sorted) of ``data`` as one piece, newline-terminated."""
+    if len(idx) == len(starts) and data.endswith(b"\n"):
+        return data
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    pieces = [data[starts[run[0]] : ends[run[-1]]] for run in np.split(idx, breaks) if len(run)]
+    return b"\n".join(pieces) + b"\n"
+
+
+def _step_expr(schema: dict[str, pl.DataType]) -> pl.Expr | None:
+    from forensics.importers.jsonl import STEP_KEYS
+
+    keys = [k for k in STEP_KEYS if k in schema]
+    if not keys:
+        return None
+    num = [pl.col(k).cast(pl.Float64) for k in keys]
+    return pl.coalesce([pl.when(x.is_finite()).then(x) for x in num] + [pl.lit(None, pl.Float64)])
+
+
+def _time_expr(schema: dict[str, pl.DataType]) -> pl.Expr:
+    """As the per-line reader: the first time key (milliseconds made seconds), else W&B's
+    ``_runtime`` (seconds since the run started, taken as it is)."""
+    from forensics.importers.jsonl import TIME_KEYS
+
+    parts: list[pl.Expr] = []
+    for k in TIME_KEYS:
+        if k in schema:
+            x = pl.col(k).cast(pl.Float64)
+            parts.append(pl.when(x > 1e11).then(x / 1000.0).otherwise(x))
+    if "_runtime" in schema:
+        parts.append(pl.col("_runtime").cast(pl.Float64))
+    return pl.coalesce([*parts, pl.lit(None, pl.Float64)])
