@@ -22,7 +22,15 @@ from typing import cast
 
 import polars as pl
 
-from forensics.importers.text.engine import Ctx, conform_rows, empty_rows, num, read_pipes, to_unix
+from forensics.importers.text.engine import (
+    Ctx,
+    WideRows,
+    conform_rows,
+    empty_rows,
+    num,
+    read_pipes,
+    to_unix,
+)
 
 NAME = "megatron"
 DEDUPED = True  # rank copies are dropped here, on the line table (cheaper than on rows)
@@ -46,11 +54,23 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     ctx.n_lines = cells.height
     cols = [f"c{i}" for i in range(1, n)]
     c0 = pl.col("c0")
+    # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule
+    # out here.
+    ctx.overflow_hint = bool(
+        cells.select(
+            (
+                c0.str.contains("verflow", literal=True)
+                | c0.str.contains("OVERFLOW", literal=True)
+                | c0.str.contains("dynamic loss scale", literal=True)
+            ).any()
+        ).item()
+    )
     is_val = c0.str.contains("validation loss at", literal=True)
     val = cells.filter(is_val)
     it = cells.filter(
         c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+") & ~is_val
     )
+    del cells  # the line table is the biggest thing held here; only its iteration lines go on
     start = c0.str.find("iteration", literal=True) + 9
     it = it.with_columns(
         c0.str.slice(start, c0.str.find("/", literal=True) - start)
@@ -74,17 +94,6 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     if it.select(repeat.any()).item():
         it = it.filter(~repeat)
     ctx.line_steps = it.select("ln", "step")
-    # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule
-    # out here.
-    ctx.overflow_hint = bool(
-        cells.select(
-            (
-                c0.str.contains("verflow", literal=True)
-                | c0.str.contains("OVERFLOW", literal=True)
-                | c0.str.contains("dynamic loss scale", literal=True)
-            ).any()
-        ).item()
-    )
     commas = bool(re.search(r"iteration[^\n]*\d,\d{3}\b", ctx.sample))
     rows = [_layout_rows(it, cols, ctx, commas)]
     if not val.is_empty():
@@ -163,35 +172,42 @@ def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = Fal
         else pl.lit(False)
     )
     rest = rest.with_columns(kv.alias("_kv"))
-    parts = []
+    kept: list[str] = []
+    tags: list[str] = []
     for j, pre in enumerate(prefixes):
         if pre is None:
             continue
         tag = pre[:-1].strip()
-        # Built directly in the row schema: no re-casting of millions of rows afterwards.
-        block = wide.select(
-            "ln",
-            "step",
-            pl.lit(tag).alias("tag"),
-            pl.col(f"_v{j}").alias("value"),
-            "wall_time",
-            pl.lit(None, dtype=pl.Utf8).alias("fill"),
-        )
-        if block.get_column("value").null_count():  # filtering copies: only when needed
-            block = block.filter(pl.col("value").is_not_null())
         if tag == "loss scale":
-            block = _real_scales(block, ctx)
-        parts.append(block)  # one tag per block, in line order (the restart check relies on it)
+            v = pl.col(f"_v{j}")
+            bad = wide.select(v.filter(v <= 0).first()).item()
+            if bad is not None:
+                _scale_note(bad, ctx)
+                wide = wide.with_columns(pl.when(v > 0).then(v).alias(f"_v{j}"))
+        kept.append(f"_v{j}")
+        tags.append(tag)
     # A line that matched "iteration N/" but gave no value at all is a bad line.
-    found = [pl.col(f"_v{j}").is_not_null() for j, p in enumerate(prefixes) if p]
+    found = [pl.col(c).is_not_null() for c in kept]
     no_fast = wide.filter(pl.sum_horizontal(found) == 0) if found else wide
     rest = rest.filter(pl.col("_kv"))
     split = _split_rows(rest, rest_cols) if rest.height else empty_rows()
     ctx.bad_lines += no_fast.filter(~pl.col("ln").is_in(split.get_column("ln").implode())).height
+    # The rows of the common layout stay wide (one column per tag): the importer lays them
+    # out in the order it needs, once (see WideRows).
+    ctx.wide = WideRows(wide.select("ln", "step", "wall_time", *kept), tags)
     if split.height:
         scale = _real_scales(split.filter(pl.col("tag") == "loss scale"), ctx)
-        parts.append(pl.concat([split.filter(pl.col("tag") != "loss scale"), scale]))
-    return pl.concat([conform_rows(p) for p in parts]) if parts else empty_rows()
+        return conform_rows(pl.concat([split.filter(pl.col("tag") != "loss scale"), scale]))
+    return empty_rows()
+
+
+def _scale_note(bad: float | None, ctx: Ctx) -> None:
+    note = (
+        f"{ctx.name}: 'loss scale' printed as {bad:g} "
+        "(the scaler belongs to DeepSpeed); those values were not used"
+    )
+    if note not in ctx.notes:
+        ctx.notes.append(note)
 
 
 def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
@@ -199,12 +215,7 @@ def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
     bad = block.filter(pl.col("value") <= 0)
     if bad.is_empty():
         return block
-    note = (
-        f"{ctx.name}: 'loss scale' printed as {bad.get_column('value')[0]:g} "
-        "(the scaler belongs to DeepSpeed); those values were not used"
-    )
-    if note not in ctx.notes:
-        ctx.notes.append(note)
+    _scale_note(bad.get_column("value")[0], ctx)
     return block.filter(pl.col("value") > 0)
 
 
