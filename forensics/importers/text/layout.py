@@ -14,7 +14,6 @@ the importer skips both passes over the millions of rows.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -106,21 +105,32 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
         s = f.get_column(c)
         valid[:, i] = s.is_not_null().to_numpy()
         values[:, i] = s.to_numpy()  # nulls turn NaN here; ``valid`` leaves them out
-    order: Literal["C", "F"] = "C" if by_line else "F"  # line after line, or tag after tag
-    keep = valid.ravel(order=order)
-    if by_line:
-        line, tag = np.repeat(np.arange(n), k), np.tile(np.arange(k), n)
-    else:
-        line, tag = np.tile(np.arange(n), k), np.repeat(np.arange(k), n)
-    line, tag = line[keep], tag[keep]
+    codes = np.broadcast_to(np.arange(k, dtype=np.uint32), (n, k))
+    per_line = valid.sum(axis=1)
+
+    def spread(a: np.ndarray) -> np.ndarray:
+        """A per-line array -> one entry per row."""
+        if by_line:
+            return np.repeat(a, per_line)
+        return np.concatenate([a[valid[:, i]] for i in range(k)])
+
+    def per_row(s: pl.Series) -> pl.Series:
+        if s.null_count():  # nulls kept: through line indexes
+            return s.gather(spread(np.arange(n, dtype=np.int64)))
+        return pl.Series(s.name, spread(s.to_numpy()), dtype=s.dtype)
+
+    # Line after line is the C order of the (line, tag) table; tag after tag its transpose.
+    value = values[valid] if by_line else values.T[valid.T]
+    tag = codes[valid] if by_line else codes.T[valid.T]
+    del values
     names = pl.Series("tag", [wide.tags[j] for j in present], dtype=pl.Categorical)
     return pl.DataFrame(
         [
-            f.get_column("ln").gather(line),
-            f.get_column("step").gather(line),
+            per_row(f.get_column("ln")),
+            per_row(f.get_column("step")),
             names.gather(tag),
-            pl.Series("value", values.ravel(order=order)[keep], dtype=pl.Float64),
-            f.get_column("wall_time").gather(line),
+            pl.Series("value", value, dtype=pl.Float64),
+            per_row(f.get_column("wall_time")),
         ]
     )
 
