@@ -105,14 +105,14 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
         s = f.get_column(c)
         valid[:, i] = s.is_not_null().to_numpy()
         values[:, i] = s.to_numpy()  # nulls turn NaN here; ``valid`` leaves them out
-    codes = np.broadcast_to(np.arange(k, dtype=np.uint32), (n, k))
+    full = bool(valid.all())  # every line holds every tag (the usual log): plain repeats
     per_line = valid.sum(axis=1)
 
     def spread(a: np.ndarray) -> np.ndarray:
         """A per-line array -> one entry per row."""
         if by_line:
-            return np.repeat(a, per_line)
-        return np.concatenate([a[valid[:, i]] for i in range(k)])
+            return np.repeat(a, k) if full else np.repeat(a, per_line)
+        return np.tile(a, k) if full else np.concatenate([a[valid[:, i]] for i in range(k)])
 
     def per_row(s: pl.Series) -> pl.Series:
         if s.null_count():  # nulls kept: through line indexes
@@ -120,8 +120,14 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
         return pl.Series(s.name, spread(s.to_numpy()), dtype=s.dtype)
 
     # Line after line is the C order of the (line, tag) table; tag after tag its transpose.
-    value = values[valid] if by_line else values.T[valid.T]
-    tag = codes[valid] if by_line else codes.T[valid.T]
+    codes = np.arange(k, dtype=np.uint32)
+    if full:
+        value = values.ravel() if by_line else values.ravel(order="F")
+        tag = np.tile(codes, n) if by_line else np.repeat(codes, n)
+    else:
+        grid = np.broadcast_to(codes, (n, k))
+        value = values[valid] if by_line else values.T[valid.T]
+        tag = grid[valid] if by_line else grid.T[valid.T]
     del values
     names = pl.Series("tag", [wide.tags[j] for j in present], dtype=pl.Categorical)
     return pl.DataFrame(
