@@ -43,6 +43,7 @@ from forensics.importers.text import (
     deepspeed,
     fairseq,
     generic,
+    layout,
     llmc,
     megatron,
     mlperf,
@@ -54,6 +55,7 @@ from forensics.importers.text import (
 from forensics.importers.text.engine import (
     ROWS,
     Ctx,
+    WideRows,
     clean,
     drop_rank_repeats,
     empty_rows,
@@ -93,6 +95,8 @@ class TextLog:
     findings: list[Finding] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Rows a family kept wide (see WideRows); ``frame`` holds the others.
+    wide: WideRows | None = None
 
 
 def sniff(sample: str) -> list[str]:
@@ -108,20 +112,45 @@ def looks_crashed(sample_tail: str) -> bool:
 
 
 def parse_text(raw: bytes, name: str) -> TextLog:
+    """The log's rows (``frame``, every row), how it ended and what it says about itself."""
+    log = _parse(raw, name)
+    _materialize(log)
+    return log
+
+
+def _materialize(log: TextLog) -> None:
+    """Put the wide rows into ``frame``, where the family that read them put its rows."""
+    if log.wide is not None:
+        log.frame = pl.concat([log.wide.blocks(), log.frame])
+        log.wide = None
+
+
+def _parse(raw: bytes, name: str) -> TextLog:
+    """Like :func:`parse_text`, but rows a family kept wide stay in ``wide``."""
     raw = clean(raw)
     ctx = Ctx(raw=raw, sample=sample_text(raw), name=name)
     names = sniff(ctx.sample)
     mods = [f for f in FAMILIES if f.NAME in names and f is not deepspeed]
     parts = [(f, f.parse(ctx)) for f in mods]
+    wide = ctx.wide
+    wide_stats = _wide_stats(wide)
     # DeepSpeed overflow lines may sit anywhere: checked after the other families, which
     # may already have looked at every line.
     if deepspeed.NAME in names or deepspeed.applies(ctx):
         parts.append((deepspeed, deepspeed.parse(ctx)))
-    if not any(_has_steps(p) for _, p in parts) and generic.sniff(ctx.sample):
+    if (
+        wide_stats is None
+        and not any(_has_steps(p) for _, p in parts)
+        and generic.sniff(ctx.sample)
+    ):
         parts.append((generic, generic.parse(ctx)))
     anchors = _anchors(parts, ctx)
     done = []
     for fam, part in parts:
+        if fam is megatron and wide is not None and part.get_column("step").null_count():
+            # Rows placed by their neighbours are sorted in among the family's other rows.
+            part = pl.concat([wide.blocks(), part])
+            wide, wide_stats = None, None
         part = resolve_steps(part, anchors, ctx)
         if not getattr(fam, "DEDUPED", False):
             part = drop_rank_repeats(
@@ -135,7 +164,13 @@ def parse_text(raw: bytes, name: str) -> TextLog:
     if ctx.bad_lines:
         ctx.notes.append(f"{name}: skipped {ctx.bad_lines} malformed metric line(s)")
     findings = []
-    last = int(rows.get_column("step").max()) if rows.height else None  # type: ignore[arg-type]
+    steps: list[int] = []
+    if rows.height:
+        steps.append(int(rows.get_column("step").max()))  # type: ignore[arg-type]
+    if wide_stats is not None:
+        last_ln = max(last_ln if last_ln is not None else -1, wide_stats[0])
+        steps.append(wide_stats[1])
+    last = max(steps) if steps else None
     found = crash.crash_finding(_tail_after(raw, last_ln, ctx), last, where=name)
     if found is not None:
         findings.append(found)
@@ -148,7 +183,19 @@ def parse_text(raw: bytes, name: str) -> TextLog:
         findings=findings,
         config=ctx.config,
         metadata=ctx.metadata,
+        wide=wide,
     )
+
+
+def _wide_stats(wide: WideRows | None) -> tuple[int, int] | None:
+    """(last line, last step) of the wide rows; None when there is none."""
+    if wide is None:
+        return None
+    has = wide.has_rows()
+    ln, step = wide.frame.select(
+        pl.col("ln").filter(has).max(), pl.col("step").filter(has).max()
+    ).row(0)
+    return None if ln is None else (int(ln), int(step))
 
 
 def _has_steps(part: pl.DataFrame) -> bool:
@@ -363,35 +410,45 @@ class TextLogsImporter:
         return out
 
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
-        return self.read_raw(source, read_bytes(source.files[0]))
+        # The bytes go straight into the parse: only the parse holds them (no copy kept
+        # while the frame is built).
+        return self._result(source, _parse(_read_log(source.files[0]), self._name(source)))
 
     def read_raw(self, source: Source, raw: bytes) -> ImportResult:
         """The source's file given as its (text) bytes: a tail passes the complete lines."""
-        name = rel(source.files[0], source.root)
-        log = parse_text(raw, name)
+        return self._result(source, _parse(raw, self._name(source)))
+
+    @staticmethod
+    def _name(source: Source) -> str:
+        return rel(source.files[0], source.root)
+
+    def _result(self, source: Source, log: TextLog) -> ImportResult:
+        name = self._name(source)
         family = log.families[0] if log.families else "text"
-        frame = log.frame.select(
-            pl.lit(f"{family}_text", dtype=pl.Categorical).alias("source"),
-            pl.lit(name, dtype=pl.Categorical).alias("file"),
-            pl.lit(0, dtype=pl.Int32).alias("file_idx"),
-            (pl.col("ln") + 1).alias("record_idx"),
-            "step",
-            pl.lit(log.x_kind, dtype=pl.Categorical).alias("x_kind"),
-            pl.col("tag").cast(pl.Categorical),
-            pl.lit(None, dtype=pl.Categorical).alias("metric"),
-            pl.lit(None, dtype=pl.Int32).alias("layer"),
-            "value",
-            "wall_time",
-            pl.lit(0, dtype=pl.Int32).alias("segment"),
-        )
-        frame, elapsed_note = _elapsed_as_wall_time(frame, name)
-        counters = counter_tags(frame.get_column("tag").unique().to_list())
-        if log.may_restart or counters or elapsed_note:
-            frame = assign_segments(conform(frame))
+        if log.wide is not None and not layout.fits(log.wide, log.frame, _ELAPSED_TAG):
+            _materialize(log)
+        quiet = False
+        if log.wide is None:
+            frame = layout.canonical(log.frame, family, name, log.x_kind)
+            frame, elapsed_note = _elapsed_as_wall_time(frame, name)
+            counters = counter_tags(frame.get_column("tag").unique().to_list())
+            if log.may_restart or counters or elapsed_note:
+                frame = assign_segments(conform(frame))
+        else:
+            # Rows laid out once, in the order the steps above would leave them in.
+            elapsed_note = None
+            counters = counter_tags(layout.tags(log.wide, log.frame))
+            by_line = log.may_restart or bool(counters)
+            rows, quiet = layout.lay_out(log.wide, log.frame, by_line, counters)
+            log.wide = None
+            frame = layout.canonical(rows, family, name, log.x_kind)
+            del rows
+            if by_line and not quiet:
+                frame = assign_segments(conform(frame))
         notes = list(log.notes)
         if elapsed_note:
             notes.append(elapsed_note)
-        if (shared := interleaved_note(frame, name)) is not None:
+        if not quiet and (shared := interleaved_note(frame, name)) is not None:
             notes.append(shared)
         if log.families:
             notes.append(f"{name}: read as {' + '.join(log.families)} text log")
@@ -405,6 +462,13 @@ class TextLogsImporter:
             config=log.config,
             metadata=log.metadata,
         )
+
+
+def _read_log(path: Path) -> bytes:
+    """The file's text bytes (as ``read_bytes``; a plain file in one read, no second copy)."""
+    if path.name.endswith((".gz", ".zst")):
+        return read_bytes(path)
+    return text_bytes(path.read_bytes())
 
 
 IMPORTER = TextLogsImporter()

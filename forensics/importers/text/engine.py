@@ -52,6 +52,8 @@ class Ctx:
     # orchestrator never has to regroup its rows to find line steps.
     line_steps: pl.DataFrame | None = None
     overflow_hint: bool | None = None  # a family saw (or ruled out) DeepSpeed overflow lines
+    # Rows a family kept as value columns (one per tag) rather than as long rows; see WideRows.
+    wide: WideRows | None = None
     _lines: pl.DataFrame | None = None
 
     @property
@@ -61,6 +63,49 @@ class Ctx:
             self._lines = read_lines(self.raw)
             self.n_lines = self._lines.height
         return self._lines
+
+
+@dataclass
+class WideRows:
+    """Rows kept wide: one line per row of ``frame`` (``ln``, ``step``, ``wall_time``, all
+    with a step) and one Float64 column per tag (null: the line has no such row).
+
+    Millions of rows are cheaper built once, straight in the order the importer needs: tag
+    after tag (:meth:`blocks`, the order of a family's long rows) or line after line.
+    """
+
+    frame: pl.DataFrame
+    tags: list[str]  # tag of each value column, in column order
+
+    @property
+    def columns(self) -> list[str]:
+        return self.frame.columns[3:]
+
+    def blocks(self) -> pl.DataFrame:
+        """The rows as long ROWS, tag after tag, each tag in line order."""
+        parts = [
+            self.frame.select(
+                "ln",
+                "step",
+                pl.lit(tag).alias("tag"),
+                pl.col(col).alias("value"),
+                "wall_time",
+                pl.lit(None, dtype=pl.Utf8).alias("fill"),
+            ).filter(pl.col("value").is_not_null())
+            for col, tag in zip(self.columns, self.tags, strict=True)
+        ]
+        return pl.concat(parts) if parts else empty_rows()
+
+    def has_rows(self) -> pl.Expr:
+        """Per line: does it hold any row?"""
+        if not self.columns:
+            return pl.lit(False)
+        return pl.any_horizontal([pl.col(c).is_not_null() for c in self.columns])
+
+    def present(self) -> list[int]:
+        """Indexes of the value columns holding at least one row."""
+        nulls = self.frame.select(pl.col(self.columns).null_count()).row(0) if self.columns else ()
+        return [j for j, n in enumerate(nulls) if n < self.frame.height]
 
 
 def clean(raw: bytes) -> bytes:

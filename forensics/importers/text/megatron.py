@@ -22,7 +22,15 @@ from typing import cast
 
 import polars as pl
 
-from forensics.importers.text.engine import Ctx, conform_rows, empty_rows, num, read_pipes, to_unix
+from forensics.importers.text.engine import (
+    Ctx,
+    WideRows,
+    conform_rows,
+    empty_rows,
+    num,
+    read_pipes,
+    to_unix,
+)
 
 NAME = "megatron"
 DEDUPED = True  # rank copies are dropped here, on the line table (cheaper than on rows)
@@ -40,56 +48,122 @@ def _n_cols(sample: str) -> int:
     return min(max(counts, default=8) + 2, 96)
 
 
+# The log is read in pieces of about this many bytes (whole lines): the table of one piece's
+# cells is held at a time, not the whole file's (a few times the size of the text).
+CHUNK_BYTES = 1 << 25
+_SAMPLE_ROWS = 200  # the last iteration lines, whose keys set each column's layout
+
+
 def parse(ctx: Ctx) -> pl.DataFrame:
     n = _n_cols(ctx.sample)
-    cells = read_pipes(ctx.raw, n)
-    ctx.n_lines = cells.height
     cols = [f"c{i}" for i in range(1, n)]
-    c0 = pl.col("c0")
-    is_val = c0.str.contains("validation loss at", literal=True)
-    val = cells.filter(is_val)
-    it = cells.filter(
-        c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+") & ~is_val
-    )
-    start = c0.str.find("iteration", literal=True) + 9
-    it = it.with_columns(
-        c0.str.slice(start, c0.str.find("/", literal=True) - start)
-        .str.strip_chars()
-        .cast(pl.Int64, strict=False)
-        .alias("step")
-    )
-    if it.get_column("step").null_count():
-        # Lines without "/" (some forks print "iteration 100 |"): fall back to a regex.
-        it = it.with_columns(
-            pl.coalesce(
-                "step", c0.str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)
-            ).alias("step")
-        )
-    if it.get_column("step").null_count():
-        it = it.filter(pl.col("step").is_not_null())
-    it = it.with_columns(_wall_time(it, ctx.sample).alias("wall_time"))
-    # Several ranks printing the same iteration: keep the first copy. (Filtering copies every
-    # column, so look first.)
-    repeat = (pl.col("step") == pl.col("step").shift(1)).fill_null(False)
-    if it.select(repeat.any()).item():
-        it = it.filter(~repeat)
-    ctx.line_steps = it.select("ln", "step")
-    # DeepSpeed overflow lines have no "|": they sit whole in c0, so they are cheap to rule
-    # out here.
-    ctx.overflow_hint = bool(
-        cells.select(
-            (
-                c0.str.contains("verflow", literal=True)
-                | c0.str.contains("OVERFLOW", literal=True)
-                | c0.str.contains("dynamic loss scale", literal=True)
-            ).any()
-        ).item()
-    )
+    spans = _spans(ctx.raw, CHUNK_BYTES)
+    last = _Piece(read_pipes(ctx.raw[spans[-1][0] : spans[-1][1]], n), ctx.sample, None)
+    if len(spans) > 1 and last.it.height <= _SAMPLE_ROWS:
+        # Too few iteration lines at the end to read the layout from: one piece.
+        spans = [(0, len(ctx.raw))]
+        last = _Piece(read_pipes(ctx.raw, n), ctx.sample, None)
     commas = bool(re.search(r"iteration[^\n]*\d,\d{3}\b", ctx.sample))
-    rows = [_layout_rows(it, cols, ctx, commas)]
+    # The layout comes from the last iteration lines: the rank copies dropped in the last
+    # piece alone are the file's, but for its first line (not among the last ones).
+    layout = _Layout.of(last.it, cols, commas) if last.it.height else None
+    pieces: list[_Values] = []
+    vals: list[pl.DataFrame] = []
+    line_steps: list[pl.DataFrame] = []
+    offset, carry, hint = 0, None, False
+    for i, (a, b) in enumerate(spans):
+        piece = (
+            last if i == len(spans) - 1 else _Piece(read_pipes(ctx.raw[a:b], n), ctx.sample, carry)
+        )
+        if i == len(spans) - 1 and len(spans) > 1:
+            piece.drop_copies(carry)  # the last piece was first read without its predecessor
+        carry = piece.carry
+        hint = hint or piece.hint
+        shift = pl.col("ln") + offset
+        offset += piece.n_lines
+        vals.append(piece.val.with_columns(shift))
+        it = piece.it.with_columns(shift)
+        line_steps.append(it.select("ln", "step"))
+        if layout is not None:
+            pieces.append(layout.values(it))
+        del piece, it
+    ctx.n_lines = offset
+    ctx.line_steps = pl.concat(line_steps)
+    # DeepSpeed overflow lines have no "|": they sit whole in c0, so the pieces ruled them
+    # in or out on the way.
+    ctx.overflow_hint = hint
+    rows = [layout.rows(pieces, ctx) if layout is not None else empty_rows()]
+    val = pl.concat(vals)
     if not val.is_empty():
         rows.append(_validation_rows(val, cols))
-    return pl.concat(rows) if rows else empty_rows()
+    return pl.concat(rows)
+
+
+def _spans(raw: bytes, size: int) -> list[tuple[int, int]]:
+    """(start, end) byte ranges of whole lines, each about ``size`` bytes."""
+    out = []
+    a = 0
+    while len(raw) - a > size:
+        b = raw.find(b"\n", a + size) + 1
+        if b <= 0:
+            break
+        out.append((a, b))
+        a = b
+    out.append((a, len(raw)))
+    return out
+
+
+class _Piece:
+    """The iteration and validation lines of a piece of the log (``ln`` within the piece)."""
+
+    def __init__(self, cells: pl.DataFrame, sample: str, carry: int | None) -> None:
+        self.n_lines = cells.height
+        c0 = pl.col("c0")
+        self.hint = bool(
+            cells.select(
+                (
+                    c0.str.contains("verflow", literal=True)
+                    | c0.str.contains("OVERFLOW", literal=True)
+                    | c0.str.contains("dynamic loss scale", literal=True)
+                ).any()
+            ).item()
+        )
+        is_val = c0.str.contains("validation loss at", literal=True)
+        self.val = cells.filter(is_val)
+        it = cells.filter(
+            c0.str.contains("iteration", literal=True)
+            & c0.str.contains(r"iteration\s+\d+")
+            & ~is_val
+        )
+        del cells  # the cell table is the biggest thing held here; only its iteration lines go on
+        start = c0.str.find("iteration", literal=True) + 9
+        it = it.with_columns(
+            c0.str.slice(start, c0.str.find("/", literal=True) - start)
+            .str.strip_chars()
+            .cast(pl.Int64, strict=False)
+            .alias("step")
+        )
+        if it.get_column("step").null_count():
+            # Lines without "/" (some forks print "iteration 100 |"): fall back to a regex.
+            it = it.with_columns(
+                pl.coalesce(
+                    "step", c0.str.extract(r"iteration\s+(\d+)", 1).cast(pl.Int64, strict=False)
+                ).alias("step")
+            )
+        if it.get_column("step").null_count():
+            it = it.filter(pl.col("step").is_not_null())
+        self.carry = it.get_column("step").item(-1) if it.height else carry
+        self.it = it.with_columns(_wall_time(it, sample).alias("wall_time"))
+        self.drop_copies(carry)
+
+    def drop_copies(self, carry: int | None) -> None:
+        """Several ranks printing the same iteration: keep the first copy (``carry``: the
+        step of the previous piece's last iteration line). Filtering copies every column,
+        so look first."""
+        step = pl.col("step")
+        repeat = (step == step.shift(1, fill_value=carry)).fill_null(False)
+        if self.it.select(repeat.any()).item():
+            self.it = self.it.filter(~repeat)
 
 
 def _prefix(cell: str | None) -> str | None:
@@ -98,100 +172,174 @@ def _prefix(cell: str | None) -> str | None:
     return cell[: cell.index(":") + 1]
 
 
-def _layout_rows(it: pl.DataFrame, cols: list[str], ctx: Ctx, commas: bool = False) -> pl.DataFrame:
-    """Read each column with its most common key by slicing; cells holding another key
-    (lines printed before grad norm existed, other forks) go through the generic split."""
-    if it.is_empty():
-        return empty_rows()
-    sample = it.tail(200).select(cols).rows()
-    prefixes: list[str | None] = []
-    for j in range(len(cols)):
-        seen: dict[str, int] = {}
-        for row in sample:
-            pre = _prefix(row[j])
-            if pre is not None:
-                seen[pre] = seen.get(pre, 0) + 1
-        prefixes.append(max(seen, key=seen.get) if seen else None)  # type: ignore[arg-type]
-    values = []
-    others = []
-    # Columns where some cell holds another key (or no dominant key exists): only those go
-    # through the slow path, and only their odd cells.
-    odd = it.select(
-        [
-            (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(c)
-            if p
-            else pl.col(c).str.contains(":", literal=True).any().alias(c)
-            for c, p in zip(cols, prefixes, strict=True)
-        ]
-    ).row(0)
-    # Columns that print the same text on every line (batch size, skipped-iteration counts,
-    # a bf16 loss scale of 1.0) are parsed once instead of a million times.
-    same = [len({row[j] for row in sample}) == 1 for j in range(len(cols))]
-    const = it.select(
-        [
-            (pl.col(c) == sample[0][j]).all().alias(c)
-            if same[j] and sample[0][j] is not None
-            else pl.lit(False).alias(c)
-            for j, c in enumerate(cols)
-        ]
-    ).row(0)
-    for j, (col, pre) in enumerate(zip(cols, prefixes, strict=True)):
-        if pre is None:
+class _Values:
+    """One piece's iteration lines read with the layout."""
+
+    def __init__(
+        self, wide: pl.DataFrame, odd: tuple[bool, ...], const: tuple[bool, ...], rest: pl.DataFrame
+    ) -> None:
+        self.wide, self.odd, self.const, self.rest = wide, odd, const, rest
+
+
+class _Layout:
+    """Each column's most common key, read from the last iteration lines. Columns are read
+    by slicing off that key; cells holding another key (lines printed before grad norm
+    existed, other forks) go through the generic key/value split."""
+
+    def __init__(self, cols: list[str], sample: list[tuple], commas: bool) -> None:
+        self.cols, self.sample, self.commas = cols, sample, commas
+        self.prefixes: list[str | None] = []
+        for j in range(len(cols)):
+            seen: dict[str, int] = {}
+            for row in sample:
+                pre = _prefix(row[j])
+                if pre is not None:
+                    seen[pre] = seen.get(pre, 0) + 1
+            self.prefixes.append(max(seen, key=seen.get) if seen else None)  # type: ignore[arg-type]
+        self.same = [len({row[j] for row in sample}) == 1 for j in range(len(cols))]
+
+    @classmethod
+    def of(cls, it: pl.DataFrame, cols: list[str], commas: bool) -> _Layout:
+        return cls(cols, it.tail(_SAMPLE_ROWS).select(cols).rows(), commas)
+
+    def values(self, it: pl.DataFrame) -> _Values:
+        cols, prefixes, sample = self.cols, self.prefixes, self.sample
+        # Columns where some cell holds another key (or no dominant key exists): only those
+        # go through the slow path, and only their odd cells.
+        odd = it.select(
+            [
+                (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(c)
+                if p
+                else pl.col(c).str.contains(":", literal=True).any().alias(c)
+                for c, p in zip(cols, prefixes, strict=True)
+            ]
+        ).row(0)
+        # Columns that print the same text on every line (batch size, skipped-iteration
+        # counts, a bf16 loss scale of 1.0) are parsed once instead of a million times.
+        const = it.select(
+            [
+                (pl.col(c) == sample[0][j]).all().alias(c)
+                if self.same[j] and sample[0][j] is not None and prefixes[j]
+                else pl.lit(False).alias(c)
+                for j, c in enumerate(cols)
+            ]
+        ).row(0)
+        values = []
+        others = []
+        for j, (col, pre) in enumerate(zip(cols, prefixes, strict=True)):
+            if pre is None:
+                if odd[j]:
+                    others.append(pl.col(col))
+                continue
+            if const[j]:
+                # The same text on every line of this piece: read once. (If the column is the
+                # same over the whole file, rows() puts the file's constant in.)
+                y = pl.select(self._read(pl.lit(sample[0][j]), pre)).item()
+                values.append(
+                    pl.when(pl.col(col).is_not_null())
+                    .then(pl.lit(y, dtype=pl.Float64))
+                    .alias(f"_v{j}")
+                )
+                continue
+            ok = pl.col(col).str.starts_with(pre)
+            values.append(self._read(pl.col(col), pre).alias(f"_v{j}"))
             if odd[j]:
-                others.append(pl.col(col))
-            continue
-        if const[j]:
-            x = pl.select(num(pl.lit(sample[0][j][len(pre) :]), commas)).item()
-            values.append(pl.lit(x, dtype=pl.Float64).alias(f"_v{j}"))
-            continue
-        ok = pl.col(col).str.starts_with(pre)
-        # Padding is plain spaces, and stripping only spaces is much faster than all whitespace.
-        text = pl.col(col).str.slice(len(pre)).str.strip_chars(" ")
-        if commas:
+                others.append(pl.when(~ok.fill_null(True)).then(pl.col(col)).alias(col))
+        wide = it.select("ln", "step", "wall_time", *values)
+        rest = it.select("ln", "step", "wall_time", *others)
+        rest_cols = rest.columns[3:]
+        if rest_cols:
+            kv = pl.any_horizontal(
+                [pl.col(c).str.contains(":", literal=True) for c in rest_cols]
+            ).fill_null(False)
+            rest = rest.filter(kv)
+        else:
+            rest = rest.clear()
+        return _Values(wide, odd, const, rest)
+
+    def _read(self, cell: pl.Expr, pre: str) -> pl.Expr:
+        """The number after ``pre`` in a cell that starts with it (else null)."""
+        # Padding is plain spaces, and stripping only spaces is much faster than all
+        # whitespace.
+        text = cell.str.slice(len(pre)).str.strip_chars(" ")
+        if self.commas:
             text = text.str.replace_all(",", "", literal=True)
-        values.append(pl.when(ok).then(text.cast(pl.Float64, strict=False)).alias(f"_v{j}"))
-        if odd[j]:
-            others.append(pl.when(~ok.fill_null(True)).then(pl.col(col)).alias(col))
-    wide = it.select("ln", "step", "wall_time", *values)
-    rest = it.select("ln", "step", "wall_time", *others)
-    rest_cols = [c for c in cols if c in rest.columns]
-    kv = (
-        pl.any_horizontal([pl.col(c).str.contains(":", literal=True) for c in rest_cols]).fill_null(
-            False
+        return pl.when(cell.str.starts_with(pre)).then(text.cast(pl.Float64, strict=False))
+
+    def rows(self, pieces: list[_Values], ctx: Ctx) -> pl.DataFrame:
+        """The rows of every piece: the common layout kept wide (``ctx.wide``), the others
+        returned as long rows."""
+        cols, prefixes, sample = self.cols, self.prefixes, self.sample
+        odd = [any(p.odd[j] for p in pieces) for j in range(len(cols))]
+        const = [all(p.const[j] for p in pieces) for j in range(len(cols))]
+        wide = pl.concat([p.wide for p in pieces])
+        fixed = []
+        for j, pre in enumerate(prefixes):
+            if pre is None:
+                continue
+            if const[j]:
+                x = pl.select(num(pl.lit(sample[0][j][len(pre) :]), self.commas)).item()
+                fixed.append(pl.lit(x, dtype=pl.Float64).alias(f"_v{j}"))
+        if fixed:
+            wide = wide.with_columns(fixed)
+        rest_cols = [c for j, c in enumerate(cols) if odd[j] and not const[j]]
+        rest = pl.concat(
+            [
+                p.rest.select("ln", "step", "wall_time", *[_col(p.rest, c) for c in rest_cols])
+                for p in pieces
+            ]
         )
-        if rest_cols
-        else pl.lit(False)
-    )
-    rest = rest.with_columns(kv.alias("_kv"))
-    parts = []
+        return _finish(wide, rest, rest_cols, prefixes, ctx)
+
+
+def _col(frame: pl.DataFrame, c: str) -> pl.Expr:
+    return pl.col(c) if c in frame.columns else pl.lit(None, dtype=pl.Utf8).alias(c)
+
+
+def _finish(
+    wide: pl.DataFrame,
+    rest: pl.DataFrame,
+    rest_cols: list[str],
+    prefixes: list[str | None],
+    ctx: Ctx,
+) -> pl.DataFrame:
+    """Rows of the common layout kept wide (``ctx.wide``; the loss scale's non-positive
+    values dropped), the other cells (``rest``) split into long rows."""
+    kept: list[str] = []
+    tags: list[str] = []
     for j, pre in enumerate(prefixes):
         if pre is None:
             continue
         tag = pre[:-1].strip()
-        # Built directly in the row schema: no re-casting of millions of rows afterwards.
-        block = wide.select(
-            "ln",
-            "step",
-            pl.lit(tag).alias("tag"),
-            pl.col(f"_v{j}").alias("value"),
-            "wall_time",
-            pl.lit(None, dtype=pl.Utf8).alias("fill"),
-        )
-        if block.get_column("value").null_count():  # filtering copies: only when needed
-            block = block.filter(pl.col("value").is_not_null())
         if tag == "loss scale":
-            block = _real_scales(block, ctx)
-        parts.append(block)  # one tag per block, in line order (the restart check relies on it)
+            v = pl.col(f"_v{j}")
+            bad = wide.select(v.filter(v <= 0).first()).item()
+            if bad is not None:
+                _scale_note(bad, ctx)
+                wide = wide.with_columns(pl.when(v > 0).then(v).alias(f"_v{j}"))
+        kept.append(f"_v{j}")
+        tags.append(tag)
     # A line that matched "iteration N/" but gave no value at all is a bad line.
-    found = [pl.col(f"_v{j}").is_not_null() for j, p in enumerate(prefixes) if p]
+    found = [pl.col(c).is_not_null() for c in kept]
     no_fast = wide.filter(pl.sum_horizontal(found) == 0) if found else wide
-    rest = rest.filter(pl.col("_kv"))
     split = _split_rows(rest, rest_cols) if rest.height else empty_rows()
     ctx.bad_lines += no_fast.filter(~pl.col("ln").is_in(split.get_column("ln").implode())).height
+    # The rows of the common layout stay wide (one column per tag): the importer lays them
+    # out in the order it needs, once (see WideRows).
+    ctx.wide = WideRows(wide.select("ln", "step", "wall_time", *kept), tags)
     if split.height:
         scale = _real_scales(split.filter(pl.col("tag") == "loss scale"), ctx)
-        parts.append(pl.concat([split.filter(pl.col("tag") != "loss scale"), scale]))
-    return pl.concat([conform_rows(p) for p in parts]) if parts else empty_rows()
+        return conform_rows(pl.concat([split.filter(pl.col("tag") != "loss scale"), scale]))
+    return empty_rows()
+
+
+def _scale_note(bad: float | None, ctx: Ctx) -> None:
+    note = (
+        f"{ctx.name}: 'loss scale' printed as {bad:g} "
+        "(the scaler belongs to DeepSpeed); those values were not used"
+    )
+    if note not in ctx.notes:
+        ctx.notes.append(note)
 
 
 def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
@@ -199,12 +347,7 @@ def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
     bad = block.filter(pl.col("value") <= 0)
     if bad.is_empty():
         return block
-    note = (
-        f"{ctx.name}: 'loss scale' printed as {bad.get_column('value')[0]:g} "
-        "(the scaler belongs to DeepSpeed); those values were not used"
-    )
-    if note not in ctx.notes:
-        ctx.notes.append(note)
+    _scale_note(bad.get_column("value")[0], ctx)
     return block.filter(pl.col("value") > 0)
 
 

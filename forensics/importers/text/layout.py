@@ -1,0 +1,182 @@
+"""The canonical frame of a text log, with the rows a family kept wide laid out once.
+
+A Megatron log of a million iteration lines holds ten million rows. Built tag after tag and
+then sorted into line order (what restart numbering wants), they cost a sort of the whole
+frame; laid out straight from the wide columns (line after line, or tag after tag), they
+cost one gather. Either way the frame is the same, row for row, as the long-row path gives.
+
+When no series can restart (no step going back, no counter falling to less than half, no
+relative clock), restart numbering would give every row segment 0 and the interleaving
+check would find nothing: :func:`lay_out` says so (``quiet``) from the wide columns, so
+the importer skips both passes over the millions of rows.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from forensics.importers.text.engine import WideRows
+
+_RELATIVE_CLOCK = 1e9  # as forensics.importers.restarts: wall times below are relative
+
+
+def canonical(rows: pl.DataFrame, family: str, name: str, x_kind: str) -> pl.DataFrame:
+    """Rows (``ln``, ``step``, ``tag``, ``value``, ``wall_time``) -> the canonical columns."""
+    return rows.select(
+        pl.lit(f"{family}_text", dtype=pl.Categorical).alias("source"),
+        pl.lit(name, dtype=pl.Categorical).alias("file"),
+        pl.lit(0, dtype=pl.Int32).alias("file_idx"),
+        (pl.col("ln") + 1).alias("record_idx"),
+        "step",
+        pl.lit(x_kind, dtype=pl.Categorical).alias("x_kind"),
+        pl.col("tag").cast(pl.Categorical),
+        pl.lit(None, dtype=pl.Categorical).alias("metric"),
+        pl.lit(None, dtype=pl.Int32).alias("layer"),
+        "value",
+        "wall_time",
+        pl.lit(0, dtype=pl.Int32).alias("segment"),
+    )
+
+
+def fits(wide: WideRows, rest: pl.DataFrame, elapsed: re.Pattern[str]) -> bool:
+    """Can the wide rows be laid out here? Not when a tag is an elapsed-time clock (its
+    values become the wall times: the long-row path handles that)."""
+    return not any(elapsed.match(t) for t in tags(wide, rest))
+
+
+def tags(wide: WideRows, rest: pl.DataFrame) -> list[str]:
+    """The tags holding rows, wide ones first."""
+    seen = [wide.tags[j] for j in wide.present()]
+    return list(dict.fromkeys([*seen, *rest.get_column("tag").unique().to_list()]))
+
+
+def lay_out(
+    wide: WideRows, rest: pl.DataFrame, by_line: bool, counters: list[str]
+) -> tuple[pl.DataFrame, bool]:
+    """The wide rows and the other rows (``rest``) as one frame of ``ln``, ``step``, ``tag``
+    (categorical), ``value`` and ``wall_time``: the wide rows tag after tag then ``rest`` as
+    it is, or (``by_line``) every row in line order, a line's wide rows first (a stable sort
+    by line of the former). Also says whether no series can restart (``quiet``)."""
+    present = wide.present()
+    rest = rest.select("ln", "step", pl.col("tag").cast(pl.Categorical), "value", "wall_time")
+    if by_line and rest.height:
+        rest = rest.sort("ln", maintain_order=True)
+    quiet = _quiet(wide, present, rest, counters)
+    main = _wide_long(wide, present, by_line)
+    if not rest.height:
+        return main, quiet
+    if not by_line:
+        return pl.concat([main, rest]), quiet
+    # Merge by line, the wide rows first on a tie: each rest row goes after the wide rows
+    # of its line and the rest rows before it.
+    lines_main = main.get_column("ln").to_numpy()
+    lines_rest = rest.get_column("ln").to_numpy()
+    at = np.searchsorted(lines_main, lines_rest, side="right") + np.arange(len(lines_rest))
+    n = main.height + rest.height
+    from_rest = np.zeros(n, dtype=bool)
+    from_rest[at] = True
+    order = np.empty(n, dtype=np.int64)
+    order[~from_rest] = np.arange(main.height)
+    order[from_rest] = main.height + np.arange(rest.height)
+    both = pl.concat([main, rest])
+    return both.select(pl.all().gather(order)), quiet
+
+
+def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFrame:
+    f = wide.frame
+    cols = [wide.columns[j] for j in present]
+    n, k = f.height, len(cols)
+    if not k:
+        return pl.DataFrame(
+            schema={
+                "ln": pl.Int64,
+                "step": pl.Int64,
+                "tag": pl.Categorical,
+                "value": pl.Float64,
+                "wall_time": pl.Float64,
+            }
+        )
+    values = np.empty((n, k), dtype=np.float64)
+    valid = np.empty((n, k), dtype=bool)
+    for i, c in enumerate(cols):
+        s = f.get_column(c)
+        valid[:, i] = s.is_not_null().to_numpy()
+        values[:, i] = s.to_numpy()  # nulls turn NaN here; ``valid`` leaves them out
+    full = bool(valid.all())  # every line holds every tag (the usual log): plain repeats
+    per_line = valid.sum(axis=1)
+
+    def spread(a: np.ndarray) -> np.ndarray:
+        """A per-line array -> one entry per row."""
+        if by_line:
+            return np.repeat(a, k) if full else np.repeat(a, per_line)
+        return np.tile(a, k) if full else np.concatenate([a[valid[:, i]] for i in range(k)])
+
+    def per_row(s: pl.Series) -> pl.Series:
+        if s.null_count():  # nulls kept: through line indexes
+            return s.gather(spread(np.arange(n, dtype=np.int64)))
+        return pl.Series(s.name, spread(s.to_numpy()), dtype=s.dtype)
+
+    # Line after line is the C order of the (line, tag) table; tag after tag its transpose.
+    codes = np.arange(k, dtype=np.uint32)
+    if full:
+        value = values.ravel() if by_line else values.ravel(order="F")
+        tag = np.tile(codes, n) if by_line else np.repeat(codes, n)
+    else:
+        grid = np.broadcast_to(codes, (n, k))
+        value = values[valid] if by_line else values.T[valid.T]
+        tag = grid[valid] if by_line else grid.T[valid.T]
+    del values
+    names = pl.Series("tag", [wide.tags[j] for j in present], dtype=pl.Categorical)
+    return pl.DataFrame(
+        [
+            per_row(f.get_column("ln")),
+            per_row(f.get_column("step")),
+            names.gather(tag),
+            pl.Series("value", value, dtype=pl.Float64),
+            per_row(f.get_column("wall_time")),
+        ]
+    )
+
+
+def _quiet(wide: WideRows, present: list[int], rest: pl.DataFrame, counters: list[str]) -> bool:
+    """True when restart numbering (forensics.importers.restarts) would find no restart and
+    the interleaving check no series going back: no series' step goes back, no counter
+    falls to less than half of its previous value, and no relative clock. ``rest`` in the
+    order of the frame."""
+    f = wide.frame
+    wide_tags = [wide.tags[j] for j in present]
+    rest_tags = set(rest.get_column("tag").cast(pl.Utf8).unique().to_list())
+    if len(set(wide_tags)) < len(wide_tags) or rest_tags & set(wide_tags):
+        return False  # a tag's rows come from several places: the full check decides
+    # Every wide row sits on a line of ``f``, so a series never goes back if the lines don't.
+    if f.select((pl.col("step").diff() < 0).any()).item():
+        return False
+    known = rest.filter(pl.col("step").is_not_null())
+    if known.height and known.select((pl.col("step").diff().over("tag") < 0).any()).item():
+        return False
+    for t in counters:
+        if t in wide_tags:
+            v = f.get_column(wide.columns[present[wide_tags.index(t)]]).drop_nulls()
+        else:
+            v = known.filter(pl.col("tag").cast(pl.Utf8) == t).get_column("value")
+        x = v.to_numpy().astype(np.float64)
+        if len(x) > 1 and bool(np.any((x[:-1] > 0) & (x[1:] < 0.5 * x[:-1]))):
+            return False
+    # A relative clock (seconds since the job started) may fall back: the full check decides.
+    clock = pl.col("wall_time")
+    usable = clock.is_finite() & (clock >= 0)
+    top = max(
+        (
+            x
+            for x in (
+                f.select(clock.filter(usable & wide.has_rows()).max()).item(),
+                rest.select(clock.filter(usable).max()).item(),
+            )
+            if x is not None
+        ),
+        default=None,
+    )
+    return top is None or top >= _RELATIVE_CLOCK

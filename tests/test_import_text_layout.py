@@ -1,0 +1,120 @@
+"""The fast Megatron path gives the same frame as the plain long-row path.
+
+The importer reads a big Megatron log in pieces and keeps its common layout wide
+(forensics/importers/text/megatron.py, layout.py), laying the rows out once in the order
+restart numbering wants and skipping that numbering when no series can restart. Here the
+same logs are read that way and the plain way (every row long, canonical frame, restart
+numbering, as importers/text/__init__.py did before), and read whole and in small pieces:
+the frames must be equal row for row.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.importers.base import Source
+from forensics.importers.restarts import assign_segments, counter_tags
+from forensics.importers.text import IMPORTER, _elapsed_as_wall_time, layout, megatron, parse_text
+from forensics.schema import conform
+
+
+def _log(
+    n: int,
+    seed: int,
+    *,
+    consumed: bool = True,
+    restart_at: int | None = None,
+    reset_at: int | None = None,
+    noise: bool = False,
+) -> bytes:
+    """A Megatron-LM stdout log in the shape ``training_log`` prints it."""
+    rng = random.Random(seed)
+    out = ["using world size: 8, data-parallel size: 2"]
+    step = base = 0
+    for i in range(n):
+        step += 1
+        if restart_at is not None and i == restart_at:
+            step -= 40  # resumed from an earlier checkpoint
+        if reset_at is not None and i == reset_at:
+            base = step  # a new job counting its samples from 0 while the step goes on
+        keys = []
+        if consumed:
+            keys.append(f"consumed samples: {(step - base) * 512:12d}")
+        keys += [
+            f"elapsed time per iteration (ms): {500 + rng.random() * 10:.1f}",
+            f"learning rate: {1.5e-4 * min(1.0, step / 100):.6E}",
+            f"global batch size: {512 if step < n // 2 else 1024:5d}",
+            f"lm loss: {2 + 8 / (1 + step / 100) + rng.random() * 0.01:.6E}",
+            f"loss scale: {65536.0 if step < n // 3 else 32768.0}",
+        ]
+        old_fork = noise and rng.random() < 0.03  # printed before grad norm existed
+        if not old_fork:
+            keys.append(f"grad norm: {1 + rng.random():.3f}")
+        keys.append("number of skipped iterations:   0")
+        date = f"[2024-05-01 {10 + step // 3600:02d}:{step // 60 % 60:02d}:{step % 60:02d}]"
+        line = f" {date} iteration {step:8d}/{n:8d} | " + " | ".join(keys) + " |"
+        out.append(line)
+        if noise and rng.random() < 0.05:
+            out.append(line)  # another rank printed the same iteration
+        if noise and step % 97 == 0:
+            out.append(
+                f" validation loss at iteration {step} | lm loss value: {rng.random() + 2:.6E} |"
+                f" lm loss PPL: {rng.random() * 10 + 7:.6E} |"
+            )
+        if noise and rng.random() < 0.01:
+            out.append(f" iteration {step:8d}/{n:8d} | loss scale: -1.0 | lm loss: nan |")
+    return ("\n".join(out) + "\n").encode()
+
+
+def _source(tmp_path: Path) -> Source:
+    return Source("text_logs", [tmp_path / "train.log"], "train.log", tmp_path, scope="file")
+
+
+def _long_way(raw: bytes) -> pl.DataFrame:
+    """The frame built from every row as a long row (the importer's plain path)."""
+    log = parse_text(raw, "train.log")
+    frame = layout.canonical(log.frame, log.families[0], "train.log", log.x_kind)
+    frame, elapsed = _elapsed_as_wall_time(frame, "train.log")
+    counters = counter_tags(frame.get_column("tag").unique().to_list())
+    if log.may_restart or counters or elapsed:
+        frame = assign_segments(conform(frame))
+    return frame
+
+
+CASES = {
+    "clean": {},
+    "restart": {"restart_at": 900},
+    "noisy": {"noise": True},
+    "noisy_restart": {"noise": True, "restart_at": 700},
+    "counter_reset": {"reset_at": 800},
+    "no_counter": {"consumed": False, "noise": True},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fast_path_equals_long_rows(case: str, tmp_path: Path) -> None:
+    raw = _log(1500, seed=len(case), **CASES[case])
+    res = IMPORTER.read_raw(_source(tmp_path), raw)
+    ref = _long_way(raw)
+    assert res.frame.height == ref.height > 0
+    assert res.frame.equals(ref)
+    restarted = "restart" in case or "reset" in case
+    assert (res.frame.get_column("segment").max() == 1) is restarted
+    assert any(f.kind.value == "restart" for f in res.findings) is restarted
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pieces_equal_whole(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = _log(1500, seed=10 + len(case), **CASES[case])
+    whole = IMPORTER.read_raw(_source(tmp_path), raw)
+    # ~5 pieces, each with more than the 200 iteration lines the layout is read from.
+    monkeypatch.setattr(megatron, "CHUNK_BYTES", 90_000)
+    assert len(megatron._spans(raw, megatron.CHUNK_BYTES)) >= 4
+    pieces = IMPORTER.read_raw(_source(tmp_path), raw)
+    assert pieces.frame.equals(whole.frame)
+    assert pieces.notes == whole.notes
+    assert [f.to_dict() for f in pieces.findings] == [f.to_dict() for f in whole.findings]
