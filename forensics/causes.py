@@ -571,13 +571,29 @@ def _shared_data() -> Cause:
 
 
 def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
-    outs = [
+    near = _near(ev)
+    covering = [
         g
         for g in findings
         if g.kind is FindingKind.ACTIVATION_OUTLIER
         and g.start_step <= f.start_step + 1
-        and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step - _near(ev)
+        and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step - near
     ]
+    # Only an outlier that began near this onset can be what changed here; one that has been
+    # out of range since long before is a standing condition (a start-up outlier stays open).
+    outs = [g for g in covering if g.start_step >= f.start_step - near]
+    if covering and not outs:
+        first = min(g.start_step for g in covering)
+        layers = sorted({int(v) for g in covering if isinstance(v := g.measures.get("layer"), int)})
+        lay = f" in layer{'s' if len(layers) > 1 else ''} " + ", ".join(map(str, layers))
+        return Cause(
+            "activations",
+            UNTESTED,
+            f"activations{lay if layers else ''} have been out of their range since step "
+            f"{first:,}, {f.start_step - first:,} steps before this onset: a standing "
+            "condition, not a change at it",
+            (first,),
+        )
     if outs:
         first = min(g.start_step for g in outs)
         layers = sorted({int(v) for g in outs if isinstance(v := g.measures.get("layer"), int)})

@@ -141,3 +141,18 @@ def test_terminal_names_the_cause(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "cause (supported): An LR change no schedule explains" in out
     assert "0.001578 -> 0.07864 at step 500" in out
+
+
+def test_a_standing_activation_outlier_is_not_what_changed() -> None:
+    """histogram_layers: layer 0's activation spread is out of range from step 40 (a start-up
+    outlier that stays open). The loss spike at 301 cannot be explained by it: the activations
+    cause is left untested with the reason, not supported; the outlier's own neighbourhood
+    (the grad-norm spike at 59) still cites it."""
+    d = diag("histogram_layers")
+    spike = _first(d, "loss_spike")
+    assert spike.start_step > 290
+    act = _by(d, spike)["activations"]
+    assert act.status == UNTESTED, act
+    assert "since step 40" in act.evidence and "standing condition" in act.evidence
+    early = next(f for f in d.findings if f.kind.value == "grad_norm_spike" and f.start_step < 100)
+    assert _by(d, early)["activations"].status == SUPPORTED
