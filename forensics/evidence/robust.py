@@ -41,6 +41,8 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
+from forensics.evidence import order_stats
+
 MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
 
 SCORE_SCHEMA = {
@@ -183,8 +185,44 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     ``theilslopes``; the interval from the normal approximation of Kendall's S without tie
     corrections. Written with numpy so that spike detection does not pay for importing
     scipy.stats (over a second) on every run.
+
+    Where no slope can be NaN or -0.0 (:func:`~forensics.evidence.order_stats.plain_for_slopes`:
+    every log's trend window), the order statistics come from
+    :mod:`~forensics.evidence.order_stats` (the same values, several times faster); otherwise
+    from :func:`_theil_sen_plain`, the straightforward computation.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    if n < _FAST_MIN_POINTS or not order_stats.plain_for_slopes(x, y):
+        return _theil_sen_plain(x, y, z)
+    nt = n * (n - 1) // 2
+    lo, mid, hi = _interval_ranks(n, nt, z)
+    ks = sorted({lo, max(mid - 1, 0), mid, hi})
+    got = dict(zip(ks, order_stats.select(order_stats.pairwise_slopes(x, y), ks), strict=True))
+    # A zero slope may have been formed as -0.0; the straightforward slopes have none (+0.0).
+    if nt % 2:
+        slope = float(got[mid] + 0.0)
+    else:  # np.mean of the two middle values, as np.median forms it
+        slope = float((np.float64(0.0) + got[mid - 1] + got[mid]) / 2.0)
+    intercept = float(order_stats.median(y) - slope * order_stats.median_of_increasing(x))
+    return slope, intercept, float(got[lo] + 0.0), float(got[hi] + 0.0)
+
+
+_FAST_MIN_POINTS = 40  # below this the plain computation is as fast
+
+
+def _interval_ranks(n: int, nt: int, z: float) -> tuple[int, int, int]:
+    """Ranks of the interval's ends and of the (upper) median among ``nt`` slopes of n points."""
+    sigma = np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    hi = min(int(round((nt + z * sigma) / 2.0)), nt - 1)
+    lo = max(int(round((nt - z * sigma) / 2.0)) - 1, 0)
+    return lo, nt // 2, hi
+
+
+def _theil_sen_plain(
+    x: np.ndarray, y: np.ndarray, z: float = 1.96
+) -> tuple[float, float, float, float]:
+    """:func:`theil_sen` computed straightforwardly (every input, NaN and -0.0 included)."""
     i, j = _pairs(len(x))
     dx = x[j] - x[i]
     ok = dx != 0
@@ -192,13 +230,10 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     if len(slopes) == 0:
         return 0.0, float(np.median(y)), 0.0, 0.0
     n, nt = len(x), len(slopes)
-    sigma = np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    hi = min(int(round((nt + z * sigma) / 2.0)), nt - 1)
-    lo = max(int(round((nt - z * sigma) / 2.0)) - 1, 0)
+    lo, mid, hi = _interval_ranks(n, nt, z)
     # The median and the interval are order statistics: one partition, not a sort (the same
     # values, in linear time). The median as np.median forms it: the middle value, or the
     # mean of the two middle values; NaN slopes go through np.median itself.
-    mid = nt // 2
     if np.isnan(slopes).any():
         slope = float(np.median(slopes))
         part = np.partition(slopes, [lo, hi])
