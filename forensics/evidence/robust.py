@@ -192,12 +192,30 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     from :func:`_theil_sen_plain`, the straightforward computation.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    fast = _theil_sen_fast(x, y, z, interval=True)
+    return fast if fast is not None else _theil_sen_plain(x, y, z)
+
+
+def theil_sen_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """``theil_sen(x, y)[:2]``, the line alone: only the middle slopes are selected."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    fast = _theil_sen_fast(x, y, 1.96, interval=False)
+    slope, intercept, _, _ = fast if fast is not None else _theil_sen_plain(x, y)
+    return slope, intercept
+
+
+def _theil_sen_fast(
+    x: np.ndarray, y: np.ndarray, z: float, *, interval: bool
+) -> tuple[float, float, float, float] | None:
+    """:func:`theil_sen` through :mod:`~forensics.evidence.order_stats`, or None where that
+    path does not apply (few points, or a slope could be NaN or -0.0). Without ``interval``
+    its ends are NaN (not selected)."""
     n = len(x)
     if n < _FAST_MIN_POINTS or not order_stats.plain_for_slopes(x, y):
-        return _theil_sen_plain(x, y, z)
+        return None
     nt = n * (n - 1) // 2
     lo, mid, hi = _interval_ranks(n, nt, z)
-    ks = sorted({lo, max(mid - 1, 0), mid, hi})
+    ks = sorted({lo, max(mid - 1, 0), mid, hi} if interval else {max(mid - 1, 0), mid})
     got = dict(zip(ks, order_stats.select(order_stats.pairwise_slopes(x, y), ks), strict=True))
     # A zero slope may have been formed as -0.0; the straightforward slopes have none (+0.0).
     if nt % 2:
@@ -205,6 +223,8 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     else:  # np.mean of the two middle values, as np.median forms it
         slope = float((np.float64(0.0) + got[mid - 1] + got[mid]) / 2.0)
     intercept = float(order_stats.median(y) - slope * order_stats.median_of_increasing(x))
+    if not interval:
+        return slope, intercept, float("nan"), float("nan")
     return slope, intercept, float(got[lo] + 0.0), float(got[hi] + 0.0)
 
 

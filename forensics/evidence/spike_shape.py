@@ -22,7 +22,7 @@ import numpy as np
 
 from forensics.evidence.order_stats import median
 from forensics.evidence.reuse import fit_trend_reusing
-from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen
+from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen, theil_sen_line
 from forensics.params import SpikesParams
 
 
@@ -133,7 +133,7 @@ def _backtest(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
     half = len(xs) // 2
     if half < 3 or np.ptp(xs[:half]) <= 0:
         return 0.0, 1.0
-    slope, intercept, _, _ = theil_sen(xs[:half], ys[:half])
+    slope, intercept = theil_sen_line(xs[:half], ys[:half])
     miss = float(abs(median(ys[half:] - (intercept + slope * xs[half:]))))
     h = float(median(xs[half:]) - median(xs[:half]))
     return miss, max(h, 1e-9)
@@ -183,7 +183,9 @@ def measure(
     base_y = np.log(baseline_at_peak) if log_scale else baseline_at_peak
     # Through the watcher's memo when one is active (forensics.evidence.reuse): same inputs,
     # same fit.
-    trend = fit_trend_reusing(steps[lo0 : onset + 1], y_of(lo0, onset + 1), onset - lo0, base_y, sigma, p)
+    trend = fit_trend_reusing(
+        steps[lo0 : onset + 1], y_of(lo0, onset + 1), onset - lo0, base_y, sigma, p
+    )
     if interval is None:
         interval = float(np.median(np.diff(steps))) if n > 1 else 1.0
     # The band's parts as Trend.upper forms them, for (upper - at) in the same operations.
@@ -222,7 +224,7 @@ def measure(
 
     # Width: the contiguous run of points above the alarm line that holds the peak.
     line = max(alarm, 0.0)
-    left = np.flatnonzero(~(resid(onset, peak) > line)) if peak > onset else ()
+    left = np.flatnonzero(~(resid(onset, peak) > line)) if peak > onset else np.empty(0, int)
     first = onset + int(left[-1]) + 1 if len(left) else onset
     last, a, size = peak, peak + 1, _CHUNK
     while a < n:
@@ -234,7 +236,7 @@ def measure(
         last, a, size = b - 1, b, size * 2
     width_steps = int(steps[last] - steps[first] + interval)
 
-    end = rec_idx if recovered else n
+    end = rec_idx if rec_idx is not None else n
     seg_steps = steps[onset:end]
     trend_v = inverse(at(onset, end), log_scale)
     dt = np.diff(np.append(seg_steps, seg_steps[-1] + interval)) if len(seg_steps) else np.array([])
@@ -268,9 +270,7 @@ def measure(
             # at that distance from the fit.
             unc = float(trend.uncertainty(np.array([np.median(steps[w0:w1])]))[0])
             unc_rel = (
-                float(np.expm1(unc))
-                if log_scale
-                else unc / max(float(median(np.abs(tv))), 1e-12)
+                float(np.expm1(unc)) if log_scale else unc / max(float(median(np.abs(tv))), 1e-12)
             )
             if plateau_rel > p.plateau_tol + unc_rel:
                 clearly = 1
