@@ -15,10 +15,10 @@ Python overhead held most of the spike detector's time.
   rounded value except that a zero ``dy`` gives -0.0 instead of +0.0 (rounding to nearest
   is symmetric under negation).
 * :func:`select` returns the k-th smallest values of an array without NaN by bracketing:
-  order statistics of a strided sample give two bounds, the elements between them are
-  partitioned and the count below the lower bound shifts the ranks. A bracket that misses
-  (the sample was unlucky) falls back to ``np.partition`` of everything: the sample decides
-  only the speed, never the values.
+  order statistics of a sample give two bounds, the values are binned (equal-width bins
+  between the bounds, one bin below, one above) and the bins' counts say which bin holds
+  each rank: only those bins are partitioned. The sample decides only the speed, never the
+  values.
 
 An order statistic is a value, so any correct selection returns the same one; the only
 doubles that compare equal with different bits are +0.0 and -0.0 (NaN is excluded). Hence
@@ -29,9 +29,11 @@ straightforward computation can be -0.0 (see there), and the selected zeros are 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-_SAMPLE_STRIDE = 7  # every 7th slope bounds the bracket (odd: no aliasing with 2-, 5-, 10-periods)
+_SAMPLE_EVERY = 101  # the bracket comes from one value in 101, at random positions (fixed per size)
 _BRACKET_MIN = 2000  # below this many values one partition is as cheap as bracketing
 _TINY = 2.0**-900  # nonzero |y| at least this: no difference of two y values is subnormal
 _X_MAX = 2.0**60  # |x| below this: no slope underflows to zero (see plain_for_slopes)
@@ -111,36 +113,67 @@ def _wrapped(v: np.ndarray, m: int) -> np.ndarray:
 
 
 def select(a: np.ndarray, ks: list[int]) -> np.ndarray:
-    """The values ``np.partition(a, ks)[ks]`` (``ks`` sorted, distinct; ``a`` without NaN), by
-    bracketing them between order statistics of a sample (see the module text)."""
+    """The values ``np.partition(a, ks)[ks]`` (``ks`` sorted, distinct; ``a`` without NaN).
+
+    Two order statistics of a sample bracket the ranks wanted; the values are then binned by
+    ``floor((a - low) * scale + 1)``, clipped to [0, nb + 1]: equal-width bins between the
+    bounds, everything below in bin 0, everything above in the last. Each rounding is
+    monotone, so a bin holds a run of the sorted values and the bins' counts say which bin
+    holds each rank; only those bins are partitioned. The bounds decide only how small those
+    bins are (a sample that misses makes a rank fall into an end bin: still exact, slower).
+    """
     n = len(a)
     if n < _BRACKET_MIN:
         return np.partition(a, ks)[ks]
-    sample = a[::_SAMPLE_STRIDE]
+    sample = a[_sample_positions(n)]
     ms = len(sample)
     # Six binomial standard deviations of a sample rank near the median, each side (slopes
     # sharing a point are correlated: the sample's ranks spread more than binomially).
     margin = int(3.0 * np.sqrt(ms)) + 16
     ra = ks[0] * ms // n - margin
     rb = -(-ks[-1] * ms // n) + margin
-    kk = [r for r in (ra, rb) if 0 <= r < ms]
-    if not kk:
+    if ra < 0 or rb >= ms:  # the bracket would hold most of the values
         return np.partition(a, ks)[ks]
-    sp = np.partition(sample, kk)
-    if ra >= 0:
-        low = sp[ra]
-        below = int(np.count_nonzero(a < low))
-        keep = a >= low
-        if rb < ms:
-            keep &= a <= sp[rb]
-    else:
-        below = 0
-        keep = a <= sp[rb]
-    cand = a[keep]
-    if below > ks[0] or below + len(cand) <= ks[-1]:
+    sp = np.partition(sample, [ra, rb])
+    low, high = sp[ra], sp[rb]
+    nb = max(4, (rb - ra) * _SAMPLE_EVERY // _PER_BIN)
+    with np.errstate(all="ignore"):
+        scale = nb / (high - low)
+    if not (np.isfinite(scale) and scale > 0):
         return np.partition(a, ks)[ks]
-    shifted = [k - below for k in ks]
-    return np.partition(cand, shifted)[shifted]
+    with np.errstate(all="ignore"):  # far values overflow to +-inf: clipped like the rest
+        t = a - low
+        t *= scale
+        t += 1.0
+    np.clip(t, 0.0, nb + 1.0, out=t)
+    idx = t.astype(np.intp)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=nb + 2))])
+    bins = np.searchsorted(starts, ks, side="right") - 1  # the bin holding each rank
+    out = np.empty(len(ks))
+    i = 0
+    while i < len(ks):
+        b = int(bins[i])
+        j = i
+        while j < len(ks) and bins[j] == b:
+            j += 1
+        local = [k - int(starts[b]) for k in ks[i:j]]
+        out[i:j] = np.partition(a[idx == b], local)[local]
+        i = j
+    return out
+
+
+_PER_BIN = 48  # values per bin between the bounds, about
+
+
+@lru_cache(maxsize=16)
+def _sample_positions(n: int) -> np.ndarray:
+    """Where :func:`select` samples an array of n values: random positions, seeded by n (a
+    strided sample aliases with the slopes' layout for some window lengths, and a biased
+    sample only makes brackets miss)."""
+    rng = np.random.default_rng(n)
+    pos = np.sort(rng.choice(n, size=n // _SAMPLE_EVERY, replace=False))
+    pos.flags.writeable = False
+    return pos
 
 
 __all__ = ["median", "median_of_increasing", "pairwise_slopes", "plain_for_slopes", "select"]
