@@ -20,7 +20,7 @@ from synthetic import long_frame, run_from_frame
 
 from forensics.config import Config
 from forensics.evidence import Evidence, order_stats
-from forensics.evidence.robust import theil_sen, theil_sen_line
+from forensics.evidence.robust import theil_sen, theil_sen_line, theil_sen_with_half
 from forensics.evidence.spike_shape import ShapeParams, fit_trend, log_steps, measure
 from forensics.importers import read_run
 from forensics.params import SpikesParams
@@ -84,7 +84,7 @@ def _abscissa(rng: np.random.Generator, n: int) -> np.ndarray:
 def test_theil_sen_equals_the_straightforward_fit() -> None:
     rng = np.random.default_rng(17)
     for _ in range(600):
-        n = int(rng.choice([2, 3, 5, 39, 40, 41, 64, 150, 151, 299, 300]))
+        n = int(rng.choice([2, 3, 5, 39, 40, 41, 64, 80, 81, 150, 151, 299, 300]))
         x, y = _abscissa(rng, n), _series(rng, n, int(rng.integers(0, 8)))
         if rng.random() < 0.05:  # repeated abscissae: pairs with dx = 0 are left out
             x = np.sort(np.round(x, 1))
@@ -92,6 +92,10 @@ def test_theil_sen_equals_the_straightforward_fit() -> None:
             want = ref.theil_sen(x, y)
             assert _bits(theil_sen(x, y)) == _bits(want), (n, x, y)
             assert _bits(theil_sen_line(x, y)) == _bits(want[:2])
+            whole, half = theil_sen_with_half(x, y)
+            assert _bits(whole) == _bits(want)
+            if half is not None:  # the first half's line from the whole's slopes
+                assert _bits(half) == _bits(ref.theil_sen(x[: n // 2], y[: n // 2])[:2])
 
 
 def test_fast_path_is_taken_on_log_windows() -> None:

@@ -102,6 +102,17 @@ def pairwise_slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=8)
+def first_half_pairs(n: int) -> np.ndarray:
+    """Positions in :func:`pairwise_slopes` of n points of the pairs i < j < n // 2 (each
+    formed there as ``(y[j] - y[i]) / (x[j] - x[i])``: offsets below n // 2 never wrap for
+    them)."""
+    h = n // 2
+    pos = np.concatenate([(d - 1) * n + np.arange(h - d) for d in range(1, h)])
+    pos.flags.writeable = False
+    return pos
+
+
 def _wrapped(v: np.ndarray, m: int) -> np.ndarray:
     """The (m, n) read-only view ``w[d - 1, i] = v[(i + d) % n]``."""
     n = len(v)
@@ -176,4 +187,11 @@ def _sample_positions(n: int) -> np.ndarray:
     return pos
 
 
-__all__ = ["median", "median_of_increasing", "pairwise_slopes", "plain_for_slopes", "select"]
+__all__ = [
+    "first_half_pairs",
+    "median",
+    "median_of_increasing",
+    "pairwise_slopes",
+    "plain_for_slopes",
+    "select",
+]

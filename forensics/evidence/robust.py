@@ -204,19 +204,46 @@ def theil_sen_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, intercept
 
 
+def theil_sen_with_half(
+    x: np.ndarray, y: np.ndarray
+) -> tuple[tuple[float, float, float, float], tuple[float, float] | None]:
+    """``theil_sen(x, y)`` and, where the fast path applies, ``theil_sen_line`` of the first
+    half (``len(x) // 2`` points) with its slopes taken from the whole's: the pairs within the
+    first half, each formed as the half's own computation forms it. None for the half where
+    the fast path does not apply (the caller fits it, if at all, on its own)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    h = n // 2
+    if h < _FAST_MIN_POINTS or not order_stats.plain_for_slopes(x, y):
+        return theil_sen(x, y), None
+    slopes = order_stats.pairwise_slopes(x, y)
+    whole = _from_slopes(slopes, x, y, 1.96, interval=True)
+    # x[:h] is strictly increasing too and y[:h] is part of y: the half needs no check.
+    half = _from_slopes(slopes[order_stats.first_half_pairs(n)], x[:h], y[:h], 1.96, interval=False)
+    return whole, half[:2]
+
+
 def _theil_sen_fast(
     x: np.ndarray, y: np.ndarray, z: float, *, interval: bool
 ) -> tuple[float, float, float, float] | None:
     """:func:`theil_sen` through :mod:`~forensics.evidence.order_stats`, or None where that
     path does not apply (few points, or a slope could be NaN or -0.0). Without ``interval``
     its ends are NaN (not selected)."""
-    n = len(x)
-    if n < _FAST_MIN_POINTS or not order_stats.plain_for_slopes(x, y):
+    if len(x) < _FAST_MIN_POINTS or not order_stats.plain_for_slopes(x, y):
         return None
+    return _from_slopes(order_stats.pairwise_slopes(x, y), x, y, z, interval=interval)
+
+
+def _from_slopes(
+    slopes: np.ndarray, x: np.ndarray, y: np.ndarray, z: float, *, interval: bool
+) -> tuple[float, float, float, float]:
+    """The fast path's line from all n(n-1)/2 slopes of (x, y) (no NaN; no -0.0 in the
+    straightforward computation, any zero formed here taken as +0.0)."""
+    n = len(x)
     nt = n * (n - 1) // 2
     lo, mid, hi = _interval_ranks(n, nt, z)
     ks = sorted({lo, max(mid - 1, 0), mid, hi} if interval else {max(mid - 1, 0), mid})
-    got = dict(zip(ks, order_stats.select(order_stats.pairwise_slopes(x, y), ks), strict=True))
+    got = dict(zip(ks, order_stats.select(slopes, ks), strict=True))
     # A zero slope may have been formed as -0.0; the straightforward slopes have none (+0.0).
     if nt % 2:
         slope = float(got[mid] + 0.0)

@@ -22,7 +22,7 @@ import numpy as np
 
 from forensics.evidence.order_stats import median
 from forensics.evidence.reuse import fit_trend_reusing
-from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen, theil_sen_line
+from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen_line, theil_sen_with_half
 from forensics.params import SpikesParams
 
 
@@ -106,10 +106,11 @@ def fit_trend(
     if len(sel) >= p.min_trend_points:
         xs, ys = log_steps(steps[sel]), y[sel]
         if np.ptp(xs) > 0:
-            slope, intercept, low, high = theil_sen(xs, ys)
+            # The backtest's line shares the fit's slopes where it can (the same numbers).
+            (slope, intercept, low, high), half_line = theil_sen_with_half(xs, ys)
             resid = ys - (intercept + slope * xs)
             sigma = MAD_TO_SIGMA * float(median(np.abs(resid - median(resid))))
-            err, h = _backtest(xs, ys)
+            err, h = _backtest(xs, ys, half_line)
             return Trend(
                 float(intercept),
                 float(slope),
@@ -124,16 +125,21 @@ def fit_trend(
     return Trend(level, 0.0, 0.0, 0.0, fallback_sigma, "level")
 
 
-def _backtest(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
+def _backtest(
+    xs: np.ndarray, ys: np.ndarray, line: tuple[float, float] | None = None
+) -> tuple[float, float]:
     """Fit the first half, predict the second: the miss (median residual) and the distance.
+    ``line``: the first half's Theil-Sen line when already fitted.
 
     At the fast-falling start of training a line fitted to a few hundred steps does not
     extrapolate: this measures by how much, from the data itself.
     """
     half = len(xs) // 2
-    if half < 3 or np.ptp(xs[:half]) <= 0:
-        return 0.0, 1.0
-    slope, intercept = theil_sen_line(xs[:half], ys[:half])
+    if line is None:
+        if half < 3 or np.ptp(xs[:half]) <= 0:
+            return 0.0, 1.0
+        line = theil_sen_line(xs[:half], ys[:half])
+    slope, intercept = line
     miss = float(abs(median(ys[half:] - (intercept + slope * xs[half:]))))
     h = float(median(xs[half:]) - median(xs[:half]))
     return miss, max(h, 1e-9)
