@@ -188,8 +188,8 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
 
     Where no slope can be NaN or -0.0 (:func:`~forensics.evidence.order_stats.plain_for_slopes`:
     every log's trend window), the order statistics come from
-    :mod:`~forensics.evidence.order_stats` (the same values, several times faster); otherwise
-    from :func:`_theil_sen_plain`, the straightforward computation.
+    :mod:`~forensics.evidence.order_stats` (the same values, about twice as fast at 300
+    points); otherwise from :func:`_theil_sen_plain`, the straightforward computation.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     fast = _theil_sen_fast(x, y, z, interval=True)
