@@ -41,6 +41,7 @@ from functools import lru_cache, partial
 import numpy as np
 import polars as pl
 
+from forensics.evidence import order_stats
 from forensics.evidence.reuse import local_reusing
 
 MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
@@ -200,8 +201,91 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     ``theilslopes``; the interval from the normal approximation of Kendall's S without tie
     corrections. Written with numpy so that spike detection does not pay for importing
     scipy.stats (over a second) on every run.
+
+    Where no slope can be NaN or -0.0 (:func:`~forensics.evidence.order_stats.plain_for_slopes`:
+    every log's trend window), the order statistics come from
+    :mod:`~forensics.evidence.order_stats` (the same values, about twice as fast at 300
+    points); otherwise from :func:`_theil_sen_plain`, the straightforward computation.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    fast = _theil_sen_fast(x, y, z, interval=True)
+    return fast if fast is not None else _theil_sen_plain(x, y, z)
+
+
+def theil_sen_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """``theil_sen(x, y)[:2]``, the line alone: only the middle slopes are selected."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    fast = _theil_sen_fast(x, y, 1.96, interval=False)
+    slope, intercept, _, _ = fast if fast is not None else _theil_sen_plain(x, y)
+    return slope, intercept
+
+
+def theil_sen_with_half(
+    x: np.ndarray, y: np.ndarray
+) -> tuple[tuple[float, float, float, float], tuple[float, float] | None]:
+    """``theil_sen(x, y)`` and, where the fast path applies, ``theil_sen_line`` of the first
+    half (``len(x) // 2`` points) with its slopes taken from the whole's: the pairs within the
+    first half, each formed as the half's own computation forms it. None for the half where
+    the fast path does not apply (the caller fits it, if at all, on its own)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    h = n // 2
+    if h < _FAST_MIN_POINTS or not order_stats.plain_for_slopes(x, y):
+        return theil_sen(x, y), None
+    slopes = order_stats.pairwise_slopes(x, y)
+    whole = _from_slopes(slopes, x, y, 1.96, interval=True)
+    # x[:h] is strictly increasing too and y[:h] is part of y: the half needs no check.
+    half = _from_slopes(slopes[order_stats.first_half_pairs(n)], x[:h], y[:h], 1.96, interval=False)
+    return whole, half[:2]
+
+
+def _theil_sen_fast(
+    x: np.ndarray, y: np.ndarray, z: float, *, interval: bool
+) -> tuple[float, float, float, float] | None:
+    """:func:`theil_sen` through :mod:`~forensics.evidence.order_stats`, or None where that
+    path does not apply (few points, or a slope could be NaN or -0.0). Without ``interval``
+    its ends are NaN (not selected)."""
+    if len(x) < _FAST_MIN_POINTS or not order_stats.plain_for_slopes(x, y):
+        return None
+    return _from_slopes(order_stats.pairwise_slopes(x, y), x, y, z, interval=interval)
+
+
+def _from_slopes(
+    slopes: np.ndarray, x: np.ndarray, y: np.ndarray, z: float, *, interval: bool
+) -> tuple[float, float, float, float]:
+    """The fast path's line from all n(n-1)/2 slopes of (x, y) (no NaN; no -0.0 in the
+    straightforward computation, any zero formed here taken as +0.0)."""
+    n = len(x)
+    nt = n * (n - 1) // 2
+    lo, mid, hi = _interval_ranks(n, nt, z)
+    ks = sorted({lo, max(mid - 1, 0), mid, hi} if interval else {max(mid - 1, 0), mid})
+    got = dict(zip(ks, order_stats.select(slopes, ks), strict=True))
+    # A zero slope may have been formed as -0.0; the straightforward slopes have none (+0.0).
+    if nt % 2:
+        slope = float(got[mid] + 0.0)
+    else:  # np.mean of the two middle values, as np.median forms it
+        slope = float((np.float64(0.0) + got[mid - 1] + got[mid]) / 2.0)
+    intercept = float(order_stats.median(y) - slope * order_stats.median_of_increasing(x))
+    if not interval:
+        return slope, intercept, float("nan"), float("nan")
+    return slope, intercept, float(got[lo] + 0.0), float(got[hi] + 0.0)
+
+
+_FAST_MIN_POINTS = 40  # below this the plain computation is as fast
+
+
+def _interval_ranks(n: int, nt: int, z: float) -> tuple[int, int, int]:
+    """Ranks of the interval's ends and of the (upper) median among ``nt`` slopes of n points."""
+    sigma = np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    hi = min(int(round((nt + z * sigma) / 2.0)), nt - 1)
+    lo = max(int(round((nt - z * sigma) / 2.0)) - 1, 0)
+    return lo, nt // 2, hi
+
+
+def _theil_sen_plain(
+    x: np.ndarray, y: np.ndarray, z: float = 1.96
+) -> tuple[float, float, float, float]:
+    """:func:`theil_sen` computed straightforwardly (every input, NaN and -0.0 included)."""
     i, j = _pairs(len(x))
     dx = x[j] - x[i]
     ok = dx != 0
@@ -209,13 +293,10 @@ def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     if len(slopes) == 0:
         return 0.0, float(np.median(y)), 0.0, 0.0
     n, nt = len(x), len(slopes)
-    sigma = np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    hi = min(int(round((nt + z * sigma) / 2.0)), nt - 1)
-    lo = max(int(round((nt - z * sigma) / 2.0)) - 1, 0)
+    lo, mid, hi = _interval_ranks(n, nt, z)
     # The median and the interval are order statistics: one partition, not a sort (the same
     # values, in linear time). The median as np.median forms it: the middle value, or the
     # mean of the two middle values; NaN slopes go through np.median itself.
-    mid = nt // 2
     if np.isnan(slopes).any():
         slope = float(np.median(slopes))
         part = np.partition(slopes, [lo, hi])

@@ -20,8 +20,9 @@ from enum import StrEnum
 
 import numpy as np
 
+from forensics.evidence.order_stats import median
 from forensics.evidence.reuse import fit_trend_reusing
-from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen
+from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen_line, theil_sen_with_half
 from forensics.params import SpikesParams
 
 
@@ -105,36 +106,42 @@ def fit_trend(
     if len(sel) >= p.min_trend_points:
         xs, ys = log_steps(steps[sel]), y[sel]
         if np.ptp(xs) > 0:
-            slope, intercept, low, high = theil_sen(xs, ys)
+            # The backtest's line shares the fit's slopes where it can (the same numbers).
+            (slope, intercept, low, high), half_line = theil_sen_with_half(xs, ys)
             resid = ys - (intercept + slope * xs)
-            sigma = MAD_TO_SIGMA * float(np.median(np.abs(resid - np.median(resid))))
-            err, h = _backtest(xs, ys)
+            sigma = MAD_TO_SIGMA * float(median(np.abs(resid - median(resid))))
+            err, h = _backtest(xs, ys, half_line)
             return Trend(
                 float(intercept),
                 float(slope),
                 float(high - low) / 2.0,
-                float(np.median(xs)),
+                float(median(xs)),
                 max(sigma, fallback_sigma),
                 "trend",
                 err,
                 h,
             )
-    level = float(np.median(y[sel])) if len(sel) else fallback_level
+    level = float(median(y[sel])) if len(sel) else fallback_level
     return Trend(level, 0.0, 0.0, 0.0, fallback_sigma, "level")
 
 
-def _backtest(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
+def _backtest(
+    xs: np.ndarray, ys: np.ndarray, line: tuple[float, float] | None = None
+) -> tuple[float, float]:
     """Fit the first half, predict the second: the miss (median residual) and the distance.
+    ``line``: the first half's Theil-Sen line when already fitted.
 
     At the fast-falling start of training a line fitted to a few hundred steps does not
     extrapolate: this measures by how much, from the data itself.
     """
     half = len(xs) // 2
-    if half < 3 or np.ptp(xs[:half]) <= 0:
-        return 0.0, 1.0
-    slope, intercept, _, _ = theil_sen(xs[:half], ys[:half])
-    miss = float(abs(np.median(ys[half:] - (intercept + slope * xs[half:]))))
-    h = float(np.median(xs[half:]) - np.median(xs[:half]))
+    if line is None:
+        if half < 3 or np.ptp(xs[:half]) <= 0:
+            return 0.0, 1.0
+        line = theil_sen_line(xs[:half], ys[:half])
+    slope, intercept = line
+    miss = float(abs(median(ys[half:] - (intercept + slope * xs[half:]))))
+    h = float(median(xs[half:]) - median(xs[:half]))
     return miss, max(h, 1e-9)
 
 
@@ -151,6 +158,8 @@ def measure(
     p: ShapeParams,
     barriers: list[int] | None = None,
     interval: float | None = None,
+    xs: np.ndarray | None = None,
+    ys: np.ndarray | None = None,
 ) -> dict[str, float | int | str | bool | None]:
     """Shape measures of one spike. ``steps``/``values`` are the finite points of the series,
     sorted by step.
@@ -158,7 +167,9 @@ def measure(
     ``alarm`` is the detection threshold above the trend, in transformed units (log units for
     positive series): the width counts the steps spent above it. ``interval`` is the median
     step difference of ``steps`` (computed when not given; callers measuring many spikes of one
-    series pass it once).
+    series pass it once). ``xs`` and ``ys``, when given, are :func:`log_steps` of ``steps`` and
+    the transformed ``values`` of the whole series (callers measuring many spikes compute them
+    once; element by element they are the numbers computed here on each stretch).
 
     The cost grows with the spike's own extent (trend window, width, recovery, plateau), not
     with the series' length: every array below is computed on the stretch it needs, growing
@@ -166,23 +177,37 @@ def measure(
     whole-series computation (the same element-wise operations on fewer elements).
     """
     n = len(values)
+
+    def x_of(a: int, b: int) -> np.ndarray:
+        return xs[a:b] if xs is not None else log_steps(steps[a:b])
+
+    def y_of(a: int, b: int) -> np.ndarray:
+        return ys[a:b] if ys is not None else _transform(values[a:b], log_scale)
+
     # The trend needs at most trend_max_points (or min_trend_points) points before the onset.
     lo0 = max(0, onset - max(p.trend_max_points, p.min_trend_points))
     base_y = np.log(baseline_at_peak) if log_scale else baseline_at_peak
     # Through the watcher's memo when one is active (forensics.evidence.reuse): same inputs,
     # same fit.
     trend = fit_trend_reusing(
-        steps[lo0 : onset + 1], _transform(values[lo0 : onset + 1], log_scale), onset - lo0,
-        base_y, sigma, p,
-    )  # fmt: skip
+        steps[lo0 : onset + 1], y_of(lo0, onset + 1), onset - lo0, base_y, sigma, p
+    )
     if interval is None:
         interval = float(np.median(np.diff(steps))) if n > 1 else 1.0
+    # The band's parts as Trend.upper forms them, for (upper - at) in the same operations.
+    band = p.band_k * trend.sigma
+    widen = np.maximum(trend.slope_halfwidth, trend.backtest_err / trend.backtest_h)
+
+    def at(a: int, b: int) -> np.ndarray:
+        return trend.intercept + trend.slope * x_of(a, b)
 
     def resid(a: int, b: int) -> np.ndarray:
-        return _transform(values[a:b], log_scale) - trend.at(steps[a:b])
+        return y_of(a, b) - at(a, b)
 
     def upper(a: int, b: int) -> np.ndarray:
-        return trend.upper(steps[a:b], p.band_k) - trend.at(steps[a:b])
+        x = x_of(a, b)
+        t = trend.intercept + trend.slope * x
+        return t + band + widen * np.abs(x - trend.x_center) - t
 
     # Recovery: the first point after the peak where the median of it and the next few points
     # is back inside the band (one lucky low point does not make a recovery).
@@ -192,9 +217,10 @@ def measure(
     while a < n and rec_idx is None:
         b = min(n, a + size)
         hi = min(n, b + m - 1)
-        win = np.lib.stride_tricks.sliding_window_view(
-            np.concatenate([resid(a, hi), np.full(b + m - 1 - hi, np.nan)]), m
-        )
+        r = resid(a, hi)
+        if hi < b + m - 1:
+            r = np.concatenate([r, np.full(b + m - 1 - hi, np.nan)])
+        win = np.lib.stride_tricks.sliding_window_view(r, m)
         inside = np.flatnonzero(_window_median(win) <= upper(a, b))
         if len(inside):
             rec_idx = a + int(inside[0])
@@ -204,7 +230,7 @@ def measure(
 
     # Width: the contiguous run of points above the alarm line that holds the peak.
     line = max(alarm, 0.0)
-    left = np.flatnonzero(~(resid(onset, peak) > line))
+    left = np.flatnonzero(~(resid(onset, peak) > line)) if peak > onset else np.empty(0, int)
     first = onset + int(left[-1]) + 1 if len(left) else onset
     last, a, size = peak, peak + 1, _CHUNK
     while a < n:
@@ -216,9 +242,9 @@ def measure(
         last, a, size = b - 1, b, size * 2
     width_steps = int(steps[last] - steps[first] + interval)
 
-    end = rec_idx if recovered else n
+    end = rec_idx if rec_idx is not None else n
     seg_steps = steps[onset:end]
-    trend_v = inverse(trend.at(seg_steps), log_scale)
+    trend_v = inverse(at(onset, end), log_scale)
     dt = np.diff(np.append(seg_steps, seg_steps[-1] + interval)) if len(seg_steps) else np.array([])
     excess = values[onset:end] - trend_v
     excess_area = float(np.sum(excess * dt)) if len(seg_steps) else 0.0
@@ -237,22 +263,20 @@ def measure(
         w0 = int(np.searchsorted(steps, settle, side="left"))
         w1 = int(np.searchsorted(steps, stop, side="right"))
         if w1 - w0 >= 3:
-            r = resid(w0, w1)
-            shift_y = float(np.median(r))
-            tv = inverse(trend.at(steps[w0:w1]), log_scale)
-            plateau_shift = float(np.median(values[w0:w1] - tv))
+            t = at(w0, w1)
+            shift_y = float(median(y_of(w0, w1) - t))
+            tv = inverse(t, log_scale)
+            plateau_shift = float(median(values[w0:w1] - tv))
             plateau_rel = (
                 float(np.expm1(shift_y))
                 if log_scale
-                else plateau_shift / max(float(np.median(np.abs(tv))), 1e-12)
+                else plateau_shift / max(float(median(np.abs(tv))), 1e-12)
             )
             # "Clearly" shifted: beyond the tolerance plus what the slope's uncertainty allows
             # at that distance from the fit.
             unc = float(trend.uncertainty(np.array([np.median(steps[w0:w1])]))[0])
             unc_rel = (
-                float(np.expm1(unc))
-                if log_scale
-                else unc / max(float(np.median(np.abs(tv))), 1e-12)
+                float(np.expm1(unc)) if log_scale else unc / max(float(median(np.abs(tv))), 1e-12)
             )
             if plateau_rel > p.plateau_tol + unc_rel:
                 clearly = 1
@@ -294,9 +318,13 @@ def _transform(values: np.ndarray, log_scale: bool) -> np.ndarray:
 def _window_median(win: np.ndarray) -> np.ndarray:
     """Row medians of the recovery windows, NaN padding ignored (as ``np.nanmedian``); rows
     without NaN take the fast path (``np.nanmedian`` on small rows goes through masked
-    arrays, about 30x slower)."""
+    arrays, about 30x slower). Rows of three without NaN: the middle value by min / max, plus
+    0.0 as ``np.median`` adds it (its mean starts from 0.0), so a zero comes out as +0.0."""
     bad = np.isnan(win).any(axis=1)
     if not bad.any():
+        if win.shape[1] == 3:
+            a, b, c = win[:, 0], win[:, 1], win[:, 2]
+            return 0.0 + np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
         return np.median(win, axis=1)
     out = np.empty(len(win))
     out[~bad] = np.median(win[~bad], axis=1)

@@ -22,7 +22,7 @@ import numpy as np
 
 from forensics.evidence import robust
 from forensics.evidence.reuse import measure_reusing
-from forensics.evidence.spike_shape import ShapeParams, SpikeClass
+from forensics.evidence.spike_shape import ShapeParams, SpikeClass, log_steps
 from forensics.params import SpikesParams
 from forensics.schema import LOSS
 
@@ -126,9 +126,15 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     # The shape's own interval (np.median of the raw differences), once for all the events.
     shape_interval = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
     barriers = ev.level_barriers
+    # Each spike's shape reads stretches of these: computed once per series (element by
+    # element the numbers measure would compute on each stretch).
+    xs = log_steps(steps)
+    ys = robust.transform(values, log_scale)
+    peaks = [e.peak for e in events]
+    at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
     out: list[Spike] = []
-    for e in events:
-        row = sc.row(e.peak, named=True)
+    for k, e in enumerate(events):
+        row = {c: at_peak[c][k] for c in _ROW}
         # The alarm line above the local baseline, in the score's units (log units for
         # positive series): the z threshold's noise band, at least the height ratio.
         alarm = max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * row["sigma"])
@@ -146,6 +152,8 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
             p=p.shape,
             barriers=barriers,
             interval=shape_interval,
+            xs=xs,
+            ys=ys,
         )
         rec = m["recovered_step"]
         end_step = int(rec) if isinstance(rec, (int, float)) else int(steps[-1])
@@ -172,6 +180,9 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
             )
         )
     return out
+
+
+_ROW = ("value", "baseline", "sigma", "z", "two_sided")  # the score's columns a spike reads
 
 
 def start_zone(steps: np.ndarray, warmup_end: int | None, window: int) -> float | None:

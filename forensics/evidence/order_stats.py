@@ -1,0 +1,197 @@
+"""Order statistics with the exact values numpy gives, at a fraction of the cost.
+
+Spike shapes need, per spike, two Theil-Sen fits (the median and the 95% interval of up to
+44,850 pairwise slopes) and about a dozen medians of a few hundred points: at a million steps
+that is thousands of spikes, and ``np.partition`` of every slope set plus ``np.median``'s
+Python overhead held most of the spike detector's time.
+
+* :func:`median` is ``np.median`` of a 1-D array without NaN: the same partition's middle
+  order statistics and the same arithmetic (``np.mean`` of the one or two middle values is
+  ``(0.0 + a [+ b]) / count``: numpy's sum starts from its identity, so the result never
+  depends on the sign of a zero the partition happened to pick).
+* :func:`pairwise_slopes` forms the n(n-1)/2 slopes ``(y[j] - y[i]) / (x[j] - x[i])`` with
+  contiguous array operations instead of index gathers (each pair once, as ``i + d mod n``
+  for offsets ``d``); a pair reached "backwards" computes ``(-dy) / (-dx)``, the same
+  rounded value except that a zero ``dy`` gives -0.0 instead of +0.0 (rounding to nearest
+  is symmetric under negation).
+* :func:`select` returns the k-th smallest values of an array without NaN by bracketing:
+  order statistics of a sample give two bounds, the values are binned (equal-width bins
+  between the bounds, one bin below, one above) and the bins' counts say which bin holds
+  each rank: only those bins are partitioned. The sample decides only the speed, never the
+  values.
+
+An order statistic is a value, so any correct selection returns the same one; the only
+doubles that compare equal with different bits are +0.0 and -0.0 (NaN is excluded). Hence
+:func:`plain_for_slopes`: the fast Theil-Sen path is taken only where no slope of the
+straightforward computation can be -0.0 (see there), and the selected zeros are returned as
++0.0. ``tests/test_spike_fast_path.py`` compares all of it with the straightforward code.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+_SAMPLE_EVERY = 101  # the bracket comes from one value in 101, at random positions (fixed per size)
+_BRACKET_MIN = 2000  # below this many values one partition is as cheap as bracketing
+_TINY = 2.0**-900  # nonzero |y| at least this: no difference of two y values is subnormal
+_X_MAX = 2.0**60  # |x| below this: no slope underflows to zero (see plain_for_slopes)
+
+
+def median(a: np.ndarray) -> np.float64:
+    """``np.median(a)`` for a 1-D float64 array, bit for bit (NaN and empty arrays go
+    through ``np.median`` itself)."""
+    n = len(a)
+    if n == 0 or np.isnan(a).any():
+        return np.float64(np.median(a))
+    h = n // 2
+    if n % 2:
+        return np.float64(0.0) + np.partition(a, h)[h]
+    part = np.partition(a, [h - 1, h])
+    return (np.float64(0.0) + part[h - 1] + part[h]) / 2.0
+
+
+def plain_for_slopes(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether no slope ``(y[j] - y[i]) / (x[j] - x[i])``, i < j, is NaN or -0.0 and every
+    pair counts (``x`` strictly increasing): then the slopes' order statistics are unique
+    values, whatever algorithm selects them.
+
+    With x strictly increasing and finite (|x| < 2^60) every ``dx`` is positive and below
+    2^61. A slope is -0.0 only if ``dy`` is -0.0 (y[j] = -0.0 and y[i] = +0.0: excluded, no y
+    is -0.0) or underflows to zero: a nonzero ``dy`` is a multiple of 2^-952 when every
+    nonzero |y| is at least 2^-900, and 2^-952 / 2^61 is still a normal double. Finite y gives
+    no NaN (an infinite slope is a value like any other).
+    """
+    if len(x) < 2 or not (x[1:] > x[:-1]).all():  # NaN fails the comparison
+        return False
+    if not (abs(float(x[0])) < _X_MAX and abs(float(x[-1])) < _X_MAX):
+        return False
+    ay = np.abs(y)
+    ok = (ay >= _TINY) & (ay < np.inf)
+    if ok.all():
+        return True
+    rest = y[~ok]  # must be +0.0 (a NaN, an infinity, a tiny value or -0.0 is not)
+    return bool(((rest == 0) & ~np.signbit(rest)).all())
+
+
+def median_of_increasing(x: np.ndarray) -> np.float64:
+    """``np.median(x)`` of a strictly increasing 1-D float array: its order statistics are its
+    positions."""
+    n = len(x)
+    h = n // 2
+    if n % 2:
+        return np.float64(0.0) + x[h]
+    return (np.float64(0.0) + x[h - 1] + x[h]) / 2.0
+
+
+def pairwise_slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The n(n-1)/2 pairwise slopes of (x, y), in no particular order (see the module text:
+    a zero slope may come out as -0.0). ``x`` and ``y`` are float64."""
+    n = len(x)
+    m = (n - 1) // 2
+    out = np.empty(n * (n - 1) // 2)
+    if m:
+        # Row d-1 pairs point i with point (i + d) mod n, for d = 1..m: a view of [v, v].
+        main = out[: m * n].reshape(m, n)
+        np.subtract(_wrapped(y, m), y, out=main)
+        np.divide(main, _wrapped(x, m) - x, out=main)
+    if n % 2 == 0:  # offset n/2 reaches each pair from both ends: once, from the first half
+        h = n // 2
+        np.divide(y[h:] - y[:h], x[h:] - x[:h], out=out[m * n :])
+    return out
+
+
+@lru_cache(maxsize=8)
+def first_half_pairs(n: int) -> np.ndarray:
+    """Positions in :func:`pairwise_slopes` of n points of the pairs i < j < n // 2 (each
+    formed there as ``(y[j] - y[i]) / (x[j] - x[i])``: offsets below n // 2 never wrap for
+    them)."""
+    h = n // 2
+    pos = np.concatenate([(d - 1) * n + np.arange(h - d) for d in range(1, h)])
+    pos.flags.writeable = False
+    return pos
+
+
+def _wrapped(v: np.ndarray, m: int) -> np.ndarray:
+    """The (m, n) read-only view ``w[d - 1, i] = v[(i + d) % n]``."""
+    n = len(v)
+    v2 = np.concatenate([v, v])
+    step = v2.itemsize
+    w = np.ndarray((m, n), dtype=v2.dtype, buffer=v2, offset=step, strides=(step, step))
+    w.flags.writeable = False
+    return w
+
+
+def select(a: np.ndarray, ks: list[int]) -> np.ndarray:
+    """The values ``np.partition(a, ks)[ks]`` (``ks`` sorted, distinct; ``a`` without NaN).
+
+    Two order statistics of a sample bracket the ranks wanted; the values are then binned by
+    ``floor((a - low) * scale + 1)``, clipped to [0, nb + 1]: equal-width bins between the
+    bounds, everything below in bin 0, everything above in the last. Each rounding is
+    monotone, so a bin holds a run of the sorted values and the bins' counts say which bin
+    holds each rank; only those bins are partitioned. The bounds decide only how small those
+    bins are (a sample that misses makes a rank fall into an end bin: still exact, slower).
+    """
+    n = len(a)
+    if n < _BRACKET_MIN:
+        return np.partition(a, ks)[ks]
+    sample = a[_sample_positions(n)]
+    ms = len(sample)
+    # Six binomial standard deviations of a sample rank near the median, each side (slopes
+    # sharing a point are correlated: the sample's ranks spread more than binomially).
+    margin = int(3.0 * np.sqrt(ms)) + 16
+    ra = ks[0] * ms // n - margin
+    rb = -(-ks[-1] * ms // n) + margin
+    if ra < 0 or rb >= ms:  # the bracket would hold most of the values
+        return np.partition(a, ks)[ks]
+    sp = np.partition(sample, [ra, rb])
+    low, high = sp[ra], sp[rb]
+    nb = max(4, (rb - ra) * _SAMPLE_EVERY // _PER_BIN)
+    with np.errstate(all="ignore"):
+        scale = nb / (high - low)
+    if not (np.isfinite(scale) and scale > 0):
+        return np.partition(a, ks)[ks]
+    with np.errstate(all="ignore"):  # far values overflow to +-inf: clipped like the rest
+        t = a - low
+        t *= scale
+        t += 1.0
+    np.clip(t, 0.0, nb + 1.0, out=t)
+    idx = t.astype(np.intp)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=nb + 2))])
+    bins = np.searchsorted(starts, ks, side="right") - 1  # the bin holding each rank
+    out = np.empty(len(ks))
+    i = 0
+    while i < len(ks):
+        b = int(bins[i])
+        j = i
+        while j < len(ks) and bins[j] == b:
+            j += 1
+        local = [k - int(starts[b]) for k in ks[i:j]]
+        out[i:j] = np.partition(a[idx == b], local)[local]
+        i = j
+    return out
+
+
+_PER_BIN = 48  # values per bin between the bounds, about
+
+
+@lru_cache(maxsize=16)
+def _sample_positions(n: int) -> np.ndarray:
+    """Where :func:`select` samples an array of n values: random positions, seeded by n (a
+    strided sample aliases with the slopes' layout for some window lengths, and a biased
+    sample only makes brackets miss)."""
+    rng = np.random.default_rng(n)
+    pos = np.sort(rng.choice(n, size=n // _SAMPLE_EVERY, replace=False))
+    pos.flags.writeable = False
+    return pos
+
+
+__all__ = [
+    "first_half_pairs",
+    "median",
+    "median_of_increasing",
+    "pairwise_slopes",
+    "plain_for_slopes",
+    "select",
+]

@@ -1,0 +1,222 @@
+"""The spike shapes' fast path gives the straightforward computation's numbers, bit for bit.
+
+The reference is ``tests/spike_reference.py``: Theil-Sen, the trend fit and the shape measures
+as they were before the fast path (every pairwise slope gathered and partitioned, np.median
+everywhere). Compared on real logs (../shared/real_runs), on the bench generator's run and on
+random series with ties, zeros of both signs, tiny and huge values, NaN, short windows and
+log-scale series. Floats are compared by their bits (NaN equal to NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import spike_reference as ref
+from conftest import shared_path
+from synthetic import long_frame, run_from_frame
+
+from forensics.config import Config
+from forensics.evidence import Evidence, order_stats
+from forensics.evidence.robust import theil_sen, theil_sen_line, theil_sen_with_half
+from forensics.evidence.spike_shape import ShapeParams, fit_trend, log_steps, measure
+from forensics.importers import read_run
+from forensics.params import SpikesParams
+
+
+def _bits(v: Any) -> Any:
+    """A value with every float replaced by its bit pattern (so -0.0 != 0.0, NaN == NaN)."""
+    if isinstance(v, (float, np.floating)):
+        return ("f", np.float64(v).tobytes())
+    if isinstance(v, (np.integer, np.bool_)):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return [_bits(x) for x in v.tolist()]
+    if isinstance(v, dict) or hasattr(v, "items"):
+        return {k: _bits(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_bits(x) for x in v]
+    return v
+
+
+def _spikes(spikes: list) -> list:
+    return _bits(
+        [
+            (s.metric, s.start_step, s.peak_step, s.end_step, s.alarm_at, dict(s.measures))
+            for s in spikes
+        ]
+    )
+
+
+def _series(rng: np.random.Generator, n: int, kind: int) -> np.ndarray:
+    """A random series of one of the kinds the fast path has to agree on."""
+    if kind == 0:  # continuous noise
+        return rng.standard_normal(n)
+    if kind == 1:  # printed with one decimal: many ties, zeros
+        return np.round(rng.standard_normal(n), 1)
+    if kind == 2:  # a positive series printed with two decimals, in log units (exact zeros)
+        return np.log(np.round(1.0 + rng.random(n), 2))
+    if kind == 3:  # constant but for one point
+        y = np.zeros(n)
+        y[rng.integers(0, n)] = 1.0
+        return y
+    if kind == 4:  # a slow random walk
+        return np.cumsum(rng.standard_normal(n)) * 1e-3
+    if kind == 5:  # signed zeros among ties
+        return rng.choice(np.array([-0.0, 0.0, 1.0, -1.0]), n)
+    if kind == 6:  # tiny and huge magnitudes (subnormal differences, overflowing ones)
+        return rng.choice(np.array([5e-324, 1e-310, 0.0, 1e308, -1e308, 1.0]), n)
+    y = rng.standard_normal(n)  # non-finite values
+    y[rng.integers(0, n, size=2)] = rng.choice(np.array([np.nan, np.inf, -np.inf]), 2)
+    return y
+
+
+def _abscissa(rng: np.random.Generator, n: int) -> np.ndarray:
+    if rng.random() < 0.5:  # every step from somewhere in the run
+        steps = np.arange(n) + int(rng.integers(0, 10**6))
+    else:  # sparse, irregular steps
+        steps = np.sort(rng.choice(np.arange(1, 10 ** int(rng.integers(3, 8))), n, replace=False))
+    return log_steps(steps)
+
+
+def test_theil_sen_equals_the_straightforward_fit() -> None:
+    rng = np.random.default_rng(17)
+    for _ in range(600):
+        n = int(rng.choice([2, 3, 5, 39, 40, 41, 64, 80, 81, 150, 151, 299, 300]))
+        x, y = _abscissa(rng, n), _series(rng, n, int(rng.integers(0, 8)))
+        if rng.random() < 0.05:  # repeated abscissae: pairs with dx = 0 are left out
+            x = np.sort(np.round(x, 1))
+        with np.errstate(all="ignore"):
+            want = ref.theil_sen(x, y)
+            assert _bits(theil_sen(x, y)) == _bits(want), (n, x, y)
+            assert _bits(theil_sen_line(x, y)) == _bits(want[:2])
+            whole, half = theil_sen_with_half(x, y)
+            assert _bits(whole) == _bits(want)
+            if half is not None:  # the first half's line from the whole's slopes
+                assert _bits(half) == _bits(ref.theil_sen(x[: n // 2], y[: n // 2])[:2])
+
+
+def test_fast_path_is_taken_on_log_windows() -> None:
+    """The fast path is what a log's trend window gets (not only the plain fallback)."""
+    rng = np.random.default_rng(3)
+    x = log_steps(np.arange(5000, 5300))
+    assert order_stats.plain_for_slopes(x, np.log(2.0 + rng.random(300)))
+    assert order_stats.plain_for_slopes(x, np.log(np.round(1.0 + rng.random(300), 2)))  # +0.0
+    assert not order_stats.plain_for_slopes(x, np.where(np.arange(300) == 7, -0.0, 1.0))
+    assert not order_stats.plain_for_slopes(x[::-1], np.ones(300))
+
+
+def test_median_equals_numpy() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        n = int(rng.integers(1, 40))
+        a = _series(rng, n, int(rng.integers(0, 8)))
+        with np.errstate(all="ignore"):
+            assert _bits(order_stats.median(a)) == _bits(np.median(a)), a
+        inc = np.unique(a[np.isfinite(a)])
+        if len(inc):
+            assert _bits(order_stats.median_of_increasing(inc)) == _bits(np.median(inc))
+
+
+def test_select_equals_partition() -> None:
+    """Bracketed selection returns np.partition's values, ties and sample misses included
+    (the sign of a zero aside: order statistics do not define it, see order_stats)."""
+    rng = np.random.default_rng(9)
+    for _ in range(60):
+        n = int(rng.choice([100, 2500, 11175, 44850]))
+        a = np.round(rng.standard_normal(n) * rng.choice([1.0, 1e-3]), int(rng.integers(1, 4)))
+        if rng.random() < 0.3:  # a sorted or periodic layout: the strided sample is biased
+            a = np.sort(a) if rng.random() < 0.5 else np.tile(a[:7], n // 7 + 1)[:n]
+        mid = n // 2
+        ks = sorted({int(rng.integers(0, mid)), mid - 1, mid, int(rng.integers(mid, n))})
+        got = order_stats.select(a, ks) + 0.0
+        assert _bits(got) == _bits(np.partition(a, ks)[ks] + 0.0)
+
+
+def test_fit_trend_equals_the_straightforward_fit() -> None:
+    rng = np.random.default_rng(11)
+    p = ShapeParams.of(SpikesParams())
+    for _ in range(150):
+        n = int(rng.integers(2, 420))
+        steps = np.cumsum(rng.integers(1, 4, size=n)) + int(rng.integers(0, 10**5))
+        kind = int(rng.choice([0, 1, 2, 4]))
+        y = _series(rng, n, kind)
+        onset = int(rng.integers(0, n))
+        got = fit_trend(steps, y, onset, 0.5, 0.01, p)
+        assert _bits(vars(got)) == _bits(vars(ref.fit_trend(steps, y, onset, 0.5, 0.01, p)))
+
+
+def _compare_runs(run: Any) -> int:
+    """Every metric's spikes from the evidence (fast path) equal the reference's; how many."""
+    ev = Evidence(run, Config().params)
+    total = 0
+    for metric in run.metrics():
+        fast = ev.spikes(metric)
+        assert _spikes(fast) == _spikes(ref.find_spikes(ev, metric)), metric
+        total += len(fast)
+    return total
+
+
+REAL = [
+    "llmc-gpt2-124M-hectorfcardenas/gpt2_train.11685414.log",
+    "llmc-gpt2-124M-siddanthemani/main.log",
+    "modded-nanogpt/2024-10-10_Muon/eb5659d0-fb6a-49e5-a311-f1f89412f726.txt",
+    "modded-nanogpt/2024-10-13_llmc/main.log",
+    "hf-trainer-baize-tcm-lora/trainer_state.json",
+    "llamafactory-mistral7b-translator-lora/trainer_state.json",
+    "bigscience-megatron-experiments/meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out",
+]
+
+
+def test_real_logs_spikes_equal_the_reference() -> None:
+    total = sum(_compare_runs(read_run(shared_path("real_runs", *rel.split("/")))) for rel in REAL)
+    assert total >= 80  # the logs' grad-norm outliers and loss spikes are all compared
+
+
+def test_generated_run_spikes_equal_the_reference(tmp_path: Any) -> None:
+    """The bench generator's run (the 1M-step benchmark's shape, 20k steps): thousands of
+    grad-norm outliers measured on 300-point trend windows."""
+    from benchmarks.generate import series, write_jsonl
+
+    write_jsonl(tmp_path / "run", series(20_000))
+    assert _compare_runs(read_run(tmp_path / "run")) >= 50
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_series_spikes_equal_the_reference(seed: int) -> None:
+    """Random positive (log-scale) and signed series with injected spikes, ties, NaN and
+    sparse steps."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(30, 3000))
+    steps = np.cumsum(rng.integers(1, 3 if seed % 2 else 12, size=n))
+    level = np.exp(-np.linspace(0, 1, n)) * 3.0
+    loss = level * np.exp(rng.standard_normal(n) * 0.02)
+    gn = np.abs(rng.standard_normal(n)) * 0.1 + 1.0
+    signed = np.round(rng.standard_normal(n), 1 + seed % 3)
+    for arr in (loss, gn, signed):
+        hits = rng.integers(1, n, size=max(1, n // 150))
+        arr[hits] = arr[hits] * rng.choice([3.0, 8.0]) + (arr is signed) * 8.0
+    loss[rng.integers(0, n, size=2)] = np.nan
+    if seed % 3 == 0:
+        gn = np.round(gn, 2)  # a printed grad norm: exact ties, log 1.0 = 0.0
+    tags = {"loss": (steps, loss), "grad_norm": (steps, gn), "custom/x": (steps, signed)}
+    frame = long_frame(tags)
+    assert _compare_runs(run_from_frame(frame)) >= 1
+
+
+def test_measure_without_series_arrays_is_the_same() -> None:
+    """``measure`` called alone (no precomputed xs / ys) gives what find_spikes' call gives."""
+    rng = np.random.default_rng(2)
+    steps = np.arange(1, 2001)
+    values = np.exp(rng.standard_normal(2000) * 0.05)
+    values[1000] *= 6.0
+    kw: dict[str, Any] = dict(
+        onset=1000, peak=1000, log_scale=True, sigma=0.05, baseline_at_peak=1.0, alarm=0.7,
+        p=ShapeParams.of(SpikesParams()), barriers=[1500],
+    )  # fmt: skip
+    alone = measure(steps, values, **kw)
+    shared = measure(steps, values, xs=log_steps(steps), ys=np.log(values), **kw)
+    assert _bits(alone) == _bits(shared) == _bits(ref.measure(steps, values, **kw))
+    assert not math.isnan(float(alone["excess_area"]))
