@@ -19,6 +19,7 @@ from forensics.config import Config
 from forensics.importers import read_run
 from forensics.pipeline import read_options
 from forensics.run import Run, analysis_view
+from forensics.schema import SCHEMA
 from forensics.watch.carry import ViewCarry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,6 +118,7 @@ def test_appends_that_move_old_rows_are_built_whole() -> None:
         # ... and the next plain append after it is spliced again, from the whole view.
         latest = pl.col("segment").max()
         more = add.with_columns(
-            pl.col("step") + 10_000, pl.lit(extra.select(latest).item(), pl.Int32).alias("segment")
+            pl.col("step") + 10_000,
+            pl.lit(extra.select(latest).item(), SCHEMA["segment"]).alias("segment"),
         )
         assert _poll(carry, run, pl.concat([old, extra, add, more]))
