@@ -27,7 +27,9 @@ from forensics.findings import Finding, FindingKind, Severity
 from forensics.importers.tfevents_proto import ProtoRows, decode_records
 from forensics.importers.tfevents_scan import (
     PAD,
+    FastRows,
     TagTable,
+    WalkState,
     crc32c_py,
     decode_fast,
     header_ok,
@@ -59,7 +61,7 @@ class FileRows:
         self.step = np.zeros(0, dtype=np.int64)
         self.value = np.zeros(0, dtype=np.float64)
         self.wall = np.zeros(0, dtype=np.float64)
-        self.tag = np.zeros(0, dtype=np.int64)
+        self.tag = np.zeros(0, dtype=np.int32)
         self.tensor = np.zeros(0, dtype=np.int64)  # rows of tensor scalars without metadata
         self.purges: list[tuple[int, int]] = []
         self.hparams: dict[str, Any] = {}
@@ -118,16 +120,17 @@ def _read(path: Path, buf, out: FileRows, plugin_of: dict[str, str], crc, table:
     # the zeros begin in was being written, not corrupted. It is dropped when its data CRC
     # fails (at most one record reaches into the trailing zero run).
     z = _zero_run_start(a, path)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("rec", "step", "value", "wall", "tag")}
+    cols = _Columns()
     tensor: list[np.ndarray] = []
     rest: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # left to protobuf: (start,
     # end, record index) of the records
     meta: set[int] = set()  # tag ids a fast record declares "scalars"
-    pos = rec0 = rows = end = 0
+    pos = rec0 = end = 0
     span = CHUNK
+    state = WalkState()
     while True:
         hi = min(n, pos + span)
-        fr = walk(a[pos:hi], MAX_RECORD)
+        fr = walk(a[pos:hi], MAX_RECORD, state=state)
         if hi < n and fr.stop in ("eof", "short"):
             if not len(fr.offs):  # a record longer than the block: a longer block
                 need = int.from_bytes(buf[pos : pos + 8], "little") + 16 if pos + 8 <= n else 0
@@ -161,17 +164,12 @@ def _read(path: Path, buf, out: FileRows, plugin_of: dict[str, str], crc, table:
                 start = pos + offs[left] + 12
                 rest.append((start, start + lens[left], rec0 + left))
             tens = fast.is_tensor & ~fast.has_meta
-            for name, col in (
-                ("rec", fast.rec + rec0),
-                ("step", fast.step),
-                ("value", fast.value),
-                ("wall", fast.wall_time),
-                ("tag", fast.tag_id),
-            ):
-                cols[name].append(col if sel is None else col[sel])
             if tens.any():
-                tensor.append(rows + np.flatnonzero(tens if sel is None else tens[sel]))
-            rows += len(fast.rec) if sel is None else int(sel.sum())
+                tensor.append(cols.n + np.flatnonzero(tens if sel is None else tens[sel]))
+            # The file's rows, extrapolated from the share of it read so far.
+            m = len(fast.rec) if sel is None else int(sel.sum())
+            expect = int((cols.n + m) * n / (pos + int(offs[-1] + lens[-1] + 16)) * 1.02) + 64
+            cols.put(fast, rec0, sel, m, expect)
             rec0 += k
             end = pos + int(offs[-1] + lens[-1] + 16)
         if last or walked_more or fr.stop in ("zero", "huge"):
@@ -184,7 +182,7 @@ def _read(path: Path, buf, out: FileRows, plugin_of: dict[str, str], crc, table:
     for t in sorted(meta):
         plugin_of[table.tags[t]] = "scalars"
     proto = _decode_rest(path, buf, rest, plugin_of)
-    _columns(out, cols, tensor, proto, table)
+    cols.take(out, tensor, proto, table)
     out.purges, out.hparams, out.skipped = proto.purges, proto.hparams, proto.skipped
     out.hist = proto.hist
 
@@ -219,35 +217,66 @@ def _decode_rest(
         raise UnreadableInputError(f"{path}: {exc}; the file is corrupt") from None
 
 
-def _columns(
-    out: FileRows,
-    cols: dict[str, list[np.ndarray]],
-    tensor: list[np.ndarray],
-    proto: ProtoRows,
-    table: TagTable,
-) -> None:
-    """The blocks' fast rows, one array per column, with protobuf's rows put in record order."""
-    for name, parts in cols.items():
-        if parts:
-            setattr(out, name, np.concatenate(parts) if len(parts) > 1 else parts[0])
-            parts.clear()  # each block's arrays freed as its column is joined
-    if tensor:
-        out.tensor = np.concatenate(tensor)
-    if proto.rec:
-        # Protobuf rows are in (record, value) order and never share a record with a fast
-        # row: each goes in before the first fast row of a later record.
-        prec = np.asarray(proto.rec, dtype=np.int64)
-        at = np.searchsorted(out.rec, prec)
-        tags = np.asarray([table.id_of(t) for t in proto.tag], dtype=np.int64)
-        if len(out.tensor):
-            out.tensor = out.tensor + np.searchsorted(at, out.tensor, side="right")
-        out.rec = np.insert(out.rec, at, prec)
-        out.step = np.insert(out.step, at, np.asarray(proto.step, dtype=np.int64))
-        out.value = np.insert(out.value, at, np.asarray(proto.value, dtype=np.float64))
-        out.wall = np.insert(out.wall, at, np.asarray(proto.wall_time, dtype=np.float64))
-        out.tag = np.insert(out.tag, at, tags)
-    if len(out.step):
-        out.last_step = int(out.step[-1])
+class _Columns:
+    """The fast rows of a file, written block after block into arrays sized for the whole
+    file from the first blocks (grown if it holds more): no per-block arrays to join."""
+
+    DTYPES = (
+        ("rec", np.int64),
+        ("step", np.int64),
+        ("value", np.float64),
+        ("wall", np.float64),
+        ("tag", np.int32),
+    )
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cols: dict[str, np.ndarray] = {}
+
+    def put(self, fast: FastRows, rec0: int, sel: np.ndarray | None, m: int, expect: int) -> None:
+        end = self.n + m
+        if not self.cols or end > len(self.cols["rec"]):
+            size = max(expect, end, int(len(self.cols["rec"]) * 1.25) if self.cols else 0)
+            old = self.cols
+            self.cols = {k: np.empty(size, dtype=t) for k, t in self.DTYPES}
+            for k, col in old.items():
+                self.cols[k][: self.n] = col[: self.n]
+        got = (fast.rec, fast.step, fast.value, fast.wall_time, fast.tag_id)
+        for (k, _), col in zip(self.DTYPES, got, strict=True):
+            dst = self.cols[k][self.n : end]
+            if sel is None:
+                dst[:] = col
+            else:
+                np.compress(sel, col, out=dst)
+        if rec0:
+            self.cols["rec"][self.n : end] += rec0
+        self.n = end
+
+    def take(
+        self, out: FileRows, tensor: list[np.ndarray], proto: ProtoRows, table: TagTable
+    ) -> None:
+        """Into ``out``: the columns, with protobuf's rows put in record order."""
+        for k, _ in self.DTYPES:
+            if self.cols:
+                setattr(out, k, self.cols[k][: self.n])
+        self.cols = {}
+        if tensor:
+            out.tensor = np.concatenate(tensor)
+        if proto.rec:
+            # Protobuf rows are in (record, value) order and never share a record with a fast
+            # row: each goes in before the first fast row of a later record.
+            prec = np.asarray(proto.rec, dtype=np.int64)
+            at = np.searchsorted(out.rec, prec)
+            tags = np.asarray([table.id_of(t) for t in proto.tag], dtype=np.int32)
+            if len(out.tensor):
+                out.tensor = out.tensor + np.searchsorted(at, out.tensor, side="right")
+            out.rec = np.insert(out.rec, at, prec)
+            out.step = np.insert(out.step, at, np.asarray(proto.step, dtype=np.int64))
+            out.value = np.insert(out.value, at, np.asarray(proto.value, dtype=np.float64))
+            out.wall = np.insert(out.wall, at, np.asarray(proto.wall_time, dtype=np.float64))
+            out.tag = np.insert(out.tag, at, tags)
+        if len(out.step):
+            out.last_step = int(out.step[-1])
 
 
 def _release(buf, lo: int, hi: int) -> None:  # noqa: ANN001

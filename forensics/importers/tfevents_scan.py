@@ -154,8 +154,18 @@ class Framing:
     stop: str  # "eof" | "short" (last record cut off) | "zero" (zero length) | "huge"
 
 
-def walk(buf, max_record: int, n: int | None = None) -> Framing:  # noqa: ANN001 - bytes-like
-    """Record boundaries in ``buf[:n]`` up to the first record that cannot be complete.
+@dataclass
+class WalkState:
+    """What the walk of one block of a file hands to the walk of the next."""
+
+    hist: np.ndarray | None = None  # the latest lengths
+    cont: np.ndarray | None = None  # the pattern that ran off the block's end, in phase
+    block: int = 64  # how many records it was verifying at once
+
+
+def walk(buf, max_record: int, n: int | None = None, state: WalkState | None = None) -> Framing:  # noqa: ANN001
+    """Record boundaries in ``buf[:n]`` (bytes-like) up to the first record that cannot be
+    complete. ``state`` carries the pattern from one block of a file to the next.
 
     The chain of lengths is sequential, but real files repeat a short pattern of record
     lengths (one per tag, changing only when the step's varint grows). So after a few records
@@ -165,6 +175,7 @@ def walk(buf, max_record: int, n: int | None = None) -> Framing:  # noqa: ANN001
     first fails.
     """
     n = len(buf) if n is None else n
+    state = WalkState() if state is None else state
     a = np.frombuffer(buf, dtype=np.uint8)
     u8 = at_every_byte(a, "<u8")
     unpack = struct.Struct("<Q").unpack_from
@@ -172,12 +183,14 @@ def walk(buf, max_record: int, n: int | None = None) -> Framing:  # noqa: ANN001
     lens: list[int] = []
     blocks: list[tuple[np.ndarray, np.ndarray]] = []
     recent: list[int] = []  # lengths read one by one since the last look for a pattern
-    hist = np.zeros(0, dtype=np.int64)  # the latest lengths, wherever they came from
-    pattern = np.zeros(0, dtype=np.int64)
+    # The latest lengths, wherever they came from.
+    hist = np.zeros(0, dtype=np.int64) if state.hist is None else state.hist
     pos = 0
     stop = ""
-    block = 64
-    cont: np.ndarray | None = None  # the pattern, continued, after a fully verified block
+    block = state.block
+    cont = state.cont  # the pattern, continued, after a fully verified block
+    state.cont, state.block = None, 64
+    fresh = _LONG_AGAIN  # lengths seen since the last long-cycle search that found none
     while not stop:
         if cont is None:
             # One by one: a few records, enough to see a repeating pattern.
@@ -202,24 +215,30 @@ def walk(buf, max_record: int, n: int | None = None) -> Framing:  # noqa: ANN001
             if stop:
                 break
             hist = np.concatenate([hist, np.asarray(recent, dtype=np.int64)])[-_HISTORY:]
+            fresh += len(recent)
             recent = []
             # The longest cycle the history repeats (per-layer norms every 50 steps, eval
-            # every 500) first, then the short one of the last records.
-            candidates = _patterns(hist)
+            # every 500) first, then the short one of the last records. A search that found
+            # no long cycle is not repeated before a few hundred more lengths are seen.
+            look = fresh >= _LONG_AGAIN
+            p = _long_period(hist) if look else 0
+            if look and not p:
+                fresh = 0
+            candidates = _patterns(hist, p)
         else:
             candidates = [cont]
-        got = None
+        got = glens = None
+        ran_off = False
         for pattern in candidates:
-            got = _speculate(u8, n, pos, pattern, block, max_record)
+            got, glens, ran_off = _speculate(u8, n, pos, pattern, block)
             if len(got):
                 break
-        if got is None or not len(got):
+        if got is None or glens is None or not len(got):
             block, cont = 64, None
             if pos + 12 > n:
                 stop = "eof"
             continue
         period = len(pattern)
-        glens = pattern[np.arange(len(got)) % period]
         blocks.append((np.asarray(offs, dtype=np.int64), np.asarray(lens, dtype=np.int64)))
         blocks.append((got, glens))
         offs, lens = [], []
@@ -229,9 +248,14 @@ def walk(buf, max_record: int, n: int | None = None) -> Framing:  # noqa: ANN001
             block = min(block * 2, 1 << 20)
             cont = np.roll(pattern, -(len(got) % period))
         else:
+            if ran_off:  # the pattern held to the end of the buffer: the next block tries it
+                state.cont, state.block = np.roll(pattern, -(len(got) % period)), block
             block, cont = 64, None
     if stop == "eof" and pos < n:
         stop = "short"  # fewer than 12 bytes left: a cut-off header
+    if recent:
+        hist = np.concatenate([hist, np.asarray(recent, dtype=np.int64)])[-_HISTORY:]
+    state.hist = hist
     blocks.append((np.asarray(offs, dtype=np.int64), np.asarray(lens, dtype=np.int64)))
     return Framing(
         np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]), pos, stop
@@ -241,10 +265,13 @@ def walk(buf, max_record: int, n: int | None = None) -> Framing:  # noqa: ANN001
 _HISTORY = 16384  # lengths kept to find a long cycle
 
 
-def _patterns(hist: np.ndarray) -> list[np.ndarray]:
-    """Candidate next lengths: the longest-lived cycle of the history, then the short one."""
+_LONG_AGAIN = 256  # lengths to see before looking for a long cycle again after none
+
+
+def _patterns(hist: np.ndarray, p: int) -> list[np.ndarray]:
+    """Candidate next lengths: the long cycle ``p`` of the history (0: none), then the short
+    one of the last records."""
     out: list[np.ndarray] = []
-    p = _long_period(hist)
     if p:
         out.append(hist[-p:])
     q = _period(hist[-32:].tolist())
@@ -260,7 +287,7 @@ def _long_period(h: np.ndarray, probe: int = 64, span: int = 2048) -> int:
     ``span // 2`` (all survivors at once); the rest are checked in full, smallest first.
     """
     n = len(h)
-    if n < 2 * probe:
+    if n < max(2 * probe, span):  # no p can be checked over max(span, 2p) lengths yet
         return 0
     cands = np.arange(1, n // 2 + 1)
     for k in range(1, probe + 1):
@@ -289,18 +316,24 @@ def _period(lens: list[int], longest: int = 16) -> int:
 
 
 def _speculate(
-    u8: np.ndarray, n: int, pos: int, pattern: np.ndarray, block: int, max_record: int
-) -> np.ndarray:
-    """Offsets of the records from ``pos`` on that follow ``pattern`` (verified prefix only)."""
-    k = np.arange(block)
-    expect = pattern[k % len(pattern)]
-    offs = pos + np.concatenate([[0], np.cumsum(expect[:-1] + 16)])
-    fits = offs + expect + 16 <= n
-    stored = u8[np.minimum(offs, n - 8)].astype(np.int64) if n >= 8 else np.zeros(block, np.int64)
-    ok = fits & (stored == expect) & (expect <= max_record)
-    bad = np.flatnonzero(~ok)
-    m = int(bad[0]) if len(bad) else block
-    return offs[:m]
+    u8: np.ndarray, n: int, pos: int, pattern: np.ndarray, block: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Offsets and lengths of the records from ``pos`` on that follow ``pattern`` (verified
+    prefix only; the pattern's lengths were read from the file, so none is too long), and
+    whether the first record not verified is one that runs past ``n``."""
+    expect = np.resize(pattern, block)
+    size = expect + 16
+    offs = np.empty(block, dtype=np.int64)
+    offs[0] = pos
+    np.cumsum(size[:-1], out=offs[1:])
+    offs[1:] += pos
+    fits = offs + size <= n
+    if n >= 8:
+        ok = fits & (u8[np.minimum(offs, n - 8)].view(np.int64) == expect)
+    else:
+        ok = np.zeros(block, dtype=bool)
+    m = block if ok.all() else int(np.argmin(ok))
+    return offs[:m], expect[:m], m < block and not fits[m]
 
 
 @dataclass
@@ -382,15 +415,11 @@ def decode_fast(
     w = Words(a)
     d = offs + 12
     e = d + lens
-    b0, b9, b10 = w.a[d], w.a[d + 9], w.a[d + 10]
+    b0, b9 = w.a[d], w.a[d + 9]
     ok = (lens >= 19) & (b0 == 0x09)
-    # The file_version record: 09 <f64> 1A Ln <Ln ASCII bytes>, nothing else (no rows).
-    version = np.flatnonzero(
-        (lens >= 11) & (b0 == 0x09) & (b9 == 0x1A) & (b10 < 0x80) & (d + 11 + b10 == e)
+    version = _version_records(
+        w.a, d, e, np.flatnonzero((lens >= 11) & (b0 == 0x09) & (b9 == 0x1A))
     )
-    if len(version):
-        spans = zip((d[version] + 11).tolist(), e[version].tolist(), strict=True)
-        version = version[[w.a[i:j].tobytes().isascii() for i, j in spans]]
     has_step = ok & (b9 == 0x10)
     step, vlen, found = _varint8(w.u8[d + 10])
     long_step = np.flatnonzero(has_step & ~found)
@@ -440,6 +469,31 @@ def decode_fast(
     matched = rows.copy()
     matched[version] = True
     return FastRows(rec, step[rec], wall, value, tag_id, table.tags, meta[rec], tens[rec], matched)
+
+
+def _version_records(a: np.ndarray, d: np.ndarray, e: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """The records among ``cand`` that are a writer's first Event and nothing else:
+    ``09 <f64 wall_time> 1A Ln <file_version>`` then optionally ``52 Lm 0A Lk <writer>``
+    (source_metadata), every length one byte and both strings ASCII (protobuf would refuse
+    a string that is not UTF-8). They carry no value: nothing to decode."""
+    out = []
+    for i, lo, hi in zip(cand.tolist(), d[cand].tolist(), e[cand].tolist(), strict=True):
+        rec = a[lo + 10 : hi].tobytes()
+        ln = rec[0]
+        if ln >= 0x80 or 1 + ln > len(rec) or not rec[1 : 1 + ln].isascii():
+            continue
+        tail = rec[1 + ln :]
+        if tail and not (
+            len(tail) >= 4
+            and tail[0] == 0x52
+            and tail[1] == len(tail) - 2 < 0x80
+            and tail[2] == 0x0A
+            and tail[3] == len(tail) - 4
+            and tail[4:].isascii()
+        ):
+            continue
+        out.append(i)
+    return np.asarray(out, dtype=np.int64)
 
 
 def decode_fast_chunked(
