@@ -527,24 +527,86 @@ def decode_fast_chunked(
 
 
 _MIX = _U(0x9E3779B97F4A7C15)
+_LEN_MIX = _U(0xC2B2AE3D27D4EB4F)
+# MASKS[k]: the low k bytes of a u64 (k = 0..8).
+_MASKS = np.asarray([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+# Odd multipliers tried, in order, for a collision-free slot table of the known keys.
+_MULTS = [
+    _U((0x9E3779B97F4A7C15 * (2 * i + 1) + 0x632BE59BD9B4E019 * i) % (1 << 64) | 1)
+    for i in range(24)
+]
+
+
+class _Slots:
+    """Known tags of one word count in a small open table: slot = (key * mult) >> shift,
+    with every known key in its own slot (the multiplier is chosen so)."""
+
+    def __init__(self, n_words: int) -> None:
+        self.n_words = n_words
+        self.keys = np.zeros(0, dtype=np.uint64)  # per known tag
+        self.lens = np.zeros(0, dtype=np.int64)
+        self.words = np.zeros((n_words, 0), dtype=np.uint64)
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.mult = _MULTS[0]
+        self.shift = _U(63)
+        self.slot_of = np.zeros(2, dtype=np.int64)  # slot -> index of a known tag, -1: none
+
+    def add(self, keys: np.ndarray, lens: np.ndarray, words: np.ndarray, ids: np.ndarray) -> bool:
+        """Add tags (distinct keys; ``words`` [n_words, n]); False when a key is already
+        another tag's (a hash collision)."""
+        known = np.sort(self.keys)
+        at = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
+        if len(known) and bool(np.any(known[at] == keys)):
+            return False
+        self.keys = np.concatenate([self.keys, keys])
+        self.lens = np.concatenate([self.lens, lens])
+        self.words = np.concatenate([self.words, words], axis=1)
+        self.ids = np.concatenate([self.ids, ids])
+        bits = max(4, len(self.keys).bit_length() + 2)
+        while True:
+            for mult in _MULTS:
+                slot = np.sort((self.keys * mult) >> _U(64 - bits))
+                if bool(np.all(slot[1:] != slot[:-1])):
+                    self.mult, self.shift = mult, _U(64 - bits)
+                    self.slot_of = np.full(1 << bits, -1, dtype=np.int64)
+                    at_slot = ((self.keys * mult) >> self.shift).astype(np.int64)
+                    self.slot_of[at_slot] = np.arange(len(self.keys))
+                    return True
+            bits += 1
+
+    def find(
+        self, key: np.ndarray, length: np.ndarray, words: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(tag id, found) per row: its key, length and every word equal a known tag's."""
+        if not len(self.keys):
+            return np.zeros(len(key), dtype=np.int64), np.zeros(len(key), dtype=bool)
+        k = self.slot_of[((key * self.mult) >> self.shift).astype(np.int64)]
+        hit = k >= 0
+        if not hit.all():
+            k = np.where(hit, k, 0)
+        hit &= self.keys[k] == key
+        hit &= self.lens[k] == length
+        for j, x in enumerate(words):
+            hit &= self.words[j][k] == x
+        return self.ids[k], hit
 
 
 class TagTable:
     """Tag byte strings -> small ids, kept across the blocks and files of a read.
 
     A record's tag is read as the u64 words of its bytes (the last one masked to the tag's
-    length): tags of up to 8 bytes are their own key; longer ones are keyed by a hash of the
-    words, and every row is checked word for word against the tag its key names, so a hash
-    collision can never merge two tags (a length where one occurs is resolved byte by byte).
+    length) and keyed by a hash of its words and length, looked up in a small table; every
+    row is then checked word for word (and length) against the tag its key names, so a hash
+    collision can never merge two tags (a word count where one occurs is resolved byte by
+    byte from then on).
     """
 
     def __init__(self) -> None:
         self.tags: list[str] = []
         self._by_bytes: dict[bytes, int] = {}
         self._by_str: dict[str, int] = {}
-        # tag length -> (sorted keys, their ids, their words [n_keys, n_words])
-        self._keys: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._slow: set[int] = set()  # lengths with a key collision
+        self._slots: dict[int, _Slots] = {}  # word count -> its known tags
+        self._slow: set[int] = set()  # word counts with a key collision
 
     def id_of(self, tag: str) -> int:
         i = self._by_str.get(tag)
@@ -560,96 +622,78 @@ class TagTable:
         return i
 
     def ids(self, w: Words, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """The tag id of each row whose tag is the ``length`` bytes at ``start``."""
         out = np.zeros(len(start), dtype=np.int64)
         if not len(start):
             return out
-        counts = np.bincount(length)
-        widths = np.flatnonzero(counts)
-        for width in widths.tolist():
-            sel = np.flatnonzero(length == width) if len(widths) > 1 else None
+        n_words = (length + 7) >> 3
+        counts = np.bincount(n_words)
+        present = np.flatnonzero(counts)
+        for nw in present.tolist():
+            sel = np.flatnonzero(n_words == nw) if len(present) > 1 else None
             pos = start if sel is None else start[sel]
-            got = self._ids_of_width(w, pos, width)
+            ln = length if sel is None else length[sel]
+            got = self._ids_of(w, pos, ln, nw)
             if sel is None:
                 out = got
             else:
                 out[sel] = got
         return out
 
-    def _ids_of_width(self, w: Words, pos: np.ndarray, width: int) -> np.ndarray:
-        if width == 0:
+    def _ids_of(self, w: Words, pos: np.ndarray, ln: np.ndarray, nw: int) -> np.ndarray:
+        if nw == 0:
             return np.full(len(pos), self.id_of(""), dtype=np.int64)
-        if width in self._slow:
-            return self._ids_by_bytes(w, pos, width)
-        n_words = (width + 7) // 8
-        words = [w.u8[pos + 8 * j] for j in range(n_words)]
-        rest = width - 8 * (n_words - 1)
-        if rest < 8:
-            words[-1] &= _U((1 << (8 * rest)) - 1)
-        key = words[0]
-        for x in words[1:]:
-            key = (key * _MIX) ^ x
-        out = np.empty(len(pos), dtype=np.int64)
-        todo = np.arange(len(pos))
-        for _ in range(2):
-            ids, hit = self._lookup(width, key[todo], [x[todo] for x in words])
-            out[todo[hit]] = ids[hit]
-            todo = todo[~hit]
-            if not len(todo):
-                return out
-            if not self._learn(w, pos[todo], key[todo], width):
-                break  # a collision: this length is resolved byte by byte from now on
-        self._slow.add(width)
-        out[todo] = self._ids_by_bytes(w, pos[todo], width)
-        return out
+        if nw in self._slow:
+            return self._ids_by_bytes(w, pos, ln)
+        words = [w.u8[pos + 8 * j] for j in range(nw)]
+        words[-1] &= _MASKS[ln - 8 * (nw - 1)]
+        key = ln.astype(np.uint64) * _LEN_MIX
+        for x in words:
+            key = (key ^ x) * _MIX
+        slots = self._slots.setdefault(nw, _Slots(nw))
+        ids, hit = slots.find(key, ln, words)
+        if hit.all():
+            return ids
+        todo = np.flatnonzero(~hit)
+        if self._learn(w, slots, pos[todo], ln[todo], key[todo], [x[todo] for x in words]):
+            again, hit2 = slots.find(key[todo], ln[todo], [x[todo] for x in words])
+            ids[todo[hit2]] = again[hit2]
+            todo = todo[~hit2]
+        if len(todo):  # a hash collision: this word count is resolved byte by byte from now on
+            self._slow.add(nw)
+            ids[todo] = self._ids_by_bytes(w, pos[todo], ln[todo])
+        return ids
 
-    def _lookup(
-        self, width: int, key: np.ndarray, words: list[np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        known = self._keys.get(width)
-        if known is None:
-            return np.zeros(len(key), dtype=np.int64), np.zeros(len(key), dtype=bool)
-        keys, ids, kwords = known
-        j = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
-        hit = keys[j] == key
-        if len(words) > 1:  # a hash: the words themselves must match
-            for t, x in enumerate(words):
-                hit &= kwords[j, t] == x
-        return ids[j], hit
-
-    def _learn(self, w: Words, pos: np.ndarray, key: np.ndarray, width: int) -> bool:
-        """Add the tags of rows no known key matched; False on a key collision."""
+    def _learn(
+        self,
+        w: Words,
+        slots: _Slots,
+        pos: np.ndarray,
+        ln: np.ndarray,
+        key: np.ndarray,
+        words: list[np.ndarray],
+    ) -> bool:
+        """Add the tags of rows no known tag matched; False on a key collision."""
         order = np.argsort(key, kind="stable")
         ks = key[order]
         first = order[np.concatenate([[True], ks[1:] != ks[:-1]])]
-        keys, ids, kwords = self._keys.get(
-            width,
-            (
-                np.zeros(0, dtype=np.uint64),
-                np.zeros(0, dtype=np.int64),
-                np.zeros((0, (width + 7) // 8), dtype=np.uint64),
-            ),
+        ids = [
+            self._id_of_bytes(w.a[p : p + n].tobytes())
+            for p, n in zip(pos[first].tolist(), ln[first].tolist(), strict=True)
+        ]
+        return slots.add(
+            key[first],
+            ln[first],
+            np.stack([x[first] for x in words]),
+            np.asarray(ids, dtype=np.int64),
         )
-        n_words = (width + 7) // 8
-        new_keys, new_ids, new_words = [], [], []
-        for i in first.tolist():
-            raw = w.a[int(pos[i]) : int(pos[i]) + width].tobytes()
-            k = key[i]
-            if np.any(keys == k):
-                return False  # a known key with other bytes
-            new_keys.append(k)
-            new_ids.append(self._id_of_bytes(raw))
-            padded_raw = raw + b"\0" * (8 * n_words - width)
-            new_words.append(np.frombuffer(padded_raw, dtype="<u8"))
-        keys = np.concatenate([keys, np.asarray(new_keys, dtype=np.uint64)])
-        ids = np.concatenate([ids, np.asarray(new_ids, dtype=np.int64)])
-        kwords = np.concatenate([kwords, np.asarray(new_words, dtype=np.uint64)])
-        order = np.argsort(keys, kind="stable")
-        self._keys[width] = (keys[order], ids[order], kwords[order])
-        return True
 
-    def _ids_by_bytes(self, w: Words, pos: np.ndarray, width: int) -> np.ndarray:
+    def _ids_by_bytes(self, w: Words, pos: np.ndarray, ln: np.ndarray) -> np.ndarray:
         buf = w.a
         return np.asarray(
-            [self._id_of_bytes(buf[p : p + width].tobytes()) for p in pos.tolist()],
+            [
+                self._id_of_bytes(buf[p : p + n].tobytes())
+                for p, n in zip(pos.tolist(), ln.tolist(), strict=True)
+            ],
             dtype=np.int64,
         )
