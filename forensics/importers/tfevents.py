@@ -236,7 +236,7 @@ def _job_frame(
     known = np.asarray([t in scalar for t in tags], dtype=bool)
     base = 0
     for _, rows, _ in got:
-        drop = rows.tensor[~known[tag_id[base + rows.tensor]]] if len(rows.tensor) else []
+        drop = rows.tensor[~known[tag_id[base + rows.tensor]]]
         if len(drop):
             keep = np.ones(len(tag_id), dtype=bool) if keep is None else keep
             keep[base + drop] = False
