@@ -458,3 +458,62 @@ def test_samples_indexed_tags_are_recorded_and_converted(tmp_path: Path) -> None
     conv = read_run(tmp_path, options=ReadOptions(batch_size=64))
     assert conv.series("loss").get_column("step").to_list() == list(range(1, 11))
     assert any("converted to steps with batch size 64" in n for n in conv.notes)
+
+
+def _mixed_run(logdir: Path) -> Path:
+    """A real tensorboardX file with scalars (steps from 0 to past 2**21, so the step's varint
+    grows), tags of many lengths, histograms (records far longer than a small block) and a
+    restart by purge_step."""
+    from tensorboardX import SummaryWriter
+
+    rng = np.random.default_rng(0)
+    w = SummaryWriter(str(logdir), filename_suffix=".a")
+    for s in [*range(300), 20_000, 20_001, 3_000_000]:
+        w.add_scalar("loss", 2.0 - s * 1e-6, s)
+        w.add_scalar("x" * (s % 30 + 1), float(s), s)  # 30 tags of lengths 1..30
+        if s % 40 == 0:
+            w.add_histogram("grad/layers.1.weight", rng.normal(size=5000), s, bins="auto")
+    w.close()
+    w = SummaryWriter(str(logdir), purge_step=250, filename_suffix=".b")
+    for s in range(250, 320):
+        w.add_scalar("loss", 1.0, s)
+    w.close()
+    return logdir
+
+
+@pytest.mark.parametrize("chunk", [97, 4096])
+def test_block_by_block_read_equals_one_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """Files are framed and decoded a block at a time (records cut by a block's end start
+    the next one, a record longer than a block gets a longer one): the frame, notes and
+    findings equal those of one block holding the whole file."""
+    from forensics.importers import tfevents_file
+
+    run_dir = _mixed_run(tmp_path / "run")
+    whole = read_run(run_dir, options=ReadOptions(cache=False))
+    monkeypatch.setattr(tfevents_file, "CHUNK", chunk)
+    blocks = read_run(run_dir, options=ReadOptions(cache=False))
+    assert blocks.frame.equals(whole.frame) and blocks.frame.height > 600
+    assert blocks.notes == whole.notes
+    assert [f.measures for f in blocks.import_findings] == [
+        f.measures for f in whole.import_findings
+    ]
+    assert blocks.frame.get_column("segment").max() == 1  # the purge is a restart
+
+
+def test_a_tag_hash_collision_never_merges_tags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tags are looked up by a hash of their bytes, then checked byte for byte: with a hash
+    that sends every tag of a word count to one key, the tags stay apart (resolved from the
+    bytes) and the frame is the one the real hash gives."""
+    from forensics.importers import tfevents_scan
+
+    run_dir = _mixed_run(tmp_path / "run")
+    ref = read_run(run_dir, options=ReadOptions(cache=False))
+    monkeypatch.setattr(tfevents_scan, "_MIX", np.uint64(0))
+    monkeypatch.setattr(tfevents_scan, "_LEN_MIX", np.uint64(0))
+    got = read_run(run_dir, options=ReadOptions(cache=False))
+    assert got.frame.equals(ref.frame)
+    assert got.frame.get_column("tag").n_unique() == 31 + 6  # loss, 30 x-tags, 6 hist stats

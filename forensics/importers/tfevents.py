@@ -29,30 +29,32 @@ or tokens (``... vs samples``, ``Train/Samples/...``) get that ``x_kind``. Every
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from forensics.errors import ConfigError, UnreadableInputError
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.errors import ConfigError
+from forensics.findings import Finding
 from forensics.importers.base import ImportResult, ReadOptions, Source, rel
-from forensics.importers.restarts import assign_segments, restart_findings
+from forensics.importers.restarts import _RELATIVE_CLOCK as RELATIVE_CLOCK
+from forensics.importers.restarts import assign_segments, counter_tags, restart_findings
 from forensics.importers.tb_histograms import META_KEY as HIST_META
-from forensics.importers.tfevents_proto import ProtoRows, decode_records
-from forensics.importers.tfevents_scan import (
-    crc32c_py,
-    decode_fast_chunked,
-    header_ok,
-    length_crc_ok,
-    masked,
-    walk,
+from forensics.importers.tfevents_file import (
+    MAX_RECORD as MAX_RECORD,
 )
-from forensics.schema import conform, x_kind_of
+from forensics.importers.tfevents_file import (
+    FileRows,
+    read_event_file,
+    truncated,
+)
+from forensics.importers.tfevents_proto import ProtoRows, decode_records
+from forensics.importers.tfevents_scan import TagTable, decode_fast_chunked
+from forensics.schema import SCHEMA, conform, x_kind_of
 
 NAME = "tfevents"
-MAX_RECORD = 1 << 30  # a length beyond this is corruption, not data
 SPLIT_NAMES = {
     "train",
     "training",
@@ -103,7 +105,8 @@ class TfeventsImporter:
         crc = _crc_function() if options.verify_crc else None
         job_dir: Path = source.options.get("job_dir", source.root)
         plugin_of: dict[str, str] = {}
-        parts: list[pl.DataFrame] = []
+        got: list[tuple[int, FileRows, TagTable]] = []
+        tables: dict[Path, TagTable] = {}  # per folder: its tags get the folder's prefix
         purges: list[tuple[int, int, int]] = []
         findings: list[Finding] = []
         notes: list[str] = []
@@ -112,22 +115,26 @@ class TfeventsImporter:
         hists: dict[str, float] = {}  # histogram tag (prefixed) -> norm error bound
         for file_idx, path in enumerate(source.files):
             name = rel(path, source.root)
-            got = _read_file(path, name, file_idx, plugin_of, crc)
-            if got.frame.height:
-                parts.append(_prefix_tags(got.frame, path.parent, job_dir))
-            purges.extend((file_idx, r, s) for r, s in got.purges)
-            config.update(got.hparams)
-            for t, e in _prefixed(got.hist, path.parent, job_dir).items():
+            table = tables.setdefault(path.parent, TagTable())
+            rows = read_event_file(path, plugin_of, crc, table)
+            if rows.height:
+                got.append((file_idx, rows, table))
+            purges.extend((file_idx, r, s) for r, s in rows.purges)
+            config.update(rows.hparams)
+            for t, e in _prefixed(rows.hist, path.parent, job_dir).items():
                 hists[t] = max(hists.get(t, 0.0), e)
-            for k, v in got.skipped.items():
+            for k, v in rows.skipped.items():
                 skipped[k] = skipped.get(k, 0) + v
-            if got.bad_crc:
+            if rows.bad_crc:
                 notes.append(
-                    f"{name}: {got.bad_crc} record(s) failed the CRC check and were skipped"
+                    f"{name}: {rows.bad_crc} record(s) failed the CRC check and were skipped"
                 )
-            if got.cut_bytes:
-                findings.append(_truncated(name, got))
-        return assemble(source, parts, plugin_of, purges, findings, notes, config, skipped, hists)
+            if rows.cut_bytes:
+                findings.append(truncated(name, rows))
+        if not got:
+            return assemble(source, [], plugin_of, purges, findings, notes, config, skipped, hists)
+        frame, restarts = _job_frame(source, job_dir, got, tables, plugin_of, purges)
+        return finish(source, frame, purges, findings, notes, config, skipped, hists, restarts)
 
 
 def assemble(
@@ -141,9 +148,11 @@ def assemble(
     skipped: dict[str, int],
     hists: dict[str, float] | None = None,
 ) -> ImportResult:
-    """A job's decoded rows (per file, tags prefixed) -> its result: tensor scalars kept once
-    their tag is known as scalars, x kinds, restart segments (purges included); ``hists``
-    (histogram tag -> norm error bound) is handed to read_job's per-layer vitals."""
+    """A job's decoded rows (per file frames from :func:`decode_framed`, tags prefixed) -> its
+    result: tensor scalars kept once their tag is known as scalars, x kinds, restart segments
+    (purges included); ``hists`` (histogram tag -> norm error bound) is handed to read_job's
+    per-layer vitals. The incremental reader's way; a whole read builds the same frame from
+    column arrays (:func:`_job_frame`)."""
     if parts:
         frame = pl.concat(parts, how="vertical")
         # New-style tensor scalars without metadata count only once the tag is known as scalars.
@@ -161,10 +170,29 @@ def assemble(
                 "file": pl.Utf8,
             }
         )
-    names = [rel(p, source.root) for p in source.files]
     frame = frame.with_columns(pl.lit(NAME, dtype=_CAT).alias("source"), _x_kind_expr(frame))
-    frame = assign_segments(conform(frame), purges=purges)
-    findings.extend(restart_findings(frame))
+    return finish(source, conform(frame), purges, findings, notes, config, skipped, hists, True)
+
+
+def finish(
+    source: Source,
+    frame: pl.DataFrame,
+    purges: list[tuple[int, int, int]],
+    findings: list[Finding],
+    notes: list[str],
+    config: dict[str, Any],
+    skipped: dict[str, int],
+    hists: dict[str, float] | None,
+    restarts: bool,
+) -> ImportResult:
+    """The job's canonical frame -> its result: restart segments (only looked for when
+    ``restarts``; else every row is segment 0), findings, notes, metadata."""
+    names = [rel(p, source.root) for p in source.files]
+    if restarts:
+        frame = assign_segments(frame, purges=purges)
+        findings.extend(restart_findings(frame))
+    else:
+        frame = frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
     if skipped:
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(skipped.items()))
         notes.append(f"TensorBoard records without vital signs were ignored ({kinds})")
@@ -172,6 +200,101 @@ def assemble(
     if hists:  # per-layer vitals are given in read_job (tb_histograms), after canonicalising
         meta[HIST_META] = hists
     return ImportResult(frame=frame, notes=notes, findings=findings, config=config, metadata=meta)
+
+
+def _job_frame(
+    source: Source,
+    job_dir: Path,
+    got: list[tuple[int, FileRows, TagTable]],
+    tables: dict[Path, TagTable],
+    plugin_of: dict[str, str],
+    purges: list[tuple[int, int, int]],
+) -> tuple[pl.DataFrame, bool]:
+    """The files' column arrays -> the job's canonical frame (every string column built from
+    its few distinct values, never per row), and whether restarts may be in it."""
+    # Each folder's tags with the folder's prefix, then one list of distinct names for the job.
+    names: dict[str, int] = {}
+    remap: dict[int, np.ndarray] = {}
+    for folder, table in tables.items():
+        final = _prefix_map(table.tags, folder, job_dir)
+        remap[id(table)] = np.asarray(
+            [names.setdefault(final[t], len(names)) for t in table.tags], dtype=np.int64
+        )
+    tags = list(names)
+
+    def column(attr: str) -> np.ndarray:
+        parts = [getattr(rows, attr) for _, rows, _ in got]
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    if len(got) == 1 and np.array_equal(remap[id(got[0][2])], np.arange(len(tags))):
+        tag_id = got[0][1].tag
+    else:
+        tag_id = np.concatenate([remap[id(table)][rows.tag] for _, rows, table in got])
+    # New-style tensor scalars without metadata count only once the tag is known as scalars.
+    keep: np.ndarray | None = None
+    scalar = {t for t, p in plugin_of.items() if p == "scalars"}
+    known = np.asarray([t in scalar for t in tags], dtype=bool)
+    base = 0
+    for _, rows, _ in got:
+        drop = rows.tensor[~known[tag_id[base + rows.tensor]]]
+        if len(drop):
+            keep = np.ones(len(tag_id), dtype=bool) if keep is None else keep
+            keep[base + drop] = False
+        base += rows.height
+    cols = {
+        "record_idx": column("rec"),
+        "step": column("step"),
+        "value": column("value"),
+        "wall_time": column("wall"),
+    }
+    if len(got) > 1:
+        counts = [rows.height for _, rows, _ in got]
+        cols["file_idx"] = np.repeat(np.asarray([i for i, _, _ in got], dtype=np.int32), counts)
+        file_ids = np.repeat(np.arange(len(got)), counts)
+    if keep is not None:
+        cols = {k: v[keep] for k, v in cols.items()}
+        tag_id = tag_id[keep]
+        if len(got) > 1:
+            file_ids = file_ids[keep]
+    kinds = [x_kind_of(t) for t in tags]
+    frame = pl.DataFrame(cols).with_columns(
+        pl.Series("tag", tags, dtype=_CAT).gather(tag_id),
+        pl.lit(NAME, dtype=_CAT).alias("source"),
+    )
+    if len(got) == 1:
+        frame = frame.with_columns(
+            pl.lit(got[0][0], dtype=pl.Int32).alias("file_idx"),
+            pl.lit(rel(source.files[got[0][0]], source.root), dtype=_CAT).alias("file"),
+        )
+    else:
+        files = [rel(source.files[i], source.root) for i, _, _ in got]
+        frame = frame.with_columns(pl.Series("file", files, dtype=_CAT).gather(file_ids))
+    if len(set(kinds)) == 1:
+        frame = frame.with_columns(pl.lit(kinds[0], dtype=_CAT).alias("x_kind"))
+    else:
+        frame = frame.with_columns(pl.Series("x_kind", kinds, dtype=_CAT).gather(tag_id))
+    del tag_id
+    frame = frame.with_columns(
+        [pl.lit(None, dtype=SCHEMA[c]).alias(c) for c in ("metric", "layer")]
+    ).select([pl.col(c) for c in SCHEMA if c != "segment"])
+    return frame, _may_restart(frame, tags, purges)
+
+
+def _may_restart(frame: pl.DataFrame, tags: list[str], purges: list) -> bool:  # noqa: ANN001
+    """False when :func:`assign_segments` could find nothing: no purge, no counter tag, steps
+    that never go back in record order (so no tag's do), wall times that are not a relative
+    clock. Then every row is segment 0 and the per-tag search is not needed."""
+    if purges or counter_tags(tags):
+        return True
+    steps = frame.get_column("step").to_numpy()
+    if len(steps) > 1 and not bool(np.all(steps[1:] >= steps[:-1])):
+        return True
+    w = frame.get_column("wall_time").to_numpy()
+    top = float(np.max(w)) if len(w) else math.nan
+    if not math.isfinite(top):  # NaN or inf somewhere: the relative-clock test exactly
+        ok = w[np.isfinite(w) & (w >= 0)]
+        return len(ok) > 1 and float(ok.max()) < RELATIVE_CLOCK
+    return len(w) > 1 and top < RELATIVE_CLOCK and int(np.sum(w >= 0)) > 1
 
 
 # The frame's string columns are categorical (schema.SCHEMA): built so from the start, the
@@ -196,92 +319,6 @@ def _crc_function():  # noqa: ANN202
     return crc32c.crc32c
 
 
-def _any_crc():  # noqa: ANN202
-    """The crc32c package when installed, else the pure-Python CRC (one record's worth)."""
-    try:
-        import crc32c
-
-        return crc32c.crc32c
-    except ImportError:
-        return crc32c_py
-
-
-class _FileResult:
-    def __init__(self) -> None:
-        self.frame = pl.DataFrame()
-        self.purges: list[tuple[int, int]] = []
-        self.hparams: dict[str, Any] = {}
-        self.skipped: dict[str, int] = {}
-        self.hist: dict[str, float] = {}
-        self.bad_crc = 0
-        self.cut_bytes = 0
-        self.zero_tail = False
-        self.last_step: int | None = None
-        self.records = 0
-
-
-def _read_file(path: Path, name: str, file_idx: int, plugin_of: dict[str, str], crc) -> _FileResult:  # noqa: ANN001
-    out = _FileResult()
-    try:
-        buf = _map(path)
-    except OSError as exc:
-        raise UnreadableInputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    n = len(buf)
-    if n == 0:
-        return out
-    if n >= 12 and not header_ok(buf[:12]):
-        if not np.frombuffer(buf, dtype=np.uint8).any():
-            raise UnreadableInputError(
-                f"{path}: the file is all zero bytes; expected TensorBoard event records"
-            )
-        raise UnreadableInputError(
-            f"{path}: not a TensorBoard event file (the first record's length check fails); "
-            "expected TFRecord-framed events"
-        )
-    a = np.frombuffer(buf, dtype=np.uint8)
-    fr = walk(buf, MAX_RECORD)
-    good = length_crc_ok(a, fr.offs)
-    k = int(np.argmin(good)) if not good.all() else len(good)
-    stop = fr.stop if k == len(good) else "bad_crc"
-    # A crash can leave the last block zero-filled from the middle of a record: the record
-    # the zeros begin in was being written, not corrupted. It is dropped when its data CRC
-    # fails (at most one record reaches into the trailing zero run).
-    z = _zero_run_start(a, path)
-    while k and z < n and int(fr.offs[k - 1] + fr.lens[k - 1] + 16) > z:
-        o, ln = int(fr.offs[k - 1]), int(fr.lens[k - 1])
-        stored = int.from_bytes(buf[o + 12 + ln : o + 16 + ln], "little")
-        if masked(_any_crc()(buf[o + 12 : o + 12 + ln])) == stored:
-            break  # a complete record whose last bytes happen to be zeros
-        k, stop = k - 1, "bad_crc"
-    offs, lens = fr.offs[:k], fr.lens[:k]
-    end = int(offs[-1] + lens[-1] + 16) if k else 0
-    if k < len(fr.offs) or fr.stop != "eof":
-        _classify_tail(path, buf, end, k, stop, out, z)
-    out.records = k
-    keep = np.ones(k, dtype=bool)
-    if crc is not None and k:
-        view = memoryview(buf)
-        for i, (o, ln) in enumerate(zip(offs.tolist(), lens.tolist(), strict=True)):
-            stored = int.from_bytes(view[o + 12 + ln : o + 16 + ln], "little")
-            c = crc(view[o + 12 : o + 12 + ln])
-            if ((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF) != stored:
-                keep[i] = False
-        out.bad_crc = int((~keep).sum())
-    try:
-        df, proto = decode_framed(buf, a, offs, lens, keep, plugin_of)
-    except ValueError as exc:
-        raise UnreadableInputError(f"{path}: {exc}; the file is corrupt") from None
-    out.purges, out.hparams, out.skipped = proto.purges, proto.hparams, proto.skipped
-    out.hist = proto.hist
-    del a, buf  # the file's bytes are decoded: free them before the frame is built
-    out.frame = df.with_columns(
-        pl.lit(file_idx, dtype=pl.Int32).alias("file_idx"), pl.lit(name, dtype=_CAT).alias("file")
-    )
-    if df.height:
-        out.last_step = int(df.get_column("step")[-1])
-    return out
-
-
 def decode_framed(
     buf,  # noqa: ANN001 - bytes or mmap
     a: np.ndarray,
@@ -296,8 +333,9 @@ def decode_framed(
     hparams, skipped kinds). A record that is not an Event is a ValueError."""
     fast = decode_fast_chunked(a, offs, lens)
     # Tags known as scalars from a fast-path record's own metadata.
-    for t in np.unique(fast.tag_id[fast.has_meta]).tolist():
-        plugin_of[fast.tags[t]] = "scalars"
+    if fast.has_meta.any():
+        for t in np.flatnonzero(np.bincount(fast.tag_id[fast.has_meta])).tolist():
+            plugin_of[fast.tags[t]] = "scalars"
     rest = np.flatnonzero(~fast.matched & keep)
     proto = decode_records(buf, offs[rest] + 12, offs[rest] + 12 + lens[rest], rest, plugin_of)
     sel = keep[fast.rec]
@@ -344,125 +382,27 @@ def decode_framed(
     return df.drop("_sub"), proto
 
 
-def _map(path: Path):  # noqa: ANN202 - bytes or a read-only mmap (same buffer protocol)
-    """The file's bytes, memory-mapped: a multi-gigabyte (or sparse) event file is paged in
-    as it is scanned instead of copied into memory whole."""
-    import mmap
-
-    with open(path, "rb") as fh:
-        try:
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (ValueError, OSError):  # an empty file, a file system without mmap
-            return fh.read()
-
-
-def _zero_run_start(a: np.ndarray, path: Path | None = None) -> int:
-    """Where the run of zero bytes ending the file starts (len(a) when it ends otherwise).
-
-    Holes of a sparse file are zeros by definition: they are skipped without being read
-    (SEEK_DATA / SEEK_HOLE), so a mostly-empty multi-gigabyte file is not paged in."""
-    for lo, hi in reversed(_data_regions(path, len(a))):
-        found = _last_nonzero(a, lo, hi)
-        if found is not None:
-            return found + 1
-    return 0
-
-
-def _data_regions(path: Path | None, n: int) -> list[tuple[int, int]]:
-    """(start, end) of the parts of the file that hold data; the whole file when unknown."""
-    import errno
-    import os
-
-    if path is None or not hasattr(os, "SEEK_DATA"):
-        return [(0, n)]
-    out: list[tuple[int, int]] = []
-    try:
-        with open(path, "rb") as fh:
-            fd, pos = fh.fileno(), 0
-            while pos < n:
-                try:
-                    data = os.lseek(fd, pos, os.SEEK_DATA)
-                except OSError as exc:
-                    if exc.errno == errno.ENXIO:  # only a hole from pos on
-                        break
-                    raise
-                hole = os.lseek(fd, data, os.SEEK_HOLE)
-                out.append((data, min(hole, n)))
-                pos = hole
-    except OSError:
-        return [(0, n)]
-    return out
-
-
-def _last_nonzero(a: np.ndarray, lo: int, hi: int) -> int | None:
-    step = 1 << 16
-    while hi > lo:
-        start = max(lo, hi - step)
-        nz = np.flatnonzero(a[start:hi])
-        if len(nz):
-            return start + int(nz[-1])
-        hi = start
-        step = min(step * 4, 1 << 26)
-    return None
-
-
-def _classify_tail(
-    path: Path, buf: bytes, end: int, k: int, stop: str, out: _FileResult, z: int
-) -> None:
-    """After the last good record: a killed job's cut-off tail is fine, corruption is not."""
-    n = len(buf)
-    if z <= end:
-        if k == 0:
-            raise UnreadableInputError(f"{path}: zero-filled; expected TensorBoard event records")
-        out.cut_bytes, out.zero_tail = n - end, True
-        return
-    if z < n:
-        # Bytes of one record, then zeros to the end (a crash's zero-filled last block).
-        declared = int.from_bytes(buf[end : end + 8], "little") if z - end >= 12 else 0
-        if z - end < 12 or (header_ok(buf[end : end + 12]) and z - end < declared + 16):
-            out.cut_bytes, out.zero_tail = n - end, True
-            return
-    left = n - end  # no copy of the tail: it may be gigabytes of a sparse file
-    if stop == "short" and (left < 12 or header_ok(buf[end : end + 12])):
-        out.cut_bytes = left  # the last record was being written when the job stopped
-        return
-    raise UnreadableInputError(
-        f"{path}: corrupt TensorBoard record framing at byte {end} (after {k} good records); "
-        "expected length-prefixed, CRC-checked event records"
-    )
-
-
-def _truncated(name: str, got: _FileResult) -> Finding:
-    how = "is zero-filled" if got.zero_tail else "is cut off mid-record"
-    return Finding(
-        kind=FindingKind.TRUNCATED_LOG,
-        severity=Severity.INFO,
-        metric=None,
-        start_step=got.last_step if got.last_step is not None else 0,
-        measures={
-            "file": name,
-            "bytes_lost": got.cut_bytes,
-            "records_read": got.records,
-            "zero_filled": got.zero_tail,
-        },
-        summary=(
-            f"The end of {name} {how} ({got.cut_bytes} bytes): the writer stopped while writing, "
-            f"as when a job is killed; the {got.records} complete records before it were read."
-        ),
-    )
-
-
 def _prefix_tags(frame: pl.DataFrame, folder: Path, job_dir: Path) -> pl.DataFrame:
-    """Tags of a sub-folder get its path as a prefix; add_scalars folders become <main>/<key>
-    (tensorboardX writes them to ``<main>/<key>/``, torch to ``<main with _>_<key>/``)."""
+    """Tags of a sub-folder get its path as a prefix (see :func:`_prefix_map`)."""
     if folder == job_dir:
         return frame
+    tags = frame.get_column("tag").unique().to_list()
+    mapping = _prefix_map(tags, folder, job_dir)
+    return frame.with_columns(pl.col("tag").replace_strict(mapping, return_dtype=_CAT))
+
+
+def _prefix_map(tags: list[str], folder: Path, job_dir: Path) -> dict[str, str]:
+    """Tag -> its name in the job: tags of a sub-folder get its path as a prefix; add_scalars
+    folders become <main>/<key> (tensorboardX writes them to ``<main>/<key>/``, torch to
+    ``<main with _>_<key>/``)."""
+    if folder == job_dir:
+        return {t: t for t in tags}
     try:
         sub = folder.relative_to(job_dir).as_posix()
     except ValueError:
-        return frame
+        return {t: t for t in tags}
     mapping: dict[str, str] = {}
-    for tag in frame.get_column("tag").unique().to_list():
+    for tag in tags:
         stem = tag.replace("/", "_") + "_"
         if sub.startswith(tag + "/"):  # tensorboardX add_scalars: <main>/<key>/
             mapping[tag] = sub
@@ -472,7 +412,7 @@ def _prefix_tags(frame: pl.DataFrame, folder: Path, job_dir: Path) -> pl.DataFra
             mapping[tag] = f"{tag}/{sub[len(stem) :]}"
         else:
             mapping[tag] = f"{sub}/{tag}"
-    return frame.with_columns(pl.col("tag").replace_strict(mapping, return_dtype=_CAT))
+    return mapping
 
 
 def _prefixed(hist: dict[str, float], folder: Path, job_dir: Path) -> dict[str, float]:
