@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from forensics.evidence import robust
 from forensics.evidence.rolling import centered_median, trailing_median
 
 # Loaded here, the rank filter serves series of any length >= 512 (otherwise only from 50k
@@ -144,3 +145,42 @@ def test_align_is_the_per_window_loop(half: float) -> None:
         assert np.array_equal(align(ts, tv, at, half), want)
     finally:
         trend_utils._ALIGN_MATRIX_POINTS = old
+
+
+def _old_trail(w: int, y: np.ndarray) -> np.ndarray:
+    return pl.Series(y).shift(1).rolling_median(w, min_samples=1).to_numpy().astype(float)
+
+
+def _old_lead(w: int, y: np.ndarray) -> np.ndarray:
+    s = pl.Series(y).reverse().shift(1).rolling_median(w, min_samples=1)
+    return s.to_numpy().astype(float)[::-1]
+
+
+def _old_noise(w: int, y: np.ndarray) -> np.ndarray:
+    d = np.diff(y)
+    trend = pl.Series(d).rolling_median(w, center=True, min_samples=1).to_numpy()
+    dev = pl.Series(np.abs(d - trend)).rolling_median(w, center=True, min_samples=1).to_numpy()
+    sig = robust.MAD_TO_SIGMA * dev / np.sqrt(2.0)
+    return np.maximum(np.concatenate([[sig[0]], sig]), np.concatenate([sig, [sig[-1]]]))
+
+
+@pytest.mark.parametrize("kind", ["normal", "rounded", "cauchy", "chi2_log", "integers"])
+def test_spike_score_medians_equal_polars(kind: str) -> None:
+    """The spike score's trailing / leading medians and noise scale (robust.py) equal the
+    polars expressions they replace, bit for bit (ties, -0.0, heavy tails, short series)."""
+    rng = np.random.default_rng(hash(kind) % 2**32)
+    for n in (1, 2, 3, 5, 50, 600, 60_000):
+        z = rng.normal(size=n)
+        y = {
+            "normal": z,
+            "rounded": np.round(z, 1),  # holds -0.0
+            "cauchy": rng.standard_cauchy(size=n),
+            "chi2_log": np.log(0.3 + 0.05 * z**2),
+            "integers": np.round(z * 3) + 0.0,
+        }[kind]
+        for w in (1, 2, 3, 20, 21):
+            assert robust._trail_median(w, y).tobytes() == _old_trail(w, y).tobytes()
+            assert robust._lead_median(w, y).tobytes() == _old_lead(w, y).tobytes()
+            if n >= 3:
+                ww = max(2 * w + 1, 5)
+                assert robust._noise_scale(ww, y).tobytes() == _old_noise(ww, y).tobytes()

@@ -107,10 +107,12 @@ def noise_scale(y: np.ndarray, window: int) -> np.ndarray:
 
 
 def _noise_scale(w: int, y: np.ndarray) -> np.ndarray:
+    from forensics.evidence.rolling import centered_median
+
     d = np.diff(y)
-    ds = pl.Series(d)
-    trend = ds.rolling_median(w, center=True, min_samples=1).to_numpy()
-    dev = pl.Series(np.abs(d - trend)).rolling_median(w, center=True, min_samples=1).to_numpy()
+    # polars' centred rolling medians (min_samples=1), computed exactly in O(n log w)
+    trend = centered_median(d, w)
+    dev = centered_median(np.abs(d - trend), w)
     sig = MAD_TO_SIGMA * dev / np.sqrt(2.0)
     # Point i touches differences i-1 and i: take the larger, so a spike is judged against
     # the noisier of its two sides.
@@ -187,11 +189,23 @@ def score(
 
 
 def _trail_median(w: int, y: np.ndarray) -> np.ndarray:
-    return pl.Series(y).shift(1).rolling_median(w, min_samples=1).to_numpy()
+    """The median of the ``w`` points before each point (NaN at the first):
+    ``pl.Series(y).shift(1).rolling_median(w, min_samples=1)``, computed as polars' trailing
+    median of ``y`` moved one place on (the shifted-in null only shortens the first window)."""
+    from forensics.evidence.rolling import _selectable, polars_trailing_median
+
+    if not _selectable(y):  # a NaN or a -0.0: polars' own path, whose zero signs we keep
+        return pl.Series(y).shift(1).rolling_median(w, min_samples=1).to_numpy()
+    out = np.empty(len(y))
+    if len(y):
+        out[0] = np.nan
+        out[1:] = polars_trailing_median(y[:-1], w, 1)
+    return out
 
 
 def _lead_median(w: int, y: np.ndarray) -> np.ndarray:
-    return pl.Series(y).reverse().shift(1).rolling_median(w, min_samples=1).to_numpy()[::-1]
+    """The median of the ``w`` points after each point (NaN at the last)."""
+    return _trail_median(w, np.ascontiguousarray(y[::-1]))[::-1]
 
 
 def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, float, float, float]:
