@@ -15,7 +15,11 @@ complete run: ``read_run`` with the cache off, then ``analyze_run``. Both are ti
 process (wall
 and CPU seconds), in turns, ``--repeat`` times; the ratio quoted is the median of the
 pairwise ratios; the read alone is also compared (the tail's poll against ``read_run``, CPU
-seconds). Target: poll / analyze <= 0.25. Nothing asserts a time.
+seconds). The issue's reference, "a full `analyze`", is also timed as the command a user runs
+(``python -m forensics analyze RUN --no-cache --out ...``: start-up, read, analysis, report; its
+CPU seconds from ``os.wait4``). Target: poll / that command <= 0.25; the in-process ratio
+(read_run + analyze_run, no start-up, no report) is the stricter one and is printed beside it.
+Nothing asserts a time.
 """
 
 from __future__ import annotations
@@ -74,7 +78,12 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
     cut = _cut_before(src, kind, n_steps, new)
     full_bytes = src.stat().st_size
     opts = ReadOptions(cache=False)
+    import sys
+
+    from benchmarks.measure import run as run_command
+
     fulls, full_reads, polls, reads, grown = [], [], [], [], []
+    commands: list[float] = []
     bare, hits, fits = [], [], []
     with tempfile.TemporaryDirectory(prefix="watch-poll-") as tmp:
         for _ in range(repeat):
@@ -83,6 +92,10 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
             fulls.append((w + w2, c + c2))
             full_reads.append((w, c))
             del run
+            # The command a user runs: a process that starts, reads (no cache), analyses and
+            # writes the report (outside the run folder).
+            cmd = [sys.executable, "-m", "forensics", "analyze", str(folder), "--no-cache"]
+            commands.append(run_command(cmd + ["--out", str(Path(tmp) / "full.html")]).cpu)
             run_dir = Path(tmp) / "run"
             shutil.rmtree(run_dir, ignore_errors=True)
             run_dir.mkdir()
@@ -127,6 +140,10 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
         "ratio_wall": statistics.median(p[0] / f[0] for p, f in zip(polls, fulls, strict=True)),
         "ratio_cpu": statistics.median(p[1] / f[1] for p, f in zip(polls, fulls, strict=True)),
         "bare_ratio_cpu": statistics.median(p[1] / f[1] for p, f in zip(bare, fulls, strict=True)),
+        "command_cpu": statistics.median(commands),
+        "command_ratio_cpu": statistics.median(
+            p[1] / c for p, c in zip(polls, commands, strict=True)
+        ),
         "reused": statistics.median(hits),
         "fits": statistics.median(fits),
         "bytes_new": full_bytes - cut,
@@ -148,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| format | steps | full analyze s (cpu) | of which read s | poll s (cpu) | "
         f"of which read s | bytes read / appended | read: poll / full (cpu) | "
-        f"spike measures reused | poll / analyze (target <= {TARGET}) | without reuse (cpu) |"
+        f"spike measures reused | poll / analyze in process | without reuse (cpu) | "
+        f"`forensics analyze` command cpu s | poll / command cpu (target <= {TARGET}) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for kind in args.formats.split(","):
         m = measure(kind, args.size, args.new, args.repeat, args.data)
         print(
@@ -159,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             f"({m['poll_cpu']:.2f}) | {m['read_wall']:.2f} | {m['bytes_read']:,.0f} / "
             f"{m['bytes_new']:,} of {m['bytes_file']:,} | {m['read_ratio']:.3f} | "
             f"{m['reused']:,.0f} / {m['fits']:,.0f} | "
-            f"**{m['ratio_wall']:.3f}** (cpu {m['ratio_cpu']:.3f}) | {m['bare_ratio_cpu']:.3f} |",
+            f"{m['ratio_wall']:.3f} (cpu {m['ratio_cpu']:.3f}) | {m['bare_ratio_cpu']:.3f} | "
+            f"{m['command_cpu']:.2f} | **{m['command_ratio_cpu']:.3f}** |",
             flush=True,
         )
     return 0
