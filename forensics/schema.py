@@ -664,7 +664,8 @@ def tag_units(frame: pl.DataFrame) -> dict[str, str]:
         .iter_rows()
     )
     out: dict[str, str] = {}
-    for tag, metric in pairs:
+    # unique() has no order: sorted, so that the report's units table reads the same each time
+    for tag, metric in sorted(pairs, key=lambda p: (str(p[1]), str(p[0]))):
         u = unit_of(tag, metric)
         if u is not None:
             out[tag] = u

@@ -189,3 +189,15 @@ def test_metrics_command_proposes_no_alias_for_counters() -> None:
     for tag in ("global batch size", "lm loss PPL", "consumed samples"):
         line = next(ln for ln in res.stdout.splitlines() if f" {tag} " in ln)
         assert "(not a vital sign)" in line and "--alias" not in line, line
+
+
+def test_units_come_in_a_fixed_order(tmp_path: Path) -> None:
+    """run.metadata["units"] is listed in the report: its order must not depend on polars'
+    unique() (it changed from one process to the next)."""
+    _tb_run(tmp_path / "run")
+    units = read_run(tmp_path / "run").metadata["units"]
+    by_metric = {MEMORY: 0, STEP_TIME: 1, THROUGHPUT: 2}
+    tags = list(units)
+    chosen = {"acme/sys/max_memory_reserved_gb": MEMORY, "acme/perf/iter_time_ms": STEP_TIME}
+    chosen["acme/perf/tok_per_sec"] = THROUGHPUT
+    assert tags == sorted(tags, key=lambda t: (by_metric[chosen[t]], t))
