@@ -129,7 +129,12 @@ class LightningCsvImporter:
                 index=["record_idx", "_step"], on=values, variable_name="tag", value_name="raw"
             )
             .with_columns(
-                pl.col("raw").str.strip_chars().cast(pl.Float64, strict=False).alias("value")
+                # cast first: a column with no cell at all comes out of the CSV reader typed Null
+                pl.col("raw")
+                .cast(pl.Utf8)
+                .str.strip_chars()
+                .cast(pl.Float64, strict=False)
+                .alias("value")
             )
             .filter(
                 pl.col("value").is_not_null()
