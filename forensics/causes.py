@@ -570,6 +570,13 @@ def _shared_data() -> Cause:
     )
 
 
+def _outlier_start_and_layers(outs: Sequence[Finding]) -> tuple[int, str]:
+    """The first onset of activation outliers and " in layer(s) ..." (empty without layers)."""
+    layers = sorted({int(v) for g in outs if isinstance(v := g.measures.get("layer"), int)})
+    lay = f" in layer{'s' if len(layers) > 1 else ''} " + ", ".join(map(str, layers))
+    return min(g.start_step for g in outs), lay if layers else ""
+
+
 def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
     near = _near(ev)
     covering = [
@@ -582,28 +589,23 @@ def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause
     # Only an outlier that began near this onset can be what changed here; one that has been
     # out of range since long before is a standing condition (a start-up outlier stays open).
     outs = [g for g in covering if g.start_step >= f.start_step - near]
-    if covering and not outs:
-        first = min(g.start_step for g in covering)
-        layers = sorted({int(v) for g in covering if isinstance(v := g.measures.get("layer"), int)})
-        lay = f" in layer{'s' if len(layers) > 1 else ''} " + ", ".join(map(str, layers))
+    if covering:
+        first, lay = _outlier_start_and_layers(outs or covering)
+        if outs:
+            return Cause(
+                "activations",
+                SUPPORTED,
+                f"activations left their range{lay} from step {first:,}",
+                (first,),
+                anchor=first,
+            )
         return Cause(
             "activations",
             UNTESTED,
-            f"activations{lay if layers else ''} have been out of their range since step "
-            f"{first:,}, {f.start_step - first:,} steps before this onset: a standing "
-            "condition, not a change at it",
+            f"activations{lay} have been out of their range since step {first:,}, "
+            f"{f.start_step - first:,} steps before this onset: a standing condition, not a "
+            "change at it",
             (first,),
-        )
-    if outs:
-        first = min(g.start_step for g in outs)
-        layers = sorted({int(v) for g in outs if isinstance(v := g.measures.get("layer"), int)})
-        lay = f" in layer{'s' if len(layers) > 1 else ''} " + ", ".join(map(str, layers))
-        return Cause(
-            "activations",
-            SUPPORTED,
-            f"activations left their range{lay if layers else ''} from step {first:,}",
-            (first,),
-            anchor=first,
         )
     if any(ev.has(m) for m in ("act_absmax", "act_std", "act_mean")):
         return Cause(

@@ -192,9 +192,9 @@ def _trail_median(w: int, y: np.ndarray) -> np.ndarray:
     """The median of the ``w`` points before each point (NaN at the first):
     ``pl.Series(y).shift(1).rolling_median(w, min_samples=1)``, computed as polars' trailing
     median of ``y`` moved one place on (the shifted-in null only shortens the first window)."""
-    from forensics.evidence.rolling import _selectable, polars_trailing_median
+    from forensics.evidence.rolling import polars_trailing_median, selectable
 
-    if not _selectable(y):  # a NaN or a -0.0: polars' own path, whose zero signs we keep
+    if not selectable(y):  # a NaN or a -0.0: polars' own path, whose zero signs we keep
         return pl.Series(y).shift(1).rolling_median(w, min_samples=1).to_numpy()
     out = np.empty(len(y))
     if len(y):

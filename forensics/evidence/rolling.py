@@ -42,7 +42,7 @@ def _fast(n: int, w: int) -> bool:
     return n >= _IMPORT_PAYS or "scipy.ndimage" in sys.modules
 
 
-def _selectable(v: np.ndarray) -> bool:
+def selectable(v: np.ndarray) -> bool:
     """Finite values with no negative zero: any exact selection picks the same bits."""
     if not np.isfinite(v).all():
         return False
@@ -68,7 +68,7 @@ def centered_median(values: np.ndarray, window: int) -> np.ndarray:
     v = np.ascontiguousarray(values, dtype=float)
     n = len(v)
     w = int(window)  # as given: a window longer than the series is polars' business
-    if not _fast(n, w) or not _selectable(v):
+    if not _fast(n, w) or not selectable(v):
         return _polars_centered(v, w) if n else v.copy()
     h = w // 2
     if w % 2:
@@ -99,7 +99,7 @@ def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) ->
         r = pl.Series(x).rolling_median(w, min_samples=m)
         return r.to_numpy().astype(float)
 
-    if not _fast(n, w) or not 1 <= m <= w or not _selectable(v):
+    if not _fast(n, w) or not 1 <= m <= w or not selectable(v):
         return lib(v) if n else v.copy()
     h = w // 2
     if w % 2:
@@ -120,7 +120,7 @@ def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     n = len(v)
     w = int(window)
     out = np.zeros(n)
-    fast = w >= 1 and _fast(n, max(w, 2)) and _selectable(v)
+    fast = w >= 1 and _fast(n, max(w, 2)) and selectable(v)
     # Expanding windows at the start (and everything on the slow path): numpy's own median.
     for i in range(1, n if not fast else min(n, w + 1)):
         out[i] = float(np.median(v[max(0, i - w) : i]))
