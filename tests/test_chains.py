@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import REAL_RUNS, shared_path
+from conftest import shared_path
 
 from forensics.errors import MultipleJobsError
 from forensics.findings import FindingKind
@@ -402,7 +402,7 @@ def test_two_seeds_each_resumed_are_not_guessed(tmp_path: Path) -> None:
 def test_the_real_runs_folder_is_not_a_chain() -> None:
     """Every other real-run folder with several jobs keeps them apart (no false seams)."""
     stitched = []
-    for folder in sorted(p for p in REAL_RUNS.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in shared_path("real_runs").iterdir() if p.is_dir()):
         jobs = discover_jobs(folder)
         if len(jobs) < 2:
             continue
