@@ -301,6 +301,34 @@ def test_spike_table_lists_shape_measures(full_page) -> None:
     assert heads.index("classification") < heads.index("height") < heads.index("recovery_steps")
 
 
+def test_spike_table_names_a_grad_norm_spike_by_its_shape() -> None:
+    """The article's verdicts (beneficial...) are for the loss; a grad-norm row names the shape."""
+    run, _ = full_run(1200)
+    found = [
+        Finding(
+            kind,
+            "info",
+            metric,
+            step,
+            "a spike",
+            peak_step=step + 2,
+            end_step=step + 9,
+            measures={"classification": "beneficial"},
+        )
+        for kind, metric, step in (
+            (FindingKind.LOSS_SPIKE, "loss", 300),
+            (FindingKind.GRAD_NORM_SPIKE, "grad_norm", 600),
+        )
+    ]
+    page = render_html(diagnose(run, found), plotlyjs="cdn")
+    spikes = page[page.index('id="spikes"') : page.index('id="checklists"')]
+    rows = re.findall(r"<tr><td>(\w+)</td>.*?</tr>", spikes, re.S)
+    assert rows == ["loss_spike", "grad_norm_spike"]
+    cells = [re.findall(r'<td class="n">([^<]*)</td>', r) for r in spikes.split("<tr><td>")[1:]]
+    assert cells[0][3] == "beneficial"
+    assert cells[1][3] == "settled lower"
+
+
 @pytest.mark.parametrize("kind", list(FindingKind))
 def test_every_kind_renders(kind: FindingKind) -> None:
     """A finding of each kind renders through its own partial."""

@@ -44,6 +44,15 @@ _SPIKE_COLUMNS = (
     "grad_norm_lead_steps",
     "leads_loss_by_steps",
 )
+# The article's spike classes (physiological, beneficial...) judge the loss. Another metric's
+# spike gets the same shape measured, but its table cell names the shape, not a verdict.
+_SHAPE_WORDS = {
+    "physiological": "back on its trend",
+    "pathological": "settled higher or slow",
+    "beneficial": "settled lower",
+    "unresolved": "high at the log's end",
+    "diverged": "diverged",
+}
 # Absolute paths (POSIX, home-relative, Windows); paths relative to the run folder stay readable.
 _PATHLIKE = re.compile(r"(?<![\w.])(?:[A-Za-z]:[\\/]|~[\\/]|/)[^\s'\"<>,;\]\)]*")
 # TensorBoard names event files events.out.tfevents.<time>.<host name>[.<pid>.<n>].
@@ -62,6 +71,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["num"] = _num
+    env.globals["spike_cell"] = spike_cell
     env.filters["steps"] = finding_steps
     env.globals["step_range"] = step_range
     env.globals["vital_label"] = vital_label
@@ -81,6 +91,14 @@ def _num(v: Any) -> str:
             return f"{int(v):,}"
         return f"{v:.4g}"
     return str(v)
+
+
+def spike_cell(finding: Any, key: str) -> str:
+    """One cell of the spike table: the measure, with a non-loss spike's class as its shape."""
+    value = finding.measures.get(key)
+    if key == "classification" and finding.metric != "loss" and value in _SHAPE_WORDS:
+        return _SHAPE_WORDS[value]
+    return _num(value)
 
 
 def redact_text(text: str) -> str:
