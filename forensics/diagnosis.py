@@ -18,7 +18,7 @@ from forensics.causes import Cause, causes_of
 from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists
 from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, worst_severity
-from forensics.incidents import Incident, build_incidents, run_timeline
+from forensics.incidents import Incident, build_incidents, previous_points, run_timeline
 from forensics.prescriptions import (
     AREAS,
     STANDING_GUIDANCE,
@@ -192,7 +192,7 @@ def diagnose(
     ev = evidence_of(run)
     findings = list(findings)
     causes = causes_of(ev, findings)
-    incidents = build_incidents(findings, causes)
+    incidents = build_incidents(findings, causes, previous_points(ev.run))
     return Diagnosis(
         run=ev.run,
         findings=findings,

@@ -7,7 +7,10 @@ past its schedule, are one blow-up with one cause. :func:`build_incidents` group
 - two findings with the same supported root cause (the same LR change, the same bad batch,
   resume, pause or validation-set change: :attr:`forensics.causes.Cause.key`) are one incident;
 - findings with no supported root that start within :data:`TOUCH_STEPS` of each other are one
-  incident (a NaN in the loss and in the grad norm at the same step);
+  incident (a NaN in the loss and in the grad norm at the same step); so are two onsets up to
+  :data:`SPARSE_TOUCH_STEPS` apart when the later sign's series logged no point in between
+  (a histogram every 10 steps first shows a change at its next point: the log cannot tell
+  the two apart);
 - a group becomes an incident when at least one of its findings is above info; notes (a
   physiological spike) join the incident they belong to and may be its first mover.
 
@@ -19,7 +22,7 @@ mover includes the control inputs (the LR change, the schedule effect, the resum
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +37,7 @@ from forensics.causes import (
     supported_roots,
 )
 from forensics.findings import Finding, FindingKind, Severity, step_range
+from forensics.run import Run
 from forensics.timeline import Control, Timeline, build_timeline, vital_label
 
 _SPIKES = frozenset(
@@ -41,6 +45,8 @@ _SPIKES = frozenset(
 )
 # Findings with no supported root cause are one incident when their onsets are this close.
 TOUCH_STEPS = 5
+# ... or up to this far apart when the later sign had no logged point between the two onsets.
+SPARSE_TOUCH_STEPS = 50
 
 
 @dataclass(frozen=True)
@@ -181,14 +187,32 @@ def _keys(f: Finding, causes: Sequence[Cause]) -> set[tuple[str, int]]:
     return out
 
 
+def previous_points(run: Run) -> Callable[[Finding], int | None]:
+    """For a finding, the last step its own series logged before the finding's onset."""
+
+    def previous(f: Finding) -> int | None:
+        if f.metric is None or not run.has(f.metric):
+            return None
+        layer = f.measures.get("layer")
+        steps = run.series(f.metric, layer if isinstance(layer, int) else None)["step"]
+        before = steps.search_sorted(f.start_step, side="left")
+        return int(steps[before - 1]) if before > 0 else None
+
+    return previous
+
+
 def build_incidents(
-    findings: Sequence[Finding], causes: Sequence[Sequence[Cause]]
+    findings: Sequence[Finding],
+    causes: Sequence[Sequence[Cause]],
+    previous_point: Callable[[Finding], int | None] | None = None,
 ) -> list[Incident]:
     """Group findings into incidents (see the module's docstring).
 
     Args:
         findings: the diagnosis' findings (their order gives the indexes).
         causes: each finding's tested causes (:func:`forensics.causes.causes_of`).
+        previous_point: a finding's series' last logged step before its onset
+            (:func:`previous_points`); without it only :data:`TOUCH_STEPS` joins onsets.
     """
     n = len(findings)
     parent = list(range(n))
@@ -225,10 +249,19 @@ def build_incidents(
             ):
                 union(i, j)
     order = sorted(range(n), key=lambda i: findings[i].start_step)
+    before_onset: dict[int, int | None] = {}
     for a, i in enumerate(order):
         for j in order[a + 1 :]:
-            if findings[j].start_step - findings[i].start_step > TOUCH_STEPS:
+            apart = findings[j].start_step - findings[i].start_step
+            if apart > (SPARSE_TOUCH_STEPS if previous_point else TOUCH_STEPS):
                 break
+            if apart > TOUCH_STEPS:
+                assert previous_point is not None
+                if j not in before_onset:
+                    before_onset[j] = previous_point(findings[j])
+                before = before_onset[j]
+                if before is None or before > findings[i].start_step:
+                    continue  # the later sign was logged in between: two moments
             if keys[i] and keys[j] and not keys[i] & keys[j]:
                 continue  # two events with different causes at nearly the same step
             if findings[i].kind is FindingKind.TRUNCATED_LOG or (

@@ -135,3 +135,37 @@ def test_periodic_spikes_are_one_incident() -> None:
     inc = next(i for i in d.incidents if any(f.kind.value == "periodic_spikes" for f in i.findings))
     spikes = {f.start_step for f in inc.findings if f.kind.value == "loss_spike"}
     assert spikes == {125, 250, 375, 500, 625, 750, 875, 1000}
+
+
+@pytest.mark.parametrize("run, onset", [("histogram_layers", 300), ("activation_outlier", 500)])
+def test_a_sparse_sign_joins_the_incident_it_follows(run: str, onset: int) -> None:
+    """Activations logged every few steps first show the blow-up at their next point (310
+    or 520): with no point of theirs in between, they join the param-norm jump's incident
+    instead of standing alone without a cause."""
+    d = diag(run)
+    jump = next(
+        i for i in d.incidents if any(f.kind.value == "param_norm_jump" for f in i.findings)
+    )
+    assert jump.start_step == onset
+    acts = [f for f in d.findings if f.kind.value == "activation_outlier" and f.start_step > onset]
+    assert acts and all(f in jump.findings for f in acts)
+    assert {s.first_step for s in jump.signs if s.metric == "act_absmax"} == {
+        min(f.start_step for f in acts)
+    }
+
+
+def test_a_densely_logged_sign_keeps_its_own_moment() -> None:
+    """The sparse rule does not merge a sign whose series was logged between the two onsets:
+    without the per-series check every finding within 50 steps would be one incident."""
+    from forensics.findings import Finding
+    from forensics.incidents import SPARSE_TOUCH_STEPS, build_incidents
+
+    found = [
+        Finding("loss_spike", "critical", "loss", 100, "a", peak_step=101, end_step=110),
+        Finding("grad_norm_spike", "warning", "grad_norm", 130, "b", peak_step=131, end_step=133),
+    ]
+    dense = build_incidents(found, [[], []], lambda f: f.start_step - 1)
+    assert len(dense) == 2
+    sparse = build_incidents(found, [[], []], lambda f: f.start_step - 40)
+    assert len(sparse) == 1
+    assert 130 - 100 < SPARSE_TOUCH_STEPS
