@@ -203,7 +203,20 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
                 FAIL,
                 f"non-finite values at step {', '.join(f'{s:,}' for s in sorted(set(bad))[:5])}",
             )
-        return Item(q, PASS, f"{' and '.join(checked)} finite throughout the phase")
+        text = f"{' and '.join(checked)} finite throughout the phase"
+        if "hf_trainer_state" in ev.run.format:
+            # HF Trainer's logging_nan_inf_filter (on by default) logs the running average in
+            # place of a NaN/Inf step loss, so only the grad norm can show one.
+            text += (
+                "; the HF Trainer leaves NaN/Inf losses out of the logged loss by default "
+                "(logging_nan_inf_filter), so "
+                + (
+                    "the grad norm is the check here"
+                    if "grad norm" in checked
+                    else "the loss alone cannot show one"
+                )
+            )
+        return Item(q, PASS, text)
 
     items.ask(q, {FindingKind.NAN_INF}, "NaN/Inf", nan, "neither loss nor grad norm logged")
 

@@ -368,3 +368,26 @@ def test_diagnosis_keeps_the_evidence_it_was_given() -> None:
     diag = analyze_run(run, cfg)
     assert diag.evidence is not None and diag.evidence.run is run
     assert diag.ev.grad_norm_band is not None and diag.ev.grad_norm_band.warn_ratio == 1.7
+
+
+@pytest.mark.parametrize(
+    "job, grad_norm",
+    [("hf-trainer-baize-tcm-lora", True), ("hf-trainer-whisper-large-v2-ja", False)],
+)
+def test_nan_check_of_an_hf_trainer_log_says_what_the_loss_cannot_show(
+    job: str, grad_norm: bool
+) -> None:
+    """The HF Trainer logs an average in place of a NaN step loss (logging_nan_inf_filter):
+    a finite loss there proves nothing; the item says so and names the grad norm when logged."""
+    from conftest import shared_path
+
+    from forensics import analyze
+
+    d = analyze(shared_path("real_runs", job))
+    items = [i for p in d.phases for i in p.items if i.question == "Any NaN or Inf at some step?"]
+    passed = [i for i in items if i.status == PASS]
+    assert passed
+    for i in passed:
+        assert "logging_nan_inf_filter" in i.evidence
+        want = "the grad norm is the check" if grad_norm else "the loss alone cannot show one"
+        assert want in i.evidence
