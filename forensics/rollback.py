@@ -1,7 +1,8 @@
 """A rollback plan that can be run: where to go back to, with which LR, what to skip, how.
 
 For each incident that calls for it (a red light, a NaN, a spike that does not recover,
-overfitting; first aid without rollback for a grad-norm drift) the plan names:
+overfitting, a resume after which the loss regressed; first aid without rollback for a
+grad-norm drift) the plan names:
 
 - the checkpoint to resume from, known from the run (folders beside the log, the config's save
   interval) or stated as assumed (``--checkpoint-every``, the article's one every 500 steps);
@@ -136,7 +137,12 @@ class RollbackPlan:
                 + head[0].lower()
                 + head[1:]
             )
-        if self.last_healthy_step is None:
+        if self.finding.kind == FindingKind.RESUME_REGRESSION:
+            why = (
+                f" The weights it holds were healthy: the loss turned up only after the resume "
+                f"at step {start:,}."
+            )
+        elif self.last_healthy_step is None:
             why = f" The {kind} starts at the first logged step."
         elif self.lr_change is not None:
             why = f" Last healthy step {self.last_healthy_step:,}: {self.lr_change}."
@@ -150,6 +156,12 @@ class RollbackPlan:
         lr = self.lr_text()
         resume = f" Resume with learning rate {lr}" if self.lr_resume else f" Learning rate {lr}"
         tail = "; restore the model and optimizer, keep the data position"
+        if self.finding.kind == FindingKind.RESUME_REGRESSION:
+            # The resume that dropped part of the state is the suspect: restore all of it.
+            tail = (
+                "; this time restore the optimizer moments, the LR schedule's step and the "
+                "data loader's position with the model"
+            )
         if self.skip_steps is not None:
             a, b = self.skip_steps
             tail += f"; skip the batches of steps {a:,}-{b:,}"
@@ -207,6 +219,8 @@ def lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
             (0.0, 0.0),
             "unchanged: stop early from the best checkpoint (or lower it for any further epochs)",
         )
+    if f.kind == FindingKind.RESUME_REGRESSION:
+        return True, (0.0, 0.0), "unchanged (the resume, not the LR, is the suspect)"
     return None
 
 
@@ -216,6 +230,7 @@ _RULE_ORDER = (  # the lead of an incident: the finding whose rule is the strict
     lambda f: f.kind == FindingKind.LOSS_SPIKE,
     lambda f: f.kind == FindingKind.OVERFITTING,
     lambda f: f.kind == FindingKind.GRAD_NORM_DRIFT,
+    lambda f: f.kind == FindingKind.RESUME_REGRESSION,
 )
 
 
@@ -426,6 +441,11 @@ def rollback_plan(
         best = _best_val_step(ev, f.start_step)
         healthy = best if best is not None else healthy
     ckpt, known, source = _checkpoint(ev, healthy, checkpoint_every)
+    if f.kind == FindingKind.RESUME_REGRESSION:
+        # The weights before the seam were fine: the checkpoint the job resumed from is known
+        # to exist, and loading it again with the whole state is the remedy.
+        ckpt, known, source = f.start_step, True, "the resume (the job loaded it there)"
+        healthy = f.start_step
     if lr_seg is not None and lr_seg.lr_before is not None:
         lr_before: float | None = float(lr_seg.lr_before)
     else:

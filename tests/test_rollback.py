@@ -251,3 +251,33 @@ def test_periodic_spikes_sample_plan() -> None:
     for p in plans:
         if p.onset_step == 125:
             assert p.lr_before == pytest.approx(float(lr.values[lr.steps == 124][0]))
+
+
+def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from() -> None:
+    """The real Lightning chain (version_0 resumed as version_5 at step 140,749, the loss
+    trending up after the seam): the plan goes back to the resume's own checkpoint, keeps the
+    LR, and restores the whole state rather than keeping the data position."""
+    from conftest import shared_path
+
+    from forensics.config import Config
+    from forensics.importers import discover_jobs, read_job
+    from forensics.importers.chains import stitch_jobs
+    from forensics.pipeline import analyze_run, read_options
+
+    root = shared_path("real_runs", "lightning-csv-slm-wikitext103")
+    job = "lightning_logs/version_0+version_5"
+    jobs = stitch_jobs(root, discover_jobs(root), read_options(Config()))
+    d = analyze_run(read_job(root, job, jobs[job], options=read_options(Config())), Config())
+    (inc,) = [i for i in d.incidents if i.rollback is not None]
+    plan = inc.rollback
+    assert plan.finding.kind.value == "resume_regression"
+    assert (plan.checkpoint_step, plan.checkpoint_known, plan.last_healthy_step) == (
+        140749,
+        True,
+        140749,
+    )
+    assert plan.lr_resume is None and plan.skip_steps is None
+    text = plan.sentence()
+    assert text.startswith("Roll back to the checkpoint at step 140,749, from the resume")
+    assert "Learning rate unchanged" in text and "data loader's position with the model" in text
+    assert "keep the data position" not in text
