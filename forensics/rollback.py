@@ -464,6 +464,12 @@ def rollback_plan(
         )
     elif lr_change is not None:
         why = f"{lr_change}: resume with the LR from before it"
+    elif f.kind == FindingKind.RESUME_REGRESSION:
+        why = (
+            f"the loss turned up after the resume at step {f.start_step:,}: load that "
+            "checkpoint again with the optimizer moments, the LR schedule's step and the "
+            "data position"
+        )
     elif cause is not None:
         why = f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
     else:

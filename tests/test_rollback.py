@@ -281,3 +281,9 @@ def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from() -> No
     assert text.startswith("Roll back to the checkpoint at step 140,749, from the resume")
     assert "Learning rate unchanged" in text and "data loader's position with the model" in text
     assert "keep the data position" not in text
+    from forensics.report.render import render_html
+
+    page = render_html(d, plotlyjs="cdn")
+    section = page[page.index('id="rollback"') : page.index('id="vitals"')]
+    assert "after a resume that regressed, the opposite" in section
+    assert "load that checkpoint again with the optimizer moments" in section
