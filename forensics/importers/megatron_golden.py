@@ -138,8 +138,8 @@ class MegatronGoldenImporter:
                     end_step=end_step,
                     measures={"last_recorded_step": last, "end_step": end_step, "file": name},
                     summary=(
-                        f"The values stop at step {last} although the file covers steps up to "
-                        f'{end_step}: the trailing "nan" entries are missing data (the run was '
+                        f"The values stop at step {last:,} although the file covers steps up to "
+                        f'{end_step:,}: the trailing "nan" entries are missing data (the run was '
                         "cut short), not NaN values."
                     ),
                 )

@@ -350,17 +350,17 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                     "counter": counter,
                 },
                 summary=(
-                    f"The job was resumed at step {resumed} after it had logged up to step {last}"
-                    f"{gap_text}; {points} earlier points from step {resumed} on give way to "
+                    f"The job was resumed at step {resumed:,} after it had logged up to step {last:,}"
+                    f"{gap_text}; {points:,} earlier points from step {resumed:,} on give way to "
                     "the later ones"
                     + (
-                        f" ({repeats} of them at steps logged again)."
+                        f" ({repeats:,} of them at steps logged again)."
                         if repeats
                         else ": no step was logged twice, so two writers may have shared the "
                         "folder rather than a restart."
                     )
                     if counter == "step"
-                    else f"The job started again at step {resumed} (after step {last}"
+                    else f"The job started again at step {resumed:,} (after step {last:,}"
                     f"{gap_text}): its {counter} counter went back while the step went on."
                 ),
             )
