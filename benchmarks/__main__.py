@@ -72,6 +72,10 @@ def default_data_dir() -> Path:
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     path = os.environ.get("PYTHONPATH", "")
     env = {"PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+    # Commands run as installed: pip compiles a package's bytecode when it installs it, so no
+    # command pays for compiling its own source on every start (a checkout may run with
+    # PYTHONDONTWRITEBYTECODE set; the warm-up run writes the checkout's __pycache__).
+    env["PYTHONDONTWRITEBYTECODE"] = ""
     env.update(extra or {})
     return env
 

@@ -453,22 +453,27 @@ def decode_fast(
         meta = tens
     rows = simple | tens
     rec = np.flatnonzero(rows)
-    rr = r[rec]
-    if len(rec) and simple[rec].all():
+    # The rows are usually every record of the block but a writer's first one: a slice then
+    # takes them (views), not a gather per column.
+    at: slice | np.ndarray = rec
+    if len(rec) and int(rec[-1]) - int(rec[0]) + 1 == len(rec):
+        at = slice(int(rec[0]), int(rec[-1]) + 1)
+    rr = r[at]
+    if not tens.any():  # simple values only (simple and tensor shapes are disjoint)
         value = w.f4[rr + 1].astype(np.float64)
     else:
         value = np.empty(len(rec), dtype=np.float64)
-        ms = simple[rec]
+        ms = simple[at]
         value[ms] = w.f4[rr[ms] + 1]
-        mf = is_f[rec] & ~ms
+        mf = is_f[at] & ~ms
         value[mf] = w.f4[rr[mf] + 6]
-        md = is_d[rec] & ~ms
+        md = is_d[at] & ~ms
         value[md] = w.f8[rr[md] + 6]
-    wall = w.f8[d[rec] + 1]
-    tag_id = table.ids(w, q[rec] + 6, lt[rec])
+    wall = w.f8[d[at] + 1]
+    tag_id = table.ids(w, q[at] + 6, lt[at])
     matched = rows.copy()
     matched[version] = True
-    return FastRows(rec, step[rec], wall, value, tag_id, table.tags, meta[rec], tens[rec], matched)
+    return FastRows(rec, step[at], wall, value, tag_id, table.tags, meta[at], tens[at], matched)
 
 
 def _version_records(a: np.ndarray, d: np.ndarray, e: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -584,8 +589,7 @@ class _Slots:
         hit = k >= 0
         if not hit.all():
             k = np.where(hit, k, 0)
-        hit &= self.keys[k] == key
-        hit &= self.lens[k] == length
+        hit &= self.lens[k] == length  # same length and words: the same key, no need to compare
         for j, x in enumerate(words):
             hit &= self.words[j][k] == x
         return self.ids[k], hit

@@ -1,0 +1,131 @@
+"""What a CLI command costs besides its work: start-up and exit (issue 17, export vs tbparse).
+
+* typer >= 0.22 converts every parameter through a pydantic TypeAdapter; the CLI converts plain
+  bool / str / list[str] / Path parameters itself so that a command does not import pydantic.
+  Every such parameter of every command must get exactly the value typer's adapter gives.
+* ``export`` exits without the interpreter's teardown once its file is written: the file, the
+  stderr line, the exit code and atexit handlers must be those of a normal exit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import write_tb_run
+
+from forensics.cli import _plain_coercion, app
+
+coercion = pytest.importorskip("typer._coercion")  # older typer: click converts, nothing to test
+build_runtime_param = coercion.build_runtime_param
+
+VALUES = {
+    bool: [True, False],
+    str: ["run", "", "a b/c", "caf\u00e9", "bad\udcffbyte", "-"],
+    Path: ["x.parquet", "", ".", "..", "/", "dir/", "bad\udcffbyte"],
+}
+
+
+def _commands():  # noqa: ANN202
+    import typer.main
+    from typer._click import Context
+
+    group = typer.main.get_command(app)
+    ctx = Context(group)
+    yield group, ctx
+    for name in group.list_commands(ctx):
+        yield group.get_command(ctx, name), ctx
+
+
+def _samples(annotation: object, tmp: Path) -> list[object]:
+    if annotation == list[str]:
+        return [[], (), ("a",), ["a=b", "c"], ("x", "bad\udcff")]
+    extra = [str(tmp), str(tmp / "f.txt")] if annotation is Path else []
+    return [*VALUES[annotation], *extra]  # type: ignore[index]
+
+
+def test_plain_conversion_equals_typer(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("x")
+    seen = set()
+    for command, ctx in _commands():
+        _plain_coercion(command, ctx)
+        for param in command.get_params(ctx):
+            plain = getattr(param, "_runtime_param", None)
+            if plain is None or type(plain).__name__ != "Plain":
+                continue
+            typer_own = build_runtime_param(param.type_descriptor)
+            for value in _samples(param.type_descriptor.annotation, tmp_path):
+                want = typer_own.coerce(value, param=param, ctx=ctx)
+                got = plain.coerce(value, param=param, ctx=ctx)
+                assert got == want and type(got) is type(want), (param.name, value)
+            seen.add(
+                param.type_descriptor.annotation
+                if param.type_descriptor.annotation != list[str]
+                else "list[str]"
+            )
+    assert seen == {bool, str, Path, "list[str]"}  # every kind is exercised somewhere
+
+
+def test_export_imports_no_pydantic(tmp_path: Path) -> None:
+    """A whole ``forensics export`` (subprocess) never imports pydantic."""
+    run = write_tb_run(tmp_path / "run")
+    out = tmp_path / "x.parquet"
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('pydantic' in sys.modules))\n"
+        f"sys.argv = ['forensics', 'export', {str(run)!r}, '--to', {str(out)!r}, '--no-cache']\n"
+        "from forensics.cli import main\n"
+        "main()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert res.returncode == 0, res.stderr
+    assert out.is_file()
+    assert res.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_export_quick_exit_keeps_output_streams_and_atexit(tmp_path: Path) -> None:
+    """A real ``forensics.cli.main()`` export in a subprocess: exit code 0, the stderr line and
+    a buffered stdout line arrive, an atexit handler runs, the Parquet file holds the frame."""
+    run = write_tb_run(tmp_path / "run")
+    out = tmp_path / "x.parquet"
+    mark = tmp_path / "atexit.txt"
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
+        "sys.stdout.write('buffered line')\n"
+        f"sys.argv = ['forensics', 'export', {str(run)!r}, '--to', {str(out)!r}, '--no-cache']\n"
+        "from forensics.cli import main\n"
+        "main()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "buffered line"
+    assert res.stderr.startswith("forensics: ") and "rows written to" in res.stderr
+    assert mark.read_text() == "ran"
+    from forensics.importers import ReadOptions, read_run
+
+    frame = read_run(run, options=ReadOptions(cache=False)).frame
+    got = pl.read_parquet(out)
+    assert got.drop("run").equals(frame) and got.height == frame.height > 0
+
+
+def test_export_error_exits_normally_with_code_2(tmp_path: Path) -> None:
+    """A failed export (output inside the run folder) is the usual one-line error, exit 2."""
+    run = write_tb_run(tmp_path / "run")
+    res = subprocess.run(
+        [sys.executable, "-m", "forensics", "export", str(run), "--to", str(run / "x.parquet")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "inside the run folder" in res.stderr
+    assert not (run / "x.parquet").exists()
