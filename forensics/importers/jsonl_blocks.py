@@ -98,6 +98,7 @@ class BlockReader:
         self.fast_lines = 0
         self.slow_lines = 0
         self._passes = 0
+        self._nulls = False  # a block held "null": look for it in every block from then on
 
     # -- one block ------------------------------------------------------------------------
     def feed(self, block: bytes | memoryview) -> None:
@@ -144,18 +145,26 @@ class BlockReader:
             self._learn([ln for ln in head if ln.strip()])
         if not self.schema or (b"\\u" in data and _ESCAPED_SURROGATE.search(data)):
             return False  # polars decodes a lone surrogate its own way (as NUL)
-        n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        arr = np.frombuffer(data, dtype=np.uint8)
+        n = int(np.count_nonzero(arr == 10)) + (0 if data.endswith(b"\n") else 1)
+        quotes = int(np.count_nonzero(arr == 34))
         # A null becomes a number polars reads (then null again), so that its key counts
-        # among the values read: a duplicate key beside it then leaves a string over.
-        nulls = data.count(b"null")
+        # among the values read: a duplicate key beside it then leaves a string over. The
+        # text is searched for nulls only once a block needed it (a null's key is a string
+        # over, so a block whose count holds has none).
+        nulls = data.count(b"null") if self._nulls else 0
         src = data.replace(b"null", _NULL_TOKEN) if nulls else data
-        quotes = data.count(b'"')
         while True:
             df = self._polars(src, n)
             if df is None:
                 return False
             if quotes == 2 * sum(df.height - c.null_count() for c in df.get_columns()):
                 break
+            if not self._nulls and b"null" in data:  # read again with the stand-in
+                self._nulls = True
+                nulls = data.count(b"null")
+                src = data.replace(b"null", _NULL_TOKEN)
+                continue
             if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
                 return False
         if nulls:
@@ -170,7 +179,6 @@ class BlockReader:
             return False
         first = self.next_line
         self.next_line += n
-        arr = np.frombuffer(data, dtype=np.uint8)
         if self._new_keys(df):  # the lines that show them: their places are needed
             nl = np.flatnonzero(arr == 10)
             ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
@@ -411,20 +419,53 @@ class BlockReader:
         ).select(pl.col("_step").alias("step"), pl.col("_wall_time").alias("wall_time"))
         if not cols:
             return pl.DataFrame(schema=_ROWS)
-        # Row-major: line by line, and within a line the columns in key order.
-        vals = df.select(
-            pl.col(c).cast(pl.Float64) if self.schema[c] == pl.Boolean else pl.col(c) for c in cols
-        ).to_numpy()
-        r, c = np.nonzero(~np.isnan(vals))  # nulls came out as NaN (no value is NaN here)
-        ids = np.asarray([self.rank[x] for x in cols], dtype=np.uint32)
-        rows = pl.Series(r.astype(np.uint32))
+        # Row-major (line by line, within a line the columns in key order), laid out column
+        # by column: each column's values are scattered to their places, found from the
+        # running count of values before them in their line. No wide NaN matrix is built.
+        n = df.height
+        todo: list[tuple[int, np.ndarray | None, np.ndarray]] = []  # (tag id, lines, values)
+        dense = 0  # columns with a value on every line (lines None)
+        count = np.zeros(n, dtype=np.int64)  # values per line in the other columns
+        for c in cols:
+            s = df.get_column(c)
+            if s.dtype == pl.Boolean:
+                s = s.cast(pl.Float64)
+            nulls = s.null_count()
+            if nulls == n:
+                continue
+            if nulls == 0:
+                todo.append((self.rank[c], None, s.to_numpy()))
+                dense += 1
+            else:
+                at = np.flatnonzero(s.is_not_null().to_numpy())
+                todo.append((self.rank[c], at, s.drop_nulls().to_numpy()))
+                count[at] += 1
+        every = np.arange(n, dtype=np.int64)
+        nxt = np.cumsum(count) - count + every * dense  # where each line's next value goes
+        total = dense * n + int(count.sum())
+        values = np.empty(total, dtype=np.float64)
+        tag_ids = np.empty(total, dtype=np.uint32)
+        line_of = np.empty(total, dtype=np.int64)
+        for t, at, v in todo:
+            if at is None:
+                values[nxt] = v
+                tag_ids[nxt] = t
+                line_of[nxt] = every
+                nxt += 1
+            else:
+                pos = nxt[at]
+                values[pos] = v
+                tag_ids[pos] = t
+                line_of[pos] = at
+                nxt[at] += 1
+        rows = pl.Series(line_of)
         return pl.DataFrame(
             {
                 "step": base.get_column("step").cast(pl.Int64).gather(rows),
-                "tag": tag_names.gather(pl.Series(ids[c])),
-                "value": vals[r, c],
+                "tag": tag_names.gather(pl.Series(tag_ids)),
+                "value": values,
                 "wall_time": base.get_column("wall_time").gather(rows),
-                "record_idx": part[r] + first,
+                "record_idx": part[line_of] + first,
             }
         )
 
