@@ -379,7 +379,7 @@ class BlockReader:
             self.rank[k] = len(self.tags)
             self.tags.append(k)
         tag_names = pl.Series("tag", self.tags, dtype=pl.Categorical)
-        frames = [self._fast_rows(part, df, first, tag_names) for part, df in got]
+        frames = [self._fast_rows(got, first, tag_names)] if got else []
         if srec:
             sf = pl.DataFrame(
                 {**srows, "record_idx": srec},
@@ -404,73 +404,92 @@ class BlockReader:
         self.parts.append(out)
 
     def _fast_rows(
-        self, part: np.ndarray, df: pl.DataFrame, first: int, tag_names: pl.Series
+        self, got: list[tuple[np.ndarray, pl.DataFrame]], first: int, tag_names: pl.Series
     ) -> pl.DataFrame:
+        """The rows of polars' pieces (line indices, frame), line by line and within a line
+        the columns in key order, as one frame.
+
+        The columns of a piece with a value on every line (most of them, in a metrics log)
+        are laid out as a regular matrix; only the lines holding a value of another column go
+        through a NaN matrix (nulls come out as NaN, and no value polars reads is NaN). Each
+        line's values go to the place its line has among all pieces' lines."""
         from forensics.importers.jsonl import SKIP_KEYS
 
-        cols = sorted(
-            (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
-            key=self.rank.__getitem__,
-        )
-        step = _step_expr(self.schema)
-        wt = _time_expr(self.schema)
-        base = df.with_columns(  # with_columns: a literal fills the frame's height
-            (step if step is not None else pl.lit(None, pl.Float64)).alias("_step"),
-            wt.alias("_wall_time"),
-        ).select(pl.col("_step").alias("step"), pl.col("_wall_time").alias("wall_time"))
-        base = base.rechunk()  # one piece: gathered from below, faster than polars' pieces
-        if not cols:
-            return pl.DataFrame(schema=_ROWS)
-        # Row-major: line by line, within a line the columns in key order. The columns with a
-        # value on every line (most of them, in a metrics log) are laid out as a regular
-        # matrix; only the lines holding a value of another column go through a NaN matrix
-        # (nulls come out as NaN, and no value polars reads is NaN).
-        n = df.height
-        wide = df.select(
-            pl.col(c).cast(pl.Float64) if self.schema[c] == pl.Boolean else pl.col(c) for c in cols
-        )
-        nulls = [s.null_count() for s in wide.get_columns()]
-        ids = np.asarray([self.rank[c] for c in cols], dtype=np.uint32)
-        full = [j for j, k in enumerate(nulls) if k == 0]
-        some = [cols[j] for j, k in enumerate(nulls) if 0 < k < n]
-        count = np.full(n, len(full), dtype=np.int64)  # values per line
-        if some:
-            mixed = np.flatnonzero(
-                wide.select(pl.any_horizontal(pl.col(some).is_not_null())).to_series().to_numpy()
+        lines = max((int(part[-1]) + 1 for part, _ in got if len(part)), default=0)
+        count = np.zeros(lines, dtype=np.int64)  # values per line
+        step = np.full(lines, np.nan)  # per line; NaN for null (a step or time is never NaN)
+        clock = np.full(lines, np.nan)
+        # (lines, their values, their tag ids): one block for the lines whose values are
+        # all in every-line columns (a matrix, a row a line), one for the others (a value
+        # each, in line order)
+        regular: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        ragged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for part, df in got:
+            schema = dict(df.schema)
+            s_expr = _step_expr(schema)
+            base = df.with_columns(  # with_columns: a literal fills the frame's height
+                (s_expr if s_expr is not None else pl.lit(None, pl.Float64)).alias("_step"),
+                _time_expr(schema).alias("_wall_time"),
             )
-            keep = [j for j, k in enumerate(nulls) if k < n]
-            sub = wide.select(cols[j] for j in keep)[mixed].to_numpy()
-            r, c = np.nonzero(~np.isnan(sub))
-            in_row = np.bincount(r, minlength=len(mixed))
-            count[mixed] = in_row
-        nxt = np.cumsum(count) - count  # where each line's values start
+            step[part] = base.get_column("_step").to_numpy()
+            clock[part] = base.get_column("_wall_time").to_numpy()
+            cols = sorted(
+                (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
+                key=self.rank.__getitem__,
+            )
+            if not cols:
+                continue
+            n = df.height
+            wide = df.select(
+                pl.col(c).cast(pl.Float64) if schema[c] == pl.Boolean else pl.col(c) for c in cols
+            )
+            nulls = [x.null_count() for x in wide.get_columns()]
+            ids = np.asarray([self.rank[c] for c in cols], dtype=np.uint32)
+            full = [j for j, k in enumerate(nulls) if k == 0]
+            some = [cols[j] for j, k in enumerate(nulls) if 0 < k < n]
+            plain = np.arange(n)
+            if some:
+                at = np.flatnonzero(
+                    wide.select(pl.any_horizontal(pl.col(some).is_not_null()))
+                    .to_series()
+                    .to_numpy()
+                )
+                keep = [j for j, k in enumerate(nulls) if k < n]
+                sub = wide.select(cols[j] for j in keep)[at].to_numpy()
+                r, c = np.nonzero(~np.isnan(sub))
+                count[part[at]] += np.bincount(r, minlength=len(at))
+                ragged.append((part[at][r], sub[r, c], ids[keep][c]))
+                plain = np.delete(plain, at)
+            if full and len(plain):
+                count[part[plain]] += len(full)
+                m = wide.select(cols[j] for j in full).to_numpy()
+                regular.append((part[plain], m[plain] if some else m, ids[full]))
+        at_line = np.cumsum(count) - count  # where each line's values start
         total = int(count.sum())
         values = np.empty(total, dtype=np.float64)
         tag_ids = np.empty(total, dtype=np.uint32)
         line_of = np.empty(total, dtype=np.int64)
-        if full:
-            plain = np.arange(n, dtype=np.int64)
-            if some:
-                plain = np.delete(plain, mixed)
-            pos = (nxt[plain][:, None] + np.arange(len(full))).ravel()
-            m = wide.select(cols[j] for j in full).to_numpy()
-            values[pos] = (m[plain] if some else m).ravel()
-            tag_ids[pos] = np.tile(ids[full], len(plain))
-            line_of[pos] = np.repeat(plain, len(full))
-        if some:
-            pos = nxt[mixed][r] + np.arange(len(r)) - (np.cumsum(in_row) - in_row)[r]
-            values[pos] = sub[r, c]
-            tag_ids[pos] = ids[keep][c]
-            line_of[pos] = mixed[r]
-        rows = pl.Series(line_of)
+        for rows, mat, ids in regular:
+            pos = (at_line[rows][:, None] + np.arange(len(ids))).ravel()
+            values[pos] = mat.ravel()
+            tag_ids[pos] = np.tile(ids, len(rows))
+            line_of[pos] = np.repeat(rows, len(ids))
+        for rows, vals, ids in ragged:  # rows: a line index per value, ascending
+            start = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+            nth = np.arange(len(rows)) - np.repeat(start, np.diff(np.r_[start, len(rows)]))
+            pos = at_line[rows] + nth
+            values[pos] = vals
+            tag_ids[pos] = ids
+            line_of[pos] = rows
         return pl.DataFrame(
             {
-                "step": base.get_column("step").cast(pl.Int64).gather(rows),
+                "step": pl.Series(step[line_of], nan_to_null=True).cast(pl.Int64),
                 "tag": tag_names.gather(pl.Series(tag_ids)),
                 "value": values,
-                "wall_time": base.get_column("wall_time").gather(rows),
-                "record_idx": part[line_of] + first,
-            }
+                "wall_time": pl.Series(clock[line_of], nan_to_null=True),
+                "record_idx": line_of + first,
+            },
+            schema=_ROWS,
         )
 
     def lines(self) -> Lines:
