@@ -51,6 +51,8 @@ _MIN_SPLIT = 64  # a refused piece of at most this many lines goes to the per-li
 _SAMPLE = 200  # lines parsed in Python to start the schema
 _LEARN = 50  # unaccounted lines looked at per pass to learn new keys
 _PASSES = 64  # learning passes per file (each adds a key at least)
+_MAX_GROUPS = 16  # line shapes (quotes a line) a block is split into at most
+_MAX_SHAPES = 256  # line shapes a file may show before blocks are no longer split
 # Tokens that send a line to the per-line reader wherever they appear.
 _SLOW_TOKENS = (b"\\", b"NaN", b"Infinity", b"null")
 _NULL = -5e-324  # stands in for null in a plain block (checked never to be a value there)
@@ -99,6 +101,8 @@ class BlockReader:
         self.slow_lines = 0
         self._passes = 0
         self._nulls = False  # a block held "null": look for it in every block from then on
+        self._shapes: dict[int, list[str] | None] = {}  # quotes a line -> its keys (None: all)
+        self._split_failures = 0
 
     # -- one block ------------------------------------------------------------------------
     def feed(self, block: bytes | memoryview) -> None:
@@ -146,49 +150,107 @@ class BlockReader:
         # (a backslash first: one byte is found by memchr, two bytes cost a slower search)
         if not self.schema or (b"\\" in data and _ESCAPED_SURROGATE.search(data)):
             return False  # polars decodes a lone surrogate its own way (as NUL)
-        arr = np.frombuffer(data, dtype=np.uint8)
-        n = int(np.count_nonzero(arr == 10)) + (0 if data.endswith(b"\n") else 1)
-        quotes = int(np.count_nonzero(arr == 34))
         # A null becomes a number polars reads (then null again), so that its key counts
         # among the values read: a duplicate key beside it then leaves a string over. The
         # text is searched for nulls only once a block needed it (a null's key is a string
         # over, so a block whose count holds has none).
         nulls = data.count(b"null") if self._nulls else 0
         src = data.replace(b"null", _NULL_TOKEN) if nulls else data
-        while True:
-            df = self._polars(src, n)
-            if df is None:
-                return False
-            if quotes == 2 * sum(df.height - c.null_count() for c in df.get_columns()):
-                break
-            if not self._nulls and b"null" in data:  # read again with the stand-in
-                self._nulls = True
-                nulls = data.count(b"null")
-                src = data.replace(b"null", _NULL_TOKEN)
-                continue
-            if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
-                return False
+        starts, ends = _line_bounds(data)
+        n = len(ends)
+        pieces = self._read_split(src, *((starts, ends) if src is data else _line_bounds(src)))
+        if pieces is None:
+            quotes = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 34))
+            while True:
+                df = self._polars(src, n)
+                if df is None:
+                    return False
+                if quotes == 2 * _values(df):
+                    break
+                if not self._nulls and b"null" in data:  # read again with the stand-in
+                    self._nulls = True
+                    nulls = data.count(b"null")
+                    src = data.replace(b"null", _NULL_TOKEN)
+                    continue
+                if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
+                    return False
+            pieces = [(np.arange(n, dtype=np.int64), df)]
         if nulls:
-            floats = [c for c in df.columns if self.schema[c] == pl.Float64]
-            hits = df.select(pl.sum_horizontal((pl.col(c) == _NULL).sum() for c in floats)).item()
+            hits = 0
+            for i, (part, df) in enumerate(pieces):
+                floats = [c for c in df.columns if self.schema[c] == pl.Float64]
+                hits += df.select(
+                    pl.sum_horizontal((pl.col(c) == _NULL).sum() for c in floats)
+                ).item()
+                df = df.with_columns(
+                    pl.when(pl.col(c) != _NULL).then(pl.col(c)).alias(c) for c in floats
+                )
+                pieces[i] = (part, df)
             if hits != nulls:  # a "null" inside a string, or a value equal to the stand-in
                 return False
-            df = df.with_columns(
-                pl.when(pl.col(c) != _NULL).then(pl.col(c)).alias(c) for c in floats
-            )
-        if not self._steps_fit(df).all():
+        if not all(self._steps_fit(df).all() for _, df in pieces):
             return False
         first = self.next_line
         self.next_line += n
-        if self._new_keys(df):  # the lines that show them: their places are needed
-            nl = np.flatnonzero(arr == 10)
-            ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
-            starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
-        else:
-            starts = ends = np.empty(0, dtype=np.int64)
-        part = np.arange(n, dtype=np.int64)
-        self._emit(data, starts, ends, first, [(part, df)], np.empty(0, dtype=np.int64))
+        self._emit(data, starts, ends, first, pieces, np.empty(0, dtype=np.int64))
         return True
+
+    def _read_split(
+        self, src: bytes, starts: np.ndarray, ends: np.ndarray
+    ) -> list[tuple[np.ndarray, pl.DataFrame]] | None:
+        """A block's lines grouped by their number of double quotes, each group read by
+        polars with only the keys its first line shows (polars' cost grows with the columns
+        it is given: a 6-key line read with a 73-key schema costs 2.5 times as much), each
+        group's count checked as the whole block's is. None (nothing learned but shapes) when
+        a group's count fails, or when the groups would not save a third of the reading."""
+        if self._split_failures > 2 or len(self._shapes) > _MAX_SHAPES:
+            return None
+        quote_at = np.flatnonzero(np.frombuffer(src, dtype=np.uint8) == 34)
+        per_line = np.diff(np.searchsorted(quote_at, ends), prepend=0)
+        kinds, first, which, sizes = np.unique(
+            per_line, return_index=True, return_inverse=True, return_counts=True
+        )
+        if len(kinds) < 2 or len(kinds) > _MAX_GROUPS or kinds[0] == 0:
+            return None
+        keys: list[list[str] | None] = []
+        for k, i in zip(kinds.tolist(), first.tolist(), strict=True):
+            if k not in self._shapes:
+                self._shapes[k] = self._shape(src[starts[i] : ends[i]])
+            keys.append(self._shapes[k])
+        width = len(self.schema)
+        cost = sum(
+            int(m) * (width if g is None else len(g)) for m, g in zip(sizes, keys, strict=True)
+        )
+        if cost > 0.67 * len(ends) * width:
+            return None
+        out: list[tuple[np.ndarray, pl.DataFrame]] = []
+        for j, (k, g) in enumerate(zip(kinds.tolist(), keys, strict=True)):
+            idx = np.flatnonzero(which == j)
+            piece = _gather(src, starts, ends, idx)
+            for schema in ([{c: self.schema[c] for c in g}] if g is not None else []) + [None]:
+                df = self._polars(piece, len(idx), schema)
+                if df is not None and k * len(idx) == 2 * _values(df):
+                    break
+                df = None
+            if df is None:
+                self._split_failures += 1
+                return None
+            if schema is None:  # the first line's keys were not all: the whole schema
+                self._shapes[k] = None
+            out.append((idx, df))
+        return out
+
+    def _shape(self, line: bytes) -> list[str] | None:
+        """The schema's keys in a line, in the schema's order (its new plain keys learned
+        first); None when the line is no JSON object."""
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(obj, dict):
+            return None
+        self._learn([line])
+        return [k for k in self.schema if k in obj]
 
     def _learn_unaccounted(self, data: bytes, df: pl.DataFrame) -> bool:
         """Learn the keys of some lines of ``data`` (row i of ``df`` is line i) that hold
@@ -210,7 +272,7 @@ class BlockReader:
 
     def _steps_fit(self, df: pl.DataFrame) -> np.ndarray:
         """Per row: no step, or one a trainer logs (the per-line reader reports the others)."""
-        step = _step_expr(self.schema)
+        step = _step_expr(dict(df.schema))
         if step is None:
             return np.ones(df.height, dtype=bool)
         s = df.select(step).to_series().to_numpy()
@@ -253,9 +315,11 @@ class BlockReader:
         got.sort(key=lambda g: int(g[0][0]))
         return got, (np.concatenate(refused) if refused else np.empty(0, dtype=np.int64))
 
-    def _polars(self, piece: bytes, n: int) -> pl.DataFrame | None:
+    def _polars(
+        self, piece: bytes, n: int, schema: dict[str, pl.DataType] | None = None
+    ) -> pl.DataFrame | None:
         try:
-            df = pl.read_ndjson(piece, schema=self.schema)
+            df = pl.read_ndjson(piece, schema=schema or self.schema)
         except Exception:  # noqa: BLE001 - polars refuses what the per-line reader handles
             return None
         return df if df.height == n else None
@@ -481,12 +545,13 @@ class BlockReader:
             values[pos] = vals
             tag_ids[pos] = ids
             line_of[pos] = rows
+        rows = pl.Series(line_of)
         return pl.DataFrame(
             {
-                "step": pl.Series(step[line_of], nan_to_null=True).cast(pl.Int64),
+                "step": pl.Series(step, nan_to_null=True).cast(pl.Int64).gather(rows),
                 "tag": tag_names.gather(pl.Series(tag_ids)),
                 "value": values,
-                "wall_time": pl.Series(clock[line_of], nan_to_null=True),
+                "wall_time": pl.Series(clock, nan_to_null=True).gather(rows),
                 "record_idx": line_of + first,
             },
             schema=_ROWS,
@@ -511,13 +576,27 @@ class BlockReader:
         return Lines(conform(frame), self.bad, self.config, self.relative_time, self.cut)
 
 
+def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where each line of ``data`` starts and ends (the last may lack its newline)."""
+    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
+    return np.concatenate(([0], nl[: len(ends) - 1] + 1)), ends
+
+
+def _values(df: pl.DataFrame) -> int:
+    """The values polars read (nulls are not)."""
+    return sum(df.height - c.null_count() for c in df.get_columns())
+
+
 def _gather(data: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> bytes:
     """The lines ``idx`` (sorted) of ``data`` as one piece, newline-terminated."""
     if len(idx) == len(starts) and data.endswith(b"\n"):
         return data
     breaks = np.flatnonzero(np.diff(idx) != 1) + 1
-    pieces = [data[starts[run[0]] : ends[run[-1]]] for run in np.split(idx, breaks) if len(run)]
-    return b"\n".join(pieces) + b"\n"
+    lo = starts[idx[np.r_[0, breaks]]].tolist()
+    hi = ends[idx[np.r_[breaks - 1, len(idx) - 1]]].tolist()
+    view = memoryview(data)  # slices of a view: the lines are copied once, by the join
+    return b"\n".join([*(view[a:b] for a, b in zip(lo, hi, strict=True)), b""])
 
 
 def _step_expr(schema: dict[str, pl.DataType]) -> pl.Expr | None:
