@@ -545,13 +545,13 @@ class BlockReader:
             values[pos] = vals
             tag_ids[pos] = ids
             line_of[pos] = rows
-        at = pl.Series(line_of)
+        gather = pl.Series(line_of)
         return pl.DataFrame(
             {
-                "step": pl.Series(step, nan_to_null=True).cast(pl.Int64).gather(at),
+                "step": pl.Series(step, nan_to_null=True).cast(pl.Int64).gather(gather),
                 "tag": tag_names.gather(pl.Series(tag_ids)),
                 "value": values,
-                "wall_time": pl.Series(clock, nan_to_null=True).gather(at),
+                "wall_time": pl.Series(clock, nan_to_null=True).gather(gather),
                 "record_idx": line_of + first,
             },
             schema=_ROWS,
