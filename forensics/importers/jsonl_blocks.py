@@ -545,13 +545,12 @@ class BlockReader:
             values[pos] = vals
             tag_ids[pos] = ids
             line_of[pos] = rows
-        gather = pl.Series(line_of)
         return pl.DataFrame(
             {
-                "step": pl.Series(step, nan_to_null=True).cast(pl.Int64).gather(gather),
+                "step": _per_row(pl.Series(step, nan_to_null=True).cast(pl.Int64), line_of),
                 "tag": tag_names.gather(pl.Series(tag_ids)),
                 "value": values,
-                "wall_time": pl.Series(clock, nan_to_null=True).gather(gather),
+                "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
                 "record_idx": line_of + first,
             },
             schema=_ROWS,
@@ -574,6 +573,14 @@ class BlockReader:
             pl.lit("step", dtype=SCHEMA["x_kind"]).alias("x_kind"),
         )
         return Lines(conform(frame), self.bad, self.config, self.relative_time, self.cut)
+
+
+def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
+    """Each row's value of its line: by numpy when there is no null (faster than polars'
+    gather)."""
+    if per_line.null_count():
+        return per_line.gather(pl.Series(line_of))
+    return pl.Series(per_line.name, per_line.to_numpy()[line_of])
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
