@@ -430,6 +430,37 @@ def test_nulls_first_met_in_a_later_block_go_to_polars() -> None:
     assert (reader.fast_lines, reader.slow_lines, reader._nulls) == (3000, 0, False)
 
 
+def test_lines_of_two_shapes_are_read_in_groups() -> None:
+    """Narrow lines with a wide one every 50 (the benchmark's shape): read by polars in groups
+    of one number of quotes, each with its own keys; the same rows."""
+    objs = [{"step": s, "loss": 1.0 / (s + 1), "lr": 1e-4} for s in range(3000)]
+    for s in range(0, 3000, 50):
+        objs[s].update({f"grad_norm/layers.{i}": float(i + s) for i in range(40)})
+    raw = _lines(*objs)
+    _same(raw, 40_000)
+    reader = jsonl_blocks.BlockReader("m")
+    for block in jsonl_blocks.blocks(raw, 40_000):
+        reader.feed(block)
+    assert (reader.fast_lines, reader.slow_lines, reader._split_failures) == (3000, 0, 0)
+    assert sorted(len(k or ()) for k in reader._shapes.values()) == [3, 43]
+
+
+def test_a_group_whose_lines_differ_in_keys_is_read_with_every_key() -> None:
+    """Lines with as many quotes but other keys than their group's first line: the group's
+    count fails with the first line's keys, and the group is read again with all of them."""
+    objs = [{"step": s, "a" if s % 3 else "b": float(s)} for s in range(600)]
+    for s in range(0, 600, 20):
+        objs[s]["wide"] = 1.0
+        objs[s]["wider"] = True
+    raw = _lines(*objs)
+    _same(raw)
+    _same(raw, 3000)
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(raw)
+    assert (reader.fast_lines, reader.slow_lines) == (600, 0)
+    assert None in reader._shapes.values()
+
+
 def test_keys_that_appear_late_are_learned_without_going_line_by_line() -> None:
     """A null-valued file whose new key appears mid-block: every line read by polars, rows
     the same."""

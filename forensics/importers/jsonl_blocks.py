@@ -9,11 +9,17 @@ twice the values polars read from it, and exactly twice only when every string i
 is a key whose value polars read (an escaped quote only adds quotes). A key polars did not
 know, a string value, a nested object or a duplicate key leaves a string over. A null is
 replaced by a stand-in number before the read (and made null again after), so that its key
-counts too; a block where a value equals the stand-in goes the slow way.
+counts too, from the first block whose count a null broke on; a block where a value equals
+the stand-in goes the slow way.
 
 * A block is first tried whole (:meth:`BlockReader._feed_plain`): one polars read and a few
   byte counts. Lines with strings over teach the schema their plain keys and the block is
   read again.
+* A block whose lines differ in shape (a metrics log adds its per-layer norms every 50
+  lines) is read in groups (:meth:`BlockReader._read_split`): lines with the same number of
+  double quotes, each group with only the keys its first line shows, since polars' cost
+  grows with the schema's width; the count is checked group by group, and a group it fails
+  is read again with the whole schema (else the block is read whole).
 * Otherwise line by line where needed (:meth:`BlockReader.feed`): lines that are not
   ``{...}`` or hold a backslash, ``NaN``, ``Infinity`` or ``null`` go to the per-line
   reader; polars reads the others, a piece it refuses is halved until the refused lines are
@@ -599,6 +605,8 @@ def _gather(data: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) 
     """The lines ``idx`` (sorted) of ``data`` as one piece, newline-terminated."""
     if len(idx) == len(starts) and data.endswith(b"\n"):
         return data
+    if not len(idx):
+        return b""
     breaks = np.flatnonzero(np.diff(idx) != 1) + 1
     lo = starts[idx[np.r_[0, breaks]]].tolist()
     hi = ends[idx[np.r_[breaks - 1, len(idx) - 1]]].tolist()
