@@ -87,13 +87,24 @@ def export_run(run: Run, out: Path) -> Path:
             f"{out}: inside the run folder {run_dir}; write the export somewhere else"
         )
     # Lazy and streamed: the ``run`` column (the name on every row) is made a batch at a time,
-    # never as a whole column beside the frame.
-    frame = run.frame.lazy().select(pl.lit(run.name).alias("run"), pl.all())
+    # never as a whole column beside the frame; categorical like ``source`` and ``file`` (a
+    # string written on every row cost 0.1-0.2 s CPU at 7.3M rows).
+    frame = run.frame.lazy().select(pl.lit(run.name, dtype=pl.Categorical).alias("run"), pl.all())
     from forensics.atomic import write_with
 
     # Temporary file and rename: a full disk leaves no partial or 0-byte export behind.
     if suffix == ".parquet":
-        write_with(out, frame.sink_parquet)
+        write_with(
+            out,
+            # zstd level 1 and no column statistics: 0.35 s less CPU than polars' default
+            # (level 3, statistics) for 7.3M rows of a 1M-step run, a file 4% larger (40 MB).
+            # Still a plain Parquet file every reader opens (pyarrow, DuckDB, Spark, pandas);
+            # without statistics a filtering reader reads every row group instead of skipping
+            # some, which a frame in line order (every tag in every row group) rarely allows.
+            lambda f: frame.sink_parquet(
+                f, compression="zstd", compression_level=1, statistics=False
+            ),
+        )
     else:
         write_with(out, frame.sink_csv)
     return target

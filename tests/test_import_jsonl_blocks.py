@@ -172,6 +172,25 @@ CASES: dict[str, bytes] = {
     "empty_objects": _lines({}, {"step": 1}, {"loss": 1.0}, {"step": 2, "loss": 1.0}),
     "no_step": _lines({"loss": 1.0}, {"loss": 0.9}),
     "deep": b'{"step": 1, "a": ' + b'{"b": ' * 2000 + b"1" + b"}" * 2000 + b"}\n",
+    # Columns on every line of a block between columns on some lines (the fast path lays the
+    # first out as a matrix, the others through the lines holding them), a boolean among the
+    # latter, a line with no value, a block where a column is all null.
+    "every_line_and_sometimes": _lines(
+        *(
+            {
+                "step": s,
+                "a": float(s),
+                **({"b": s * 0.5} if s % 3 == 0 else {}),
+                "c": 2.0,
+                **({"flag": s % 2 == 0} if s % 4 == 1 else {}),
+                **({"late": 1.0} if s > 60 else {}),
+                "d": -1.0,
+            }
+            for s in range(80)
+        ),
+        {"step": 80},
+        {"step": 81, "d": 3.0, "b": 1.0, "a": 0.0, "c": 1.0},
+    ),
     "mixed_bool_number": _lines(
         {"step": 1, "flag": True}, {"step": 2, "flag": 3.5}, {"step": 3, "flag": False}
     ),
@@ -391,6 +410,55 @@ def test_null_values_go_to_polars() -> None:
     assert reader.slow_lines == dup.count(b"null") and reader.bad == []
     # A value equal to the stand-in for null is a value.
     _same(raw + _lines({"step": 501, "loss": -5e-324, "eval_loss": None}))
+
+
+def test_nulls_first_met_in_a_later_block_go_to_polars() -> None:
+    """The text is searched for nulls only once a block's count needed it: a null first met
+    in a later block is still read by polars, and a key spelled with "null" is a key."""
+    plain = [{"step": s, "loss": 1.0, "eval": 0.5} for s in range(3000)]
+    nulls = [{"step": s, "loss": 1.0, "eval": None if s % 7 else 0.5} for s in range(3000, 6000)]
+    raw = _lines(*plain, *nulls)
+    _same(raw, 20_000)
+    reader = jsonl_blocks.BlockReader("m")
+    for block in jsonl_blocks.blocks(raw, 20_000):
+        reader.feed(block)
+    assert (reader.fast_lines, reader.slow_lines) == (6000, 0) and reader._nulls
+    named = _lines(*({"step": s, "nullity": 0.5, "loss": 1.0} for s in range(3000)))
+    _same(named)
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(named)
+    assert (reader.fast_lines, reader.slow_lines, reader._nulls) == (3000, 0, False)
+
+
+def test_lines_of_two_shapes_are_read_in_groups() -> None:
+    """Narrow lines with a wide one every 50 (the benchmark's shape): read by polars in groups
+    of one number of quotes, each with its own keys; the same rows."""
+    objs = [{"step": s, "loss": 1.0 / (s + 1), "lr": 1e-4} for s in range(3000)]
+    for s in range(0, 3000, 50):
+        objs[s].update({f"grad_norm/layers.{i}": float(i + s) for i in range(40)})
+    raw = _lines(*objs)
+    _same(raw, 40_000)
+    reader = jsonl_blocks.BlockReader("m")
+    for block in jsonl_blocks.blocks(raw, 40_000):
+        reader.feed(block)
+    assert (reader.fast_lines, reader.slow_lines, reader._split_failures) == (3000, 0, 0)
+    assert sorted(len(k or ()) for k in reader._shapes.values()) == [3, 43]
+
+
+def test_a_group_whose_lines_differ_in_keys_is_read_with_every_key() -> None:
+    """Lines with as many quotes but other keys than their group's first line: the group's
+    count fails with the first line's keys, and the group is read again with all of them."""
+    objs = [{"step": s, "a" if s % 3 else "b": float(s)} for s in range(600)]
+    for s in range(0, 600, 20):
+        objs[s]["wide"] = 1.0
+        objs[s]["wider"] = True
+    raw = _lines(*objs)
+    _same(raw)
+    _same(raw, 3000)
+    reader = jsonl_blocks.BlockReader("m")
+    reader.feed(raw)
+    assert (reader.fast_lines, reader.slow_lines) == (600, 0)
+    assert None in reader._shapes.values()
 
 
 def test_keys_that_appear_late_are_learned_without_going_line_by_line() -> None:

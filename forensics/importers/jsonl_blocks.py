@@ -9,11 +9,17 @@ twice the values polars read from it, and exactly twice only when every string i
 is a key whose value polars read (an escaped quote only adds quotes). A key polars did not
 know, a string value, a nested object or a duplicate key leaves a string over. A null is
 replaced by a stand-in number before the read (and made null again after), so that its key
-counts too; a block where a value equals the stand-in goes the slow way.
+counts too, from the first block whose count a null broke on; a block where a value equals
+the stand-in goes the slow way.
 
 * A block is first tried whole (:meth:`BlockReader._feed_plain`): one polars read and a few
   byte counts. Lines with strings over teach the schema their plain keys and the block is
   read again.
+* A block whose lines differ in shape (a metrics log adds its per-layer norms every 50
+  lines) is read in groups (:meth:`BlockReader._read_split`): lines with the same number of
+  double quotes, each group with only the keys its first line shows, since polars' cost
+  grows with the schema's width; the count is checked group by group, and a group it fails
+  is read again with the whole schema (else the block is read whole).
 * Otherwise line by line where needed (:meth:`BlockReader.feed`): lines that are not
   ``{...}`` or hold a backslash, ``NaN``, ``Infinity`` or ``null`` go to the per-line
   reader; polars reads the others, a piece it refuses is halved until the refused lines are
@@ -51,6 +57,8 @@ _MIN_SPLIT = 64  # a refused piece of at most this many lines goes to the per-li
 _SAMPLE = 200  # lines parsed in Python to start the schema
 _LEARN = 50  # unaccounted lines looked at per pass to learn new keys
 _PASSES = 64  # learning passes per file (each adds a key at least)
+_MAX_GROUPS = 16  # line shapes (quotes a line) a block is split into at most
+_MAX_SHAPES = 256  # line shapes a file may show before blocks are no longer split
 # Tokens that send a line to the per-line reader wherever they appear.
 _SLOW_TOKENS = (b"\\", b"NaN", b"Infinity", b"null")
 _NULL = -5e-324  # stands in for null in a plain block (checked never to be a value there)
@@ -98,6 +106,9 @@ class BlockReader:
         self.fast_lines = 0
         self.slow_lines = 0
         self._passes = 0
+        self._nulls = False  # a block held "null": look for it in every block from then on
+        self._shapes: dict[int, list[str] | None] = {}  # quotes a line -> its keys (None: all)
+        self._split_failures = 0
 
     # -- one block ------------------------------------------------------------------------
     def feed(self, block: bytes | memoryview) -> None:
@@ -142,44 +153,110 @@ class BlockReader:
         if not self.schema:
             head = data.split(b"\n", _SAMPLE)[:_SAMPLE]
             self._learn([ln for ln in head if ln.strip()])
-        if not self.schema or (b"\\u" in data and _ESCAPED_SURROGATE.search(data)):
+        # (a backslash first: one byte is found by memchr, two bytes cost a slower search)
+        if not self.schema or (b"\\" in data and _ESCAPED_SURROGATE.search(data)):
             return False  # polars decodes a lone surrogate its own way (as NUL)
-        n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
         # A null becomes a number polars reads (then null again), so that its key counts
-        # among the values read: a duplicate key beside it then leaves a string over.
-        nulls = data.count(b"null")
+        # among the values read: a duplicate key beside it then leaves a string over. The
+        # text is searched for nulls only once a block needed it (a null's key is a string
+        # over, so a block whose count holds has none).
+        nulls = data.count(b"null") if self._nulls else 0
         src = data.replace(b"null", _NULL_TOKEN) if nulls else data
-        quotes = data.count(b'"')
-        while True:
-            df = self._polars(src, n)
-            if df is None:
-                return False
-            if quotes == 2 * sum(df.height - c.null_count() for c in df.get_columns()):
-                break
-            if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
-                return False
+        starts, ends = _line_bounds(data)
+        n = len(ends)
+        pieces = self._read_split(src, *((starts, ends) if src is data else _line_bounds(src)))
+        if pieces is None:
+            quotes = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 34))
+            while True:
+                df = self._polars(src, n)
+                if df is None:
+                    return False
+                if quotes == 2 * _values(df):
+                    break
+                if not self._nulls and b"null" in data:  # read again with the stand-in
+                    self._nulls = True
+                    nulls = data.count(b"null")
+                    src = data.replace(b"null", _NULL_TOKEN)
+                    continue
+                if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
+                    return False
+            pieces = [(np.arange(n, dtype=np.int64), df)]
         if nulls:
-            floats = [c for c in df.columns if self.schema[c] == pl.Float64]
-            hits = df.select(pl.sum_horizontal((pl.col(c) == _NULL).sum() for c in floats)).item()
+            hits = 0
+            for i, (part, df) in enumerate(pieces):
+                floats = [c for c in df.columns if self.schema[c] == pl.Float64]
+                hits += df.select(
+                    pl.sum_horizontal((pl.col(c) == _NULL).sum() for c in floats)
+                ).item()
+                df = df.with_columns(
+                    pl.when(pl.col(c) != _NULL).then(pl.col(c)).alias(c) for c in floats
+                )
+                pieces[i] = (part, df)
             if hits != nulls:  # a "null" inside a string, or a value equal to the stand-in
                 return False
-            df = df.with_columns(
-                pl.when(pl.col(c) != _NULL).then(pl.col(c)).alias(c) for c in floats
-            )
-        if not self._steps_fit(df).all():
+        if not all(self._steps_fit(df).all() for _, df in pieces):
             return False
         first = self.next_line
         self.next_line += n
-        arr = np.frombuffer(data, dtype=np.uint8)
-        if self._new_keys(df):  # the lines that show them: their places are needed
-            nl = np.flatnonzero(arr == 10)
-            ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
-            starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
-        else:
-            starts = ends = np.empty(0, dtype=np.int64)
-        part = np.arange(n, dtype=np.int64)
-        self._emit(data, starts, ends, first, [(part, df)], np.empty(0, dtype=np.int64))
+        self._emit(data, starts, ends, first, pieces, np.empty(0, dtype=np.int64))
         return True
+
+    def _read_split(
+        self, src: bytes, starts: np.ndarray, ends: np.ndarray
+    ) -> list[tuple[np.ndarray, pl.DataFrame]] | None:
+        """A block's lines grouped by their number of double quotes, each group read by
+        polars with only the keys its first line shows (polars' cost grows with the columns
+        it is given: a 6-key line read with a 73-key schema costs 2.5 times as much), each
+        group's count checked as the whole block's is. None (nothing learned but shapes) when
+        a group's count fails, or when the groups would not save a third of the reading."""
+        if self._split_failures > 2 or len(self._shapes) > _MAX_SHAPES:
+            return None
+        quote_at = np.flatnonzero(np.frombuffer(src, dtype=np.uint8) == 34)
+        per_line = np.diff(np.searchsorted(quote_at, ends), prepend=0)
+        kinds, first, which, sizes = np.unique(
+            per_line, return_index=True, return_inverse=True, return_counts=True
+        )
+        if len(kinds) < 2 or len(kinds) > _MAX_GROUPS or kinds[0] == 0:
+            return None
+        keys: list[list[str] | None] = []
+        for k, i in zip(kinds.tolist(), first.tolist(), strict=True):
+            if k not in self._shapes:
+                self._shapes[k] = self._shape(src[starts[i] : ends[i]])
+            keys.append(self._shapes[k])
+        width = len(self.schema)
+        cost = sum(
+            int(m) * (width if g is None else len(g)) for m, g in zip(sizes, keys, strict=True)
+        )
+        if cost > 0.67 * len(ends) * width:
+            return None
+        out: list[tuple[np.ndarray, pl.DataFrame]] = []
+        for j, (k, g) in enumerate(zip(kinds.tolist(), keys, strict=True)):
+            idx = np.flatnonzero(which == j)
+            piece = _gather(src, starts, ends, idx)
+            for schema in ([{c: self.schema[c] for c in g}] if g is not None else []) + [None]:
+                df = self._polars(piece, len(idx), schema)
+                if df is not None and k * len(idx) == 2 * _values(df):
+                    break
+                df = None
+            if df is None:
+                self._split_failures += 1
+                return None
+            if schema is None:  # the first line's keys were not all: the whole schema
+                self._shapes[k] = None
+            out.append((idx, df))
+        return out
+
+    def _shape(self, line: bytes) -> list[str] | None:
+        """The schema's keys in a line, in the schema's order (its new plain keys learned
+        first); None when the line is no JSON object."""
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(obj, dict):
+            return None
+        self._learn([line])
+        return [k for k in self.schema if k in obj]
 
     def _learn_unaccounted(self, data: bytes, df: pl.DataFrame) -> bool:
         """Learn the keys of some lines of ``data`` (row i of ``df`` is line i) that hold
@@ -201,7 +278,7 @@ class BlockReader:
 
     def _steps_fit(self, df: pl.DataFrame) -> np.ndarray:
         """Per row: no step, or one a trainer logs (the per-line reader reports the others)."""
-        step = _step_expr(self.schema)
+        step = _step_expr(dict(df.schema))
         if step is None:
             return np.ones(df.height, dtype=bool)
         s = df.select(step).to_series().to_numpy()
@@ -244,9 +321,11 @@ class BlockReader:
         got.sort(key=lambda g: int(g[0][0]))
         return got, (np.concatenate(refused) if refused else np.empty(0, dtype=np.int64))
 
-    def _polars(self, piece: bytes, n: int) -> pl.DataFrame | None:
+    def _polars(
+        self, piece: bytes, n: int, schema: dict[str, pl.DataType] | None = None
+    ) -> pl.DataFrame | None:
         try:
-            df = pl.read_ndjson(piece, schema=self.schema)
+            df = pl.read_ndjson(piece, schema=schema or self.schema)
         except Exception:  # noqa: BLE001 - polars refuses what the per-line reader handles
             return None
         return df if df.height == n else None
@@ -370,7 +449,7 @@ class BlockReader:
             self.rank[k] = len(self.tags)
             self.tags.append(k)
         tag_names = pl.Series("tag", self.tags, dtype=pl.Categorical)
-        frames = [self._fast_rows(part, df, first, tag_names) for part, df in got]
+        frames = [self._fast_rows(got, first, tag_names)] if got else []
         if srec:
             sf = pl.DataFrame(
                 {**srows, "record_idx": srec},
@@ -395,37 +474,92 @@ class BlockReader:
         self.parts.append(out)
 
     def _fast_rows(
-        self, part: np.ndarray, df: pl.DataFrame, first: int, tag_names: pl.Series
+        self, got: list[tuple[np.ndarray, pl.DataFrame]], first: int, tag_names: pl.Series
     ) -> pl.DataFrame:
+        """The rows of polars' pieces (line indices, frame), line by line and within a line
+        the columns in key order, as one frame.
+
+        The columns of a piece with a value on every line (most of them, in a metrics log)
+        are laid out as a regular matrix; only the lines holding a value of another column go
+        through a NaN matrix (nulls come out as NaN, and no value polars reads is NaN). Each
+        line's values go to the place its line has among all pieces' lines."""
         from forensics.importers.jsonl import SKIP_KEYS
 
-        cols = sorted(
-            (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
-            key=self.rank.__getitem__,
-        )
-        step = _step_expr(self.schema)
-        wt = _time_expr(self.schema)
-        base = df.with_columns(  # with_columns: a literal fills the frame's height
-            (step if step is not None else pl.lit(None, pl.Float64)).alias("_step"),
-            wt.alias("_wall_time"),
-        ).select(pl.col("_step").alias("step"), pl.col("_wall_time").alias("wall_time"))
-        if not cols:
-            return pl.DataFrame(schema=_ROWS)
-        # Row-major: line by line, and within a line the columns in key order.
-        vals = df.select(
-            pl.col(c).cast(pl.Float64) if self.schema[c] == pl.Boolean else pl.col(c) for c in cols
-        ).to_numpy()
-        r, c = np.nonzero(~np.isnan(vals))  # nulls came out as NaN (no value is NaN here)
-        ids = np.asarray([self.rank[x] for x in cols], dtype=np.uint32)
-        rows = pl.Series(r.astype(np.uint32))
+        lines = max((int(part[-1]) + 1 for part, _ in got if len(part)), default=0)
+        count = np.zeros(lines, dtype=np.int64)  # values per line
+        step = np.full(lines, np.nan)  # per line; NaN for null (a step or time is never NaN)
+        clock = np.full(lines, np.nan)
+        # (lines, their values, their tag ids): one block for the lines whose values are
+        # all in every-line columns (a matrix, a row a line), one for the others (a value
+        # each, in line order)
+        regular: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        ragged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for part, df in got:
+            schema = dict(df.schema)
+            s_expr = _step_expr(schema)
+            base = df.with_columns(  # with_columns: a literal fills the frame's height
+                (s_expr if s_expr is not None else pl.lit(None, pl.Float64)).alias("_step"),
+                _time_expr(schema).alias("_wall_time"),
+            )
+            step[part] = base.get_column("_step").to_numpy()
+            clock[part] = base.get_column("_wall_time").to_numpy()
+            cols = sorted(
+                (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
+                key=self.rank.__getitem__,
+            )
+            if not cols:
+                continue
+            n = df.height
+            wide = df.select(
+                pl.col(c).cast(pl.Float64) if schema[c] == pl.Boolean else pl.col(c) for c in cols
+            )
+            nulls = [x.null_count() for x in wide.get_columns()]
+            ids = np.asarray([self.rank[c] for c in cols], dtype=np.uint32)
+            full = [j for j, k in enumerate(nulls) if k == 0]
+            some = [cols[j] for j, k in enumerate(nulls) if 0 < k < n]
+            plain = np.arange(n)
+            if some:
+                at = np.flatnonzero(
+                    wide.select(pl.any_horizontal(pl.col(some).is_not_null()))
+                    .to_series()
+                    .to_numpy()
+                )
+                keep = [j for j, k in enumerate(nulls) if k < n]
+                sub = wide.select(cols[j] for j in keep)[at].to_numpy()
+                r, c = np.nonzero(~np.isnan(sub))
+                count[part[at]] += np.bincount(r, minlength=len(at))
+                ragged.append((part[at][r], sub[r, c], ids[keep][c]))
+                plain = np.delete(plain, at)
+            if full and len(plain):
+                count[part[plain]] += len(full)
+                m = wide.select(cols[j] for j in full).to_numpy()
+                regular.append((part[plain], m[plain] if some else m, ids[full]))
+        at_line = np.cumsum(count) - count  # where each line's values start
+        total = int(count.sum())
+        values = np.empty(total, dtype=np.float64)
+        tag_ids = np.empty(total, dtype=np.uint32)
+        line_of = np.empty(total, dtype=np.int64)
+        for rows, mat, ids in regular:
+            pos = (at_line[rows][:, None] + np.arange(len(ids))).ravel()
+            values[pos] = mat.ravel()
+            tag_ids[pos] = np.tile(ids, len(rows))
+            line_of[pos] = np.repeat(rows, len(ids))
+        for rows, vals, ids in ragged:  # rows: a line index per value, ascending
+            start = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+            nth = np.arange(len(rows)) - np.repeat(start, np.diff(np.r_[start, len(rows)]))
+            pos = at_line[rows] + nth
+            values[pos] = vals
+            tag_ids[pos] = ids
+            line_of[pos] = rows
         return pl.DataFrame(
             {
-                "step": base.get_column("step").cast(pl.Int64).gather(rows),
-                "tag": tag_names.gather(pl.Series(ids[c])),
-                "value": vals[r, c],
-                "wall_time": base.get_column("wall_time").gather(rows),
-                "record_idx": part[r] + first,
-            }
+                "step": _per_row(pl.Series(step, nan_to_null=True).cast(pl.Int64), line_of),
+                "tag": tag_names.gather(pl.Series(tag_ids)),
+                "value": values,
+                "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
+                "record_idx": line_of + first,
+            },
+            schema=_ROWS,
         )
 
     def lines(self) -> Lines:
@@ -447,13 +581,37 @@ class BlockReader:
         return Lines(conform(frame), self.bad, self.config, self.relative_time, self.cut)
 
 
+def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
+    """Each row's value of its line: by numpy when there is no null (faster than polars'
+    gather)."""
+    if per_line.null_count():
+        return per_line.gather(pl.Series(line_of))
+    return pl.Series(per_line.name, per_line.to_numpy()[line_of])
+
+
+def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where each line of ``data`` starts and ends (the last may lack its newline)."""
+    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
+    return np.concatenate(([0], nl[: len(ends) - 1] + 1)), ends
+
+
+def _values(df: pl.DataFrame) -> int:
+    """The values polars read (nulls are not)."""
+    return sum(df.height - c.null_count() for c in df.get_columns())
+
+
 def _gather(data: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> bytes:
     """The lines ``idx`` (sorted) of ``data`` as one piece, newline-terminated."""
     if len(idx) == len(starts) and data.endswith(b"\n"):
         return data
+    if not len(idx):
+        return b""
     breaks = np.flatnonzero(np.diff(idx) != 1) + 1
-    pieces = [data[starts[run[0]] : ends[run[-1]]] for run in np.split(idx, breaks) if len(run)]
-    return b"\n".join(pieces) + b"\n"
+    lo = starts[idx[np.r_[0, breaks]]].tolist()
+    hi = ends[idx[np.r_[breaks - 1, len(idx) - 1]]].tolist()
+    view = memoryview(data)  # slices of a view: the lines are copied once, by the join
+    return b"\n".join([*(view[a:b] for a, b in zip(lo, hi, strict=True)), b""])
 
 
 def _step_expr(schema: dict[str, pl.DataType]) -> pl.Expr | None:
