@@ -119,14 +119,9 @@ class _Piece:
     def __init__(self, cells: pl.DataFrame, sample: str, carry: int | None) -> None:
         self.n_lines = cells.height
         c0 = pl.col("c0")
+        # One pass of a literal alternation (the regex engine's multi-literal search).
         self.hint = bool(
-            cells.select(
-                (
-                    c0.str.contains("verflow", literal=True)
-                    | c0.str.contains("OVERFLOW", literal=True)
-                    | c0.str.contains("dynamic loss scale", literal=True)
-                ).any()
-            ).item()
+            cells.select(c0.str.contains("verflow|OVERFLOW|dynamic loss scale").any()).item()
         )
         is_val = c0.str.contains("validation loss at", literal=True)
         self.val = cells.filter(is_val)
@@ -206,24 +201,22 @@ class _Layout:
         cols, prefixes, sample = self.cols, self.prefixes, self.sample
         # Columns where some cell holds another key (or no dominant key exists): only those
         # go through the slow path, and only their odd cells.
-        odd = it.select(
-            [
-                (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(c)
-                if p
-                else pl.col(c).str.contains(":", literal=True).any().alias(c)
-                for c, p in zip(cols, prefixes, strict=True)
-            ]
-        ).row(0)
+        odd_exprs = [
+            (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(f"_odd{j}")
+            if p
+            else pl.col(c).str.contains(":", literal=True).any().alias(f"_odd{j}")
+            for j, (c, p) in enumerate(zip(cols, prefixes, strict=True))
+        ]
         # Columns that print the same text on every line (batch size, skipped-iteration
         # counts, a bf16 loss scale of 1.0) are parsed once instead of a million times.
-        const = it.select(
-            [
-                (pl.col(c) == sample[0][j]).all().alias(c)
-                if self.same[j] and sample[0][j] is not None and prefixes[j]
-                else pl.lit(False).alias(c)
-                for j, c in enumerate(cols)
-            ]
-        ).row(0)
+        const_exprs = [
+            (pl.col(c) == sample[0][j]).all().alias(f"_const{j}")
+            if self.same[j] and sample[0][j] is not None and prefixes[j]
+            else pl.lit(False).alias(f"_const{j}")
+            for j, c in enumerate(cols)
+        ]
+        flags = it.select(*odd_exprs, *const_exprs).row(0)  # one pass for both
+        odd, const = flags[: len(cols)], flags[len(cols) :]
         values = []
         others = []
         for j, (col, pre) in enumerate(zip(cols, prefixes, strict=True)):
@@ -241,9 +234,10 @@ class _Layout:
                     .alias(f"_v{j}")
                 )
                 continue
-            ok = pl.col(col).str.starts_with(pre)
-            values.append(self._read(pl.col(col), pre).alias(f"_v{j}"))
+            # Without odd cells every cell starts with the key: no need to check it again.
+            values.append(self._read(pl.col(col), pre, check=bool(odd[j])).alias(f"_v{j}"))
             if odd[j]:
+                ok = pl.col(col).str.starts_with(pre)
                 others.append(pl.when(~ok.fill_null(True)).then(pl.col(col)).alias(col))
         wide = it.select("ln", "step", "wall_time", *values)
         rest = it.select("ln", "step", "wall_time", *others)
@@ -257,14 +251,16 @@ class _Layout:
             rest = rest.clear()
         return _Values(wide, odd, const, rest)
 
-    def _read(self, cell: pl.Expr, pre: str) -> pl.Expr:
-        """The number after ``pre`` in a cell that starts with it (else null)."""
+    def _read(self, cell: pl.Expr, pre: str, check: bool = True) -> pl.Expr:
+        """The number after ``pre`` in a cell that starts with it (else null). ``check``
+        False: every cell is known to start with ``pre`` (or be null)."""
         # Padding is plain spaces, and stripping only spaces is much faster than all
         # whitespace.
         text = cell.str.slice(len(pre)).str.strip_chars(" ")
         if self.commas:
             text = text.str.replace_all(",", "", literal=True)
-        return pl.when(cell.str.starts_with(pre)).then(text.cast(pl.Float64, strict=False))
+        value = text.cast(pl.Float64, strict=False)
+        return pl.when(cell.str.starts_with(pre)).then(value) if check else value
 
     def rows(self, pieces: list[_Values], ctx: Ctx) -> pl.DataFrame:
         """The rows of every piece: the common layout kept wide (``ctx.wide``), the others
@@ -362,19 +358,24 @@ def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
         c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
     ).to_series()
     if cast(int, dates.approx_n_unique()) * 8 > max(len(dates), 1):
-        return (
-            dates.to_frame()
-            .select(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time"))
-            .to_series()
-        )
+        return dates.to_frame().select(_seconds(pl.col("c0")).alias("wall_time")).to_series()
     # Many lines per second: parse each distinct date once, then look the lines up.
     uniq = dates.unique().drop_nulls().to_frame()
-    lut = uniq.with_columns(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time"))
+    lut = uniq.with_columns(_seconds(pl.col("c0")).alias("wall_time"))
     return (
         dates.to_frame()
         .join(lut, on="c0", how="left", maintain_order="left")
         .get_column("wall_time")
     )
+
+
+def _seconds(date: pl.Expr) -> pl.Expr:
+    """A sliced ``YYYY-MM-DD HH:MM:SS`` -> unix seconds. As :func:`to_unix` with that format,
+    without its "," -> "." step: a comma can't make these 19 characters match the format."""
+    fmt = "%Y-%m-%d %H:%M:%S"
+    return date.str.to_datetime(fmt, strict=False, time_unit="us").dt.epoch("us").cast(
+        pl.Float64
+    ) / 1e6
 
 
 def _split_rows(df: pl.DataFrame, cols: list[str], prefix: str = "") -> pl.DataFrame:
