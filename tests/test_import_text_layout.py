@@ -118,3 +118,23 @@ def test_pieces_equal_whole(case: str, tmp_path: Path, monkeypatch: pytest.Monke
     assert pieces.frame.equals(whole.frame)
     assert pieces.notes == whole.notes
     assert [f.to_dict() for f in pieces.findings] == [f.to_dict() for f in whole.findings]
+
+
+def test_constant_key_printed_from_mid_run_has_no_rows_before(tmp_path: Path) -> None:
+    """A key that prints the same text on every line that has it ("number of nan
+    iterations: 0", added by a later Megatron version) gives rows only where it is printed:
+    the constant is read once, not spread to the lines without the key."""
+    lines = ["using world size: 8"]
+    for s in range(1, 400):
+        keys = [f"lm loss: {3 - s / 1000:.4f}", "loss scale: 1.0"]
+        if s > 100:
+            keys.append("number of nan iterations:   0")
+        date = f"[2024-05-01 10:{s // 60:02d}:{s % 60:02d}]"
+        lines.append(f" {date} iteration {s:8d}/     400 | " + " | ".join(keys) + " |")
+    raw = ("\n".join(lines) + "\n").encode()
+    frame = IMPORTER.read_raw(_source(tmp_path), raw).frame
+    nan = frame.filter(pl.col("tag") == "number of nan iterations")
+    assert nan.height == 299
+    assert nan.get_column("step").min() == 101
+    assert frame.filter(pl.col("tag") == "lm loss").height == 399
+    assert frame.equals(_long_way(raw))

@@ -107,7 +107,8 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
         )
     # Every line holds every tag (the usual log): plain repeats, no mask.
     full = not any(f.get_column(c).null_count() for c in cols)  # null counts are cached
-    values = np.empty((n, k), dtype=np.float64)
+    # Filled in the order the rows take them (ravel below is then a view, not a copy).
+    values = np.empty((n, k), dtype=np.float64, order="C" if by_line else "F")
     valid = np.ones((1, 1), dtype=bool) if full else np.empty((n, k), dtype=bool)
     for i, c in enumerate(cols):
         s = f.get_column(c)

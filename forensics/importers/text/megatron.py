@@ -50,7 +50,7 @@ def _n_cols(sample: str) -> int:
 
 # The log is read in pieces of about this many bytes (whole lines): the table of one piece's
 # cells is held at a time, not the whole file's (a few times the size of the text).
-CHUNK_BYTES = 1 << 25
+CHUNK_BYTES = 30 << 20
 _SAMPLE_ROWS = 200  # the last iteration lines, whose keys set each column's layout
 
 
@@ -275,7 +275,10 @@ class _Layout:
                 continue
             if const[j]:
                 x = pl.select(num(pl.lit(sample[0][j][len(pre) :]), self.commas)).item()
-                fixed.append(pl.lit(x, dtype=pl.Float64).alias(f"_v{j}"))
+                # Only on the lines that print the key (a key added mid-run, by a later
+                # version of the trainer, has no row before it).
+                v = f"_v{j}"
+                fixed.append(pl.when(pl.col(v).is_not_null()).then(pl.lit(x, pl.Float64)).alias(v))
         if fixed:
             wide = wide.with_columns(fixed)
         rest_cols = [c for j, c in enumerate(cols) if odd[j] and not const[j]]
