@@ -124,13 +124,13 @@ class _Piece:
             cells.select(c0.str.contains("verflow|OVERFLOW|dynamic loss scale").any()).item()
         )
         is_val = c0.str.contains("validation loss at", literal=True)
-        self.val = cells.filter(is_val)
-        it = cells.filter(
-            c0.str.contains("iteration", literal=True)
-            & c0.str.contains(r"iteration\s+\d+")
-            & ~is_val
-        )
-        del cells  # the cell table is the biggest thing held here; only its iteration lines go on
+        is_it = c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+")
+        masks = cells.select(is_val.alias("val"), (is_it & ~is_val).alias("it"))
+        val, keep = masks.get_column("val"), masks.get_column("it")
+        self.val = cells.filter(val) if val.any() else cells.clear()
+        # Most pieces hold iteration lines only: no filter, which would copy every column.
+        it = cells if keep.all() else cells.filter(keep)
+        del cells, masks  # the cell table is the biggest thing held here; only its iteration lines go on
         start = c0.str.find("iteration", literal=True) + 9
         it = it.with_columns(
             c0.str.slice(start, c0.str.find("/", literal=True) - start)
