@@ -138,3 +138,20 @@ def test_constant_key_printed_from_mid_run_has_no_rows_before(tmp_path: Path) ->
     assert nan.get_column("step").min() == 101
     assert frame.filter(pl.col("tag") == "lm loss").height == 399
     assert frame.equals(_long_way(raw))
+
+
+def test_log_with_invalid_utf8_is_read_lossily(tmp_path: Path) -> None:
+    """The lines are read as strict UTF-8 first; a log with latin-1 bytes (in its preamble
+    and in a key) is read again lossily: the same frame as its text with those bytes
+    replaced by U+FFFD."""
+    lines = _log(600, seed=3).split(b"\n")
+    lines[0] = b"d\xe9marrage du job"
+    lines[300] = lines[300] + b" r\xe9sum\xe9 count: 7 |"
+    raw = b"\n".join(lines)
+    replaced = raw.decode("utf-8", "replace").encode()
+    with pytest.raises(pl.exceptions.ComputeError, match="utf-8"):
+        pl.read_csv(raw, has_header=False, separator="\x1f", quote_char=None, encoding="utf8")
+    got = IMPORTER.read_raw(_source(tmp_path), raw).frame
+    assert got.equals(IMPORTER.read_raw(_source(tmp_path), replaced).frame)
+    odd = got.filter(pl.col("tag") == "r\ufffdsum\ufffd count")
+    assert odd.get_column("value").to_list() == [7.0]

@@ -26,7 +26,9 @@ _RELATIVE_CLOCK = 1e9  # as forensics.importers.restarts: wall times below are r
 def canonical(rows: pl.DataFrame, family: str, name: str, x_kind: str) -> pl.DataFrame:
     """Rows (``ln``, ``step``, ``tag``, ``value``, ``wall_time``) -> the canonical columns.
     Rows from :func:`lay_out` carry ``record_idx`` (``ln + 1``) already."""
-    record = "record_idx" if "record_idx" in rows.columns else (pl.col("ln") + 1).alias("record_idx")
+    record = (
+        "record_idx" if "record_idx" in rows.columns else (pl.col("ln") + 1).alias("record_idx")
+    )
     return rows.select(
         pl.lit(f"{family}_text", dtype=pl.Categorical).alias("source"),
         pl.lit(name, dtype=pl.Categorical).alias("file"),

@@ -130,7 +130,10 @@ class _Piece:
         self.val = cells.filter(val) if val.any() else cells.clear()
         # Most pieces hold iteration lines only: no filter, which would copy every column.
         it = cells if keep.all() else cells.filter(keep)
-        del cells, masks  # the cell table is the biggest thing held here; only its iteration lines go on
+        del (
+            cells,
+            masks,
+        )  # the cell table is the biggest thing held here; only its iteration lines go on
         start = c0.str.find("iteration", literal=True) + 9
         it = it.with_columns(
             c0.str.slice(start, c0.str.find("/", literal=True) - start)
@@ -377,9 +380,10 @@ def _seconds(date: pl.Expr) -> pl.Expr:
     """A sliced ``YYYY-MM-DD HH:MM:SS`` -> unix seconds. As :func:`to_unix` with that format,
     without its "," -> "." step: a comma can't make these 19 characters match the format."""
     fmt = "%Y-%m-%d %H:%M:%S"
-    return date.str.to_datetime(fmt, strict=False, time_unit="us").dt.epoch("us").cast(
-        pl.Float64
-    ) / 1e6
+    return (
+        date.str.to_datetime(fmt, strict=False, time_unit="us").dt.epoch("us").cast(pl.Float64)
+        / 1e6
+    )
 
 
 def _split_rows(df: pl.DataFrame, cols: list[str], prefix: str = "") -> pl.DataFrame:
