@@ -11,6 +11,7 @@ the frames must be equal row for row.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import polars as pl
@@ -155,3 +156,27 @@ def test_log_with_invalid_utf8_is_read_lossily(tmp_path: Path) -> None:
     assert got.equals(IMPORTER.read_raw(_source(tmp_path), replaced).frame)
     odd = got.filter(pl.col("tag") == "r\ufffdsum\ufffd count")
     assert odd.get_column("value").to_list() == [7.0]
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "",
+        " iteration      100/  500000 | consumed samples:        51200 |",
+        " iteration      100/  500000 | consumed samples:       51,200 |",
+        " consumed samples: 51,200 | iteration 100/500 |",  # the 51,200 before "iteration"
+        "1,234 iteration\n iteration 5/10 | x: 1,23 | y: 12,3456 |",
+        "iteration 1,234,567\n",
+        "setup 1,000\n iteration 5/10 | lr: 1.0 |\n",
+        "iteration 5/10 | a: 1,2345 | b: 9,999,9 | c: 7,000\r\n",
+        "iterations1,000",
+    ],
+)
+def test_commas_matches_the_regex_it_replaces(sample: str) -> None:
+    """The thousands-separator check gives the regex's answer, for these and random lines."""
+    regex = re.compile(r"iteration[^\n]*\d,\d{3}\b")  # the check _commas replaces
+    rng = random.Random(len(sample))
+    parts = ["iteration", " ", "1", ",", "234", "5", "\n", "a", "|", ",12", "9,999"]
+    samples = [sample] + ["".join(rng.choices(parts, k=12)) for _ in range(200)]
+    for s in samples:
+        assert megatron._commas(s) == bool(regex.search(s)), s

@@ -63,7 +63,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         # Too few iteration lines at the end to read the layout from: one piece.
         spans = [(0, len(ctx.raw))]
         last = _Piece(read_pipes(ctx.raw, n), ctx.sample, None)
-    commas = bool(re.search(r"iteration[^\n]*\d,\d{3}\b", ctx.sample))
+    commas = _commas(ctx.sample)
     # The layout comes from the last iteration lines: the rank copies dropped in the last
     # piece alone are the file's, but for its first line (not among the last ones).
     layout = _Layout.of(last.it, cols, commas) if last.it.height else None
@@ -97,6 +97,20 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     if not val.is_empty():
         rows.append(_validation_rows(val, cols))
     return pl.concat(rows)
+
+
+def _commas(sample: str) -> bool:
+    r"""Does an iteration line print numbers with thousands separators (1,234)? The answer
+    of ``re.search(r"iteration[^\n]*\d,\d{3}\b", sample)`` without its backtracking over
+    every iteration line: each (rare) 1,234 looks back for "iteration" on its own line."""
+    for m in _COMMA_NUM.finditer(sample):
+        start = sample.rfind("\n", 0, m.start()) + 1
+        if sample.find("iteration", start, m.start()) >= 0:
+            return True
+    return False
+
+
+_COMMA_NUM = re.compile(r"\d,\d{3}\b")
 
 
 def _spans(raw: bytes, size: int) -> list[tuple[int, int]]:
