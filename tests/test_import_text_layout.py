@@ -11,6 +11,7 @@ the frames must be equal row for row.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import polars as pl
@@ -118,3 +119,64 @@ def test_pieces_equal_whole(case: str, tmp_path: Path, monkeypatch: pytest.Monke
     assert pieces.frame.equals(whole.frame)
     assert pieces.notes == whole.notes
     assert [f.to_dict() for f in pieces.findings] == [f.to_dict() for f in whole.findings]
+
+
+def test_constant_key_printed_from_mid_run_has_no_rows_before(tmp_path: Path) -> None:
+    """A key that prints the same text on every line that has it ("number of nan
+    iterations: 0", added by a later Megatron version) gives rows only where it is printed:
+    the constant is read once, not spread to the lines without the key."""
+    lines = ["using world size: 8"]
+    for s in range(1, 400):
+        keys = [f"lm loss: {3 - s / 1000:.4f}", "loss scale: 1.0"]
+        if s > 100:
+            keys.append("number of nan iterations:   0")
+        date = f"[2024-05-01 10:{s // 60:02d}:{s % 60:02d}]"
+        lines.append(f" {date} iteration {s:8d}/     400 | " + " | ".join(keys) + " |")
+    raw = ("\n".join(lines) + "\n").encode()
+    frame = IMPORTER.read_raw(_source(tmp_path), raw).frame
+    nan = frame.filter(pl.col("tag") == "number of nan iterations")
+    assert nan.height == 299
+    assert nan.get_column("step").min() == 101
+    assert frame.filter(pl.col("tag") == "lm loss").height == 399
+    assert frame.equals(_long_way(raw))
+
+
+def test_log_with_invalid_utf8_is_read_lossily(tmp_path: Path) -> None:
+    """The lines are read as strict UTF-8 first; a log with latin-1 bytes (in its preamble
+    and in a key) is read again lossily: the same frame as its text with those bytes
+    replaced by U+FFFD."""
+    lines = _log(600, seed=3).split(b"\n")
+    lines[0] = b"d\xe9marrage du job"
+    lines[300] = lines[300] + b" r\xe9sum\xe9 count: 7 |"
+    raw = b"\n".join(lines)
+    replaced = raw.decode("utf-8", "replace").encode()
+    with pytest.raises(pl.exceptions.ComputeError, match="utf-8"):
+        pl.read_csv(raw, has_header=False, separator="\x1f", quote_char=None, encoding="utf8")
+    got = IMPORTER.read_raw(_source(tmp_path), raw).frame
+    assert got.equals(IMPORTER.read_raw(_source(tmp_path), replaced).frame)
+    odd = got.filter(pl.col("tag") == "r\ufffdsum\ufffd count")
+    assert odd.get_column("value").to_list() == [7.0]
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "",
+        " iteration      100/  500000 | consumed samples:        51200 |",
+        " iteration      100/  500000 | consumed samples:       51,200 |",
+        " consumed samples: 51,200 | iteration 100/500 |",  # the 51,200 before "iteration"
+        "1,234 iteration\n iteration 5/10 | x: 1,23 | y: 12,3456 |",
+        "iteration 1,234,567\n",
+        "setup 1,000\n iteration 5/10 | lr: 1.0 |\n",
+        "iteration 5/10 | a: 1,2345 | b: 9,999,9 | c: 7,000\r\n",
+        "iterations1,000",
+    ],
+)
+def test_commas_matches_the_regex_it_replaces(sample: str) -> None:
+    """The thousands-separator check gives the regex's answer, for these and random lines."""
+    regex = re.compile(r"iteration[^\n]*\d,\d{3}\b")  # the check _commas replaces
+    rng = random.Random(len(sample))
+    parts = ["iteration", " ", "1", ",", "234", "5", "\n", "a", "|", ",12", "9,999"]
+    samples = [sample] + ["".join(rng.choices(parts, k=12)) for _ in range(200)]
+    for s in samples:
+        assert megatron._commas(s) == bool(regex.search(s)), s

@@ -24,12 +24,16 @@ _RELATIVE_CLOCK = 1e9  # as forensics.importers.restarts: wall times below are r
 
 
 def canonical(rows: pl.DataFrame, family: str, name: str, x_kind: str) -> pl.DataFrame:
-    """Rows (``ln``, ``step``, ``tag``, ``value``, ``wall_time``) -> the canonical columns."""
+    """Rows (``ln``, ``step``, ``tag``, ``value``, ``wall_time``) -> the canonical columns.
+    Rows from :func:`lay_out` carry ``record_idx`` (``ln + 1``) already."""
+    record = (
+        "record_idx" if "record_idx" in rows.columns else (pl.col("ln") + 1).alias("record_idx")
+    )
     return rows.select(
         pl.lit(f"{family}_text", dtype=pl.Categorical).alias("source"),
         pl.lit(name, dtype=pl.Categorical).alias("file"),
         pl.lit(0, dtype=pl.Int32).alias("file_idx"),
-        (pl.col("ln") + 1).alias("record_idx"),
+        record,
         "step",
         pl.lit(x_kind, dtype=pl.Categorical).alias("x_kind"),
         pl.col("tag").cast(pl.Categorical),
@@ -56,24 +60,26 @@ def tags(wide: WideRows, rest: pl.DataFrame) -> list[str]:
 def lay_out(
     wide: WideRows, rest: pl.DataFrame, by_line: bool, counters: list[str]
 ) -> tuple[pl.DataFrame, bool]:
-    """The wide rows and the other rows (``rest``) as one frame of ``ln``, ``step``, ``tag``
-    (categorical), ``value`` and ``wall_time``: the wide rows tag after tag then ``rest`` as
-    it is, or (``by_line``) every row in line order, a line's wide rows first (a stable sort
-    by line of the former). Also says whether no series can restart (``quiet``)."""
+    """The wide rows and the other rows (``rest``) as one frame of ``record_idx`` (line
+    number + 1), ``step``, ``tag`` (categorical), ``value`` and ``wall_time``: the wide rows
+    tag after tag then ``rest`` as it is, or (``by_line``) every row in line order, a line's
+    wide rows first (a stable sort by line of the former). Also says whether no series can
+    restart (``quiet``)."""
     present = wide.present()
     rest = rest.select("ln", "step", pl.col("tag").cast(pl.Categorical), "value", "wall_time")
     if by_line and rest.height:
         rest = rest.sort("ln", maintain_order=True)
     quiet = _quiet(wide, present, rest, counters)
     main = _wide_long(wide, present, by_line)
+    rest = rest.select((pl.col("ln") + 1).alias("record_idx"), pl.exclude("ln"))
     if not rest.height:
         return main, quiet
     if not by_line:
         return pl.concat([main, rest]), quiet
     # Merge by line, the wide rows first on a tie: each rest row goes after the wide rows
     # of its line and the rest rows before it.
-    lines_main = main.get_column("ln").to_numpy()
-    lines_rest = rest.get_column("ln").to_numpy()
+    lines_main = main.get_column("record_idx").to_numpy()
+    lines_rest = rest.get_column("record_idx").to_numpy()
     at = np.searchsorted(lines_main, lines_rest, side="right") + np.arange(len(lines_rest))
     n = main.height + rest.height
     from_rest = np.zeros(n, dtype=bool)
@@ -86,26 +92,31 @@ def lay_out(
 
 
 def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFrame:
+    """The wide rows as long rows (``record_idx`` = line number + 1), laid out with plain
+    repeats: no sort, no index, and each output column written once."""
     f = wide.frame
     cols = [wide.columns[j] for j in present]
     n, k = f.height, len(cols)
     if not k:
         return pl.DataFrame(
             schema={
-                "ln": pl.Int64,
+                "record_idx": pl.Int64,
                 "step": pl.Int64,
                 "tag": pl.Categorical,
                 "value": pl.Float64,
                 "wall_time": pl.Float64,
             }
         )
-    values = np.empty((n, k), dtype=np.float64)
-    valid = np.empty((n, k), dtype=bool)
+    # Every line holds every tag (the usual log): plain repeats, no mask.
+    full = not any(f.get_column(c).null_count() for c in cols)  # null counts are cached
+    # Filled in the order the rows take them (ravel below is then a view, not a copy).
+    values = np.empty((n, k), dtype=np.float64, order="C" if by_line else "F")
+    valid = np.ones((1, 1), dtype=bool) if full else np.empty((n, k), dtype=bool)
     for i, c in enumerate(cols):
         s = f.get_column(c)
-        valid[:, i] = s.is_not_null().to_numpy()
+        if not full:
+            valid[:, i] = s.is_not_null().to_numpy()
         values[:, i] = s.to_numpy()  # nulls turn NaN here; ``valid`` leaves them out
-    full = bool(valid.all())  # every line holds every tag (the usual log): plain repeats
     per_line = valid.sum(axis=1)
 
     def spread(a: np.ndarray) -> np.ndarray:
@@ -132,7 +143,7 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
     names = pl.Series("tag", [wide.tags[j] for j in present], dtype=pl.Categorical)
     return pl.DataFrame(
         [
-            per_row(f.get_column("ln")),
+            per_row((f.get_column("ln") + 1).alias("record_idx")),
             per_row(f.get_column("step")),
             names.gather(tag),
             pl.Series("value", value, dtype=pl.Float64),

@@ -50,7 +50,7 @@ def _n_cols(sample: str) -> int:
 
 # The log is read in pieces of about this many bytes (whole lines): the table of one piece's
 # cells is held at a time, not the whole file's (a few times the size of the text).
-CHUNK_BYTES = 1 << 25
+CHUNK_BYTES = 30 << 20
 _SAMPLE_ROWS = 200  # the last iteration lines, whose keys set each column's layout
 
 
@@ -63,7 +63,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         # Too few iteration lines at the end to read the layout from: one piece.
         spans = [(0, len(ctx.raw))]
         last = _Piece(read_pipes(ctx.raw, n), ctx.sample, None)
-    commas = bool(re.search(r"iteration[^\n]*\d,\d{3}\b", ctx.sample))
+    commas = _commas(ctx.sample)
     # The layout comes from the last iteration lines: the rank copies dropped in the last
     # piece alone are the file's, but for its first line (not among the last ones).
     layout = _Layout.of(last.it, cols, commas) if last.it.height else None
@@ -99,6 +99,20 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     return pl.concat(rows)
 
 
+def _commas(sample: str) -> bool:
+    r"""Does an iteration line print numbers with thousands separators (1,234)? The answer
+    of ``re.search(r"iteration[^\n]*\d,\d{3}\b", sample)`` without its backtracking over
+    every iteration line: each (rare) 1,234 looks back for "iteration" on its own line."""
+    for m in _COMMA_NUM.finditer(sample):
+        start = sample.rfind("\n", 0, m.start()) + 1
+        if sample.find("iteration", start, m.start()) >= 0:
+            return True
+    return False
+
+
+_COMMA_NUM = re.compile(r"\d,\d{3}\b")
+
+
 def _spans(raw: bytes, size: int) -> list[tuple[int, int]]:
     """(start, end) byte ranges of whole lines, each about ``size`` bytes."""
     out = []
@@ -119,23 +133,21 @@ class _Piece:
     def __init__(self, cells: pl.DataFrame, sample: str, carry: int | None) -> None:
         self.n_lines = cells.height
         c0 = pl.col("c0")
+        # One pass of a literal alternation (the regex engine's multi-literal search).
         self.hint = bool(
-            cells.select(
-                (
-                    c0.str.contains("verflow", literal=True)
-                    | c0.str.contains("OVERFLOW", literal=True)
-                    | c0.str.contains("dynamic loss scale", literal=True)
-                ).any()
-            ).item()
+            cells.select(c0.str.contains("verflow|OVERFLOW|dynamic loss scale").any()).item()
         )
         is_val = c0.str.contains("validation loss at", literal=True)
-        self.val = cells.filter(is_val)
-        it = cells.filter(
-            c0.str.contains("iteration", literal=True)
-            & c0.str.contains(r"iteration\s+\d+")
-            & ~is_val
-        )
-        del cells  # the cell table is the biggest thing held here; only its iteration lines go on
+        is_it = c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+")
+        masks = cells.select(is_val.alias("val"), (is_it & ~is_val).alias("it"))
+        val, keep = masks.get_column("val"), masks.get_column("it")
+        self.val = cells.filter(val) if val.any() else cells.clear()
+        # Most pieces hold iteration lines only: no filter, which would copy every column.
+        it = cells if keep.all() else cells.filter(keep)
+        del (
+            cells,
+            masks,
+        )  # the cell table is the biggest thing held here; only its iteration lines go on
         start = c0.str.find("iteration", literal=True) + 9
         it = it.with_columns(
             c0.str.slice(start, c0.str.find("/", literal=True) - start)
@@ -206,24 +218,22 @@ class _Layout:
         cols, prefixes, sample = self.cols, self.prefixes, self.sample
         # Columns where some cell holds another key (or no dominant key exists): only those
         # go through the slow path, and only their odd cells.
-        odd = it.select(
-            [
-                (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(c)
-                if p
-                else pl.col(c).str.contains(":", literal=True).any().alias(c)
-                for c, p in zip(cols, prefixes, strict=True)
-            ]
-        ).row(0)
+        odd_exprs = [
+            (~pl.col(c).str.starts_with(p).fill_null(True)).any().alias(f"_odd{j}")
+            if p
+            else pl.col(c).str.contains(":", literal=True).any().alias(f"_odd{j}")
+            for j, (c, p) in enumerate(zip(cols, prefixes, strict=True))
+        ]
         # Columns that print the same text on every line (batch size, skipped-iteration
         # counts, a bf16 loss scale of 1.0) are parsed once instead of a million times.
-        const = it.select(
-            [
-                (pl.col(c) == sample[0][j]).all().alias(c)
-                if self.same[j] and sample[0][j] is not None and prefixes[j]
-                else pl.lit(False).alias(c)
-                for j, c in enumerate(cols)
-            ]
-        ).row(0)
+        const_exprs = [
+            (pl.col(c) == sample[0][j]).all().alias(f"_const{j}")
+            if self.same[j] and sample[0][j] is not None and prefixes[j]
+            else pl.lit(False).alias(f"_const{j}")
+            for j, c in enumerate(cols)
+        ]
+        flags = it.select(*odd_exprs, *const_exprs).row(0)  # one pass for both
+        odd, const = flags[: len(cols)], flags[len(cols) :]
         values = []
         others = []
         for j, (col, pre) in enumerate(zip(cols, prefixes, strict=True)):
@@ -241,9 +251,10 @@ class _Layout:
                     .alias(f"_v{j}")
                 )
                 continue
-            ok = pl.col(col).str.starts_with(pre)
-            values.append(self._read(pl.col(col), pre).alias(f"_v{j}"))
+            # Without odd cells every cell starts with the key: no need to check it again.
+            values.append(self._read(pl.col(col), pre, check=bool(odd[j])).alias(f"_v{j}"))
             if odd[j]:
+                ok = pl.col(col).str.starts_with(pre)
                 others.append(pl.when(~ok.fill_null(True)).then(pl.col(col)).alias(col))
         wide = it.select("ln", "step", "wall_time", *values)
         rest = it.select("ln", "step", "wall_time", *others)
@@ -257,14 +268,16 @@ class _Layout:
             rest = rest.clear()
         return _Values(wide, odd, const, rest)
 
-    def _read(self, cell: pl.Expr, pre: str) -> pl.Expr:
-        """The number after ``pre`` in a cell that starts with it (else null)."""
+    def _read(self, cell: pl.Expr, pre: str, check: bool = True) -> pl.Expr:
+        """The number after ``pre`` in a cell that starts with it (else null). ``check``
+        False: every cell is known to start with ``pre`` (or be null)."""
         # Padding is plain spaces, and stripping only spaces is much faster than all
         # whitespace.
         text = cell.str.slice(len(pre)).str.strip_chars(" ")
         if self.commas:
             text = text.str.replace_all(",", "", literal=True)
-        return pl.when(cell.str.starts_with(pre)).then(text.cast(pl.Float64, strict=False))
+        value = text.cast(pl.Float64, strict=False)
+        return pl.when(cell.str.starts_with(pre)).then(value) if check else value
 
     def rows(self, pieces: list[_Values], ctx: Ctx) -> pl.DataFrame:
         """The rows of every piece: the common layout kept wide (``ctx.wide``), the others
@@ -272,14 +285,18 @@ class _Layout:
         cols, prefixes, sample = self.cols, self.prefixes, self.sample
         odd = [any(p.odd[j] for p in pieces) for j in range(len(cols))]
         const = [all(p.const[j] for p in pieces) for j in range(len(cols))]
-        wide = pl.concat([p.wide for p in pieces])
+        # Not rechunked: the layout reads the columns one by one (a copy of 100 MB saved).
+        wide = pl.concat([p.wide for p in pieces], rechunk=False)
         fixed = []
         for j, pre in enumerate(prefixes):
             if pre is None:
                 continue
             if const[j]:
                 x = pl.select(num(pl.lit(sample[0][j][len(pre) :]), self.commas)).item()
-                fixed.append(pl.lit(x, dtype=pl.Float64).alias(f"_v{j}"))
+                # Only on the lines that print the key (a key added mid-run, by a later
+                # version of the trainer, has no row before it).
+                v = f"_v{j}"
+                fixed.append(pl.when(pl.col(v).is_not_null()).then(pl.lit(x, pl.Float64)).alias(v))
         if fixed:
             wide = wide.with_columns(fixed)
         rest_cols = [c for j, c in enumerate(cols) if odd[j] and not const[j]]
@@ -362,18 +379,24 @@ def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
         c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
     ).to_series()
     if cast(int, dates.approx_n_unique()) * 8 > max(len(dates), 1):
-        return (
-            dates.to_frame()
-            .select(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time"))
-            .to_series()
-        )
+        return dates.to_frame().select(_seconds(pl.col("c0")).alias("wall_time")).to_series()
     # Many lines per second: parse each distinct date once, then look the lines up.
     uniq = dates.unique().drop_nulls().to_frame()
-    lut = uniq.with_columns(to_unix(pl.col("c0"), "%Y-%m-%d %H:%M:%S").alias("wall_time"))
+    lut = uniq.with_columns(_seconds(pl.col("c0")).alias("wall_time"))
     return (
         dates.to_frame()
         .join(lut, on="c0", how="left", maintain_order="left")
         .get_column("wall_time")
+    )
+
+
+def _seconds(date: pl.Expr) -> pl.Expr:
+    """A sliced ``YYYY-MM-DD HH:MM:SS`` -> unix seconds. As :func:`to_unix` with that format,
+    without its "," -> "." step: a comma can't make these 19 characters match the format."""
+    fmt = "%Y-%m-%d %H:%M:%S"
+    return (
+        date.str.to_datetime(fmt, strict=False, time_unit="us").dt.epoch("us").cast(pl.Float64)
+        / 1e6
     )
 
 
