@@ -175,3 +175,70 @@ def test_a_frame_written_series_by_series_is_sliced() -> None:
     assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
     assert run.view().get_column("value").n_chunks() == len(tags)
     assert run.series("val_loss").get_column("value")[0] == 0.0
+
+
+def test_the_frame_is_put_in_view_order_keeping_every_row() -> None:
+    # Run.view reorders the run's frame rather than copying it: every row is still there (the
+    # record order recoverable from record_idx), the view is the frame's own first rows, and
+    # the reordered frame gives the same view again (a re-logged step's rows stay in record
+    # order, so the value logged last still wins).
+    for seed in range(120):
+        frame = _frame(seed)
+        run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+        view = run.view()
+        assert run.frame.height == frame.height
+        assert_frame_equal(run.frame.sort("record_idx"), frame)
+        assert_frame_equal(view, _reference_view(frame), check_row_order=True)
+        again = Run(name="t", path=Path("."), format="jsonl", frame=run.frame)
+        assert_frame_equal(again.view(), view, check_row_order=True)
+        assert again.frame is run.frame  # already in view order: left as it is
+        assert run.view() is view  # cached for the reordered frame
+
+
+def test_the_view_shares_the_reordered_frames_buffers() -> None:
+    rng = np.random.default_rng(3)
+    n = 3000
+    f = pl.DataFrame(
+        {
+            "source": ["jsonl"] * n,
+            "tag": np.resize(["loss", "lr", "grad_norm"], n),  # interleaved: a real reorder
+            "step": np.repeat(np.arange(n // 3), 3),
+            "value": rng.normal(size=n),
+            "segment": [0] * n,
+            "record_idx": np.arange(n),
+        }
+    )
+    frame = add_canonical(conform(f), "jsonl")
+    run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+    v = run.view()
+    assert run.frame is not frame
+    assert frame.get_column("tag").to_list()[:3] == ["loss", "lr", "grad_norm"]  # untouched
+
+    def address(s: pl.Series) -> int:
+        return s.to_numpy().__array_interface__["data"][0]
+
+    assert address(v.get_column("value")) == address(run.frame.get_column("value"))
+    assert address(v.get_column("step")) == address(run.frame.get_column("step"))
+
+
+def test_an_interrupted_reorder_leaves_the_frame_in_record_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frame = _frame(2)
+    run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+    calls = {"n": 0}
+    drop = pl.DataFrame.drop
+
+    def failing_drop(self: pl.DataFrame, *a: object, **k: object) -> pl.DataFrame:
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise MemoryError
+        return drop(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pl.DataFrame, "drop", failing_drop)
+    with pytest.raises(MemoryError):
+        run.view()
+    assert calls["n"] == 4
+    assert_frame_equal(run.frame, frame)
+    monkeypatch.setattr(pl.DataFrame, "drop", drop)
+    assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
