@@ -169,7 +169,8 @@ def _memory(path: str) -> None:
     rss.stage("diagnose")
     diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
     rss.stop()
-    print(f"points {points:,}; peak (VmHWM) {_hwm():.0f} MiB = {_hwm() * 2**20 / points:.0f} B/point")
+    peak = _hwm()
+    print(f"points {points:,}; peak (VmHWM) {peak:.0f} MiB = {peak * 2**20 / points:.0f} B/point")
     print(f"{'stage':40s} {'peak MiB':>9s} {'after MiB':>9s}")
     for lab, pk in rss.peak.items():
         print(f"{lab:40s} {pk:9.0f} {rss.after.get(lab, float('nan')):9.0f}")
