@@ -176,6 +176,14 @@ class Run:
             .sort("step")
         )
 
+    def one_series(self, metric: str, layer: int | None = None) -> pl.DataFrame | None:
+        """:meth:`series` when it reads exactly one (source, tag) series of the view: a
+        zero-copy slice (its arrays are the frame's own); None when series combines rows."""
+        one = self._one_series(metric, layer)
+        if one is None:
+            return None
+        return self.view().slice(*one).select("step", "value", "wall_time")
+
     def _one_series(self, metric: str, layer: int | None) -> tuple[int, int] | None:
         """(start, len) in the view when :meth:`series` reads exactly one (source, tag)
         series, else None (the general way combines several)."""
@@ -387,7 +395,7 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     n_series = pairs.height
     steps = fu.get_column("step").to_numpy()
     pos = np.uint32 if n_all < 1 << 32 else np.int64
-    perm = np.argsort(rank, kind="stable").astype(pos)
+    perm = _stable_order(rank, n_series, pos)
     keep, counts, in_order = _last_of_key(perm, rank, steps, n_series)
     if not in_order:
         perm = np.lexsort((steps, rank)).astype(pos)  # stable: equal keys keep record order
@@ -425,10 +433,34 @@ def _is_identity(perm: np.ndarray) -> bool:
     n = len(perm)
     if n == 0 or perm[0] != 0 or perm[-1] != n - 1:
         return False
-    return bool((np.diff(perm) == 1).all())
+    for a in range(0, n, _BLOCK):  # in blocks: no whole-length temporaries
+        p = perm[a : a + _BLOCK + 1]
+        if not (np.diff(p) == 1).all():
+            return False
+    return True
 
 
 _BLOCK = 1 << 20  # rows of keys gathered at a time
+
+
+def _stable_order(rank: np.ndarray, n_series: int, dtype: type) -> np.ndarray:
+    """``np.argsort(rank, kind="stable")`` as ``dtype``, in blocks: each block's rows are
+    sorted by rank and put after the earlier blocks' rows of the same rank, so the only
+    whole-length array is the result (argsort's own int64 result and buffers would add
+    about 16 bytes a row at the peak)."""
+    n = len(rank)
+    out: np.ndarray = np.empty(n, dtype=dtype)
+    counts = np.bincount(rank, minlength=n_series)
+    free = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)  # next slot per rank
+    for a in range(0, n, _BLOCK):
+        r = rank[a : a + _BLOCK]
+        o = np.argsort(r, kind="stable")
+        sr = r[o]
+        c = np.bincount(r, minlength=n_series)
+        first = np.concatenate(([0], np.cumsum(c)[:-1]))  # where each rank starts in the block
+        out[free[sr] + (np.arange(len(r)) - first[sr])] = o + a
+        free += c
+    return out
 
 
 def _last_of_key(
@@ -476,10 +508,12 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     del src_codes, present
     # One row of each series (the last), then every row checked against it: the same metric
     # and layer (else a tag spans two layers: the general way).
-    one = np.full(int(key.max()) + 1, -1, dtype=np.int64)
-    one[key] = np.arange(len(key), dtype=np.int64)
-    keys = np.flatnonzero(one >= 0)
-    rows = pl.Series(one[key].astype(np.uint32 if len(key) < 1 << 32 else np.uint64))
+    idx = np.uint32 if len(key) < (1 << 32) - 1 else np.uint64
+    none = np.iinfo(idx).max
+    one = np.full(int(key.max()) + 1, none, dtype=idx)
+    one[key] = np.arange(len(key), dtype=idx)
+    keys = np.flatnonzero(one != none)
+    rows = pl.Series(one[key])
     for name in ("metric", "layer"):
         col = f.get_column(name)
         if not col.eq_missing(col.gather(rows)).all():

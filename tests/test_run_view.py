@@ -242,3 +242,16 @@ def test_an_interrupted_reorder_leaves_the_frame_in_record_order(
     assert_frame_equal(run.frame, frame)
     monkeypatch.setattr(pl.DataFrame, "drop", drop)
     assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
+
+
+@pytest.mark.parametrize("block", [3, 64, 1 << 20])
+def test_the_blockwise_stable_order_is_numpys_stable_argsort(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(run_mod, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    for n, k in [(0, 3), (1, 1), (10, 3), (1000, 7), (50_000, 300)]:
+        rank = rng.integers(0, k, n).astype(np.uint16)
+        got = run_mod._stable_order(rank, k, np.uint32)
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, np.argsort(rank, kind="stable"))
