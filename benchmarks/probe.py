@@ -137,10 +137,9 @@ def _memory(path: str) -> None:
     from forensics.findings import sort_findings
     from forensics.importers import ReadOptions, read_run
 
+    import forensics.importers as imp
+
     rss = _Rss()
-    rss.stage("import")
-    run = read_run(path, options=ReadOptions(cache=False))
-    points = run.frame.height
 
     def labelled(name, fn):  # type: ignore[no-untyped-def]
         def wrapper(*a, **k):  # type: ignore[no-untyped-def]
@@ -152,6 +151,13 @@ def _memory(path: str) -> None:
                 rss.stage(before)
 
         return wrapper
+
+    # The import's own stages: the format's reader, then the canonical form, then the merge.
+    for name in ("conform", "convert_x_axis", "add_canonical", "merge_job"):
+        setattr(imp, name, labelled(name, getattr(imp, name)))
+    rss.stage("import")
+    run = read_run(path, options=ReadOptions(cache=False))
+    points = run.frame.height
 
     # The view's stages, where the run has them (labelled inside whichever stage builds it).
     for name in ("view_plan", "view_and_index"):

@@ -269,9 +269,9 @@ class Run:
         # Cached per frame object: read in loops (one rollback plan per incident).
         key = id(self.frame)
         if self._span is None or self._span[0] != key:
-            s = self.frame.get_column("step").drop_nulls()
-            lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)  # type: ignore[arg-type]
-            self._span = (key, (lo, hi))
+            s = self.frame.get_column("step")  # min and max skip nulls (no copy without them)
+            lo, hi = s.min(), s.max()
+            self._span = (key, (0, 0) if lo is None else (int(lo), int(hi)))  # type: ignore[arg-type]
         return self._span[1]
 
     def to_arrow(self) -> Any:
@@ -495,6 +495,8 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     tag, src = f.get_column("tag"), f.get_column("source")
     if tag.null_count() or src.null_count():
         return None
+    if not (isinstance(tag.dtype, pl.Categorical) and isinstance(src.dtype, pl.Categorical)):
+        return _ranked_series_by_join(f)  # a frame not in the canonical schema (strings)
     key = tag.to_physical().to_numpy()  # each row's series: its tag code (one source) ...
     n_tags = int(key.max()) + 1
     src_codes = src.to_physical().to_numpy()

@@ -255,3 +255,11 @@ def test_the_blockwise_stable_order_is_numpys_stable_argsort(
         got = run_mod._stable_order(rank, k, np.uint32)
         assert got.dtype == np.uint32
         np.testing.assert_array_equal(got, np.argsort(rank, kind="stable"))
+
+
+def test_a_frame_with_string_tags_takes_the_same_view() -> None:
+    # Frames built outside the importers may hold source and tag as plain strings.
+    for seed in range(0, 120, 7):
+        frame = _frame(seed).with_columns(pl.col("source", "tag").cast(pl.String))
+        run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+        assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
