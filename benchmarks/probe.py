@@ -129,6 +129,7 @@ def _hwm() -> float:
 def _memory(path: str) -> None:
     """Resident memory (MiB) per stage of ``analyze --no-report``: the largest seen inside each
     stage and what it left; the Run's view is its own stage (labelled where it is built)."""
+    import forensics.importers as imp
     import forensics.run as run_mod
     from forensics.config import Config
     from forensics.detectors import build
@@ -136,8 +137,6 @@ def _memory(path: str) -> None:
     from forensics.evidence import Evidence
     from forensics.findings import sort_findings
     from forensics.importers import ReadOptions, read_run
-
-    import forensics.importers as imp
 
     rss = _Rss()
 
