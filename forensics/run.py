@@ -30,7 +30,8 @@ class Run:
         path: absolute path.
         format: importer name(s) that produced the rows, e.g. ``"tfevents"``.
         frame: the long canonical frame (see :mod:`forensics.schema`), every row kept,
-            restarts included (``segment`` counts them).
+            restarts included (``segment`` counts them); in the order read until the analysis
+            view is built, then in view order (see :meth:`view`).
         notes: data-quality notes for the report (skipped lines, alternative sources,
             checks that could not run).
         import_findings: run-level findings the importers saw (restart, truncated_log, crash).
@@ -77,8 +78,8 @@ class Run:
         The view is a zero-copy part of the frame: building it puts :attr:`frame`'s rows in
         view order (the view's rows first, each series' re-logged rows before the value that
         wins, then the rows the view leaves out in record order), so that the run never holds
-        its rows twice. The frame keeps every row; ``file_idx`` and ``record_idx`` still give
-        the order the log wrote them in.
+        its rows twice. The frame keeps every row; ``file`` and ``record_idx`` still say where
+        each was read.
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
             self._view, self._index, self._metrics, self._parts = None, None, None, None
@@ -365,7 +366,8 @@ class ViewPlan:
 
 def view_plan(frame: pl.DataFrame) -> ViewPlan:
     """The order of ``frame``'s rows that makes its analysis view a prefix (see
-    :class:`ViewPlan`). Only the sort keys are copied, never the frame."""
+    :class:`ViewPlan`). Only keys are copied, never the frame (the view columns of the usable
+    rows when a null step or a restart leaves some out)."""
     f = frame.select(VIEW_COLUMNS)  # only what the analysis reads; no copy
     n_all = f.height
     usable = None  # positions of the rows the view may use, None: every row
