@@ -5,6 +5,7 @@ python -m benchmarks.probe ea RUN_DIR           # TensorBoard EventAccumulator.R
 python -m benchmarks.probe ndjson FILE          # polars.read_ndjson
 python -m benchmarks.probe read PATH [--no-cache]   # forensics.read_run alone
 python -m benchmarks.probe stages PATH          # in-process seconds per stage and detector (JSON)
+python -m benchmarks.probe memory PATH          # resident memory per stage and detector (MiB)
 """
 
 from __future__ import annotations
@@ -80,6 +81,106 @@ def _stages(path: str) -> dict[str, float]:
     return out
 
 
+class _Rss:
+    """Samples the process's resident set in a thread (polars' memory is invisible to
+    tracemalloc): the largest seen under each stage label, and where each stage left it."""
+
+    def __init__(self) -> None:
+        import os
+        import threading
+
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.label = "start"
+        self.peak: dict[str, float] = {}
+        self.after: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def rss(self) -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page / 2**20
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.002):
+            r, lab = self.rss(), self.label
+            if r > self.peak.get(lab, 0.0):
+                self.peak[lab] = r
+
+    def stage(self, label: str) -> None:
+        self.after[self.label] = self.rss()
+        self.peak[self.label] = max(self.peak.get(self.label, 0.0), self.after[self.label])
+        self.label = label
+
+    def stop(self) -> None:
+        self.stage("end")
+        self._stop.set()
+        self._thread.join()
+
+
+def _hwm() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _memory(path: str) -> None:
+    """Resident memory (MiB) per stage of ``analyze --no-report``: the largest seen inside each
+    stage and what it left; the Run's view is its own stage (labelled where it is built)."""
+    import forensics.importers as imp
+    import forensics.run as run_mod
+    from forensics.config import Config
+    from forensics.detectors import build
+    from forensics.diagnosis import diagnose
+    from forensics.evidence import Evidence
+    from forensics.findings import sort_findings
+    from forensics.importers import ReadOptions, read_run
+
+    rss = _Rss()
+
+    def labelled(name, fn):  # type: ignore[no-untyped-def]
+        def wrapper(*a, **k):  # type: ignore[no-untyped-def]
+            before = rss.label
+            rss.stage(f"{name} (in {before})")
+            try:
+                return fn(*a, **k)
+            finally:
+                rss.stage(before)
+
+        return wrapper
+
+    # The import's own stages: the format's reader, then the canonical form, then the merge.
+    for name in ("conform", "convert_x_axis", "add_canonical", "merge_job"):
+        setattr(imp, name, labelled(name, getattr(imp, name)))
+    rss.stage("import")
+    run = read_run(path, options=ReadOptions(cache=False))
+    points = run.frame.height
+
+    # The view's stages, where the run has them (labelled inside whichever stage builds it).
+    for name in ("view_plan", "view_and_index"):
+        if hasattr(run_mod, name):
+            setattr(run_mod, name, labelled(name, getattr(run_mod, name)))
+    if hasattr(run_mod.Run, "_reorder"):
+        run_mod.Run._reorder = labelled("reorder", run_mod.Run._reorder)  # type: ignore[method-assign]
+    cfg = Config()
+    rss.stage("evidence_init")
+    ev = Evidence(run, cfg.params)
+    findings = list(run.import_findings)
+    for det in build(ev.params):
+        rss.stage(f"detector:{det.name}")
+        findings.extend(det.detect(ev))
+    rss.stage("diagnose")
+    diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
+    rss.stop()
+    peak = _hwm()
+    print(f"points {points:,}; peak (VmHWM) {peak:.0f} MiB = {peak * 2**20 / points:.0f} B/point")
+    print(f"{'stage':40s} {'peak MiB':>9s} {'after MiB':>9s}")
+    for lab, pk in rss.peak.items():
+        print(f"{lab:40s} {pk:9.0f} {rss.after.get(lab, float('nan')):9.0f}")
+
+
 def main(argv: list[str]) -> None:
     what, path = argv[0], argv[1]
     if what == "tbparse":
@@ -92,6 +193,8 @@ def main(argv: list[str]) -> None:
         print(_read(path, "--no-cache" in argv))
     elif what == "stages":
         print(json.dumps(_stages(path)))
+    elif what == "memory":
+        _memory(path)
     else:
         raise SystemExit(f"unknown probe {what!r}")
 

@@ -30,7 +30,8 @@ class Run:
         path: absolute path.
         format: importer name(s) that produced the rows, e.g. ``"tfevents"``.
         frame: the long canonical frame (see :mod:`forensics.schema`), every row kept,
-            restarts included (``segment`` counts them).
+            restarts included (``segment`` counts them); in the order read until the analysis
+            view is built, then in view order (see :meth:`view`).
         notes: data-quality notes for the report (skipped lines, alternative sources,
             checks that could not run).
         import_findings: run-level findings the importers saw (restart, truncated_log, crash).
@@ -73,14 +74,52 @@ class Run:
         TensorBoard's data-server rule: a record at step s pre-empts earlier records at
         steps >= s. Within a segment the last row for a step wins (a re-logged value).
         Sorted by (metric, source, tag, step); columns :data:`VIEW_COLUMNS`.
+
+        The view is a zero-copy part of the frame: building it puts :attr:`frame`'s rows in
+        view order (the view's rows first, each series' re-logged rows before the value that
+        wins, then the rows the view leaves out in record order), so that the run never holds
+        its rows twice. The frame keeps every row; ``file`` and ``record_idx`` still say where
+        each was read.
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
             self._view, self._index, self._metrics, self._parts = None, None, None, None
             self._cached_for = id(self.frame)
         if self._view is None:
-            self._view, self._index = view_and_index(self.frame)
+            plan = view_plan(self.frame)
+            if plan.order is not None:
+                self._reorder(plan.order)
+                self._cached_for = id(self.frame)
+            self._view, self._index = plan.view_of(self.frame.select(VIEW_COLUMNS)), plan.index
             self._exact_index = self._index is not None
         return self._view
+
+    def _reorder(self, order: np.ndarray) -> None:
+        """The frame's rows put at ``order``, one column at a time: each column is freed once
+        its reordered copy is made (when nothing else holds the frame), so the rows are never
+        held twice. A frame written series by series is put in order by zero-copy slices."""
+        if _few_runs(order):
+            self.frame = _take(self.frame, order)
+            return
+        frame, self.frame = self.frame, self.frame.clear()  # the run's reference dropped
+        columns = frame.columns
+        idx = pl.Series(order.astype(np.uint32 if len(order) < 1 << 32 else np.uint64))
+        done: list[pl.DataFrame] = []
+        try:
+            for name in frame.columns:
+                # Expressions, not Series: a constant column (one source, one segment) stays
+                # a scalar column, never materialized.
+                done.append(frame.select(pl.col(name).gather(idx)))
+                frame = frame.drop(name)  # the old column freed
+        except BaseException:  # interrupted (out of memory): the columns put back in order
+            back = np.empty(len(order), dtype=np.int64)
+            back[order] = np.arange(len(order), dtype=np.int64)
+            undo = pl.Series(back)
+            restored = [d.select(pl.all().gather(undo)) for d in done]
+            got = {d.columns[0] for d in done}
+            rest = frame.select([c for c in frame.columns if c not in got])
+            self.frame = pl.concat([*restored, rest], how="horizontal").select(columns)
+            raise
+        self.frame = pl.concat(done, how="horizontal")
 
     def _series_index(self) -> pl.DataFrame:
         v = self.view()
@@ -137,6 +176,14 @@ class Run:
             .agg(pl.col("value").last(), pl.col("wall_time").last())
             .sort("step")
         )
+
+    def one_series(self, metric: str, layer: int | None = None) -> pl.DataFrame | None:
+        """:meth:`series` when it reads exactly one (source, tag) series of the view: a
+        zero-copy slice (its arrays are the frame's own); None when series combines rows."""
+        one = self._one_series(metric, layer)
+        if one is None:
+            return None
+        return self.view().slice(*one).select("step", "value", "wall_time")
 
     def _one_series(self, metric: str, layer: int | None) -> tuple[int, int] | None:
         """(start, len) in the view when :meth:`series` reads exactly one (source, tag)
@@ -223,9 +270,9 @@ class Run:
         # Cached per frame object: read in loops (one rollback plan per incident).
         key = id(self.frame)
         if self._span is None or self._span[0] != key:
-            s = self.frame.get_column("step").drop_nulls()
-            lo, hi = (int(s.min()), int(s.max())) if len(s) else (0, 0)  # type: ignore[arg-type]
-            self._span = (key, (lo, hi))
+            s = self.frame.get_column("step")  # min and max skip nulls (no copy without them)
+            lo, hi = s.min(), s.max()
+            self._span = (key, (0, 0) if lo is None else (int(lo), int(hi)))  # type: ignore[arg-type]
         return self._span[1]
 
     def to_arrow(self) -> Any:
@@ -278,47 +325,144 @@ def analysis_view(frame: pl.DataFrame) -> pl.DataFrame:
 def view_and_index(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """The analysis view (:func:`analysis_view`) and its series index: one row per (source,
     tag) series with its ``metric``, ``layer`` and the ``start`` and ``len`` of its rows
-    (None for a frame where a tag is not one series of one layer)."""
+    (None for a frame where a tag is not one series of one layer). ``frame`` is left as it is
+    (the view's rows gathered from it); :meth:`Run.view` reorders the run's frame instead."""
+    plan = view_plan(frame)
+    cols = frame.select(VIEW_COLUMNS)
+    if plan.order is None:
+        return plan.view_of(cols), plan.index
+    rows = plan.order[: plan.usable]
+    if plan.keep is not None:
+        rows = rows[plan.keep]
+    return _take(cols, rows), plan.index
+
+
+@dataclass
+class ViewPlan:
+    """Where the analysis view's rows are in a frame.
+
+    Attributes:
+        order: every row of the frame, in the order that puts the view's rows first (sorted
+            by series and step, a repeated step's rows in record order), then the rows the
+            view leaves out (null steps, rows a later segment pre-empts) in record order;
+            None when the frame is in that order already.
+        usable: how many rows of that order are candidates (sorted; the rest are left out).
+        keep: which candidates are view rows (the last of a repeated step); None: all.
+        index: the view's series index (see :func:`view_and_index`).
+    """
+
+    order: np.ndarray | None
+    usable: int
+    keep: np.ndarray | None
+    index: pl.DataFrame | None
+
+    def view_of(self, ordered: pl.DataFrame) -> pl.DataFrame:
+        """The view from the frame's view columns already in :attr:`order` (zero-copy unless
+        a repeated step's earlier rows are dropped)."""
+        if self.keep is not None:
+            return _take(ordered, np.flatnonzero(self.keep))
+        return ordered if self.usable == ordered.height else ordered.slice(0, self.usable)
+
+
+def view_plan(frame: pl.DataFrame) -> ViewPlan:
+    """The order of ``frame``'s rows that makes its analysis view a prefix (see
+    :class:`ViewPlan`). Only keys are copied, never the frame (the view columns of the usable
+    rows when a null step or a restart leaves some out)."""
     f = frame.select(VIEW_COLUMNS)  # only what the analysis reads; no copy
+    n_all = f.height
+    usable = None  # positions of the rows the view may use, None: every row
     if f.get_column("step").null_count():
-        f = f.filter(pl.col("step").is_not_null())
-    if f.is_empty():
-        return f, pl.DataFrame(schema=INDEX_SCHEMA)
-    seg = f.get_column("segment")
+        usable = np.flatnonzero(f.get_column("step").is_not_null().to_numpy())
+    fu = f if usable is None else _take(f, usable)
+    if fu.is_empty():
+        empty = pl.DataFrame(schema=INDEX_SCHEMA)
+        return ViewPlan(None if usable is None else _order(None, usable, n_all), 0, None, empty)
+    seg = fu.get_column("segment")
     if seg.null_count() or seg.min() != seg.max():
-        f = _drop_preempted(f)
-    pairs = f.select("metric", "source", "tag", "layer").unique()
-    if (
-        pairs.null_count().select("source", "tag").row(0) != (0, 0)
-        or pairs.select("source", "tag").is_duplicated().any()
-    ):
-        return _sorted_view(f), None  # a tag with two layers, a null tag: the general way
+        later = _not_preempted(fu)
+        if not later.all():
+            usable = np.flatnonzero(later) if usable is None else usable[later]
+            fu = _take(f, usable)
+        del later
+    ranked = _ranked_series(fu)
+    if ranked is None:
+        # A tag with two layers, a null tag: the general way.
+        perm, keep = _sorted_order(fu)
+        del fu
+        return ViewPlan(_order(perm, usable, n_all), len(perm), None if keep.all() else keep, None)
     # Series in view order; each row's rank among them; then a stable sort of the rows by
     # rank (a radix sort of small integers) is the view's order whenever every series'
     # steps already grow in record order (else by rank and step).
-    pairs = pairs.sort(["metric", "source", "tag"], maintain_order=True)
+    pairs, rank = ranked
     n_series = pairs.height
-    rank = _series_rank(f, pairs)
-    steps = f.get_column("step").to_numpy()
-    pos = np.uint32 if f.height < 1 << 32 else np.int64
-    perm = np.argsort(rank, kind="stable").astype(pos)
+    steps = fu.get_column("step").to_numpy()
+    pos = np.uint32 if n_all < 1 << 32 else np.int64
+    perm = _stable_order(rank, n_series, pos)
     keep, counts, in_order = _last_of_key(perm, rank, steps, n_series)
     if not in_order:
         perm = np.lexsort((steps, rank)).astype(pos)  # stable: equal keys keep record order
         keep, counts, _ = _last_of_key(perm, rank, steps, n_series)
-    del rank, steps
-    if not keep.all():
-        perm = perm[keep]
-    del keep
-    view = _take(f, perm)
+    del rank, steps, fu
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     index = pairs.with_columns(
         pl.Series("start", starts, dtype=pl.Int64), pl.Series("len", counts, dtype=pl.Int64)
     ).filter(pl.col("len") > 0)
-    return view, index.select(list(INDEX_SCHEMA))
+    return ViewPlan(
+        _order(perm, usable, n_all),
+        len(perm),
+        None if keep.all() else keep,
+        index.select(list(INDEX_SCHEMA)),
+    )
+
+
+def _order(perm: np.ndarray | None, usable: np.ndarray | None, n_all: int) -> np.ndarray | None:
+    """Frame positions: the usable rows in ``perm`` order (positions among the usable rows;
+    None: in order), then the unusable ones in record order; None when that is every row in
+    record order."""
+    if usable is None:
+        if perm is None or _is_identity(perm):
+            return None
+        return perm
+    pos = np.uint32 if n_all < 1 << 32 else np.int64
+    rest = np.ones(n_all, dtype=bool)
+    rest[usable] = False
+    first = usable if perm is None else usable[perm]
+    order = np.concatenate((first.astype(pos, copy=False), np.flatnonzero(rest).astype(pos)))
+    return None if _is_identity(order) else order
+
+
+def _is_identity(perm: np.ndarray) -> bool:
+    n = len(perm)
+    if n == 0 or perm[0] != 0 or perm[-1] != n - 1:
+        return False
+    for a in range(0, n, _BLOCK):  # in blocks: no whole-length temporaries
+        p = perm[a : a + _BLOCK + 1]
+        if not (np.diff(p) == 1).all():
+            return False
+    return True
 
 
 _BLOCK = 1 << 20  # rows of keys gathered at a time
+
+
+def _stable_order(rank: np.ndarray, n_series: int, dtype: type) -> np.ndarray:
+    """``np.argsort(rank, kind="stable")`` as ``dtype``, in blocks: each block's rows are
+    sorted by rank and put after the earlier blocks' rows of the same rank, so the only
+    whole-length array is the result (argsort's own int64 result and buffers would add
+    about 16 bytes a row at the peak)."""
+    n = len(rank)
+    out: np.ndarray = np.empty(n, dtype=dtype)
+    counts = np.bincount(rank, minlength=n_series)
+    free = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)  # next slot per rank
+    for a in range(0, n, _BLOCK):
+        r = rank[a : a + _BLOCK]
+        o = np.argsort(r, kind="stable")
+        sr = r[o]
+        c = np.bincount(r, minlength=n_series)
+        first = np.concatenate(([0], np.cumsum(c)[:-1]))  # where each rank starts in the block
+        out[free[sr] + (np.arange(len(r)) - first[sr])] = o + a
+        free += c
+    return out
 
 
 def _last_of_key(
@@ -343,21 +487,66 @@ def _last_of_key(
     return keep, counts, True
 
 
-def _series_rank(f: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
-    """Each row's position among ``pairs`` (one row per (source, tag), in view order)."""
+def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
+    """The series of ``f`` (one row per (source, tag): metric, source, tag, layer) sorted by
+    (metric, source, tag), and each row's rank among them; None when a source or tag is null
+    or a (source, tag) has two metrics or layers (the general way).
+
+    On the categorical codes with lookup tables: a ``unique()`` of the four key columns would
+    hash every row (about 50 bytes a row of transient memory on a 7M-row frame)."""
+    tag, src = f.get_column("tag"), f.get_column("source")
+    if tag.null_count() or src.null_count():
+        return None
+    if not (isinstance(tag.dtype, pl.Categorical) and isinstance(src.dtype, pl.Categorical)):
+        return _ranked_series_by_join(f)  # a frame not in the canonical schema (strings)
+    key = tag.to_physical().to_numpy()  # each row's series: its tag code (one source) ...
+    n_tags = int(key.max()) + 1
+    src_codes = src.to_physical().to_numpy()
+    present = np.zeros(int(src_codes.max()) + 1, dtype=bool)
+    present[src_codes] = True
+    if present.sum() > 1:  # ... or its (source, tag) pair: source number * n_tags + tag code
+        dense = np.cumsum(present, dtype=np.int64) - 1
+        if int(present.sum()) * n_tags >= 1 << 32:
+            return _ranked_series_by_join(f)
+        key = dense.astype(np.uint32)[src_codes] * np.uint32(n_tags) + key
+    del src_codes, present
+    # One row of each series (the last), then every row checked against it: the same metric
+    # and layer (else a tag spans two layers: the general way).
+    idx = np.uint32 if len(key) < (1 << 32) - 1 else np.uint64
+    none = np.iinfo(idx).max
+    one = np.full(int(key.max()) + 1, none, dtype=idx)
+    one[key] = np.arange(len(key), dtype=idx)
+    keys = np.flatnonzero(one != none)
+    rows = pl.Series(one[key])
+    for name in ("metric", "layer"):
+        col = f.get_column(name)
+        if not col.eq_missing(col.gather(rows)).all():
+            return None
+    del rows
+    pairs = (
+        f.select("metric", "source", "tag", "layer")
+        .gather(one[keys])
+        .with_columns(pl.Series("_key", keys))
+        .sort(["metric", "source", "tag"], maintain_order=True)
+    )
     dtype = np.uint16 if pairs.height < 1 << 16 else np.uint32
-    if not pairs.get_column("tag").is_duplicated().any():
-        # One source per tag: a lookup table on the tag's categorical code.
-        codes = f.get_column("tag").to_physical().to_numpy()
-        pair_codes = pairs.get_column("tag").to_physical().to_numpy()
-        lut = np.zeros(int(max(pair_codes.max(), codes.max())) + 1, dtype=dtype)
-        lut[pair_codes] = np.arange(pairs.height, dtype=dtype)
-        return lut[codes]
+    lut = np.zeros(len(one), dtype=dtype)
+    lut[pairs.get_column("_key").to_numpy()] = np.arange(pairs.height, dtype=dtype)
+    return pairs.drop("_key"), lut[key]
+
+
+def _ranked_series_by_join(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
+    """:func:`_ranked_series` for a key space too large for a lookup table (a hash join)."""
+    pairs = f.select("metric", "source", "tag", "layer").unique()
+    if pairs.select("source", "tag").is_duplicated().any():
+        return None
+    pairs = pairs.sort(["metric", "source", "tag"], maintain_order=True)
+    dtype = np.uint16 if pairs.height < 1 << 16 else np.uint32
     ranked = pairs.select("source", "tag").with_row_index("_rank")
     got = f.select("source", "tag").join(
         ranked, on=["source", "tag"], how="left", maintain_order="left"
     )
-    return got.get_column("_rank").to_numpy().astype(dtype)
+    return pairs, got.get_column("_rank").to_numpy().astype(dtype)
 
 
 def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
@@ -367,10 +556,10 @@ def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
     n = len(perm)
     if n == 0:
         return f.clear()
-    breaks = np.flatnonzero(np.diff(perm) != 1) + 1
+    breaks = _breaks(perm)
     if not len(breaks) and n == f.height and perm[0] == 0:
         return f
-    if len(breaks) < 1024 and n >= 4096 * (len(breaks) + 1):
+    if _few_runs(perm, breaks):
         bounds = np.concatenate(([0], breaks, [n]))
         parts = [f.slice(int(perm[a]), int(b - a)) for a, b in pairwise(bounds)]
         return pl.concat(parts, how="vertical", rechunk=False)
@@ -378,9 +567,21 @@ def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
     return f.select(pl.all().gather(idx))
 
 
-def _drop_preempted(f: pl.DataFrame) -> pl.DataFrame:
-    """Rows a later segment of the same series pre-empts (its first step at or before
-    theirs) dropped; the rest in their order."""
+def _breaks(perm: np.ndarray) -> np.ndarray:
+    """Where ``perm`` stops counting up by one (the starts of its runs after the first)."""
+    return np.flatnonzero(np.diff(perm) != 1) + 1
+
+
+def _few_runs(perm: np.ndarray, breaks: np.ndarray | None = None) -> bool:
+    """Do ``perm``'s rows come in a few long runs (worth zero-copy slices, not a gather)?"""
+    if breaks is None:
+        breaks = _breaks(perm)
+    return len(breaks) < 1024 and len(perm) >= 4096 * (len(breaks) + 1)
+
+
+def _not_preempted(f: pl.DataFrame) -> np.ndarray:
+    """Which rows no later segment of the same series pre-empts (its first step at or
+    before theirs)."""
     key = ["source", "tag"]
     # For each segment, the smallest first step of any *later* segment of the same series:
     # rows at or beyond it were replayed by the restart and lose to the later values.
@@ -397,18 +598,22 @@ def _drop_preempted(f: pl.DataFrame) -> pl.DataFrame:
         .join(firsts, on=key + ["segment"], how="left", maintain_order="left")
         .get_column("_later_first")
     )
-    return f.filter(later.is_null() | (f.get_column("step") < later))
+    kept = later.is_null() | (f.get_column("step") < later)
+    return kept.fill_null(False).to_numpy()
 
 
-def _sorted_view(f: pl.DataFrame) -> pl.DataFrame:
-    """The general way (any frame): a stable sort of every row."""
+def _sorted_order(f: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The general way (any frame): a stable sort of every row's key; returns the rows in
+    view order and which of them are the last of their (source, tag, step)."""
     # Stable sort keeps record order among equal keys, so the last of a run of equal
     # (source, tag, step) rows is the value logged last. The metric comes first (it is a
     # function of source and tag) so that each metric's rows are contiguous (Run.series).
-    f = f.sort(["metric", "source", "tag", "step"], maintain_order=True)
+    keys = f.select("metric", "source", "tag", "step").with_row_index("_row")
+    keys = keys.sort(["metric", "source", "tag", "step"], maintain_order=True)
     last_of_key = (
         (pl.col("step") != pl.col("step").shift(-1))
         | (pl.col("tag") != pl.col("tag").shift(-1))
         | (pl.col("source") != pl.col("source").shift(-1))
     ).fill_null(True)
-    return f.filter(last_of_key)
+    got = keys.select(pl.col("_row"), last_of_key.alias("_keep"))
+    return got.get_column("_row").to_numpy(), got.get_column("_keep").to_numpy()

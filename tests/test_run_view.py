@@ -175,3 +175,91 @@ def test_a_frame_written_series_by_series_is_sliced() -> None:
     assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
     assert run.view().get_column("value").n_chunks() == len(tags)
     assert run.series("val_loss").get_column("value")[0] == 0.0
+
+
+def test_the_frame_is_put_in_view_order_keeping_every_row() -> None:
+    # Run.view reorders the run's frame rather than copying it: every row is still there (the
+    # record order recoverable from record_idx), the view is the frame's own first rows, and
+    # the reordered frame gives the same view again (a re-logged step's rows stay in record
+    # order, so the value logged last still wins).
+    for seed in range(120):
+        frame = _frame(seed)
+        run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+        view = run.view()
+        assert run.frame.height == frame.height
+        assert_frame_equal(run.frame.sort("record_idx"), frame)
+        assert_frame_equal(view, _reference_view(frame), check_row_order=True)
+        again = Run(name="t", path=Path("."), format="jsonl", frame=run.frame)
+        assert_frame_equal(again.view(), view, check_row_order=True)
+        assert again.frame is run.frame  # already in view order: left as it is
+        assert run.view() is view  # cached for the reordered frame
+
+
+def test_the_view_shares_the_reordered_frames_buffers() -> None:
+    rng = np.random.default_rng(3)
+    n = 3000
+    f = pl.DataFrame(
+        {
+            "source": ["jsonl"] * n,
+            "tag": np.resize(["loss", "lr", "grad_norm"], n),  # interleaved: a real reorder
+            "step": np.repeat(np.arange(n // 3), 3),
+            "value": rng.normal(size=n),
+            "segment": [0] * n,
+            "record_idx": np.arange(n),
+        }
+    )
+    frame = add_canonical(conform(f), "jsonl")
+    run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+    v = run.view()
+    assert run.frame is not frame
+    assert frame.get_column("tag").to_list()[:3] == ["loss", "lr", "grad_norm"]  # untouched
+
+    def address(s: pl.Series) -> int:
+        return s.to_numpy().__array_interface__["data"][0]
+
+    assert address(v.get_column("value")) == address(run.frame.get_column("value"))
+    assert address(v.get_column("step")) == address(run.frame.get_column("step"))
+
+
+def test_an_interrupted_reorder_leaves_the_frame_in_record_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frame = _frame(2)
+    run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+    calls = {"n": 0}
+    drop = pl.DataFrame.drop
+
+    def failing_drop(self: pl.DataFrame, *a: object, **k: object) -> pl.DataFrame:
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise MemoryError
+        return drop(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pl.DataFrame, "drop", failing_drop)
+    with pytest.raises(MemoryError):
+        run.view()
+    assert calls["n"] == 4
+    assert_frame_equal(run.frame, frame)
+    monkeypatch.setattr(pl.DataFrame, "drop", drop)
+    assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
+
+
+@pytest.mark.parametrize("block", [3, 64, 1 << 20])
+def test_the_blockwise_stable_order_is_numpys_stable_argsort(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(run_mod, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    for n, k in [(0, 3), (1, 1), (10, 3), (1000, 7), (50_000, 300)]:
+        rank = rng.integers(0, k, n).astype(np.uint16)
+        got = run_mod._stable_order(rank, k, np.uint32)
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, np.argsort(rank, kind="stable"))
+
+
+def test_a_frame_with_string_tags_takes_the_same_view() -> None:
+    # Frames built outside the importers may hold source and tag as plain strings.
+    for seed in range(0, 120, 7):
+        frame = _frame(seed).with_columns(pl.col("source", "tag").cast(pl.String))
+        run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+        assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)

@@ -116,9 +116,9 @@ class Evidence:
             if s is None:
                 s = self.run.series(metric, layer)
             self._logged[key] = Series(
-                s.get_column("step").to_numpy().astype(np.int64),
-                s.get_column("value").to_numpy().astype(float),
-                s.get_column("wall_time").cast(pl.Float64).to_numpy().astype(float)
+                s.get_column("step").to_numpy().astype(np.int64, copy=False),
+                s.get_column("value").to_numpy().astype(float, copy=False),
+                s.get_column("wall_time").cast(pl.Float64).to_numpy().astype(float, copy=False)
                 if "wall_time" in s.columns
                 else None,
             )
@@ -342,6 +342,9 @@ def _one_row_per_step(run: Run, metric: str, layer: int | None) -> pl.DataFrame 
     """
     from forensics.schema import PER_LAYER
 
+    one = run.one_series(metric, layer)  # one slice of the view: its arrays, not a copy
+    if one is not None:
+        return one
     if layer is not None or metric in PER_LAYER:
         return None
     tag = run.metrics().get(metric)

@@ -335,10 +335,27 @@ def finish_source(
 ) -> tuple[ImportResult, list[str]]:
     """An importer's result in canonical form: schema, steps on the x axis, vital-sign names.
     Returns it (changed in place) and the x-axis notes for the run."""
+    _one_chunk(res)
     frame = conform(res.frame)
     frame, notes = convert_x_axis(frame, options.batch_size)
     res.frame = add_canonical(frame, s.importer, options.aliases)
     return res, notes
+
+
+def _one_chunk(res: ImportResult) -> None:
+    """The result's columns each made one chunk, one column at a time (the old chunks freed as
+    it goes). A reader that appends blocks leaves its columns in many chunks beside one-chunk
+    ones, and polars' ``select`` then copies every misaligned column at once (``conform`` and
+    ``add_canonical``): about 180 MiB held twice for a 1M-step JSONL run."""
+    frame = res.frame
+    if all(c.n_chunks() == 1 for c in frame.iter_columns()):
+        return
+    res.frame = frame.clear()  # the result's reference dropped: each old column freed in turn
+    done: list[pl.DataFrame] = []
+    for name in frame.columns:
+        done.append(frame.select(name).rechunk())
+        frame = frame.drop(name)
+    res.frame = pl.concat(done, how="horizontal")
 
 
 def merge_job(
