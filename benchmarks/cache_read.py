@@ -24,10 +24,14 @@ import sys, time
 from forensics.importers import ReadOptions, read_run
 path, repeat = sys.argv[1], int(sys.argv[2])
 read_run(path, options=ReadOptions(cache=True))  # imports paid, cache filled or warm
+def cpu(cache):
+    t = time.process_time()
+    read_run(path, options=ReadOptions(cache=cache))
+    return time.process_time() - t
 c, f = [], []
 for _ in range(repeat):
-    t = time.process_time(); read_run(path, options=ReadOptions(cache=True)); c.append(time.process_time() - t)
-    t = time.process_time(); read_run(path, options=ReadOptions(cache=False)); f.append(time.process_time() - t)
+    c.append(cpu(True))
+    f.append(cpu(False))
 print(min(c), min(f))
 """
 
