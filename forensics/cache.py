@@ -1,4 +1,4 @@
-"""The run cache: a parsed run kept as Parquet in the user cache folder, keyed by its files.
+"""The run cache: a parsed run kept in the user cache folder, keyed by its files.
 
 A second ``analyze``, ``compare``, ``export`` or a ``watch`` restart on an unchanged run reads
 the canonical frame back instead of re-parsing the logs. The key covers what the read
@@ -8,6 +8,13 @@ time (nanoseconds), the read options, and the forensics code that turns files in
 importer gives a new entry. Entries live under ``$FORENSICS_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/forensics/runs``, else ``~/.cache/forensics/runs``, never inside the run
 folder (it is evidence: a cache that would land there is not written).
+
+An entry is laid out for a cheap read back (see :func:`_layout`): a column holding one value
+is stored as that value (rebuilt as a polars literal column, nothing allocated per row);
+numeric columns without nulls as raw ``.npy`` arrays that are memory-mapped, not decoded
+(polars takes numpy's buffer without a copy); the rest (categoricals, nullable columns) in
+one Parquet file. A run whose raw arrays would crowd the cache (over a quarter of the cap)
+keeps every column in the compressed Parquet file instead.
 
 ``FORENSICS_NO_CACHE=1`` (or ``--no-cache``, ``ReadOptions(cache=False)``) turns it off;
 ``FORENSICS_CACHE_MAX_MB`` caps the folder (default 2048): the least recently used entries
@@ -26,13 +33,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from forensics.importers.base import ReadOptions, Source
     from forensics.run import Run
 
-FORMAT = 3  # bump when the entry layout, the Run fields or the frame's dtypes change
+FORMAT = 4  # bump when the entry layout, the Run fields or the frame's dtypes change
 DEFAULT_MAX_MB = 2048
-_FRAME = "frame.parquet"
+_REST = "frame.parquet"  # the columns neither constant nor raw
 _META = "run.pickle"
+# Raw arrays are kept while they take at most this share of the cap, and always below this
+# size (a small run is never compressed because of a small cap).
+RAW_SHARE = 0.25
+RAW_MIN_BYTES = 64 * 2**20
 
 
 def enabled(options: ReadOptions | None = None) -> bool:
@@ -149,13 +162,13 @@ def load(entry: str, run_path: Path) -> Run | None:
         return None
     folder = d / entry
     try:
-        import polars as pl
-
         with open(folder / _META, "rb") as fh:
             meta = pickle.load(fh)  # noqa: S301 - the user's own cache folder, written by us
         if meta.get("format") != FORMAT:
             return None
-        frame = pl.read_parquet(folder / _FRAME)
+        frame = _read_frame(folder, meta["frame"])
+        if frame is None:
+            return None
         os.utime(folder)  # least recently used goes first when the cap is reached
     except Exception:  # noqa: BLE001 - a damaged entry is a miss, never an error
         return None
@@ -166,21 +179,105 @@ def load(entry: str, run_path: Path) -> Run | None:
     return run
 
 
+def _read_frame(folder: Path, layout: dict[str, Any]) -> pl.DataFrame | None:
+    """The frame an entry holds, or None when a part does not match its description."""
+    import polars as pl
+
+    height: int = layout["height"]
+    schema: dict[str, pl.DataType] = layout["schema"]
+    kept: dict[str, pl.Series] = {}
+    if any(kind == "rest" for kind, _ in layout["columns"].values()):
+        rest = pl.read_parquet(folder / _REST)
+        kept.update((c, rest.get_column(c)) for c in rest.columns)
+    for name, (kind, dtype) in layout["columns"].items():
+        if kind == "raw":
+            import numpy as np
+
+            # Copy-on-write: the file is never written, whatever polars does with the buffer.
+            arr = np.load(folder / f"{name}.npy", mmap_mode="c", allow_pickle=False)
+            if arr.dtype.str != dtype or arr.shape != (height,):
+                return None
+            kept[name] = pl.Series(name, arr)  # numpy's buffer, not a copy
+    base = pl.DataFrame(list(kept.values()))
+    cols = []
+    for name, (kind, value) in layout["columns"].items():
+        if kind == "const":  # a literal column: polars keeps one value, not one per row
+            cols.append(pl.lit(value, dtype=schema[name]).alias(name))
+        else:
+            cols.append(pl.col(name))
+    frame = base.select(cols)
+    if frame.height != height or dict(frame.schema) != schema:
+        return None
+    return frame
+
+
+def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
+    """How each column is kept: ``("const", value)``, ``("raw", None)`` (a ``.npy`` file) or
+    ``("rest", None)`` (in the Parquet file)."""
+    n = frame.height
+    out: dict[str, tuple[str, Any]] = {}
+    numeric = []
+    for name, dtype in frame.schema.items():
+        s = frame.get_column(name)
+        nulls = s.null_count()
+        if n and not dtype.is_float():  # floats: 0.0 and -0.0, NaNs are told apart raw only
+            if nulls == n:
+                out[name] = ("const", None)
+                continue
+            if nulls == 0 and s.n_unique() == 1:
+                out[name] = ("const", s[0])
+                continue
+        if n and nulls == 0 and (dtype.is_integer() or dtype.is_float()):
+            numeric.append(name)
+        out[name] = ("rest", None)
+    raw_bytes = sum(n * _itemsize(frame.schema[c]) for c in numeric)
+    if raw_bytes <= max(RAW_SHARE * cap, RAW_MIN_BYTES):
+        for name in numeric:
+            out[name] = ("raw", None)
+    if all(kind == "const" for kind, _ in out.values()):  # something must carry the height
+        first = frame.columns[0]
+        out[first] = ("rest", None)
+    return out
+
+
+def _itemsize(dtype: pl.DataType) -> int:
+    import polars as pl
+
+    return int(pl.Series([], dtype=dtype).to_numpy().dtype.itemsize)
+
+
 def store(entry: str, run: Run, run_path: Path) -> None:
     """Keep the run (best effort: a full disk or a read-only cache folder only costs speed)."""
     d = _usable_dir(run_path)
     if d is None:
         return
     cap = max_bytes()
-    if run.frame.estimated_size() > 4 * cap:  # certainly too large even compressed
+    frame = run.frame
+    if frame.estimated_size() > 4 * cap:  # certainly too large even compressed
         return
     tmp: Path | None = None
     try:
+        import numpy as np
+
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=d))
-        run.frame.write_parquet(tmp / _FRAME, compression="lz4", statistics=False)
+        layout = _layout(frame, cap)
+        columns: dict[str, tuple[str, Any]] = {}
+        rest = []
+        for name, (kind, value) in layout.items():
+            if kind == "raw":
+                arr = frame.get_column(name).to_numpy()
+                np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
+                columns[name] = ("raw", arr.dtype.str)
+            else:
+                columns[name] = (kind, value)
+                if kind == "rest":
+                    rest.append(name)
+        if rest:
+            frame.select(rest).write_parquet(tmp / _REST, compression="lz4", statistics=False)
         meta = {
             "format": FORMAT,
+            "frame": {"height": frame.height, "schema": dict(frame.schema), "columns": columns},
             "run": {
                 "name": run.name,
                 "path": run.path,

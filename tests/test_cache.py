@@ -163,3 +163,177 @@ def test_cache_dir_defaults_to_the_user_cache_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("FORENSICS_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_dir() == tmp_path / "forensics" / "runs"
+
+
+# -- the entry layout (FORMAT 4): constants, memory-mapped arrays, Parquet for the rest -----
+
+
+def _entry_files(d: Path) -> list[str]:
+    (entry,) = _entries(d)
+    return sorted(f.name for f in entry.iterdir())
+
+
+def _write_odd_run(folder: Path) -> Path:
+    """Values a byte-level layout could get wrong: NaN, inf, -0.0, a gap in a series."""
+    folder.mkdir(parents=True, exist_ok=True)
+    f = folder / "metrics.jsonl"
+    with f.open("w") as fh:
+        for s in range(200):
+            row: dict = {"step": s * 3, "loss": 2.0 - s / 100}
+            if s % 7 == 0:
+                row["grad_norm"] = [-0.0, 0.0, float("nan"), float("inf"), 1e-308][s % 5]
+            fh.write(json.dumps(row) + "\n")
+    os.utime(f, (OLD, OLD))
+    return folder
+
+
+def test_layout_keeps_constants_as_one_value_and_numbers_as_mapped_arrays(tmp_path, cache_dir):
+    """The fast read back is really used: constant columns in the metadata, the null-free
+    numeric columns as .npy arrays, the rest in Parquet; the frame read back is identical
+    (dtypes and every bit: NaN, inf, -0.0)."""
+    import numpy as np
+
+    run_dir = _write_odd_run(tmp_path / "run")
+    fresh = read_run(run_dir, options=ReadOptions(cache=False))
+    v = fresh.frame.get_column("value").to_numpy()
+    assert np.isnan(v).any() and np.isinf(v).any() and (np.signbit(v) & (v == 0)).any()
+    read_run(run_dir)  # fills
+    files = _entry_files(cache_dir)
+    assert {"step.npy", "value.npy", "record_idx.npy"} <= set(files)
+    assert "source.npy" not in files and "segment.npy" not in files  # constants
+    cached = read_run(run_dir)
+    assert cached.frame.schema == fresh.frame.schema
+    assert_frame_equal(cached.frame, fresh.frame)
+    for col in ("value", "wall_time", "step"):
+        a = fresh.frame.get_column(col).to_numpy()
+        b = cached.frame.get_column(col).to_numpy()
+        assert a.tobytes() == b.tobytes(), col  # bit for bit, -0.0 and NaN payloads included
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2])
+def test_layout_of_tiny_and_empty_frames(tmp_path, cache_dir, rows):
+    """An empty frame, and frames where every column is constant, round-trip."""
+    run_dir = _write_run(tmp_path / "run", n=max(rows, 1))
+    run = read_run(run_dir, options=ReadOptions(cache=False))
+    run.frame = run.frame.head(rows)
+    cache.store("e" * 40, run, run_dir)
+    back = cache.load("e" * 40, run_dir)
+    assert back is not None
+    assert back.frame.schema == run.frame.schema
+    assert_frame_equal(back.frame, run.frame)
+
+
+def test_layout_with_nulls_and_all_null_columns(tmp_path, cache_dir):
+    """Nullable columns (layer, wall_time) and a column null on every row round-trip."""
+    import polars as pl
+
+    run_dir = _write_run(tmp_path / "run")
+    run = read_run(run_dir, options=ReadOptions(cache=False))
+    n = run.frame.height
+    run.frame = run.frame.with_columns(
+        pl.when(pl.int_range(n) % 3 == 0).then(pl.col("wall_time")).alias("wall_time"),
+        pl.lit(None, dtype=pl.Int16).alias("layer"),
+        pl.when(pl.int_range(n) % 2 == 0).then(pl.col("step")).alias("step"),
+    )
+    cache.store("n" * 40, run, run_dir)
+    back = cache.load("n" * 40, run_dir)
+    assert back is not None
+    assert_frame_equal(back.frame, run.frame)
+
+
+def test_a_run_that_would_crowd_the_cache_is_kept_compressed(tmp_path, cache_dir, monkeypatch):
+    """Raw arrays over a quarter of the cap: every column goes to the Parquet file instead."""
+    run_dir = _write_run(tmp_path / "run", n=2000)
+    fresh = read_run(run_dir, options=ReadOptions(cache=False))
+    raw = fresh.frame.height * (4 + 8 + 8 + 8)  # record_idx, step, value, wall_time
+    monkeypatch.setattr(cache, "RAW_MIN_BYTES", 0)
+    monkeypatch.setenv("FORENSICS_CACHE_MAX_MB", str(2 * raw / 2**20))  # raw > cap / 4
+    read_run(run_dir)
+    assert not [f for f in _entry_files(cache_dir) if f.endswith(".npy")]
+    assert_frame_equal(read_run(run_dir).frame, fresh.frame)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "other_dtype", "other_length"])
+def test_a_damaged_array_is_a_miss(tmp_path, cache_dir, damage):
+    """A .npy file cut short, of another dtype or length: the entry is not used."""
+    import numpy as np
+
+    run_dir = _write_run(tmp_path / "run")
+    first = read_run(run_dir)
+    (entry,) = _entries(cache_dir)
+    f = entry / "value.npy"
+    if damage == "truncated":
+        f.write_bytes(f.read_bytes()[:-16])
+    elif damage == "other_dtype":
+        np.save(f, np.load(f).astype(np.float32))
+    else:
+        np.save(f, np.load(f)[:-1])
+    assert cache.load(entry.name, run_dir) is None
+    assert_frame_equal(read_run(run_dir).frame, first.frame)
+
+
+def test_a_mapped_frame_survives_its_entry_being_replaced(tmp_path, cache_dir):
+    """A Run read from the cache (its arrays memory-mapped) keeps its values when the log
+    changes, a new entry is written and the whole cache is cleared; the new read is fresh."""
+    run_dir = _write_run(tmp_path / "run")
+    read_run(run_dir)
+    held = read_run(run_dir)  # from the cache: mapped
+    before = held.frame.get_column("value").to_list()
+    f = run_dir / "metrics.jsonl"
+    f.write_text(f.read_text().replace('"loss": 5.0,', '"loss": 8.0,', 1))
+    os.utime(f, (OLD + 20, OLD + 20))
+    changed = read_run(run_dir)
+    assert 8.0 in changed.frame.get_column("value").to_list()
+    assert (
+        read_run(run_dir).frame.get_column("value").to_list()
+        == changed.frame.get_column("value").to_list()
+    )
+    cache.clear()
+    assert held.frame.get_column("value").to_list() == before
+    assert 8.0 not in before
+
+
+def test_old_format_entries_are_ignored(tmp_path, cache_dir):
+    """An entry of an earlier layout (FORMAT 3: one Parquet frame) under the same name is a
+    miss, never read as this layout."""
+    import pickle
+
+    run_dir = _write_run(tmp_path / "run")
+    first = read_run(run_dir)
+    (entry,) = _entries(cache_dir)
+    meta = pickle.loads((entry / "run.pickle").read_bytes())
+    meta["format"] = 3
+    (entry / "run.pickle").write_bytes(pickle.dumps(meta))
+    assert cache.load(entry.name, run_dir) is None
+    assert_frame_equal(read_run(run_dir).frame, first.frame)
+
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "findings.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_cached_runs_give_the_golden_findings(name, cache_dir, monkeypatch):
+    """Every sample run and real log analysed from a cache hit (literal and memory-mapped
+    columns) gives exactly the golden findings, without parsing a file."""
+    import sys
+
+    import forensics.importers as importers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import golden_findings
+
+    targets = dict(golden_findings.targets())
+    if name not in targets:
+        pytest.skip(f"{name} is absent (../shared is not beside the project)")
+    golden_findings.job_findings(targets[name])  # fills the cache
+    parsed = []
+    real = importers._read_job
+
+    def counting(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        parsed.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(importers, "_read_job", counting)
+    got = json.loads(json.dumps(golden_findings.job_findings(targets[name])))
+    assert got == GOLDEN[name]
+    assert not parsed, f"parsed again: {parsed}"
