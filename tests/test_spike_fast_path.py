@@ -220,3 +220,93 @@ def test_measure_without_series_arrays_is_the_same() -> None:
     shared = measure(steps, values, xs=log_steps(steps), ys=np.log(values), **kw)
     assert _bits(alone) == _bits(shared) == _bits(ref.measure(steps, values, **kw))
     assert not math.isnan(float(alone["excess_area"]))
+
+
+def test_row_order_statistics_equal_the_one_dimensional_ones() -> None:
+    """The row functions the batch fits with give, row by row, the 1-D functions' numbers."""
+    rng = np.random.default_rng(23)
+    for _ in range(300):
+        n = int(rng.choice([2, 3, 80, 81, 150, 300, 301]))
+        k = int(rng.integers(1, 6))
+        steps = np.sort(rng.choice(np.arange(1, 10**6), (k, n)), axis=1) + np.arange(n)
+        x = log_steps(steps)
+        if rng.random() < 0.1:  # a repeated abscissa
+            x[:, n // 2] = x[:, n // 2 - 1]
+        y = np.stack([_series(rng, n, int(rng.integers(0, 8))) for _ in range(k)])
+        flags = order_stats.plain_for_slopes_rows(x, y)
+        inc = order_stats.median_of_increasing_rows(x)
+        finite = np.isfinite(y).all(axis=1)
+        med = order_stats.median_rows(np.where(finite[:, None], y, 0.0))
+        for r in range(k):
+            assert flags[r] == order_stats.plain_for_slopes(x[r], y[r])
+            if (x[r, 1:] > x[r, :-1]).all():
+                assert _bits(inc[r]) == _bits(order_stats.median_of_increasing(x[r]))
+            if finite[r]:
+                assert _bits(med[r]) == _bits(np.median(y[r]))
+
+
+def _spiky(rng: np.random.Generator, n: int, log: bool) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.cumsum(rng.integers(1, 3, size=n)) + int(rng.integers(0, 10**5))
+    level = np.exp(-np.linspace(0, 2, n)) * 3.0 + 0.5
+    v = level * np.exp(rng.standard_normal(n) * rng.choice([0.01, 0.05]))
+    if rng.random() < 0.3:
+        v = np.round(v, 2)  # printed: ties
+    if not log:
+        v = v - 1.5  # a signed series
+    return steps, v
+
+
+def test_measure_many_equals_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``measure_many`` gives each spike the reference's measures: batched spikes (back within
+    the first points) and the ones it hands to ``measure`` (slow recoveries, the end of the
+    log, short trend windows, steps beyond a barrier), log-scale and signed series."""
+    from forensics.evidence import shape_batch
+
+    handed: list[int] = []
+    one = shape_batch.measure
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        handed.append(kw["peak"])
+        return one(*a, **kw)
+
+    monkeypatch.setattr(shape_batch, "measure", counted)
+    p = ShapeParams.of(SpikesParams())
+    rng = np.random.default_rng(29)
+    batched = total = 0
+    for trial in range(24):
+        log = trial % 3 != 2
+        n = int(rng.integers(400, 3000))
+        steps, values = _spiky(rng, n, log)
+        peaks = np.unique(rng.integers(1, n, size=int(rng.integers(5, 40))))
+        spikes = []
+        for pk in peaks:
+            values[pk] = values[pk] * 4.0 if log else values[pk] + 3.0
+            onset = int(pk)
+            if rng.random() < 0.2 and pk > 2:  # a spike that builds over two points
+                onset = int(pk) - 1
+                values[onset] = values[onset] * 2.0 if log else values[onset] + 1.5
+            if rng.random() < 0.15:  # a slow decay back (recovery beyond the batch's reach)
+                tail = np.arange(pk + 1, min(n, pk + 40))
+                values[tail] = values[tail] * (1.0 + np.linspace(2, 0, len(tail)) if log else 1)
+            sig = float(rng.choice([0.01, 0.05, 0.2]))
+            base = float(np.median(values[max(0, pk - 20) : pk])) if pk > 0 else 1.0
+            spikes.append(shape_batch.SpikeInput(onset, int(pk), sig, base, 0.5 * (trial % 2)))
+        barriers = [int(steps[n // 2])] if trial % 4 == 0 else None
+        interval = float(np.median(np.diff(steps)))
+        xs = log_steps(steps)
+        ys = np.log(values) if log else values.astype(float)
+        handed.clear()
+        got = shape_batch.measure_many(
+            steps, values, spikes, log_scale=log, p=p, barriers=barriers, interval=interval,
+            xs=xs, ys=ys,
+        )  # fmt: skip
+        for s, m in zip(spikes, got, strict=True):
+            want = ref.measure(
+                steps, values, onset=s.onset, peak=s.peak, log_scale=log, sigma=s.sigma,
+                baseline_at_peak=s.baseline_at_peak, alarm=s.alarm, p=p, barriers=barriers,
+                interval=interval,
+            )  # fmt: skip
+            assert _bits(m) == _bits(want), (trial, s)
+        total += len(spikes)
+        batched += len(spikes) - len(handed)
+    assert batched >= total // 2 and total - batched >= 20  # both paths are compared

@@ -187,11 +187,47 @@ def _sample_positions(n: int) -> np.ndarray:
     return pos
 
 
+# -- the same, row by row: many windows of one length at once (shape_batch) -----------------
+def median_rows(a: np.ndarray) -> np.ndarray:
+    """:func:`median` of each row of a 2-D float64 array without NaN (the caller checks), as
+    float64: the same partition's middle values and the same arithmetic, row by row."""
+    n = a.shape[1]
+    h = n // 2
+    if n % 2:
+        return np.float64(0.0) + np.partition(a, h, axis=1)[:, h]
+    part = np.partition(a, [h - 1, h], axis=1)
+    return (np.float64(0.0) + part[:, h - 1] + part[:, h]) / 2.0
+
+
+def median_of_increasing_rows(x: np.ndarray) -> np.ndarray:
+    """:func:`median_of_increasing` of each row of a 2-D array of strictly increasing rows."""
+    n = x.shape[1]
+    h = n // 2
+    if n % 2:
+        return np.float64(0.0) + x[:, h]
+    return (np.float64(0.0) + x[:, h - 1] + x[:, h]) / 2.0
+
+
+def plain_for_slopes_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`plain_for_slopes` of each row pair of two 2-D float64 arrays (boolean per row)."""
+    if x.shape[1] < 2:
+        return np.zeros(len(x), dtype=bool)
+    ok = (x[:, 1:] > x[:, :-1]).all(axis=1)
+    ok &= (np.abs(x[:, 0]) < _X_MAX) & (np.abs(x[:, -1]) < _X_MAX)
+    ay = np.abs(y)
+    good = (ay >= _TINY) & (ay < np.inf)
+    good |= (y == 0) & ~np.signbit(y)  # +0.0 (NaN, infinities, tiny values, -0.0 are not)
+    return ok & good.all(axis=1)
+
+
 __all__ = [
     "first_half_pairs",
     "median",
     "median_of_increasing",
+    "median_of_increasing_rows",
+    "median_rows",
     "pairwise_slopes",
     "plain_for_slopes",
+    "plain_for_slopes_rows",
     "select",
 ]

@@ -160,6 +160,7 @@ def measure(
     interval: float | None = None,
     xs: np.ndarray | None = None,
     ys: np.ndarray | None = None,
+    trend: Trend | None = None,
 ) -> dict[str, float | int | str | bool | None]:
     """Shape measures of one spike. ``steps``/``values`` are the finite points of the series,
     sorted by step.
@@ -169,7 +170,8 @@ def measure(
     step difference of ``steps`` (computed when not given; callers measuring many spikes of one
     series pass it once). ``xs`` and ``ys``, when given, are :func:`log_steps` of ``steps`` and
     the transformed ``values`` of the whole series (callers measuring many spikes compute them
-    once; element by element they are the numbers computed here on each stretch).
+    once; element by element they are the numbers computed here on each stretch). ``trend``,
+    when given, is the spike's pre-spike trend as fitted here (callers that fitted it already).
 
     The cost grows with the spike's own extent (trend window, width, recovery, plateau), not
     with the series' length: every array below is computed on the stretch it needs, growing
@@ -189,9 +191,10 @@ def measure(
     base_y = np.log(baseline_at_peak) if log_scale else baseline_at_peak
     # Through the watcher's memo when one is active (forensics.evidence.reuse): same inputs,
     # same fit.
-    trend = fit_trend_reusing(
-        steps[lo0 : onset + 1], y_of(lo0, onset + 1), onset - lo0, base_y, sigma, p
-    )
+    if trend is None:
+        trend = fit_trend_reusing(
+            steps[lo0 : onset + 1], y_of(lo0, onset + 1), onset - lo0, base_y, sigma, p
+        )
     if interval is None:
         interval = float(np.median(np.diff(steps))) if n > 1 else 1.0
     # The band's parts as Trend.upper forms them, for (upper - at) in the same operations.

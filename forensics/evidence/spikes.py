@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.evidence import robust
+from forensics.evidence import reuse, robust
 from forensics.evidence.reuse import measure_reusing
+from forensics.evidence.shape_batch import SpikeInput, measure_many
 from forensics.evidence.spike_shape import ShapeParams, SpikeClass, log_steps
 from forensics.params import SpikesParams
 from forensics.schema import LOSS
@@ -132,29 +133,44 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     ys = robust.transform(values, log_scale)
     peaks = [e.peak for e in events]
     at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
-    out: list[Spike] = []
-    for k, e in enumerate(events):
-        row = {c: at_peak[c][k] for c in _ROW}
-        # The alarm line above the local baseline, in the score's units (log units for
-        # positive series): the z threshold's noise band, at least the height ratio.
-        alarm = max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * row["sigma"])
-        # Through the watcher's memo when one is active (forensics.evidence.reuse): a spike
-        # that settled before the last poll's end keeps its measures.
-        m = measure_reusing(
+    rows = [{c: at_peak[c][k] for c in _ROW} for k in range(len(events))]
+    # The alarm line above the local baseline, in the score's units (log units for positive
+    # series): the z threshold's noise band, at least the height ratio.
+    alarms = [
+        max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * row["sigma"])
+        for row in rows
+    ]
+    shape_kw: dict[str, Any] = dict(
+        log_scale=log_scale, p=p.shape, barriers=barriers, interval=shape_interval, xs=xs, ys=ys
+    )
+    if reuse._ACTIVE.get() is not None:  # a watcher's memo is active
+        # Through the watcher's memo (forensics.evidence.reuse): a spike that settled before
+        # the last poll's end keeps its measures.
+        shapes = [
+            measure_reusing(
+                steps,
+                values,
+                onset=e.onset,
+                peak=e.peak,
+                sigma=row["sigma"],
+                baseline_at_peak=row["baseline"],
+                alarm=alarm,
+                **shape_kw,
+            )
+            for e, row, alarm in zip(events, rows, alarms, strict=True)
+        ]
+    else:  # all the series' spikes at once (the same numbers)
+        shapes = measure_many(
             steps,
             values,
-            onset=e.onset,
-            peak=e.peak,
-            log_scale=log_scale,
-            sigma=row["sigma"],
-            baseline_at_peak=row["baseline"],
-            alarm=alarm,
-            p=p.shape,
-            barriers=barriers,
-            interval=shape_interval,
-            xs=xs,
-            ys=ys,
+            [
+                SpikeInput(e.onset, e.peak, row["sigma"], row["baseline"], alarm)
+                for e, row, alarm in zip(events, rows, alarms, strict=True)
+            ],
+            **shape_kw,
         )
+    out: list[Spike] = []
+    for e, row, alarm, m in zip(events, rows, alarms, shapes, strict=True):
         rec = m["recovered_step"]
         end_step = int(rec) if isinstance(rec, (int, float)) else int(steps[-1])
         measures: dict[str, Any] = {
