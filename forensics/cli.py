@@ -124,6 +124,18 @@ def _plain_coercion(command: object, ctx: object) -> None:
         from typer._param_types import coerce_cli_path
     except ImportError:  # an older typer: click converts, no pydantic
         return
+    import inspect
+
+    # typer's private hook: used only while it has the shape this code was written against;
+    # any other typer converts its own way (slower, same values).
+    hook = getattr(RuntimeParam, "_coerce_value", None)
+    if hook is None or list(inspect.signature(hook).parameters) != [
+        "self",
+        "value",
+        "param",
+        "ctx",
+    ]:
+        return
 
     class Plain(RuntimeParam):
         def _coerce_value(self, value, param, ctx):  # noqa: ANN001, ANN202
@@ -144,8 +156,10 @@ def _plain_coercion(command: object, ctx: object) -> None:
         desc = getattr(param, "type_descriptor", None)
         if desc is None or getattr(param, "_runtime_param", True) is not None:
             continue
-        info = desc.parameter_info
-        if info.parser is not None or desc.file_annotation is not None:
+        info = getattr(desc, "parameter_info", None)
+        if info is None or getattr(info, "parser", 1) is not None:
+            continue
+        if getattr(desc, "file_annotation", 1) is not None:
             continue
         if desc.annotation is Path and info.path_type is not None:
             continue
