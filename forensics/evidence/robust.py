@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import order_stats
-from forensics.evidence.reuse import local_reusing
+from forensics.evidence.reuse import distinct_reusing, local_reusing
 
 MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
 
@@ -72,7 +72,9 @@ def median_interval(steps: np.ndarray) -> float:
 
 def resolution(values: np.ndarray) -> float:
     """Smallest step between distinct printed values: the log's resolution (0 if unknown)."""
-    u = np.unique(values[np.isfinite(values)])
+    # A watcher's later poll merges in the distinct values of the appended points only
+    # (forensics.evidence.reuse); a zero's sign there cannot change a difference.
+    u = distinct_reusing(values[np.isfinite(values)])
     if len(u) < 3:
         return 0.0
     d = np.diff(u)
