@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, ref
 
 import numpy as np
 
@@ -245,27 +245,30 @@ def _ratio_text(r: float | None) -> str:
 def _near(ev: Evidence, base: int = NEAR_STEPS) -> int:
     """The reach of "near the onset": ``base`` steps, a tenth of the log on shorter logs (a
     warm-up end 30 steps before an event is near in a 60-step log only as everything is)."""
-    steps = _run_facts(ev)[2]
+    steps = _run_facts(ev)[1]
     return int(min(base, max(5, steps // 10)))
 
 
-_RUN_FACTS: WeakKeyDictionary[Evidence, tuple[int, frozenset[str], int]] = WeakKeyDictionary()
+# The last evidence's facts: (a weak reference to it, its frame's id, the facts).
+_RUN_FACTS: list[tuple[ref[Evidence], int, tuple[frozenset[str], int]]] = []
 
 
-def _run_facts(ev: Evidence) -> tuple[int, frozenset[str], int]:
-    """The run's canonical metrics (``ev.has``) and its span in steps, read once per frame:
-    every one of thousands of findings asks several times."""
+def _run_facts(ev: Evidence) -> tuple[frozenset[str], int]:
+    """The run's canonical metrics (``ev.has``) and its span in steps, read once per
+    evidence and frame: each of thousands of findings asks several times."""
     run = ev.run
-    got = _RUN_FACTS.get(ev)
-    if got is None or got[0] != id(run.frame):
-        got = (id(run.frame), frozenset(run.metrics()), run.last_step - run.first_step + 1)
-        _RUN_FACTS[ev] = got
-    return got
+    if _RUN_FACTS:
+        who, frame, facts = _RUN_FACTS[0]
+        if who() is ev and frame == id(run.frame):
+            return facts
+    facts = (frozenset(run.metrics()), run.last_step - run.first_step + 1)
+    _RUN_FACTS[:] = [(ref(ev), id(run.frame), facts)]
+    return facts
 
 
 def _has(ev: Evidence, metric: str) -> bool:
     """Whether the run logs ``metric`` (``ev.has``, from the facts read once)."""
-    return metric in _run_facts(ev)[1]
+    return metric in _run_facts(ev)[0]
 
 
 def _points(n: int) -> str:
@@ -626,7 +629,7 @@ def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause
             "change at it",
             (first,),
         )
-    if not _run_facts(ev)[1].isdisjoint(("act_absmax", "act_std", "act_mean")):
+    if not _run_facts(ev)[0].isdisjoint(("act_absmax", "act_std", "act_mean")):
         return Cause(
             "activations",
             CONTRADICTED,

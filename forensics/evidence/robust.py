@@ -387,7 +387,10 @@ def find_events(
     excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
     for g in groups:
         seg = r[g[0] : g[-1] + 1]
-        peak = g[0] + int(np.nanargmax(seg)) if np.isfinite(seg).any() else g[0]
+        if not np.isfinite(seg).any():
+            peak = g[0]
+        else:  # np.nanargmax's answer (argmax itself where no NaN: the same first maximum)
+            peak = g[0] + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
         # Walk back over points that are both out of the noise and a real part of the rise
         # (a fifth of the peak's excess), so a noisy neighbour does not move the onset.
         onset = g[0]
