@@ -147,3 +147,20 @@ def test_an_appended_row_on_another_layer_drops_the_index() -> None:
     )
     assert _poll(carry, run, pl.concat([old, moved]))
     assert carry._state.index is None
+
+
+@pytest.mark.parametrize("max_chunks", [0, 16])
+def test_the_spliced_view_is_slices_until_copied_whole(
+    max_chunks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spliced view is zero-copy slices of the old and appended views; past
+    ``_MAX_CHUNKS`` per series it is copied into one chunk: the same rows either way."""
+    from forensics.watch import carry as carry_module
+
+    monkeypatch.setattr(carry_module, "_MAX_CHUNKS", max_chunks)
+    run, old, add = _frames()
+    carry = ViewCarry()
+    _poll(carry, run, old)
+    assert _poll(carry, run, pl.concat([old, add]))
+    assert carry._state is not None
+    assert (carry._state.view.n_chunks() == 1) == (max_chunks == 0)
