@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, ref
 
 import numpy as np
 
@@ -196,7 +196,7 @@ class Cause:
             raise ValueError(f"unknown cause status {self.status!r}")
         if not self.text:
             object.__setattr__(self, "text", CAUSES.get(self.cause, self.cause))
-        object.__setattr__(self, "steps", tuple(int(s) for s in self.steps))
+        object.__setattr__(self, "steps", tuple(map(int, self.steps)))
 
     @property
     def is_root(self) -> bool:
@@ -245,8 +245,30 @@ def _ratio_text(r: float | None) -> str:
 def _near(ev: Evidence, base: int = NEAR_STEPS) -> int:
     """The reach of "near the onset": ``base`` steps, a tenth of the log on shorter logs (a
     warm-up end 30 steps before an event is near in a 60-step log only as everything is)."""
-    steps = ev.run.last_step - ev.run.first_step + 1
+    steps = _run_facts(ev)[1]
     return int(min(base, max(5, steps // 10)))
+
+
+# The last evidence's facts: (a weak reference to it, its frame's id, the facts).
+_RUN_FACTS: list[tuple[ref[Evidence], int, tuple[frozenset[str], int]]] = []
+
+
+def _run_facts(ev: Evidence) -> tuple[frozenset[str], int]:
+    """The run's canonical metrics (``ev.has``) and its span in steps, read once per
+    evidence and frame: each of thousands of findings asks several times."""
+    run = ev.run
+    if _RUN_FACTS:
+        who, frame, facts = _RUN_FACTS[0]
+        if who() is ev and frame == id(run.frame):
+            return facts
+    facts = (frozenset(run.metrics()), run.last_step - run.first_step + 1)
+    _RUN_FACTS[:] = [(ref(ev), id(run.frame), facts)]
+    return facts
+
+
+def _has(ev: Evidence, metric: str) -> bool:
+    """Whether the run logs ``metric`` (``ev.has``, from the facts read once)."""
+    return metric in _run_facts(ev)[0]
 
 
 def _points(n: int) -> str:
@@ -406,7 +428,7 @@ def _resume(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
 
 
 def _overflow(ev: Evidence, f: Finding) -> Cause:
-    if not ev.has(LOSS_SCALE) and len(ev.drop_windows) == 0:
+    if not _has(ev, LOSS_SCALE) and len(ev.drop_windows) == 0:
         return Cause("loss_scale_overflow", UNTESTED, "no loss scale in the log (bf16 or fp32?)")
     # In the same steps: from just before the onset to the peak, at most OVERFLOW_STEPS on.
     lo, hi = _window(f)
@@ -490,7 +512,7 @@ def _bad_batch_recurring(ev: Evidence, f: Finding) -> Cause:
 
 
 def _bad_batch(ev: Evidence, f: Finding) -> Cause:
-    if not ev.has(LOSS):
+    if not _has(ev, LOSS):
         return Cause("bad_batch", UNTESTED, "no training loss in the log")
     if f.kind is FindingKind.PERIODIC_SPIKES:
         return _bad_batch_recurring(ev, f)
@@ -534,7 +556,7 @@ def _bad_batch_at(ev: Evidence, lo: int, hi: int) -> Cause:
             (sp.start_step, sp.end_step),
         )
     gtext = ""
-    if ev.has(GRAD_NORM):
+    if _has(ev, GRAD_NORM):
         gs = _spike_at(ev, GRAD_NORM, sp.start_step, sp.peak_step)
         logged = ev.logged(GRAD_NORM)
         at = logged.values[logged.steps == sp.peak_step]
@@ -607,7 +629,7 @@ def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause
             "change at it",
             (first,),
         )
-    if any(ev.has(m) for m in ("act_absmax", "act_std", "act_mean")):
+    if not _run_facts(ev)[0].isdisjoint(("act_absmax", "act_std", "act_mean")):
         return Cause(
             "activations",
             CONTRADICTED,
@@ -644,7 +666,7 @@ def _climb(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
             f"the grad-norm drift the log shows is not going on at step {f.start_step:,}",
             (f.start_step,),
         )
-    if not ev.has(GRAD_NORM):
+    if not _has(ev, GRAD_NORM):
         return Cause("grad_norm_climb", UNTESTED, "no grad norm in the log")
     return Cause(
         "grad_norm_climb",
@@ -716,7 +738,7 @@ def _eval_pause(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
 
 
 def _val_change(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
-    if not ev.has(VAL_LOSS):
+    if not _has(ev, VAL_LOSS):
         return Cause("val_set_change", UNTESTED, "no validation loss in the log")
     lo = f.start_step
     shifts = [

@@ -141,6 +141,23 @@ def clean_measure(value: Any) -> MeasureValue:
     return str(value)
 
 
+_AS_IS = frozenset({str, bool, int, type(None)})  # clean_measure returns these unchanged
+
+
+def clean_measures(measures: Mapping[Any, Any]) -> dict[str, MeasureValue]:
+    """``{str(k): clean_measure(v)}``: the plain Python values (most of them) decided by their
+    exact type without the call (thousands of findings per run, dozens of measures each)."""
+    out: dict[str, MeasureValue] = {}
+    for k, v in (measures if isinstance(measures, dict) else dict(measures)).items():
+        t = type(v)
+        if t is float:
+            v = v if math.isfinite(v) else None
+        elif t not in _AS_IS:
+            v = clean_measure(v)
+        out[k if type(k) is str else str(k)] = v
+    return out
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing a detector saw in the run.
@@ -163,24 +180,20 @@ class Finding:
 
     def __post_init__(self) -> None:
         # Coerce here so every producer gets JSON-safe measures and plain ints for free.
-        object.__setattr__(self, "kind", FindingKind(self.kind))
-        object.__setattr__(self, "severity", Severity(self.severity))
+        if type(self.kind) is not FindingKind:
+            object.__setattr__(self, "kind", FindingKind(self.kind))
+        if type(self.severity) is not Severity:
+            object.__setattr__(self, "severity", Severity(self.severity))
         object.__setattr__(self, "start_step", int(self.start_step))
         for name in ("peak_step", "end_step"):
             v = getattr(self, name)
             if v is not None:
                 object.__setattr__(self, name, int(v))
-        object.__setattr__(
-            self, "measures", {str(k): clean_measure(v) for k, v in dict(self.measures).items()}
-        )
+        object.__setattr__(self, "measures", clean_measures(self.measures))
         from forensics.measures import check_keys  # a renamed measure key fails loudly
 
         check_keys(self.kind, self.measures)
-        object.__setattr__(
-            self,
-            "judged_against",
-            {str(k): clean_measure(v) for k, v in dict(self.judged_against).items()},
-        )
+        object.__setattr__(self, "judged_against", clean_measures(self.judged_against))
 
     def sort_key(self) -> tuple[int, int, str]:
         return (self.start_step, -self.severity.rank, self.kind.value)

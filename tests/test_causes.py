@@ -156,3 +156,31 @@ def test_a_standing_activation_outlier_is_not_what_changed() -> None:
     assert "since step 40" in act.evidence and "standing condition" in act.evidence
     early = next(f for f in d.findings if f.kind.value == "grad_norm_spike" and f.start_step < 100)
     assert _by(d, early)["activations"].status == SUPPORTED
+
+
+def test_the_run_facts_follow_the_evidence_and_its_frame() -> None:
+    """The metrics and span the causes read once per evidence (not once per finding) are
+    the evidence's own, however two analyses interleave and when a run's frame is replaced."""
+    import polars as pl
+
+    from forensics.causes import _has, _near
+    from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE
+
+    a, b = diag("loss_scale_collapse").ev, diag("divergence").ev  # 1,000 and 1,300 steps
+    names = [LOSS, LOSS_SCALE, GRAD_NORM, "act_absmax", "val_loss"]
+
+    def near(ev: object) -> int:
+        run = ev.run  # type: ignore[attr-defined]
+        return int(min(100, max(5, (run.last_step - run.first_step + 1) // 10)))
+
+    assert a.has(LOSS_SCALE) != b.has(LOSS_SCALE)
+    for ev in (a, b, a, b):
+        assert [_has(ev, m) for m in names] == [ev.has(m) for m in names]
+        assert _near(ev) == near(ev)
+    assert _has(a, LOSS_SCALE)  # read for a's frame, then the frame is replaced
+    frame = a.run.frame
+    a.run.frame = frame.filter(pl.col("metric") != LOSS_SCALE).filter(pl.col("step") < 40)
+    try:
+        assert not _has(a, LOSS_SCALE) and _near(a) == near(a)
+    finally:
+        a.run.frame = frame

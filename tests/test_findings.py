@@ -249,3 +249,32 @@ def test_synthetic_spikes_follow_the_declaration(findings_schema: dict) -> None:
     assert lead and all(isinstance(v, int) for v in lead), lead
     for f in findings:
         jsonschema.validate(_doc(f), findings_schema)
+
+
+def test_clean_measures_is_clean_measure_per_value() -> None:
+    """The fast coercion of a finding's measures gives what clean_measure gives value by value
+    (type and value, NaN/Inf to None, -0.0 kept), keys made strings."""
+    from enum import StrEnum
+
+    from forensics.findings import clean_measure, clean_measures
+
+    class Word(StrEnum):
+        A = "a"
+
+    class Text(str):
+        pass
+
+    values = [
+        None, True, False, 0, -3, 2**70, 1.5, -0.0, math.nan, math.inf, -math.inf,
+        np.float64(2.5), np.float64(math.nan), np.float32(0.1), np.int64(7), np.bool_(True),
+        np.int16(-2), "x", Text("t"), Word.A, [1, 2], np.array(3.0), (1,),
+    ]  # fmt: skip
+    src = {(i if i % 3 else Text(f"k{i}")): v for i, v in enumerate(values)}
+    src[Word.A] = 1.0
+    got = clean_measures(src)
+    want = {str(k): clean_measure(v) for k, v in src.items()}
+    assert list(got) == list(want)
+    for k in want:
+        assert type(got[k]) is type(want[k]) and type(k) is str, k
+        assert repr(got[k]) == repr(want[k]), k
+    assert clean_measures([("a", math.nan)]) == {"a": None}  # pairs, as dict() takes them

@@ -48,3 +48,26 @@ def test_max_overhead_bounds_the_time_spent_judging(tmp_path: Path) -> None:
     assert share < 0.35, share
     unpaced = LiveJudge()
     assert all(unpaced.due() for _ in range(10))
+
+
+def test_each_judgement_equals_a_fresh_analysis(tmp_path: Path) -> None:
+    """The judge reuses its last judgement's work (the watcher's incremental analysis):
+    after every judgement of a growing run, with a spike and a NaN logged on the way, its
+    findings equal analyze_run's on the same run from scratch."""
+    from forensics.pipeline import analyze_run
+
+    live = LiveRun("r", tmp_path, "hf_trainer_state")
+    judge = LiveJudge(stop_at=None)
+    curve(live, 1, 600)
+    for lo, hi in [(600, 700), (700, 701), (701, 900), (900, 1000), (1000, 1200)]:
+        curve(live, lo, hi)
+        if lo == 700:
+            live.add(700, {"loss": 40.0})  # a spike, logged again at its step
+        if lo == 900:
+            live.add(950, {"grad_norm": math.nan})
+        dec = judge.judge(live)
+        fresh = analyze_run(live.run(), judge.config)
+        assert [f.to_dict() for f in dec.diagnosis.findings] == [
+            f.to_dict() for f in fresh.findings
+        ], (lo, hi)
+    assert judge._analysis.view.spliced >= 3

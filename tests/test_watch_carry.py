@@ -36,6 +36,13 @@ def _check(carry: ViewCarry, run: Run) -> None:
     fresh = Run(run.name, run.path, run.format, run.frame)
     assert run.view().equals(analysis_view(run.frame), null_equal=True)
     assert run.metrics() == fresh.metrics()
+    # The series index: the same rows, exact (one row per series and layer) exactly when
+    # the run's own is; so every series is read the same way.
+    assert run._series_index().equals(fresh._series_index(), null_equal=True)
+    assert run._exact_index == fresh._exact_index
+    for metric in fresh.metrics():
+        for layer in [None, *fresh.layers(metric)]:
+            assert run.series(metric, layer).equals(fresh.series(metric, layer), null_equal=True)
 
 
 @pytest.mark.parametrize(
@@ -122,3 +129,38 @@ def test_appends_that_move_old_rows_are_built_whole() -> None:
             pl.lit(extra.select(latest).item(), SCHEMA["segment"]).alias("segment"),
         )
         assert _poll(carry, run, pl.concat([old, extra, add, more]))
+
+
+def test_an_appended_row_on_another_layer_drops_the_index() -> None:
+    """The mutation check of the carried series index: appended rows that put a tag on a
+    second layer leave the view spliced but the index general, as the run's own."""
+    run, old, add = _frames()
+    carry = ViewCarry()
+    _poll(carry, run, old)
+    assert carry._state is not None and carry._state.index is not None
+    tag = add.get_column("tag")[0]
+    moved = add.with_columns(
+        pl.when(pl.col("tag") == tag)
+        .then(pl.lit(7, SCHEMA["layer"]))
+        .otherwise(pl.col("layer"))
+        .alias("layer")
+    )
+    assert _poll(carry, run, pl.concat([old, moved]))
+    assert carry._state.index is None
+
+
+@pytest.mark.parametrize("max_chunks", [0, 16])
+def test_the_spliced_view_is_slices_until_copied_whole(
+    max_chunks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spliced view is zero-copy slices of the old and appended views; past
+    ``_MAX_CHUNKS`` per series it is copied into one chunk: the same rows either way."""
+    from forensics.watch import carry as carry_module
+
+    monkeypatch.setattr(carry_module, "_MAX_CHUNKS", max_chunks)
+    run, old, add = _frames()
+    carry = ViewCarry()
+    _poll(carry, run, old)
+    assert _poll(carry, run, pl.concat([old, add]))
+    assert carry._state is not None
+    assert (carry._state.view.n_chunks() == 1) == (max_chunks == 0)

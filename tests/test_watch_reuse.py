@@ -185,3 +185,30 @@ def test_a_series_with_a_nan_is_computed_whole() -> None:
         got = rolling_median(v, 9)
     assert memo.local_hits == 0
     assert np.array_equal(got, rolling_median(v, 9), equal_nan=True)
+
+
+def test_resolution_merges_the_distinct_values_of_the_appended_points() -> None:
+    """The printing resolution (robust.resolution) of a grown series, through the memo, from
+    the last poll's distinct values and the appended points': equal to the whole computation
+    (values printed with few decimals, zeros of both signs, values re-logged later); a series
+    rewritten before its end (the mutation check) is computed whole and still equal."""
+    from forensics.evidence import robust
+
+    rng = np.random.default_rng(11)
+    full = np.round(rng.normal(size=4000), 2)
+    full[::97] = 0.0
+    full[::89] = -0.0
+    full[3000:] = np.round(rng.normal(size=1000), 3)  # a finer tail: the resolution moves
+    memo = TrendMemo()
+    for n in (300, 301, 1000, 1000, 2999, 3001, 4000):
+        with memo.active():
+            got = robust.resolution(full[:n])
+        assert got == robust.resolution(full[:n]) and got > 0, n
+    assert memo.distinct_hits >= 5
+    hits = memo.distinct_hits
+    v = full.copy()
+    v[20:1500] = np.round(rng.normal(size=1480), 4)  # rewritten finer: another resolution
+    with memo.active():
+        got = robust.resolution(v)
+    assert got == robust.resolution(v) != robust.resolution(full)
+    assert memo.distinct_hits == hits

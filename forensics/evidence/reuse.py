@@ -18,6 +18,11 @@ computed again, on the points it reads, and spliced after the kept prefix
 a non-finite value are always computed whole (a NaN could make a sliding median depend on
 more than its window).
 
+The sorted distinct values of a series (the robust score's printing resolution) grow the same
+way: on a series that begins with the last poll's whole input (checked byte for byte), the
+distinct values of the appended points are merged into the last answer
+(:func:`distinct_reusing`).
+
 The memo is active only inside :meth:`TrendMemo.active` (the watcher wraps its
 ``analyze_run`` in it); ``analyze`` never uses one.
 """
@@ -64,6 +69,11 @@ class TrendMemo:
         self._grown: dict[tuple[int, int], tuple[object, ...]] = {}
         self.measure_hits = 0
         self.measure_misses = 0
+        # Distinct values: the last poll's inputs and their sorted distinct values.
+        self._distinct: dict[_LocalKey, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._distinct_used: dict[_LocalKey, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.distinct_hits = 0  # the distinct values of an appended tail merged in
+        self.distinct_misses = 0  # computed whole
 
     def __len__(self) -> int:
         return len(self._fits)
@@ -72,6 +82,7 @@ class TrendMemo:
     def active(self) -> Iterator[TrendMemo]:
         """Use this memo for the fits made inside the block (one analysis)."""
         self._used, self._local_used, self._measured_used, self._grown = {}, {}, {}, {}
+        self._distinct_used = {}
         token = _ACTIVE.set(self)
         try:
             yield self
@@ -80,6 +91,7 @@ class TrendMemo:
             self._fits, self._used = self._used, {}
             self._local, self._local_used = self._local_used, {}
             self._measured, self._measured_used, self._grown = self._measured_used, {}, {}
+            self._distinct, self._distinct_used = self._distinct_used, {}
 
     def measure(self, steps: np.ndarray, values: np.ndarray, **kw: Any) -> dict[str, Any]:
         """:func:`~forensics.evidence.spike_shape.measure` of one spike, reused from the last
@@ -185,6 +197,29 @@ class TrendMemo:
         self.local_hits += 1
         tail = compute(values[start:])
         return np.concatenate([out[:keep], tail[keep - start :]])
+
+    def distinct(self, values: np.ndarray) -> np.ndarray:
+        """The sorted distinct values of finite ``values`` (see :func:`distinct_reusing`)."""
+        values = np.ascontiguousarray(values)
+        n = len(values)
+        key: _LocalKey = ("distinct", (), values.dtype.str, values[:_HEAD].tobytes())
+        out: np.ndarray | None = None
+        if n > _HEAD:
+            best: tuple[np.ndarray, np.ndarray] | None = None
+            for old, got in [*self._distinct.get(key, []), *self._distinct_used.get(key, [])]:
+                m = len(old)
+                longer = best is None or m > len(best[0])
+                if m <= n and longer and _common_prefix(old, values) == m:
+                    best = (old, got)
+            if best is not None:
+                self.distinct_hits += 1
+                out = _merge_distinct(best[1], np.unique(values[len(best[0]) :]))
+        if out is None:
+            self.distinct_misses += 1
+            out = np.unique(values)
+        if n > _HEAD:
+            self._distinct_used.setdefault(key, []).append((values.copy(), out))
+        return out
 
     def fit(
         self,
@@ -333,6 +368,33 @@ def local_reusing(
     return memo.local(name, params, reach, values, compute)
 
 
+def _merge_distinct(u: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of two sorted distinct arrays together (``u`` long, ``t``
+    short): ``t``'s values not in ``u`` inserted at their places, in O(len(u))."""
+    if len(t) == 0:
+        return u
+    pos = np.searchsorted(u, t)
+    present = np.zeros(len(t), dtype=bool)
+    inside = pos < len(u)
+    present[inside] = u[pos[inside]] == t[inside]
+    return np.insert(u, pos[~present], t[~present])
+
+
+def distinct_reusing(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``values`` (finite, every one), through the active memo
+    if any: when the last poll asked for those of a prefix of ``values`` (checked byte for
+    byte), the distinct values of the rest are merged into its answer.
+
+    The values are ``np.unique(values)``'s, but where a zero is logged as both 0.0 and -0.0
+    either sign may stand for it (as in ``np.unique`` itself, whose sort decides): use it only
+    where a zero's sign cannot matter (``robust.resolution`` reads differences).
+    """
+    memo = _ACTIVE.get()
+    if memo is None or values.dtype.kind not in "iuf":
+        return np.unique(values)
+    return memo.distinct(values)
+
+
 def measure_reusing(steps: np.ndarray, values: np.ndarray, **kw: Any) -> dict[str, Any]:
     """:func:`~forensics.evidence.spike_shape.measure` (same arguments), through the active
     memo if any: a spike the last poll measured on a prefix of this series (checked byte for
@@ -346,4 +408,10 @@ def measure_reusing(steps: np.ndarray, values: np.ndarray, **kw: Any) -> dict[st
     return memo.measure(steps, values, **kw)
 
 
-__all__ = ["TrendMemo", "fit_trend_reusing", "local_reusing", "measure_reusing"]
+__all__ = [
+    "TrendMemo",
+    "distinct_reusing",
+    "fit_trend_reusing",
+    "local_reusing",
+    "measure_reusing",
+]

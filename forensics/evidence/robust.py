@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import order_stats
-from forensics.evidence.reuse import local_reusing
+from forensics.evidence.reuse import distinct_reusing, local_reusing
 
 MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
 
@@ -72,7 +72,9 @@ def median_interval(steps: np.ndarray) -> float:
 
 def resolution(values: np.ndarray) -> float:
     """Smallest step between distinct printed values: the log's resolution (0 if unknown)."""
-    u = np.unique(values[np.isfinite(values)])
+    # A watcher's later poll merges in the distinct values of the appended points only
+    # (forensics.evidence.reuse); a zero's sign there cannot change a difference.
+    u = distinct_reusing(values[np.isfinite(values)])
     if len(u) < 3:
         return 0.0
     d = np.diff(u)
@@ -385,7 +387,10 @@ def find_events(
     excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
     for g in groups:
         seg = r[g[0] : g[-1] + 1]
-        peak = g[0] + int(np.nanargmax(seg)) if np.isfinite(seg).any() else g[0]
+        if not np.isfinite(seg).any():
+            peak = g[0]
+        else:  # np.nanargmax's answer (argmax itself where no NaN: the same first maximum)
+            peak = g[0] + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
         # Walk back over points that are both out of the noise and a real part of the rise
         # (a fifth of the peak's excess), so a noisy neighbour does not move the onset.
         onset = g[0]

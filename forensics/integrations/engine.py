@@ -111,6 +111,8 @@ class LiveJudge:
         self.stopped_by: Alert | None = None
         self.disabled = False
         self._since = 0
+        # Each judgement reuses the last one's work where provably exact (the watcher's).
+        self._analysis: Any = None
 
     def due(self) -> bool:
         """Count one log; True when this one is to be judged."""
@@ -125,11 +127,15 @@ class LiveJudge:
         return True
 
     def judge(self, live: LiveRun) -> Decision:
-        from forensics.pipeline import analyze_run
+        from forensics.watch.incremental import IncrementalAnalysis
 
         t0 = time.monotonic()
         run = live.run()
-        diag = analyze_run(run, self.config)
+        if self._analysis is None:
+            self._analysis = IncrementalAnalysis()
+        # analyze_run's findings, reusing the last judgement's view, series and spike
+        # measures where the log only grew (forensics.watch.incremental).
+        diag = self._analysis.analyze(run, self.config)
         self.judged += 1
         # An end step at the log's last step is the log's end, not a recovery.
         if run.frame.height:

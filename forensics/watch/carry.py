@@ -29,10 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from forensics.run import VIEW_COLUMNS, Run, analysis_view
+from forensics.run import VIEW_COLUMNS, Run, view_and_index
 from forensics.schema import PER_LAYER
 
 _KEY = ["source", "tag"]
+# Chunks per series the spliced view may hold before it is copied into one (each poll adds
+# about two per series that grew; reading a series of many chunks copies it).
+_MAX_CHUNKS = 16
 
 
 @dataclass
@@ -42,6 +45,9 @@ class _State:
     groups: pl.DataFrame  # per series in view order: source, tag, start, len, last step
     counts: pl.DataFrame  # per (metric, tag): rows in the view and the first row's layer
     segment: int | None  # the frame's latest segment
+    # The view's series index (:func:`~forensics.run.view_and_index`), None when the view has
+    # none (a tag on two layers, a null tag: the run reads its series the general way).
+    index: pl.DataFrame | None = None
 
 
 class ViewCarry:
@@ -65,13 +71,13 @@ class ViewCarry:
         got = self._splice(cols) if self._state is not None else None
         if got is None:
             self.whole += 1
-            view = analysis_view(run.frame)
-            state = _State(cols, view, _groups(view), _counts(view), _max_segment(cols))
+            view, index = view_and_index(run.frame)
+            state = _State(cols, view, _groups(view), _counts(view), _max_segment(cols), index)
         else:
             self.spliced += 1
             state, self.added = got
         self._state = state
-        seed(run, state.view, _metrics(state.counts))
+        seed(run, state.view, _metrics(state.counts), state.index)
 
     def _splice(self, cols: pl.DataFrame) -> tuple[_State, pl.DataFrame] | None:
         old = self._state
@@ -86,9 +92,9 @@ class ViewCarry:
         seg = add.get_column("segment")
         if segment != old.segment or seg.null_count() or not (seg == segment).all():
             return None
-        new_view = analysis_view(add)
+        new_view, new_index = view_and_index(add)
         if new_view.is_empty():
-            return _State(cols, old.view, old.groups, old.counts, segment), new_view
+            return _State(cols, old.view, old.groups, old.counts, segment, old.index), new_view
         firsts = new_view.group_by(_KEY, maintain_order=True).agg(
             pl.col("step").first().alias("first"),
             pl.col("step").last().alias("last_new"),
@@ -118,19 +124,30 @@ class ViewCarry:
                 (pl.col("len") + pl.col("add")).alias("len"),
             )
         )
-        # Rows of the spliced view: each series' old rows, then its appended rows.
-        n_old = old.view.height
+        # The spliced view: each series' old rows, then its appended rows, as zero-copy
+        # slices of the two views (old series with nothing appended stay one slice).
         add_len = groups.get_column("add").to_numpy()
         add_start = groups.get_column("add_start").to_numpy()
         old_start = old.groups.get_column("start").to_numpy()
         old_len = old.groups.get_column("len").to_numpy()
-        pieces = []
+        parts: list[pl.DataFrame] = []
+        run_start = run_len = 0  # the old rows not yet taken
         for s, n, a0, a in zip(old_start, old_len, add_start, add_len, strict=True):
-            pieces.append(np.arange(s, s + n))
+            if run_len and s != run_start + run_len:
+                parts.append(old.view.slice(int(run_start), int(run_len)))
+                run_len = 0
+            if not run_len:
+                run_start = s
+            run_len += n
             if a:
-                pieces.append(np.arange(n_old + a0, n_old + a0 + a))
-        order = np.concatenate(pieces) if pieces else np.array([], dtype=np.int64)
-        view = pl.concat([old.view, new_view], how="vertical").gather(order)
+                parts.append(old.view.slice(int(run_start), int(run_len)))
+                parts.append(new_view.slice(int(a0), int(a)))
+                run_len = 0
+        if run_len:
+            parts.append(old.view.slice(int(run_start), int(run_len)))
+        view = pl.concat(parts, how="vertical", rechunk=False)
+        if view.n_chunks() > _MAX_CHUNKS * (groups.height + 1):
+            view = view.rechunk()  # poll after poll the slices would pile up
         lens = groups.get_column("len").to_numpy()
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
         groups = groups.with_columns(pl.Series("start", starts)).select(old.groups.columns)
@@ -139,7 +156,28 @@ class ViewCarry:
             .group_by("metric", "tag", maintain_order=True)
             .agg(pl.col("n").sum(), pl.col("layer").first())
         )
-        return _State(cols, view, groups, counts, segment), new_view
+        index = _spliced_index(old.index, new_index, groups)
+        return _State(cols, view, groups, counts, segment, index), new_view
+
+
+def _spliced_index(
+    old: pl.DataFrame | None, added: pl.DataFrame | None, groups: pl.DataFrame
+) -> pl.DataFrame | None:
+    """The spliced view's series index: the old one with each series' new start and length,
+    when the old view had one and the appended rows keep every (source, tag) one series of
+    one metric and layer (the metric and layer of its old rows); else None (no index, as
+    :func:`~forensics.run.view_and_index` gives for such a frame)."""
+    if old is None or added is None or old.height != groups.height:
+        return None
+    if not old.select(_KEY).equals(groups.select(_KEY)):
+        return None  # not one index row per series of the view, in view order
+    cols = ["metric", *_KEY, "layer"]
+    same = added.select(cols).join(old.select(cols), on=cols, how="semi", nulls_equal=True)
+    if same.height != added.height:
+        return None  # an appended row of another metric or layer than its series' old rows
+    return old.with_columns(
+        groups.get_column("start").cast(pl.Int64), groups.get_column("len").cast(pl.Int64)
+    )
 
 
 def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
@@ -196,10 +234,14 @@ def _metrics(counts: pl.DataFrame) -> dict[str, str]:
     return out
 
 
-def seed(run: Run, view: pl.DataFrame, metrics: dict[str, str]) -> None:
-    """Give the run the view and tag table it would compute itself (its caches)."""
+def seed(
+    run: Run, view: pl.DataFrame, metrics: dict[str, str], index: pl.DataFrame | None = None
+) -> None:
+    """Give the run the view, series index and tag table it would compute itself (its
+    caches; without an index the run builds the general one from the view when asked)."""
     run._cached_for = id(run.frame)
     run._view, run._metrics, run._parts = view, metrics, None
+    run._index, run._exact_index = index, index is not None
 
 
 __all__ = ["ViewCarry", "seed"]
