@@ -192,7 +192,7 @@ def diagnose(
     ev = evidence_of(run)
     findings = list(findings)
     causes = causes_of(ev, findings)
-    incidents = build_incidents(findings, causes, previous_points(ev.run))
+    incidents = build_incidents(findings, causes, previous_points(ev))
     return Diagnosis(
         run=ev.run,
         findings=findings,

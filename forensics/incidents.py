@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from forensics.causes import (
     CONTRADICTED,
     CONTROLS,
@@ -36,8 +38,8 @@ from forensics.causes import (
     supported_mechanisms,
     supported_roots,
 )
+from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, step_range
-from forensics.run import Run
 from forensics.timeline import Control, Timeline, build_timeline, vital_label
 
 _SPIKES = frozenset(
@@ -187,15 +189,16 @@ def _keys(f: Finding, causes: Sequence[Cause]) -> set[tuple[str, int]]:
     return out
 
 
-def previous_points(run: Run) -> Callable[[Finding], int | None]:
-    """For a finding, the last step its own series logged before the finding's onset."""
+def previous_points(ev: Evidence) -> Callable[[Finding], int | None]:
+    """For a finding, the last step its own series logged before the finding's onset (from
+    the evidence's cached series: nothing is read from the run again)."""
 
     def previous(f: Finding) -> int | None:
-        if f.metric is None or not run.has(f.metric):
+        if f.metric is None or not ev.has(f.metric):
             return None
         layer = f.measures.get("layer")
-        steps = run.series(f.metric, layer if isinstance(layer, int) else None)["step"]
-        before = steps.search_sorted(f.start_step, side="left")
+        steps = ev.logged(f.metric, layer if isinstance(layer, int) else None).steps
+        before = int(np.searchsorted(steps, f.start_step, side="left"))
         return int(steps[before - 1]) if before > 0 else None
 
     return previous
