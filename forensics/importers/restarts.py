@@ -350,9 +350,9 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                     "counter": counter,
                 },
                 summary=(
-                    f"The job was resumed at step {resumed:,} after it had logged up to step {last:,}"
-                    f"{gap_text}; {points:,} earlier points from step {resumed:,} on give way to "
-                    "the later ones"
+                    f"The job was resumed at step {resumed:,} after it had logged up to "
+                    f"step {last:,}{gap_text}; {points:,} earlier points from step "
+                    f"{resumed:,} on give way to the later ones"
                     + (
                         f" ({repeats:,} of them at steps logged again)."
                         if repeats
