@@ -178,7 +178,7 @@ def test_small_late_overfit_names_the_best_checkpoint(seed: int, rise: float) ->
     assert o.measures["val_rise_pct"] == pytest.approx(100 * rise * 0.8, abs=0.4)
     assert o.measures["val_rise"] > o.judged_against["rise_floor"]
     assert o.measures["train_change_pct"] < 0
-    assert f"best checkpoint is step {o.start_step}" in o.summary
+    assert f"best checkpoint is step {o.start_step:,}" in o.summary
     assert FindingKind.VAL_SHIFT not in found
 
 
@@ -394,7 +394,7 @@ def test_whisper_overfitting_names_its_best_checkpoint() -> None:
     assert o.kind is FindingKind.OVERFITTING and o.metric == "val_loss"
     assert o.measures["best_step"] == o.start_step == 1000
     assert o.measures["evals_after_min"] == 4
-    assert "best checkpoint is step 1000" in o.summary
+    assert "best checkpoint is step 1,000" in o.summary
     assert "0.321 to 0.4123 over 4 evals" in o.summary  # the numbers the log holds
     assert TrainValDetector().scores(ev)["val_loss"]["overfitting"] > 3
 

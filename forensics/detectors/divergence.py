@@ -140,7 +140,7 @@ class DivergenceDetector:
             )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
             summary = (
-                f"Divergence from step {t0}: the loss rose from {loss_before:.4g} to "
+                f"Divergence from step {t0:,}: the loss rose from {loss_before:.4g} to "
                 f"{loss_peak:.4g} and the grad norm ran at {gtxt} its earlier level, {how}."
             )
             sev = Severity.FATAL if confirmed else Severity.CRITICAL

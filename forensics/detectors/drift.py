@@ -307,7 +307,7 @@ class GradNormDriftDetector:
             loss_txt = "the loss kept falling"
         rise = (
             f"Grad norm rose from {sig(m['baseline'])} (baseline) to {sig(m['current'])} "
-            f"({m['ratio']:.1f}x) since step {res.onset_step} while {loss_txt}"
+            f"({m['ratio']:.1f}x) since step {res.onset_step:,} while {loss_txt}"
         )
         cap = (
             "the envelope's cap; "

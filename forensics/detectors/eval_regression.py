@@ -191,7 +191,7 @@ class EvalRegressionDetector:
         )
         pct = f" ({m['drop_pct']:.1f}% worse)" if m["drop_pct"] is not None else ""
         summary = (
-            f"{f['metric']} slipped from {sig(m['best'], 4)} at step {m['best_step']} to "
+            f"{f['metric']} slipped from {sig(m['best'], 4)} at step {m['best_step']:,} to "
             f"{sig(m['current'], 4)}{pct} while {loss_txt}"
             + ("; the grad norm drifts up over the same stretch." if overlap else ".")
         )

@@ -111,7 +111,7 @@ class LossScaleDetector:
             )
         )
         where = (
-            f"at step {c.start_step}"
+            f"at step {c.start_step:,}"
             if c.start_step == c.end_step
             else f"between steps {c.start_step} and {c.end_step}"
         )

@@ -83,9 +83,9 @@ class NanInfDetector:
             shared = _padding_tail(ev, metric, int(t[runs[-1][0]]))
             if shared:
                 run.note(
-                    f"nan_inf: {metric} is non-finite from step {int(t[runs[-1][0]])} to the end, "
-                    f"and so is {shared}: read as missing values after the run stopped, not as a "
-                    "numerical NaN"
+                    f"nan_inf: {metric} is non-finite from step {int(t[runs[-1][0]]):,} to the "
+                    f"end, and so is {shared}: read as missing values after the run stopped, "
+                    "not as a numerical NaN"
                 )
                 bad[runs[-1][0] :] = False
                 runs = runs[:-1]

@@ -234,14 +234,14 @@ class ParamNormDetector:
         }
         if surged:
             summary = (
-                f"Param norm surged from step {start}: it grew {pace:.1f}x faster than before "
+                f"Param norm surged from step {start:,}: it grew {pace:.1f}x faster than before "
                 f"and passed {band.warn_ratio}x its baseline ({base:.4g}) at step "
                 f"{int(x[cross])}, now {current / base:.2f}x."
             )
         else:
             summary = (
                 f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), "
-                f"passing {band.warn_ratio}x at step {int(x[cross])}; slow growth like this is "
+                f"passing {band.warn_ratio}x at step {int(x[cross]):,}; slow growth like this is "
                 "usual under AdamW."
             )
         return [

@@ -210,8 +210,8 @@ class SpikeDetector:
                 SpikeClass.UNRESOLVED: _unresolved(j),
             }[cls]
         summary = (
-            f"Loss spike at step {s.peak_step}: {m['peak_value']:.4g} against a local baseline of "
-            f"{m['baseline']:.4g} ({_height(m)}), {how}{_cause_text(m)}."
+            f"Loss spike at step {s.peak_step:,}: {m['peak_value']:.4g} against a local baseline "
+            f"of {m['baseline']:.4g} ({_height(m)}), {how}{_cause_text(m)}."
         )
         return Finding(
             FindingKind.LOSS_SPIKE,
@@ -289,7 +289,7 @@ class SpikeDetector:
             else ""
         )
         summary = (
-            f"Grad-norm spike at step {s.peak_step}: {m['peak_value']:.4g} against a local "
+            f"Grad-norm spike at step {s.peak_step:,}: {m['peak_value']:.4g} against a local "
             f"baseline of {m['baseline']:.4g} ({_height(m)}), {how}{lead}{_cause_text(m)}."
         )
         judged: dict[str, Any] = dict(band.judged()) if band else {}
@@ -318,7 +318,7 @@ def _inside(stretch: tuple[int, int]) -> str:
 def _unresolved(j: _Judged) -> str:
     m = j.m
     if j.nonfinite_at is not None:
-        return f"still up when the values turned non-finite at step {j.nonfinite_at}; unresolved"
+        return f"still up when the values turned non-finite at step {j.nonfinite_at:,}; unresolved"
     n = m["steps_logged_after_peak"]
     if not n:
         return "at the last logged step: unresolved (nothing is logged after it)"
@@ -344,5 +344,5 @@ def _cause_text(m: dict[str, Any]) -> str:
         return "; the loss scale dropped during the spike (an overflow: see its causes)"
     if m.get("cause") == "schedule_induced":
         kind = str(m["lr_kink_kind"]).replace("_", " ")
-        return f"; it follows an LR-schedule {kind} at step {m['lr_kink_step']}"
+        return f"; it follows an LR-schedule {kind} at step {m['lr_kink_step']:,}"
     return ""

@@ -152,7 +152,7 @@ class ThroughputDetector:
                 "min_points": self.params.min_points,
             },
             summary=(
-                f"{what} from step {int(x[i])} to {end}"
+                f"{what} from step {int(x[i]):,} to {end:,}"
                 + (
                     ", then recovered."
                     if recovered

@@ -260,7 +260,7 @@ class TrainValDetector:
             },
             summary=(
                 f"The {'val' if g.metric == VAL_LOSS else g.metric}-train gap started widening "
-                f"faster around step {onset}: +{gl:.3g} over the {g.window:.0f} steps to "
+                f"faster around step {onset:,}: +{gl:.3g} over the {g.window:.0f} steps to "
                 f"{int(vx[i])}, {ratio_txt}"
                 + (
                     f"; {_label(g)} is rising too."
@@ -322,13 +322,13 @@ class TrainValDetector:
         cps = ev.checkpoints
         best_ckpt = cps.before(onset)[0] if (cps.saved or cps.interval) else None
         ckpt_txt = (
-            f"; the best checkpoint is step {onset} (lowest {_label(g)})"
+            f"; the best checkpoint is step {onset:,} (lowest {_label(g)})"
             + (
                 ""
                 if best_ckpt is None
                 else " (saved)"
                 if best_ckpt == onset
-                else f"; the last checkpoint saved at or before it is step {best_ckpt}"
+                else f"; the last checkpoint saved at or before it is step {best_ckpt:,}"
             )
             + "."
         )
@@ -345,7 +345,7 @@ class TrainValDetector:
             )
         )
         summary = (
-            f"{_label(g, cap=True)} turned up at step {onset}{ep_txt}, from {float(vy[m]):.4g} "
+            f"{_label(g, cap=True)} turned up at step {onset:,}{ep_txt}, from {float(vy[m]):.4g} "
             f"to {val_now:.4g} over {after} evals{pct_txt}, {train_txt}"
             + ("; the gap is still accelerating" if accelerating else "")
             + ckpt_txt

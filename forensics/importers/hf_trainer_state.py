@@ -180,13 +180,13 @@ class HfTrainerStateImporter:
         frame = assign_segments(conform(frame))
         notes = [f"{b}: unreadable copy skipped" for b in broken]
         others = [
-            f"{rel(p, source.root)} (step {d.get('global_step')})"
+            f"{rel(p, source.root)} (step {_step(d.get('global_step'))})"
             for p, d in copies
             if p != best_path
         ]
         if others:
             notes.append(
-                f"{name} (step {state.get('global_step')}) has the longest history; other "
+                f"{name} (step {_step(state.get('global_step'))}) has the longest history; other "
                 f"copies not used: {', '.join(others)}"
             )
         if no_step:
@@ -219,3 +219,8 @@ def _number(v: Any) -> float | None:
 
 
 IMPORTER = HfTrainerStateImporter()
+
+
+def _step(value: object) -> str:
+    """A global_step as the report prints steps (1,000), or as written when not a count."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
