@@ -70,20 +70,26 @@ def test_plain_conversion_equals_typer(tmp_path: Path) -> None:
     assert seen == {bool, str, Path, "list[str]"}  # every kind is exercised somewhere
 
 
+def _export_after(run: Path, out: Path, prelude: str) -> subprocess.CompletedProcess[str]:
+    """``forensics.cli.main()`` exporting ``run`` in a fresh interpreter after ``prelude``
+    (with ``atexit`` and ``sys`` imported)."""
+    code = (
+        "import atexit, sys\n"
+        + prelude
+        + f"sys.argv = ['forensics', 'export', {str(run)!r}, '--to', {str(out)!r}, '--no-cache']\n"
+        "from forensics.cli import main\n"
+        "main()\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+
+
 def test_export_imports_no_pydantic(tmp_path: Path) -> None:
     """A whole ``forensics export`` (subprocess) never imports pydantic."""
     run = write_tb_run(tmp_path / "run")
     out = tmp_path / "x.parquet"
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print('pydantic' in sys.modules))\n"
-        f"sys.argv = ['forensics', 'export', {str(run)!r}, '--to', {str(out)!r}, '--no-cache']\n"
-        "from forensics.cli import main\n"
-        "main()\n"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
-    )
+    res = _export_after(run, out, "atexit.register(lambda: print('pydantic' in sys.modules))\n")
     assert res.returncode == 0, res.stderr
     assert out.is_file()
     assert res.stdout.strip().splitlines()[-1] == "False"
@@ -95,17 +101,11 @@ def test_export_quick_exit_keeps_output_streams_and_atexit(tmp_path: Path) -> No
     run = write_tb_run(tmp_path / "run")
     out = tmp_path / "x.parquet"
     mark = tmp_path / "atexit.txt"
-    code = (
-        "import atexit, sys\n"
+    prelude = (
         f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
         "sys.stdout.write('buffered line')\n"
-        f"sys.argv = ['forensics', 'export', {str(run)!r}, '--to', {str(out)!r}, '--no-cache']\n"
-        "from forensics.cli import main\n"
-        "main()\n"
     )
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
-    )
+    res = _export_after(run, out, prelude)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "buffered line"
     assert res.stderr.startswith("forensics: ") and "rows written to" in res.stderr
