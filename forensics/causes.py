@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary, ref
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -245,30 +245,8 @@ def _ratio_text(r: float | None) -> str:
 def _near(ev: Evidence, base: int = NEAR_STEPS) -> int:
     """The reach of "near the onset": ``base`` steps, a tenth of the log on shorter logs (a
     warm-up end 30 steps before an event is near in a 60-step log only as everything is)."""
-    steps = _run_facts(ev)[1]
+    steps = ev.run.last_step - ev.run.first_step + 1
     return int(min(base, max(5, steps // 10)))
-
-
-# The last evidence's facts: (a weak reference to it, its frame's id, the facts).
-_RUN_FACTS: list[tuple[ref[Evidence], int, tuple[frozenset[str], int]]] = []
-
-
-def _run_facts(ev: Evidence) -> tuple[frozenset[str], int]:
-    """The run's canonical metrics (``ev.has``) and its span in steps, read once per
-    evidence and frame: each of thousands of findings asks several times."""
-    run = ev.run
-    if _RUN_FACTS:
-        who, frame, facts = _RUN_FACTS[0]
-        if who() is ev and frame == id(run.frame):
-            return facts
-    facts = (frozenset(run.metrics()), run.last_step - run.first_step + 1)
-    _RUN_FACTS[:] = [(ref(ev), id(run.frame), facts)]
-    return facts
-
-
-def _has(ev: Evidence, metric: str) -> bool:
-    """Whether the run logs ``metric`` (``ev.has``, from the facts read once)."""
-    return metric in _run_facts(ev)[0]
 
 
 def _points(n: int) -> str:
@@ -428,7 +406,7 @@ def _resume(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
 
 
 def _overflow(ev: Evidence, f: Finding) -> Cause:
-    if not _has(ev, LOSS_SCALE) and len(ev.drop_windows) == 0:
+    if not ev.has(LOSS_SCALE) and len(ev.drop_windows) == 0:
         return Cause("loss_scale_overflow", UNTESTED, "no loss scale in the log (bf16 or fp32?)")
     # In the same steps: from just before the onset to the peak, at most OVERFLOW_STEPS on.
     lo, hi = _window(f)
@@ -512,7 +490,7 @@ def _bad_batch_recurring(ev: Evidence, f: Finding) -> Cause:
 
 
 def _bad_batch(ev: Evidence, f: Finding) -> Cause:
-    if not _has(ev, LOSS):
+    if not ev.has(LOSS):
         return Cause("bad_batch", UNTESTED, "no training loss in the log")
     if f.kind is FindingKind.PERIODIC_SPIKES:
         return _bad_batch_recurring(ev, f)
@@ -556,7 +534,7 @@ def _bad_batch_at(ev: Evidence, lo: int, hi: int) -> Cause:
             (sp.start_step, sp.end_step),
         )
     gtext = ""
-    if _has(ev, GRAD_NORM):
+    if ev.has(GRAD_NORM):
         gs = _spike_at(ev, GRAD_NORM, sp.start_step, sp.peak_step)
         logged = ev.logged(GRAD_NORM)
         at = logged.values[logged.steps == sp.peak_step]
@@ -629,7 +607,7 @@ def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause
             "change at it",
             (first,),
         )
-    if not _run_facts(ev)[0].isdisjoint(("act_absmax", "act_std", "act_mean")):
+    if any(ev.has(m) for m in ("act_absmax", "act_std", "act_mean")):
         return Cause(
             "activations",
             CONTRADICTED,
@@ -666,7 +644,7 @@ def _climb(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
             f"the grad-norm drift the log shows is not going on at step {f.start_step:,}",
             (f.start_step,),
         )
-    if not _has(ev, GRAD_NORM):
+    if not ev.has(GRAD_NORM):
         return Cause("grad_norm_climb", UNTESTED, "no grad norm in the log")
     return Cause(
         "grad_norm_climb",
@@ -738,7 +716,7 @@ def _eval_pause(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
 
 
 def _val_change(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
-    if not _has(ev, VAL_LOSS):
+    if not ev.has(VAL_LOSS):
         return Cause("val_set_change", UNTESTED, "no validation loss in the log")
     lo = f.start_step
     shifts = [

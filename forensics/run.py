@@ -224,16 +224,20 @@ class Run:
         return v.slice(*span) if span is not None else v.clear()
 
     def has(self, metric: str) -> bool:
-        return metric in self.metrics()
+        return metric in self._metric_tags()  # asked thousands of times: no copy
 
     def metrics(self) -> dict[str, str]:
         """Canonical vital sign -> the raw tag it is read from (most points wins).
 
         Per-layer series are summarised as ``"<n> layer tags"``.
         """
+        return dict(self._metric_tags())
+
+    def _metric_tags(self) -> dict[str, str]:
+        """:meth:`metrics`, the run's own cached dict (callers must not change it)."""
         idx = self._series_index()
         if self._metrics is not None:
-            return dict(self._metrics)
+            return self._metrics
         out: dict[str, str] = {}
         self._metrics = out
         counts = (
@@ -243,14 +247,14 @@ class Run:
             .sort(["metric", "n", "tag"], descending=[False, True, False])
         )
         if counts.is_empty():
-            return dict(out)
+            return out
         for metric, grp in counts.group_by("metric", maintain_order=True):
             m = metric[0]
             if m in PER_LAYER:
                 out[m] = f"{grp.height} layer tags"
             else:
                 out[m] = grp.get_column("tag")[0]
-        return dict(out)
+        return out
 
     def layers(self, metric: str) -> list[int]:
         idx = self._series_index().filter(pl.col("metric") == metric)

@@ -159,11 +159,12 @@ def test_a_standing_activation_outlier_is_not_what_changed() -> None:
 
 
 def test_the_run_facts_follow_the_evidence_and_its_frame() -> None:
-    """The metrics and span the causes read once per evidence (not once per finding) are
-    the evidence's own, however two analyses interleave and when a run's frame is replaced."""
+    """The metrics and span the causes read (``Run.has`` without copying the metric table,
+    thousands of times per run) are the evidence's own, however two analyses interleave and
+    when a run's frame is replaced."""
     import polars as pl
 
-    from forensics.causes import _has, _near
+    from forensics.causes import _near
     from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE
 
     a, b = diag("loss_scale_collapse").ev, diag("divergence").ev  # 1,000 and 1,300 steps
@@ -175,12 +176,12 @@ def test_the_run_facts_follow_the_evidence_and_its_frame() -> None:
 
     assert a.has(LOSS_SCALE) != b.has(LOSS_SCALE)
     for ev in (a, b, a, b):
-        assert [_has(ev, m) for m in names] == [ev.has(m) for m in names]
+        assert [ev.has(m) for m in names] == [m in ev.run.metrics() for m in names]
         assert _near(ev) == near(ev)
-    assert _has(a, LOSS_SCALE)  # read for a's frame, then the frame is replaced
+    assert a.has(LOSS_SCALE)  # read for a's frame, then the frame is replaced
     frame = a.run.frame
     a.run.frame = frame.filter(pl.col("metric") != LOSS_SCALE).filter(pl.col("step") < 40)
     try:
-        assert not _has(a, LOSS_SCALE) and _near(a) == near(a)
+        assert not a.has(LOSS_SCALE) and _near(a) == near(a)
     finally:
         a.run.frame = frame
