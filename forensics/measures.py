@@ -702,7 +702,11 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("from_start", bool, "true when the plateau begins within the first 10% of the log"),
     ),
     "no_learning": (
-        _m("loss_start", float, "median loss over the first `head_frac` of the logged points"),
+        _m(
+            "loss_start",
+            float,
+            "median loss over the first `head_frac` of the logged points (at most head_max_points)",
+        ),
         _m("loss_end", float, "median loss over the last `tail_frac` of the logged points"),
         _m("fall_pct", float, "(loss_start - loss_end) / loss_start in % (below `min_fall`)"),
         _m("start_points", int, "points in the start window"),

@@ -206,6 +206,9 @@ class NoLearningParams:
     min_steps: int = 1000
     min_points: int = 20
     head_frac: float = 0.05
+    # The start is the untrained model's loss: on a long run 5% of the points is far too wide
+    # (an LLM's loss falls most of the way in its first few thousand steps).
+    head_max_points: int = 1000
     tail_frac: float = 0.1
 
 

@@ -228,8 +228,8 @@ def test_a_run_that_never_learned_is_a_warning() -> None:
     k, m = f.measures["start_points"], f.measures["end_points"]
     assert f.measures["loss_start"] == pytest.approx(float(np.median(s.values[:k])))
     assert f.measures["loss_end"] == pytest.approx(float(np.median(s.values[-m:])))
-    assert f"{f.measures['loss_start']:.4g} over the first {k} logged points" in f.summary
-    assert f"{f.measures['loss_end']:.4g} over the last {m}" in f.summary
+    assert f"{f.measures['loss_start']:.4g} over the first {k:,} logged points" in f.summary
+    assert f"{f.measures['loss_end']:.4g} over the last {m:,}" in f.summary
     assert abs(f.measures["fall_pct"]) < 5
 
 
@@ -260,6 +260,25 @@ def test_no_learning_on_synthetic_runs() -> None:
         NoLearningDetector().detect(Evidence(run_from_frame(long_frame({"loss": (s, learning)}))))
         == []
     )
+
+
+def test_a_long_run_whose_loss_fell_early_learned() -> None:
+    """The 10M-step benchmark run (loss 10 -> 2 within its first 1% of steps, then flat) was
+    "The loss never fell": its start was the median of the first 5% of the points, 500,000
+    steps, long after the fall. The start window is capped at ``head_max_points``."""
+    s = np.arange(0, 200_000, 1)
+    rng = np.random.default_rng(2)
+    early = 2 + 8 / (1 + s / 40) + rng.normal(0, 0.02, len(s))
+    start_5pct = float(np.median(early[: len(s) // 20]))
+    assert (start_5pct - float(np.median(early[-len(s) // 10 :]))) / start_5pct < 0.05
+    ev = Evidence(run_from_frame(long_frame({"loss": (s, early)})))
+    assert NoLearningDetector().detect(ev) == []
+    # The cap leaves a flat long run a warning, with the start window's size in its text.
+    flat = 7.6 + rng.normal(0, 0.05, len(s))
+    (f,) = NoLearningDetector().detect(Evidence(run_from_frame(long_frame({"loss": (s, flat)}))))
+    assert f.measures["start_points"] == 1000 and f.measures["end_points"] == 20_000
+    assert "over the first 1,000 logged points" in f.summary
+    assert "over the last 20,000 (steps 180,000-199,999)" in f.summary
 
 
 def test_param_norm_surge_before_a_nan_is_reported_with_its_level() -> None:

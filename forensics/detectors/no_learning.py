@@ -3,7 +3,9 @@ pace?", the first start-up item).
 
 A log that starts at the beginning of training (its first step within two logging intervals of
 step 0) and spans at least ``min_steps`` is judged: the loss over its first ``head_frac`` of the
-logged points against the loss over its last ``tail_frac``. When it fell by less than
+logged points (at most ``head_max_points``: the start is the untrained model's loss, and a long
+run's loss falls most of the way within its first few percent) against the loss over its last
+``tail_frac``. When it fell by less than
 ``min_fall`` (relative) and its second half is not clearly falling either (a Theil-Sen slope
 whose 90% band lies below zero and a fall of at least ``still_falling_pct`` % over the half
 would be a run still learning), the run never learned: a warning, however calm every other
@@ -52,7 +54,7 @@ class NoLearningDetector:
             )
             return []
         n = len(v)
-        k_head = max(3, int(round(n * p.head_frac)))
+        k_head = max(3, min(int(round(n * p.head_frac)), p.head_max_points))
         k_tail = max(3, int(round(n * p.tail_frac)))
         start, end = float(np.median(v[:k_head])), float(np.median(v[-k_tail:]))
         if start <= 0:
@@ -80,8 +82,8 @@ class NoLearningDetector:
         e0, e1 = int(t[-k_tail]), int(t[-1])
         moved = f"{abs(fall):.1%} {'lower' if fall >= 0 else 'higher'}"
         summary = (
-            f"The loss never fell: {start:.4g} over the first {k_head} logged points (steps "
-            f"{step_range(h0, h1)}), {end:.4g} over the last {k_tail} (steps "
+            f"The loss never fell: {start:.4g} over the first {k_head:,} logged points (steps "
+            f"{step_range(h0, h1)}), {end:.4g} over the last {k_tail:,} (steps "
             f"{step_range(e0, e1)}), {moved} after {int(t[-1] - t[0]):,} steps, and the second "
             f"half is not falling ({trend:+.2f}% over it, 90% band {low:+.2f}% to {high:+.2f}%)."
         )
@@ -110,6 +112,7 @@ class NoLearningDetector:
                     "still_falling_pct": p.still_falling_pct,
                     "min_steps": p.min_steps,
                     "head_frac": p.head_frac,
+                    "head_max_points": p.head_max_points,
                     "tail_frac": p.tail_frac,
                 },
             )
