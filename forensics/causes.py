@@ -432,7 +432,8 @@ def _overflow(ev: Evidence, f: Finding) -> Cause:
         return Cause(
             "loss_scale_overflow",
             SUPPORTED,
-            f"the loss scale overflowed or fell at {n} step{'s' if n != 1 else ''}, {where}{vals}",
+            f"the loss scale overflowed or fell at {n:,} step{'s' if n != 1 else ''}, "
+            f"{where}{vals}",
             (steps[0], steps[-1]),
             anchor=steps[0],
         )
@@ -477,14 +478,14 @@ def _bad_batch_recurring(ev: Evidence, f: Finding) -> Cause:
         return Cause(
             "bad_batch",
             SUPPORTED,
-            f"{len(ok)} of the {len(steps)} spikes are one-batch spikes that recover at once "
+            f"{len(ok):,} of the {len(steps):,} spikes are one-batch spikes that recover at once "
             f"(steps {listed}): a batch that comes round",
             tuple(ok),
         )
     return Cause(
         "bad_batch",
         CONTRADICTED,
-        f"only {len(ok)} of the {len(steps)} spikes are short and recover at once",
+        f"only {len(ok):,} of the {len(steps):,} spikes are short and recover at once",
         tuple(steps),
     )
 

@@ -325,7 +325,7 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         return Item(
             q,
             PASS,
-            f"{len(v)} validation points, no gap acceleration or overfitting found"
+            f"{len(v):,} validation points, no gap acceleration or overfitting found"
             + _gap_text(ev, lo, hi),
         )
 
@@ -343,7 +343,9 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     if bad:
         items.append(
             Item(
-                q, FAIL, f"{len(bad)} of {len(spikes)} spikes did not recover (step {_steps(bad)})"
+                q,
+                FAIL,
+                f"{len(bad):,} of {len(spikes):,} spikes did not recover (step {_steps(bad)})",
             )
         )
     elif spikes:
@@ -353,7 +355,7 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             if isinstance(r := f.measures.get("recovery_steps"), (int, float))
         ]
         tail = f"; slowest recovery {max(rec):,.0f} steps" if rec else ""
-        items.append(Item(q, PASS, f"{len(spikes)} spike(s), all recovered{tail}"))
+        items.append(Item(q, PASS, f"{len(spikes):,} spike(s), all recovered{tail}"))
     elif _window(ev, LOSS, lo, hi)[0].size:
         items.append(Item(q, PASS, "no loss spike in this phase"))
     else:

@@ -562,7 +562,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
     t.add_row(
         "findings",
         *[
-            ", ".join(f"{n} {k}" for k, n in severity_counts(d.findings).items() if n) or "none"
+            ", ".join(f"{n:,} {k}" for k, n in severity_counts(d.findings).items() if n) or "none"
             for d in cmp.diagnoses
         ],
     )
@@ -618,8 +618,8 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
             continue
         console.print(f"[bold]{escape(lab)}[/] vs {ref}: {escape(w)}")
         console.print(
-            f"  findings: {len(fd['both'])} in both at the same step, "
-            f"{len(fd['only_reference'])} only in {ref}, {len(fd['only_other'])} only in "
+            f"  findings: {len(fd['both']):,} in both at the same step, "
+            f"{len(fd['only_reference']):,} only in {ref}, {len(fd['only_other']):,} only in "
             f"{escape(lab)}"
         )
         for f in fd["only_other"][:5]:

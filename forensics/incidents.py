@@ -153,7 +153,7 @@ class Incident:
         else:
             cause = "no cause the log can show is supported"
         return (
-            f"{self.severity.value} incident, steps {self.steps}, {n} finding"
+            f"{self.severity.value} incident, steps {self.steps}, {n:,} finding"
             f"{'s' if n != 1 else ''}: {signs}. {cause[0].upper() + cause[1:]}."
         )
 

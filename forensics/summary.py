@@ -79,7 +79,7 @@ def print_summary(
             console.print(escape(rb.commands_text() or ""))
     hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:
-        console.print(f"[dim]{hidden} more informational note(s) in the report.[/dim]")
+        console.print(f"[dim]{hidden:,} more informational note(s) in the report.[/dim]")
     if report_path is not None:
         console.print(f"Report: {escape(str(report_path))}")
 
@@ -88,7 +88,9 @@ def incident_line(inc: Incident) -> str:
     """``fatal, steps 501-1,000, 12 findings (signs); cause: ... (supported: evidence)``."""
     signs = ", ".join(s.text().split(":")[0] for s in inc.signs)
     n = len(inc.findings)
-    head = f"{inc.severity.value}, steps {inc.steps}, {n} finding{'s' if n != 1 else ''} ({signs})"
+    head = (
+        f"{inc.severity.value}, steps {inc.steps}, {n:,} finding{'s' if n != 1 else ''} ({signs})"
+    )
     roots = inc.supported
     if roots:
         c = roots[0]

@@ -688,3 +688,30 @@ def test_nan_report_incident_causes_and_lights() -> None:
     for k, text in p.cards.items():
         if k.startswith("finding-"):
             assert "Causes tested against the log" in text, k
+
+
+def test_counts_over_a_thousand_have_separators() -> None:
+    """A 1M-step run printed "4810 more informational note(s)" and "4815 note(s)" in the
+    banner beside step numbers written "2,724": every count a reader sees has separators."""
+    import io
+
+    from rich.console import Console
+
+    from forensics.pipeline import analyze_run
+    from forensics.summary import print_summary
+
+    s, loss = healthy_loss(64_000)
+    _, gn = healthy_grad_norm(64_000)
+    gn = gn.copy()
+    gn[500::50] *= 3.0  # 1,270 one-step grad-norm spikes the optimizer absorbs
+    diag = analyze_run(run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)})))
+    n_info = sum(f.severity == "info" for f in diag.findings)
+    assert n_info > 1000
+    out = io.StringIO()
+    print_summary(diag, console=Console(file=out, width=400))
+    text = out.getvalue()
+    assert re.search(r"\b\d,\d{3} more informational note\(s\)", text), text
+    assert not re.search(r"\b\d{4,} more", text)
+    page = render_html(diag, plotlyjs="cdn")
+    assert f"{n_info:,} note(s)" in page
+    assert not re.search(r"\b\d{4,} (?:note|more|finding|spike)", page)
