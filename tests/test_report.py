@@ -714,4 +714,4 @@ def test_counts_over_a_thousand_have_separators() -> None:
     assert not re.search(r"\b\d{4,} more", text)
     page = render_html(diag, plotlyjs="cdn")
     assert f"{n_info:,} note(s)" in page
-    assert not re.search(r"\b\d{4,} (?:note|more|finding|spike)", page)
+    assert not re.search(r"\b\d{4,} (?:note|more|finding|further|spike)", page)
