@@ -239,6 +239,27 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=Finding.sort_key)
 
 
+# Notes a reader looks for first: what the loss and the job itself did.
+NOTES_FIRST = frozenset(
+    {"loss_spike", "restart", "truncated_log", "crash", "plateau", "loss_scale_drop"}
+)
+
+
+def notes_in_reading_order(findings: list[Finding]) -> list[Finding]:
+    """The informational findings as a reader should meet them: notes about the loss and the
+    job first, then rarer kinds before frequent ones, each in step order. A long run's flood
+    of one kind (thousands of absorbed grad-norm spikes) then cannot push a rarer note, or the
+    loss's own spikes, past what a report or a terminal shows."""
+    notes = [f for f in findings if f.severity is Severity.INFO]
+    count: dict[str, int] = {}
+    for f in notes:
+        count[f.kind.value] = count.get(f.kind.value, 0) + 1
+    return sorted(
+        notes,
+        key=lambda f: (f.kind.value not in NOTES_FIRST, count[f.kind.value], f.start_step),
+    )
+
+
 def worst_severity(findings: list[Finding]) -> Severity | None:
     if not findings:
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forensics.findings import Severity, finding_steps, look, step_range
+from forensics.findings import Severity, finding_steps, look, notes_in_reading_order, step_range
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
 TOP_N = 5
 MAX_INCIDENTS = 3
-_NOTES_FIRST = {"loss_spike", "restart", "truncated_log", "crash", "plateau", "loss_scale_drop"}
 
 
 def print_summary(
@@ -37,11 +36,7 @@ def print_summary(
         f"[{lk.term} bold]{diagnosis.verdict.upper()}[/] ({light})"
     )
     ranked = [f for f in diagnosis.ranked() if f.severity is not Severity.INFO]
-    # Notes about the loss and the job itself first, then the rest in step order.
-    notes = sorted(
-        (f for f in diagnosis.findings if f.severity is Severity.INFO),
-        key=lambda f: (f.kind.value not in _NOTES_FIRST, f.start_step),
-    )
+    notes = notes_in_reading_order(diagnosis.findings)
     # Fill the screen's spare rows with notes (a physiological spike, a restart): they tell
     # the user the tool did look at those events.
     shown = ranked[:TOP_N] + notes[: max(0, TOP_N - len(ranked))]
@@ -62,13 +57,13 @@ def print_summary(
             )
         console.print(table)
         if len(ranked) > TOP_N:
-            console.print(f"... and {len(ranked) - TOP_N} more finding(s) in the report.")
+            console.print(f"... and {len(ranked) - TOP_N:,} more finding(s) in the report.")
     # Incidents: the findings of one window and cause, with the cause the log supports.
     for inc in diagnosis.incidents[:MAX_INCIDENTS]:
         console.print(f"[{inc.severity.look.term}]{escape(inc.id)}[/] {escape(incident_line(inc))}")
     if len(diagnosis.incidents) > MAX_INCIDENTS:
         console.print(
-            f"... and {len(diagnosis.incidents) - MAX_INCIDENTS} more incident(s) in the report."
+            f"... and {len(diagnosis.incidents) - MAX_INCIDENTS:,} more incident(s) in the report."
         )
     if diagnosis.timeline is not None and diagnosis.timeline.movers:
         console.print(escape(diagnosis.timeline.sentence(limit=2)))

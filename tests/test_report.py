@@ -715,3 +715,31 @@ def test_counts_over_a_thousand_have_separators() -> None:
     page = render_html(diag, plotlyjs="cdn")
     assert f"{n_info:,} note(s)" in page
     assert not re.search(r"\b\d{4,} (?:note|more|finding|further|spike)", page)
+
+
+def test_a_flood_of_one_note_does_not_hide_the_rarer_ones() -> None:
+    """The 1M-step benchmark run's three loss spikes (steps 223,870 onwards) were past the
+    report's cards and table, behind 4,812 absorbed grad-norm spikes in step order: only the
+    JSON had them. Notes about the loss come first, then rarer kinds before frequent ones."""
+    from forensics.findings import notes_in_reading_order
+    from forensics.pipeline import analyze_run
+    from forensics.report.render import FULL_FINDINGS
+
+    s, loss = healthy_loss(64_000)
+    _, gn = healthy_grad_norm(64_000)
+    loss, gn = loss.copy(), gn.copy()
+    gn[500::50] *= 3.0
+    loss[60_000:60_003] *= (1.8, 1.4, 1.1)  # a loss spike near the end
+    diag = analyze_run(run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)})))
+    notes = notes_in_reading_order(diag.findings)
+    kinds = [f.kind.value for f in notes]
+    assert kinds[0] == "loss_spike" and notes[0].start_step == 60_000
+    assert kinds.count("grad_norm_spike") > 1000
+    # Within a kind, step order.
+    g = [f.start_step for f in notes if f.kind.value == "grad_norm_spike"]
+    assert g == sorted(g)
+    page = render_html(diag, plotlyjs="cdn")
+    findings = page[page.index('id="findings"') : page.index('id="investigation"')]
+    cards = findings[: findings.index("more finding(s)")]
+    assert "Loss spike at step 60,000" in cards
+    assert FULL_FINDINGS < len(notes)

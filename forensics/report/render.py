@@ -14,7 +14,14 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from forensics.findings import LOOKS, Severity, finding_steps, look, step_range
+from forensics.findings import (
+    LOOKS,
+    Severity,
+    finding_steps,
+    look,
+    notes_in_reading_order,
+    step_range,
+)
 from forensics.prescriptions import AREA_TITLES, STANDING_GUIDANCE, TABLE, needs_action
 from forensics.timeline import vital_label
 
@@ -191,7 +198,9 @@ def build_context(
 
     run = diagnosis.run
     panels = build_panels(diagnosis.ev, diagnosis.findings)
-    ranked = diagnosis.ranked()
+    # Worst first; the notes in reading order (a flood of one kind after the rarer ones).
+    ranked = [f for f in diagnosis.ranked() if f.severity is not Severity.INFO]
+    ranked += notes_in_reading_order(diagnosis.findings)
     incidents = sorted(diagnosis.incidents, key=lambda i: (-i.severity.rank, i.start_step))
     rollbacks: dict[int, list[Any]] = {}
     for rb in diagnosis.rollbacks:
