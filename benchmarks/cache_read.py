@@ -19,7 +19,7 @@ from benchmarks.measure import pair, run
 
 PY = sys.executable
 
-_INPROC = r"""
+INPROC = r"""
 import sys, time
 from forensics.importers import ReadOptions, read_run
 path, repeat = sys.argv[1], int(sys.argv[2])
@@ -62,7 +62,7 @@ def main() -> None:
                 )
                 assert tn is not None
                 out = subprocess.run(
-                    [PY, "-c", _INPROC, str(run_dir), str(args.repeat)],
+                    [PY, "-c", INPROC, str(run_dir), str(args.repeat)],
                     env={**env, **withcache},
                     capture_output=True,
                     text=True,
