@@ -51,6 +51,7 @@ BAND_WINDOW = 101
 PART_POINTS = 5
 PART_HOLD = 3
 SAME_STEP = 2  # findings of one kind at most this many steps apart are "at the same step"
+SHARED_SHOWN = 10  # shared spikes printed in the terminal; the report lists up to MAX_ROWS
 SPIKE_KINDS = ("loss_spike", "grad_norm_spike")
 SEED_KEYS = ("seed", "random_seed", "data_seed", "training.seed", "args.seed")
 
@@ -385,21 +386,26 @@ def shared_spikes(diags: list[Diagnosis], labels: list[str]) -> list[dict[str, A
     """Spikes (loss or grad norm) at the same step in two or more runs. When the runs' seeds
     differ (or are not logged), the common cause is the data order: the batch at that step."""
     groups: list[dict[str, Any]] = []
+    # (kind, step) -> positions in ``groups``: a finding joins the earliest group of its kind
+    # within SAME_STEP, found by looking up the few steps around it (a 1M-step run has
+    # thousands of spikes: a scan of every group per finding took seconds).
+    at: dict[tuple[str, int], list[int]] = {}
     for i, d in enumerate(diags):
         for f in d.findings:
-            if f.kind.value not in SPIKE_KINDS:
+            kind = f.kind.value
+            if kind not in SPIKE_KINDS:
                 continue
-            g = next(
-                (
-                    g
-                    for g in groups
-                    if g["kind"] == f.kind.value and abs(g["step"] - f.start_step) <= SAME_STEP
-                ),
-                None,
-            )
-            if g is None:
-                groups.append({"kind": f.kind.value, "step": f.start_step, "runs": [i]})
-            elif i not in g["runs"]:
+            near = [
+                j
+                for s in range(f.start_step - SAME_STEP, f.start_step + SAME_STEP + 1)
+                for j in at.get((kind, s), ())
+            ]
+            if not near:
+                at.setdefault((kind, f.start_step), []).append(len(groups))
+                groups.append({"kind": kind, "step": f.start_step, "runs": [i]})
+                continue
+            g = groups[min(near)]
+            if i not in g["runs"]:
                 g["runs"].append(i)
     out = []
     for g in groups:
@@ -624,5 +630,10 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         )
         for f in fd["only_other"][:5]:
             console.print(f"    only in {escape(lab)}: {f['kind']} @ {f['step']:,}")
-    for sp in cmp.shared_spikes:
+    for sp in cmp.shared_spikes[:SHARED_SHOWN]:
         console.print(f"shared: {escape(sp['note'])}")
+    if len(cmp.shared_spikes) > SHARED_SHOWN:
+        console.print(
+            f"... and {len(cmp.shared_spikes) - SHARED_SHOWN:,} more spikes shared at the same "
+            "step (the comparison report and --json list them all)"
+        )

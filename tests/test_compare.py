@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -179,3 +180,87 @@ def test_compare_cli_reference_align_json(tmp_path: Path, monkeypatch: pytest.Mo
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["compare", str(a), str(b), "--align", "tokens", "--no-report"])
     assert res.exit_code != 0 and "not logged" in res.output
+
+
+def _shared_by_scan(diags, labels):  # type: ignore[no-untyped-def]
+    """The grouping as first written: each finding scans every group (the reference)."""
+    from forensics.compare import SAME_STEP, SPIKE_KINDS
+
+    groups: list[dict] = []
+    for i, d in enumerate(diags):
+        for f in d.findings:
+            if f.kind.value not in SPIKE_KINDS:
+                continue
+            g = next(
+                (
+                    g
+                    for g in groups
+                    if g["kind"] == f.kind.value and abs(g["step"] - f.start_step) <= SAME_STEP
+                ),
+                None,
+            )
+            if g is None:
+                groups.append({"kind": f.kind.value, "step": f.start_step, "runs": [i]})
+            elif i not in g["runs"]:
+                g["runs"].append(i)
+    return [(g["kind"], g["step"], g["runs"]) for g in groups if len(g["runs"]) >= 2]
+
+
+def test_shared_spikes_grouped_by_lookup_as_by_scan() -> None:
+    """The groups found by looking up nearby steps are the scan's, on clustered spikes (two
+    within SAME_STEP of one group, chains of spikes 2 steps apart, two kinds at one step)."""
+    from forensics.compare import shared_spikes
+    from forensics.diagnosis import diagnose
+    from forensics.findings import Finding, FindingKind
+
+    s = np.arange(0, 400)
+    run = run_from_frame(long_frame({"loss": (s, 2 + 0 * s)}))
+    rng = np.random.default_rng(7)
+    diags = []
+    for _ in range(3):
+        found = []
+        for step in sorted(rng.choice(300, 60, replace=False)):
+            kind = FindingKind.LOSS_SPIKE if rng.random() < 0.5 else FindingKind.GRAD_NORM_SPIKE
+            found.append(Finding(kind, "info", "loss", int(step), "a spike"))
+        found.append(Finding(FindingKind.LOSS_SPIKE, "info", "loss", 350, "a spike"))
+        found.append(Finding(FindingKind.LOSS_SPIKE, "info", "loss", 352, "a spike"))
+        diags.append(diagnose(run, found))
+    labels = ["a", "b", "c"]
+    got = [
+        (g["kind"], g["step"], [labels.index(r) for r in g["runs"]])
+        for g in shared_spikes(diags, labels)
+    ]
+    assert got == _shared_by_scan(diags, labels)
+    assert len(got) > 20
+
+
+def test_compare_terminal_lists_a_few_shared_spikes(tmp_path: Path) -> None:
+    """Two 1M-step copies of one run printed 4,812 "shared:" lines; the terminal shows ten and
+    says how many more the report and --json hold."""
+    steps = np.arange(0, 30_000)
+    rng = np.random.default_rng(3)
+    loss = 2 + 8 / (1 + steps / 40) + rng.normal(0, 0.01, len(steps))
+    gn = 0.6 * np.exp(rng.normal(0, 0.05, len(steps)))
+    gn[300::100] *= 3.0
+    paths = []
+    for name in ("a", "b"):
+        p = tmp_path / name
+        p.mkdir()
+        with open(p / "metrics.jsonl", "w") as fh:
+            for t, lv, g in zip(steps, loss, gn, strict=True):
+                fh.write(
+                    json.dumps({"step": int(t), "loss": float(lv), "grad_norm": float(g)}) + "\n"
+                )
+        paths.append(str(p))
+    res = runner.invoke(
+        app,
+        ["compare", *paths, "--out", str(tmp_path / "c.html"), "--no-cache"],
+        terminal_width=300,
+    )
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("shared:")]
+    assert len(lines) == 10
+    more = re.search(r"\.\.\. and ([\d,]+) more spikes shared at the same step", res.output)
+    assert more is not None
+    cmp = compare(paths)
+    assert int(more.group(1).replace(",", "")) == len(cmp.shared_spikes) - 10 > 200

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from forensics.report.charts import _nums, esc, figure_json
 from forensics.report.downsample import downsample
 from forensics.report.render import (
+    MAX_ROWS,
     _env,
     _plotly_cdn,
     _plotly_inline,
@@ -123,6 +124,7 @@ def render_compare_html(cmp: Comparison, *, plotlyjs: str = "inline") -> str:
         "cdn_url": _plotly_cdn()[0] if plotlyjs == "cdn" else "",
         "cdn_sri": _plotly_cdn()[1] if plotlyjs == "cdn" else "",
         "version": _version(),
+        "max_rows": MAX_ROWS,
     }
     return _env().get_template("compare.html").render(**ctx)
 
