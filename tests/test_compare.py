@@ -264,3 +264,24 @@ def test_compare_terminal_lists_a_few_shared_spikes(tmp_path: Path) -> None:
     assert more is not None
     cmp = compare(paths)
     assert int(more.group(1).replace(",", "")) == len(cmp.shared_spikes) - 10 > 200
+
+
+def test_compare_page_folds_a_long_list_of_shared_spikes(tmp_path: Path) -> None:
+    """The page shows ten shared spikes, folds the rest (up to 500) and counts them."""
+    steps = np.arange(0, 30_000)
+    rng = np.random.default_rng(3)
+    loss = 2 + 8 / (1 + steps / 40) + rng.normal(0, 0.01, len(steps))
+    gn = 0.6 * np.exp(rng.normal(0, 0.05, len(steps)))
+    gn[300::100] *= 3.0
+    from forensics.compare import compare_diagnoses
+    from forensics.pipeline import analyze_run
+    from forensics.report.compare_page import render_compare_html
+
+    frame = long_frame({"loss": (steps, loss), "grad_norm": (steps, gn)})
+    cmp = compare_diagnoses([analyze_run(run_from_frame(frame)) for _ in range(2)])
+    n = len(cmp.shared_spikes)
+    page = render_compare_html(cmp, plotlyjs="cdn")
+    head, folded = page.split("more spikes shared at the same step</summary>", 1)
+    assert head.count("<b>shared:</b>") == 10
+    assert f"{n - 10:,} more spikes shared" in page
+    assert folded[: folded.index("</details>")].count("<b>shared:</b>") == min(n, 500) - 10
