@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.allocator import trim
 from forensics.findings import Finding
 from forensics.schema import (
     ACT_ABSMAX,
@@ -86,23 +87,30 @@ class Run:
             self._cached_for = id(self.frame)
         if self._view is None:
             plan = view_plan(self.frame)
+            trim()  # the plan's temporaries given back before the rows are moved
             if plan.order is not None:
-                self._reorder(plan.order)
+                self._reorder(plan)  # takes the plan's order (freed once the rows are moved)
                 self._cached_for = id(self.frame)
             self._view, self._index = plan.view_of(self.frame.select(VIEW_COLUMNS)), plan.index
             self._exact_index = self._index is not None
+            trim()
         return self._view
 
-    def _reorder(self, order: np.ndarray) -> None:
-        """The frame's rows put at ``order``, one column at a time: each column is freed once
-        its reordered copy is made (when nothing else holds the frame), so the rows are never
-        held twice. A frame written series by series is put in order by zero-copy slices."""
+    def _reorder(self, plan: ViewPlan) -> None:
+        """The frame's rows put at the plan's order, one column at a time: each column is
+        freed once its reordered copy is made (when nothing else holds the frame), so the rows
+        are never held twice. A frame written series by series is put in order by zero-copy
+        slices. The order is taken from the plan (``plan.order`` None after)."""
+        order, plan.order = plan.order, None
+        assert order is not None
         if _few_runs(order):
             self.frame = _take(self.frame, order)
             return
         frame, self.frame = self.frame, self.frame.clear()  # the run's reference dropped
         columns = frame.columns
-        idx = pl.Series(order.astype(np.uint32 if len(order) < 1 << 32 else np.uint64))
+        # The gather's index is the order's own array (no copy of 4-8 bytes a row).
+        idx = pl.Series(order.astype(np.uint32 if len(order) < 1 << 32 else np.uint64, copy=False))
+        del order
         done: list[pl.DataFrame] = []
         try:
             for name in frame.columns:
@@ -110,7 +118,9 @@ class Run:
                 # a scalar column, never materialized.
                 done.append(frame.select(pl.col(name).gather(idx)))
                 frame = frame.drop(name)  # the old column freed
+                trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
+            order = idx.to_numpy()
             back = np.empty(len(order), dtype=np.int64)
             back[order] = np.arange(len(order), dtype=np.int64)
             undo = pl.Series(back)
@@ -389,6 +399,7 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
             fu = _take(f, usable)
         del later
     ranked = _ranked_series(fu)
+    trim()  # (the temporaries of each step given back: see forensics.allocator)
     if ranked is None:
         # A tag with two layers, a null tag: the general way.
         perm, keep = _sorted_order(fu)
@@ -402,7 +413,9 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     steps = fu.get_column("step").to_numpy()
     pos = np.uint32 if n_all < 1 << 32 else np.int64
     perm = _stable_order(rank, n_series, pos)
+    trim()
     keep, counts, in_order = _last_of_key(perm, rank, steps, n_series)
+    trim()
     if not in_order:
         perm = np.lexsort((steps, rank)).astype(pos)  # stable: equal keys keep record order
         keep, counts, _ = _last_of_key(perm, rank, steps, n_series)
@@ -521,12 +534,12 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     one = np.full(int(key.max()) + 1, none, dtype=idx)
     one[key] = np.arange(len(key), dtype=idx)
     keys = np.flatnonzero(one != none)
-    rows = pl.Series(one[key])
     for name in ("metric", "layer"):
         col = f.get_column(name)
-        if not col.eq_missing(col.gather(rows)).all():
-            return None
-    del rows
+        for a in range(0, len(key), _BLOCK):  # in blocks: no whole-length gathers
+            rows = pl.Series(one[key[a : a + _BLOCK]])
+            if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
+                return None
     pairs = (
         f.select("metric", "source", "tag", "layer")
         .gather(one[keys])

@@ -16,6 +16,7 @@ from types import ModuleType
 
 import polars as pl
 
+from forensics.allocator import trim
 from forensics.errors import MultipleJobsError, UnknownFormatError, UnreadableInputError
 from forensics.findings import FindingKind
 from forensics.importers import chains
@@ -302,6 +303,7 @@ def read_job(
         if hit is not None:
             return hit
     run = _read_job(path, job, sources, options, only_job)
+    trim()  # the readers' temporaries given back (forensics.allocator)
     if key is not None and key[1]:
         cache.store(key[0], run, Path(path))
     return run
@@ -355,6 +357,9 @@ def _one_chunk(res: ImportResult) -> None:
     for name in frame.columns:
         done.append(frame.select(name).rechunk())
         frame = frame.drop(name)
+        # A reader's blocks of numpy arrays (a few MiB each) live in glibc's heap, where
+        # freed ones stay resident: given back before the next column is copied.
+        trim()
     res.frame = pl.concat(done, how="horizontal")
 
 
