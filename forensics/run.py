@@ -114,9 +114,7 @@ class Run:
         done: list[pl.DataFrame] = []
         try:
             for name in frame.columns:
-                # Expressions, not Series: a constant column (one source, one segment) stays
-                # a scalar column, never materialized.
-                done.append(frame.select(pl.col(name).gather(idx)))
+                done.append(_gathered(frame, name, idx))
                 frame = frame.drop(name)  # the old column freed
                 trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
@@ -582,6 +580,27 @@ def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
         return pl.concat(parts, how="vertical", rechunk=False)
     idx = pl.Series(perm.astype(np.uint32 if f.height < 1 << 32 else np.uint64))
     return f.select(pl.all().gather(idx))
+
+
+# Wide columns without nulls, gathered by numpy: one output array (polars' parallel gather
+# holds about twice the column at its peak).
+_NUMPY_GATHER = ("step", "value", "wall_time", "record_idx")
+
+
+def _gathered(frame: pl.DataFrame, name: str, idx: pl.Series) -> pl.DataFrame:
+    """Column ``name`` of ``frame`` at rows ``idx``, as a one-column frame. Expressions, not
+    Series, for the others: a constant column (one source, one segment) stays a scalar
+    column, never materialized."""
+    if name in _NUMPY_GATHER and frame.schema[name].is_numeric():
+        nulls, chunks = frame.select(pl.col(name).null_count()).item(), 1
+        if not nulls:
+            col = frame.get_column(name)
+            chunks = col.n_chunks()
+        if not nulls and chunks == 1:
+            # Indexing, not np.take: take makes an int64 copy of the whole index first.
+            out = col.to_numpy()[idx.to_numpy()]  # (zero-copy views of both)
+            return pl.DataFrame(pl.Series(name, out, dtype=col.dtype))
+    return frame.select(pl.col(name).gather(idx))
 
 
 def _breaks(perm: np.ndarray) -> np.ndarray:

@@ -263,3 +263,27 @@ def test_a_frame_with_string_tags_takes_the_same_view() -> None:
         frame = _frame(seed).with_columns(pl.col("source", "tag").cast(pl.String))
         run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
         assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
+
+
+def test_a_gathered_column_equals_polars_gather_and_keeps_scalar_columns() -> None:
+    # numpy gathers the wide columns without nulls in one chunk; the rest go through polars.
+    rng = np.random.default_rng(5)
+    n = 5000
+    a = pl.DataFrame(
+        {
+            "step": np.arange(n, dtype=np.int64),
+            "value": rng.normal(size=n),
+            "wall_time": [None if i % 7 == 0 else float(i) for i in range(n)],  # nulls
+            "record_idx": np.arange(n, dtype=np.int32),
+            "tag": pl.Series(np.resize(["a", "b", "c"], n), dtype=pl.Categorical),
+        }
+    ).with_columns(pl.lit("jsonl", dtype=pl.Categorical).alias("source"))
+    chunked = pl.concat([a.slice(0, 1234), a.slice(1234)], rechunk=False)  # value in 2 chunks
+    idx = pl.Series(rng.permutation(n).astype(np.uint32))
+    for f in (a, chunked):
+        for name in f.columns:
+            got = run_mod._gathered(f, name, idx)
+            assert_frame_equal(got, f.select(pl.col(name).gather(idx)))
+            assert got.schema == f.select(name).schema
+    # A constant column stays one (its gather allocates nothing per row).
+    assert run_mod._gathered(a, "source", idx).estimated_size() < 1000
