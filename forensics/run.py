@@ -389,8 +389,13 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     if fu.is_empty():
         empty = pl.DataFrame(schema=INDEX_SCHEMA)
         return ViewPlan(None if usable is None else _order(None, usable, n_all), 0, None, empty)
-    seg = fu.get_column("segment")
-    if seg.null_count() or seg.min() != seg.max():
+    # Expressions, not the Series: a constant segment column stays one value (a Series of it
+    # is made per row, and kept by the frame).
+    seg = pl.col("segment")
+    lo, hi, seg_nulls = fu.select(
+        seg.min(), seg.max().alias("hi"), seg.null_count().alias("n")
+    ).row(0)
+    if seg_nulls or lo != hi:
         later = _not_preempted(fu)
         if not later.all():
             usable = np.flatnonzero(later) if usable is None else usable[later]
@@ -509,22 +514,28 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
 
     On the categorical codes with lookup tables: a ``unique()`` of the four key columns would
     hash every row (about 50 bytes a row of transient memory on a 7M-row frame)."""
-    tag, src = f.get_column("tag"), f.get_column("source")
-    if tag.null_count() or src.null_count():
+    tag = f.get_column("tag")
+    if tag.null_count() or f.select(pl.col("source").null_count()).item():
         return None
-    if not (isinstance(tag.dtype, pl.Categorical) and isinstance(src.dtype, pl.Categorical)):
+    if not (
+        isinstance(tag.dtype, pl.Categorical) and isinstance(f.schema["source"], pl.Categorical)
+    ):
         return _ranked_series_by_join(f)  # a frame not in the canonical schema (strings)
     key = tag.to_physical().to_numpy()  # each row's series: its tag code (one source) ...
     n_tags = int(key.max()) + 1
-    src_codes = src.to_physical().to_numpy()
-    present = np.zeros(int(src_codes.max()) + 1, dtype=bool)
-    present[src_codes] = True
-    if present.sum() > 1:  # ... or its (source, tag) pair: source number * n_tags + tag code
+    # (the source's codes by expressions first: one source, a constant column, is never made
+    # per row; a Series of it would be, and kept by the frame)
+    code = pl.col("source").to_physical()
+    if f.select(code.min() != code.max()).item():
+        src_codes = f.get_column("source").to_physical().to_numpy()
+        present = np.zeros(int(src_codes.max()) + 1, dtype=bool)
+        present[src_codes] = True
+        # ... or its (source, tag) pair: source number * n_tags + tag code
         dense = np.cumsum(present, dtype=np.int64) - 1
         if int(present.sum()) * n_tags >= 1 << 32:
             return _ranked_series_by_join(f)
         key = dense.astype(np.uint32)[src_codes] * np.uint32(n_tags) + key
-    del src_codes, present
+        del src_codes, present
     # One row of each series (the last), then every row checked against it: the same metric
     # and layer (else a tag spans two layers: the general way).
     idx = np.uint32 if len(key) < (1 << 32) - 1 else np.uint64
