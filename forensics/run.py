@@ -113,8 +113,10 @@ class Run:
         del order
         done: list[pl.DataFrame] = []
         try:
-            for name in frame.columns:
-                done.append(_gathered(frame, name, idx))
+            for name in columns:
+                # Expressions, not Series: a constant column (one source, one segment) stays
+                # a scalar column, never materialized.
+                done.append(frame.select(pl.col(name).gather(idx)))
                 frame = frame.drop(name)  # the old column freed
                 trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
@@ -582,48 +584,45 @@ def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
     n = len(perm)
     if n == 0:
         return f.clear()
-    breaks = _breaks(perm)
-    if not len(breaks) and n == f.height and perm[0] == 0:
-        return f
-    if _few_runs(perm, breaks):
-        bounds = np.concatenate(([0], breaks, [n]))
-        parts = [f.slice(int(perm[a]), int(b - a)) for a, b in pairwise(bounds)]
-        return pl.concat(parts, how="vertical", rechunk=False)
+    breaks = _breaks(perm, _MAX_RUNS)
+    if breaks is not None:
+        if not len(breaks) and n == f.height and perm[0] == 0:
+            return f
+        if _few_runs(perm, breaks):
+            bounds = np.concatenate(([0], breaks, [n]))
+            parts = [f.slice(int(perm[a]), int(b - a)) for a, b in pairwise(bounds)]
+            return pl.concat(parts, how="vertical", rechunk=False)
     idx = pl.Series(perm.astype(np.uint32 if f.height < 1 << 32 else np.uint64))
     return f.select(pl.all().gather(idx))
 
 
-# Wide columns without nulls, gathered by numpy: one output array (polars' parallel gather
-# holds about twice the column at its peak).
-_NUMPY_GATHER = ("step", "value", "wall_time", "record_idx")
+_MAX_RUNS = 1024  # runs of a permutation still taken as zero-copy slices
 
 
-def _gathered(frame: pl.DataFrame, name: str, idx: pl.Series) -> pl.DataFrame:
-    """Column ``name`` of ``frame`` at rows ``idx``, as a one-column frame. Expressions, not
-    Series, for the others: a constant column (one source, one segment) stays a scalar
-    column, never materialized."""
-    if name in _NUMPY_GATHER and frame.schema[name].is_numeric():
-        nulls, chunks = frame.select(pl.col(name).null_count()).item(), 1
-        if not nulls:
-            col = frame.get_column(name)
-            chunks = col.n_chunks()
-        if not nulls and chunks == 1:
-            # Indexing, not np.take: take makes an int64 copy of the whole index first.
-            out = col.to_numpy()[idx.to_numpy()]  # (zero-copy views of both)
-            return pl.DataFrame(pl.Series(name, out, dtype=col.dtype))
-    return frame.select(pl.col(name).gather(idx))
-
-
-def _breaks(perm: np.ndarray) -> np.ndarray:
-    """Where ``perm`` stops counting up by one (the starts of its runs after the first)."""
-    return np.flatnonzero(np.diff(perm) != 1) + 1
+def _breaks(perm: np.ndarray, limit: int | None = None) -> np.ndarray | None:
+    """Where ``perm`` stops counting up by one (the starts of its runs after the first); None
+    once more than ``limit`` are found. In blocks: an interleaved frame's order breaks at
+    nearly every row, and the whole-length differences and positions would cost about 13
+    bytes a row."""
+    found: list[np.ndarray] = []
+    count = 0
+    for a in range(0, max(len(perm) - 1, 0), _BLOCK):
+        p = perm[a : a + _BLOCK + 1]
+        got = np.flatnonzero(np.diff(p) != 1) + (a + 1)
+        count += len(got)
+        if limit is not None and count > limit:
+            return None
+        found.append(got)
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
 def _few_runs(perm: np.ndarray, breaks: np.ndarray | None = None) -> bool:
     """Do ``perm``'s rows come in a few long runs (worth zero-copy slices, not a gather)?"""
     if breaks is None:
-        breaks = _breaks(perm)
-    return len(breaks) < 1024 and len(perm) >= 4096 * (len(breaks) + 1)
+        breaks = _breaks(perm, _MAX_RUNS)
+        if breaks is None:
+            return False
+    return len(breaks) < _MAX_RUNS and len(perm) >= 4096 * (len(breaks) + 1)
 
 
 def _not_preempted(f: pl.DataFrame) -> np.ndarray:

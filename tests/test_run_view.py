@@ -265,25 +265,26 @@ def test_a_frame_with_string_tags_takes_the_same_view() -> None:
         assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
 
 
-def test_a_gathered_column_equals_polars_gather_and_keeps_scalar_columns() -> None:
-    # numpy gathers the wide columns without nulls in one chunk; the rest go through polars.
-    rng = np.random.default_rng(5)
-    n = 5000
-    a = pl.DataFrame(
-        {
-            "step": np.arange(n, dtype=np.int64),
-            "value": rng.normal(size=n),
-            "wall_time": [None if i % 7 == 0 else float(i) for i in range(n)],  # nulls
-            "record_idx": np.arange(n, dtype=np.int32),
-            "tag": pl.Series(np.resize(["a", "b", "c"], n), dtype=pl.Categorical),
-        }
-    ).with_columns(pl.lit("jsonl", dtype=pl.Categorical).alias("source"))
-    chunked = pl.concat([a.slice(0, 1234), a.slice(1234)], rechunk=False)  # value in 2 chunks
-    idx = pl.Series(rng.permutation(n).astype(np.uint32))
-    for f in (a, chunked):
-        for name in f.columns:
-            got = run_mod._gathered(f, name, idx)
-            assert_frame_equal(got, f.select(pl.col(name).gather(idx)))
-            assert got.schema == f.select(name).schema
-    # A constant column stays one (its gather allocates nothing per row).
-    assert run_mod._gathered(a, "source", idx).estimated_size() < 1000
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 20])
+def test_the_blockwise_breaks_are_the_whole_lengths(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(run_mod, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    cases = [np.arange(0, dtype=np.uint32), np.arange(1, dtype=np.uint32)]
+    cases += [np.arange(n, dtype=np.uint32) for n in (2, 5000)]
+    cases += [rng.permutation(n).astype(np.uint32) for n in (2, 7, 300)]
+    runs = [np.arange(a, a + 900) for a in (3000, 0, 900, 2000, 1800)]  # a few long runs
+    cases.append(np.concatenate(runs).astype(np.uint32))
+    for perm in cases:
+        want = np.flatnonzero(np.diff(perm.astype(np.int64)) != 1) + 1
+        got = run_mod._breaks(perm)
+        assert got is not None
+        np.testing.assert_array_equal(got, want)
+        for limit in (0, 1, 3, 1024):
+            capped = run_mod._breaks(perm, limit)
+            if len(want) > limit:
+                assert capped is None
+            else:
+                np.testing.assert_array_equal(capped, want)  # type: ignore[arg-type]
+        assert run_mod._few_runs(perm) == (len(want) < 1024 and len(perm) >= 4096 * (len(want) + 1))
