@@ -157,6 +157,7 @@ def _memory(path: str) -> None:
     rss.stage("import")
     run = read_run(path, options=ReadOptions(cache=False))
     points = run.frame.height
+    frame_mib = run.frame.estimated_size() / 2**20  # the rows the run holds (constants once)
 
     # The view's stages, where the run has them (labelled inside whichever stage builds it).
     for name in ("view_plan", "view_and_index"):
@@ -176,6 +177,11 @@ def _memory(path: str) -> None:
     rss.stop()
     peak = _hwm()
     print(f"points {points:,}; peak (VmHWM) {peak:.0f} MiB = {peak * 2**20 / points:.0f} B/point")
+    top = max(rss.peak, key=rss.peak.__getitem__)
+    print(
+        f"frame {frame_mib:.0f} MiB = {frame_mib * 2**20 / points:.0f} B/point; "
+        f"largest sampled stage: {top} ({rss.peak[top]:.0f} MiB)"
+    )
     print(f"{'stage':40s} {'peak MiB':>9s} {'after MiB':>9s}")
     for lab, pk in rss.peak.items():
         print(f"{lab:40s} {pk:9.0f} {rss.after.get(lab, float('nan')):9.0f}")

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.allocator import trim
 from forensics.findings import Finding
 from forensics.schema import (
     ACT_ABSMAX,
@@ -86,31 +87,40 @@ class Run:
             self._cached_for = id(self.frame)
         if self._view is None:
             plan = view_plan(self.frame)
+            trim()  # the plan's temporaries given back before the rows are moved
             if plan.order is not None:
-                self._reorder(plan.order)
+                self._reorder(plan)  # takes the plan's order (freed once the rows are moved)
                 self._cached_for = id(self.frame)
             self._view, self._index = plan.view_of(self.frame.select(VIEW_COLUMNS)), plan.index
             self._exact_index = self._index is not None
+            trim()
         return self._view
 
-    def _reorder(self, order: np.ndarray) -> None:
-        """The frame's rows put at ``order``, one column at a time: each column is freed once
-        its reordered copy is made (when nothing else holds the frame), so the rows are never
-        held twice. A frame written series by series is put in order by zero-copy slices."""
+    def _reorder(self, plan: ViewPlan) -> None:
+        """The frame's rows put at the plan's order, one column at a time: each column is
+        freed once its reordered copy is made (when nothing else holds the frame), so the rows
+        are never held twice. A frame written series by series is put in order by zero-copy
+        slices. The order is taken from the plan (``plan.order`` None after)."""
+        order, plan.order = plan.order, None
+        assert order is not None
         if _few_runs(order):
             self.frame = _take(self.frame, order)
             return
         frame, self.frame = self.frame, self.frame.clear()  # the run's reference dropped
         columns = frame.columns
-        idx = pl.Series(order.astype(np.uint32 if len(order) < 1 << 32 else np.uint64))
+        # The gather's index is the order's own array (no copy of 4-8 bytes a row).
+        idx = pl.Series(order.astype(np.uint32 if len(order) < 1 << 32 else np.uint64, copy=False))
+        del order
         done: list[pl.DataFrame] = []
         try:
-            for name in frame.columns:
+            for name in columns:
                 # Expressions, not Series: a constant column (one source, one segment) stays
                 # a scalar column, never materialized.
                 done.append(frame.select(pl.col(name).gather(idx)))
                 frame = frame.drop(name)  # the old column freed
+                trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
+            order = idx.to_numpy()
             back = np.empty(len(order), dtype=np.int64)
             back[order] = np.arange(len(order), dtype=np.int64)
             undo = pl.Series(back)
@@ -381,14 +391,20 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     if fu.is_empty():
         empty = pl.DataFrame(schema=INDEX_SCHEMA)
         return ViewPlan(None if usable is None else _order(None, usable, n_all), 0, None, empty)
-    seg = fu.get_column("segment")
-    if seg.null_count() or seg.min() != seg.max():
+    # Expressions, not the Series: a constant segment column stays one value (a Series of it
+    # is made per row, and kept by the frame).
+    seg = pl.col("segment")
+    lo, hi, seg_nulls = fu.select(
+        seg.min(), seg.max().alias("hi"), seg.null_count().alias("n")
+    ).row(0)
+    if seg_nulls or lo != hi:
         later = _not_preempted(fu)
         if not later.all():
             usable = np.flatnonzero(later) if usable is None else usable[later]
             fu = _take(f, usable)
         del later
     ranked = _ranked_series(fu)
+    trim()  # (the temporaries of each step given back: see forensics.allocator)
     if ranked is None:
         # A tag with two layers, a null tag: the general way.
         perm, keep = _sorted_order(fu)
@@ -402,7 +418,9 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     steps = fu.get_column("step").to_numpy()
     pos = np.uint32 if n_all < 1 << 32 else np.int64
     perm = _stable_order(rank, n_series, pos)
+    trim()
     keep, counts, in_order = _last_of_key(perm, rank, steps, n_series)
+    trim()
     if not in_order:
         perm = np.lexsort((steps, rank)).astype(pos)  # stable: equal keys keep record order
         keep, counts, _ = _last_of_key(perm, rank, steps, n_series)
@@ -498,22 +516,28 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
 
     On the categorical codes with lookup tables: a ``unique()`` of the four key columns would
     hash every row (about 50 bytes a row of transient memory on a 7M-row frame)."""
-    tag, src = f.get_column("tag"), f.get_column("source")
-    if tag.null_count() or src.null_count():
+    tag = f.get_column("tag")
+    if tag.null_count() or f.select(pl.col("source").null_count()).item():
         return None
-    if not (isinstance(tag.dtype, pl.Categorical) and isinstance(src.dtype, pl.Categorical)):
+    if not (
+        isinstance(tag.dtype, pl.Categorical) and isinstance(f.schema["source"], pl.Categorical)
+    ):
         return _ranked_series_by_join(f)  # a frame not in the canonical schema (strings)
     key = tag.to_physical().to_numpy()  # each row's series: its tag code (one source) ...
     n_tags = int(key.max()) + 1
-    src_codes = src.to_physical().to_numpy()
-    present = np.zeros(int(src_codes.max()) + 1, dtype=bool)
-    present[src_codes] = True
-    if present.sum() > 1:  # ... or its (source, tag) pair: source number * n_tags + tag code
+    # (the source's codes by expressions first: one source, a constant column, is never made
+    # per row; a Series of it would be, and kept by the frame)
+    code = pl.col("source").to_physical()
+    if f.select(code.min() != code.max()).item():
+        src_codes = f.get_column("source").to_physical().to_numpy()
+        present = np.zeros(int(src_codes.max()) + 1, dtype=bool)
+        present[src_codes] = True
+        # ... or its (source, tag) pair: source number * n_tags + tag code
         dense = np.cumsum(present, dtype=np.int64) - 1
         if int(present.sum()) * n_tags >= 1 << 32:
             return _ranked_series_by_join(f)
         key = dense.astype(np.uint32)[src_codes] * np.uint32(n_tags) + key
-    del src_codes, present
+        del src_codes, present
     # One row of each series (the last), then every row checked against it: the same metric
     # and layer (else a tag spans two layers: the general way).
     idx = np.uint32 if len(key) < (1 << 32) - 1 else np.uint64
@@ -521,12 +545,12 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     one = np.full(int(key.max()) + 1, none, dtype=idx)
     one[key] = np.arange(len(key), dtype=idx)
     keys = np.flatnonzero(one != none)
-    rows = pl.Series(one[key])
     for name in ("metric", "layer"):
         col = f.get_column(name)
-        if not col.eq_missing(col.gather(rows)).all():
-            return None
-    del rows
+        for a in range(0, len(key), _BLOCK):  # in blocks: no whole-length gathers
+            rows = pl.Series(one[key[a : a + _BLOCK]])
+            if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
+                return None
     pairs = (
         f.select("metric", "source", "tag", "layer")
         .gather(one[keys])
@@ -560,27 +584,45 @@ def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
     n = len(perm)
     if n == 0:
         return f.clear()
-    breaks = _breaks(perm)
-    if not len(breaks) and n == f.height and perm[0] == 0:
-        return f
-    if _few_runs(perm, breaks):
-        bounds = np.concatenate(([0], breaks, [n]))
-        parts = [f.slice(int(perm[a]), int(b - a)) for a, b in pairwise(bounds)]
-        return pl.concat(parts, how="vertical", rechunk=False)
+    breaks = _breaks(perm, _MAX_RUNS)
+    if breaks is not None:
+        if not len(breaks) and n == f.height and perm[0] == 0:
+            return f
+        if _few_runs(perm, breaks):
+            bounds = np.concatenate(([0], breaks, [n]))
+            parts = [f.slice(int(perm[a]), int(b - a)) for a, b in pairwise(bounds)]
+            return pl.concat(parts, how="vertical", rechunk=False)
     idx = pl.Series(perm.astype(np.uint32 if f.height < 1 << 32 else np.uint64))
     return f.select(pl.all().gather(idx))
 
 
-def _breaks(perm: np.ndarray) -> np.ndarray:
-    """Where ``perm`` stops counting up by one (the starts of its runs after the first)."""
-    return np.flatnonzero(np.diff(perm) != 1) + 1
+_MAX_RUNS = 1024  # runs of a permutation still taken as zero-copy slices
+
+
+def _breaks(perm: np.ndarray, limit: int | None = None) -> np.ndarray | None:
+    """Where ``perm`` stops counting up by one (the starts of its runs after the first); None
+    once more than ``limit`` are found. In blocks: an interleaved frame's order breaks at
+    nearly every row, and the whole-length differences and positions would cost about 13
+    bytes a row."""
+    found: list[np.ndarray] = []
+    count = 0
+    for a in range(0, max(len(perm) - 1, 0), _BLOCK):
+        p = perm[a : a + _BLOCK + 1]
+        got = np.flatnonzero(np.diff(p) != 1) + (a + 1)
+        count += len(got)
+        if limit is not None and count > limit:
+            return None
+        found.append(got)
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
 def _few_runs(perm: np.ndarray, breaks: np.ndarray | None = None) -> bool:
     """Do ``perm``'s rows come in a few long runs (worth zero-copy slices, not a gather)?"""
     if breaks is None:
-        breaks = _breaks(perm)
-    return len(breaks) < 1024 and len(perm) >= 4096 * (len(breaks) + 1)
+        breaks = _breaks(perm, _MAX_RUNS)
+        if breaks is None:
+            return False
+    return len(breaks) < _MAX_RUNS and len(perm) >= 4096 * (len(breaks) + 1)
 
 
 def _not_preempted(f: pl.DataFrame) -> np.ndarray:

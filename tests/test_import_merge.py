@@ -35,3 +35,22 @@ def test_a_frame_in_blocks_is_finished_like_one_in_one_chunk() -> None:
         assert_frame_equal(got.frame, want.frame)
         assert notes_b == notes
         assert all(c.n_chunks() == 1 for c in got.frame.iter_columns())
+
+
+def test_one_chunk_keeps_a_frame_in_one_chunk_and_makes_blocks_one() -> None:
+    from forensics.importers import _one_chunk
+
+    n = 10_000
+    whole = pl.DataFrame({"step": list(range(n)), "value": [0.5] * n}).with_columns(
+        pl.lit("jsonl", dtype=pl.Categorical).alias("source"),  # a constant column
+        pl.lit(0, dtype=pl.Int16).alias("segment"),
+    )
+    res = ImportResult(whole)
+    _one_chunk(res)
+    assert res.frame is whole  # nothing to do: the frame itself
+    blocks = pl.concat([whole.slice(0, 1234), whole.slice(1234)], rechunk=False)
+    assert blocks.select("step").n_chunks("first") == 2
+    res = ImportResult(blocks)
+    _one_chunk(res)
+    assert_frame_equal(res.frame, whole)
+    assert all(res.frame.select(c).n_chunks("first") == 1 for c in res.frame.columns)

@@ -263,3 +263,28 @@ def test_a_frame_with_string_tags_takes_the_same_view() -> None:
         frame = _frame(seed).with_columns(pl.col("source", "tag").cast(pl.String))
         run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
         assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 20])
+def test_the_blockwise_breaks_are_the_whole_lengths(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(run_mod, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    cases = [np.arange(0, dtype=np.uint32), np.arange(1, dtype=np.uint32)]
+    cases += [np.arange(n, dtype=np.uint32) for n in (2, 5000)]
+    cases += [rng.permutation(n).astype(np.uint32) for n in (2, 7, 300)]
+    runs = [np.arange(a, a + 900) for a in (3000, 0, 900, 2000, 1800)]  # a few long runs
+    cases.append(np.concatenate(runs).astype(np.uint32))
+    for perm in cases:
+        want = np.flatnonzero(np.diff(perm.astype(np.int64)) != 1) + 1
+        got = run_mod._breaks(perm)
+        assert got is not None
+        np.testing.assert_array_equal(got, want)
+        for limit in (0, 1, 3, 1024):
+            capped = run_mod._breaks(perm, limit)
+            if len(want) > limit:
+                assert capped is None
+            else:
+                np.testing.assert_array_equal(capped, want)  # type: ignore[arg-type]
+        assert run_mod._few_runs(perm) == (len(want) < 1024 and len(perm) >= 4096 * (len(want) + 1))

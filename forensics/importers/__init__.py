@@ -16,6 +16,7 @@ from types import ModuleType
 
 import polars as pl
 
+from forensics.allocator import trim
 from forensics.errors import MultipleJobsError, UnknownFormatError, UnreadableInputError
 from forensics.findings import FindingKind
 from forensics.importers import chains
@@ -302,6 +303,7 @@ def read_job(
         if hit is not None:
             return hit
     run = _read_job(path, job, sources, options, only_job)
+    trim()  # the readers' temporaries given back (forensics.allocator)
     if key is not None and key[1]:
         cache.store(key[0], run, Path(path))
     return run
@@ -346,15 +348,23 @@ def _one_chunk(res: ImportResult) -> None:
     """The result's columns each made one chunk, one column at a time (the old chunks freed as
     it goes). A reader that appends blocks leaves its columns in many chunks beside one-chunk
     ones, and polars' ``select`` then copies every misaligned column at once (``conform`` and
-    ``add_canonical``): about 180 MiB held twice for a 1M-step JSONL run."""
+    ``add_canonical``): about 180 MiB held twice for a 1M-step JSONL run.
+
+    Chunks are counted on one-column frames: a constant column (``pl.lit``) is held as one
+    value, but a Series of it (``iter_columns``, the frame's ``n_chunks("all")``) is made
+    per row and kept by the frame (4 bytes a row for each of source, file and x_kind: about
+    70 MiB for a 1M-step run, held until the view reorders the frame)."""
     frame = res.frame
-    if all(c.n_chunks() == 1 for c in frame.iter_columns()):
+    if all(frame.select(name).n_chunks("first") <= 1 for name in frame.columns):
         return
     res.frame = frame.clear()  # the result's reference dropped: each old column freed in turn
     done: list[pl.DataFrame] = []
     for name in frame.columns:
         done.append(frame.select(name).rechunk())
         frame = frame.drop(name)
+        # A reader's blocks of numpy arrays (a few MiB each) live in glibc's heap, where
+        # freed ones stay resident: given back before the next column is copied.
+        trim()
     res.frame = pl.concat(done, how="horizontal")
 
 

@@ -1,0 +1,40 @@
+"""Memory freed by a stage given back to the system before the next stage allocates its own.
+
+numpy allocates through glibc's malloc, whose mmap threshold grows to 32 MiB once a large
+block has been freed: arrays below it (a 1M-row block of keys is 1-8 MiB) then come from the
+heap and, once freed, stay resident in holes of the heap that the next stage's allocations do
+not always fit. :func:`trim` returns those free pages (glibc's ``malloc_trim``); it is called
+where a large temporary ends: after the import, after the analysis view is built. A few
+milliseconds each. Without glibc (macOS, musl) it does nothing.
+
+polars allocates through jemalloc, which already returns freed pages within about a second
+(polars sets ``dirty_decay_ms:500,muzzy_decay_ms:1000``); a shorter decay was measured to cost
+more system time than it saved (``benchmarks/probe.py memory``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+_libc: Any = None  # glibc, once looked up; False when there is none
+
+
+def trim() -> bool:
+    """Give the heap's free pages back to the system (glibc); True when some were."""
+    global _libc
+    if _libc is None:
+        _libc = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                lib = ctypes.CDLL(None)
+                lib.malloc_trim.argtypes = [ctypes.c_size_t]
+                lib.malloc_trim.restype = ctypes.c_int
+                _libc = lib
+            except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+                pass
+    if _libc is False:
+        return False
+    return bool(_libc.malloc_trim(0))
