@@ -221,10 +221,16 @@ def _fit_rows(
     pairs_h = order_stats.first_half_pairs(length)
     got = np.zeros((k, len(ks)))
     got_h = np.zeros((k, len(ks_h)))
-    for r in np.flatnonzero(fast):
-        sl = order_stats.pairwise_slopes(x[r], y[r])
-        got[r] = order_stats.select(sl, ks)
-        got_h[r] = order_stats.select(sl[pairs_h], ks_h)
+    fast_rows = np.flatnonzero(fast)
+    # A few windows' slopes at a time (a few MB: larger arrays cost more to allocate than
+    # they save), row by row the numbers of pairwise_slopes and select.
+    buf = np.empty(min(len(fast_rows), _SLOPE_ROWS) * nt)
+    work = np.empty_like(buf)
+    for c in range(0, len(fast_rows), _SLOPE_ROWS):
+        rr = fast_rows[c : c + _SLOPE_ROWS]
+        sl = order_stats.pairwise_slopes_rows(x[rr], y[rr], buf, work)
+        got[rr] = order_stats.select_rows(sl, ks)
+        got_h[rr] = order_stats.select_rows(np.take(sl, pairs_h, axis=1), ks_h)
     col = {kk: i for i, kk in enumerate(ks)}
     col_h = {kk: i for i, kk in enumerate(ks_h)}
     zero = np.float64(0.0)
@@ -272,6 +278,7 @@ def _fit_rows(
 
 
 _CHUNK_ROWS = 256  # windows fitted together (bounds the arrays to a few MB)
+_SLOPE_ROWS = 8  # windows whose pairwise slopes are formed and selected together
 
 
 def _width_start(
