@@ -153,7 +153,7 @@ def score(
     # Medians of the w points before / after each point (a watcher's later poll computes only
     # the tail: forensics.evidence.reuse).
     trail = local_reusing("trail_median", (w,), w + 1, y, partial(_trail_median, w))
-    lead = local_reusing("lead_median", (w,), w + 1, y, partial(_lead_median, w))
+    lead = _lead_from_trail(w, y, trail)
     idx = np.arange(n)
     n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
 
@@ -208,6 +208,25 @@ def _trail_median(w: int, y: np.ndarray) -> np.ndarray:
 def _lead_median(w: int, y: np.ndarray) -> np.ndarray:
     """The median of the ``w`` points after each point (NaN at the last)."""
     return _trail_median(w, np.ascontiguousarray(y[::-1]))[::-1]
+
+
+def _lead_from_trail(w: int, y: np.ndarray, trail: np.ndarray) -> np.ndarray:
+    """``_lead_median(w, y)`` from ``trail = _trail_median(w, y)``: the ``w`` points after
+    point i are the ``w`` points before point ``i + w + 1``, so where that point exists the
+    leading median is its trailing one; the last ``w + 1`` points are computed on their own
+    (their windows end with the series). Without NaN or -0.0 (:func:`rolling.selectable`) a
+    median depends only on the window's values, not on their order; otherwise (polars' own
+    path keeps a zero's sign by position) the whole is computed backwards."""
+    from forensics.evidence.rolling import selectable
+
+    n = len(y)
+    k = min(n, w + 1)
+    if k == n or not selectable(y):
+        return _lead_median(w, y)
+    out = np.empty(n)
+    out[: n - k] = trail[w + 1 :]
+    out[n - k :] = _lead_median(w, y[n - k :])
+    return out
 
 
 def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, float, float, float]:
