@@ -370,3 +370,35 @@ def test_row_selection_is_exact_whatever_its_bounds(monkeypatch: pytest.MonkeyPa
     got = order_stats.select_rows(b, ks)
     assert _bits(got[2, :2] + 0.0) == _bits(want[2, :2] + 0.0)
     assert got[2, 3] != want[2, 3]
+
+
+def test_resolution_of_a_long_series_equals_the_distinct_values_one() -> None:
+    """From 100k values ``robust.resolution`` sorts with polars and reads the positive
+    neighbour differences: the same number as from np.unique's distinct values (ties, both
+    signs of zero, fewer than three distinct values, NaN and Inf left out)."""
+    from forensics.evidence import robust
+
+    def by_unique(values: np.ndarray) -> float:
+        u = np.unique(values[np.isfinite(values)])
+        if len(u) < 3:
+            return 0.0
+        d = np.diff(u)
+        d = d[d > 0]
+        return float(np.percentile(d, 5)) if len(d) else 0.0
+
+    rng = np.random.default_rng(41)
+    n = robust._SORT_WITH_POLARS
+    cases = [
+        np.round(np.exp(rng.standard_normal(n)), 3),
+        rng.standard_normal(n + 17),
+        np.round(rng.standard_normal(n), 1) * np.where(rng.random(n) < 0.5, -1.0, 1.0),
+        np.tile([0.0, -0.0, 1.0], n // 3 + 1),
+        np.tile([2.0, 2.0, 5.0], n // 3 + 1),
+        np.where(rng.random(n) < 0.01, np.nan, np.round(rng.random(n), 2)),
+        np.where(rng.random(n) < 0.01, np.inf, rng.random(n)),
+    ]
+    for v in cases:
+        assert _bits(robust.resolution(v)) == _bits(by_unique(v))
+    shifted = cases[0].copy()
+    shifted[: n // 2] += 0.0004  # a finer spacing appears: the number moves
+    assert robust.resolution(shifted) != robust.resolution(cases[0])

@@ -41,7 +41,7 @@ from functools import lru_cache, partial
 import numpy as np
 import polars as pl
 
-from forensics.evidence import order_stats
+from forensics.evidence import order_stats, reuse
 from forensics.evidence.reuse import distinct_reusing, local_reusing
 
 MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
@@ -70,11 +70,25 @@ def median_interval(steps: np.ndarray) -> float:
     return float(np.median(d)) if len(d) else 1.0
 
 
+_SORT_WITH_POLARS = 100_000  # from this many values resolution() sorts with polars
+
+
 def resolution(values: np.ndarray) -> float:
     """Smallest step between distinct printed values: the log's resolution (0 if unknown)."""
+    finite = values[np.isfinite(values)]
+    if reuse._ACTIVE.get() is None and len(finite) >= _SORT_WITH_POLARS:
+        # The sorted values with their repeats: the positive differences of neighbours are
+        # those of the distinct values (the same subtractions; a repeat, or 0.0 beside -0.0,
+        # differs by 0). polars sorts a long series in about half numpy's time.
+        srt = pl.Series(finite).sort().to_numpy()
+        d = np.diff(srt)
+        d = d[d > 0]
+        if len(d) < 2:  # fewer than three distinct values
+            return 0.0
+        return float(np.percentile(d, 5))
     # A watcher's later poll merges in the distinct values of the appended points only
     # (forensics.evidence.reuse); a zero's sign there cannot change a difference.
-    u = distinct_reusing(values[np.isfinite(values)])
+    u = distinct_reusing(finite)
     if len(u) < 3:
         return 0.0
     d = np.diff(u)
