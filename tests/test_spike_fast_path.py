@@ -402,3 +402,22 @@ def test_resolution_of_a_long_series_equals_the_distinct_values_one() -> None:
     shifted = cases[0].copy()
     shifted[: n // 2] += 0.0004  # a finer spacing appears: the number moves
     assert robust.resolution(shifted) != robust.resolution(cases[0])
+
+
+def test_median_of_ints_equals_numpy() -> None:
+    """``order_stats.median_of_ints`` is ``float(np.median(a))``, bit for bit: step
+    differences with runs of equal values (where numpy's partition is slow), odd and even
+    lengths, negative and large values; other dtypes go through np.median."""
+    rng = np.random.default_rng(43)
+    cases = [np.ones(1001, dtype=np.int64), np.array([3], dtype=np.int64)]
+    for _ in range(300):
+        n = int(rng.integers(1, 3000))
+        a = rng.choice([1, 1, 1, 2, 5, -3, 2**40 + 1], size=n).astype(np.int64)
+        cases.append(a)
+        cases.append(a.astype(np.int32))
+    cases.append(np.array([2**53 + 1, 2**53 + 3], dtype=np.int64))  # np.median's own path
+    cases.append(np.array([0.5, 1.5, -0.0]))
+    for a in cases:
+        assert _bits(order_stats.median_of_ints(a)) == _bits(float(np.median(a))), a
+    assert order_stats.median_of_ints(np.array([1, 2, 2, 9])) == 2.0
+    assert order_stats.median_of_ints(np.array([1, 2, 3, 9])) == 2.5  # the two middle ones

@@ -52,6 +52,21 @@ def median(a: np.ndarray) -> np.float64:
     return (np.float64(0.0) + part[h - 1] + part[h]) / 2.0
 
 
+def median_of_ints(a: np.ndarray) -> float:
+    """``float(np.median(a))`` of a 1-D integer array (step differences), bit for bit, through
+    a sort: numpy's partition of int64 can take 30 times longer than a sort on runs of equal
+    values with a few others (a million steps logged one apart, a few two apart: 0.14 s).
+    Other arrays go through ``np.median`` itself."""
+    n = len(a)
+    if n == 0 or a.dtype.kind not in "iu" or np.abs(a).max() >= 2**53:
+        return float(np.median(a))
+    s = np.sort(a)
+    h = n // 2
+    if n % 2:  # np.mean of one value: the value as a float
+        return float(np.float64(s[h]))
+    return float((np.float64(s[h - 1]) + np.float64(s[h])) / 2.0)
+
+
 def plain_for_slopes(x: np.ndarray, y: np.ndarray) -> bool:
     """Whether no slope ``(y[j] - y[i]) / (x[j] - x[i])``, i < j, is NaN or -0.0 and every
     pair counts (``x`` strictly increasing): then the slopes' order statistics are unique
@@ -354,6 +369,7 @@ __all__ = [
     "first_half_pairs",
     "median",
     "median_of_increasing",
+    "median_of_ints",
     "median_of_increasing_rows",
     "median_rows",
     "pairwise_slopes",
