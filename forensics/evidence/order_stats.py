@@ -20,6 +20,12 @@ Python overhead held most of the spike detector's time.
   each rank: only those bins are partitioned. The sample decides only the speed, never the
   values.
 
+* :func:`pairwise_slopes_rows` and :func:`select_rows` do the same for several windows of one
+  length at once (one bracket pass over all their slopes, only the values between each row's
+  bounds binned): fewer, larger operations, for the thousands of spike trend windows.
+* :func:`median_of_ints` is ``np.median`` of step differences through a sort (numpy's int64
+  partition is slow on runs of equal values).
+
 An order statistic is a value, so any correct selection returns the same one; the only
 doubles that compare equal with different bits are +0.0 and -0.0 (NaN is excluded). Hence
 :func:`plain_for_slopes`: the fast Theil-Sen path is taken only where no slope of the

@@ -6,7 +6,11 @@ Python and numpy call overhead of each spike's recovery search, width, excess ar
 cost as much as its trend fit. Here each of those is one operation on a (spikes x points)
 array: the same element-wise operations, in the same order, on the same elements, so every
 number is the one :func:`measure` computes (medians through :mod:`order_stats`' row functions,
-sums with numpy's own row reduction, which sums each row as it sums a 1-D array).
+sums with numpy's own row reduction, which sums each row as it sums a 1-D array). The trend
+fits' Theil-Sen slopes are formed and selected eight windows at a time
+(:func:`~forensics.evidence.order_stats.pairwise_slopes_rows`,
+:func:`~forensics.evidence.order_stats.select_rows`): each window's slopes and order
+statistics are those of the one-window functions.
 
 The batch covers the common case: a spike back in its band, and back under its alarm line,
 within :data:`_AHEAD` points after the peak, away from the end of the log, with finite numbers
