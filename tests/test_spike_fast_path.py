@@ -421,3 +421,84 @@ def test_median_of_ints_equals_numpy() -> None:
         assert _bits(order_stats.median_of_ints(a)) == _bits(float(np.median(a))), a
     assert order_stats.median_of_ints(np.array([1, 2, 2, 9])) == 2.0
     assert order_stats.median_of_ints(np.array([1, 2, 3, 9])) == 2.5  # the two middle ones
+
+
+def _events_one_by_one(sc: Any, **kw: Any) -> list:
+    """``robust.find_events`` as it was written before its groups were found at once (the
+    reference for the test below): flagged points grouped one by one, each group's peak and
+    onset walked in Python."""
+    from forensics.evidence.robust import Event
+
+    z_min, min_ratio, z_onset = kw["z_min"], kw["min_ratio"], kw.get("z_onset", 2.0)
+    merge_gap, log_scale = kw.get("merge_gap", 2), kw["log_scale"]
+    gross_ratio, z_gross, onset_frac = kw.get("gross_ratio"), kw.get("z_gross", 3.0), 0.2
+    z = sc.get_column("z").fill_null(np.nan).to_numpy()
+    r = sc.get_column("ratio").fill_null(np.nan).to_numpy()
+    with np.errstate(invalid="ignore"):
+        hit = (z >= z_min) & (r >= min_ratio if log_scale else r >= 0)
+        if gross_ratio is not None and log_scale:
+            hit |= (z >= z_gross) & (r >= gross_ratio)
+        flagged = np.flatnonzero(hit)
+    if len(flagged) == 0:
+        return []
+    groups: list[list[int]] = [[int(flagged[0])]]
+    for i in flagged[1:]:
+        if i - groups[-1][-1] <= merge_gap + 1:
+            groups[-1].append(int(i))
+        else:
+            groups.append([int(i)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
+    events = []
+    for g in groups:
+        seg = r[g[0] : g[-1] + 1]
+        if not np.isfinite(seg).any():
+            peak = g[0]
+        else:
+            peak = g[0] + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
+        onset = g[0]
+        while (
+            onset - 1 >= 0
+            and np.isfinite(z[onset - 1])
+            and z[onset - 1] >= z_onset
+            and excess[onset - 1] >= onset_frac * excess[peak]
+        ):
+            onset -= 1
+        events.append(Event(onset=onset, peak=peak, last=g[-1], n_flagged=len(g)))
+    return events
+
+
+def test_find_events_equals_the_one_by_one_search() -> None:
+    """``robust.find_events`` (groups, peaks and the first step of each onset walk found for
+    all groups at once) gives the events of the group-by-group search: runs of flagged
+    points, gaps at the merge limit, NaN ratios and scores, builds over several points,
+    signed series and gross jumps; a changed merge gap changes them."""
+    import polars as pl
+
+    from forensics.evidence import robust
+
+    rng = np.random.default_rng(47)
+    for trial in range(200):
+        n = int(rng.integers(1, 400))
+        z = rng.standard_normal(n) * 3.0
+        z[rng.random(n) < 0.05] = np.nan
+        z[rng.random(n) < 0.1] += 8.0  # flagged points, some in runs
+        ratio = np.exp(rng.standard_normal(n) * 0.3)
+        ratio[rng.random(n) < 0.05] = np.nan
+        if trial % 4 == 0:  # a signed series: ratio is value - baseline
+            ratio = np.log(ratio)
+        sc = pl.DataFrame({"z": z, "ratio": ratio})
+        sc = sc.with_columns(pl.col("z", "ratio").fill_nan(None))
+        kw: dict[str, Any] = dict(
+            z_min=float(rng.choice([4.0, 6.0])),
+            min_ratio=float(rng.choice([1.0, 1.15])),
+            merge_gap=int(rng.integers(0, 4)),
+            log_scale=trial % 4 != 0,
+            gross_ratio=float(rng.choice([1.5, 3.0])) if trial % 3 else None,
+            z_onset=float(rng.choice([1.0, 2.0])),
+        )
+        got = robust.find_events(sc, **kw)
+        assert got == _events_one_by_one(sc, **kw), (trial, kw)
+        if len(got) > 1 and kw["merge_gap"] < 3:
+            merged = robust.find_events(sc, **{**kw, "merge_gap": n})
+            assert len(merged) == 1 and merged != got

@@ -409,24 +409,35 @@ def find_events(
         flagged = np.flatnonzero(hit)
     if len(flagged) == 0:
         return []
-    groups: list[list[int]] = [[int(flagged[0])]]
-    for i in flagged[1:]:
-        if i - groups[-1][-1] <= merge_gap + 1:
-            groups[-1].append(int(i))
-        else:
-            groups.append([int(i)])
-    events = []
+    # Flagged points closer than merge_gap + 2 apart are one group: [first, last] and a count.
+    cut = np.flatnonzero(np.diff(flagged) > merge_gap + 1) + 1
+    first = flagged[np.concatenate([[0], cut])]
+    last = flagged[np.concatenate([cut - 1, [len(flagged) - 1]])]
+    count = np.diff(np.concatenate([[0], cut, [len(flagged)]]))
     # Excess over the baseline in the score's own units, to compare a point with the peak.
-    excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
-    for g in groups:
-        seg = r[g[0] : g[-1] + 1]
-        if not np.isfinite(seg).any():
-            peak = g[0]
-        else:  # np.nanargmax's answer (argmax itself where no NaN: the same first maximum)
-            peak = g[0] + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
-        # Walk back over points that are both out of the noise and a real part of the rise
-        # (a fifth of the peak's excess), so a noisy neighbour does not move the onset.
-        onset = g[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
+    # The peak of a one-point group is that point (finite or not, as the search below finds).
+    peaks = first.copy()
+    for q in np.flatnonzero(last > first):
+        g0, g1 = int(first[q]), int(last[q])
+        seg = r[g0 : g1 + 1]
+        if np.isfinite(seg).any():  # np.nanargmax's answer (argmax where no NaN: the same)
+            peaks[q] = g0 + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
+    # Walk back over points that are both out of the noise and a real part of the rise (a
+    # fifth of the peak's excess), so a noisy neighbour does not move the onset. The first
+    # step is tested for every group at once (it stops most walks).
+    prev = np.maximum(first - 1, 0)
+    with np.errstate(invalid="ignore"):
+        steps_back = (
+            (first - 1 >= 0)
+            & np.isfinite(z[prev])
+            & (z[prev] >= z_onset)
+            & (excess[prev] >= onset_frac * excess[peaks])
+        )
+    onsets = first.copy()
+    for q in np.flatnonzero(steps_back):
+        onset, peak = int(first[q]), int(peaks[q])
         while (
             onset - 1 >= 0
             and np.isfinite(z[onset - 1])
@@ -434,5 +445,10 @@ def find_events(
             and excess[onset - 1] >= onset_frac * excess[peak]
         ):
             onset -= 1
-        events.append(Event(onset=onset, peak=peak, last=g[-1], n_flagged=len(g)))
-    return events
+        onsets[q] = onset
+    return [
+        Event(onset=o, peak=p, last=la, n_flagged=c)
+        for o, p, la, c in zip(
+            onsets.tolist(), peaks.tolist(), last.tolist(), count.tolist(), strict=True
+        )
+    ]
