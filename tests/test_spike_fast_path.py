@@ -340,6 +340,8 @@ def test_row_slopes_and_selection_equal_the_one_dimensional_ones() -> None:
             a[-1] = 1.5  # no width between the bounds
         if rng.random() < 0.2:  # zeros of both signs
             a[:, ::3] = np.where(a[:, ::3] == 0, -0.0, a[:, ::3])
+        if rng.random() < 0.1:  # subnormal values: a width whose bin scale overflows
+            a[0] = rng.integers(0, 5, n) * 5e-324
         if rng.random() < 0.2:
             a[0, : n // 3] = -np.inf
             a[-1, n // 4 :] = np.inf

@@ -316,6 +316,7 @@ def select_rows(a: np.ndarray, ks: list[int]) -> np.ndarray:
     with np.errstate(all="ignore"):
         width = high - low
         ok = (kl[:, 0] >= 0) & (kl[:, -1] < cnt) & np.isfinite(width) & (width > 0)
+        ok &= np.isfinite((max(4, n // _PER_BIN) + 1.0) / width)  # no bin scale overflows
     out = np.empty((rows, q))
     for r in np.flatnonzero(~ok):
         out[r] = select(a[r], ks)
