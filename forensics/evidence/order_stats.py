@@ -330,8 +330,9 @@ def select_rows(a: np.ndarray, ks: list[int]) -> np.ndarray:
     nb = max(4, int(cnt.max()) // _PER_BIN)
     scale = nb / np.where(ok, width, 1.0)
     # Bin floor((v - low) * scale) in [0, nb] (v - low >= 0 for every value kept, and at
-    # most width, whose scaled value rounds to nb at most), offset by the row's nb + 1 bins
-    # before the floor: an offset of integers moves no value across an integer.
+    # most width, whose scaled value rounds to nb at most), the row's offset r * (nb + 1)
+    # added before the floor: every step rounds monotonically, so a bin still holds a run of
+    # the row's sorted values, and the sum stays within the row's nb + 1 bins.
     t = cand - np.repeat(low, cnt)
     t *= np.repeat(scale, cnt)
     t += np.repeat(np.arange(rows, dtype=float) * (nb + 1), cnt)
