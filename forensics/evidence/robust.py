@@ -128,13 +128,16 @@ def _noise_scale(w: int, y: np.ndarray) -> np.ndarray:
     d = np.diff(y)
     # polars' centred rolling medians (min_samples=1), computed exactly in O(n log w)
     trend = centered_median(d, w)
-    dev = centered_median(np.abs(d - trend), w)
-    sig = MAD_TO_SIGMA * dev / np.sqrt(2.0)
+    np.subtract(d, trend, out=trend)
+    dev = centered_median(np.abs(trend, out=trend), w)
+    sig = np.multiply(dev, MAD_TO_SIGMA, out=dev)  # MAD_TO_SIGMA * dev / sqrt(2), in place
+    sig /= np.sqrt(2.0)
     # Point i touches differences i-1 and i: take the larger, so a spike is judged against
-    # the noisier of its two sides.
-    left = np.concatenate([[sig[0]], sig])
-    right = np.concatenate([sig, [sig[-1]]])
-    return np.maximum(left, right)
+    # the noisier of its two sides (the ends have one side: the larger of it and itself).
+    out = np.empty(len(sig) + 1)
+    np.maximum(sig[:-1], sig[1:], out=out[1:-1])
+    out[0], out[-1] = sig[0], sig[-1]
+    return out
 
 
 def score(
