@@ -245,16 +245,15 @@ def build_incidents(
             continue
         raw = f.measures.get("spike_steps")
         steps = {int(x) for x in str(raw).split(",") if x.strip()} if raw else set()
+        near = {s + d for s in steps for d in (-1, 0, 1)}
         for j, g in enumerate(findings):
-            if g.kind in _SPIKES and (
-                {g.start_step, g.peak_step or g.start_step}
-                & {s + d for s in steps for d in (-1, 0, 1)}
-            ):
+            if g.kind in _SPIKES and ({g.start_step, g.peak_step or g.start_step} & near):
                 union(i, j)
     order = sorted(range(n), key=lambda i: findings[i].start_step)
     before_onset: dict[int, int | None] = {}
     for a, i in enumerate(order):
-        for j in order[a + 1 :]:
+        for b in range(a + 1, n):  # (indexes: a slice per finding would copy the rest of it)
+            j = order[b]
             apart = findings[j].start_step - findings[i].start_step
             if apart > (SPARSE_TOUCH_STEPS if previous_point else TOUCH_STEPS):
                 break

@@ -181,6 +181,8 @@ def test_spike_score_medians_equal_polars(kind: str) -> None:
         for w in (1, 2, 3, 20, 21):
             assert robust._trail_median(w, y).tobytes() == _old_trail(w, y).tobytes()
             assert robust._lead_median(w, y).tobytes() == _old_lead(w, y).tobytes()
+            lead = robust._lead_from_trail(w, y, robust._trail_median(w, y))
+            assert lead.tobytes() == _old_lead(w, y).tobytes()
             if n >= 3:
                 ww = max(2 * w + 1, 5)
                 assert robust._noise_scale(ww, y).tobytes() == _old_noise(ww, y).tobytes()

@@ -310,3 +310,197 @@ def test_measure_many_equals_the_reference(monkeypatch: pytest.MonkeyPatch) -> N
         total += len(spikes)
         batched += len(spikes) - len(handed)
     assert batched >= total // 2 and total - batched >= 20  # both paths are compared
+
+
+def test_row_slopes_and_selection_equal_the_one_dimensional_ones() -> None:
+    """``pairwise_slopes_rows`` gives each row ``pairwise_slopes``' bits (given buffers or
+    not); ``select_rows`` gives each row ``np.partition``'s values: rows whose sample bounds
+    miss a rank (a sorted row), constant rows, infinite values, ties and both signs of zero."""
+    rng = np.random.default_rng(31)
+    for _ in range(40):
+        n = int(rng.choice([2, 3, 80, 81, 150, 300, 301]))
+        k = int(rng.integers(1, 9))
+        steps = np.sort(rng.choice(np.arange(1, 10**6), (k, n)), axis=1) + np.arange(n)
+        x = log_steps(steps)
+        y = np.stack([_series(rng, n, int(rng.integers(0, 8))) for _ in range(k)])
+        size = k * (n * (n - 1) // 2)
+        for out, work in ((None, None), (np.empty(size + 7), np.empty(size + 3))):
+            with np.errstate(all="ignore"):
+                got = order_stats.pairwise_slopes_rows(x, y, out, work)
+                for r in range(k):
+                    want = order_stats.pairwise_slopes(x[r], y[r])
+                    assert got[r].tobytes() == want.tobytes()
+    for trial in range(200):
+        n = int(rng.choice([100, 2500, 11175, 44850]))
+        k = int(rng.integers(1, 9))
+        a = np.round(rng.standard_normal((k, n)) * rng.choice([1.0, 1e-3]), int(rng.integers(1, 4)))
+        if rng.random() < 0.3:
+            a[0] = np.sort(a[0])  # the sample's bounds miss the ranks at the ends
+        if rng.random() < 0.2:
+            a[-1] = 1.5  # no width between the bounds
+        if rng.random() < 0.2:  # zeros of both signs
+            a[:, ::3] = np.where(a[:, ::3] == 0, -0.0, a[:, ::3])
+        if rng.random() < 0.1:  # subnormal values: a width whose bin scale overflows
+            a[0] = rng.integers(0, 5, n) * 5e-324
+        if rng.random() < 0.2:
+            a[0, : n // 3] = -np.inf
+            a[-1, n // 4 :] = np.inf
+        mid = n // 2
+        ks = sorted({int(rng.integers(0, mid)), mid - 1, mid, int(rng.integers(mid, n))})
+        got = order_stats.select_rows(a, ks) + 0.0
+        want = np.partition(a, ks, axis=1)[:, ks] + 0.0
+        assert _bits(got) == _bits(want), trial
+
+
+def test_row_selection_is_exact_whatever_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds decide only the speed: with no margin (most rows miss and are selected on
+    their own) and with a wide one, the same values; and a change of one row's values
+    above a rank changes that row's answers above it only (each row is its own)."""
+    rng = np.random.default_rng(37)
+    a = np.round(rng.standard_normal((6, 44850)), 2)
+    ks = [20000, 22424, 22425, 25000]
+    want = np.partition(a, ks, axis=1)[:, ks]
+    for margin in (-0.5, 0.0, 1.5, 4.0):
+        monkeypatch.setattr(order_stats, "_ROW_MARGIN", margin)
+        assert _bits(order_stats.select_rows(a, ks) + 0.0) == _bits(want + 0.0), margin
+    monkeypatch.undo()
+    a = rng.standard_normal((4, 44850))
+    want = np.partition(a, ks, axis=1)[:, ks]
+    assert _bits(order_stats.select_rows(a, ks) + 0.0) == _bits(want + 0.0)
+    b = a.copy()
+    b[2, b[2] > want[2, 1]] += 1e-9  # values above one rank moved: the ranks above change
+    got = order_stats.select_rows(b, ks)
+    assert _bits(got[2, :2] + 0.0) == _bits(want[2, :2] + 0.0)
+    assert got[2, 3] != want[2, 3]
+
+
+def test_resolution_of_a_long_series_equals_the_distinct_values_one() -> None:
+    """From 100k values ``robust.resolution`` sorts with polars and reads the positive
+    neighbour differences: the same number as from np.unique's distinct values (ties, both
+    signs of zero, fewer than three distinct values, NaN and Inf left out)."""
+    from forensics.evidence import robust
+
+    def by_unique(values: np.ndarray) -> float:
+        u = np.unique(values[np.isfinite(values)])
+        if len(u) < 3:
+            return 0.0
+        d = np.diff(u)
+        d = d[d > 0]
+        return float(np.percentile(d, 5)) if len(d) else 0.0
+
+    rng = np.random.default_rng(41)
+    n = robust._SORT_WITH_POLARS
+    cases = [
+        np.round(np.exp(rng.standard_normal(n)), 3),
+        rng.standard_normal(n + 17),
+        np.round(rng.standard_normal(n), 1) * np.where(rng.random(n) < 0.5, -1.0, 1.0),
+        np.tile([0.0, -0.0, 1.0], n // 3 + 1),
+        np.tile([2.0, 2.0, 5.0], n // 3 + 1),
+        np.where(rng.random(n) < 0.01, np.nan, np.round(rng.random(n), 2)),
+        np.where(rng.random(n) < 0.01, np.inf, rng.random(n)),
+    ]
+    for v in cases:
+        assert _bits(robust.resolution(v)) == _bits(by_unique(v))
+    shifted = cases[0].copy()
+    shifted[: n // 2] += 0.0004  # a finer spacing appears: the number moves
+    assert robust.resolution(shifted) != robust.resolution(cases[0])
+
+
+def test_median_of_ints_equals_numpy() -> None:
+    """``order_stats.median_of_ints`` is ``float(np.median(a))``, bit for bit: step
+    differences with runs of equal values (where numpy's partition is slow), odd and even
+    lengths, negative and large values; other dtypes go through np.median."""
+    rng = np.random.default_rng(43)
+    cases = [np.ones(1001, dtype=np.int64), np.array([3], dtype=np.int64)]
+    for _ in range(300):
+        n = int(rng.integers(1, 3000))
+        a = rng.choice([1, 1, 1, 2, 5, -3, 2**40 + 1], size=n).astype(np.int64)
+        cases.append(a)
+        cases.append(a.astype(np.int32))
+    cases.append(np.array([2**53 + 1, 2**53 + 3], dtype=np.int64))  # np.median's own path
+    cases.append(np.array([0.5, 1.5, -0.0]))
+    for a in cases:
+        assert _bits(order_stats.median_of_ints(a)) == _bits(float(np.median(a))), a
+    assert order_stats.median_of_ints(np.array([1, 2, 2, 9])) == 2.0
+    assert order_stats.median_of_ints(np.array([1, 2, 3, 9])) == 2.5  # the two middle ones
+
+
+def _events_one_by_one(sc: Any, **kw: Any) -> list:
+    """``robust.find_events`` as it was written before its groups were found at once (the
+    reference for the test below): flagged points grouped one by one, each group's peak and
+    onset walked in Python."""
+    from forensics.evidence.robust import Event
+
+    z_min, min_ratio, z_onset = kw["z_min"], kw["min_ratio"], kw.get("z_onset", 2.0)
+    merge_gap, log_scale = kw.get("merge_gap", 2), kw["log_scale"]
+    gross_ratio, z_gross, onset_frac = kw.get("gross_ratio"), kw.get("z_gross", 3.0), 0.2
+    z = sc.get_column("z").fill_null(np.nan).to_numpy()
+    r = sc.get_column("ratio").fill_null(np.nan).to_numpy()
+    with np.errstate(invalid="ignore"):
+        hit = (z >= z_min) & (r >= min_ratio if log_scale else r >= 0)
+        if gross_ratio is not None and log_scale:
+            hit |= (z >= z_gross) & (r >= gross_ratio)
+        flagged = np.flatnonzero(hit)
+    if len(flagged) == 0:
+        return []
+    groups: list[list[int]] = [[int(flagged[0])]]
+    for i in flagged[1:]:
+        if i - groups[-1][-1] <= merge_gap + 1:
+            groups[-1].append(int(i))
+        else:
+            groups.append([int(i)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
+    events = []
+    for g in groups:
+        seg = r[g[0] : g[-1] + 1]
+        if not np.isfinite(seg).any():
+            peak = g[0]
+        else:
+            peak = g[0] + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
+        onset = g[0]
+        while (
+            onset - 1 >= 0
+            and np.isfinite(z[onset - 1])
+            and z[onset - 1] >= z_onset
+            and excess[onset - 1] >= onset_frac * excess[peak]
+        ):
+            onset -= 1
+        events.append(Event(onset=onset, peak=peak, last=g[-1], n_flagged=len(g)))
+    return events
+
+
+def test_find_events_equals_the_one_by_one_search() -> None:
+    """``robust.find_events`` (groups, peaks and the first step of each onset walk found for
+    all groups at once) gives the events of the group-by-group search: runs of flagged
+    points, gaps at the merge limit, NaN ratios and scores, builds over several points,
+    signed series and gross jumps; a changed merge gap changes them."""
+    import polars as pl
+
+    from forensics.evidence import robust
+
+    rng = np.random.default_rng(47)
+    for trial in range(200):
+        n = int(rng.integers(1, 400))
+        z = rng.standard_normal(n) * 3.0
+        z[rng.random(n) < 0.05] = np.nan
+        z[rng.random(n) < 0.1] += 8.0  # flagged points, some in runs
+        ratio = np.exp(rng.standard_normal(n) * 0.3)
+        ratio[rng.random(n) < 0.05] = np.nan
+        if trial % 4 == 0:  # a signed series: ratio is value - baseline
+            ratio = np.log(ratio)
+        sc = pl.DataFrame({"z": z, "ratio": ratio})
+        sc = sc.with_columns(pl.col("z", "ratio").fill_nan(None))
+        kw: dict[str, Any] = dict(
+            z_min=float(rng.choice([4.0, 6.0])),
+            min_ratio=float(rng.choice([1.0, 1.15])),
+            merge_gap=int(rng.integers(0, 4)),
+            log_scale=trial % 4 != 0,
+            gross_ratio=float(rng.choice([1.5, 3.0])) if trial % 3 else None,
+            z_onset=float(rng.choice([1.0, 2.0])),
+        )
+        got = robust.find_events(sc, **kw)
+        assert got == _events_one_by_one(sc, **kw), (trial, kw)
+        if len(got) > 1 and kw["merge_gap"] < 3:
+            merged = robust.find_events(sc, **{**kw, "merge_gap": n})
+            assert len(merged) == 1 and merged != got

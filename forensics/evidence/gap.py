@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from forensics.evidence.order_stats import median_of_ints
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
     align,
@@ -175,8 +176,9 @@ def train_val_gap(ev: Evidence, metric: str = VAL_LOSS) -> Gap | None:
     tx, ty = t.steps[keep], t.values[keep]
     if len(tx) == 0:
         return None
-    interval = float(np.median(np.diff(vx)))
-    t_int = float(np.median(np.diff(tx))) if len(tx) > 1 else interval
+    interval = median_of_ints(np.diff(vx))
+    # (through a sort: numpy's partition of a million ones with a few twos takes 0.14 s)
+    t_int = median_of_ints(np.diff(tx)) if len(tx) > 1 else interval
     half = max(interval / 2, 2 * t_int)
     train = align(tx, ty, vx.astype(float), half)
     # The article's 1000 steps assume a long run; a short log (under six windows) gets a sixth

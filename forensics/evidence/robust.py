@@ -41,7 +41,7 @@ from functools import lru_cache, partial
 import numpy as np
 import polars as pl
 
-from forensics.evidence import order_stats
+from forensics.evidence import order_stats, reuse
 from forensics.evidence.reuse import distinct_reusing, local_reusing
 
 MAD_TO_SIGMA = 1.4826  # MAD -> standard deviation for normal noise (the one copy of it)
@@ -70,11 +70,25 @@ def median_interval(steps: np.ndarray) -> float:
     return float(np.median(d)) if len(d) else 1.0
 
 
+_SORT_WITH_POLARS = 100_000  # from this many values resolution() sorts with polars
+
+
 def resolution(values: np.ndarray) -> float:
     """Smallest step between distinct printed values: the log's resolution (0 if unknown)."""
+    finite = values[np.isfinite(values)]
+    if reuse._ACTIVE.get() is None and len(finite) >= _SORT_WITH_POLARS:
+        # The sorted values with their repeats: the positive differences of neighbours are
+        # those of the distinct values (the same subtractions; a repeat, or 0.0 beside -0.0,
+        # differs by 0). polars sorts a long series in about half numpy's time.
+        srt = pl.Series(finite).sort().to_numpy()
+        d = np.diff(srt)
+        d = d[d > 0]
+        if len(d) < 2:  # fewer than three distinct values
+            return 0.0
+        return float(np.percentile(d, 5))
     # A watcher's later poll merges in the distinct values of the appended points only
     # (forensics.evidence.reuse); a zero's sign there cannot change a difference.
-    u = distinct_reusing(values[np.isfinite(values)])
+    u = distinct_reusing(finite)
     if len(u) < 3:
         return 0.0
     d = np.diff(u)
@@ -114,13 +128,16 @@ def _noise_scale(w: int, y: np.ndarray) -> np.ndarray:
     d = np.diff(y)
     # polars' centred rolling medians (min_samples=1), computed exactly in O(n log w)
     trend = centered_median(d, w)
-    dev = centered_median(np.abs(d - trend), w)
-    sig = MAD_TO_SIGMA * dev / np.sqrt(2.0)
+    np.subtract(d, trend, out=trend)
+    dev = centered_median(np.abs(trend, out=trend), w)
+    sig = np.multiply(dev, MAD_TO_SIGMA, out=dev)  # MAD_TO_SIGMA * dev / sqrt(2), in place
+    sig /= np.sqrt(2.0)
     # Point i touches differences i-1 and i: take the larger, so a spike is judged against
-    # the noisier of its two sides.
-    left = np.concatenate([[sig[0]], sig])
-    right = np.concatenate([sig, [sig[-1]]])
-    return np.maximum(left, right)
+    # the noisier of its two sides (the ends have one side: the larger of it and itself).
+    out = np.empty(len(sig) + 1)
+    np.maximum(sig[:-1], sig[1:], out=out[1:-1])
+    out[0], out[-1] = sig[0], sig[-1]
+    return out
 
 
 def score(
@@ -153,7 +170,7 @@ def score(
     # Medians of the w points before / after each point (a watcher's later poll computes only
     # the tail: forensics.evidence.reuse).
     trail = local_reusing("trail_median", (w,), w + 1, y, partial(_trail_median, w))
-    lead = local_reusing("lead_median", (w,), w + 1, y, partial(_lead_median, w))
+    lead = _lead_from_trail(w, y, trail)
     idx = np.arange(n)
     n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
 
@@ -208,6 +225,25 @@ def _trail_median(w: int, y: np.ndarray) -> np.ndarray:
 def _lead_median(w: int, y: np.ndarray) -> np.ndarray:
     """The median of the ``w`` points after each point (NaN at the last)."""
     return _trail_median(w, np.ascontiguousarray(y[::-1]))[::-1]
+
+
+def _lead_from_trail(w: int, y: np.ndarray, trail: np.ndarray) -> np.ndarray:
+    """``_lead_median(w, y)`` from ``trail = _trail_median(w, y)``: the ``w`` points after
+    point i are the ``w`` points before point ``i + w + 1``, so where that point exists the
+    leading median is its trailing one; the last ``w + 1`` points are computed on their own
+    (their windows end with the series). Without NaN or -0.0 (:func:`rolling.selectable`) a
+    median depends only on the window's values, not on their order; otherwise (polars' own
+    path keeps a zero's sign by position) the whole is computed backwards."""
+    from forensics.evidence.rolling import selectable
+
+    n = len(y)
+    k = min(n, w + 1)
+    if k == n or not selectable(y):
+        return _lead_median(w, y)
+    out = np.empty(n)
+    out[: n - k] = trail[w + 1 :]
+    out[n - k :] = _lead_median(w, y[n - k :])
+    return out
 
 
 def theil_sen(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, float, float, float]:
@@ -376,24 +412,35 @@ def find_events(
         flagged = np.flatnonzero(hit)
     if len(flagged) == 0:
         return []
-    groups: list[list[int]] = [[int(flagged[0])]]
-    for i in flagged[1:]:
-        if i - groups[-1][-1] <= merge_gap + 1:
-            groups[-1].append(int(i))
-        else:
-            groups.append([int(i)])
-    events = []
+    # Flagged points closer than merge_gap + 2 apart are one group: [first, last] and a count.
+    cut = np.flatnonzero(np.diff(flagged) > merge_gap + 1) + 1
+    first = flagged[np.concatenate([[0], cut])]
+    last = flagged[np.concatenate([cut - 1, [len(flagged) - 1]])]
+    count = np.diff(np.concatenate([[0], cut, [len(flagged)]]))
     # Excess over the baseline in the score's own units, to compare a point with the peak.
-    excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
-    for g in groups:
-        seg = r[g[0] : g[-1] + 1]
-        if not np.isfinite(seg).any():
-            peak = g[0]
-        else:  # np.nanargmax's answer (argmax itself where no NaN: the same first maximum)
-            peak = g[0] + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
-        # Walk back over points that are both out of the noise and a real part of the rise
-        # (a fifth of the peak's excess), so a noisy neighbour does not move the onset.
-        onset = g[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        excess = np.log(np.where(r > 0, r, np.nan)) if log_scale else r
+    # The peak of a one-point group is that point (finite or not, as the search below finds).
+    peaks = first.copy()
+    for q in np.flatnonzero(last > first):
+        g0, g1 = int(first[q]), int(last[q])
+        seg = r[g0 : g1 + 1]
+        if np.isfinite(seg).any():  # np.nanargmax's answer (argmax where no NaN: the same)
+            peaks[q] = g0 + int(np.nanargmax(seg) if np.isnan(seg).any() else seg.argmax())
+    # Walk back over points that are both out of the noise and a real part of the rise (a
+    # fifth of the peak's excess), so a noisy neighbour does not move the onset. The first
+    # step is tested for every group at once (it stops most walks).
+    prev = np.maximum(first - 1, 0)
+    with np.errstate(invalid="ignore"):
+        steps_back = (
+            (first - 1 >= 0)
+            & np.isfinite(z[prev])
+            & (z[prev] >= z_onset)
+            & (excess[prev] >= onset_frac * excess[peaks])
+        )
+    onsets = first.copy()
+    for q in np.flatnonzero(steps_back):
+        onset, peak = int(first[q]), int(peaks[q])
         while (
             onset - 1 >= 0
             and np.isfinite(z[onset - 1])
@@ -401,5 +448,10 @@ def find_events(
             and excess[onset - 1] >= onset_frac * excess[peak]
         ):
             onset -= 1
-        events.append(Event(onset=onset, peak=peak, last=g[-1], n_flagged=len(g)))
-    return events
+        onsets[q] = onset
+    return [
+        Event(onset=o, peak=p, last=la, n_flagged=c)
+        for o, p, la, c in zip(
+            onsets.tolist(), peaks.tolist(), last.tolist(), count.tolist(), strict=True
+        )
+    ]

@@ -20,7 +20,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from forensics.evidence.order_stats import median
+from forensics.evidence.order_stats import median, median_of_ints
 from forensics.evidence.reuse import fit_trend_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen_line, theil_sen_with_half
 from forensics.params import SpikesParams
@@ -196,7 +196,7 @@ def measure(
             steps[lo0 : onset + 1], y_of(lo0, onset + 1), onset - lo0, base_y, sigma, p
         )
     if interval is None:
-        interval = float(np.median(np.diff(steps))) if n > 1 else 1.0
+        interval = median_of_ints(np.diff(steps)) if n > 1 else 1.0
     # The band's parts as Trend.upper forms them, for (upper - at) in the same operations.
     band = p.band_k * trend.sigma
     widen = np.maximum(trend.slope_halfwidth, trend.backtest_err / trend.backtest_h)

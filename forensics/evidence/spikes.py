@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.evidence import reuse, robust
+from forensics.evidence.order_stats import median_of_ints
 from forensics.evidence.reuse import measure_reusing
 from forensics.evidence.shape_batch import SpikeInput, measure_many
 from forensics.evidence.spike_shape import ShapeParams, SpikeClass, log_steps
@@ -125,7 +126,7 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     )
     interval = robust.median_interval(steps)
     # The shape's own interval (np.median of the raw differences), once for all the events.
-    shape_interval = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
+    shape_interval = median_of_ints(np.diff(steps)) if len(steps) > 1 else 1.0
     barriers = ev.level_barriers
     # Each spike's shape reads stretches of these: computed once per series (element by
     # element the numbers measure would compute on each stretch).
