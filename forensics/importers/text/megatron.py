@@ -24,6 +24,7 @@ import polars as pl
 
 from forensics.importers.text.engine import (
     Ctx,
+    Text,
     WideRows,
     conform_rows,
     empty_rows,
@@ -62,7 +63,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     if len(spans) > 1 and last.it.height <= _SAMPLE_ROWS:
         # Too few iteration lines at the end to read the layout from: one piece.
         spans = [(0, len(ctx.raw))]
-        last = _Piece(read_pipes(ctx.raw, n), ctx.sample, None)
+        last = _Piece(read_pipes(ctx.raw[:], n), ctx.sample, None)  # bytes: no copy
     commas = _commas(ctx.sample)
     # The layout comes from the last iteration lines: the rank copies dropped in the last
     # piece alone are the file's, but for its first line (not among the last ones).
@@ -113,7 +114,7 @@ def _commas(sample: str) -> bool:
 _COMMA_NUM = re.compile(r"\d,\d{3}\b")
 
 
-def _spans(raw: bytes, size: int) -> list[tuple[int, int]]:
+def _spans(raw: Text, size: int) -> list[tuple[int, int]]:
     """(start, end) byte ranges of whole lines, each about ``size`` bytes."""
     out = []
     a = 0
