@@ -18,7 +18,6 @@ with another layout go through the slower key/value split.
 from __future__ import annotations
 
 import re
-from typing import cast
 
 import polars as pl
 
@@ -370,25 +369,15 @@ def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
 
 
 def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
-    """Unix seconds from the line's date; parsed once per distinct date (dates repeat a lot)."""
+    """Unix seconds from the line's date (the date parser caches what it parsed: dates
+    repeat a lot, and a distinct date is parsed once)."""
     if not re.search(_DATE + r"\s*iteration", sample):
         return pl.Series("wall_time", [None] * it.height, dtype=pl.Float64)
     c0 = pl.col("c0")
     # The date sits right after the first "[": slicing and one fixed format are far cheaper
     # than a regex per line (fractions of a second are dropped).
-    dates = it.select(
-        c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
-    ).to_series()
-    if cast(int, dates.approx_n_unique()) * 8 > max(len(dates), 1):
-        return dates.to_frame().select(_seconds(pl.col("c0")).alias("wall_time")).to_series()
-    # Many lines per second: parse each distinct date once, then look the lines up.
-    uniq = dates.unique().drop_nulls().to_frame()
-    lut = uniq.with_columns(_seconds(pl.col("c0")).alias("wall_time"))
-    return (
-        dates.to_frame()
-        .join(lut, on="c0", how="left", maintain_order="left")
-        .get_column("wall_time")
-    )
+    date = c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
+    return it.select(_seconds(date).alias("wall_time")).to_series()
 
 
 def _seconds(date: pl.Expr) -> pl.Expr:
