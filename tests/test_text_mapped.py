@@ -128,6 +128,22 @@ def test_logs_the_reading_changes_are_read(change: str, mapped: list[bool], tmp_
             assert got.frame.drop("file").equals(ref.drop("file"))
 
 
+def test_a_file_that_cannot_be_mapped_is_read(
+    mapped: list[bool], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system without mmap: the log is read, not refused."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(engine.mmap, "mmap", refuse)
+    raw = _noisy(seed=7)
+    path = tmp_path / "train.log"
+    path.write_bytes(raw)
+    _same(path, raw)
+    assert mapped == [False]
+
+
 def test_small_logs_are_read(tmp_path: Path) -> None:
     path = tmp_path / "train.log"
     path.write_bytes(_log(100, seed=6))

@@ -17,6 +17,8 @@ from typing import Any, Literal, overload
 
 import polars as pl
 
+from forensics.importers.base import utf16_kind
+
 # A number as trainers print it: 1,234.5  1.2E+01  .5  nan  inf  -Infinity
 NUM = (
     r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -105,8 +107,6 @@ def map_text(path: Path) -> MappedText | None:
     :data:`MAP_BYTES` that reading would leave as it is: UTF-8 without BOM, no NUL, no ANSI
     code, no carriage return (:func:`forensics.importers.base.text_bytes` and :func:`clean`
     change nothing). None otherwise: the caller reads the file."""
-    from forensics.importers.base import utf16_kind
-
     if os.name != "posix" or path.name.endswith((".gz", ".zst")):
         return None
     with path.open("rb") as fh:
@@ -115,7 +115,10 @@ def map_text(path: Path) -> MappedText | None:
             return None
         # Pages mapped up front (one call rather than a fault per few pages).
         flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
-        mm = mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+        except (ValueError, OSError):  # a file system without mmap, a file emptied meanwhile
+            return None
     head = mm[:4096]
     if utf16_kind(head) is not None or head.startswith(b"\xef\xbb\xbf"):
         mm.close()
