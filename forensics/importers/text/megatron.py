@@ -138,7 +138,7 @@ class _Piece:
             cells.select(c0.str.contains("verflow|OVERFLOW|dynamic loss scale").any()).item()
         )
         is_val = c0.str.contains("validation loss at", literal=True)
-        is_it = c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+")
+        is_it = c0.str.contains(r"iteration\s+\d+")  # (implies the literal "iteration")
         masks = cells.select(is_val.alias("val"), (is_it & ~is_val).alias("it"))
         val, keep = masks.get_column("val"), masks.get_column("it")
         self.val = cells.filter(val) if val.any() else cells.clear()
