@@ -93,6 +93,8 @@ CASES = {
     "noisy_restart": {"noise": True, "restart_at": 700},
     "counter_reset": {"reset_at": 800},
     "no_counter": {"consumed": False, "noise": True},
+    # Every line holds every tag and no counter: rows laid out tag after tag, no mask.
+    "no_counter_clean": {"consumed": False},
 }
 
 

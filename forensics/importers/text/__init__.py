@@ -55,10 +55,12 @@ from forensics.importers.text import (
 from forensics.importers.text.engine import (
     ROWS,
     Ctx,
+    Text,
     WideRows,
     clean,
     drop_rank_repeats,
     empty_rows,
+    map_text,
     sample_text,
 )
 from forensics.schema import SCHEMA, conform
@@ -125,7 +127,7 @@ def _materialize(log: TextLog) -> None:
         log.wide = None
 
 
-def _parse(raw: bytes, name: str) -> TextLog:
+def _parse(raw: Text, name: str) -> TextLog:
     """Like :func:`parse_text`, but rows a family kept wide stay in ``wide``."""
     raw = clean(raw)
     ctx = Ctx(raw=raw, sample=sample_text(raw), name=name)
@@ -304,7 +306,7 @@ def _number_in_order(pending: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([scale.select(list(ROWS)), rest]).sort("ln", maintain_order=True)
 
 
-def _tail_after(raw: bytes, last_ln: int | None, ctx: Ctx) -> str:
+def _tail_after(raw: Text, last_ln: int | None, ctx: Ctx) -> str:
     """The end of the log after its last metric line (bounded), where a crash would show."""
     tail = raw[-CRASH_TAIL_BYTES:]
     if last_ln is None or last_ln < 0:
@@ -464,10 +466,14 @@ class TextLogsImporter:
         )
 
 
-def _read_log(path: Path) -> bytes:
-    """The file's text bytes (as ``read_bytes``; a plain file in one read, no second copy)."""
+def _read_log(path: Path) -> Text:
+    """The file's text bytes (as ``read_bytes``; a plain file in one read, no second copy),
+    or a big plain log mapped (:func:`engine.map_text`: the same bytes, never read whole)."""
     if path.name.endswith((".gz", ".zst")):
         return read_bytes(path)
+    mapped = map_text(path)
+    if mapped is not None:
+        return mapped
     return text_bytes(path.read_bytes())
 
 

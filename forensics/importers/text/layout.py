@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from forensics.importers.text.engine import WideRows
+from forensics.schema import SCHEMA
 
 _RELATIVE_CLOCK = 1e9  # as forensics.importers.restarts: wall times below are relative
 
@@ -26,22 +27,22 @@ _RELATIVE_CLOCK = 1e9  # as forensics.importers.restarts: wall times below are r
 def canonical(rows: pl.DataFrame, family: str, name: str, x_kind: str) -> pl.DataFrame:
     """Rows (``ln``, ``step``, ``tag``, ``value``, ``wall_time``) -> the canonical columns.
     Rows from :func:`lay_out` carry ``record_idx`` (``ln + 1``) already."""
-    record = (
-        "record_idx" if "record_idx" in rows.columns else (pl.col("ln") + 1).alias("record_idx")
-    )
+    # In the canonical dtypes already: the importer's last ``conform`` is then skipped (a
+    # cast of the 10M line numbers of a 1M-step log). Casts are strict, as conform's.
+    record = pl.col("record_idx") if "record_idx" in rows.columns else pl.col("ln") + 1
     return rows.select(
-        pl.lit(f"{family}_text", dtype=pl.Categorical).alias("source"),
-        pl.lit(name, dtype=pl.Categorical).alias("file"),
-        pl.lit(0, dtype=pl.Int32).alias("file_idx"),
-        record,
-        "step",
-        pl.lit(x_kind, dtype=pl.Categorical).alias("x_kind"),
-        pl.col("tag").cast(pl.Categorical),
-        pl.lit(None, dtype=pl.Categorical).alias("metric"),
-        pl.lit(None, dtype=pl.Int32).alias("layer"),
-        "value",
-        "wall_time",
-        pl.lit(0, dtype=pl.Int32).alias("segment"),
+        pl.lit(f"{family}_text", dtype=SCHEMA["source"]).alias("source"),
+        pl.lit(name, dtype=SCHEMA["file"]).alias("file"),
+        pl.lit(0, dtype=SCHEMA["file_idx"]).alias("file_idx"),
+        record.cast(SCHEMA["record_idx"]).alias("record_idx"),
+        pl.col("step").cast(SCHEMA["step"]),
+        pl.lit(x_kind, dtype=SCHEMA["x_kind"]).alias("x_kind"),
+        pl.col("tag").cast(SCHEMA["tag"]),
+        pl.lit(None, dtype=SCHEMA["metric"]).alias("metric"),
+        pl.lit(None, dtype=SCHEMA["layer"]).alias("layer"),
+        pl.col("value").cast(SCHEMA["value"]),
+        pl.col("wall_time").cast(SCHEMA["wall_time"]),
+        pl.lit(0, dtype=SCHEMA["segment"]).alias("segment"),
     )
 
 
@@ -71,7 +72,8 @@ def lay_out(
         rest = rest.sort("ln", maintain_order=True)
     quiet = _quiet(wide, present, rest, counters)
     main = _wide_long(wide, present, by_line)
-    rest = rest.select((pl.col("ln") + 1).alias("record_idx"), pl.exclude("ln"))
+    record = (pl.col("ln") + 1).cast(main.schema["record_idx"])  # strict, as conform's cast
+    rest = rest.select(record.alias("record_idx"), pl.exclude("ln"))
     if not rest.height:
         return main, quiet
     if not by_line:
@@ -100,7 +102,7 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
     if not k:
         return pl.DataFrame(
             schema={
-                "record_idx": pl.Int64,
+                "record_idx": SCHEMA["record_idx"],
                 "step": pl.Int64,
                 "tag": pl.Categorical,
                 "value": pl.Float64,
@@ -116,7 +118,7 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
         s = f.get_column(c)
         if not full:
             valid[:, i] = s.is_not_null().to_numpy()
-        values[:, i] = s.to_numpy()  # nulls turn NaN here; ``valid`` leaves them out
+        _fill(values[:, i], s)  # nulls turn NaN here; ``valid`` leaves them out
     per_line = valid.sum(axis=1)
 
     def spread(a: np.ndarray) -> np.ndarray:
@@ -132,9 +134,12 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
 
     # Line after line is the C order of the (line, tag) table; tag after tag its transpose.
     codes = np.arange(k, dtype=np.uint32)
+    tag: np.ndarray | pl.Series
     if full:
         value = values.ravel() if by_line else values.ravel(order="F")
-        tag = np.tile(codes, n) if by_line else np.repeat(codes, n)
+        # The row's tag index made by polars (no 40 MB index array of numpy's beside it).
+        row = pl.int_range(0, n * k, dtype=pl.UInt32 if n * k < 2**32 else pl.Int64)
+        tag = pl.select(row % k if by_line else row // n).to_series()
     else:
         grid = np.broadcast_to(codes, (n, k))
         value = values[valid] if by_line else values.T[valid.T]
@@ -143,13 +148,31 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
     names = pl.Series("tag", [wide.tags[j] for j in present], dtype=pl.Categorical)
     return pl.DataFrame(
         [
-            per_row((f.get_column("ln") + 1).alias("record_idx")),
+            per_row(_line_numbers(f.get_column("ln"))),
             per_row(f.get_column("step")),
             names.gather(tag),
             pl.Series("value", value, dtype=pl.Float64),
             per_row(f.get_column("wall_time")),
         ]
     )
+
+
+def _fill(out: np.ndarray, s: pl.Series) -> None:
+    """``out[:] = s.to_numpy()`` a chunk at a time: the wide columns are left in a chunk per
+    piece of the log, and each chunk is read in place (a whole-column array would be a copy:
+    80 MB of fresh memory over the ten columns of a 1M-step log)."""
+    at = 0
+    for chunk in s.get_chunks():
+        out[at : at + len(chunk)] = chunk.to_numpy()
+        at += len(chunk)
+
+
+def _line_numbers(ln: pl.Series) -> pl.Series:
+    """``record_idx`` (``ln + 1``) in the canonical Int32 when every line number fits (else
+    Int64, which the canonical frame's strict cast refuses, as conform would)."""
+    top = ln.max()
+    fits = top is None or int(top) < np.iinfo(np.int32).max  # type: ignore[arg-type]
+    return (ln + 1).cast(SCHEMA["record_idx"] if fits else pl.Int64).alias("record_idx")
 
 
 def _quiet(wide: WideRows, present: list[int], rest: pl.DataFrame, counters: list[str]) -> bool:

@@ -18,12 +18,12 @@ with another layout go through the slower key/value split.
 from __future__ import annotations
 
 import re
-from typing import cast
 
 import polars as pl
 
 from forensics.importers.text.engine import (
     Ctx,
+    Text,
     WideRows,
     conform_rows,
     empty_rows,
@@ -62,7 +62,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     if len(spans) > 1 and last.it.height <= _SAMPLE_ROWS:
         # Too few iteration lines at the end to read the layout from: one piece.
         spans = [(0, len(ctx.raw))]
-        last = _Piece(read_pipes(ctx.raw, n), ctx.sample, None)
+        last = _Piece(read_pipes(ctx.raw[:], n), ctx.sample, None)  # bytes: no copy
     commas = _commas(ctx.sample)
     # The layout comes from the last iteration lines: the rank copies dropped in the last
     # piece alone are the file's, but for its first line (not among the last ones).
@@ -113,7 +113,7 @@ def _commas(sample: str) -> bool:
 _COMMA_NUM = re.compile(r"\d,\d{3}\b")
 
 
-def _spans(raw: bytes, size: int) -> list[tuple[int, int]]:
+def _spans(raw: Text, size: int) -> list[tuple[int, int]]:
     """(start, end) byte ranges of whole lines, each about ``size`` bytes."""
     out = []
     a = 0
@@ -138,7 +138,7 @@ class _Piece:
             cells.select(c0.str.contains("verflow|OVERFLOW|dynamic loss scale").any()).item()
         )
         is_val = c0.str.contains("validation loss at", literal=True)
-        is_it = c0.str.contains("iteration", literal=True) & c0.str.contains(r"iteration\s+\d+")
+        is_it = c0.str.contains(r"iteration\s+\d+")  # (implies the literal "iteration")
         masks = cells.select(is_val.alias("val"), (is_it & ~is_val).alias("it"))
         val, keep = masks.get_column("val"), masks.get_column("it")
         self.val = cells.filter(val) if val.any() else cells.clear()
@@ -369,25 +369,15 @@ def _real_scales(block: pl.DataFrame, ctx: Ctx) -> pl.DataFrame:
 
 
 def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
-    """Unix seconds from the line's date; parsed once per distinct date (dates repeat a lot)."""
+    """Unix seconds from the line's date (the date parser caches what it parsed: dates
+    repeat a lot, and a distinct date is parsed once)."""
     if not re.search(_DATE + r"\s*iteration", sample):
         return pl.Series("wall_time", [None] * it.height, dtype=pl.Float64)
     c0 = pl.col("c0")
     # The date sits right after the first "[": slicing and one fixed format are far cheaper
     # than a regex per line (fractions of a second are dropped).
-    dates = it.select(
-        c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
-    ).to_series()
-    if cast(int, dates.approx_n_unique()) * 8 > max(len(dates), 1):
-        return dates.to_frame().select(_seconds(pl.col("c0")).alias("wall_time")).to_series()
-    # Many lines per second: parse each distinct date once, then look the lines up.
-    uniq = dates.unique().drop_nulls().to_frame()
-    lut = uniq.with_columns(_seconds(pl.col("c0")).alias("wall_time"))
-    return (
-        dates.to_frame()
-        .join(lut, on="c0", how="left", maintain_order="left")
-        .get_column("wall_time")
-    )
+    date = c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
+    return it.select(_seconds(date).alias("wall_time")).to_series()
 
 
 def _seconds(date: pl.Expr) -> pl.Expr:

@@ -1,0 +1,185 @@
+"""A big plain text log is mapped, not read whole (forensics/importers/text/engine.py,
+``map_text``): the importer must give the same frame, notes and findings as from the file's
+bytes, and must read (not map) every log whose bytes the reading would change."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from forensics.importers import ReadOptions
+from forensics.importers.base import Source
+from forensics.importers.text import IMPORTER, engine, megatron
+from forensics.importers.text.engine import MappedText, map_text
+from tests.test_import_text_layout import _log
+
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "pretrain_gpt.py", line 10, in <module>\n'
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+)
+
+
+def _source(path: Path) -> Source:
+    return Source("text_logs", [path], path.name, path.parent, scope="file")
+
+
+@pytest.fixture
+def mapped(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every log is mapped whatever its size; records, per read, whether it was."""
+    monkeypatch.setattr(engine, "MAP_BYTES", 0)
+    seen: list[bool] = []
+    real = engine.map_text
+
+    def spy(path: Path) -> MappedText | None:
+        out = real(path)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr("forensics.importers.text.map_text", spy)
+    return seen
+
+
+def _same(path: Path, raw: bytes) -> None:
+    """The file read through the importer (mapped or not) = its bytes parsed."""
+    got = IMPORTER.read(_source(path), ReadOptions())
+    ref = IMPORTER.read_raw(_source(path), raw)
+    assert got.frame.height > 0
+    assert got.frame.equals(ref.frame)
+    assert got.notes == ref.notes
+    assert [f.to_dict() for f in got.findings] == [f.to_dict() for f in ref.findings]
+
+
+def _noisy(seed: int) -> bytes:
+    """Rank copies, validation lines, odd lines, a key printed from mid-run."""
+    raw = _log(1500, seed=seed, noise=True, restart_at=700)
+    lines = raw.decode().splitlines()
+    out = []
+    for i, ln in enumerate(lines):
+        if i > 900 and "iteration" in ln and "|" in ln and "validation" not in ln:
+            ln += " number of nan iterations:   0 |"  # a key added by a later version
+        out.append(ln)
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_mapped_log_equals_its_bytes(
+    pieces: bool, mapped: list[bool], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = _noisy(seed=3) + TRACEBACK.encode()  # a crash; the last line has no newline
+    if pieces:
+        monkeypatch.setattr(megatron, "CHUNK_BYTES", 90_000)
+        assert len(megatron._spans(raw, megatron.CHUNK_BYTES)) >= 4
+    path = tmp_path / "train.log"
+    path.write_bytes(raw)
+    _same(path, raw)
+    assert mapped == [True]
+    found = IMPORTER.read(_source(path), ReadOptions()).findings
+    assert any("out of memory" in f.summary.lower() for f in found)
+
+
+def test_mapped_log_with_invalid_utf8(mapped: list[bool], tmp_path: Path) -> None:
+    raw = _noisy(seed=4)
+    at = raw.index(b"| lm loss", len(raw) // 2)
+    raw = raw[:at] + b"| caf\xe9 \xff |" + raw[at:]  # latin-1 bytes inside an iteration line
+    path = tmp_path / "train.log"
+    path.write_bytes(raw)
+    _same(path, raw)
+    assert mapped == [True]
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["crlf", "cr", "ansi", "nul", "bom", "utf16"],
+)
+def test_logs_the_reading_changes_are_read(change: str, mapped: list[bool], tmp_path: Path) -> None:
+    """Bytes that text_bytes or clean would change: the file is read, never mapped (a map
+    would keep a progress bar's carriage return, and lose the line it hides)."""
+    text = _log(600, seed=5).decode()
+    lines = text.splitlines()
+    if change == "crlf":
+        text = "\r\n".join(lines) + "\r\n"
+    elif change == "cr":
+        # A progress bar redrawn on one line: iteration 601 only shows after the \r.
+        text += " iteration      601/     601 | lm loss: 1.000000E+00 |\r"
+        text += " iteration      602/     602 | lm loss: 9.000000E-01 |\n"
+    elif change == "ansi":
+        text = "\n".join(f"\x1b[32m{ln}\x1b[0m" for ln in lines) + "\n"
+    elif change == "nul":
+        text += "\x00" * 64
+    elif change == "bom":
+        text = "\ufeff" + text
+    path = tmp_path / "train.log"
+    raw = text.encode("utf-16-le" if change == "utf16" else "utf-8")
+    path.write_bytes(raw)
+    assert map_text(path) is None
+    got = IMPORTER.read(_source(path), ReadOptions())
+    assert mapped == [False]
+    if change == "cr":
+        steps = got.frame.filter(got.frame.get_column("tag") == "lm loss").get_column("step")
+        assert {601, 602} <= set(steps.to_list())
+    if change != "utf16":
+        plain = tmp_path / "plain.log"
+        plain.write_bytes(_log(600, seed=5))
+        ref = IMPORTER.read(_source(plain), ReadOptions()).frame
+        if change in ("crlf", "ansi", "nul", "bom"):
+            assert got.frame.drop("file").equals(ref.drop("file"))
+
+
+def test_a_file_that_cannot_be_mapped_is_read(
+    mapped: list[bool], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system without mmap: the log is read, not refused."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(engine.mmap, "mmap", refuse)
+    raw = _noisy(seed=7)
+    path = tmp_path / "train.log"
+    path.write_bytes(raw)
+    _same(path, raw)
+    assert mapped == [False]
+
+
+def test_small_logs_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_bytes(_log(100, seed=6))
+    assert map_text(path) is None  # under MAP_BYTES: a read costs little
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mapped_text_acts_as_bytes(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every bytes method the importer calls gives the same answer on the map."""
+    monkeypatch.setattr(engine, "MAP_BYTES", 0)
+    rng = random.Random(seed)
+    alphabet = b"ab\n|:  9"
+    raw = bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 5000)))
+    raw += b"\n" if seed % 2 else b"x"
+    path = tmp_path / "t.log"
+    path.write_bytes(raw)
+    m = map_text(path)
+    assert m is not None
+    n = len(raw)
+    assert len(m) == n and bytes(m) == raw and m[:] == raw
+    assert m.decode("utf-8", "replace") == raw.decode("utf-8", "replace")
+    assert m.endswith(b"\n") == raw.endswith(b"\n") and m.endswith(b"9x") == raw.endswith(b"9x")
+    for _ in range(50):
+        a, b = sorted(rng.randint(-n - 2, n + 2) for _ in range(2))
+        assert m[a:b] == raw[a:b]
+        assert m[-abs(a) :] == raw[-abs(a) :]
+        lo, hi = sorted(rng.randint(0, n) for _ in range(2))
+        for sub in (b"\n", b"|", b"a:", b"zz"):
+            assert m.find(sub, lo) == raw.find(sub, lo)
+            assert m.count(sub, lo, hi) == raw.count(sub, lo, hi)
+            assert (sub in m) == (sub in raw)
+    # Counted a block at a time: block edges inside the range change nothing.
+    monkeypatch.setattr(MappedText, "BLOCK", 7)
+    for _ in range(20):
+        lo, hi = sorted(rng.randint(0, n) for _ in range(2))
+        assert m.count(b"\n", lo, hi) == raw.count(b"\n", lo, hi)
+        assert m.count(b"\n", lo) == raw.count(b"\n", lo)
