@@ -87,7 +87,6 @@ class SpikeDetector:
 
     def __init__(self, params: SpikesParams | None = None) -> None:
         self.params = params or SpikesParams()
-        self._searches: dict[tuple[int, str], tuple[SpikesParams, SpikeSearch]] = {}
 
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
@@ -180,7 +179,7 @@ class SpikeDetector:
     def _judged(self, s: Spike) -> dict[str, Any]:
         """What a spike was judged against: its local baseline, the alarm line it passed and
         the thresholds that drew it, the recovery limit."""
-        search = self._search(s.metric)
+        search = SpikeSearch.of(self.params, s.metric)
         return {
             "local_baseline": s.measures["baseline"],
             "alarm_at": s.alarm_at,
@@ -188,16 +187,6 @@ class SpikeDetector:
             "min_ratio": search.min_ratio,
             "recovery_limit_steps": self.params.recover_steps,
         }
-
-    def _search(self, metric: str) -> SpikeSearch:
-        """``SpikeSearch.of(self.params, metric)``, made once per metric and parameters (the
-        same frozen value; thousands of grad-norm spikes ask for it)."""
-        key = (id(self.params), metric)
-        got = self._searches.get(key)
-        if got is None or got[0] is not self.params:
-            got = (self.params, SpikeSearch.of(self.params, metric))
-            self._searches[key] = got
-        return got[1]
 
     def _loss_finding(self, j: _Judged) -> Finding:
         s, m = j.spike, j.m

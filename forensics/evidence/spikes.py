@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -47,18 +48,23 @@ class SpikeSearch:
 
     @classmethod
     def of(cls, p: SpikesParams, metric: str) -> SpikeSearch:
-        """The loss has its own height ratios; every other series uses the grad norm's."""
-        is_loss = metric == LOSS
-        return cls(
-            window=p.window,
-            min_side=p.min_side,
-            z_threshold=p.z_threshold,
-            min_ratio=p.loss_min_ratio if is_loss else p.grad_norm_min_ratio,
-            gross_ratio=p.loss_gross_ratio if is_loss else p.grad_norm_gross_ratio,
-            z_gross=p.z_gross,
-            sigma_floor=p.sigma_floor,
-            shape=ShapeParams.of(p),
-        )
+        """The loss has its own height ratios; every other series uses the grad norm's. One
+        value per (parameters, loss or not): thousands of spikes of a long run ask for it."""
+        return _search_of(p, metric == LOSS)
+
+
+@lru_cache(maxsize=16)
+def _search_of(p: SpikesParams, is_loss: bool) -> SpikeSearch:
+    return SpikeSearch(
+        window=p.window,
+        min_side=p.min_side,
+        z_threshold=p.z_threshold,
+        min_ratio=p.loss_min_ratio if is_loss else p.grad_norm_min_ratio,
+        gross_ratio=p.loss_gross_ratio if is_loss else p.grad_norm_gross_ratio,
+        z_gross=p.z_gross,
+        sigma_floor=p.sigma_floor,
+        shape=ShapeParams.of(p),
+    )
 
 
 @dataclass(frozen=True)
