@@ -15,31 +15,71 @@ between libraries, and each function here repeats the library's own:
   ``i = 0``); an even count gives ``(lo + hi) / 2``.
 
 Inputs with NaN, Inf or a negative zero (whose sign a selection may or may not keep) and
-short inputs take the library's own path, so the result is always the library's. So do
-series under 50k points while scipy.ndimage is not loaded yet: its import (0.2 s) would cost
-more than it saves.
+short inputs take the library's own path, so the result is always the library's.
+
+The rank filter is scipy.ndimage's 1-D one, ``ndimage.rank_filter`` of a 1-D float64 array
+(``mode="nearest"``): its compiled ``_rank_filter_1d`` extension is loaded from scipy's
+directory on its own (half a millisecond) and called with the arguments ``rank_filter``
+passes it. Importing scipy.ndimage itself costs 0.35 s of CPU (it loads scipy.special):
+more than the rolling medians of a million points. Where that extension cannot be loaded
+(another scipy layout), ``ndimage.rank_filter`` itself is called, and then series under 50k
+points take the library's path while scipy.ndimage is not loaded yet.
 tests/test_rolling_exact.py checks bit-for-bit equality on random, heavy-tailed and tied data.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
 import sys
+from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 import polars as pl
 
 # Below this many points the library's path is as fast: no need for the rank filter.
 _MIN_FAST = 512
-# Importing scipy.ndimage costs about 0.2 s of CPU once: worth it from series this long (a
-# dozen rolling medians of 50k points cost that much more with polars), or when it is loaded.
+# Importing scipy.ndimage costs about 0.35 s of CPU once: worth it from series this long (a
+# dozen rolling medians of 50k points cost that much more with polars), or when it is loaded
+# (only where the extension cannot be loaded on its own: _rank_filter_1d).
 _IMPORT_PAYS = 50_000
+_NEAREST = 0  # scipy.ndimage's code of mode="nearest" (_ni_support._extend_mode_to_code)
 
 
 def _fast(n: int, w: int) -> bool:
     """Whether the rank filter is worth it for ``n`` points at window ``w``."""
     if n < _MIN_FAST or w < 2 or n < 4 * w:
         return False
-    return n >= _IMPORT_PAYS or "scipy.ndimage" in sys.modules
+    return n >= _IMPORT_PAYS or "scipy.ndimage" in sys.modules or _rank_filter_1d() is not None
+
+
+@lru_cache(maxsize=1)
+def _rank_filter_1d() -> Callable[..., None] | None:
+    """``scipy.ndimage._rank_filter_1d.rank_filter``, loaded without importing scipy.ndimage
+    (None where scipy or that extension is not found, or does not load)."""
+    try:
+        spec = importlib.util.find_spec("scipy")  # finds scipy's directory, imports nothing
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        name = "scipy.ndimage._rank_filter_1d"
+        for root in spec.submodule_search_locations:
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                path = os.path.join(root, "ndimage", "_rank_filter_1d" + suffix)
+                if not os.path.isfile(path):
+                    continue
+                loader = importlib.machinery.ExtensionFileLoader(name, path)
+                ext = importlib.util.spec_from_file_location(name, path, loader=loader)
+                if ext is None:
+                    continue
+                module = importlib.util.module_from_spec(ext)
+                loader.exec_module(module)
+                fn = getattr(module, "rank_filter", None)
+                return fn if callable(fn) else None
+    except Exception:  # noqa: BLE001 - any failure: ndimage.rank_filter itself
+        return None
+    return None
 
 
 def selectable(v: np.ndarray) -> bool:
@@ -52,7 +92,21 @@ def selectable(v: np.ndarray) -> bool:
 
 def _rank(v: np.ndarray, rank: int, size: int) -> np.ndarray:
     """The ``rank``-th smallest of window ``[i - size // 2, i - size // 2 + size)`` at each i
-    (only interior positions are meaningful)."""
+    (only interior positions are meaningful): ``ndimage.rank_filter(v, rank=rank, size=size,
+    mode="nearest")`` of a contiguous float64 array, through the extension it calls for a 1-D
+    array. Only where ndimage itself calls it: 0 < rank < size - 1 (ndimage takes the
+    minimum and maximum filters for the ends) and at least ``size`` points (the extension
+    reads out of bounds on a shorter array; ndimage's own limit is about half that)."""
+    fn = _rank_filter_1d()
+    fits = 0 < rank < size - 1 and len(v) >= size
+    if fn is not None and fits and v.dtype == np.float64 and v.ndim == 1 and v.flags.c_contiguous:
+        out = np.empty_like(v)
+        try:
+            fn(v, int(rank), int(size), out, _NEAREST, np.float64(0.0), 0)
+        except (TypeError, ValueError, RuntimeError):  # another signature: ndimage's own call
+            pass
+        else:
+            return out
     from scipy import ndimage
 
     return ndimage.rank_filter(v, rank=rank, size=size, mode="nearest")
