@@ -21,6 +21,7 @@ fitted). ``tests/test_spike_fast_path.py`` compares both with the reference comp
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -310,7 +311,7 @@ def _excess(
 ) -> dict[int, tuple[float, float]]:
     """Excess area (and relative) from the onset to the recovery, spikes grouped by length."""
     out: dict[int, tuple[float, float]] = {}
-    for length, rows in _groups(rec - onset, ok).items():
+    for length, rows in _chunked(_groups(rec - onset, ok)):
         j = onset[rows][:, None] + np.arange(length)[None, :]
         at = icpt[rows][:, None] + slope[rows][:, None] * xs[j]
         tv = np.exp(at) if log_scale else at
@@ -359,7 +360,7 @@ def _plateau(
     hh = np.array([t.backtest_h for t in trends], dtype=float)
     xc = np.array([t.x_center for t in trends], dtype=float)
     lengths = np.where(is_trend & ok, w1 - w0, 0)
-    for length, rows in _groups(lengths, lengths >= 3).items():
+    for length, rows in _chunked(_groups(lengths, lengths >= 3)):
         j = w0[rows][:, None] + np.arange(length)[None, :]
         t = icpt[rows][:, None] + slope[rows][:, None] * xs[j]
         dy = ys[j] - t
@@ -394,6 +395,20 @@ def _plateau(
             clearly = 1 if r > lim else (-1 if r < -lim else 0)
             out[int(i)] = (float(shift[q]), r, clearly)
     return out
+
+
+def _chunked(groups: dict[int, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    """The groups' rows, a few at a time: at most :data:`_CHUNK_CELLS` (spikes x points)
+    values per array (a million-step log's plateaus held 200 MiB at once otherwise). Each
+    row's numbers are computed on their own (element-wise, medians and sums row by row), so
+    a chunk's are those of the whole group."""
+    for length, rows in groups.items():
+        step = max(1, _CHUNK_CELLS // max(length, 1))
+        for c in range(0, len(rows), step):
+            yield length, rows[c : c + step]
+
+
+_CHUNK_CELLS = 1 << 17  # 1 MiB per float64 (spikes x points) array
 
 
 def _groups(lengths: np.ndarray, keep: np.ndarray) -> dict[int, np.ndarray]:
