@@ -171,40 +171,64 @@ def score(
     # the tail: forensics.evidence.reuse).
     trail = local_reusing("trail_median", (w,), w + 1, y, partial(_trail_median, w))
     lead = _lead_from_trail(w, y, trail)
-    idx = np.arange(n)
-    n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
 
     sig = noise_scale(y, w)
     q = resolution(values)
     if log_scale:
-        floor = np.maximum(sigma_floor, q / np.maximum(values, 1e-300))
+        floor_const = None
     else:
-        floor = np.full(n, max(sigma_floor * float(np.median(np.abs(y))), q, 1e-12))
-    sig = np.where(np.isfinite(sig), np.maximum(sig, floor), floor)
-
-    with np.errstate(invalid="ignore"):
-        z_trail = (y - trail) / sig
-        z_lead = (y - lead) / sig
-    confirm = steps <= confirm_until if confirm_until is not None else np.zeros(n, dtype=bool)
-    trailing_ok = (n_before >= min_side) & ~(confirm & (n_after >= 1))
-    two_sided = ~trailing_ok & (n_before >= 1) & (n_after >= 1)
-    z = np.where(trailing_ok, z_trail, np.where(two_sided, np.minimum(z_trail, z_lead), np.nan))
-    base_y = np.where(trailing_ok, trail, np.where(two_sided, np.maximum(trail, lead), np.nan))
-    base = inverse(base_y, log_scale)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = values / base if log_scale else values - base
+        floor_const = max(sigma_floor * float(np.median(np.abs(y))), q, 1e-12)
+    # Element by element, a block of points at a time (the temporaries stay a few MB at a
+    # million points; the same operations on the same elements as on the whole arrays).
+    # trail, lead and sig may be a watcher's memo (reuse): read, never written.
+    out_sig = np.empty(n)
+    z = np.empty(n)
+    base = np.empty(n)
+    ratio = np.empty(n)
+    two_sided = np.empty(n, dtype=bool)
+    for a in range(0, n, _SCORE_BLOCK):
+        b = min(n, a + _SCORE_BLOCK)
+        vb, yb, tb, lb = values[a:b], y[a:b], trail[a:b], lead[a:b]
+        idx = np.arange(a, b)
+        n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
+        if floor_const is None:
+            floor: np.ndarray | float = np.maximum(sigma_floor, q / np.maximum(vb, 1e-300))
+        else:
+            floor = floor_const
+        sb = sig[a:b]
+        sg = np.where(np.isfinite(sb), np.maximum(sb, floor), floor)
+        out_sig[a:b] = sg
+        with np.errstate(invalid="ignore"):
+            z_trail = (yb - tb) / sg
+            z_lead = (yb - lb) / sg
+        if confirm_until is not None:
+            confirm = steps[a:b] <= confirm_until
+        else:
+            confirm = np.zeros(b - a, dtype=bool)
+        trailing_ok = (n_before >= min_side) & ~(confirm & (n_after >= 1))
+        two = ~trailing_ok & (n_before >= 1) & (n_after >= 1)
+        two_sided[a:b] = two
+        z[a:b] = np.where(trailing_ok, z_trail, np.where(two, np.minimum(z_trail, z_lead), np.nan))
+        base_y = np.where(trailing_ok, tb, np.where(two, np.maximum(tb, lb), np.nan))
+        bb = inverse(base_y, log_scale)
+        base[a:b] = bb
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio[a:b] = vb / bb if log_scale else vb - bb
     return pl.DataFrame(
         {
-            "step": steps.astype(np.int64),
+            "step": steps.astype(np.int64, copy=False),  # steps[ok]: already a copy
             "value": values,
             "baseline": base,
-            "sigma": sig,
+            "sigma": out_sig,
             "z": z,
             "ratio": ratio,
             "two_sided": two_sided,
         },
         schema=SCORE_SCHEMA,
     ).with_columns(pl.col("baseline", "z", "ratio").fill_nan(None))
+
+
+_SCORE_BLOCK = 1 << 16  # points per block of score's element-wise part
 
 
 def _trail_median(w: int, y: np.ndarray) -> np.ndarray:

@@ -112,6 +112,16 @@ def _rank(v: np.ndarray, rank: int, size: int) -> np.ndarray:
     return ndimage.rank_filter(v, rank=rank, size=size, mode="nearest")
 
 
+def _midpoint(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """polars' median of two middle values, ``lo + (hi - lo) * 0.5``, in ``hi``'s memory: the
+    same three roundings (an IEEE sum does not depend on the order of its terms), without two
+    temporaries of the series' length."""
+    np.subtract(hi, lo, out=hi)
+    hi *= 0.5
+    hi += lo
+    return hi
+
+
 def _polars_centered(v: np.ndarray, window: int) -> np.ndarray:
     out = pl.Series(v).rolling_median(window, min_samples=1, center=True)
     return out.to_numpy().astype(float)
@@ -129,7 +139,7 @@ def centered_median(values: np.ndarray, window: int) -> np.ndarray:
         out = _rank(v, h, w)
     else:
         lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
-        out = lo + (hi - lo) * 0.5
+        out = _midpoint(lo, hi)
     # Full windows are i - h >= 0 and i - h + w <= n; the rest are shrunk: polars on the ends
     # (each end's windows reach at most 2w points in).
     first_full, last_full = h, n - w + h
@@ -160,7 +170,7 @@ def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) ->
         mid = _rank(v, h, w)
     else:
         lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
-        mid = lo + (hi - lo) * 0.5
+        mid = _midpoint(lo, hi)
     out = np.empty(n)
     # The full window ending at i starts at i - w + 1: the centred window at j = i - w + 1 + h.
     out[w - 1 :] = mid[h : n - w + 1 + h]
