@@ -95,6 +95,35 @@ def test_export_imports_no_pydantic(tmp_path: Path) -> None:
     assert res.stdout.strip().splitlines()[-1] == "False"
 
 
+def test_export_imports_no_detector_parameters(tmp_path: Path) -> None:
+    """Without a configuration file, ``forensics export`` never imports forensics.params (the
+    detectors' ~20 frozen dataclasses) nor a detector: nothing on its path reads them."""
+    run = write_tb_run(tmp_path / "run")
+    out = tmp_path / "x.parquet"
+    names = ("forensics.params", "forensics.detectors", "forensics.evidence")
+    prelude = (
+        f"import os; os.chdir({str(tmp_path)!r})\n"  # no pyproject.toml / forensics.toml here
+        f"atexit.register(lambda: print([m for m in {names!r} if m in sys.modules]))\n"
+    )
+    res = _export_after(run, out, prelude)
+    assert res.returncode == 0, res.stderr
+    assert out.is_file()
+    assert res.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_config_file_still_checks_detector_parameters(tmp_path: Path) -> None:
+    """The lazy import does not skip the check: a bad detector parameter in the configuration
+    file is still an error when the file loads."""
+    from forensics.config import load
+    from forensics.errors import ConfigError
+
+    (tmp_path / "forensics.toml").write_text("[detectors.spikes]\nwindow = 'x'\n")
+    with pytest.raises(ConfigError, match="window"):
+        load(tmp_path)
+    (tmp_path / "forensics.toml").write_text("[detectors.spikes]\nwindow = 30\n")
+    assert load(tmp_path).params.spikes.window == 30
+
+
 def test_export_quick_exit_keeps_output_streams_and_atexit(tmp_path: Path) -> None:
     """A real ``forensics.cli.main()`` export in a subprocess: exit code 0, the stderr line and
     a buffered stdout line arrive, an atexit handler runs, the Parquet file holds the frame."""
