@@ -95,6 +95,35 @@ def test_export_imports_no_pydantic(tmp_path: Path) -> None:
     assert res.stdout.strip().splitlines()[-1] == "False"
 
 
+def test_export_imports_no_detector_parameters(tmp_path: Path) -> None:
+    """Without a configuration file, ``forensics export`` never imports forensics.params (the
+    detectors' ~20 frozen dataclasses) nor a detector: nothing on its path reads them."""
+    run = write_tb_run(tmp_path / "run")
+    out = tmp_path / "x.parquet"
+    names = ("forensics.params", "forensics.detectors", "forensics.evidence")
+    prelude = (
+        f"import os; os.chdir({str(tmp_path)!r})\n"  # no pyproject.toml / forensics.toml here
+        f"atexit.register(lambda: print([m for m in {names!r} if m in sys.modules]))\n"
+    )
+    res = _export_after(run, out, prelude)
+    assert res.returncode == 0, res.stderr
+    assert out.is_file()
+    assert res.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_config_file_still_checks_detector_parameters(tmp_path: Path) -> None:
+    """The lazy import does not skip the check: a bad detector parameter in the configuration
+    file is still an error when the file loads."""
+    from forensics.config import load
+    from forensics.errors import ConfigError
+
+    (tmp_path / "forensics.toml").write_text("[detectors.spikes]\nwindow = 'x'\n")
+    with pytest.raises(ConfigError, match="window"):
+        load(tmp_path)
+    (tmp_path / "forensics.toml").write_text("[detectors.spikes]\nwindow = 30\n")
+    assert load(tmp_path).params.spikes.window == 30
+
+
 def test_export_quick_exit_keeps_output_streams_and_atexit(tmp_path: Path) -> None:
     """A real ``forensics.cli.main()`` export in a subprocess: exit code 0, the stderr line and
     a buffered stdout line arrive, an atexit handler runs, the Parquet file holds the frame."""
@@ -129,3 +158,78 @@ def test_export_error_exits_normally_with_code_2(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "inside the run folder" in res.stderr
     assert not (run / "x.parquet").exists()
+
+
+def _main_with(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
+    """``forensics.cli.main()`` with ``argv``: (exit code, stdout, stderr)."""
+    import forensics.cli as cli
+
+    old = sys.argv
+    sys.argv = ["forensics", *argv]
+    cli._QUICK_EXIT = False  # an export run earlier in this process (CliRunner) left it set
+    try:
+        cli.main()
+        code: object = None
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _command_names() -> list[str]:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return sorted(group.list_commands(None))  # type: ignore[attr-defined,arg-type]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [["--help"], ["--bogus-option"], [], ["a", "b", "c", "d", "--to"]],
+    ids=["help", "unknown-option", "missing-argument", "extra-arguments"],
+)
+def test_only_the_named_command_is_built_and_nothing_changes(
+    tail: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each command's help and usage errors (output, exit code) are those of the whole group,
+    and the commands typer builds for it are that command alone; the app keeps them all."""
+    import contextlib
+
+    import typer.main
+
+    import forensics.cli as cli
+
+    names = _command_names()
+    assert len(names) >= 6
+    built: list[str] = []
+    real = typer.main.get_command_from_info
+
+    def counting(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        cmd = real(*a, **k)
+        built.append(cmd.name)
+        return cmd
+
+    before = list(app.registered_commands)
+    for name in names:
+        built.clear()
+        monkeypatch.setattr(typer.main, "get_command_from_info", counting)
+        got = _main_with([name, *tail], capsys)
+        assert built == [name]
+        assert app.registered_commands == before
+        monkeypatch.setattr(cli, "_only_command", lambda _name: contextlib.nullcontext())
+        want = _main_with([name, *tail], capsys)
+        monkeypatch.undo()
+        assert got == want, name
+        assert got[0] in (0, 2), (name, got)
+
+
+def test_group_level_arguments_get_the_whole_group(capsys: pytest.CaptureFixture[str]) -> None:
+    """No command named first (the group's help, an unknown command): every command is there
+    (listed, suggested)."""
+    code, out, _ = _main_with(["--help"], capsys)
+    assert code == 0
+    assert all(name in out for name in _command_names())
+    code, _, err = _main_with(["exprt"], capsys)
+    assert code == 2 and "export" in err
