@@ -222,3 +222,22 @@ def test_rolling_medians_do_not_import_scipy_ndimage() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_private_rank_filter_is_checked_before_use() -> None:
+    """The extension is trusted only after it ranks a small array as a plain sort does: one
+    that means something else by its arguments (another scipy) is refused, and ndimage's own
+    rank_filter runs instead."""
+    from forensics.evidence import rolling
+
+    fn = rolling._rank_filter_1d()
+    assert fn is not None and rolling._answers_as_expected(fn)
+
+    def off_by_one(v, rank, size, out, *rest):  # type: ignore[no-untyped-def]
+        fn(v, min(rank + 1, size - 1), size, out, *rest)
+
+    def other_origin(v, rank, size, out, mode, cval, origin):  # type: ignore[no-untyped-def]
+        fn(v, rank, size, out, mode, cval, 1)
+
+    assert not rolling._answers_as_expected(off_by_one)
+    assert not rolling._answers_as_expected(other_origin)
