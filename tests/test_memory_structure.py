@@ -163,3 +163,39 @@ def test_gap_holds_no_copy_of_the_train_series() -> None:
     assert g2 is not None
     if despike(ev2.series(LOSS).values).all():
         assert g2.train_keep is None and g2.train_values is ev2.series(LOSS).values
+
+
+def _jumps_whole(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
+    """``schedule._jumps`` as it was (whole-length temporaries)."""
+    from forensics.evidence.robust import resolution
+    from forensics.evidence.rolling import centered_median
+    from forensics.evidence.schedule import _distinct_at_least
+
+    if len(v) < 2:
+        return []
+    d = np.abs(np.diff(v))
+    local = centered_median(d, 11)
+    hi = np.maximum(np.abs(v[:-1]), np.abs(v[1:]))
+    lo = np.minimum(np.abs(v[:-1]), np.abs(v[1:]))
+    big = (hi >= jump_ratio * lo) & (hi > 0)
+    if _distinct_at_least(v, 20):
+        big &= d > 1.5 * resolution(v)
+    return [int(i) for i in np.flatnonzero(big & (d > jump_k * local))]
+
+
+def test_jumps_in_place_same_jumps() -> None:
+    from forensics.evidence.schedule import _jumps
+
+    rng = np.random.default_rng(5)
+    for case in range(40):
+        n = int(rng.integers(2, 5000))
+        v = np.round(3e-4 * np.exp(-np.linspace(0, 3, n)), int(rng.integers(5, 9)))
+        for at in rng.integers(0, n, 3):
+            v[at:] *= rng.choice([0.1, 0.5, 1.3, 4.0])
+        if case % 5 == 0:
+            v[rng.integers(0, n)] = 0.0
+            v[rng.integers(0, n)] = -1e-5
+        ratio, k = float(rng.choice([1.05, 1.25, 2.0])), float(rng.choice([3.0, 10.0]))
+        before = v.copy()
+        assert _jumps(v, ratio, k) == _jumps_whole(v, ratio, k)
+        assert np.array_equal(v, before)

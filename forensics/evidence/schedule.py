@@ -167,7 +167,9 @@ def lr_schedule(
         return Schedule((), (), x, v, warmup_end, None)
     pos = v[v > 0]
     floor = 1e-3 * float(np.median(pos)) if len(pos) else 1.0
-    y = np.log(np.maximum(v, floor))
+    del pos
+    y = np.maximum(v, floor)
+    np.log(y, out=y)  # log(max(v, floor))
 
     w = -1  # last index of the warm-up
     if warmup_end is not None:
@@ -284,17 +286,27 @@ def _jumps(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
         return []
     from forensics.evidence.rolling import centered_median
 
-    d = np.abs(np.diff(v))
-    local = centered_median(d, 11)
-    hi = np.maximum(np.abs(v[:-1]), np.abs(v[1:]))
-    lo = np.minimum(np.abs(v[:-1]), np.abs(v[1:]))
-    big = (hi >= jump_ratio * lo) & (hi > 0)
+    # (in place where the same operation allows, the local median last: a million-point LR
+    # held about eight whole-length temporaries at once)
+    d = np.diff(v)
+    np.abs(d, out=d)
+    av = np.abs(v)
+    hi = np.maximum(av[:-1], av[1:])
+    lo = np.minimum(av[:-1], av[1:])
+    del av
+    np.multiply(jump_ratio, lo, out=lo)
+    big = hi >= lo  # hi >= jump_ratio * lo
+    big &= hi > 0
+    del hi, lo
     # An LR printed with few decimals moves by one last digit at a time near zero: a change
     # of one printed unit is the printing, not a jump (only for LRs with many distinct values;
     # a step schedule has a handful).
     if _distinct_at_least(v, 20):
         big &= d > 1.5 * resolution(v)
-    return [int(i) for i in np.flatnonzero(big & (d > jump_k * local))]
+    local = centered_median(d, 11)
+    np.multiply(jump_k, local, out=local)
+    big &= d > local  # d > jump_k * local
+    return [int(i) for i in np.flatnonzero(big)]
 
 
 def _smooth_pieces(
