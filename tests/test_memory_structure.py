@@ -199,3 +199,81 @@ def test_jumps_in_place_same_jumps() -> None:
         before = v.copy()
         assert _jumps(v, ratio, k) == _jumps_whole(v, ratio, k)
         assert np.array_equal(v, before)
+
+
+def _bin_median_whole(steps: np.ndarray, values: np.ndarray, max_bins: int):  # type: ignore[no-untyped-def]
+    n = len(values)
+    if n <= max_bins:
+        return steps.astype(float), values.astype(float)
+    edges = np.linspace(0, n, max_bins + 1).astype(int)
+    xs, ys = np.empty(max_bins), np.empty(max_bins)
+    sizes = np.diff(edges)
+    for size in np.unique(sizes):
+        rows = np.flatnonzero(sizes == size)
+        idx = edges[rows][:, None] + np.arange(int(size))
+        xs[rows] = np.median(steps[idx], axis=1)
+        ys[rows] = np.median(values[idx], axis=1)
+    return xs, ys
+
+
+@pytest.mark.parametrize("block", [1, 50, 1 << 16])
+def test_bin_median_by_blocks_and_theil_sen_same(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    from forensics.evidence import trend_utils
+
+    monkeypatch.setattr(trend_utils, "_BIN_BLOCK", block)
+    rng = np.random.default_rng(block)
+    for n in (3, 199, 200, 201, 1000, 12_345):
+        steps = np.sort(rng.choice(50 * n, n, replace=False)).astype(np.int64)
+        values = rng.standard_normal(n).cumsum()
+        for bins in (7, 100, 200):
+            want = _bin_median_whole(steps, values, bins)
+            got = trend_utils.bin_median(steps, values, max_bins=bins)
+            assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+            fl = _bin_median_whole(steps.astype(float), values, bins)
+            got = trend_utils.bin_median(steps, values, max_bins=bins, as_float=True)
+            assert all(np.array_equal(a, b) for a, b in zip(got, fl, strict=True))
+        s = trend_utils.theil_sen(steps, values)
+        monkeypatch.setattr(trend_utils, "_BIN_BLOCK", 1 << 40)  # one block: as before
+        w = trend_utils.theil_sen(steps.astype(float), values)
+        monkeypatch.setattr(trend_utils, "_BIN_BLOCK", block)
+        assert s == w
+
+
+def test_the_reorder_gathers_the_widest_columns_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import polars as pl
+
+    from forensics import run as run_mod
+    from forensics.schema import SCHEMA
+
+    widths = {c: run_mod._width(t) for c, t in SCHEMA.items()}
+    assert widths["step"] == widths["value"] == widths["wall_time"] == 8
+    assert widths["tag"] == widths["record_idx"] == 4 and widths["layer"] == 2
+    # the order the columns are gathered in, from the frames dropped one column at a time
+    seen: list[str] = []
+    real_drop = pl.DataFrame.drop
+
+    def drop(self, *cols, **kw):  # type: ignore[no-untyped-def]
+        seen.extend(str(c) for c in cols)
+        return real_drop(self, *cols, **kw)
+
+    rng = np.random.default_rng(0)
+    n = 50_000
+    frame = pl.DataFrame(
+        {
+            "source": ["jsonl"] * n,
+            "tag": rng.choice(["a", "b", "c"], n),
+            "step": np.arange(n) // 3,
+            "value": rng.standard_normal(n),
+        }
+    ).with_columns(pl.col("source", "tag").cast(pl.Categorical))
+    order = rng.permutation(n).astype(np.uint32)
+    plan = run_mod.ViewPlan(order, n, None, None)
+    r = run_mod.Run(name="t", path=__import__("pathlib").Path("."), format="jsonl", frame=frame)
+    monkeypatch.setattr(pl.DataFrame, "drop", drop)
+    r._reorder(plan)
+    monkeypatch.setattr(pl.DataFrame, "drop", real_drop)
+    assert seen[:2] == ["step", "value"]  # 8-byte columns first, in frame order among equals
+    assert r.frame.columns == frame.columns
+    assert r.frame.equals(frame[order.astype(np.int64)])
