@@ -113,7 +113,10 @@ class Run:
         del order
         done: list[pl.DataFrame] = []
         try:
-            for name in columns:
+            # The widest columns first: each later (narrower) gather then fits in the pages
+            # polars' allocator freed from an earlier column instead of new ones (the reorder
+            # peaked at about two wide columns over the frame instead of one).
+            for name in sorted(columns, key=lambda c: -_width(frame.schema[c])):
                 # Expressions, not Series: a constant column (one source, one segment) stays
                 # a scalar column, never materialized.
                 done.append(frame.select(pl.col(name).gather(idx)))
@@ -129,7 +132,7 @@ class Run:
             rest = frame.select([c for c in frame.columns if c not in got])
             self.frame = pl.concat([*restored, rest], how="horizontal").select(columns)
             raise
-        self.frame = pl.concat(done, how="horizontal")
+        self.frame = pl.concat(done, how="horizontal").select(columns)
 
     def _series_index(self) -> pl.DataFrame:
         v = self.view()
@@ -437,6 +440,19 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     )
 
 
+def _width(dtype: pl.DataType) -> int:
+    """Bytes a row of a column of ``dtype`` takes (categoricals: their 4-byte codes)."""
+    if isinstance(dtype, pl.Categorical | pl.Enum):
+        return 4
+    return _WIDTHS.get(type(dtype), 8)
+
+
+_WIDTHS: dict[type, int] = {
+    pl.Int8: 1, pl.UInt8: 1, pl.Boolean: 1, pl.Int16: 2, pl.UInt16: 2,
+    pl.Int32: 4, pl.UInt32: 4, pl.Float32: 4,
+}  # fmt: skip
+
+
 def _order(perm: np.ndarray | None, usable: np.ndarray | None, n_all: int) -> np.ndarray | None:
     """Frame positions: the usable rows in ``perm`` order (positions among the usable rows;
     None: in order), then the unusable ones in record order; None when that is every row in
@@ -476,8 +492,10 @@ def _stable_order(rank: np.ndarray, n_series: int, dtype: type) -> np.ndarray:
     out: np.ndarray = np.empty(n, dtype=dtype)
     counts = np.bincount(rank, minlength=n_series)
     free = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)  # next slot per rank
-    for a in range(0, n, _BLOCK):
-        r = rank[a : a + _BLOCK]
+    # (blocks of a quarter of _BLOCK: each block's argsort and slots are about 50 bytes a row)
+    block = max(1, _BLOCK >> 2)
+    for a in range(0, n, block):
+        r = rank[a : a + block]
         o = np.argsort(r, kind="stable")
         sr = r[o]
         c = np.bincount(r, minlength=n_series)
@@ -543,7 +561,8 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     idx = np.uint32 if len(key) < (1 << 32) - 1 else np.uint64
     none = np.iinfo(idx).max
     one = np.full(int(key.max()) + 1, none, dtype=idx)
-    one[key] = np.arange(len(key), dtype=idx)
+    for a in range(0, len(key), _BLOCK):  # (a later row overwrites: the last of each series)
+        one[key[a : a + _BLOCK]] = np.arange(a, min(a + _BLOCK, len(key)), dtype=idx)
     keys = np.flatnonzero(one != none)
     for name in ("metric", "layer"):
         col = f.get_column(name)

@@ -48,10 +48,14 @@ class MemoryGrowthDetector:
             ev.run.note(f"{CHECK}: not run, {what}")
             return []
         keep = ev.despiked(MEMORY)  # despike(y)
-        x, y = x[keep], y[keep]
-        start = x[0] + self.params.skip_frac * (x[-1] - x[0])
-        sel = x >= start
-        xs, ys = x[sel], y[sel]
+        if not keep.any():
+            return []  # (nothing to fit)
+        # x[keep][x[keep] >= start], without the despiked copy of the whole series
+        first, last = int(np.argmax(keep)), len(keep) - 1 - int(np.argmax(keep[::-1]))
+        start = x[first] + self.params.skip_frac * (x[last] - x[first])
+        keep &= x >= start
+        xs, ys = x[keep], y[keep]
+        del keep
         if len(xs) < self.params.min_points // 2:
             return []
         overall = theil_sen(xs, ys)

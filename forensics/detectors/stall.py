@@ -58,7 +58,12 @@ class StallDetector:
         tag = run.metrics().get(LOSS)
         # The loss tag's timed rows first, without copying every timed row of the run.
         rows = (
-            run.view().lazy().filter(pl.col("tag") == tag).filter(timed).collect()
+            run.view()
+            .lazy()
+            .filter(pl.col("tag") == tag)
+            .filter(timed)
+            .select("step", "wall_time", "segment")  # only these copied
+            .collect()
             if tag is not None
             else None
         )
@@ -97,8 +102,9 @@ class StallDetector:
 
     def _wall_stalls(self, ev: Evidence, c: pl.DataFrame) -> list[Finding]:
         run = ev.run
-        steps = c.get_column("step").to_numpy().astype(np.int64)
-        wall = c.get_column("wall_time").to_numpy().astype(float)
+        # (the frame's own arrays where they already have the type: no copies)
+        steps = c.get_column("step").to_numpy().astype(np.int64, copy=False)
+        wall = c.get_column("wall_time").to_numpy().astype(float, copy=False)
         seg = c.get_column("segment").to_numpy()
         dt, ds = np.diff(wall), np.diff(steps).astype(float)
         same_seg = seg[1:] == seg[:-1]

@@ -582,20 +582,22 @@ class _Lines:
 
 def _lines(x: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> _Lines:
     """Least-squares lines of y on x over each window [lo, hi), from prefix sums (x centred
-    and scaled first, so that long step counts lose no precision)."""
+    and scaled first, so that long step counts lose no precision).
+
+    The prefix sums are read only at the windows' ends: they are accumulated block by block
+    (each block's running sum continued from the last, the same additions in the same order
+    as one ``np.cumsum``), so a million-point train loss costs a few blocks of temporaries
+    instead of six whole-length sums and their products (about 80 MiB)."""
     if len(x) == 0:
         z = np.zeros(len(lo))
         return _Lines(z.astype(int), z, z, z, z + np.inf)
     c, sc = float(np.mean(x)), max(float(np.ptp(x)), 1.0)
-    u = (x - c) / sc
     yc = float(np.mean(y))
-    w = y - yc
-
-    def csum(a: np.ndarray) -> np.ndarray:
-        return np.concatenate([[0.0], np.cumsum(a)])
-
-    S = [csum(a) for a in (np.ones_like(u), u, w, u * u, u * w, w * w)]
-    n, su, sw, suu, suw, sww = (s[hi] - s[lo] for s in S)
+    lo, hi = np.asarray(lo), np.asarray(hi)
+    need, sums = _prefix_sums_at(x, y, c, sc, yc, np.concatenate((lo.ravel(), hi.ravel())))
+    at_lo, at_hi = np.searchsorted(need, lo), np.searchsorted(need, hi)
+    su, sw, suu, suw, sww = (s[at_hi] - s[at_lo] for s in sums)
+    n = hi.astype(float) - lo.astype(float)  # the prefix sums of ones (exact below 2**53)
     with np.errstate(invalid="ignore", divide="ignore"):
         mu, mw = su / n, sw / n
         vu = suu / n - mu * mu
@@ -609,6 +611,37 @@ def _lines(x: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> _Lin
         slope=np.nan_to_num(b) / sc,
         resid=np.where(n > 0, np.sqrt(np.nan_to_num(res)), np.inf),
     )
+
+
+_SUM_BLOCK = 1 << 16  # points of a prefix sum accumulated at a time
+
+
+def _prefix_sums_at(
+    x: np.ndarray, y: np.ndarray, c: float, sc: float, yc: float, where: np.ndarray
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The prefix sums ``s = concatenate([[0], cumsum(a)])`` of a = u, w, u*u, u*w, w*w
+    (u = (x - c) / sc, w = y - yc) at the positions ``where``: returns the sorted distinct
+    positions and each sum's values there."""
+    n = len(x)
+    need = np.unique(where)
+    got = [np.zeros(len(need)) for _ in range(5)]  # s[0] = 0
+    carry = [0.0] * 5
+    for a in range(0, n, _SUM_BLOCK):
+        b = min(a + _SUM_BLOCK, n)
+        u = (x[a:b] - c) / sc
+        w = y[a:b] - yc
+        # s[a + 1 .. b] are this block's running sums
+        first, last = np.searchsorted(need, a + 1, "left"), np.searchsorted(need, b, "right")
+        at = need[first:last] - (a + 1)
+        for k in range(5):
+            term = u if k == 0 else w if k == 1 else u * u if k == 2 else u * w if k == 3 else w * w
+            if a == 0:
+                run = np.cumsum(term)
+            else:  # the running sum continued: carry + a0, then + a1, ... (cumsum's order)
+                run = np.cumsum(np.concatenate(([carry[k]], term)))[1:]
+            got[k][first:last] = run[at]
+            carry[k] = run[-1]
+    return need, got
 
 
 def _label(g: Gap, cap: bool = False) -> str:

@@ -94,7 +94,7 @@ class Evidence:
         self._layer_matrix: dict[str, LayerMatrix] = {}
         self._logged: dict[tuple[str, int | None], Series] = {}
         self._gaps: dict[str, Gap | None] = {}
-        self._despike: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._despike: dict[tuple[str, float], np.ndarray] = {}  # (metric, k) -> despike mask
 
     # -- aligned arrays ----------------------------------------------------------------------
     def series(self, metric: str, layer: int | None = None) -> Series:
@@ -129,14 +129,22 @@ class Evidence:
 
     def despiked(self, metric: str, k: float = 5.0) -> np.ndarray:
         """``trend_utils.despike(self.series(metric).values, k=k)``: the mask of points a trend
-        fit keeps, with the rolling band computed once per series (plateau, gap, drift and
-        eval regression all despike the loss)."""
+        fit keeps (a new array each call), the rolling band computed once per series (plateau,
+        gap, drift and eval regression all despike the loss).
+
+        The cache keeps masks, not the band: the masks of the ``k`` the configured detectors
+        ask for (5 and the drift's ``spike_k``) are made when the band is, and the band (two
+        whole-length floats, 16 bytes a point) is dropped; any other ``k`` makes it again."""
         from forensics.evidence.trend_utils import despike_band, despike_mask
 
-        values = self.series(metric).values
-        if metric not in self._despike:
-            self._despike[metric] = despike_band(values)
-        return despike_mask(values, self._despike[metric], k=k)
+        key = (metric, float(k))
+        if key not in self._despike:
+            values = self.series(metric).values
+            band = despike_band(values)
+            for kk in dict.fromkeys((float(k), 5.0, float(self.params.grad_norm_drift.spike_k))):
+                self._despike.setdefault((metric, kk), despike_mask(values, band, k=kk))
+            del band
+        return self._despike[key].copy()
 
     def layer_matrix(self, metric: str) -> LayerMatrix:
         """A per-layer series as a steps x layers matrix (NaN where missing), cached."""

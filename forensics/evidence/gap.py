@@ -15,7 +15,8 @@ Fields of :class:`Gap` (arrays are aligned with the validation points):
 | `val` | validation loss at those steps |
 | `train` | train loss smoothed around each val step (median over +-`half_width` steps) |
 | `gap` | `val - train` |
-| `train_steps`, `train_values` | the train series with its upward spikes dropped |
+| `train_steps`, `train_values` | the train series with its upward spikes dropped (read from |
+| | `train_all_steps`, `train_all_values` and the mask `train_keep`) |
 | `interval` | median steps between validation points |
 | `half_width` | half width of the train window: max(interval / 2, 2 x train log interval) |
 | `window` | the acceleration window: 1000 steps (a sixth of a short log), >= 2 intervals |
@@ -63,8 +64,12 @@ class Gap:
     val: np.ndarray
     train: np.ndarray
     gap: np.ndarray
-    train_steps: np.ndarray
-    train_values: np.ndarray
+    # The train series (the evidence's own arrays) and which of its points are kept (None:
+    # all): the despiked series is made when read (see train_steps), not held (16 bytes a
+    # train point for as long as the evidence lives).
+    train_all_steps: np.ndarray
+    train_all_values: np.ndarray
+    train_keep: np.ndarray | None
     interval: float
     half_width: float
     window: float
@@ -76,6 +81,18 @@ class Gap:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    @property
+    def train_steps(self) -> np.ndarray:
+        """The train steps with the loss's upward spikes dropped (a new array when some are)."""
+        k = self.train_keep
+        return self.train_all_steps if k is None else self.train_all_steps[k]
+
+    @property
+    def train_values(self) -> np.ndarray:
+        """The train loss at :attr:`train_steps`."""
+        k = self.train_keep
+        return self.train_all_values if k is None else self.train_all_values[k]
 
     @cached_property
     def smooth(self) -> np.ndarray:
@@ -194,8 +211,9 @@ def train_val_gap(ev: Evidence, metric: str = VAL_LOSS) -> Gap | None:
         val=vy,
         train=train,
         gap=gap,
-        train_steps=tx,
-        train_values=ty,
+        train_all_steps=t.steps,
+        train_all_values=t.values,
+        train_keep=None if keep.all() else keep,
         interval=interval,
         half_width=half,
         window=window,

@@ -167,7 +167,9 @@ def lr_schedule(
         return Schedule((), (), x, v, warmup_end, None)
     pos = v[v > 0]
     floor = 1e-3 * float(np.median(pos)) if len(pos) else 1.0
-    y = np.log(np.maximum(v, floor))
+    del pos
+    y = np.maximum(v, floor)
+    np.log(y, out=y)  # log(max(v, floor))
 
     w = -1  # last index of the warm-up
     if warmup_end is not None:
@@ -284,17 +286,27 @@ def _jumps(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
         return []
     from forensics.evidence.rolling import centered_median
 
-    d = np.abs(np.diff(v))
-    local = centered_median(d, 11)
-    hi = np.maximum(np.abs(v[:-1]), np.abs(v[1:]))
-    lo = np.minimum(np.abs(v[:-1]), np.abs(v[1:]))
-    big = (hi >= jump_ratio * lo) & (hi > 0)
+    # (in place where the same operation allows, the local median last: a million-point LR
+    # held about eight whole-length temporaries at once)
+    d = np.diff(v)
+    np.abs(d, out=d)
+    av = np.abs(v)
+    hi = np.maximum(av[:-1], av[1:])
+    lo = np.minimum(av[:-1], av[1:])
+    del av
+    np.multiply(jump_ratio, lo, out=lo)
+    big = hi >= lo  # hi >= jump_ratio * lo
+    big &= hi > 0
+    del hi, lo
     # An LR printed with few decimals moves by one last digit at a time near zero: a change
     # of one printed unit is the printing, not a jump (only for LRs with many distinct values;
     # a step schedule has a handful).
     if _distinct_at_least(v, 20):
         big &= d > 1.5 * resolution(v)
-    return [int(i) for i in np.flatnonzero(big & (d > jump_k * local))]
+    local = centered_median(d, 11)
+    np.multiply(jump_k, local, out=local)
+    big &= d > local  # d > jump_k * local
+    return [int(i) for i in np.flatnonzero(big)]
 
 
 def _smooth_pieces(
@@ -419,12 +431,17 @@ def _shapes(pieces: list[list[Any]], x: np.ndarray, v: np.ndarray) -> None:
         ):
             group.append(group[-1] + 2)
         a = pieces[group[0]][0]
-        idx = np.concatenate(
-            [np.arange(pieces[g][0], pieces[g][1] + 1) for g in group]
-            if a == 0
-            else [[a - 1]] + [np.arange(pieces[g][0], pieces[g][1] + 1) for g in group]
-        ).astype(int)
-        shape = _decay_shape(x[idx], v[idx])
+        if len(group) == 1:  # one stretch of points: views, no gather
+            lo, hi = max(a - 1, 0), pieces[k][1] + 1
+            shape = _decay_shape(x[lo:hi], v[lo:hi])
+        else:
+            idx = np.concatenate(
+                [np.arange(pieces[g][0], pieces[g][1] + 1) for g in group]
+                if a == 0
+                else [[a - 1]] + [np.arange(pieces[g][0], pieces[g][1] + 1) for g in group]
+            ).astype(int)
+            shape = _decay_shape(x[idx], v[idx])
+            del idx
         for g in group:
             pieces[g][3] = shape
         k = group[-1] + 1
@@ -433,19 +450,41 @@ def _shapes(pieces: list[list[Any]], x: np.ndarray, v: np.ndarray) -> None:
 def _decay_shape(xs: np.ndarray, vs: np.ndarray) -> str:
     """``cosine``, ``linear`` or ``exponential`` when one fits the fall within 3% of its
     height, else ``smooth``. The fall runs from the point before the piece when there is one
-    (a decay starts where the level it leaves ends)."""
-    xs = xs.astype(float)
-    if len(xs) < 4 or vs[0] <= vs[-1] or xs[-1] == xs[0]:
+    (a decay starts where the level it leaves ends).
+
+    The fits are made and scored one at a time, in place (a million-point decay held eleven
+    whole-length arrays at once); the same operations in the same order as
+    ``sqrt(mean((u - fit) ** 2))`` of each fit."""
+    if len(xs) < 4 or vs[0] <= vs[-1]:
         return "smooth"
-    t = (xs - xs[0]) / (xs[-1] - xs[0])
-    u = (vs - vs[-1]) / (vs[0] - vs[-1])
-    fits = {
-        "linear": 1.0 - t,
-        "cosine": 0.5 * (1.0 + np.cos(np.pi * t)),
-    }
+    t = xs.astype(float)
+    t0, t1 = t[0], t[-1]
+    if t1 == t0:
+        return "smooth"
+    t -= t0
+    t /= t1 - t0  # (xs - xs[0]) / (xs[-1] - xs[0])
+    u = vs - vs[-1]
+    u /= vs[0] - vs[-1]  # (vs - vs[-1]) / (vs[0] - vs[-1])
+
+    def score(f: np.ndarray) -> float:
+        np.subtract(u, f, out=f)
+        np.square(f, out=f)
+        return float(np.sqrt(np.mean(f)))
+
+    err: dict[str, float] = {}
+    f = np.subtract(1.0, t)
+    err["linear"] = score(f)
+    np.multiply(np.pi, t, out=f)
+    np.cos(f, out=f)
+    np.add(1.0, f, out=f)
+    np.multiply(0.5, f, out=f)  # 0.5 * (1.0 + cos(pi * t))
+    err["cosine"] = score(f)
     if vs[-1] > 0:
-        e = np.exp(np.log(vs[0]) + t * (np.log(vs[-1]) - np.log(vs[0])))
-        fits["exponential"] = (e - vs[-1]) / (vs[0] - vs[-1])
-    err = {k: float(np.sqrt(np.mean((u - f) ** 2))) for k, f in fits.items()}
+        np.multiply(t, np.log(vs[-1]) - np.log(vs[0]), out=f)
+        np.add(np.log(vs[0]), f, out=f)
+        np.exp(f, out=f)
+        f -= vs[-1]
+        f /= vs[0] - vs[-1]  # (e - vs[-1]) / (vs[0] - vs[-1])
+        err["exponential"] = score(f)
     best = min(err, key=lambda k: err[k])
     return best if err[best] <= 0.03 else "smooth"

@@ -146,9 +146,11 @@ def despike_mask(
 
 
 def bin_median(
-    steps: np.ndarray, values: np.ndarray, *, max_bins: int = 200
+    steps: np.ndarray, values: np.ndarray, *, max_bins: int = 200, as_float: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin median steps and values (equal numbers of points per bin)."""
+    """Per-bin median steps and values (equal numbers of points per bin); ``as_float``: the
+    medians of ``steps.astype(float)`` and ``values.astype(float)`` (converted a block at a
+    time, not copied whole)."""
     n = len(values)
     if n <= max_bins:
         return steps.astype(float), values.astype(float)
@@ -156,14 +158,24 @@ def bin_median(
     xs = np.empty(max_bins)
     ys = np.empty(max_bins)
     # Bins hold one of two sizes: each size's bins as the rows of one matrix, np.median along
-    # the rows (the same partition and midpoint as a median per bin).
+    # the rows (the same partition and midpoint as a median per bin), a few rows at a time
+    # (each row's median is its own: a million points are not gathered at once).
     sizes = np.diff(edges)
     for size in np.unique(sizes):
-        rows = np.flatnonzero(sizes == size)
-        idx = edges[rows][:, None] + np.arange(int(size))
-        xs[rows] = np.median(steps[idx], axis=1)
-        ys[rows] = np.median(values[idx], axis=1)
+        rows_of_size = np.flatnonzero(sizes == size)
+        per = max(1, _BIN_BLOCK // int(size))
+        for a in range(0, len(rows_of_size), per):
+            rows = rows_of_size[a : a + per]
+            idx = edges[rows][:, None] + np.arange(int(size))
+            sx, sy = steps[idx], values[idx]
+            if as_float:
+                sx, sy = sx.astype(float, copy=False), sy.astype(float, copy=False)
+            xs[rows] = np.median(sx, axis=1)
+            ys[rows] = np.median(sy, axis=1)
     return xs, ys
+
+
+_BIN_BLOCK = 1 << 16  # points of bin_median's bins gathered at a time
 
 
 def bin_bounds(steps: np.ndarray, *, max_bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
@@ -191,10 +203,14 @@ def theil_sen(
     importing scipy.stats. Series longer than ``max_points`` are reduced to bin medians first
     (``None``: every point).
     """
-    x = np.asarray(steps, float)
-    y = np.asarray(values, float)
-    if max_points is not None:
-        x, y = bin_median(x, y, max_bins=max_points)
+    if max_points is not None and len(values) > max_points:
+        # (the bins' medians of the float steps, converted a block at a time)
+        x, y = bin_median(np.asarray(steps), np.asarray(values), max_bins=max_points, as_float=True)
+    else:
+        x = np.asarray(steps, float)
+        y = np.asarray(values, float)
+        if max_points is not None:
+            x, y = bin_median(x, y, max_bins=max_points)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if len(x) < 3 or np.ptp(x) == 0:
