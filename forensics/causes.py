@@ -34,7 +34,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from forensics.findings import DYNAMICS, Finding, FindingKind, Severity
+from forensics.findings import DYNAMICS, Finding, FindingKind, Severity, scale_text
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, VAL_LOSS
 
 if TYPE_CHECKING:
@@ -425,8 +425,8 @@ def _overflow(ev: Evidence, f: Finding) -> Cause:
             k = int(np.searchsorted(s.steps, steps[-1], side="left"))
             if 0 < i and k < len(s):
                 vals = (
-                    f" (loss scale {_g(s.values[i - 1])} at step {int(s.steps[i - 1]):,}, "
-                    f"{_g(s.values[k])} at step {int(s.steps[k]):,})"
+                    f" (loss scale {scale_text(s.values[i - 1])} at step {int(s.steps[i - 1]):,}, "
+                    f"{scale_text(s.values[k])} at step {int(s.steps[k]):,})"
                 )
         n = len(steps)
         return Cause(

@@ -234,6 +234,16 @@ def steps_text(n: int | float | None) -> str:
     return f"{n:,} step" if n == 1 else f"{n:,} steps"
 
 
+def scale_text(x: float | None) -> str:
+    """A loss scale as a reader compares it: "131,072" for a whole number (scales are powers
+    of two), "0.5" or "1.5e+20" otherwise, "n/a" for none; one form in every sentence."""
+    if x is None or not math.isfinite(x):
+        return "n/a" if x is None else str(x)
+    if x == int(x) and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:.4g}"
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Step order, then the most severe first at equal steps."""
     return sorted(findings, key=Finding.sort_key)

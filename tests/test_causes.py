@@ -185,3 +185,19 @@ def test_the_run_facts_follow_the_evidence_and_its_frame() -> None:
         assert not a.has(LOSS_SCALE) and _near(a) == near(a)
     finally:
         a.run.frame = frame
+
+
+def test_a_loss_scale_reads_the_same_in_the_finding_and_its_cause() -> None:
+    """bad_batch's scaler halves 131072 -> 65536: the drop's summary and the overflow cause of
+    the spike print both numbers one way (a reader compares them), with separators."""
+    from forensics.findings import scale_text
+
+    d = diag("bad_batch")
+    drop = _first(d, "loss_scale_drop")
+    spike = _first(d, "loss_spike")
+    cause = _by(d, spike)["loss_scale_overflow"]
+    assert cause.status == SUPPORTED
+    assert "from 131,072 to 65,536" in drop.summary, drop.summary
+    assert "loss scale 131,072 at step" in cause.evidence, cause.evidence
+    assert "65,536 at step" in cause.evidence, cause.evidence
+    assert [scale_text(x) for x in (0.5, 1.0, 2.0**70, None)] == ["0.5", "1", "1.181e+21", "n/a"]

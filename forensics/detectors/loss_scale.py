@@ -20,7 +20,14 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import ScaleCascade
-from forensics.findings import Finding, FindingKind, MeasureValue, Severity
+from forensics.findings import (
+    Finding,
+    FindingKind,
+    MeasureValue,
+    Severity,
+    scale_text,
+    steps_text,
+)
 from forensics.params import LossScaleParams
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
 
@@ -97,7 +104,7 @@ class LossScaleDetector:
             "source": c.source,
         }
         fromto = (
-            f" from {c.from_scale:.0f} to {c.to_scale:.0f}"
+            f" from {scale_text(c.from_scale)} to {scale_text(c.to_scale)}"
             if c.from_scale is not None and c.to_scale is not None
             else ""
         )
@@ -113,7 +120,7 @@ class LossScaleDetector:
         where = (
             f"at step {c.start_step:,}"
             if c.start_step == c.end_step
-            else f"between steps {c.start_step} and {c.end_step}"
+            else f"between steps {c.start_step:,} and {c.end_step:,}"
         )
         times = "time" if c.halvings == 1 else "times"
         summary = f"Loss scale halved {c.halvings:g} {times}{fromto} {where}: {what}."
@@ -168,12 +175,14 @@ class LossScaleDetector:
             )
             if events < 2:
                 continue  # one cascade that stayed down: already reported as that cascade
+            from_scale, to_scale = float(2 ** peak[a]), float(2 ** lvl[a : b + 1].min())
+            n_steps = int(t[b] - t[start])
             measures: dict[str, MeasureValue] = {
                 "pattern": "sustained_decline",
-                "from_scale": float(2 ** peak[a]),
-                "to_scale": float(2 ** lvl[a : b + 1].min()),
+                "from_scale": from_scale,
+                "to_scale": to_scale,
                 "halvings": float(peak[a] - lvl[a : b + 1].min()),
-                "steps": int(t[b] - t[start]),
+                "steps": n_steps,
                 "overflow_steps": None,
                 "drops": events,
                 "calibration": False,
@@ -182,9 +191,9 @@ class LossScaleDetector:
                 "source": "loss_scale",
             }
             summary = (
-                f"Loss scale declined from {measures['from_scale']:.0f} to "
-                f"{measures['to_scale']:.0f} over {measures['steps']} steps in {events} separate "
-                "drops without growing back: gradients keep overflowing fp16."
+                f"Loss scale declined from {scale_text(from_scale)} to {scale_text(to_scale)} "
+                f"over {steps_text(n_steps)} in {events:,} separate drops without growing back: "
+                "gradients keep overflowing fp16."
             )
             out.append(
                 Finding(
