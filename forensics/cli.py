@@ -1102,7 +1102,7 @@ _QUICK_EXIT = False
 
 def main() -> None:
     """Console-script entry point."""
-    _return_freed_memory()
+    _return_freed_memory(sys.argv[1] if len(sys.argv) > 1 else None)
     try:
         with _only_command(sys.argv[1] if len(sys.argv) > 1 else None):
             app()
@@ -1117,13 +1117,16 @@ def main() -> None:
 # command's large temporaries (a frame reordered, a column gathered) then stay resident into
 # the next stage and add up in the peak. Returned at once instead, the peak of `analyze` on a
 # 1M-step JSONL run fell from 602 to 548 MB for about the same CPU time (more system time,
-# less user time). Only the command line sets it, before polars loads, and a value the user
-# set wins; a library caller's process is left as it is.
+# less user time). Not for `export` and `metrics`, which detect nothing: there the pages
+# given back and faulted in again cost about 0.5 s of system time at 1M steps and nothing is
+# saved (their peak is the frame). Only the command line sets it, before polars loads, and a
+# value the user set wins; a library caller's process is left as it is.
 _POLARS_ALLOCATOR = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+_DETECTING = frozenset({"analyze", "compare", "sweep", "watch"})
 
 
-def _return_freed_memory() -> None:
-    if "polars" not in sys.modules:
+def _return_freed_memory(command: str | None) -> None:
+    if command in _DETECTING and "polars" not in sys.modules:
         os.environ.setdefault(*_POLARS_ALLOCATOR)
 
 

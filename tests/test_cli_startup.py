@@ -236,19 +236,23 @@ def test_group_level_arguments_get_the_whole_group(capsys: pytest.CaptureFixture
 
 
 def test_the_command_line_asks_polars_to_return_freed_memory_at_once() -> None:
-    """main() sets jemalloc's decay options before polars loads (a lower peak for the same
-    CPU); a value the user set wins, and a process that already loaded polars is left alone."""
+    """main() sets jemalloc's decay options before polars loads for the commands that detect
+    (a lower peak for the same CPU), not for export or metrics; a value the user set wins,
+    and a process that already loaded polars is left alone."""
     code = (
         "import os, sys\n"
         "from forensics import cli\n"
-        "cli._return_freed_memory()\n"
+        "cli._return_freed_memory(sys.argv[1])\n"
         "print(os.environ.get('_RJEM_MALLOC_CONF'))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    run = lambda c, e: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", c], env=e, capture_output=True, text=True, check=True
+    run = lambda c, e, cmd="analyze": subprocess.run(  # noqa: E731
+        [sys.executable, "-c", c, cmd], env=e, capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert run(code, env) == "dirty_decay_ms:0,muzzy_decay_ms:0"
+    for cmd in ("analyze", "compare", "sweep", "watch"):
+        assert run(code, env, cmd) == "dirty_decay_ms:0,muzzy_decay_ms:0", cmd
+    for cmd in ("export", "metrics", "--help"):  # they detect nothing: the pages stay cached
+        assert run(code, env, cmd) == "None", cmd
     assert run(code, {**env, "_RJEM_MALLOC_CONF": "narenas:1"}) == "narenas:1"
     # polars sets its own defaults when it loads (500 ms / 1 s): they stay as they are.
     assert run("import polars\n" + code, env) == "dirty_decay_ms:500,muzzy_decay_ms:1000"
