@@ -441,10 +441,9 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
 
 
 def _width(dtype: pl.DataType) -> int:
-    """Bytes a row of a column of ``dtype`` takes (categoricals: their 4-byte codes)."""
-    if isinstance(dtype, pl.Categorical | pl.Enum):
-        return 4
-    return _WIDTHS.get(type(dtype), 8)
+    """Bytes a row of a column of ``dtype`` takes: its physical type's (a categorical's
+    codes take 4, an Enum of few categories 1)."""
+    return _WIDTHS.get(type(pl.Series(dtype=dtype).to_physical().dtype), 8)
 
 
 _WIDTHS: dict[type, int] = {

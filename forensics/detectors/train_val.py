@@ -633,8 +633,7 @@ def _prefix_sums_at(
         # s[a + 1 .. b] are this block's running sums
         first, last = np.searchsorted(need, a + 1, "left"), np.searchsorted(need, b, "right")
         at = need[first:last] - (a + 1)
-        for k in range(5):
-            term = u if k == 0 else w if k == 1 else u * u if k == 2 else u * w if k == 3 else w * w
+        for k, term in enumerate((u, w, u * u, u * w, w * w)):
             if a == 0:
                 run = np.cumsum(term)
             else:  # the running sum continued: carry + a0, then + a1, ... (cumsum's order)

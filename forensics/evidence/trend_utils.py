@@ -206,11 +206,9 @@ def theil_sen(
     if max_points is not None and len(values) > max_points:
         # (the bins' medians of the float steps, converted a block at a time)
         x, y = bin_median(np.asarray(steps), np.asarray(values), max_bins=max_points, as_float=True)
-    else:
+    else:  # (at most max_points: bin_median would return the points themselves)
         x = np.asarray(steps, float)
         y = np.asarray(values, float)
-        if max_points is not None:
-            x, y = bin_median(x, y, max_bins=max_points)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if len(x) < 3 or np.ptp(x) == 0:
