@@ -355,6 +355,98 @@ def select_rows(a: np.ndarray, ks: list[int]) -> np.ndarray:
     return out
 
 
+def slope_stats_rows(
+    x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each row pair of two 2-D float64 arrays (rows of one length n): the values
+    ``np.partition(s, ks)[ks]`` of its slopes ``s = pairwise_slopes(x[r], y[r])`` and
+    ``np.partition(h, ks_h)[ks_h]`` of its first half's ``h = s[first_half_pairs(n)]``
+    (``ks``, ``ks_h`` sorted, distinct; no slope NaN; a zero may come out as either sign, as
+    for :func:`select`). Two (rows, len) arrays.
+
+    One window at a time: its slopes (a few hundred kB) stay in the processor's cache while
+    they are formed, gathered and counted; several windows at once (as
+    :func:`pairwise_slopes_rows` and :func:`select_rows` take them) made every pass over them
+    a trip to main memory. The selection is :class:`_Bracket`'s."""
+    k, n = x.shape
+    m, h = (n - 1) // 2, n // 2
+    nt, nth = n * (n - 1) // 2, h * (h - 1) // 2
+    got, got_h = np.empty((k, len(ks))), np.empty((k, len(ks_h)))
+    if k == 0 or nt == 0:
+        return got, got_h
+    whole, first = _Bracket(nt, ks), _Bracket(nth, ks_h)
+    pairs_h = first_half_pairs(n)
+    buf, dx, half = np.empty(nt), np.empty((m, n)), np.empty(nth)
+    main = buf[: m * n].reshape(m, n)  # pairwise_slopes' layout: offsets 1..m, then n/2
+    wy, wx = _wrapped_rows(y, m), _wrapped_rows(x, m)
+    tails = (y[:, h:] - y[:, :h]) / (x[:, h:] - x[:, :h]) if n % 2 == 0 else None
+    for r in range(k):
+        # (a copy, then the subtraction in place: numpy's loop over the wrapped view with a
+        # broadcast operand is slower than the two)
+        np.copyto(main, wy[r])
+        main -= y[r]
+        np.copyto(dx, wx[r])
+        dx -= x[r]
+        main /= dx
+        if tails is not None:
+            buf[m * n :] = tails[r]
+        got[r] = whole.select(buf)
+        np.take(buf, pairs_h, out=half)
+        got_h[r] = first.select(half)
+    return got, got_h
+
+
+class _Bracket:
+    """:func:`select` for many arrays of one length, each in the cache: a sample's order
+    statistics give bounds ``low <= high``; one comparison with each counts the values below
+    ``low`` and marks those between, and only those are sorted (values below ``low`` take
+    the first ranks, so a rank r of the array is rank r - below among them). Where a rank
+    falls outside the bounds the whole array is sorted. The sample decides only the speed,
+    never the values. (``np.sort`` rather than a partition: numpy's sort of floats is
+    vectorized, several times faster than a partition at several ranks.)"""
+
+    def __init__(self, size: int, ks: list[int]) -> None:
+        self.ks = np.asarray(ks, dtype=np.intp)
+        self.pos: np.ndarray | None = None
+        self.ra = self.rb = 0
+        if size >= _PICK_MIN and len(ks):
+            pos = _pick_positions(size)
+            ms = len(pos)
+            margin = int(_PICK_MARGIN * np.sqrt(ms)) + 4
+            ra = ks[0] * ms // size - margin
+            rb = -(-ks[-1] * ms // size) + margin
+            if ra >= 0 and rb < ms:
+                self.pos, self.ra, self.rb = pos, ra, rb
+        self.lt = np.empty(size, dtype=bool)
+        self.le = np.empty(size, dtype=bool)
+
+    def select(self, a: np.ndarray) -> np.ndarray:
+        if self.pos is None:
+            return np.sort(a)[self.ks]
+        s = np.sort(a[self.pos])
+        below = np.count_nonzero(np.less(a, s[self.ra], out=self.lt))
+        inside = np.count_nonzero(np.less_equal(a, s[self.rb], out=self.le)) - below
+        kl = self.ks - below
+        if kl[0] < 0 or kl[-1] >= inside:  # (a NaN bound counts nothing: sorted too)
+            return np.sort(a)[self.ks]
+        self.le ^= self.lt  # low <= v <= high
+        return np.sort(np.compress(self.le, a))[kl]
+
+
+_PICK_MIN = 4096  # below this many values a sort of all is as cheap
+_PICK_MARGIN = 1.3  # bounds' margin each side, in sqrt(sample size) (a miss costs one sort)
+
+
+@lru_cache(maxsize=16)
+def _pick_positions(size: int) -> np.ndarray:
+    """Where :class:`_Bracket` samples arrays of ``size`` values: random positions, seeded by
+    the size, one in 22 (about 2,000 of a 300-point window's 44,850 slopes), sorted."""
+    rng = np.random.default_rng(size)
+    pos = np.sort(rng.choice(size, size=max(256, size // 22), replace=False))
+    pos.flags.writeable = False
+    return pos
+
+
 # The row bracket's margin each side, in sqrt(sample size): 3 binomial standard deviations
 # (on the spike trend windows of the bench runs, 1 rank in 100 falls 2.6 away).
 _ROW_MARGIN = 1.5
@@ -386,4 +478,5 @@ __all__ = [
     "plain_for_slopes_rows",
     "select",
     "select_rows",
+    "slope_stats_rows",
 ]

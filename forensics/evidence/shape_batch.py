@@ -7,9 +7,8 @@ cost as much as its trend fit. Here each of those is one operation on a (spikes 
 array: the same element-wise operations, in the same order, on the same elements, so every
 number is the one :func:`measure` computes (medians through :mod:`order_stats`' row functions,
 sums with numpy's own row reduction, which sums each row as it sums a 1-D array). The trend
-fits' Theil-Sen slopes are formed and selected eight windows at a time
-(:func:`~forensics.evidence.order_stats.pairwise_slopes_rows`,
-:func:`~forensics.evidence.order_stats.select_rows`): each window's slopes and order
+fits' Theil-Sen slopes are formed and selected window after window by
+:func:`~forensics.evidence.order_stats.slope_stats_rows`: each window's slopes and order
 statistics are those of the one-window functions.
 
 The batch covers the common case: a spike back in its band, and back under its alarm line,
@@ -223,19 +222,12 @@ def _fit_rows(
     ks = sorted({lo, max(mid - 1, 0), mid, hi})
     mid_h = nth // 2
     ks_h = sorted({max(mid_h - 1, 0), mid_h})
-    pairs_h = order_stats.first_half_pairs(length)
     got = np.zeros((k, len(ks)))
     got_h = np.zeros((k, len(ks_h)))
     fast_rows = np.flatnonzero(fast)
-    # A few windows' slopes at a time (a few MB: larger arrays cost more to allocate than
-    # they save), row by row the numbers of pairwise_slopes and select.
-    buf = np.empty(min(len(fast_rows), _SLOPE_ROWS) * nt)
-    work = np.empty_like(buf)
-    for c in range(0, len(fast_rows), _SLOPE_ROWS):
-        rr = fast_rows[c : c + _SLOPE_ROWS]
-        sl = order_stats.pairwise_slopes_rows(x[rr], y[rr], buf, work)
-        got[rr] = order_stats.select_rows(sl, ks)
-        got_h[rr] = order_stats.select_rows(np.take(sl, pairs_h, axis=1), ks_h)
+    got[fast_rows], got_h[fast_rows] = order_stats.slope_stats_rows(
+        x[fast_rows], y[fast_rows], ks, ks_h
+    )
     col = {kk: i for i, kk in enumerate(ks)}
     col_h = {kk: i for i, kk in enumerate(ks_h)}
     zero = np.float64(0.0)
@@ -283,7 +275,6 @@ def _fit_rows(
 
 
 _CHUNK_ROWS = 256  # windows fitted together (bounds the arrays to a few MB)
-_SLOPE_ROWS = 8  # windows whose pairwise slopes are formed and selected together
 
 
 def _width_start(

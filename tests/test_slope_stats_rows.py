@@ -1,0 +1,97 @@
+"""``order_stats.slope_stats_rows`` (the spike trend windows' Theil-Sen order statistics, one
+window at a time) against the plain computation: ``np.partition`` of each window's
+``pairwise_slopes`` and of its first-half pairs, value for value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_spike_fast_path import _bits, _series
+
+from forensics.evidence import order_stats
+from forensics.evidence.robust import _interval_ranks
+from forensics.evidence.spike_shape import log_steps
+
+
+def _ranks(n: int) -> tuple[list[int], list[int]]:
+    """The ranks the trend fit selects (shape_batch._fit_rows): the interval's ends and the
+    median of the whole, the median of the first half."""
+    nt, h = n * (n - 1) // 2, n // 2
+    nth = h * (h - 1) // 2
+    lo, mid, hi = _interval_ranks(n, nt, 1.96)
+    return sorted({lo, max(mid - 1, 0), mid, hi}), sorted({max(nth // 2 - 1, 0), nth // 2})
+
+
+def _plain(x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int]) -> tuple[Any, Any]:
+    n = x.shape[1]
+    whole, half = [], []
+    for r in range(len(x)):
+        s = order_stats.pairwise_slopes(x[r], y[r])
+        whole.append(np.partition(s, ks)[ks] + 0.0)
+        if ks_h:
+            h = s[order_stats.first_half_pairs(n)]
+            half.append(np.partition(h, ks_h)[ks_h] + 0.0)
+    return _bits(np.array(whole)), _bits(np.array(half))
+
+
+def _windows(rng: np.random.Generator, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if rng.random() < 0.5:  # every step from somewhere in the run
+        steps = np.arange(n)[None, :] + rng.integers(0, 10**6, (k, 1))
+    else:  # sparse, irregular steps
+        steps = np.sort(rng.choice(np.arange(1, 10**6), (k, n)), axis=1) + np.arange(n)
+    x = log_steps(steps)
+    kind = int(rng.integers(0, 7))  # (no NaN: the caller sends no window with a NaN slope)
+    y = np.stack([_series(rng, n, kind) for _ in range(k)])
+    if rng.random() < 0.2:  # a straight line: every slope nearly the same
+        y[0] = 0.5 * x[0] + 1.0
+    if rng.random() < 0.2:  # sorted values: the slopes of short offsets all positive
+        y[-1] = np.sort(y[-1])
+    return x, y
+
+
+def test_slope_stats_rows_equal_the_plain_selection() -> None:
+    rng = np.random.default_rng(53)
+    for trial in range(60):
+        n = int(rng.choice([80, 81, 97, 150, 300, 301]))
+        k = int(rng.integers(1, 6))
+        x, y = _windows(rng, k, n)
+        ks, ks_h = _ranks(n)
+        with np.errstate(all="ignore"):
+            got, got_h = order_stats.slope_stats_rows(x, y, ks, ks_h)
+            want, want_h = _plain(x, y, ks, ks_h)
+        assert _bits(got + 0.0) == want, trial
+        assert _bits(got_h + 0.0) == want_h, trial
+
+
+@pytest.mark.parametrize("margin", [-2.0, 0.0, 1.3, 6.0])
+def test_slope_stats_rows_exact_whatever_the_bounds(
+    monkeypatch: pytest.MonkeyPatch, margin: float
+) -> None:
+    """The sample's bounds decide only the speed: with none at all (every rank missed, each
+    window sorted), no margin, and a wide one, the same values; and ranks anywhere, the
+    first and the last included."""
+    monkeypatch.setattr(order_stats, "_PICK_MARGIN", margin)
+    rng = np.random.default_rng(59)
+    for trial in range(8):
+        n = 300
+        x, y = _windows(rng, 3, n)
+        ks, ks_h = _ranks(n)
+        if trial % 2:
+            ks, ks_h = [0, 7, 20000, 44849], [0, 11174]
+        with np.errstate(all="ignore"):
+            got, got_h = order_stats.slope_stats_rows(x, y, ks, ks_h)
+            want, want_h = _plain(x, y, ks, ks_h)
+        assert _bits(got + 0.0) == want, (margin, trial)
+        assert _bits(got_h + 0.0) == want_h, (margin, trial)
+
+
+def test_slope_stats_rows_of_no_window_and_tiny_ones() -> None:
+    got, got_h = order_stats.slope_stats_rows(np.empty((0, 300)), np.empty((0, 300)), [1], [2])
+    assert got.shape == (0, 1) and got_h.shape == (0, 1)
+    x = log_steps(np.arange(10)[None, :] + np.array([[5], [900]]))
+    y = np.random.default_rng(61).standard_normal((2, 10))
+    got, got_h = order_stats.slope_stats_rows(x, y, [0, 22, 44], [0, 9])
+    want, want_h = _plain(x, y, [0, 22, 44], [0, 9])
+    assert _bits(got + 0.0) == want and _bits(got_h + 0.0) == want_h
