@@ -422,11 +422,12 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     pos = np.uint32 if n_all < 1 << 32 else np.int64
     perm = _stable_order(rank, n_series, pos)
     trim()
-    keep, counts, in_order = _last_of_key(perm, rank, steps, n_series)
+    totals = np.bincount(rank, minlength=n_series)
+    keep, counts, in_order = _last_of_key(perm, steps, totals)
     trim()
     if not in_order:
         perm = np.lexsort((steps, rank)).astype(pos)  # stable: equal keys keep record order
-        keep, counts, _ = _last_of_key(perm, rank, steps, n_series)
+        keep, counts, _ = _last_of_key(perm, steps, totals)
     del rank, steps, fu
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     index = pairs.with_columns(
@@ -496,34 +497,41 @@ def _stable_order(rank: np.ndarray, n_series: int, dtype: type) -> np.ndarray:
     for a in range(0, n, block):
         r = rank[a : a + block]
         o = np.argsort(r, kind="stable")
-        sr = r[o]
         c = np.bincount(r, minlength=n_series)
         first = np.concatenate(([0], np.cumsum(c)[:-1]))  # where each rank starts in the block
-        out[free[sr] + (np.arange(len(r)) - first[sr])] = o + a
+        # The block's j-th row in rank order (rank s) goes to free[s] + j - first[s]: the
+        # ranks in that order are runs of c[s] (no gather of them).
+        slot = np.repeat(free - first, c)
+        slot += np.arange(len(r))
+        out[slot] = o + a
         free += c
     return out
 
 
 def _last_of_key(
-    perm: np.ndarray, rank: np.ndarray, steps: np.ndarray, n_series: int
+    perm: np.ndarray, steps: np.ndarray, totals: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """For rows taken in ``perm`` order: which are the last of a run of equal (series, step)
-    (the value logged last), the kept rows per series, and whether steps grow within every
-    series. In blocks, so no whole-frame copy of the keys is made."""
+    """For rows taken in ``perm`` order (sorted by series, ``totals`` rows of each): which
+    are the last of a run of equal (series, step) (the value logged last), the kept rows per
+    series, and whether steps grow within every series. In blocks, so no whole-frame copy of
+    the keys is made; the series of each position follows from ``totals`` (no gather)."""
     n = len(perm)
     keep = np.ones(n, dtype=bool)
-    counts = np.zeros(n_series, dtype=np.int64)
-    block = _BLOCK
-    for a in range(0, n, block):
-        p = perm[a : min(a + block + 1, n)]  # one row of overlap: the next block's first
-        r, st = rank[p], steps[p]
-        same = r[1:] == r[:-1]
-        if (st[1:][same] < st[:-1][same]).any():
-            return keep, counts, False
-        keep[a : a + len(p) - 1] = ~(same & (st[1:] == st[:-1]))
-        stop = len(p) if a + block >= n else len(p) - 1
-        counts += np.bincount(r[:stop][keep[a : a + stop]], minlength=n_series)
-    return keep, counts, True
+    ends = np.cumsum(totals)  # one past each series' last position
+    for a in range(0, n, _BLOCK):
+        p = perm[a : min(a + _BLOCK + 1, n)]  # one row of overlap: the next block's first
+        st = steps[p]
+        same = np.ones(len(p) - 1, dtype=bool)  # position q and q + 1 in one series
+        same[ends[(ends > a) & (ends < a + len(p))] - 1 - a] = False
+        down = st[1:] < st[:-1]
+        down &= same
+        if down.any():
+            return keep, totals, False
+        tie = st[1:] == st[:-1]
+        tie &= same
+        np.logical_not(tie, out=keep[a : a + len(p) - 1])
+    dropped = np.searchsorted(ends, np.flatnonzero(~keep), side="right")
+    return keep, totals - np.bincount(dropped, minlength=len(totals)), True
 
 
 def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
