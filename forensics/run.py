@@ -571,10 +571,10 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     for a in range(0, len(key), _BLOCK):  # (a later row overwrites: the last of each series)
         one[key[a : a + _BLOCK]] = np.arange(a, min(a + _BLOCK, len(key)), dtype=idx)
     keys = np.flatnonzero(one != none)
-    for name in ("metric", "layer"):
-        col = f.get_column(name)
-        for a in range(0, len(key), _BLOCK):  # in blocks: no whole-length gathers
-            rows = pl.Series(one[key[a : a + _BLOCK]])
+    cols = [f.get_column(name) for name in ("metric", "layer")]
+    for a in range(0, len(key), _BLOCK):  # in blocks: no whole-length gathers
+        rows = pl.Series(one[key[a : a + _BLOCK]])  # (each block's series rows, once)
+        for col in cols:
             if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
                 return None
     pairs = (
