@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Band, Evidence
-from forensics.evidence.spike_context import overlaps
+from forensics.evidence.spike_context import Overlaps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
@@ -114,7 +114,7 @@ class SpikeDetector:
     def _context(self, ev: Evidence, spikes: list[_Judged]) -> None:
         if not spikes:
             return
-        drops = ev.drop_windows
+        drops = Overlaps(ev.drop_windows)  # (one binary search a spike)
         kinks = ev.lr_kinks
         diverged = ev.diverged if ev.has(LOSS) and ev.has(GRAD_NORM) else []
         for j in spikes:
@@ -128,7 +128,7 @@ class SpikeDetector:
             # The spike began after the previous logged point; a scaler logged after its update
             # shows the drop of an overflowing step at the next logged point: allow one interval.
             iv = s.log_interval
-            overflow = overlaps(drops, s.start_step - iv, s.peak_step + iv)
+            overflow = drops(s.start_step - iv, s.peak_step + iv)
             kink = next(
                 (
                     k

@@ -9,6 +9,7 @@ at the data pipeline or the job's own housekeeping).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -184,6 +185,28 @@ def overlaps(windows: np.ndarray, lo: float, hi: float) -> bool:
     if len(windows) == 0:
         return False
     return bool(np.any((windows[:, 0] < hi) & (windows[:, 1] > lo)))
+
+
+class Overlaps:
+    """:func:`overlaps` for many queries of the same windows (a test per spike): the windows
+    sorted by start with the largest end so far, so a query is a binary search (some window
+    starts before ``hi``, and the furthest-reaching of those ends after ``lo``). The same
+    float64 comparisons; windows with a NaN are asked through :func:`overlaps` itself."""
+
+    def __init__(self, windows: np.ndarray) -> None:
+        self.windows = windows
+        self.plain = len(windows) == 0 or not np.isfinite(windows).all()
+        if self.plain:
+            return
+        order = np.argsort(windows[:, 0], kind="stable")
+        self.starts: list[float] = windows[order, 0].tolist()
+        self.reach: list[float] = np.maximum.accumulate(windows[order, 1]).tolist()
+
+    def __call__(self, lo: float, hi: float) -> bool:
+        if self.plain:
+            return overlaps(self.windows, lo, hi)
+        j = bisect_left(self.starts, float(hi))  # the windows starting before hi
+        return j > 0 and self.reach[j - 1] > float(lo)
 
 
 def epoch_boundaries(epoch: Series) -> list[int]:
