@@ -38,6 +38,11 @@ class DivergenceDetector:
         self.params = params or DivergenceParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
+        # Once per evidence and parameters: the spike detector reads the diverged stretches
+        # (Evidence.diverged) before this detector reports them.
+        return ev.shared_findings(self.name, self.params, lambda: self._detect(ev))
+
+    def _detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
         if not (run.has(LOSS) and run.has(GRAD_NORM)):
             run.note("divergence: not run, it needs both a loss and a grad-norm series")

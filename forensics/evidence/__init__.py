@@ -15,7 +15,8 @@ decides the parameters they are called with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from forensics.evidence.spike_context import Kink, Period, ScaleCascade
     from forensics.evidence.spikes import Spike
     from forensics.evidence.trend_utils import LayerMatrix
+    from forensics.findings import Finding
     from forensics.run import Run
 
 
@@ -95,6 +97,7 @@ class Evidence:
         self._logged: dict[tuple[str, int | None], Series] = {}
         self._gaps: dict[str, Gap | None] = {}
         self._despike: dict[tuple[str, float], np.ndarray] = {}  # (metric, k) -> despike mask
+        self._shared: list[tuple[str, Any, list[Finding]]] = []  # (detector, params, found)
 
     # -- aligned arrays ----------------------------------------------------------------------
     def series(self, metric: str, layer: int | None = None) -> Series:
@@ -168,6 +171,18 @@ class Evidence:
         if self.params[name] == params:
             return self
         return Evidence(self.run, Params({**self.params.by_detector, name: params}))
+
+    def shared_findings(
+        self, name: str, params: Any, compute: Callable[[], list[Finding]]
+    ) -> list[Finding]:
+        """Detector ``name``'s findings with ``params``, computed once (``compute``) when
+        another detector reads them too; every caller gets its own copies (a finding's
+        measures are a dict)."""
+        found = next((f for n, p, f in self._shared if n == name and p == params), None)
+        if found is None:
+            found = compute()
+            self._shared.append((name, params, found))
+        return [replace(f) for f in found]
 
     # -- LR schedule -------------------------------------------------------------------------
     @cached_property
