@@ -22,7 +22,10 @@ Python overhead held most of the spike detector's time.
 
 * :func:`pairwise_slopes_rows` and :func:`select_rows` do the same for several windows of one
   length at once (one bracket pass over all their slopes, only the values between each row's
-  bounds binned): fewer, larger operations, for the thousands of spike trend windows.
+  bounds binned): fewer, larger operations.
+* :func:`slope_stats_rows` is what the thousands of spike trend windows take: each window's
+  slopes and its first half's order statistics, one window after another while its slopes are
+  in the processor's cache (faster than the batched passes above, which went to memory).
 * :func:`median_of_ints` is ``np.median`` of step differences through a sort (numpy's int64
   partition is slow on runs of equal values).
 
