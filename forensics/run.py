@@ -118,8 +118,12 @@ class Run:
             # peaked at about two wide columns over the frame instead of one).
             for name in sorted(columns, key=lambda c: -_width(frame.schema[c])):
                 # Expressions, not Series: a constant column (one source, one segment) stays
-                # a scalar column, never materialized.
-                done.append(frame.select(pl.col(name).gather(idx)))
+                # a scalar column, never materialized. A column of one value is already in
+                # every order: kept as it is (one pass over it instead of a gather).
+                if _one_value(frame, name):
+                    done.append(frame.select(name))
+                else:
+                    done.append(frame.select(pl.col(name).gather(idx)))
                 frame = frame.drop(name)  # the old column freed
                 trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
@@ -439,6 +443,23 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
         None if keep.all() else keep,
         index.select(list(INDEX_SCHEMA)),
     )
+
+
+def _one_value(frame: pl.DataFrame, name: str) -> bool:
+    """Does every row of column ``name`` hold the same value (all null, or one value and no
+    null)? Asked only of columns stored as integers (integers, categoricals, enums: equal
+    codes are equal values); a float column's min and max would not see a NaN or a zero's
+    sign."""
+    if frame.height == 0 or not _physical(frame.schema[name]).is_integer():
+        return False
+    code = pl.col(name).to_physical()
+    got = frame.select(code.null_count().alias("n"), code.min().alias("lo"), code.max().alias("hi"))
+    nulls, lo, hi = got.row(0)
+    return bool(nulls == frame.height or (nulls == 0 and lo == hi))
+
+
+def _physical(dtype: pl.DataType) -> pl.DataType:
+    return pl.Series(dtype=dtype).to_physical().dtype
 
 
 def _width(dtype: pl.DataType) -> int:

@@ -41,3 +41,39 @@ def test_last_of_key_equals_the_plain_one(monkeypatch: pytest.MonkeyPatch, block
             if in_order:
                 np.testing.assert_array_equal(keep, want_keep)
                 np.testing.assert_array_equal(counts, want_counts)
+
+
+def test_the_reorder_keeps_one_value_columns_and_gathers_the_rest() -> None:
+    """A column of one value (or all null) is kept as it is: the reordered frame is the
+    frame's rows gathered at the view's order, column for column."""
+    from pathlib import Path
+
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from forensics.schema import add_canonical, conform
+
+    rng = np.random.default_rng(71)
+    n = 3000
+    f = pl.DataFrame(
+        {
+            "source": ["jsonl"] * n,  # one value
+            "tag": np.resize(["loss", "lr", "grad_norm"], n),  # interleaved: a real reorder
+            "step": np.repeat(np.arange(n // 3), 3),
+            "value": rng.normal(size=n),
+            "segment": [0] * n,  # one value
+            "record_idx": np.arange(n),
+        }
+    )
+    frame = add_canonical(conform(f), "jsonl")
+    frame = frame.with_columns(
+        pl.when(pl.col("record_idx") % 7 == 0).then(pl.col("segment")).alias("segment"),
+    )  # one value and nulls: not one value
+    order = run_mod.view_plan(frame).order
+    assert order is not None
+    want = frame.select(pl.all().gather(pl.Series(order)))
+    kept = [c for c in frame.columns if run_mod._one_value(frame, c)]
+    assert "source" in kept and "segment" not in kept and "step" not in kept
+    run = run_mod.Run(name="t", path=Path("."), format="jsonl", frame=frame)
+    run.view()
+    assert_frame_equal(run.frame, want)
