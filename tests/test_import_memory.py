@@ -118,3 +118,27 @@ def test_finish_source_gives_the_canonical_frame(tmp_path: Path) -> None:
         ("loss", "loss", None),
     ]
     assert out.frame.get_column("record_idx").to_list() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("chunk", [97, 1 << 22])
+def test_tfevents_record_numbers_in_32_bits_as_in_64(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """An event file too small for 2^31 records keeps its record numbers in 32 bits from the
+    start (and its columns shrunk to the rows read): the run equals the 64-bit read's, with
+    protobuf's rows (histograms, a purge) put in among the fast ones, in blocks or whole."""
+    pytest.importorskip("tensorboardX")
+    from forensics.importers import read_run, tfevents_file
+    from tests.test_import_tfevents import _mixed_run
+
+    run_dir = _mixed_run(tmp_path / "run")
+    monkeypatch.setattr(tfevents_file, "CHUNK", chunk)
+    narrow = read_run(run_dir, options=ReadOptions(cache=False))
+    monkeypatch.setattr(tfevents_file, "REC32_BYTES", 0)  # every file read with 64 bits
+    wide = read_run(run_dir, options=ReadOptions(cache=False))
+    assert narrow.frame.height > 600
+    assert narrow.frame.equals(wide.frame)
+    assert narrow.notes == wide.notes
+    assert [f.measures for f in narrow.import_findings] == [
+        f.measures for f in wide.import_findings
+    ]

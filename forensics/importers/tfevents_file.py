@@ -40,6 +40,7 @@ from forensics.importers.tfevents_scan import (
 
 MAX_RECORD = 1 << 30  # a length beyond this is corruption, not data
 CHUNK = 1 << 22  # bytes framed and decoded at a time
+REC32_BYTES = 16 << 31  # a smaller file holds under 2^31 records (16 bytes each at least)
 
 
 def any_crc():  # noqa: ANN201
@@ -123,7 +124,7 @@ def _read(path: Path, buf, out: FileRows, plugin_of: dict[str, str], crc, table:
     # Record numbers in 32 bits when the file cannot hold more records (each takes at least
     # 16 bytes): the frame's record_idx is 32-bit, and a 64-bit column would be held beside
     # its narrowed copy until the reader's frame is dropped (28 MiB for 7M rows).
-    cols = _Columns(np.int32 if n < 16 << 31 else np.int64)
+    cols = _Columns(np.int32 if n < REC32_BYTES else np.int64)
     tensor: list[np.ndarray] = []
     rest: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # left to protobuf: (start,
     # end, record index) of the records
