@@ -533,24 +533,30 @@ def add_canonical(
     tags = col.unique().drop_nulls().to_list()
     mapping = {t: canonicalize(t, source, extra) for t in tags}
     # Two new columns from the tag alone (a join would copy every column of the frame): each
-    # row's tag code picks its entry in a table of the unique tags' names and layers (the
-    # last entry, null, for a null tag).
+    # row's tag code picks its entry in a table indexed by tag code (a null tag gathers a
+    # null). One column at a time: polars copies the gather's indices (4 bytes a row), and
+    # two gathers at once held two copies beside a per-row table position (about 100 MiB
+    # at the peak for a 1M-step run instead of 70). A column whose every tag gives the same
+    # value (no per-layer tag: every layer null) is a constant, never made per row.
     k = len(mapping)
-    names = pl.Series(list(mapping), dtype=SCHEMA["tag"]).to_physical().to_numpy()
-    phys = col.to_physical()
-    codes = phys.fill_null(0).to_numpy() if phys.null_count() else phys.to_numpy()
-    size = int(max(names.max(initial=0), codes.max(initial=0))) + 1
-    lut = np.full(size, k, dtype=np.uint32)
-    lut[names] = np.arange(k, dtype=np.uint32)
-    at = lut[codes]
-    if phys.null_count():
-        at[phys.is_null().to_numpy()] = k
-    metric = pl.Series([m for m, _ in mapping.values()] + [None], dtype=SCHEMA["metric"])
-    layer = pl.Series([n for _, n in mapping.values()] + [None], dtype=SCHEMA["layer"])
-    idx = pl.Series(at)
-    return frame.with_columns(
-        metric.gather(idx).alias("metric"), layer.gather(idx).alias("layer")
-    ).select(COLUMNS)
+    codes = pl.Series(list(mapping), dtype=SCHEMA["tag"]).to_physical().to_numpy()
+    lut = np.full(int(codes.max()) + 1 if k else 0, k, dtype=np.uint32)  # code -> entry
+    lut[codes] = np.arange(k, dtype=np.uint32)
+    at = pl.Series(lut)
+    has_null = col.null_count() > 0
+    for name, pos in (("metric", 0), ("layer", 1)):
+        values = [v[pos] for v in mapping.values()]
+        distinct = set(values)
+        if not distinct or (len(distinct) == 1 and (values[0] is None or not has_null)):
+            value = values[0] if values else None
+            frame = frame.with_columns(pl.lit(value, dtype=SCHEMA[name]).alias(name))
+            continue
+        # entry k, null, for codes of no tag here
+        by_code = pl.Series(name, [*values, None], dtype=SCHEMA[name]).gather(at)
+        # (the tag column's physical codes, zero-copy, made again for each gather so that
+        # nothing per row outlives it; a null code gathers a null)
+        frame = frame.with_columns(by_code.gather(col.to_physical()))
+    return frame.select(COLUMNS)
 
 
 def conform(frame: pl.DataFrame) -> pl.DataFrame:

@@ -40,6 +40,7 @@ from forensics.importers.tfevents_scan import (
 
 MAX_RECORD = 1 << 30  # a length beyond this is corruption, not data
 CHUNK = 1 << 22  # bytes framed and decoded at a time
+REC32_BYTES = 16 << 31  # a smaller file holds under 2^31 records (16 bytes each at least)
 
 
 def any_crc():  # noqa: ANN201
@@ -120,7 +121,10 @@ def _read(path: Path, buf, out: FileRows, plugin_of: dict[str, str], crc, table:
     # the zeros begin in was being written, not corrupted. It is dropped when its data CRC
     # fails (at most one record reaches into the trailing zero run).
     z = _zero_run_start(a, path)
-    cols = _Columns()
+    # Record numbers in 32 bits when the file cannot hold more records (each takes at least
+    # 16 bytes): the frame's record_idx is 32-bit, and a 64-bit column would be held beside
+    # its narrowed copy until the reader's frame is dropped (28 MiB for 7M rows).
+    cols = _Columns(np.int32 if n < REC32_BYTES else np.int64)
     tensor: list[np.ndarray] = []
     rest: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # left to protobuf: (start,
     # end, record index) of the records
@@ -229,20 +233,21 @@ class _Columns:
         ("tag", np.int32),
     )
 
-    def __init__(self) -> None:
+    def __init__(self, rec: type = np.int64) -> None:
         self.n = 0
         self.cols: dict[str, np.ndarray] = {}
+        self.dtypes = (("rec", rec), *self.DTYPES[1:])
 
     def put(self, fast: FastRows, rec0: int, sel: np.ndarray | None, m: int, expect: int) -> None:
         end = self.n + m
         if not self.cols or end > len(self.cols["rec"]):
             size = max(expect, end, int(len(self.cols["rec"]) * 1.25) if self.cols else 0)
             old = self.cols
-            self.cols = {k: np.empty(size, dtype=t) for k, t in self.DTYPES}
+            self.cols = {k: np.empty(size, dtype=t) for k, t in self.dtypes}
             for k, col in old.items():
                 self.cols[k][: self.n] = col[: self.n]
         got = (fast.rec, fast.step, fast.value, fast.wall_time, fast.tag_id)
-        for (k, _), col in zip(self.DTYPES, got, strict=True):
+        for (k, _), col in zip(self.dtypes, got, strict=True):
             dst = self.cols[k][self.n : end]
             if sel is None:
                 dst[:] = col
@@ -256,9 +261,18 @@ class _Columns:
         self, out: FileRows, tensor: list[np.ndarray], proto: ProtoRows, table: TagTable
     ) -> None:
         """Into ``out``: the columns, with protobuf's rows put in record order."""
-        for k, _ in self.DTYPES:
+        for k, _ in self.dtypes:
             if self.cols:
-                setattr(out, k, self.cols[k][: self.n])
+                col = self.cols.pop(k)
+                # Sized from an estimate: the rest given back in place (realloc); a slice
+                # would keep the whole allocation (the estimate's 2% margin, about 5 MiB for
+                # a 1M-step file, as long as the frame lives).
+                try:
+                    col.resize(self.n, refcheck=True)
+                except ValueError:  # a view of it alive somewhere: sliced instead
+                    col = col[: self.n]
+                setattr(out, k, col)
+                del col
         self.cols = {}
         if tensor:
             out.tensor = np.concatenate(tensor)
