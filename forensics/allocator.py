@@ -4,12 +4,13 @@ numpy allocates through glibc's malloc, whose mmap threshold grows to 32 MiB onc
 block has been freed: arrays below it (a 1M-row block of keys is 1-8 MiB) then come from the
 heap and, once freed, stay resident in holes of the heap that the next stage's allocations do
 not always fit. :func:`trim` returns those free pages (glibc's ``malloc_trim``); it is called
-where a large temporary ends: after the import, after the analysis view is built. A few
-milliseconds each. Without glibc (macOS, musl) it does nothing.
+where a large temporary ends: after the import, after the analysis view is built, after each
+detector. A few milliseconds each. Without glibc (macOS, musl) it does nothing.
 
-polars allocates through jemalloc, which already returns freed pages within about a second
-(polars sets ``dirty_decay_ms:500,muzzy_decay_ms:1000``); a shorter decay was measured to cost
-more system time than it saved (``benchmarks/probe.py memory``).
+polars allocates through jemalloc, which by polars' default returns freed pages only after
+half a second to a second (``dirty_decay_ms:500,muzzy_decay_ms:1000``). The commands that
+detect (analyze, compare, sweep, watch) ask it to return them at once (``forensics.cli``,
+before polars loads); export does not, where it cost more system time than it saved.
 """
 
 from __future__ import annotations
