@@ -229,6 +229,8 @@ class Lines:
     config: dict[str, Any] = field(default_factory=dict)
     relative_time: bool = False  # LLaMA-Factory elapsed_time was the clock
     cut: bool = False  # the last line is cut off mid-record (no newline after it)
+    # The tags of the frame's rows when the reader knows them (else found in the frame).
+    tags: list[str] | None = None
 
 
 def parse_lines(raw: bytes, name: str, first_line: int = 1, *, fast: bool = True) -> Lines:
@@ -324,7 +326,7 @@ def finish(lines: Lines, name: str) -> ImportResult:
     """A file's rows (:func:`parse_lines`, one call or several concatenated) -> its result:
     restart segments, notes on skipped lines, a cut-off last line as ``truncated_log``."""
     notes: list[str] = []
-    if _no_restart(lines.frame):
+    if _no_restart(lines.frame, lines.tags):
         frame = lines.frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
         findings: list[Finding] = []
     else:
@@ -358,11 +360,12 @@ def finish(lines: Lines, name: str) -> ImportResult:
     return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=lines.config)
 
 
-def _no_restart(frame: pl.DataFrame) -> bool:
+def _no_restart(frame: pl.DataFrame, tags: list[str] | None = None) -> bool:
     """True when :func:`assign_segments` would find no restart, known without its per-tag
     sort: the rows are in line order, the steps never go back (so no series' step does),
     no counter falls to less than half and no relative clock starts again (the other
-    restarts it looks for, with its thresholds). Then there is also no interleaving note."""
+    restarts it looks for, with its thresholds). Then there is also no interleaving note.
+    ``tags``: the frame's tags, when known (finding them is a pass over every row)."""
     from forensics.importers.restarts import _MIN_CLOCK_S, _RELATIVE_CLOCK, counter_tags
 
     if frame.is_empty():
@@ -371,7 +374,9 @@ def _no_restart(frame: pl.DataFrame) -> bool:
     step = frame.get_column("step").drop_nulls()
     if rec.null_count() or not rec.is_sorted() or not step.is_sorted():
         return False
-    counters = counter_tags(frame.get_column("tag").unique().cast(pl.String).to_list())
+    if tags is None:
+        tags = frame.get_column("tag").unique().cast(pl.String).to_list()
+    counters = counter_tags(tags)
     if counters:
         c = frame.filter(pl.col("tag").is_in(counters) & pl.col("step").is_not_null())
         prev = pl.col("value").shift(1).over("tag")
