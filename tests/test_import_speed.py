@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -50,3 +51,64 @@ def test_benchmark_shaped_tags() -> None:
         jsonl.Lines(lines.frame, lines.bad, lines.config, lines.relative_time, lines.cut), "m.jsonl"
     )
     assert got.frame.equals(plain.frame)
+
+
+def _bench_lines(n: int) -> bytes:
+    objs = []
+    for s in range(n):
+        o: dict[str, object] = {"step": s, "_timestamp": 1.7e9 + s, "train/loss": 1.0 / (s + 1)}
+        if s % 50 == 0:
+            o.update({f"grad_norm/layers.{i}": 0.1 * i for i in range(12)})
+        if s == 333:
+            o["note"] = "a string: this line goes to the per-line reader"
+        objs.append(o)
+    return "".join(json.dumps(o) + "\n" for o in objs).encode()
+
+
+@pytest.mark.parametrize("block", [512, 4096, 1 << 20])
+def test_blocks_scanned_ahead_equal_blocks_read_in_turn(tmp_path: Path, block: int) -> None:
+    """read_lines (file blocks scanned by a thread one block ahead) gives the rows of the
+    same blocks fed in turn, and of the per-line reader."""
+    from forensics.importers import jsonl_blocks
+
+    raw = _bench_lines(1500)
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(raw)
+    old = jsonl_blocks.BLOCK
+    jsonl_blocks.BLOCK = block
+    try:
+        ahead = jsonl.read_lines(path, "m.jsonl")
+        reader = jsonl_blocks.BlockReader("m.jsonl")
+        with path.open("rb") as fh:
+            for b in jsonl._file_blocks(fh, block):
+                reader.feed(b)
+        in_turn = reader.lines()
+    finally:
+        jsonl_blocks.BLOCK = old
+    slow = jsonl.parse_lines(raw, "m.jsonl", fast=False)
+    assert ahead.frame.equals(in_turn.frame) and ahead.frame.equals(slow.frame)
+    assert (ahead.bad, ahead.cut, ahead.tags) == (in_turn.bad, in_turn.cut, in_turn.tags)
+
+
+def test_scan_ahead_raises_the_readers_error_and_leaves_no_thread() -> None:
+    import threading
+
+    from forensics.importers.jsonl_blocks import scan, scan_ahead
+
+    def failing():  # noqa: ANN202
+        yield b'{"a": 1}\n'
+        raise OSError(5, "Input/output error")
+
+    got = []
+    with pytest.raises(OSError, match="Input/output"):
+        for block, scanned in scan_ahead(failing()):
+            got.append((block, scanned))
+    assert [b for b, _ in got] == [b'{"a": 1}\n']
+    want = scan(b'{"a": 1}\n')
+    assert all((x == y).all() for x, y in zip(got[0][1], want, strict=True))
+    # A caller that stops early: the thread ends too.
+    blocks = (b'{"a": %d}\n' % i for i in range(100))
+    it = scan_ahead(blocks)
+    next(it)
+    it.close()
+    assert not any(t.name == "forensics-jsonl-scan" for t in threading.enumerate())

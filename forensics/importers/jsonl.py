@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -254,20 +256,37 @@ def read_lines(path: Path, name: str) -> Lines:
     if path.name.endswith(COMPRESSED) or utf16_kind(head) is not None:
         return parse_lines(read_bytes(path), name)
     reader = BlockReader(name)
-    carry = b""
     with path.open("rb") as fh:
-        while chunk := fh.read(jsonl_blocks.BLOCK):
-            if not carry and reader.next_line == 1 and chunk.startswith(b"\xef\xbb\xbf"):
-                chunk = chunk[3:]  # a UTF-8 BOM (text_bytes drops it)
-            cut = chunk.rfind(b"\n") + 1
-            if cut:
-                reader.feed(_no_nul(b"".join((carry, memoryview(chunk)[:cut]))))
-                carry = chunk[cut:]
-            else:
-                carry += chunk
-    if carry:
-        reader.feed(_no_nul(carry))
+        blocks = _file_blocks(fh, jsonl_blocks.BLOCK)
+        if os.fstat(fh.fileno()).st_size <= jsonl_blocks.BLOCK:
+            for block in blocks:  # one block: nothing to overlap
+                reader.feed(block)
+        else:
+            for block, scanned in jsonl_blocks.scan_ahead(blocks):
+                reader.feed(block, scanned)
     return reader.lines()
+
+
+def _file_blocks(fh: BinaryIO, size: int) -> Iterator[bytes]:
+    """The file's text in blocks of whole lines of about ``size`` bytes (the last may lack
+    its newline): a UTF-8 BOM dropped, NUL bytes removed."""
+    carry = b""
+    first = True
+    while chunk := fh.read(size):
+        if first and chunk.startswith(b"\xef\xbb\xbf"):
+            chunk = chunk[3:]  # a UTF-8 BOM (text_bytes drops it)
+        first = False
+        cut = chunk.rfind(b"\n") + 1
+        if cut:
+            block = _no_nul(b"".join((carry, memoryview(chunk)[:cut])))
+            carry = chunk[cut:]
+            del chunk  # not held while the block is read
+            yield block
+            del block
+        else:
+            carry += chunk
+    if carry:
+        yield _no_nul(carry)
 
 
 def _no_nul(data: bytes) -> bytes:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -111,11 +111,13 @@ class BlockReader:
         self._split_failures = 0
 
     # -- one block ------------------------------------------------------------------------
-    def feed(self, block: bytes | memoryview) -> None:
+    def feed(self, block: bytes | memoryview, scanned: Scan | None = None) -> None:
+        """Read one block of whole lines (the last may lack its newline). ``scanned``: the
+        block's :func:`scan`, when it was made ahead (:func:`scan_ahead`)."""
         data = bytes(block)
         if not data:
             return
-        if self.fast and self._feed_plain(data):
+        if self.fast and self._feed_plain(data, scanned):
             return
         arr = np.frombuffer(data, dtype=np.uint8)
         nl = np.flatnonzero(arr == 10)
@@ -146,7 +148,7 @@ class BlockReader:
         if not data.endswith(b"\n") and self.bad and self.bad[-1] == first + len(ends) - 1:
             self.cut = True
 
-    def _feed_plain(self, data: bytes) -> bool:
+    def _feed_plain(self, data: bytes, scanned: Scan | None = None) -> bool:
         """The common block, at the cost of one polars read and a few byte counts: every
         line one object polars reads whole with the schema known so far. False (nothing
         done) for anything else, which :meth:`feed` then takes line by line."""
@@ -162,11 +164,15 @@ class BlockReader:
         # over, so a block whose count holds has none).
         nulls = data.count(b"null") if self._nulls else 0
         src = data.replace(b"null", _NULL_TOKEN) if nulls else data
-        starts, ends = _line_bounds(data)
+        scanned = scanned or scan(data)
+        starts, ends = scanned.starts, scanned.ends
         n = len(ends)
-        pieces = self._read_split(src, *((starts, ends) if src is data else _line_bounds(src)))
+        if src is data:
+            pieces = self._read_split(src, starts, ends, scanned.quotes)
+        else:
+            pieces = self._read_split(src, *_line_bounds(src))
         if pieces is None:
-            quotes = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 34))
+            quotes = len(scanned.quotes)
             while True:
                 df = self._polars(src, n)
                 if df is None:
@@ -202,16 +208,18 @@ class BlockReader:
         return True
 
     def _read_split(
-        self, src: bytes, starts: np.ndarray, ends: np.ndarray
+        self, src: bytes, starts: np.ndarray, ends: np.ndarray, quote_at: np.ndarray | None = None
     ) -> list[tuple[np.ndarray, pl.DataFrame]] | None:
         """A block's lines grouped by their number of double quotes, each group read by
         polars with only the keys its first line shows (polars' cost grows with the columns
         it is given: a 6-key line read with a 73-key schema costs 2.5 times as much), each
         group's count checked as the whole block's is. None (nothing learned but shapes) when
-        a group's count fails, or when the groups would not save a third of the reading."""
+        a group's count fails, or when the groups would not save a third of the reading.
+        ``quote_at``: where the double quotes of ``src`` are, when known."""
         if self._split_failures > 2 or len(self._shapes) > _MAX_SHAPES:
             return None
-        quote_at = np.flatnonzero(np.frombuffer(src, dtype=np.uint8) == 34)
+        if quote_at is None:
+            quote_at = _quotes(src)
         per_line = np.diff(np.searchsorted(quote_at, ends), prepend=0)
         kinds, first, which, sizes = np.unique(
             per_line, return_index=True, return_inverse=True, return_counts=True
@@ -590,6 +598,66 @@ def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
     if per_line.null_count():
         return per_line.gather(pl.Series(line_of))
     return pl.Series(per_line.name, per_line.to_numpy()[line_of])
+
+
+class Scan(NamedTuple):
+    """Where a block's lines start and end, and where its double quotes are."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    quotes: np.ndarray
+
+
+def scan(data: bytes) -> Scan:
+    return Scan(*_line_bounds(data), _quotes(data))
+
+
+def scan_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, Scan]]:
+    """Each block with its :func:`scan`, the next block read and scanned by a thread while
+    the caller reads this one: the file read and numpy's passes over the bytes release the
+    GIL, so they overlap the caller's work (polars, numpy). One block is held ahead, no more.
+    """
+    import queue
+    import threading
+
+    out: queue.SimpleQueue[tuple[bytes, Scan] | BaseException | None] = queue.SimpleQueue()
+    turn = threading.Semaphore(1)  # the thread reads a block when the caller took the last
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            while True:
+                while not turn.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                block = next(blocks, None)
+                if block is None:
+                    break
+                out.put((block, scan(block)))
+                del block
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            out.put(exc)
+            return
+        out.put(None)
+
+    thread = threading.Thread(target=work, name="forensics-jsonl-scan", daemon=True)
+    thread.start()
+    try:
+        while (item := out.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            turn.release()
+            yield item
+            del item
+    finally:
+        stop.set()  # a caller that stops early lets the thread end
+        thread.join()
+
+
+def _quotes(data: bytes) -> np.ndarray:
+    return np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 34)
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
