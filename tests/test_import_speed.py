@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -111,4 +112,28 @@ def test_scan_ahead_raises_the_readers_error_and_leaves_no_thread() -> None:
     it = scan_ahead(blocks)
     next(it)
     it.close()
-    assert not any(t.name == "forensics-jsonl-scan" for t in threading.enumerate())
+    assert not any(t.name == "forensics-ahead" for t in threading.enumerate())
+
+
+def test_megatron_pieces_drop_rank_copies_across_their_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Megatron log read in pieces: a rank's copy of the last line of the piece before is
+    dropped as in the whole read."""
+    from forensics.importers.text import IMPORTER, megatron
+    from tests.test_import_text_layout import _log, _source
+
+    one = [line for line in _log(1500, seed=3, noise=True).split(b"\n") if line]
+    lines = [x for line in one for x in (line, line)]  # every line printed by two ranks
+    raw = b"".join(line + b"\n" for line in lines)
+    whole = IMPORTER.read_raw(_source(tmp_path), raw)
+    ends = np.cumsum([len(line) + 1 for line in lines])
+    for every in (301, 451, 777):  # an odd number of lines: each bound splits a pair
+        bounds = [0, *(int(ends[i - 1]) for i in range(every, len(lines) - 500, every))]
+        spans = list(zip(bounds, [*bounds[1:], len(raw)], strict=True))
+        assert len(spans) > 2
+        monkeypatch.setattr(megatron, "_spans", lambda raw, size, spans=spans: spans)
+        pieces = IMPORTER.read_raw(_source(tmp_path), raw)
+        assert pieces.frame.equals(whole.frame)
+        assert pieces.notes == whole.notes
+        assert [f.to_dict() for f in pieces.findings] == [f.to_dict() for f in whole.findings]

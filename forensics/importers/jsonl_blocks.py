@@ -614,46 +614,10 @@ def scan(data: bytes) -> Scan:
 
 def scan_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, Scan]]:
     """Each block with its :func:`scan`, the next block read and scanned by a thread while
-    the caller reads this one: the file read and numpy's passes over the bytes release the
-    GIL, so they overlap the caller's work (polars, numpy). One block is held ahead, no more.
-    """
-    import queue
-    import threading
+    the caller reads this one (:func:`forensics.importers.ahead.one_ahead`)."""
+    from forensics.importers.ahead import one_ahead
 
-    out: queue.SimpleQueue[tuple[bytes, Scan] | BaseException | None] = queue.SimpleQueue()
-    turn = threading.Semaphore(1)  # the thread reads a block when the caller took the last
-    stop = threading.Event()
-
-    def work() -> None:
-        try:
-            while True:
-                while not turn.acquire(timeout=0.1):
-                    if stop.is_set():
-                        return
-                if stop.is_set():
-                    return
-                block = next(blocks, None)
-                if block is None:
-                    break
-                out.put((block, scan(block)))
-                del block
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            out.put(exc)
-            return
-        out.put(None)
-
-    thread = threading.Thread(target=work, name="forensics-jsonl-scan", daemon=True)
-    thread.start()
-    try:
-        while (item := out.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            turn.release()
-            yield item
-            del item
-    finally:
-        stop.set()  # a caller that stops early lets the thread end
-        thread.join()
+    return one_ahead((block, scan(block)) for block in blocks)
 
 
 def _quotes(data: bytes) -> np.ndarray:
