@@ -67,9 +67,9 @@ def _bench_lines(n: int) -> bytes:
 
 
 @pytest.mark.parametrize("block", [512, 4096, 1 << 20])
-def test_blocks_scanned_ahead_equal_blocks_read_in_turn(tmp_path: Path, block: int) -> None:
-    """read_lines (file blocks scanned by a thread one block ahead) gives the rows of the
-    same blocks fed in turn, and of the per-line reader."""
+def test_file_blocks_equal_the_whole_text(tmp_path: Path, block: int) -> None:
+    """read_lines (the file in blocks of whole lines, each chunk let go before its block is
+    read) gives the rows of the per-line reader on the whole text."""
     from forensics.importers import jsonl_blocks
 
     raw = _bench_lines(1500)
@@ -78,41 +78,14 @@ def test_blocks_scanned_ahead_equal_blocks_read_in_turn(tmp_path: Path, block: i
     old = jsonl_blocks.BLOCK
     jsonl_blocks.BLOCK = block
     try:
-        ahead = jsonl.read_lines(path, "m.jsonl")
-        reader = jsonl_blocks.BlockReader("m.jsonl")
+        got = jsonl.read_lines(path, "m.jsonl")
         with path.open("rb") as fh:
-            for b in jsonl._file_blocks(fh, block):
-                reader.feed(b)
-        in_turn = reader.lines()
+            assert b"".join(jsonl._file_blocks(fh, block)) == raw
     finally:
         jsonl_blocks.BLOCK = old
     slow = jsonl.parse_lines(raw, "m.jsonl", fast=False)
-    assert ahead.frame.equals(in_turn.frame) and ahead.frame.equals(slow.frame)
-    assert (ahead.bad, ahead.cut, ahead.tags) == (in_turn.bad, in_turn.cut, in_turn.tags)
-
-
-def test_scan_ahead_raises_the_readers_error_and_leaves_no_thread() -> None:
-    import threading
-
-    from forensics.importers.jsonl_blocks import scan, scan_ahead
-
-    def failing():  # noqa: ANN202
-        yield b'{"a": 1}\n'
-        raise OSError(5, "Input/output error")
-
-    got = []
-    with pytest.raises(OSError, match="Input/output"):
-        for block, scanned in scan_ahead(failing()):
-            got.append((block, scanned))
-    assert [b for b, _ in got] == [b'{"a": 1}\n']
-    want = scan(b'{"a": 1}\n')
-    assert all((x == y).all() for x, y in zip(got[0][1], want, strict=True))
-    # A caller that stops early: the thread ends too.
-    blocks = (b'{"a": %d}\n' % i for i in range(100))
-    it = scan_ahead(blocks)
-    next(it)
-    it.close()
-    assert not any(t.name == "forensics-ahead" for t in threading.enumerate())
+    assert got.frame.equals(slow.frame)
+    assert (got.bad, got.cut) == (slow.bad, slow.cut)
 
 
 def test_megatron_pieces_drop_rank_copies_across_their_bounds(

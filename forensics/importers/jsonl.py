@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -257,13 +256,8 @@ def read_lines(path: Path, name: str) -> Lines:
         return parse_lines(read_bytes(path), name)
     reader = BlockReader(name)
     with path.open("rb") as fh:
-        blocks = _file_blocks(fh, jsonl_blocks.BLOCK)
-        if os.fstat(fh.fileno()).st_size <= jsonl_blocks.BLOCK:
-            for block in blocks:  # one block: nothing to overlap
-                reader.feed(block)
-        else:
-            for block, scanned in jsonl_blocks.scan_ahead(blocks):
-                reader.feed(block, scanned)
+        for block in _file_blocks(fh, jsonl_blocks.BLOCK):
+            reader.feed(block)
     return reader.lines()
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -111,13 +111,11 @@ class BlockReader:
         self._split_failures = 0
 
     # -- one block ------------------------------------------------------------------------
-    def feed(self, block: bytes | memoryview, scanned: Scan | None = None) -> None:
-        """Read one block of whole lines (the last may lack its newline). ``scanned``: the
-        block's :func:`scan`, when it was made ahead (:func:`scan_ahead`)."""
+    def feed(self, block: bytes | memoryview) -> None:
         data = bytes(block)
         if not data:
             return
-        if self.fast and self._feed_plain(data, scanned):
+        if self.fast and self._feed_plain(data):
             return
         arr = np.frombuffer(data, dtype=np.uint8)
         nl = np.flatnonzero(arr == 10)
@@ -148,7 +146,7 @@ class BlockReader:
         if not data.endswith(b"\n") and self.bad and self.bad[-1] == first + len(ends) - 1:
             self.cut = True
 
-    def _feed_plain(self, data: bytes, scanned: Scan | None = None) -> bool:
+    def _feed_plain(self, data: bytes) -> bool:
         """The common block, at the cost of one polars read and a few byte counts: every
         line one object polars reads whole with the schema known so far. False (nothing
         done) for anything else, which :meth:`feed` then takes line by line."""
@@ -164,15 +162,11 @@ class BlockReader:
         # over, so a block whose count holds has none).
         nulls = data.count(b"null") if self._nulls else 0
         src = data.replace(b"null", _NULL_TOKEN) if nulls else data
-        scanned = scanned or scan(data)
-        starts, ends = scanned.starts, scanned.ends
+        starts, ends = _line_bounds(data)
         n = len(ends)
-        if src is data:
-            pieces = self._read_split(src, starts, ends, scanned.quotes)
-        else:
-            pieces = self._read_split(src, *_line_bounds(src))
+        pieces = self._read_split(src, *((starts, ends) if src is data else _line_bounds(src)))
         if pieces is None:
-            quotes = len(scanned.quotes)
+            quotes = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 34))
             while True:
                 df = self._polars(src, n)
                 if df is None:
@@ -208,18 +202,16 @@ class BlockReader:
         return True
 
     def _read_split(
-        self, src: bytes, starts: np.ndarray, ends: np.ndarray, quote_at: np.ndarray | None = None
+        self, src: bytes, starts: np.ndarray, ends: np.ndarray
     ) -> list[tuple[np.ndarray, pl.DataFrame]] | None:
         """A block's lines grouped by their number of double quotes, each group read by
         polars with only the keys its first line shows (polars' cost grows with the columns
         it is given: a 6-key line read with a 73-key schema costs 2.5 times as much), each
         group's count checked as the whole block's is. None (nothing learned but shapes) when
-        a group's count fails, or when the groups would not save a third of the reading.
-        ``quote_at``: where the double quotes of ``src`` are, when known."""
+        a group's count fails, or when the groups would not save a third of the reading."""
         if self._split_failures > 2 or len(self._shapes) > _MAX_SHAPES:
             return None
-        if quote_at is None:
-            quote_at = _quotes(src)
+        quote_at = np.flatnonzero(np.frombuffer(src, dtype=np.uint8) == 34)
         per_line = np.diff(np.searchsorted(quote_at, ends), prepend=0)
         kinds, first, which, sizes = np.unique(
             per_line, return_index=True, return_inverse=True, return_counts=True
@@ -598,30 +590,6 @@ def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
     if per_line.null_count():
         return per_line.gather(pl.Series(line_of))
     return pl.Series(per_line.name, per_line.to_numpy()[line_of])
-
-
-class Scan(NamedTuple):
-    """Where a block's lines start and end, and where its double quotes are."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    quotes: np.ndarray
-
-
-def scan(data: bytes) -> Scan:
-    return Scan(*_line_bounds(data), _quotes(data))
-
-
-def scan_ahead(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, Scan]]:
-    """Each block with its :func:`scan`, the next block read and scanned by a thread while
-    the caller reads this one (:func:`forensics.importers.ahead.one_ahead`)."""
-    from forensics.importers.ahead import one_ahead
-
-    return one_ahead((block, scan(block)) for block in blocks)
-
-
-def _quotes(data: bytes) -> np.ndarray:
-    return np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 34)
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
