@@ -110,3 +110,43 @@ def test_megatron_pieces_drop_rank_copies_across_their_bounds(
         assert pieces.frame.equals(whole.frame)
         assert pieces.notes == whole.notes
         assert [f.to_dict() for f in pieces.findings] == [f.to_dict() for f in whole.findings]
+
+
+def _text_samples() -> list[str]:
+    from tests.conftest import ROOT
+
+    out = []
+    for p in sorted((ROOT / "sample_runs").rglob("*")):
+        if p.is_file() and p.suffix in (".log", ".txt", ".out", ".err") and p.stat().st_size < 2e6:
+            out.append(p.read_bytes().decode("utf-8", "replace"))
+    lines = [
+        "s:10 trl:2.5 lr:0.1",
+        "step    10/100 | loss 2.5 | norm 1.0 |",
+        "step 10/100: train loss 2.5",
+        "iter 10: loss 2.5, time 10ms",
+        "step 10: train loss 2.5, val loss 2.6",
+        "step:10/100 train_loss:2.5",
+        "[metric][batch=10]: loss/train: 2.5",
+        "[step=10/100]",
+        "Grad overflow on iteration 10",
+        "[Rank 0] step=10, skipped=1, lr=[0.1]",
+        "epoch: 1|step: 10|loss: 2.5|",
+        "OVERFLOW! Rank 0 Skipping step.",
+        "dynamic loss scale from 65536 to 32768",
+    ]
+    for line in lines:  # at a line's start, the text's start, mid-line, after a lone CR
+        out += [line, "x\n" + line, "x " + line, "x\r" + line, "x\r\n" + line + "\n"]
+    return out
+
+
+@pytest.mark.parametrize("family", ["llmc", "nanogpt", "composer", "olmo", "deepspeed"])
+def test_sniff_shortcut_equals_the_pattern(family: str) -> None:
+    """A family's sniff looks for the literal its pattern needs before running the pattern:
+    the same answer as the pattern alone."""
+    import importlib
+
+    mod = importlib.import_module(f"forensics.importers.text.{family}")
+    samples = _text_samples()
+    assert any(bool(mod.SNIFF.search(s)) for s in samples)
+    for s in samples:
+        assert mod.sniff(s) == bool(mod.SNIFF.search(s)), (family, s[:80])
