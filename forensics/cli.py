@@ -19,6 +19,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from typer.core import TyperGroup
 
+from forensics.cli_quick import (
+    Failed,
+    _config,
+    _fallback_dirs,
+    _inside,
+    _place,
+    _shown,
+    export_command,
+    guarded,
+    quick_exit,
+    quick_main,
+)
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
@@ -26,7 +38,6 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from forensics.config import Config
     from forensics.diagnosis import Diagnosis
 
 
@@ -71,34 +82,9 @@ class _Group(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):  # noqa: ANN001, ANN201
-        import warnings
-
-        debug = bool(os.environ.get("FORENSICS_DEBUG"))
         try:
-            with warnings.catch_warnings():
-                # stderr holds the project's own lines only: numpy's overflow warnings on
-                # absurd values (1e308, signalling NaNs) are not news to the user.
-                if not debug:
-                    warnings.simplefilter("ignore")
-                return super().invoke(ctx)
-        except ForensicsError as exc:
-            _err(f"error: {exc}")
-            raise typer.Exit(code=2) from None
-        except (typer.Exit, typer.Abort):
-            raise
-        except OSError as exc:
-            if debug:
-                raise
-            where = f"{exc.filename}: " if exc.filename else ""
-            _err(f"error: {where}cannot be read or written ({exc.strerror or exc})")
-            raise typer.Exit(code=2) from None
-        except Exception as exc:
-            if debug or type(exc).__module__.startswith(("click", "typer")):
-                raise
-            _err(
-                f"internal error: {type(exc).__name__}: {exc} "
-                "(set FORENSICS_DEBUG=1 for the traceback)"
-            )
+            return guarded(lambda: super(_Group, self).invoke(ctx), _err, (typer.Exit, typer.Abort))
+        except Failed:
             raise typer.Exit(code=2) from None
 
 
@@ -276,83 +262,12 @@ def _root(
 
 
 # ---------------------------------------------------------------------------- helpers
-def _config(
-    config_file: Path | None, aliases: list[str], ignore: list[str], checkpoint_every: int | None
-) -> Config:
-    from forensics.config import _check_kinds, load, parse_alias
-
-    cfg = load(explicit=config_file)
-    cfg.aliases.update(parse_alias(aliases))
-    cfg.ignore |= _check_kinds(ignore, "--ignore")
-    if checkpoint_every is not None:
-        cfg.checkpoint_every = checkpoint_every
-    return cfg
-
-
-def _inside(child: Path, parent: Path) -> bool:
-    try:
-        child.resolve().relative_to(parent.resolve())
-        return True
-    except ValueError:
-        return False
-
-
-def _fallback_dirs() -> list[Path]:
-    """Where a report goes when reports/ under the current folder lies inside the run: the
-    user cache folder, then a per-user folder under the system temporary folder (HOME or
-    XDG_CACHE_HOME may themselves lie inside the run)."""
-    out: list[Path] = []
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg and os.path.isabs(xdg):
-        out.append(Path(xdg) / "forensics" / "reports")
-    try:
-        out.append(Path.home() / ".cache" / "forensics" / "reports")
-    except RuntimeError:  # no HOME and no passwd entry
-        pass
-    import tempfile
-
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    out.append(Path(tempfile.gettempdir()) / f"forensics-{uid}" / "reports")
-    return out
-
-
 def _cache_dir() -> Path:
     return _fallback_dirs()[0]
 
 
 def _safe_name(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("._")[:200] or "run"
-
-
-def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
-    """Where an output goes: never inside a run folder (it is evidence).
-
-    The default place (reports/ under the current folder) falls back to the user cache
-    folder, then to the temporary folder, when it lies inside a run; an explicit path there
-    is refused. Links are resolved before the check, so a symlinked reports/ folder cannot
-    lead into the run either.
-    """
-    evidence = [p if p.is_dir() else p.parent for p in (Path(r) for r in run_paths)]
-
-    def inside_run(target: Path) -> Path | None:
-        return next((e for e in evidence if _inside(target, e)), None)
-
-    if requested is not None:
-        where = inside_run(requested)
-        if where is not None:
-            raise ForensicsError(
-                f"{requested}: refusing to write inside the run folder {where} "
-                "(it is evidence); choose another path"
-            )
-        return requested
-    for folder in [Path.cwd() / "reports", *_fallback_dirs()]:
-        target = folder / default_name
-        if inside_run(target) is None:
-            return target
-    raise ForensicsError(
-        f"every place for {default_name} (reports/, the cache folder, the temporary folder) "
-        "lies inside the run folder (it is evidence); choose a path with --out"
-    )
 
 
 def _is_url(path: str) -> bool:
@@ -434,17 +349,6 @@ def _echo_json(doc: dict) -> None:
     for chunk in json.JSONEncoder(indent=2, allow_nan=False).iterencode(doc):
         buf.write(chunk)
     typer.echo(buf.getvalue())
-
-
-def _shown(path: Path) -> Path:
-    """A path as the user would write it: relative to the current folder when inside it (the
-    default reports/ place), else as given."""
-    if not path.is_absolute():
-        return path
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
 
 
 def _to_stdout(draw: Callable[[Console], None]) -> None:
@@ -751,14 +655,7 @@ def export(
     no_stitch: NoStitch = False,
 ) -> None:
     """Write the run's canonical long frame (every row, restarts included) for a notebook."""
-    from forensics.pipeline import read_options, read_run
-    from forensics.run_frame import export_run
-
-    cfg = _config(None, alias, [], None)
-    run = read_run(path, options=read_options(cfg))
-    target = _place(to, to.name, Path(run.path))
-    export_run(run, target)
-    _err(f"{run.frame.height} rows written to {_shown(target)}")
+    export_command(path, to, alias, _err)
     global _QUICK_EXIT
     _QUICK_EXIT = True  # the export is written and closed: nothing is left for the teardown
 
@@ -1102,13 +999,14 @@ _QUICK_EXIT = False
 
 def main() -> None:
     """Console-script entry point."""
+    quick_main(sys.argv[1:])  # a plain export runs (and exits) without typer's parsing
     _return_freed_memory(sys.argv[1] if len(sys.argv) > 1 else None)
     try:
         with _only_command(sys.argv[1] if len(sys.argv) > 1 else None):
             app()
     except SystemExit as exc:
         if _QUICK_EXIT and (exc.code is None or isinstance(exc.code, int)):
-            _quick_exit(exc.code or 0)
+            quick_exit(exc.code or 0)
         raise
 
 
@@ -1155,18 +1053,3 @@ def _only_command(name: str | None) -> Iterator[None]:
         yield
     finally:
         app.registered_commands = commands
-
-
-def _quick_exit(code: int) -> None:
-    """Exit without tearing the interpreter down: freeing polars', numpy's and every module's
-    objects one by one costs about 0.09 s CPU, a sixth of a whole ``export`` of a 40 MB log.
-    atexit handlers still run and the streams are flushed; no thread of ours is left."""
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)

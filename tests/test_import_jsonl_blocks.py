@@ -509,7 +509,7 @@ def test_no_restart_shortcut_equals_the_segmentation(
     if lines.frame.is_empty():
         return
     got = jsonl.finish(lines, "m.jsonl")
-    monkeypatch.setattr(jsonl, "_no_restart", lambda frame: False)
+    monkeypatch.setattr(jsonl, "_no_restart", lambda frame, tags=None: False)
     want = jsonl.finish(lines, "m.jsonl")
     assert got.frame.equals(want.frame)
     assert got.notes == want.notes

@@ -23,10 +23,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -229,6 +230,8 @@ class Lines:
     config: dict[str, Any] = field(default_factory=dict)
     relative_time: bool = False  # LLaMA-Factory elapsed_time was the clock
     cut: bool = False  # the last line is cut off mid-record (no newline after it)
+    # The tags of the frame's rows when the reader knows them (else found in the frame).
+    tags: list[str] | None = None
 
 
 def parse_lines(raw: bytes, name: str, first_line: int = 1, *, fast: bool = True) -> Lines:
@@ -252,20 +255,32 @@ def read_lines(path: Path, name: str) -> Lines:
     if path.name.endswith(COMPRESSED) or utf16_kind(head) is not None:
         return parse_lines(read_bytes(path), name)
     reader = BlockReader(name)
-    carry = b""
     with path.open("rb") as fh:
-        while chunk := fh.read(jsonl_blocks.BLOCK):
-            if not carry and reader.next_line == 1 and chunk.startswith(b"\xef\xbb\xbf"):
-                chunk = chunk[3:]  # a UTF-8 BOM (text_bytes drops it)
-            cut = chunk.rfind(b"\n") + 1
-            if cut:
-                reader.feed(_no_nul(b"".join((carry, memoryview(chunk)[:cut]))))
-                carry = chunk[cut:]
-            else:
-                carry += chunk
-    if carry:
-        reader.feed(_no_nul(carry))
+        for block in _file_blocks(fh, jsonl_blocks.BLOCK):
+            reader.feed(block)
     return reader.lines()
+
+
+def _file_blocks(fh: BinaryIO, size: int) -> Iterator[bytes]:
+    """The file's text in blocks of whole lines of about ``size`` bytes (the last may lack
+    its newline): a UTF-8 BOM dropped, NUL bytes removed."""
+    carry = b""
+    first = True
+    while chunk := fh.read(size):
+        if first and chunk.startswith(b"\xef\xbb\xbf"):
+            chunk = chunk[3:]  # a UTF-8 BOM (text_bytes drops it)
+        first = False
+        cut = chunk.rfind(b"\n") + 1
+        if cut:
+            block = _no_nul(b"".join((carry, memoryview(chunk)[:cut])))
+            carry = chunk[cut:]
+            del chunk  # not held while the block is read
+            yield block
+            del block
+        else:
+            carry += chunk
+    if carry:
+        yield _no_nul(carry)
 
 
 def _no_nul(data: bytes) -> bytes:
@@ -324,7 +339,7 @@ def finish(lines: Lines, name: str) -> ImportResult:
     """A file's rows (:func:`parse_lines`, one call or several concatenated) -> its result:
     restart segments, notes on skipped lines, a cut-off last line as ``truncated_log``."""
     notes: list[str] = []
-    if _no_restart(lines.frame):
+    if _no_restart(lines.frame, lines.tags):
         frame = lines.frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
         findings: list[Finding] = []
     else:
@@ -358,11 +373,12 @@ def finish(lines: Lines, name: str) -> ImportResult:
     return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=lines.config)
 
 
-def _no_restart(frame: pl.DataFrame) -> bool:
+def _no_restart(frame: pl.DataFrame, tags: list[str] | None = None) -> bool:
     """True when :func:`assign_segments` would find no restart, known without its per-tag
     sort: the rows are in line order, the steps never go back (so no series' step does),
     no counter falls to less than half and no relative clock starts again (the other
-    restarts it looks for, with its thresholds). Then there is also no interleaving note."""
+    restarts it looks for, with its thresholds). Then there is also no interleaving note.
+    ``tags``: the frame's tags, when known (finding them is a pass over every row)."""
     from forensics.importers.restarts import _MIN_CLOCK_S, _RELATIVE_CLOCK, counter_tags
 
     if frame.is_empty():
@@ -371,7 +387,9 @@ def _no_restart(frame: pl.DataFrame) -> bool:
     step = frame.get_column("step").drop_nulls()
     if rec.null_count() or not rec.is_sorted() or not step.is_sorted():
         return False
-    counters = counter_tags(frame.get_column("tag").unique().cast(pl.String).to_list())
+    if tags is None:
+        tags = frame.get_column("tag").unique().cast(pl.String).to_list()
+    counters = counter_tags(tags)
     if counters:
         c = frame.filter(pl.col("tag").is_in(counters) & pl.col("step").is_not_null())
         prev = pl.col("value").shift(1).over("tag")

@@ -578,7 +578,10 @@ class BlockReader:
             pl.lit(0, dtype=pl.Int32).alias("file_idx"),
             pl.lit("step", dtype=SCHEMA["x_kind"]).alias("x_kind"),
         )
-        return Lines(conform(frame), self.bad, self.config, self.relative_time, self.cut)
+        # (self.tags: every tag with a row, as _emit adds a tag with its first row)
+        return Lines(
+            conform(frame), self.bad, self.config, self.relative_time, self.cut, list(self.tags)
+        )
 
 
 def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:

@@ -12,7 +12,7 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, matches, num
+from forensics.importers.text.engine import NUM, Ctx, conform_rows, matches, num, starts_a_line
 
 NAME = "composer"
 SNIFF = re.compile(r"(?m)^\[metric\]\[batch=\d+\]:")
@@ -21,7 +21,7 @@ _HPARAM = r"^\[hyperparameter\]:\s*(?P<key>.+?):\s*(?P<val>.*?)\s*$"
 
 
 def sniff(sample: str) -> bool:
-    return bool(SNIFF.search(sample))
+    return starts_a_line(sample, "[metric][batch=") and bool(SNIFF.search(sample))
 
 
 def parse(ctx: Ctx) -> pl.DataFrame:

@@ -51,8 +51,19 @@ _FILTER = (
 )
 
 
+# A literal every alternative of SNIFF holds: the pattern runs only when one is there.
+_SNIFF_LITERALS = (
+    "Grad overflow on iteration",
+    "OVERFLOW!",
+    "Overflow detected",
+    "dynamic loss scale from",
+    "[Rank ",
+    "epoch: ",
+)
+
+
 def sniff(sample: str) -> bool:
-    return bool(SNIFF.search(sample))
+    return any(x in sample for x in _SNIFF_LITERALS) and bool(SNIFF.search(sample))
 
 
 def applies(ctx: Ctx) -> bool:

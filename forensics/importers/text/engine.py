@@ -203,6 +203,13 @@ class WideRows:
         return [j for j, n in enumerate(nulls) if n < self.frame.height]
 
 
+def starts_a_line(sample: str, *prefixes: str) -> bool:
+    """Does a line of ``sample`` start with one of ``prefixes``? What a ``(?m)^prefix...``
+    pattern needs to match, found by plain substring searches: a family's sniff runs its
+    pattern only then (the pattern alone tries every position of the 512 KB sample)."""
+    return sample.startswith(prefixes) or any("\n" + p in sample for p in prefixes)
+
+
 @overload
 def clean(raw: bytes) -> bytes: ...
 

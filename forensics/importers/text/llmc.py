@@ -17,7 +17,15 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, matches, num, wide_to_rows
+from forensics.importers.text.engine import (
+    NUM,
+    Ctx,
+    conform_rows,
+    matches,
+    num,
+    starts_a_line,
+    wide_to_rows,
+)
 
 NAME = "llmc"
 SNIFF = re.compile(
@@ -55,7 +63,7 @@ _STDOUT_TAGS = {
 
 
 def sniff(sample: str) -> bool:
-    return bool(SNIFF.search(sample))
+    return starts_a_line(sample, "s:", "step") and bool(SNIFF.search(sample))
 
 
 def parse(ctx: Ctx) -> pl.DataFrame:

@@ -22,6 +22,7 @@ from forensics.importers.text.engine import (
     kv_rows,
     matches,
     num,
+    starts_a_line,
     wide_to_rows,
 )
 
@@ -42,7 +43,7 @@ _EVAL = r"^step (?P<step>\d+): train loss (?P<tl>" + NUM + r"), val loss (?P<vl>
 
 
 def sniff(sample: str) -> bool:
-    return bool(SNIFF.search(sample))
+    return starts_a_line(sample, "iter ", "step") and bool(SNIFF.search(sample))
 
 
 def parse(ctx: Ctx) -> pl.DataFrame:

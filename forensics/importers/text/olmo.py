@@ -13,7 +13,14 @@ import re
 
 import polars as pl
 
-from forensics.importers.text.engine import NUM, Ctx, conform_rows, empty_rows, kv_rows
+from forensics.importers.text.engine import (
+    NUM,
+    Ctx,
+    conform_rows,
+    empty_rows,
+    kv_rows,
+    starts_a_line,
+)
 
 NAME = "olmo"
 SNIFF = re.compile(r"(?m)^\[step=\d+/\d+")
@@ -21,7 +28,7 @@ _PAIR = r"^\s+(?P<key>[A-Za-z_][\w/().\- ]*?)=(?P<val>" + NUM + r")\s*$"
 
 
 def sniff(sample: str) -> bool:
-    return bool(SNIFF.search(sample))
+    return starts_a_line(sample, "[step=") and bool(SNIFF.search(sample))
 
 
 def parse(ctx: Ctx) -> pl.DataFrame:
