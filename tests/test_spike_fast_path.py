@@ -312,68 +312,6 @@ def test_measure_many_equals_the_reference(monkeypatch: pytest.MonkeyPatch) -> N
     assert batched >= total // 2 and total - batched >= 20  # both paths are compared
 
 
-def test_row_slopes_and_selection_equal_the_one_dimensional_ones() -> None:
-    """``pairwise_slopes_rows`` gives each row ``pairwise_slopes``' bits (given buffers or
-    not); ``select_rows`` gives each row ``np.partition``'s values: rows whose sample bounds
-    miss a rank (a sorted row), constant rows, infinite values, ties and both signs of zero."""
-    rng = np.random.default_rng(31)
-    for _ in range(40):
-        n = int(rng.choice([2, 3, 80, 81, 150, 300, 301]))
-        k = int(rng.integers(1, 9))
-        steps = np.sort(rng.choice(np.arange(1, 10**6), (k, n)), axis=1) + np.arange(n)
-        x = log_steps(steps)
-        y = np.stack([_series(rng, n, int(rng.integers(0, 8))) for _ in range(k)])
-        size = k * (n * (n - 1) // 2)
-        for out, work in ((None, None), (np.empty(size + 7), np.empty(size + 3))):
-            with np.errstate(all="ignore"):
-                got = order_stats.pairwise_slopes_rows(x, y, out, work)
-                for r in range(k):
-                    want = order_stats.pairwise_slopes(x[r], y[r])
-                    assert got[r].tobytes() == want.tobytes()
-    for trial in range(200):
-        n = int(rng.choice([100, 2500, 11175, 44850]))
-        k = int(rng.integers(1, 9))
-        a = np.round(rng.standard_normal((k, n)) * rng.choice([1.0, 1e-3]), int(rng.integers(1, 4)))
-        if rng.random() < 0.3:
-            a[0] = np.sort(a[0])  # the sample's bounds miss the ranks at the ends
-        if rng.random() < 0.2:
-            a[-1] = 1.5  # no width between the bounds
-        if rng.random() < 0.2:  # zeros of both signs
-            a[:, ::3] = np.where(a[:, ::3] == 0, -0.0, a[:, ::3])
-        if rng.random() < 0.1:  # subnormal values: a width whose bin scale overflows
-            a[0] = rng.integers(0, 5, n) * 5e-324
-        if rng.random() < 0.2:
-            a[0, : n // 3] = -np.inf
-            a[-1, n // 4 :] = np.inf
-        mid = n // 2
-        ks = sorted({int(rng.integers(0, mid)), mid - 1, mid, int(rng.integers(mid, n))})
-        got = order_stats.select_rows(a, ks) + 0.0
-        want = np.partition(a, ks, axis=1)[:, ks] + 0.0
-        assert _bits(got) == _bits(want), trial
-
-
-def test_row_selection_is_exact_whatever_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bounds decide only the speed: with no margin (most rows miss and are selected on
-    their own) and with a wide one, the same values; and a change of one row's values
-    above a rank changes that row's answers above it only (each row is its own)."""
-    rng = np.random.default_rng(37)
-    a = np.round(rng.standard_normal((6, 44850)), 2)
-    ks = [20000, 22424, 22425, 25000]
-    want = np.partition(a, ks, axis=1)[:, ks]
-    for margin in (-0.5, 0.0, 1.5, 4.0):
-        monkeypatch.setattr(order_stats, "_ROW_MARGIN", margin)
-        assert _bits(order_stats.select_rows(a, ks) + 0.0) == _bits(want + 0.0), margin
-    monkeypatch.undo()
-    a = rng.standard_normal((4, 44850))
-    want = np.partition(a, ks, axis=1)[:, ks]
-    assert _bits(order_stats.select_rows(a, ks) + 0.0) == _bits(want + 0.0)
-    b = a.copy()
-    b[2, b[2] > want[2, 1]] += 1e-9  # values above one rank moved: the ranks above change
-    got = order_stats.select_rows(b, ks)
-    assert _bits(got[2, :2] + 0.0) == _bits(want[2, :2] + 0.0)
-    assert got[2, 3] != want[2, 3]
-
-
 def test_resolution_of_a_long_series_equals_the_distinct_values_one() -> None:
     """From 100k values ``robust.resolution`` sorts with polars and reads the positive
     neighbour differences: the same number as from np.unique's distinct values (ties, both

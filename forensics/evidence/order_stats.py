@@ -20,12 +20,10 @@ Python overhead held most of the spike detector's time.
   each rank: only those bins are partitioned. The sample decides only the speed, never the
   values.
 
-* :func:`pairwise_slopes_rows` and :func:`select_rows` do the same for several windows of one
-  length at once (one bracket pass over all their slopes, only the values between each row's
-  bounds binned): fewer, larger operations.
 * :func:`slope_stats_rows` is what the thousands of spike trend windows take: each window's
   slopes and its first half's order statistics, one window after another while its slopes are
-  in the processor's cache (faster than the batched passes above, which went to memory).
+  in the processor's cache (forming and selecting eight windows' slopes at once went to main
+  memory on every pass and was slower).
 * :func:`median_of_ints` is ``np.median`` of step differences through a sort (numpy's int64
   partition is slow on runs of equal values).
 
@@ -244,34 +242,6 @@ def plain_for_slopes_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return ok & good.all(axis=1)
 
 
-def pairwise_slopes_rows(
-    x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None, work: np.ndarray | None = None
-) -> np.ndarray:
-    """:func:`pairwise_slopes` of each row pair of two 2-D float64 arrays (rows of one length),
-    in the same layout and formed by the same element-wise operations: row ``r`` of the
-    result is ``pairwise_slopes(x[r], y[r])``, bit for bit. ``out`` and ``work``: C-contiguous
-    float64 buffers of at least as many values as the result, reused by a caller that forms
-    many batches (a fresh array of a few MB costs its page faults on every call)."""
-    k, n = x.shape
-    m = (n - 1) // 2
-    size = k * (n * (n - 1) // 2)
-    out = np.empty(size) if out is None else out.ravel()[:size]
-    out = out.reshape(k, n * (n - 1) // 2)
-    if m:
-        # out[:, : m * n] as (k, m, n): each row's first m * n values are contiguous.
-        main = np.lib.stride_tricks.as_strided(
-            out, shape=(k, m, n), strides=(out.strides[0], n * out.itemsize, out.itemsize)
-        )
-        dx = (np.empty(k * m * n) if work is None else work.ravel()[: k * m * n]).reshape(k, m, n)
-        np.subtract(_wrapped_rows(y, m), y[:, None, :], out=main)
-        np.subtract(_wrapped_rows(x, m), x[:, None, :], out=dx)
-        np.divide(main, dx, out=main)
-    if n % 2 == 0:
-        h = n // 2
-        np.divide(y[:, h:] - y[:, :h], x[:, h:] - x[:, :h], out=out[:, m * n :])
-    return out
-
-
 def _wrapped_rows(v: np.ndarray, m: int) -> np.ndarray:
     """The (k, m, n) read-only view ``w[r, d - 1, i] = v[r, (i + d) % n]``."""
     k, n = v.shape
@@ -280,82 +250,6 @@ def _wrapped_rows(v: np.ndarray, m: int) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(
         v2[:, 1:], shape=(k, m, n), strides=(v2.strides[0], step, step), writeable=False
     )
-
-
-def select_rows(a: np.ndarray, ks: list[int]) -> np.ndarray:
-    """:func:`select` of each row of a 2-D array without NaN: ``np.partition(a[r], ks)[ks]``
-    for every row ``r`` (``ks`` sorted, distinct), as a (rows, len(ks)) array.
-
-    The same bracketing, for all rows at once: a sample's order statistics bound the ranks
-    wanted in each row; the values between the bounds (and the count below them) come out
-    in one pass over the array, and only they are binned (equal-width bins between the row's
-    bounds; each rounding is monotone, so a bin holds a run of the row's sorted values); only
-    the bins holding the ranks are sorted. A row whose bounds miss a rank (or have no width)
-    is selected on its own by :func:`select`. The sample decides only the speed, never the
-    values (the sign of a zero aside, as for :func:`select`).
-    """
-    rows, n = a.shape
-    q = len(ks)
-    if rows == 0:
-        return np.empty((0, q))
-    if n < _BRACKET_MIN:
-        return np.partition(a, ks, axis=1)[:, ks]
-    pos = _row_sample_positions(n)
-    ms = len(pos)
-    margin = int(_ROW_MARGIN * np.sqrt(ms)) + 4
-    ra = ks[0] * ms // n - margin
-    rb = -(-ks[-1] * ms // n) + margin
-    if ra < 0 or rb >= ms:
-        return np.stack([select(a[r], ks) for r in range(rows)])
-    sp = np.partition(a[:, pos], [ra, rb], axis=1)
-    low, high = sp[:, ra], sp[:, rb]
-    lt = a < low[:, None]
-    inside = a <= high[:, None]
-    inside ^= lt  # low <= high: a value below low is also below high
-    # (np.count_nonzero row by row: along an axis it is a slower sum)
-    below = np.array([np.count_nonzero(r) for r in lt], dtype=np.intp)
-    cnt = np.array([np.count_nonzero(r) for r in inside], dtype=np.intp)
-    kl = np.asarray(ks, dtype=np.intp)[None, :] - below[:, None]  # ranks among the values kept
-    with np.errstate(all="ignore"):
-        width = high - low
-        ok = (kl[:, 0] >= 0) & (kl[:, -1] < cnt) & np.isfinite(width) & (width > 0)
-        ok &= np.isfinite((max(4, n // _PER_BIN) + 1.0) / width)  # no bin scale overflows
-    out = np.empty((rows, q))
-    for r in np.flatnonzero(~ok):
-        out[r] = select(a[r], ks)
-    if not ok.any():
-        return out
-    if not ok.all():
-        inside[~ok] = False
-        cnt = np.where(ok, cnt, 0)
-    # The kept values, row after row (np.compress: boolean indexing is several times slower).
-    cand = np.compress(inside.ravel(), a.ravel())
-    nb = max(4, int(cnt.max()) // _PER_BIN)
-    scale = nb / np.where(ok, width, 1.0)
-    # Bin floor((v - low) * scale) in [0, nb] (v - low >= 0 for every value kept, and at
-    # most width, whose scaled value rounds to nb at most), the row's offset r * (nb + 1)
-    # added before the floor: every step rounds monotonically, so a bin still holds a run of
-    # the row's sorted values, and the sum stays within the row's nb + 1 bins.
-    t = cand - np.repeat(low, cnt)
-    t *= np.repeat(scale, cnt)
-    t += np.repeat(np.arange(rows, dtype=float) * (nb + 1), cnt)
-    key = t.astype(np.intp)
-    starts = np.zeros((rows, nb + 2), dtype=np.intp)
-    counts = np.bincount(key, minlength=rows * (nb + 1)).reshape(rows, nb + 1)
-    np.cumsum(counts, axis=1, out=starts[:, 1:])
-    # The bin holding each rank: the last bin starting at or before it.
-    b = np.minimum((starts[:, None, :] <= kl[:, :, None]).sum(axis=2) - 1, nb)
-    good = np.flatnonzero(ok)
-    wk = good[:, None] * (nb + 1) + b[good]
-    want = np.zeros(rows * (nb + 1), dtype=bool)
-    want[wk.ravel()] = True
-    sel = want[key]
-    mk, mv = np.compress(sel, key), np.compress(sel, cand)
-    order = np.lexsort((mv, mk))
-    mk, mv = mk[order], mv[order]
-    first = np.searchsorted(mk, wk, side="left")
-    out[good] = mv[first + kl[good] - np.take_along_axis(starts[good], b[good], axis=1)]
-    return out
 
 
 def slope_stats_rows(
@@ -368,9 +262,9 @@ def slope_stats_rows(
     for :func:`select`). Two (rows, len) arrays.
 
     One window at a time: its slopes (a few hundred kB) stay in the processor's cache while
-    they are formed, gathered and counted; several windows at once (as
-    :func:`pairwise_slopes_rows` and :func:`select_rows` take them) made every pass over them
-    a trip to main memory. The selection is :class:`_Bracket`'s."""
+    they are formed, gathered and counted; several windows at once (as an
+    earlier version formed and selected them) made every pass over them a trip to main
+    memory. The selection is :class:`_Bracket`'s."""
     k, n = x.shape
     m, h = (n - 1) // 2, n // 2
     nt, nth = n * (n - 1) // 2, h * (h - 1) // 2
@@ -450,24 +344,6 @@ def _pick_positions(size: int) -> np.ndarray:
     return pos
 
 
-# The row bracket's margin each side, in sqrt(sample size): 3 binomial standard deviations
-# (on the spike trend windows of the bench runs, 1 rank in 100 falls 2.6 away).
-_ROW_MARGIN = 1.5
-_ROW_SAMPLE = 448  # values sampled per row, at least (one in 101 from 45,248 on)
-
-
-@lru_cache(maxsize=16)
-def _row_sample_positions(n: int) -> np.ndarray:
-    """Where :func:`select_rows` samples rows of n values (as :func:`_sample_positions`,
-    with at least :data:`_ROW_SAMPLE` positions)."""
-    if n // _SAMPLE_EVERY >= _ROW_SAMPLE:
-        return _sample_positions(n)
-    rng = np.random.default_rng(n)
-    pos = np.sort(rng.choice(n, size=min(n, _ROW_SAMPLE), replace=False))
-    pos.flags.writeable = False
-    return pos
-
-
 __all__ = [
     "first_half_pairs",
     "median",
@@ -476,10 +352,8 @@ __all__ = [
     "median_of_increasing_rows",
     "median_rows",
     "pairwise_slopes",
-    "pairwise_slopes_rows",
     "plain_for_slopes",
     "plain_for_slopes_rows",
     "select",
-    "select_rows",
     "slope_stats_rows",
 ]
