@@ -201,7 +201,12 @@ def _ratio(r: float) -> str:
 
 
 def lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
-    """(roll back?, cut range, wording) for findings that call for a rollback or first aid."""
+    """(roll back?, cut range, wording) for findings that call for a rollback or first aid.
+
+    A note (severity info) calls for neither: it is below every warning line, and a drift
+    the LR schedule explains says "no action" in its own prescription."""
+    if f.severity == Severity.INFO:
+        return None
     if f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE:
         return True, LR_CUT_RED_LIGHT, "10% lower (the red-light rule)"
     if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") in (

@@ -287,3 +287,18 @@ def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from() -> No
     section = page[page.index('id="rollback"') : page.index('id="vitals"')]
     assert "after a resume that regressed, the opposite" in section
     assert "load that checkpoint again with the optimizer moments" in section
+
+
+def test_a_note_calls_for_no_first_aid() -> None:
+    """The grad_norm_drift sample's climb stays inside what its decaying LR explains: an info
+    note whose prescription says no action gets no LR cut and no row in the rollback advice
+    (the report offered "down to a third (first aid)" beside "No action"). The same climb as a
+    warning still gets its first aid."""
+    diag = _sample("grad_norm_drift")
+    (drift,) = [f for f in diag.findings if f.kind == "grad_norm_drift"]
+    assert drift.severity == "info" and "not a drift" in drift.summary
+    assert rollback_advice(_run(), [drift]) == []
+    assert not [p for p in diag.rollbacks if p.finding.kind == "grad_norm_drift"]
+    warned = Finding("grad_norm_drift", "warning", "grad_norm", 1100, "climb", end_step=2999)
+    (aid,) = rollback_advice(_run(), [warned])
+    assert not aid.rollback and "first aid" in aid.lr_cut_text
