@@ -59,7 +59,7 @@ CAUSES: dict[str, str] = {
     "lr_schedule": "An LR schedule effect (warm-up end, restart, step drop)",
     "resume": "A resume from a checkpoint at or near the onset",
     "loss_scale_overflow": "A loss-scale overflow in the same steps",
-    "bad_batch": "A bad batch (a short spike in loss and grad norm that recovers)",
+    "bad_batch": "A bad batch (a short loss spike that recovers at once)",
     "shared_data": "Data shared across seeds (the same batch hurts every seed)",
     "activations": "A layer's activations blew up",
     "grad_norm_climb": "A grad-norm climb going on since before the onset",
