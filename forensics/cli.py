@@ -29,7 +29,6 @@ from forensics.cli_quick import (
     export_command,
     guarded,
     quick_exit,
-    quick_main,
 )
 from forensics.errors import ForensicsError
 
@@ -998,8 +997,8 @@ _QUICK_EXIT = False
 
 
 def main() -> None:
-    """Console-script entry point."""
-    quick_main(sys.argv[1:])  # a plain export runs (and exits) without typer's parsing
+    """The typer app's entry point (the console script reaches it through
+    :func:`forensics.cli_quick.entry`, which runs a plain export first)."""
     _return_freed_memory(sys.argv[1] if len(sys.argv) > 1 else None)
     try:
         with _only_command(sys.argv[1] if len(sys.argv) > 1 else None):

@@ -180,6 +180,15 @@ def quick_main(args: list[str]) -> bool:
     return True  # pragma: no cover - quick_exit does not return
 
 
+def entry() -> None:
+    """Console-script and ``python -m forensics`` entry point: a plain export runs here, before
+    ``forensics.cli`` (and typer with it) is imported; anything else goes to the typer app."""
+    if not quick_main(sys.argv[1:]):
+        from forensics.cli import main
+
+        main()
+
+
 def quick_exit(code: int) -> None:
     """Exit without tearing the interpreter down: freeing polars', numpy's and every module's
     objects one by one costs about 0.09 s CPU, a sixth of a whole ``export`` of a 40 MB log.

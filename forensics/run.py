@@ -465,7 +465,7 @@ def _physical(dtype: pl.DataType) -> pl.DataType:
 def _width(dtype: pl.DataType) -> int:
     """Bytes a row of a column of ``dtype`` takes: its physical type's (a categorical's
     codes take 4, an Enum of few categories 1)."""
-    return _WIDTHS.get(type(pl.Series(dtype=dtype).to_physical().dtype), 8)
+    return _WIDTHS.get(type(_physical(dtype)), 8)
 
 
 _WIDTHS: dict[type, int] = {

@@ -154,6 +154,33 @@ def test_quick_export_imports_no_typer(tmp_path: Path) -> None:
     assert "rows written to" in res.stderr and out.is_file()
 
 
+def test_console_script_takes_the_quick_path(tmp_path: Path) -> None:
+    """The ``forensics`` console script is the entry ``python -m forensics`` runs: pointed at
+    ``forensics.cli:main`` it imported typer (with forensics.cli) before a plain export."""
+    import tomllib
+    from importlib.metadata import entry_points
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["forensics"] == "forensics.cli_quick:entry"
+    (ep,) = [e for e in entry_points(group="console_scripts") if e.name == "forensics"]
+    assert ep.value == "forensics.cli_quick:entry"  # (the installed one too)
+    run = write_tb_run(tmp_path / "run", n=50)
+    out = tmp_path / "x.parquet"
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('typer' in sys.modules))\n"
+        f"sys.argv = ['forensics', 'export', {str(run)!r}, '--to', {str(out)!r}]\n"
+        f"from importlib.metadata import entry_points\n"
+        "(ep,) = [e for e in entry_points(group='console_scripts') if e.name == 'forensics']\n"
+        "ep.load()()\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "False"
+    assert "rows written to" in res.stderr and out.is_file()
+
+
 def test_help_still_comes_from_typer(tmp_path: Path) -> None:
     res = _run(["export", "--help"], quick=True, cwd=tmp_path)
     assert res.returncode == 0 and "--to" in res.stdout
