@@ -7,7 +7,6 @@ errors and unreadable or unknown input (one line on stderr, no traceback).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import sys
@@ -313,7 +312,7 @@ def _emit(
         doc = diag.to_document()
     if json_out is not None:
         jpath = _place(json_out, f"{name}.json", run_path)
-        _write(jpath, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        _write(jpath, _json_text(doc) + "\n")
         _err(f"findings written to {_shown(jpath)}")
     report_path: Path | None = None
     if not no_report:
@@ -338,16 +337,16 @@ def _emit(
     return doc
 
 
-def _echo_json(doc: dict) -> None:
-    """``typer.echo(json.dumps(doc, indent=2, allow_nan=False))``, the same text, without
-    ``dumps``' peak: with an indent it holds several times the text in pieces at once (about
-    70 MiB for a 1M-step run's 22 MB document)."""
-    import io
+def _json_text(doc: object) -> str:
+    """``json.dumps(doc, indent=2, allow_nan=False)``: the same text, faster (see
+    :mod:`forensics.outputs.json_text`)."""
+    from forensics.outputs.json_text import dumps_indented
 
-    buf = io.StringIO()
-    for chunk in json.JSONEncoder(indent=2, allow_nan=False).iterencode(doc):
-        buf.write(chunk)
-    typer.echo(buf.getvalue())
+    return dumps_indented(doc)
+
+
+def _echo_json(doc: dict) -> None:
+    typer.echo(_json_text(doc))
 
 
 def _to_stdout(draw: Callable[[Console], None]) -> None:
@@ -530,9 +529,7 @@ def analyze(
         )
         verdicts.append(diag.verdict)
     if fmt is OutputFormat.json and len(docs) > 1:
-        typer.echo(
-            json.dumps(docs, indent=2, allow_nan=False)
-        )  # --all: one JSON array, a document per job
+        typer.echo(_json_text(docs))  # --all: one JSON array, a document per job
     ci.write()
     _gate(verdicts, gate)
 
@@ -736,7 +733,7 @@ def compare(
     cmp = do_compare(runs, cfg, reference=ref, align=align)
     if json_out is not None:
         jtarget = _place(json_out, "compare.json", *[Path(d.run.path) for d in cmp.diagnoses])
-        _write(jtarget, json.dumps(cmp.to_document(), indent=2, allow_nan=False))
+        _write(jtarget, _json_text(cmp.to_document()))
         _err(f"comparison JSON written to {_shown(jtarget)}")
     if not no_report:
         name = _safe_name("compare-" + "-vs-".join(cmp.labels))[:120] + ".html"
@@ -744,7 +741,7 @@ def compare(
         _write(target, render_compare_html(cmp, plotlyjs=plotlyjs.value))
         _err(f"comparison written to {_shown(target)}")
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(cmp.to_document(), indent=2, allow_nan=False))
+        typer.echo(_json_text(cmp.to_document()))
     else:
         _to_stdout(lambda console: print_comparison(cmp, console))
 
@@ -809,7 +806,7 @@ def sweep(
     _write(index, render_sweep_html(str(folder), rows, reports.name))
     _err(f"sweep index written to {_shown(index)}")
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(to_document(str(folder), rows), indent=2, allow_nan=False))
+        typer.echo(_json_text(to_document(str(folder), rows)))
         return
     for r in rows:
         top = r.get("error") or ", ".join(f"{f['kind']} @ {f['step']:,}" for f in r["top_findings"])

@@ -12,6 +12,7 @@ reference. ``tests/test_json_text.py`` compares both on real documents and on ed
 
 from __future__ import annotations
 
+import io
 import json
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -25,12 +26,33 @@ class _Fallback(Exception):
 
 def dumps_indented(doc: Any) -> str:
     """``json.dumps(doc, indent=2, allow_nan=False)``."""
-    out: list[str] = []
+    out = _Pieces()
     try:
         _write(doc, 0, out, set())
     except (_Fallback, RecursionError):
         return json.dumps(doc, indent=2, allow_nan=False)
-    return "".join(out)
+    return out.text()
+
+
+class _Pieces(list[str]):
+    """The text's pieces, joined into a buffer every few thousand: a list of every piece of a
+    22 MB document would hold about two million small strings (over 100 MB) at once."""
+
+    _EVERY = 1 << 14
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buf = io.StringIO()
+
+    def flush(self) -> None:
+        if len(self) >= self._EVERY:
+            self.buf.write("".join(self))
+            self.clear()
+
+    def text(self) -> str:
+        self.buf.write("".join(self))
+        self.clear()
+        return self.buf.getvalue()
 
 
 _float_repr = float.__repr__
@@ -59,7 +81,7 @@ def _scalar(o: Any) -> str | None:
     raise _Fallback  # a subclass or another type: the standard encoder's rules
 
 
-def _write(o: Any, level: int, out: list[str], seen: set[int]) -> None:
+def _write(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
     s = _scalar(o)
     if s is not None:
         out.append(s)
@@ -104,3 +126,5 @@ def _write(o: Any, level: int, out: list[str], seen: set[int]) -> None:
                 _write(v, level + 1, out, seen)
         out.append("\n" + _INDENT * level + "]")
     seen.discard(key)
+    if level <= 2:  # (a finding, or a part of one: often enough to bound the pieces)
+        out.flush()

@@ -11,7 +11,6 @@ the logged line.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -200,4 +199,6 @@ def sarif_log(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def sarif_text(runs: list[dict[str, Any]]) -> str:
-    return json.dumps(sarif_log(runs), indent=2, allow_nan=False) + "\n"
+    from forensics.outputs.json_text import dumps_indented
+
+    return dumps_indented(sarif_log(runs)) + "\n"
