@@ -29,6 +29,7 @@ import pickle
 import shutil
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,8 +78,11 @@ def cache_dir() -> Path:
         return Path(tempfile.gettempdir()) / f"forensics-{uid}" / "runs"
 
 
-def _code_fingerprint() -> list[tuple[str, int, int]]:
-    """Size and mtime of the modules that turn files into the canonical frame."""
+@lru_cache(maxsize=1)
+def _code_fingerprint() -> tuple[tuple[str, int, int], ...]:
+    """Size and mtime of the modules that turn files into the canonical frame. Once per
+    process: the code a process runs is the code it loaded (the walk over the importers'
+    files cost about a third of a small run's cached read)."""
     import forensics
 
     pkg = Path(forensics.__file__).parent
@@ -91,7 +95,7 @@ def _code_fingerprint() -> list[tuple[str, int, int]]:
         except OSError:
             continue
         out.append((m.name, st.st_size, st.st_mtime_ns))
-    return out
+    return tuple(out)
 
 
 # A file modified this recently may change again within one tick of the file system's
@@ -174,9 +178,7 @@ def load(entry: str, run_path: Path) -> Run | None:
         return None
     from forensics.run import Run
 
-    run = Run(**meta["run"])
-    run.frame = frame
-    return run
+    return Run(**meta["run"], frame=frame)  # (no empty default frame made and replaced)
 
 
 def _read_frame(folder: Path, layout: dict[str, Any]) -> pl.DataFrame | None:
@@ -335,3 +337,68 @@ def _evict(d: Path, cap: int, keep: Path) -> None:
 def clear() -> None:
     """Remove every entry."""
     shutil.rmtree(cache_dir(), ignore_errors=True)
+
+
+# -- the discovery memo ---------------------------------------------------------------------
+# Which importer claims which files is decided by sniffing their contents (a text log's
+# families each search the first and last 256 kB): about 8 ms for a trainer's text log,
+# most of a cached read of a small run. The answer for an unchanged listing (every file's
+# name, size, modification time and inode, and the same importer code) is kept beside the
+# entries, in one small file per listing.
+_DISCOVERY = ".discovery"  # (a dot: not an entry; evicted as one when least recently used)
+
+
+def discovery_key(path: Path, files: list[Path]) -> tuple[str, bool] | None:
+    """The memo's name for this listing and whether it may be stored (every file settled),
+    or None when a file cannot be stat'ed."""
+    import forensics
+
+    stats = []
+    newest = 0
+    try:
+        for f in files:
+            st = os.stat(f)
+            stats.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
+            newest = max(newest, st.st_mtime_ns)
+        where = str(Path(path).resolve())
+    except OSError:
+        return None
+    parts = (FORMAT, forensics.__version__, _code_fingerprint(), where, Path(path).is_file(), stats)
+    settled = time.time_ns() - newest > SETTLE_NS
+    return "d" + hashlib.sha256(repr(parts).encode()).hexdigest()[:40], settled
+
+
+def load_discovery(name: str, run_path: Path) -> Any | None:
+    """The memo's discovery (as :func:`~forensics.importers.discover_jobs` returned it), or
+    None (absent or unreadable)."""
+    d = _usable_dir(run_path)
+    if d is None:
+        return None
+    try:
+        with open(d / _DISCOVERY / name, "rb") as fh:
+            return pickle.load(fh)  # noqa: S301 - the user's own cache folder, written by us
+    except Exception:  # noqa: BLE001 - a damaged memo is a miss, never an error
+        return None
+
+
+def store_discovery(name: str, jobs: Any, run_path: Path) -> None:
+    """Keep a discovery (best effort, written whole or not at all)."""
+    d = _usable_dir(run_path)
+    if d is None:
+        return
+    folder = d / _DISCOVERY
+    tmp: Path | None = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        tmp = Path(tmp_name)
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(jobs, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, folder / name)
+        tmp = None
+        os.utime(folder)  # (the eviction's least recently used order)
+    except Exception:  # noqa: BLE001 - caching is an optimisation, never a failure
+        pass
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)

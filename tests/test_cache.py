@@ -337,3 +337,74 @@ def test_cached_runs_give_the_golden_findings(name, cache_dir, monkeypatch):
     got = json.loads(json.dumps(golden_findings.job_findings(targets[name])))
     assert got == GOLDEN[name]
     assert not parsed, f"parsed again: {parsed}"
+
+
+# -- the discovery memo -----------------------------------------------------------------------
+def _megatron_log(folder: Path, n: int = 200, lr: float = 1e-4) -> Path:
+    """A Megatron-style text log (the family whose discovery sniffs the text)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    f = folder / "train.log"
+    lines = [
+        f" iteration {s:8d}/    1000 | consumed samples: {s * 8:10d} | elapsed time per "
+        f"iteration (ms): 100.0 | learning rate: {lr:.6E} | global batch size:     8 | "
+        f"lm loss: {5.0 / (1 + s / 50):.6E} | loss scale: 65536.0 | grad norm: 1.000 |"
+        for s in range(1, n + 1)
+    ]
+    f.write_text("\n".join(lines) + "\n")
+    os.utime(f, (OLD, OLD))
+    return folder
+
+
+def _no_discovery(monkeypatch):
+    from forensics import importers
+
+    def boom(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("discovered again")
+
+    monkeypatch.setattr(importers, "discover_jobs", boom)
+
+
+def test_an_unchanged_listing_is_not_sniffed_again(tmp_path, cache_dir, monkeypatch):
+    run_dir = _megatron_log(tmp_path / "run")
+    first = read_run(run_dir)
+    assert first.format == "text_logs" and first.frame.height > 0
+    assert len(list((cache_dir / ".discovery").iterdir())) == 1
+    _no_discovery(monkeypatch)
+    second = read_run(run_dir)
+    assert_frame_equal(first.frame, second.frame)
+    assert first.notes == second.notes
+
+
+@pytest.mark.parametrize("change", ["rewritten", "new_file"])
+def test_a_changed_listing_is_discovered_again(tmp_path, cache_dir, monkeypatch, change):
+    """The memo is keyed by every file's name, size and time: a change means a fresh sniff
+    (here the patched discovery raises, so the read fails only if the memo was skipped)."""
+    run_dir = _megatron_log(tmp_path / "run")
+    read_run(run_dir)
+    if change == "rewritten":
+        _megatron_log(run_dir, lr=2e-4)  # the same size, another time stamp
+        os.utime(run_dir / "train.log", (OLD + 10, OLD + 10))
+    else:
+        _write_run(run_dir)  # a JSONL file beside the log
+    _no_discovery(monkeypatch)
+    with pytest.raises(AssertionError, match="discovered again"):
+        read_run(run_dir)
+
+
+def test_no_memo_without_the_cache_or_for_unsettled_files(tmp_path, cache_dir, monkeypatch):
+    run_dir = _megatron_log(tmp_path / "run")
+    read_run(run_dir, options=ReadOptions(cache=False))
+    assert not (cache_dir / ".discovery").exists()
+    os.utime(run_dir / "train.log")  # written just now: a live run's file
+    read_run(run_dir)
+    assert not (cache_dir / ".discovery").exists() or not any(
+        (cache_dir / ".discovery").iterdir()
+    )
+
+
+def test_a_damaged_memo_is_a_miss(tmp_path, cache_dir):
+    run_dir = _megatron_log(tmp_path / "run")
+    first = read_run(run_dir)
+    (memo,) = (cache_dir / ".discovery").iterdir()
+    memo.write_bytes(b"not a pickle")
+    assert_frame_equal(read_run(run_dir).frame, first.frame)

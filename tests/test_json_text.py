@@ -29,7 +29,7 @@ class _Color(enum.IntEnum):
     RED = 3
 
 
-class _Name(str, enum.Enum):
+class _Name(enum.StrEnum):
     A = "a"
 
 
@@ -48,7 +48,7 @@ EDGE_CASES: list[object] = [
     {"a": {}, "b": [], "c": [[]], "d": [{}], "e": ({},)},
     {"ü": "snow ☃ \u2028 \x00 \" \\ \n\t", "emoji": "\U0001f600"},
     [1, 2.5, "x", None, False, [3, [4, {"k": (5, 6)}]]],
-    {1: "int key", 2.5: "float key", True: "bool key", None: "none key"},
+    {1: "int key", 2.5: "float key", False: "bool key", None: "none key"},
     {"enum": _Color.RED, "str enum": _Name.A},
     {"np": np.float64(0.1), "list": [np.float64(2.0)]},
     {"deep": [[[[[[[[[[1]]]]]]]]]]},

@@ -269,13 +269,39 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
         UnknownFormatError / UnreadableInputError: nothing readable there.
     """
     path = Path(path)
-    jobs = discover_jobs(path)
+    jobs = _discovered(path, options)
     if len(jobs) > 1:  # one run resumed in several jobs is one run (see chains.py)
         jobs = chains.stitch_jobs(path, jobs, options)
     if len(jobs) > 1:
         raise MultipleJobsError(str(path), sorted(jobs))
     ((job, sources),) = jobs.items()
     return read_job(path, job, sources, options=options)
+
+
+def _discovered(path: Path, options: ReadOptions | None) -> dict[str, list[Source]]:
+    """:func:`discover_jobs`, read back from the cache's memo when the listing is unchanged
+    (see :func:`forensics.cache.discovery_key`)."""
+    from forensics import cache
+
+    if not cache.enabled(options):
+        return discover_jobs(path)
+    notes: list[str] = []
+    try:
+        if path.is_file():
+            files = [path] if os.access(path, os.R_OK) else []
+        else:
+            files = list_files(path, notes) if path.is_dir() else []
+    except (OSError, UnreadableInputError):
+        files = []
+    key = cache.discovery_key(path, files) if files and not notes else None
+    if key is not None:
+        hit = cache.load_discovery(key[0], path)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+    jobs = discover_jobs(path)  # (its own errors for a missing, empty or unreadable path)
+    if key is not None and key[1]:
+        cache.store_discovery(key[0], jobs, path)
+    return jobs
 
 
 def read_job(
