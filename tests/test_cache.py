@@ -397,9 +397,7 @@ def test_no_memo_without_the_cache_or_for_unsettled_files(tmp_path, cache_dir, m
     assert not (cache_dir / ".discovery").exists()
     os.utime(run_dir / "train.log")  # written just now: a live run's file
     read_run(run_dir)
-    assert not (cache_dir / ".discovery").exists() or not any(
-        (cache_dir / ".discovery").iterdir()
-    )
+    assert not (cache_dir / ".discovery").exists() or not any((cache_dir / ".discovery").iterdir())
 
 
 def test_a_damaged_memo_is_a_miss(tmp_path, cache_dir):

@@ -46,7 +46,7 @@ EDGE_CASES: list[object] = [
     True,
     None,
     {"a": {}, "b": [], "c": [[]], "d": [{}], "e": ({},)},
-    {"ü": "snow ☃ \u2028 \x00 \" \\ \n\t", "emoji": "\U0001f600"},
+    {"ü": 'snow ☃ \u2028 \x00 " \\ \n\t', "emoji": "\U0001f600"},
     [1, 2.5, "x", None, False, [3, [4, {"k": (5, 6)}]]],
     {1: "int key", 2.5: "float key", False: "bool key", None: "none key"},
     {"enum": _Color.RED, "str enum": _Name.A},
