@@ -267,3 +267,58 @@ def test_axis_titles_carry_the_logged_unit() -> None:
     # gives no throughput chart
     assert titles[("loss_scale_collapse", "step_time")] == "time per step (ms)"
     assert ("loss_scale_collapse", "throughput") not in titles
+
+
+def _schedule_trace(panel: Panel) -> dict[str, Any] | None:
+    got = [
+        t
+        for t in panel.figure["data"]
+        if isinstance(t.get("meta"), dict) and t["meta"].get("judged") == "warn_line"
+    ]
+    assert len(got) <= 1
+    return got[0] if got else None
+
+
+def test_the_drift_judged_under_the_lr_schedule_shows_its_moving_line() -> None:
+    """The grad_norm_drift sample's climb passes the plain 2x line but is a note: the schedule
+    explains it. The chart draws the line it was judged against: the baseline times
+    max(2, margin x min(cap, sqrt(LR at the baseline / LR))), recomputed here from the logged
+    LR, ending at the finding's warn_line_now."""
+    import numpy as np
+
+    from forensics.schema import LR
+
+    diag = analyze(ROOT / "sample_runs" / "grad_norm_drift")
+    (drift,) = [f for f in diag.findings if f.kind.value == "grad_norm_drift"]
+    assert drift.severity.value == "info" and drift.measures["schedule_explained"]
+    (gn,) = [p for p in build_panels(diag.ev, diag.findings) if p.key == GRAD_NORM]
+    trace = _schedule_trace(gn)
+    assert trace is not None
+    ja = drift.judged_against
+    lr = diag.ev.series(LR)
+    in_base = (lr.steps >= ja["baseline_start_step"]) & (lr.steps <= ja["baseline_end_step"])
+    ref = float(np.median(lr.values[in_base]))
+    x = np.asarray(trace["x"], dtype=float)
+    rise = np.clip(np.sqrt(ref / np.interp(x, lr.steps, lr.values)), 1.0, ja["envelope_max"])
+    want = ja["baseline"] * np.maximum(ja["warn_ratio"], ja["envelope_margin"] * rise)
+    assert np.allclose(trace["y"], want, rtol=1e-12)
+    assert x[0] >= ja["baseline_start_step"] and trace["y"][-1] == pytest.approx(
+        ja["warn_line_now"], rel=0.02
+    )
+    assert drift.measures["current"] < trace["y"][-1]  # the level now under it: a note
+    assert f"{ja['warn_line_now']:.4g} at the end of the log" in gn.caption
+
+
+def test_no_schedule_line_without_a_logged_lr() -> None:
+    """Without an LR the drift is judged on the plain 2x / 3x lines: no moving line drawn."""
+    from forensics.importers import read_run
+    from forensics.pipeline import analyze_run
+    from forensics.schema import LR
+
+    run = read_run(ROOT / "sample_runs" / "grad_norm_drift")
+    lr_tag = run.metrics()[LR]
+    run.frame = run.frame.filter(run.frame.get_column("tag").cast(str) != lr_tag)
+    diag = analyze_run(run)
+    (gn,) = [p for p in build_panels(diag.ev, diag.findings) if p.key == GRAD_NORM]
+    assert LR not in run.metrics() and _schedule_trace(gn) is None
+    assert "dash-dotted" not in gn.caption

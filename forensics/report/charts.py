@@ -510,10 +510,55 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
             f"Baseline {band.baseline.value:.4g} ({band.baseline.how}, shaded); warns at"
             f" {band.warn_ratio:g}x{crit} (the article: 2x and 3x)."
         )
+        drift = _schedule_line(fig, ev, band, fs, dx)
+        if drift is not None:
+            cap += (
+                " The grad_norm_drift finding was judged against the dash-dotted line instead:"
+                " the baseline times the rise the decaying learning rate explains (with a"
+                f" margin; never under {band.warn_ratio:g}x), {drift:.4g} at the end of the log."
+            )
     warmup_line(fig, ev)
     judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
     return Panel(GRAD_NORM, "Gradient norm", cap, fig, fs)
+
+
+def _schedule_line(
+    fig: dict[str, Any], ev: Evidence, band: Band, fs: list[Finding], xs: np.ndarray
+) -> float | None:
+    """The moving warning line a ``grad_norm_drift`` finding was judged against when the LR
+    is logged (:func:`forensics.detectors.drift.envelope`): a level over the plain 2x line
+    can be a note when the schedule explains it, and the chart shows the line that said so.
+    Returns the finding's ``warn_line_now`` (None: nothing drawn)."""
+    from forensics.detectors.drift import envelope
+
+    drift = next((f for f in fs if f.kind is FindingKind.GRAD_NORM_DRIFT), None)
+    if drift is None or not drift.measures.get("lr_logged"):
+        return None
+    ja = drift.judged_against
+    start, end, now = (
+        ja.get(k) for k in ("baseline_start_step", "baseline_end_step", "warn_line_now")
+    )
+    if start is None or end is None or not isinstance(now, (int, float)):
+        return None
+    at = xs[xs >= start].astype(float)
+    env = envelope(ev, at, int(start), int(end))
+    if not env.lr_logged or len(at) == 0:
+        return None
+    warn, _ = env.lines(env.rise, band)
+    fig["data"].append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": at.astype(int).tolist(),
+            "y": (warn * band.baseline.value).tolist(),
+            "name": "warning line under the LR schedule (grad_norm_drift)",
+            "line": {"color": Severity.WARNING.colour, "width": 1.2, "dash": "dashdot"},
+            "hoverinfo": "name+y",
+            "meta": {"judged": "warn_line", "source": "grad_norm_drift", "now": float(now)},
+        }
+    )
+    return float(now)
 
 
 def param_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
