@@ -135,6 +135,15 @@ def first_half_pairs(n: int) -> np.ndarray:
     return pos
 
 
+@lru_cache(maxsize=8)
+def _first_half_mask(n: int) -> np.ndarray:
+    """:func:`first_half_pairs` of n points as a mask over the n(n-1)/2 slopes."""
+    mask = np.zeros(n * (n - 1) // 2, dtype=bool)
+    mask[first_half_pairs(n)] = True
+    mask.flags.writeable = False
+    return mask
+
+
 def _wrapped(v: np.ndarray, m: int) -> np.ndarray:
     """The (m, n) read-only view ``w[d - 1, i] = v[(i + d) % n]``."""
     n = len(v)
@@ -272,7 +281,7 @@ def slope_stats_rows(
     if k == 0 or nt == 0:
         return got, got_h
     whole, first = _Bracket(nt, ks), _Bracket(nth, ks_h)
-    pairs_h = first_half_pairs(n)
+    pairs_h, in_half = first_half_pairs(n), _first_half_mask(n)
     buf, dx, half = np.empty(nt), np.empty((m, n)), np.empty(nth)
     main = buf[: m * n].reshape(m, n)  # pairwise_slopes' layout: offsets 1..m, then n/2
     wy, wx = _wrapped_rows(y, m), _wrapped_rows(x, m)
@@ -287,9 +296,11 @@ def slope_stats_rows(
         main /= dx
         if tails is not None:
             buf[m * n :] = tails[r]
-        got[r] = whole.select(buf)
-        np.take(buf, pairs_h, out=half)
-        got_h[r] = first.select(half)
+        got[r], part = whole.select_with_part(buf, in_half, first.ks)
+        if part is None:  # the half's ranks lie outside the whole's bounds: its own
+            np.take(buf, pairs_h, out=half, mode="wrap")  # (in range: "wrap" skips a check)
+            part = first.select(half)
+        got_h[r] = part
     return got, got_h
 
 
@@ -328,6 +339,35 @@ class _Bracket:
             return np.sort(a)[self.ks]
         self.le ^= self.lt  # low <= v <= high
         return np.sort(np.compress(self.le, a))[kl]
+
+    def select_with_part(
+        self, a: np.ndarray, part: np.ndarray, ks_part: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`select` of ``a``, and the ranks ``ks_part`` of its values where ``part``
+        (a boolean mask) is set, when the same bounds bracket them too (else None): the
+        values below ``low`` and between the bounds are counted and gathered once for both.
+        (The trend fit's first half is a part of its whole window, and its median usually
+        lies inside the whole's interval: this saves gathering and bracketing the half.)"""
+        if self.pos is None or not len(ks_part):
+            return self.select(a), None
+        s = np.sort(a[self.pos])
+        lt, le = self.lt, self.le
+        below = np.count_nonzero(np.less(a, s[self.ra], out=lt))
+        inside = np.count_nonzero(np.less_equal(a, s[self.rb], out=le)) - below
+        kl = self.ks - below
+        if kl[0] < 0 or kl[-1] >= inside:  # (a NaN bound counts nothing: sorted too)
+            return np.sort(a)[self.ks], None
+        le ^= lt  # low <= v <= high
+        where = np.flatnonzero(le)  # (as fast as compress, and says which are the part's)
+        vals = a.take(where)
+        own = None
+        ks_in = ks_part - np.count_nonzero(np.logical_and(lt, part, out=lt))
+        if ks_in[0] >= 0:
+            mine = part.take(where)
+            if ks_in[-1] < np.count_nonzero(mine):
+                own = np.sort(vals[mine])[ks_in]
+        vals.sort()
+        return vals[kl], own
 
 
 _PICK_MIN = 4096  # below this many values a sort of all is as cheap
