@@ -221,13 +221,22 @@ def _sample_positions(n: int) -> np.ndarray:
 # -- the same, row by row: many windows of one length at once (shape_batch) -----------------
 def median_rows(a: np.ndarray) -> np.ndarray:
     """:func:`median` of each row of a 2-D float64 array without NaN (the caller checks), as
-    float64: the same partition's middle values and the same arithmetic, row by row."""
+    float64: the same middle values and the same arithmetic, row by row. Rows of 8 values or
+    more are sorted rather than partitioned: numpy's row sort is vectorized, 4 to 10 times
+    faster than its row partition (the middle values are the same order statistics; only a
+    zero's sign may differ, and ``0.0 + v`` makes it +0.0 either way)."""
     n = a.shape[1]
     h = n // 2
+    if n >= _SORT_ROWS_MIN:
+        part = np.sort(a, axis=1)
+    else:
+        part = np.partition(a, [h - 1, h] if n % 2 == 0 else h, axis=1)
     if n % 2:
-        return np.float64(0.0) + np.partition(a, h, axis=1)[:, h]
-    part = np.partition(a, [h - 1, h], axis=1)
+        return np.float64(0.0) + part[:, h]
     return (np.float64(0.0) + part[:, h - 1] + part[:, h]) / 2.0
+
+
+_SORT_ROWS_MIN = 8  # row length from which median_rows sorts (below it a partition is as fast)
 
 
 def median_of_increasing_rows(x: np.ndarray) -> np.ndarray:
