@@ -328,6 +328,7 @@ class _Bracket:
 
     def __init__(self, size: int, ks: list[int]) -> None:
         self.ks = np.asarray(ks, dtype=np.intp)
+        self.k_first, self.k_last = (int(ks[0]), int(ks[-1])) if len(ks) else (0, 0)
         self.pos: np.ndarray | None = None
         self.ra = self.rb = 0
         if size >= _PICK_MIN and len(ks):
@@ -363,24 +364,24 @@ class _Bracket:
         lies inside the whole's interval: this saves gathering and bracketing the half.)"""
         if self.pos is None or not len(ks_part):
             return self.select(a), None
-        s = np.sort(a[self.pos])
+        s = a.take(self.pos)
+        s.sort()
         lt, le = self.lt, self.le
         below = np.count_nonzero(np.less(a, s[self.ra], out=lt))
         inside = np.count_nonzero(np.less_equal(a, s[self.rb], out=le)) - below
-        kl = self.ks - below
-        if kl[0] < 0 or kl[-1] >= inside:  # (a NaN bound counts nothing: sorted too)
+        if self.k_first < below or self.k_last - below >= inside:  # (NaN bounds count 0)
             return np.sort(a)[self.ks], None
         le ^= lt  # low <= v <= high
-        where = np.flatnonzero(le)  # (as fast as compress, and says which are the part's)
+        where = le.nonzero()[0]  # (as fast as compress, and says which are the part's)
         vals = a.take(where)
         own = None
-        ks_in = ks_part - np.count_nonzero(np.logical_and(lt, part, out=lt))
-        if ks_in[0] >= 0:
+        below_part = np.count_nonzero(np.logical_and(lt, part, out=lt))
+        if ks_part[0] >= below_part:
             mine = part.take(where)
-            if ks_in[-1] < np.count_nonzero(mine):
-                own = np.sort(vals[mine])[ks_in]
+            if ks_part[-1] - below_part < np.count_nonzero(mine):
+                own = np.sort(vals[mine])[ks_part - below_part]
         vals.sort()
-        return vals[kl], own
+        return vals[self.ks - below], own
 
 
 _PICK_MIN = 4096  # below this many values a sort of all is as cheap
