@@ -95,3 +95,35 @@ def test_slope_stats_rows_of_no_window_and_tiny_ones() -> None:
     got, got_h = order_stats.slope_stats_rows(x, y, [0, 22, 44], [0, 9])
     want, want_h = _plain(x, y, [0, 22, 44], [0, 9])
     assert _bits(got + 0.0) == want and _bits(got_h + 0.0) == want_h
+
+
+@pytest.mark.parametrize("margin", [-2.0, 0.0, 1.3, 6.0])
+def test_select_with_part_equals_the_plain_selection(
+    monkeypatch: pytest.MonkeyPatch, margin: float
+) -> None:
+    """The whole's ranks and, where the whole's bounds bracket them, a part's: each the value
+    np.partition gives (the part's None only where they do not, and not always None)."""
+    monkeypatch.setattr(order_stats, "_PICK_MARGIN", margin)
+    rng = np.random.default_rng(67)
+    parts = 0
+    for trial in range(40):
+        n = int(rng.choice([80, 150, 300]))
+        x, y = _windows(rng, 1, n)
+        with np.errstate(all="ignore"):
+            a = order_stats.pairwise_slopes(x[0], y[0]) + 0.0
+            if trial % 5 == 4:  # ties: a few distinct values
+                a = np.round(a, 1)
+        part = order_stats._first_half_mask(n) if trial % 2 else rng.random(len(a)) < 0.25
+        ks, ks_h = _ranks(n)
+        ks_part = sorted({int(v) for v in rng.integers(0, int(part.sum()), 2)})
+        if trial % 3 == 0:
+            ks_part = ks_h
+        bracket = order_stats._Bracket(len(a), ks)
+        got, got_part = bracket.select_with_part(a, part, np.asarray(ks_part, dtype=np.intp))
+        assert _bits(got + 0.0) == _bits(np.partition(a, ks)[ks] + 0.0), trial
+        if got_part is not None:
+            parts += 1
+            want = np.partition(a[part], ks_part)[ks_part] + 0.0
+            assert _bits(got_part + 0.0) == _bits(want), trial
+    if margin > 0:
+        assert parts > 0
