@@ -241,3 +241,26 @@ def test_the_private_rank_filter_is_checked_before_use() -> None:
 
     assert not rolling._answers_as_expected(off_by_one)
     assert not rolling._answers_as_expected(other_origin)
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [2, 5, 25, 100, 101])
+@pytest.mark.parametrize("n", [0, 300, 900, 2100])
+def test_medians_from_full_windows_equal_their_own(kind: str, window: int, n: int) -> None:
+    """The centred and trailing medians read from one ``full_window_medians`` array are the
+    ones each computes alone, bit for bit; the shared array is not written."""
+    from forensics.evidence.rolling import full_window_medians, polars_trailing_median
+
+    v = _data(kind, n, seed=window * 31 + n)
+    full = full_window_medians(v, window)
+    kept = None if full is None else full.copy()
+    got_c = centered_median(v, window, full=full)
+    got_t = polars_trailing_median(v, window, 10 if window >= 10 else 1, full=full)
+    want_c = centered_median(v, window)
+    want_t = polars_trailing_median(v, window, 10 if window >= 10 else 1)
+    assert np.array_equal(got_c.view(np.int64), want_c.view(np.int64))
+    assert np.array_equal(got_t.view(np.int64), want_t.view(np.int64))
+    if full is None:  # the library's path: short, or no rank filter worth it
+        assert n < 4 * window or n < 512
+    else:
+        assert np.array_equal(full.view(np.int64), kept.view(np.int64))

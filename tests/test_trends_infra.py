@@ -256,3 +256,38 @@ def test_plateau_reads_the_schedule() -> None:
     assert "decay" in str(f.judged_against["lr_phases"])
     peak = f.measures["lr_peak"]
     assert f.judged_against["decayed_lr"] == pytest.approx(0.1 * peak)  # an LR, not a level
+
+
+@pytest.mark.parametrize("use_step_time", [False, True])
+@pytest.mark.parametrize("stall_first", [False, True])
+def test_stall_and_throughput_share_rate_medians(use_step_time: bool, stall_first: bool) -> None:
+    """The throughput baseline and the stall detector's usual pace select from the same full
+    windows of the work rate, computed once per evidence: each detector's findings and the
+    usual pace are the ones computed apart, bit for bit, in either order."""
+    from forensics.detectors import throughput
+    from forensics.detectors.throughput import work_rate
+    from forensics.evidence.trend_utils import rolling_median
+
+    frame, _ = trend_infra(n=30000, drop=(9000, 11000), use_step_time=use_step_time, seed=3)
+    slow = pl.col("step").is_in([5010, 17020, 23000])  # isolated slow steps: stall's findings
+    tag = "step_time" if use_step_time else "tokens_per_sec"
+    frame = frame.with_columns(
+        pl.when(slow & (pl.col("tag") == tag))
+        .then(pl.col("value") * (500.0 if use_step_time else 0.02))
+        .otherwise(pl.col("value"))
+        .alias("value")
+    )
+    run = run_from_frame(frame)
+    apart = [d.detect(Evidence(run)) for d in (ThroughputDetector(), StallDetector())]
+    ev = Evidence(run)
+    dets = [StallDetector(), ThroughputDetector()] if stall_first else None
+    got = {type(d).__name__: d.detect(ev) for d in dets or (ThroughputDetector(), StallDetector())}
+    assert got["ThroughputDetector"] == apart[0] and got["StallDetector"] == apart[1]
+    assert apart[1] and apart[0]  # both detectors found something to compare
+    assert ev not in throughput._FULL  # read twice, then dropped
+    _, _, rate = work_rate(ev)
+    full = throughput.rate_window_medians(ev, rate, 100)
+    assert full is not None
+    usual = StallDetector._usual(ev, rate, 100)
+    want = rolling_median(rate, 100)
+    assert np.array_equal(usual.view(np.int64), want.view(np.int64))

@@ -31,6 +31,7 @@ import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
+from forensics.evidence.rolling import centered_median
 from forensics.evidence.trend_utils import housekeeping_at, rolling_median, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
@@ -176,11 +177,12 @@ class StallDetector:
 
         metric, x, rate = work_rate(ev)
         ok = rate > 0
-        x, rate = x[ok], rate[ok]
+        if not ok.all():
+            x, rate = x[ok], rate[ok]
         if len(x) < self.params.min_points:
             return []
         tp = ev.params.throughput
-        usual = rolling_median(rate, tp.baseline_points)
+        usual = self._usual(ev, rate, tp.baseline_points)
         slower = usual / rate  # how many times slower than the usual pace
         slow = slower >= self.params.slow_factor
         if not slow.any():
@@ -217,6 +219,19 @@ class StallDetector:
             usual_s = float(np.median(seconds[ks] / slower[ks])) if seconds is not None else None
             out.append(self._slow_finding(metric, x, ks, slower, seconds, at, usual_s, every))
         return out
+
+    @staticmethod
+    def _usual(ev: Evidence, rate: np.ndarray, window: int) -> np.ndarray:
+        """``rolling_median(rate, window)``: the usual pace. Its full windows are the ones the
+        throughput detector's trailing baseline selects from (the same rate and window,
+        ``throughput.rate_window_medians``): computed once for both."""
+        from forensics.detectors.throughput import rate_window_medians
+
+        w = max(1, min(int(window), len(rate)))  # as rolling_median shrinks it
+        full = rate_window_medians(ev, rate, w)
+        if full is None:
+            return rolling_median(rate, window)
+        return centered_median(rate, w, full=full)
 
     def _slow_finding(
         self,

@@ -143,19 +143,43 @@ def _polars_centered(v: np.ndarray, window: int) -> np.ndarray:
     return out.to_numpy().astype(float)
 
 
-def centered_median(values: np.ndarray, window: int) -> np.ndarray:
-    """polars' centred rolling median with ``min_samples=1`` (see the module text)."""
+def full_window_medians(values: np.ndarray, window: int) -> np.ndarray | None:
+    """polars' median of every full window of ``window`` points, stored at the window's
+    centre: position i holds the median of ``[i - w // 2, i - w // 2 + w)`` (positions whose
+    window is not full hold no meaning). None where :func:`centered_median` and
+    :func:`polars_trailing_median` take the library's path (a short or unselectable series).
+
+    Both functions read their full windows from this array, so one computation serves a
+    centred and a trailing median of the same series and window (their ``full`` argument)."""
+    v = np.ascontiguousarray(values, dtype=float)
+    w = int(window)
+    if not _fast(len(v), w) or not selectable(v):
+        return None
+    return _full(v, w)
+
+
+def _full(v: np.ndarray, w: int) -> np.ndarray:
+    """:func:`full_window_medians` of a series on the fast path (a new array)."""
+    h = w // 2
+    if w % 2:
+        return _rank(v, h, w)
+    lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
+    return _midpoint(lo, hi)
+
+
+def centered_median(
+    values: np.ndarray, window: int, *, full: np.ndarray | None = None
+) -> np.ndarray:
+    """polars' centred rolling median with ``min_samples=1`` (see the module text).
+    ``full``: :func:`full_window_medians` of the same values and window, if already known
+    (read, not written)."""
     v = np.ascontiguousarray(values, dtype=float)
     n = len(v)
     w = int(window)  # as given: a window longer than the series is polars' business
     if not _fast(n, w) or not selectable(v):
         return _polars_centered(v, w) if n else v.copy()
     h = w // 2
-    if w % 2:
-        out = _rank(v, h, w)
-    else:
-        lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
-        out = _midpoint(lo, hi)
+    out = _full(v, w) if full is None else full.copy()
     # Full windows are i - h >= 0 and i - h + w <= n; the rest are shrunk: polars on the ends
     # (each end's windows reach at most 2w points in).
     first_full, last_full = h, n - w + h
@@ -168,9 +192,12 @@ def centered_median(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) -> np.ndarray:
+def polars_trailing_median(
+    values: np.ndarray, window: int, min_samples: int, *, full: np.ndarray | None = None
+) -> np.ndarray:
     """``pl.Series(v).rolling_median(window, min_samples=min_samples)`` (window ``[i - w + 1,
-    i]``) as floats, NaN where polars gives null."""
+    i]``) as floats, NaN where polars gives null. ``full``: :func:`full_window_medians` of the
+    same values and window, if already known (read, not written)."""
     v = np.ascontiguousarray(values, dtype=float)
     n = len(v)
     w, m = int(window), int(min_samples)
@@ -182,11 +209,7 @@ def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) ->
     if not _fast(n, w) or not 1 <= m <= w or not selectable(v):
         return lib(v) if n else v.copy()
     h = w // 2
-    if w % 2:
-        mid = _rank(v, h, w)
-    else:
-        lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
-        mid = _midpoint(lo, hi)
+    mid = _full(v, w) if full is None else full
     out = np.empty(n)
     # The full window ending at i starts at i - w + 1: the centred window at j = i - w + 1 + h.
     out[w - 1 :] = mid[h : n - w + 1 + h]
@@ -218,4 +241,9 @@ def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-__all__ = ["centered_median", "polars_trailing_median", "trailing_median"]
+__all__ = [
+    "centered_median",
+    "full_window_medians",
+    "polars_trailing_median",
+    "trailing_median",
+]
