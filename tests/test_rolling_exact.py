@@ -244,23 +244,76 @@ def test_the_private_rank_filter_is_checked_before_use() -> None:
 
 
 @pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
-@pytest.mark.parametrize("window", [2, 5, 25, 100, 101])
-@pytest.mark.parametrize("n", [0, 300, 900, 2100])
-def test_medians_from_full_windows_equal_their_own(kind: str, window: int, n: int) -> None:
-    """The centred and trailing medians read from one ``full_window_medians`` array are the
-    ones each computes alone, bit for bit; the shared array is not written."""
-    from forensics.evidence.rolling import full_window_medians, polars_trailing_median
+@pytest.mark.parametrize("window", [1, 2, 5, 24, 25, 100])
+@pytest.mark.parametrize("n", [0, 1, 30, 401, 2100])
+def test_window_max_is_the_windowed_loop(kind: str, window: int, n: int) -> None:
+    """``window_max`` is the largest value of each window (cut at the ends, -inf where empty),
+    for trailing, centred and leading windows."""
+    from forensics.evidence.rolling import window_max
 
-    v = _data(kind, n, seed=window * 31 + n)
-    full = full_window_medians(v, window)
-    kept = None if full is None else full.copy()
-    got_c = centered_median(v, window, full=full)
-    got_t = polars_trailing_median(v, window, 10 if window >= 10 else 1, full=full)
-    want_c = centered_median(v, window)
-    want_t = polars_trailing_median(v, window, 10 if window >= 10 else 1)
-    assert np.array_equal(got_c.view(np.int64), want_c.view(np.int64))
-    assert np.array_equal(got_t.view(np.int64), want_t.view(np.int64))
-    if full is None:  # the library's path: short, or no rank filter worth it
-        assert n < 4 * window or n < 512
-    else:
-        assert np.array_equal(full.view(np.int64), kept.view(np.int64))
+    v = _data(kind, n, seed=window * 13 + n)
+    for start in sorted({-window, -(window // 2), 0}):
+        got = window_max(v, start, window)
+        want = np.full(n, -np.inf)
+        for i in range(n):
+            seg = v[max(0, i + start) : max(0, i + start + window)]
+            if len(seg):
+                want[i] = seg.max()
+        assert np.array_equal(got, want), start
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [2, 3, 5, 20, 25, 100, 101])
+@pytest.mark.parametrize("n", [0, 12, 404, 900, 2100])
+def test_medians_at_points_are_the_whole_ones(
+    kind: str, window: int, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``centered_median_at`` and ``polars_trailing_median_at`` equal the whole series'
+    medians at the points asked, bit for bit (both ends, a few points and many)."""
+    from forensics.evidence import rolling
+    from forensics.evidence.rolling import (
+        centered_median_at,
+        polars_trailing_median,
+        polars_trailing_median_at,
+    )
+
+    selected = []
+    plain = rolling._select_medians
+    monkeypatch.setattr(rolling, "_select_medians", lambda *a: selected.append(1) or plain(*a))
+
+    v = _data(kind, n, seed=window * 17 + n)
+    rng = np.random.default_rng(window + n)
+    whole_c = centered_median(v, window)
+    m = min(10, window)
+    whole_t = polars_trailing_median(v, window, m)
+    ends = [i for i in (0, 1, window // 2, window - 1, n - window, n - 2, n - 1) if 0 <= i < n]
+    for k in (0, 3, n // 60, n):
+        idx = np.unique(np.concatenate([rng.integers(0, max(n, 1), size=k), ends])).astype(int)
+        idx = idx[idx < n]
+        got_c, got_t = (
+            centered_median_at(v, window, idx),
+            polars_trailing_median_at(v, window, m, idx),
+        )
+        assert np.array_equal(got_c.view(np.int64), whole_c[idx].view(np.int64))
+        assert np.array_equal(got_t.view(np.int64), whole_t[idx].view(np.int64))
+    # The points are selected one by one on a long series (not only the whole computed).
+    assert bool(selected) == (n >= 4 * window and n >= 400)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -0.0])
+def test_medians_at_points_of_unselectable_values(bad: float) -> None:
+    """A NaN, an Inf or a -0.0 sends the medians at points to the whole series' path."""
+    from forensics.evidence.rolling import (
+        centered_median_at,
+        polars_trailing_median,
+        polars_trailing_median_at,
+    )
+
+    v = _data("ties", 3000, seed=2)
+    v[1500] = bad
+    idx = np.array([3, 1499, 1500, 1520, 2999])
+    got = centered_median_at(v, 25, idx)
+    assert np.array_equal(got.view(np.int64), centered_median(v, 25)[idx].view(np.int64))
+    got = polars_trailing_median_at(v, 100, 10, idx)
+    want = polars_trailing_median(v, 100, 10)[idx]
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))

@@ -31,8 +31,8 @@ import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.rolling import centered_median
-from forensics.evidence.trend_utils import housekeeping_at, rolling_median, unit_for
+from forensics.evidence.rolling import centered_median_at, window_max
+from forensics.evidence.trend_utils import housekeeping_at, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
 from forensics.run import Run
@@ -177,13 +177,11 @@ class StallDetector:
 
         metric, x, rate = work_rate(ev)
         ok = rate > 0
-        if not ok.all():
-            x, rate = x[ok], rate[ok]
+        x, rate = x[ok], rate[ok]
         if len(x) < self.params.min_points:
             return []
         tp = ev.params.throughput
-        usual = self._usual(ev, rate, tp.baseline_points)
-        slower = usual / rate  # how many times slower than the usual pace
+        slower = self._slower(rate, tp.baseline_points)
         slow = slower >= self.params.slow_factor
         if not slow.any():
             return []
@@ -220,18 +218,23 @@ class StallDetector:
             out.append(self._slow_finding(metric, x, ks, slower, seconds, at, usual_s, every))
         return out
 
-    @staticmethod
-    def _usual(ev: Evidence, rate: np.ndarray, window: int) -> np.ndarray:
-        """``rolling_median(rate, window)``: the usual pace. Its full windows are the ones the
-        throughput detector's trailing baseline selects from (the same rate and window,
-        ``throughput.rate_window_medians``): computed once for both."""
-        from forensics.detectors.throughput import rate_window_medians
+    def _slower(self, rate: np.ndarray, window: int) -> np.ndarray:
+        """How many times slower than the usual pace (``rolling_median(rate, window)``) each
+        point ran: exact where it can reach ``slow_factor``, NaN elsewhere (only slow points
+        are read).
 
-        w = max(1, min(int(window), len(rate)))  # as rolling_median shrinks it
-        full = rate_window_medians(ev, rate, w)
-        if full is None:
-            return rolling_median(rate, window)
-        return centered_median(rate, w, full=full)
+        The usual pace is a median, at most its window's largest rate: where that largest
+        rate over the point's own is under ``slow_factor`` the point is not slow, and the
+        median is selected at the other points only (a few, where rank-filter passes would
+        cover the whole series)."""
+        n = len(rate)
+        w = max(1, min(int(window), n))  # as rolling_median shrinks it
+        bound = window_max(rate, -(w // 2), w)  # the centred window, cut at the ends
+        with np.errstate(invalid="ignore"):  # (an infinite rate: a candidate, NaN here)
+            cand = np.flatnonzero(~(bound / rate < self.params.slow_factor))
+        slower = np.full(n, np.nan)
+        slower[cand] = centered_median_at(rate, w, cand) / rate[cand]
+        return slower
 
     def _slow_finding(
         self,

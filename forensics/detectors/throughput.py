@@ -27,13 +27,15 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
-
 import numpy as np
 
-from forensics.evidence import Evidence, reuse
+from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.rolling import full_window_medians, polars_trailing_median
+from forensics.evidence.rolling import (
+    polars_trailing_median,
+    polars_trailing_median_at,
+    window_max,
+)
 from forensics.evidence.trend_utils import Unit, housekeeping_at, rolling_median, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ThroughputParams
@@ -50,34 +52,6 @@ def work_rate(ev: Evidence) -> tuple[str, np.ndarray, np.ndarray]:
     st = ev.series(STEP_TIME)
     ok = st.values > 0
     return STEP_TIME, st.steps[ok], 1.0 / st.values[ok]
-
-
-# The work rate's full-window medians at the baseline window, per evidence: this detector's
-# trailing baseline and the stall detector's usual pace (a centred median of the same rate and
-# window) select from the same windows. (series, window, medians); dropped once reused.
-_FULL: WeakKeyDictionary[Evidence, tuple[np.ndarray, int, np.ndarray | None]] = WeakKeyDictionary()
-
-
-def rate_window_medians(ev: Evidence, values: np.ndarray, window: int) -> np.ndarray | None:
-    """``rolling.full_window_medians(values, window)``, computed once for the two detectors
-    that ask for it with the same values (compared bit for bit) and window; None where the
-    rolling medians take the library's path, and always under a watcher's memo (whose
-    rolling medians compute only the new tail: forensics.evidence.reuse)."""
-    if reuse._ACTIVE.get() is not None:
-        return None
-    v = np.ascontiguousarray(values, dtype=float)
-    got = _FULL.get(ev)
-    if got is not None and got[1] == int(window) and _same_bits(got[0], v):
-        del _FULL[ev]  # its second reader: no third one
-        return got[2]
-    full = full_window_medians(v, window)
-    _FULL[ev] = (v, int(window), full)
-    return full
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two contiguous float64 arrays hold the same bits (-0.0 is not 0.0)."""
-    return a is b or (len(a) == len(b) and np.array_equal(a.view(np.int64), b.view(np.int64)))
 
 
 class ThroughputDetector:
@@ -105,14 +79,8 @@ class ThroughputDetector:
         )
         every = median_interval(x) if len(x) > 1 else 1.0
         smooth = rolling_median(y, self.params.smooth_points)
-        # polars' trailing rolling median (nulls as NaN), shifted one point: the baseline
-        # before each point
-        window = self.params.baseline_points
-        full = rate_window_medians(ev, y, window)  # shared with the stall detector
-        trail = polars_trailing_median(y, window, self.params.min_history, full=full)
-        base = np.concatenate([[np.nan], trail[:-1]]) if len(trail) else trail
         limit = 1.0 - self.params.drop
-        below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
+        below, base = self._below(y, smooth, limit)
         out: list[Finding] = []
         i, n = 0, len(y)
         while i < n:  # one iteration per drop episode, plus a vectorised search for the next
@@ -129,6 +97,33 @@ class ThroughputDetector:
                 out.append(self._finding(metric, unit, x, y, i, j, frozen))
             i = max(j, i + 1)
         return out
+
+    def _below(
+        self, y: np.ndarray, smooth: np.ndarray, limit: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Where the smoothed rate is under ``limit`` x the baseline before the point, and
+        that baseline: polars' trailing rolling median of the ``baseline_points`` points before
+        (NaN with fewer than ``min_history``). The baseline is exact where the rate is below
+        it and NaN elsewhere, where nothing reads it.
+
+        A median is at most its window's largest value, so a point whose smoothed rate is not
+        under ``limit`` x that largest value is not below its baseline: the baseline is
+        selected at the other points only (a few, where two rank-filter passes would cover
+        the whole series)."""
+        w, m = self.params.baseline_points, self.params.min_history
+        if limit > 0:  # (limit x a larger value is larger)
+            bound = window_max(y, -w, w)  # the largest of the w points before each point
+            with np.errstate(invalid="ignore"):  # (anything not provably above: a candidate)
+                cand = np.flatnonzero(~(smooth >= limit * bound))
+            cand = cand[cand >= 1]
+            base = np.full(len(y), np.nan)
+            base[cand] = polars_trailing_median_at(y, w, m, cand - 1)
+        else:
+            # polars' trailing rolling median (nulls as NaN), shifted one point
+            trail = polars_trailing_median(y, w, m)
+            base = np.concatenate([[np.nan], trail[:-1]]) if len(trail) else trail
+        below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
+        return below, base
 
     def _finding(
         self,
