@@ -317,3 +317,42 @@ def test_medians_at_points_of_unselectable_values(bad: float) -> None:
     got = polars_trailing_median_at(v, 100, 10, idx)
     want = polars_trailing_median(v, 100, 10)[idx]
     assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("n", [150, 201, 1000, 4099, 20000])
+@pytest.mark.parametrize(
+    "order", ["int", "int_repeats", "float", "float_zeros", "shuffled", "float_nan", "uint"]
+)
+def test_bin_median_steps_are_the_per_bin_medians(n: int, order: str) -> None:
+    """The bins' median steps, read from the middle of each bin where the steps are in
+    order, are np.median's per bin, bit for bit, as floats or not (repeated steps, both
+    signs of zero, negative steps; unordered steps and NaN take the per-bin medians)."""
+    from forensics.evidence.trend_utils import bin_median
+
+    rng = np.random.default_rng(n)
+    steps: np.ndarray = np.cumsum(rng.integers(1, 4, size=n)) - n
+    if order == "int_repeats":
+        steps = np.sort(rng.integers(-50, 50, size=n))
+    elif order == "float":
+        steps = np.sort(rng.normal(size=n) * 1e6)
+    elif order == "float_zeros":
+        steps = np.sort(np.round(rng.normal(size=n), 1))
+        steps[steps == 0] = np.where(rng.random(int((steps == 0).sum())) < 0.5, -0.0, 0.0)
+    elif order == "shuffled":
+        steps = rng.permutation(steps)
+    elif order == "float_nan":
+        steps = steps.astype(float)
+        steps[n // 2] = np.nan
+    elif order == "uint":
+        steps = np.cumsum(rng.integers(0, 3, size=n)).astype(np.uint64)
+    values = rng.normal(size=n)
+    for max_bins in (100, 200):
+        if n <= max_bins:
+            continue
+        edges = np.linspace(0, n, max_bins + 1).astype(int)
+        bins = list(zip(edges[:-1], edges[1:], strict=True))
+        for as_float in (False, True):
+            xs, _ = bin_median(steps, values, max_bins=max_bins, as_float=as_float)
+            src = steps.astype(float) if as_float else steps
+            want = np.array([np.median(src[a:b]) for a, b in bins])
+            assert np.array_equal(xs.view(np.int64), want.view(np.int64)), (max_bins, as_float)

@@ -155,8 +155,12 @@ def bin_median(
     if n <= max_bins:
         return steps.astype(float), values.astype(float)
     edges = np.linspace(0, n, max_bins + 1).astype(int)
-    xs = np.empty(max_bins)
     ys = np.empty(max_bins)
+    # Steps in order (as every series' are): each bin's median step is its middle one or two.
+    xs = _middle_of_bins(steps, edges) if _in_plain_order(steps) else None
+    bin_xs = xs is None
+    if xs is None:
+        xs = np.empty(max_bins)
     # Bins hold one of two sizes: each size's bins as the rows of one matrix, np.median along
     # the rows (the same partition and midpoint as a median per bin), a few rows at a time
     # (each row's median is its own: a million points are not gathered at once).
@@ -167,12 +171,38 @@ def bin_median(
         for a in range(0, len(rows_of_size), per):
             rows = rows_of_size[a : a + per]
             idx = edges[rows][:, None] + np.arange(int(size))
-            sx, sy = steps[idx], values[idx]
+            sy = values[idx]
             if as_float:
-                sx, sy = sx.astype(float, copy=False), sy.astype(float, copy=False)
-            xs[rows] = np.median(sx, axis=1)
+                sy = sy.astype(float, copy=False)
             ys[rows] = np.median(sy, axis=1)
+            if bin_xs:
+                sx = steps[idx]
+                xs[rows] = np.median(sx.astype(float, copy=False) if as_float else sx, axis=1)
     return xs, ys
+
+
+def _in_plain_order(steps: np.ndarray) -> bool:
+    """Whether ``steps`` are non-decreasing integers, or floats without NaN or -0.0: then a
+    sorted bin's middle elements are the values np.median's partition puts there."""
+    if steps.dtype.kind not in "iuf":
+        return False
+    if len(steps) > 1 and not bool(np.all(steps[1:] >= steps[:-1])):  # (False at a NaN)
+        return False
+    if steps.dtype.kind == "f":
+        zeros = steps == 0
+        return not (zeros.any() and bool(np.signbit(steps[zeros]).any()))
+    return True
+
+
+def _middle_of_bins(steps: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """np.median of each bin ``steps[edges[k] : edges[k + 1]]`` of steps in order: the middle
+    value as a float, or the mean of the two middle values as np.mean forms it (their float
+    sum, halved)."""
+    size = np.diff(edges)
+    lo = steps[edges[:-1] + (size - 1) // 2].astype(float)
+    hi = steps[edges[:-1] + size // 2].astype(float)
+    with np.errstate(over="ignore", invalid="ignore"):  # (odd bins' sums are not kept)
+        return np.where(size % 2 == 1, lo, (lo + hi) / 2.0)
 
 
 _BIN_BLOCK = 1 << 16  # points of bin_median's bins gathered at a time
