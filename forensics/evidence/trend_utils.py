@@ -70,6 +70,58 @@ def layer_matrix(run: Run, metric: str) -> LayerMatrix:
     v = run.metric_rows(metric)
     if not layers or v.is_empty():
         return LayerMatrix(np.array([], dtype=np.int64), [], np.empty((0, 0)))
+    step_col, layer_col = v.get_column("step"), v.get_column("layer")
+    if step_col.null_count() or layer_col.null_count():
+        return _pivoted(v, layers)
+    # The pivot by hand: a row per logged step (in order), a column per layer, each cell the
+    # last row's value for its (step, layer) in the view's order (nulls as NaN): the pivot's
+    # table (_pivoted) without its hash grouping.
+    steps = step_col.to_numpy().astype(np.int64, copy=False)
+    col = _dense_index(layer_col.to_numpy().astype(np.int64), np.asarray(layers, dtype=np.int64))
+    if col is None:  # a layer the list lacks: the pivot, whose columns are selected
+        return _pivoted(v, layers)
+    rows, row = _distinct_steps(steps)
+    values = v.get_column("value").cast(pl.Float64).to_numpy()
+    cell = row * len(layers) + col
+    mat = np.full(len(rows) * len(layers), np.nan)
+    if len(cell) and np.bincount(cell).max() > 1:
+        # A cell logged twice: its last row (the first in reverse order: np.unique's index).
+        _, first_back = np.unique(cell[::-1], return_index=True)
+        last = len(cell) - 1 - first_back
+        cell, values = cell[last], values[last]
+    mat[cell] = values  # (one value per cell)
+    return LayerMatrix(rows, layers, mat.reshape(len(rows), len(layers)))
+
+
+def _dense_index(logged: np.ndarray, known: np.ndarray) -> np.ndarray | None:
+    """Each logged layer's position in ``known`` (sorted distinct layers), None when one is
+    not there."""
+    if len(logged) == 0:
+        return np.zeros(0, dtype=np.int64)
+    at = np.minimum(np.searchsorted(known, logged), max(len(known) - 1, 0))
+    if len(known) == 0 or not np.array_equal(known[at], logged):
+        return None
+    return at
+
+
+def _distinct_steps(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct steps and each step's position among them. Over a span of steps not
+    much longer than the series, a table of the span marks them (no sort)."""
+    if len(steps) == 0:
+        return steps.copy(), np.zeros(0, dtype=np.int64)
+    first = int(steps.min())
+    span = int(steps.max()) - first + 1
+    if span > 8 * len(steps) + 1024:
+        rows = np.unique(steps)
+        return rows, np.searchsorted(rows, steps)
+    present = np.zeros(span, dtype=bool)
+    present[steps - first] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present) + first, position[steps - first]
+
+
+def _pivoted(v: pl.DataFrame, layers: list[int]) -> LayerMatrix:
+    """:func:`layer_matrix` by polars' pivot (the last value of each step and layer)."""
     wide = (
         v.select("step", "layer", "value")
         .pivot(on="layer", index="step", values="value", aggregate_function="last")
