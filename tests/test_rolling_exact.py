@@ -356,3 +356,28 @@ def test_bin_median_steps_are_the_per_bin_medians(n: int, order: str) -> None:
             src = steps.astype(float) if as_float else steps
             want = np.array([np.median(src[a:b]) for a, b in bins])
             assert np.array_equal(xs.view(np.int64), want.view(np.int64)), (max_bins, as_float)
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps", "spiky", "flat"])
+@pytest.mark.parametrize("n", [3, 7, 60, 700, 5000])
+@pytest.mark.parametrize("window", [25, 24, 5])
+def test_despike_masks_are_the_band_masks(kind: str, n: int, window: int) -> None:
+    """``despike_masks`` (the MAD selected only where it can decide) gives the masks of the
+    whole band, bit for bit, for several k at once."""
+    from forensics.evidence.trend_utils import despike_band, despike_mask, despike_masks
+
+    rng = np.random.default_rng(n + window)
+    if kind == "spiky":  # a falling loss with noise and upward spikes
+        v = 3.0 * np.exp(-np.arange(n) / 2000.0) + rng.normal(0, 0.02, n)
+        v[rng.random(n) < 0.01] *= 4.0
+    elif kind == "flat":  # constant stretches: a zero MAD, the floor decides
+        v = np.repeat(rng.normal(size=n // 50 + 1), 50)[:n]
+        v[rng.random(n) < 0.02] += 1.0
+    else:
+        v = _data(kind, n, seed=window * 3 + n)
+    for ks in ([5.0], [5.0, 3.0], [0.5, 10.0], [1e-9]):
+        band = despike_band(v, window=window)
+        want = [despike_mask(v, band, k=k) for k in ks]
+        got = despike_masks(v, ks, window=window)
+        for g, w_ in zip(got, want, strict=True):
+            assert g.dtype == bool and np.array_equal(g, w_), ks

@@ -21,7 +21,7 @@ import polars as pl
 
 from forensics.evidence.reuse import local_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA
-from forensics.evidence.rolling import centered_median
+from forensics.evidence.rolling import centered_median, centered_median_at, selectable
 from forensics.run import Run
 
 MAD_SCALE = MAD_TO_SIGMA  # MAD -> standard deviation for normal noise (one constant)
@@ -195,6 +195,34 @@ def despike_mask(
         return np.isfinite(v)
     med, spread = band
     return np.isfinite(v) & (v <= med + k * spread)
+
+
+def despike_masks(values: np.ndarray, ks: list[float], *, window: int = 25) -> list[np.ndarray]:
+    """``despike_mask(values, despike_band(values, window=window), k=k)`` for each k of
+    ``ks`` (all positive), the rolling MAD selected only where it can decide.
+
+    The spread is at least the floor, so a point at most ``min(ks)`` x the floor above the
+    rolling median is kept whatever the MAD. On a smooth series (memory, a clean loss) that is
+    nearly every point, and the MAD is selected at the few others
+    (:func:`~forensics.evidence.rolling.centered_median_at`) instead of a second rank-filter
+    pass over the series: the same comparisons on the same numbers."""
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    w = max(1, min(int(window), n))  # as rolling_median shrinks it
+    if n < 5 or not ks or min(ks) <= 0 or not selectable(v):
+        band = despike_band(v, window=window)
+        return [despike_mask(v, band, k=k) for k in ks]
+    med = rolling_median(v, window)
+    floor = 1e-3 * np.abs(med) + 1e-12  # constant stretches have zero MAD
+    cand = np.flatnonzero(~(v <= med + min(ks) * floor))
+    dev = np.abs(v - med)
+    spread = np.maximum(centered_median_at(dev, w, cand) * MAD_SCALE, floor[cand])
+    out = []
+    for k in ks:
+        keep = np.ones(n, dtype=bool)  # (every value finite: selectable)
+        keep[cand] = v[cand] <= med[cand] + k * spread
+        out.append(keep)
+    return out
 
 
 def bin_median(
