@@ -14,6 +14,13 @@ between libraries, and each function here repeats the library's own:
 * :func:`trailing_median` equals ``np.median(v[max(0, i - w) : i])`` for each ``i >= 1`` (0 at
   ``i = 0``); an even count gives ``(lo + hi) / 2``.
 
+Where only some points' medians matter (a detector that needs the median only where a point
+can be slow or below its baseline), :func:`centered_median_at` and
+:func:`polars_trailing_median_at` select them one window at a time (a partition: the same
+order statistics as the rank filter's), and :func:`window_max` (an upper bound of any median of
+a window) finds those points in a few passes. Centred medians of 3 and 5 points are formed by
+minima and maxima of shifted arrays (the values the rank filter would select).
+
 Inputs with NaN, Inf or a negative zero (whose sign a selection may or may not keep) and
 short inputs take the library's own path, so the result is always the library's.
 

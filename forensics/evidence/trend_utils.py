@@ -111,7 +111,7 @@ def _distinct_steps(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return steps.copy(), np.zeros(0, dtype=np.int64)
     first = int(steps.min())
     span = int(steps.max()) - first + 1
-    if span > 8 * len(steps) + 1024:
+    if span > 2 * len(steps) + 1024:  # (the table's memory stays that of a few columns)
         rows = np.unique(steps)
         return rows, np.searchsorted(rows, steps)
     present = np.zeros(span, dtype=bool)
