@@ -186,8 +186,6 @@ def score(
     for a in range(0, n, _SCORE_BLOCK):
         b = min(n, a + _SCORE_BLOCK)
         vb, yb, tb, lb = values[a:b], y[a:b], trail[a:b], lead[a:b]
-        idx = np.arange(a, b)
-        n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
         if floor_const is None:
             floor: np.ndarray | float = np.maximum(sigma_floor, q / np.maximum(vb, 1e-300))
         else:
@@ -195,13 +193,26 @@ def score(
         sb = sig[a:b]
         sg = np.where(np.isfinite(sb), np.maximum(sb, floor), floor)
         out_sig[a:b] = sg
-        with np.errstate(invalid="ignore"):
-            z_trail = (yb - tb) / sg
-            z_lead = (yb - lb) / sg
         if confirm_until is not None:
             confirm = steps[a:b] <= confirm_until
         else:
             confirm = np.zeros(b - a, dtype=bool)
+        if min_side <= min(a, w) and not confirm.any():
+            # Every point of the block is judged on its past alone (the selections below
+            # would all pick the trailing side): the same numbers, fewer passes.
+            two_sided[a:b] = False
+            with np.errstate(invalid="ignore"):
+                z[a:b] = (yb - tb) / sg
+            bb = inverse(tb, log_scale)
+            base[a:b] = bb
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio[a:b] = vb / bb if log_scale else vb - bb
+            continue
+        idx = np.arange(a, b)
+        n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
+        with np.errstate(invalid="ignore"):
+            z_trail = (yb - tb) / sg
+            z_lead = (yb - lb) / sg
         trailing_ok = (n_before >= min_side) & ~(confirm & (n_after >= 1))
         two = ~trailing_ok & (n_before >= 1) & (n_after >= 1)
         two_sided[a:b] = two
