@@ -55,6 +55,24 @@ def test_lines_blockwise_bit_for_bit(monkeypatch: pytest.MonkeyPatch, block: int
         assert np.array_equal(np.signbit(a), np.signbit(b)), f
 
 
+@pytest.mark.parametrize("n", [0, 1, 300, 70_000])
+def test_lines_over_window_sets_are_each_alone(n: int) -> None:
+    """``train_val._lines_over`` (one pass of prefix sums for several window sets) gives each
+    set the lines ``_lines`` computes for it alone, bit for bit."""
+    rng = np.random.default_rng(n)
+    x = np.sort(rng.integers(0, 10 * n + 1, n)).astype(float) * 977.0 + 1e6
+    y = 3.0 + rng.standard_normal(n) * 0.1 + x * 1e-7
+    sets = []
+    for m in (40, 7):
+        lo = rng.integers(0, n + 1, m)
+        sets.append((lo, np.minimum(lo + rng.integers(0, n + 1, m), n)))
+    for got, (lo, hi) in zip(train_val._lines_over(x, y, sets), sets, strict=True):
+        want = train_val._lines(x, y, lo, hi)
+        for f in ("n", "mx", "my", "slope", "resid"):
+            a, b = getattr(got, f), getattr(want, f)
+            assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), f
+
+
 def _decay_shape_whole(xs: np.ndarray, vs: np.ndarray) -> tuple[str, dict[str, float]]:
     """``schedule._decay_shape`` as it was (every fit at once), with its errors."""
     xs = xs.astype(float)

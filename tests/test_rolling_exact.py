@@ -241,3 +241,143 @@ def test_the_private_rank_filter_is_checked_before_use() -> None:
 
     assert not rolling._answers_as_expected(off_by_one)
     assert not rolling._answers_as_expected(other_origin)
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [1, 2, 5, 24, 25, 100])
+@pytest.mark.parametrize("n", [0, 1, 30, 401, 2100])
+def test_window_max_is_the_windowed_loop(kind: str, window: int, n: int) -> None:
+    """``window_max`` is the largest value of each window (cut at the ends, -inf where empty),
+    for trailing, centred and leading windows."""
+    from forensics.evidence.rolling import window_max
+
+    v = _data(kind, n, seed=window * 13 + n)
+    for start in sorted({-window, -(window // 2), 0}):
+        got = window_max(v, start, window)
+        want = np.full(n, -np.inf)
+        for i in range(n):
+            seg = v[max(0, i + start) : max(0, i + start + window)]
+            if len(seg):
+                want[i] = seg.max()
+        assert np.array_equal(got, want), start
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps"])
+@pytest.mark.parametrize("window", [2, 3, 5, 20, 25, 100, 101])
+@pytest.mark.parametrize("n", [0, 12, 404, 900, 2100])
+def test_medians_at_points_are_the_whole_ones(
+    kind: str, window: int, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``centered_median_at`` and ``polars_trailing_median_at`` equal the whole series'
+    medians at the points asked, bit for bit (both ends, a few points and many)."""
+    from forensics.evidence import rolling
+    from forensics.evidence.rolling import (
+        centered_median_at,
+        polars_trailing_median,
+        polars_trailing_median_at,
+    )
+
+    selected = []
+    plain = rolling._select_medians
+    monkeypatch.setattr(rolling, "_select_medians", lambda *a: selected.append(1) or plain(*a))
+
+    v = _data(kind, n, seed=window * 17 + n)
+    rng = np.random.default_rng(window + n)
+    whole_c = centered_median(v, window)
+    m = min(10, window)
+    whole_t = polars_trailing_median(v, window, m)
+    ends = [i for i in (0, 1, window // 2, window - 1, n - window, n - 2, n - 1) if 0 <= i < n]
+    for k in (0, 3, n // 60, n):
+        idx = np.unique(np.concatenate([rng.integers(0, max(n, 1), size=k), ends])).astype(int)
+        idx = idx[idx < n]
+        got_c, got_t = (
+            centered_median_at(v, window, idx),
+            polars_trailing_median_at(v, window, m, idx),
+        )
+        assert np.array_equal(got_c.view(np.int64), whole_c[idx].view(np.int64))
+        assert np.array_equal(got_t.view(np.int64), whole_t[idx].view(np.int64))
+    # The points are selected one by one on a long series (not only the whole computed).
+    assert bool(selected) == (n >= 4 * window and n >= 400)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -0.0])
+def test_medians_at_points_of_unselectable_values(bad: float) -> None:
+    """A NaN, an Inf or a -0.0 sends the medians at points to the whole series' path."""
+    from forensics.evidence.rolling import (
+        centered_median_at,
+        polars_trailing_median,
+        polars_trailing_median_at,
+    )
+
+    v = _data("ties", 3000, seed=2)
+    v[1500] = bad
+    idx = np.array([3, 1499, 1500, 1520, 2999])
+    got = centered_median_at(v, 25, idx)
+    assert np.array_equal(got.view(np.int64), centered_median(v, 25)[idx].view(np.int64))
+    got = polars_trailing_median_at(v, 100, 10, idx)
+    want = polars_trailing_median(v, 100, 10)[idx]
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("n", [150, 201, 1000, 4099, 20000])
+@pytest.mark.parametrize(
+    "order", ["int", "int_repeats", "float", "float_zeros", "shuffled", "float_nan", "uint"]
+)
+def test_bin_median_steps_are_the_per_bin_medians(n: int, order: str) -> None:
+    """The bins' median steps, read from the middle of each bin where the steps are in
+    order, are np.median's per bin, bit for bit, as floats or not (repeated steps, both
+    signs of zero, negative steps; unordered steps and NaN take the per-bin medians)."""
+    from forensics.evidence.trend_utils import bin_median
+
+    rng = np.random.default_rng(n)
+    steps: np.ndarray = np.cumsum(rng.integers(1, 4, size=n)) - n
+    if order == "int_repeats":
+        steps = np.sort(rng.integers(-50, 50, size=n))
+    elif order == "float":
+        steps = np.sort(rng.normal(size=n) * 1e6)
+    elif order == "float_zeros":
+        steps = np.sort(np.round(rng.normal(size=n), 1))
+        steps[steps == 0] = np.where(rng.random(int((steps == 0).sum())) < 0.5, -0.0, 0.0)
+    elif order == "shuffled":
+        steps = rng.permutation(steps)
+    elif order == "float_nan":
+        steps = steps.astype(float)
+        steps[n // 2] = np.nan
+    elif order == "uint":
+        steps = np.cumsum(rng.integers(0, 3, size=n)).astype(np.uint64)
+    values = rng.normal(size=n)
+    for max_bins in (100, 200):
+        if n <= max_bins:
+            continue
+        edges = np.linspace(0, n, max_bins + 1).astype(int)
+        bins = list(zip(edges[:-1], edges[1:], strict=True))
+        for as_float in (False, True):
+            xs, _ = bin_median(steps, values, max_bins=max_bins, as_float=as_float)
+            src = steps.astype(float) if as_float else steps
+            want = np.array([np.median(src[a:b]) for a, b in bins])
+            assert np.array_equal(xs.view(np.int64), want.view(np.int64)), (max_bins, as_float)
+
+
+@pytest.mark.parametrize("kind", ["normal", "heavy", "ties", "steps", "spiky", "flat"])
+@pytest.mark.parametrize("n", [3, 7, 60, 700, 5000])
+@pytest.mark.parametrize("window", [25, 24, 5])
+def test_despike_masks_are_the_band_masks(kind: str, n: int, window: int) -> None:
+    """``despike_masks`` (the MAD selected only where it can decide) gives the masks of the
+    whole band, bit for bit, for several k at once."""
+    from forensics.evidence.trend_utils import despike_band, despike_mask, despike_masks
+
+    rng = np.random.default_rng(n + window)
+    if kind == "spiky":  # a falling loss with noise and upward spikes
+        v = 3.0 * np.exp(-np.arange(n) / 2000.0) + rng.normal(0, 0.02, n)
+        v[rng.random(n) < 0.01] *= 4.0
+    elif kind == "flat":  # constant stretches: a zero MAD, the floor decides
+        v = np.repeat(rng.normal(size=n // 50 + 1), 50)[:n]
+        v[rng.random(n) < 0.02] += 1.0
+    else:
+        v = _data(kind, n, seed=window * 3 + n)
+    for ks in ([5.0], [5.0, 3.0], [0.5, 10.0], [1e-9]):
+        band = despike_band(v, window=window)
+        want = [despike_mask(v, band, k=k) for k in ks]
+        got = despike_masks(v, ks, window=window)
+        for g, w_ in zip(got, want, strict=True):
+            assert g.dtype == bool and np.array_equal(g, w_), ks

@@ -313,9 +313,9 @@ def test_measure_many_equals_the_reference(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_resolution_of_a_long_series_equals_the_distinct_values_one() -> None:
-    """From 100k values ``robust.resolution`` sorts with polars and reads the positive
+    """``robust.resolution`` sorts the values with their repeats and reads the positive
     neighbour differences: the same number as from np.unique's distinct values (ties, both
-    signs of zero, fewer than three distinct values, NaN and Inf left out)."""
+    signs of zero, fewer than three distinct values, NaN and Inf left out), long or short."""
     from forensics.evidence import robust
 
     def by_unique(values: np.ndarray) -> float:
@@ -327,7 +327,7 @@ def test_resolution_of_a_long_series_equals_the_distinct_values_one() -> None:
         return float(np.percentile(d, 5)) if len(d) else 0.0
 
     rng = np.random.default_rng(41)
-    n = robust._SORT_WITH_POLARS
+    n = 100_000
     cases = [
         np.round(np.exp(rng.standard_normal(n)), 3),
         rng.standard_normal(n + 17),
@@ -337,7 +337,7 @@ def test_resolution_of_a_long_series_equals_the_distinct_values_one() -> None:
         np.where(rng.random(n) < 0.01, np.nan, np.round(rng.random(n), 2)),
         np.where(rng.random(n) < 0.01, np.inf, rng.random(n)),
     ]
-    for v in cases:
+    for v in cases + [c[:1000] for c in cases] + [c[:3] for c in cases]:
         assert _bits(robust.resolution(v)) == _bits(by_unique(v))
     shifted = cases[0].copy()
     shifted[: n // 2] += 0.0004  # a finer spacing appears: the number moves

@@ -256,3 +256,46 @@ def test_plateau_reads_the_schedule() -> None:
     assert "decay" in str(f.judged_against["lr_phases"])
     peak = f.measures["lr_peak"]
     assert f.judged_against["decayed_lr"] == pytest.approx(0.1 * peak)  # an LR, not a level
+
+
+@pytest.mark.parametrize("use_step_time", [False, True])
+@pytest.mark.parametrize("noisy", [False, True])
+def test_slow_points_found_from_window_maxima(
+    use_step_time: bool, noisy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stall and throughput detectors select their rolling medians only where the
+    window's largest rate could make a point slow or below its baseline: their findings are
+    the ones computed with the medians of every point, bit for bit (a drop, isolated slow
+    steps; a very noisy stretch, where the candidates are too many and the whole is
+    computed)."""
+    from forensics.detectors import stall, throughput
+    from forensics.evidence import rolling
+
+    frame, _ = trend_infra(n=200_000, drop=(90_000, 92_000), use_step_time=use_step_time)
+    tag = "step_time" if use_step_time else "tokens_per_sec"
+    rng = np.random.default_rng(7)
+    slow_at = rng.choice(np.arange(0, 200_000, 10), size=12, replace=False).tolist()
+    noise = pl.Series("noise", np.exp(rng.normal(0, 0.6, frame.height)))
+    frame = (
+        frame.with_columns(noise)
+        .with_columns(
+            pl.when(pl.col("step").is_in(slow_at) & (pl.col("tag") == tag))
+            .then(pl.col("value") * (500.0 if use_step_time else 0.02))
+            .when(pl.col("step").is_between(20_000, 30_000) & (pl.col("tag") == tag) & noisy)
+            .then(pl.col("value") * pl.col("noise"))
+            .otherwise(pl.col("value"))
+            .alias("value")
+        )
+        .drop("noise")
+    )
+    run = run_from_frame(frame)
+    selected: list[int] = []
+    select = rolling._select_medians
+    monkeypatch.setattr(rolling, "_select_medians", lambda *a: selected.append(1) or select(*a))
+    found = [d.detect(Evidence(run)) for d in (ThroughputDetector(), StallDetector())]
+    assert found[0] and found[1]
+    assert bool(selected) != noisy  # a few candidates are selected; many: the whole series
+    for mod in (stall, throughput):  # no bound: every point a candidate, the whole medians
+        monkeypatch.setattr(mod, "window_max", lambda v, *_: np.full(len(v), np.inf))
+    plain = [d.detect(Evidence(run)) for d in (ThroughputDetector(), StallDetector())]
+    assert found == plain

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from synthetic import run_from_frame, trend_activations, trend_layer_shift, trend_param_norm
+from synthetic import (
+    long_frame,
+    run_from_frame,
+    trend_activations,
+    trend_layer_shift,
+    trend_param_norm,
+)
 
 from forensics.detectors import params_for
 from forensics.detectors.activations import ActivationDetector
@@ -163,3 +170,67 @@ def test_the_last_block_alone_creeping_up_is_a_note(
     (f,) = LayerGradShiftDetector().detect(Evidence(run_from_frame(frame)))
     assert f.severity == severity and f.peak_step >= f.start_step
     assert ("a note" in f.summary) == (severity == "info")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_layer_matrix_is_the_pivot(seed: int) -> None:
+    """``layer_matrix`` builds the polars pivot's table (the last value of each step and
+    layer, NaN where a layer has none) without the pivot: steps out of order and repeated,
+    layers missing at some steps, NaN values, bit for bit."""
+    from forensics.evidence.trend_utils import _pivoted, layer_matrix
+
+    rng = np.random.default_rng(seed)
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for i in range(9):
+        steps = rng.permutation(np.arange(0, 3000, 10))[: rng.integers(150, 300)]
+        steps = np.concatenate([steps, steps[: rng.integers(0, 40)]])  # repeated steps
+        values = np.exp(rng.normal(size=len(steps)))
+        values[rng.random(len(steps)) < 0.02] = np.nan
+        series[f"grad_norm/layers.{i}"] = (steps, values)
+    series["loss"] = (np.arange(0, 3000, 10), np.ones(300))
+    run = run_from_frame(long_frame(series))
+    got = layer_matrix(run, "grad_norm_layer")
+    want = _pivoted(run.metric_rows("grad_norm_layer"), run.layers("grad_norm_layer"))
+    assert got.layers == want.layers == list(range(9))
+    assert np.array_equal(got.steps, want.steps) and got.steps.dtype == want.steps.dtype
+    assert np.array_equal(got.values.view(np.int64), want.values.view(np.int64))
+
+
+@pytest.mark.parametrize("spread", [1, 10**7])
+def test_layer_matrix_keeps_the_last_row_of_a_step_and_layer(spread: int) -> None:
+    """Rows of one step and layer from two tags (or sources): the cell holds the last row's
+    value in the view's order, as the pivot's ``last``; nulls are NaN (steps close together
+    and far apart)."""
+    import polars as pl
+
+    from forensics.evidence.trend_utils import _pivoted, layer_matrix
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    rows = pl.DataFrame(
+        {
+            "step": rng.integers(-3, 400, n) * spread,
+            "layer": rng.integers(0, 6, n).astype(np.int16),
+            "value": rng.normal(size=n),
+        },
+        schema={"step": pl.Int64, "layer": pl.Int16, "value": pl.Float64},
+    ).with_columns(  # nulls and NaN among the values
+        pl.when(pl.int_range(pl.len()) % 37 == 0)
+        .then(None)
+        .when(pl.int_range(pl.len()) % 41 == 0)
+        .then(float("nan"))
+        .otherwise(pl.col("value"))
+        .alias("value")
+    )
+
+    class _Rows:
+        def layers(self, metric: str) -> list[int]:
+            return list(range(6))
+
+        def metric_rows(self, metric: str) -> pl.DataFrame:
+            return rows
+
+    got = layer_matrix(_Rows(), "grad_norm_layer")  # type: ignore[arg-type]
+    want = _pivoted(rows, list(range(6)))
+    assert np.array_equal(got.steps, want.steps)
+    assert np.array_equal(got.values.view(np.int64), want.values.view(np.int64))

@@ -31,7 +31,8 @@ import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.trend_utils import housekeeping_at, rolling_median, unit_for
+from forensics.evidence.rolling import centered_median_at, window_max
+from forensics.evidence.trend_utils import housekeeping_at, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
 from forensics.run import Run
@@ -180,8 +181,7 @@ class StallDetector:
         if len(x) < self.params.min_points:
             return []
         tp = ev.params.throughput
-        usual = rolling_median(rate, tp.baseline_points)
-        slower = usual / rate  # how many times slower than the usual pace
+        slower = self._slower(rate, tp.baseline_points)
         slow = slower >= self.params.slow_factor
         if not slow.any():
             return []
@@ -217,6 +217,24 @@ class StallDetector:
             usual_s = float(np.median(seconds[ks] / slower[ks])) if seconds is not None else None
             out.append(self._slow_finding(metric, x, ks, slower, seconds, at, usual_s, every))
         return out
+
+    def _slower(self, rate: np.ndarray, window: int) -> np.ndarray:
+        """How many times slower than the usual pace (``rolling_median(rate, window)``) each
+        point ran: exact where it can reach ``slow_factor``, NaN elsewhere (only slow points
+        are read).
+
+        The usual pace is a median, at most its window's largest rate: where that largest
+        rate over the point's own is under ``slow_factor`` the point is not slow, and the
+        median is selected at the other points only (a few, where rank-filter passes would
+        cover the whole series)."""
+        n = len(rate)
+        w = max(1, min(int(window), n))  # as rolling_median shrinks it
+        bound = window_max(rate, -(w // 2), w)  # the centred window, cut at the ends
+        with np.errstate(invalid="ignore"):  # (an infinite rate: a candidate, NaN here)
+            cand = np.flatnonzero(~(bound / rate < self.params.slow_factor))
+        slower = np.full(n, np.nan)
+        slower[cand] = centered_median_at(rate, w, cand) / rate[cand]
+        return slower
 
     def _slow_finding(
         self,

@@ -31,7 +31,11 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.rolling import polars_trailing_median
+from forensics.evidence.rolling import (
+    polars_trailing_median,
+    polars_trailing_median_at,
+    window_max,
+)
 from forensics.evidence.trend_utils import Unit, housekeeping_at, rolling_median, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ThroughputParams
@@ -75,12 +79,8 @@ class ThroughputDetector:
         )
         every = median_interval(x) if len(x) > 1 else 1.0
         smooth = rolling_median(y, self.params.smooth_points)
-        # polars' trailing rolling median (nulls as NaN), shifted one point: the baseline
-        # before each point
-        trail = polars_trailing_median(y, self.params.baseline_points, self.params.min_history)
-        base = np.concatenate([[np.nan], trail[:-1]]) if len(trail) else trail
         limit = 1.0 - self.params.drop
-        below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
+        below, base = self._below(y, smooth, limit)
         out: list[Finding] = []
         i, n = 0, len(y)
         while i < n:  # one iteration per drop episode, plus a vectorised search for the next
@@ -97,6 +97,33 @@ class ThroughputDetector:
                 out.append(self._finding(metric, unit, x, y, i, j, frozen))
             i = max(j, i + 1)
         return out
+
+    def _below(
+        self, y: np.ndarray, smooth: np.ndarray, limit: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Where the smoothed rate is under ``limit`` x the baseline before the point, and
+        that baseline: polars' trailing rolling median of the ``baseline_points`` points before
+        (NaN with fewer than ``min_history``). The baseline is exact where the rate is below
+        it and NaN elsewhere, where nothing reads it.
+
+        A median is at most its window's largest value, so a point whose smoothed rate is not
+        under ``limit`` x that largest value is not below its baseline: the baseline is
+        selected at the other points only (a few, where two rank-filter passes would cover
+        the whole series)."""
+        w, m = self.params.baseline_points, self.params.min_history
+        if limit > 0:  # (limit x a larger value is larger)
+            bound = window_max(y, -w, w)  # the largest of the w points before each point
+            with np.errstate(invalid="ignore"):  # (anything not provably above: a candidate)
+                cand = np.flatnonzero(~(smooth >= limit * bound))
+            cand = cand[cand >= 1]
+            base = np.full(len(y), np.nan)
+            base[cand] = polars_trailing_median_at(y, w, m, cand - 1)
+        else:
+            # polars' trailing rolling median (nulls as NaN), shifted one point
+            trail = polars_trailing_median(y, w, m)
+            base = np.concatenate([[np.nan], trail[:-1]]) if len(trail) else trail
+        below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
+        return below, base
 
     def _finding(
         self,

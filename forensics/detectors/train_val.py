@@ -405,20 +405,16 @@ class TrainValDetector:
         # Val lines over [x_i - look, x_i] (pre) and [x_j, x_j + look] (post), by index.
         pre_lo = np.searchsorted(vx, vx - look, side="left")
         post_hi = np.searchsorted(vx, vx + look, side="right")
-        vpre = _lines(vx, vy, pre_lo, np.arange(n) + 1)
-        vpost = _lines(vx, vy, np.arange(n), post_hi)
+        vpre, vpost = _lines_over(vx, vy, [(pre_lo, np.arange(n) + 1), (np.arange(n), post_hi)])
         tx, ty = g.train_steps.astype(float), g.train_values
-        tpre = _lines(
+        # (one pass of prefix sums over the train loss for both sides)
+        tpre, tpost = _lines_over(
             tx,
             ty,
-            np.searchsorted(tx, vx - look, side="left"),
-            np.searchsorted(tx, vx, side="right"),
-        )
-        tpost = _lines(
-            tx,
-            ty,
-            np.searchsorted(tx, vx, side="left"),
-            np.searchsorted(tx, vx + look, side="right"),
+            [
+                (np.searchsorted(tx, vx - look, side="left"), np.searchsorted(tx, vx, "right")),
+                (np.searchsorted(tx, vx, side="left"), np.searchsorted(tx, vx + look, "right")),
+            ],
         )
         ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         ok = (
@@ -581,20 +577,46 @@ class _Lines:
 
 
 def _lines(x: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> _Lines:
-    """Least-squares lines of y on x over each window [lo, hi), from prefix sums (x centred
-    and scaled first, so that long step counts lose no precision).
+    """Least-squares lines of y on x over each window [lo, hi) (see :func:`_lines_over`)."""
+    return _lines_over(x, y, [(lo, hi)])[0]
+
+
+def _lines_over(
+    x: np.ndarray, y: np.ndarray, windows: list[tuple[np.ndarray, np.ndarray]]
+) -> list[_Lines]:
+    """Least-squares lines of y on x over each window [lo, hi), for each (lo, hi) of
+    ``windows``, from one pass of prefix sums (x centred and scaled first, so that long step
+    counts lose no precision). The sums read at a window's ends do not depend on which other
+    ends are read: each window set's lines are the ones computed alone.
 
     The prefix sums are read only at the windows' ends: they are accumulated block by block
     (each block's running sum continued from the last, the same additions in the same order
     as one ``np.cumsum``), so a million-point train loss costs a few blocks of temporaries
     instead of six whole-length sums and their products (about 80 MiB)."""
     if len(x) == 0:
-        z = np.zeros(len(lo))
-        return _Lines(z.astype(int), z, z, z, z + np.inf)
+        out = []
+        for lo, _ in windows:
+            z = np.zeros(len(lo))
+            out.append(_Lines(z.astype(int), z, z, z, z + np.inf))
+        return out
     c, sc = float(np.mean(x)), max(float(np.ptp(x)), 1.0)
     yc = float(np.mean(y))
-    lo, hi = np.asarray(lo), np.asarray(hi)
-    need, sums = _prefix_sums_at(x, y, c, sc, yc, np.concatenate((lo.ravel(), hi.ravel())))
+    ends = [(np.asarray(lo), np.asarray(hi)) for lo, hi in windows]
+    where = np.concatenate([a.ravel() for pair in ends for a in pair])
+    need, sums = _prefix_sums_at(x, y, c, sc, yc, where)
+    return [_fit_lines(need, sums, lo, hi, c, sc, yc) for lo, hi in ends]
+
+
+def _fit_lines(
+    need: np.ndarray,
+    sums: list[np.ndarray],
+    lo: np.ndarray,
+    hi: np.ndarray,
+    c: float,
+    sc: float,
+    yc: float,
+) -> _Lines:
+    """The lines over windows [lo, hi) from the prefix sums at ``need`` (their positions)."""
     at_lo, at_hi = np.searchsorted(need, lo), np.searchsorted(need, hi)
     su, sw, suu, suw, sww = (s[at_hi] - s[at_lo] for s in sums)
     n = hi.astype(float) - lo.astype(float)  # the prefix sums of ones (exact below 2**53)

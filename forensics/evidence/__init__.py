@@ -138,15 +138,14 @@ class Evidence:
         The cache keeps masks, not the band: the masks of the ``k`` the configured detectors
         ask for (5 and the drift's ``spike_k``) are made when the band is, and the band (two
         whole-length floats, 16 bytes a point) is dropped; any other ``k`` makes it again."""
-        from forensics.evidence.trend_utils import despike_band, despike_mask
+        from forensics.evidence.trend_utils import despike_masks
 
         key = (metric, float(k))
         if key not in self._despike:
             values = self.series(metric).values
-            band = despike_band(values)
-            for kk in dict.fromkeys((float(k), 5.0, float(self.params.grad_norm_drift.spike_k))):
-                self._despike.setdefault((metric, kk), despike_mask(values, band, k=kk))
-            del band
+            ks = list(dict.fromkeys((float(k), 5.0, float(self.params.grad_norm_drift.spike_k))))
+            for kk, mask in zip(ks, despike_masks(values, ks), strict=True):
+                self._despike.setdefault((metric, kk), mask)
         return self._despike[key].copy()
 
     def layer_matrix(self, metric: str) -> LayerMatrix:

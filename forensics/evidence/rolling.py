@@ -14,6 +14,13 @@ between libraries, and each function here repeats the library's own:
 * :func:`trailing_median` equals ``np.median(v[max(0, i - w) : i])`` for each ``i >= 1`` (0 at
   ``i = 0``); an even count gives ``(lo + hi) / 2``.
 
+Where only some points' medians matter (a detector that needs the median only where a point
+can be slow or below its baseline), :func:`centered_median_at` and
+:func:`polars_trailing_median_at` select them one window at a time (a partition: the same
+order statistics as the rank filter's), and :func:`window_max` (an upper bound of any median of
+a window) finds those points in a few passes. Centred medians of 3 and 5 points are formed by
+minima and maxima of shifted arrays (the values the rank filter would select).
+
 Inputs with NaN, Inf or a negative zero (whose sign a selection may or may not keep) and
 short inputs take the library's own path, so the result is always the library's.
 
@@ -138,6 +145,32 @@ def _midpoint(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return hi
 
 
+def _median3(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """The middle one of three values, element by element (a new array)."""
+    lo, hi = np.minimum(x, y), np.maximum(x, y)
+    np.minimum(hi, z, out=hi)
+    return np.maximum(lo, hi, out=lo)
+
+
+def _small_median(v: np.ndarray, w: int) -> np.ndarray:
+    """The median of each centred window of 3 or 5 points, at the interior positions (the
+    first and last ``w // 2`` hold no meaning), by comparisons on whole arrays: a third of the
+    rank filter's time. Each minimum and maximum is one of the values, so the median is the
+    value the rank filter selects (no NaN and no -0.0 here: :func:`selectable`)."""
+    n, h = len(v), w // 2
+    out = np.zeros(n)
+    if w == 3:
+        out[1:-1] = _median3(v[:-2], v[1:-1], v[2:])
+        return out
+    a, b, c, d, e = (v[k : n - 4 + k] for k in range(5))
+    # Of a, b, c and d, the smallest (the lower of the pairs' minima) and the largest lie on
+    # either side of the median of five: it is the median of the other two and e.
+    mid_lo = np.maximum(np.minimum(a, b), np.minimum(c, d))
+    mid_hi = np.minimum(np.maximum(a, b), np.maximum(c, d))
+    out[h:-h] = _median3(mid_lo, mid_hi, e)
+    return out
+
+
 def _polars_centered(v: np.ndarray, window: int) -> np.ndarray:
     out = pl.Series(v).rolling_median(window, min_samples=1, center=True)
     return out.to_numpy().astype(float)
@@ -151,7 +184,9 @@ def centered_median(values: np.ndarray, window: int) -> np.ndarray:
     if not _fast(n, w) or not selectable(v):
         return _polars_centered(v, w) if n else v.copy()
     h = w // 2
-    if w % 2:
+    if w in (3, 5):
+        out = _small_median(v, w)
+    elif w % 2:
         out = _rank(v, h, w)
     else:
         lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
@@ -194,6 +229,99 @@ def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) ->
     return out
 
 
+def window_max(values: np.ndarray, start: int, window: int) -> np.ndarray:
+    """The largest of ``values[i + start : i + start + window]`` (cut to the series) at each
+    i, -inf where that is empty: an upper bound of any median of the same window.
+
+    By doubling, on the series padded with -inf: the maxima of spans of 2, 4, 8... points,
+    then each window as two overlapping spans (log2(window) passes over the series, not a
+    window's worth of comparisons per point). A maximum is one of the values: exact for any
+    input without NaN."""
+    v = np.asarray(values, dtype=float)
+    n, w = len(v), int(window)
+    if n == 0 or w < 1:
+        return np.full(n, -np.inf)
+    if not -w <= start <= 0:
+        raise ValueError("the window must contain or border its point (-window <= start <= 0)")
+    # Padded by w on each side: point i's window is padded[i + start + w :][:w].
+    span = np.full(n + 2 * w, -np.inf)
+    span[w : w + n] = v
+    width = 1  # span[j] is the largest of padded[j : j + width]
+    while 2 * width <= w:
+        span = np.maximum(span[:-width], span[width:])
+        width *= 2
+    first = start + w
+    last = first + w - width  # the window's last span, overlapping the first
+    return np.maximum(span[first : first + n], span[last : last + n])
+
+
+def centered_median_at(values: np.ndarray, window: int, idx: np.ndarray) -> np.ndarray:
+    """``centered_median(values, window)[idx]``, computed at those points only: each full
+    window's order statistics selected by a partition (the values the rank filter selects),
+    the ends as :func:`centered_median` takes them. Worth it for a few points (the whole
+    series is computed where they are many)."""
+    v = np.ascontiguousarray(values, dtype=float)
+    n, w = len(v), int(window)
+    idx = np.asarray(idx, dtype=np.int64)
+    if not _pick_points(n, w, len(idx)) or not selectable(v):
+        return centered_median(v, w)[idx]
+    h = w // 2
+    out = np.empty(len(idx))
+    full = (idx >= h) & (idx <= n - w + h)
+    out[full] = _select_medians(v, idx[full] - h, w)
+    head, tail = idx < h, idx > n - w + h
+    if head.any():
+        out[head] = _polars_centered(v[: 2 * w], w)[idx[head]]
+    if tail.any():
+        out[tail] = _polars_centered(v[n - 2 * w :], w)[idx[tail] - (n - 2 * w)]
+    return out
+
+
+def polars_trailing_median_at(
+    values: np.ndarray, window: int, min_samples: int, idx: np.ndarray
+) -> np.ndarray:
+    """``polars_trailing_median(values, window, min_samples)[idx]``, computed at those points
+    only (as :func:`centered_median_at`)."""
+    v = np.ascontiguousarray(values, dtype=float)
+    n, w, m = len(v), int(window), int(min_samples)
+    idx = np.asarray(idx, dtype=np.int64)
+    if not _pick_points(n, w, len(idx)) or not 1 <= m <= w or not selectable(v):
+        return polars_trailing_median(v, w, m)[idx]
+    out = np.empty(len(idx))
+    full = idx >= w - 1
+    out[full] = _select_medians(v, idx[full] - (w - 1), w)
+    if not full.all():  # the first, short windows: polars' own (as polars_trailing_median)
+        first = pl.Series(v[: 2 * w]).rolling_median(w, min_samples=m)
+        out[~full] = first.to_numpy().astype(float)[idx[~full]]
+    return out
+
+
+def _pick_points(n: int, w: int, k: int) -> bool:
+    """Whether ``k`` points of a series of ``n`` are worth selecting one by one (a partition of
+    a window of w costs about what the rank filter's pass costs over w / 2 points) and the
+    series is long enough for the ends' slices (otherwise the whole series is computed)."""
+    return n >= 4 * w and w >= 2 and k * max(w, 10) <= 2 * n
+
+
+_SELECT_BLOCK = 1 << 18  # window values gathered at a time by _select_medians
+
+
+def _select_medians(v: np.ndarray, starts: np.ndarray, w: int) -> np.ndarray:
+    """polars' median of each full window ``v[s : s + w]`` (as the rank filter's path forms
+    it: the middle value, or ``lo + (hi - lo) * 0.5`` of the two middle values)."""
+    h = w // 2
+    out = np.empty(len(starts))
+    rows_at_once = max(1, _SELECT_BLOCK // w)
+    for a in range(0, len(starts), rows_at_once):
+        rows = v[starts[a : a + rows_at_once, None] + np.arange(w)]
+        if w % 2:
+            out[a : a + len(rows)] = np.partition(rows, h, axis=1)[:, h]
+        else:
+            part = np.partition(rows, (h - 1, h), axis=1)
+            out[a : a + len(rows)] = _midpoint(part[:, h - 1], part[:, h].copy())
+    return out
+
+
 def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     """``np.median`` of the ``window`` values before each index (0 where none precede)."""
     v = np.ascontiguousarray(values, dtype=float)
@@ -218,4 +346,11 @@ def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-__all__ = ["centered_median", "polars_trailing_median", "trailing_median"]
+__all__ = [
+    "centered_median",
+    "centered_median_at",
+    "polars_trailing_median",
+    "polars_trailing_median_at",
+    "trailing_median",
+    "window_max",
+]

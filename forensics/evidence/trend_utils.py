@@ -21,7 +21,7 @@ import polars as pl
 
 from forensics.evidence.reuse import local_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA
-from forensics.evidence.rolling import centered_median
+from forensics.evidence.rolling import centered_median, centered_median_at, selectable
 from forensics.run import Run
 
 MAD_SCALE = MAD_TO_SIGMA  # MAD -> standard deviation for normal noise (one constant)
@@ -70,6 +70,58 @@ def layer_matrix(run: Run, metric: str) -> LayerMatrix:
     v = run.metric_rows(metric)
     if not layers or v.is_empty():
         return LayerMatrix(np.array([], dtype=np.int64), [], np.empty((0, 0)))
+    step_col, layer_col = v.get_column("step"), v.get_column("layer")
+    if step_col.null_count() or layer_col.null_count():
+        return _pivoted(v, layers)
+    # The pivot by hand: a row per logged step (in order), a column per layer, each cell the
+    # last row's value for its (step, layer) in the view's order (nulls as NaN): the pivot's
+    # table (_pivoted) without its hash grouping.
+    steps = step_col.to_numpy().astype(np.int64, copy=False)
+    col = _dense_index(layer_col.to_numpy().astype(np.int64), np.asarray(layers, dtype=np.int64))
+    if col is None:  # a layer the list lacks: the pivot, whose columns are selected
+        return _pivoted(v, layers)
+    rows, row = _distinct_steps(steps)
+    values = v.get_column("value").cast(pl.Float64).to_numpy()
+    cell = row * len(layers) + col
+    mat = np.full(len(rows) * len(layers), np.nan)
+    if len(cell) and np.bincount(cell).max() > 1:
+        # A cell logged twice: its last row (the first in reverse order: np.unique's index).
+        _, first_back = np.unique(cell[::-1], return_index=True)
+        last = len(cell) - 1 - first_back
+        cell, values = cell[last], values[last]
+    mat[cell] = values  # (one value per cell)
+    return LayerMatrix(rows, layers, mat.reshape(len(rows), len(layers)))
+
+
+def _dense_index(logged: np.ndarray, known: np.ndarray) -> np.ndarray | None:
+    """Each logged layer's position in ``known`` (sorted distinct layers), None when one is
+    not there."""
+    if len(logged) == 0:
+        return np.zeros(0, dtype=np.int64)
+    at = np.minimum(np.searchsorted(known, logged), max(len(known) - 1, 0))
+    if len(known) == 0 or not np.array_equal(known[at], logged):
+        return None
+    return at
+
+
+def _distinct_steps(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct steps and each step's position among them. Over a span of steps not
+    much longer than the series, a table of the span marks them (no sort)."""
+    if len(steps) == 0:
+        return steps.copy(), np.zeros(0, dtype=np.int64)
+    first = int(steps.min())
+    span = int(steps.max()) - first + 1
+    if span > 2 * len(steps) + 1024:  # (the table's memory stays that of a few columns)
+        rows = np.unique(steps)
+        return rows, np.searchsorted(rows, steps)
+    present = np.zeros(span, dtype=bool)
+    present[steps - first] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present) + first, position[steps - first]
+
+
+def _pivoted(v: pl.DataFrame, layers: list[int]) -> LayerMatrix:
+    """:func:`layer_matrix` by polars' pivot (the last value of each step and layer)."""
     wide = (
         v.select("step", "layer", "value")
         .pivot(on="layer", index="step", values="value", aggregate_function="last")
@@ -145,6 +197,34 @@ def despike_mask(
     return np.isfinite(v) & (v <= med + k * spread)
 
 
+def despike_masks(values: np.ndarray, ks: list[float], *, window: int = 25) -> list[np.ndarray]:
+    """``despike_mask(values, despike_band(values, window=window), k=k)`` for each k of
+    ``ks`` (all positive), the rolling MAD selected only where it can decide.
+
+    The spread is at least the floor, so a point at most ``min(ks)`` x the floor above the
+    rolling median is kept whatever the MAD. On a smooth series (memory, a clean loss) that is
+    nearly every point, and the MAD is selected at the few others
+    (:func:`~forensics.evidence.rolling.centered_median_at`) instead of a second rank-filter
+    pass over the series: the same comparisons on the same numbers."""
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    w = max(1, min(int(window), n))  # as rolling_median shrinks it
+    if n < 5 or not ks or min(ks) <= 0 or not selectable(v):
+        band = despike_band(v, window=window)
+        return [despike_mask(v, band, k=k) for k in ks]
+    med = rolling_median(v, window)
+    floor = 1e-3 * np.abs(med) + 1e-12  # constant stretches have zero MAD
+    cand = np.flatnonzero(~(v <= med + min(ks) * floor))
+    dev = np.abs(v - med)
+    spread = np.maximum(centered_median_at(dev, w, cand) * MAD_SCALE, floor[cand])
+    out = []
+    for k in ks:
+        keep = np.ones(n, dtype=bool)  # (every value finite: selectable)
+        keep[cand] = v[cand] <= med[cand] + k * spread
+        out.append(keep)
+    return out
+
+
 def bin_median(
     steps: np.ndarray, values: np.ndarray, *, max_bins: int = 200, as_float: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -155,8 +235,12 @@ def bin_median(
     if n <= max_bins:
         return steps.astype(float), values.astype(float)
     edges = np.linspace(0, n, max_bins + 1).astype(int)
-    xs = np.empty(max_bins)
     ys = np.empty(max_bins)
+    # Steps in order (as every series' are): each bin's median step is its middle one or two.
+    xs = _middle_of_bins(steps, edges) if _in_plain_order(steps) else None
+    bin_xs = xs is None
+    if xs is None:
+        xs = np.empty(max_bins)
     # Bins hold one of two sizes: each size's bins as the rows of one matrix, np.median along
     # the rows (the same partition and midpoint as a median per bin), a few rows at a time
     # (each row's median is its own: a million points are not gathered at once).
@@ -167,12 +251,38 @@ def bin_median(
         for a in range(0, len(rows_of_size), per):
             rows = rows_of_size[a : a + per]
             idx = edges[rows][:, None] + np.arange(int(size))
-            sx, sy = steps[idx], values[idx]
+            sy = values[idx]
             if as_float:
-                sx, sy = sx.astype(float, copy=False), sy.astype(float, copy=False)
-            xs[rows] = np.median(sx, axis=1)
+                sy = sy.astype(float, copy=False)
             ys[rows] = np.median(sy, axis=1)
+            if bin_xs:
+                sx = steps[idx]
+                xs[rows] = np.median(sx.astype(float, copy=False) if as_float else sx, axis=1)
     return xs, ys
+
+
+def _in_plain_order(steps: np.ndarray) -> bool:
+    """Whether ``steps`` are non-decreasing integers, or floats without NaN or -0.0: then a
+    sorted bin's middle elements are the values np.median's partition puts there."""
+    if steps.dtype.kind not in "iuf":
+        return False
+    if len(steps) > 1 and not bool(np.all(steps[1:] >= steps[:-1])):  # (False at a NaN)
+        return False
+    if steps.dtype.kind == "f":
+        zeros = steps == 0
+        return not (zeros.any() and bool(np.signbit(steps[zeros]).any()))
+    return True
+
+
+def _middle_of_bins(steps: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """np.median of each bin ``steps[edges[k] : edges[k + 1]]`` of steps in order: the middle
+    value as a float, or the mean of the two middle values as np.mean forms it (their float
+    sum, halved)."""
+    size = np.diff(edges)
+    lo = steps[edges[:-1] + (size - 1) // 2].astype(float)
+    hi = steps[edges[:-1] + size // 2].astype(float)
+    with np.errstate(over="ignore", invalid="ignore"):  # (odd bins' sums are not kept)
+        return np.where(size % 2 == 1, lo, (lo + hi) / 2.0)
 
 
 _BIN_BLOCK = 1 << 16  # points of bin_median's bins gathered at a time
