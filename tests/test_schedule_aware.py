@@ -85,6 +85,12 @@ def test_rise_inside_the_cosine_envelope_is_info() -> None:
     assert m["envelope_score"] < 1.0 and m["lr_phase_at_warning"] == "decay"
     assert "schedule explains" in f.summary and "AdamC" in f.summary
     assert "Defazio" in f.summary
+    # The sentence states what was compared: the level now under the moving warning line
+    # (the explained rise times the margin), the line the report's chart draws.
+    line = f.judged_against["warn_line_now"] / m["baseline"]
+    assert line == pytest.approx(1.25 * m["expected_rise"])
+    assert f"level now ({m['ratio']:.1f}x) is under the {line:.1f}x warning line" in f.summary
+    assert f"the explained {m['expected_rise']:.1f}x plus a 25% margin" in f.summary
 
 
 def test_same_rise_at_a_constant_lr_is_the_articles_warning() -> None:

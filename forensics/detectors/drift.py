@@ -320,12 +320,15 @@ class GradNormDriftDetector:
                 "rise a decaying LR gives with weight decay; judged on the plain 2x / 3x lines."
             )
         elif res.severity == Severity.INFO:
+            line_now = res.judged_against["warn_line_now"]
             summary = (
                 f"{rise}, as the LR decayed from {sig(m['lr_baseline'])} to {sig(m['lr_now'])}: "
                 f"the schedule explains up to {m['expected_rise']:.1f}x ({cap}with weight decay "
-                "the grad norm grows about as sqrt(lr_baseline / lr), Defazio et al. 2025), and "
-                "the climb stayed inside that envelope. Expected, not a drift; a weight decay "
-                "scaled with the LR (AdamC) keeps it flat if it matters."
+                "the grad norm grows about as sqrt(lr_baseline / lr), Defazio et al. 2025); its "
+                f"level now ({m['ratio']:.1f}x) is under the {line_now / m['baseline']:.1f}x "
+                f"warning line this sets (the explained {m['expected_rise']:.1f}x plus a "
+                f"{self.params.envelope_margin - 1:.0%} margin). Expected, not a drift; a weight "
+                "decay scaled with the LR (AdamC) keeps it flat if it matters."
             )
         elif m["expected_rise"] is not None and m["expected_rise"] > 1.0:
             summary = (
