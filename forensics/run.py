@@ -117,13 +117,13 @@ class Run:
             # polars' allocator freed from an earlier column instead of new ones (the reorder
             # peaked at about two wide columns over the frame instead of one).
             for name in sorted(columns, key=lambda c: -_width(frame.schema[c])):
-                # Expressions, not Series: a constant column (one source, one segment) stays
-                # a scalar column, never materialized. A column of one value is already in
-                # every order: kept as it is (one pass over it instead of a gather).
-                if _one_value(frame, name):
-                    done.append(frame.select(name))
-                else:
-                    done.append(frame.select(pl.col(name).gather(idx)))
+                # A one-column frame indexed by the order: a constant column (one source,
+                # one segment) stays a scalar column, never materialized, and the gather
+                # reads the index as it is (an expression's gather copies it: 4 bytes a row
+                # more at the peak). A column of one value is already in every order: kept as
+                # it is (one pass over it instead of a gather).
+                one = frame.select(name)
+                done.append(one if _one_value(frame, name) else one[idx])
                 frame = frame.drop(name)  # the old column freed
                 trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
@@ -424,9 +424,9 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     n_series = pairs.height
     steps = fu.get_column("step").to_numpy()
     pos = np.uint32 if n_all < 1 << 32 else np.int64
-    perm = _stable_order(rank, n_series, pos)
+    totals = _counts(rank, n_series)
+    perm = _stable_order(rank, n_series, pos, totals)
     trim()
-    totals = np.bincount(rank, minlength=n_series)
     keep, counts, in_order = _last_of_key(perm, steps, totals)
     trim()
     if not in_order:
@@ -504,14 +504,26 @@ def _is_identity(perm: np.ndarray) -> bool:
 _BLOCK = 1 << 20  # rows of keys gathered at a time
 
 
-def _stable_order(rank: np.ndarray, n_series: int, dtype: type) -> np.ndarray:
+def _counts(rank: np.ndarray, n_series: int) -> np.ndarray:
+    """``np.bincount(rank, minlength=n_series)`` in blocks: bincount reads its input as
+    int64, a whole-length copy of 8 bytes a row for the narrow ranks."""
+    counts = np.zeros(n_series, dtype=np.int64)
+    for a in range(0, len(rank), _BLOCK):
+        counts += np.bincount(rank[a : a + _BLOCK], minlength=n_series)
+    return counts
+
+
+def _stable_order(
+    rank: np.ndarray, n_series: int, dtype: type, counts: np.ndarray | None = None
+) -> np.ndarray:
     """``np.argsort(rank, kind="stable")`` as ``dtype``, in blocks: each block's rows are
     sorted by rank and put after the earlier blocks' rows of the same rank, so the only
     whole-length array is the result (argsort's own int64 result and buffers would add
-    about 16 bytes a row at the peak)."""
+    about 16 bytes a row at the peak). ``counts``: the rows of each rank, when known."""
     n = len(rank)
     out: np.ndarray = np.empty(n, dtype=dtype)
-    counts = np.bincount(rank, minlength=n_series)
+    if counts is None:
+        counts = _counts(rank, n_series)
     free = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)  # next slot per rank
     # (blocks of a quarter of _BLOCK: each block's argsort and slots are about 50 bytes a row)
     block = max(1, _BLOCK >> 2)
@@ -592,22 +604,51 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     for a in range(0, len(key), _BLOCK):  # (a later row overwrites: the last of each series)
         one[key[a : a + _BLOCK]] = np.arange(a, min(a + _BLOCK, len(key)), dtype=idx)
     keys = np.flatnonzero(one != none)
-    cols = [f.get_column(name) for name in ("metric", "layer")]
-    for a in range(0, len(key), _BLOCK):  # in blocks: no whole-length gathers
-        rows = pl.Series(one[key[a : a + _BLOCK]])  # (each block's series rows, once)
-        for col in cols:
-            if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
-                return None
+    for name in ("metric", "layer"):
+        if not _function_of_key(f.get_column(name), key, one, keys):
+            return None
     pairs = (
         f.select("metric", "source", "tag", "layer")
         .gather(one[keys])
         .with_columns(pl.Series("_key", keys))
         .sort(["metric", "source", "tag"], maintain_order=True)
     )
-    dtype = np.uint16 if pairs.height < 1 << 16 else np.uint32
-    lut = np.zeros(len(one), dtype=dtype)
+    dtype = _rank_dtype(pairs.height)
+    lut: np.ndarray = np.zeros(len(one), dtype=dtype)
     lut[pairs.get_column("_key").to_numpy()] = np.arange(pairs.height, dtype=dtype)
     return pairs.drop("_key"), lut[key]
+
+
+def _rank_dtype(n_series: int) -> type:
+    """The narrowest unsigned integers that number ``n_series`` series (a stable argsort of
+    one-byte ranks is a single radix pass)."""
+    if n_series <= 1 << 8:
+        return np.uint8
+    return np.uint16 if n_series <= 1 << 16 else np.uint32
+
+
+def _function_of_key(col: pl.Series, key: np.ndarray, one: np.ndarray, keys: np.ndarray) -> bool:
+    """Does every row of ``col`` hold the value of its series' row ``one[key]`` (nulls
+    included)? For a column stored as integers of up to 4 bytes (categorical codes, layers):
+    in blocks, against a table of the series' values (a lookup in a small table instead of
+    a gather from the column)."""
+    phys = col.to_physical()
+    if not (phys.dtype.is_integer() and _width(phys.dtype) <= 4):
+        for a in range(0, len(key), _BLOCK):
+            rows = pl.Series(one[key[a : a + _BLOCK]])
+            if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
+                return False
+        return True
+    null = -(1 << 40)  # below every 4-byte integer: stands for null
+    wanted = np.full(len(one), null, dtype=np.int64)
+    wanted[keys] = phys.gather(one[keys]).cast(pl.Int64).fill_null(null).to_numpy()
+    for a in range(0, len(key), _BLOCK):
+        got = phys.slice(a, _BLOCK).cast(pl.Int64)
+        if got.null_count():
+            got = got.fill_null(null)
+        if not np.array_equal(wanted[key[a : a + _BLOCK]], got.to_numpy()):
+            return False
+    return True
 
 
 def _ranked_series_by_join(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
