@@ -106,6 +106,7 @@ class Run:
         if _few_runs(order):
             self.frame = _take(self.frame, order)
             return
+        trim()  # (the run check's temporaries given back before the first gather)
         frame, self.frame = self.frame, self.frame.clear()  # the run's reference dropped
         columns = frame.columns
         # The gather's index is the order's own array (no copy of 4-8 bytes a row).
@@ -696,11 +697,11 @@ def _breaks(perm: np.ndarray, limit: int | None = None) -> np.ndarray | None:
     count = 0
     for a in range(0, max(len(perm) - 1, 0), _BLOCK):
         p = perm[a : a + _BLOCK + 1]
-        got = np.flatnonzero(np.diff(p) != 1) + (a + 1)
-        count += len(got)
+        step = np.diff(p) != 1
+        count += int(np.count_nonzero(step))
         if limit is not None and count > limit:
-            return None
-        found.append(got)
+            return None  # (before the positions: an interleaved block's are nearly all rows)
+        found.append(np.flatnonzero(step) + (a + 1))
     return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
