@@ -454,6 +454,9 @@ def _one_value(frame: pl.DataFrame, name: str) -> bool:
     if frame.height == 0 or not _physical(frame.schema[name]).is_integer():
         return False
     code = pl.col(name).to_physical()
+    first, last = frame.select(code.first().alias("a"), code.last().alias("b")).row(0)
+    if first != last:  # (two values, or a value and a null: no pass over the column)
+        return False
     got = frame.select(code.null_count().alias("n"), code.min().alias("lo"), code.max().alias("hi"))
     nulls, lo, hi = got.row(0)
     return bool(nulls == frame.height or (nulls == 0 and lo == hi))
@@ -640,14 +643,25 @@ def _function_of_key(col: pl.Series, key: np.ndarray, one: np.ndarray, keys: np.
             if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
                 return False
         return True
-    null = -(1 << 40)  # below every 4-byte integer: stands for null
-    wanted = np.full(len(one), null, dtype=np.int64)
-    wanted[keys] = phys.gather(one[keys]).cast(pl.Int64).fill_null(null).to_numpy()
+    # Each series' value: in the column's own type (blocks without nulls are read with no
+    # copy), and as int64 with nulls as a value below every 4-byte integer (other blocks).
+    has = phys.gather(one[keys])
+    null = np.zeros(len(one), dtype=bool)
+    null[keys] = has.is_null().to_numpy()
+    some_null = bool(null.any())
+    wanted = np.zeros(len(one), dtype=has.fill_null(0).to_numpy().dtype)
+    wanted[keys] = has.fill_null(0).to_numpy()
+    none = -(1 << 40)
+    wanted64 = np.full(len(one), none, dtype=np.int64)
+    wanted64[keys] = has.cast(pl.Int64).fill_null(none).to_numpy()
     for a in range(0, len(key), _BLOCK):
-        got = phys.slice(a, _BLOCK).cast(pl.Int64)
+        k = key[a : a + _BLOCK]
+        got = phys.slice(a, _BLOCK)
         if got.null_count():
-            got = got.fill_null(null)
-        if not np.array_equal(wanted[key[a : a + _BLOCK]], got.to_numpy()):
+            same = np.array_equal(wanted64[k], got.cast(pl.Int64).fill_null(none).to_numpy())
+        else:
+            same = not (some_null and null[k].any()) and np.array_equal(wanted[k], got.to_numpy())
+        if not same:
             return False
     return True
 
