@@ -109,35 +109,53 @@ class Run:
         trim()  # (the run check's temporaries given back before the first gather)
         frame, self.frame = self.frame, self.frame.clear()  # the run's reference dropped
         columns = frame.columns
-        # The gather's index is the order's own array (no copy of 4-8 bytes a row).
-        idx = pl.Series(order.astype(np.uint32 if len(order) < 1 << 32 else np.uint64, copy=False))
+        # The widest columns first: each later (narrower) one then fits in the pages freed
+        # from an earlier column instead of new ones (the reorder peaked at about two wide
+        # columns over the frame instead of one). A column of one value is already in every
+        # order: kept as it is. Plain numbers are scattered by numpy, the others gathered by
+        # polars.
+        scattered: list[str] = []
+        gathered: list[str] = []
+        for name in sorted(columns, key=lambda c: -_width(frame.schema[c])):
+            if not _one_value(frame, name):
+                (scattered if _scatters(frame, name) else gathered).append(name)
+        # Where each row goes (the order's inverse) while columns are scattered, then the
+        # order again for the gathers: one of the two held at a time.
+        perm: np.ndarray | None = order
+        dest: np.ndarray | None = None
+        if scattered:
+            dest = _inverse(order)
+            perm = None
         del order
-        done: list[pl.DataFrame] = []
+        trim()  # (glibc keeps a freed order resident)
+        moved: list[pl.DataFrame] = []
         try:
-            # The widest columns first: each later (narrower) gather then fits in the pages
-            # polars' allocator freed from an earlier column instead of new ones (the reorder
-            # peaked at about two wide columns over the frame instead of one).
-            for name in sorted(columns, key=lambda c: -_width(frame.schema[c])):
-                # A one-column frame indexed by the order: a constant column (one source,
-                # one segment) stays a scalar column, never materialized, and the gather
-                # reads the index as it is (an expression's gather copies it: 4 bytes a row
-                # more at the peak). A column of one value is already in every order: kept as
-                # it is (one pass over it instead of a gather).
-                one = frame.select(name)
-                done.append(one if _one_value(frame, name) else one[idx])
+            for name in scattered:
+                assert dest is not None
+                moved.append(_scatter(frame.get_column(name), dest).to_frame())
+                frame = frame.drop(name)  # the old column freed
+                trim()
+            if dest is not None:
+                perm, dest = _inverse(dest), None
+                trim()
+            assert perm is not None
+            # The gather's index is the order's own array (no copy of 4-8 bytes a row).
+            idx = pl.Series(perm.astype(_index_dtype(len(perm)), copy=False))
+            for name in gathered:
+                # A one-column frame indexed by the order: the gather reads the index as it is
+                # (an expression's gather copies it: 4 bytes a row more at the peak).
+                moved.append(frame.select(name)[idx])
                 frame = frame.drop(name)  # the old column freed
                 trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
-            order = idx.to_numpy()
-            back = np.empty(len(order), dtype=np.int64)
-            back[order] = np.arange(len(order), dtype=np.int64)
-            undo = pl.Series(back)
-            restored = [d.select(pl.all().gather(undo)) for d in done]
-            got = {d.columns[0] for d in done}
+            back = dest if dest is not None else _inverse(perm)  # type: ignore[arg-type]
+            undo = pl.Series(back.astype(np.int64))
+            restored = [d.select(pl.all().gather(undo)) for d in moved]
+            got = {d.columns[0] for d in moved}  # (a column moved but not yet dropped)
             rest = frame.select([c for c in frame.columns if c not in got])
             self.frame = pl.concat([*restored, rest], how="horizontal").select(columns)
             raise
-        self.frame = pl.concat(done, how="horizontal").select(columns)
+        self.frame = pl.concat([*moved, frame], how="horizontal").select(columns)
 
     def _series_index(self) -> pl.DataFrame:
         v = self.view()
@@ -444,6 +462,48 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
         None if keep.all() else keep,
         index.select(list(INDEX_SCHEMA)),
     )
+
+
+def _index_dtype(n: int) -> type:
+    return np.uint32 if n < 1 << 32 else np.uint64
+
+
+def _inverse(perm: np.ndarray) -> np.ndarray:
+    """The inverse permutation (where each position of ``perm`` comes from -> goes to), in
+    blocks: a whole-length index or ``arange`` would add 8 bytes a row."""
+    out: np.ndarray = np.empty(len(perm), dtype=perm.dtype)
+    for a in range(0, len(perm), _BLOCK):
+        p = perm[a : a + _BLOCK]
+        out[p] = np.arange(a, a + len(p), dtype=perm.dtype)
+    return out
+
+
+def _scatters(frame: pl.DataFrame, name: str) -> bool:
+    """Is column ``name`` plain numbers numpy moves without a copy (integers or floats, no
+    null, one chunk)? Only when it surely holds two values: polars keeps a constant column
+    as one value, which numpy would make a whole column of."""
+    dtype = frame.schema[name]
+    if not (dtype.is_integer() or dtype.is_float()):
+        return False
+    col = pl.col(name)
+    first, last, nulls = frame.select(
+        col.first(), col.last().alias("b"), col.null_count().alias("n")
+    ).row(0)
+    if nulls or not (first != last and first == first and last == last):  # (NaN: not surely two)
+        return False
+    return frame.get_column(name).n_chunks() == 1
+
+
+def _scatter(col: pl.Series, dest: np.ndarray) -> pl.Series:
+    """``col`` with row ``i`` moved to position ``dest[i]``: numpy writes the rows where they
+    go in blocks (reading the column in order, which on an interleaved frame is several
+    times faster than gathering from everywhere), into an array the new Series takes
+    without a copy."""
+    src = col.to_numpy()  # (no copy: checked by _scatters)
+    out = np.empty_like(src)
+    for a in range(0, len(src), _BLOCK):
+        out[dest[a : a + _BLOCK]] = src[a : a + _BLOCK]
+    return pl.Series(col.name, out)
 
 
 def _one_value(frame: pl.DataFrame, name: str) -> bool:
