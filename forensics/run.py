@@ -86,11 +86,20 @@ class Run:
             self._view, self._index, self._metrics, self._parts = None, None, None, None
             self._cached_for = id(self.frame)
         if self._view is None:
-            plan = view_plan(self.frame)
+            plan = view_plan(self.frame, deferred=True)
             trim()  # the plan's temporaries given back before the rows are moved
             if plan.order is not None:
                 self._reorder(plan)  # takes the plan's order (freed once the rows are moved)
                 self._cached_for = id(self.frame)
+            if plan.pending is not None:  # the rest read from the rows in series order
+                settled = _settle(self.frame, plan)
+                if settled is None:  # steps that go back, a tag on two layers: the plain plan
+                    settled = view_plan(self.frame)  # (the same as on the frame in record order)
+                    trim()
+                    if settled.order is not None:
+                        self._reorder(settled)
+                        self._cached_for = id(self.frame)
+                plan = settled
             self._view, self._index = plan.view_of(self.frame.select(VIEW_COLUMNS)), plan.index
             self._exact_index = self._index is not None
             trim()
@@ -389,12 +398,16 @@ class ViewPlan:
         usable: how many rows of that order are candidates (sorted; the rest are left out).
         keep: which candidates are view rows (the last of a repeated step); None: all.
         index: the view's series index (see :func:`view_and_index`).
+        pending: for a deferred plan (see :func:`view_plan`), its series (as the index, without
+            ``start`` and ``len``) and the candidate rows of each; ``keep`` and ``index`` are
+            then left to :func:`_settle`.
     """
 
     order: np.ndarray | None
     usable: int
     keep: np.ndarray | None
     index: pl.DataFrame | None
+    pending: tuple[pl.DataFrame, np.ndarray] | None = None
 
     def view_of(self, ordered: pl.DataFrame) -> pl.DataFrame:
         """The view from the frame's view columns already in :attr:`order` (zero-copy unless
@@ -404,10 +417,15 @@ class ViewPlan:
         return ordered if self.usable == ordered.height else ordered.slice(0, self.usable)
 
 
-def view_plan(frame: pl.DataFrame) -> ViewPlan:
+def view_plan(frame: pl.DataFrame, deferred: bool = False) -> ViewPlan:
     """The order of ``frame``'s rows that makes its analysis view a prefix (see
     :class:`ViewPlan`). Only keys are copied, never the frame (the view columns of the usable
-    rows when a null step or a restart leaves some out)."""
+    rows when a null step or a restart leaves some out).
+
+    ``deferred``: where the rows are numbered by series, the order is their stable sort by
+    series alone, and what reads each row in that order (a series of one metric and layer,
+    steps that grow, re-logged steps) is left to :func:`_settle`, once the frame is in that
+    order: contiguous reads instead of gathers."""
     f = frame.select(VIEW_COLUMNS)  # only what the analysis reads; no copy
     n_all = f.height
     usable = None  # positions of the rows the view may use, None: every row
@@ -429,7 +447,7 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
             usable = np.flatnonzero(later) if usable is None else usable[later]
             fu = _take(f, usable)
         del later
-    ranked = _ranked_series(fu)
+    ranked = _ranked_series(fu, check=not deferred)
     trim()  # (the temporaries of each step given back: see forensics.allocator)
     if ranked is None:
         # A tag with two layers, a null tag: the general way.
@@ -441,11 +459,14 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     # steps already grow in record order (else by rank and step).
     pairs, rank = ranked
     n_series = pairs.height
-    steps = fu.get_column("step").to_numpy()
     pos = np.uint32 if n_all < 1 << 32 else np.int64
     totals = _counts(rank, n_series)
     perm = _stable_order(rank, n_series, pos, totals)
     trim()
+    if deferred:
+        del rank, fu
+        return ViewPlan(_order(perm, usable, n_all), len(perm), None, None, (pairs, totals))
+    steps = fu.get_column("step").to_numpy()
     keep, counts, in_order = _last_of_key(perm, steps, totals)
     trim()
     if not in_order:
@@ -462,6 +483,32 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
         None if keep.all() else keep,
         index.select(list(INDEX_SCHEMA)),
     )
+
+
+def _settle(frame: pl.DataFrame, plan: ViewPlan) -> ViewPlan | None:
+    """A deferred plan finished on ``frame`` already in its order (each series' candidate
+    rows contiguous, in record order); None when a series holds two metrics or layers or its
+    steps go back (the plain plan then orders the rows further)."""
+    assert plan.pending is not None
+    pairs, totals = plan.pending
+    n = plan.usable
+    f = frame.slice(0, n)
+    firsts = np.cumsum(totals)[:-1]  # where each series after the first begins
+    for name in ("metric", "layer"):
+        if n < 2 or _one_value(f, name):
+            continue
+        col = f.get_column(name)
+        changed = col.slice(1).ne_missing(col.slice(0, n - 1)).arg_true().to_numpy()
+        if not np.isin(changed + 1, firsts).all():
+            return None
+    keep, counts, in_order = _last_of_key(None, f.get_column("step").to_numpy(), totals)
+    if not in_order:
+        return None
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    index = pairs.with_columns(
+        pl.Series("start", starts, dtype=pl.Int64), pl.Series("len", counts, dtype=pl.Int64)
+    ).filter(pl.col("len") > 0)
+    return ViewPlan(None, n, None if keep.all() else keep, index.select(list(INDEX_SCHEMA)))
 
 
 def _index_dtype(n: int) -> type:
@@ -606,35 +653,37 @@ def _stable_order(
 
 
 def _last_of_key(
-    perm: np.ndarray, steps: np.ndarray, totals: np.ndarray
+    perm: np.ndarray | None, steps: np.ndarray, totals: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """For rows taken in ``perm`` order (sorted by series, ``totals`` rows of each): which
     are the last of a run of equal (series, step) (the value logged last), the kept rows per
     series, and whether steps grow within every series. In blocks, so no whole-frame copy of
-    the keys is made; the series of each position follows from ``totals`` (no gather)."""
-    n = len(perm)
+    the keys is made; the series of each position follows from ``totals`` (no gather).
+    ``perm`` None: the rows are in that order already (slices of ``steps``, no gather)."""
+    n = len(steps) if perm is None else len(perm)
     keep = np.ones(n, dtype=bool)
     ends = np.cumsum(totals)  # one past each series' last position
     for a in range(0, n, _BLOCK):
-        p = perm[a : min(a + _BLOCK + 1, n)]  # one row of overlap: the next block's first
-        st = steps[p]
-        same = np.ones(len(p) - 1, dtype=bool)  # position q and q + 1 in one series
-        same[ends[(ends > a) & (ends < a + len(p))] - 1 - a] = False
+        b = min(a + _BLOCK + 1, n)  # one row of overlap: the next block's first
+        st = steps[a:b] if perm is None else steps[perm[a:b]]
+        same = np.ones(b - a - 1, dtype=bool)  # position q and q + 1 in one series
+        same[ends[(ends > a) & (ends < b)] - 1 - a] = False
         down = st[1:] < st[:-1]
         down &= same
         if down.any():
             return keep, totals, False
         tie = st[1:] == st[:-1]
         tie &= same
-        np.logical_not(tie, out=keep[a : a + len(p) - 1])
+        np.logical_not(tie, out=keep[a : b - 1])
     dropped = np.searchsorted(ends, np.flatnonzero(~keep), side="right")
     return keep, totals - np.bincount(dropped, minlength=len(totals)), True
 
 
-def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
+def _ranked_series(f: pl.DataFrame, check: bool = True) -> tuple[pl.DataFrame, np.ndarray] | None:
     """The series of ``f`` (one row per (source, tag): metric, source, tag, layer) sorted by
     (metric, source, tag), and each row's rank among them; None when a source or tag is null
-    or a (source, tag) has two metrics or layers (the general way).
+    or a (source, tag) has two metrics or layers (the general way). ``check`` False: a
+    series' metric and layer are its last row's, the other rows not read (see _settle).
 
     On the categorical codes with lookup tables: a ``unique()`` of the four key columns would
     hash every row (about 50 bytes a row of transient memory on a 7M-row frame)."""
@@ -668,7 +717,7 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     for a in range(0, len(key), _BLOCK):  # (a later row overwrites: the last of each series)
         one[key[a : a + _BLOCK]] = np.arange(a, min(a + _BLOCK, len(key)), dtype=idx)
     keys = np.flatnonzero(one != none)
-    for name in ("metric", "layer"):
+    for name in ("metric", "layer") if check else ():
         if not _function_of_key(f.get_column(name), key, one, keys):
             return None
     pairs = (

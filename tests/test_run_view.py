@@ -290,12 +290,16 @@ def test_the_blockwise_breaks_are_the_whole_lengths(
         assert run_mod._few_runs(perm) == (len(want) < 1024 and len(perm) >= 4096 * (len(want) + 1))
 
 
-def test_an_interrupted_reorder_at_any_column_leaves_the_frame_in_record_order(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("seed", [0, 2])
+def test_an_interrupted_reorder_at_any_column_leaves_every_row(
+    monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    # interrupted while numpy scatters the plain columns, between the two, and while polars
-    # gathers the others
-    frame = _frame(2)
+    # Interrupted while numpy scatters the plain columns, between the two, and while polars
+    # gathers the others. Seed 0 (steps in order) is put in view order at once: an
+    # interruption leaves the frame in record order. Seed 2 (steps that go back) is put in
+    # series order, then ordered further by step: an interruption of that second move leaves
+    # the rows in series order (every row kept, the view the same once built).
+    frame = _frame(seed)
     drop = pl.DataFrame.drop
     calls = {"n": 0, "fail_at": 1}
 
@@ -313,7 +317,11 @@ def test_an_interrupted_reorder_at_any_column_leaves_the_frame_in_record_order(
             run.view()
         except MemoryError:
             monkeypatch.setattr(pl.DataFrame, "drop", drop)
-            assert_frame_equal(run.frame, frame)
+            if seed == 0:
+                assert_frame_equal(run.frame, frame)
+            else:
+                assert_frame_equal(run.frame.sort("record_idx"), frame)
+            assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
             calls["fail_at"] += 1
             continue
         monkeypatch.setattr(pl.DataFrame, "drop", drop)
@@ -376,3 +384,22 @@ def test_the_reorder_equals_a_gather_of_every_column(
     inverse = run_mod._inverse(order)
     np.testing.assert_array_equal(inverse, np.argsort(order))
     assert inverse.dtype == order.dtype
+
+
+def test_the_deferred_plan_settled_on_the_moved_rows_is_the_plain_plan() -> None:
+    # Run.view orders by series, then reads steps, metrics and layers from the moved rows
+    # (_settle), ordering further when they ask for it; the frame, view and index are the
+    # ones of the plain plan made on the frame in record order.
+    for seed in range(0, 140, 3):
+        frame = _frame(seed)
+        plain = run_mod.view_plan(frame)
+        want_frame = frame if plain.order is None else frame[plain.order.astype(np.int64)]
+        want_view, want_index = run_mod.view_and_index(frame)
+        run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+        assert_frame_equal(run.view(), want_view, check_row_order=True)
+        assert_frame_equal(run.frame, want_frame, check_row_order=True)
+        if want_index is None:
+            assert run._index is None
+        else:
+            assert run._index is not None
+            assert_frame_equal(run._index, want_index, check_row_order=True)

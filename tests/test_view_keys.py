@@ -129,3 +129,18 @@ def test_the_blockwise_counts_and_rank_widths(monkeypatch: pytest.MonkeyPatch) -
         )
     assert run_mod._rank_dtype(256) == np.uint8 and run_mod._rank_dtype(257) == np.uint16
     assert run_mod._rank_dtype(1 << 16) == np.uint16 and run_mod._rank_dtype(70_000) == np.uint32
+
+
+def test_last_of_key_on_rows_in_order_takes_no_order() -> None:
+    rng = np.random.default_rng(11)
+    for n, k in [(1, 1), (10, 3), (5000, 40)]:
+        rank = np.sort(rng.integers(0, k, n)).astype(np.uint16)
+        steps = rng.integers(0, n, n)
+        steps = steps[np.lexsort((steps, rank))] if n % 2 else steps
+        totals = np.bincount(rank, minlength=k)
+        ident = np.arange(n, dtype=np.uint32)
+        got = run_mod._last_of_key(None, steps, totals)
+        want = run_mod._last_of_key(ident, steps, totals)
+        assert got[2] == want[2]
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
