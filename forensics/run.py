@@ -80,7 +80,8 @@ class Run:
         view order (the view's rows first, each series' re-logged rows before the value that
         wins, then the rows the view leaves out in record order), so that the run never holds
         its rows twice. The frame keeps every row; ``file`` and ``record_idx`` still say where
-        each was read.
+        each was read. (Rows are moved by series first, then by step where a series' steps go
+        back: a second move interrupted, out of memory, leaves them in series order.)
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
             self._view, self._index, self._metrics, self._parts = None, None, None, None
@@ -109,7 +110,8 @@ class Run:
         """The frame's rows put at the plan's order, one column at a time: each column is
         freed once its reordered copy is made (when nothing else holds the frame), so the rows
         are never held twice. A frame written series by series is put in order by zero-copy
-        slices. The order is taken from the plan (``plan.order`` None after)."""
+        slices. The order is taken from the plan (``plan.order`` None after). Interrupted, the
+        moved columns are put back: the frame is as it was."""
         order, plan.order = plan.order, None
         assert order is not None
         if _few_runs(order):
