@@ -80,17 +80,27 @@ class Run:
         view order (the view's rows first, each series' re-logged rows before the value that
         wins, then the rows the view leaves out in record order), so that the run never holds
         its rows twice. The frame keeps every row; ``file`` and ``record_idx`` still say where
-        each was read.
+        each was read. (Rows are moved by series first, then by step where a series' steps go
+        back: a second move interrupted, out of memory, leaves them in series order.)
         """
         if self._cached_for != id(self.frame):  # the frame was replaced: drop the caches
             self._view, self._index, self._metrics, self._parts = None, None, None, None
             self._cached_for = id(self.frame)
         if self._view is None:
-            plan = view_plan(self.frame)
+            plan = view_plan(self.frame, deferred=True)
             trim()  # the plan's temporaries given back before the rows are moved
             if plan.order is not None:
                 self._reorder(plan)  # takes the plan's order (freed once the rows are moved)
                 self._cached_for = id(self.frame)
+            if plan.pending is not None:  # the rest read from the rows in series order
+                settled = _settle(self.frame, plan)
+                if settled is None:  # steps that go back, a tag on two layers: the plain plan
+                    settled = view_plan(self.frame)  # (the same as on the frame in record order)
+                    trim()
+                    if settled.order is not None:
+                        self._reorder(settled)
+                        self._cached_for = id(self.frame)
+                plan = settled
             self._view, self._index = plan.view_of(self.frame.select(VIEW_COLUMNS)), plan.index
             self._exact_index = self._index is not None
             trim()
@@ -100,43 +110,63 @@ class Run:
         """The frame's rows put at the plan's order, one column at a time: each column is
         freed once its reordered copy is made (when nothing else holds the frame), so the rows
         are never held twice. A frame written series by series is put in order by zero-copy
-        slices. The order is taken from the plan (``plan.order`` None after)."""
+        slices. The order is taken from the plan (``plan.order`` None after). Interrupted, the
+        moved columns are put back: the frame is as it was."""
         order, plan.order = plan.order, None
         assert order is not None
         if _few_runs(order):
             self.frame = _take(self.frame, order)
             return
+        trim()  # (the run check's temporaries given back before the first gather)
         frame, self.frame = self.frame, self.frame.clear()  # the run's reference dropped
         columns = frame.columns
-        # The gather's index is the order's own array (no copy of 4-8 bytes a row).
-        idx = pl.Series(order.astype(np.uint32 if len(order) < 1 << 32 else np.uint64, copy=False))
+        # The widest columns first: each later (narrower) one then fits in the pages freed
+        # from an earlier column instead of new ones (the reorder peaked at about two wide
+        # columns over the frame instead of one). A column of one value is already in every
+        # order: kept as it is. Plain numbers are scattered by numpy, the others gathered by
+        # polars.
+        scattered: list[str] = []
+        gathered: list[str] = []
+        for name in sorted(columns, key=lambda c: -_width(frame.schema[c])):
+            if not _one_value(frame, name):
+                (scattered if _scatters(frame, name) else gathered).append(name)
+        # Where each row goes (the order's inverse) while columns are scattered, then the
+        # order again for the gathers: one of the two held at a time.
+        perm: np.ndarray | None = order
+        dest: np.ndarray | None = None
+        if scattered:
+            dest = _inverse(order)
+            perm = None
         del order
-        done: list[pl.DataFrame] = []
+        trim()  # (glibc keeps a freed order resident)
+        moved: list[pl.DataFrame] = []
         try:
-            # The widest columns first: each later (narrower) gather then fits in the pages
-            # polars' allocator freed from an earlier column instead of new ones (the reorder
-            # peaked at about two wide columns over the frame instead of one).
-            for name in sorted(columns, key=lambda c: -_width(frame.schema[c])):
-                # Expressions, not Series: a constant column (one source, one segment) stays
-                # a scalar column, never materialized. A column of one value is already in
-                # every order: kept as it is (one pass over it instead of a gather).
-                if _one_value(frame, name):
-                    done.append(frame.select(name))
-                else:
-                    done.append(frame.select(pl.col(name).gather(idx)))
+            for name in scattered:
+                assert dest is not None
+                moved.append(_scatter(frame.get_column(name), dest).to_frame())
+                frame = frame.drop(name)  # the old column freed
+                trim()
+            if dest is not None:
+                perm, dest = _inverse(dest), None
+                trim()
+            assert perm is not None
+            # The gather's index is the order's own array (no copy of 4-8 bytes a row).
+            idx = pl.Series(perm.astype(_index_dtype(len(perm)), copy=False))
+            for name in gathered:
+                # A one-column frame indexed by the order: the gather reads the index as it is
+                # (an expression's gather copies it: 4 bytes a row more at the peak).
+                moved.append(frame.select(name)[idx])
                 frame = frame.drop(name)  # the old column freed
                 trim()
         except BaseException:  # interrupted (out of memory): the columns put back in order
-            order = idx.to_numpy()
-            back = np.empty(len(order), dtype=np.int64)
-            back[order] = np.arange(len(order), dtype=np.int64)
-            undo = pl.Series(back)
-            restored = [d.select(pl.all().gather(undo)) for d in done]
-            got = {d.columns[0] for d in done}
+            back = dest if dest is not None else _inverse(perm)  # type: ignore[arg-type]
+            undo = pl.Series(back.astype(np.int64))
+            restored = [d.select(pl.all().gather(undo)) for d in moved]
+            got = {d.columns[0] for d in moved}  # (a column moved but not yet dropped)
             rest = frame.select([c for c in frame.columns if c not in got])
             self.frame = pl.concat([*restored, rest], how="horizontal").select(columns)
             raise
-        self.frame = pl.concat(done, how="horizontal").select(columns)
+        self.frame = pl.concat([*moved, frame], how="horizontal").select(columns)
 
     def _series_index(self) -> pl.DataFrame:
         v = self.view()
@@ -370,12 +400,16 @@ class ViewPlan:
         usable: how many rows of that order are candidates (sorted; the rest are left out).
         keep: which candidates are view rows (the last of a repeated step); None: all.
         index: the view's series index (see :func:`view_and_index`).
+        pending: for a deferred plan (see :func:`view_plan`), its series (as the index, without
+            ``start`` and ``len``) and the candidate rows of each; ``keep`` and ``index`` are
+            then left to :func:`_settle`.
     """
 
     order: np.ndarray | None
     usable: int
     keep: np.ndarray | None
     index: pl.DataFrame | None
+    pending: tuple[pl.DataFrame, np.ndarray] | None = None
 
     def view_of(self, ordered: pl.DataFrame) -> pl.DataFrame:
         """The view from the frame's view columns already in :attr:`order` (zero-copy unless
@@ -385,10 +419,15 @@ class ViewPlan:
         return ordered if self.usable == ordered.height else ordered.slice(0, self.usable)
 
 
-def view_plan(frame: pl.DataFrame) -> ViewPlan:
+def view_plan(frame: pl.DataFrame, deferred: bool = False) -> ViewPlan:
     """The order of ``frame``'s rows that makes its analysis view a prefix (see
     :class:`ViewPlan`). Only keys are copied, never the frame (the view columns of the usable
-    rows when a null step or a restart leaves some out)."""
+    rows when a null step or a restart leaves some out).
+
+    ``deferred``: where the rows are numbered by series, the order is their stable sort by
+    series alone, and what reads each row in that order (a series of one metric and layer,
+    steps that grow, re-logged steps) is left to :func:`_settle`, once the frame is in that
+    order: contiguous reads instead of gathers."""
     f = frame.select(VIEW_COLUMNS)  # only what the analysis reads; no copy
     n_all = f.height
     usable = None  # positions of the rows the view may use, None: every row
@@ -410,7 +449,7 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
             usable = np.flatnonzero(later) if usable is None else usable[later]
             fu = _take(f, usable)
         del later
-    ranked = _ranked_series(fu)
+    ranked = _ranked_series(fu, check=not deferred)
     trim()  # (the temporaries of each step given back: see forensics.allocator)
     if ranked is None:
         # A tag with two layers, a null tag: the general way.
@@ -422,11 +461,14 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     # steps already grow in record order (else by rank and step).
     pairs, rank = ranked
     n_series = pairs.height
-    steps = fu.get_column("step").to_numpy()
     pos = np.uint32 if n_all < 1 << 32 else np.int64
-    perm = _stable_order(rank, n_series, pos)
+    totals = _counts(rank, n_series)
+    perm = _stable_order(rank, n_series, pos, totals)
     trim()
-    totals = np.bincount(rank, minlength=n_series)
+    if deferred:
+        del rank, fu
+        return ViewPlan(_order(perm, usable, n_all), len(perm), None, None, (pairs, totals))
+    steps = fu.get_column("step").to_numpy()
     keep, counts, in_order = _last_of_key(perm, steps, totals)
     trim()
     if not in_order:
@@ -445,6 +487,74 @@ def view_plan(frame: pl.DataFrame) -> ViewPlan:
     )
 
 
+def _settle(frame: pl.DataFrame, plan: ViewPlan) -> ViewPlan | None:
+    """A deferred plan finished on ``frame`` already in its order (each series' candidate
+    rows contiguous, in record order); None when a series holds two metrics or layers or its
+    steps go back (the plain plan then orders the rows further)."""
+    assert plan.pending is not None
+    pairs, totals = plan.pending
+    n = plan.usable
+    f = frame.slice(0, n)
+    firsts = np.cumsum(totals)[:-1]  # where each series after the first begins
+    for name in ("metric", "layer"):
+        if n < 2 or _one_value(f, name):
+            continue
+        col = f.get_column(name)
+        changed = col.slice(1).ne_missing(col.slice(0, n - 1)).arg_true().to_numpy()
+        if not np.isin(changed + 1, firsts).all():
+            return None
+    keep, counts, in_order = _last_of_key(None, f.get_column("step").to_numpy(), totals)
+    if not in_order:
+        return None
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    index = pairs.with_columns(
+        pl.Series("start", starts, dtype=pl.Int64), pl.Series("len", counts, dtype=pl.Int64)
+    ).filter(pl.col("len") > 0)
+    return ViewPlan(None, n, None if keep.all() else keep, index.select(list(INDEX_SCHEMA)))
+
+
+def _index_dtype(n: int) -> type:
+    return np.uint32 if n < 1 << 32 else np.uint64
+
+
+def _inverse(perm: np.ndarray) -> np.ndarray:
+    """The inverse permutation (where each position of ``perm`` comes from -> goes to), in
+    blocks: a whole-length index or ``arange`` would add 8 bytes a row."""
+    out: np.ndarray = np.empty(len(perm), dtype=perm.dtype)
+    for a in range(0, len(perm), _BLOCK):
+        p = perm[a : a + _BLOCK]
+        out[p] = np.arange(a, a + len(p), dtype=perm.dtype)
+    return out
+
+
+def _scatters(frame: pl.DataFrame, name: str) -> bool:
+    """Is column ``name`` plain numbers numpy moves without a copy (integers or floats, no
+    null, one chunk)? Only when it surely holds two values: polars keeps a constant column
+    as one value, which numpy would make a whole column of."""
+    dtype = frame.schema[name]
+    if not (dtype.is_integer() or dtype.is_float()):
+        return False
+    col = pl.col(name)
+    first, last, nulls = frame.select(
+        col.first(), col.last().alias("b"), col.null_count().alias("n")
+    ).row(0)
+    if nulls or not (first != last and first == first and last == last):  # (NaN: not surely two)
+        return False
+    return frame.get_column(name).n_chunks() == 1
+
+
+def _scatter(col: pl.Series, dest: np.ndarray) -> pl.Series:
+    """``col`` with row ``i`` moved to position ``dest[i]``: numpy writes the rows where they
+    go in blocks (reading the column in order, which on an interleaved frame is several
+    times faster than gathering from everywhere), into an array the new Series takes
+    without a copy."""
+    src = col.to_numpy()  # (no copy: checked by _scatters)
+    out = np.empty_like(src)
+    for a in range(0, len(src), _BLOCK):
+        out[dest[a : a + _BLOCK]] = src[a : a + _BLOCK]
+    return pl.Series(col.name, out)
+
+
 def _one_value(frame: pl.DataFrame, name: str) -> bool:
     """Does every row of column ``name`` hold the same value (all null, or one value and no
     null)? Asked only of columns stored as integers (integers, categoricals, enums: equal
@@ -453,6 +563,9 @@ def _one_value(frame: pl.DataFrame, name: str) -> bool:
     if frame.height == 0 or not _physical(frame.schema[name]).is_integer():
         return False
     code = pl.col(name).to_physical()
+    first, last = frame.select(code.first().alias("a"), code.last().alias("b")).row(0)
+    if first != last:  # (two values, or a value and a null: no pass over the column)
+        return False
     got = frame.select(code.null_count().alias("n"), code.min().alias("lo"), code.max().alias("hi"))
     nulls, lo, hi = got.row(0)
     return bool(nulls == frame.height or (nulls == 0 and lo == hi))
@@ -504,14 +617,26 @@ def _is_identity(perm: np.ndarray) -> bool:
 _BLOCK = 1 << 20  # rows of keys gathered at a time
 
 
-def _stable_order(rank: np.ndarray, n_series: int, dtype: type) -> np.ndarray:
+def _counts(rank: np.ndarray, n_series: int) -> np.ndarray:
+    """``np.bincount(rank, minlength=n_series)`` in blocks: bincount reads its input as
+    int64, a whole-length copy of 8 bytes a row for the narrow ranks."""
+    counts = np.zeros(n_series, dtype=np.int64)
+    for a in range(0, len(rank), _BLOCK):
+        counts += np.bincount(rank[a : a + _BLOCK], minlength=n_series)
+    return counts
+
+
+def _stable_order(
+    rank: np.ndarray, n_series: int, dtype: type, counts: np.ndarray | None = None
+) -> np.ndarray:
     """``np.argsort(rank, kind="stable")`` as ``dtype``, in blocks: each block's rows are
     sorted by rank and put after the earlier blocks' rows of the same rank, so the only
     whole-length array is the result (argsort's own int64 result and buffers would add
-    about 16 bytes a row at the peak)."""
+    about 16 bytes a row at the peak). ``counts``: the rows of each rank, when known."""
     n = len(rank)
     out: np.ndarray = np.empty(n, dtype=dtype)
-    counts = np.bincount(rank, minlength=n_series)
+    if counts is None:
+        counts = _counts(rank, n_series)
     free = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)  # next slot per rank
     # (blocks of a quarter of _BLOCK: each block's argsort and slots are about 50 bytes a row)
     block = max(1, _BLOCK >> 2)
@@ -530,35 +655,37 @@ def _stable_order(rank: np.ndarray, n_series: int, dtype: type) -> np.ndarray:
 
 
 def _last_of_key(
-    perm: np.ndarray, steps: np.ndarray, totals: np.ndarray
+    perm: np.ndarray | None, steps: np.ndarray, totals: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """For rows taken in ``perm`` order (sorted by series, ``totals`` rows of each): which
     are the last of a run of equal (series, step) (the value logged last), the kept rows per
     series, and whether steps grow within every series. In blocks, so no whole-frame copy of
-    the keys is made; the series of each position follows from ``totals`` (no gather)."""
-    n = len(perm)
+    the keys is made; the series of each position follows from ``totals`` (no gather).
+    ``perm`` None: the rows are in that order already (slices of ``steps``, no gather)."""
+    n = len(steps) if perm is None else len(perm)
     keep = np.ones(n, dtype=bool)
     ends = np.cumsum(totals)  # one past each series' last position
     for a in range(0, n, _BLOCK):
-        p = perm[a : min(a + _BLOCK + 1, n)]  # one row of overlap: the next block's first
-        st = steps[p]
-        same = np.ones(len(p) - 1, dtype=bool)  # position q and q + 1 in one series
-        same[ends[(ends > a) & (ends < a + len(p))] - 1 - a] = False
+        b = min(a + _BLOCK + 1, n)  # one row of overlap: the next block's first
+        st = steps[a:b] if perm is None else steps[perm[a:b]]
+        same = np.ones(b - a - 1, dtype=bool)  # position q and q + 1 in one series
+        same[ends[(ends > a) & (ends < b)] - 1 - a] = False
         down = st[1:] < st[:-1]
         down &= same
         if down.any():
             return keep, totals, False
         tie = st[1:] == st[:-1]
         tie &= same
-        np.logical_not(tie, out=keep[a : a + len(p) - 1])
+        np.logical_not(tie, out=keep[a : b - 1])
     dropped = np.searchsorted(ends, np.flatnonzero(~keep), side="right")
     return keep, totals - np.bincount(dropped, minlength=len(totals)), True
 
 
-def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
+def _ranked_series(f: pl.DataFrame, check: bool = True) -> tuple[pl.DataFrame, np.ndarray] | None:
     """The series of ``f`` (one row per (source, tag): metric, source, tag, layer) sorted by
     (metric, source, tag), and each row's rank among them; None when a source or tag is null
-    or a (source, tag) has two metrics or layers (the general way).
+    or a (source, tag) has two metrics or layers (the general way). ``check`` False: a
+    series' metric and layer are its last row's, the other rows not read (see _settle).
 
     On the categorical codes with lookup tables: a ``unique()`` of the four key columns would
     hash every row (about 50 bytes a row of transient memory on a 7M-row frame)."""
@@ -592,22 +719,62 @@ def _ranked_series(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
     for a in range(0, len(key), _BLOCK):  # (a later row overwrites: the last of each series)
         one[key[a : a + _BLOCK]] = np.arange(a, min(a + _BLOCK, len(key)), dtype=idx)
     keys = np.flatnonzero(one != none)
-    cols = [f.get_column(name) for name in ("metric", "layer")]
-    for a in range(0, len(key), _BLOCK):  # in blocks: no whole-length gathers
-        rows = pl.Series(one[key[a : a + _BLOCK]])  # (each block's series rows, once)
-        for col in cols:
-            if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
-                return None
+    for name in ("metric", "layer") if check else ():
+        if not _function_of_key(f.get_column(name), key, one, keys):
+            return None
     pairs = (
         f.select("metric", "source", "tag", "layer")
         .gather(one[keys])
         .with_columns(pl.Series("_key", keys))
         .sort(["metric", "source", "tag"], maintain_order=True)
     )
-    dtype = np.uint16 if pairs.height < 1 << 16 else np.uint32
-    lut = np.zeros(len(one), dtype=dtype)
+    dtype = _rank_dtype(pairs.height)
+    lut: np.ndarray = np.zeros(len(one), dtype=dtype)
     lut[pairs.get_column("_key").to_numpy()] = np.arange(pairs.height, dtype=dtype)
     return pairs.drop("_key"), lut[key]
+
+
+def _rank_dtype(n_series: int) -> type:
+    """The narrowest unsigned integers that number ``n_series`` series (a stable argsort of
+    one-byte ranks is a single radix pass)."""
+    if n_series <= 1 << 8:
+        return np.uint8
+    return np.uint16 if n_series <= 1 << 16 else np.uint32
+
+
+def _function_of_key(col: pl.Series, key: np.ndarray, one: np.ndarray, keys: np.ndarray) -> bool:
+    """Does every row of ``col`` hold the value of its series' row ``one[key]`` (nulls
+    included)? For a column stored as integers of up to 4 bytes (categorical codes, layers):
+    in blocks, against a table of the series' values (a lookup in a small table instead of
+    a gather from the column)."""
+    phys = col.to_physical()
+    if not (phys.dtype.is_integer() and _width(phys.dtype) <= 4):
+        for a in range(0, len(key), _BLOCK):
+            rows = pl.Series(one[key[a : a + _BLOCK]])
+            if not col.slice(a, len(rows)).eq_missing(col.gather(rows)).all():
+                return False
+        return True
+    # Each series' value: in the column's own type (blocks without nulls are read with no
+    # copy), and as int64 with nulls as a value below every 4-byte integer (other blocks).
+    has = phys.gather(one[keys])
+    null = np.zeros(len(one), dtype=bool)
+    null[keys] = has.is_null().to_numpy()
+    some_null = bool(null.any())
+    wanted = np.zeros(len(one), dtype=has.fill_null(0).to_numpy().dtype)
+    wanted[keys] = has.fill_null(0).to_numpy()
+    none = -(1 << 40)
+    wanted64 = np.full(len(one), none, dtype=np.int64)
+    wanted64[keys] = has.cast(pl.Int64).fill_null(none).to_numpy()
+    for a in range(0, len(key), _BLOCK):
+        k = key[a : a + _BLOCK]
+        got = phys.slice(a, _BLOCK)
+        if got.null_count():
+            same = np.array_equal(wanted64[k], got.cast(pl.Int64).fill_null(none).to_numpy())
+        else:
+            same = not (some_null and null[k].any()) and np.array_equal(wanted[k], got.to_numpy())
+        if not same:
+            return False
+    return True
 
 
 def _ranked_series_by_join(f: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray] | None:
@@ -655,11 +822,11 @@ def _breaks(perm: np.ndarray, limit: int | None = None) -> np.ndarray | None:
     count = 0
     for a in range(0, max(len(perm) - 1, 0), _BLOCK):
         p = perm[a : a + _BLOCK + 1]
-        got = np.flatnonzero(np.diff(p) != 1) + (a + 1)
-        count += len(got)
+        step = np.diff(p) != 1
+        count += int(np.count_nonzero(step))
         if limit is not None and count > limit:
-            return None
-        found.append(got)
+            return None  # (before the positions: an interleaved block's are nearly all rows)
+        found.append(np.flatnonzero(step) + (a + 1))
     return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 

@@ -288,3 +288,118 @@ def test_the_blockwise_breaks_are_the_whole_lengths(
             else:
                 np.testing.assert_array_equal(capped, want)  # type: ignore[arg-type]
         assert run_mod._few_runs(perm) == (len(want) < 1024 and len(perm) >= 4096 * (len(want) + 1))
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_an_interrupted_reorder_at_any_column_leaves_every_row(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # Interrupted while numpy scatters the plain columns, between the two, and while polars
+    # gathers the others. Seed 0 (steps in order) is put in view order at once: an
+    # interruption leaves the frame in record order. Seed 2 (steps that go back) is put in
+    # series order, then ordered further by step: an interruption of that second move leaves
+    # the rows in series order (every row kept, the view the same once built).
+    frame = _frame(seed)
+    drop = pl.DataFrame.drop
+    calls = {"n": 0, "fail_at": 1}
+
+    def failing_drop(self: pl.DataFrame, *a: object, **k: object) -> pl.DataFrame:
+        calls["n"] += 1
+        if calls["n"] == calls["fail_at"]:
+            raise MemoryError
+        return drop(self, *a, **k)  # type: ignore[arg-type]
+
+    while True:
+        run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+        calls["n"] = 0
+        monkeypatch.setattr(pl.DataFrame, "drop", failing_drop)
+        try:
+            run.view()
+        except MemoryError:
+            monkeypatch.setattr(pl.DataFrame, "drop", drop)
+            if seed == 0:
+                assert_frame_equal(run.frame, frame)
+            else:
+                assert_frame_equal(run.frame.sort("record_idx"), frame)
+            assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
+            calls["fail_at"] += 1
+            continue
+        monkeypatch.setattr(pl.DataFrame, "drop", drop)
+        assert_frame_equal(run.view(), _reference_view(frame), check_row_order=True)
+        break
+    assert calls["fail_at"] > 4  # (several columns moved each way)
+
+
+@pytest.mark.parametrize("block", [1, 5, 1 << 20])
+def test_the_reorder_equals_a_gather_of_every_column(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    # numpy's scatter (plain numbers), polars' gather (the rest) and the columns kept as they
+    # are (one value), against one gather of the whole frame
+    monkeypatch.setattr(run_mod, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    n = 400
+    value = rng.standard_normal(n)
+    value[[0, n - 1]] = np.nan  # NaN at both ends: not surely two values (gathered)
+    ints = pl.Series("ints", rng.integers(0, 9, n), dtype=pl.Int32)
+    frame = pl.DataFrame(
+        {
+            "source": ["jsonl"] * n,
+            "tag": rng.choice(["a", "b", "c"], n),
+            "step": np.arange(n) // 3,
+            "value": value,
+            "wall_time": rng.standard_normal(n),
+            "ints": ints,
+            "nullable": pl.Series(rng.integers(0, 5, n), dtype=pl.Int16).set(
+                pl.Series(rng.random(n) < 0.3), None
+            ),
+            "small": rng.integers(-3, 3, n).astype(np.int8),
+        }
+    ).with_columns(
+        pl.col("source", "tag").cast(pl.Categorical),
+        pl.lit(2.5).alias("constant"),  # a constant column (kept as one value)
+        pl.lit(-0.0).alias("zero"),
+    )
+    # a column of two chunks (numpy would copy it: gathered)
+    frame = frame.with_columns(pl.concat([ints.slice(0, 100), ints.slice(100)], rechunk=False))
+    assert frame.get_column("ints").n_chunks() == 2
+    order = rng.permutation(n).astype(np.uint32)
+    want = frame[order.astype(np.int64)]
+    run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+    scattered: list[str] = []
+    real = run_mod._scatter
+
+    def scatter(col: pl.Series, dest: np.ndarray) -> pl.Series:
+        scattered.append(col.name)
+        return real(col, dest)
+
+    monkeypatch.setattr(run_mod, "_scatter", scatter)
+    run._reorder(run_mod.ViewPlan(order.copy(), n, None, None))
+    assert sorted(scattered) == ["small", "step", "wall_time"]
+    assert run.frame.schema == frame.schema
+    assert_frame_equal(run.frame, want)
+    for name in ("value", "zero"):  # bit for bit (NaN, the sign of zero)
+        got = run.frame.get_column(name).to_numpy().view(np.uint64)
+        np.testing.assert_array_equal(got, want.get_column(name).to_numpy().view(np.uint64))
+    inverse = run_mod._inverse(order)
+    np.testing.assert_array_equal(inverse, np.argsort(order))
+    assert inverse.dtype == order.dtype
+
+
+def test_the_deferred_plan_settled_on_the_moved_rows_is_the_plain_plan() -> None:
+    # Run.view orders by series, then reads steps, metrics and layers from the moved rows
+    # (_settle), ordering further when they ask for it; the frame, view and index are the
+    # ones of the plain plan made on the frame in record order.
+    for seed in range(0, 140, 3):
+        frame = _frame(seed)
+        plain = run_mod.view_plan(frame)
+        want_frame = frame if plain.order is None else frame[plain.order.astype(np.int64)]
+        want_view, want_index = run_mod.view_and_index(frame)
+        run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+        assert_frame_equal(run.view(), want_view, check_row_order=True)
+        assert_frame_equal(run.frame, want_frame, check_row_order=True)
+        if want_index is None:
+            assert run._index is None
+        else:
+            assert run._index is not None
+            assert_frame_equal(run._index, want_index, check_row_order=True)

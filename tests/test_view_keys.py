@@ -77,3 +77,70 @@ def test_the_reorder_keeps_one_value_columns_and_gathers_the_rest() -> None:
     run = run_mod.Run(name="t", path=Path("."), format="jsonl", frame=frame)
     run.view()
     assert_frame_equal(run.frame, want)
+
+
+def _plain_function_of_key(col, key: np.ndarray, one: np.ndarray) -> bool:  # type: ignore[no-untyped-def]
+    import polars as pl
+
+    return bool(col.eq_missing(col.gather(pl.Series(one[key].astype(np.int64)))).all())
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 20])
+def test_the_series_value_check_equals_the_plain_gather(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    # metric (categorical codes, nulls for unknown tags) and layer (Int16, null for the
+    # scalar series) checked against each series' last row, as _ranked_series does
+    import polars as pl
+
+    monkeypatch.setattr(run_mod, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    names = ["loss", "lr", None, "grad_norm_layer", "x"]
+    for n, k in [(1, 1), (7, 2), (500, 5), (3000, 40)]:
+        for trial in range(6):
+            key = rng.integers(0, k, n).astype(np.uint32)
+            metric = [names[int(t) % len(names)] for t in key]
+            layer = [None if int(t) % 3 else int(t) - 20 for t in key]  # negative layers too
+            if trial % 2 and n > 1:  # one row disagrees with its series
+                i = int(rng.integers(0, n))
+                metric[i] = "other" if trial % 4 == 1 else None
+                layer[i] = 5 if layer[i] is None else None
+            one = np.full(k, np.iinfo(np.uint32).max, dtype=np.uint32)
+            one[key] = np.arange(n, dtype=np.uint32)
+            keys = np.flatnonzero(one != np.iinfo(np.uint32).max)
+            cols = [
+                pl.Series(metric, dtype=pl.Categorical),
+                pl.Series(metric, dtype=pl.String),  # a frame outside the canonical schema
+                pl.Series(layer, dtype=pl.Int16),
+                pl.Series(layer, dtype=pl.Int64),
+            ]
+            for col in cols:
+                got = run_mod._function_of_key(col, key, one, keys)
+                assert got == _plain_function_of_key(col, key, one), (n, k, trial, col.dtype)
+
+
+def test_the_blockwise_counts_and_rank_widths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_mod, "_BLOCK", 7)
+    rng = np.random.default_rng(1)
+    for n, k in [(0, 3), (5, 1), (1000, 300)]:
+        rank = rng.integers(0, k, n).astype(np.uint16)
+        np.testing.assert_array_equal(
+            run_mod._counts(rank, k), np.bincount(rank.astype(np.int64), minlength=k)
+        )
+    assert run_mod._rank_dtype(256) == np.uint8 and run_mod._rank_dtype(257) == np.uint16
+    assert run_mod._rank_dtype(1 << 16) == np.uint16 and run_mod._rank_dtype(70_000) == np.uint32
+
+
+def test_last_of_key_on_rows_in_order_takes_no_order() -> None:
+    rng = np.random.default_rng(11)
+    for n, k in [(1, 1), (10, 3), (5000, 40)]:
+        rank = np.sort(rng.integers(0, k, n)).astype(np.uint16)
+        steps = rng.integers(0, n, n)
+        steps = steps[np.lexsort((steps, rank))] if n % 2 else steps
+        totals = np.bincount(rank, minlength=k)
+        ident = np.arange(n, dtype=np.uint32)
+        got = run_mod._last_of_key(None, steps, totals)
+        want = run_mod._last_of_key(ident, steps, totals)
+        assert got[2] == want[2]
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
