@@ -346,7 +346,15 @@ def _json_text(doc: object) -> str:
 
 
 def _echo_json(doc: dict) -> None:
-    typer.echo(_json_text(doc))
+    """``typer.echo(_json_text(doc))`` without the whole text as one string (and echo's
+    copies of it: 22 MB each for a 1M-step run). The text is ASCII with every control
+    character escaped, so echo's removal of terminal colour codes would change nothing."""
+    from forensics.outputs.json_text import write_indented
+
+    out = sys.stdout
+    write_indented(doc, out)
+    out.write("\n")
+    out.flush()
 
 
 def _to_stdout(draw: Callable[[Console], None]) -> None:

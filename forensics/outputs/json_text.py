@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import json
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, TextIO
 
 _INDENT = "  "
 
@@ -26,33 +26,51 @@ class _Fallback(Exception):
 
 def dumps_indented(doc: Any) -> str:
     """``json.dumps(doc, indent=2, allow_nan=False)``."""
-    out = _Pieces()
+    return "".join(_parts(doc))
+
+
+def write_indented(doc: Any, out: TextIO) -> None:
+    """``out.write(json.dumps(doc, indent=2, allow_nan=False))`` in parts of about 100 kB:
+    the whole text (22 MB for a 1M-step run) is never made as one string, nor copied by the
+    writer. Nothing is written when the document cannot be encoded (its error is raised)."""
+    for part in _parts(doc):
+        out.write(part)
+
+
+def _parts(doc: Any) -> list[str]:
+    """The document's text in consecutive parts."""
+    pieces = _Pieces()
     try:
-        _write(doc, 0, out, set())
+        _write(doc, 0, pieces, set())
     except (_Fallback, RecursionError):
-        return json.dumps(doc, indent=2, allow_nan=False)
-    return out.text()
+        del pieces
+        # (streamed into a buffer: ``dumps`` would hold every piece in a list at once)
+        buf = io.StringIO()
+        for chunk in json.JSONEncoder(indent=2, allow_nan=False).iterencode(doc):
+            buf.write(chunk)
+        return [buf.getvalue()]
+    return pieces.done()
 
 
 class _Pieces(list[str]):
-    """The text's pieces, joined into a buffer every few thousand: a list of every piece of a
+    """The text's pieces, joined into a part every few thousand: a list of every piece of a
     22 MB document would hold about two million small strings (over 100 MB) at once."""
 
     _EVERY = 1 << 14
 
     def __init__(self) -> None:
         super().__init__()
-        self.buf = io.StringIO()
+        self.parts: list[str] = []
 
     def flush(self) -> None:
         if len(self) >= self._EVERY:
-            self.buf.write("".join(self))
+            self.parts.append("".join(self))
             self.clear()
 
-    def text(self) -> str:
-        self.buf.write("".join(self))
+    def done(self) -> list[str]:
+        self.parts.append("".join(self))
         self.clear()
-        return self.buf.getvalue()
+        return self.parts
 
 
 _float_repr = float.__repr__
@@ -78,7 +96,17 @@ def _scalar(o: Any) -> str | None:
         return _float_repr(o)
     if t is dict or t is list or t is tuple:
         return None
-    raise _Fallback  # a subclass or another type: the standard encoder's rules
+    # Subclasses (a str-valued Enum such as a spike's classification, an IntEnum), in the
+    # standard encoder's order: a string's characters, an integer's or a float's own repr.
+    if isinstance(o, str):
+        return encode_basestring_ascii(o)
+    if isinstance(o, int):
+        return _int_repr(o)
+    if isinstance(o, float):
+        if o != o or o in (float("inf"), float("-inf")):
+            raise _Fallback
+        return _float_repr(o)
+    raise _Fallback  # another type (or a container subclass): the standard encoder's rules
 
 
 def _write(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
@@ -99,7 +127,7 @@ def _write(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
         out.append("{" + inner)
         first = True
         for k, v in o.items():
-            if type(k) is not str:
+            if not isinstance(k, str):
                 raise _Fallback  # (keys of other types are converted by the standard rules)
             if not first:
                 out.append(sep)
