@@ -331,10 +331,17 @@ class _Facts:
             return None
         return sched.segments[bisect_left(ends, step)].kind
 
+    def schedule_event(self, lo: int, hi: int) -> tuple[int, str] | None:
+        """The largest (step, what) of the schedule's events with ``lo <= step <= hi``: the
+        last of them in sorted order, found by binary searches (None if there is none)."""
+        events, steps = self._schedule_events
+        last = bisect_right(steps, hi)
+        return events[last - 1] if last > bisect_left(steps, lo) else None
+
     @cached_property
-    def schedule_events(self) -> tuple[list[tuple[int, str]], list[int]]:
+    def _schedule_events(self) -> tuple[list[tuple[int, str]], list[int]]:
         """The warm-up end, LR restarts and step drops and cooldown starts as (step, what),
-        sorted (the last one in a window is the window's largest), and their steps."""
+        sorted, and their steps."""
         ev, sched = self.ev, self.ev.schedule
         events: list[tuple[int, str]] = []
         if ev.warmup_end is not None:
@@ -455,12 +462,10 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
     onset = f.start_step
     if f.kind is FindingKind.PERIODIC_SPIKES:
         return _restart_period(x.ev, f)
-    events, steps = x.schedule_events
     reach = x.schedule_near
-    # The largest event within [onset - reach, onset + 1]: the last of them in sorted order.
-    last = bisect_right(steps, onset + 1)
-    if last > bisect_left(steps, onset - reach):
-        s, t = events[last - 1]
+    event = x.schedule_event(onset - reach, onset + 1)
+    if event is not None:
+        s, t = event
         lag = onset - s
         when = "at the onset" if lag <= 0 else f"{lag:,} steps before the onset at step {onset:,}"
         return Cause("lr_schedule", SUPPORTED, f"{t} at step {s:,}, {when}", (s,), anchor=s)
