@@ -291,14 +291,20 @@ class _Facts:
 
     def __init__(self, ev: Evidence, findings: Sequence[Finding]) -> None:
         self.ev = ev
-        self.near = _near(ev)
-        self.schedule_near = _near(ev, SCHEDULE_NEAR_STEPS)
         self.restarts = [g for g in findings if g.kind is FindingKind.RESTART]
         self.outliers = [g for g in findings if g.kind is FindingKind.ACTIVATION_OUTLIER]
         self.drifts = [g for g in findings if g.kind is FindingKind.GRAD_NORM_DRIFT]
         self.stalls = [g for g in findings if g.kind is FindingKind.STALL]
         self.val_shifts = [g for g in findings if g.kind is FindingKind.VAL_SHIFT]
         self._spikes: dict[str, tuple[list[int], list[Any]]] = {}
+
+    @cached_property
+    def near(self) -> int:
+        return _near(self.ev)
+
+    @cached_property
+    def schedule_near(self) -> int:
+        return _near(self.ev, SCHEDULE_NEAR_STEPS)
 
     @cached_property
     def has_loss(self) -> bool:
