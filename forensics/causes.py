@@ -27,14 +27,17 @@ Nothing here recomputes a baseline, a spike or a schedule: it reads the evidence
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from forensics.evidence.spike_context import Overlaps
 from forensics.findings import DYNAMICS, Finding, FindingKind, Severity, scale_text
+from forensics.prescriptions import TABLE
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, VAL_LOSS
 
 if TYPE_CHECKING:
@@ -169,7 +172,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Cause:
     """One hypothesis about a finding (or an incident), tested against the log.
 
@@ -191,12 +194,30 @@ class Cause:
     # The control input's step and size (for a timeline's first mover); not serialised.
     anchor: int | None = field(default=None, compare=False)
 
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"unknown cause status {self.status!r}")
-        if not self.text:
-            object.__setattr__(self, "text", CAUSES.get(self.cause, self.cause))
-        object.__setattr__(self, "steps", tuple(map(int, self.steps)))
+    def __init__(
+        self,
+        cause: str,
+        status: str,
+        evidence: str,
+        steps: Iterable[Any] = (),
+        text: str = "",
+        consequence_of: str | None = None,
+        anchor: int | None = None,
+    ) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown cause status {status!r}")
+        # Written into the instance's dict: the frozen class refuses setattr, and the generated
+        # __init__'s object.__setattr__ per field costs as much as a cause's test (dozens of
+        # thousands of causes on a long run).
+        self.__dict__.update(
+            cause=cause,
+            status=status,
+            evidence=evidence,
+            steps=tuple(map(int, steps)),
+            text=text or CAUSES.get(cause, cause),
+            consequence_of=consequence_of,
+            anchor=anchor,
+        )
 
     @property
     def is_root(self) -> bool:
@@ -259,15 +280,137 @@ def _window(f: Finding) -> tuple[int, int]:
     return f.start_step, max(f.start_step, hi)
 
 
+class _Facts:
+    """What the tests read from one run, taken once for all its findings (thousands of spikes
+    ask the same questions of the same run): the reach of "near", which series are logged,
+    the evidence findings by kind, and indexes for the per-finding searches (the LR
+    schedule's events and segments, the loss-scale drops, the spikes by start).
+
+    Everything that reads the evidence is computed on first use, as the plain tests did.
+    """
+
+    def __init__(self, ev: Evidence, findings: Sequence[Finding]) -> None:
+        self.ev = ev
+        self.restarts = [g for g in findings if g.kind is FindingKind.RESTART]
+        self.outliers = [g for g in findings if g.kind is FindingKind.ACTIVATION_OUTLIER]
+        self.drifts = [g for g in findings if g.kind is FindingKind.GRAD_NORM_DRIFT]
+        self.stalls = [g for g in findings if g.kind is FindingKind.STALL]
+        self.val_shifts = [g for g in findings if g.kind is FindingKind.VAL_SHIFT]
+        self._spikes: dict[str, tuple[list[int], list[Any]]] = {}
+
+    @cached_property
+    def near(self) -> int:
+        return _near(self.ev)
+
+    @cached_property
+    def schedule_near(self) -> int:
+        return _near(self.ev, SCHEDULE_NEAR_STEPS)
+
+    @cached_property
+    def has_loss(self) -> bool:
+        return self.ev.has(LOSS)
+
+    @cached_property
+    def has_grad_norm(self) -> bool:
+        return self.ev.has(GRAD_NORM)
+
+    @cached_property
+    def has_activations(self) -> bool:
+        return any(self.ev.has(m) for m in ("act_absmax", "act_std", "act_mean"))
+
+    @cached_property
+    def unexplained(self) -> list[Any]:
+        return self.ev.schedule.unexplained
+
+    @cached_property
+    def _segment_ends(self) -> list[int] | None:
+        """The schedule's segments' last steps, None if they are not in order."""
+        ends = [seg.end_step for seg in self.ev.schedule.segments]
+        return ends if all(a <= b for a, b in zip(ends, ends[1:], strict=False)) else None
+
+    def phase_at(self, step: int) -> str | None:
+        """``Schedule.phase_at`` by a binary search over the segments' ends."""
+        sched, ends = self.ev.schedule, self._segment_ends
+        if ends is None:
+            return sched.phase_at(step)
+        if not ends or step < sched.segments[0].start_step or step > ends[-1]:
+            return None
+        return sched.segments[bisect_left(ends, step)].kind
+
+    def schedule_event(self, lo: int, hi: int) -> tuple[int, str] | None:
+        """The largest (step, what) of the schedule's events with ``lo <= step <= hi``: the
+        last of them in sorted order, found by binary searches (None if there is none)."""
+        events, steps = self._schedule_events
+        last = bisect_right(steps, hi)
+        return events[last - 1] if last > bisect_left(steps, lo) else None
+
+    @cached_property
+    def _schedule_events(self) -> tuple[list[tuple[int, str]], list[int]]:
+        """The warm-up end, LR restarts and step drops and cooldown starts as (step, what),
+        sorted, and their steps."""
+        ev, sched = self.ev, self.ev.schedule
+        events: list[tuple[int, str]] = []
+        if ev.warmup_end is not None:
+            events.append((int(ev.warmup_end), "the warm-up ended"))
+        for c in sched.changes:
+            if c.kind in ("restart", "step_drop"):
+                word = "restarted" if c.kind == "restart" else "dropped a step"
+                events.append((c.step, f"the LR {word} ({_g(c.lr_before)} -> {_g(c.lr_after)})"))
+        for seg in sched.segments:
+            if seg.kind == "cooldown":
+                events.append((seg.start_step, "the cooldown began"))
+        events.sort()
+        return events, [s for s, _ in events]
+
+    @cached_property
+    def has_loss_scale(self) -> bool:
+        return self.ev.has(LOSS_SCALE)
+
+    @cached_property
+    def drops(self) -> Overlaps:
+        """Whether a loss-scale drop window meets a step window (a binary search)."""
+        return Overlaps(self.ev.drop_windows)
+
+    @cached_property
+    def restarts_listed(self) -> str:
+        if not self.restarts:
+            return ""
+        return " (restarts at " + ", ".join(f"{g.start_step:,}" for g in self.restarts[:5]) + ")"
+
+    def spikes_by_start(self, metric: str) -> tuple[list[int], list[Any]]:
+        """The evidence's spikes of ``metric`` sorted by start, and their starts."""
+        if metric not in self._spikes:
+            spikes = sorted(self.ev.spikes(metric), key=lambda s: s.start_step)
+            self._spikes[metric] = ([int(s.start_step) for s in spikes], spikes)
+        return self._spikes[metric]
+
+
+# Causes whose evidence names no step: the same for every finding they are tested for.
+_NO_LR = "no learning rate in the log"
+_LR_CHANGE_UNTESTED = Cause("lr_change", UNTESTED, _NO_LR)
+_LR_SCHEDULE_UNTESTED = Cause("lr_schedule", UNTESTED, _NO_LR)
+_OVERFLOW_UNTESTED = Cause(
+    "loss_scale_overflow", UNTESTED, "no loss scale in the log (bf16 or fp32?)"
+)
+_BAD_BATCH_UNTESTED = Cause("bad_batch", UNTESTED, "no training loss in the log")
+_SHARED_DATA = Cause(
+    "shared_data",
+    UNTESTED,
+    "one run cannot tell: compare the same steps in runs with other seeds on the same data order",
+)
+_ACTIVATIONS_UNTESTED = Cause("activations", UNTESTED, "no activation statistics in the log")
+_CLIMB_UNTESTED = Cause("grad_norm_climb", UNTESTED, "no grad norm in the log")
+
+
 # -- the hypotheses -----------------------------------------------------------------------------
-def _lr_change(ev: Evidence, f: Finding) -> Cause:
-    sched = ev.schedule
+def _lr_change(x: _Facts, f: Finding) -> Cause:
+    sched = x.ev.schedule
     if sched.empty:
-        return Cause("lr_change", UNTESTED, "no learning rate in the log")
+        return _LR_CHANGE_UNTESTED
     onset = f.start_step
-    for seg in sched.unexplained:
+    for seg in x.unexplained:
         # Going on at the onset, or ended at most NEAR_STEPS before it.
-        if seg.start_step <= onset + 1 and seg.end_step >= onset - _near(ev):
+        if seg.start_step <= onset + 1 and seg.end_step >= onset - x.near:
             before = seg.lr_before
             jumps = [
                 c
@@ -308,8 +451,8 @@ def _lr_change(ev: Evidence, f: Finding) -> Cause:
                 (seg.start_step, seg.end_step),
                 anchor=seg.start_step,
             )
-    later = [s for s in sched.unexplained if s.start_step > onset + 1]
-    phase = sched.phase_at(onset)
+    later = [s for s in x.unexplained if s.start_step > onset + 1]
+    phase = x.phase_at(onset)
     text = (
         f"the logged LR follows its schedule ({phase or 'outside the logged LR'}) at step "
         f"{onset:,} (a parameter group's own LR is not in the log)"
@@ -319,31 +462,20 @@ def _lr_change(ev: Evidence, f: Finding) -> Cause:
     return Cause("lr_change", CONTRADICTED, text, (onset,))
 
 
-def _lr_schedule(ev: Evidence, f: Finding) -> Cause:
-    sched = ev.schedule
-    if sched.empty:
-        return Cause("lr_schedule", UNTESTED, "no learning rate in the log")
+def _lr_schedule(x: _Facts, f: Finding) -> Cause:
+    if x.ev.schedule.empty:
+        return _LR_SCHEDULE_UNTESTED
     onset = f.start_step
     if f.kind is FindingKind.PERIODIC_SPIKES:
-        return _restart_period(ev, f)
-    events: list[tuple[int, str]] = []
-    if ev.warmup_end is not None:
-        events.append((int(ev.warmup_end), "the warm-up ended"))
-    for c in sched.changes:
-        if c.kind in ("restart", "step_drop"):
-            word = "restarted" if c.kind == "restart" else "dropped a step"
-            events.append((c.step, f"the LR {word} ({_g(c.lr_before)} -> {_g(c.lr_after)})"))
-    for seg in sched.segments:
-        if seg.kind == "cooldown":
-            events.append((seg.start_step, "the cooldown began"))
-    reach = _near(ev, SCHEDULE_NEAR_STEPS)
-    near = [(s, t) for s, t in events if onset - reach <= s <= onset + 1]
-    if near:
-        s, t = max(near)
+        return _restart_period(x.ev, f)
+    reach = x.schedule_near
+    event = x.schedule_event(onset - reach, onset + 1)
+    if event is not None:
+        s, t = event
         lag = onset - s
         when = "at the onset" if lag <= 0 else f"{lag:,} steps before the onset at step {onset:,}"
         return Cause("lr_schedule", SUPPORTED, f"{t} at step {s:,}, {when}", (s,), anchor=s)
-    phase = sched.phase_at(onset)
+    phase = x.phase_at(onset)
     return Cause(
         "lr_schedule",
         CONTRADICTED,
@@ -383,11 +515,10 @@ def _restart_period(ev: Evidence, f: Finding) -> Cause:
     )
 
 
-def _resume(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+def _resume(x: _Facts, f: Finding) -> Cause:
     onset = f.start_step
-    restarts = [g for g in findings if g.kind is FindingKind.RESTART]
-    reach = _near(ev)
-    near = [g for g in restarts if onset - reach <= g.start_step <= onset + 1]
+    reach = x.near
+    near = [g for g in x.restarts if onset - reach <= g.start_step <= onset + 1]
     if near:
         g = near[-1]
         lag = onset - g.start_step
@@ -400,18 +531,18 @@ def _resume(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
             anchor=g.start_step,
         )
     text = f"no restart in the log within {reach:,} steps before step {onset:,}"
-    if restarts:
-        text += " (restarts at " + ", ".join(f"{g.start_step:,}" for g in restarts[:5]) + ")"
-    return Cause("resume", CONTRADICTED, text, (onset,))
+    return Cause("resume", CONTRADICTED, text + x.restarts_listed, (onset,))
 
 
-def _overflow(ev: Evidence, f: Finding) -> Cause:
-    if not ev.has(LOSS_SCALE) and len(ev.drop_windows) == 0:
-        return Cause("loss_scale_overflow", UNTESTED, "no loss scale in the log (bf16 or fp32?)")
+def _overflow(x: _Facts, f: Finding) -> Cause:
+    ev = x.ev
+    if not x.has_loss_scale and len(ev.drop_windows) == 0:
+        return _OVERFLOW_UNTESTED
     # In the same steps: from just before the onset to the peak, at most OVERFLOW_STEPS on.
     lo, hi = _window(f)
     hi = min(hi, lo + OVERFLOW_STEPS)
-    w = ev.drop_windows
+    # The windows meeting (lo - 1, hi + 1): a binary search tells whether there are any.
+    w = ev.drop_windows if x.drops(lo - 1, hi + 1) else ev.drop_windows[:0]
     hit = w[(w[:, 0] < hi + 1) & (w[:, 1] > lo - 1)] if len(w) else w
     if len(hit) and (hit[:, 1] <= hi + 1).any():
         hit = hit[hit[:, 1] <= hi + 1]  # a drop seen later between sparse points is not "same"
@@ -445,33 +576,24 @@ def _overflow(ev: Evidence, f: Finding) -> Cause:
     )
 
 
-_SPIKE_INDEX: WeakKeyDictionary[Evidence, dict[str, tuple[np.ndarray, list[Any]]]] = (
-    WeakKeyDictionary()
-)
-
-
-def _spike_at(ev: Evidence, metric: str, lo: int, hi: int) -> Any:
+def _spike_at(x: _Facts, metric: str, lo: int, hi: int) -> Any:
     """The first spike of ``metric`` whose rise meets ``[lo - 1, hi + 1]`` (None if none)."""
-    per = _SPIKE_INDEX.setdefault(ev, {})
-    if metric not in per:
-        spikes = sorted(ev.spikes(metric), key=lambda s: s.start_step)
-        per[metric] = (np.array([s.start_step for s in spikes], dtype=np.int64), spikes)
-    starts, spikes = per[metric]
+    starts, spikes = x.spikes_by_start(metric)
     # Spikes are short next to the gaps between them: look back from the last start <= hi + 1.
-    i = int(np.searchsorted(starts, hi + 1, side="right"))
+    i = bisect_right(starts, hi + 1)
     for sp in spikes[max(0, i - 8) : i]:
         if sp.peak_step >= lo - 1:
             return sp
     return None
 
 
-def _bad_batch_recurring(ev: Evidence, f: Finding) -> Cause:
+def _bad_batch_recurring(x: _Facts, f: Finding) -> Cause:
     """Periodic spikes: is each spike a bad batch (short, recovered)?"""
     raw = f.measures.get("spike_steps")
     steps = [int(x) for x in str(raw).split(",") if x.strip()] if raw else []
     if not steps:
         return Cause("bad_batch", UNTESTED, "the finding names no spike steps", (f.start_step,))
-    tested = [_bad_batch_at(ev, s, s) for s in steps]
+    tested = [_bad_batch_at(x, s, s) for s in steps]
     ok = [s for s, c in zip(steps, tested, strict=True) if c.status == SUPPORTED]
     listed = ", ".join(f"{s:,}" for s in ok[:8]) + (" ..." if len(ok) > 8 else "")
     if len(ok) * 2 > len(steps):
@@ -490,17 +612,18 @@ def _bad_batch_recurring(ev: Evidence, f: Finding) -> Cause:
     )
 
 
-def _bad_batch(ev: Evidence, f: Finding) -> Cause:
-    if not ev.has(LOSS):
-        return Cause("bad_batch", UNTESTED, "no training loss in the log")
+def _bad_batch(x: _Facts, f: Finding) -> Cause:
+    if not x.has_loss:
+        return _BAD_BATCH_UNTESTED
     if f.kind is FindingKind.PERIODIC_SPIKES:
-        return _bad_batch_recurring(ev, f)
+        return _bad_batch_recurring(x, f)
     lo, hi = _window(f)
-    return _bad_batch_at(ev, lo, hi)
+    return _bad_batch_at(x, lo, hi)
 
 
-def _bad_batch_at(ev: Evidence, lo: int, hi: int) -> Cause:
-    sp = _spike_at(ev, LOSS, lo, hi)
+def _bad_batch_at(x: _Facts, lo: int, hi: int) -> Cause:
+    ev = x.ev
+    sp = _spike_at(x, LOSS, lo, hi)
     if sp is None:
         return Cause(
             "bad_batch",
@@ -535,8 +658,8 @@ def _bad_batch_at(ev: Evidence, lo: int, hi: int) -> Cause:
             (sp.start_step, sp.end_step),
         )
     gtext = ""
-    if ev.has(GRAD_NORM):
-        gs = _spike_at(ev, GRAD_NORM, sp.start_step, sp.peak_step)
+    if x.has_grad_norm:
+        gs = _spike_at(x, GRAD_NORM, sp.start_step, sp.peak_step)
         logged = ev.logged(GRAD_NORM)
         at = logged.values[logged.steps == sp.peak_step]
         if gs is not None:
@@ -562,15 +685,6 @@ def _bad_batch_at(ev: Evidence, lo: int, hi: int) -> Cause:
     )
 
 
-def _shared_data() -> Cause:
-    return Cause(
-        "shared_data",
-        UNTESTED,
-        "one run cannot tell: compare the same steps in runs with other seeds on the same "
-        "data order",
-    )
-
-
 def _outlier_start_and_layers(outs: Sequence[Finding]) -> tuple[int, str]:
     """The first onset of activation outliers and " in layer(s) ..." (empty without layers)."""
     layers = sorted({int(v) for g in outs if isinstance(v := g.measures.get("layer"), int)})
@@ -578,13 +692,12 @@ def _outlier_start_and_layers(outs: Sequence[Finding]) -> tuple[int, str]:
     return min(g.start_step for g in outs), lay if layers else ""
 
 
-def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
-    near = _near(ev)
+def _activations(x: _Facts, f: Finding) -> Cause:
+    near = x.near
     covering = [
         g
-        for g in findings
-        if g.kind is FindingKind.ACTIVATION_OUTLIER
-        and g.start_step <= f.start_step + 1
+        for g in x.outliers
+        if g.start_step <= f.start_step + 1
         and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step - near
     ]
     # Only an outlier that began near this onset can be what changed here; one that has been
@@ -608,19 +721,19 @@ def _activations(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause
             "change at it",
             (first,),
         )
-    if any(ev.has(m) for m in ("act_absmax", "act_std", "act_mean")):
+    if x.has_activations:
         return Cause(
             "activations",
             CONTRADICTED,
             f"the logged activations stay in their range up to step {f.start_step:,}",
             (f.start_step,),
         )
-    return Cause("activations", UNTESTED, "no activation statistics in the log")
+    return _ACTIVATIONS_UNTESTED
 
 
-def _climb(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+def _climb(x: _Facts, f: Finding) -> Cause:
     """A grad-norm drift still going on at the onset (the article's 2.4: the climb comes first)."""
-    drifts = [g for g in findings if g.kind is FindingKind.GRAD_NORM_DRIFT and g is not f]
+    drifts = [g for g in x.drifts if g is not f]
     going = [
         g
         for g in drifts
@@ -645,8 +758,8 @@ def _climb(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
             f"the grad-norm drift the log shows is not going on at step {f.start_step:,}",
             (f.start_step,),
         )
-    if not ev.has(GRAD_NORM):
-        return Cause("grad_norm_climb", UNTESTED, "no grad norm in the log")
+    if not x.has_grad_norm:
+        return _CLIMB_UNTESTED
     return Cause(
         "grad_norm_climb",
         CONTRADICTED,
@@ -655,15 +768,13 @@ def _climb(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
     )
 
 
-def _eval_pause(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
+def _eval_pause(x: _Facts, f: Finding) -> Cause:
+    ev = x.ev
     lo, hi = f.start_step, f.end_step if f.end_step is not None else f.start_step
     stalls = [
         g
-        for g in findings
-        if g.kind is FindingKind.STALL
-        and g is not f
-        and g.start_step <= hi
-        and (g.end_step or g.start_step) >= lo - 1
+        for g in x.stalls
+        if g is not f and g.start_step <= hi and (g.end_step or g.start_step) >= lo - 1
     ]
     if stalls:
         g = stalls[0]
@@ -716,15 +827,11 @@ def _eval_pause(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
     )
 
 
-def _val_change(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
-    if not ev.has(VAL_LOSS):
+def _val_change(x: _Facts, f: Finding) -> Cause:
+    if not x.ev.has(VAL_LOSS):
         return Cause("val_set_change", UNTESTED, "no validation loss in the log")
     lo = f.start_step
-    shifts = [
-        g
-        for g in findings
-        if g.kind is FindingKind.VAL_SHIFT and g is not f and g.start_step <= lo + NEAR_STEPS
-    ]
+    shifts = [g for g in x.val_shifts if g is not f and g.start_step <= lo + NEAR_STEPS]
     if shifts:
         g = shifts[-1]
         return Cause(
@@ -744,6 +851,40 @@ def _val_change(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> Cause:
     )
 
 
+_TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
+    "lr_change": _lr_change,
+    "lr_schedule": _lr_schedule,
+    "resume": _resume,
+    "loss_scale_overflow": _overflow,
+    "bad_batch": _bad_batch,
+    "shared_data": lambda x, f: _SHARED_DATA,
+    "activations": _activations,
+    "grad_norm_climb": _climb,
+    "eval_pause": _eval_pause,
+    "val_set_change": _val_change,
+}
+
+
+def _article_causes(kind: FindingKind) -> list[tuple[str | None, Cause]]:
+    """The article's causes for a kind: each with the tested hypothesis that covers it (it is
+    then left out when that hypothesis was tested), as untested causes in its words."""
+    if kind not in _ARTICLE:
+        entry = TABLE.get(kind)
+        covered = _COVERED.get(kind, {})
+        _ARTICLE[kind] = [
+            (
+                covered.get(i),
+                Cause("article", UNTESTED, "no series in the log shows this", (), text.rstrip(".")),
+            )
+            for i, text in enumerate(entry.causes if entry else ())
+        ]
+    return _ARTICLE[kind]
+
+
+_ARTICLE: dict[FindingKind, list[tuple[str | None, Cause]]] = {}
+_ORDER = {SUPPORTED: 0, CONTRADICTED: 1, UNTESTED: 2}
+
+
 def find_causes(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> list[Cause]:
     """The causes of one finding, each tested against the evidence (supported ones first).
 
@@ -753,41 +894,14 @@ def find_causes(ev: Evidence, f: Finding, findings: Sequence[Finding]) -> list[C
         findings: the run's findings (restarts, stalls, activation outliers, grad-norm
             drifts and val_shifts are evidence for the others; other kinds are ignored).
     """
-    from forensics.prescriptions import TABLE
+    return _find_causes(_Facts(ev, findings), f)
 
-    out: list[Cause] = []
-    for name in _TESTS.get(f.kind, ()):
-        if name == "lr_change":
-            out.append(_lr_change(ev, f))
-        elif name == "lr_schedule":
-            out.append(_lr_schedule(ev, f))
-        elif name == "resume":
-            out.append(_resume(ev, f, findings))
-        elif name == "loss_scale_overflow":
-            out.append(_overflow(ev, f))
-        elif name == "bad_batch":
-            out.append(_bad_batch(ev, f))
-        elif name == "shared_data":
-            out.append(_shared_data())
-        elif name == "activations":
-            out.append(_activations(ev, f, findings))
-        elif name == "grad_norm_climb":
-            out.append(_climb(ev, f, findings))
-        elif name == "eval_pause":
-            out.append(_eval_pause(ev, f, findings))
-        elif name == "val_set_change":
-            out.append(_val_change(ev, f, findings))
-    out = _chain(out)
-    entry = TABLE.get(f.kind)
-    covered = _COVERED.get(f.kind, {})
-    for i, text in enumerate(entry.causes if entry else ()):
-        if i in covered and any(c.cause == covered[i] for c in out):
-            continue
-        out.append(
-            Cause("article", UNTESTED, "no series in the log shows this", (), text=text.rstrip("."))
-        )
-    order = {SUPPORTED: 0, CONTRADICTED: 1, UNTESTED: 2}
-    return sorted(out, key=lambda c: (order[c.status], c.consequence_of is not None))
+
+def _find_causes(x: _Facts, f: Finding) -> list[Cause]:
+    out = _chain([_TESTERS[name](x, f) for name in _TESTS.get(f.kind, ())])
+    tested = {c.cause for c in out}
+    out += [c for by, c in _article_causes(f.kind) if by is None or by not in tested]
+    return sorted(out, key=lambda c: (_ORDER[c.status], c.consequence_of is not None))
 
 
 def _chain(causes: list[Cause]) -> list[Cause]:
@@ -810,22 +924,10 @@ def _chain(causes: list[Cause]) -> list[Cause]:
     return out
 
 
-# The finding kinds that are evidence for other findings' causes.
-_EVIDENCE_KINDS = frozenset(
-    {
-        FindingKind.RESTART,
-        FindingKind.ACTIVATION_OUTLIER,
-        FindingKind.STALL,
-        FindingKind.GRAD_NORM_DRIFT,
-        FindingKind.VAL_SHIFT,
-    }
-)
-
-
 def causes_of(ev: Evidence, findings: Sequence[Finding]) -> list[list[Cause]]:
     """:func:`find_causes` for every finding, in the findings' order."""
-    related = [g for g in findings if g.kind in _EVIDENCE_KINDS]  # thousands of spikes: O(n)
-    return [find_causes(ev, f, related) for f in findings]
+    x = _Facts(ev, findings)  # (what every finding's tests read, once)
+    return [_find_causes(x, f) for f in findings]
 
 
 def supported_roots(causes: Iterable[Cause]) -> list[Cause]:

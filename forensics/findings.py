@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from forensics.measures import check_keys, declared
+
 
 class Severity(StrEnum):
     """The article's traffic lights: yellow = warning, orange = critical, red = fatal.
@@ -146,15 +148,21 @@ _AS_IS = frozenset({str, bool, int, type(None)})  # clean_measure returns these 
 
 def clean_measures(measures: Mapping[Any, Any]) -> dict[str, MeasureValue]:
     """``{str(k): clean_measure(v)}``: the plain Python values (most of them) decided by their
-    exact type without the call (thousands of findings per run, dozens of measures each)."""
-    out: dict[str, MeasureValue] = {}
-    for k, v in (measures if isinstance(measures, dict) else dict(measures)).items():
+    exact type without the call (thousands of findings per run, dozens of measures each). The
+    copy is made at once and only the values that change are written back."""
+    out = dict(measures)
+    other_keys = False
+    for k, v in out.items():
         t = type(v)
         if t is float:
-            v = v if math.isfinite(v) else None
+            if not math.isfinite(v):
+                out[k] = None
         elif t not in _AS_IS:
-            v = clean_measure(v)
-        out[k if type(k) is str else str(k)] = v
+            out[k] = clean_measure(v)
+        if type(k) is not str:
+            other_keys = True
+    if other_keys:
+        out = {k if type(k) is str else str(k): v for k, v in out.items()}
     return out
 
 
@@ -184,15 +192,13 @@ class Finding:
             object.__setattr__(self, "kind", FindingKind(self.kind))
         if type(self.severity) is not Severity:
             object.__setattr__(self, "severity", Severity(self.severity))
-        object.__setattr__(self, "start_step", int(self.start_step))
-        for name in ("peak_step", "end_step"):
+        for name in ("start_step", "peak_step", "end_step"):
             v = getattr(self, name)
-            if v is not None:
+            if type(v) is not int and (v is not None or name == "start_step"):
                 object.__setattr__(self, name, int(v))
         object.__setattr__(self, "measures", clean_measures(self.measures))
-        from forensics.measures import check_keys  # a renamed measure key fails loudly
-
-        check_keys(self.kind, self.measures)
+        if not declared(self.kind).keys() >= self.measures.keys():
+            check_keys(self.kind, self.measures)  # a renamed measure key fails loudly
         object.__setattr__(self, "judged_against", clean_measures(self.judged_against))
 
     def sort_key(self) -> tuple[int, int, str]:

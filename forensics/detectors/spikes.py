@@ -38,6 +38,8 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 import numpy as np
@@ -80,6 +82,23 @@ class _Judged:
         return self.spike.end_step
 
 
+class _Starts:
+    """Spikes by start step, for the ones whose start lies in ``[lo, hi]`` (in their given
+    order); every spike when a bound is not a finite number."""
+
+    def __init__(self, spikes: list[_Judged]) -> None:
+        self.spikes = spikes
+        self.order = sorted(range(len(spikes)), key=lambda i: spikes[i].start_step)
+        self.starts = [spikes[i].start_step for i in self.order]
+
+    def within(self, lo: float, hi: float) -> list[_Judged]:
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return self.spikes
+        a = bisect_left(self.starts, lo)
+        b = bisect_right(self.starts, hi)
+        return [self.spikes[i] for i in sorted(self.order[a:b])]
+
+
 class SpikeDetector:
     """loss_spike and grad_norm_spike: robust local detection, shape, classification, context."""
 
@@ -107,7 +126,8 @@ class SpikeDetector:
         self._link(loss, gn)
         band = ev.grad_norm_band if gn else None
         findings = [self._loss_finding(j) for j in loss]
-        findings += [self._gn_finding(j, band) for j in gn]
+        band_judged = band.judged() if band else {}  # (the same lines for every spike)
+        findings += [self._gn_finding(j, band, band_judged) for j in gn]
         return findings
 
     # -- co-occurrence ------------------------------------------------------------------
@@ -143,19 +163,25 @@ class SpikeDetector:
             m["cause"] = "numeric_overflow" if overflow else ("schedule_induced" if kink else None)
 
     def _link(self, loss: list[_Judged], gn: list[_Judged]) -> None:
-        """Pair each grad-norm spike with a loss spike that began within the lead window."""
+        """Pair each grad-norm spike with a loss spike that began within the lead window.
+
+        Thousands of grad-norm spikes against a few loss spikes: each test looks only at the
+        spikes whose start lies within its reach (binary searches over the starts), which are
+        the only ones the plain scan could accept, in the plain scan's order."""
         for g in gn:
             g.m["loss_response"] = False
             g.m["leads_loss_by_steps"] = None
+        gn_starts = _Starts(gn)
         for s in loss:
             s.m["grad_norm_lead_steps"] = None
             tol = s.spike.log_interval
+            lead_window = self.params.lead_window
             # A grad-norm spike leads a loss spike when the loss takes off while the grad norm is
             # still up (or within one logging interval of coming back), and not too long after.
             near = [
                 g
-                for g in gn
-                if -tol <= s.start_step - g.start_step <= self.params.lead_window
+                for g in gn_starts.within(s.start_step - lead_window, s.start_step + tol)
+                if -tol <= s.start_step - g.start_step <= lead_window
                 and s.start_step <= g.end_step + max(tol, g.spike.log_interval)
             ]
             if not near:
@@ -169,10 +195,15 @@ class SpikeDetector:
                 if s.m["cause"] is None:
                     s.m["cause"] = "grad_norm_led"
         # A loss spike at the same step as a grad-norm spike (lead 0) is still a response.
+        if not loss:
+            return
+        loss_starts = _Starts(loss)
+        reach = max(max(s.spike.log_interval, 1) for s in loss)
         for g in gn:
             if not g.m["loss_response"]:
                 g.m["loss_response"] = any(
-                    abs(s.start_step - g.start_step) <= max(s.spike.log_interval, 1) for s in loss
+                    abs(s.start_step - g.start_step) <= max(s.spike.log_interval, 1)
+                    for s in loss_starts.within(g.start_step - reach, g.start_step + reach)
                 )
 
     # -- findings -----------------------------------------------------------------------
@@ -225,7 +256,9 @@ class SpikeDetector:
             judged_against=self._judged(s),
         )
 
-    def _gn_finding(self, j: _Judged, band: Band | None) -> Finding:
+    def _gn_finding(
+        self, j: _Judged, band: Band | None, band_judged: dict[str, Any] | None = None
+    ) -> Finding:
         s, m = j.spike, j.m
         rec = m["recovery_steps"]
         transient_limit = max(self.params.transient_steps, 2 * s.log_interval)
@@ -292,7 +325,9 @@ class SpikeDetector:
             f"Grad-norm spike at step {s.peak_step:,}: {m['peak_value']:.4g} against a local "
             f"baseline of {m['baseline']:.4g} ({_height(m)}), {how}{lead}{_cause_text(m)}."
         )
-        judged: dict[str, Any] = dict(band.judged()) if band else {}
+        if band_judged is None:
+            band_judged = band.judged() if band else {}
+        judged: dict[str, Any] = dict(band_judged)
         judged.update(self._judged(s))
         judged["transient_limit_steps"] = transient_limit
         return Finding(

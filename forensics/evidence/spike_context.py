@@ -9,7 +9,7 @@ at the data pipeline or the job's own housekeeping).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,13 +46,16 @@ def lr_kinks(lr: Series, *, min_strength: float = 3.0, span_frac: float = 0.01) 
     length = float(t[-1] - t[0])
     if peak <= 0 or length <= 0:
         return []
-    k = max(3, int(round(span_frac * length / median_interval(t))))
+    interval = median_interval(t)
+    k = max(3, int(round(span_frac * length / interval)))
     k = min(k, max(1, (len(t) - 1) // 2))
-    idx = np.arange(k, len(t) - k)
-    if len(idx) == 0:
+    n = len(t) - 2 * k  # the points with k neighbours on each side: k .. len(t) - k - 1
+    if n <= 0:
         return []
-    before = (v[idx] - v[idx - k]) / (t[idx] - t[idx - k])
-    after = (v[idx + k] - v[idx]) / (t[idx + k] - t[idx])
+    # (Slices: the same differences as indexing with arange(k, len(t) - k), without the gathers.)
+    mid, lo, hi = slice(k, k + n), slice(0, n), slice(2 * k, 2 * k + n)
+    before = (v[mid] - v[lo]) / (t[mid] - t[lo])
+    after = (v[hi] - v[mid]) / (t[hi] - t[mid])
     strength = np.abs(after - before) * length / peak
     # A restart jumps up within one interval after the LR had come down from a higher value
     # (a coarse-logged warm-up also jumps up, but always from its running maximum).
@@ -62,15 +65,16 @@ def lr_kinks(lr: Series, *, min_strength: float = 3.0, span_frac: float = 0.01) 
     out: list[Kink] = []
     for j in jumps:
         out.append(Kink(int(t[j + 1]), "restart", float("inf")))
-    cand = idx[strength >= min_strength]
+    cand = np.flatnonzero(strength >= min_strength) + k
     # Keep the strongest point of each run of candidates (non-maximum suppression).
-    taken: list[int] = []
+    taken: list[int] = []  # sorted: is one within k of a candidate? (a binary search)
     for i in cand[np.argsort(-strength[cand - k])]:
-        if any(abs(i - j) <= k for j in taken):
+        at = bisect_left(taken, i - k)
+        if at < len(taken) and taken[at] <= i + k:
             continue
-        if any(abs(int(t[i]) - kk.step) <= k * median_interval(t) for kk in out):
+        if any(abs(int(t[i]) - kk.step) <= k * interval for kk in out):
             continue
-        taken.append(int(i))
+        insort(taken, int(i))
         b, a = before[i - k], after[i - k]
         if b > 0 and a <= b * 0.5:
             kind = "warmup_end"
