@@ -219,6 +219,11 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("layers", "Capture per-layer activation max/min around the drop to find the layer."),
         ),
         ROW_NAN,
+        variants={
+            "info": "No action: a dynamic loss scale starts high and halves until the gradients "
+            "fit fp16 (its calibration at the start), and an isolated halving or two later is "
+            "how it keeps them there. Act if drops repeat or the scale keeps falling.",
+        },
     ),
     FindingKind.OVERFITTING: Prescription(
         FindingKind.OVERFITTING,

@@ -126,3 +126,19 @@ def test_the_light_named_follows_the_severity(kind: FindingKind, severity: str) 
         assert text.startswith(f"{f.severity.light} light: ")
     else:
         assert not named, text
+
+
+def test_a_loss_scale_note_calls_for_no_action() -> None:
+    """The loss_scale_collapse sample's calibration cascade (steps 2-48, info) read 'check the
+    loss scale history ... move to bf16' beside 'the scaler calibrating at the start of
+    training'; a note says no action, the warning cascade keeps the treatment."""
+    from forensics.pipeline import analyze
+
+    root = Path(__file__).resolve().parents[1]
+    diag = analyze(root / "sample_runs" / "loss_scale_collapse")
+    drops = {f.severity.value: f for f in diag.findings if f.kind is FindingKind.LOSS_SCALE_DROP}
+    assert set(drops) == {"info", "warning"}
+    note, warning = prescribe(drops["info"]), prescribe(drops["warning"])
+    assert note.startswith("No action") and "bf16" not in note
+    assert "calibrating" in drops["info"].summary
+    assert warning.startswith("Yellow light: check the loss scale history") and "bf16" in warning
