@@ -256,3 +256,23 @@ def test_the_command_line_asks_polars_to_return_freed_memory_at_once() -> None:
     assert run(code, {**env, "_RJEM_MALLOC_CONF": "narenas:1"}) == "narenas:1"
     # polars sets its own defaults when it loads (500 ms / 1 s): they stay as they are.
     assert run("import polars\n" + code, env) == "dirty_decay_ms:500,muzzy_decay_ms:1000"
+
+
+def test_the_detecting_commands_collect_cycles_less_often() -> None:
+    """analyze, compare, sweep and watch raise the cyclic collector's first threshold (a long
+    run's thousands of findings set it off about 500 times); other commands keep Python's."""
+    import gc
+
+    code = (
+        "import gc, sys\n"
+        "from forensics import cli\n"
+        "cli._return_freed_memory(sys.argv[1])\n"
+        "print(gc.get_threshold()[0])\n"
+    )
+    run = lambda cmd: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code, cmd], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for cmd in ("analyze", "compare", "sweep", "watch"):
+        assert run(cmd) == "50000", cmd
+    for cmd in ("export", "metrics", "--help"):
+        assert run(cmd) == str(gc.get_threshold()[0]), cmd
