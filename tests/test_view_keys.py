@@ -96,7 +96,8 @@ def test_the_series_value_check_equals_the_plain_gather(
     monkeypatch.setattr(run_mod, "_BLOCK", block)
     rng = np.random.default_rng(block)
     names = ["loss", "lr", None, "grad_norm_layer", "x"]
-    for n, k in [(1, 1), (7, 2), (500, 5), (3000, 40)]:
+    # (one-row blocks: the small sizes only, a Python step per row)
+    for n, k in [(1, 1), (7, 2), (500, 5), (3000, 40)][: 3 if block == 1 else 4]:
         for trial in range(6):
             key = rng.integers(0, k, n).astype(np.uint32)
             metric = [names[int(t) % len(names)] for t in key]
