@@ -406,3 +406,23 @@ def test_a_damaged_memo_is_a_miss(tmp_path, cache_dir):
     (memo,) = (cache_dir / ".discovery").iterdir()
     memo.write_bytes(b"not a pickle")
     assert_frame_equal(read_run(run_dir).frame, first.frame)
+
+
+def test_a_link_to_the_same_folder_has_its_own_memo(tmp_path, cache_dir):
+    """The memo's sources name files under the path they were found through: a run read
+    through a link keeps the link's paths, never the other path's."""
+    run_dir = _megatron_log(tmp_path / "exp42")
+    link = tmp_path / "latest"
+    link.symlink_to(run_dir, target_is_directory=True)
+    from forensics import importers
+
+    first = read_run(run_dir)
+    read_run(link)
+    assert len(list((cache_dir / ".discovery").iterdir())) == 2
+    again = read_run(link)
+    assert str(again.path) == str(link)
+    assert_frame_equal(first.frame, again.frame)
+    (sources,) = importers._discovered(link, None).values()  # from the memo
+    assert all(str(f).startswith(str(link) + "/") for s in sources for f in s.files)
+    (sources,) = importers._discovered(run_dir, None).values()
+    assert all(str(f).startswith(str(run_dir) + "/") for s in sources for f in s.files)
