@@ -115,12 +115,8 @@ def key(
     newest = 0
     try:
         for s in sources:
-            claimed = [*s.files, *s.options.get("also_claims", [])]
-            stats = []
-            for f in claimed:
-                st = os.stat(f)
-                stats.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
-                newest = max(newest, st.st_mtime_ns)
+            stats, last = _file_stats([*s.files, *s.options.get("also_claims", [])])
+            newest = max(newest, last)
             opts = {k: v for k, v in s.options.items() if k != "also_claims"}
             files.append(
                 (s.importer, s.job, str(s.root), s.scope, repr(sorted(opts.items())), stats)
@@ -141,6 +137,18 @@ def key(
     )
     settled = time.time_ns() - newest > SETTLE_NS
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:40], settled
+
+
+def _file_stats(files: list[Path]) -> tuple[list[tuple[str, int, int, int]], int]:
+    """Each file's (name, size, modification time, inode) and the newest time (OSError when a
+    file cannot be stat'ed)."""
+    stats = []
+    newest = 0
+    for f in files:
+        st = os.stat(f)
+        stats.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
+        newest = max(newest, st.st_mtime_ns)
+    return stats, newest
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -372,13 +380,8 @@ def discovery_key(path: Path, files: list[Path]) -> tuple[str, bool] | None:
     or None when a file cannot be stat'ed."""
     import forensics
 
-    stats = []
-    newest = 0
     try:
-        for f in files:
-            st = os.stat(f)
-            stats.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
-            newest = max(newest, st.st_mtime_ns)
+        stats, newest = _file_stats(files)
         where = str(Path(path).resolve())
     except OSError:
         return None
@@ -405,19 +408,12 @@ def store_discovery(name: str, jobs: Any, run_path: Path) -> None:
     d = _usable_dir(run_path)
     if d is None:
         return
+    from forensics.atomic import write_atomic
+
     folder = d / _DISCOVERY
-    tmp: Path | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-        tmp = Path(tmp_name)
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(jobs, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, folder / name)
-        tmp = None
+        write_atomic(folder / name, pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL))
         os.utime(folder)  # (the eviction's least recently used order)
     except Exception:  # noqa: BLE001 - caching is an optimisation, never a failure
         pass
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)

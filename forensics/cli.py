@@ -1005,9 +1005,11 @@ _QUICK_EXIT = False
 def main() -> None:
     """The typer app's entry point (the console script reaches it through
     :func:`forensics.cli_quick.entry`, which runs a plain export first)."""
-    _return_freed_memory(sys.argv[1] if len(sys.argv) > 1 else None)
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    _return_freed_memory(command)
+    _collect_less(command)
     try:
-        with _only_command(sys.argv[1] if len(sys.argv) > 1 else None):
+        with _only_command(command):
             app()
     except SystemExit as exc:
         if _QUICK_EXIT and (exc.code is None or isinstance(exc.code, int)):
@@ -1031,6 +1033,9 @@ _DETECTING = frozenset({"analyze", "compare", "sweep", "watch"})
 def _return_freed_memory(command: str | None) -> None:
     if command in _DETECTING and "polars" not in sys.modules:
         os.environ.setdefault(*_POLARS_ALLOCATOR)
+
+
+def _collect_less(command: str | None) -> None:
     if command in _DETECTING:
         # Python's cyclic collector runs its youngest generation every 700 new objects: the
         # findings, causes and documents of a long run (thousands of each) set it off about

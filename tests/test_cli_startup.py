@@ -265,7 +265,7 @@ def test_the_detecting_commands_collect_cycles_less_often() -> None:
     code = (
         "import gc, sys\n"
         "from forensics import cli\n"
-        "cli._return_freed_memory(sys.argv[1])\n"
+        "cli._collect_less(sys.argv[1])\n"
         "print(gc.get_threshold()[0])\n"
     )
     run = lambda cmd: subprocess.run(  # noqa: E731

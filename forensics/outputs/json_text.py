@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+from itertools import repeat
 from json.encoder import encode_basestring_ascii
 from typing import Any, TextIO
 
@@ -91,9 +92,7 @@ def _scalar(o: Any) -> str | None:
     if t is int:
         return _int_repr(o)
     if t is float:
-        if o != o or o in (float("inf"), float("-inf")):
-            raise _Fallback  # (the standard encoder raises its own ValueError)
-        return _float_repr(o)
+        return _float_text(o)
     if t is dict or t is list or t is tuple:
         return None
     # Subclasses (a str-valued Enum such as a spike's classification, an IntEnum), in the
@@ -103,10 +102,14 @@ def _scalar(o: Any) -> str | None:
     if isinstance(o, int):
         return _int_repr(o)
     if isinstance(o, float):
-        if o != o or o in (float("inf"), float("-inf")):
-            raise _Fallback
-        return _float_repr(o)
+        return _float_text(o)
     raise _Fallback  # another type (or a container subclass): the standard encoder's rules
+
+
+def _float_text(o: float) -> str:
+    if o != o or o in (float("inf"), float("-inf")):
+        raise _Fallback  # (the standard encoder raises its own ValueError)
+    return _float_repr(o)
 
 
 def _write(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
@@ -114,8 +117,9 @@ def _write(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
     if s is not None:
         out.append(s)
         return
+    is_dict = type(o) is dict
     if not o:
-        out.append("{}" if type(o) is dict else "[]")
+        out.append("{}" if is_dict else "[]")
         return
     key = id(o)
     if key in seen:
@@ -123,36 +127,23 @@ def _write(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
     seen.add(key)
     inner = "\n" + _INDENT * (level + 1)
     sep = "," + inner
-    if type(o) is dict:
-        out.append("{" + inner)
-        first = True
-        for k, v in o.items():
+    out.append(("{" if is_dict else "[") + inner)
+    first = True
+    for k, v in o.items() if is_dict else zip(repeat(None), o):
+        if not first:
+            out.append(sep)
+        first = False
+        if is_dict:
             if not isinstance(k, str):
                 raise _Fallback  # (keys of other types are converted by the standard rules)
-            if not first:
-                out.append(sep)
-            first = False
             out.append(encode_basestring_ascii(k))
             out.append(": ")
-            vs = _scalar(v)
-            if vs is not None:
-                out.append(vs)
-            else:
-                _write(v, level + 1, out, seen)
-        out.append("\n" + _INDENT * level + "}")
-    else:
-        out.append("[" + inner)
-        first = True
-        for v in o:
-            if not first:
-                out.append(sep)
-            first = False
-            vs = _scalar(v)
-            if vs is not None:
-                out.append(vs)
-            else:
-                _write(v, level + 1, out, seen)
-        out.append("\n" + _INDENT * level + "]")
+        vs = _scalar(v)
+        if vs is not None:
+            out.append(vs)
+        else:
+            _write(v, level + 1, out, seen)
+    out.append("\n" + _INDENT * level + ("}" if is_dict else "]"))
     seen.discard(key)
     if level <= 2:  # (a finding, or a part of one: often enough to bound the pieces)
         out.flush()
