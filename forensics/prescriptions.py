@@ -95,9 +95,10 @@ TABLE: dict[FindingKind, Prescription] = {
         ),
         ROW_GRAD_DRIFT,
         variants={
-            "info": "No action: the climb stays inside what the decaying learning rate explains "
-            "(with weight decay the grad norm grows about as sqrt(lr_start / lr)). If a flat "
-            "grad norm matters, scale the weight decay with the learning rate (AdamC).",
+            "info": "No action: the grad norm's level now is under the warning line the "
+            "decaying learning rate sets (with weight decay the grad norm grows about as "
+            "sqrt(lr_start / lr)); earlier points may have crossed that line. If a flat grad "
+            "norm matters, scale the weight decay with the learning rate (AdamC).",
         },
     ),
     FindingKind.LAYER_GRAD_SHIFT: Prescription(

@@ -142,3 +142,19 @@ def test_a_loss_scale_note_calls_for_no_action() -> None:
     assert note.startswith("No action") and "bf16" not in note
     assert "calibrating" in drops["info"].summary
     assert warning.startswith("Yellow light: check the loss scale history") and "bf16" in warning
+
+
+def test_a_drift_note_names_the_level_now() -> None:
+    """The grad_norm_drift sample's grad norm rises above the moving warning line around steps
+    600-780 and is under it at the end; the rule judges the level now, so the note's
+    prescription must say that, not that the whole climb stayed inside the envelope."""
+    from forensics.pipeline import analyze
+
+    root = Path(__file__).resolve().parents[1]
+    diag = analyze(root / "sample_runs" / "grad_norm_drift")
+    (drift,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_DRIFT]
+    assert drift.severity.value == "info"
+    note = prescribe(drift)
+    assert note.startswith("No action") and "level now" in note
+    assert "stays inside" not in note
+    assert "level now" in drift.summary
