@@ -316,6 +316,8 @@ def find_spikes(ev, metric: str) -> list[Spike]:
         # The alarm line above the local baseline, in the score's units (log units for
         # positive series): the z threshold's noise band, at least the height ratio.
         alarm = max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * row["sigma"])
+        if log_scale and p.gross_ratio is not None:  # or the gross rule's line, if lower
+            alarm = min(alarm, max(float(np.log(p.gross_ratio)), p.z_gross * row["sigma"]))
         m = measure(
             steps,
             values,

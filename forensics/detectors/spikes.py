@@ -29,7 +29,8 @@ highest point, ``end_step`` the step it was back in the band (the last logged st
 The spikes come from the evidence (:meth:`forensics.evidence.Evidence.spikes`), found once
 with the configured parameters and shared with the periodicity and loss-scale detectors; this
 detector adds what happened around them and judges them. Each finding's ``judged_against``:
-the local baseline and the alarm line (``alarm_at``, with ``z_threshold`` and ``min_ratio``),
+the local baseline and the alarm line (``alarm_at``, with ``z_threshold`` and ``min_ratio``,
+or ``gross_ratio`` and ``z_gross`` where that rule's line is lower),
 the recovery limit (``recovery_limit_steps``), and for grad-norm spikes the run's grad-norm
 band (``baseline``, ``warn_at``, ``critical_at``) and ``transient_limit_steps``.
 
@@ -216,6 +217,8 @@ class SpikeDetector:
             "alarm_at": s.alarm_at,
             "z_threshold": search.z_threshold,
             "min_ratio": search.min_ratio,
+            "gross_ratio": search.gross_ratio,
+            "z_gross": search.z_gross,
             "recovery_limit_steps": self.params.recover_steps,
         }
 

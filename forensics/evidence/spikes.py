@@ -79,7 +79,8 @@ class Spike:
         end_step: where it was back in the band (the last logged step if never).
         measures: height, shape and recovery measures (a read-only mapping).
         alarm_at: the level the series had to pass at the peak to be flagged (the local
-            baseline times the larger of the height ratio and the z threshold's noise band).
+            baseline times the larger of the height ratio and the z threshold's noise band,
+            or the gross rule's line where that is lower: :func:`alarm_line`).
     """
 
     metric: str
@@ -141,12 +142,7 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     peaks = [e.peak for e in events]
     at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
     rows = [{c: at_peak[c][k] for c in _ROW} for k in range(len(events))]
-    # The alarm line above the local baseline, in the score's units (log units for positive
-    # series): the z threshold's noise band, at least the height ratio.
-    alarms = [
-        max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * row["sigma"])
-        for row in rows
-    ]
+    alarms = [alarm_line(p, row["sigma"], log_scale) for row in rows]
     shape_kw: dict[str, Any] = dict(
         log_scale=log_scale, p=p.shape, barriers=barriers, interval=shape_interval, xs=xs, ys=ys
     )
@@ -208,6 +204,18 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
 _ROW = ("value", "baseline", "sigma", "z", "two_sided")  # the score's columns a spike reads
 
 
+def alarm_line(p: SpikeSearch, sigma: float, log_scale: bool) -> float:
+    """The alarm line above the local baseline, in the score's units (log units for positive
+    series): the lowest excess :func:`robust.find_events` flags. That is the z threshold's
+    noise band, at least the height ratio; for positive series also the gross rule's line (a
+    jump past ``gross_ratio`` needs only ``z_gross``), whichever of the two is lower. A spike
+    flagged by the gross rule in a noisy stretch passed that line, not the higher one."""
+    line = max(float(np.log(p.min_ratio)) if log_scale else 0.0, p.z_threshold * sigma)
+    if log_scale and p.gross_ratio is not None:
+        line = min(line, max(float(np.log(p.gross_ratio)), p.z_gross * sigma))
+    return line
+
+
 def start_zone(steps: np.ndarray, warmup_end: int | None, window: int) -> float | None:
     """Last step of the start of training, where spikes need two-sided confirmation: the LR
     warm-up, and at least the first ``window`` logged points. None when the log starts
@@ -221,4 +229,4 @@ def start_zone(steps: np.ndarray, warmup_end: int | None, window: int) -> float 
     return max(float(warmup_end or 0), first_points)
 
 
-__all__ = ["Spike", "SpikeSearch", "find_spikes", "start_zone"]
+__all__ = ["Spike", "SpikeSearch", "alarm_line", "find_spikes", "start_zone"]
