@@ -234,3 +234,18 @@ def test_layer_matrix_keeps_the_last_row_of_a_step_and_layer(spread: int) -> Non
     want = _pivoted(rows, list(range(6)))
     assert np.array_equal(got.steps, want.steps)
     assert np.array_equal(got.values.view(np.int64), want.values.view(np.int64))
+
+
+def test_param_norm_surge_text_groups_the_crossing_step() -> None:
+    """A surge that passes 1.5x past step 10,000 names the step as the other sentences do
+    (12,345, not 12345) and says what the ratio now is against."""
+    from synthetic import healthy_loss, long_frame
+
+    steps = np.arange(0, 20000, 10)
+    pn = 100.0 * (1 + 0.1 * steps / 20000) + 0.02 * np.clip(steps - 8000, 0, None)
+    frame = long_frame({"loss": healthy_loss(20000, 0, 10)[0:2], "param_norm": (steps, pn)})
+    (f,) = ParamNormDetector().detect(Evidence(run_from_frame(frame)))
+    assert "surged" in f.summary, f.summary
+    crossing = f.measures["crossing_step"]
+    assert crossing >= 10_000 and f"at step {crossing:,}, now" in f.summary, f.summary
+    assert f"now {f.measures['ratio']:.2f}x its baseline." in f.summary

@@ -236,7 +236,7 @@ class ParamNormDetector:
             summary = (
                 f"Param norm surged from step {start:,}: it grew {pace:.1f}x faster than before "
                 f"and passed {band.warn_ratio}x its baseline ({base:.4g}) at step "
-                f"{int(x[cross])}, now {current / base:.2f}x."
+                f"{int(x[cross]):,}, now {current / base:.2f}x its baseline."
             )
         else:
             summary = (
