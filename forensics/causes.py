@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.evidence.spike_context import Overlaps
+from forensics.evidence.trend_utils import times
 from forensics.findings import DYNAMICS, Finding, FindingKind, Severity, scale_text
 from forensics.prescriptions import TABLE
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, VAL_LOSS
@@ -419,7 +420,9 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
             ]
             if jumps:
                 c = jumps[0]
-                size = f"x{c.factor:.3g}: {_g(c.lr_before)} -> {_g(c.lr_after)} at step {c.step:,}"
+                size = (
+                    f"x{times(c.factor)}: {_g(c.lr_before)} -> {_g(c.lr_after)} at step {c.step:,}"
+                )
             elif before:
                 top = float(
                     np.max(
@@ -430,7 +433,7 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
                 )
                 size = (
                     f"from {_g(before)} at step {seg.start_step - 1:,} the LR rose to {_g(top)} "
-                    f"(x{top / before:.3g})"
+                    f"(x{times(top / before)})"
                 )
             else:
                 size = f"{_g(seg.lr_start)} -> {_g(seg.lr_end)}"

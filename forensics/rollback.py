@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Evidence
+from forensics.evidence.trend_utils import times
 from forensics.findings import DYNAMICS, Finding, FindingKind, Severity
 from forensics.prescriptions import needs_action
 from forensics.run import Run
@@ -193,10 +194,6 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _ratio(r: float) -> str:
-    return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
-
-
 # -- the rule per finding --------------------------------------------------------------------
 
 
@@ -306,7 +303,7 @@ def _lr_change_text(ev: Evidence, seg: Any) -> str:
     i = int(np.argmax(np.where(inside, lr.values, -np.inf)))
     return (
         f"the LR went from {_num(seg.lr_before)} to {_num(float(lr.values[i]))} "
-        f"(x{_ratio(float(lr.values[i]) / seg.lr_before)} at step {int(lr.steps[i]):,}) "
+        f"(x{times(float(lr.values[i]) / seg.lr_before)} at step {int(lr.steps[i]):,}) "
         f"from step {seg.start_step:,}, which no schedule explains"
     )
 

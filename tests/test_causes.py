@@ -201,3 +201,15 @@ def test_a_loss_scale_reads_the_same_in_the_finding_and_its_cause() -> None:
     assert "loss scale 131,072 at step" in cause.evidence, cause.evidence
     assert "65,536 at step" in cause.evidence, cause.evidence
     assert [scale_text(x) for x in (0.5, 1.0, 2.0**70, None)] == ["0.5", "1", "1.181e+21", "n/a"]
+
+
+def test_the_lr_factor_reads_as_the_rollback_advice_writes_it() -> None:
+    """The divergence sample's LR rose x1,634 (0.002414 -> 3.944): the cause said x1.63e+03
+    beside the rollback advice's x1,634. Both write the factor the same way, and it is the
+    logged values' ratio."""
+    d = diag("divergence")
+    c = _by(d, _first(d, "divergence"))["lr_change"]
+    assert "e+0" not in c.evidence, c.evidence
+    assert "the LR rose to 3.944 (x1,634)" in c.evidence, c.evidence
+    (advice,) = [p for p in d.rollbacks if p.finding.kind.value == "divergence"]
+    assert advice.lr_change is not None and "(x1,634 at step" in advice.lr_change, advice

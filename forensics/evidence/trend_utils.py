@@ -452,6 +452,12 @@ def sig(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def times(r: float) -> str:
+    """A factor for text: whole and grouped from 100 up (1,634, where ``.3g`` writes
+    1.63e+03), three significant digits below."""
+    return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
+
+
 @dataclass(frozen=True)
 class Unit:
     """How to show a series' values: ``value * scale`` in ``label`` (``stated`` False when the
