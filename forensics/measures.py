@@ -786,13 +786,13 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
     ),
     "memory_growth": (
-        _m("start_level", float, "memory at the start of the analysed part (fitted)"),
-        _m("end_level", float, "memory at the last step (fitted)"),
+        _m("start_level", float, "memory at the onset (median of the logged points there)"),
+        _m("end_level", float, "memory at the end (median of the last logged points)"),
         _m("growth_pct", float, "(end_level - start_level) / start_level in %"),
         _m("slope_per_1k_steps", float, "overall Theil-Sen slope, memory units per 1000 steps"),
         _m("late_slope_per_1k_steps", float, "the same over the last third"),
         _m("late_ratio", float, "late slope / overall slope (about 1: no levelling off)"),
-        _m("duration_steps", int, "length of the analysed stretch in steps"),
+        _m("duration_steps", int, "steps from the onset to the last logged step"),
         _m(
             "unit",
             str,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -345,7 +346,32 @@ def test_memory_summary_states_its_unit() -> None:
     run = _run(loss=healthy_loss(3000, seed=1, every=10), **{"memory/rss_mb": (steps, mem)})
     (f,) = MemoryGrowthDetector().detect(Evidence(run))
     assert f.measures["unit"] == "MB"
-    assert " MB to " in f.summary and "MB per 1k steps" in f.summary
+    assert re.search(r"from [\d,.]+ MB at step [\d,]+ to [\d,.]+ MB at step", f.summary)
+    assert "MB per 1k steps" in f.summary
+
+
+def test_memory_levels_are_the_logged_ones() -> None:
+    """Memory flat at ~368 MB, then climbing from step 300: the finding's levels are what the
+    log shows at the onset and at the end, and the sentence's figures follow from them. The
+    fitted line over the whole analysed part started at 257 MB, below every logged value (the
+    memory_growth sample's report)."""
+    from forensics.pipeline import analyze
+
+    root = Path(__file__).resolve().parents[1]
+    diag = analyze(root / "sample_runs" / "memory_growth")
+    (f,) = [g for g in diag.findings if g.kind is FindingKind.MEMORY_GROWTH]
+    mem = diag.run.series("memory")
+    values = mem.get_column("value").to_list()
+    at = dict(zip(mem.get_column("step").to_list(), values, strict=True))
+    m = f.measures
+    assert m["start_level"] == pytest.approx(at[f.start_step], rel=0.01)
+    assert m["end_level"] == pytest.approx(at[f.end_step], rel=0.01)
+    assert min(values) <= m["start_level"]
+    assert m["growth_pct"] == pytest.approx(100 * (m["end_level"] / m["start_level"] - 1))
+    assert m["duration_steps"] == f.end_step - f.start_step
+    grew, rate = m["end_level"] - m["start_level"], 1000 * m["end_level"] - 1000 * m["start_level"]
+    assert f"grew {grew:,.0f} MB over {m['duration_steps']:,} steps" in f.summary, f.summary
+    assert f"{rate / m['duration_steps']:,.0f} MB per 1k steps;" in f.summary, f.summary
 
 
 # -- divergence: only when the loss does not come back -------------------------------------

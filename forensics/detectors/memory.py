@@ -65,11 +65,6 @@ class MemoryGrowthDetector:
             return []
         if late.slope < self.params.level_off * overall.slope:
             return []  # the climb is slowing down: levelling off
-        a = overall.intercept + overall.slope * xs[0]
-        b = overall.intercept + overall.slope * xs[-1]
-        growth = (b - a) / abs(a) if a else np.inf
-        if growth < self.params.min_growth:
-            return []
         # Onset: where the growth bends up (a leak may start after start-up), else the analysed
         # start.
         xb, yb = bin_median(xs.astype(float), ys, max_bins=100)
@@ -79,9 +74,17 @@ class MemoryGrowthDetector:
             if h is not None and h[2] > max(h[1], 0) and h[1] <= 0.25 * h[2]
             else int(xs[0])
         )
+        # The levels are the logged ones (bin medians at the onset and at the end), not the
+        # fitted line's: a flat stretch before the onset pulls the line's start far below any
+        # logged value (the memory_growth sample's line started at 257 MB, its log at 368).
+        a, b = float(np.interp(onset, xb, yb)), float(yb[-1])
+        growth = (b - a) / abs(a) if a else np.inf
+        if growth < self.params.min_growth:
+            return []
         dur = int(xs[-1] - onset)
         unit = unit_for(ev.run, MEMORY, level=max(abs(a), abs(b)))
-        per_1k = unit.show(overall.per_1k(), 3)
+        pace = f", {unit.show(1000.0 * (b - a) / dur, 3)} per 1k steps" if dur > 0 and b > a else ""
+        late_pace = unit.show(late.per_1k(), 3)
         return [
             Finding(
                 kind=FindingKind.MEMORY_GROWTH,
@@ -107,9 +110,10 @@ class MemoryGrowthDetector:
                     "late_slope_floor_per_1k_steps": self.params.level_off * overall.per_1k(),
                 },
                 summary=(
-                    f"Memory grew {unit.show(b - a, 3)} over {dur} steps without levelling off, "
-                    f"from {unit.show(a, 3)} to {unit.show(b, 3)} (+{100 * growth:.0f}%, "
-                    f"{per_1k} per 1k steps)"
+                    f"Memory grew {unit.show(b - a, 3)} over {dur:,} steps without levelling "
+                    f"off, from {unit.show(a, 3)} at step {onset:,} to {unit.show(b, 3)} at step "
+                    f"{int(xs[-1]):,} (+{100 * growth:.0f}%{pace}; {late_pace} per 1k steps "
+                    "over the last third)"
                     + ("." if unit.stated else " (the log does not state the unit).")
                 ),
             )
