@@ -517,3 +517,11 @@ def test_a_tag_hash_collision_never_merges_tags(
     got = read_run(run_dir, options=ReadOptions(cache=False))
     assert got.frame.equals(ref.frame)
     assert got.frame.get_column("tag").n_unique() == 31 + 6  # loss, 30 x-tags, 6 hist stats
+
+
+def test_truncation_note_groups_the_record_count() -> None:
+    """The truncated_log sample's note counts its complete records as every other count is
+    written (5,374, not 5374)."""
+    run = read_run(Path(__file__).resolve().parents[1] / "sample_runs" / "truncated_log")
+    (f,) = [g for g in run.import_findings if g.kind == FindingKind.TRUNCATED_LOG]
+    assert "the 5,374 complete records before it were read" in f.summary, f.summary

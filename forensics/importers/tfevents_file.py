@@ -404,6 +404,6 @@ def truncated(name: str, got: FileRows) -> Finding:
         },
         summary=(
             f"The end of {name} {how} ({got.cut_bytes} bytes): the writer stopped while writing, "
-            f"as when a job is killed; the {got.records} complete records before it were read."
+            f"as when a job is killed; the {got.records:,} complete records before it were read."
         ),
     )
