@@ -249,3 +249,23 @@ def test_param_norm_surge_text_groups_the_crossing_step() -> None:
     crossing = f.measures["crossing_step"]
     assert crossing >= 10_000 and f"at step {crossing:,}, now" in f.summary, f.summary
     assert f"now {f.measures['ratio']:.2f}x its baseline." in f.summary
+
+
+def test_activation_absmax_peak_at_the_crossing_is_said_once() -> None:
+    """The activation_outlier sample's layer-2 absmax passes 1e4 at its peak, step 520: the
+    sentence names that step once ("passed 10000 at step 520 with 1.21e+04, its peak") where
+    it read "passed 10000 at step 520 and reached 1.21e+04 at step 520"."""
+    from pathlib import Path
+
+    from forensics.pipeline import analyze
+
+    diag = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "activation_outlier")
+    (f,) = [
+        g
+        for g in diag.findings
+        if g.kind is FindingKind.ACTIVATION_OUTLIER and g.measures["trigger"] == "absmax"
+        if g.measures["layer"] == 2
+    ]
+    assert f.start_step == f.peak_step == 520
+    assert f.summary.count("step 520") == 1, f.summary
+    assert f"with {f.measures['value']:.3g}, its peak" in f.summary

@@ -78,7 +78,11 @@ class ActivationDetector:
                 },
                 summary=(
                     f"Layer {layer} activation absmax passed {limit:g} at step {int(x[i0]):,} "
-                    f"and reached {val_txt} at step {int(x[peak]):,}"
+                    + (
+                        f"with {val_txt}, its peak"
+                        if peak == i0
+                        else f"and reached {val_txt} at step {int(x[peak]):,}"
+                    )
                     + (f" (typical before: {sig(before)})." if before is not None else ".")
                 ),
                 judged_against={"limit": limit, "before": before},
