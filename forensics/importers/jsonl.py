@@ -241,8 +241,7 @@ def parse_lines(raw: bytes, name: str, first_line: int = 1, *, fast: bool = True
     from forensics.importers.jsonl_blocks import BlockReader, blocks
 
     reader = BlockReader(name, first_line, fast=fast)
-    for block in blocks(raw):
-        reader.feed(block)
+    reader.feed_all(blocks(raw))
     return reader.lines()
 
 
@@ -256,8 +255,7 @@ def read_lines(path: Path, name: str) -> Lines:
         return parse_lines(read_bytes(path), name)
     reader = BlockReader(name)
     with path.open("rb") as fh:
-        for block in _file_blocks(fh, jsonl_blocks.BLOCK):
-            reader.feed(block)
+        reader.feed_all(_file_blocks(fh, jsonl_blocks.BLOCK))
     return reader.lines()
 
 

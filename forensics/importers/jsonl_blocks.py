@@ -34,10 +34,12 @@ that order, so a file gives the same rows whichever reader took each line.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -85,44 +87,48 @@ def blocks(data: bytes | memoryview, size: int | None = None) -> Iterator[memory
         i = j
 
 
-class BlockReader:
-    """Reads a file's lines block by block (:meth:`feed`) into :class:`Lines` (:meth:`lines`).
+class Parsed(NamedTuple):
+    """A block as the parser left it: its lines' bounds, polars' pieces (line indices,
+    frame) and the lines left to the per-line reader."""
 
-    ``name`` labels the rows; lines are numbered from ``first_line``. ``fast=False`` sends
-    every line to the per-line reader (the reference the tests hold polars' rows to)."""
+    data: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    got: list[tuple[np.ndarray, pl.DataFrame]]
+    slow: np.ndarray
 
-    def __init__(self, name: str, first_line: int = 1, *, fast: bool = True) -> None:
-        self.name = name
+
+class Parser:
+    """The parsing half of the reader: which lines polars reads, with which keys. Its state
+    (the schema, line shapes, nulls, learning passes) depends on the blocks parsed before,
+    never on the rows made of them, so the next block can be parsed while the rows of this
+    one are made (:meth:`BlockReader.feed_all`)."""
+
+    def __init__(self, fast: bool = True) -> None:
         self.fast = fast
-        self.next_line = first_line
         self.schema: dict[str, pl.DataType] = {}
-        self.tags: list[str] = []  # metric keys in row order
-        self.rank: dict[str, int] = {}
-        self.parts: list[pl.DataFrame] = []
-        self.bad: list[int] = []
-        self.config: dict[str, Any] = {}
-        self.relative_time = False
-        self.cut = False
-        self.fast_lines = 0
-        self.slow_lines = 0
         self._passes = 0
         self._nulls = False  # a block held "null": look for it in every block from then on
         self._shapes: dict[int, list[str] | None] = {}  # quotes a line -> its keys (None: all)
         self._split_failures = 0
 
-    # -- one block ------------------------------------------------------------------------
-    def feed(self, block: bytes | memoryview) -> None:
+    def copy(self) -> Parser:
+        other = copy.copy(self)
+        other.schema = dict(self.schema)
+        other._shapes = dict(self._shapes)  # (a shape's list is replaced, never changed)
+        return other
+
+    def parse(self, block: bytes | memoryview) -> Parsed | None:
+        """A block's lines split between polars and the per-line reader (None: no bytes)."""
         data = bytes(block)
         if not data:
-            return
-        if self.fast and self._feed_plain(data):
-            return
+            return None
+        if self.fast and (whole := self._plain(data)) is not None:
+            return whole
         arr = np.frombuffer(data, dtype=np.uint8)
         nl = np.flatnonzero(arr == 10)
         ends = nl if data.endswith(b"\n") else np.append(nl, len(data))
         starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
-        first = self.next_line
-        self.next_line += len(ends)
         nonempty = ends > starts
         plain = np.zeros(len(ends), dtype=bool)
         ne = np.flatnonzero(nonempty)
@@ -142,20 +148,18 @@ class BlockReader:
         slow = np.flatnonzero(nonempty & ~plain)
         got, refused = self._read_fast(data, starts, ends, fast)
         slow_idx = np.union1d(slow, refused) if len(refused) else slow
-        self._emit(data, starts, ends, first, got, slow_idx)
-        if not data.endswith(b"\n") and self.bad and self.bad[-1] == first + len(ends) - 1:
-            self.cut = True
+        return Parsed(data, starts, ends, got, slow_idx)
 
-    def _feed_plain(self, data: bytes) -> bool:
+    def _plain(self, data: bytes) -> Parsed | None:
         """The common block, at the cost of one polars read and a few byte counts: every
-        line one object polars reads whole with the schema known so far. False (nothing
-        done) for anything else, which :meth:`feed` then takes line by line."""
+        line one object polars reads whole with the schema known so far. None for anything
+        else, which :meth:`parse` then takes line by line."""
         if not self.schema:
             head = data.split(b"\n", _SAMPLE)[:_SAMPLE]
             self._learn([ln for ln in head if ln.strip()])
         # (a backslash first: one byte is found by memchr, two bytes cost a slower search)
         if not self.schema or (b"\\" in data and _ESCAPED_SURROGATE.search(data)):
-            return False  # polars decodes a lone surrogate its own way (as NUL)
+            return None  # polars decodes a lone surrogate its own way (as NUL)
         # A null becomes a number polars reads (then null again), so that its key counts
         # among the values read: a duplicate key beside it then leaves a string over. The
         # text is searched for nulls only once a block needed it (a null's key is a string
@@ -170,7 +174,7 @@ class BlockReader:
             while True:
                 df = self._polars(src, n)
                 if df is None:
-                    return False
+                    return None
                 if quotes == 2 * _values(df):
                     break
                 if not self._nulls and b"null" in data:  # read again with the stand-in
@@ -179,7 +183,7 @@ class BlockReader:
                     src = data.replace(b"null", _NULL_TOKEN)
                     continue
                 if not self._learn_unaccounted(data, df):  # new keys: read again, else give up
-                    return False
+                    return None
             pieces = [(np.arange(n, dtype=np.int64), df)]
         if nulls:
             hits = 0
@@ -193,13 +197,10 @@ class BlockReader:
                 )
                 pieces[i] = (part, df)
             if hits != nulls:  # a "null" inside a string, or a value equal to the stand-in
-                return False
+                return None
         if not all(self._steps_fit(df).all() for _, df in pieces):
-            return False
-        first = self.next_line
-        self.next_line += n
-        self._emit(data, starts, ends, first, pieces, np.empty(0, dtype=np.int64))
-        return True
+            return None
+        return Parsed(data, starts, ends, pieces, np.empty(0, dtype=np.int64))
 
     def _read_split(
         self, src: bytes, starts: np.ndarray, ends: np.ndarray
@@ -270,11 +271,6 @@ class BlockReader:
         bad = np.flatnonzero(quotes[: len(ends)] != 2 * values)
         look = np.union1d(bad[: _LEARN // 2], bad[:: max(1, len(bad) // (_LEARN // 2))])
         return self._learn([data[starts[i] : ends[i]] for i in look], passes=True)
-
-    def _new_keys(self, df: pl.DataFrame) -> bool:
-        from forensics.importers.jsonl import SKIP_KEYS
-
-        return any(c not in self.rank and c not in SKIP_KEYS for c in df.columns)
 
     def _steps_fit(self, df: pl.DataFrame) -> np.ndarray:
         """Per row: no step, or one a trainer logs (the per-line reader reports the others)."""
@@ -383,6 +379,69 @@ class BlockReader:
                     continue
                 new = True
         return new
+
+
+class BlockReader:
+    """Reads a file's lines block by block (:meth:`feed`, :meth:`feed_all`) into
+    :class:`Lines` (:meth:`lines`).
+
+    ``name`` labels the rows; lines are numbered from ``first_line``. ``fast=False`` sends
+    every line to the per-line reader (the reference the tests hold polars' rows to)."""
+
+    def __init__(self, name: str, first_line: int = 1, *, fast: bool = True) -> None:
+        self.name = name
+        self.parser = Parser(fast)
+        self.next_line = first_line
+        self.tags: list[str] = []  # metric keys in row order
+        self.rank: dict[str, int] = {}
+        self.parts: list[pl.DataFrame] = []
+        self.bad: list[int] = []
+        self.config: dict[str, Any] = {}
+        self.relative_time = False
+        self.cut = False
+        self.fast_lines = 0
+        self.slow_lines = 0
+
+    # (the parser's state, as the tests look at it)
+    schema = property(lambda self: self.parser.schema)
+    _nulls = property(lambda self: self.parser._nulls)
+    _shapes = property(lambda self: self.parser._shapes)
+    _split_failures = property(lambda self: self.parser._split_failures)
+
+    # -- blocks ---------------------------------------------------------------------------
+    def feed(self, block: bytes | memoryview) -> None:
+        self._commit(self.parser.parse(block))
+
+    def feed_all(self, blocks: Iterable[bytes | memoryview]) -> None:
+        """:meth:`feed` each block, in order, the next block taken and parsed by a worker
+        thread while this one's rows are made here (polars and numpy let go of the GIL while
+        they read). The worker parses a copy of the parser, which is adopted here when its
+        block comes: the parser's state still changes block by block, in the file's order,
+        and the rows are the same as feeding one block at a time."""
+        source = iter(blocks)
+
+        def ahead(parser: Parser) -> tuple[Parser, Parsed | None] | None:
+            block = next(source, None)
+            return None if block is None else (parser, parser.parse(block))
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jsonl-parse") as pool:
+            job = pool.submit(ahead, self.parser.copy())
+            while (done := job.result()) is not None:
+                self.parser, parsed = done
+                job = pool.submit(ahead, self.parser.copy())
+                self._commit(parsed)
+                done = parsed = None  # (not held while the next block is waited for)
+
+    def _commit(self, parsed: Parsed | None) -> None:
+        """A parsed block's rows; its lines numbered on from the previous block's."""
+        if parsed is None:
+            return
+        data, starts, ends, got, slow = parsed
+        first = self.next_line
+        self.next_line += len(ends)
+        self._emit(data, starts, ends, first, got, slow)
+        if not data.endswith(b"\n") and self.bad and self.bad[-1] == first + len(ends) - 1:
+            self.cut = True
 
     # -- rows -----------------------------------------------------------------------------
     def _emit(
