@@ -6,6 +6,7 @@ mid-file."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from forensics.importers import jsonl, jsonl_blocks
+from forensics.importers.base import text_bytes
 
 
 def _real_shaped(tmp_path: Path, n: int = 1500) -> bytes:
@@ -142,3 +144,36 @@ def test_an_error_in_the_worker_reaches_the_reader(monkeypatch: pytest.MonkeyPat
     reader = jsonl_blocks.BlockReader("m.jsonl")
     with pytest.raises(MemoryError):
         reader.feed_all(jsonl_blocks.blocks(b'{"step": 1, "loss": 1.0}\n' * 100, 64))
+
+
+class _Stream(io.BytesIO):
+    def seekable(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 700, 1 << 20])
+def test_file_blocks_read_at_their_length_equal_the_text(tmp_path: Path, size: int) -> None:
+    """The file's blocks (each read at its length, its end looked up first) are whole lines
+    and join to the text as text_bytes reads it (BOM dropped, NULs removed), a line longer
+    than the block and a last line without its newline included; a stream that cannot
+    seek gives the same text."""
+    long = json.dumps({"step": 3, "blob": "x" * 5000}).encode()
+    raw = (
+        b"\xef\xbb\xbf"
+        + b'{"step": 1, "loss": 1.0}\r\n'
+        + b'{"step": 2, "lo\x00ss": 2.0}\n'
+        + long
+        + b"\n\n\x00\x00\n"
+        + b'{"step": 4, "loss": 4.0}'
+    )
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(raw)
+    with path.open("rb") as fh:
+        got = list(jsonl._file_blocks(fh, size))
+    assert b"".join(got) == text_bytes(raw)
+    assert all(b.endswith(b"\n") for b in got[:-1]) and all(got)
+    assert b"".join(jsonl._file_blocks(_Stream(raw), size)) == text_bytes(raw)
+    for b in (raw[3:], b"", b"\n", b"{}"):  # no BOM; empty; one newline; no newline at all
+        path.write_bytes(b)
+        with path.open("rb") as fh:
+            assert b"".join(jsonl._file_blocks(fh, size)) == text_bytes(b)
