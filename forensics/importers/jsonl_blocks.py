@@ -602,9 +602,14 @@ class BlockReader:
             if not cols:
                 continue
             n = df.height
-            wide = df.select(
-                pl.col(c).cast(pl.Float64) if schema[c] == pl.Boolean else pl.col(c) for c in cols
-            )
+            # (columns picked by name, df[names]: no expression to build for each column)
+            if any(isinstance(schema[c], pl.Boolean) for c in cols):
+                wide = df.select(
+                    pl.col(c).cast(pl.Float64) if isinstance(schema[c], pl.Boolean) else c
+                    for c in cols
+                )
+            else:
+                wide = df[cols]
             nulls = [x.null_count() for x in wide.get_columns()]
             ids = np.asarray([self.rank[c] for c in cols], dtype=np.uint32)
             full = [j for j, k in enumerate(nulls) if k == 0]
@@ -617,14 +622,14 @@ class BlockReader:
                     .to_numpy()
                 )
                 keep = [j for j, k in enumerate(nulls) if k < n]
-                sub = wide.select(cols[j] for j in keep)[at].to_numpy()
+                sub = wide[[cols[j] for j in keep]][at].to_numpy()
                 r, c = np.nonzero(~np.isnan(sub))
                 count[part[at]] += np.bincount(r, minlength=len(at))
                 ragged.append((part[at][r], sub[r, c], ids[keep][c]))
                 plain = np.delete(plain, at)
             if full and len(plain):
                 count[part[plain]] += len(full)
-                m = wide.select(cols[j] for j in full).to_numpy()
+                m = (wide if len(full) == len(cols) else wide[[cols[j] for j in full]]).to_numpy()
                 regular.append((part[plain], m[plain] if some else m, ids[full]))
         at_line = np.cumsum(count) - count  # where each line's values start
         total = int(count.sum())
