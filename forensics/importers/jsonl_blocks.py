@@ -20,7 +20,7 @@ the stand-in goes the slow way.
   double quotes, each group with only the keys its first line shows, since polars' cost
   grows with the schema's width; the count is checked group by group, and a group it fails
   is read again with the whole schema (else the block is read whole).
-* Otherwise line by line where needed (:meth:`BlockReader.feed`): lines that are not
+* Otherwise line by line where needed (:meth:`Parser.parse`): lines that are not
   ``{...}`` or hold a backslash, ``NaN``, ``Infinity`` or ``null`` go to the per-line
   reader; polars reads the others, a piece it refuses is halved until the refused lines are
   found, and lines with strings over go to the per-line reader too.
@@ -30,11 +30,18 @@ the stand-in goes the slow way.
 Rows come out line by line; within a line, keys in the order the file first showed them (the
 first line holding a value for the key, then its place in that line). Both readers follow
 that order, so a file gives the same rows whichever reader took each line.
+
+A file's blocks go through three threads (:meth:`BlockReader.feed_all`): one reads a block
+and finds its lines (:func:`prepare`), one parses the block before it (:class:`Parser`:
+polars' reads and the schema they teach), and the caller's makes the rows of the block before
+that. Polars and numpy let go of the GIL while they work, so on two cores the reads overlap
+the Python work on the rows (an export of a 1M-step log: 3.6-3.9 s instead of 4.4-4.8).
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -434,11 +441,18 @@ class BlockReader:
     def feed_all(self, blocks: Iterable[bytes | memoryview]) -> None:
         """:meth:`feed` each block, in order, as a pipeline of three threads (polars and
         numpy let go of the GIL while they work): one takes block N+2 and finds its lines
-        (:func:`prepare`), one parses block N+1, and this one makes block N's rows. The
-        parse needs the parser's state after block N: the worker parses a copy of it, which
-        is adopted here when its block's rows are made, so the state still changes block by
-        block in the file's order, and the rows are those of feeding one block at a time."""
+        (:func:`prepare`), one parses block N+1, and this one makes block N's rows. Parsing
+        N+1 needs the parser's state after N: the worker parses a copy of it, adopted here
+        when the parse is done, so the state still changes block by block in the file's
+        order, and the rows are those of feeding one block at a time."""
         source = iter(blocks)
+        ahead = list(itertools.islice(source, 2))
+        if len(ahead) < 2:  # one block (a tail's new lines): no threads
+            for block in ahead:
+                self.feed(block)
+            return
+        source = itertools.chain(ahead, source)
+        del ahead
 
         def take() -> Block | None:
             block = next(source, None)
