@@ -241,8 +241,7 @@ def parse_lines(raw: bytes, name: str, first_line: int = 1, *, fast: bool = True
     from forensics.importers.jsonl_blocks import BlockReader, blocks
 
     reader = BlockReader(name, first_line, fast=fast)
-    for block in blocks(raw):
-        reader.feed(block)
+    reader.feed_all(blocks(raw))
     return reader.lines()
 
 
@@ -256,20 +255,49 @@ def read_lines(path: Path, name: str) -> Lines:
         return parse_lines(read_bytes(path), name)
     reader = BlockReader(name)
     with path.open("rb") as fh:
-        for block in _file_blocks(fh, jsonl_blocks.BLOCK):
-            reader.feed(block)
+        reader.feed_all(_file_blocks(fh, jsonl_blocks.BLOCK))
     return reader.lines()
 
 
 def _file_blocks(fh: BinaryIO, size: int) -> Iterator[bytes]:
     """The file's text in blocks of whole lines of about ``size`` bytes (the last may lack
-    its newline): a UTF-8 BOM dropped, NUL bytes removed."""
-    carry = b""
-    first = True
+    its newline): a UTF-8 BOM dropped, NUL bytes removed. Where a block's last line ends is
+    looked up first, so that the block is read at its length: no chunk is joined to the
+    piece of line left over from the one before (a copy of every block)."""
+    if not fh.seekable():
+        yield from _stream_blocks(fh, size)
+        return
+    at = 3 if fh.read(3) == b"\xef\xbb\xbf" else 0  # a UTF-8 BOM (text_bytes drops it)
+    while True:
+        end = _line_end(fh, at + size)
+        fh.seek(at)
+        block = fh.read(end - at)
+        if not block:
+            return
+        at += len(block)
+        yield _no_nul(block)
+        del block  # not held while the next block is read
+
+
+def _line_end(fh: BinaryIO, at: int) -> int:
+    """Where the line holding byte ``at - 1`` ends (past its newline; else the file's end)."""
+    pos = max(at - 1, 0)
+    fh.seek(pos)
+    while chunk := fh.read(1 << 16):
+        k = chunk.find(b"\n")
+        if k >= 0:
+            return pos + k + 1
+        pos += len(chunk)
+    return pos
+
+
+def _stream_blocks(fh: BinaryIO, size: int) -> Iterator[bytes]:
+    """:func:`_file_blocks` of a stream that cannot seek: each chunk read joined to the
+    piece of line the chunk before left over."""
+    carry = fh.read(3)
+    if carry == b"\xef\xbb\xbf":
+        carry = b""  # a UTF-8 BOM (text_bytes drops it)
     while chunk := fh.read(size):
-        if first and chunk.startswith(b"\xef\xbb\xbf"):
-            chunk = chunk[3:]  # a UTF-8 BOM (text_bytes drops it)
-        first = False
         cut = chunk.rfind(b"\n") + 1
         if cut:
             block = _no_nul(b"".join((carry, memoryview(chunk)[:cut])))
