@@ -13,6 +13,7 @@ the importer skips both passes over the millions of rows.
 
 from __future__ import annotations
 
+import bisect
 import re
 
 import numpy as np
@@ -114,11 +115,14 @@ def _wide_long(wide: WideRows, present: list[int], by_line: bool) -> pl.DataFram
     # Filled in the order the rows take them (ravel below is then a view, not a copy).
     values = np.empty((n, k), dtype=np.float64, order="C" if by_line else "F")
     valid = np.ones((1, 1), dtype=bool) if full else np.empty((n, k), dtype=bool)
-    for i, c in enumerate(cols):
-        s = f.get_column(c)
-        if not full:
-            valid[:, i] = s.is_not_null().to_numpy()
-        _fill(values[:, i], s)  # nulls turn NaN here; ``valid`` leaves them out
+    if full and by_line:
+        _fill_rows(values, [f.get_column(c) for c in cols])
+    else:
+        for i, c in enumerate(cols):
+            s = f.get_column(c)
+            if not full:
+                valid[:, i] = s.is_not_null().to_numpy()
+            _fill(values[:, i], s)  # nulls turn NaN here; ``valid`` leaves them out
     per_line = valid.sum(axis=1)
 
     def spread(a: np.ndarray) -> np.ndarray:
@@ -165,6 +169,32 @@ def _fill(out: np.ndarray, s: pl.Series) -> None:
     for chunk in s.get_chunks():
         out[at : at + len(chunk)] = chunk.to_numpy()
         at += len(chunk)
+
+
+# Rows of a line-after-line table written at a time by _fill_rows (a block stays in cache).
+_ROW_BLOCK = 1 << 14
+
+
+def _fill_rows(out: np.ndarray, cols: list[pl.Series]) -> None:
+    """``out[:, i] = cols[i]`` for a C-order table and columns without nulls, a block of
+    rows at a time: written column by column, each value lands on another cache line (one
+    line in ten reused), and the table goes through the cache ten times. The chunks are
+    read in place, as in :func:`_fill`."""
+    views = []
+    for s in cols:
+        arrays = [chunk.to_numpy() for chunk in s.get_chunks()]
+        views.append((np.cumsum([0] + [len(a) for a in arrays]).tolist(), arrays))
+    n = out.shape[0]
+    for a in range(0, n, _ROW_BLOCK):
+        b = min(a + _ROW_BLOCK, n)
+        for i, (starts, arrays) in enumerate(views):
+            j = bisect.bisect_right(starts, a) - 1
+            at = a
+            while at < b:  # the chunks covering rows a..b of this column
+                lo, hi = at - starts[j], min(b, starts[j + 1]) - starts[j]
+                out[at : at + hi - lo, i] = arrays[j][lo:hi]
+                at += hi - lo
+                j += 1
 
 
 def _line_numbers(ln: pl.Series) -> pl.Series:
