@@ -376,8 +376,19 @@ def _wall_time(it: pl.DataFrame, sample: str) -> pl.Series:
     c0 = pl.col("c0")
     # The date sits right after the first "[": slicing and one fixed format are far cheaper
     # than a regex per line (fractions of a second are dropped).
-    date = c0.str.slice(c0.str.find("[", literal=True) + 1, 19).str.replace("T", " ", literal=True)
-    return it.select(_seconds(date).alias("wall_time")).to_series()
+    at = c0.str.find("[", literal=True)
+    lo, hi, missing = it.select(at.min().alias("lo"), at.max().alias("hi"), at.null_count()).row(0)
+    # The same offset on every line (a fixed-width prefix): sliced at a constant.
+    fixed = lo is not None and lo == hi and not missing
+    date = c0.str.slice(lo + 1, 19) if fixed else c0.str.slice(at + 1, 19)
+    seconds = it.select(_seconds(date).alias("wall_time")).to_series()
+    if seconds.null_count():
+        # Dates printed with a "T" (or none at all): the "T" made a space, on these pieces
+        # only (a date that parsed holds no "T": this gives it the same value).
+        seconds = seconds.fill_null(
+            it.select(_seconds(date.str.replace("T", " ", literal=True))).to_series()
+        )
+    return seconds
 
 
 def _seconds(date: pl.Expr) -> pl.Expr:
