@@ -244,3 +244,17 @@ def test_real_megatron_logs_rows_equal_their_lines(
         frame = _pieces_and_whole(tmp_path, path.name, raw, monkeypatch)
         total += _check_rows_against_lines(frame, raw)
     assert total > 0
+
+
+@pytest.mark.parametrize("advice", [True, False])
+def test_small_pages_puts_numpys_advice_back(advice: bool) -> None:
+    toggle = getattr(getattr(np, "_core", np).multiarray, "_set_madvise_hugepage", None)
+    if toggle is None:
+        pytest.skip("this numpy has no huge-page advice switch")
+    before = toggle(advice)
+    try:
+        with layout._small_pages():
+            assert toggle(False) is False  # off while the rows are laid out
+        assert toggle(advice) is advice  # and back as it was
+    finally:
+        toggle(before)
