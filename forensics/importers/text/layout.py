@@ -102,9 +102,9 @@ def _small_pages() -> Iterator[None]:
     """numpy's big arrays without its transparent-huge-page advice while the rows are laid
     out. numpy advises huge pages for every array of 4 MB or more; where the kernel then
     compacts memory on the fault to find one (THP ``defrag`` set to ``madvise``, the
-    default, with the page cache full of logs), a fresh 80 MB array cost up to ten times its
-    plain page faults, and mostly got small pages anyway: a 1M-step Megatron export spent
-    0.3-0.5 s more CPU. The advice is put back afterwards (numpy's own setting)."""
+    default, with the page cache full of logs), fresh arrays cost up to four times their
+    plain page faults (and got small pages anyway: no huge page showed in /proc/meminfo): a
+    1M-step Megatron export spent 0.3-0.5 s more CPU. The advice is put back afterwards."""
     multiarray = getattr(np, "_core", None) or getattr(np, "core", None)
     toggle = getattr(getattr(multiarray, "multiarray", None), "_set_madvise_hugepage", None)
     if toggle is None:
