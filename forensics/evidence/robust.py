@@ -157,7 +157,8 @@ def score(
     steps = np.asarray(steps)
     values = np.asarray(values, dtype=float)
     ok = np.isfinite(values)
-    steps, values = steps[ok], values[ok]
+    if not ok.all():  # (finite already, as the evidence's series are: no copies of them)
+        steps, values = steps[ok], values[ok]
     n = len(values)
     if n == 0:
         return empty_score()
@@ -222,9 +223,10 @@ def score(
         base[a:b] = bb
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio[a:b] = vb / bb if log_scale else vb - bb
+    del y, trail, lead, sig  # (given back before the frame's columns are filled)
     return pl.DataFrame(
         {
-            "step": steps.astype(np.int64, copy=False),  # steps[ok]: already a copy
+            "step": steps.astype(np.int64, copy=False),
             "value": values,
             "baseline": base,
             "sigma": out_sig,
