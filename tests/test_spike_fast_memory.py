@@ -90,3 +90,25 @@ def test_long_restarted_series_spikes_equal_the_reference() -> None:
     loss[rng.integers(0, n, size=5)] = np.nan
     frame = long_frame({"loss": (steps, loss), "grad_norm": (steps, gn)})
     assert _compare_runs(run_from_frame(frame)) >= 40
+
+
+def test_log_steps_in_place_is_the_plain_abscissa() -> None:
+    """log_steps of a 1-D array (computed in one array) equals the plain expression, bit for
+    bit, and leaves its input alone."""
+    from forensics.evidence.spike_shape import log_steps
+
+    rng = np.random.default_rng(5)
+    cases = [
+        np.arange(-5, 200_000, dtype=np.int64),
+        rng.integers(0, 2**40, size=1000),
+        np.array([-0.0, 0.0, -3.5, 1e-300, 2.5, np.nan, np.inf, 1e308]),
+        np.array([], dtype=np.int64),
+        np.arange(10, dtype=np.int32),
+    ]
+    for steps in cases:
+        before = steps.copy()
+        got = log_steps(steps)
+        want = np.log1p(np.maximum(np.asarray(steps, dtype=float), 0.0))
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        assert np.array_equal(steps, before, equal_nan=steps.dtype.kind == "f")
+    assert log_steps(7.0) == np.log1p(7.0)
