@@ -131,7 +131,7 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     # Only the columns read below are kept; the rest of the score is given back as soon as
     # it has been read (a million-point series' score is 50 MiB).
     sc = sc.select("z", "ratio", *(c for c in _ROW if c != "z"))
-    trim()  # (the score's work arrays, before find_events makes its own: forensics.allocator)
+    _trim_after(len(steps))  # (the score's work arrays, before find_events makes its own)
     events = robust.find_events(
         sc,
         z_min=p.z_threshold,
@@ -144,7 +144,7 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
     rows = [{c: at_peak[c][k] for c in _ROW} for k in range(len(events))]
     del sc
-    trim()  # (the score's columns and find_events' work arrays)
+    _trim_after(len(steps))  # (the score's columns and find_events' work arrays)
     barriers = ev.level_barriers
     # Each spike's shape reads stretches of these: computed once per series (element by
     # element the numbers measure would compute on each stretch).
@@ -215,6 +215,17 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
 
 
 _ROW = ("value", "baseline", "sigma", "z", "two_sided")  # the score's columns a spike reads
+
+
+def _trim_after(points: int) -> None:
+    """Give freed heap pages back (:func:`forensics.allocator.trim`) after the work arrays of
+    a long series: a few milliseconds, worth it where those arrays are MiBs each (glibc keeps
+    them resident and the next arrays do not always fit the holes); a short series' are not."""
+    if points >= _TRIM_FROM:
+        trim()
+
+
+_TRIM_FROM = 1 << 18  # points (2 MiB per float64 array)
 
 
 def start_zone(
