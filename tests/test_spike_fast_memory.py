@@ -112,3 +112,51 @@ def test_log_steps_in_place_is_the_plain_abscissa() -> None:
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
         assert np.array_equal(steps, before, equal_nan=steps.dtype.kind == "f")
     assert log_steps(7.0) == np.log1p(7.0)
+
+
+def test_rolling_medians_in_their_own_mappings_are_polars() -> None:
+    """Series long enough for the rolling medians' arrays to get mappings of their own
+    (rolling._fresh): the same bits as polars' rolling medians, and ordinary writable arrays
+    (robust.score writes its results over them)."""
+    import polars as pl
+
+    from forensics.evidence import rolling
+
+    rng = np.random.default_rng(9)
+    n = rolling._OWN_MAPPING_MIN + 12_345
+    v = np.log(np.round(1.0 + np.abs(rng.standard_normal(n)), 3))  # ties, exact zeros
+    v[rng.integers(0, n, size=200)] += 3.0  # spikes
+    for w in (3, 5, 20, 41):
+        got = rolling.centered_median(v, w)
+        want = pl.Series(v).rolling_median(w, min_samples=1, center=True).to_numpy()
+        assert got.tobytes() == want.astype(float).tobytes(), w
+        assert got.flags.writeable and got.dtype == np.float64
+    for w in (20, 21):
+        got = rolling.polars_trailing_median(v, w, 1)
+        want = pl.Series(v).rolling_median(w, min_samples=1).to_numpy()
+        assert got.tobytes() == want.astype(float).tobytes(), w
+        got[:5] = 0.0  # writable
+
+
+def test_score_written_over_its_work_arrays_is_the_plain_score(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """robust.score writes each block's results over the work arrays it has read (when no
+    watcher's memo holds them): the same frame, bit for bit, as with new result arrays."""
+    rng = np.random.default_rng(4)
+    n = 3 * (1 << 16) + 777  # several of the score's blocks, the last one short
+    steps = np.arange(n, dtype=np.int64)
+    loss = 2.0 * np.exp(rng.standard_normal(n) * 0.02)
+    loss[rng.integers(0, n, size=100)] *= 4.0
+    signed = np.round(rng.standard_normal(n), 2)
+    signed[rng.integers(0, n, size=50)] = np.nan
+    cases = [(loss, None), (signed, 500.0), (loss[:5000], 2000.0)]
+    got = [robust.score(steps[: len(v)], v, confirm_until=c) for v, c in cases]
+    monkeypatch.setattr(robust, "_reused", lambda a, own, n: np.empty(n))
+    want = [robust.score(steps[: len(v)], v, confirm_until=c) for v, c in cases]
+    for g, w in zip(got, want, strict=True):
+        assert g.schema == w.schema and g.height == w.height
+        for c in g.columns:
+            a, b = g.get_column(c), w.get_column(c)
+            assert a.is_null().to_list() == b.is_null().to_list(), c
+            assert a.fill_null(0).to_numpy().tobytes() == b.fill_null(0).to_numpy().tobytes(), c

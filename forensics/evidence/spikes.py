@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 
 from forensics.allocator import trim
 from forensics.evidence import reuse, robust
@@ -130,7 +131,8 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     log_scale = robust.use_log(values)
     # Only the columns read below are kept; the rest of the score is given back as soon as
     # it has been read (a million-point series' score is 50 MiB).
-    sc = sc.select("z", "ratio", *(c for c in _ROW if c != "z"))
+    # z and ratio with NaN for null, as find_events reads them (it then copies neither).
+    sc = sc.select(pl.col("z", "ratio").fill_null(np.nan), *(c for c in _ROW if c != "z"))
     _trim_after(len(steps))  # (the score's work arrays, before find_events makes its own)
     events = robust.find_events(
         sc,
@@ -142,6 +144,7 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     )
     peaks = [e.peak for e in events]
     at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
+    at_peak["z"] = [None if z != z else z for z in at_peak["z"]]  # (the score's null again)
     rows = [{c: at_peak[c][k] for c in _ROW} for k in range(len(events))]
     del sc
     _trim_after(len(steps))  # (the score's columns and find_events' work arrays)
