@@ -157,7 +157,8 @@ def score(
     steps = np.asarray(steps)
     values = np.asarray(values, dtype=float)
     ok = np.isfinite(values)
-    steps, values = steps[ok], values[ok]
+    if not ok.all():  # (finite already, as the evidence's series are: no copies of them)
+        steps, values = steps[ok], values[ok]
     n = len(values)
     if n == 0:
         return empty_score()
@@ -177,11 +178,14 @@ def score(
         floor_const = max(sigma_floor * float(np.median(np.abs(y))), q, 1e-12)
     # Element by element, a block of points at a time (the temporaries stay a few MB at a
     # million points; the same operations on the same elements as on the whole arrays).
-    # trail, lead and sig may be a watcher's memo (reuse): read, never written.
-    out_sig = np.empty(n)
-    z = np.empty(n)
-    base = np.empty(n)
-    ratio = np.empty(n)
+    # trail, lead and sig may be a watcher's memo (reuse): read, never written. Otherwise
+    # they and y are this call's own arrays, and each block's results are written over the
+    # block just read (see _reused): four arrays of the series' length fewer at once.
+    own = reuse._ACTIVE.get() is None
+    out_sig = _reused(sig, own, n)
+    z = _reused(y, own, n)
+    base = _reused(trail, own, n)
+    ratio = _reused(lead, own, n)
     two_sided = np.empty(n, dtype=bool)
     for a in range(0, n, _SCORE_BLOCK):
         b = min(n, a + _SCORE_BLOCK)
@@ -222,9 +226,10 @@ def score(
         base[a:b] = bb
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio[a:b] = vb / bb if log_scale else vb - bb
+    del y, trail, lead, sig  # (given back before the frame's columns are filled)
     return pl.DataFrame(
         {
-            "step": steps.astype(np.int64, copy=False),  # steps[ok]: already a copy
+            "step": steps.astype(np.int64, copy=False),
             "value": values,
             "baseline": base,
             "sigma": out_sig,
@@ -237,6 +242,15 @@ def score(
 
 
 _SCORE_BLOCK = 1 << 16  # points per block of score's element-wise part
+
+
+def _reused(a: np.ndarray, own: bool, n: int) -> np.ndarray:
+    """``a`` itself to hold a result where it is this call's own writable float64 array of
+    ``n`` values (each block of the result is written after that block of ``a`` was read),
+    else a new array."""
+    if own and a.dtype == np.float64 and a.shape == (n,) and a.flags.writeable:
+        return a
+    return np.empty(n)
 
 
 def _trail_median(w: int, y: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import mmap
 import os
 import sys
 from collections.abc import Callable
@@ -113,6 +114,25 @@ def selectable(v: np.ndarray) -> bool:
     return not (zeros.any() and np.signbit(v[zeros]).any())
 
 
+def _fresh(n: int) -> np.ndarray:
+    """An uninitialised float64 array of ``n`` values for a rolling median's result or work
+    array; from :data:`_OWN_MAPPING_MIN` values on, in an anonymous mapping of its own, whose
+    pages go back to the system as soon as the array is freed. (Once a large block has been
+    freed, glibc serves arrays of a few MiB from its heap and keeps their pages resident after
+    they are freed: see :mod:`forensics.allocator`.)"""
+    if n < _OWN_MAPPING_MIN or _MAP_FLAGS is None:
+        return np.empty(n)
+    return np.frombuffer(mmap.mmap(-1, n * 8, flags=_MAP_FLAGS), dtype=np.float64)
+
+
+_OWN_MAPPING_MIN = 1 << 17  # values (1 MiB): smaller arrays come from the heap as usual
+_MAP_FLAGS = (
+    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS")
+    else None
+)
+
+
 def _rank(v: np.ndarray, rank: int, size: int) -> np.ndarray:
     """The ``rank``-th smallest of window ``[i - size // 2, i - size // 2 + size)`` at each i
     (only interior positions are meaningful): ``ndimage.rank_filter(v, rank=rank, size=size,
@@ -123,7 +143,7 @@ def _rank(v: np.ndarray, rank: int, size: int) -> np.ndarray:
     fn = _rank_filter_1d()
     fits = 0 < rank < size - 1 and len(v) >= size
     if fn is not None and fits and v.dtype == np.float64 and v.ndim == 1 and v.flags.c_contiguous:
-        out = np.empty_like(v)
+        out = _fresh(len(v))
         try:
             fn(v, int(rank), int(size), out, _NEAREST, np.float64(0.0), 0)
         except (TypeError, ValueError, RuntimeError):  # another signature: ndimage's own call
@@ -158,7 +178,8 @@ def _small_median(v: np.ndarray, w: int) -> np.ndarray:
     rank filter's time. Each minimum and maximum is one of the values, so the median is the
     value the rank filter selects (no NaN and no -0.0 here: :func:`selectable`)."""
     n, h = len(v), w // 2
-    out = np.zeros(n)
+    out = _fresh(n)
+    out[:h] = out[n - h :] = 0.0
     if w == 3:
         out[1:-1] = _median3(v[:-2], v[1:-1], v[2:])
         return out
@@ -222,7 +243,8 @@ def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) ->
     else:
         lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
         mid = _midpoint(lo, hi)
-    out = np.empty(n)
+        del lo
+    out = _fresh(n)
     # The full window ending at i starts at i - w + 1: the centred window at j = i - w + 1 + h.
     out[w - 1 :] = mid[h : n - w + 1 + h]
     out[: w - 1] = lib(v[: 2 * w])[: w - 1]  # the first windows are short

@@ -86,6 +86,12 @@ class Trend:
 
 def log_steps(steps: np.ndarray | float) -> np.ndarray:
     """The trend's abscissa, log(step + 1): a power law in steps is a line against it."""
+    if isinstance(steps, np.ndarray) and steps.ndim == 1:
+        # The same two operations in one new array (a million-step series' abscissa is made
+        # once per spike search: no two temporaries of its length).
+        x = np.array(steps, dtype=float)
+        np.maximum(x, 0.0, out=x)
+        return np.log1p(x, out=x)
     return np.log1p(np.maximum(np.asarray(steps, dtype=float), 0.0))
 
 

@@ -20,7 +20,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 
+from forensics.allocator import trim
 from forensics.evidence import reuse, robust
 from forensics.evidence.order_stats import median_of_ints
 from forensics.evidence.reuse import measure_reusing
@@ -110,19 +112,29 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     """
     p = SpikeSearch.of(ev.params.spikes, metric)
     series = ev.series(metric)
+    interval, shape_interval = step_intervals(series.steps)
     sc = robust.score(
         series.steps,
         series.values,
         window=p.window,
         min_side=p.min_side,
         sigma_floor=p.sigma_floor,
-        confirm_until=start_zone(series.steps, ev.warmup_end, p.window),
+        confirm_until=start_zone(series.steps, ev.warmup_end, p.window, interval),
     )
     if sc.height < 3:
         return []
-    steps = sc.get_column("step").to_numpy()
-    values = sc.get_column("value").to_numpy()
+    if sc.height == len(series):  # the score's points are the series' (finite already)
+        steps, values = series.steps, series.values
+    else:
+        steps = sc.get_column("step").to_numpy()
+        values = sc.get_column("value").to_numpy()
+        interval, shape_interval = step_intervals(steps)
     log_scale = robust.use_log(values)
+    # Only the columns read below are kept; the rest of the score is given back as soon as
+    # it has been read (a million-point series' score is 50 MiB).
+    # z and ratio with NaN for null, as find_events reads them (it then copies neither).
+    sc = sc.select(pl.col("z", "ratio").fill_null(np.nan), *(c for c in _ROW if c != "z"))
+    _trim_after(len(steps))  # (the score's work arrays, before find_events makes its own)
     events = robust.find_events(
         sc,
         z_min=p.z_threshold,
@@ -131,17 +143,17 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
         gross_ratio=p.gross_ratio,
         z_gross=p.z_gross,
     )
-    interval = robust.median_interval(steps)
-    # The shape's own interval (np.median of the raw differences), once for all the events.
-    shape_interval = median_of_ints(np.diff(steps)) if len(steps) > 1 else 1.0
+    peaks = [e.peak for e in events]
+    at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
+    at_peak["z"] = [None if z != z else z for z in at_peak["z"]]  # (the score's null again)
+    rows = [{c: at_peak[c][k] for c in _ROW} for k in range(len(events))]
+    del sc
+    _trim_after(len(steps))  # (the score's columns and find_events' work arrays)
     barriers = ev.level_barriers
     # Each spike's shape reads stretches of these: computed once per series (element by
     # element the numbers measure would compute on each stretch).
     xs = log_steps(steps)
     ys = robust.transform(values, log_scale)
-    peaks = [e.peak for e in events]
-    at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
-    rows = [{c: at_peak[c][k] for c in _ROW} for k in range(len(events))]
     alarms = [alarm_line(p, row["sigma"], log_scale) for row in rows]
     shape_kw: dict[str, Any] = dict(
         log_scale=log_scale, p=p.shape, barriers=barriers, interval=shape_interval, xs=xs, ys=ys
@@ -216,17 +228,73 @@ def alarm_line(p: SpikeSearch, sigma: float, log_scale: bool) -> float:
     return line
 
 
-def start_zone(steps: np.ndarray, warmup_end: int | None, window: int) -> float | None:
+def _trim_after(points: int) -> None:
+    """Give freed heap pages back (:func:`forensics.allocator.trim`) after the work arrays of
+    a long series: a few milliseconds, worth it where those arrays are MiBs each (glibc keeps
+    them resident and the next arrays do not always fit the holes); a short series' are not."""
+    if points >= _TRIM_FROM:
+        trim()
+
+
+_TRIM_FROM = 1 << 18  # points (2 MiB per float64 array)
+
+
+def start_zone(
+    steps: np.ndarray, warmup_end: int | None, window: int, interval: float | None = None
+) -> float | None:
     """Last step of the start of training, where spikes need two-sided confirmation: the LR
     warm-up, and at least the first ``window`` logged points. None when the log starts
-    mid-training (its step numbers say so). ``steps`` are the series' finite points."""
+    mid-training (its step numbers say so). ``steps`` are the series' finite points;
+    ``interval`` their :func:`~forensics.evidence.robust.median_interval` when known."""
     if len(steps) == 0:
         return None
-    interval = robust.median_interval(steps)
+    if interval is None:
+        interval = robust.median_interval(steps)
     if steps[0] > 2 * interval + 1:
         return None
     first_points = float(steps[min(window, len(steps)) - 1])
     return max(float(warmup_end or 0), first_points)
 
 
-__all__ = ["Spike", "SpikeSearch", "alarm_line", "find_spikes", "start_zone"]
+def step_intervals(steps: np.ndarray) -> tuple[float, float]:
+    """``robust.median_interval(steps)`` (the median of the positive step differences) and
+    the shapes' interval, ``np.median(np.diff(steps))`` (1.0 for fewer than two points), bit
+    for bit. Sorted integer steps differ by small counts: both medians are read from one
+    count of each difference (the same order statistics, formed by the same arithmetic as
+    :func:`~forensics.evidence.order_stats.median_of_ints`) instead of three copies and a
+    sort of a million differences. Other steps take the plain computations."""
+    if len(steps) < 2:
+        return robust.median_interval(steps), 1.0
+    d = np.diff(steps)
+    if d.dtype.kind in "iu" and int(d.min()) >= 0 and int(d.max()) <= max(len(d), 1 << 16):
+        counts = np.bincount(d)
+        positive = _median_of_counts(counts[1:], offset=1)
+        return (1.0 if positive is None else positive), _median_of_counts(counts) or 0.0
+    return robust.median_interval(steps), median_of_ints(d)
+
+
+def _median_of_counts(counts: np.ndarray, offset: int = 0) -> float | None:
+    """The median of the integers ``offset + i``, each ``counts[i]`` times (None if none),
+    as np.median of them forms it: the middle one, or the mean of the two middle ones."""
+    n = int(counts.sum())
+    if n == 0:
+        return None
+    cum = np.cumsum(counts)
+    h = n // 2
+
+    def at(rank: int) -> np.float64:
+        return np.float64(offset + int(np.searchsorted(cum, rank, side="right")))
+
+    if n % 2:
+        return float(at(h))
+    return float((at(h - 1) + at(h)) / 2.0)
+
+
+__all__ = [
+    "Spike",
+    "SpikeSearch",
+    "alarm_line",
+    "find_spikes",
+    "start_zone",
+    "step_intervals",
+]
