@@ -788,6 +788,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
     "memory_growth": (
         _m("start_level", float, "memory at the onset (median of the logged points there)"),
         _m("end_level", float, "memory at the end (median of the last logged points)"),
+        _m("start_level_step", int, "the median step of the points start_level is read from"),
+        _m("end_level_step", int, "the median step of the points end_level is read from"),
         _m("growth_pct", float, "(end_level - start_level) / start_level in %"),
         _m("slope_per_1k_steps", float, "overall Theil-Sen slope, memory units per 1000 steps"),
         _m("late_slope_per_1k_steps", float, "the same over the last third"),

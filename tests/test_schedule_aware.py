@@ -364,13 +364,15 @@ def test_memory_levels_are_the_logged_ones() -> None:
     values = mem.get_column("value").to_list()
     at = dict(zip(mem.get_column("step").to_list(), values, strict=True))
     m = f.measures
-    assert m["start_level"] == pytest.approx(at[f.start_step], rel=0.01)
-    assert m["end_level"] == pytest.approx(at[f.end_step], rel=0.01)
+    # 100 points: each bin is one point, so the levels are the logged values at those steps.
+    assert (m["start_level_step"], m["end_level_step"]) == (f.start_step, f.end_step)
+    assert m["start_level"] == at[f.start_step] and m["end_level"] == at[f.end_step]
     assert min(values) <= m["start_level"]
     assert m["growth_pct"] == pytest.approx(100 * (m["end_level"] / m["start_level"] - 1))
     assert m["duration_steps"] == f.end_step - f.start_step
     grew, rate = m["end_level"] - m["start_level"], 1000 * m["end_level"] - 1000 * m["start_level"]
     assert f"grew {grew:,.0f} MB over {m['duration_steps']:,} steps" in f.summary, f.summary
+    assert f"from {m['start_level']:,.0f} MB at step {f.start_step:,}" in f.summary
     assert f"{rate / m['duration_steps']:,.0f} MB per 1k steps;" in f.summary, f.summary
 
 

@@ -86,16 +86,23 @@ def test_jsonl_memory_in_mb_and_step_time_in_ms(tmp_path: Path) -> None:
 
     grew = _only(diag, FindingKind.MEMORY_GROWTH)
     assert grew.measures["unit"] == "MB"
-    start, end = grew.measures["start_level"], grew.measures["end_level"]
-    assert start == pytest.approx(10_300, abs=15)
-    assert end == pytest.approx(12_990, abs=1)
+    m = grew.measures
+    start, end = m["start_level"], m["end_level"]
+    # The logged levels (10,000 MB + 1 MB a step) at the steps the finding names.
+    assert 300 <= m["start_level_step"] <= 320 and 2_970 <= m["end_level_step"] <= 2_990
+    assert start == pytest.approx(10_000 + m["start_level_step"], abs=1)
+    assert end == pytest.approx(10_000 + m["end_level_step"], abs=1)
     shown = _numbers(
-        r"Memory grew ([\d,]+) MB over \d+ steps without levelling off, "
-        r"from ([\d,]+) MB to ([\d,]+) MB",
+        r"Memory grew ([\d,]+) MB over ([\d,]+) steps without levelling off, "
+        r"from ([\d,]+) MB at step ([\d,]+) to ([\d,]+) MB at step ([\d,]+)",
         grew.summary,
     )
-    assert shown == pytest.approx([end - start, start, end], abs=1)
-    assert grew.summary.endswith("MB per 1k steps).")
+    span = m["end_level_step"] - m["start_level_step"]
+    assert shown == pytest.approx(
+        [end - start, span, start, m["start_level_step"], end, m["end_level_step"]], abs=1
+    )
+    assert f"{1000 * (end - start) / span:,.0f} MB per 1k steps;" in grew.summary
+    assert grew.summary.endswith("MB per 1k steps over the last third).")
 
     drop = _only(diag, FindingKind.THROUGHPUT_DROP)
     assert drop.measures["source"] == STEP_TIME and drop.measures["unit"] == "ms/step"
@@ -119,12 +126,17 @@ def test_wandb_chart_export_rss_in_bytes_is_shown_in_gb(tmp_path: Path) -> None:
     assert run.format == "wandb_csv" and run.unit(MEMORY) == "bytes"
     grew = _only(analyze_run(run), FindingKind.MEMORY_GROWTH)
     assert grew.measures["unit"] == "bytes"
-    start, end = grew.measures["start_level"], grew.measures["end_level"]
-    assert end == pytest.approx(2.0e9 + 1.15e6 * 2990, rel=1e-4)
+    m = grew.measures
+    start, end = m["start_level"], m["end_level"]
+    # The logged levels at the steps the finding names (the last bin's median step, 2,980).
+    assert end == pytest.approx(2.0e9 + 1.15e6 * m["end_level_step"], rel=1e-6)
+    assert start == pytest.approx(2.0e9 + 1.15e6 * m["start_level_step"], rel=1e-6)
+    assert m["end_level_step"] >= 2970
     assert end - start == pytest.approx(3.09e9, rel=0.01)
     shown = _numbers(
-        r"Memory grew ([\d.]+) GB over \d+ steps without levelling off, "
-        r"from ([\d.]+) GB to ([\d.]+) GB \(\+\d+%, ([\d.]+) GB per 1k steps\)",
+        r"Memory grew ([\d.]+) GB over [\d,]+ steps without levelling off, "
+        r"from ([\d.]+) GB at step [\d,]+ to ([\d.]+) GB at step [\d,]+ "
+        r"\(\+\d+%, ([\d.]+) GB per 1k steps; ",
         grew.summary,
     )
     assert shown == pytest.approx([(end - start) / 1e9, start / 1e9, end / 1e9, 1.15], rel=0.01)
@@ -143,7 +155,7 @@ def test_bytes_below_a_gigabyte_are_shown_in_mb(tmp_path: Path) -> None:
     grew = _only(analyze_run(run), FindingKind.MEMORY_GROWTH)
     assert grew.measures["unit"] == "bytes"
     start, end = grew.measures["start_level"], grew.measures["end_level"]
-    shown = _numbers(r"from ([\d.]+) MB to ([\d.]+) MB", grew.summary)
+    shown = _numbers(r"from ([\d.]+) MB at step [\d,]+ to ([\d.]+) MB", grew.summary)
     assert shown == pytest.approx([start / 1e6, end / 1e6], rel=0.01)
 
 
@@ -207,4 +219,4 @@ def test_cli_text_shows_the_units(tmp_path: Path) -> None:
     out = tmp_path.parent / f"{tmp_path.name}-report.html"
     res = runner.invoke(app, ["analyze", str(tmp_path), "--out", str(out)], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
-    assert re.search(r"Memory grew 3\.\d+ GB over \d+ steps", res.stdout), res.stdout
+    assert re.search(r"Memory grew 3\.\d+ GB over [\d,]+ steps", res.stdout), res.stdout

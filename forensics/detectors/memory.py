@@ -74,16 +74,19 @@ class MemoryGrowthDetector:
             if h is not None and h[2] > max(h[1], 0) and h[1] <= 0.25 * h[2]
             else int(xs[0])
         )
-        # The levels are the logged ones (bin medians at the onset and at the end), not the
-        # fitted line's: a flat stretch before the onset pulls the line's start far below any
-        # logged value (the memory_growth sample's line started at 257 MB, its log at 368).
-        a, b = float(np.interp(onset, xb, yb)), float(yb[-1])
+        # The levels are the logged ones, not the fitted line's: a flat stretch before the
+        # onset pulls the line's start far below any logged value (the memory_growth sample's
+        # line began at 257 MB where its log sat at 368). Each is a bin's median, stated at
+        # that bin's median step: the bin nearest the onset and the last one.
+        j = int(np.argmin(np.abs(xb - onset)))
+        a, a_step, b, b_step = float(yb[j]), int(round(xb[j])), float(yb[-1]), int(round(xb[-1]))
         growth = (b - a) / abs(a) if a else np.inf
         if growth < self.params.min_growth:
             return []
         dur = int(xs[-1] - onset)
         unit = unit_for(ev.run, MEMORY, level=max(abs(a), abs(b)))
-        pace = f", {unit.show(1000.0 * (b - a) / dur, 3)} per 1k steps" if dur > 0 and b > a else ""
+        span = b_step - a_step
+        pace = f", {unit.show(1000.0 * (b - a) / span, 3)} per 1k steps" if span > 0 else ""
         late_pace = unit.show(late.per_1k(), 3)
         return [
             Finding(
@@ -96,6 +99,8 @@ class MemoryGrowthDetector:
                 measures={
                     "start_level": a,
                     "end_level": b,
+                    "start_level_step": a_step,
+                    "end_level_step": b_step,
                     "growth_pct": 100.0 * growth,
                     "slope_per_1k_steps": overall.per_1k(),
                     "late_slope_per_1k_steps": late.per_1k(),
@@ -110,11 +115,10 @@ class MemoryGrowthDetector:
                     "late_slope_floor_per_1k_steps": self.params.level_off * overall.per_1k(),
                 },
                 summary=(
-                    f"Memory grew {unit.show(b - a, 3)} over {dur:,} steps without levelling "
-                    f"off, from {unit.show(a, 3)} at step {onset:,} to {unit.show(b, 3)} at step "
-                    f"{int(xs[-1]):,} (+{100 * growth:.0f}%{pace}; {late_pace} per 1k steps "
-                    "over the last third)"
-                    + ("." if unit.stated else " (the log does not state the unit).")
+                    f"Memory grew {unit.show(b - a, 3)} over {span:,} steps without levelling "
+                    f"off, from {unit.show(a, 3)} at step {a_step:,} to {unit.show(b, 3)} at step "
+                    f"{b_step:,} (+{100 * growth:.0f}%{pace}; {late_pace} per 1k steps over the "
+                    "last third)" + ("." if unit.stated else " (the log does not state the unit).")
                 ),
             )
         ]
