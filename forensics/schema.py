@@ -559,13 +559,16 @@ def add_canonical(
 
 
 def _present_tags(col: pl.Series) -> tuple[np.ndarray, list[str]]:
-    """The physical codes a categorical column holds (ascending, nulls left out) and their
-    strings, in the same order.
+    """The physical codes a categorical column holds (nulls left out) and their strings, in
+    the same order.
 
-    The same set as ``col.unique()``, for a third of its CPU: a hash of every row (0.05-0.07 s
-    for the 7.3M rows of a 1M-step run) replaced by marking each row's code in a table as
-    long as the largest code (a few hundred entries), the strings read off the column's
-    categories for the few codes found."""
+    The same set as ``col.unique()`` for about half its CPU: instead of a hash of every row
+    (0.05-0.07 s for the 7.3M rows of a 1M-step run), each row's code is marked in a table as
+    long as the largest code (the categories are the process's: a few hundred strings, tags,
+    files and sources), and only the codes found are looked up as strings."""
+    categories = getattr(col.dtype, "categories", None)  # polars >= 1.32
+    if categories is None:
+        return _unique_tags(col)
     phys = col.to_physical()
     if phys.null_count():
         phys = phys.drop_nulls()
@@ -573,17 +576,17 @@ def _present_tags(col: pl.Series) -> tuple[np.ndarray, list[str]]:
         return np.zeros(0, dtype=np.uint32), []
     rows = phys.to_numpy()  # zero-copy for one chunk without nulls
     seen = np.zeros(int(rows.max()) + 1, dtype=bool)
-    seen[rows] = True
+    seen[rows] = True  # numpy casts the indices a buffer at a time: no per-row copy
     codes = np.flatnonzero(seen).astype(np.uint32)
-    names = _categories_of(col).gather(pl.Series(codes))
+    # (every string of the categories, at the index of its code)
+    names = categories.to_series().gather(pl.Series(codes))
     return codes, names.to_list()
 
 
-def _categories_of(col: pl.Series) -> pl.Series:
-    """Every string of the column's categories, at the index of its physical code."""
-    dtype = col.dtype
-    assert isinstance(dtype, pl.Categorical)
-    return dtype.categories.to_series()
+def _unique_tags(col: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """:func:`_present_tags` by a hash of every row (a polars without ``dtype.categories``)."""
+    unique = col.unique().drop_nulls()
+    return unique.to_physical().to_numpy().astype(np.uint32), unique.to_list()
 
 
 def conform(frame: pl.DataFrame) -> pl.DataFrame:

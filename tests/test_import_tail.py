@@ -13,7 +13,15 @@ import pytest
 
 from forensics.importers import ReadOptions, Source, finish_source
 from forensics.importers.base import ImportResult
-from forensics.schema import COLUMNS, SCHEMA, _present_tags, add_canonical, canonicalize, conform
+from forensics.schema import (
+    COLUMNS,
+    SCHEMA,
+    _present_tags,
+    _unique_tags,
+    add_canonical,
+    canonicalize,
+    conform,
+)
 
 _TAGS = [
     "train/loss",
@@ -107,6 +115,10 @@ def test_present_tags_are_the_unique_tags() -> None:
     assert sorted(names) == sorted(unique.cast(pl.Utf8).to_list())
     assert codes.tolist() == sorted(unique.to_physical().to_list())
     assert pl.Series(names, dtype=SCHEMA["tag"]).to_physical().to_list() == codes.tolist()
+    # The fallback for a polars without dtype.categories: the same pairs in another order.
+    by_hash = _unique_tags(col)
+    pairs = sorted(zip(by_hash[0].tolist(), by_hash[1], strict=True))
+    assert pairs == list(zip(codes.tolist(), names, strict=True))
     empty = pl.Series("tag", [None, None], dtype=SCHEMA["tag"])
     assert _present_tags(empty)[1] == [] and _present_tags(empty.head(0))[1] == []
 
