@@ -530,7 +530,7 @@ def add_canonical(
     if col.dtype != SCHEMA["tag"]:
         col = col.cast(pl.Utf8).cast(SCHEMA["tag"])
         frame = frame.with_columns(col)
-    tags = col.unique().drop_nulls().to_list()
+    codes, tags = _present_tags(col)
     mapping = {t: canonicalize(t, source, extra) for t in tags}
     # Two new columns from the tag alone (a join would copy every column of the frame): each
     # row's tag code picks its entry in a table indexed by tag code (a null tag gathers a
@@ -539,7 +539,6 @@ def add_canonical(
     # at the peak for a 1M-step run instead of 70). A column whose every tag gives the same
     # value (no per-layer tag: every layer null) is a constant, never made per row.
     k = len(mapping)
-    codes = pl.Series(list(mapping), dtype=SCHEMA["tag"]).to_physical().to_numpy()
     lut = np.full(int(codes.max()) + 1 if k else 0, k, dtype=np.uint32)  # code -> entry
     lut[codes] = np.arange(k, dtype=np.uint32)
     at = pl.Series(lut)
@@ -557,6 +556,37 @@ def add_canonical(
         # nothing per row outlives it; a null code gathers a null)
         frame = frame.with_columns(by_code.gather(col.to_physical()))
     return frame.select(COLUMNS)
+
+
+def _present_tags(col: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """The physical codes a categorical column holds (nulls left out) and their strings, in
+    the same order.
+
+    The same set as ``col.unique()`` for about half its CPU: instead of a hash of every row
+    (0.05-0.07 s for the 7.3M rows of a 1M-step run), each row's code is marked in a table as
+    long as the largest code (the categories are the process's: a few hundred strings, tags,
+    files and sources), and only the codes found are looked up as strings."""
+    categories = getattr(col.dtype, "categories", None)  # polars >= 1.32
+    if categories is None:
+        return _unique_tags(col)
+    phys = col.to_physical()
+    if phys.null_count():
+        phys = phys.drop_nulls()
+    if phys.is_empty():
+        return np.zeros(0, dtype=np.uint32), []
+    rows = phys.to_numpy()  # zero-copy for one chunk without nulls
+    seen = np.zeros(int(rows.max()) + 1, dtype=bool)
+    seen[rows] = True  # numpy casts the indices a buffer at a time: no per-row copy
+    codes = np.flatnonzero(seen).astype(np.uint32)
+    # (every string of the categories, at the index of its code)
+    names = categories.to_series().gather(pl.Series(codes))
+    return codes, names.to_list()
+
+
+def _unique_tags(col: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """:func:`_present_tags` by a hash of every row (a polars without ``dtype.categories``)."""
+    unique = col.unique().drop_nulls()
+    return unique.to_physical().to_numpy().astype(np.uint32), unique.to_list()
 
 
 def conform(frame: pl.DataFrame) -> pl.DataFrame:
