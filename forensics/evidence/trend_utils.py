@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from forensics.evidence.reuse import _ACTIVE as _ACTIVE_MEMO
 from forensics.evidence.reuse import local_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA
 from forensics.evidence.rolling import centered_median, centered_median_at, selectable
@@ -212,6 +214,9 @@ def despike_masks(values: np.ndarray, ks: list[float], *, window: int = 25) -> l
     if n < 5 or not ks or min(ks) <= 0 or not selectable(v):
         band = despike_band(v, window=window)
         return [despike_mask(v, band, k=k) for k in ks]
+    # (a watcher's memo reuses the whole-series median: the plain way then)
+    if n > 2 * _DESPIKE_CHUNK and _ACTIVE_MEMO.get() is None:
+        return _despike_masks_chunked(v, ks, w)
     med = rolling_median(v, window)
     floor = 1e-3 * np.abs(med) + 1e-12  # constant stretches have zero MAD
     cand = np.flatnonzero(~(v <= med + min(ks) * floor))
@@ -223,6 +228,59 @@ def despike_masks(values: np.ndarray, ks: list[float], *, window: int = 25) -> l
         keep[cand] = v[cand] <= med[cand] + k * spread
         out.append(keep)
     return out
+
+
+# Points per piece of a long series' despike masks: a few MiB of temporaries per piece
+# instead of several whole-length float arrays at once.
+_DESPIKE_CHUNK = 1 << 18
+
+
+def _despike_masks_chunked(v: np.ndarray, ks: list[float], w: int) -> list[np.ndarray]:
+    """:func:`despike_masks` of a long series, one piece at a time.
+
+    Every number is a window's order statistic over at most ``w`` neighbours, so a piece
+    extended by ``w`` points each side (cut only at the series' own ends) gives its deviations
+    exactly as the whole series does, and those extended by ``w`` more give its medians: the
+    same comparisons on the same numbers, with temporaries the size of a piece."""
+    n = len(v)
+    outs = [np.ones(n, dtype=bool) for _ in ks]  # (every value finite: selectable)
+    k_min = min(ks)
+    for lo in range(0, n, _DESPIKE_CHUNK):
+        hi = min(n, lo + _DESPIKE_CHUNK)
+        a, b = max(0, lo - w), min(n, hi + w)  # where the deviations are needed
+        ma, mb = max(0, a - w), min(n, b + w)  # where the medians are computed
+        med = centered_median(v[ma:mb], w)[a - ma : b - ma]
+        dev = np.abs(v[a:b] - med)
+        vc, mc = v[lo:hi], med[lo - a : hi - a]
+        floor = 1e-3 * np.abs(mc) + 1e-12
+        cand = np.flatnonzero(~(vc <= mc + k_min * floor))
+        if len(cand) == 0:
+            continue
+        spread = np.maximum(centered_median_at(dev, w, cand + (lo - a)) * MAD_SCALE, floor[cand])
+        for keep, k in zip(outs, ks, strict=True):
+            keep[lo + cand] = vc[cand] <= mc[cand] + k * spread
+    return outs
+
+
+def interp(xq: Any, xp: np.ndarray, fp: np.ndarray) -> Any:
+    """``np.interp(xq, xp, fp)`` for steps ``xp`` in increasing order, without a float copy of
+    the whole of ``xp`` and ``fp`` (np.interp converts them: 16 bytes a point for one lookup).
+
+    A point is interpolated from the two logged points around it (the end value outside), so
+    np.interp over those points alone gives its number: they are found by counting, a block of
+    ``xp`` (as floats, as np.interp compares them) at a time, how many are at most it."""
+    n = len(xp)
+    if n <= _INTERP_BLOCK:
+        return np.interp(xq, xp, fp)
+    q = np.asarray(xq, dtype=float)
+    at = np.zeros(q.shape, dtype=np.int64)  # per point: how many xp are <= it
+    for lo in range(0, n, _INTERP_BLOCK):
+        at += np.searchsorted(xp[lo : lo + _INTERP_BLOCK].astype(float), q, side="right")
+    near = np.unique(np.clip(np.concatenate([at.ravel() - 1, at.ravel()]), 0, n - 1))
+    return np.interp(xq, xp[near].astype(float), np.asarray(fp[near], dtype=float))
+
+
+_INTERP_BLOCK = 1 << 18
 
 
 def bin_median(
