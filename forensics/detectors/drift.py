@@ -102,6 +102,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         "baseline_end_step": base.end_step,
         "spike_k": p.spike_k,
     }
+    _ = ev.schedule  # (made before the selections below are held: not beside its temporaries)
     # The points from the baseline on (steps sorted: a slice) that the despike keeps; one
     # copy of them, every later selection a slice of it.
     after = int(np.searchsorted(x, base.start_step, side="left"))  # x[after:] >= start

@@ -13,6 +13,7 @@ their own confidence level); the MAD-to-sigma factor is
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -23,7 +24,12 @@ import polars as pl
 from forensics.evidence.reuse import _ACTIVE as _ACTIVE_MEMO
 from forensics.evidence.reuse import local_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA
-from forensics.evidence.rolling import centered_median, centered_median_at, selectable
+from forensics.evidence.rolling import (
+    centered_median,
+    centered_median_at,
+    selectable,
+    window_max,
+)
 from forensics.run import Run
 
 MAD_SCALE = MAD_TO_SIGMA  # MAD -> standard deviation for normal noise (one constant)
@@ -146,9 +152,30 @@ def rolling_median(values: np.ndarray, window: int, *, center: bool = True) -> n
 
 def _rolling_median(window: int, center: bool, values: np.ndarray) -> np.ndarray:
     if center:
-        return centered_median(values, window)  # polars' numbers, in O(n log window)
+        return _centered_median_pieces(values, window)  # polars' numbers, in O(n log window)
     out = pl.Series(values.astype(float)).rolling_median(window, min_samples=1, center=center)
     return out.to_numpy().astype(float)
+
+
+def _centered_median_pieces(values: np.ndarray, window: int) -> np.ndarray:
+    """``centered_median(values, window)`` of a long series a piece at a time: a point's
+    median reads the points within ``window`` of it (windows cut only at the series' ends), so
+    a piece extended by ``window`` each side gives its numbers; the rank filter's temporaries
+    (several whole-length arrays) are then a piece's size."""
+    n, p = len(values), _MEDIAN_PIECE
+    # (pieces of at least p points, each far longer than its window, and values whose every
+    # piece takes the rank filter as the whole does)
+    if n < 2 * p or p < 8 * window or not selectable(np.asarray(values, dtype=float)):
+        return centered_median(values, window)
+    out = np.empty(n)
+    edges = [i * p for i in range(n // p)] + [n]  # (the last piece takes the rest)
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        a, b = max(0, lo - window), min(n, hi + window)
+        out[lo:hi] = centered_median(values[a:b], window)[lo - a : hi - a]
+    return out
+
+
+_MEDIAN_PIECE = 1 << 17
 
 
 def robust_sigma(values: np.ndarray) -> float:
@@ -281,6 +308,25 @@ def interp(xq: Any, xp: np.ndarray, fp: np.ndarray) -> Any:
 
 
 _INTERP_BLOCK = 1 << 18
+
+
+def window_max_pieces(
+    values: np.ndarray,
+    start: int,
+    window: int,
+    maximum: Callable[[np.ndarray, int, int], np.ndarray] = window_max,
+    *,
+    piece: int = 1 << 16,
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """``(lo, hi, window_max(values, start, window)[lo:hi])`` piece after piece: each point's
+    window lies within ``[lo + start, hi + start + window)``, so the pieces of that stretch
+    (cut to the series as the whole is) give the same maxima, with temporaries of a piece's
+    size (the whole takes three whole-length floats). ``maximum``: :func:`window_max`."""
+    n = len(values)
+    for lo in range(0, n, piece):
+        hi = min(n, lo + piece)
+        a, b = max(0, lo + start), min(n, hi + start + window)
+        yield lo, hi, maximum(values[a:b], start, window)[lo - a : hi - a]
 
 
 def bin_median(
