@@ -518,9 +518,12 @@ def align(
     # while the copies stay small; np.median along rows is the per-window median.
     if int(size.sum()) <= _ALIGN_MATRIX_POINTS:
         for k in np.unique(size[size > 0]):
-            rows = np.flatnonzero(size == k)
-            out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
-            done[rows] = True
+            rows_of_size = np.flatnonzero(size == k)
+            per = max(1, _BIN_BLOCK // int(k))  # (a few rows at a time: each row's own median)
+            for a in range(0, len(rows_of_size), per):
+                rows = rows_of_size[a : a + per]
+                out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
+            done[rows_of_size] = True
     for i in np.flatnonzero(~done):
         if hi[i] > lo[i]:
             out[i] = np.median(train_values[lo[i] : hi[i]])
