@@ -111,6 +111,27 @@ def test_align_in_row_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert np.array_equal(trend_utils.align(x, y, at, 300.0), want)
 
 
+def test_searchsorted_as_float(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trend_utils, "_INTERP_BLOCK", 50)
+    a = np.cumsum(np.random.default_rng(2).integers(1, 4, 1000)).astype(np.int64)
+    v = np.concatenate([a[::7] - 0.5, a[::11].astype(float), [-1.0, 1e9, np.nan]])
+    for side in ("left", "right"):
+        want = np.searchsorted(a, v, side=side)  # type: ignore[call-overload]
+        assert np.array_equal(trend_utils.searchsorted_as_float(a, v, side), want)
+        assert trend_utils.searchsorted_as_float(a, v[3], side) == want[3]
+
+
+def test_align_with_empty_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trend_utils, "_INTERP_BLOCK", 64)
+    x = np.concatenate([np.arange(0, 5000, 5), np.arange(9000, 12000, 5)]).astype(np.int64)
+    y = _noisy_series(len(x))
+    at = np.arange(0, 12000, 250).astype(float)
+    got = trend_utils.align(x, y, at, 2.0)  # most windows empty: the nearest point
+    j = np.clip(np.searchsorted(x, at), 0, len(x) - 1)
+    empty = np.searchsorted(x, at - 2.0, "left") == np.searchsorted(x, at + 2.0, "right")
+    assert empty.any() and np.array_equal(got[empty], y[j[empty]])
+
+
 # -- the LR schedule -------------------------------------------------------------------------
 def _jumps_plain(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
     """``schedule._jumps`` as it was: whole-length arrays."""

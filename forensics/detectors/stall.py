@@ -100,15 +100,21 @@ class StallDetector:
                 + ("; slow steps judged from the step times" if timed else "")
             )
             return self._slow_steps(ev, []) if timed else []
-        out = self._wall_stalls(ev, c)
-        return out + self._slow_steps(ev, out)
-
-    def _wall_stalls(self, ev: Evidence, c: pl.DataFrame) -> list[Finding]:
-        run = ev.run
-        # (the frame's own arrays where they already have the type: no copies)
+        # (the frame's own arrays where they already have the type; the frame is dropped, so
+        # a frame of several chunks is not held beside the arrays made of it)
         steps = c.get_column("step").to_numpy().astype(np.int64, copy=False)
         wall = c.get_column("wall_time").to_numpy().astype(float, copy=False)
         seg = c.get_column("segment").to_numpy()
+        del c
+        out = self._wall_stalls(ev, steps, wall, seg)
+        del steps, wall, seg
+        return out + self._slow_steps(ev, out)
+
+    def _wall_stalls(
+        self, ev: Evidence, steps: np.ndarray, wall: np.ndarray, seg: np.ndarray
+    ) -> list[Finding]:
+        """Silences of the wall clock: the steps, wall times and segments of the clock."""
+        run = ev.run
         # The intervals' seconds (dt) and steps (ds) are made a piece at a time, never whole
         # (two whole-length floats, with their gathers, were most of this detector's memory).
         ok = seg[1:] == seg[:-1]  # same segment

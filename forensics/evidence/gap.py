@@ -215,13 +215,14 @@ def train_val_gap(ev: Evidence, metric: str = VAL_LOSS) -> Gap | None:
         return None
     vx, vy = v.steps, v.values
     keep = ev.despiked(LOSS)  # despike(t.values), its band shared
-    tx = t.steps[keep]
-    if len(tx) == 0:
+    n_kept = int(np.count_nonzero(keep))
+    if n_kept == 0:
         return None
     interval = median_of_ints(np.diff(vx))
-    # (through a sort: numpy's partition of a million ones with a few twos takes 0.14 s)
-    t_int = median_of_ints(np.diff(tx)) if len(tx) > 1 else interval
-    ty = t.values[keep]  # (after the steps' differences are gone: not held beside them)
+    # (through a sort: numpy's partition of a million ones with a few twos takes 0.14 s; the
+    # kept steps gathered again below, not held beside their differences and their sort)
+    t_int = median_of_ints(np.diff(t.steps[keep])) if n_kept > 1 else interval
+    tx, ty = t.steps[keep], t.values[keep]
     half = max(interval / 2, 2 * t_int)
     train = align(tx, ty, vx.astype(float), half)
     # The article's 1000 steps assume a long run; a short log (under six windows) gets a sixth

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -299,15 +299,24 @@ def interp(xq: Any, xp: np.ndarray, fp: np.ndarray) -> Any:
     n = len(xp)
     if n <= _INTERP_BLOCK:
         return np.interp(xq, xp, fp)
-    q = np.asarray(xq, dtype=float)
-    at = np.zeros(q.shape, dtype=np.int64)  # per point: how many xp are <= it
-    for lo in range(0, n, _INTERP_BLOCK):
-        at += np.searchsorted(xp[lo : lo + _INTERP_BLOCK].astype(float), q, side="right")
+    at = searchsorted_as_float(xp, np.asarray(xq, dtype=float), "right")  # how many are <= it
     near = np.unique(np.clip(np.concatenate([at.ravel() - 1, at.ravel()]), 0, n - 1))
     return np.interp(xq, xp[near].astype(float), np.asarray(fp[near], dtype=float))
 
 
 _INTERP_BLOCK = 1 << 18
+
+
+def searchsorted_as_float(a: np.ndarray, v: np.ndarray, side: Literal["left", "right"]) -> Any:
+    """``np.searchsorted(a, v, side)`` for a sorted ``a`` searched with floats: numpy compares
+    a whole integer ``a`` as a float copy (8 bytes a point); here a block at a time (the count
+    of ``a`` before each value, summed over the blocks)."""
+    if a.dtype.kind == "f" or len(a) <= _INTERP_BLOCK:
+        return np.searchsorted(a, v, side=side)
+    at = np.zeros(np.shape(v), dtype=np.intp)
+    for lo in range(0, len(a), _INTERP_BLOCK):
+        at += np.searchsorted(a[lo : lo + _INTERP_BLOCK].astype(float), v, side=side)
+    return at
 
 
 def window_max_pieces(
@@ -510,8 +519,8 @@ def align(
     out = np.full(len(at), np.nan)
     if len(train_steps) == 0:
         return out
-    lo = np.searchsorted(train_steps, at - half_width, side="left")
-    hi = np.searchsorted(train_steps, at + half_width, side="right")
+    lo = searchsorted_as_float(train_steps, at - half_width, "left")
+    hi = searchsorted_as_float(train_steps, at + half_width, "right")
     size = hi - lo
     done = np.zeros(len(at), dtype=bool)
     # Windows of one size as the rows of one matrix (thousands of val points on a long log),
@@ -528,7 +537,8 @@ def align(
         if hi[i] > lo[i]:
             out[i] = np.median(train_values[lo[i] : hi[i]])
         else:
-            j = int(np.clip(np.searchsorted(train_steps, at[i]), 0, len(train_steps) - 1))
+            j = searchsorted_as_float(train_steps, at[i], "left")
+            j = int(np.clip(j, 0, len(train_steps) - 1))
             out[i] = train_values[j]
     return out
 
