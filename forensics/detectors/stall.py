@@ -100,10 +100,13 @@ class StallDetector:
                 + ("; slow steps judged from the step times" if timed else "")
             )
             return self._slow_steps(ev, []) if timed else []
-        # (the frame's own arrays where they already have the type; the frame is dropped, so
-        # a frame of several chunks is not held beside the arrays made of it)
+        # (the frame's own arrays where they already have the type; each column dropped from
+        # the frame once read, so a frame of several chunks, whose arrays are copies, is not
+        # held whole beside them)
         steps = c.get_column("step").to_numpy().astype(np.int64, copy=False)
+        c = c.drop("step")
         wall = c.get_column("wall_time").to_numpy().astype(float, copy=False)
+        c = c.drop("wall_time")
         seg = c.get_column("segment").to_numpy()
         del c
         out = self._wall_stalls(ev, steps, wall, seg)
