@@ -40,6 +40,7 @@ from forensics.evidence.trend_utils import (
     MAD_SCALE,
     bin_median,
     hinge_onset,
+    interp,
     rolling_median,
     sig,
     theil_sen,
@@ -101,13 +102,18 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         "baseline_end_step": base.end_step,
         "spike_k": p.spike_k,
     }
-    keep = ev.despiked(GRAD_NORM, k=p.spike_k) & (y >= 0)  # despike(y, k=...)
-    after = x >= base.start_step
-    xs, ys = x[keep & after], y[keep & after]
+    _ = ev.schedule  # (made before the selections below are held: not beside its temporaries)
+    # The points from the baseline on (steps sorted: a slice) that the despike keeps; one
+    # copy of them, every later selection a slice of it.
+    after = int(np.searchsorted(x, base.start_step, side="left"))  # x[after:] >= start
+    keep = ev.despiked(GRAD_NORM, k=p.spike_k)[after:]  # despike(y, k=...)
+    keep &= y[after:] >= 0
+    xs, ys = _kept(x[after:], keep), _kept(y[after:], keep)
     if len(xs) < p.min_points:
         run.note(f"{CHECK}: not run, too few grad_norm points after the baseline window")
         return None
-    spikes = int(np.sum(~keep & after))
+    spikes = len(keep) - int(np.count_nonzero(keep))
+    del keep
     n_recent = max(5, int(p.recent_frac * len(ys)))
     current = float(np.median(ys[-n_recent:]))
     ratio = current / base.value
@@ -151,27 +157,34 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     warn_idx = int(below[-1] + 1) if len(below) else 0
     warn_idx = min(warn_idx, len(xb) - 1)
     onset = _onset(xb[: warn_idx + 1], smooth[: warn_idx + 1], base.value)
-    post = xs >= onset
-    g_slope = theil_sen(xs[post], ys[post])
+    post = int(np.searchsorted(xs, onset, side="left"))  # xs[post:] >= onset
+    g_slope = theil_sen(xs[post:], ys[post:])
+    del xs, ys  # (not read past here: the loss's points are not held beside them)
     if g_slope is None or not g_slope.rising:
         return quiet("grad norm high but not trending up")
     loss = ev.series(LOSS)
     lx, ly = loss.steps, loss.values
-    loss_sel = (lx >= onset) & ev.despiked(LOSS, k=p.spike_k)  # despike(ly, k=...)
-    l_slope = theil_sen(lx[loss_sel], ly[loss_sel]) if loss_sel.sum() >= 3 else None
+    l0 = int(np.searchsorted(lx, onset, side="left"))  # lx[l0:] >= onset
+    loss_sel = ev.despiked(LOSS, k=p.spike_k)[l0:]  # despike(ly, k=...)
+    lys = _kept(ly[l0:], loss_sel)
+    l_slope = theil_sen(_kept(lx[l0:], loss_sel), lys) if len(lys) >= 3 else None
+    del loss_sel
     if l_slope is not None and l_slope.rising:
         return quiet("the loss rises too (divergence, not drift)")
     loss_change = None
     if l_slope is not None:
         # Levels, not the extrapolated line: a curved loss would give changes beyond -100%.
-        lys = ly[loss_sel]
         k = max(3, len(lys) // 20)
         at_onset, at_end = float(np.median(lys[:k])), float(np.median(lys[-k:]))
         if at_onset != 0:
             loss_change = 100.0 * (at_end - at_onset) / abs(at_onset)
         # Higher by 2% and by more than the two levels' own noise (a noisy per-batch loss
         # moves its 5% medians by more than 2% on its own).
-        noise = MAD_SCALE * float(np.median(np.abs(lys - rolling_median(lys, 25))))
+        dev = rolling_median(lys, 25)
+        np.subtract(lys, dev, out=dev)
+        np.abs(dev, out=dev)  # |lys - rolling median|, in place
+        noise = MAD_SCALE * float(np.median(dev, overwrite_input=True))
+        del dev
         level_noise = 3.0 * np.sqrt(2.0) * 1.2533 * noise / np.sqrt(k)  # median's std. error
         if loss_change is not None and loss_change > 2.0 and at_end - at_onset > level_noise:
             return quiet("the loss ended higher than at the onset (divergence)")
@@ -217,6 +230,11 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     )
 
 
+def _kept(a: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``a[keep]``: a view when every point is kept (no copy of a whole series)."""
+    return a if bool(keep.all()) else a[keep]
+
+
 @dataclass(frozen=True)
 class Envelope:
     """The grad-norm rise the LR schedule explains, per bin (1 where the LR did not decay)."""
@@ -236,7 +254,7 @@ class Envelope:
     def lr_now(self, steps: np.ndarray) -> float | None:
         if not self.lr_logged:
             return None
-        return float(np.median(np.interp(steps, self.lr_steps, self.lr_values)))
+        return float(np.median(interp(steps, self.lr_steps, self.lr_values)))
 
     def at_end(self, steps: np.ndarray) -> float:
         """The expected rise over the recent points (the LR's median there)."""
@@ -270,8 +288,8 @@ def envelope(ev: Evidence, xb: np.ndarray, ref_start: int, ref_end: int) -> Enve
             np.ones(len(xb)), None, p.envelope_exponent, p.envelope_max, p.envelope_margin, lx, lv
         )
     sel = (lx >= ref_start) & (lx <= ref_end)
-    ref = float(np.median(lv[sel])) if sel.any() else float(np.interp(ref_start, lx, lv))
-    lr_b = np.interp(xb, lx, lv)
+    ref = float(np.median(lv[sel])) if sel.any() else float(interp(ref_start, lx, lv))
+    lr_b = interp(xb, lx, lv)
     rise = np.array([_rise(ref, float(v), p.envelope_exponent, p.envelope_max) for v in lr_b])
     return Envelope(rise, ref, p.envelope_exponent, p.envelope_max, p.envelope_margin, lx, lv)
 

@@ -144,15 +144,17 @@ class LossScaleDetector:
         scale = ev.series(LOSS_SCALE)
         t, v = scale.steps, scale.values
         keep = v > 0
-        t, v = t[keep], v[keep]
-        if calib_end is not None:
-            after = t > calib_end
-            t, v = t[after], v[after]
+        if not keep.all():  # (no copies of an all-positive scale)
+            t, v = t[keep], v[keep]
+        del keep
+        if calib_end is not None:  # (steps sorted: the points after it are a slice)
+            after = int(np.searchsorted(t, calib_end, side="right"))  # t[after:] > calib_end
+            t, v = t[after:], v[after:]
         if len(t) < 3:
             return []
         lvl = np.log2(v)
         peak = np.maximum.accumulate(lvl)
-        low = (peak - lvl) >= self.params.decline_halvings - 1e-9
+        low = _at_least(peak, lvl, self.params.decline_halvings - 1e-9)
         out = []
         idx = np.flatnonzero(low)
         if len(idx) == 0:
@@ -213,6 +215,19 @@ class LossScaleDetector:
                 )
             )
         return out
+
+
+_CHUNK = 1 << 18
+
+
+def _at_least(peak: np.ndarray, lvl: np.ndarray, halvings: float) -> np.ndarray:
+    """``(peak - lvl) >= halvings``, the differences made a piece at a time (no whole-length
+    float temporary)."""
+    out = np.empty(len(lvl), dtype=bool)
+    for lo in range(0, len(lvl), _CHUNK):
+        hi = lo + _CHUNK
+        np.greater_equal(peak[lo:hi] - lvl[lo:hi], halvings, out=out[lo:hi])
+    return out
 
 
 def _spike_windows(ev: Evidence) -> list[tuple[int, float, float]]:

@@ -26,13 +26,15 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
 from forensics.evidence.rolling import centered_median_at, window_max
-from forensics.evidence.trend_utils import housekeeping_at, unit_for
+from forensics.evidence.trend_utils import housekeeping_at, unit_for, window_max_pieces
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
 from forensics.run import Run
@@ -98,39 +100,68 @@ class StallDetector:
                 + ("; slow steps judged from the step times" if timed else "")
             )
             return self._slow_steps(ev, []) if timed else []
-        out = self._wall_stalls(ev, c)
+        # (the frame's own arrays where they already have the type; each column dropped from
+        # the frame once read, so a frame of several chunks, whose arrays are copies, is not
+        # held whole beside them)
+        steps = c.get_column("step").to_numpy().astype(np.int64, copy=False)
+        c = c.drop("step")
+        wall = c.get_column("wall_time").to_numpy().astype(float, copy=False)
+        c = c.drop("wall_time")
+        seg = c.get_column("segment").to_numpy()
+        del c
+        out = self._wall_stalls(ev, steps, wall, seg)
+        del steps, wall, seg
         return out + self._slow_steps(ev, out)
 
-    def _wall_stalls(self, ev: Evidence, c: pl.DataFrame) -> list[Finding]:
+    def _wall_stalls(
+        self, ev: Evidence, steps: np.ndarray, wall: np.ndarray, seg: np.ndarray
+    ) -> list[Finding]:
+        """Silences of the wall clock: the steps, wall times and segments of the clock."""
         run = ev.run
-        # (the frame's own arrays where they already have the type: no copies)
-        steps = c.get_column("step").to_numpy().astype(np.int64, copy=False)
-        wall = c.get_column("wall_time").to_numpy().astype(float, copy=False)
-        seg = c.get_column("segment").to_numpy()
-        dt, ds = np.diff(wall), np.diff(steps).astype(float)
-        same_seg = seg[1:] == seg[:-1]
-        ok = same_seg & (ds > 0) & (dt >= 0)
+        # The intervals' seconds (dt) and steps (ds) are made a piece at a time, never whole
+        # (two whole-length floats, with their gathers, were most of this detector's memory).
+        ok = seg[1:] == seg[:-1]  # same segment
+        for lo, hi, dt, ds in _intervals(wall, steps):
+            ok[lo:hi] &= (ds > 0) & (dt >= 0)
         if ok.sum() < self.params.min_points - 1:
             run.note(f"{CHECK}: not run, too few ordered wall-clock points")
             return []
-        per_step = float(np.median(dt[ok] / ds[ok]))
+        rates = np.empty(int(np.count_nonzero(ok)))  # dt[ok] / ds[ok]
+        at = 0
+        for lo, hi, dt, ds in _intervals(wall, steps):
+            m = ok[lo:hi]
+            r = dt[m] / ds[m]
+            rates[at : at + len(r)] = r
+            at += len(r)
+        per_step = float(np.median(rates, overwrite_input=True))
+        del rates
         if not per_step > 0:
             run.note(f"{CHECK}: not run, wall times do not advance")
             return []
-        expected = ds * per_step
-        cand = ok & (dt > self.params.factor * expected) & (dt >= self.params.min_seconds)
+        # over: dt > factor * expected, with expected = ds * per_step
+        over = np.empty(len(ok), dtype=bool)
+        cand = ok.copy()
+        for lo, hi, dt, ds in _intervals(wall, steps):
+            np.greater(dt, self.params.factor * (ds * per_step), out=over[lo:hi])
+            cand[lo:hi] &= over[lo:hi] & (dt >= self.params.min_seconds)
         if not cand.any():
             return []
         # Pauses at val/eval steps are expected; their typical length raises the bar.
         eval_steps = self._eval_steps(run)
-        at = np.fromiter(eval_steps, dtype=np.int64) if eval_steps else np.array([], np.int64)
-        at_eval = np.isin(steps[:-1], at) | np.isin(steps[1:], at)
-        pauses = dt[ok & at_eval & (dt > self.params.factor * expected)]
+        evals = np.fromiter(eval_steps, dtype=np.int64) if eval_steps else np.array([], np.int64)
+        at_eval = np.isin(steps[:-1], evals) | np.isin(steps[1:], evals)
+        k_pause = np.flatnonzero(ok & at_eval & over)
+        pauses = wall[k_pause + 1] - wall[k_pause]  # dt[ok & at_eval & over]
         usual_pause = float(np.median(pauses)) if len(pauses) else None
         if usual_pause is not None:
-            cand &= dt > self.params.pause_factor * usual_pause
+            k_cand = np.flatnonzero(cand)
+            line = self.params.pause_factor * usual_pause
+            cand[k_cand] = (wall[k_cand + 1] - wall[k_cand]) > line  # dt > line
         out = []
         for k in np.flatnonzero(cand):
+            dt_k = wall[k + 1] - wall[k]  # (np.diff's numbers at k)
+            ds_k = float(steps[k + 1] - steps[k])
+            expected = float(ds_k * per_step)
             out.append(
                 Finding(
                     kind=FindingKind.STALL,
@@ -143,29 +174,29 @@ class StallDetector:
                         "source": "wall_time",
                         "slow_steps": None,
                         "housekeeping": None,
-                        "gap_seconds": float(dt[k]),
-                        "expected_seconds": float(expected[k]),
+                        "gap_seconds": float(dt_k),
+                        "expected_seconds": expected,
                         "usual_step_seconds": per_step,
-                        "ratio": float(dt[k] / expected[k]),
-                        "steps_between": int(ds[k]),
+                        "ratio": float(dt_k / expected),
+                        "steps_between": int(ds_k),
                         "usual_pause_seconds": usual_pause,
                     },
                     judged_against={
                         "factor": self.params.factor,
-                        "expected_seconds": float(expected[k]),
+                        "expected_seconds": expected,
                         "min_seconds": self.params.min_seconds,
                         "pause_factor": self.params.pause_factor,
                         "usual_pause_seconds": usual_pause,
                         "stall_line_seconds": max(
-                            self.params.factor * float(expected[k]),
+                            self.params.factor * expected,
                             self.params.min_seconds,
                             self.params.pause_factor * usual_pause if usual_pause else 0.0,
                         ),
                     },
                     summary=(
-                        f"Nothing was logged for {_human(float(dt[k]))} between steps "
+                        f"Nothing was logged for {_human(float(dt_k))} between steps "
                         f"{int(steps[k])} and {int(steps[k + 1])}, about "
-                        f"{dt[k] / expected[k]:.0f}x the usual pace: a hang or a pre-emption."
+                        f"{dt_k / expected:.0f}x the usual pace: a hang or a pre-emption."
                     ),
                 )
             )
@@ -177,7 +208,9 @@ class StallDetector:
 
         metric, x, rate = work_rate(ev)
         ok = rate > 0
-        x, rate = x[ok], rate[ok]
+        if not ok.all():  # (no copies of an all-positive rate)
+            x, rate = x[ok], rate[ok]
+        del ok
         if len(x) < self.params.min_points:
             return []
         tp = ev.params.throughput
@@ -229,9 +262,13 @@ class StallDetector:
         cover the whole series)."""
         n = len(rate)
         w = max(1, min(int(window), n))  # as rolling_median shrinks it
-        bound = window_max(rate, -(w // 2), w)  # the centred window, cut at the ends
+        # ~(bound / rate < slow_factor), bound = window_max(rate, -(w // 2), w) (the centred
+        # window, cut at the ends), a piece at a time
+        found = [np.array([], dtype=np.intp)]
         with np.errstate(invalid="ignore"):  # (an infinite rate: a candidate, NaN here)
-            cand = np.flatnonzero(~(bound / rate < self.params.slow_factor))
+            for lo, hi, bound in window_max_pieces(rate, -(w // 2), w, window_max):
+                found.append(lo + np.flatnonzero(~(bound / rate[lo:hi] < self.params.slow_factor)))
+        cand = np.concatenate(found)
         slower = np.full(n, np.nan)
         slower[cand] = centered_median_at(rate, w, cand) / rate[cand]
         return slower
@@ -302,6 +339,20 @@ class StallDetector:
         for m in held:
             out.update(run.metric_rows(m).get_column("step").unique().to_list())
         return out
+
+
+_CHUNK = 1 << 16
+
+
+def _intervals(
+    wall: np.ndarray, steps: np.ndarray
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(lo, hi, np.diff(wall)[lo:hi], np.diff(steps)[lo:hi].astype(float))`` over the
+    intervals a piece at a time."""
+    n = len(steps) - 1
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        yield lo, hi, np.diff(wall[lo : hi + 1]), np.diff(steps[lo : hi + 1]).astype(float)
 
 
 def _human(seconds: float) -> str:

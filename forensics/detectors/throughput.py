@@ -36,12 +36,19 @@ from forensics.evidence.rolling import (
     polars_trailing_median_at,
     window_max,
 )
-from forensics.evidence.trend_utils import Unit, housekeeping_at, rolling_median, unit_for
+from forensics.evidence.trend_utils import (
+    Unit,
+    housekeeping_at,
+    rolling_median,
+    unit_for,
+    window_max_pieces,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ThroughputParams
 from forensics.schema import STEP_TIME, THROUGHPUT
 
 CHECK = "throughput_drop"
+_CHUNK = 1 << 16
 
 
 def work_rate(ev: Evidence) -> tuple[str, np.ndarray, np.ndarray]:
@@ -112,9 +119,13 @@ class ThroughputDetector:
         the whole series)."""
         w, m = self.params.baseline_points, self.params.min_history
         if limit > 0:  # (limit x a larger value is larger)
-            bound = window_max(y, -w, w)  # the largest of the w points before each point
+            # the largest of the w points before each point (window_max(y, -w, w)), a piece
+            # at a time: only the candidates are kept
+            found = [np.array([], dtype=np.intp)]
             with np.errstate(invalid="ignore"):  # (anything not provably above: a candidate)
-                cand = np.flatnonzero(~(smooth >= limit * bound))
+                for lo, hi, bound in window_max_pieces(y, -w, w, window_max):
+                    found.append(lo + np.flatnonzero(~(smooth[lo:hi] >= limit * bound)))
+            cand = np.concatenate(found)
             cand = cand[cand >= 1]
             base = np.full(len(y), np.nan)
             base[cand] = polars_trailing_median_at(y, w, m, cand - 1)
@@ -122,7 +133,10 @@ class ThroughputDetector:
             # polars' trailing rolling median (nulls as NaN), shifted one point
             trail = polars_trailing_median(y, w, m)
             base = np.concatenate([[np.nan], trail[:-1]]) if len(trail) else trail
-        below = np.nan_to_num(smooth < limit * base, nan=False).astype(bool)
+        below = np.empty(len(y), dtype=bool)  # smooth < limit * base, a piece at a time
+        for lo in range(0, len(y), _CHUNK):
+            hi = lo + _CHUNK
+            np.less(smooth[lo:hi], limit * base[lo:hi], out=below[lo:hi])
         return below, base
 
     def _finding(

@@ -163,8 +163,9 @@ class TrainValDetector:
             return 0.0
         rise = float(np.median(vy[-min(3, after) :])) - float(smooth[m])
         vs = theil_sen(g.steps[m:], vy[m:])
-        tsel = g.train_steps >= g.steps[m]
-        ts = theil_sen(g.train_steps[tsel], g.train_values[tsel]) if tsel.sum() >= 3 else None
+        t_s, t_v = g.train_after(g.steps[m])  # the train points from the val minimum on
+        ts = theil_sen(t_s, t_v) if len(t_s) >= 3 else None
+        del t_s, t_v
         if vs is None or vs.slope <= 0 or ts is None or ts.rising:
             return 0.0
         return max(rise, 0.0) / (self.params.overfit_noise_k * max(g.val_noise, 1e-9))
@@ -301,8 +302,9 @@ class TrainValDetector:
         vs = theil_sen(vx[m:], vy[m:])
         if vs is None or vs.slope <= 0:
             return []
-        tsel = g.train_steps >= vx[m]
-        ts = theil_sen(g.train_steps[tsel], g.train_values[tsel]) if tsel.sum() >= 3 else None
+        t_s, t_v = g.train_after(vx[m])  # the train points from the val minimum on
+        ts = theil_sen(t_s, t_v) if len(t_s) >= 3 else None
+        del t_s, t_v
         if ts is None or ts.rising:
             return []  # train rising too: not the negative slope (see divergence)
         gi = base + m  # index of the minimum in the gap's arrays
@@ -406,7 +408,7 @@ class TrainValDetector:
         pre_lo = np.searchsorted(vx, vx - look, side="left")
         post_hi = np.searchsorted(vx, vx + look, side="right")
         vpre, vpost = _lines_over(vx, vy, [(pre_lo, np.arange(n) + 1), (np.arange(n), post_hi)])
-        tx, ty = g.train_steps.astype(float), g.train_values
+        tx, ty = g.train_steps_float(), g.train_values
         # (one pass of prefix sums over the train loss for both sides)
         tpre, tpost = _lines_over(
             tx,
@@ -416,6 +418,7 @@ class TrainValDetector:
                 (np.searchsorted(tx, vx, side="left"), np.searchsorted(tx, vx + look, "right")),
             ],
         )
+        del tx, ty  # (the lines are all that is read of the train loss: not held below)
         ii, jj = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         ok = (
             (jj > ii)
@@ -513,7 +516,7 @@ class TrainValDetector:
             old = np.polyval(np.polyfit(x[pre_sel], g.val[pre_sel], 1), x)
             new = np.polyval(np.polyfit(x[post_sel], g.val[post_sel], 1), x)
         before, after = float(old[i]), float(new[j])
-        tx, ty, mid = g.train_steps.astype(float), g.train_values, 0.5 * float(vx[i] + vx[j])
+        tx, ty, mid = g.train_steps_float(), g.train_values, 0.5 * float(vx[i] + vx[j])
         tpre = (tx >= vx[i] - look) & (tx <= vx[i])
         tpost = (tx >= vx[j]) & (tx <= vx[j] + look)
         if tpre.sum() >= 2 and tpost.sum() >= 2:

@@ -43,7 +43,9 @@ def warmup_end(lr: Series) -> int | None:
     finite = np.isfinite(v)
     if not finite.any():
         return None
-    v, s = v[finite], s[finite]
+    if not finite.all():  # (no copies of an all-finite series)
+        v, s = v[finite], s[finite]
+    del finite
     # A warm-up comes early: its peak is the highest LR of the first quarter of the log. An LR
     # raised later (a scheduler bug, a restart) is not part of it.
     early = s <= s[0] + 0.25 * (s[-1] - s[0])
@@ -77,7 +79,9 @@ def series_baseline(
     the log for short logs), so short excerpts still get a baseline.
     """
     ok = np.isfinite(values)
-    steps, values = steps[ok], values[ok]
+    if not ok.all():  # (no copies of an all-finite series)
+        steps, values = steps[ok], values[ok]
+    del ok
     if len(values) == 0:
         return None
     if start is None:
@@ -171,7 +175,9 @@ def settle_step(steps: np.ndarray, values: np.ndarray, *, tolerance: float = 1.2
     """Where a start-up transient ends: the first point whose rolling median is within
     ``tolerance`` x the level of the 10%-30% stretch of the log. None when there is no transient."""
     ok = np.isfinite(values)
-    steps, values = steps[ok], values[ok]
+    if not ok.all():  # (no copies of an all-finite series)
+        steps, values = steps[ok], values[ok]
+    del ok
     n = len(values)
     if n < 20:
         return None

@@ -94,6 +94,28 @@ class Gap:
         k = self.train_keep
         return self.train_all_values if k is None else self.train_all_values[k]
 
+    def train_after(self, step: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(train_steps[sel], train_values[sel])`` with ``sel = train_steps >= step``: the
+        steps are sorted, so the points from ``step`` on are a slice of the logged ones, taken
+        before the spikes are dropped (copies of the slice only)."""
+        i = int(np.searchsorted(self.train_all_steps, step, side="left"))
+        s, v, k = self.train_all_steps[i:], self.train_all_values[i:], self.train_keep
+        return (s, v) if k is None else (s[k[i:]], v[k[i:]])
+
+    def train_steps_float(self) -> np.ndarray:
+        """``train_steps.astype(float)``, converted a block at a time (no integer copy of the
+        kept steps beside the floats)."""
+        s, k = self.train_all_steps, self.train_keep
+        if k is None:
+            return s.astype(float)
+        out = np.empty(int(np.count_nonzero(k)))
+        at = 0
+        for lo in range(0, len(s), _BLOCK):
+            part = s[lo : lo + _BLOCK][k[lo : lo + _BLOCK]]
+            out[at : at + len(part)] = part
+            at += len(part)
+        return out
+
     @cached_property
     def smooth(self) -> np.ndarray:
         """The gap through a 3-point rolling median (what growths are measured on)."""
@@ -170,6 +192,9 @@ class Gap:
         }
 
 
+_BLOCK = 1 << 16  # points converted at a time
+
+
 def held_out_losses(ev: Evidence) -> list[str]:
     """Every held-out loss the run logged: ``val_loss`` first, then each eval set's
     ``eval/<set>_loss`` (:func:`forensics.schema.held_out_set`), each with its own gap."""
@@ -190,12 +215,14 @@ def train_val_gap(ev: Evidence, metric: str = VAL_LOSS) -> Gap | None:
         return None
     vx, vy = v.steps, v.values
     keep = ev.despiked(LOSS)  # despike(t.values), its band shared
-    tx, ty = t.steps[keep], t.values[keep]
-    if len(tx) == 0:
+    n_kept = int(np.count_nonzero(keep))
+    if n_kept == 0:
         return None
     interval = median_of_ints(np.diff(vx))
-    # (through a sort: numpy's partition of a million ones with a few twos takes 0.14 s)
-    t_int = median_of_ints(np.diff(tx)) if len(tx) > 1 else interval
+    # (through a sort: numpy's partition of a million ones with a few twos takes 0.14 s; the
+    # kept steps gathered again below, not held beside their differences and their sort)
+    t_int = median_of_ints(np.diff(t.steps[keep])) if n_kept > 1 else interval
+    tx, ty = t.steps[keep], t.values[keep]
     half = max(interval / 2, 2 * t_int)
     train = align(tx, ty, vx.astype(float), half)
     # The article's 1000 steps assume a long run; a short log (under six windows) gets a sixth

@@ -28,6 +28,7 @@ of the log): a log that is mostly warm-up still shows a warm-up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +125,9 @@ class Schedule:
         no LR was logged."""
         if len(self.steps) == 0:
             return None
-        return float(np.interp(step, self.steps, self.values))
+        from forensics.evidence.trend_utils import interp
+
+        return float(interp(step, self.steps, self.values))
 
     def phases_between(self, a: float, b: float) -> list[str]:
         """The kinds of the segments overlapping ``[a, b]``, in order, without repeats."""
@@ -168,14 +171,15 @@ def lr_schedule(
     pos = v[v > 0]
     floor = 1e-3 * float(np.median(pos)) if len(pos) else 1.0
     del pos
-    y = np.maximum(v, floor)
-    np.log(y, out=y)  # log(max(v, floor))
 
     w = -1  # last index of the warm-up
     if warmup_end is not None:
         w = int(np.searchsorted(x, warmup_end, side="right")) - 1
     jumps = _jumps(v, jump_ratio, jump_k)
     jumps = [i for i in jumps if i >= max(w, 0)]
+    # (made after the jumps are found: the two are not held at once)
+    y = np.maximum(v, floor)
+    np.log(y, out=y)  # log(max(v, floor))
 
     # Pieces: (first index, last index, kind, shape) before the jumps are read.
     pieces: list[list[Any]] = []
@@ -280,33 +284,50 @@ def _distinct_at_least(v: np.ndarray, k: int) -> bool:
     return len(np.unique(v[:4096])) >= k or len(np.unique(v)) >= k
 
 
+# Points per piece where a whole-series computation is made a piece at a time (its
+# temporaries a few MiB instead of several whole-length arrays).
+_CHUNK = 1 << 18
+_JUMP_WINDOW = 11  # the local median a jump is compared with
+
+
 def _jumps(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
-    """Intervals ``i`` (between points i and i+1) where the LR jumps."""
+    """Intervals ``i`` (between points i and i+1) where the LR jumps.
+
+    Made a piece of intervals at a time: every test reads the interval's two points, the
+    series' resolution (computed once) and the median of the intervals' changes within 5 of
+    it, which a piece extended by the window each side (cut only at the ends) gives as the
+    whole series does."""
     if len(v) < 2:
         return []
     from forensics.evidence.rolling import centered_median
 
-    # (in place where the same operation allows, the local median last: a million-point LR
-    # held about eight whole-length temporaries at once)
-    d = np.diff(v)
-    np.abs(d, out=d)
-    av = np.abs(v)
-    hi = np.maximum(av[:-1], av[1:])
-    lo = np.minimum(av[:-1], av[1:])
-    del av
-    np.multiply(jump_ratio, lo, out=lo)
-    big = hi >= lo  # hi >= jump_ratio * lo
-    big &= hi > 0
-    del hi, lo
     # An LR printed with few decimals moves by one last digit at a time near zero: a change
     # of one printed unit is the printing, not a jump (only for LRs with many distinct values;
     # a step schedule has a handful).
-    if _distinct_at_least(v, 20):
-        big &= d > 1.5 * resolution(v)
-    local = centered_median(d, 11)
-    np.multiply(jump_k, local, out=local)
-    big &= d > local  # d > jump_k * local
-    return [int(i) for i in np.flatnonzero(big)]
+    res = 1.5 * resolution(v) if _distinct_at_least(v, 20) else None
+    m = len(v) - 1  # intervals
+    out: list[int] = []
+    for lo in range(0, m, _CHUNK):
+        hi = min(m, lo + _CHUNK)
+        a, b = max(0, lo - _JUMP_WINDOW), min(m, hi + _JUMP_WINDOW)
+        d = np.diff(v[a : b + 1])  # intervals a..b-1
+        np.abs(d, out=d)
+        local = centered_median(d, _JUMP_WINDOW)[lo - a : hi - a]
+        d = d[lo - a : hi - a]
+        av = np.abs(v[lo : hi + 1])
+        up = np.maximum(av[:-1], av[1:])
+        low = np.minimum(av[:-1], av[1:])
+        del av
+        np.multiply(jump_ratio, low, out=low)
+        big = up >= low  # up >= jump_ratio * low
+        big &= up > 0
+        del up, low
+        if res is not None:
+            big &= d > res
+        np.multiply(jump_k, local, out=local)
+        big &= d > local  # d > jump_k * local
+        out.extend(int(i) for i in lo + np.flatnonzero(big))
+    return out
 
 
 def _smooth_pieces(
@@ -315,7 +336,7 @@ def _smooth_pieces(
     """Rising / flat / falling pieces of the smooth stretch ``a..b`` (indices, inclusive)."""
     if b == a:
         return [[a, b, "constant", None]]
-    keep = _rdp(x[a : b + 1].astype(float), y[a : b + 1], tolerance)
+    keep = _rdp(x[a : b + 1], y[a : b + 1], tolerance)
     idx = [a + k for k in keep]
     out: list[list[Any]] = []
     for p, q in zip(idx[:-1], idx[1:], strict=True):
@@ -340,7 +361,10 @@ def _smooth_pieces(
 
 
 def _rdp(x: np.ndarray, y: np.ndarray, tolerance: float) -> list[int]:
-    """Indices kept by Ramer-Douglas-Peucker with vertical distances (first and last always)."""
+    """Indices kept by Ramer-Douglas-Peucker with vertical distances (first and last always).
+
+    ``x`` as logged (integers): taken as floats a piece at a time, the farthest point of a
+    stretch found piece by piece (the first of equal distances, as one ``argmax``)."""
     n = len(x)
     keep = np.zeros(n, dtype=bool)
     keep[0] = keep[-1] = True
@@ -349,11 +373,17 @@ def _rdp(x: np.ndarray, y: np.ndarray, tolerance: float) -> list[int]:
         i, j = stack.pop()
         if j - i < 2:
             continue
-        xs, ys = x[i + 1 : j], y[i + 1 : j]
-        chord = y[i] + (y[j] - y[i]) * (xs - x[i]) / (x[j] - x[i])
-        dev = np.abs(ys - chord)
-        k = int(np.argmax(dev))
-        if dev[k] > tolerance:
+        xi, xj = np.float64(x[i]), np.float64(x[j])
+        best, k = -np.inf, -1
+        for lo in range(i + 1, j, _CHUNK):
+            hi = min(j, lo + _CHUNK)
+            xs = x[lo:hi].astype(float)
+            chord = y[i] + (y[j] - y[i]) * (xs - xi) / (xj - xi)
+            dev = np.abs(y[lo:hi] - chord)
+            c = int(np.argmax(dev))
+            if k < 0 or dev[c] > best:
+                best, k = dev[c], lo - (i + 1) + c
+        if best > tolerance:
             m = i + 1 + k
             keep[m] = True
             stack.append((i, m))
@@ -457,34 +487,44 @@ def _decay_shape(xs: np.ndarray, vs: np.ndarray) -> str:
     ``sqrt(mean((u - fit) ** 2))`` of each fit."""
     if len(xs) < 4 or vs[0] <= vs[-1]:
         return "smooth"
-    t = xs.astype(float)
-    t0, t1 = t[0], t[-1]
+    t0, t1 = np.float64(xs[0]), np.float64(xs[-1])
     if t1 == t0:
         return "smooth"
-    t -= t0
-    t /= t1 - t0  # (xs - xs[0]) / (xs[-1] - xs[0])
-    u = vs - vs[-1]
-    u /= vs[0] - vs[-1]  # (vs - vs[-1]) / (vs[0] - vs[-1])
+    n = len(xs)
+    f = np.empty(n)  # the squared errors of one fit; the mean over the whole (same summation)
 
-    def score(f: np.ndarray) -> float:
-        np.subtract(u, f, out=f)
-        np.square(f, out=f)
+    def score(fit: Callable[[np.ndarray], np.ndarray]) -> float:
+        for lo in range(0, n, _CHUNK):  # t, u and the fit a piece at a time
+            hi = min(n, lo + _CHUNK)
+            t = xs[lo:hi].astype(float)
+            t -= t0
+            t /= t1 - t0  # (xs - xs[0]) / (xs[-1] - xs[0])
+            u = vs[lo:hi] - vs[-1]
+            u /= vs[0] - vs[-1]  # (vs - vs[-1]) / (vs[0] - vs[-1])
+            out = f[lo:hi]
+            np.subtract(u, fit(t), out=out)
+            np.square(out, out=out)
         return float(np.sqrt(np.mean(f)))
 
+    def cosine(t: np.ndarray) -> np.ndarray:
+        np.multiply(np.pi, t, out=t)
+        np.cos(t, out=t)
+        np.add(1.0, t, out=t)
+        np.multiply(0.5, t, out=t)  # 0.5 * (1.0 + cos(pi * t))
+        return t
+
+    def exponential(t: np.ndarray) -> np.ndarray:
+        np.multiply(t, np.log(vs[-1]) - np.log(vs[0]), out=t)
+        np.add(np.log(vs[0]), t, out=t)
+        np.exp(t, out=t)
+        t -= vs[-1]
+        t /= vs[0] - vs[-1]  # (e - vs[-1]) / (vs[0] - vs[-1])
+        return t
+
     err: dict[str, float] = {}
-    f = np.subtract(1.0, t)
-    err["linear"] = score(f)
-    np.multiply(np.pi, t, out=f)
-    np.cos(f, out=f)
-    np.add(1.0, f, out=f)
-    np.multiply(0.5, f, out=f)  # 0.5 * (1.0 + cos(pi * t))
-    err["cosine"] = score(f)
+    err["linear"] = score(lambda t: np.subtract(1.0, t, out=t))
+    err["cosine"] = score(cosine)
     if vs[-1] > 0:
-        np.multiply(t, np.log(vs[-1]) - np.log(vs[0]), out=f)
-        np.add(np.log(vs[0]), f, out=f)
-        np.exp(f, out=f)
-        f -= vs[-1]
-        f /= vs[0] - vs[-1]  # (e - vs[-1]) / (vs[0] - vs[-1])
-        err["exponential"] = score(f)
+        err["exponential"] = score(exponential)
     best = min(err, key=lambda k: err[k])
     return best if err[best] <= 0.03 else "smooth"

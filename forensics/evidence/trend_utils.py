@@ -13,15 +13,23 @@ their own confidence level); the MAD-to-sigma factor is
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 
+from forensics.evidence.reuse import _ACTIVE as _ACTIVE_MEMO
 from forensics.evidence.reuse import local_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA
-from forensics.evidence.rolling import centered_median, centered_median_at, selectable
+from forensics.evidence.rolling import (
+    centered_median,
+    centered_median_at,
+    selectable,
+    window_max,
+)
 from forensics.run import Run
 
 MAD_SCALE = MAD_TO_SIGMA  # MAD -> standard deviation for normal noise (one constant)
@@ -144,9 +152,30 @@ def rolling_median(values: np.ndarray, window: int, *, center: bool = True) -> n
 
 def _rolling_median(window: int, center: bool, values: np.ndarray) -> np.ndarray:
     if center:
-        return centered_median(values, window)  # polars' numbers, in O(n log window)
+        return _centered_median_pieces(values, window)  # polars' numbers, in O(n log window)
     out = pl.Series(values.astype(float)).rolling_median(window, min_samples=1, center=center)
     return out.to_numpy().astype(float)
+
+
+def _centered_median_pieces(values: np.ndarray, window: int) -> np.ndarray:
+    """``centered_median(values, window)`` of a long series a piece at a time: a point's
+    median reads the points within ``window`` of it (windows cut only at the series' ends), so
+    a piece extended by ``window`` each side gives its numbers; the rank filter's temporaries
+    (several whole-length arrays) are then a piece's size."""
+    n, p = len(values), _MEDIAN_PIECE
+    # (pieces of at least p points, each far longer than its window, and values whose every
+    # piece takes the rank filter as the whole does)
+    if n < 2 * p or p < 8 * window or not selectable(np.asarray(values, dtype=float)):
+        return centered_median(values, window)
+    out = np.empty(n)
+    edges = [i * p for i in range(n // p)] + [n]  # (the last piece takes the rest)
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        a, b = max(0, lo - window), min(n, hi + window)
+        out[lo:hi] = centered_median(values[a:b], window)[lo - a : hi - a]
+    return out
+
+
+_MEDIAN_PIECE = 1 << 17
 
 
 def robust_sigma(values: np.ndarray) -> float:
@@ -212,6 +241,9 @@ def despike_masks(values: np.ndarray, ks: list[float], *, window: int = 25) -> l
     if n < 5 or not ks or min(ks) <= 0 or not selectable(v):
         band = despike_band(v, window=window)
         return [despike_mask(v, band, k=k) for k in ks]
+    # (a watcher's memo reuses the whole-series median: the plain way then)
+    if n > 2 * _DESPIKE_CHUNK and _ACTIVE_MEMO.get() is None:
+        return _despike_masks_chunked(v, ks, w)
     med = rolling_median(v, window)
     floor = 1e-3 * np.abs(med) + 1e-12  # constant stretches have zero MAD
     cand = np.flatnonzero(~(v <= med + min(ks) * floor))
@@ -223,6 +255,87 @@ def despike_masks(values: np.ndarray, ks: list[float], *, window: int = 25) -> l
         keep[cand] = v[cand] <= med[cand] + k * spread
         out.append(keep)
     return out
+
+
+# Points per piece of a long series' despike masks: a few MiB of temporaries per piece
+# instead of several whole-length float arrays at once.
+_DESPIKE_CHUNK = 1 << 18
+
+
+def _despike_masks_chunked(v: np.ndarray, ks: list[float], w: int) -> list[np.ndarray]:
+    """:func:`despike_masks` of a long series, one piece at a time.
+
+    Every number is a window's order statistic over at most ``w`` neighbours, so a piece
+    extended by ``w`` points each side (cut only at the series' own ends) gives its deviations
+    exactly as the whole series does, and those extended by ``w`` more give its medians: the
+    same comparisons on the same numbers, with temporaries the size of a piece."""
+    n = len(v)
+    outs = [np.ones(n, dtype=bool) for _ in ks]  # (every value finite: selectable)
+    k_min = min(ks)
+    for lo in range(0, n, _DESPIKE_CHUNK):
+        hi = min(n, lo + _DESPIKE_CHUNK)
+        a, b = max(0, lo - w), min(n, hi + w)  # where the deviations are needed
+        ma, mb = max(0, a - w), min(n, b + w)  # where the medians are computed
+        med = centered_median(v[ma:mb], w)[a - ma : b - ma]
+        dev = np.abs(v[a:b] - med)
+        vc, mc = v[lo:hi], med[lo - a : hi - a]
+        floor = 1e-3 * np.abs(mc) + 1e-12
+        cand = np.flatnonzero(~(vc <= mc + k_min * floor))
+        if len(cand) == 0:
+            continue
+        spread = np.maximum(centered_median_at(dev, w, cand + (lo - a)) * MAD_SCALE, floor[cand])
+        for keep, k in zip(outs, ks, strict=True):
+            keep[lo + cand] = vc[cand] <= mc[cand] + k * spread
+    return outs
+
+
+def interp(xq: Any, xp: np.ndarray, fp: np.ndarray) -> Any:
+    """``np.interp(xq, xp, fp)`` for steps ``xp`` in increasing order, without a float copy of
+    the whole of ``xp`` and ``fp`` (np.interp converts them: 16 bytes a point for one lookup).
+
+    A point is interpolated from the two logged points around it (the end value outside), so
+    np.interp over those points alone gives its number: they are found by counting, a block of
+    ``xp`` (as floats, as np.interp compares them) at a time, how many are at most it."""
+    n = len(xp)
+    if n <= _INTERP_BLOCK:
+        return np.interp(xq, xp, fp)
+    at = searchsorted_as_float(xp, np.asarray(xq, dtype=float), "right")  # how many are <= it
+    near = np.unique(np.clip(np.concatenate([at.ravel() - 1, at.ravel()]), 0, n - 1))
+    return np.interp(xq, xp[near].astype(float), np.asarray(fp[near], dtype=float))
+
+
+_INTERP_BLOCK = 1 << 18
+
+
+def searchsorted_as_float(a: np.ndarray, v: np.ndarray, side: Literal["left", "right"]) -> Any:
+    """``np.searchsorted(a, v, side)`` for a sorted ``a`` searched with floats: numpy compares
+    a whole integer ``a`` as a float copy (8 bytes a point); here a block at a time (the count
+    of ``a`` before each value, summed over the blocks)."""
+    if a.dtype.kind == "f" or len(a) <= _INTERP_BLOCK:
+        return np.searchsorted(a, v, side=side)
+    at = np.zeros(np.shape(v), dtype=np.intp)
+    for lo in range(0, len(a), _INTERP_BLOCK):
+        at += np.searchsorted(a[lo : lo + _INTERP_BLOCK].astype(float), v, side=side)
+    return at
+
+
+def window_max_pieces(
+    values: np.ndarray,
+    start: int,
+    window: int,
+    maximum: Callable[[np.ndarray, int, int], np.ndarray] = window_max,
+    *,
+    piece: int = 1 << 16,
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """``(lo, hi, window_max(values, start, window)[lo:hi])`` piece after piece: each point's
+    window lies within ``[lo + start, hi + start + window)``, so the pieces of that stretch
+    (cut to the series as the whole is) give the same maxima, with temporaries of a piece's
+    size (the whole takes three whole-length floats). ``maximum``: :func:`window_max`."""
+    n = len(values)
+    for lo in range(0, n, piece):
+        hi = min(n, lo + piece)
+        a, b = max(0, lo + start), min(n, hi + start + window)
+        yield lo, hi, maximum(values[a:b], start, window)[lo - a : hi - a]
 
 
 def bin_median(
@@ -406,22 +519,26 @@ def align(
     out = np.full(len(at), np.nan)
     if len(train_steps) == 0:
         return out
-    lo = np.searchsorted(train_steps, at - half_width, side="left")
-    hi = np.searchsorted(train_steps, at + half_width, side="right")
+    lo = searchsorted_as_float(train_steps, at - half_width, "left")
+    hi = searchsorted_as_float(train_steps, at + half_width, "right")
     size = hi - lo
     done = np.zeros(len(at), dtype=bool)
     # Windows of one size as the rows of one matrix (thousands of val points on a long log),
     # while the copies stay small; np.median along rows is the per-window median.
     if int(size.sum()) <= _ALIGN_MATRIX_POINTS:
         for k in np.unique(size[size > 0]):
-            rows = np.flatnonzero(size == k)
-            out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
-            done[rows] = True
+            rows_of_size = np.flatnonzero(size == k)
+            per = max(1, _BIN_BLOCK // int(k))  # (a few rows at a time: each row's own median)
+            for a in range(0, len(rows_of_size), per):
+                rows = rows_of_size[a : a + per]
+                out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
+            done[rows_of_size] = True
     for i in np.flatnonzero(~done):
         if hi[i] > lo[i]:
             out[i] = np.median(train_values[lo[i] : hi[i]])
         else:
-            j = int(np.clip(np.searchsorted(train_steps, at[i]), 0, len(train_steps) - 1))
+            j = searchsorted_as_float(train_steps, at[i], "left")
+            j = int(np.clip(j, 0, len(train_steps) - 1))
             out[i] = train_values[j]
     return out
 
