@@ -98,13 +98,35 @@ CASES = {
 }
 
 
+def _assert_same_rows(got: pl.DataFrame, ref: pl.DataFrame) -> None:
+    """``got`` holds ``ref``'s rows: row for row where the log may restart (restart numbering
+    reads line order; a line printed twice, a key on odd lines too), else laid out tag after
+    tag (the order the analysis view reads): the same rows, each tag's rows contiguous and in
+    line order."""
+    assert got.height == ref.height > 0
+    if got.equals(ref):
+        return
+    key = ["record_idx", "tag"]  # a line prints each tag once
+    assert got.sort(key).equals(ref.sort(key))
+    assert got.get_column("segment").max() == 0  # (a restart keeps line order)
+    runs = got.get_column("tag").cast(pl.String).rle().struct.field("value")
+    assert runs.len() == runs.n_unique()  # every tag in one run
+    per_tag = got.select(pl.col("record_idx").diff().over("tag").fill_null(1).min()).item()
+    assert per_tag > 0  # line order within each tag
+
+
+# Cases whose log cannot restart: no step goes back, no counter falls, no tag on odd lines.
+QUIET = {"clean", "no_counter_clean"}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_fast_path_equals_long_rows(case: str, tmp_path: Path) -> None:
     raw = _log(1500, seed=len(case), **CASES[case])
     res = IMPORTER.read_raw(_source(tmp_path), raw)
     ref = _long_way(raw)
-    assert res.frame.height == ref.height > 0
-    assert res.frame.equals(ref)
+    _assert_same_rows(res.frame, ref)
+    if case in QUIET:
+        assert not res.frame.equals(ref.sort(["record_idx"], maintain_order=True))
     restarted = "restart" in case or "reset" in case
     assert (res.frame.get_column("segment").max() == 1) is restarted
     assert any(f.kind.value == "restart" for f in res.findings) is restarted
@@ -140,7 +162,7 @@ def test_constant_key_printed_from_mid_run_has_no_rows_before(tmp_path: Path) ->
     assert nan.height == 299
     assert nan.get_column("step").min() == 101
     assert frame.filter(pl.col("tag") == "lm loss").height == 399
-    assert frame.equals(_long_way(raw))
+    _assert_same_rows(frame, _long_way(raw))
 
 
 def test_log_with_invalid_utf8_is_read_lossily(tmp_path: Path) -> None:
