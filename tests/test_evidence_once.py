@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import forensics.detectors.drift as drift_mod
@@ -123,3 +124,14 @@ def test_each_series_read_from_the_run_once(name: str, monkeypatch: pytest.Monke
     assert counts[("loss", None)] == 1
     twice = {k: v for k, v in counts.items() if v > 1}
     assert not twice, f"read more than once: {twice}"
+
+
+def test_baseline_says_its_window_with_digits_grouped() -> None:
+    """The baseline's description (shown beside every chart) writes its count and steps as
+    the rest of the report does: 1,000 and 12,000-12,499."""
+    from forensics.evidence.baseline import series_baseline
+
+    steps = np.arange(12_000, 20_000, 0.5).astype(np.int64)  # two points a step
+    b = series_baseline(steps, np.ones(len(steps)), window=500)
+    assert b is not None and b.n_points == 1000
+    assert b.how == "median of 1,000 points, steps 12,000-12,499"

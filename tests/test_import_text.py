@@ -572,6 +572,15 @@ def test_crash_at_the_end_of_a_log(tmp_path: Path, reason: str) -> None:
         or f.measures["line"] in CRASH_TAILS[reason]
     )
     assert len(f.measures["line"]) <= 200
+    assert "after step 20" in f.summary
+
+
+def test_crash_step_is_written_with_digits_grouped(tmp_path: Path) -> None:
+    """The crash sentence writes the last step as the report writes steps (1,200)."""
+    text = PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 1201)) + CRASH_TAILS["nccl"]
+    run = read_run(_write(tmp_path / "train.log", text))
+    (f,) = [f for f in run.import_findings if f.kind == FindingKind.CRASH]
+    assert f.start_step == 1200 and "after step 1,200" in f.summary
 
 
 def test_no_crash_when_the_job_ends_cleanly_or_survived_an_error(tmp_path: Path) -> None:

@@ -314,6 +314,8 @@ def test_slow_steps_at_the_eval_interval_are_an_info_stall() -> None:
     assert f.measures["slow_steps"] == int(slow.sum()) and f.measures["source"] == "throughput"
     assert f.measures["ratio"] == pytest.approx(4.0, rel=0.1)
     assert "evaluation interval" in f.summary
+    first, last = int(steps[slow][0]), int(steps[slow][-1])
+    assert f"from step {first:,} to {last:,}," in f.summary and last >= 1000  # digits grouped
 
 
 def test_the_same_slow_stretch_sustained_is_a_throughput_drop() -> None:

@@ -99,6 +99,8 @@ def test_stall_found_between_steps() -> None:
     assert f.kind is FindingKind.STALL and f.metric is None
     assert f.end_step == truth["stall_at"] and f.start_step == truth["stall_at"] - 10
     assert f.measures["gap_seconds"] == pytest.approx(3600 + 5, abs=1)
+    # Steps are written as the rest of the report writes them: digits grouped.
+    assert "between steps 3,990 and 4,000," in f.summary
 
 
 def test_stall_ignores_regular_eval_pauses() -> None:
@@ -116,6 +118,7 @@ def test_stall_ignores_regular_eval_pauses() -> None:
     )
     (f,) = StallDetector().detect(Evidence(run_from_frame(frame)))
     assert f.end_step == 3340 and f.measures["usual_pause_seconds"] == pytest.approx(600, abs=5)
+    assert "between steps 3,330 and 3,340," in f.summary
 
 
 def test_stall_quiet_on_steady_clock() -> None:

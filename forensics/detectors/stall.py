@@ -195,7 +195,7 @@ class StallDetector:
                     },
                     summary=(
                         f"Nothing was logged for {_human(float(dt_k))} between steps "
-                        f"{int(steps[k])} and {int(steps[k + 1])}, about "
+                        f"{int(steps[k]):,} and {int(steps[k + 1]):,}, about "
                         f"{dt_k / expected:.0f}x the usual pace: a hang or a pre-emption."
                     ),
                 )
@@ -295,13 +295,13 @@ class StallDetector:
         if at is not None:
             what = "evaluation" if at == "eval_interval" else "checkpoint"
             summary = (
-                f"{len(ks)} slow step(s){took}, about {ratio:.1f}x the usual pace, from step "
-                f"{first} to {last}, each at the {what} interval: the job's own {what} pauses, "
+                f"{len(ks):,} slow step(s){took}, about {ratio:.1f}x the usual pace, from step "
+                f"{first:,} to {last:,}, each at the {what} interval: the job's own {what} pauses, "
                 "not a throughput drop."
             )
         else:
             summary = (
-                f"Step {first} took {ratio:.0f}x the usual pace{took} and the steps around it "
+                f"Step {first:,} took {ratio:.0f}x the usual pace{took} and the steps around it "
                 "ran normally: a hang or a pre-emption inside the step."
             )
         return Finding(

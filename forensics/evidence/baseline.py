@@ -101,8 +101,8 @@ def series_baseline(
         end_step=int(chosen_steps[-1]),
         n_points=int(sel.sum()),
         how=(
-            f"median of {int(sel.sum())} points, "
-            f"steps {int(chosen_steps[0])}-{int(chosen_steps[-1])}"
+            f"median of {int(sel.sum()):,} points, "
+            f"steps {int(chosen_steps[0]):,}-{int(chosen_steps[-1]):,}"
         ),
     )
 

@@ -113,7 +113,7 @@ def crash_finding(tail_text: str, last_step: int | None, where: str = "") -> Fin
         "cancelled": "was cancelled or killed",
         "traceback": "ended with a Python exception",
     }[reason]
-    at = f"after step {last_step}" if last_step is not None else "before logging any step"
+    at = f"after step {last_step:,}" if last_step is not None else "before logging any step"
     return Finding(
         kind=FindingKind.CRASH,
         severity=Severity.CRITICAL,
