@@ -1,7 +1,8 @@
 """The spike search's lean paths against the plain computations, bit for bit.
 
-* :func:`forensics.evidence.spikes.step_intervals` reads both step intervals from one count
-  of the step differences; the plain computations are ``robust.median_interval`` and
+* :func:`forensics.evidence.spikes.step_intervals` and ``robust.median_interval`` read the
+  step intervals from one count of the step differences; the plain computations are the
+  median of the positive differences of the steps as floats and
   ``np.median(np.diff(steps))``.
 * :func:`forensics.evidence.spikes.find_spikes` reads the series' own arrays instead of the
   score's copies and gives the score back early: the same spikes as the reference
@@ -17,9 +18,19 @@ from forensics.evidence import robust
 from forensics.evidence.spikes import step_intervals
 
 
+def _plain_interval(steps: np.ndarray) -> float:
+    """The median of the positive step differences, the plain way (float copies, np.median):
+    what ``robust.median_interval`` computed before it counted the differences."""
+    if len(steps) < 2:
+        return 1.0
+    d = np.diff(np.asarray(steps, dtype=float))
+    d = d[d > 0]
+    return float(np.median(d)) if len(d) else 1.0
+
+
 def _plain(steps: np.ndarray) -> tuple[float, float]:
     shape = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
-    return robust.median_interval(steps), shape
+    return _plain_interval(steps), shape
 
 
 def _same(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -51,6 +62,9 @@ def _cases() -> dict[str, np.ndarray]:
         "empty": np.array([], dtype=np.int64),
         "float_steps": np.array([0.0, 1.0, 2.5, 4.0, 4.0, 7.0]),
         "halves": np.array([0, 1, 2, 4, 6, 7], dtype=np.int64),
+        # Steps beyond 2^53: their float values differ by other amounts than the integers.
+        "beyond_float": np.array([2**60, 2**60 + 1, 2**60 + 3, 2**60 + 200], dtype=np.int64),
+        "int32": np.arange(0, 5000, 10, dtype=np.int32),
     }
 
 
@@ -63,12 +77,20 @@ def test_step_intervals_are_the_plain_medians(name: str) -> None:
     assert _same(step_intervals(steps), _plain(steps)), name
 
 
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_median_interval_is_the_plain_median(name: str) -> None:
+    steps = _cases()[name]
+    got, want = robust.median_interval(steps), _plain_interval(steps)
+    assert np.float64(got).tobytes() == np.float64(want).tobytes(), name
+
+
 def test_step_intervals_random_ints() -> None:
     rng = np.random.default_rng(11)
     for n in (2, 3, 4, 17, 1000, 70_001):
         for spread in (1, 3, 50, 5000):
             steps = np.sort(rng.integers(0, spread * n, size=n)).astype(np.int64)
             assert _same(step_intervals(steps), _plain(steps)), (n, spread)
+            assert robust.median_interval(steps) == _plain_interval(steps), (n, spread)
 
 
 def test_long_restarted_series_spikes_equal_the_reference() -> None:

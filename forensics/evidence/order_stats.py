@@ -76,6 +76,37 @@ def median_of_ints(a: np.ndarray) -> float:
     return float((np.float64(s[h - 1]) + np.float64(s[h])) / 2.0)
 
 
+def median_of_counts(counts: np.ndarray, offset: int = 0) -> float | None:
+    """The median of the integers ``offset + i``, each ``counts[i]`` times (None if none),
+    as np.median of them forms it: the middle one, or the mean of the two middle ones."""
+    n = int(counts.sum())
+    if n == 0:
+        return None
+    cum = np.cumsum(counts)
+    h = n // 2
+
+    def at(rank: int) -> np.float64:
+        return np.float64(offset + int(np.searchsorted(cum, rank, side="right")))
+
+    if n % 2:
+        return float(at(h))
+    return float((at(h - 1) + at(h)) / 2.0)
+
+
+def small_int_steps(steps: np.ndarray, d: np.ndarray) -> bool:
+    """Whether ``d = np.diff(steps)`` can be counted (:func:`median_of_counts`) instead of
+    sorted: integer steps that never go back, exact as floats (so the differences of their
+    float values are these), with differences no larger than the count's length allows."""
+    return (
+        d.dtype.kind in "iu"
+        and len(d) > 0
+        and int(d.min()) >= 0
+        and int(d.max()) <= max(len(d), 1 << 16)
+        and abs(int(steps[0])) < 2**53
+        and abs(int(steps[-1])) < 2**53
+    )
+
+
 def plain_for_slopes(x: np.ndarray, y: np.ndarray) -> bool:
     """Whether no slope ``(y[j] - y[i]) / (x[j] - x[i])``, i < j, is NaN or -0.0 and every
     pair counts (``x`` strictly increasing): then the slopes' order statistics are unique

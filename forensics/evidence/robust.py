@@ -62,9 +62,16 @@ def empty_score() -> pl.DataFrame:
 
 
 def median_interval(steps: np.ndarray) -> float:
-    """The typical logging interval in steps (1 for every-step logs)."""
+    """The typical logging interval in steps (1 for every-step logs): the median of the
+    positive step differences. Sorted integer steps differ by small counts: the median is
+    read from one count of each difference (bit for bit what np.median gives) instead of a
+    float copy and a sort of a million differences."""
     if len(steps) < 2:
         return 1.0
+    d = np.diff(steps)
+    if order_stats.small_int_steps(steps, d):
+        m = order_stats.median_of_counts(np.bincount(d)[1:], offset=1)
+        return 1.0 if m is None else m
     d = np.diff(np.asarray(steps, dtype=float))
     d = d[d > 0]
     return float(np.median(d)) if len(d) else 1.0

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from forensics.allocator import trim
-from forensics.evidence import reuse, robust
+from forensics.evidence import order_stats, reuse, robust
 from forensics.evidence.order_stats import median_of_ints
 from forensics.evidence.reuse import measure_reusing
 from forensics.evidence.shape_batch import SpikeInput, measure_many
@@ -260,34 +260,17 @@ def step_intervals(steps: np.ndarray) -> tuple[float, float]:
     """``robust.median_interval(steps)`` (the median of the positive step differences) and
     the shapes' interval, ``np.median(np.diff(steps))`` (1.0 for fewer than two points), bit
     for bit. Sorted integer steps differ by small counts: both medians are read from one
-    count of each difference (the same order statistics, formed by the same arithmetic as
-    :func:`~forensics.evidence.order_stats.median_of_ints`) instead of three copies and a
-    sort of a million differences. Other steps take the plain computations."""
+    count of each difference (:func:`~forensics.evidence.order_stats.median_of_counts`)
+    instead of copies and a sort of a million differences. Other steps take the plain
+    computations."""
     if len(steps) < 2:
         return robust.median_interval(steps), 1.0
     d = np.diff(steps)
-    if d.dtype.kind in "iu" and int(d.min()) >= 0 and int(d.max()) <= max(len(d), 1 << 16):
+    if order_stats.small_int_steps(steps, d):
         counts = np.bincount(d)
-        positive = _median_of_counts(counts[1:], offset=1)
-        return (1.0 if positive is None else positive), _median_of_counts(counts) or 0.0
+        positive = order_stats.median_of_counts(counts[1:], offset=1)
+        return (1.0 if positive is None else positive), order_stats.median_of_counts(counts) or 0.0
     return robust.median_interval(steps), median_of_ints(d)
-
-
-def _median_of_counts(counts: np.ndarray, offset: int = 0) -> float | None:
-    """The median of the integers ``offset + i``, each ``counts[i]`` times (None if none),
-    as np.median of them forms it: the middle one, or the mean of the two middle ones."""
-    n = int(counts.sum())
-    if n == 0:
-        return None
-    cum = np.cumsum(counts)
-    h = n // 2
-
-    def at(rank: int) -> np.float64:
-        return np.float64(offset + int(np.searchsorted(cum, rank, side="right")))
-
-    if n % 2:
-        return float(at(h))
-    return float((at(h - 1) + at(h)) / 2.0)
 
 
 __all__ = [
