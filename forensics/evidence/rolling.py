@@ -41,7 +41,7 @@ import importlib.util
 import mmap
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 import numpy as np
@@ -54,6 +54,18 @@ _MIN_FAST = 512
 # (only where the extension cannot be loaded on its own: _rank_filter_1d).
 _IMPORT_PAYS = 50_000
 _NEAREST = 0  # scipy.ndimage's code of mode="nearest" (_ni_support._extend_mode_to_code)
+
+
+def pieces(
+    n: int, size: int, before: int = 0, after: int = 0
+) -> Iterator[tuple[int, int, int, int]]:
+    """``(lo, hi, a, b)`` for the pieces ``[lo, hi)`` of ``range(n)``, ``size`` at a time,
+    each with the stretch ``[a, b)`` it reads: ``before`` points before it and ``after``
+    after it, cut to ``[0, n)``. A window function of a long series computed piece by piece
+    on those stretches gives the whole's numbers with temporaries of a piece's size."""
+    for lo in range(0, n, size):
+        hi = min(n, lo + size)
+        yield lo, hi, max(0, lo - before), min(n, hi + after)
 
 
 def _fast(n: int, w: int) -> bool:

@@ -299,7 +299,7 @@ def _jumps(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
     whole series does."""
     if len(v) < 2:
         return []
-    from forensics.evidence.rolling import centered_median
+    from forensics.evidence.rolling import centered_median, pieces
 
     # An LR printed with few decimals moves by one last digit at a time near zero: a change
     # of one printed unit is the printing, not a jump (only for LRs with many distinct values;
@@ -307,9 +307,7 @@ def _jumps(v: np.ndarray, jump_ratio: float, jump_k: float) -> list[int]:
     res = 1.5 * resolution(v) if _distinct_at_least(v, 20) else None
     m = len(v) - 1  # intervals
     out: list[int] = []
-    for lo in range(0, m, _CHUNK):
-        hi = min(m, lo + _CHUNK)
-        a, b = max(0, lo - _JUMP_WINDOW), min(m, hi + _JUMP_WINDOW)
+    for lo, hi, a, b in pieces(m, _CHUNK, _JUMP_WINDOW, _JUMP_WINDOW):
         d = np.diff(v[a : b + 1])  # intervals a..b-1
         np.abs(d, out=d)
         local = centered_median(d, _JUMP_WINDOW)[lo - a : hi - a]

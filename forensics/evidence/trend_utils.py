@@ -27,6 +27,7 @@ from forensics.evidence.robust import MAD_TO_SIGMA
 from forensics.evidence.rolling import (
     centered_median,
     centered_median_at,
+    pieces,
     selectable,
     window_max,
 )
@@ -272,9 +273,7 @@ def _despike_masks_chunked(v: np.ndarray, ks: list[float], w: int) -> list[np.nd
     n = len(v)
     outs = [np.ones(n, dtype=bool) for _ in ks]  # (every value finite: selectable)
     k_min = min(ks)
-    for lo in range(0, n, _DESPIKE_CHUNK):
-        hi = min(n, lo + _DESPIKE_CHUNK)
-        a, b = max(0, lo - w), min(n, hi + w)  # where the deviations are needed
+    for lo, hi, a, b in pieces(n, _DESPIKE_CHUNK, w, w):  # [a, b): the deviations needed
         ma, mb = max(0, a - w), min(n, b + w)  # where the medians are computed
         med = centered_median(v[ma:mb], w)[a - ma : b - ma]
         dev = np.abs(v[a:b] - med)
@@ -332,9 +331,7 @@ def window_max_pieces(
     (cut to the series as the whole is) give the same maxima, with temporaries of a piece's
     size (the whole takes three whole-length floats). ``maximum``: :func:`window_max`."""
     n = len(values)
-    for lo in range(0, n, piece):
-        hi = min(n, lo + piece)
-        a, b = max(0, lo + start), min(n, hi + start + window)
+    for lo, hi, a, b in pieces(n, piece, -start, start + window):
         yield lo, hi, maximum(values[a:b], start, window)[lo - a : hi - a]
 
 
