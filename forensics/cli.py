@@ -99,7 +99,8 @@ def _plain_arguments(command: object) -> None:
 
 
 def _plain_coercion(command: object, ctx: object) -> None:
-    """Plain ``bool``, ``str``, ``list[str]`` and ``Path`` parameters converted without pydantic.
+    """Plain ``bool``, ``str``, ``list[str]``, ``Path``, ``int`` and choice (Enum) parameters
+    converted without pydantic.
 
     typer >= 0.22 converts every parameter through a pydantic TypeAdapter; importing pydantic
     costs about 0.1 s CPU, a quarter of a whole ``export`` of a 40 MB log. These types
@@ -107,7 +108,7 @@ def _plain_coercion(command: object, ctx: object) -> None:
     else, and any other typer, is left to typer."""
     try:
         from typer._coercion import RuntimeParam, build_runtime_param
-        from typer._param_types import coerce_cli_path
+        from typer._param_types import coerce_cli_choice, coerce_cli_path
     except ImportError:  # an older typer: click converts, no pydantic
         return
     import inspect
@@ -132,9 +133,21 @@ def _plain_coercion(command: object, ctx: object) -> None:
             if self.annotation == list[str] and isinstance(value, list | tuple):
                 if all(isinstance(v, str) for v in value):
                     return list(value)
+            info = self.parameter_info
             if self.annotation is Path and isinstance(value, str):
-                info = self.parameter_info
                 return coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+            if _is_enum(self.annotation) and isinstance(value, str):
+                # typer's own choice check (its adapter calls it); a miss goes on to typer
+                # for its error message
+                with contextlib.suppress(ValueError):
+                    return coerce_cli_choice(
+                        value,
+                        choices=tuple(self.annotation),
+                        case_sensitive=info.case_sensitive,
+                        ctx=ctx,
+                    )
+            if self.annotation is int and _plain_int(value, info):
+                return int(value)
             return build_runtime_param(param.type_descriptor)._coerce_value(value, param, ctx)
 
     get_params = getattr(command, "get_params", None)
@@ -149,8 +162,30 @@ def _plain_coercion(command: object, ctx: object) -> None:
             continue
         if desc.annotation is Path and info.path_type is not None:
             continue
-        if desc.annotation in (bool, str, Path) or desc.annotation == list[str]:
+        plain = desc.annotation in (bool, str, Path, int) or desc.annotation == list[str]
+        if plain or _is_enum(desc.annotation):
             param._runtime_param = Plain(parameter_info=info, annotation=desc.annotation)
+
+
+def _is_enum(annotation: object) -> bool:
+    from enum import Enum
+
+    return isinstance(annotation, type) and issubclass(annotation, Enum)
+
+
+def _plain_int(value: object, info: object) -> bool:
+    """A whole number written plainly ("500"), or an int, within the option's bounds and not
+    clamped: what typer's adapter returns as ``int(value)``. Any other form (a sign, spaces,
+    leading zeros, underscores, out of bounds) is left to typer and its messages."""
+    if isinstance(value, bool) or getattr(info, "clamp", False):
+        return False
+    if isinstance(value, str):
+        if not re.fullmatch(r"0|[1-9][0-9]{0,17}", value):
+            return False
+    elif not isinstance(value, int):
+        return False
+    lo, hi = getattr(info, "min", None), getattr(info, "max", None)
+    return (lo is None or int(value) >= lo) and (hi is None or int(value) <= hi)
 
 
 def _no_type_label(ctx: object) -> None:

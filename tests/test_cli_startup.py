@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from enum import Enum
 from pathlib import Path
 
 import polars as pl
@@ -41,9 +42,18 @@ def _commands():  # noqa: ANN202
         yield group.get_command(ctx, name), ctx
 
 
+INTS = ["0", "1", "500", "007", "-3", "+4", " 5", "5 ", "1_000", "1e3", "2.0", "", "x", 3, 0]
+INTS += ["9" * 18, "9" * 19, "9" * 30, True]
+
+
 def _samples(annotation: object, tmp: Path) -> list[object]:
     if annotation == list[str]:
         return [[], (), ("a",), ["a=b", "c"], ("x", "bad\udcff")]
+    if annotation is int:
+        return INTS
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        values = [m.value for m in annotation]
+        return [*annotation, *values, *(v.upper() for v in values), "", "nope", " text"]
     extra = [str(tmp), str(tmp / "f.txt")] if annotation is Path else []
     return [*VALUES[annotation], *extra]  # type: ignore[index]
 
@@ -59,15 +69,21 @@ def test_plain_conversion_equals_typer(tmp_path: Path) -> None:
                 continue
             typer_own = build_runtime_param(param.type_descriptor)
             for value in _samples(param.type_descriptor.annotation, tmp_path):
-                want = typer_own.coerce(value, param=param, ctx=ctx)
-                got = plain.coerce(value, param=param, ctx=ctx)
+                want = _outcome(typer_own, value, param, ctx)
+                got = _outcome(plain, value, param, ctx)
                 assert got == want and type(got) is type(want), (param.name, value)
-            seen.add(
-                param.type_descriptor.annotation
-                if param.type_descriptor.annotation != list[str]
-                else "list[str]"
-            )
-    assert seen == {bool, str, Path, "list[str]"}  # every kind is exercised somewhere
+            a = param.type_descriptor.annotation
+            seen.add("list[str]" if a == list[str] else "Enum" if issubclass(a, Enum) else a)
+    # every kind is exercised somewhere
+    assert seen == {bool, str, Path, int, "Enum", "list[str]"}
+
+
+def _outcome(runtime: object, value: object, param: object, ctx: object) -> object:
+    """The converted value, or the error typer shows for it (type and message)."""
+    try:
+        return runtime.coerce(value, param=param, ctx=ctx)  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - compared, not handled
+        return (type(exc).__name__, str(exc))
 
 
 def _export_after(run: Path, out: Path, prelude: str) -> subprocess.CompletedProcess[str]:
@@ -93,6 +109,26 @@ def test_export_imports_no_pydantic(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert out.is_file()
     assert res.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("options", [["--no-report"], ["--no-report", "--format", "json"]])
+def test_analyze_imports_no_pydantic(tmp_path: Path, options: list[str]) -> None:
+    """A whole ``forensics analyze`` (subprocess) converts its options (choices, a number)
+    without pydantic too."""
+    run = write_tb_run(tmp_path / "run")
+    argv = ["forensics", "analyze", str(run), *options, "--checkpoint-every", "100"]
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('pydantic loaded:', 'pydantic' in sys.modules))\n"
+        f"sys.argv = {argv!r}\n"
+        "from forensics.cli import main\n"
+        "main()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "pydantic loaded: False"
 
 
 def test_export_imports_no_detector_parameters(tmp_path: Path) -> None:
