@@ -462,8 +462,9 @@ def view_plan(frame: pl.DataFrame, deferred: bool = False) -> ViewPlan:
     pairs, rank = ranked
     n_series = pairs.height
     pos = np.uint32 if n_all < 1 << 32 else np.int64
-    totals = _counts(rank, n_series)
-    perm = _stable_order(rank, n_series, pos, totals)
+    runs = _rank_runs(rank)
+    totals = _counts(rank, n_series, runs)
+    perm = _stable_order(rank, n_series, pos, totals, runs)
     trim()
     if deferred:
         del rank, fu
@@ -617,24 +618,46 @@ def _is_identity(perm: np.ndarray) -> bool:
 _BLOCK = 1 << 20  # rows of keys gathered at a time
 
 
-def _counts(rank: np.ndarray, n_series: int) -> np.ndarray:
+def _counts(rank: np.ndarray, n_series: int, runs: np.ndarray | None = None) -> np.ndarray:
     """``np.bincount(rank, minlength=n_series)`` in blocks: bincount reads its input as
-    int64, a whole-length copy of 8 bytes a row for the narrow ranks."""
+    int64, a whole-length copy of 8 bytes a row for the narrow ranks. ``runs``: where the
+    runs of equal ranks start (:func:`_rank_runs`), when known: their lengths summed."""
     counts = np.zeros(n_series, dtype=np.int64)
+    if runs is not None:
+        np.add.at(counts, rank[runs], np.diff(np.append(runs, len(rank))))
+        return counts
     for a in range(0, len(rank), _BLOCK):
         counts += np.bincount(rank[a : a + _BLOCK], minlength=n_series)
     return counts
 
 
 def _stable_order(
-    rank: np.ndarray, n_series: int, dtype: type, counts: np.ndarray | None = None
+    rank: np.ndarray,
+    n_series: int,
+    dtype: type,
+    counts: np.ndarray | None = None,
+    runs: np.ndarray | None = None,
 ) -> np.ndarray:
     """``np.argsort(rank, kind="stable")`` as ``dtype``, in blocks: each block's rows are
     sorted by rank and put after the earlier blocks' rows of the same rank, so the only
     whole-length array is the result (argsort's own int64 result and buffers would add
-    about 16 bytes a row at the peak). ``counts``: the rows of each rank, when known."""
+    about 16 bytes a row at the peak). ``counts``: the rows of each rank, and ``runs``:
+    :func:`_rank_runs`, when known."""
     n = len(rank)
     out: np.ndarray = np.empty(n, dtype=dtype)
+    if runs is None:
+        runs = _rank_runs(rank)
+    if runs is not None:
+        # A frame laid out series by series: its runs of one rank, in order of rank (then of
+        # place), are the stable order; no sort of the rows.
+        starts = np.concatenate((runs, [n]))
+        at = 0
+        for i in np.lexsort((runs, rank[runs])):
+            for a in range(int(starts[i]), int(starts[i + 1]), _BLOCK):  # (no whole arange)
+                b = min(a + _BLOCK, int(starts[i + 1]))
+                out[at : at + b - a] = np.arange(a, b, dtype=dtype)
+                at += b - a
+        return out
     if counts is None:
         counts = _counts(rank, n_series)
     free = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)  # next slot per rank
@@ -652,6 +675,24 @@ def _stable_order(
         out[slot] = o + a
         free += c
     return out
+
+
+def _rank_runs(rank: np.ndarray) -> np.ndarray | None:
+    """Where each run of equal ranks starts (0 first), when there are at most
+    :data:`_MAX_RUNS` runs; else None (found in blocks, stopping at the first block that
+    shows too many: an interleaved frame's ranks change at nearly every row)."""
+    if not len(rank):
+        return None
+    found = [np.zeros(1, dtype=np.int64)]
+    count = 0
+    for a in range(0, len(rank) - 1, _BLOCK):
+        r = rank[a : a + _BLOCK + 1]
+        change = r[1:] != r[:-1]
+        count += int(np.count_nonzero(change))
+        if count >= _MAX_RUNS:
+            return None
+        found.append(np.flatnonzero(change) + (a + 1))
+    return np.concatenate(found)
 
 
 def _last_of_key(

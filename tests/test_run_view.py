@@ -257,6 +257,29 @@ def test_the_blockwise_stable_order_is_numpys_stable_argsort(
         np.testing.assert_array_equal(got, np.argsort(rank, kind="stable"))
 
 
+@pytest.mark.parametrize("block", [3, 64, 1 << 20])
+def test_the_stable_order_of_a_few_runs_is_numpys_stable_argsort(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Ranks in a few runs (a frame laid out series by series, a series split over pieces
+    of the log, the run limit either side): the runs' order is the stable argsort."""
+    monkeypatch.setattr(run_mod, "_BLOCK", block)
+    rng = np.random.default_rng(block)
+    limit = run_mod._MAX_RUNS
+    for n_runs, k in [(1, 1), (2, 2), (7, 3), (40, 40), (300, 12), (limit, 50), (limit + 1, 50)]:
+        lengths = rng.integers(1, 40, n_runs)
+        # (each run's rank differs from the one before: n_runs runs exactly)
+        values = np.cumsum(rng.integers(1, k, n_runs) if k > 1 else np.zeros(n_runs, int)) % k
+        rank = np.repeat(values, lengths).astype(np.uint16)
+        runs = run_mod._rank_runs(rank)
+        assert (runs is None) is (n_runs > limit)
+        counts = run_mod._counts(rank, k, runs)
+        np.testing.assert_array_equal(counts, np.bincount(rank, minlength=k))
+        got = run_mod._stable_order(rank, k, np.uint32)
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, np.argsort(rank, kind="stable"))
+
+
 def test_a_frame_with_string_tags_takes_the_same_view() -> None:
     # Frames built outside the importers may hold source and tag as plain strings.
     for seed in range(0, 120, 7):
