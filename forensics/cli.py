@@ -335,18 +335,24 @@ def _emit(
     redact: bool,
     name: str,
     print_json: bool = True,
-) -> dict:
+) -> dict | None:
     run_path = Path(diag.run.path)
     shown, scrub = diag, None
+    # The findings document only where it is written or printed: on a long run it is tens
+    # of thousands of dicts (about 20 MB at 1M steps) that the text summary never reads.
+    doc: dict | None = None
+    wanted = json_out is not None or fmt is OutputFormat.json
     if redact:
         # Hosts, users and home paths out of every string of the page and the document.
         from forensics.redact import redact_diagnosis, redact_document
 
         shown, scrub = redact_diagnosis(diag)
-        doc = redact_document(shown.to_document(), scrub)
-    else:
+        if wanted:
+            doc = redact_document(shown.to_document(), scrub)
+    elif wanted:
         doc = diag.to_document()
     if json_out is not None:
+        assert doc is not None
         jpath = _place(json_out, f"{name}.json", run_path)
         _write(jpath, _json_text(doc) + "\n")
         _err(f"findings written to {_shown(jpath)}")
@@ -363,6 +369,7 @@ def _emit(
         _write(report_path, html)
         _err(f"report written to {_shown(report_path)}")
     if fmt is OutputFormat.json:
+        assert doc is not None
         if print_json:
             _echo_json(doc)
     else:
@@ -543,7 +550,7 @@ def analyze(
             "reports/<job>.html and .json"
         )
     verdicts: list[str] = []
-    docs: list[dict] = []
+    docs: list[dict | None] = []
     gate = fail_on.value if fail_on else cfg.fail_on
     ci = _CiOutputs(sarif_out, junit_out, gate)
     for job, sources in sorted(jobs.items()):
