@@ -189,11 +189,14 @@ def diagnose(
         checkpoint_every: the checkpoint interval to assume when the run shows none
             (``--checkpoint-every``); the article's 500 when None.
     """
+    from forensics.allocator import trim
+
     ev = evidence_of(run)
     findings = list(findings)
     causes = causes_of(ev, findings)
+    trim()  # (the cause tests' temporaries given back before the next stage's)
     incidents = build_incidents(findings, causes, previous_points(ev))
-    return Diagnosis(
+    diag = Diagnosis(
         run=ev.run,
         findings=findings,
         verdict=verdict_of(findings),
@@ -207,3 +210,5 @@ def diagnose(
         causes=causes,
         incidents=incidents,
     )
+    trim()  # (the checklists' series reads given back before the report or summary)
+    return diag
