@@ -443,9 +443,10 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
                 else f"step {seg.start_step:,}"
             )
             rel = (
-                "still raised at the onset"
+                f"still raised at the onset (step {onset:,})"
                 if seg.end_step >= onset
-                else f"back on schedule {onset - seg.end_step:,} steps before the onset"
+                else f"back on schedule {onset - seg.end_step:,} steps before the onset at step "
+                f"{onset:,}"
             )
             return Cause(
                 "lr_change",
@@ -476,7 +477,12 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
     if event is not None:
         s, t = event
         lag = onset - s
-        when = "at the onset" if lag <= 0 else f"{lag:,} steps before the onset at step {onset:,}"
+        # (the onset's step named: an incident's sentence spans several findings' onsets)
+        when = (
+            f"at the onset (step {onset:,})"
+            if lag <= 0
+            else f"{lag:,} steps before the onset at step {onset:,}"
+        )
         return Cause("lr_schedule", SUPPORTED, f"{t} at step {s:,}, {when}", (s,), anchor=s)
     phase = x.phase_at(onset)
     return Cause(
@@ -525,7 +531,11 @@ def _resume(x: _Facts, f: Finding) -> Cause:
     if near:
         g = near[-1]
         lag = onset - g.start_step
-        when = "at the onset" if lag <= 0 else f"{lag:,} steps before the onset"
+        when = (
+            f"at the onset (step {onset:,})"
+            if lag <= 0
+            else f"{lag:,} steps before the onset at step {onset:,}"
+        )
         return Cause(
             "resume",
             SUPPORTED,
@@ -750,7 +760,7 @@ def _climb(x: _Facts, f: Finding) -> Cause:
             "grad_norm_climb",
             SUPPORTED,
             f"the grad norm has been climbing since step {g.start_step:,} "
-            f"({f.start_step - g.start_step:,} steps before the onset)",
+            f"({f.start_step - g.start_step:,} steps before the onset at step {f.start_step:,})",
             (g.start_step,),
             anchor=g.start_step,
         )

@@ -108,6 +108,13 @@ def test_a_resume_near_the_onset_is_supported() -> None:
     spike = Finding("loss_spike", "warning", "loss", 610, "spike", peak_step=611)
     with_restart = {c.cause: c for c in find_causes(ev, spike, [restart, spike])}
     assert with_restart["resume"].status == SUPPORTED and with_restart["resume"].steps == (601,)
+    # The onset is named by its step: an incident's sentence spans several onsets.
+    assert with_restart["resume"].evidence == (
+        "the job resumed at step 601, 9 steps before the onset at step 610"
+    )
+    at_once = Finding("loss_spike", "warning", "loss", 601, "spike", peak_step=602)
+    same = {c.cause: c for c in find_causes(ev, at_once, [restart, at_once])}
+    assert same["resume"].evidence == "the job resumed at step 601, at the onset (step 601)"
     alone = {c.cause: c for c in find_causes(ev, spike, [spike])}
     assert alone["resume"].status == "contradicted"
 
