@@ -39,7 +39,7 @@ from forensics.evidence.spike_context import Overlaps
 from forensics.evidence.trend_utils import times
 from forensics.findings import DYNAMICS, Finding, FindingKind, Severity, scale_text
 from forensics.prescriptions import TABLE
-from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, VAL_LOSS
+from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW, VAL_LOSS
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence
@@ -368,6 +368,13 @@ class _Facts:
         return self.ev.has(LOSS_SCALE)
 
     @cached_property
+    def scale_at_reductions(self) -> bool:
+        """The scale logged only where it was halved (DeepSpeed): see logged_at_reductions."""
+        from forensics.evidence.spike_context import logged_at_reductions
+
+        return logged_at_reductions(self.ev.series(LOSS_SCALE), self.ev.series(OVERFLOW))
+
+    @cached_property
     def drops(self) -> Overlaps:
         """Whether a loss-scale drop window meets a step window (a binary search)."""
         return Overlaps(self.ev.drop_windows)
@@ -567,7 +574,14 @@ def _overflow(x: _Facts, f: Finding) -> Cause:
         if len(s):
             i = int(np.searchsorted(s.steps, steps[0], side="left"))
             k = int(np.searchsorted(s.steps, steps[-1], side="left"))
-            if 0 < i and k < len(s):
+            if x.scale_at_reductions and i < len(s) and k < len(s) and s.steps[i] == steps[0]:
+                # Each logged point halved the scale: it started from twice the first one (the
+                # point logged before was followed by unlogged growth).
+                vals = (
+                    f" (loss scale {scale_text(2 * s.values[i])} before step {steps[0]:,}, "
+                    f"{scale_text(s.values[k])} at step {int(s.steps[k]):,})"
+                )
+            elif 0 < i and k < len(s):
                 vals = (
                     f" (loss scale {scale_text(s.values[i - 1])} at step {int(s.steps[i - 1]):,}, "
                     f"{scale_text(s.values[k])} at step {int(s.steps[k]):,})"

@@ -220,3 +220,32 @@ def test_the_lr_factor_reads_as_the_rollback_advice_writes_it() -> None:
     assert "the LR rose to 3.944 (x1,634)" in c.evidence, c.evidence
     (advice,) = [p for p in d.rollbacks if p.finding.kind.value == "divergence"]
     assert advice.lr_change is not None and "(x1,634 at step" in advice.lr_change, advice
+
+
+def test_a_scale_logged_only_at_its_halvings_starts_the_drop_from_the_attempted_scale() -> None:
+    """DeepSpeed logs the loss scale only where it halves it ("Attempted loss scale: 512,
+    reducing to 256"); the scale grew unlogged since the point before. The overflow cause
+    states the scale the drop started from as the log prints it, as the drop's summary does,
+    not the last logged point (64 at step 145 before a drop from 512 at step 482)."""
+    import re
+
+    from conftest import shared_path
+
+    path = shared_path(
+        "real_runs", "deepspeed-chat-logs", "step2_reward", "opt-350m_globalBatchSize-64.log"
+    )
+    attempted: dict[int, str] = {}
+    current = None
+    for line in path.read_text().splitlines():
+        if m := re.match(r"Grad overflow on iteration (\d+)", line):
+            current = int(m.group(1))
+        elif m := re.search(r"Attempted loss scale: (\d+)(?:\.0)?,", line):
+            attempted.setdefault(current, f"{int(m.group(1)):,}")  # type: ignore[arg-type]
+    d = analyze(path)
+    drops = [f for f in d.findings if f.kind.value == "loss_scale_drop" and f.start_step > 400]
+    assert [f.start_step for f in drops] == [482, 557]
+    for drop in drops:
+        cause = _by(d, drop)["loss_scale_overflow"]
+        first = attempted[drop.start_step]
+        assert f"from {first} to" in drop.summary, drop.summary
+        assert f"(loss scale {first} before step {drop.start_step:,}," in cause.evidence

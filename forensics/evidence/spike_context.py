@@ -98,6 +98,15 @@ class ScaleCascade:
     source: str  # loss_scale | overflow
 
 
+def logged_at_reductions(scale: Series, overflow: Series) -> bool:
+    """Is the scale logged only where the scaler reduced it (DeepSpeed's "reducing to Y"
+    lines): each point the scale after one halving, from twice its value? Its growth in
+    between is not logged, so the point before a drop is not the scale the drop started from."""
+    t, v = scale.steps, scale.values
+    over_steps = overflow.steps[overflow.values > 0]
+    return bool(len(t) and len(over_steps) and np.all(v > 0) and np.isin(t, over_steps).all())
+
+
 def scale_cascades(scale: Series, overflow: Series, *, cascade_gap: int) -> list[ScaleCascade]:
     """Groups of loss-scale halvings with no growth in between, each within ``cascade_gap`` steps.
 
@@ -109,7 +118,7 @@ def scale_cascades(scale: Series, overflow: Series, *, cascade_gap: int) -> list
     t, v = scale.steps, scale.values
     over_steps = overflow.steps[overflow.values > 0]
     out: list[ScaleCascade] = []
-    if len(t) and len(over_steps) and np.all(v > 0) and np.isin(t, over_steps).all():
+    if logged_at_reductions(scale, overflow):
         # DeepSpeed logs the scale only when it reduces it ("reducing to Y"): each logged point
         # is one halving, from 2Y to Y; a cascade is a chain where each point halves the last.
         cuts = (np.diff(t) > cascade_gap) | ~np.isclose(v[1:], v[:-1] / 2)
