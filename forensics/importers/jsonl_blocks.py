@@ -51,6 +51,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from forensics.allocator import trim
+
 if TYPE_CHECKING:
     from forensics.importers.jsonl import Lines
 
@@ -420,13 +422,16 @@ class BlockReader:
         self.next_line = first_line
         self.tags: list[str] = []  # metric keys in row order
         self.rank: dict[str, int] = {}
-        self.parts: list[pl.DataFrame] = []
+        # Each block's rows series after series (tags in rank order, each tag's rows in line
+        # order), with the rows of each tag rank.
+        self.parts: list[tuple[pl.DataFrame, np.ndarray]] = []
         self.bad: list[int] = []
         self.config: dict[str, Any] = {}
         self.relative_time = False
         self.cut = False
         self.fast_lines = 0
         self.slow_lines = 0
+        self.calm = _Calm()
 
     # (the parser's state, as the tests look at it)
     schema = property(lambda self: self.parser.schema)
@@ -555,7 +560,8 @@ class BlockReader:
             self.rank[k] = len(self.tags)
             self.tags.append(k)
         tag_names = pl.Series("tag", self.tags, dtype=pl.Categorical)
-        frames = [self._fast_rows(got, first, tag_names)] if got else []
+        fast = self._fast_rows(got, first, tag_names, len(ends)) if got else None
+        per_line = fast[2:] if fast is not None else _no_lines(len(ends))
         if srec:
             sf = pl.DataFrame(
                 {**srows, "record_idx": srec},
@@ -567,39 +573,42 @@ class BlockReader:
                     "record_idx": pl.Int64,
                 },
             ).with_columns(
-                pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank")
+                pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank"),
+                pl.col("tag").cast(pl.Categorical),
             )
-            # within a line, keys in the file's order (a line may list them otherwise)
-            sf = sf.sort("record_idx", "_rank", maintain_order=True).drop("_rank")
-            frames.append(sf.with_columns(pl.col("tag").cast(pl.Categorical)))
-        if not frames:
-            return
-        out = pl.concat(frames) if len(frames) > 1 else frames[0]
-        if len(frames) > 1:
-            out = out.sort("record_idx", maintain_order=True)
-        self.parts.append(out)
+            _add_slow_lines(per_line, sf, first)
+            frames = [sf]
+            if fast is not None:
+                frames.insert(0, fast[0].with_columns(pl.Series("_rank", fast[1], pl.Int64)))
+            # series after series (the file's key order), each in line order (a fast and a
+            # slow line never share a line number)
+            out = pl.concat(frames).sort("_rank", "record_idx")
+            ranks = out.get_column("_rank").to_numpy()
+            self.parts.append((out.drop("_rank"), np.bincount(ranks, minlength=len(self.tags))))
+        elif fast is not None:
+            frame, ids = fast[:2]
+            self.parts.append((frame, np.bincount(ids, minlength=len(self.tags))))
+        self.calm.follow(*per_line)
 
     def _fast_rows(
-        self, got: list[tuple[np.ndarray, pl.DataFrame]], first: int, tag_names: pl.Series
-    ) -> pl.DataFrame:
-        """The rows of polars' pieces (line indices, frame), line by line and within a line
-        the columns in key order, as one frame.
-
-        The columns of a piece with a value on every line (most of them, in a metrics log)
-        are laid out as a regular matrix; only the lines holding a value of another column go
-        through a NaN matrix (nulls come out as NaN, and no value polars reads is NaN). Each
-        line's values go to the place its line has among all pieces' lines."""
+        self,
+        got: list[tuple[np.ndarray, pl.DataFrame]],
+        first: int,
+        tag_names: pl.Series,
+        n_lines: int,
+    ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The rows of polars' pieces (line indices, frame) as one frame, series after
+        series: tags in key order, each tag's rows in line order (a column of a piece is a
+        run of one tag already: its values are taken as they are, no row is moved but where
+        a tag's lines are spread over several pieces). Also each row's tag id and, per line
+        of the block, whether it holds rows, its step and time (:class:`_Calm`). None when
+        the pieces hold no value (nulls come out as NaN, and no value polars reads is NaN)."""
         from forensics.importers.jsonl import SKIP_KEYS
 
-        lines = max((int(part[-1]) + 1 for part, _ in got if len(part)), default=0)
-        count = np.zeros(lines, dtype=np.int64)  # values per line
-        step = np.full(lines, np.nan)  # per line; NaN for null (a step or time is never NaN)
-        clock = np.full(lines, np.nan)
-        # (lines, their values, their tag ids): one block for the lines whose values are
-        # all in every-line columns (a matrix, a row a line), one for the others (a value
-        # each, in line order)
-        regular: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        ragged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        step = np.full(n_lines, np.nan)  # per line; NaN for null (a step or time is never NaN)
+        clock = np.full(n_lines, np.nan)
+        has = np.zeros(n_lines, dtype=bool)  # lines with a row
+        runs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # tag id -> (lines, values)
         for part, df in got:
             schema = dict(df.schema)
             s_expr = _step_expr(schema)
@@ -609,80 +618,81 @@ class BlockReader:
             )
             step[part] = base.get_column("_step").to_numpy()
             clock[part] = base.get_column("_wall_time").to_numpy()
-            cols = sorted(
-                (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
-                key=self.rank.__getitem__,
-            )
-            if not cols:
-                continue
+            cols = [c for c in df.columns if c not in SKIP_KEYS and c in self.rank]
             n = df.height
-            # (columns picked by name, df[names]: no expression to build for each column)
-            if any(isinstance(schema[c], pl.Boolean) for c in cols):
-                wide = df.select(
-                    pl.col(c).cast(pl.Float64) if isinstance(schema[c], pl.Boolean) else c
-                    for c in cols
-                )
-            else:
-                wide = df[cols]
-            nulls = [x.null_count() for x in wide.get_columns()]
-            ids = np.asarray([self.rank[c] for c in cols], dtype=np.uint32)
-            full = [j for j, k in enumerate(nulls) if k == 0]
-            some = [cols[j] for j, k in enumerate(nulls) if 0 < k < n]
-            plain = np.arange(n)
-            if some:
-                at = np.flatnonzero(
-                    wide.select(pl.any_horizontal(pl.col(some).is_not_null()))
-                    .to_series()
-                    .to_numpy()
-                )
-                keep = [j for j, k in enumerate(nulls) if k < n]
-                sub = wide[[cols[j] for j in keep]][at].to_numpy()
-                r, c = np.nonzero(~np.isnan(sub))
-                count[part[at]] += np.bincount(r, minlength=len(at))
-                ragged.append((part[at][r], sub[r, c], ids[keep][c]))
-                plain = np.delete(plain, at)
-            if full and len(plain):
-                count[part[plain]] += len(full)
-                m = (wide if len(full) == len(cols) else wide[[cols[j] for j in full]]).to_numpy()
-                regular.append((part[plain], m[plain] if some else m, ids[full]))
-        at_line = np.cumsum(count) - count  # where each line's values start
-        total = int(count.sum())
-        values = np.empty(total, dtype=np.float64)
-        tag_ids = np.empty(total, dtype=np.uint32)
-        line_of = np.empty(total, dtype=np.int64)
-        for rows, mat, ids in regular:
-            pos = (at_line[rows][:, None] + np.arange(len(ids))).ravel()
-            values[pos] = mat.ravel()
-            tag_ids[pos] = np.tile(ids, len(rows))
-            line_of[pos] = np.repeat(rows, len(ids))
-        for rows, vals, ids in ragged:  # rows: a line index per value, ascending
-            start = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-            nth = np.arange(len(rows)) - np.repeat(start, np.diff(np.r_[start, len(rows)]))
-            pos = at_line[rows] + nth
-            values[pos] = vals
-            tag_ids[pos] = ids
-            line_of[pos] = rows
-        return pl.DataFrame(
+            full = False
+            for c in cols:
+                col = df.get_column(c)
+                nulls = col.null_count()
+                if nulls == n:
+                    continue
+                if isinstance(col.dtype, pl.Boolean):
+                    col = col.cast(pl.Float64)
+                vals = col.to_numpy()  # (no copy for a float column without nulls)
+                lines = part
+                if nulls:
+                    at = np.flatnonzero(~np.isnan(vals))
+                    vals, lines = vals[at], part[at]
+                    has[lines] = True
+                else:
+                    full = True
+                runs.setdefault(self.rank[c], []).append((lines, vals))
+            if full:
+                has[part] = True
+        if not runs:
+            return None
+        ids = np.asarray(sorted(runs), dtype=np.uint32)
+        line_parts: list[np.ndarray] = []
+        value_parts: list[np.ndarray] = []
+        counts = np.empty(len(ids), dtype=np.int64)
+        for j, t in enumerate(ids.tolist()):
+            got_t = runs[t]
+            if len(got_t) == 1:
+                lines, vals = got_t[0]
+            else:  # a tag in several pieces: its lines merged (each piece's are ascending)
+                lines = np.concatenate([g[0] for g in got_t])
+                vals = np.concatenate([g[1] for g in got_t])
+                order = np.argsort(lines, kind="stable")
+                lines, vals = lines[order], vals[order]
+            line_parts.append(lines)
+            value_parts.append(vals)
+            counts[j] = len(lines)
+        line_of = np.concatenate(line_parts)
+        tag_ids = np.repeat(ids, counts)
+        step_s = pl.Series(step, nan_to_null=True).cast(pl.Int64)
+        frame = pl.DataFrame(
             {
-                "step": _per_row(pl.Series(step, nan_to_null=True).cast(pl.Int64), line_of),
+                "step": _per_row(step_s, line_of),
                 "tag": tag_names.gather(pl.Series(tag_ids)),
-                "value": values,
+                "value": np.concatenate(value_parts),
                 "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
                 "record_idx": line_of + first,
             },
             schema=_ROWS,
         )
+        step_int = step_s.fill_null(0).to_numpy().copy()  # (a slow line may be added to it)
+        return frame, tag_ids, has, step_int, np.isnan(step), clock
 
-    def lines(self) -> Lines:
+    def lines(self, by_series: bool = False) -> Lines:
+        """The rows read, in line order; ``by_series``: series after series (tags in the
+        file's key order, each tag's rows in line order) when the lines show no step going
+        back and no relative clock starting again (:attr:`Lines.by_series`), so that the
+        analysis view finds each series' rows in one piece (no move of every row)."""
         from forensics.importers.jsonl import NAME, Lines
         from forensics.schema import SCHEMA, conform
 
-        frame = (
-            pl.concat(self.parts, rechunk=False)
-            if len(self.parts) > 1
-            else (self.parts[0] if self.parts else pl.DataFrame(schema=_ROWS))
-        )
-        self.parts = []
+        parts, self.parts = self.parts, []
+        series = by_series and self.calm.holds and bool(parts)
+        if series:
+            frame = _series_after_series(parts, len(self.tags))
+        else:
+            frames = [f if np.count_nonzero(c) < 2 else _line_order(f) for f, c in parts]
+            frame = (
+                pl.concat(frames, rechunk=False)
+                if len(frames) > 1
+                else (frames[0] if frames else pl.DataFrame(schema=_ROWS))
+            )
+        del parts
         frame = frame.with_columns(
             pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
             pl.lit(self.name, dtype=SCHEMA["file"]).alias("file"),
@@ -691,8 +701,124 @@ class BlockReader:
         )
         # (self.tags: every tag with a row, as _emit adds a tag with its first row)
         return Lines(
-            conform(frame), self.bad, self.config, self.relative_time, self.cut, list(self.tags)
+            conform(frame),
+            self.bad,
+            self.config,
+            self.relative_time,
+            self.cut,
+            list(self.tags),
+            by_series=series,
         )
+
+
+_MAX_PIECES = 1 << 14  # (tag, block) slices joined series after series at most
+
+
+def _series_after_series(parts: list[tuple[pl.DataFrame, np.ndarray]], n_tags: int) -> pl.DataFrame:
+    """The blocks' rows (each block series after series, with its rows per tag) as one frame
+    series after series, each column one chunk: a column at a time, each block's copy of it
+    freed once joined (``parts`` is emptied), so the rows are never held twice. The copy
+    is the one the importer would make anyway (a frame of many blocks is made one chunk a
+    column for the steps after, :func:`forensics.importers._one_chunk`). Too many pieces
+    (a file of thousands of tags): the blocks one after another, each tag's rows still in
+    line order."""
+    if sum(int(np.count_nonzero(c)) for _, c in parts) > _MAX_PIECES:
+        frame = pl.concat([f for f, _ in parts], rechunk=False)
+        parts.clear()
+        return frame
+    starts = [np.cumsum(c) - c for _, c in parts]
+    spans = [
+        (k, int(a[t]), int(c[t]))
+        for t in range(n_tags)
+        for k, ((_, c), a) in enumerate(zip(parts, starts, strict=True))
+        if t < len(c) and c[t]
+    ]
+    columns: list[pl.Series] = []
+    for name in parts[0][0].columns:
+        cols = [f.get_column(name) for f, _ in parts]
+        columns.append(pl.concat([cols[k].slice(a, n) for k, a, n in spans], rechunk=True))
+        del cols
+        for k, (f, c) in enumerate(parts):
+            parts[k] = (f.drop(name), c)  # the block's column freed
+        trim()  # (numpy's blocks live in glibc's heap: given back before the next column)
+    parts.clear()
+    return pl.DataFrame(columns)
+
+
+def _line_order(block: pl.DataFrame) -> pl.DataFrame:
+    """A block's rows (series after series, tags in key order) in line order: within a line,
+    keys in the file's order (a stable sort by line)."""
+    return block.sort("record_idx", maintain_order=True)
+
+
+def _no_lines(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per line of a block (:meth:`_Calm.follow`): none holds a row."""
+    return (
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=np.int64),
+        np.ones(n, dtype=bool),
+        np.full(n, np.nan),
+    )
+
+
+def _add_slow_lines(
+    per_line: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], rows: pl.DataFrame, first: int
+) -> None:
+    """The per-line reader's lines (``rows``: their rows) added to a block's per-line
+    arrays (:meth:`_Calm.follow`)."""
+    has, step, step_null, clock = per_line
+    at = rows.get_column("record_idx").to_numpy() - first
+    s = rows.get_column("step")
+    has[at] = True
+    step[at] = s.fill_null(0).to_numpy()
+    step_null[at] = s.is_null().to_numpy()
+    clock[at] = rows.get_column("wall_time").fill_null(np.nan).to_numpy()
+
+
+class _Calm:
+    """Do the file's lines, taken in order, show no restart of the kinds
+    :func:`forensics.importers.jsonl._no_restart` looks for in line order: no step going
+    back, no relative clock starting again (with its thresholds)? Followed block by block,
+    a line with rows at a time (the rows of a line share its step and time)."""
+
+    def __init__(self) -> None:
+        self.steps_back = False
+        self.last_step: int | None = None
+        self.clocks = 0  # usable times seen (finite, not negative)
+        self.clock_max = -np.inf
+        self.clock_prev: float | None = None
+        self.clock_drop = False  # a time under half the one before, that one a minute or more
+
+    def follow(
+        self, has: np.ndarray, step: np.ndarray, step_null: np.ndarray, clock: np.ndarray
+    ) -> None:
+        """A block's lines: which hold rows, their steps (``step_null``: none) and times."""
+        from forensics.importers.restarts import _MIN_CLOCK_S
+
+        s = step[has & ~step_null]
+        if len(s):
+            back = self.last_step is not None and int(s[0]) < self.last_step
+            if back or bool((s[1:] < s[:-1]).any()):
+                self.steps_back = True
+            self.last_step = int(s[-1])
+        w = clock[has]
+        w = w[np.isfinite(w) & (w >= 0)]
+        if not len(w):
+            return
+        self.clocks += len(w)
+        self.clock_max = max(self.clock_max, float(w.max()))
+        prev = w[:-1] if self.clock_prev is None else np.r_[self.clock_prev, w[:-1]]
+        cur = w[1:] if self.clock_prev is None else w
+        if bool(((prev >= _MIN_CLOCK_S) & (cur < 0.5 * prev)).any()):
+            self.clock_drop = True
+        self.clock_prev = float(w[-1])
+
+    @property
+    def holds(self) -> bool:
+        from forensics.importers.restarts import _RELATIVE_CLOCK
+
+        relative_restart = self.clocks > 1 and self.clock_max < _RELATIVE_CLOCK and self.clock_drop
+        return not (self.steps_back or relative_restart)
 
 
 def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
