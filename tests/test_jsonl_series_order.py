@@ -176,7 +176,9 @@ def test_a_run_read_series_after_series_has_the_same_view_and_findings(
 
     def spy(self: run_mod.Run, plan: run_mod.ViewPlan) -> None:
         assert plan.order is not None
-        runs.append(len(run_mod._breaks(plan.order)) + 1)
+        breaks = run_mod._breaks(plan.order)
+        assert breaks is not None
+        runs.append(len(breaks) + 1)
         reorder(self, plan)
 
     monkeypatch.setattr(run_mod.Run, "_reorder", spy)
