@@ -199,3 +199,14 @@ def test_the_importer_reads_series_after_series(tmp_path: Path) -> None:
     path.write_bytes(_real_shaped(400))
     res = jsonl.IMPORTER.read(Source("jsonl", [path], "m.jsonl", tmp_path), jsonl.ReadOptions())
     assert _tag_runs(res.frame) == res.frame.get_column("tag").n_unique()
+
+
+def test_export_reads_the_rows_in_line_order(tmp_path: Path) -> None:
+    """ReadOptions(series_order=False), as export asks: the rows as read."""
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(_real_shaped(400))
+    src = Source("jsonl", [path], "m.jsonl", tmp_path)
+    res = jsonl.IMPORTER.read(src, jsonl.ReadOptions(series_order=False))
+    assert res.frame.get_column("record_idx").is_sorted()
+    by = jsonl.IMPORTER.read(src, jsonl.ReadOptions())
+    assert_frame_equal(_line_order(by.frame), res.frame)

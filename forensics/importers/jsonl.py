@@ -218,7 +218,7 @@ class JsonlImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         path = source.files[0]
         name = rel(path, source.root)
-        return finish(read_lines(path, name, by_series=True), name)
+        return finish(read_lines(path, name, by_series=options.series_order), name)
 
 
 @dataclass
