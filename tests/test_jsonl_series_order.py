@@ -138,18 +138,27 @@ def test_every_case_reads_the_same_rows_series_after_series(name: str) -> None:
         ]
 
 
-def test_a_restart_keeps_line_order() -> None:
-    """Steps that go back (a resumed job appending to its log): the rows in line order, the
-    restart found as before."""
+@pytest.mark.parametrize("block", [2048, None])
+def test_a_restart_keeps_line_order(block: int | None) -> None:
+    """Steps that go back (a resumed job appending to its log), in one block or halfway
+    through many: the rows in line order, the restart found as before."""
     raw = b"".join(
         json.dumps({"step": s, "loss": 1.0 / (s + 1), "lr": 0.1}).encode() + b"\n"
-        for s in [*range(100), *range(60, 120)]
+        for s in [*range(400), *range(260, 520)]
     )
-    by = jsonl.parse_lines(raw, "m.jsonl", by_series=True)
+    old = jsonl_blocks.BLOCK
+    try:
+        jsonl_blocks.BLOCK = block or old
+        by = jsonl.parse_lines(raw, "m.jsonl", by_series=True)
+        plain = jsonl.parse_lines(raw, "m.jsonl")
+    finally:
+        jsonl_blocks.BLOCK = old
     assert not by.by_series
+    assert_frame_equal(by.frame, plain.frame)
     got = jsonl.finish(by, "m.jsonl")
     assert got.frame.get_column("record_idx").is_sorted()
     assert [f.kind.value for f in got.findings] == ["restart"]
+    assert_frame_equal(got.frame, jsonl.finish(plain, "m.jsonl").frame)
 
 
 def test_a_run_read_series_after_series_has_the_same_view_and_findings(

@@ -247,9 +247,9 @@ def parse_lines(
     rows series after series where that is allowed (:attr:`Lines.by_series`)."""
     from forensics.importers.jsonl_blocks import BlockReader, blocks
 
-    reader = BlockReader(name, first_line, fast=fast)
+    reader = BlockReader(name, first_line, fast=fast, by_series=by_series)
     reader.feed_all(blocks(raw))
-    return reader.lines(by_series)
+    return reader.lines()
 
 
 def read_lines(path: Path, name: str, *, by_series: bool = False) -> Lines:
@@ -261,10 +261,10 @@ def read_lines(path: Path, name: str, *, by_series: bool = False) -> Lines:
     head = read_head(path, 4096, raw=True)
     if path.name.endswith(COMPRESSED) or utf16_kind(head) is not None:
         return parse_lines(read_bytes(path), name, by_series=by_series)
-    reader = BlockReader(name)
+    reader = BlockReader(name, by_series=by_series)
     with path.open("rb") as fh:
         reader.feed_all(_file_blocks(fh, jsonl_blocks.BLOCK))
-    return reader.lines(by_series)
+    return reader.lines()
 
 
 def _file_blocks(fh: BinaryIO, size: int) -> Iterator[bytes]:

@@ -414,17 +414,23 @@ class BlockReader:
     :class:`Lines` (:meth:`lines`).
 
     ``name`` labels the rows; lines are numbered from ``first_line``. ``fast=False`` sends
-    every line to the per-line reader (the reference the tests hold polars' rows to)."""
+    every line to the per-line reader (the reference the tests hold polars' rows to).
+    ``by_series``: the rows series after series when the lines show no restart
+    (:attr:`Lines.by_series`): each block is laid out series after series until a step goes
+    back; the blocks after that are read in line order, the ones before put back in it."""
 
-    def __init__(self, name: str, first_line: int = 1, *, fast: bool = True) -> None:
+    def __init__(
+        self, name: str, first_line: int = 1, *, fast: bool = True, by_series: bool = False
+    ) -> None:
         self.name = name
+        self.by_series = by_series
         self.parser = Parser(fast)
         self.next_line = first_line
         self.tags: list[str] = []  # metric keys in row order
         self.rank: dict[str, int] = {}
-        # Each block's rows series after series (tags in rank order, each tag's rows in line
-        # order), with the rows of each tag rank.
-        self.parts: list[tuple[pl.DataFrame, np.ndarray]] = []
+        # Each block's rows: in line order (None), or series after series (tags in rank order,
+        # each tag's rows in line order) with the rows of each tag rank.
+        self.parts: list[tuple[pl.DataFrame, np.ndarray | None]] = []
         self.bad: list[int] = []
         self.config: dict[str, Any] = {}
         self.relative_time = False
@@ -560,8 +566,46 @@ class BlockReader:
             self.rank[k] = len(self.tags)
             self.tags.append(k)
         tag_names = pl.Series("tag", self.tags, dtype=pl.Categorical)
-        fast = self._fast_rows(got, first, tag_names, len(ends)) if got else None
-        per_line = fast[2:] if fast is not None else _no_lines(len(ends))
+        if self.by_series and not self.calm.steps_back:
+            self._series_part(got, first, len(ends), tag_names, srows, srec)
+            return
+        frames = [self._fast_rows(got, first, tag_names)] if got else []
+        if srec:
+            sf = pl.DataFrame(
+                {**srows, "record_idx": srec},
+                schema={
+                    "step": pl.Int64,
+                    "tag": pl.String,
+                    "value": pl.Float64,
+                    "wall_time": pl.Float64,
+                    "record_idx": pl.Int64,
+                },
+            ).with_columns(
+                pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank")
+            )
+            # within a line, keys in the file's order (a line may list them otherwise)
+            sf = sf.sort("record_idx", "_rank", maintain_order=True).drop("_rank")
+            frames.append(sf.with_columns(pl.col("tag").cast(pl.Categorical)))
+        if not frames:
+            return
+        out = pl.concat(frames) if len(frames) > 1 else frames[0]
+        if len(frames) > 1:
+            out = out.sort("record_idx", maintain_order=True)
+        self.parts.append((out, None))
+
+    def _series_part(
+        self,
+        got: list[tuple[np.ndarray, pl.DataFrame]],
+        first: int,
+        n_lines: int,
+        tag_names: pl.Series,
+        srows: dict[str, list[Any]],
+        srec: list[int],
+    ) -> None:
+        """A block's rows series after series (tags in key order, each tag's rows in line
+        order), with the rows of each tag; its lines followed by :attr:`calm`."""
+        fast = self._series_rows(got, first, tag_names, n_lines) if got else None
+        per_line = fast[2:] if fast is not None else _no_lines(n_lines)
         if srec:
             sf = pl.DataFrame(
                 {**srows, "record_idx": srec},
@@ -591,6 +635,100 @@ class BlockReader:
         self.calm.follow(*per_line)
 
     def _fast_rows(
+        self, got: list[tuple[np.ndarray, pl.DataFrame]], first: int, tag_names: pl.Series
+    ) -> pl.DataFrame:
+        """The rows of polars' pieces (line indices, frame), line by line and within a line
+        the columns in key order, as one frame.
+
+        The columns of a piece with a value on every line (most of them, in a metrics log)
+        are laid out as a regular matrix; only the lines holding a value of another column go
+        through a NaN matrix (nulls come out as NaN, and no value polars reads is NaN). Each
+        line's values go to the place its line has among all pieces' lines."""
+        from forensics.importers.jsonl import SKIP_KEYS
+
+        lines = max((int(part[-1]) + 1 for part, _ in got if len(part)), default=0)
+        count = np.zeros(lines, dtype=np.int64)  # values per line
+        step = np.full(lines, np.nan)  # per line; NaN for null (a step or time is never NaN)
+        clock = np.full(lines, np.nan)
+        # (lines, their values, their tag ids): one block for the lines whose values are
+        # all in every-line columns (a matrix, a row a line), one for the others (a value
+        # each, in line order)
+        regular: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        ragged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for part, df in got:
+            schema = dict(df.schema)
+            s_expr = _step_expr(schema)
+            base = df.with_columns(  # with_columns: a literal fills the frame's height
+                (s_expr if s_expr is not None else pl.lit(None, pl.Float64)).alias("_step"),
+                _time_expr(schema).alias("_wall_time"),
+            )
+            step[part] = base.get_column("_step").to_numpy()
+            clock[part] = base.get_column("_wall_time").to_numpy()
+            cols = sorted(
+                (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
+                key=self.rank.__getitem__,
+            )
+            if not cols:
+                continue
+            n = df.height
+            # (columns picked by name, df[names]: no expression to build for each column)
+            if any(isinstance(schema[c], pl.Boolean) for c in cols):
+                wide = df.select(
+                    pl.col(c).cast(pl.Float64) if isinstance(schema[c], pl.Boolean) else c
+                    for c in cols
+                )
+            else:
+                wide = df[cols]
+            nulls = [x.null_count() for x in wide.get_columns()]
+            ids = np.asarray([self.rank[c] for c in cols], dtype=np.uint32)
+            full = [j for j, k in enumerate(nulls) if k == 0]
+            some = [cols[j] for j, k in enumerate(nulls) if 0 < k < n]
+            plain = np.arange(n)
+            if some:
+                at = np.flatnonzero(
+                    wide.select(pl.any_horizontal(pl.col(some).is_not_null()))
+                    .to_series()
+                    .to_numpy()
+                )
+                keep = [j for j, k in enumerate(nulls) if k < n]
+                sub = wide[[cols[j] for j in keep]][at].to_numpy()
+                r, c = np.nonzero(~np.isnan(sub))
+                count[part[at]] += np.bincount(r, minlength=len(at))
+                ragged.append((part[at][r], sub[r, c], ids[keep][c]))
+                plain = np.delete(plain, at)
+            if full and len(plain):
+                count[part[plain]] += len(full)
+                m = (wide if len(full) == len(cols) else wide[[cols[j] for j in full]]).to_numpy()
+                regular.append((part[plain], m[plain] if some else m, ids[full]))
+        at_line = np.cumsum(count) - count  # where each line's values start
+        total = int(count.sum())
+        values = np.empty(total, dtype=np.float64)
+        tag_ids = np.empty(total, dtype=np.uint32)
+        line_of = np.empty(total, dtype=np.int64)
+        for rows, mat, ids in regular:
+            pos = (at_line[rows][:, None] + np.arange(len(ids))).ravel()
+            values[pos] = mat.ravel()
+            tag_ids[pos] = np.tile(ids, len(rows))
+            line_of[pos] = np.repeat(rows, len(ids))
+        for rows, vals, ids in ragged:  # rows: a line index per value, ascending
+            start = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+            nth = np.arange(len(rows)) - np.repeat(start, np.diff(np.r_[start, len(rows)]))
+            pos = at_line[rows] + nth
+            values[pos] = vals
+            tag_ids[pos] = ids
+            line_of[pos] = rows
+        return pl.DataFrame(
+            {
+                "step": _per_row(pl.Series(step, nan_to_null=True).cast(pl.Int64), line_of),
+                "tag": tag_names.gather(pl.Series(tag_ids)),
+                "value": values,
+                "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
+                "record_idx": line_of + first,
+            },
+            schema=_ROWS,
+        )
+
+    def _series_rows(
         self,
         got: list[tuple[np.ndarray, pl.DataFrame]],
         first: int,
@@ -673,20 +811,25 @@ class BlockReader:
         step_int = step_s.fill_null(0).to_numpy().copy()  # (a slow line may be added to it)
         return frame, tag_ids, has, step_int, np.isnan(step), clock
 
-    def lines(self, by_series: bool = False) -> Lines:
-        """The rows read, in line order; ``by_series``: series after series (tags in the
-        file's key order, each tag's rows in line order) when the lines show no step going
-        back and no relative clock starting again (:attr:`Lines.by_series`), so that the
-        analysis view finds each series' rows in one piece (no move of every row)."""
+    def lines(self) -> Lines:
+        """The rows read (series after series when :attr:`by_series` and no line shows a
+        restart, else in line order) and what else the lines held."""
         from forensics.importers.jsonl import NAME, Lines
         from forensics.schema import SCHEMA, conform
 
         parts, self.parts = self.parts, []
-        series = by_series and self.calm.holds and bool(parts)
+        series = (
+            self.by_series
+            and self.calm.holds
+            and bool(parts)
+            and all(c is not None for _, c in parts)
+        )
         if series:
-            frame = _series_after_series(parts, len(self.tags))
+            frame = _series_after_series(parts, len(self.tags))  # type: ignore[arg-type]
         else:
-            frames = [f if np.count_nonzero(c) < 2 else _line_order(f) for f, c in parts]
+            frames = [
+                f if c is None or np.count_nonzero(c) < 2 else _line_order(f) for f, c in parts
+            ]
             frame = (
                 pl.concat(frames, rechunk=False)
                 if len(frames) > 1
