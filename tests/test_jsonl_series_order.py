@@ -219,3 +219,21 @@ def test_export_reads_the_rows_in_line_order(tmp_path: Path) -> None:
     assert res.frame.get_column("record_idx").is_sorted()
     by = jsonl.IMPORTER.read(src, jsonl.ReadOptions())
     assert_frame_equal(_line_order(by.frame), res.frame)
+
+
+def test_a_file_of_many_tags_is_laid_out_block_by_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More (tag, block) pieces than are joined: each block series after series, each tag's
+    rows still in line order; the same rows and findings."""
+    raw = _real_shaped(1500)
+    monkeypatch.setattr(jsonl_blocks, "BLOCK", 8192)
+    monkeypatch.setattr(jsonl_blocks, "_MAX_PIECES", 4)
+    by = jsonl.parse_lines(raw, "m.jsonl", by_series=True)
+    plain = jsonl.parse_lines(raw, "m.jsonl")
+    assert by.by_series
+    assert _tag_runs(by.frame) > by.frame.get_column("tag").n_unique()
+    assert_frame_equal(_line_order(by.frame), plain.frame)
+    got, want = jsonl.finish(by, "m.jsonl"), jsonl.finish(plain, "m.jsonl")
+    assert_frame_equal(_line_order(got.frame), want.frame)
+    assert [(f.kind, f.start_step, f.measures) for f in got.findings] == [
+        (f.kind, f.start_step, f.measures) for f in want.findings
+    ]

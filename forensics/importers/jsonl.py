@@ -16,6 +16,8 @@
 * A file is read in blocks (:mod:`forensics.importers.jsonl_blocks`): plain lines by polars'
   JSON reader, checked against the text, the others by :func:`line_rows`; the same rows
   either way. Within a line, rows follow the order in which the file first showed its keys.
+  Read for analysis (``ReadOptions.series_order``) a file with no restart hands its rows over
+  series after series (each key's rows in line order): the analysis view's order.
 """
 
 from __future__ import annotations
@@ -232,9 +234,10 @@ class Lines:
     cut: bool = False  # the last line is cut off mid-record (no newline after it)
     # The tags of the frame's rows when the reader knows them (else found in the frame).
     tags: list[str] | None = None
-    # The rows series after series instead (each tag's in line order, within a line the
-    # rows in tag order), read from lines whose steps never go back and whose relative clock
-    # never starts again (:func:`_no_restart`'s checks in line order, made by the reader).
+    # The rows series after series instead (each tag's in line order; block by block for a
+    # file of very many tags), read from lines whose steps never go back and whose relative
+    # clock never starts again (:func:`_no_restart`'s checks in line order, made by the
+    # reader). A stable sort by line gives the rows in line order.
     by_series: bool = False
 
 

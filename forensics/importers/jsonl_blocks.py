@@ -29,7 +29,14 @@ the stand-in goes the slow way.
 
 Rows come out line by line; within a line, keys in the order the file first showed them (the
 first line holding a value for the key, then its place in that line). Both readers follow
-that order, so a file gives the same rows whichever reader took each line.
+that order, so a file gives the same rows whichever reader took each line. Asked for
+(``by_series``: the importer's read for analysis), the rows come series after series
+instead, keys in that same order, each key's rows in line order: the analysis view's layout,
+so that building the view moves no row. A column polars read is one key's rows already, so
+the block's rows are laid out so as they are made (no extra pass), and the blocks are joined
+key by key when the importer makes the frame one chunk a column (a copy made either way). It
+is done only while the lines show no restart (:class:`_Calm`); a file with one keeps line
+order, as the segmentation reads it.
 
 A file's blocks go through three threads (:meth:`BlockReader.feed_all`): one reads a block
 and finds its lines (:func:`prepare`), one parses the block before it (:class:`Parser`:
