@@ -81,11 +81,14 @@ def guarded(
 
 def export_command(path: str, to: Path, alias: list[str], err: Callable[[str], None]) -> None:
     """The body of ``forensics export``: read the run, write its canonical long frame."""
+    from dataclasses import replace
+
     from forensics.pipeline import read_options, read_run
     from forensics.run_frame import export_run
 
     cfg = _config(None, alias, [], None)
-    run = read_run(path, options=read_options(cfg))
+    # (the rows as read: the analysis view's series order is no use to a file)
+    run = read_run(path, options=replace(read_options(cfg), series_order=False))
     target = _place(to, to.name, Path(run.path))
     export_run(run, target)
     err(f"{run.frame.height} rows written to {_shown(target)}")

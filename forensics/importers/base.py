@@ -50,6 +50,10 @@ class ReadOptions:
     batch_size: int | None = None  # samples per optimizer step, to convert sample-indexed x axes
     cache: bool = True  # read an unchanged run back from the user cache (forensics.cache)
     stitch: bool = True  # read a folder's resume chains as one run (forensics.importers.chains)
+    # A reader may hand over its rows series after series (the analysis view's order: no move
+    # of every row when the view is built) instead of as read; export asks for the order read
+    # (the Parquet file of a JSONL log in line order is half the size, and written faster).
+    series_order: bool = True
 
 
 class Importer(Protocol):

@@ -16,6 +16,8 @@
 * A file is read in blocks (:mod:`forensics.importers.jsonl_blocks`): plain lines by polars'
   JSON reader, checked against the text, the others by :func:`line_rows`; the same rows
   either way. Within a line, rows follow the order in which the file first showed its keys.
+  Read for analysis (``ReadOptions.series_order``) a file with no restart hands its rows over
+  series after series (each key's rows in line order): the analysis view's order.
 """
 
 from __future__ import annotations
@@ -218,42 +220,51 @@ class JsonlImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         path = source.files[0]
         name = rel(path, source.root)
-        return finish(read_lines(path, name), name)
+        return finish(read_lines(path, name, by_series=options.series_order), name)
 
 
 @dataclass
 class Lines:
     """What a run of lines holds, before the file-level steps (segments, notes)."""
 
-    frame: pl.DataFrame  # labelled rows in line order, not yet segmented
+    frame: pl.DataFrame  # labelled rows in line order (see by_series), not yet segmented
     bad: list[int] = field(default_factory=list)  # line numbers that are not JSON objects
     config: dict[str, Any] = field(default_factory=dict)
     relative_time: bool = False  # LLaMA-Factory elapsed_time was the clock
     cut: bool = False  # the last line is cut off mid-record (no newline after it)
     # The tags of the frame's rows when the reader knows them (else found in the frame).
     tags: list[str] | None = None
+    # The rows series after series instead (each tag's in line order; block by block for a
+    # file of very many tags), read from lines whose steps never go back and whose relative
+    # clock never starts again (:func:`_no_restart`'s checks in line order, made by the
+    # reader). A stable sort by line gives the rows in line order.
+    by_series: bool = False
 
 
-def parse_lines(raw: bytes, name: str, first_line: int = 1, *, fast: bool = True) -> Lines:
+def parse_lines(
+    raw: bytes, name: str, first_line: int = 1, *, fast: bool = True, by_series: bool = False
+) -> Lines:
     """The rows of ``raw`` (text bytes, whole lines; ``first_line`` is the number of its
     first line in the file, so that a tail reading appended lines numbers them as a whole
-    read would). ``fast=False``: every line through the per-line reader."""
+    read would). ``fast=False``: every line through the per-line reader. ``by_series``: the
+    rows series after series where that is allowed (:attr:`Lines.by_series`)."""
     from forensics.importers.jsonl_blocks import BlockReader, blocks
 
-    reader = BlockReader(name, first_line, fast=fast)
+    reader = BlockReader(name, first_line, fast=fast, by_series=by_series)
     reader.feed_all(blocks(raw))
     return reader.lines()
 
 
-def read_lines(path: Path, name: str) -> Lines:
-    """A file's rows, read block by block (a plain file is never held whole in memory)."""
+def read_lines(path: Path, name: str, *, by_series: bool = False) -> Lines:
+    """A file's rows, read block by block (a plain file is never held whole in memory).
+    ``by_series``: as :func:`parse_lines`."""
     from forensics.importers import jsonl_blocks
     from forensics.importers.jsonl_blocks import BlockReader
 
     head = read_head(path, 4096, raw=True)
     if path.name.endswith(COMPRESSED) or utf16_kind(head) is not None:
-        return parse_lines(read_bytes(path), name)
-    reader = BlockReader(name)
+        return parse_lines(read_bytes(path), name, by_series=by_series)
+    reader = BlockReader(name, by_series=by_series)
     with path.open("rb") as fh:
         reader.feed_all(_file_blocks(fh, jsonl_blocks.BLOCK))
     return reader.lines()
@@ -365,9 +376,15 @@ def line_rows(
 
 def finish(lines: Lines, name: str) -> ImportResult:
     """A file's rows (:func:`parse_lines`, one call or several concatenated) -> its result:
-    restart segments, notes on skipped lines, a cut-off last line as ``truncated_log``."""
+    restart segments, notes on skipped lines, a cut-off last line as ``truncated_log``.
+    Rows series after series (:attr:`Lines.by_series`) stay so when there is no restart;
+    else the segmentation puts them in line order (a stable sort by line), as read."""
     notes: list[str] = []
-    if _no_restart(lines.frame, lines.tags):
+    if lines.by_series:  # (the reader checked the lines in order: the counters are left)
+        quiet = not lines.frame.is_empty() and _counters_hold(lines.frame, lines.tags)
+    else:
+        quiet = _no_restart(lines.frame, lines.tags)
+    if quiet:
         frame = lines.frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
         findings: list[Finding] = []
     else:
@@ -377,13 +394,12 @@ def finish(lines: Lines, name: str) -> ImportResult:
         findings = restart_findings(frame)
     bad = lines.bad
     if lines.cut:
-        last = frame.get_column("step").drop_nulls()
         findings.append(
             Finding(
                 kind=FindingKind.TRUNCATED_LOG,
                 severity=Severity.INFO,
                 metric=None,
-                start_step=int(last[-1]) if len(last) else 0,
+                start_step=_last_step(frame, series=quiet and lines.by_series),
                 measures={"file": name, "line": bad[-1]},
                 summary=(
                     f"The last line of {name} is cut off: the writer stopped mid-line, as "
@@ -407,7 +423,7 @@ def _no_restart(frame: pl.DataFrame, tags: list[str] | None = None) -> bool:
     no counter falls to less than half and no relative clock starts again (the other
     restarts it looks for, with its thresholds). Then there is also no interleaving note.
     ``tags``: the frame's tags, when known (finding them is a pass over every row)."""
-    from forensics.importers.restarts import _MIN_CLOCK_S, _RELATIVE_CLOCK, counter_tags
+    from forensics.importers.restarts import _MIN_CLOCK_S, _RELATIVE_CLOCK
 
     if frame.is_empty():
         return False
@@ -415,6 +431,22 @@ def _no_restart(frame: pl.DataFrame, tags: list[str] | None = None) -> bool:
     step = frame.get_column("step").drop_nulls()
     if rec.null_count() or not rec.is_sorted() or not step.is_sorted():
         return False
+    if not _counters_hold(frame, tags):
+        return False
+    w = frame.get_column("wall_time")
+    w = w.filter(w.is_finite() & (w >= 0))
+    if len(w) > 1 and w.max() < _RELATIVE_CLOCK:  # type: ignore[operator]
+        p, cur = w.slice(0, len(w) - 1), w.slice(1)
+        if ((p >= _MIN_CLOCK_S) & (cur < 0.5 * p)).any():
+            return False
+    return True
+
+
+def _counters_hold(frame: pl.DataFrame, tags: list[str] | None = None) -> bool:
+    """No counter (epoch, consumed samples...) falls to less than half of its row before
+    (rows with a step; each tag's rows in line order, the frame's as a whole need not be)."""
+    from forensics.importers.restarts import counter_tags
+
     if tags is None:
         tags = frame.get_column("tag").unique().cast(pl.String).to_list()
     counters = counter_tags(tags)
@@ -423,13 +455,18 @@ def _no_restart(frame: pl.DataFrame, tags: list[str] | None = None) -> bool:
         prev = pl.col("value").shift(1).over("tag")
         if c.select(((prev > 0) & (pl.col("value") < 0.5 * prev)).any()).item():
             return False
-    w = frame.get_column("wall_time")
-    w = w.filter(w.is_finite() & (w >= 0))
-    if len(w) > 1 and w.max() < _RELATIVE_CLOCK:  # type: ignore[operator]
-        p, cur = w.slice(0, len(w) - 1), w.slice(1)
-        if ((p >= _MIN_CLOCK_S) & (cur < 0.5 * p)).any():
-            return False
     return True
+
+
+def _last_step(frame: pl.DataFrame, series: bool) -> int:
+    """The step of the last line with one (0 if none). ``series``: the rows are series after
+    series, from lines whose steps never go back: the largest step is the last."""
+    steps = frame.get_column("step")
+    if series:
+        top = steps.max()
+        return 0 if top is None else int(top)  # type: ignore[arg-type]
+    last = steps.drop_nulls()
+    return int(last[-1]) if len(last) else 0
 
 
 IMPORTER = JsonlImporter()

@@ -29,7 +29,14 @@ the stand-in goes the slow way.
 
 Rows come out line by line; within a line, keys in the order the file first showed them (the
 first line holding a value for the key, then its place in that line). Both readers follow
-that order, so a file gives the same rows whichever reader took each line.
+that order, so a file gives the same rows whichever reader took each line. Asked for
+(``by_series``: the importer's read for analysis), the rows come series after series
+instead, keys in that same order, each key's rows in line order: the analysis view's layout,
+so that building the view moves no row. A column polars read is one key's rows already, so
+the block's rows are laid out so as they are made (no extra pass), and the blocks are joined
+key by key when the importer makes the frame one chunk a column (a copy made either way). It
+is done only while the lines show no restart (:class:`_Calm`); a file with one keeps line
+order, as the segmentation reads it.
 
 A file's blocks go through three threads (:meth:`BlockReader.feed_all`): one reads a block
 and finds its lines (:func:`prepare`), one parses the block before it (:class:`Parser`:
@@ -50,6 +57,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import polars as pl
+
+from forensics.allocator import trim
 
 if TYPE_CHECKING:
     from forensics.importers.jsonl import Lines
@@ -412,21 +421,30 @@ class BlockReader:
     :class:`Lines` (:meth:`lines`).
 
     ``name`` labels the rows; lines are numbered from ``first_line``. ``fast=False`` sends
-    every line to the per-line reader (the reference the tests hold polars' rows to)."""
+    every line to the per-line reader (the reference the tests hold polars' rows to).
+    ``by_series``: the rows series after series when the lines show no restart
+    (:attr:`Lines.by_series`): each block is laid out series after series until a step goes
+    back; the blocks after that are read in line order, the ones before put back in it."""
 
-    def __init__(self, name: str, first_line: int = 1, *, fast: bool = True) -> None:
+    def __init__(
+        self, name: str, first_line: int = 1, *, fast: bool = True, by_series: bool = False
+    ) -> None:
         self.name = name
+        self.by_series = by_series
         self.parser = Parser(fast)
         self.next_line = first_line
         self.tags: list[str] = []  # metric keys in row order
         self.rank: dict[str, int] = {}
-        self.parts: list[pl.DataFrame] = []
+        # Each block's rows: in line order (None), or series after series (tags in rank order,
+        # each tag's rows in line order) with the rows of each tag rank.
+        self.parts: list[tuple[pl.DataFrame, np.ndarray | None]] = []
         self.bad: list[int] = []
         self.config: dict[str, Any] = {}
         self.relative_time = False
         self.cut = False
         self.fast_lines = 0
         self.slow_lines = 0
+        self.calm = _Calm()
 
     # (the parser's state, as the tests look at it)
     schema = property(lambda self: self.parser.schema)
@@ -555,6 +573,9 @@ class BlockReader:
             self.rank[k] = len(self.tags)
             self.tags.append(k)
         tag_names = pl.Series("tag", self.tags, dtype=pl.Categorical)
+        if self.by_series and not self.calm.steps_back:
+            self._series_part(got, first, len(ends), tag_names, srows, srec)
+            return
         frames = [self._fast_rows(got, first, tag_names)] if got else []
         if srec:
             sf = pl.DataFrame(
@@ -577,7 +598,48 @@ class BlockReader:
         out = pl.concat(frames) if len(frames) > 1 else frames[0]
         if len(frames) > 1:
             out = out.sort("record_idx", maintain_order=True)
-        self.parts.append(out)
+        self.parts.append((out, None))
+
+    def _series_part(
+        self,
+        got: list[tuple[np.ndarray, pl.DataFrame]],
+        first: int,
+        n_lines: int,
+        tag_names: pl.Series,
+        srows: dict[str, list[Any]],
+        srec: list[int],
+    ) -> None:
+        """A block's rows series after series (tags in key order, each tag's rows in line
+        order), with the rows of each tag; its lines followed by :attr:`calm`."""
+        fast = self._series_rows(got, first, tag_names, n_lines) if got else None
+        per_line = fast[2:] if fast is not None else _no_lines(n_lines)
+        if srec:
+            sf = pl.DataFrame(
+                {**srows, "record_idx": srec},
+                schema={
+                    "step": pl.Int64,
+                    "tag": pl.String,
+                    "value": pl.Float64,
+                    "wall_time": pl.Float64,
+                    "record_idx": pl.Int64,
+                },
+            ).with_columns(
+                pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank"),
+                pl.col("tag").cast(pl.Categorical),
+            )
+            _add_slow_lines(per_line, sf, first)
+            frames = [sf]
+            if fast is not None:
+                frames.insert(0, fast[0].with_columns(pl.Series("_rank", fast[1], pl.Int64)))
+            # series after series (the file's key order), each in line order (a fast and a
+            # slow line never share a line number)
+            out = pl.concat(frames).sort("_rank", "record_idx")
+            ranks = out.get_column("_rank").to_numpy()
+            self.parts.append((out.drop("_rank"), np.bincount(ranks, minlength=len(self.tags))))
+        elif fast is not None:
+            frame, ids = fast[:2]
+            self.parts.append((frame, np.bincount(ids, minlength=len(self.tags))))
+        self.calm.follow(*per_line)
 
     def _fast_rows(
         self, got: list[tuple[np.ndarray, pl.DataFrame]], first: int, tag_names: pl.Series
@@ -673,16 +735,114 @@ class BlockReader:
             schema=_ROWS,
         )
 
+    def _series_rows(
+        self,
+        got: list[tuple[np.ndarray, pl.DataFrame]],
+        first: int,
+        tag_names: pl.Series,
+        n_lines: int,
+    ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The rows of polars' pieces (line indices, frame) as one frame, series after
+        series: tags in key order, each tag's rows in line order (a column of a piece is a
+        run of one tag already: its values are taken as they are, no row is moved but where
+        a tag's lines are spread over several pieces). Also each row's tag id and, per line
+        of the block, whether it holds rows, its step and time (:class:`_Calm`). None when
+        the pieces hold no value (nulls come out as NaN, and no value polars reads is NaN)."""
+        from forensics.importers.jsonl import SKIP_KEYS
+
+        step = np.full(n_lines, np.nan)  # per line; NaN for null (a step or time is never NaN)
+        clock = np.full(n_lines, np.nan)
+        has = np.zeros(n_lines, dtype=bool)  # lines with a row
+        runs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # tag id -> (lines, values)
+        for part, df in got:
+            schema = dict(df.schema)
+            s_expr = _step_expr(schema)
+            base = df.with_columns(  # with_columns: a literal fills the frame's height
+                (s_expr if s_expr is not None else pl.lit(None, pl.Float64)).alias("_step"),
+                _time_expr(schema).alias("_wall_time"),
+            )
+            step[part] = base.get_column("_step").to_numpy()
+            clock[part] = base.get_column("_wall_time").to_numpy()
+            cols = [c for c in df.columns if c not in SKIP_KEYS and c in self.rank]
+            n = df.height
+            full = False
+            for c in cols:
+                col = df.get_column(c)
+                nulls = col.null_count()
+                if nulls == n:
+                    continue
+                if isinstance(col.dtype, pl.Boolean):
+                    col = col.cast(pl.Float64)
+                vals = col.to_numpy()  # (no copy for a float column without nulls)
+                lines = part
+                if nulls:
+                    at = np.flatnonzero(~np.isnan(vals))
+                    vals, lines = vals[at], part[at]
+                    has[lines] = True
+                else:
+                    full = True
+                runs.setdefault(self.rank[c], []).append((lines, vals))
+            if full:
+                has[part] = True
+        if not runs:
+            return None
+        ids = np.asarray(sorted(runs), dtype=np.uint32)
+        line_parts: list[np.ndarray] = []
+        value_parts: list[np.ndarray] = []
+        counts = np.empty(len(ids), dtype=np.int64)
+        for j, t in enumerate(ids.tolist()):
+            got_t = runs[t]
+            if len(got_t) == 1:
+                lines, vals = got_t[0]
+            else:  # a tag in several pieces: its lines merged (each piece's are ascending)
+                lines = np.concatenate([g[0] for g in got_t])
+                vals = np.concatenate([g[1] for g in got_t])
+                order = np.argsort(lines, kind="stable")
+                lines, vals = lines[order], vals[order]
+            line_parts.append(lines)
+            value_parts.append(vals)
+            counts[j] = len(lines)
+        line_of = np.concatenate(line_parts)
+        tag_ids = np.repeat(ids, counts)
+        step_s = pl.Series(step, nan_to_null=True).cast(pl.Int64)
+        frame = pl.DataFrame(
+            {
+                "step": _per_row(step_s, line_of),
+                "tag": tag_names.gather(pl.Series(tag_ids)),
+                "value": np.concatenate(value_parts),
+                "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
+                "record_idx": line_of + first,
+            },
+            schema=_ROWS,
+        )
+        step_int = step_s.fill_null(0).to_numpy().copy()  # (a slow line may be added to it)
+        return frame, tag_ids, has, step_int, np.isnan(step), clock
+
     def lines(self) -> Lines:
+        """The rows read (series after series when :attr:`by_series` and no line shows a
+        restart, else in line order) and what else the lines held."""
         from forensics.importers.jsonl import NAME, Lines
         from forensics.schema import SCHEMA, conform
 
-        frame = (
-            pl.concat(self.parts, rechunk=False)
-            if len(self.parts) > 1
-            else (self.parts[0] if self.parts else pl.DataFrame(schema=_ROWS))
+        parts, self.parts = self.parts, []
+        series = (
+            self.by_series
+            and self.calm.holds
+            and bool(parts)
+            and all(c is not None for _, c in parts)
         )
-        self.parts = []
+        if series:
+            frame = _series_after_series(parts, len(self.tags))  # type: ignore[arg-type]
+        else:
+            frames = [
+                f if c is None or np.count_nonzero(c) < 2 else _line_order(f) for f, c in parts
+            ]
+            frame = (
+                pl.concat(frames, rechunk=False)
+                if len(frames) > 1
+                else (frames[0] if frames else pl.DataFrame(schema=_ROWS))
+            )
+        del parts
         frame = frame.with_columns(
             pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
             pl.lit(self.name, dtype=SCHEMA["file"]).alias("file"),
@@ -691,8 +851,124 @@ class BlockReader:
         )
         # (self.tags: every tag with a row, as _emit adds a tag with its first row)
         return Lines(
-            conform(frame), self.bad, self.config, self.relative_time, self.cut, list(self.tags)
+            conform(frame),
+            self.bad,
+            self.config,
+            self.relative_time,
+            self.cut,
+            list(self.tags),
+            by_series=series,
         )
+
+
+_MAX_PIECES = 1 << 14  # (tag, block) slices joined series after series at most
+
+
+def _series_after_series(parts: list[tuple[pl.DataFrame, np.ndarray]], n_tags: int) -> pl.DataFrame:
+    """The blocks' rows (each block series after series, with its rows per tag) as one frame
+    series after series, each column one chunk: a column at a time, each block's copy of it
+    freed once joined (``parts`` is emptied), so the rows are never held twice. The copy
+    is the one the importer would make anyway (a frame of many blocks is made one chunk a
+    column for the steps after, :func:`forensics.importers._one_chunk`). Too many pieces
+    (a file of thousands of tags): the blocks one after another, each tag's rows still in
+    line order."""
+    if sum(int(np.count_nonzero(c)) for _, c in parts) > _MAX_PIECES:
+        frame = pl.concat([f for f, _ in parts], rechunk=False)
+        parts.clear()
+        return frame
+    starts = [np.cumsum(c) - c for _, c in parts]
+    spans = [
+        (k, int(a[t]), int(c[t]))
+        for t in range(n_tags)
+        for k, ((_, c), a) in enumerate(zip(parts, starts, strict=True))
+        if t < len(c) and c[t]
+    ]
+    columns: list[pl.Series] = []
+    for name in parts[0][0].columns:
+        cols = [f.get_column(name) for f, _ in parts]
+        columns.append(pl.concat([cols[k].slice(a, n) for k, a, n in spans], rechunk=True))
+        del cols
+        for k, (f, c) in enumerate(parts):
+            parts[k] = (f.drop(name), c)  # the block's column freed
+        trim()  # (numpy's blocks live in glibc's heap: given back before the next column)
+    parts.clear()
+    return pl.DataFrame(columns)
+
+
+def _line_order(block: pl.DataFrame) -> pl.DataFrame:
+    """A block's rows (series after series, tags in key order) in line order: within a line,
+    keys in the file's order (a stable sort by line)."""
+    return block.sort("record_idx", maintain_order=True)
+
+
+def _no_lines(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per line of a block (:meth:`_Calm.follow`): none holds a row."""
+    return (
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=np.int64),
+        np.ones(n, dtype=bool),
+        np.full(n, np.nan),
+    )
+
+
+def _add_slow_lines(
+    per_line: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], rows: pl.DataFrame, first: int
+) -> None:
+    """The per-line reader's lines (``rows``: their rows) added to a block's per-line
+    arrays (:meth:`_Calm.follow`)."""
+    has, step, step_null, clock = per_line
+    at = rows.get_column("record_idx").to_numpy() - first
+    s = rows.get_column("step")
+    has[at] = True
+    step[at] = s.fill_null(0).to_numpy()
+    step_null[at] = s.is_null().to_numpy()
+    clock[at] = rows.get_column("wall_time").fill_null(np.nan).to_numpy()
+
+
+class _Calm:
+    """Do the file's lines, taken in order, show no restart of the kinds
+    :func:`forensics.importers.jsonl._no_restart` looks for in line order: no step going
+    back, no relative clock starting again (with its thresholds)? Followed block by block,
+    a line with rows at a time (the rows of a line share its step and time)."""
+
+    def __init__(self) -> None:
+        self.steps_back = False
+        self.last_step: int | None = None
+        self.clocks = 0  # usable times seen (finite, not negative)
+        self.clock_max = -np.inf
+        self.clock_prev: float | None = None
+        self.clock_drop = False  # a time under half the one before, that one a minute or more
+
+    def follow(
+        self, has: np.ndarray, step: np.ndarray, step_null: np.ndarray, clock: np.ndarray
+    ) -> None:
+        """A block's lines: which hold rows, their steps (``step_null``: none) and times."""
+        from forensics.importers.restarts import _MIN_CLOCK_S
+
+        s = step[has & ~step_null]
+        if len(s):
+            back = self.last_step is not None and int(s[0]) < self.last_step
+            if back or bool((s[1:] < s[:-1]).any()):
+                self.steps_back = True
+            self.last_step = int(s[-1])
+        w = clock[has]
+        w = w[np.isfinite(w) & (w >= 0)]
+        if not len(w):
+            return
+        self.clocks += len(w)
+        self.clock_max = max(self.clock_max, float(w.max()))
+        prev = w[:-1] if self.clock_prev is None else np.r_[self.clock_prev, w[:-1]]
+        cur = w[1:] if self.clock_prev is None else w
+        if bool(((prev >= _MIN_CLOCK_S) & (cur < 0.5 * prev)).any()):
+            self.clock_drop = True
+        self.clock_prev = float(w[-1])
+
+    @property
+    def holds(self) -> bool:
+        from forensics.importers.restarts import _RELATIVE_CLOCK
+
+        relative_restart = self.clocks > 1 and self.clock_max < _RELATIVE_CLOCK and self.clock_drop
+        return not (self.steps_back or relative_restart)
 
 
 def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
