@@ -133,6 +133,7 @@ def key(
         bool(options.verify_crc),
         sorted(options.aliases.items()),
         options.batch_size,
+        options.series_order,  # (the same rows in another order: export reads in line order)
         files,
     )
     settled = time.time_ns() - newest > SETTLE_NS

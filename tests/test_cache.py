@@ -63,6 +63,19 @@ def test_second_read_comes_from_the_cache(tmp_path, cache_dir, monkeypatch):
     assert first.metadata == second.metadata and first.config == second.config
 
 
+def test_export_does_not_take_the_analysis_order_from_the_cache(tmp_path, cache_dir):
+    """The analysis reads a JSONL log series after series; export asks for line order. The
+    two reads are two entries: an export after an analysis still writes line order."""
+    run_dir = _write_run(tmp_path / "run")
+    analysis = read_run(run_dir)
+    assert not analysis.frame.get_column("record_idx").is_sorted()  # loss rows, then lr rows
+    exported = read_run(run_dir, options=ReadOptions(series_order=False))
+    assert exported.frame.get_column("record_idx").is_sorted()
+    assert len(_entries(cache_dir)) == 2
+    key = ["record_idx", "tag"]
+    assert_frame_equal(analysis.frame.sort(key), exported.frame.sort(key))
+
+
 @pytest.mark.parametrize("change", ["append", "same_size_new_mtime", "new_file"])
 def test_a_changed_run_is_parsed_again(tmp_path, cache_dir, change):
     """A file that grows, a rewrite of the same size at another time, a new file: a new read."""

@@ -122,8 +122,12 @@ QUIET = {"clean", "no_counter_clean"}
 @pytest.mark.parametrize("case", list(CASES))
 def test_fast_path_equals_long_rows(case: str, tmp_path: Path) -> None:
     raw = _log(1500, seed=len(case), **CASES[case])
-    res = IMPORTER.read_raw(_source(tmp_path), raw)
     ref = _long_way(raw)
+    # In line order (export, the watcher's tail): row for row.
+    assert IMPORTER.read_raw(_source(tmp_path), raw).frame.equals(ref)
+    # For the analysis (ReadOptions.series_order): the same rows, tag after tag where the log
+    # cannot restart.
+    res = IMPORTER.read_raw(_source(tmp_path), raw, series_order=True)
     _assert_same_rows(res.frame, ref)
     if case in QUIET:
         assert not res.frame.equals(ref.sort(["record_idx"], maintain_order=True))
@@ -157,7 +161,7 @@ def test_constant_key_printed_from_mid_run_has_no_rows_before(tmp_path: Path) ->
         date = f"[2024-05-01 10:{s // 60:02d}:{s % 60:02d}]"
         lines.append(f" {date} iteration {s:8d}/     400 | " + " | ".join(keys) + " |")
     raw = ("\n".join(lines) + "\n").encode()
-    frame = IMPORTER.read_raw(_source(tmp_path), raw).frame
+    frame = IMPORTER.read_raw(_source(tmp_path), raw, series_order=True).frame
     nan = frame.filter(pl.col("tag") == "number of nan iterations")
     assert nan.height == 299
     assert nan.get_column("step").min() == 101

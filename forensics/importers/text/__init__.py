@@ -414,17 +414,19 @@ class TextLogsImporter:
     def read(self, source: Source, options: ReadOptions) -> ImportResult:
         # The bytes go straight into the parse: only the parse holds them (no copy kept
         # while the frame is built).
-        return self._result(source, _parse(_read_log(source.files[0]), self._name(source)))
+        log = _parse(_read_log(source.files[0]), self._name(source))
+        return self._result(source, log, options.series_order)
 
-    def read_raw(self, source: Source, raw: bytes) -> ImportResult:
-        """The source's file given as its (text) bytes: a tail passes the complete lines."""
-        return self._result(source, _parse(raw, self._name(source)))
+    def read_raw(self, source: Source, raw: bytes, series_order: bool = False) -> ImportResult:
+        """The source's file given as its (text) bytes: a tail passes the complete lines
+        (rows in line order unless ``series_order``, see ReadOptions)."""
+        return self._result(source, _parse(raw, self._name(source)), series_order)
 
     @staticmethod
     def _name(source: Source) -> str:
         return rel(source.files[0], source.root)
 
-    def _result(self, source: Source, log: TextLog) -> ImportResult:
+    def _result(self, source: Source, log: TextLog, series_order: bool) -> ImportResult:
         name = self._name(source)
         family = log.families[0] if log.families else "text"
         if log.wide is not None and not layout.fits(log.wide, log.frame, _ELAPSED_TAG):
@@ -441,7 +443,7 @@ class TextLogsImporter:
             elapsed_note = None
             counters = counter_tags(layout.tags(log.wide, log.frame))
             by_line = log.may_restart or bool(counters)
-            rows, quiet = layout.lay_out(log.wide, log.frame, by_line, counters)
+            rows, quiet = layout.lay_out(log.wide, log.frame, by_line, counters, series_order)
             log.wide = None
             frame = layout.canonical(rows, family, name, log.x_kind)
             del rows

@@ -62,25 +62,31 @@ def tags(wide: WideRows, rest: pl.DataFrame) -> list[str]:
 
 
 def lay_out(
-    wide: WideRows, rest: pl.DataFrame, by_line: bool, counters: list[str]
+    wide: WideRows,
+    rest: pl.DataFrame,
+    by_line: bool,
+    counters: list[str],
+    series_order: bool = False,
 ) -> tuple[pl.DataFrame, bool]:
     """The wide rows and the other rows (``rest``) as one frame of ``record_idx`` (line
     number + 1), ``step``, ``tag`` (categorical), ``value`` and ``wall_time``: every row in
     line order, a line's wide rows first (``by_line``, when a series may restart: restart
     numbering reads line order), else the wide rows tag after tag then ``rest``'s tag after
     tag (each tag's rows in line order). Also says whether no series can restart
-    (``quiet``)."""
+    (``quiet``). ``series_order`` (ReadOptions): a log that cannot restart is laid out tag
+    after tag even where ``by_line`` asks for line order."""
     present = wide.present()
     rest = rest.select("ln", "step", pl.col("tag").cast(pl.Categorical), "value", "wall_time")
     if by_line and rest.height:
         rest = rest.sort("ln", maintain_order=True)
     quiet = _quiet(wide, present, rest, counters)
-    # With no restart to number, nothing reads the rows across tags in line order: they are
-    # laid out tag after tag, the order the analysis view reads them in (each tag's rows stay
-    # in line order), so the view takes slices instead of moving every row.
-    by_line = by_line and not quiet
-    if not by_line and rest.height:  # (validation lines: their tags interleave line by line)
-        rest = rest.sort(pl.col("tag").to_physical(), maintain_order=True)
+    if series_order and quiet:
+        # With no restart to number, nothing reads the rows across tags in line order: they
+        # are laid out tag after tag, the order the analysis view reads them in (each tag's
+        # rows stay in line order), so the view takes slices instead of moving every row.
+        by_line = False
+        if rest.height:  # (validation lines: their tags interleave line by line)
+            rest = rest.sort(pl.col("tag").to_physical(), maintain_order=True)
     with _small_pages():
         main = _wide_long(wide, present, by_line)
     record = (pl.col("ln") + 1).cast(main.schema["record_idx"])  # strict, as conform's cast
