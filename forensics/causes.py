@@ -450,10 +450,9 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
                 else f"step {seg.start_step:,}"
             )
             rel = (
-                f"still raised at the onset (step {onset:,})"
+                "still raised at the onset"
                 if seg.end_step >= onset
-                else f"back on schedule {onset - seg.end_step:,} steps before the onset at step "
-                f"{onset:,}"
+                else f"back on schedule {onset - seg.end_step:,} steps before the onset"
             )
             return Cause(
                 "lr_change",
