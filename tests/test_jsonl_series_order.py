@@ -77,18 +77,26 @@ def _tag_runs(frame: pl.DataFrame) -> int:
     return int((tags.slice(1) != tags.slice(0, len(tags) - 1)).sum()) + 1
 
 
+def _both_reads(raw: bytes, block: int | None) -> tuple[jsonl.Lines, jsonl.Lines]:
+    """``raw`` read series after series and in line order, in blocks of ``block`` bytes (None:
+    the reader's own size)."""
+    old = jsonl_blocks.BLOCK
+    try:
+        jsonl_blocks.BLOCK = block or old
+        return (
+            jsonl.parse_lines(raw, "m.jsonl", by_series=True),
+            jsonl.parse_lines(raw, "m.jsonl"),
+        )
+    finally:
+        jsonl_blocks.BLOCK = old
+
+
 @pytest.mark.parametrize("block", [4096, 20_000, None])
 def test_series_after_series_are_the_line_order_rows(block: int | None) -> None:
     """Read in many small blocks or few: each tag one run, its rows in line order, and the
     same rows, notes and findings as the file read in line order."""
     raw = _real_shaped()
-    old = jsonl_blocks.BLOCK
-    try:
-        jsonl_blocks.BLOCK = block or old
-        by = jsonl.parse_lines(raw, "m.jsonl", by_series=True)
-        plain = jsonl.parse_lines(raw, "m.jsonl")
-    finally:
-        jsonl_blocks.BLOCK = old
+    by, plain = _both_reads(raw, block)
     assert by.by_series and not plain.by_series
     n_tags = by.frame.get_column("tag").n_unique()
     assert _tag_runs(by.frame) == n_tags
@@ -146,13 +154,7 @@ def test_a_restart_keeps_line_order(block: int | None) -> None:
         json.dumps({"step": s, "loss": 1.0 / (s + 1), "lr": 0.1}).encode() + b"\n"
         for s in [*range(400), *range(260, 520)]
     )
-    old = jsonl_blocks.BLOCK
-    try:
-        jsonl_blocks.BLOCK = block or old
-        by = jsonl.parse_lines(raw, "m.jsonl", by_series=True)
-        plain = jsonl.parse_lines(raw, "m.jsonl")
-    finally:
-        jsonl_blocks.BLOCK = old
+    by, plain = _both_reads(raw, block)
     assert not by.by_series
     assert_frame_equal(by.frame, plain.frame)
     got = jsonl.finish(by, "m.jsonl")

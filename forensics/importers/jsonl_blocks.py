@@ -578,18 +578,7 @@ class BlockReader:
             return
         frames = [self._fast_rows(got, first, tag_names)] if got else []
         if srec:
-            sf = pl.DataFrame(
-                {**srows, "record_idx": srec},
-                schema={
-                    "step": pl.Int64,
-                    "tag": pl.String,
-                    "value": pl.Float64,
-                    "wall_time": pl.Float64,
-                    "record_idx": pl.Int64,
-                },
-            ).with_columns(
-                pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank")
-            )
+            sf = self._slow_frame(srows, srec)
             # within a line, keys in the file's order (a line may list them otherwise)
             sf = sf.sort("record_idx", "_rank", maintain_order=True).drop("_rank")
             frames.append(sf.with_columns(pl.col("tag").cast(pl.Categorical)))
@@ -599,6 +588,22 @@ class BlockReader:
         if len(frames) > 1:
             out = out.sort("record_idx", maintain_order=True)
         self.parts.append((out, None))
+
+    def _slow_frame(self, srows: dict[str, list[Any]], srec: list[int]) -> pl.DataFrame:
+        """The rows of the lines the slow reader parsed, with each tag's rank in the file's
+        key order (``_rank``); tags as strings."""
+        return pl.DataFrame(
+            {**srows, "record_idx": srec},
+            schema={
+                "step": pl.Int64,
+                "tag": pl.String,
+                "value": pl.Float64,
+                "wall_time": pl.Float64,
+                "record_idx": pl.Int64,
+            },
+        ).with_columns(
+            pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank")
+        )
 
     def _series_part(
         self,
@@ -614,19 +619,7 @@ class BlockReader:
         fast = self._series_rows(got, first, tag_names, n_lines) if got else None
         per_line = fast[2:] if fast is not None else _no_lines(n_lines)
         if srec:
-            sf = pl.DataFrame(
-                {**srows, "record_idx": srec},
-                schema={
-                    "step": pl.Int64,
-                    "tag": pl.String,
-                    "value": pl.Float64,
-                    "wall_time": pl.Float64,
-                    "record_idx": pl.Int64,
-                },
-            ).with_columns(
-                pl.col("tag").replace_strict(self.rank, return_dtype=pl.Int64).alias("_rank"),
-                pl.col("tag").cast(pl.Categorical),
-            )
+            sf = self._slow_frame(srows, srec).with_columns(pl.col("tag").cast(pl.Categorical))
             _add_slow_lines(per_line, sf, first)
             frames = [sf]
             if fast is not None:
@@ -664,13 +657,7 @@ class BlockReader:
         ragged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for part, df in got:
             schema = dict(df.schema)
-            s_expr = _step_expr(schema)
-            base = df.with_columns(  # with_columns: a literal fills the frame's height
-                (s_expr if s_expr is not None else pl.lit(None, pl.Float64)).alias("_step"),
-                _time_expr(schema).alias("_wall_time"),
-            )
-            step[part] = base.get_column("_step").to_numpy()
-            clock[part] = base.get_column("_wall_time").to_numpy()
+            step[part], clock[part] = _step_and_clock(df)
             cols = sorted(
                 (c for c in df.columns if c not in SKIP_KEYS and c in self.rank),
                 key=self.rank.__getitem__,
@@ -755,14 +742,7 @@ class BlockReader:
         has = np.zeros(n_lines, dtype=bool)  # lines with a row
         runs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # tag id -> (lines, values)
         for part, df in got:
-            schema = dict(df.schema)
-            s_expr = _step_expr(schema)
-            base = df.with_columns(  # with_columns: a literal fills the frame's height
-                (s_expr if s_expr is not None else pl.lit(None, pl.Float64)).alias("_step"),
-                _time_expr(schema).alias("_wall_time"),
-            )
-            step[part] = base.get_column("_step").to_numpy()
-            clock[part] = base.get_column("_wall_time").to_numpy()
+            step[part], clock[part] = _step_and_clock(df)
             cols = [c for c in df.columns if c not in SKIP_KEYS and c in self.rank]
             n = df.height
             full = False
@@ -1002,6 +982,16 @@ def _gather(data: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) 
     hi = ends[idx[np.r_[breaks - 1, len(idx) - 1]]].tolist()
     view = memoryview(data)  # slices of a view: the lines are copied once, by the join
     return b"\n".join([*(view[a:b] for a, b in zip(lo, hi, strict=True)), b""])
+
+
+def _step_and_clock(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each line's step and wall time as floats (NaN where null) from a piece's columns."""
+    s_expr = _step_expr(dict(df.schema))
+    base = df.with_columns(  # with_columns: a literal fills the frame's height
+        (s_expr if s_expr is not None else pl.lit(None, pl.Float64)).alias("_step"),
+        _time_expr(dict(df.schema)).alias("_wall_time"),
+    )
+    return base.get_column("_step").to_numpy(), base.get_column("_wall_time").to_numpy()
 
 
 def _step_expr(schema: dict[str, pl.DataType]) -> pl.Expr | None:
