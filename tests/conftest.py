@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +15,45 @@ ROOT = Path(__file__).resolve().parents[1]
 # The shared folder (real logs, format samples): FORENSICS_SHARED, by default ../shared.
 SHARED = Path(os.environ.get("FORENSICS_SHARED", str(ROOT.parent / "shared"))).resolve()
 REAL_RUNS = SHARED / "real_runs"
-# The run cache goes to a folder of this test session, never the user's cache folder.
-if "FORENSICS_CACHE_DIR" not in os.environ:
-    import tempfile
+# The run cache goes to a folder of this test session, never the user's cache folder: one
+# sub-folder per xdist worker (the workers inherit the session folder from the controller), so
+# that no test sees entries, evictions or a half-cleared folder of another worker's tests.
+_SESSION_CACHE = "FORENSICS_TEST_SESSION_CACHE"
+_OWN_CACHE = False
+if _SESSION_CACHE in os.environ or "FORENSICS_CACHE_DIR" not in os.environ:
+    if _SESSION_CACHE not in os.environ:
+        import tempfile
 
-    os.environ["FORENSICS_CACHE_DIR"] = tempfile.mkdtemp(prefix="forensics-test-cache-")
+        os.environ[_SESSION_CACHE] = tempfile.mkdtemp(prefix="forensics-test-cache-")
+        _OWN_CACHE = True
+    os.environ["FORENSICS_CACHE_DIR"] = str(
+        Path(os.environ[_SESSION_CACHE]) / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Run the tests on one xdist worker per CPU unless -n is given (-n 0: in this process).
+
+    Set here rather than in addopts so that `pytest -p no:xdist` still works. "logical", not
+    "auto": auto counts physical cores, one on a 2-vCPU machine whose vCPUs are a core's two
+    hyperthreads (PYTEST_XDIST_AUTO_NUM_WORKERS overrides the count). One test file stays on
+    one worker (--dist loadfile): module fixtures are computed once and a file's tests run in
+    their written order, as without xdist.
+    """
+    if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if config.option.numprocesses is None and not config.option.collectonly:
+        config.option.numprocesses = "logical"
+        if config.option.dist == "no":
+            config.option.dist = "loadfile"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _OWN_CACHE:
+        import shutil
+
+        shutil.rmtree(os.environ[_SESSION_CACHE], ignore_errors=True)
 
 
 def shared_path(*parts: str) -> Path:
@@ -70,6 +105,22 @@ def snapshot(folder: Path) -> dict[str, tuple[int, float]]:
             st = p.stat()
             out[str(p.relative_to(folder))] = (st.st_size, st.st_mtime)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """Each test starts from the environment the previous one started from. The CLI's options
+    set process-wide variables (--no-cache sets FORENSICS_NO_CACHE, --no-stitch
+    FORENSICS_NO_STITCH: right for a command's own process), and a test that invokes it in
+    process would otherwise hand them to every later test on its worker, which then depends on
+    which tests ran before it."""
+    before = dict(os.environ)
+    yield
+    for k in set(os.environ) - set(before):
+        del os.environ[k]
+    for k, v in before.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
 
 
 @pytest.fixture
