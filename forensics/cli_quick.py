@@ -91,7 +91,7 @@ def export_command(path: str, to: Path, alias: list[str], err: Callable[[str], N
     run = read_run(path, options=replace(read_options(cfg), series_order=False))
     target = _place(to, to.name, Path(run.path))
     export_run(run, target)
-    err(f"{run.frame.height} rows written to {_shown(target)}")
+    err(f"{run.frame.height:,} rows written to {_shown(target)}")
 
 
 # --------------------------------------------------------------------- export without typer

@@ -186,3 +186,18 @@ def test_help_still_comes_from_typer(tmp_path: Path) -> None:
     assert res.returncode == 0 and "--to" in res.stdout
     res = _run(["export", str(tmp_path)], quick=True, cwd=tmp_path)
     assert res.returncode == 2 and "--to" in res.stderr
+
+
+def test_export_says_its_row_count_with_digits_grouped(tmp_path: Path) -> None:
+    """The export's one line writes the count as the rest of the output writes numbers."""
+    import polars as pl
+
+    from forensics.cli_quick import export_command
+
+    run = write_tb_run(tmp_path / "run", n=400)
+    out = tmp_path / "x.parquet"
+    said: list[str] = []
+    export_command(str(run), out, [], said.append)
+    rows = pl.read_parquet(out).height
+    assert rows >= 1000
+    assert said == [f"{rows:,} rows written to {out}"]
