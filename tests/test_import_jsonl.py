@@ -278,3 +278,11 @@ def test_pretty_printed_json_is_not_jsonl(tmp_path: Path) -> None:
     )
     with pytest.raises(UnknownFormatError):
         discover_jobs(tmp_path)
+
+
+def test_bad_line_numbers_are_written_with_digits_grouped(tmp_path: Path) -> None:
+    """A broken line far into the file is named as the report writes numbers (line 1,502)."""
+    objs = [{"step": s, "loss": 2.0 - s * 1e-4} for s in range(1600)]
+    p = _write(tmp_path / "m.jsonl", objs, {1501: "{not json"})
+    (note,) = [n for n in read_run(p).notes if "skipped" in n]
+    assert "skipped 1 line(s) that are not JSON objects (line 1,502)" in note

@@ -190,7 +190,7 @@ def discover(path: Path) -> list[Source]:
             raise UnknownFormatError(f"{path}: {what}; {_EXPECTED}")
         also = f" ({'; '.join(notes)})" if notes else ""
         raise UnknownFormatError(
-            f"{path}: no training log recognised in this folder ({len(files)} files){also}; "
+            f"{path}: no training log recognised in this folder ({len(files):,} files){also}; "
             f"{_EXPECTED}"
         )
     for s in sources:

@@ -408,8 +408,10 @@ def finish(lines: Lines, name: str) -> ImportResult:
             )
         )
     if bad:
-        shown = ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10 else "")
-        notes.append(f"{name}: skipped {len(bad)} line(s) that are not JSON objects (line {shown})")
+        shown = ", ".join(f"{b:,}" for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        notes.append(
+            f"{name}: skipped {len(bad):,} line(s) that are not JSON objects (line {shown})"
+        )
     if lines.relative_time:
         notes.append(
             f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"

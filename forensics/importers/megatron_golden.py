@@ -101,7 +101,7 @@ class MegatronGoldenImporter:
             sparse = len(recorded) < 0.5 * len(span)
             if sparse:
                 notes.append(
-                    f"{name}: '{metric}' is recorded at {len(recorded)} of {len(span)} steps; "
+                    f"{name}: '{metric}' is recorded at {len(recorded):,} of {len(span):,} steps; "
                     'its "nan" entries are missing points, not NaN values'
                 )
             for s, v in span:
