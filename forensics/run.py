@@ -641,12 +641,10 @@ def _stable_order(
     """``np.argsort(rank, kind="stable")`` as ``dtype``, in blocks: each block's rows are
     sorted by rank and put after the earlier blocks' rows of the same rank, so the only
     whole-length array is the result (argsort's own int64 result and buffers would add
-    about 16 bytes a row at the peak). ``counts``: the rows of each rank, and ``runs``:
-    :func:`_rank_runs`, when known."""
+    about 16 bytes a row at the peak). ``counts``: the rows of each rank, when known;
+    ``runs``: :func:`_rank_runs` of ``rank`` where it found few runs (the caller looks once)."""
     n = len(rank)
     out: np.ndarray = np.empty(n, dtype=dtype)
-    if runs is None:
-        runs = _rank_runs(rank)
     if runs is not None:
         # A frame laid out series by series: its runs of one rank, in order of rank (then of
         # place), are the stable order; no sort of the rows.

@@ -275,7 +275,7 @@ def test_the_stable_order_of_a_few_runs_is_numpys_stable_argsort(
         assert (runs is None) is (n_runs > limit)
         counts = run_mod._counts(rank, k, runs)
         np.testing.assert_array_equal(counts, np.bincount(rank, minlength=k))
-        got = run_mod._stable_order(rank, k, np.uint32)
+        got = run_mod._stable_order(rank, k, np.uint32, counts, runs)
         assert got.dtype == np.uint32
         np.testing.assert_array_equal(got, np.argsort(rank, kind="stable"))
 

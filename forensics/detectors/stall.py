@@ -33,7 +33,7 @@ import polars as pl
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.rolling import centered_median_at, window_max
+from forensics.evidence.rolling import centered_median_at, pieces, window_max
 from forensics.evidence.trend_utils import housekeeping_at, unit_for, window_max_pieces
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
@@ -349,9 +349,7 @@ def _intervals(
 ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
     """``(lo, hi, np.diff(wall)[lo:hi], np.diff(steps)[lo:hi].astype(float))`` over the
     intervals a piece at a time."""
-    n = len(steps) - 1
-    for lo in range(0, n, _CHUNK):
-        hi = min(n, lo + _CHUNK)
+    for lo, hi, _, _ in pieces(len(steps) - 1, _CHUNK):
         yield lo, hi, np.diff(wall[lo : hi + 1]), np.diff(steps[lo : hi + 1]).astype(float)
 
 
