@@ -170,3 +170,22 @@ def test_scale_logged_only_when_reduced():
         3,
     )
     assert f.measures["overflow_steps"] == 3
+
+
+def test_spike_windows_lookup_matches_looking_through_every_window():
+    """The cascade's coinciding spike is looked up only where a window can reach: the same
+    onset (the first in onset order) as checking every window, on windows of all widths."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 40))
+        onsets = np.sort(rng.integers(0, 5_000, n))
+        windows = sorted(
+            (int(s), float(s) - float(rng.uniform(0, 300)), float(s) + float(rng.uniform(0, 900)))
+            for s in onsets
+        )
+        index = loss_scale._SpikeWindows(windows)
+        for _ in range(30):
+            a = float(rng.integers(-100, 5_100))
+            b = a + float(rng.integers(1, 400))
+            every = next((s for s, lo, hi in windows if lo < b and hi > a), None)
+            assert index.first_overlap(a, b) == every

@@ -49,7 +49,7 @@ class LossScaleDetector:
             )
             return []
         cascades = ev.scale_cascades
-        spikes = _spike_windows(ev) if cascades else []
+        spikes = _SpikeWindows(_spike_windows(ev) if cascades else [])
         first = run.first_step
         calib_end = (
             first + self.params.calibration_steps
@@ -60,10 +60,7 @@ class LossScaleDetector:
         singles = 0
         for c in cascades:
             calibration = calib_end is not None and c.start_step <= calib_end
-            # overlaps() of each (lo, hi] window with (start - 1, end], in float64 as it
-            # compares, without an array per spike (thousands of spikes at 1M steps)
-            a, b = float(c.start_step - 1), float(c.end_step)
-            hit = next((s for s, lo, hi in spikes if float(lo) < b and float(hi) > a), None)
+            hit = spikes.first_overlap(float(c.start_step - 1), float(c.end_step))
             if hit is not None or (
                 not calibration and c.halvings >= self.params.warn_halvings - 1e-9
             ):
@@ -228,6 +225,28 @@ def _at_least(peak: np.ndarray, lvl: np.ndarray, halvings: float) -> np.ndarray:
         hi = lo + _CHUNK
         np.greater_equal(peak[lo:hi] - lvl[lo:hi], halvings, out=out[lo:hi])
     return out
+
+
+class _SpikeWindows:
+    """The spike windows (sorted by onset) and, for a cascade, the first whose window meets
+    it. A window holds its onset (``lo <= onset <= hi``), so one meeting ``(a, b]`` has its
+    onset within ``(a - back, b + ahead)`` (the widest reach of a window behind and ahead of
+    its onset): only that stretch is looked through. Looking through every window for every
+    cascade cost cascades x spikes, 0.8 s of a 10M-step run (50 cascades, 50,000 spikes)."""
+
+    def __init__(self, windows: list[tuple[int, float, float]]) -> None:
+        self.windows = windows
+        self.onsets = np.array([s for s, _, _ in windows], dtype=np.float64)
+        self.ahead = max((s - lo for s, lo, _ in windows), default=0.0)  # onset - lo
+        self.back = max((hi - s for s, _, hi in windows), default=0.0)  # hi - onset
+
+    def first_overlap(self, a: float, b: float) -> int | None:
+        """The onset of the first window (in onset order) overlapping ``(a, b]`` (``lo < b``
+        and ``hi > a``, in float64 as overlaps() compares), None when none does."""
+        # (one step wider on each side: the reach is a float difference, rounded)
+        i = int(np.searchsorted(self.onsets, a - self.back - 1, side="left"))
+        j = int(np.searchsorted(self.onsets, b + self.ahead + 1, side="right"))
+        return next((s for s, lo, hi in self.windows[i:j] if float(lo) < b and float(hi) > a), None)
 
 
 def _spike_windows(ev: Evidence) -> list[tuple[int, float, float]]:
