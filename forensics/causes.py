@@ -316,6 +316,14 @@ class _Facts:
         return self.ev.has(GRAD_NORM)
 
     @cached_property
+    def outlier_spans(self) -> tuple[list[Finding], list[int], np.ndarray]:
+        """The activation outliers by onset, their onsets and their last steps (the onset for
+        an open one): the per-onset search looks up a stretch instead of every outlier."""
+        by_start = sorted(self.outliers, key=lambda g: g.start_step)
+        ends = [g.end_step if g.end_step is not None else g.start_step for g in by_start]
+        return by_start, [g.start_step for g in by_start], np.array(ends, dtype=np.float64)
+
+    @cached_property
     def has_activations(self) -> bool:
         return any(self.ev.has(m) for m in ("act_absmax", "act_std", "act_mean"))
 
@@ -719,16 +727,16 @@ def _outlier_start_and_layers(outs: Sequence[Finding]) -> tuple[int, str]:
 
 
 def _activations(x: _Facts, f: Finding) -> Cause:
-    near = x.near
-    covering = [
-        g
-        for g in x.outliers
-        if g.start_step <= f.start_step + 1
-        and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step - near
-    ]
-    # Only an outlier that began near this onset can be what changed here; one that has been
-    # out of range since long before is a standing condition (a start-up outlier stays open).
-    outs = [g for g in covering if g.start_step >= f.start_step - near]
+    # The outliers covering the onset: begun by one step after it, lasting up to ``near``
+    # steps before it. Only one that began near this onset can be what changed here; one out
+    # of range since long before is a standing condition (a start-up outlier stays open).
+    # Those begun near it are a stretch of the outliers by onset; the others are looked for
+    # only when there is none (thousands of spikes against hundreds of outliers at 10M steps).
+    by_start, starts, ends = x.outlier_spans
+    since = f.start_step - x.near
+    lo, hi = bisect_left(starts, since), bisect_right(starts, f.start_step + 1)
+    outs = [g for g, end in zip(by_start[lo:hi], ends[lo:hi], strict=True) if end >= since]
+    covering = outs or [by_start[i] for i in np.flatnonzero(ends[:lo] >= since)]
     if covering:
         first, lay = _outlier_start_and_layers(outs or covering)
         if outs:

@@ -249,3 +249,55 @@ def test_a_scale_logged_only_at_its_halvings_starts_the_drop_from_the_attempted_
         first = attempted[drop.start_step]
         assert f"from {first} to" in drop.summary, drop.summary
         assert f"(loss scale {first} before step {drop.start_step:,}," in cause.evidence
+
+
+def test_activation_outliers_looked_up_by_onset_match_the_plain_reading():
+    """The activations test looks up the outliers near an onset by their onsets; the same
+    statuses, steps and sentences as reading every outlier, on outliers of all spans (open
+    ones too) and in any order."""
+    import random
+
+    from forensics import causes
+
+    def plain(x: causes._Facts, f: Finding) -> tuple[str, str, tuple[int, ...]]:
+        near = x.near
+        covering = [
+            g
+            for g in x.outliers
+            if g.start_step <= f.start_step + 1
+            and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step - near
+        ]
+        outs = [g for g in covering if g.start_step >= f.start_step - near]
+        if not covering:
+            return ("contradicted", "", (f.start_step,))
+        first, lay = causes._outlier_start_and_layers(outs or covering)
+        return ("supported" if outs else "untested", lay, (first,))
+
+    rng = random.Random(3)
+    for _ in range(300):
+        outliers = []
+        for _ in range(rng.randrange(0, 12)):
+            a = rng.randrange(0, 3_000)
+            end = None if rng.random() < 0.3 else a + rng.randrange(0, 600)
+            layer = rng.randrange(0, 4)
+            outliers.append(
+                Finding(
+                    "activation_outlier",
+                    "warning",
+                    "act_absmax",
+                    a,
+                    "out",
+                    end_step=end,
+                    measures={"layer": layer},
+                )
+            )
+        x = causes._Facts.__new__(causes._Facts)
+        x.outliers = outliers
+        x.__dict__.update(near=rng.choice([0, 10, 100]), has_activations=True)
+        for _ in range(20):
+            f = Finding("loss_spike", "warning", "loss", rng.randrange(0, 3_500), "spike")
+            got = causes._activations(x, f)
+            status, lay, steps = plain(x, f)
+            assert got.status == status and got.steps == steps
+            if status != "contradicted":
+                assert lay in got.evidence

@@ -391,3 +391,27 @@ def test_nan_check_of_an_hf_trainer_log_says_what_the_loss_cannot_show(
         assert "logging_nan_inf_filter" in i.evidence
         want = "the grad norm is the check" if grad_norm else "the loss alone cannot show one"
         assert want in i.evidence
+
+
+def test_logging_interval_from_the_count_of_differences_is_the_plain_median() -> None:
+    """The coverage's logging interval of a series in step order comes from the shared count
+    of step differences: the median of the positive differences, as read from a float copy,
+    on irregular intervals, repeated steps, one step logged twice only, and none apart."""
+    from synthetic import long_frame, run_from_frame
+
+    from forensics.checklists import _interval
+    from forensics.evidence import Evidence
+
+    def plain(steps: np.ndarray) -> float | None:
+        d = np.diff(np.sort(steps.astype(float)))
+        d = d[d > 0]
+        return float(np.median(d)) if len(d) else None
+
+    rng = np.random.default_rng(11)
+    cases = [np.array([5, 5]), np.array([3, 3, 3, 9]), np.array([0, 10, 10, 30, 31])]
+    for _ in range(40):
+        gaps = rng.choice([0, 1, 2, 7, 50, 51], size=int(rng.integers(1, 300)))
+        cases.append(np.cumsum(gaps) + int(rng.integers(0, 1000)))
+    for steps in cases:
+        run = run_from_frame(long_frame({"loss": (steps, np.linspace(3, 2, len(steps)))}))
+        assert _interval(Evidence(run), "loss", "steps") == plain(steps), steps
