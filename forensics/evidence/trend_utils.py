@@ -519,28 +519,19 @@ def align(
     lo = searchsorted_as_float(train_steps, at - half_width, "left")
     hi = searchsorted_as_float(train_steps, at + half_width, "right")
     size = hi - lo
-    done = np.zeros(len(at), dtype=bool)
-    # Windows of one size as the rows of one matrix (thousands of val points on a long log),
-    # while the copies stay small; np.median along rows is the per-window median.
-    if int(size.sum()) <= _ALIGN_MATRIX_POINTS:
-        for k in np.unique(size[size > 0]):
-            rows_of_size = np.flatnonzero(size == k)
-            per = max(1, _BIN_BLOCK // int(k))  # (a few rows at a time: each row's own median)
-            for a in range(0, len(rows_of_size), per):
-                rows = rows_of_size[a : a + per]
-                out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
-            done[rows_of_size] = True
-    for i in np.flatnonzero(~done):
-        if hi[i] > lo[i]:
-            out[i] = np.median(train_values[lo[i] : hi[i]])
-        else:
-            j = searchsorted_as_float(train_steps, at[i], "left")
-            j = int(np.clip(j, 0, len(train_steps) - 1))
-            out[i] = train_values[j]
+    # Windows of one size as the rows of a matrix (thousands of val points on a long log), a
+    # block of rows at a time so that the copies stay small (a single window when it is
+    # long); np.median along rows is the per-window median.
+    for k in np.unique(size[size > 0]):
+        rows_of_size = np.flatnonzero(size == k)
+        per = max(1, _BIN_BLOCK // int(k))
+        for a in range(0, len(rows_of_size), per):
+            rows = rows_of_size[a : a + per]
+            out[rows] = np.median(train_values[lo[rows][:, None] + np.arange(int(k))], axis=1)
+    for i in np.flatnonzero(size <= 0):  # an empty window: the nearest train point
+        j = searchsorted_as_float(train_steps, at[i], "left")
+        out[i] = train_values[int(np.clip(j, 0, len(train_steps) - 1))]
     return out
-
-
-_ALIGN_MATRIX_POINTS = 8_000_000  # at most 64 MB of window copies at once
 
 
 def fmt_layers(layers: list[int]) -> str:
