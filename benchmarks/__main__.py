@@ -157,11 +157,14 @@ def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> di
     if args.import_only:
         return res
     ana = [PY, "-m", "forensics", "analyze", str(run_dir), "--no-report", "--format", "json"]
-    ta, _, _ = pair(ana, None, repeat, nocache, warmup=False)
+    # The analysis and the import again, in turns: their ratio is the median of pairs taken
+    # under the same load (a ratio of medians taken minutes apart moved by 30-50% between
+    # runs on a shared machine).
+    ta, _, per = pair(ana, imp, repeat, nocache, nocache, warmup=False)
     res.update(analyze_wall=ta.wall, analyze_cpu=ta.cpu, analyze_peak_mib=ta.peak_mib)
     res["analyze_bytes_per_point"] = ta.peak_mib * 2**20 / max(points, 1)
-    res["analyze_over_import_wall"] = ta.wall / t_imp.wall
-    res["analyze_over_import_cpu"] = ta.cpu / t_imp.cpu
+    res["analyze_over_import_wall"] = per["wall"]
+    res["analyze_over_import_cpu"] = per["cpu"]
     print(
         f"   analyze --no-report {ta.wall:7.2f} s wall {ta.cpu:7.2f} s cpu, peak {ta.peak_mib:6.0f} MiB "  # noqa: E501
         f"({res['analyze_bytes_per_point']:.0f} B/point); analyze/import cpu {res['analyze_over_import_cpu']:.2f}",  # noqa: E501
