@@ -64,7 +64,8 @@ def spike_score(ev: Any, metric: str) -> tuple[float | None, float]:
     start = ev.warmup_end or 0
     ok = sc.filter((pl.col("step") > start) & (pl.col("ratio") >= gate))
     z = ok.get_column("z").drop_nulls()
-    return (float(z.max()) if len(z) else 0.0), thr
+    top = z.max()
+    return (float(top) if isinstance(top, (int, float)) else 0.0), thr
 
 
 def gap_score(ev: Any) -> tuple[float | None, float]:
@@ -160,7 +161,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|")
     for c in CHECKS:
-        vals = [(sc[c][0], name) for name, sc in rows if sc[c][0] is not None]
+        vals = [(v, name) for name, sc in rows if (v := sc[c][0]) is not None]
         thr = rows[0][1][c][1] if rows else float("nan")
         if not vals:
             print(f"| {c} | {thr:g} | n/a | n/a | 0/0 |")

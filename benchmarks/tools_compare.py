@@ -54,9 +54,12 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from forensics.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_runs"
@@ -276,7 +279,7 @@ def _read(path: Path, job: str | None) -> list[tuple[str, Path, Any]]:
     from forensics.importers import discover_jobs, read_job
     from forensics.pipeline import read_options
 
-    out = []
+    out: list[tuple[str, Path, Run]] = []
     try:
         jobs = discover_jobs(path)
     except ForensicsError:
@@ -338,10 +341,10 @@ def alarms_of(tool: str, job: Job, notes: list[str]) -> tuple[list[Alarm], list[
     if tool == "forensics":
         return forensics_alarms(run)
     if tool == "trainproof":
-        a, err = trainproof(job.path)
+        got, err = trainproof(job.path)
         if err and err not in notes:
             notes.append(err)
-        return a, a
+        return got, got
     a: list[Alarm] = []
     if tool == "KillLossSpike" and "loss" in metrics:
         a = kill_loss_spike(*raw_loss(run))

@@ -106,6 +106,7 @@ def measure(kind: str, n_steps: int, new: int, repeat: int, data: Path) -> dict[
             tail.poll()
             # The previous poll's analysis (untimed): what the watcher carries.
             carry = IncrementalAnalysis()
+            assert tail.run is not None  # (the poll read the cut file)
             carry.analyze(tail.run)
             memo = carry.memo
             memo.hits = memo.misses = memo.measure_hits = memo.measure_misses = 0
