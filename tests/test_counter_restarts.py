@@ -94,3 +94,30 @@ def test_step_restart_still_named_step(tmp_path: Path) -> None:
     found = _restarts(read_run(p))
     assert len(found) == 1 and found[0].measures["counter"] == "step"
     assert found[0].measures["resumed_from_step"] == 80
+
+
+def test_restart_gap_in_words(tmp_path: Path) -> None:
+    """The restart's wall-clock gap reads as a duration ("8 s", "3 min", "2.5 h"), never
+    "0.0 min"; a first record stamped before the last one before it is said so, not given as
+    a negative time."""
+    from forensics.importers.restarts import duration_text
+
+    assert [duration_text(x) for x in (0.2, 8, 119.4, 180, 9000)] == [
+        "under a second",
+        "8 s",
+        "119 s",
+        "3 min",
+        "2.5 h",
+    ]
+    for gap, said in ((8.0, ", 8 s after the last record"), (-90.0, "stamped 90 s before")):
+        rows = [{"step": s, "loss": 3.0, "_timestamp": 1.7e9 + s} for s in range(0, 100, 10)]
+        last = rows[-1]["_timestamp"]
+        rows += [
+            {"step": s, "loss": 2.9, "_timestamp": last + gap + (s - 50)}
+            for s in range(50, 150, 10)
+        ]
+        p = tmp_path / f"gap{gap:g}.jsonl"
+        p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        (found,) = _restarts(read_run(p))
+        assert said in found.summary, found.summary
+        assert "min after" not in found.summary

@@ -49,6 +49,7 @@ import numpy as np
 import polars as pl
 
 from forensics.findings import Finding
+from forensics.importers.restarts import duration_text
 from forensics.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -498,7 +499,7 @@ def _seam_finding(g: Finding, prev: str, job: str, kind: str, why: str) -> Findi
     )
     gap = m.get("wall_clock_gap_s")
     if isinstance(gap, (int, float)) and gap >= 0:
-        text += f"; {b} wrote its first record {_duration(gap)} after {a}'s last"
+        text += f"; {b} wrote its first record {duration_text(gap)} after {a}'s last"
     text += "): "
     if kind == "overlap":
         text += (
@@ -511,11 +512,3 @@ def _seam_finding(g: Finding, prev: str, job: str, kind: str, why: str) -> Findi
         text += "the steps continue where they stopped."
     # A seam with nothing logged twice is one step, not a range running backwards.
     return replace(g, measures=m, summary=text, end_step=last if last >= resumed else None)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:,.1f} h"

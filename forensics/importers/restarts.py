@@ -328,9 +328,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
             gap = float(cur["t_first"]) - float(prev["t_last"])
         replayed = max(0, last - resumed + 1)
         counter = _restart_counter(f, k)
-        gap_text = (
-            f", {gap / 60:.1f} min after the last record before it" if gap is not None else ""
-        )
+        gap_text = _gap_text(gap)
         out.append(
             Finding(
                 kind=FindingKind.RESTART,
@@ -366,3 +364,25 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
             )
         )
     return out
+
+
+def _gap_text(gap: float | None) -> str:
+    """The restart's wall-clock gap as a clause: how long after the last record before it
+    the first new one was written; a clock that went back is said so (not "-3.0 min")."""
+    if gap is None or not gap == gap:  # (NaN: no time stamps)
+        return ""
+    if gap < 0:
+        return f", its first record stamped {duration_text(-gap)} before the last record before it"
+    return f", {duration_text(gap)} after the last record before it"
+
+
+def duration_text(seconds: float) -> str:
+    """A non-negative span of wall-clock time in words: "under a second", "45 s", "12 min",
+    "3.5 h"."""
+    if seconds < 1:
+        return "under a second"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
