@@ -68,6 +68,7 @@ CRASH_REASONS = (
     "assertion",
     "time_limit",
     "cancelled",
+    "killed",
     "traceback",
 )
 

@@ -478,10 +478,14 @@ TABLE: dict[FindingKind, Prescription] = {
     ),
     FindingKind.CRASH: Prescription(
         FindingKind.CRASH,
-        "The job ended with an error.",
-        ("See the error in the log; the vitals just before it often point to the cause.",),
-        "Read the error, check the vitals in the last steps before it, and resume from the "
-        "last healthy checkpoint once fixed.",
+        "The job ended before it finished: an error, or the scheduler or a person stopped it.",
+        (
+            "See the error in the log; the vitals just before it often point to the cause.",
+            "A time limit or a cancel: the log's last lines name it; the training did not fail.",
+        ),
+        "Read how it ended. After an error, check the vitals in the last steps before it and "
+        "resume from the last healthy checkpoint once fixed; after a time limit or a cancel, "
+        "resume from the last checkpoint.",
         (_c("infrastructure", "Read the traceback and the scheduler's exit record."),),
     ),
 }

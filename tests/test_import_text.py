@@ -549,23 +549,33 @@ CRASH_TAILS = {
     "cancelled": (
         "slurmstepd: error: *** JOB 1809579 ON r8i3n1 CANCELLED AT 2021-05-23T08:45:57 ***\n"
     ),
+    "killed": (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "  exitcode  : -9 (pid: 4242)\n  traceback : Signal 9 (SIGKILL) received by PID 4242\n"
+    ),
     "traceback": (
         'Traceback (most recent call last):\n  File "train.py", line 99, in <module>\n'
         "    main()\nValueError: could not convert string to float: 'abc'\n"
     ),
 }
+# Ended from outside (the scheduler's limit, a cancel): the run is unfinished, not failed.
+STOPPED_FROM_OUTSIDE = {"time_limit", "cancelled"}
 
 
 @pytest.mark.parametrize("reason", sorted(CRASH_TAILS))
 def test_crash_at_the_end_of_a_log(tmp_path: Path, reason: str) -> None:
-    """The end of the log says how the job died: a critical crash finding at the last logged
-    step."""
+    """The end of the log says how the job ended: a crash finding at the last logged step,
+    critical for an error or a kill, a warning for a time limit or a cancel (which says to
+    resume: the training did not fail)."""
     text = PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 21)) + CRASH_TAILS[reason]
     run = read_run(_write(tmp_path / "train.log", text))
     crashes = [f for f in run.import_findings if f.kind == FindingKind.CRASH]
     assert len(crashes) == 1
     f = crashes[0]
-    assert f.severity == Severity.CRITICAL and f.metric is None and f.start_step == 20
+    outside = reason in STOPPED_FROM_OUTSIDE
+    assert f.severity == (Severity.WARNING if outside else Severity.CRITICAL)
+    assert f.metric is None and f.start_step == 20
+    assert ("resume from the last checkpoint" in f.summary) == outside
     assert f.measures["reason"] == reason
     assert (
         f.measures["line"] in CRASH_TAILS[reason].replace("\n", " ")

@@ -51,9 +51,11 @@ REASONS: list[tuple[str, re.Pattern[str]]] = [
         "cancelled",
         re.compile(
             r"CANCELLED AT|\bscancel\b|received SIGTERM|Received SIGTERM|Signals\.SIGTERM|"
-            r"\bKeyboardInterrupt\b|SIGINT received|\bSIGKILL\b"
+            r"\bKeyboardInterrupt\b|SIGINT received"
         ),
     ),
+    # A kill with no cancel before it: the kernel's out-of-memory killer sends SIGKILL too.
+    ("killed", re.compile(r"\bSIGKILL\b")),
     (
         "traceback",
         re.compile(r"^Traceback \(most recent call last\)|^\w+(?:\.\w+)*(?:Error|Exception): "),
@@ -110,15 +112,24 @@ def crash_finding(tail_text: str, last_step: int | None, where: str = "") -> Fin
         "cuda": "hit a CUDA error",
         "assertion": "stopped on a failed assertion",
         "time_limit": "was stopped by the scheduler's time limit",
-        "cancelled": "was cancelled or killed",
+        "cancelled": "was cancelled",
+        "killed": "was killed with SIGKILL (the kernel's out-of-memory killer, or a hard stop)",
         "traceback": "ended with a Python exception",
     }[reason]
     at = f"after step {last_step:,}" if last_step is not None else "before logging any step"
+    # A time limit or a cancel is the scheduler or a person ending the job, not a failure of
+    # the training: the run is unfinished (a warning), and nothing in it calls for a fix.
+    stopped = reason in STOPPED
+    then = "; it was ended from outside, not by an error: resume from the last checkpoint"
+    then = then if stopped else ""
     return Finding(
         kind=FindingKind.CRASH,
-        severity=Severity.CRITICAL,
+        severity=Severity.WARNING if stopped else Severity.CRITICAL,
         metric=None,
         start_step=last_step if last_step is not None else 0,
         measures={"reason": reason, "line": line},
-        summary=f"The job {what} {at}{f' ({where})' if where else ''}.",
+        summary=f"The job {what} {at}{f' ({where})' if where else ''}{then}.",
     )
+
+
+STOPPED = frozenset({"time_limit", "cancelled"})  # ended from outside, not by a failure
