@@ -485,7 +485,7 @@ TABLE: dict[FindingKind, Prescription] = {
         ),
         "Read how it ended. After an error, check the vitals in the last steps before it and "
         "resume from the last healthy checkpoint once fixed; after a time limit or a cancel, "
-        "resume from the last checkpoint.",
+        "resume from the last healthy checkpoint.",
         (_c("infrastructure", "Read the traceback and the scheduler's exit record."),),
     ),
 }

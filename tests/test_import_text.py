@@ -565,8 +565,8 @@ STOPPED_FROM_OUTSIDE = {"time_limit", "cancelled"}
 @pytest.mark.parametrize("reason", sorted(CRASH_TAILS))
 def test_crash_at_the_end_of_a_log(tmp_path: Path, reason: str) -> None:
     """The end of the log says how the job ended: a crash finding at the last logged step,
-    critical for an error or a kill, a warning for a time limit or a cancel (which says to
-    resume: the training did not fail)."""
+    critical for an error or a kill, a warning for a time limit or a cancel (which says the
+    job was ended from outside: no error, an unfinished run)."""
     text = PREAMBLE + "".join(_meg_line(i, 3.0) for i in range(1, 21)) + CRASH_TAILS[reason]
     run = read_run(_write(tmp_path / "train.log", text))
     crashes = [f for f in run.import_findings if f.kind == FindingKind.CRASH]
@@ -575,7 +575,7 @@ def test_crash_at_the_end_of_a_log(tmp_path: Path, reason: str) -> None:
     outside = reason in STOPPED_FROM_OUTSIDE
     assert f.severity == (Severity.WARNING if outside else Severity.CRITICAL)
     assert f.metric is None and f.start_step == 20
-    assert ("resume from the last checkpoint" in f.summary) == outside
+    assert ("not an error: it was ended from outside" in f.summary) == outside
     assert f.measures["reason"] == reason
     assert (
         f.measures["line"] in CRASH_TAILS[reason].replace("\n", " ")

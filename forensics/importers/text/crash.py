@@ -120,8 +120,8 @@ def crash_finding(tail_text: str, last_step: int | None, where: str = "") -> Fin
     # A time limit or a cancel is the scheduler or a person ending the job, not a failure of
     # the training: the run is unfinished (a warning), and nothing in it calls for a fix.
     stopped = reason in STOPPED
-    then = "; it was ended from outside, not by an error: resume from the last checkpoint"
-    then = then if stopped else ""
+    # (What to resume from is the rollback advice's to say: the run may have failed before.)
+    then = "; not an error: it was ended from outside, and the run is unfinished" if stopped else ""
     return Finding(
         kind=FindingKind.CRASH,
         severity=Severity.WARNING if stopped else Severity.CRITICAL,
