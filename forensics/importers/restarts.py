@@ -13,6 +13,7 @@ earlier rows at steps >= its first step, per series (TensorBoard data-server sem
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from itertools import pairwise
@@ -369,7 +370,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
 def _gap_text(gap: float | None) -> str:
     """The restart's wall-clock gap as a clause: how long after the last record before it
     the first new one was written; a clock that went back is said so (not "-3.0 min")."""
-    if gap is None or not gap == gap:  # (NaN: no time stamps)
+    if gap is None or math.isnan(gap):
         return ""
     if gap < 0:
         return f", its first record stamped {duration_text(-gap)} before the last record before it"

@@ -13,6 +13,9 @@ from forensics.findings import Finding, FindingKind, Severity
 TAIL_LINES = 400
 MAX_LINE = 200
 
+# Reasons that end a job from outside (the scheduler, a person), not by a failure.
+STOPPED = frozenset({"time_limit", "cancelled"})
+
 # Most specific first: an OOM also prints a traceback, a time limit is also a cancel.
 REASONS: list[tuple[str, re.Pattern[str]]] = [
     (
@@ -130,6 +133,3 @@ def crash_finding(tail_text: str, last_step: int | None, where: str = "") -> Fin
         measures={"reason": reason, "line": line},
         summary=f"The job {what} {at}{f' ({where})' if where else ''}{then}.",
     )
-
-
-STOPPED = frozenset({"time_limit", "cancelled"})  # ended from outside, not by a failure
