@@ -522,8 +522,8 @@ def _inverse(perm: np.ndarray) -> np.ndarray:
     """The inverse permutation (where each position of ``perm`` comes from -> goes to), in
     blocks: a whole-length index or ``arange`` would add 8 bytes a row."""
     out: np.ndarray = np.empty(len(perm), dtype=perm.dtype)
-    for a in range(0, len(perm), _BLOCK):
-        p = perm[a : a + _BLOCK]
+    for a in range(0, len(perm), _INDEX_BLOCK):
+        p = perm[a : a + _INDEX_BLOCK].astype(np.intp)  # (see _scatter)
         out[p] = np.arange(a, a + len(p), dtype=perm.dtype)
     return out
 
@@ -551,8 +551,11 @@ def _scatter(col: pl.Series, dest: np.ndarray) -> pl.Series:
     without a copy."""
     src = col.to_numpy()  # (no copy: checked by _scatters)
     out = np.empty_like(src)
-    for a in range(0, len(src), _BLOCK):
-        out[dest[a : a + _BLOCK]] = src[a : a + _BLOCK]
+    for a in range(0, len(src), _INDEX_BLOCK):
+        # Each block's positions as numpy's own index type: an index of another width is
+        # converted element by element inside the assignment, about twice as slow.
+        b = a + _INDEX_BLOCK
+        out[dest[a:b].astype(np.intp)] = src[a:b]
     return pl.Series(col.name, out)
 
 
@@ -616,6 +619,7 @@ def _is_identity(perm: np.ndarray) -> bool:
 
 
 _BLOCK = 1 << 20  # rows of keys gathered at a time
+_INDEX_BLOCK = 1 << 17  # rows moved at a time by an index converted to np.intp (1 MiB)
 
 
 def _counts(rank: np.ndarray, n_series: int, runs: np.ndarray | None = None) -> np.ndarray:
@@ -706,7 +710,7 @@ def _last_of_key(
     ends = np.cumsum(totals)  # one past each series' last position
     for a in range(0, n, _BLOCK):
         b = min(a + _BLOCK + 1, n)  # one row of overlap: the next block's first
-        st = steps[a:b] if perm is None else steps[perm[a:b]]
+        st = steps[a:b] if perm is None else steps[perm[a:b].astype(np.intp)]  # (_scatter)
         same = np.ones(b - a - 1, dtype=bool)  # position q and q + 1 in one series
         same[ends[(ends > a) & (ends < b)] - 1 - a] = False
         down = st[1:] < st[:-1]
@@ -756,7 +760,9 @@ def _ranked_series(f: pl.DataFrame, check: bool = True) -> tuple[pl.DataFrame, n
     none = np.iinfo(idx).max
     one = np.full(int(key.max()) + 1, none, dtype=idx)
     for a in range(0, len(key), _BLOCK):  # (a later row overwrites: the last of each series)
-        one[key[a : a + _BLOCK]] = np.arange(a, min(a + _BLOCK, len(key)), dtype=idx)
+        one[key[a : a + _BLOCK].astype(np.intp)] = np.arange(
+            a, min(a + _BLOCK, len(key)), dtype=idx
+        )
     keys = np.flatnonzero(one != none)
     for name in ("metric", "layer") if check else ():
         if not _function_of_key(f.get_column(name), key, one, keys):
