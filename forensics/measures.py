@@ -326,6 +326,14 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "scale before the first halving (null when only overflow lines are known)",
             null=True,
         ),
+        _m(
+            "from_step",
+            int,
+            "step at which from_scale was logged (null when it was not: overflow lines, or a "
+            "scale logged only where it was reduced); with sparse logging, steps before the "
+            "finding's start",
+            null=True,
+        ),
         _m("to_scale", float, "scale after the last halving (null likewise)", null=True),
         _m(
             "halvings",

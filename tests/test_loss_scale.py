@@ -67,6 +67,34 @@ def test_later_cascade_is_a_warning_with_from_to_and_steps():
         2.0**20,
         4,
     )
+    # Logged every step: the old scale was last seen the step before the first halving.
+    assert f.measures["from_step"] == 1499
+    assert "from 16,777,216 to 1,048,576 between steps 1,500 and 1,530" in f.summary
+
+
+def test_a_cascade_logged_sparsely_says_where_the_old_scale_was_last_seen():
+    """A real Megatron log (every 10th iteration): the scale was 8,388,608 at iteration 10 and
+    32,768 at 20, 16,384 at 30. The halvings came after step 10: the sentence names the step
+    the old scale was logged at, not 'between steps 20 and 30'."""
+    from conftest import shared_path
+
+    from forensics.importers import read_run
+
+    path = shared_path(
+        "real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out"
+    )
+    (f,) = _drops(read_run(path))
+    assert (f.start_step, f.end_step) == (20, 30)
+    assert (f.measures["from_scale"], f.measures["from_step"], f.measures["to_scale"]) == (
+        8388608.0,
+        10,
+        16384.0,
+    )
+    assert f.measures["halvings"] == 9
+    assert "from 8,388,608 at step 10 to 16,384 by step 30 (first seen lower at step 20)" in (
+        f.summary
+    )
+    assert "between steps 20 and 30" not in f.summary
 
 
 def test_ordinary_scaler_sawtooth_is_quiet():
@@ -112,7 +140,10 @@ def test_overflow_lines_without_a_scale_series():
         (4000, Severity.WARNING, 3.0),
     ]
     assert all(
-        f.measures["source"] == "overflow" and f.measures["from_scale"] is None for f in found
+        f.measures["source"] == "overflow"
+        and f.measures["from_scale"] is None
+        and f.measures["from_step"] is None
+        for f in found
     )
 
 
@@ -125,6 +156,7 @@ def test_sustained_decline_over_separate_drops():
         d.severity is Severity.WARNING and d.measures["halvings"] == 3 and d.measures["drops"] == 3
     )
     assert d.start_step == 2000
+    assert d.measures["from_step"] == 1999  # the last point at the peak scale
 
 
 def test_no_scale_series_is_noted():
@@ -170,6 +202,7 @@ def test_scale_logged_only_when_reduced():
         3,
     )
     assert f.measures["overflow_steps"] == 3
+    assert f.measures["from_step"] is None  # (the scale before the first reduction: not logged)
 
 
 def test_spike_windows_lookup_matches_looking_through_every_window():

@@ -90,6 +90,7 @@ class LossScaleDetector:
         measures: dict[str, MeasureValue] = {
             "pattern": "cascade",
             "from_scale": c.from_scale,
+            "from_step": c.from_step,
             "to_scale": c.to_scale,
             "halvings": c.halvings,
             "steps": c.end_step - c.start_step,
@@ -100,11 +101,8 @@ class LossScaleDetector:
             "spike_step": spike,
             "source": c.source,
         }
-        fromto = (
-            f" from {scale_text(c.from_scale)} to {scale_text(c.to_scale)}"
-            if c.from_scale is not None and c.to_scale is not None
-            else ""
-        )
+        known = c.from_scale is not None and c.to_scale is not None
+        fromto = f" from {scale_text(c.from_scale)} to {scale_text(c.to_scale)}" if known else ""
         what = (
             "the scaler calibrating at the start of training"
             if calibration and spike is None
@@ -119,6 +117,18 @@ class LossScaleDetector:
             if c.start_step == c.end_step
             else f"between steps {c.start_step:,} and {c.end_step:,}"
         )
+        if known and c.from_step is not None and c.from_step < c.start_step - 1:
+            # Logged sparsely: the halvings came after the last point at the old scale, not
+            # at the step the lower scale was first seen.
+            fromto = (
+                f" from {scale_text(c.from_scale)} at step {c.from_step:,} "
+                f"to {scale_text(c.to_scale)}"
+            )
+            where = (
+                f"at step {c.end_step:,}"
+                if c.start_step == c.end_step
+                else f"by step {c.end_step:,} (first seen lower at step {c.start_step:,})"
+            )
         times = "time" if c.halvings == 1 else "times"
         summary = f"Loss scale halved {c.halvings:g} {times}{fromto} {where}: {what}."
         return Finding(
@@ -179,6 +189,7 @@ class LossScaleDetector:
             measures: dict[str, MeasureValue] = {
                 "pattern": "sustained_decline",
                 "from_scale": from_scale,
+                "from_step": int(t[start - 1]) if start > 0 else None,
                 "to_scale": to_scale,
                 "halvings": float(peak[a] - lvl[a : b + 1].min()),
                 "steps": n_steps,

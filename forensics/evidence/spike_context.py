@@ -96,6 +96,9 @@ class ScaleCascade:
     to_scale: float | None
     overflow_steps: int
     source: str  # loss_scale | overflow
+    # The step from_scale was logged at (None: not logged, as with overflow lines or the
+    # scale logged only where it was reduced). Sparse logging puts it well before start_step.
+    from_step: int | None = None
 
 
 def logged_at_reductions(scale: Series, overflow: Series) -> bool:
@@ -159,6 +162,7 @@ def scale_cascades(scale: Series, overflow: Series, *, cascade_gap: int) -> list
                     float(v[i1]),
                     n_over,
                     "loss_scale",
+                    int(t[i0 - 1]),
                 )
             )
 
