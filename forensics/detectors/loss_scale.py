@@ -129,8 +129,8 @@ class LossScaleDetector:
                 if c.start_step == c.end_step
                 else f"by step {c.end_step:,} (first seen lower at step {c.start_step:,})"
             )
-        times = "time" if c.halvings == 1 else "times"
-        summary = f"Loss scale halved {c.halvings:g} {times}{fromto} {where}: {what}."
+        times = "once" if c.halvings == 1 else f"{c.halvings:g} times"
+        summary = f"Loss scale halved {times}{fromto} {where}: {what}."
         return Finding(
             FindingKind.LOSS_SCALE_DROP,
             sev,
