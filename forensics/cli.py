@@ -557,6 +557,13 @@ def analyze(
         run = read_job(root, job, sources, options=options, only_job=len(jobs) == 1)
         if _is_url(path):
             run.metadata["url"] = path if job == "." else f"{path.rstrip('/')}/{job}"
+        elif len(jobs) == 1:
+            from forensics import resumed_beside
+
+            beside = resumed_beside.hint(root, run, options)
+            if beside is not None:  # (the report's notes, and said here before the summary)
+                run.note(beside)
+                _err(beside)
         diag = analyze_run(run, cfg)
         ci.add(diag)
         multi = all_jobs and len(jobs) > 1
