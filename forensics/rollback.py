@@ -75,6 +75,12 @@ class RollbackPlan:
     onset_kind: str | None = None  # the finding the onset is (the lead's, or an ongoing one's)
     findings: tuple[Finding, ...] = field(default=(), compare=False)
 
+    @property
+    def nothing_healthy(self) -> bool:
+        """Non-finite from the first logged step: no state of this run is known healthy, and
+        no learning rate explains it (what the run started from is the suspect)."""
+        return self.finding.kind == FindingKind.NAN_INF and self.last_healthy_step is None
+
     # Names the report's templates and older callers read.
     @property
     def lr_at_onset(self) -> float | None:
@@ -124,6 +130,13 @@ class RollbackPlan:
                 else " No validation loss to pick the best step."
             )
             return f"{head}{why} Learning rate {self.lr_cut_text}."
+        if self.nothing_healthy:
+            return (
+                f"Nothing to roll back to: the {kind} starts at the first logged step (step "
+                f"{start:,}), so no step of this run is known healthy. Check what it started "
+                "from (the initial or loaded weights, the data, the precision, the kernels) "
+                "before starting again."
+            )
         if self.checkpoint_step is None:
             head = (
                 f"Roll back: {self.checkpoint_text()}; use the last one you kept before step "
@@ -277,7 +290,9 @@ def _last_logged_before(ev: Evidence, metric: str | None, step: int) -> int | No
         i = int(np.searchsorted(steps, step, side="left")) - 1
         if i >= 0:
             return int(steps[i])
-    return step - 1 if step > ev.run.first_step else None
+    # Neither logged before the onset: no step is known healthy (a step of another series
+    # before it, a validation loss at step 0, says nothing of these).
+    return None
 
 
 def _lr_change_before(ev: Evidence, onset: int) -> Any:
@@ -458,6 +473,9 @@ def rollback_plan(
         else None
     )
     skip = _skip_steps(ev, fs, lr_seg is not None, causes) if do_rollback else None
+    nothing_healthy = f.kind == FindingKind.NAN_INF and healthy is None
+    if nothing_healthy:  # (no LR to resume with, no batches to skip: see nothing_healthy)
+        lr_resume, skip = None, None
     if f.kind == FindingKind.OVERFITTING:
         why = (
             "the lowest validation loss before it turned up"
@@ -472,6 +490,11 @@ def rollback_plan(
             "checkpoint again with the optimizer moments, the LR schedule's step and the "
             "data position"
         )
+    elif nothing_healthy:
+        why = (
+            f"the {f.kind.value} starts at the first logged step: no step of this run is "
+            "known healthy"
+        )
     elif cause is not None:
         why = f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
     else:
@@ -483,7 +506,7 @@ def rollback_plan(
     trainer = ev.trainer  # looked up once per run, not once per plan
     commands = (
         _commands(trainer, ckpt, lr_resume, skip, ev.run)
-        if do_rollback and f.kind != FindingKind.OVERFITTING
+        if do_rollback and f.kind != FindingKind.OVERFITTING and not nothing_healthy
         else ()
     )
     if f.kind == FindingKind.OVERFITTING and trainer == "hf" and ckpt is not None:

@@ -302,3 +302,42 @@ def test_a_note_calls_for_no_first_aid() -> None:
     warned = Finding("grad_norm_drift", "warning", "grad_norm", 1100, "climb", end_step=2999)
     (aid,) = rollback_advice(_run(), [warned])
     assert not aid.rollback and "first aid" in aid.lr_cut_text
+
+
+def test_a_run_non_finite_from_its_first_step_has_nothing_to_roll_back_to() -> None:
+    """llm.c job 11679010: the loss and the grad norm are nan from step 1 and the validation
+    loss already at step 0, before any update. No step is healthy: no checkpoint, no LR to
+    resume with (a 10% cut of the warm-up's first LR was advised), no command; the plan says
+    to look at what the run started from."""
+    from conftest import shared_path
+
+    path = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11679010.log")
+    diag = analyze_run(read_run(path))
+    (plan,) = [r for r in diag.rollbacks if r.rollback]
+    assert plan.finding.kind.value == "nan_inf" and plan.nothing_healthy
+    assert plan.last_healthy_step is None and plan.checkpoint_step is None
+    assert plan.lr_resume is None and plan.skip_steps is None and plan.commands == ()
+    assert plan.sentence().startswith(
+        "Nothing to roll back to: the nan_inf starts at the first logged step (step 1)"
+    )
+    assert plan.to_dict()["lr_resume"] is None
+
+
+def test_a_nan_after_finite_steps_still_rolls_back() -> None:
+    """The same run with finite losses for its first 50 steps: the last healthy step is the
+    last finite one and the plan rolls back with a lower LR."""
+    n = 300
+    steps, loss = healthy_loss(n)
+    loss[50:] = np.nan
+    _, gn = healthy_grad_norm(n)
+    gn[50:] = np.nan
+    lr = np.full(n, 3e-4)
+    run = run_from_frame(
+        long_frame(
+            {"train/loss": (steps, loss), "train/grad_norm": (steps, gn), "train/lr": (steps, lr)}
+        )
+    )
+    diag = analyze_run(run)
+    (plan,) = [r for r in diag.rollbacks if r.rollback]
+    assert not plan.nothing_healthy and plan.last_healthy_step == 49
+    assert plan.lr_resume is not None and plan.sentence().startswith("Roll back")
