@@ -35,6 +35,8 @@ def hint(root: Path, run: Run, options: ReadOptions) -> str | None:
     already, stitching off, or more to read than the bounds allow)."""
     if not chains.enabled(options) or run.metadata.get("jobs") or not run.frame.height:
         return None
+    if run.first_step <= chains.FRESH_INTERVALS:  # (most runs: no pass over the frame)
+        return None
     span = chains.span_of(run.name, run)
     if span is None or span.first_step <= chains.FRESH_INTERVALS * span.interval:
         return None
