@@ -321,6 +321,12 @@ def test_a_run_non_finite_from_its_first_step_has_nothing_to_roll_back_to() -> N
         "Nothing to roll back to: the nan_inf starts at the first logged step (step 1)"
     )
     assert plan.to_dict()["lr_resume"] is None
+    from forensics.report.render import build_context
+
+    # (the page's light does not ask for the rollback the plan says cannot be made)
+    assert build_context(diag)["light"].label == (
+        "Red light: stop the run; no step of it is known healthy"
+    )
 
 
 def test_a_nan_after_finite_steps_still_rolls_back() -> None:
@@ -341,3 +347,6 @@ def test_a_nan_after_finite_steps_still_rolls_back() -> None:
     (plan,) = [r for r in diag.rollbacks if r.rollback]
     assert not plan.nothing_healthy and plan.last_healthy_step == 49
     assert plan.lr_resume is not None and plan.sentence().startswith("Roll back")
+    from forensics.report.render import build_context
+
+    assert build_context(diag)["light"].label == "Red light: the run needs a rollback"

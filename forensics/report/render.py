@@ -11,11 +11,13 @@ import base64
 import datetime as _dt
 import hashlib
 import re
+from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from forensics.findings import (
     LOOKS,
+    Look,
     Severity,
     finding_steps,
     look,
@@ -190,6 +192,16 @@ def _metadata(
     return meta, config, len(_flatten(run.config))
 
 
+def _light(diagnosis: Diagnosis) -> Look:
+    """The verdict's light; a red light whose every rollback has no healthy step to go back
+    to (non-finite from the first step) does not ask for a rollback."""
+    lk = look(diagnosis.verdict)
+    plans = [rb for rb in diagnosis.rollbacks if rb.rollback]
+    if diagnosis.verdict == "fatal" and plans and all(rb.nothing_healthy for rb in plans):
+        return replace(lk, label="Red light: stop the run; no step of it is known healthy")
+    return lk
+
+
 def build_context(
     diagnosis: Diagnosis, *, plotlyjs: str = "inline", redact: bool = False
 ) -> dict[str, Any]:
@@ -244,7 +256,7 @@ def build_context(
         "metrics": run.metrics(),
         "redact": redact,
         "verdict": diagnosis.verdict,
-        "light": look(diagnosis.verdict),
+        "light": _light(diagnosis),
         "counts": counts,
         "timeline": diagnosis.timeline,
         # The worst incidents as cards (then by onset), the rest as rows.
