@@ -261,8 +261,8 @@ class TrainValDetector:
             },
             summary=(
                 f"The {'val' if g.metric == VAL_LOSS else g.metric}-train gap started widening "
-                f"faster around step {onset:,}: +{gl:.3g} over the {g.window:.0f} steps to "
-                f"{int(vx[i])}, {ratio_txt}"
+                f"faster around step {onset:,}: +{gl:.3g} over the {g.window:,.0f} steps to "
+                f"step {int(vx[i]):,}, {ratio_txt}"
                 + (
                     f"; {_label(g)} is rising too."
                     if turned
