@@ -9,8 +9,9 @@ over them; if this job is part of a chain there, the user is told which jobs and
 that folder to read them as one run.
 
 Nothing is written: the siblings are only read (through the user cache). Bounded: at most
-:data:`MAX_JOBS` jobs and :data:`MAX_BYTES` of their files, so that pointing at one job of a
-folder of large runs does not read them all.
+:data:`MAX_ENTRIES` entries under the folder looked in, :data:`MAX_JOBS` jobs and
+:data:`MAX_BYTES` of their files, so that pointing at one job of a folder of large runs (or
+at a file in a home folder) does not walk or read them all.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 MAX_JOBS = 32  # jobs in the folder above, at most
 MAX_BYTES = 256 << 20  # bytes of their files, at most
+MAX_ENTRIES = 2000  # files and folders under the folder looked in, at most
 
 
 def hint(root: Path, run: Run, options: ReadOptions) -> str | None:
@@ -40,9 +42,19 @@ def hint(root: Path, run: Run, options: ReadOptions) -> str | None:
     span = chains.span_of(run.name, run)
     if span is None or span.first_step <= chains.FRESH_INTERVALS * span.interval:
         return None
-    job_dir = root if root.is_dir() else root.parent
-    parent = job_dir.parent
-    if parent == job_dir or not _few_entries(parent):
+    # Where the jobs beside it may be: for a file, the folder holding it (SLURM logs side by
+    # side), then the folder above that (Lightning's version_N/metrics.csv); for a folder, the
+    # folder above it.
+    places = [root.parent, root.parent.parent] if root.is_file() else [root.parent]
+    for parent in places:
+        got = _beside(parent, root, run, options)
+        if got is not None:
+            return got
+    return None
+
+
+def _beside(parent: Path, root: Path, run: Run, options: ReadOptions) -> str | None:
+    if parent == parent.parent or not _small_tree(parent):  # (never the filesystem's root)
         return None
     try:
         from forensics.importers import discover_jobs
@@ -52,7 +64,7 @@ def hint(root: Path, run: Run, options: ReadOptions) -> str | None:
         return None
     if not 2 <= len(jobs) <= MAX_JOBS:
         return None
-    mine = [j for j, srcs in jobs.items() if _files(srcs) and _inside(_files(srcs), job_dir)]
+    mine = [j for j, srcs in jobs.items() if _is_mine(_files(srcs), root)]
     if len(mine) != 1 or _bytes(jobs) > MAX_BYTES:
         return None
     for unit, srcs in chains.stitch_jobs(parent, jobs, options).items():
@@ -74,17 +86,28 @@ def hint(root: Path, run: Run, options: ReadOptions) -> str | None:
     return None
 
 
-def _few_entries(folder: Path) -> bool:
-    """At most 2 x MAX_JOBS entries in ``folder`` (a folder of thousands of runs is not
-    listed whole for a hint)."""
+def _small_tree(folder: Path) -> bool:
+    """At most MAX_ENTRIES files and folders under ``folder`` (a home folder or a store of
+    thousands of runs is not walked whole for a hint: the count stops at the bound)."""
+    n = 0
     try:
-        with os.scandir(folder) as it:
-            for i, _ in enumerate(it):
-                if i >= 2 * MAX_JOBS:
-                    return False
+        for _, dirs, files in os.walk(folder):
+            n += len(dirs) + len(files)
+            if n > MAX_ENTRIES:
+                return False
     except OSError:
         return False
     return True
+
+
+def _is_mine(files: list[Path], root: Path) -> bool:
+    """Are ``files`` the job read from ``root`` (the file itself, or every file inside the
+    folder)?"""
+    if not files:
+        return False
+    if root.is_file():
+        return root.resolve() in {f.resolve() for f in files}
+    return _inside(files, root)
 
 
 def _files(sources: list[Source]) -> list[Path]:

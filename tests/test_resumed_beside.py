@@ -93,5 +93,22 @@ def test_the_bounds_keep_a_large_folder_unread(
     monkeypatch.setattr(resumed_beside, "MAX_BYTES", 1 << 30)
     monkeypatch.setattr(resumed_beside, "MAX_JOBS", 2)
     assert resumed_beside.hint(job, run, options) is None
-    monkeypatch.setattr(resumed_beside, "MAX_JOBS", 1)  # (2 x 1 entries: not even listed)
+    monkeypatch.setattr(resumed_beside, "MAX_JOBS", 32)
+    monkeypatch.setattr(resumed_beside, "MAX_ENTRIES", 5)  # (the folder is not even walked)
     assert resumed_beside.hint(job, run, options) is None
+
+
+def test_slurm_logs_side_by_side(tmp_path: Path) -> None:
+    """Megatron stdout files of two SLURM jobs in one folder, the second resuming from the
+    first's checkpoint at step 100: pointed at the second file, the hint names the first."""
+    logs = tmp_path / "logs"
+    ck = tmp_path / "ckpt"
+    train_job(logs / "slurm-1001.out", "megatron", stop=130, ckpt_dir=ck)
+    train_job(logs / "slurm-1002.out", "megatron", stop=250, ckpt_dir=ck, resume=100)
+    options = ReadOptions()
+    second = logs / "slurm-1002.out"
+    got = resumed_beside.hint(second, read_run(second, options=options), options)
+    assert got is not None
+    assert got.startswith(f"This job continues slurm-1001.out in {logs} (a resume chain)")
+    first = logs / "slurm-1001.out"
+    assert resumed_beside.hint(first, read_run(first, options=options), options) is None
