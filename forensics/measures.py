@@ -188,6 +188,14 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "a grad-norm spike began this many steps before the loss spike (null if none)",
             null=True,
         ),
+        _m(
+            "rose_after_to",
+            float,
+            "a pathological spike the loss never came back from and went on rising after: "
+            "its highest value after the peak (null otherwise)",
+            null=True,
+        ),
+        _m("rose_after_step", int, "the step of that value (null otherwise)", null=True),
     ),
     "grad_norm_spike": (
         *_SPIKE,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from conftest import ROOT, shared_path
 from test_spikes import kill_loss_spike, megatron_spike, olmo_spike
@@ -66,6 +67,33 @@ def test_llmc_grad_norm_outliers_are_noted_not_alarmed():
     assert len(gn) >= 5
     assert max(f.measures["height_ratio"] for f in gn) > 10
     assert all(f.measures["loss_response"] is False and f.measures["transient"] for f in gn)
+
+
+def test_a_climb_the_loss_never_came_back_from_says_it_went_on_rising():
+    """The n16 DeepSpeed-off perf log: the loss falls to 11.6 at iteration 31 and then climbs
+    steadily to 20.44 at 62, the last line, while the grad norm stays flat (no divergence by
+    the article's rule). The spike search cuts a piece from the climb (peak 17.69 at 48); its
+    sentence says the loss went on rising after it, to the climb's top, taken from the
+    series; the run's other spikes, which came back, say nothing of the kind."""
+    run = read_run(
+        shared_path(
+            "real_runs", "bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-off.out"
+        )
+    )
+    spikes = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SPIKE]
+    (climb,) = [f for f in spikes if f.measures["classification"] == "pathological"]
+    assert climb.peak_step == 48
+    after = run.series("loss").filter(pl.col("step") > 48)
+    top = int(after["value"].arg_max())  # type: ignore[arg-type]
+    assert climb.measures["rose_after_to"] == after["value"][top] == pytest.approx(20.43871)
+    assert climb.measures["rose_after_step"] == after["step"][top] == after["step"][-1] == 62
+    assert after["value"].min() > climb.measures["baseline"]  # (it never came back)
+    assert "the loss never came back and went on rising after it, to 20.44 at step 62" in (
+        climb.summary
+    )
+    rest = [f for f in spikes if f is not climb]
+    assert rest and all(f.measures["rose_after_to"] is None for f in rest)
+    assert all("went on rising" not in f.summary for f in rest)
 
 
 def test_bigscience_n16_early_spike():

@@ -125,6 +125,7 @@ class SpikeDetector:
         gn = [_Judged(s) for s in ev.spikes(GRAD_NORM)] if GRAD_NORM in metrics else []
         self._context(ev, loss + gn)
         self._link(loss, gn)
+        _rose_after(ev, loss)
         band = ev.grad_norm_band if gn else None
         findings = [self._loss_finding(j) for j in loss]
         band_judged = band.judged() if band else {}  # (the same lines for every spike)
@@ -240,7 +241,9 @@ class SpikeDetector:
                 SpikeClass.BENEFICIAL: (
                     f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend; {cls}"
                 ),
-                SpikeClass.PATHOLOGICAL: f"{_pathology(m, self.params.recover_steps)}; {cls}",
+                SpikeClass.PATHOLOGICAL: (
+                    f"{_pathology(m, self.params.recover_steps)}; {cls}{_rose_text(m)}"
+                ),
                 SpikeClass.UNRESOLVED: _unresolved(j),
             }[cls]
         summary = (
@@ -344,6 +347,39 @@ class SpikeDetector:
             m,
             judged_against=judged,
         )
+
+
+def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:
+    """``rose_after_to`` / ``rose_after_step`` of each pathological loss spike that the loss
+    never came back from (every later point above its local baseline) and that it went on
+    climbing past (a later point above the peak): a steady climb the spike search cut a piece
+    from, which "settled above its trend" alone would misdescribe."""
+    steps = values = None
+    for j in loss:
+        j.m["rose_after_to"] = j.m["rose_after_step"] = None
+        if j.diverged is not None or j.spike.classification is not SpikeClass.PATHOLOGICAL:
+            continue
+        if steps is None:
+            series = ev.series(LOSS)
+            steps, values = series.steps, series.values
+        assert values is not None
+        i = int(np.searchsorted(steps, j.spike.peak_step, side="right"))
+        after = values[i:]
+        if not len(after) or not np.isfinite(after).all():
+            continue
+        top = int(np.argmax(after))
+        if after[top] > j.m["peak_value"] and after.min() > j.m["baseline"]:
+            j.m["rose_after_to"] = float(after[top])
+            j.m["rose_after_step"] = int(steps[i + top])
+
+
+def _rose_text(m: dict[str, Any]) -> str:
+    if m.get("rose_after_to") is None:
+        return ""
+    return (
+        f"; the loss never came back and went on rising after it, to "
+        f"{m['rose_after_to']:.4g} at step {m['rose_after_step']:,}"
+    )
 
 
 def _inside(stretch: tuple[int, int]) -> str:
