@@ -17,12 +17,15 @@ at a file in a home folder) does not walk or read them all.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from forensics.importers import chains
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from forensics.importers.base import ReadOptions, Source
     from forensics.run import Run
 
@@ -47,13 +50,15 @@ def hint(root: Path, run: Run, options: ReadOptions) -> str | None:
     # folder above it.
     places = [root.parent, root.parent.parent] if root.is_file() else [root.parent]
     for parent in places:
-        got = _beside(parent, root, run, options)
+        got = _beside(parent, root, run, span, options)
         if got is not None:
             return got
     return None
 
 
-def _beside(parent: Path, root: Path, run: Run, options: ReadOptions) -> str | None:
+def _beside(
+    parent: Path, root: Path, run: Run, span: chains.JobSpan, options: ReadOptions
+) -> str | None:
     if parent == parent.parent or not _small_tree(parent):  # (never the filesystem's root)
         return None
     try:
@@ -67,7 +72,16 @@ def _beside(parent: Path, root: Path, run: Run, options: ReadOptions) -> str | N
     mine = [j for j, srcs in jobs.items() if _is_mine(_files(srcs), root)]
     if len(mine) != 1 or _bytes(jobs) > MAX_BYTES:
         return None
-    for unit, srcs in chains.stitch_jobs(parent, jobs, options).items():
+    own = replace(span, job=mine[0])
+
+    def spans(read: Callable[..., chains.JobSpan | None], *columns: list[Any]) -> list:
+        """``map(read, *columns)``, with this job's span (known) instead of a second read."""
+        return [
+            own if name == mine[0] else read(where, name, srcs, opts)
+            for where, name, srcs, opts in zip(*columns, strict=True)
+        ]
+
+    for unit, srcs in chains.stitch_jobs(parent, jobs, options, mapper=spans).items():
         members = list(dict.fromkeys(s.options.get(chains.CHAIN_KEY) for s in srcs))
         if mine[0] not in members or len(members) < 2:
             continue

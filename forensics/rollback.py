@@ -79,7 +79,7 @@ class RollbackPlan:
     def nothing_healthy(self) -> bool:
         """Non-finite from the first logged step: no state of this run is known healthy, and
         no learning rate explains it (what the run started from is the suspect)."""
-        return self.finding.kind == FindingKind.NAN_INF and self.last_healthy_step is None
+        return _nothing_healthy(self.finding, self.last_healthy_step)
 
     # Names the report's templates and older callers read.
     @property
@@ -247,6 +247,11 @@ _RULE_ORDER = (  # the lead of an incident: the finding whose rule is the strict
     lambda f: f.kind == FindingKind.GRAD_NORM_DRIFT,
     lambda f: f.kind == FindingKind.RESUME_REGRESSION,
 )
+
+
+def _nothing_healthy(f: Finding, last_healthy_step: int | None) -> bool:
+    """RollbackPlan.nothing_healthy, for the plan being made."""
+    return f.kind == FindingKind.NAN_INF and last_healthy_step is None
 
 
 def _lead(findings: Iterable[Finding]) -> Finding | None:
@@ -473,7 +478,7 @@ def rollback_plan(
         else None
     )
     skip = _skip_steps(ev, fs, lr_seg is not None, causes) if do_rollback else None
-    nothing_healthy = f.kind == FindingKind.NAN_INF and healthy is None
+    nothing_healthy = _nothing_healthy(f, healthy)
     if nothing_healthy:  # (no LR to resume with, no batches to skip: see nothing_healthy)
         lr_resume, skip = None, None
     if f.kind == FindingKind.OVERFITTING:

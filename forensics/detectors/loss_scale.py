@@ -102,7 +102,13 @@ class LossScaleDetector:
             "source": c.source,
         }
         known = c.from_scale is not None and c.to_scale is not None
-        fromto = f" from {scale_text(c.from_scale)} to {scale_text(c.to_scale)}" if known else ""
+        # Logged sparsely: the halvings came after the last point at the old scale, not at the
+        # step the lower scale was first seen.
+        sparse = known and c.from_step is not None and c.from_step < c.start_step - 1
+        at = f" at step {c.from_step:,}" if sparse else ""
+        fromto = (
+            f" from {scale_text(c.from_scale)}{at} to {scale_text(c.to_scale)}" if known else ""
+        )
         what = (
             "the scaler calibrating at the start of training"
             if calibration and spike is None
@@ -112,23 +118,12 @@ class LossScaleDetector:
                 else "gradients overflowing fp16 repeatedly"
             )
         )
-        where = (
-            f"at step {c.start_step:,}"
-            if c.start_step == c.end_step
-            else f"between steps {c.start_step:,} and {c.end_step:,}"
-        )
-        if known and c.from_step is not None and c.from_step < c.start_step - 1:
-            # Logged sparsely: the halvings came after the last point at the old scale, not
-            # at the step the lower scale was first seen.
-            fromto = (
-                f" from {scale_text(c.from_scale)} at step {c.from_step:,} "
-                f"to {scale_text(c.to_scale)}"
-            )
-            where = (
-                f"at step {c.end_step:,}"
-                if c.start_step == c.end_step
-                else f"by step {c.end_step:,} (first seen lower at step {c.start_step:,})"
-            )
+        if c.start_step == c.end_step:
+            where = f"at step {c.start_step:,}"
+        elif sparse:
+            where = f"by step {c.end_step:,} (first seen lower at step {c.start_step:,})"
+        else:
+            where = f"between steps {c.start_step:,} and {c.end_step:,}"
         times = "once" if c.halvings == 1 else f"{c.halvings:g} times"
         summary = f"Loss scale halved {times}{fromto} {where}: {what}."
         return Finding(

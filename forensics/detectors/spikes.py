@@ -354,23 +354,19 @@ def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:
     never came back from (every later point above its local baseline) and that it went on
     climbing past (a later point above the peak): a steady climb the spike search cut a piece
     from, which "settled above its trend" alone would misdescribe."""
-    steps = values = None
     for j in loss:
         j.m["rose_after_to"] = j.m["rose_after_step"] = None
         if j.diverged is not None or j.spike.classification is not SpikeClass.PATHOLOGICAL:
             continue
-        if steps is None:
-            series = ev.series(LOSS)
-            steps, values = series.steps, series.values
-        assert values is not None
-        i = int(np.searchsorted(steps, j.spike.peak_step, side="right"))
-        after = values[i:]
-        if not len(after) or not np.isfinite(after).all():
+        series = ev.series(LOSS)  # (finite values; cached by the evidence)
+        i = int(np.searchsorted(series.steps, j.spike.peak_step, side="right"))
+        after = series.values[i:]
+        if not len(after):
             continue
         top = int(np.argmax(after))
         if after[top] > j.m["peak_value"] and after.min() > j.m["baseline"]:
             j.m["rose_after_to"] = float(after[top])
-            j.m["rose_after_step"] = int(steps[i + top])
+            j.m["rose_after_step"] = int(series.steps[i + top])
 
 
 def _rose_text(m: dict[str, Any]) -> str:
