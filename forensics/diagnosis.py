@@ -18,7 +18,13 @@ from forensics.causes import Cause, causes_of
 from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists
 from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, worst_severity
-from forensics.incidents import Incident, build_incidents, previous_points, run_timeline
+from forensics.incidents import (
+    Incident,
+    build_incidents,
+    lr_points,
+    previous_points,
+    run_timeline,
+)
 from forensics.prescriptions import (
     AREAS,
     STANDING_GUIDANCE,
@@ -195,7 +201,7 @@ def diagnose(
     findings = list(findings)
     causes = causes_of(ev, findings)
     trim()  # (the cause tests' temporaries given back before the next stage's)
-    incidents = build_incidents(findings, causes, previous_points(ev))
+    incidents = build_incidents(findings, causes, previous_points(ev), lr_points(ev))
     diag = Diagnosis(
         run=ev.run,
         findings=findings,

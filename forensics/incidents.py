@@ -40,6 +40,7 @@ from forensics.causes import (
 )
 from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, step_range
+from forensics.schema import LR
 from forensics.timeline import Control, Timeline, build_timeline, vital_label
 
 _SPIKES = frozenset(
@@ -105,6 +106,8 @@ class Incident:
     signs: list[Sign] = field(default_factory=list)
     controls: list[Control] = field(default_factory=list)
     rollback: Any = None
+    # Supported control inputs that came after the first sign, by cause id: their clause.
+    late: dict[str, str] = field(default_factory=dict)
 
     @property
     def start_step(self) -> int:
@@ -131,8 +134,16 @@ class Incident:
 
     @property
     def supported(self) -> list[Cause]:
-        """Supported root causes (control inputs, outside events): what to act on."""
-        return supported_roots(self.causes)
+        """Supported root causes (control inputs, outside events): what to act on; those that
+        came no later than the first sign first (see :meth:`cause_note`)."""
+        return sorted(supported_roots(self.causes), key=lambda c: bool(self.cause_note(c)))
+
+    def cause_note(self, c: Cause) -> str:
+        """``""``, or a clause for a supported control input (an LR change, a schedule effect,
+        a resume) the log shows only after the incident's first sign began: it is supported
+        for a later finding (a loss spike at the warm-up's end) and cannot explain what moved
+        before it (a loss-scale drop 10 steps earlier). See :func:`build_incidents`."""
+        return self.late.get(c.cause, "") if c.status == SUPPORTED else ""
 
     @property
     def mechanisms(self) -> list[Cause]:
@@ -144,7 +155,9 @@ class Incident:
         signs = "; ".join(s.text() for s in self.signs)
         n = len(self.findings)
         if self.supported:
-            cause = "cause: " + "; ".join(f"{c.text} ({c.evidence})" for c in self.supported[:2])
+            cause = "cause: " + "; ".join(
+                f"{c.text} ({c.evidence}{self.cause_note(c)})" for c in self.supported[:2]
+            )
         elif self.mechanisms:
             c = self.mechanisms[0]
             cause = (
@@ -172,6 +185,7 @@ class Incident:
             "signs": [s.to_dict() for s in self.signs],
             "findings": list(self.indexes),
             "causes": [c.to_dict() for c in self.causes],
+            "after_first_sign": [c for c in self.late],
             "rollback": rb,
         }
 
@@ -187,6 +201,19 @@ def _keys(f: Finding, causes: Sequence[Cause]) -> set[tuple[str, int]]:
         if c.status == SUPPORTED and c.cause in ROOTS:
             out |= c.keys
     return out
+
+
+def lr_points(ev: Evidence) -> Callable[[int], int | None] | None:
+    """The LR's last logged step before a step (None without an LR in the log)."""
+    if not ev.has(LR):
+        return None
+
+    def before(step: int) -> int | None:
+        steps = ev.logged(LR).steps
+        i = int(np.searchsorted(steps, step, side="left"))
+        return int(steps[i - 1]) if i > 0 else None
+
+    return before
 
 
 def previous_points(ev: Evidence) -> Callable[[Finding], int | None]:
@@ -208,6 +235,7 @@ def build_incidents(
     findings: Sequence[Finding],
     causes: Sequence[Sequence[Cause]],
     previous_point: Callable[[Finding], int | None] | None = None,
+    lr_before: Callable[[int], int | None] | None = None,
 ) -> list[Incident]:
     """Group findings into incidents (see the module's docstring).
 
@@ -216,6 +244,9 @@ def build_incidents(
         causes: each finding's tested causes (:func:`forensics.causes.causes_of`).
         previous_point: a finding's series' last logged step before its onset
             (:func:`previous_points`); without it only :data:`TOUCH_STEPS` joins onsets.
+        lr_before: the LR's last logged step before a step (:func:`lr_points`): an LR
+            change seen at a step is only known to come after the first sign when the LR was
+            also logged, unchanged, at or after that sign's onset.
     """
     n = len(findings)
     parent = list(range(n))
@@ -304,7 +335,36 @@ def build_incidents(
                 timeline,
                 _signs(fs, members),
                 controls,
+                late=_late_controls(fs, merged, lr_before),
             )
+        )
+    return out
+
+
+def _late_controls(
+    fs: Sequence[Finding], merged: Sequence[Cause], lr_before: Callable[[int], int | None] | None
+) -> dict[str, str]:
+    """The supported control inputs the log shows only after the first finding's onset, and
+    the clause that says so. A resume at a later step is later; an LR change seen at step s
+    is later when the LR was logged at or after the onset before s (in a log written every 10
+    steps, a warm-up end seen at step 30 after a point at step 20 came after a drop seen at
+    step 20). Other roots (a bad batch) start with the findings they explain: never."""
+    first = min(fs, key=lambda f: f.start_step)
+    out: dict[str, str] = {}
+    for c in merged:
+        if c.status != SUPPORTED or c.cause not in CONTROLS or not c.steps:
+            continue
+        at = c.steps[0]
+        if at <= first.start_step:
+            continue
+        if c.cause != "resume":
+            before = lr_before(at) if lr_before is not None else None
+            if before is None or before < first.start_step:
+                continue  # the change may have come at or before the first sign
+        sign = vital_label(first.metric) if first.metric else first.kind.value
+        out[c.cause] = (
+            f"; it came after the first sign ({sign}, from step {first.start_step:,}), which it "
+            "does not explain"
         )
     return out
 

@@ -90,7 +90,7 @@ def incident_line(inc: Incident) -> str:
     if roots:
         c = roots[0]
         more = f" (+{len(roots) - 1} more supported)" if len(roots) > 1 else ""
-        return f"{head}; cause (supported): {c.text}: {c.evidence}{more}."
+        return f"{head}; cause (supported): {c.text}: {c.evidence}{inc.cause_note(c)}{more}."
     if inc.mechanisms:
         c = inc.mechanisms[0]
         return (

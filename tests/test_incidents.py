@@ -119,6 +119,7 @@ def test_document_incidents(run: str) -> None:
             "signs",
             "findings",
             "causes",
+            "after_first_sign",
             "rollback",
         ]
         assert di["findings"] == inc.indexes
@@ -169,3 +170,54 @@ def test_a_densely_logged_sign_keeps_its_own_moment() -> None:
     sparse = build_incidents(found, [[], []], lambda f: f.start_step - 40)
     assert len(sparse) == 1
     assert 130 - 100 < SPARSE_TOUCH_STEPS
+
+
+# ----------------------------------------------------- a cause seen after the first sign
+def test_warmup_end_after_the_first_sign_is_not_called_its_cause() -> None:
+    """bigscience n4, logged every 10 iterations: the loss scale is already lower at step 20,
+    while the LR logged at step 20 is still warming up; the warm-up's end is seen at step 30,
+    with the loss spike. The schedule stays a supported cause of the spike, but the incident's
+    sentence, card and document say it came after the loss-scale drop and cannot explain it."""
+    from conftest import shared_path
+
+    from forensics.summary import incident_line
+
+    log = shared_path(
+        "real_runs", "bigscience-megatron-experiments", "meg_gpt2_base_n4_dp1_tp4_pp4-1809579.out"
+    )
+    d = analyze(log)
+    inc = d.incidents[0]
+    assert [f.kind.value for f in inc.findings][:1] == ["loss_scale_drop"]
+    assert inc.findings[0].start_step == 20
+    sched = next(c for c in inc.supported if c.cause == "lr_schedule")
+    assert sched.steps[0] == 30
+    lr = d.run.series("lr")
+    assert 20 in lr["step"].to_list()  # the LR was logged at the drop's step, before its peak
+    note = "; it came after the first sign (loss scale, from step 20), which it does not explain"
+    assert inc.cause_note(sched) == note
+    assert note in incident_line(inc)
+    assert note in inc.headline()
+    doc = d.to_document()["incidents"][0]
+    assert doc["after_first_sign"] == ["lr_schedule"]
+
+
+def test_a_resume_at_the_onset_is_not_late() -> None:
+    """The Lightning resume (version_5 continues version_0 at step 140,749) is the cause of the
+    loss trending up from that very step: no clause, nothing in `after_first_sign`."""
+    from conftest import shared_path
+
+    from forensics.importers import discover_jobs, read_job
+    from forensics.importers.base import ReadOptions
+    from forensics.importers.chains import stitch_jobs
+    from forensics.pipeline import analyze_run
+    from forensics.summary import incident_line
+
+    root = shared_path("real_runs", "lightning-csv-slm-wikitext103")
+    units = stitch_jobs(root, discover_jobs(root), ReadOptions())
+    unit = "lightning_logs/version_0+version_5"
+    d = analyze_run(read_job(root, unit, units[unit], only_job=False))
+    inc = next(i for i in d.incidents if any(c.cause == "resume" for c in i.supported))
+    assert inc.start_step == 140_749
+    assert inc.late == {}
+    assert "does not explain" not in incident_line(inc)
+    assert d.to_document()["incidents"][0]["after_first_sign"] == []
