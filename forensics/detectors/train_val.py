@@ -348,7 +348,8 @@ class TrainValDetector:
         )
         summary = (
             f"{_label(g, cap=True)} turned up at step {onset:,}{ep_txt}, from {float(vy[m]):.4g} "
-            f"to {val_now:.4g} over {after} evals{pct_txt}, {train_txt}"
+            f"to {val_now:.4g} over {after} evals{pct_txt} (the median of the last {n_now}; "
+            f"{float(vy[-1]):.4g} at step {end:,}), {train_txt}"
             + ("; the gap is still accelerating" if accelerating else "")
             + ckpt_txt
         )
