@@ -50,6 +50,18 @@ BAND_WINDOW = 101
 # heights, is a shared event, not a parting).
 PART_POINTS = 5
 PART_HOLD = 3
+# ... and it stands out from the scatter the difference itself had over the BAND_WINDOW
+# points before (a robust sigma, 0 where the runs were identical): the level moved (the
+# median difference over the LEVEL_POINTS points from it lies on the same side, beyond half
+# the band and beyond LEVEL_K sigmas). The LR, a setting rather than a measurement, also
+# parts where all PART_POINTS points are out on one side, each beyond POINT_K sigmas (an LR
+# raised 50x for 10 steps). On a long noisy log (two llm.c GPT-2 runs of one config, 19,552
+# steps: 2% of the loss points outside the band by noise alone, grad norms that bump or wobble
+# for five to ten steps at a time in one run) three outliers in five points, even six in a
+# row, happen by chance; a level beyond the difference's own earlier scatter does not.
+LEVEL_POINTS = 21
+LEVEL_K = 3.0
+POINT_K = 3.0
 SAME_STEP = 2  # findings of one kind at most this many steps apart are "at the same step"
 SHARED_SHOWN = 10  # shared spikes printed in the terminal; the report lists up to MAX_ROWS
 SPIKE_KINDS = ("loss_spike", "grad_norm_spike")
@@ -240,7 +252,16 @@ def partings(
         hit = None
         for j in np.flatnonzero(outside):
             window = outside[j : j + PART_POINTS]
-            if window.sum() >= min(PART_HOLD, len(window)):
+            if window.sum() < min(PART_HOLD, len(window)):
+                continue
+            scatter = _scatter(d[:j])
+            head = d[j : j + PART_POINTS]
+            if metric == LR and window.all() and bool(((head > 0) == (head[0] > 0)).all()):
+                if float(np.abs(head).min()) > POINT_K * scatter:
+                    hit = int(j)
+                    break
+            level = float(np.median(d[j : j + LEVEL_POINTS]))
+            if level * d[j] > 0 and abs(level) > max(0.5 * w[j], LEVEL_K * scatter):
                 hit = int(j)
                 break
         common = [int(sr[idx[0]]), int(sr[idx[-1]])]
@@ -262,6 +283,15 @@ def partings(
             }
         )
     return out
+
+
+def _scatter(before: np.ndarray) -> float:
+    """A robust sigma (1.4826 MAD) of a run's difference from the reference over the last
+    BAND_WINDOW points before a candidate parting (0 with fewer than PART_POINTS of them)."""
+    tail = before[-BAND_WINDOW:]
+    if len(tail) < PART_POINTS:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(tail - np.median(tail))))
 
 
 def loss_parts_ways(ref: Run | Evidence, other: Run | Evidence) -> dict[str, Any] | None:
