@@ -733,6 +733,8 @@ def _activations(x: _Facts, f: Finding) -> Cause:
     # Those begun near it are a stretch of the outliers by onset; the others are looked for
     # only when there is none (thousands of spikes against hundreds of outliers at 10M steps).
     by_start, starts, ends = x.outlier_spans
+    if not by_start:  # (no outlier in the run: most runs, and every spike of a long one)
+        return _no_outliers(x, f)
     since = f.start_step - x.near
     lo, hi = bisect_left(starts, since), bisect_right(starts, f.start_step + 1)
     outs = [g for g, end in zip(by_start[lo:hi], ends[lo:hi], strict=True) if end >= since]
@@ -755,6 +757,10 @@ def _activations(x: _Facts, f: Finding) -> Cause:
             "change at it",
             (first,),
         )
+    return _no_outliers(x, f)
+
+
+def _no_outliers(x: _Facts, f: Finding) -> Cause:
     if x.has_activations:
         return Cause(
             "activations",
