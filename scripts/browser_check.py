@@ -43,8 +43,14 @@ FLAGS = [
     "--hide-scrollbars",
     "--mute-audio",
     "--virtual-time-budget=20000",
+    "--enable-unsafe-swiftshader",
 ]
 _CONSOLE = re.compile(r"CONSOLE\(\d+\)\]|:CONSOLE:|Uncaught ", re.I)
+# The software GL of a GPU-less headless browser reports its own slow paths on WebGL charts
+# (plotly draws long series with WebGL): notices of the machine, not messages of the page.
+# (--enable-unsafe-swiftshader above opts in to that software GL without its deprecation
+# notice.)
+_GL_NOTICE = re.compile(r"GL Driver Message \(OpenGL, Performance")
 
 
 def find_browser() -> str | None:
@@ -111,7 +117,11 @@ def check_report(
     proc = _run(browser, ["--enable-logging=stderr", "--v=0", "--dump-dom", url], timeout)
     parser = _RootAttrs()
     parser.feed(proc.stdout)
-    console = [line.strip() for line in proc.stderr.splitlines() if _CONSOLE.search(line)]
+    console = [
+        line.strip()
+        for line in proc.stderr.splitlines()
+        if _CONSOLE.search(line) and not _GL_NOTICE.search(line)
+    ]
     total = int(parser.root.get("data-charts-total", "-1") or -1)
     rendered = int(parser.root.get("data-charts-rendered", "-1") or -1)
     errors = parser.root.get("data-chart-errors", "")
