@@ -51,7 +51,6 @@ def _read(path: str, no_cache: bool) -> int:
 def _stages(path: str) -> dict[str, float]:
     """CPU seconds per stage in one process (all threads): import, evidence + each detector,
     diagnosis. CPU rather than wall time: on a shared machine it moves less with the load."""
-    from forensics.allocator import trim
     from forensics.config import Config
     from forensics.detectors import build
     from forensics.diagnosis import diagnose
@@ -73,7 +72,6 @@ def _stages(path: str) -> dict[str, float]:
     for det in build(ev.params):
         t = time.process_time()
         findings.extend(det.detect(ev))
-        trim()  # (as forensics.detectors.detect does after each detector)
         out[f"detector:{det.name}"] = time.process_time() - t
     out["detect"] = time.process_time() - total + out["evidence_init"]
     t = time.process_time()
@@ -133,7 +131,6 @@ def _memory(path: str) -> None:
     stage and what it left; the Run's view is its own stage (labelled where it is built)."""
     import forensics.importers as imp
     import forensics.run as run_mod
-    from forensics.allocator import trim
     from forensics.config import Config
     from forensics.detectors import build
     from forensics.diagnosis import diagnose
@@ -175,7 +172,6 @@ def _memory(path: str) -> None:
     for det in build(ev.params):
         rss.stage(f"detector:{det.name}")
         findings.extend(det.detect(ev))
-        trim()  # (as forensics.detectors.detect does after each detector)
     rss.stage("diagnose")
     diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
     rss.stop()

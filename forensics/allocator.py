@@ -4,8 +4,11 @@ numpy allocates through glibc's malloc, whose mmap threshold grows to 32 MiB onc
 block has been freed: arrays below it (a 1M-row block of keys is 1-8 MiB) then come from the
 heap and, once freed, stay resident in holes of the heap that the next stage's allocations do
 not always fit. :func:`trim` returns those free pages (glibc's ``malloc_trim``); it is called
-where a large temporary ends: after the import, after the analysis view is built, after each
-detector. A few milliseconds each. Without glibc (macOS, musl) it does nothing.
+where a large temporary ends: after the import, after the analysis view is built, after the
+spike search, before the diagnosis. A few milliseconds each, but every page given back is
+faulted in again by the next allocation that needs it: not after every detector (that cost
+30,000 page faults of a 1M-step analysis for the same peak). Without glibc (macOS, musl) it
+does nothing.
 
 polars allocates through jemalloc, which by polars' default returns freed pages only after
 half a second to a second (``dirty_decay_ms:500,muzzy_decay_ms:1000``). The commands that

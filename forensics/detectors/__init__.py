@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
-from forensics.allocator import trim
 from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, sort_findings
 from forensics.params import Params, resolve
@@ -94,10 +93,10 @@ def detect(
     findings: list[Finding] = list(run.import_findings)
     for det in build(ev.params):
         findings.extend(det.detect(ev))
-        # A detector's freed numpy temporaries stay resident in glibc's heap (about 100 MiB
-        # after the spike search of a 1M-step run) and the next detector's arrays do not
-        # always fit the holes: given back here, as the benchmark probe does too.
-        trim()
+    # (No trim between detectors: the spike search and the analysis view give their large
+    # temporaries back where they end. A trim after every detector made later ones fault the
+    # same pages in again, 30,000 page faults of a 1M-step analysis, 50,000 at 10M, with the
+    # same peak; see forensics.allocator.)
     return sort_findings([f for f in findings if f.kind not in ignore])
 
 
