@@ -185,7 +185,7 @@ class Incident:
             "signs": [s.to_dict() for s in self.signs],
             "findings": list(self.indexes),
             "causes": [c.to_dict() for c in self.causes],
-            "after_first_sign": [c for c in self.late],
+            "after_first_sign": list(self.late),
             "rollback": rb,
         }
 

@@ -192,7 +192,8 @@ def test_warmup_end_after_the_first_sign_is_not_called_its_cause() -> None:
     sched = next(c for c in inc.supported if c.cause == "lr_schedule")
     assert sched.steps[0] == 30
     lr = d.run.series("lr")
-    assert 20 in lr["step"].to_list()  # the LR was logged at the drop's step, before its peak
+    at = dict(zip(lr["step"].to_list(), lr["value"].to_list(), strict=True))
+    assert at[20] < at[30]  # the LR logged at the drop's step, still warming up
     note = "; it came after the first sign (loss scale, from step 20), which it does not explain"
     assert inc.cause_note(sched) == note
     assert note in incident_line(inc)
@@ -221,3 +222,37 @@ def test_a_resume_at_the_onset_is_not_late() -> None:
     assert inc.late == {}
     assert "does not explain" not in incident_line(inc)
     assert d.to_document()["incidents"][0]["after_first_sign"] == []
+
+
+def test_a_change_the_lr_log_cannot_place_is_not_called_late() -> None:
+    """The same incident, an LR logged every 20 steps (10, 30): the warm-up may have ended
+    anywhere in 11-30, before the drop at 20 as well as after it, so nothing is said; with an
+    LR point at step 20 it is known to come after. A resume after the first sign is late by
+    its step alone."""
+    from forensics.causes import SUPPORTED, Cause
+    from forensics.findings import Finding, FindingKind
+    from forensics.incidents import build_incidents
+
+    drop = Finding(FindingKind.LOSS_SCALE_DROP, Severity.WARNING, "loss_scale", 20, "drop")
+    spike = Finding(FindingKind.LOSS_SPIKE, Severity.INFO, "loss", 21, "spike")
+    sched = Cause("lr_schedule", SUPPORTED, "the warm-up ended at step 30", (30,))
+    causes = [[], [sched]]
+
+    def late(lr_before):  # noqa: ANN001, ANN202
+        (inc,) = build_incidents([drop, spike], causes, None, lr_before)
+        return inc.late, inc.cause_note(sched)
+
+    assert late(lambda s: 10) == ({}, "")
+    assert late(None) == ({}, "")
+    got, note = late(lambda s: 20)
+    assert list(got) == ["lr_schedule"]
+    assert (
+        note
+        == "; it came after the first sign (loss scale, from step 20), which it does not explain"
+    )
+    resume = Cause("resume", SUPPORTED, "the job resumed at step 25", (25,))
+    (inc,) = build_incidents([drop, spike], [[], [resume]], None, None)
+    assert list(inc.late) == ["resume"]
+    resume_at = Cause("resume", SUPPORTED, "the job resumed at step 20", (20,))
+    (inc,) = build_incidents([drop, spike], [[], [resume_at]], None, None)
+    assert inc.late == {}
