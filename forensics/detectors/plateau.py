@@ -204,7 +204,8 @@ class PlateauDetector:
             },
             summary=(
                 f"The loss stayed flat near {lvl:.4g} from step {a:,} to {b:,} "
-                f"({100 * frac:.0f}% of the run); {why}."
+                f"({100 * frac:.0f}% of the run; its trend moved {change:+.1f}% across it); "
+                f"{why}."
             ),
             judged_against=judged,
         )
