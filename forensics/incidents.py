@@ -209,11 +209,15 @@ def lr_points(ev: Evidence) -> Callable[[int], int | None] | None:
         return None
 
     def before(step: int) -> int | None:
-        steps = ev.logged(LR).steps
-        i = int(np.searchsorted(steps, step, side="left"))
-        return int(steps[i - 1]) if i > 0 else None
+        return _step_before(ev.logged(LR).steps, step)
 
     return before
+
+
+def _step_before(steps: np.ndarray, step: int) -> int | None:
+    """The last of the sorted ``steps`` before ``step`` (None when none is)."""
+    i = int(np.searchsorted(steps, step, side="left"))
+    return int(steps[i - 1]) if i > 0 else None
 
 
 def previous_points(ev: Evidence) -> Callable[[Finding], int | None]:
@@ -225,8 +229,7 @@ def previous_points(ev: Evidence) -> Callable[[Finding], int | None]:
             return None
         layer = f.measures.get("layer")
         steps = ev.logged(f.metric, layer if isinstance(layer, int) else None).steps
-        before = int(np.searchsorted(steps, f.start_step, side="left"))
-        return int(steps[before - 1]) if before > 0 else None
+        return _step_before(steps, f.start_step)
 
     return previous
 

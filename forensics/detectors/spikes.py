@@ -354,11 +354,13 @@ def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:
     never came back from (every later point above its local baseline) and that it went on
     climbing past (a later point above the peak): a steady climb the spike search cut a piece
     from, which "settled above its trend" alone would misdescribe."""
+    series = None
     for j in loss:
         j.m["rose_after_to"] = j.m["rose_after_step"] = None
         if j.diverged is not None or j.spike.classification is not SpikeClass.PATHOLOGICAL:
             continue
-        series = ev.series(LOSS)  # (finite values; cached by the evidence)
+        if series is None:
+            series = ev.series(LOSS)  # (finite values, looked up once)
         i = int(np.searchsorted(series.steps, j.spike.peak_step, side="right"))
         after = series.values[i:]
         if not len(after):
