@@ -292,3 +292,18 @@ def test_param_norm_surge_before_a_nan_is_reported_with_its_level() -> None:
     assert float(s.values[s.steps == 560][0]) >= 1.5 * base > float(s.values[s.steps == 559][0])
     assert f.measures["ratio"] == pytest.approx(float(np.median(s.values[-20:])) / base, rel=0.01)
     assert f"now {f.measures['ratio']:.2f}x" in f.summary
+
+
+def test_divergence_says_its_peak_is_the_smoothed_curves() -> None:
+    """sample_runs/divergence: "the loss rose from 2.251 to 1154" beside a chart whose raw loss
+    reaches 1,492 at step 1,016 (1154 is the smoothed curve's top). The sentence says which
+    curve its numbers are on and gives the highest logged value with its step."""
+    diag = _diag("divergence")
+    (div,) = _of(diag, "divergence")
+    loss = diag.run.series(LOSS)
+    seg = loss.filter((loss["step"] >= div.start_step) & (loss["step"] <= div.end_step))
+    top = int(np.argmax(seg["value"].to_numpy()))
+    raw, at = float(seg["value"][top]), int(seg["step"][top])
+    assert (round(raw), at) == (1492, 1016)
+    assert "the smoothed loss rose from 2.251 to 1154" in div.summary
+    assert f"(highest logged value {raw:.4g} at step {at:,})" in div.summary

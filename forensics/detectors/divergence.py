@@ -119,6 +119,9 @@ class DivergenceDetector:
             peak_i = onset + int(np.argmax(sm[seg]))
             loss_before = float(np.exp(sm[onset]))
             loss_peak = float(np.exp(sm[peak_i]))
+            # The sentence's numbers are the smoothed curve's; the highest logged value beside
+            # them (single steps of a diverging loss swing far above and below it).
+            raw_i = onset + int(np.argmax(y[seg]))
             measures: dict[str, MeasureValue] = {
                 "loss_before": loss_before,
                 "loss_peak": None
@@ -145,8 +148,10 @@ class DivergenceDetector:
             )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
             summary = (
-                f"Divergence from step {t0:,}: the loss rose from {loss_before:.4g} to "
-                f"{loss_peak:.4g} and the grad norm ran at {gtxt} its earlier level, {how}."
+                f"Divergence from step {t0:,}: the smoothed loss rose from {loss_before:.4g} "
+                f"to {loss_peak:.4g} (highest logged value {float(np.exp(y[raw_i])):.4g} at "
+                f"step {int(tf[raw_i]):,}) and the grad norm ran at {gtxt} its earlier level, "
+                f"{how}."
             )
             sev = Severity.FATAL if confirmed else Severity.CRITICAL
             out.append(
