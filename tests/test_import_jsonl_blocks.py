@@ -412,6 +412,17 @@ def test_null_values_go_to_polars() -> None:
     _same(raw + _lines({"step": 501, "loss": -5e-324, "eval_loss": None}))
 
 
+def test_millisecond_times_agree_to_the_last_bit() -> None:
+    """A W&B ``_timestamp`` in milliseconds becomes seconds alike in both readers, whatever
+    the rows around it: polars divided a column of one row by a constant exactly and a longer
+    one as a product with the reciprocal, one bit apart for this value (a case the random
+    lines above found)."""
+    line = b'{"step": 1, "loss": 0, "_timestamp": 4.736139882437046e+16}\n'
+    for raw in (line, line * 3, b"{}\n" + line.replace(b"1", b"null", 1)):
+        got = _same(raw)
+        assert set(got.frame["wall_time"].to_list()) == {4.736139882437046e16 * 0.001}
+
+
 def test_nulls_first_met_in_a_later_block_go_to_polars() -> None:
     """The text is searched for nulls only once a block's count needed it: a null first met
     in a later block is still read by polars, and a key spelled with "null" is a key."""

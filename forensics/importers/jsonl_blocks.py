@@ -1013,7 +1013,9 @@ def _time_expr(schema: dict[str, pl.DataType]) -> pl.Expr:
     for k in TIME_KEYS:
         if k in schema:
             x = pl.col(k).cast(pl.Float64)
-            parts.append(pl.when(x > 1e11).then(x / 1000.0).otherwise(x))
+            # (times 0.001 as the per-line reader: polars divides a column by a constant as a
+            # product with its reciprocal, or exactly when one row is folded as a constant)
+            parts.append(pl.when(x > 1e11).then(x * 0.001).otherwise(x))
     if "_runtime" in schema:
         parts.append(pl.col("_runtime").cast(pl.Float64))
     return pl.coalesce([*parts, pl.lit(None, pl.Float64)])
