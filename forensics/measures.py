@@ -579,6 +579,20 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "the run states none",
             null=True,
         ),
+        _m(
+            "trainer_best_step",
+            int,
+            "step of the checkpoint the trainer recorded as its best (HF Trainer's "
+            "best_model_checkpoint); null when the log names none",
+            null=True,
+        ),
+        _m(
+            "trainer_best_metric",
+            str,
+            "the eval series whose value at trainer_best_step is the trainer's best_metric "
+            "(what it picked its best by); null when none matches or no best is named",
+            null=True,
+        ),
     ),
     "gap_acceleration": (
         _m("growth_last", float, "gap growth over the window ending at the detection step"),

@@ -66,6 +66,9 @@ class RollbackPlan:
     lr_resume: tuple[float, float] | None  # (low, high) LR to resume with
     why: str
     skip_steps: tuple[int, int] | None = None  # inclusive range of batches to skip
+    # Overfitting: the trainer's own best checkpoint when it is another step (HF's
+    # best_model_checkpoint, judged by an eval metric the val loss may disagree with).
+    trainer_best: str | None = None
     commands: tuple[str, ...] = ()
     trainer: str | None = None
     lr_change: str | None = None  # the unexplained LR change that preceded the onset
@@ -129,6 +132,8 @@ class RollbackPlan:
                 if best is not None
                 else " No validation loss to pick the best step."
             )
+            if self.trainer_best:
+                why += f" {self.trainer_best[0].upper()}{self.trainer_best[1:]}."
             return f"{head}{why} Learning rate {self.lr_cut_text}."
         if self.nothing_healthy:
             return (
@@ -273,6 +278,19 @@ def _best_val_step(ev: Evidence, until: int) -> int | None:
     if not ok.any():
         return None
     return int(s.steps[ok][np.argmin(s.values[ok])])
+
+
+def _trainer_best_other(ev: Evidence, best: int | None) -> str | None:
+    """The trainer's own best checkpoint, when it names one at another step than the lowest
+    val loss: "the trainer recorded checkpoint-3000 as its best, by eval/wer (0.7432 there,
+    0.7888 at step 1,000): keep that one if eval/wer is what the model is for"."""
+    tb = ev.trainer_best
+    if tb is None or best is None or tb.step == best:
+        return None
+    text = tb.clause(best, ev.value_at(tb.metric, best) if tb.metric else None)
+    if tb.metric is not None and tb.metric != VAL_LOSS:
+        text += f": keep that one if {tb.metric} is what the model is for"
+    return text
 
 
 def _value_before(ev: Evidence, metric: str, step: int) -> float | None:
@@ -481,12 +499,16 @@ def rollback_plan(
     nothing_healthy = _nothing_healthy(f, healthy)
     if nothing_healthy:  # (no LR to resume with, no batches to skip: see nothing_healthy)
         lr_resume, skip = None, None
+    best_other = None
     if f.kind == FindingKind.OVERFITTING:
         why = (
             "the lowest validation loss before it turned up"
             if healthy is not None
             else "no validation loss to pick the best step"
         )
+        best_other = _trainer_best_other(ev, healthy)
+        if best_other:
+            why = f"{why}; {best_other}"
     elif lr_change is not None:
         why = f"{lr_change}: resume with the LR from before it"
     elif f.kind == FindingKind.RESUME_REGRESSION:
@@ -518,6 +540,7 @@ def rollback_plan(
         commands = ("load_best_model_at_end=True, metric_for_best_model='eval_loss'",)
     return RollbackPlan(
         finding=f,
+        trainer_best=best_other,
         rollback=do_rollback,
         onset_step=onset,
         last_healthy_step=healthy,

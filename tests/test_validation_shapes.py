@@ -400,6 +400,32 @@ def test_whisper_overfitting_names_its_best_checkpoint() -> None:
     assert "0.321 to 0.4123 over 4 evals" in o.summary
     assert "(the median of the last 3; 0.42 at step 5,000)" in o.summary
     assert TrainValDetector().scores(ev)["val_loss"]["overfitting"] > 3
+    # The trainer kept checkpoint-3000 (best_metric 0.74316 is eval_wer there): the WER kept
+    # improving after the val loss turned up, and was worst at the val loss's best step.
+    assert o.measures["trainer_best_step"] == 3000
+    assert o.measures["trainer_best_metric"] == "eval/wer"
+    assert (
+        "; the trainer recorded checkpoint-3000 as its best, by eval/wer (0.7432 there, "
+        "0.7888 at step 1,000)." in o.summary
+    )
+
+
+def test_whisper_rollback_names_the_trainers_own_best() -> None:
+    """The stop-early advice keeps the lowest val loss (step 1,000) and names the checkpoint
+    the trainer kept by its WER, with the condition under which that one is the better pick."""
+    from conftest import shared_path
+
+    from forensics import analyze
+
+    d = analyze(shared_path("real_runs", "hf-trainer-whisper-large-v2-ja"))
+    (plan,) = [i.rollback for i in d.incidents if i.rollback is not None]
+    text = plan.sentence()
+    assert "Stop early: keep the checkpoint at step 1,000" in text
+    assert (
+        "The trainer recorded checkpoint-3000 as its best, by eval/wer (0.7432 there, 0.7888 "
+        "at step 1,000): keep that one if eval/wer is what the model is for." in text
+    )
+    assert "keep that one if eval/wer" in plan.why
 
 
 @pytest.mark.parametrize("rel", HEALTHY)

@@ -332,8 +332,10 @@ class TrainValDetector:
                 if best_ckpt == onset
                 else f"; the last checkpoint saved at or before it is step {best_ckpt:,}"
             )
+            + _trainer_best_text(ev, onset)
             + "."
         )
+        tb = ev.trainer_best
         ep_txt = f" (epoch {epoch})" if epoch is not None else ""
         rise_pct = 100.0 * (val_now - float(vy[m])) / abs(float(vy[m])) if vy[m] else None
         pct_txt = f", {rise_pct:+.1f}%" if rise_pct is not None else ""
@@ -377,6 +379,8 @@ class TrainValDetector:
                     "eval_noise": eval_noise,
                     "best_step": onset,
                     "best_checkpoint": best_ckpt,
+                    "trainer_best_step": tb.step if tb else None,
+                    "trainer_best_metric": tb.metric if tb else None,
                 },
                 judged_against={
                     "rise_floor": rise_floor,
@@ -667,6 +671,19 @@ def _prefix_sums_at(
             got[k][first:last] = run[at]
             carry[k] = run[-1]
     return need, got
+
+
+def _trainer_best_text(ev: Evidence, best: int) -> str:
+    """What the trainer's own record of its best checkpoint adds (HF's
+    ``best_model_checkpoint``): "(the trainer's recorded best too, ...)" at the same step, else
+    its step and the eval series it judged by (whisper fine-tunes pick by WER, which may keep
+    improving while the val loss turns up)."""
+    tb = ev.trainer_best
+    if tb is None:
+        return ""
+    if tb.step == best:
+        return f" (the trainer's recorded best too, checkpoint-{tb.step})"
+    return "; " + tb.clause(best, ev.value_at(tb.metric, best) if tb.metric else None)
 
 
 def _label(g: Gap, cap: bool = False) -> str:

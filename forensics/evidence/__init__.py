@@ -28,7 +28,7 @@ from forensics.params import Params
 if TYPE_CHECKING:
     from forensics.detectors.drift import DriftResult
     from forensics.evidence.baseline import Baseline
-    from forensics.evidence.checkpoints import Checkpoints
+    from forensics.evidence.checkpoints import Checkpoints, TrainerBest
     from forensics.evidence.gap import Gap
     from forensics.evidence.schedule import Schedule
     from forensics.evidence.spike_context import Kink, Period, ScaleCascade
@@ -332,6 +332,22 @@ class Evidence:
         from forensics.evidence.checkpoints import known_checkpoints
 
         return known_checkpoints(self.run)
+
+    @cached_property
+    def trainer_best(self) -> TrainerBest | None:
+        """The checkpoint the trainer recorded as its best (HF's ``best_model_checkpoint``)
+        and the eval series it judged by, when the log says."""
+        from forensics.evidence.checkpoints import trainer_best
+        from forensics.schema import EVAL_PREFIX, VAL_LOSS
+
+        names = [m for m in self.run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
+        return trainer_best(self.run.config, names, self.value_at)
+
+    def value_at(self, metric: str, step: int) -> float | None:
+        """The finite value of ``metric`` logged at exactly ``step``, else None."""
+        s = self.series(metric)
+        i = int(np.searchsorted(s.steps, step))
+        return float(s.values[i]) if i < len(s.steps) and s.steps[i] == step else None
 
     @cached_property
     def trainer(self) -> str | None:

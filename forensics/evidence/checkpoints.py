@@ -7,9 +7,13 @@ same :class:`Checkpoints`, built once per run by :attr:`forensics.evidence.Evide
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from forensics.schema import VAL_LOSS
 
 if TYPE_CHECKING:
     from forensics.run import Run
@@ -128,10 +132,75 @@ def known_checkpoints(run: Run) -> Checkpoints:
     )
 
 
+_BEST_FOLDER = re.compile(r"(?:^|[/\\])checkpoint-(\d+)[/\\]?$")
+
+
+@dataclass(frozen=True)
+class TrainerBest:
+    """The checkpoint the trainer itself recorded as its best: HF Trainer's
+    ``best_model_checkpoint`` (``.../checkpoint-3000``) with its ``best_metric``.
+
+    Attributes:
+        step: the step in the checkpoint's folder name.
+        value: ``best_metric``, when the state gives it.
+        metric: the logged eval series (canonical name) whose value at ``step`` is ``value``:
+            the metric the trainer picked its best by; None when no series matches.
+    """
+
+    step: int
+    value: float | None
+    metric: str | None
+
+    def clause(self, best: int, metric_at_best: float | None) -> str:
+        """How a finding whose own best is step ``best`` (the lowest val loss) names the
+        trainer's choice: "the trainer recorded checkpoint-3000 as its best, by eval/wer
+        (0.7432 there, 0.7888 at step 1,000)"; "" when it is the same step.
+        ``metric_at_best``: the trainer's metric at ``best``, if logged there."""
+        if self.step == best:
+            return ""
+        head = f"the trainer recorded checkpoint-{self.step} as its best"  # (the folder's name)
+        if self.metric is None:
+            return head + (f" (best_metric {self.value:.4g})" if self.value is not None else "")
+        if self.metric == VAL_LOSS:
+            return head + " by the val loss (among the checkpoints it saved)"
+        there = f"{self.value:.4g} there" if self.value is not None else "its best"
+        then = f", {metric_at_best:.4g} at step {best:,}" if metric_at_best is not None else ""
+        return f"{head}, by {self.metric} ({there}{then})"
+
+
+def trainer_best(
+    config: Mapping[str, Any] | None,
+    eval_metrics: Iterable[str],
+    value_at: Callable[[str, int], float | None],
+) -> TrainerBest | None:
+    """The trainer's recorded best checkpoint, and the eval series it was judged by (the one
+    whose logged value at that step equals ``best_metric``; ``value_at(metric, step)`` is that
+    series' value logged at exactly ``step``, None when it has none there)."""
+    path = (config or {}).get("best_model_checkpoint")
+    got = _BEST_FOLDER.search(str(path)) if path else None
+    if got is None:
+        return None
+    step = int(got.group(1))
+    raw = (config or {}).get("best_metric")
+    value = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+    if value is not None and not math.isfinite(value):
+        value = None
+    metric = None
+    if value is not None:
+        for m in eval_metrics:
+            v = value_at(m, step)
+            if v is not None and math.isclose(v, value, rel_tol=1e-9, abs_tol=0.0):
+                metric = m
+                break
+    return TrainerBest(step=step, value=value, metric=metric)
+
+
 __all__ = [
     "CHECKPOINT_INTERVAL_KEYS",
     "DEFAULT_CHECKPOINT_EVERY",
     "Checkpoints",
+    "TrainerBest",
     "checkpoint_interval",
     "known_checkpoints",
+    "trainer_best",
 ]
