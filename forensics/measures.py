@@ -356,7 +356,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             null=True,
         ),
         _m("drops", int, "separate drop events (sustained_decline only; 1 for a cascade)"),
-        _m("calibration", bool, "it happened in the scaler's calibration at the start of training"),
+        _m(
+            "calibration",
+            bool,
+            "it happened in the scaler's calibration: its first descent, within the first 200 "
+            "steps and before the scale first grew back",
+        ),
         _m(
             "coincides_with_spike",
             bool,

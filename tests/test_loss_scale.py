@@ -55,6 +55,38 @@ def test_calibration_at_the_start_is_info():
     assert f.measures["to_scale"] == 2.0**16
 
 
+def test_calibration_ends_once_the_scale_grows_back():
+    """The first descent is the calibration; after the scale grows back (growth every 20 clean
+    steps here), a single halving within the first 200 steps is ordinary dynamic scaling: a
+    note, not a "calibrating" finding."""
+    s, sc = scaler(3000, start=2.0**24, overflows=(*range(8), 100), growth=20)
+    drops = _drops(_run(train__loss=healthy_loss(3000), loss_scale=(s, sc)))
+    assert [(f.start_step, f.measures["calibration"]) for f in drops] == [(1, True)]
+    assert drops[0].judged_against["calibration_end_step"] == 26  # grew at step 27
+
+
+def test_calibration_ends_at_a_cascade_that_starts_above_the_last_one():
+    """DeepSpeed-Chat's reward model logs its scale at overflows only: 65,536 to 64 by step 9,
+    then "Attempted loss scale: 128, reducing to 64" at step 145 (it grew in between, unseen
+    in the series): that halving is not calibration."""
+    from conftest import shared_path
+
+    from forensics.importers import read_run
+
+    path = shared_path(
+        "real_runs", "deepspeed-chat-logs", "step2_reward", "opt-350m_globalBatchSize-64.log"
+    )
+    run = read_run(path)
+    drops = _drops(run)
+    assert [(f.start_step, f.severity, f.measures["calibration"]) for f in drops] == [
+        (0, Severity.INFO, True),
+        (482, Severity.WARNING, False),
+        (557, Severity.WARNING, False),
+    ]
+    # step 145 with the three later single halvings (1,541 to 1,724)
+    assert any("4 single loss-scale halving(s) after calibration" in n for n in run.notes)
+
+
 def test_later_cascade_is_a_warning_with_from_to_and_steps():
     """Four halvings at steps 1500-1530 (the article's 2^24 -> 2^16 is this, twice over):
     warning."""

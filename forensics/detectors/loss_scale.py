@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.evidence import Evidence
+from forensics.evidence import Evidence, Series
 from forensics.evidence.spike_context import ScaleCascade
 from forensics.findings import (
     Finding,
@@ -30,6 +30,20 @@ from forensics.findings import (
 )
 from forensics.params import LossScaleParams
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
+
+
+def _first_growth(scale: Series, cascades: list[ScaleCascade]) -> int | None:
+    """The first step known to follow a growth of the loss scale: a logged scale above the one
+    logged before it, or a cascade that starts from a scale above where the one before it
+    ended (DeepSpeed logs the scale at its overflows only: "Attempted loss scale: 128,
+    reducing to 64" after a cascade that had ended at 64)."""
+    up = np.flatnonzero(scale.values[1:] > scale.values[:-1])
+    found = [int(scale.steps[up[0] + 1])] if len(up) else []
+    for a, b in zip(cascades, cascades[1:], strict=False):
+        if a.to_scale is not None and b.from_scale is not None and b.from_scale > a.to_scale:
+            found.append(b.start_step)
+            break
+    return min(found) if found else None
 
 
 class LossScaleDetector:
@@ -56,6 +70,13 @@ class LossScaleDetector:
             if first <= self.params.calibration_steps
             else None
         )
+        # The calibration is the scaler's first descent: once the scale has grown back, it
+        # has found its level, and a later halving is ordinary dynamic scaling even within the
+        # first 200 steps (DeepSpeed-Chat's reward model fell from 65,536 to 64 by step 9,
+        # grew to 128, and halved once at step 145).
+        grew = _first_growth(ev.series(LOSS_SCALE), cascades) if calib_end is not None else None
+        if grew is not None and calib_end is not None and grew <= calib_end:
+            calib_end = grew - 1
         out: list[Finding] = []
         singles = 0
         for c in cascades:
