@@ -196,6 +196,13 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             null=True,
         ),
         _m("rose_after_step", int, "the step of that value (null otherwise)", null=True),
+        _m(
+            "highest_value",
+            float,
+            "the highest loss logged from start_step to end_step: peak_value unless the loss "
+            "stood furthest above its local baseline at a lower point (a falling baseline)",
+        ),
+        _m("highest_step", int, "the step of highest_value"),
     ),
     "grad_norm_spike": (
         *_SPIKE,

@@ -96,6 +96,32 @@ def test_a_climb_the_loss_never_came_back_from_says_it_went_on_rising():
     assert all("went on rising" not in f.summary for f in rest)
 
 
+def test_a_spike_whose_highest_point_is_not_its_peak_names_both():
+    """The same log jumps from 12.45 to 44.24 at iteration 3 and tops out at 48.14 at 4; on
+    the steeply falling baseline behind it the loss stands furthest above it at 5 (47.5), the
+    spike's peak. The sentence keeps the peak and names the highest logged value beside it,
+    the number the chart shows; a spike whose peak is its highest point says nothing more."""
+    run = read_run(
+        shared_path(
+            "real_runs", "bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-off.out"
+        )
+    )
+    spikes = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.LOSS_SPIKE]
+    (early,) = [f for f in spikes if f.start_step == 3]
+    loss = run.series("loss").filter(pl.col("step").is_between(3, early.end_step))
+    top = int(loss["value"].arg_max())  # type: ignore[arg-type]
+    assert early.peak_step == 5 and loss["step"][top] == 4
+    assert early.measures["highest_value"] == loss["value"][top] == pytest.approx(48.1413)
+    assert early.measures["highest_step"] == 4
+    assert "Loss spike at step 5: 47.5 against" in early.summary
+    assert "(1.49x; the highest logged value was 48.14, at step 4)" in early.summary
+    bb = read_run(ROOT / "sample_runs" / "bad_batch")
+    for f in SpikeDetector().detect(Evidence(bb)):
+        if f.kind is FindingKind.LOSS_SPIKE:
+            assert f.measures["highest_step"] == f.peak_step
+            assert "highest logged value" not in f.summary
+
+
 def test_bigscience_n16_early_spike():
     """The n16 log's loss jumps 12.5 -> 32.8 at iteration 30 (8 logged losses): found, with the fp16
     loss-scale halving of that interval; the anchors see nothing in so short a log."""

@@ -126,6 +126,7 @@ class SpikeDetector:
         self._context(ev, loss + gn)
         self._link(loss, gn)
         _rose_after(ev, loss)
+        _highest(ev, loss)
         band = ev.grad_norm_band if gn else None
         findings = [self._loss_finding(j) for j in loss]
         band_judged = band.judged() if band else {}  # (the same lines for every spike)
@@ -248,7 +249,7 @@ class SpikeDetector:
             }[cls]
         summary = (
             f"Loss spike at step {s.peak_step:,}: {m['peak_value']:.4g} against a local baseline "
-            f"of {m['baseline']:.4g} ({_height(m)}), {how}{_cause_text(m)}."
+            f"of {m['baseline']:.4g} ({_height(m)}{_highest_text(m)}), {how}{_cause_text(m)}."
         )
         return Finding(
             FindingKind.LOSS_SPIKE,
@@ -369,6 +370,38 @@ def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:
         if after[top] > j.m["peak_value"] and after.min() > j.m["baseline"]:
             j.m["rose_after_to"] = float(after[top])
             j.m["rose_after_step"] = int(series.steps[i + top])
+
+
+def _highest(ev: Evidence, loss: list[_Judged]) -> None:
+    """``highest_value`` / ``highest_step``: the highest finite loss within each spike. The
+    peak is where the loss stood furthest above its local baseline; on a steeply falling
+    baseline that can be a point after the highest one, which the chart beside the sentence
+    shows."""
+    if not loss:
+        return
+    series = ev.series(LOSS)
+    for j in loss:
+        s = j.spike
+        a = int(np.searchsorted(series.steps, s.start_step, side="left"))
+        b = int(np.searchsorted(series.steps, s.end_step, side="right"))
+        j.m["highest_value"], j.m["highest_step"] = j.m["peak_value"], s.peak_step
+        if b > a:
+            top = a + int(np.argmax(series.values[a:b]))
+            if series.values[top] > j.m["peak_value"]:
+                j.m["highest_value"] = float(series.values[top])
+                j.m["highest_step"] = int(series.steps[top])
+
+
+def _highest_text(m: dict[str, Any]) -> str:
+    # (a loss that went on rising after the spike says so with its higher value already; a
+    # spike inside a divergence spans into the divergence's later, higher spikes)
+    if (
+        m["highest_value"] <= m["peak_value"]
+        or m.get("rose_after_to") is not None
+        or m.get("judged_by") == "divergence"
+    ):
+        return ""
+    return f"; the highest logged value was {m['highest_value']:.4g}, at step {m['highest_step']:,}"
 
 
 def _rose_text(m: dict[str, Any]) -> str:
