@@ -152,7 +152,10 @@ class EvalRegressionDetector:
                 "direction": "lower_is_better" if lower else "higher_is_better",
                 "best": sign * best,
                 "best_step": int(x[best_i]),
+                "best_logged": float(y[best_i]),
                 "current": sign * now,
+                "current_evals": n_now,
+                "last_value": float(y[-1]),
                 "worst": float(y[worst_i]),
                 "worst_step": int(x[worst_i]),
                 "drop": drop,
@@ -189,11 +192,24 @@ class EvalRegressionDetector:
             if m["loss_change_pct"] is None
             else f"the train loss moved {m['loss_change_pct']:+.1f}%"
         )
-        pct = f" ({m['drop_pct']:.1f}% worse)" if m["drop_pct"] is not None else ""
-        summary = (
-            f"{f['metric']} slipped from {sig(m['best'], 4)} at step {m['best_step']:,} to "
-            f"{sig(m['current'], 4)}{pct} while {loss_txt}"
-            + ("; the grad norm drifts up over the same stretch." if overlap else ".")
+        pct = f", {m['drop_pct']:.1f}% worse," if m["drop_pct"] is not None else ""
+        # Both ends are medians of three evals (one lucky or unlucky eval decides nothing); where
+        # a median is not the value logged at its step, the sentence gives that value too.
+        best, logged = sig(m["best"], 4), sig(m["best_logged"], 4)
+        best_txt = (
+            f"{best} at step {m['best_step']:,}"
+            if best == logged
+            else f"{best} around step {m['best_step']:,} (the median of 3 evals; {logged} "
+            "logged there)"
+        )
+        now, last = sig(m["current"], 4), sig(m["last_value"], 4)
+        now_txt = (
+            now
+            if now == last
+            else f"{now} (the median of the last {m['current_evals']}; {last} at step {f['end']:,})"
+        )
+        summary = f"{f['metric']} slipped from {best_txt} to {now_txt}{pct} while {loss_txt}" + (
+            "; the grad norm drifts up over the same stretch." if overlap else "."
         )
         return Finding(
             kind=FindingKind.EVAL_REGRESSION,

@@ -323,19 +323,22 @@ class TrainValDetector:
         )
         cps = ev.checkpoints
         best_ckpt = cps.before(onset)[0] if (cps.saved or cps.interval) else None
+        tb = ev.trainer_best
+        why_best = [f"lowest {_label(g)}"]
+        if best_ckpt == onset:
+            why_best.append("saved")
+        if tb is not None and tb.step == onset:
+            why_best.append("the trainer's recorded best too")
         ckpt_txt = (
-            f"; the best checkpoint is step {onset:,} (lowest {_label(g)})"
+            f"; the best checkpoint is step {onset:,} ({'; '.join(why_best)})"
             + (
-                ""
-                if best_ckpt is None
-                else " (saved)"
-                if best_ckpt == onset
-                else f"; the last checkpoint saved at or before it is step {best_ckpt:,}"
+                f"; the last checkpoint saved at or before it is step {best_ckpt:,}"
+                if best_ckpt is not None and best_ckpt != onset
+                else ""
             )
             + _trainer_best_text(ev, onset)
             + "."
         )
-        tb = ev.trainer_best
         ep_txt = f" (epoch {epoch})" if epoch is not None else ""
         rise_pct = 100.0 * (val_now - float(vy[m])) / abs(float(vy[m])) if vy[m] else None
         pct_txt = f", {rise_pct:+.1f}%" if rise_pct is not None else ""
@@ -675,14 +678,11 @@ def _prefix_sums_at(
 
 def _trainer_best_text(ev: Evidence, best: int) -> str:
     """What the trainer's own record of its best checkpoint adds (HF's
-    ``best_model_checkpoint``): "(the trainer's recorded best too, ...)" at the same step, else
-    its step and the eval series it judged by (whisper fine-tunes pick by WER, which may keep
-    improving while the val loss turns up)."""
+    ``best_model_checkpoint``) when it is another step: its step and the eval series it judged
+    by (whisper fine-tunes pick by WER, which may keep improving while the val loss turns up)."""
     tb = ev.trainer_best
-    if tb is None:
+    if tb is None or tb.step == best:
         return ""
-    if tb.step == best:
-        return f" (the trainer's recorded best too, checkpoint-{tb.step})"
     return "; " + tb.clause(best, ev.value_at(tb.metric, best) if tb.metric else None)
 
 
@@ -694,11 +694,17 @@ def _label(g: Gap, cap: bool = False) -> str:
 
 
 def _epoch_at(ev: Evidence, step: int) -> int | None:
-    """1-based epoch at a step, from the run's epoch series (HF floats or Lightning integers)."""
+    """1-based epoch at a step, from the run's epoch series. Two conventions: the HF Trainer
+    logs the epochs done so far (7.63 is in the 8th; 3.0, where an eval at each epoch's end is
+    logged, is the end of the 3rd), Lightning the 0-based index of the epoch running (2 is the
+    3rd). A series with fractions is the first kind."""
     e_series = ev.series(EPOCH)
     if e_series.empty:
         return None
-    e = float(np.interp(step, e_series.steps, e_series.values))
+    v = e_series.values
+    e = float(np.interp(step, e_series.steps, v))
+    if bool(np.any(np.abs(v - np.round(v)) > 1e-6)):  # epochs done: the one running is the ceiling
+        return max(1, int(np.ceil(e - 1e-9)))
     return int(np.floor(e + 1e-9)) + 1
 
 

@@ -181,6 +181,10 @@ def trainer_best(
     if got is None:
         return None
     step = int(got.group(1))
+    # (transformers >= 4.48 also writes the step itself; the folder's name says the same)
+    at = (config or {}).get("best_global_step")
+    if isinstance(at, int) and not isinstance(at, bool) and at > 0:
+        step = at
     raw = (config or {}).get("best_metric")
     value = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
     if value is not None and not math.isfinite(value):

@@ -46,6 +46,7 @@ _CONFIG_KEYS = (
     "eval_steps",
     "save_steps",
     "best_metric",
+    "best_global_step",
     "best_model_checkpoint",
     "total_flos",
 )
