@@ -168,12 +168,14 @@ def _sft(seed: int, rise: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 @pytest.mark.parametrize("rise", [0.015, 0.03])
 def test_small_late_overfit_names_the_best_checkpoint(seed: int, rise: float) -> None:
     """A 1.5% (3%) rise of val over the last epoch's five evals while train falls: overfitting
-    at the minimum (step 2000, epoch 3), naming it as the best checkpoint."""
+    at the minimum (step 2000, the last step of epoch 2: 2.0 epochs done, as the HF Trainer
+    logs it; the rise is the third epoch's), naming it as the best checkpoint."""
     found = _kinds(_detect(_sft(seed, rise)))
     (o,) = found[FindingKind.OVERFITTING]
     assert o.severity is Severity.WARNING
     assert 1800 <= o.start_step <= 2200
-    assert o.measures["best_step"] == o.start_step and o.measures["epoch"] == 3
+    assert o.measures["best_step"] == o.start_step
+    assert o.measures["epoch"] == (2 if o.start_step <= 2000 else 3)
     # val_now is the median of the last three evals: the one 200 steps before the end
     assert o.measures["val_rise_pct"] == pytest.approx(100 * rise * 0.8, abs=0.4)
     assert o.measures["val_rise"] > o.judged_against["rise_floor"]
