@@ -634,6 +634,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             float,
             "new val level at the first eval after the shift (line fitted over the window after)",
         ),
+        _m("val_logged_before", float, "the val loss logged at the last eval before the shift"),
+        _m("val_logged_after", float, "the val loss logged at the first eval after the shift"),
         _m("shift", float, "val_after - val_before"),
         _m("shift_pct", float, "shift in % of val_before", null=True),
         _m(

@@ -95,6 +95,20 @@ def test_val_shift_snapshot_effect(seed: int, ramp: int) -> None:
     assert f.measures["val_before"] == pytest.approx(1.95, abs=0.01)
     assert abs(f.measures["train_change"]) < 0.02
     assert "validation set" in f.summary
+    # The sentence's steps read with separators; the values logged at them (which the chart
+    # shows) stand beside the fitted levels when those differ in their four digits.
+    val = Evidence(run_from_frame(frame)).series("val_loss")
+    at = dict(zip(val.steps.tolist(), val.values.tolist(), strict=True))
+    a, b = at[f.start_step], at[f.peak_step]
+    assert f.measures["val_logged_before"] == a and f.measures["val_logged_after"] == b
+    assert f"between steps {f.start_step:,} and {f.peak_step:,}" in f.summary
+    fitted = f"{f.measures['val_before']:.4g} to {f.measures['val_after']:.4g}"
+    logged = f"(levels of lines fitted on each side; {a:.4g} and {b:.4g} logged)"
+    assert fitted in f.summary
+    if f"{f.measures['val_before']:.4g} to {f.measures['val_after']:.4g}" != f"{a:.4g} to {b:.4g}":
+        assert logged in f.summary
+    else:
+        assert "logged)" not in f.summary
 
 
 def test_missing_val_is_noted() -> None:

@@ -536,6 +536,7 @@ class TrainValDetector:
         floor = max(self.params.shift_noise_k * g.noise, self.params.min_rel_shift * abs(before))
         if abs(J) <= floor:
             return None
+        logged = _logged_text(before, after, g.val[i], g.val[j])
         why = (
             "check whether the validation set changed"
             if J > 0
@@ -552,6 +553,8 @@ class TrainValDetector:
                 "direction": "up" if J > 0 else "down",
                 "val_before": before,
                 "val_after": after,
+                "val_logged_before": float(g.val[i]),
+                "val_logged_after": float(g.val[j]),
                 "shift": J,
                 "shift_pct": 100.0 * J / abs(before) if before else None,
                 "ramp_steps": int(vx[j] - vx[i]),
@@ -567,8 +570,8 @@ class TrainValDetector:
             },
             summary=(
                 f"{_label(g, cap=True)} {word} from {before:.4g} to {after:.4g} between steps "
-                f"{int(vx[i])} and {int(vx[j])} and then held, while the train loss stepped "
-                f"only {train_change:+.3g}; {why}."
+                f"{int(vx[i]):,} and {int(vx[j]):,}{logged} and then held, while the train loss "
+                f"stepped only {train_change:+.3g}; {why}."
             ),
         )
 
@@ -674,6 +677,14 @@ def _prefix_sums_at(
             got[k][first:last] = run[at]
             carry[k] = run[-1]
     return need, got
+
+
+def _logged_text(before: float, after: float, at_before: float, at_after: float) -> str:
+    """The values logged at a level shift's two ends, where they differ from the fitted levels
+    the sentence states (to its four digits): the chart beside it shows the logged ones."""
+    if f"{before:.4g}" == f"{at_before:.4g}" and f"{after:.4g}" == f"{at_after:.4g}":
+        return ""
+    return f" (levels of lines fitted on each side; {at_before:.4g} and {at_after:.4g} logged)"
 
 
 def _trainer_best_text(ev: Evidence, best: int) -> str:
