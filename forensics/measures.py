@@ -780,6 +780,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("drop_pct", float, "how far throughput fell below the baseline, in %"),
         _m("window_steps", int, "steps from the drop's start to its end"),
         _m("n_points", int, "logged points in the drop"),
+        _m("baseline_n", int, "logged points the baseline is the median of (at most 100)"),
         _m(
             "recovered",
             bool,

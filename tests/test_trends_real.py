@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import SHARED
 
@@ -154,6 +155,16 @@ def test_megatron_h100_slow_stretch() -> None:
     # a step time that rose, stated as one, in s/step (Megatron's iteration-time is seconds)
     assert f.measures["unit"] == "s/step"
     assert f.summary.startswith("Step time rose from 1.454 s/step to 6.115 s/step")
+    # Both numbers are medians, and the sentence says of which points: the 20 logged before
+    # (steps 100-2,000) and the 3 within (6.079, 6.115, 6.142).
+    st = run.series("step_time")
+    before = st.filter(pl.col("step") < 2100)["value"]
+    within = st.filter(pl.col("step").is_between(2100, 2300))["value"]
+    assert len(before) == 20 and len(within) == 3
+    assert f.measures["baseline"] == pytest.approx(float(before.median()))
+    assert f.measures["level"] == pytest.approx(float(within.median()))
+    assert f.measures["baseline_n"] == 20 and f.measures["n_points"] == 3
+    assert f.summary.endswith("; both are medians, of the 20 points before and the 3 within.")
 
 
 def _sample_dirs() -> list[str]:

@@ -150,6 +150,7 @@ class ThroughputDetector:
         frozen: float,
     ) -> Finding:
         lvl = float(np.median(y[i:j]))
+        n_base = min(self.params.baseline_points, i)  # the trailing median's points before i
         drop_pct = 100.0 * (1.0 - lvl / frozen)
         recovered = j < len(y)
         end = int(x[j - 1])
@@ -182,6 +183,7 @@ class ThroughputDetector:
                 "drop_pct": drop_pct,
                 "window_steps": end - int(x[i]),
                 "n_points": j - i,
+                "baseline_n": n_base,
                 "recovered": recovered,
                 "unit": unit.source,
             },
@@ -194,10 +196,8 @@ class ThroughputDetector:
             },
             summary=(
                 f"{what} from step {int(x[i]):,} to {end:,}"
-                + (
-                    ", then recovered."
-                    if recovered
-                    else ", and had not recovered when the log ends."
-                )
+                + (", then recovered" if recovered else ", and had not recovered when the log ends")
+                # (the chart shows single points: say what the two numbers are)
+                + f"; both are medians, of the {n_base:,} points before and the {j - i:,} within."
             ),
         )
