@@ -387,6 +387,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("baseline_start_step", int, "first step of the baseline window"),
         _m("baseline_end_step", int, "last step of the baseline window"),
         _m("current", float, "grad-norm level now (median of the last 2% of points, >= 5)"),
+        _m("current_points", int, "how many points current is the median of"),
         _m("ratio", float, "current / baseline"),
         _m("peak", float, "highest smoothed grad-norm level after the onset"),
         _m("peak_ratio", float, "peak / baseline"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from synthetic import run_from_frame, trend_eval_regression, trend_grad_norm_drift
 
@@ -26,7 +27,14 @@ def test_drift_article_case_onset_and_ratio(seed: int) -> None:
     assert f.measures["ratio"] == pytest.approx(truth["ratio"], rel=0.15)
     assert f.measures["loss_slope_per_1k_steps"] < 0
     assert f.measures["warning_step"] > f.start_step
-    assert f.summary
+    # The level now is the median of the last 2% of the points the despike keeps (at least
+    # 5), and the sentence says of how many.
+    gn = Evidence(run_from_frame(frame)).series("grad_norm")
+    n = f.measures["current_points"]
+    after = int(np.count_nonzero(gn.steps >= f.measures["baseline_start_step"]))
+    assert max(5, int(0.02 * (after - f.measures["spikes_excluded"]))) == n
+    assert np.min(gn.values[-2 * n :]) <= f.measures["current"] <= np.max(gn.values[-2 * n :])
+    assert f"the median of its last {n:,} points, spikes left out" in f.summary
 
 
 @pytest.mark.parametrize(

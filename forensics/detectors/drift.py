@@ -134,6 +134,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         "baseline_start_step": base.start_step,
         "baseline_end_step": base.end_step,
         "current": current,
+        "current_points": n_recent,
         "ratio": ratio,
         "spikes_excluded": spikes,
         "lr_logged": env.lr_logged,
@@ -323,9 +324,11 @@ class GradNormDriftDetector:
             loss_txt = f"the loss changed {m['loss_change_pct']:+.1f}%"
         else:
             loss_txt = "the loss kept falling"
+        # (both ends are medians, of noisy points the chart shows one by one)
         rise = (
             f"Grad norm rose from {sig(m['baseline'])} (baseline) to {sig(m['current'])} "
-            f"({m['ratio']:.1f}x) since step {res.onset_step:,} while {loss_txt}"
+            f"({m['ratio']:.1f}x; the median of its last {m['current_points']:,} points, spikes "
+            f"left out) since step {res.onset_step:,} while {loss_txt}"
         )
         cap = (
             "the envelope's cap; "
