@@ -136,6 +136,14 @@ def test_memory_growth_leak(leak: float) -> None:
     assert f.measures["slope_per_1k_steps"] == pytest.approx(leak, rel=0.1)
     assert 0.7 < f.measures["late_ratio"] < 1.3
     assert f.start_step <= 1000
+    # Two paces, each named for what it is: the one between the two stated levels, then the
+    # fitted trend's overall and over the last third (what levelling off is judged on).
+    m = f.measures
+    by_levels = (
+        1000 * (m["end_level"] - m["start_level"]) / (m["end_level_step"] - m["start_level_step"])
+    )
+    assert f"{by_levels:,.3g}" in f.summary or f"{by_levels:,.0f}" in f.summary
+    assert "; its fitted trend " in f.summary and " per 1k steps overall and " in f.summary
 
 
 def test_memory_warmup_then_flat_is_quiet() -> None:

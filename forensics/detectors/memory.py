@@ -88,6 +88,8 @@ class MemoryGrowthDetector:
         span = b_step - a_step
         pace = f", {unit.show(1000.0 * (b - a) / span, 3)} per 1k steps" if span > 0 else ""
         late_pace = unit.show(late.per_1k(), 3)
+        # (the pace from the two stated levels is what a reader checks against them; whether it
+        # levels off is judged on the fitted trend, overall against the last third: both given)
         return [
             Finding(
                 kind=FindingKind.MEMORY_GROWTH,
@@ -117,8 +119,10 @@ class MemoryGrowthDetector:
                 summary=(
                     f"Memory grew {unit.show(b - a, 3)} over {span:,} steps without levelling "
                     f"off, from {unit.show(a, 3)} at step {a_step:,} to {unit.show(b, 3)} at step "
-                    f"{b_step:,} (+{100 * growth:.0f}%{pace}; {late_pace} per 1k steps over the "
-                    "last third)" + ("." if unit.stated else " (the log does not state the unit).")
+                    f"{b_step:,} (+{100 * growth:.0f}%{pace}; its fitted trend "
+                    f"{unit.show(overall.per_1k(), 3)} per 1k steps overall and {late_pace} per 1k "
+                    "steps over the last third)"
+                    + ("." if unit.stated else " (the log does not state the unit).")
                 ),
             )
         ]
