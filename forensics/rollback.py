@@ -285,9 +285,9 @@ def _trainer_best_other(ev: Evidence, best: int | None) -> str | None:
     val loss: "the trainer recorded checkpoint-3000 as its best, by eval/wer (0.7432 there,
     0.7888 at step 1,000): keep that one if eval/wer is what the model is for"."""
     tb = ev.trainer_best
-    if tb is None or best is None or tb.step == best:
+    text = ev.trainer_best_clause(best) if best is not None else ""
+    if tb is None or not text:
         return None
-    text = tb.clause(best, ev.value_at(tb.metric, best) if tb.metric else None)
     if tb.metric is not None and tb.metric != VAL_LOSS:
         text += f": keep that one if {tb.metric} is what the model is for"
     return text

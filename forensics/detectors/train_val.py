@@ -691,10 +691,8 @@ def _trainer_best_text(ev: Evidence, best: int) -> str:
     """What the trainer's own record of its best checkpoint adds (HF's
     ``best_model_checkpoint``) when it is another step: its step and the eval series it judged
     by (whisper fine-tunes pick by WER, which may keep improving while the val loss turns up)."""
-    tb = ev.trainer_best
-    if tb is None or tb.step == best:
-        return ""
-    return "; " + tb.clause(best, ev.value_at(tb.metric, best) if tb.metric else None)
+    text = ev.trainer_best_clause(best)
+    return f"; {text}" if text else ""
 
 
 def _label(g: Gap, cap: bool = False) -> str:

@@ -343,6 +343,14 @@ class Evidence:
         names = [m for m in self.run.metrics() if m == VAL_LOSS or m.startswith(EVAL_PREFIX)]
         return trainer_best(self.run.config, names, self.value_at)
 
+    def trainer_best_clause(self, best: int) -> str:
+        """:meth:`TrainerBest.clause` for a finding whose own best is step ``best``, with the
+        trainer's metric as logged there ("" when the trainer names no best, or that step)."""
+        tb = self.trainer_best
+        if tb is None:
+            return ""
+        return tb.clause(best, self.value_at(tb.metric, best) if tb.metric else None)
+
     def value_at(self, metric: str, step: int) -> float | None:
         """The finite value of ``metric`` logged at exactly ``step``, else None."""
         s = self.series(metric)
