@@ -17,7 +17,6 @@ In ``forensics.toml`` the same keys sit at the top level (or under [tool.forensi
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,6 +119,8 @@ def load(cwd: Path | None = None, explicit: Path | None = None) -> Config:
             if explicit:
                 raise ConfigError(f"{explicit}: no such configuration file")
             continue
+        import tomllib  # (only when a file is there: a few ms of every start otherwise)
+
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
