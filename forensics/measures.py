@@ -100,7 +100,8 @@ _SPIKE = (
     _m(
         "recovery_steps",
         int,
-        "steps from the peak until back inside that band (null if never)",
+        "steps from the peak to the first point back inside that band with the median of it"
+        " and the next two there too (null if never)",
         null=True,
     ),
     _m("recovered_step", int, "step where it was back (null if never)", null=True),

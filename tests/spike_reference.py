@@ -5,6 +5,8 @@ measure as they were before the fast path (commit ec0b382): every pairwise slope
 index and partitioned, np.median for every median, every stretch transformed on its own.
 tests/test_spike_fast_path.py checks that the fast path gives the same numbers, bit for bit.
 Not to be edited to follow the fast path: it is the definition it must match.
+(One change of definition since: a recovery's first point must itself be back in the band,
+besides its window's median; made here and in the fast path alike.)
 """
 # ruff: noqa
 # mypy: ignore-errors
@@ -157,8 +159,9 @@ def measure(
     def upper(a: int, b: int) -> np.ndarray:
         return trend.upper(steps[a:b], p.band_k) - trend.at(steps[a:b])
 
-    # Recovery: the first point after the peak where the median of it and the next few points
-    # is back inside the band (one lucky low point does not make a recovery).
+    # Recovery: the first point after the peak that is back inside the band itself and where
+    # the median of it and the next few points is too (one lucky low point does not make a
+    # recovery, and the step named as the recovery is one a reader finds back on the chart).
     rec_idx: int | None = None
     m = max(1, p.smooth_points)
     a, size = peak + 1, _CHUNK
@@ -168,7 +171,8 @@ def measure(
         win = np.lib.stride_tricks.sliding_window_view(
             np.concatenate([resid(a, hi), np.full(b + m - 1 - hi, np.nan)]), m
         )
-        inside = np.flatnonzero(_window_median(win) <= upper(a, b))
+        up = upper(a, b)
+        inside = np.flatnonzero((_window_median(win) <= up) & (win[:, 0] <= up))
         if len(inside):
             rec_idx = a + int(inside[0])
         a, size = b, size * 2

@@ -69,6 +69,27 @@ def test_llmc_grad_norm_outliers_are_noted_not_alarmed():
     assert all(f.measures["loss_response"] is False and f.measures["transient"] for f in gn)
 
 
+def test_the_step_named_as_a_recovery_is_back_in_the_band_itself():
+    """modded-nanogpt's llm.c main.log: the grad norm reads 0.43, 0.86, 0.59, 0.58, 0.39, 0.35
+    at steps 1,900-1,905 on a level near 0.3. Step 1,903 (0.58, still about 2x) starts a
+    window of three whose median is back (0.39), but is not back itself: the recovery is
+    step 1,904, three steps after the peak. Every recovered spike's named step is in the band
+    (its value at most the trend's band above the line the finding states)."""
+    run = read_run(shared_path("real_runs", "modded-nanogpt", "2024-10-13_llmc", "main.log"))
+    gn = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    (spike,) = [f for f in gn if f.peak_step == 1901]
+    assert spike.measures["recovered_step"] == 1904
+    assert spike.measures["recovery_steps"] == 3
+    assert "back within 3 steps" in spike.summary
+    grad = dict(
+        run.frame.filter(pl.col("metric") == "grad_norm").select("step", "value").iter_rows()
+    )
+    for f in gn:
+        if f.measures.get("recovered_step") is not None:
+            # (the band is a few times the noise: a point still 1.5x the level is not back)
+            assert grad[f.measures["recovered_step"]] < 1.5 * f.measures["baseline"], f.summary
+
+
 def test_a_climb_the_loss_never_came_back_from_says_it_went_on_rising():
     """The n16 DeepSpeed-off perf log: the loss falls to 11.6 at iteration 31 and then climbs
     steadily to 20.44 at 62, the last line, while the grad norm stays flat (no divergence by

@@ -302,7 +302,7 @@ def _settled(
     the same measures on the grown series, but the steps logged after its peak.
 
     By what the measures are (spike_shape.measure): the recovery is the first point after the
-    peak whose window of ``smooth_points`` points is back in the band; the width ends at the
+    peak back in the band whose window of ``smooth_points`` points is too; the width ends at the
     first point after the peak back under the alarm line; the plateau is read on the steps
     from the recovery to ``plateau_window`` after it (or the next barrier); only
     ``steps_logged_after_peak`` reads the log's end. So when the spike recovered with its

@@ -89,7 +89,7 @@ def measure_many(
     at = icpt[:, None] + slope[:, None] * x
     r = ys[j] - at
     ok &= np.isfinite(r).all(axis=1)
-    # Recovery: the first point whose window of m residuals has its median in the band.
+    # Recovery: the first point in the band whose window of m residuals has its median there.
     a = r[:, :_AHEAD]
     xa, ta = x[:, :_AHEAD], at[:, :_AHEAD]
     upper = ta + band[:, None] + widen[:, None] * np.abs(xa - xc[:, None]) - ta
@@ -99,7 +99,7 @@ def measure_many(
     else:
         win = np.lib.stride_tricks.sliding_window_view(r, m, axis=1)[:, :_AHEAD]
         med = np.median(win, axis=2)
-    inside = med <= upper
+    inside = (med <= upper) & (a <= upper)  # the window's median and the point itself
     ok &= inside.any(axis=1)
     rec = np.where(ok, peak + 1 + np.argmax(inside, axis=1), 0)  # (an index, off the batch)
     # Width's end: the first point after the peak back under the alarm line.

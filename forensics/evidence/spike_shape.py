@@ -218,8 +218,9 @@ def measure(
         t = trend.intercept + trend.slope * x
         return t + band + widen * np.abs(x - trend.x_center) - t
 
-    # Recovery: the first point after the peak where the median of it and the next few points
-    # is back inside the band (one lucky low point does not make a recovery).
+    # Recovery: the first point after the peak that is back inside the band itself and where
+    # the median of it and the next few points is too (one lucky low point does not make a
+    # recovery, and the step named as the recovery is one a reader finds back on the chart).
     rec_idx: int | None = None
     m = max(1, p.smooth_points)
     a, size = peak + 1, _CHUNK
@@ -230,7 +231,8 @@ def measure(
         if hi < b + m - 1:
             r = np.concatenate([r, np.full(b + m - 1 - hi, np.nan)])
         win = np.lib.stride_tricks.sliding_window_view(r, m)
-        inside = np.flatnonzero(_window_median(win) <= upper(a, b))
+        up = upper(a, b)
+        inside = np.flatnonzero((_window_median(win) <= up) & (win[:, 0] <= up))
         if len(inside):
             rec_idx = a + int(inside[0])
         a, size = b, size * 2
