@@ -103,8 +103,22 @@ def _settle(folder: Path) -> None:
             os.utime(f, (then, then))
 
 
+def _build(root: Path, kind: str, steps: int) -> Path:
+    """generate.build in a child process. Built here, a 10M-step run's arrays (several GB)
+    would stay in this process's memory, and on Linux every command started after it would
+    report that size as its own peak: a forked child's high-water mark, inherited with the
+    parent's pages, is kept in its ru_maxrss across exec."""
+    folder = root / f"{kind}_{steps}"
+    if not (folder / ".complete").exists():
+        code = "import sys; from pathlib import Path; from benchmarks import generate; "
+        code += "generate.build(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))"
+        cmd = [PY, "-c", code, str(root), kind, str(steps)]
+        subprocess.run(cmd, check=True, env={**os.environ, **_env()})
+    return generate.build(root, kind, steps)  # (written: only the folder's name)
+
+
 def bench_one(kind: str, steps: int, args: argparse.Namespace, work: Path) -> dict:
-    folder = generate.build(args.data, kind, steps)
+    folder = _build(args.data, kind, steps)
     run_dir = folder / "run"
     points = int((folder / "points").read_text())
     big = steps > 100_000
