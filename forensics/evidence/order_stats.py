@@ -377,15 +377,15 @@ class _Bracket:
     def _all(self, a: np.ndarray) -> np.ndarray:
         return np.partition(a, self.ks)[self.ks]
 
-    def _bounds(self, a: np.ndarray) -> tuple[np.float64, np.float64]:
-        s = a.take(self.pos)
+    def _bounds(self, a: np.ndarray, pos: np.ndarray) -> tuple[np.float64, np.float64]:
+        s = a.take(pos)
         s.partition([self.ra, self.rb])
         return s[self.ra], s[self.rb]
 
     def select(self, a: np.ndarray) -> np.ndarray:
         if self.pos is None:
             return self._all(a)
-        low, high = self._bounds(a)
+        low, high = self._bounds(a, self.pos)
         below = np.count_nonzero(np.less(a, low, out=self.lt))
         inside = np.count_nonzero(np.less_equal(a, high, out=self.le)) - below
         kl = self.ks - below
@@ -404,7 +404,7 @@ class _Bracket:
         lies inside the whole's interval: this saves gathering and bracketing the half.)"""
         if self.pos is None or not len(ks_part):
             return self.select(a), None
-        low, high = self._bounds(a)
+        low, high = self._bounds(a, self.pos)
         lt, le = self.lt, self.le
         below = np.count_nonzero(np.less(a, low, out=lt))
         inside = np.count_nonzero(np.less_equal(a, high, out=le)) - below
