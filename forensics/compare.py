@@ -86,6 +86,7 @@ class Comparison:
     shared_spikes: list[dict[str, Any]] = field(default_factory=list)
     config_diff: dict[str, list[Any]] = field(default_factory=dict)
     why: list[str | None] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what to know before reading the steps
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -104,6 +105,7 @@ class Comparison:
             "shared_spikes": self.shared_spikes,
             "config_diff": self.config_diff,
             "why": self.why,
+            "notes": self.notes,
         }
 
 
@@ -577,7 +579,36 @@ def compare_diagnoses(
         shared_spikes=shared_spikes(diags, labels),
         config_diff=cdiff,
         why=whys,
+        notes=step_numbering_notes(diags, labels),
     )
+
+
+def step_numbering_notes(diags: list[Diagnosis], labels: list[str]) -> list[str]:
+    """A note when the runs number their training steps differently, which the comparison
+    (by the steps as logged) cannot see: llm.c prints update k as ``step k/N`` on stdout and
+    writes it as ``s:k-1`` in main.log (``logger_log_train(&logger, step, ...)`` after
+    ``printf0("step %4d/%d ...", step + 1, ...)``)."""
+    stdout, main = [], []
+    for lab, d in zip(labels, diags, strict=True):
+        run = d.run
+        tag = run.metrics().get("loss")
+        if tag not in ("loss", "trl"):
+            continue
+        sources = run.frame.get_column("source").unique().cast(str).to_list()
+        if "llmc_text" not in sources:
+            continue
+        if tag == "loss":
+            stdout.append(lab)
+        elif tag == "trl":
+            main.append(lab)
+    if not (stdout and main):
+        return []
+    return [
+        f"{', '.join(stdout)}: llm.c stdout, which numbers each training step one higher than "
+        f"llm.c's main.log ({', '.join(main)}); compared as logged, their steps are one apart, "
+        "and where a sign changes fast from step to step (the grad norm early on) that alone "
+        "can read as a parting"
+    ]
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:
@@ -648,6 +679,8 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         ],
     )
     console.print(t)
+    for note in cmp.notes:
+        console.print(f"note: {escape(note)}")
     ref = escape(cmp.labels[cmp.reference])
     for lab, w, fd in zip(cmp.labels, cmp.why, cmp.finding_diff, strict=True):
         if w is None or fd is None:

@@ -287,6 +287,25 @@ def test_compare_page_folds_a_long_list_of_shared_spikes(tmp_path: Path) -> None
     assert folded[: folded.index("</details>")].count("<b>shared:</b>") == min(n, 500) - 10
 
 
+def test_llmc_stdout_beside_main_log_says_the_steps_are_one_apart() -> None:
+    """llm.c prints update k as "step k/N" on stdout and logs it as "s:k-1" in main.log. Put
+    side by side as logged, the two real GPT-2 runs (one stdout, one main.log) "part" on the
+    grad norm at step 2, where it falls fast: 15.24 at stdout step 2 against 14.49 at s:2,
+    though s:1 logged 15.18. The comparison says so in a note; two main.log runs get none."""
+    from conftest import shared_path
+
+    stdout = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11685414.log")
+    main = shared_path("real_runs", "llmc-gpt2-124M-siddanthemani", "main.log")
+    cmp = compare([stdout, main])
+    (note,) = cmp.notes
+    assert note.startswith("gpt2_train.11685414: llm.c stdout, which numbers each training")
+    assert f"than llm.c's main.log ({cmp.labels[1]});" in note
+    assert "one apart" in note
+    assert cmp.to_document()["notes"] == [note]
+    other = shared_path("real_runs", "modded-nanogpt", "2024-10-13_llmc", "main.log")
+    assert compare([main, other]).notes == []
+
+
 def test_two_real_runs_of_one_config_do_not_part_by_noise() -> None:
     """Two llm.c GPT-2 124M runs of one recipe (19,552 and 19,560 steps, ending at loss 3.285
     and 3.286): their per-step loss differences leave the band at 2% of the points, and their
