@@ -23,7 +23,7 @@ Python overhead held most of the spike detector's time.
 * :func:`slope_stats_rows` is what the thousands of spike trend windows take: each window's
   slopes and its first half's order statistics, one window after another while its slopes are
   in the processor's cache (forming and selecting eight windows' slopes at once went to main
-  memory on every pass and was slower).
+  memory on every pass and was slower), picked by a partition at the ranks.
 * :func:`median_rows` sorts rows rather than partitioning them (numpy's row sort is
   vectorized, several times faster).
 * :func:`median_of_ints` is ``np.median`` of step differences through a sort (numpy's int64
@@ -351,12 +351,13 @@ def slope_stats_rows(
 class _Bracket:
     """:func:`select` for many arrays of one length, each in the cache: a sample's order
     statistics give bounds ``low <= high``; one comparison with each counts the values below
-    ``low`` and marks those between, and only those are sorted (values below ``low`` take
-    the first ranks, so a rank r of the array is rank r - below among them). Where a rank
-    falls outside the bounds the whole array is sorted. The sample decides only the speed,
-    never the values. (A partition at the ranks rather than a sort: on the AMD EPYC machines
-    this runs on, numpy sorts a few thousand floats without SIMD, 5 times slower than it
-    partitions them at four ranks.)"""
+    ``low`` and marks those between, and only those are partitioned at the ranks (values
+    below ``low`` take the first ranks, so a rank r of the array is rank r - below among
+    them). Where a rank falls outside the bounds the whole array is partitioned. The sample
+    decides only the speed, never the values. (A partition at the ranks rather than a sort:
+    on the AMD EPYC machines this runs on, numpy sorts a few thousand floats without SIMD,
+    5 times slower than it partitions them at four ranks; rows of a few hundred values, as
+    :func:`median_rows` takes, it still sorts fast.)"""
 
     def __init__(self, size: int, ks: list[int]) -> None:
         self.ks = np.asarray(ks, dtype=np.intp)
@@ -425,7 +426,7 @@ class _Bracket:
         return vals[kl], own
 
 
-_PICK_MIN = 4096  # below this many values a sort of all is as cheap
+_PICK_MIN = 4096  # below this many values a partition of all is as cheap
 _PICK_MARGIN = 1.3  # bounds' margin each side, in sqrt(sample size) (a miss costs one sort)
 
 
