@@ -594,8 +594,7 @@ def step_numbering_notes(diags: list[Diagnosis], labels: list[str]) -> list[str]
         tag = run.metrics().get("loss")
         if tag not in ("loss", "trl"):
             continue
-        sources = run.frame.get_column("source").unique().cast(str).to_list()
-        if "llmc_text" not in sources:
+        if "llmc_text" not in run.sources():
             continue
         if tag == "loss":
             stdout.append(lab)

@@ -377,9 +377,7 @@ TRAINER_NAMES = {"megatron": "Megatron-LM", "hf": "the HF Trainer", "lightning":
 def trainer_of(run: Run) -> str | None:
     """The trainer that wrote the log, when its format says: megatron, hf, lightning."""
     fmt = run.format or ""
-    sources: set[str] = set()
-    if "source" in run.frame.columns and run.frame.height:
-        sources = set(run.frame.get_column("source").unique().drop_nulls().to_list())
+    sources = run.sources()
     if "megatron" in fmt or any(s.startswith("megatron") for s in sources):
         return "megatron"
     if "hf_trainer_state" in fmt:

@@ -273,6 +273,12 @@ class Run:
     def has(self, metric: str) -> bool:
         return metric in self._metric_tags()  # asked thousands of times: no copy
 
+    def sources(self) -> set[str]:
+        """The source names on the run's rows (``llmc_text``, ``tfevents``...)."""
+        if "source" not in self.frame.columns or not self.frame.height:
+            return set()
+        return set(self.frame.get_column("source").unique().drop_nulls().cast(pl.Utf8).to_list())
+
     def metrics(self) -> dict[str, str]:
         """Canonical vital sign -> the raw tag it is read from (most points wins).
 
