@@ -127,3 +127,30 @@ def test_select_with_part_equals_the_plain_selection(
             assert _bits(got_part + 0.0) == _bits(want), trial
     if margin > 0:
         assert parts > 0
+
+
+def test_binned_ranks_equal_the_plain_partition() -> None:
+    """The bins between two bounds say which values to partition: ties, a value on each
+    bound, equal bounds (no scale: one partition of all) and an infinite bound give the
+    ranks np.partition gives; the first and last rank included."""
+    rng = np.random.default_rng(71)
+    cases = []
+    for _ in range(30):
+        v = rng.standard_normal(int(rng.integers(5, 5000)))
+        if rng.random() < 0.3:
+            v = np.round(v, 1)  # ties across bin edges
+        cases.append(v)
+    cases.append(np.full(700, 0.25))  # low == high
+    cases.append(np.array([1.0, np.inf, 2.0, np.inf, 3.0] * 50))  # high infinite
+    cases.append(np.array([-np.inf, 0.0, 1.0, 5e-324, 1e308] * 50))  # low infinite, extremes
+    for i, v in enumerate(cases):
+        low, high = np.float64(v.min()), np.float64(v.max())
+        n = len(v)
+        ks = np.array(sorted({0, n // 3, n // 2, n // 2 + 1, n - 1} & set(range(n))), np.intp)
+        with np.errstate(all="ignore"):
+            bins = order_stats._bins_of(v, low, high)
+            got = order_stats._binned(v, low, high, ks, bins)
+        assert _bits(got + 0.0) == _bits(np.partition(v, ks)[ks] + 0.0), i
+        if i < 30:
+            assert bins is not None  # finite, distinct bounds: binned
+    assert order_stats._bins_of(cases[30], np.float64(0.25), np.float64(0.25)) is None
