@@ -424,9 +424,7 @@ class _Bracket:
             mine = part.take(where)
             if ks_part[-1] - below_part < np.count_nonzero(mine):
                 kp = ks_part - below_part
-                own = _binned(
-                    vals[mine], low, high, kp, None if bins is None else bins[mine]
-                )
+                own = _binned(vals[mine], low, high, kp, None if bins is None else bins[mine])
         return _binned(vals, low, high, self.ks - below, bins), own
 
 
