@@ -35,9 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.evidence.spike_context import Overlaps
+from forensics.evidence.spike_context import Overlaps, ScheduleEvent, near_steps
 from forensics.evidence.trend_utils import times
-from forensics.findings import DYNAMICS, Finding, FindingKind, Severity, scale_text
+from forensics.findings import (
+    DYNAMICS,
+    Finding,
+    FindingKind,
+    Severity,
+    scale_text,
+    steps_text,
+)
 from forensics.prescriptions import TABLE
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW, VAL_LOSS
 
@@ -50,8 +57,6 @@ STATUSES = (SUPPORTED, CONTRADICTED, UNTESTED)
 # How far before an onset a control input (an LR change, a resume, a schedule kink) still counts
 # as near it: the article's 100 steps, the short end of a normal recovery (4.4).
 NEAR_STEPS = 100
-# A schedule kink (warm-up end, restart, step drop) acts within a shorter reach.
-SCHEDULE_NEAR_STEPS = 50
 # An overflow counts when the loss scale fell within this many steps of the onset.
 OVERFLOW_STEPS = 10
 # A bad batch is one or two logged points high, then back (a spike the optimizer absorbed).
@@ -264,11 +269,18 @@ def _ratio_text(r: float | None) -> str:
     return "" if r is None else f" ({r:.2f}x)"
 
 
+def _event_text(e: ScheduleEvent) -> str:
+    if e.kind == "warmup_end":
+        return "the warm-up ended"
+    if e.kind == "cooldown":
+        return "the cooldown began"
+    word = "restarted" if e.kind == "restart" else "dropped a step"
+    return f"the LR {word} ({_g(e.lr_before)} -> {_g(e.lr_after)})"
+
+
 def _near(ev: Evidence, base: int = NEAR_STEPS) -> int:
-    """The reach of "near the onset": ``base`` steps, a tenth of the log on shorter logs (a
-    warm-up end 30 steps before an event is near in a 60-step log only as everything is)."""
-    steps = ev.run.last_step - ev.run.first_step + 1
-    return int(min(base, max(5, steps // 10)))
+    """The reach of "near the onset": ``base`` steps, a tenth of the log on shorter logs."""
+    return near_steps(ev.run.first_step, ev.run.last_step, base)
 
 
 def _points(n: int) -> str:
@@ -305,7 +317,8 @@ class _Facts:
 
     @cached_property
     def schedule_near(self) -> int:
-        return _near(self.ev, SCHEDULE_NEAR_STEPS)
+        # The spike detector's own reach (its sentence names the kink this table tests).
+        return _near(self.ev, self.ev.params.spikes.schedule_lag)
 
     @cached_property
     def has_loss(self) -> bool:
@@ -356,19 +369,8 @@ class _Facts:
     @cached_property
     def _schedule_events(self) -> tuple[list[tuple[int, str]], list[int]]:
         """The warm-up end, LR restarts and step drops and cooldown starts as (step, what),
-        sorted, and their steps."""
-        ev, sched = self.ev, self.ev.schedule
-        events: list[tuple[int, str]] = []
-        if ev.warmup_end is not None:
-            events.append((int(ev.warmup_end), "the warm-up ended"))
-        for c in sched.changes:
-            if c.kind in ("restart", "step_drop"):
-                word = "restarted" if c.kind == "restart" else "dropped a step"
-                events.append((c.step, f"the LR {word} ({_g(c.lr_before)} -> {_g(c.lr_after)})"))
-        for seg in sched.segments:
-            if seg.kind == "cooldown":
-                events.append((seg.start_step, "the cooldown began"))
-        events.sort()
+        sorted, and their steps (the evidence's list, which the spike detector reads too)."""
+        events = [(e.step, _event_text(e)) for e in self.ev.schedule_events]
         return events, [s for s, _ in events]
 
     @cached_property
@@ -652,10 +654,13 @@ def _bad_batch(x: _Facts, f: Finding) -> Cause:
     if f.kind is FindingKind.PERIODIC_SPIKES:
         return _bad_batch_recurring(x, f)
     lo, hi = _window(f)
-    return _bad_batch_at(x, lo, hi)
+    return _bad_batch_at(x, lo, hi, f)
 
 
-def _bad_batch_at(x: _Facts, lo: int, hi: int) -> Cause:
+def _bad_batch_at(x: _Facts, lo: int, hi: int, f: Finding | None = None) -> Cause:
+    """Is the loss spike at ``lo``-``hi`` one batch: short and back at once? ``f``: the
+    finding the cause is tested for (a loss spike's own finding knows whether the loss went
+    on rising after it, which the evidence's spike does not)."""
     ev = x.ev
     sp = _spike_at(x, LOSS, lo, hi)
     if sp is None:
@@ -680,11 +685,19 @@ def _bad_batch_at(x: _Facts, lo: int, hi: int) -> Cause:
         f"{_ratio_text(m.get('height_ratio'))}"
     )
     if not short:
-        rec = (
-            f"back after {int(m['recovery_steps']):,} steps"
-            if m.get("recovered")
-            else "not back on its trend"
+        own = (
+            f.measures
+            if f is not None and f.kind is FindingKind.LOSS_SPIKE and f.peak_step == sp.peak_step
+            else {}
         )
+        rose, rose_at = own.get("rose_after_to"), own.get("rose_after_step")
+        if isinstance(rose, float) and isinstance(rose_at, int):
+            # (the spike's own sentence says the same)
+            rec = f"never back (the loss went on rising, to {_g(rose)} at step {rose_at:,})"
+        elif m.get("recovered"):
+            rec = f"back after {steps_text(m['recovery_steps'])}"
+        else:
+            rec = "not back on its trend"
         return Cause(
             "bad_batch",
             CONTRADICTED,

@@ -59,7 +59,7 @@ def _m(
 
 
 SPIKE_CLASSES = ("physiological", "pathological", "beneficial", "unresolved", "diverged")
-LR_KINK_KINDS = ("warmup_end", "restart", "drop", "slope_change")
+LR_KINK_KINDS = ("warmup_end", "restart", "drop", "cooldown")  # spike_context.SCHEDULE_EVENT_KINDS
 SPIKE_CAUSES = ("numeric_overflow", "schedule_induced", "grad_norm_led")
 CRASH_REASONS = (
     "out_of_memory",
@@ -155,13 +155,15 @@ _SPIKE = (
     _m(
         "lr_kink_step",
         int,
-        "step of an LR-schedule kink the spike follows (schedule-induced), else null",
+        "step of the LR-schedule event the spike follows (schedule-induced: a warm-up end, "
+        "restart, step drop or cooldown start up to its onset, within the causes' reach), "
+        "else null",
         null=True,
     ),
     _m(
         "lr_kink_kind",
         str,
-        "the kind of that kink (null if none)",
+        "the kind of that event (null if none)",
         null=True,
         values=LR_KINK_KINDS,
     ),

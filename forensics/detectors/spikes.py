@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Band, Evidence
-from forensics.evidence.spike_context import Overlaps
+from forensics.evidence.spike_context import Overlaps, event_near, near_steps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
@@ -138,8 +138,10 @@ class SpikeDetector:
         if not spikes:
             return
         drops = Overlaps(ev.drop_windows)  # (one binary search a spike)
-        kinks = ev.lr_kinks
+        events = ev.schedule_events
         diverged = ev.diverged if ev.has(LOSS) and ev.has(GRAD_NORM) else []
+        # (the causes table's reach too: a sentence never names a kink its causes rule out)
+        lag = near_steps(ev.run.first_step, ev.run.last_step, self.params.schedule_lag)
         for j in spikes:
             s, m = j.spike, j.m
             j.diverged = next((d for d in diverged if d[0] <= s.start_step <= d[1]), None)
@@ -152,14 +154,8 @@ class SpikeDetector:
             # shows the drop of an overflowing step at the next logged point: allow one interval.
             iv = s.log_interval
             overflow = drops(s.start_step - iv, s.peak_step + iv)
-            kink = next(
-                (
-                    k
-                    for k in kinks
-                    if k.step - iv <= s.start_step <= k.step + self.params.schedule_lag
-                ),
-                None,
-            )
+            # (the causes table's window: an event up to the onset's step, within the reach)
+            kink = event_near(events, s.start_step - lag, s.start_step + 1)
             m["loss_scale_drop"] = overflow
             m["lr_kink_step"] = kink.step if kink else None
             m["lr_kink_kind"] = kink.kind if kink else None
@@ -443,11 +439,19 @@ def _pathology(m: dict[str, Any], limit: int) -> str:
     return f"settled {m['plateau_shift_rel'] or 0:.0%} above its earlier trend"
 
 
+_EVENT_WORDS = {
+    "warmup_end": "the LR warm-up's end",
+    "restart": "an LR restart",
+    "drop": "an LR step drop",
+    "cooldown": "the start of the LR cooldown",
+}
+
+
 def _cause_text(m: dict[str, Any]) -> str:
     if m.get("cause") == "numeric_overflow":
         # The overflow is the mechanism; what set it off is judged by the causes (diagnosis).
         return "; the loss scale dropped during the spike (an overflow: see its causes)"
     if m.get("cause") == "schedule_induced":
-        kind = str(m["lr_kink_kind"]).replace("_", " ")
-        return f"; it follows an LR-schedule {kind} at step {m['lr_kink_step']:,}"
+        kind = _EVENT_WORDS.get(str(m["lr_kink_kind"]), str(m["lr_kink_kind"]))
+        return f"; it follows {kind} at step {m['lr_kink_step']:,}"
     return ""

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from forensics.evidence.checkpoints import Checkpoints, TrainerBest
     from forensics.evidence.gap import Gap
     from forensics.evidence.schedule import Schedule
-    from forensics.evidence.spike_context import Kink, Period, ScaleCascade
+    from forensics.evidence.spike_context import Kink, Period, ScaleCascade, ScheduleEvent
     from forensics.evidence.spikes import Spike
     from forensics.evidence.trend_utils import LayerMatrix
     from forensics.findings import Finding
@@ -198,6 +198,13 @@ class Evidence:
         from forensics.evidence.schedule import lr_schedule
 
         return lr_schedule(self.series_of_lr(), warmup_end=self.warmup_end)
+
+    @cached_property
+    def schedule_events(self) -> list[ScheduleEvent]:
+        """The schedule's warm-up end, restarts, step drops and cooldown starts, by step."""
+        from forensics.evidence.spike_context import schedule_events
+
+        return schedule_events(self.schedule, self.warmup_end)
 
     def series_of_lr(self) -> Series:
         from forensics.schema import LR

@@ -9,7 +9,7 @@ at the data pipeline or the job's own housekeeping).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,9 +20,63 @@ from forensics.schema import EPOCH, EVAL_PREFIX, VAL_LOSS
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence, Series
+    from forensics.evidence.schedule import Schedule
+
+
+def near_steps(first_step: int, last_step: int, base: int) -> int:
+    """How far before an onset an event still counts as near it: ``base`` steps, or a tenth
+    of a shorter log (at least 5): in a 60-step log a warm-up end 30 steps before a spike is
+    near it only as everything is. The spike detector and the causes table both read it, so
+    a spike's sentence and its causes name the same schedule events."""
+    steps = last_step - first_step + 1
+    return int(min(base, max(5, steps // 10)))
 
 
 # -- LR schedule ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScheduleEvent:
+    """A point of the LR schedule a spike may follow: the warm-up's end, a restart, a step
+    drop or the start of a cooldown (an LR that left its schedule is not one: the causes
+    table calls that an LR change)."""
+
+    step: int
+    kind: str  # one of SCHEDULE_EVENT_KINDS
+    lr_before: float | None = None  # restart / drop: the LR on either side
+    lr_after: float | None = None
+
+
+SCHEDULE_EVENT_KINDS = ("warmup_end", "restart", "drop", "cooldown")
+
+
+def schedule_events(schedule: Schedule, warmup_end: int | None) -> list[ScheduleEvent]:
+    """The schedule's events, sorted by step (the spike detector's sentence and the causes
+    table read this one list)."""
+    out: list[ScheduleEvent] = []
+    if warmup_end is not None:
+        out.append(ScheduleEvent(int(warmup_end), "warmup_end"))
+    for c in schedule.changes:
+        if c.kind in ("restart", "step_drop"):
+            kind = "restart" if c.kind == "restart" else "drop"
+            out.append(ScheduleEvent(c.step, kind, c.lr_before, c.lr_after))
+    for seg in schedule.segments:
+        if seg.kind == "cooldown":
+            out.append(ScheduleEvent(seg.start_step, "cooldown"))
+    # Events at one step: the one named is the last, so the warm-up end, then a cooldown's
+    # start, then a restart, then a drop.
+    out.sort(key=lambda e: (e.step, _TIE_ORDER.index(e.kind)))
+    return out
+
+
+_TIE_ORDER = ("drop", "restart", "cooldown", "warmup_end")
+
+
+def event_near(events: list[ScheduleEvent], lo: int, hi: int) -> ScheduleEvent | None:
+    """The last of ``events`` (sorted by step) with ``lo <= step <= hi`` (None if none)."""
+    steps = [e.step for e in events]
+    last = bisect_right(steps, hi)
+    return events[last - 1] if last > bisect_left(steps, lo) else None
+
+
 @dataclass(frozen=True)
 class Kink:
     step: int

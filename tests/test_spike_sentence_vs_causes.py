@@ -1,0 +1,99 @@
+"""A spike's sentence and its causes table say the same thing.
+
+The spike detector names an LR-schedule kink in its sentence ("it follows an LR-schedule warm-up
+end at step 8") and the causes table tests the same question ("An LR schedule effect"). On
+bigscience's 62-step Megatron log they disagreed: the detector looked 50 steps back, the
+table a tenth of the log (6 steps), so the sentence named a warm-up end 32 steps before the
+onset while the table called that cause contradicted. Both read one reach now.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, shared_path
+
+from forensics.diagnosis import Diagnosis
+from forensics.findings import Finding, FindingKind
+from forensics.pipeline import analyze_run, read_run
+
+BIGSCIENCE_OFF = ("bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-off.out")
+
+
+@cache
+def _diag(path: Path) -> Diagnosis:
+    return analyze_run(read_run(path))
+
+
+def _cause(diag: Diagnosis, f: Finding, name: str) -> tuple[str, str]:
+    (c,) = [c for c in diag.causes_for(f) if c.cause == name]
+    return c.status, c.evidence
+
+
+def _check(diag: Diagnosis) -> int:
+    """Every schedule-induced spike has its schedule cause supported; every loss spike the
+    loss never came back from says so in its bad-batch evidence. Returns how many spikes
+    were checked either way."""
+    seen = 0
+    for f in diag.findings:
+        if f.kind not in (FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE):
+            continue
+        if f.measures.get("cause") == "schedule_induced":
+            seen += 1
+            status, text = _cause(diag, f, "lr_schedule")
+            assert status == "supported", (f.summary, text)
+            assert f"step {f.measures['lr_kink_step']:,}" in text, (f.summary, text)
+        if f.measures.get("rose_after_to") is not None:
+            seen += 1
+            status, text = _cause(diag, f, "bad_batch")
+            assert status == "contradicted" and "never back" in text, (f.summary, text)
+            assert "back after" not in text
+    return seen
+
+
+def test_bigscience_loss_climb_names_no_far_warmup_end() -> None:
+    """The loss bottomed at 11.65 (step 31) and climbed to 20.44 by step 62; the warm-up
+    ended at step 8. The critical spike (onset 40) no longer 'follows' that warm-up end, and
+    its bad-batch evidence no longer reads 'back after 1 steps'."""
+    diag = _diag(shared_path("real_runs", *BIGSCIENCE_OFF))
+    (f,) = [f for f in diag.findings if f.kind == FindingKind.LOSS_SPIKE and f.start_step == 40]
+    assert "warmup end" not in f.summary and "warm-up" not in f.summary
+    assert f.measures["cause"] is None and f.measures["lr_kink_step"] is None
+    status, text = _cause(diag, f, "lr_schedule")
+    assert status == "contradicted" and "within 6 steps before step 40" in text
+    assert f.measures["rose_after_to"] == pytest.approx(20.43871)
+    status, text = _cause(diag, f, "bad_batch")
+    assert "never back (the loss went on rising, to 20.44 at step 62)" in text
+    assert _check(diag) == 1
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "healthy",
+        "bad_batch",
+        "divergence",
+        "periodic_spikes",
+        "resumed",
+        "val_shift",
+    ],
+)
+def test_sample_runs_sentences_agree_with_causes(rel: str) -> None:
+    assert _check(_diag(ROOT / "sample_runs" / rel)) >= 1
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("bigscience-megatron-experiments", "meg_gpt2_base_n16_dp1_tp4_pp16-1809577.out"),
+        ("bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-on.out"),
+        ("deepspeed-chat-logs", "step2_reward", "opt-350m_globalBatchSize-64.log"),
+        ("modded-nanogpt", "2024-10-13_llmc", "main.log"),
+        ("hf-trainer-whisper-large-v2-ja",),
+    ],
+    ids=lambda p: p[-1][:24],
+)
+def test_real_logs_sentences_agree_with_causes(parts: tuple[str, ...]) -> None:
+    _check(_diag(shared_path("real_runs", *parts)))
