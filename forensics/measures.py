@@ -200,6 +200,15 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("rose_after_step", int, "the step of that value (null otherwise)", null=True),
         _m(
+            "rose_since_value",
+            float,
+            "where the climb such a spike is part of began: the loss's lowest value within "
+            "100 logged points before the onset, below the local baseline, at least 3 points "
+            "before it and rising on two thirds of the steps since (null otherwise)",
+            null=True,
+        ),
+        _m("rose_since_step", int, "the step of that value (null otherwise)", null=True),
+        _m(
             "highest_value",
             float,
             "the highest loss logged from start_step to end_step: peak_value unless the loss "

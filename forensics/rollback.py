@@ -463,6 +463,12 @@ def rollback_plan(
             and (g.end_step is None or g.end_step >= f.start_step)
         ):
             onset, cause = g.start_step, g
+    # A loss spike cut from a steady climb (the loss never came back and had been rising
+    # since a low): the climb's first step is the onset, its low the last healthy step.
+    climb = f.measures.get("rose_since_step") if cause is None else None
+    climbing = isinstance(climb, int) and climb < onset
+    if climbing:
+        onset = int(climb) + 1  # type: ignore[arg-type]
     lr_seg = None
     if f.kind != FindingKind.OVERFITTING:
         lr_seg = _lr_change_before(ev, onset)
@@ -522,6 +528,8 @@ def rollback_plan(
         )
     elif cause is not None:
         why = f"{cause.kind.value} from step {cause.start_step:,} was still going on at the onset"
+    elif climbing:
+        why = f"the loss had been climbing since its low at step {climb:,}"
     else:
         why = f"onset of the {f.kind.value} at step {f.start_step:,}"
     decide_by = None
@@ -555,7 +563,9 @@ def rollback_plan(
         trainer=trainer,
         lr_change=lr_change,
         decide_by=decide_by,
-        onset_kind=(cause.kind.value if cause is not None else f.kind.value),
+        onset_kind=(
+            cause.kind.value if cause is not None else ("loss climb" if climbing else f.kind.value)
+        ),
         findings=tuple(fs),
     )
 

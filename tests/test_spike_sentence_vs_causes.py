@@ -55,8 +55,9 @@ def _check(diag: Diagnosis) -> int:
 
 def test_bigscience_loss_climb_names_no_far_warmup_end() -> None:
     """The loss bottomed at 11.65 (step 31) and climbed to 20.44 by step 62; the warm-up
-    ended at step 8. The critical spike (onset 40) no longer 'follows' that warm-up end, and
-    its bad-batch evidence no longer reads 'back after 1 steps'."""
+    ended at step 8. The critical spike (onset 40) no longer 'follows' that warm-up end, its
+    bad-batch evidence no longer reads 'back after 1 steps', and the rollback goes back to
+    the climb's low instead of step 39, eight steps into the climb."""
     diag = _diag(shared_path("real_runs", *BIGSCIENCE_OFF))
     (f,) = [f for f in diag.findings if f.kind == FindingKind.LOSS_SPIKE and f.start_step == 40]
     assert "warmup end" not in f.summary and "warm-up" not in f.summary
@@ -67,6 +68,13 @@ def test_bigscience_loss_climb_names_no_far_warmup_end() -> None:
     status, text = _cause(diag, f, "bad_batch")
     assert "never back (the loss went on rising, to 20.44 at step 62)" in text
     assert _check(diag) == 1
+    # The spike is a piece of the climb from the low at step 31: the sentence says so, and
+    # the rollback's last healthy step is that low, not the step before the spike's onset.
+    assert (f.measures["rose_since_step"], f.measures["rose_since_value"]) == (31, 11.64951)
+    assert "part of a climb from 11.65 at step 31" in f.summary
+    (plan,) = [r for r in diag.rollbacks if r.rollback]
+    assert plan.last_healthy_step == 31 and plan.onset_step == 32
+    assert "Last healthy step 31, before the loss climb at step 32" in plan.sentence()
 
 
 @pytest.mark.parametrize(

@@ -354,6 +354,7 @@ def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:
     series = None
     for j in loss:
         j.m["rose_after_to"] = j.m["rose_after_step"] = None
+        j.m["rose_since_value"] = j.m["rose_since_step"] = None
         if j.diverged is not None or j.spike.classification is not SpikeClass.PATHOLOGICAL:
             continue
         if series is None:
@@ -366,6 +367,31 @@ def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:
         if after[top] > j.m["peak_value"] and after.min() > j.m["baseline"]:
             j.m["rose_after_to"] = float(after[top])
             j.m["rose_after_step"] = int(series.steps[i + top])
+            low = _climb_start(series.steps, series.values, j)
+            if low is not None:
+                j.m["rose_since_value"] = float(series.values[low])
+                j.m["rose_since_step"] = int(series.steps[low])
+
+
+def _climb_start(steps: np.ndarray, values: np.ndarray, j: _Judged) -> int | None:
+    """Where the climb a never-recovered spike is part of began: the loss's lowest point
+    within ``CLIMB_LOOKBACK`` logged points before the onset, when it lies below the spike's
+    local baseline, at least ``CLIMB_MIN_POINTS`` points before the onset, and the loss went
+    up on at least two thirds of the steps from there to the onset (a steady climb, not a
+    dip before a jump). None otherwise."""
+    onset = int(np.searchsorted(steps, j.spike.start_step, side="left"))
+    lo = max(0, onset - CLIMB_LOOKBACK)
+    if onset - lo < CLIMB_MIN_POINTS:
+        return None
+    low = lo + int(np.argmin(values[lo:onset]))
+    if onset - low < CLIMB_MIN_POINTS or not values[low] < j.m["baseline"]:
+        return None
+    ups = np.diff(values[low : onset + 1]) > 0
+    return low if 3 * int(ups.sum()) >= 2 * len(ups) else None
+
+
+CLIMB_LOOKBACK = 100  # logged points before a spike searched for the start of its climb
+CLIMB_MIN_POINTS = 3  # a climb spans at least this many logged points before the onset
 
 
 def _highest(ev: Evidence, loss: list[_Judged]) -> None:
@@ -403,8 +429,13 @@ def _highest_text(m: dict[str, Any]) -> str:
 def _rose_text(m: dict[str, Any]) -> str:
     if m.get("rose_after_to") is None:
         return ""
+    since = ""
+    if m.get("rose_since_step") is not None:
+        since = (
+            f"; part of a climb from {m['rose_since_value']:.4g} at step {m['rose_since_step']:,}"
+        )
     return (
-        f"; the loss never came back and went on rising after it, to "
+        f"{since}; the loss never came back and went on rising after it, to "
         f"{m['rose_after_to']:.4g} at step {m['rose_after_step']:,}"
     )
 
