@@ -105,3 +105,25 @@ def test_sample_runs_sentences_agree_with_causes(rel: str) -> None:
 )
 def test_real_logs_sentences_agree_with_causes(parts: tuple[str, ...]) -> None:
     _check(_diag(shared_path("real_runs", *parts)))
+
+
+def test_report_card_says_the_climb_never_came_back() -> None:
+    """The loss-spike card said 'Recovery took 1 step' beside a sentence saying the loss
+    never came back (the point after the peak fell inside the trend's band, on the climb).
+    It says what the loss did; a spike that settled higher says it came down to that level."""
+    import re
+
+    from forensics.report import render_html
+
+    def text(diag: Diagnosis) -> str:
+        page = render_html(diag, plotlyjs="cdn")
+        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))
+
+    climb = text(_diag(shared_path("real_runs", *BIGSCIENCE_OFF)))
+    assert (
+        "It never came back: the loss went on rising, to 20.44 at step 62, in a climb from "
+        "11.65 at step 31." in climb
+    )
+    assert "Recovery took 1 step" not in climb
+    higher = text(_diag(ROOT / "sample_runs" / "param_norm_jump"))
+    assert "Down from its peak in 149 steps, to a level 35% above its earlier trend." in higher
