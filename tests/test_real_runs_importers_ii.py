@@ -75,7 +75,9 @@ def test_megatron_slurm_logs(name: str) -> None:
     assert _close(_series(run, "loss"), expected)
     assert _close(_series(run, "lr"), _megatron_expected(path, "learning rate"))
     gn = _megatron_expected(path, "grad norm")
-    if gn:
+    if gn and set(gn.values()) == {0.0}:  # DeepSpeed's placeholder: not a measurement
+        assert not run.has("grad_norm")
+    elif gn:
         assert _close(_series(run, "grad_norm"), gn)
     cancelled = "base" in name  # the three short perf runs ended with an scancel
     crashes = _crashes(run)
@@ -109,6 +111,27 @@ def test_megatron_deepspeed_minus_one_loss_scale_is_not_a_value() -> None:
     )
     assert not run.has("loss_scale")
     assert any("loss scale" in n and "DeepSpeed" in n for n in run.notes)
+
+
+def test_megatron_deepspeed_zero_grad_norm_is_not_a_value() -> None:
+    """With DeepSpeed running the optimizer step, Megatron-DeepSpeed prints 'grad norm: 0.000'
+    on every iteration. Read as values, `compare` said the grad norm of the ds-on run 'parted
+    at step 1' from the ds-off run's (67.6). Not imported, with a note; a log whose grad norm
+    is 0 on some iterations only keeps every value (the n16 run's early lines print none)."""
+    name = "meg_ds_3d_gpt2_perf_n16-ds-on.out"
+    path = shared_path("real_runs", "bigscience-megatron-experiments", name)
+    assert set(_megatron_expected(path, "grad norm").values()) == {0.0}
+    run = read_run(path)
+    assert not run.has("grad_norm")
+    assert any("'grad norm' printed as 0 on every iteration" in n for n in run.notes)
+    off = read_run(path.with_name("meg_ds_3d_gpt2_perf_n16-ds-off.out"))
+    assert len(_series(off, "grad_norm")) == 62
+
+    from forensics.compare import compare
+
+    cmp = compare([path.with_name("meg_ds_3d_gpt2_perf_n16-ds-off.out"), path])
+    assert cmp.partings.get("grad_norm", [None, None])[1] is None
+    assert cmp.why[1] is not None and "the loss parted at step 5" in cmp.why[1]
 
 
 def test_megatron_validation_lines() -> None:

@@ -326,10 +326,14 @@ def _finish(
     values dropped), the other cells (``rest``) split into long rows."""
     kept: list[str] = []
     tags: list[str] = []
+    split = _split_rows(rest, rest_cols) if rest.height else empty_rows()
+    placeholder_norm = _zero_grad_norms(wide, prefixes, split)
     for j, pre in enumerate(prefixes):
         if pre is None:
             continue
         tag = pre[:-1].strip()
+        if tag == "grad norm" and placeholder_norm:
+            wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(f"_v{j}"))
         if tag == "loss scale":
             v = pl.col(f"_v{j}")
             bad = wide.select(v.filter(v <= 0).first()).item()
@@ -341,7 +345,14 @@ def _finish(
     # A line that matched "iteration N/" but gave no value at all is a bad line.
     found = [pl.col(c).is_not_null() for c in kept]
     no_fast = wide.filter(pl.sum_horizontal(found) == 0) if found else wide
-    split = _split_rows(rest, rest_cols) if rest.height else empty_rows()
+    if placeholder_norm:
+        split = split.filter(pl.col("tag") != "grad norm")
+        note = (
+            f"{ctx.name}: 'grad norm' printed as 0 on every iteration (not computed: the "
+            "optimizer step belongs to DeepSpeed); those values were not used"
+        )
+        if note not in ctx.notes:
+            ctx.notes.append(note)
     ctx.bad_lines += no_fast.filter(~pl.col("ln").is_in(split.get_column("ln").implode())).height
     # The rows of the common layout stay wide (one column per tag): the importer lays them
     # out in the order it needs, once (see WideRows).
@@ -350,6 +361,21 @@ def _finish(
         scale = _real_scales(split.filter(pl.col("tag") == "loss scale"), ctx)
         return conform_rows(pl.concat([split.filter(pl.col("tag") != "loss scale"), scale]))
     return empty_rows()
+
+
+def _zero_grad_norms(wide: pl.DataFrame, prefixes: list[str | None], split: pl.DataFrame) -> bool:
+    """Whether every printed 'grad norm' is 0: Megatron-DeepSpeed prints ``grad norm: 0.000``
+    on each iteration when DeepSpeed runs the optimizer step (beside ``loss scale: -1.0``); no
+    training model has a gradient of norm exactly 0 on every step."""
+    values = [
+        wide.get_column(f"_v{j}").drop_nulls()
+        for j, pre in enumerate(prefixes)
+        if pre is not None and pre[:-1].strip() == "grad norm"
+    ]
+    if split.height:
+        values.append(split.filter(pl.col("tag") == "grad norm").get_column("value").drop_nulls())
+    n = sum(len(v) for v in values)
+    return n > 0 and all(bool((v == 0).all()) for v in values if len(v))
 
 
 def _scale_note(bad: float | None, ctx: Ctx) -> None:
