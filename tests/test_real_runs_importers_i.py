@@ -84,6 +84,31 @@ def test_mistral_checkpoints_and_grad_norm_peak() -> None:
     ] == pytest.approx(16.2518, abs=1e-4)
 
 
+def test_llama_factory_zero_throughput_is_not_a_vital_sign() -> None:
+    """LLaMA-Factory writes "throughput": "0.00" and "total_tokens": 0 on every line when it
+    does not count tokens. Read as values, the mistral run's checklist answered "Does
+    data-loading throughput reach the expected level?" with "pass: median 0 tokens/s". Left
+    out with a note; the checklist says it is not measurable."""
+    root = shared_path("real_runs", "llamafactory-mistral7b-translator-lora")
+    objs = [json.loads(x) for x in (root / "trainer_log.jsonl").read_text().splitlines()]
+    assert {o["throughput"] for o in objs} == {"0.00"} and {o["total_tokens"] for o in objs} == {0}
+    run = read_run(root)
+    assert not run.has("throughput")
+    tags = set(run.frame.get_column("tag").cast(pl.Utf8).unique().to_list())
+    assert not tags & {"throughput", "total_tokens"}
+    assert any("throughput and total_tokens printed as 0 on every line" in n for n in run.notes)
+    from forensics.pipeline import analyze_run
+
+    diag = analyze_run(run)
+    answers = [
+        (c.status, c.evidence)
+        for phase in diag.phases
+        for c in phase.items
+        if "throughput" in c.question
+    ]
+    assert answers and all(st == "not measurable" for st, _ in answers), answers
+
+
 @pytest.mark.parametrize(
     "folder, lines",
     [("llamafactory-luojiu-7b-qlora-cpt", 1743), ("llamafactory-mistral7b-translator-lora", 867)],

@@ -418,7 +418,36 @@ def finish(lines: Lines, name: str) -> ImportResult:
         notes.append(
             f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"
         )
+        frame, zeros = _without_zero_counts(frame, _LLAMAFACTORY_COUNTS)
+        if zeros:
+            notes.append(
+                f"{name}: {' and '.join(zeros)} printed as 0 on every line (LLaMA-Factory "
+                "writes 0 when it does not count the tokens it trains on); those values were "
+                "not used"
+            )
     return ImportResult(frame=conform(frame), notes=notes, findings=findings, config=lines.config)
+
+
+# LLaMA-Factory's token counts: "0.00" and 0 on every line unless token counting is on.
+_LLAMAFACTORY_COUNTS = ("throughput", "total_tokens")
+
+
+def _without_zero_counts(
+    frame: pl.DataFrame, tags: tuple[str, ...]
+) -> tuple[pl.DataFrame, list[str]]:
+    """The frame without the rows of each of ``tags`` whose every value is 0 (a placeholder:
+    a job that trained did not do so at 0 tokens a second), and the tags dropped."""
+    tag = pl.col("tag").cast(pl.Utf8)
+    found = (
+        frame.filter(tag.is_in(tags))
+        .group_by(tag.alias("t"))
+        .agg((pl.col("value") == 0).all().alias("zero"), pl.len().alias("n"))
+        .filter(pl.col("zero") & (pl.col("n") > 0))
+    )
+    zeros = sorted(found.get_column("t").to_list())
+    if not zeros:
+        return frame, []
+    return frame.filter(~tag.is_in(zeros)), zeros
 
 
 def _no_restart(frame: pl.DataFrame, tags: list[str] | None = None) -> bool:
