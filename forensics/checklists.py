@@ -17,6 +17,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
+from forensics.evidence.trend_utils import unit_for
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.schema import (
     ACT_ABSMAX,
@@ -263,10 +264,15 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         st, v = _window(ev, THROUGHPUT, lo, hi)
         if len(v) < 3:
             return None
+        level = float(np.median(v))
+        if not level > 0:  # a job that trained did not do so at 0 tokens a second
+            return Item(q, NA, f"throughput logged as {_g(level)} (a placeholder, not a rate)")
+        unit = unit_for(ev.run, THROUGHPUT)
+        assumed = "" if unit.stated else f" ({unit.label} assumed: the log states no unit)"
         return Item(
             q,
             PASS,
-            f"median {_g(float(np.median(v)))} tokens/s, no drop or stall"
+            f"median {unit.show(level)}{assumed}, no drop or stall"
             " (no target in the log to compare with)",
         )
 

@@ -307,3 +307,36 @@ def test_divergence_says_its_peak_is_the_smoothed_curves() -> None:
     assert (round(raw), at) == (1492, 1016)
     assert "the smoothed loss rose from 2.251 to 1154" in div.summary
     assert f"(highest logged value {raw:.4g} at step {at:,})" in div.summary
+
+
+@pytest.mark.parametrize(
+    "tag, level, expect",
+    [
+        ("train/tokens_per_sec", 3.2e4, "median 32,000 tokens/s, no drop"),
+        ("throughput", 12.5, "median 12.5 tokens/s (tokens/s assumed: the log states no unit)"),
+        ("throughput", 0.0, None),
+    ],
+)
+def test_the_throughput_checklist_states_its_unit_and_never_passes_zero(
+    tag: str, level: float, expect: str | None
+) -> None:
+    """The start-up checklist said "median 0 tokens/s, no drop or stall: pass" for a throughput
+    logged as 0 on every line (LLaMA-Factory's placeholder), and called every rate tokens/s
+    whatever the log's name said. A zero level is not measurable; an unstated unit says it is
+    assumed, as the throughput finding does."""
+    from forensics.diagnosis import diagnose
+
+    steps, loss = np.arange(0, 400), 2.0 + 8.0 / (1.0 + np.arange(0, 400) / 40.0)
+    frame = long_frame({"loss": (steps, loss), tag: (steps, np.full(400, level))})
+    diag = diagnose(Evidence(run_from_frame(frame)), [])
+    (item,) = [
+        it
+        for ph in diag.phases
+        if ph.key == "startup"
+        for it in ph.items
+        if "throughput" in it.question
+    ]
+    if expect is None:
+        assert item.status == "not measurable" and "placeholder" in item.evidence
+    else:
+        assert item.status == "pass" and item.evidence.startswith(expect), item.evidence
