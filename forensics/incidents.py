@@ -26,8 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from forensics.causes import (
     CONTRADICTED,
     CONTROLS,
@@ -39,6 +37,7 @@ from forensics.causes import (
     supported_roots,
 )
 from forensics.evidence import Evidence
+from forensics.evidence.trend_utils import step_before
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.schema import LR
 from forensics.timeline import Control, Timeline, build_timeline, vital_label
@@ -209,15 +208,9 @@ def lr_points(ev: Evidence) -> Callable[[int], int | None] | None:
         return None
 
     def before(step: int) -> int | None:
-        return _step_before(ev.logged(LR).steps, step)
+        return step_before(ev.logged(LR).steps, step)
 
     return before
-
-
-def _step_before(steps: np.ndarray, step: int) -> int | None:
-    """The last of the sorted ``steps`` before ``step`` (None when none is)."""
-    i = int(np.searchsorted(steps, step, side="left"))
-    return int(steps[i - 1]) if i > 0 else None
 
 
 def previous_points(ev: Evidence) -> Callable[[Finding], int | None]:
@@ -229,7 +222,7 @@ def previous_points(ev: Evidence) -> Callable[[Finding], int | None]:
             return None
         layer = f.measures.get("layer")
         steps = ev.logged(f.metric, layer if isinstance(layer, int) else None).steps
-        return _step_before(steps, f.start_step)
+        return step_before(steps, f.start_step)
 
     return previous
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import times
+from forensics.evidence.trend_utils import step_before, times
 from forensics.findings import DYNAMICS, Finding, FindingKind, Severity
 from forensics.prescriptions import needs_action
 from forensics.run import Run
@@ -307,12 +307,9 @@ def _last_logged_before(ev: Evidence, metric: str | None, step: int) -> int | No
     for m in (metric, "loss"):
         if not m:
             continue
-        steps = ev.logged(m).steps  # a NaN was logged too
-        if len(steps) == 0:
-            continue
-        i = int(np.searchsorted(steps, step, side="left")) - 1
-        if i >= 0:
-            return int(steps[i])
+        before = step_before(ev.logged(m).steps, step)  # (a NaN was logged too)
+        if before is not None:
+            return before
     # Neither logged before the onset: no step is known healthy (a step of another series
     # before it, a validation loss at step 0, says nothing of these).
     return None

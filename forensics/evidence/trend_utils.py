@@ -665,6 +665,12 @@ def unit_for(run: Run, metric: str, level: float | None = None) -> Unit:
     return unit
 
 
+def step_before(steps: np.ndarray, step: int) -> int | None:
+    """The last of the sorted ``steps`` before ``step`` (None when none is)."""
+    i = int(np.searchsorted(steps, step, side="left"))
+    return int(steps[i - 1]) if i > 0 else None
+
+
 def grid_distance(step: float, period: float, origin: float) -> float:
     """Steps from ``step`` back to the last point of the grid ``origin + k * period`` (k >= 0;
     the distance to the origin before it)."""
