@@ -68,3 +68,22 @@ def test_configuration_example_is_valid(tmp_path: Path) -> None:
     assert cfg.ignore == {"plateau"} and cfg.fail_on == "critical" and cfg.checkpoint_every == 1000
     dets = {d.name: d for d in build(cfg.params)}
     assert dets["spikes"].params.recover_steps == 300
+
+
+def test_readme_example_output_is_the_current_output() -> None:
+    """The "What it looks like" block is what `forensics analyze sample_runs/param_norm_jump`
+    prints now: every finding sentence it shows, and the rollback line, as the analysis gives
+    them (compared with the terminal's wrapping taken out). It had kept "back within 5 steps"
+    after the recovery rule moved that spike's recovery to 6."""
+    from forensics.pipeline import analyze_run, read_run
+
+    start = README.index("$ forensics analyze sample_runs/param_norm_jump\n")
+    block = README[start : README.index("```", start)]
+    flat = " ".join(block.split())
+    diag = analyze_run(read_run(ROOT / "sample_runs" / "param_norm_jump"))
+    shown = [f for f in diag.ranked() if f.severity.value != "info"][:5]
+    assert len(shown) == 5
+    for f in shown:
+        assert " ".join(f.summary.split()) in flat, f.summary
+    (plan,) = [r for r in diag.rollbacks if r.rollback]
+    assert " ".join(plan.sentence().split()) in flat
