@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.evidence.spike_context import Overlaps, ScheduleEvent, near_steps
+from forensics.evidence.spike_context import Overlaps, ScheduleEvent, event_near, near_steps
 from forensics.evidence.trend_utils import times
 from forensics.findings import (
     DYNAMICS,
@@ -360,18 +360,14 @@ class _Facts:
         return sched.segments[bisect_left(ends, step)].kind
 
     def schedule_event(self, lo: int, hi: int) -> tuple[int, str] | None:
-        """The largest (step, what) of the schedule's events with ``lo <= step <= hi``: the
-        last of them in sorted order, found by binary searches (None if there is none)."""
-        events, steps = self._schedule_events
-        last = bisect_right(steps, hi)
-        return events[last - 1] if last > bisect_left(steps, lo) else None
+        """The last (step, what) of the schedule's events with ``lo <= step <= hi`` (the
+        evidence's list, which the spike detector reads too; None if there is none)."""
+        e = event_near(self.ev.schedule_events, self._event_steps, lo, hi)
+        return (e.step, _event_text(e)) if e is not None else None
 
     @cached_property
-    def _schedule_events(self) -> tuple[list[tuple[int, str]], list[int]]:
-        """The warm-up end, LR restarts and step drops and cooldown starts as (step, what),
-        sorted, and their steps (the evidence's list, which the spike detector reads too)."""
-        events = [(e.step, _event_text(e)) for e in self.ev.schedule_events]
-        return events, [s for s, _ in events]
+    def _event_steps(self) -> list[int]:
+        return [e.step for e in self.ev.schedule_events]
 
     @cached_property
     def has_loss_scale(self) -> bool:

@@ -59,7 +59,7 @@ def _m(
 
 
 SPIKE_CLASSES = ("physiological", "pathological", "beneficial", "unresolved", "diverged")
-LR_KINK_KINDS = ("warmup_end", "restart", "drop", "cooldown")  # spike_context.SCHEDULE_EVENT_KINDS
+LR_KINK_KINDS = ("warmup_end", "restart", "drop", "cooldown")  # spike_context.ScheduleEvent
 SPIKE_CAUSES = ("numeric_overflow", "schedule_induced", "grad_norm_led")
 CRASH_REASONS = (
     "out_of_memory",

@@ -139,6 +139,7 @@ class SpikeDetector:
             return
         drops = Overlaps(ev.drop_windows)  # (one binary search a spike)
         events = ev.schedule_events
+        event_steps = [e.step for e in events]  # (once, not once a spike)
         diverged = ev.diverged if ev.has(LOSS) and ev.has(GRAD_NORM) else []
         # (the causes table's reach too: a sentence never names a kink its causes rule out)
         lag = near_steps(ev.run.first_step, ev.run.last_step, self.params.schedule_lag)
@@ -155,7 +156,7 @@ class SpikeDetector:
             iv = s.log_interval
             overflow = drops(s.start_step - iv, s.peak_step + iv)
             # (the causes table's window: an event up to the onset's step, within the reach)
-            kink = event_near(events, s.start_step - lag, s.start_step + 1)
+            kink = event_near(events, event_steps, s.start_step - lag, s.start_step + 1)
             m["loss_scale_drop"] = overflow
             m["lr_kink_step"] = kink.step if kink else None
             m["lr_kink_kind"] = kink.kind if kink else None

@@ -40,12 +40,9 @@ class ScheduleEvent:
     table calls that an LR change)."""
 
     step: int
-    kind: str  # one of SCHEDULE_EVENT_KINDS
+    kind: str  # warmup_end | restart | drop | cooldown (measures.LR_KINK_KINDS)
     lr_before: float | None = None  # restart / drop: the LR on either side
     lr_after: float | None = None
-
-
-SCHEDULE_EVENT_KINDS = ("warmup_end", "restart", "drop", "cooldown")
 
 
 def schedule_events(schedule: Schedule, warmup_end: int | None) -> list[ScheduleEvent]:
@@ -70,9 +67,11 @@ def schedule_events(schedule: Schedule, warmup_end: int | None) -> list[Schedule
 _TIE_ORDER = ("drop", "restart", "cooldown", "warmup_end")
 
 
-def event_near(events: list[ScheduleEvent], lo: int, hi: int) -> ScheduleEvent | None:
-    """The last of ``events`` (sorted by step) with ``lo <= step <= hi`` (None if none)."""
-    steps = [e.step for e in events]
+def event_near(
+    events: list[ScheduleEvent], steps: list[int], lo: int, hi: int
+) -> ScheduleEvent | None:
+    """The last of ``events`` (sorted by step; ``steps`` their steps, made once by the
+    caller) with ``lo <= step <= hi`` (None if none), by binary searches."""
     last = bisect_right(steps, hi)
     return events[last - 1] if last > bisect_left(steps, lo) else None
 
