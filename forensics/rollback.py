@@ -462,10 +462,11 @@ def rollback_plan(
             onset, cause = g.start_step, g
     # A loss spike cut from a steady climb (the loss never came back and had been rising
     # since a low): the climb's first step is the onset, its low the last healthy step.
-    climb = f.measures.get("rose_since_step") if cause is None else None
-    climbing = isinstance(climb, int) and climb < onset
-    if climbing:
-        onset = int(climb) + 1  # type: ignore[arg-type]
+    low = f.measures.get("rose_since_step") if cause is None else None
+    climb = low if isinstance(low, int) and low < onset else None
+    climbing = climb is not None
+    if climb is not None:
+        onset = climb + 1
     lr_seg = None
     if f.kind != FindingKind.OVERFITTING:
         lr_seg = _lr_change_before(ev, onset)
