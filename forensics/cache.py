@@ -12,9 +12,11 @@ folder (it is evidence: a cache that would land there is not written).
 An entry is laid out for a cheap read back (see :func:`_layout`): a column holding one value
 is stored as that value (rebuilt as a polars literal column, nothing allocated per row);
 numeric columns without nulls as raw ``.npy`` arrays that are memory-mapped, not decoded
-(polars takes numpy's buffer without a copy); the rest (categoricals, nullable columns) in
-one Parquet file. A run whose raw arrays would crowd the cache (over a quarter of the cap)
-keeps every column in the compressed Parquet file instead.
+(polars takes numpy's buffer without a copy); a column of few distinct values (the tags,
+the metrics, the nullable layer) as those values and a raw array of one- or two-byte codes
+into them, rebuilt by one gather (decoding them from Parquet was a third of a small run's
+cached read); the rest in one Parquet file. A run whose raw arrays would crowd the cache
+(over a quarter of the cap) keeps every column in the compressed Parquet file instead.
 
 ``FORENSICS_NO_CACHE=1`` (or ``--no-cache``, ``ReadOptions(cache=False)``) turns it off;
 ``FORENSICS_CACHE_MAX_MB`` caps the folder (default 2048): the least recently used entries
@@ -34,12 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
     import polars as pl
 
     from forensics.importers.base import ReadOptions, Source
     from forensics.run import Run
 
-FORMAT = 5  # bump when the entry layout, the Run fields or the frame's dtypes change
+FORMAT = 6  # bump when the entry layout, the Run fields or the frame's dtypes change
 DEFAULT_MAX_MB = 2048
 _REST = "frame.parquet"  # the columns neither constant nor raw
 _META = "run.pickle"
@@ -215,6 +218,18 @@ def _read_frame(folder: Path, layout: dict[str, Any]) -> pl.DataFrame | None:
                 return None
             arr = np.memmap(path, dtype=item, mode="c", offset=offset, shape=(height,))
             kept[name] = pl.Series(name, arr)  # numpy's buffer, not a copy
+        elif kind == "coded":
+            import numpy as np
+
+            values, (kind_str, offset) = dtype
+            path = folder / f"{name}.npy"
+            item = np.dtype(kind_str)
+            if path.stat().st_size != offset + height * item.itemsize:
+                return None
+            codes = np.memmap(path, dtype=item, mode="c", offset=offset, shape=(height,))
+            if height and int(codes.max()) >= len(values):
+                return None
+            kept[name] = values.gather(pl.Series(codes)).alias(name)
     base = pl.DataFrame(list(kept.values()))
     cols = []
     for name, (kind, value) in layout["columns"].items():
@@ -229,7 +244,8 @@ def _read_frame(folder: Path, layout: dict[str, Any]) -> pl.DataFrame | None:
 
 
 def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
-    """How each column is kept: ``("const", value)``, ``("raw", None)`` (a ``.npy`` file) or
+    """How each column is kept: ``("const", value)``, ``("raw", None)`` (a ``.npy`` file),
+    ``("coded", None)`` (its distinct values and a ``.npy`` file of codes, :func:`_coded`) or
     ``("rest", None)`` (in the Parquet file)."""
     n = frame.height
     out: dict[str, tuple[str, Any]] = {}
@@ -247,14 +263,69 @@ def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
         if n and nulls == 0 and (dtype.is_integer() or dtype.is_float()):
             numeric.append(name)
         out[name] = ("rest", None)
-    raw_bytes = sum(n * _itemsize(frame.schema[c]) for c in numeric)
+    # (not floats: their distinct values would merge 0.0 and -0.0, and NaNs)
+    few = [
+        c
+        for c, (kind, _) in out.items()
+        if kind == "rest" and c not in numeric and not frame.schema[c].is_float()
+    ]
+    few = [c for c in few if frame.get_column(c).n_unique() <= _MAX_CODES]
+    raw_bytes = sum(n * _itemsize(frame.schema[c]) for c in numeric) + n * 2 * len(few)
     if raw_bytes <= max(RAW_SHARE * cap, RAW_MIN_BYTES):
         for name in numeric:
             out[name] = ("raw", None)
+        for name in few:
+            out[name] = ("coded", None)
     if all(kind == "const" for kind, _ in out.values()):  # something must carry the height
         first = frame.columns[0]
         out[first] = ("rest", None)
     return out
+
+
+_MAX_CODES = 1 << 16  # distinct values a coded column may have (two-byte codes)
+_MAX_SPAN = 1 << 22  # physical values a code table may span (4 MiB of two-byte codes)
+
+
+def _coded(s: pl.Series) -> tuple[pl.Series, np.ndarray] | None:
+    """A column as its distinct values (nulls included, in first-seen order) and each row's
+    code into them (``uint8`` or ``uint16``); None when the codes would not give the column
+    back exactly."""
+    import numpy as np
+    import polars as pl
+
+    small_ints = (pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32)
+    values = s.unique(maintain_order=True)
+    if len(values) > _MAX_CODES:
+        return None
+    code_type = np.uint8 if len(values) <= 256 else np.uint16
+    phys, vphys = s.to_physical(), values.to_physical()  # (a categorical's category ids)
+    lo, hi = phys.min(), phys.max()
+    if phys.dtype in small_ints and lo is not None and int(hi) - int(lo) < _MAX_SPAN:  # type: ignore[arg-type]
+        # A table from each physical value (a null as one past the largest) to its code:
+        # one lookup a row (a hash join of the column on its values took 0.1 s a 7M rows).
+        lo, top = int(lo), int(hi) + 1  # type: ignore[arg-type]
+        x = phys.cast(pl.Int64).fill_null(top).to_numpy() - lo
+        table = np.zeros(top - lo + 1, dtype=code_type)
+        table[vphys.cast(pl.Int64).fill_null(top).to_numpy() - lo] = np.arange(len(values))
+        arr = table[x]
+    else:
+        codes = (
+            s.to_frame()
+            .join(
+                values.to_frame().with_row_index("_code"),
+                on=s.name,
+                how="left",
+                nulls_equal=True,
+                maintain_order="left",
+            )
+            .get_column("_code")
+        )
+        if codes.null_count() or len(codes) != len(s):
+            return None
+        arr = codes.to_numpy().astype(code_type)
+    if not values.gather(pl.Series(arr)).equals(s, check_dtypes=True, null_equal=True):
+        return None
+    return values, arr
 
 
 def _itemsize(dtype: pl.DataType) -> int:
@@ -282,10 +353,20 @@ def store(entry: str, run: Run, run_path: Path) -> None:
         columns: dict[str, tuple[str, Any]] = {}
         rest = []
         for name, (kind, value) in layout.items():
+            coded = _coded(frame.get_column(name)) if kind == "coded" else None
             if kind == "raw":
                 arr = frame.get_column(name).to_numpy()
                 np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
                 columns[name] = ("raw", (arr.dtype.str, _data_offset(tmp / f"{name}.npy")))
+            elif coded is not None:
+                values, codes = coded
+                np.save(tmp / f"{name}.npy", codes, allow_pickle=False)
+                where = (codes.dtype.str, _data_offset(tmp / f"{name}.npy"))
+                columns[name] = ("coded", (values, where))
+                del codes
+            elif kind == "coded":  # (codes that do not give it back: kept in the Parquet file)
+                columns[name] = ("rest", None)
+                rest.append(name)
             else:
                 columns[name] = (kind, value)
                 if kind == "rest":

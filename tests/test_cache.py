@@ -254,6 +254,64 @@ def test_layout_with_nulls_and_all_null_columns(tmp_path, cache_dir):
     assert_frame_equal(back.frame, run.frame)
 
 
+def test_columns_of_few_values_are_kept_as_codes(tmp_path, cache_dir):
+    """Tags, metrics and the nullable layer are kept as their distinct values and a .npy
+    file of codes (one byte each up to 256 values, two bytes beyond), not in Parquet; the
+    frame read back is identical: nulls, a layer at both ends of Int16, 300 distinct tags."""
+    import numpy as np
+    import polars as pl
+
+    run_dir = _write_run(tmp_path / "run", n=600)
+    run = read_run(run_dir, options=ReadOptions(cache=False))
+    n = run.frame.height
+    ends = pl.Series([-32768, 32767, None, 0], dtype=pl.Int16)
+    many = pl.Series([f"t{i % 300}" for i in range(n)], dtype=pl.Categorical)
+    run.frame = run.frame.with_columns(
+        ends.gather(pl.int_range(n, eager=True) % 4).alias("layer"),
+        pl.when(pl.int_range(n) % 7 == 0).then(None).otherwise(many).alias("tag"),
+    )
+    cache.store("c" * 40, run, run_dir)
+    files = _entry_files(cache_dir)
+    assert {"tag.npy", "metric.npy", "layer.npy"} <= set(files)
+    entry = cache_dir / ("c" * 40)
+    assert pl.read_parquet(entry / "frame.parquet").columns == ["wall_time"]  # (all null)
+    assert np.load(entry / "tag.npy").dtype == np.uint16  # 301 values with the null
+    assert np.load(entry / "layer.npy").dtype == np.uint8
+    back = cache.load("c" * 40, run_dir)
+    assert back is not None
+    assert back.frame.schema == run.frame.schema
+    assert_frame_equal(back.frame, run.frame)
+
+
+def test_a_column_of_too_many_values_stays_in_parquet(tmp_path, cache_dir, monkeypatch):
+    """Past the codes' limit of distinct values a column goes to the Parquet file."""
+    import polars as pl
+
+    monkeypatch.setattr(cache, "_MAX_CODES", 1)  # (the run has two tags, loss and lr)
+    run_dir = _write_run(tmp_path / "run")
+    fresh = read_run(run_dir, options=ReadOptions(cache=False))
+    read_run(run_dir)
+    (entry,) = _entries(cache_dir)
+    assert "tag.npy" not in _entry_files(cache_dir)
+    assert "tag" in pl.read_parquet(entry / "frame.parquet").columns
+    assert_frame_equal(read_run(run_dir).frame, fresh.frame)
+
+
+def test_codes_past_their_values_are_a_miss(tmp_path, cache_dir):
+    """A codes file that points past the entry's values: the entry is not used."""
+    import numpy as np
+
+    run_dir = _write_run(tmp_path / "run")
+    first = read_run(run_dir)
+    (entry,) = _entries(cache_dir)
+    f = entry / "tag.npy"
+    codes = np.load(f)
+    codes[-1] = 200
+    np.save(f, codes)
+    assert cache.load(entry.name, run_dir) is None
+    assert_frame_equal(read_run(run_dir).frame, first.frame)
+
+
 def test_a_run_that_would_crowd_the_cache_is_kept_compressed(tmp_path, cache_dir, monkeypatch):
     """Raw arrays over a quarter of the cap: every column goes to the Parquet file instead."""
     run_dir = _write_run(tmp_path / "run", n=2000)
