@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.evidence.spike_context import Overlaps, ScheduleEvent, event_near, near_steps
+from forensics.evidence.spike_context import (
+    NEAR_STEPS,
+    Overlaps,
+    ScheduleEvent,
+    event_near,
+    near_steps,
+)
 from forensics.evidence.trend_utils import times
 from forensics.findings import (
     DYNAMICS,
@@ -54,9 +60,6 @@ if TYPE_CHECKING:
 SUPPORTED, CONTRADICTED, UNTESTED = "supported", "contradicted", "untested"
 STATUSES = (SUPPORTED, CONTRADICTED, UNTESTED)
 
-# How far before an onset a control input (an LR change, a resume, a schedule kink) still counts
-# as near it: the article's 100 steps, the short end of a normal recovery (4.4).
-NEAR_STEPS = 100
 # An overflow counts when the loss scale fell within this many steps of the onset.
 OVERFLOW_STEPS = 10
 # A bad batch is one or two logged points high, then back (a spike the optimizer absorbed).

@@ -701,6 +701,20 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
     "resume_regression": (
         _m("seam_step", int, "first step logged after the resume (the restart finding's step)"),
         _m(
+            "rise_from_step",
+            int,
+            "where the rise began, the finding's onset: the seam, or the loss's low after it "
+            "when the loss went on down below its level before the seam and turned up more "
+            "than the causes' reach later",
+        ),
+        _m(
+            "low_after",
+            float,
+            "the loss's level at that low (centred rolling median; null: the rise began at "
+            "the seam)",
+            null=True,
+        ),
+        _m(
             "level_before",
             float,
             "median train loss over the last `window` points before it (fewer: short stretch)",

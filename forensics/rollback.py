@@ -156,7 +156,7 @@ class RollbackPlan:
                 + head[0].lower()
                 + head[1:]
             )
-        if self.finding.kind == FindingKind.RESUME_REGRESSION:
+        if at_resume(self.finding):
             why = (
                 f" The weights it holds were healthy: the loss turned up only after the resume "
                 f"at step {start:,}."
@@ -175,7 +175,7 @@ class RollbackPlan:
         lr = self.lr_text()
         resume = f" Resume with learning rate {lr}" if self.lr_resume else f" Learning rate {lr}"
         tail = "; restore the model and optimizer, keep the data position"
-        if self.finding.kind == FindingKind.RESUME_REGRESSION:
+        if at_resume(self.finding):
             # The resume that dropped part of the state is the suspect: restore all of it.
             tail = (
                 "; this time restore the optimizer moments, the LR schedule's step and the "
@@ -239,9 +239,17 @@ def lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
             (0.0, 0.0),
             "unchanged: stop early from the best checkpoint (or lower it for any further epochs)",
         )
-    if f.kind == FindingKind.RESUME_REGRESSION:
+    if at_resume(f):
         return True, (0.0, 0.0), "unchanged (the resume, not the LR, is the suspect)"
+    if f.kind == FindingKind.RESUME_REGRESSION:  # (the loss turned up well after the seam)
+        return True, (0.0, 0.0), "unchanged (nothing in the log points at the LR)"
     return None
+
+
+def at_resume(f: Finding) -> bool:
+    """A resume regression whose rise began at the seam (the resume is the suspect), not
+    after the loss went on down past it (see :mod:`forensics.detectors.resume_regression`)."""
+    return f.kind == FindingKind.RESUME_REGRESSION and f.start_step == f.measures.get("seam_step")
 
 
 _RULE_ORDER = (  # the lead of an incident: the finding whose rule is the strictest
@@ -483,7 +491,7 @@ def rollback_plan(
         best = _best_val_step(ev, f.start_step)
         healthy = best if best is not None else healthy
     ckpt, known, source = _checkpoint(ev, healthy, checkpoint_every)
-    if f.kind == FindingKind.RESUME_REGRESSION:
+    if at_resume(f):
         # The weights before the seam were fine: the checkpoint the job resumed from is known
         # to exist, and loading it again with the whole state is the remedy.
         ckpt, known, source = f.start_step, True, "the resume (the job loaded it there)"
@@ -497,6 +505,10 @@ def rollback_plan(
         if lr_before is not None and cut[1] > 0
         else None
     )
+    if at_resume(f) and lr_change is not None and lr_before is not None:
+        # The resume changed the LR itself (a schedule restarted or re-created): the remedy is
+        # the LR it had before, not an unchanged one.
+        cut_text = f"back to {_num(lr_before)}, its value before the resume changed it"
     skip = _skip_steps(ev, fs, lr_seg is not None, causes) if do_rollback else None
     nothing_healthy = _nothing_healthy(f, healthy)
     if nothing_healthy:  # (no LR to resume with, no batches to skip: see nothing_healthy)
@@ -513,7 +525,7 @@ def rollback_plan(
             why = f"{why}; {best_other}"
     elif lr_change is not None:
         why = f"{lr_change}: resume with the LR from before it"
-    elif f.kind == FindingKind.RESUME_REGRESSION:
+    elif at_resume(f):
         why = (
             f"the loss turned up after the resume at step {f.start_step:,}: load that "
             "checkpoint again with the optimizer moments, the LR schedule's step and the "

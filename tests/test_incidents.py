@@ -202,26 +202,25 @@ def test_warmup_end_after_the_first_sign_is_not_called_its_cause() -> None:
     assert doc["after_first_sign"] == ["lr_schedule"]
 
 
-def test_a_resume_at_the_onset_is_not_late() -> None:
-    """The Lightning resume (version_5 continues version_0 at step 140,749) is the cause of the
-    loss trending up from that very step: no clause, nothing in `after_first_sign`."""
-    from conftest import shared_path
+def test_a_resume_at_the_onset_is_not_late(tmp_path) -> None:
+    """A real torch chain whose resume loaded only the weights and restarted the LR schedule:
+    the resume at step 400 is the cause of the loss trending up from that very step: no
+    clause, nothing in `after_first_sign`."""
+    pytest.importorskip("torch")
+    from resume_chain import torch_chain
 
-    from forensics.importers import discover_jobs, read_job
-    from forensics.importers.base import ReadOptions
-    from forensics.importers.chains import stitch_jobs
+    from forensics.importers import read_run
     from forensics.pipeline import analyze_run
     from forensics.summary import incident_line
 
-    root = shared_path("real_runs", "lightning-csv-slm-wikitext103")
-    units = stitch_jobs(root, discover_jobs(root), ReadOptions())
-    unit = "lightning_logs/version_0+version_5"
-    d = analyze_run(read_job(root, unit, units[unit], only_job=False))
+    d = analyze_run(read_run(torch_chain(tmp_path, bad_resume=True, val_every=40)))
     inc = next(i for i in d.incidents if any(c.cause == "resume" for c in i.supported))
-    assert inc.start_step == 140_749
+    assert inc.start_step == 400
     assert inc.late == {}
     assert "does not explain" not in incident_line(inc)
-    assert d.to_document()["incidents"][0]["after_first_sign"] == []
+    doc = d.to_document()["incidents"]
+    (mine,) = [i for i in doc if i["start_step"] == 400 and i["first_mover"]["kind"] == "restart"]
+    assert mine["after_first_sign"] == []
 
 
 def test_a_change_the_lr_log_cannot_place_is_not_called_late() -> None:

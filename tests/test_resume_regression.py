@@ -9,12 +9,12 @@ a clean resume does not.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import shared_path
+from resume_chain import torch_chain
 
 from forensics.findings import FindingKind, Severity
 from forensics.importers import ReadOptions, discover_jobs, read_job, read_run
@@ -22,7 +22,7 @@ from forensics.importers.chains import stitch_jobs
 from forensics.pipeline import analyze_run
 from forensics.report import render_html
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
 LIGHTNING = "lightning-csv-slm-wikitext103"
 SEAM = 140_749
@@ -42,13 +42,40 @@ def _val_from_csv() -> list[tuple[int, float]]:
         return [(int(r["step"]), float(r["val_loss"])) for r in csv.DictReader(fh) if r["val_loss"]]
 
 
+def _train_from_csv() -> tuple[np.ndarray, np.ndarray]:
+    """(steps, train_loss_step) of version_0 and version_5, straight from Lightning's CSVs."""
+    rows = []
+    for v in ("version_0", "version_5"):
+        path = shared_path("real_runs", LIGHTNING, "lightning_logs", v, "metrics.csv")
+        with open(path, newline="") as fh:
+            rows += [
+                (int(r["step"]), float(r["train_loss_step"]))
+                for r in csv.DictReader(fh)
+                if r["train_loss_step"]
+            ]
+    a = np.array(rows)
+    return a[:, 0].astype(np.int64), a[:, 1]
+
+
 def test_lightning_resume_regresses() -> None:
     diag = analyze_run(_lightning_chain())
     found = [f for f in diag.findings if f.kind is FindingKind.RESUME_REGRESSION]
     assert len(found) == 1, [f.summary for f in diag.findings]
     f = found[0]
     m = f.measures
-    assert f.start_step == m["seam_step"] == SEAM
+    assert m["seam_step"] == SEAM
+    # The loss did not turn up at the seam: it went on down for about 6,250 steps, below its
+    # level before the seam (the lowest centred median of 101 points after it, from the CSV),
+    # and the rise began there; the val loss kept improving after the seam too.
+    steps, loss = _train_from_csv()
+    after = steps >= SEAM
+    xa, ya = steps[after], loss[after]
+    level = np.array([np.median(ya[max(0, i - 50) : i + 51]) for i in range(len(ya))])
+    low = 50 + int(np.argmin(level[50 : len(ya) - 50]))
+    assert (f.start_step, m["rise_from_step"]) == (int(xa[low]), int(xa[low])) == (146_999,) * 2
+    assert m["low_after"] == pytest.approx(level[low]) and round(level[low], 3) == 3.648
+    assert m["low_after"] < m["level_before"] == pytest.approx(np.median(loss[~after][-100:]))
+    assert "first went on down, to 3.648 around step 146,999" in f.summary
     # The val loss after the resume: its best and its last value, read from the CSV.
     val = _val_from_csv()
     best_step, best = min(val, key=lambda sv: sv[1])
@@ -62,9 +89,16 @@ def test_lightning_resume_regresses() -> None:
     assert m["slope_low_per_1k"] > 0 and m["rise"] > 3 * m["level_noise"]
     assert m["level_end"] > m["level_before"]
     assert "140,749" in f.summary and "3.563" in f.summary and "3.604" in f.summary
-    # The resume is the supported context, not a claimed mechanism.
+    assert m["val_best_step"] > SEAM  # (the val loss's best came after the resume)
+    # The resume is not near the onset: no cause is supported, and the rollback does not say
+    # the checkpoint the job resumed from is the one to load (the loss improved after it).
     causes = {c.cause: c.status for c in diag.causes_for(f)}
-    assert causes == {"resume": "supported", "article": "untested"}
+    assert causes == {"resume": "contradicted", "article": "untested"}
+    plan = diag.incidents[0].rollback
+    assert plan is not None and plan.checkpoint_step is not None
+    assert SEAM < plan.checkpoint_step <= f.start_step
+    assert "turned up only after the resume" not in plan.sentence()
+    assert "the resume, not the LR, is the suspect" not in plan.sentence()
     assert "healthy" not in diag.verdict.lower()  # it was HEALTHY before this finding
     # The report renders it.
     page = render_html(diag, plotlyjs="cdn")
@@ -78,57 +112,8 @@ def test_lightning_versions_apart_have_no_seam() -> None:
     assert not [f for f in diag.findings if f.kind is FindingKind.RESUME_REGRESSION]
 
 
-# ------------------------------------------------------------------ a real tiny torch chain
-def _job(
-    log: Path, ckpt: Path, *, start: int, stop: int, total: int, bad_resume: bool = False
-) -> None:
-    """Noisy linear regression with SGD+momentum and a cosine LR decay over ``total`` steps;
-    checkpoint at ``stop``. A bad resume loads only the weights and restarts the schedule as a
-    warm-up to 10x the peak LR (a schedule reset): SGD's noise floor rises with the LR."""
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(7)
-    x = torch.randn(1024, 8, generator=g)
-    y = x @ torch.randn(8, 1, generator=g) + 0.5 * torch.randn(1024, 1, generator=g)
-    model = torch.nn.Linear(8, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-    peak = 0.02
-    if start:
-        ck = torch.load(ckpt, weights_only=True)
-        model.load_state_dict(ck["model"])
-        if not bad_resume:
-            opt.load_state_dict(ck["opt"])
-
-    def lr_at(step: int) -> float:
-        if bad_resume and start:
-            return 10 * peak * (step - start + 1) / (stop - start)
-        return float(peak * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * step / total))))
-
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as fh:
-        for step in range(start, stop):
-            for grp in opt.param_groups:
-                grp["lr"] = lr_at(step)
-            idx = torch.randperm(1024, generator=torch.Generator().manual_seed(step))[:16]
-            loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            fh.write(json.dumps({"step": step, "loss": loss.item(), "lr": lr_at(step)}) + "\n")
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, ckpt)
-
-
-def _chain(tmp_path: Path, bad_resume: bool):  # noqa: ANN202
-    root, ck = tmp_path / "run", tmp_path / "ck.pt"
-    _job(root / "job_0" / "metrics.jsonl", ck, start=0, stop=400, total=800)
-    _job(
-        root / "job_1" / "metrics.jsonl", ck, start=400, stop=800, total=800, bad_resume=bad_resume
-    )
-    return analyze_run(read_run(root))
-
-
 def test_torch_resume_that_resets_the_schedule_regresses(tmp_path: Path) -> None:
-    diag = _chain(tmp_path, bad_resume=True)
+    diag = analyze_run(read_run(torch_chain(tmp_path, bad_resume=True)))
     assert [f for f in diag.findings if f.kind is FindingKind.RESTART]
     found = [f for f in diag.findings if f.kind is FindingKind.RESUME_REGRESSION]
     assert len(found) == 1, [f.summary for f in diag.findings]
@@ -139,6 +124,6 @@ def test_torch_resume_that_resets_the_schedule_regresses(tmp_path: Path) -> None
 
 
 def test_torch_clean_resume_has_no_regression(tmp_path: Path) -> None:
-    diag = _chain(tmp_path, bad_resume=False)
+    diag = analyze_run(read_run(torch_chain(tmp_path, bad_resume=False)))
     assert [f for f in diag.findings if f.kind is FindingKind.RESTART]
     assert not [f for f in diag.findings if f.kind is FindingKind.RESUME_REGRESSION]

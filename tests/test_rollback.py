@@ -253,10 +253,82 @@ def test_periodic_spikes_sample_plan() -> None:
             assert p.lr_before == pytest.approx(float(lr.values[lr.steps == 124][0]))
 
 
-def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from() -> None:
-    """The real Lightning chain (version_0 resumed as version_5 at step 140,749, the loss
-    trending up after the seam): the plan goes back to the resume's own checkpoint, keeps the
-    LR, and restores the whole state rather than keeping the data position."""
+def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from(tmp_path) -> None:
+    """A real torch chain whose resume loaded only the weights and restarted the LR schedule
+    (the loss and the val loss worse from the seam at step 400 on): the plan goes back to the
+    resume's own checkpoint, keeps the LR, and restores the whole state rather than keeping
+    the data position."""
+    pytest.importorskip("torch")
+    from resume_chain import torch_chain
+
+    from forensics.config import Config
+    from forensics.importers import read_run
+    from forensics.pipeline import analyze_run
+
+    d = analyze_run(read_run(torch_chain(tmp_path, bad_resume=True, val_every=40)), Config())
+    (inc,) = [
+        i
+        for i in d.incidents
+        if i.rollback is not None and i.rollback.finding.kind.value == "resume_regression"
+    ]
+    plan = inc.rollback
+    assert (plan.checkpoint_step, plan.checkpoint_known, plan.last_healthy_step) == (
+        400,
+        True,
+        400,
+    )
+    assert plan.lr_resume is None and plan.skip_steps is None
+    text = plan.sentence()
+    assert text.startswith("Roll back to the checkpoint at step 400, from the resume")
+    assert "data loader's position with the model" in text
+    assert "keep the data position" not in text
+    # The resume restarted the schedule (the LR logged rose from 0.01054 to 0.2 after it): the
+    # LR to resume with is the one before the seam, not "unchanged".
+    lr = d.run.frame.filter(pl.col("metric") == "lr", pl.col("step") == 399)["value"]
+    assert f"Learning rate back to {lr[0]:.4g}, its value before the resume changed it" in text
+    assert "unchanged" not in text
+    from forensics.report.render import render_html
+
+    page = render_html(d, plotlyjs="cdn")
+    section = page[page.index('id="rollback"') : page.index('id="vitals"')]
+    assert "after a resume that regressed, the opposite" in section
+    assert f"back to {lr[0]:.4g}, its value before the resume changed it" in section
+    assert "the resume, not the LR, is the suspect" not in section
+
+
+def test_a_resume_regression_without_an_lr_logged_keeps_the_lr(tmp_path) -> None:
+    """The same chain with no LR in the log: nothing shows the resume changed the LR, so it
+    stays unchanged and the resume is the suspect; the report says to load that checkpoint
+    again with the whole state."""
+    pytest.importorskip("torch")
+    from resume_chain import torch_chain
+
+    from forensics.importers import read_run
+    from forensics.pipeline import analyze_run
+    from forensics.report.render import render_html
+
+    root = torch_chain(tmp_path, bad_resume=True, val_every=40, log_lr=False)
+    d = analyze_run(read_run(root))
+    (plan,) = [
+        i.rollback
+        for i in d.incidents
+        if i.rollback is not None and i.rollback.finding.kind.value == "resume_regression"
+    ]
+    assert (plan.checkpoint_step, plan.checkpoint_known) == (400, True)
+    text = plan.sentence()
+    assert "The weights it holds were healthy: the loss turned up only after the resume" in text
+    assert "Learning rate unchanged (the resume, not the LR, is the suspect)" in text
+    page = render_html(d, plotlyjs="cdn")
+    section = page[page.index('id="rollback"') : page.index('id="vitals"')]
+    assert "load that checkpoint again with the optimizer moments" in section
+
+
+def test_a_regression_that_began_after_the_resume_is_not_sent_back_to_it() -> None:
+    """The real Lightning chain (version_0 resumed as version_5 at step 140,749): the loss went
+    on down after the seam and turned up at step 146,999, the val loss improving until step
+    154,813. The plan goes back to the last step before the rise, not to the resume's
+    checkpoint (the report advised reloading step 140,749, dropping the 6,000 steps of
+    improvement after it), and does not call the resume the suspect."""
     from conftest import shared_path
 
     from forensics.config import Config
@@ -271,22 +343,12 @@ def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from() -> No
     (inc,) = [i for i in d.incidents if i.rollback is not None]
     plan = inc.rollback
     assert plan.finding.kind.value == "resume_regression"
-    assert (plan.checkpoint_step, plan.checkpoint_known, plan.last_healthy_step) == (
-        140749,
-        True,
-        140749,
-    )
-    assert plan.lr_resume is None and plan.skip_steps is None
+    assert plan.finding.start_step == 146_999
+    assert plan.last_healthy_step is not None and 140_749 < plan.last_healthy_step < 146_999
+    assert plan.checkpoint_step is not None and plan.checkpoint_step <= plan.last_healthy_step
     text = plan.sentence()
-    assert text.startswith("Roll back to the checkpoint at step 140,749, from the resume")
-    assert "Learning rate unchanged" in text and "data loader's position with the model" in text
-    assert "keep the data position" not in text
-    from forensics.report.render import render_html
-
-    page = render_html(d, plotlyjs="cdn")
-    section = page[page.index('id="rollback"') : page.index('id="vitals"')]
-    assert "after a resume that regressed, the opposite" in section
-    assert "load that checkpoint again with the optimizer moments" in section
+    assert "from the resume" not in text and "the resume, not the LR" not in text
+    assert "Learning rate unchanged (nothing in the log points at the LR)" in text
 
 
 def test_a_note_calls_for_no_first_aid() -> None:

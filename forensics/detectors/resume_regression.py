@@ -12,12 +12,20 @@ Both are required: a trend alone can be a slow wobble of a flat loss, a level al
 noisy stretch. The overfitting detector stops when the train loss rises too, and divergence
 wants a rise many times larger; this is the slow degradation between them.
 
+Where the rise began: a resume that lost part of the training state sets the loss back at
+the seam. When the loss instead went on down after the seam, below its level before it, and
+turned up only later (beyond the causes' reach of "near", 100 steps), the rise began at that
+low (the lowest level of a centred ``window``-point rolling median after the seam): it is the
+finding's onset, the sentence says so, and the resume is no longer its supported cause.
+
 Severity from the numbers: when the val loss also ends above its best after the seam by more
 than ``noise_k`` times the eval noise, the model the run would deliver is worse than one it
 already had -- a warning (roll back). Otherwise only the training loss moved: info. On the
 Lightning wikitext run (version_0 resumed as version_5 at step 140,749) the train loss level
 goes from 3.682 to 3.727 (medians of 100 points; level noise 0.010) and the val loss
-from its best 3.563 to 3.604 with an eval noise of 0.003: a warning.
+from its best 3.563 to 3.604 with an eval noise of 0.003: a warning. There the loss first
+went on down after the seam, to 3.648 around step 146,999, and the val loss kept improving
+until step 154,813: the rise began about 6,250 steps after the resume, not at it.
 
 The finding says the resume is the context (the causes test it: ``resume`` is supported when
 the seam is the onset); it does not claim what went wrong at the resume, the log cannot show it.
@@ -28,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
+from forensics.evidence.spike_context import NEAR_STEPS, near_steps
 from forensics.evidence.trend_utils import robust_sigma, sig, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ResumeRegressionParams
@@ -80,8 +89,14 @@ class ResumeRegressionDetector:
         rise = lvl_end - lvl_before
         if rise <= p.noise_k * noise:
             return None
+        low_step, low_level = _low_after(xa, ya, w)
+        reach = near_steps(ev.run.first_step, ev.run.last_step, NEAR_STEPS)
+        later = low_step is not None and low_level < lvl_before and low_step - seam > reach
+        onset = int(low_step) if later and low_step is not None else seam
         m: dict[str, float | int | str | bool | None] = {
             "seam_step": seam,
+            "rise_from_step": onset,
+            "low_after": low_level if later else None,
             "level_before": lvl_before,
             "level_end": lvl_end,
             "rise": rise,
@@ -123,17 +138,29 @@ class ResumeRegressionDetector:
                         f"{int(vx[-1]):,}), {float(vy[-1] - vy[b]) / max(vnoise, 1e-12):.0f}x "
                         "the eval noise above it"
                     )
+        if later:
+            first = (
+                f"After the resume at step {seam:,} the training loss first went on down, to "
+                f"{sig(low_level, 4)} around step {onset:,} ({onset - seam:,} steps after the "
+                f"seam), then trended up: its level went from {sig(lvl_before, 4)} before the "
+                f"seam to {sig(lvl_end, 4)}"
+            )
+        else:
+            first = (
+                f"After the resume at step {seam:,} the training loss trended up: its level "
+                f"went from {sig(lvl_before, 4)} before the seam to {sig(lvl_end, 4)}"
+            )
         summary = (
-            f"After the resume at step {seam:,} the training loss trended up: its level went "
-            f"from {sig(lvl_before, 4)} before the seam to {sig(lvl_end, 4)} at step "
-            f"{int(xa[-1]):,} ({rise:+.3g}, {rise / noise:.0f}x the level noise){val_txt}."
+            f"{first} at step {int(xa[-1]):,} ({rise:+.3g}, {rise / noise:.0f}x the level "
+            f"noise){val_txt}."
         )
-        peak = int(xa[int(np.argmax(ya))])
+        rest = xa >= onset
+        peak = int(xa[rest][int(np.argmax(ya[rest]))])
         return Finding(
             kind=FindingKind.RESUME_REGRESSION,
             severity=Severity.WARNING if m["val_worse"] else Severity.INFO,
             metric=LOSS,
-            start_step=seam,
+            start_step=onset,
             peak_step=peak,
             end_step=int(xa[-1]),
             measures=m,
@@ -145,3 +172,17 @@ class ResumeRegressionDetector:
                 "rise_at": lvl_before + p.noise_k * noise,
             },
         )
+
+
+def _low_after(x: np.ndarray, y: np.ndarray, w: int) -> tuple[int | None, float]:
+    """The step and level of the loss's low after the seam: the minimum of its centred rolling
+    median over ``2 * (w // 2) + 1`` points (odd: a median is then one of the values), where
+    the window is whole (None: too few points)."""
+    h = w // 2
+    if h < 1 or len(y) <= 2 * h + 1:
+        return None, float("nan")
+    from scipy.ndimage import median_filter
+
+    level = median_filter(y, size=2 * h + 1, mode="nearest")
+    i = h + int(np.argmin(level[h : len(y) - h]))
+    return int(x[i]), float(level[i])

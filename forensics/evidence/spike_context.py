@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from forensics.evidence.schedule import Schedule
 
 
+# How far before an onset a control input (an LR change, a resume, a schedule kink) still counts
+# as near it: the article's 100 steps, the short end of a normal recovery (4.4).
+NEAR_STEPS = 100
+
+
 def near_steps(first_step: int, last_step: int, base: int) -> int:
     """How far before an onset an event still counts as near it: ``base`` steps, or a tenth
     of a shorter log (at least 5): in a 60-step log a warm-up end 30 steps before a spike is
