@@ -104,6 +104,11 @@ class RollbackPlan:
         rule = f"; {rule.rstrip(')')}" if rule else ""
         return f"{new} ({cut} than {_num(self.lr_before)}, the LR before the incident{rule})"
 
+    @property
+    def at_resume(self) -> bool:
+        """The plan of a resume regression that began at the seam (see :func:`at_resume`)."""
+        return at_resume(self.finding)
+
     def checkpoint_text(self) -> str:
         if not self.rollback:
             return "no rollback (first aid)"

@@ -349,6 +349,12 @@ def test_a_regression_that_began_after_the_resume_is_not_sent_back_to_it() -> No
     text = plan.sentence()
     assert "from the resume" not in text and "the resume, not the LR" not in text
     assert "Learning rate unchanged (nothing in the log points at the LR)" in text
+    from forensics.report.render import render_html
+
+    page = render_html(d, plotlyjs="cdn")
+    section = page[page.index('id="rollback"') : page.index('id="vitals"')]
+    assert "keep the data loader's position" in section
+    assert "after a resume that regressed, the opposite" not in section
 
 
 def test_a_note_calls_for_no_first_aid() -> None:
