@@ -322,3 +322,35 @@ def test_no_schedule_line_without_a_logged_lr() -> None:
     (gn,) = [p for p in build_panels(diag.ev, diag.findings) if p.key == GRAD_NORM]
     assert LR not in run.metrics() and _schedule_trace(gn) is None
     assert "dash-dotted" not in gn.caption
+
+
+def test_a_short_loss_is_drawn_as_logged_and_a_lone_eval_spans_the_run() -> None:
+    """The real HF Trainer event file of japanese-gpt2-medium logs the loss 6 times (every 500
+    steps) and evaluates once, at step 3,100. A moving average of 6 points drew the loss at
+    0.19 at step 1,000 where the log says 0.03: the loss is drawn as logged (no smoothed
+    line, here or against the val loss); and the lone evaluation's chart spans the run's
+    steps instead of 3,099 to 3,101."""
+    from conftest import shared_path
+
+    from forensics.importers import read_run
+    from forensics.schema import LOSS
+
+    ev = Evidence(read_run(shared_path("real_runs", "tfevents-hf-trainer-japanese-gpt2-medium")))
+    panels = {p.key: p for p in build_panels(ev, [])}
+    x, y = ev.logged(LOSS).steps, ev.logged(LOSS).values
+    assert len(x) == 6
+    (loss,) = panels[LOSS].figure["data"]
+    assert loss["x"] == [int(v) for v in x] and loss["y"] == pytest.approx(list(y))
+    assert "smoothed" not in loss["name"] and "too few for a moving average" in panels[LOSS].caption
+    train = [t for t in panels[VAL_LOSS].figure["data"] if t["name"].startswith("train")]
+    assert [t["name"] for t in train] == ["train"] and train[0]["y"] == pytest.approx(list(y))
+    ev_fig = panels["eval"].figure
+    assert {v for t in ev_fig["data"] for v in t["x"]} == {3100}
+    lo, hi = ev_fig["layout"]["xaxis"]["range"]
+    assert lo < ev.run.first_step == 500 and hi > ev.run.last_step == 3100
+    # A loss of many points keeps its smoothed line beside the raw one (the healthy sample:
+    # 1,000 steps), and a chart whose points span steps keeps plotly's own range.
+    healthy = Evidence(read_run(ROOT / "sample_runs" / "healthy"))
+    hp = {p.key: p for p in build_panels(healthy, [])}
+    assert [t["name"] for t in hp[LOSS].figure["data"]][:2] == ["raw", "smoothed"]
+    assert "range" not in hp[LOSS].figure["layout"]["xaxis"]

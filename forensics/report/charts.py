@@ -44,6 +44,10 @@ from forensics.schema import (
 )
 
 TB_SMOOTHING = 0.6  # TensorBoard's default smoothing weight
+# Below this many points a series is drawn as logged: a moving average of weight 0.6 trails
+# the values by about 1.5 points, which on a handful of points spaced far apart is a curve the
+# run never had (a 6-point loss drawn at 0.19 where the log says 0.03).
+MIN_SMOOTH_POINTS = 50
 HEATMAP_COLUMNS = 300
 MAX_EVAL_TRACES = 12
 MAX_MARKS = 200  # findings marked per panel
@@ -462,10 +466,22 @@ def loss_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
     x, y = _arrays(ev, LOSS)
     if len(x) == 0:
         return None
-    w = smoothing_weight(len(x), buckets)
-    sm = tb_smooth(y, w)
     keep = _keep_steps(fs)
     rx, ry = downsample(x, y, buckets, keep)
+    if len(x) < MIN_SMOOTH_POINTS:
+        fig: dict[str, Any] = {
+            "data": [_line(rx, ry, "loss", line={"color": "#08519c", "width": 1.8})],
+            "layout": _layout("Training loss", "loss"),
+        }
+        judged_levels(fig, fs, int(x[-1]))
+        mark_findings(fig, fs, x, y)
+        cap = (
+            f"The values as logged: {len(x):,} point(s), too few for a moving average (one "
+            "would trail them by a point or two)."
+        )
+        return Panel(LOSS, "Training loss", cap, fig, fs)
+    w = smoothing_weight(len(x), buckets)
+    sm = tb_smooth(y, w)
     sx, sy = downsample(x, sm, buckets, keep)
     fig = {
         "data": [
@@ -614,13 +630,17 @@ def train_val_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
     fig["layout"]["margin"]["r"] = 70
     tx, ty = _arrays(ev, LOSS)
     cap = "Validation loss only: the run has no training loss to compare with."
-    if len(tx):
+    if len(tx) >= MIN_SMOOTH_POINTS:
         sm = tb_smooth(ty, smoothing_weight(len(tx), buckets))
         sx, sy = downsample(tx, sm, buckets)
         fig["data"].append(
             _line(sx, sy, "train (smoothed)", line={"color": "#08519c", "width": 1.5})
         )
         cap = "Validation loss against the smoothed training loss."
+    elif len(tx):
+        sx, sy = downsample(tx, ty, buckets)
+        fig["data"].append(_line(sx, sy, "train", line={"color": "#08519c", "width": 1.5}))
+        cap = "Validation loss against the training loss as logged (too few points to smooth)."
     gap = ev.gap
     if gap is not None and len(gap.steps):
         fig["data"].append(
@@ -884,7 +904,21 @@ def build_panels(
         else:
             mark_findings(first.figure, rest)
         first.findings = first.findings + rest
+    for p in panels:
+        _span_the_run(p.figure, ev.run.first_step, ev.run.last_step)
     return panels
+
+
+def _span_the_run(fig: dict[str, Any], first: int, last: int) -> None:
+    """A chart whose points all sit at one step (one evaluation at the end of the run) gets
+    the run's steps as its x axis: plotly would centre it on a range of one step either side
+    (3,099 to 3,101), which reads as a run one step long."""
+    if last <= first or any(t.get("type") == "heatmap" for t in fig["data"]):
+        return
+    steps = {v for t in fig["data"] for v in t.get("x") or () if v is not None}
+    if len(steps) == 1:
+        pad = (last - first) * 0.02
+        fig["layout"]["xaxis"]["range"] = [first - pad, last + pad]
 
 
 SPIKE_KINDS = (FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE)
