@@ -120,6 +120,22 @@ def _evidence(run: Run | Evidence) -> Evidence:
     return run if isinstance(run, Evidence) else Evidence(run)
 
 
+def _end_cell(ev: Evidence, metric: str, v: dict[str, Any] | None) -> str:
+    """A run's end level of a vital sign for the table, in the unit its log states for a
+    throughput or memory series (each run its own: one may log GB, another bytes)."""
+    from forensics.report.render import _num
+
+    if v is None or v["final"] is None:
+        return "-"
+    if metric in (THROUGHPUT, MEMORY):
+        from forensics.evidence.trend_utils import unit_for
+
+        unit = unit_for(ev.run, metric, level=v["final"])
+        if unit.stated:
+            return unit.show(v["final"])
+    return _num(v["final"])
+
+
 def _vital(ev: Evidence, metric: str) -> dict[str, float | int | None] | None:
     logged = ev.logged(metric)
     if len(logged) == 0:
@@ -650,7 +666,10 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
     ]:
         t.add_row(d_row[0], *d_row[1])
     for metric, per_run in cmp.vitals.items():
-        t.add_row(f"{metric} (end)", *["-" if v is None else _num(v["final"]) for v in per_run])
+        t.add_row(
+            f"{metric} (end)",
+            *[_end_cell(d.ev, metric, v) for d, v in zip(cmp.diagnoses, per_run, strict=True)],
+        )
     t.add_row(
         "first to part",
         *[

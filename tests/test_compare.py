@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from forensics.cli import app
 from forensics.compare import compare, config_diff, loss_parts_ways, partings
 from forensics.evidence import Evidence
+from forensics.importers import read_run
 
 runner = CliRunner()
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_runs"
@@ -325,3 +326,22 @@ def test_two_real_runs_of_one_config_do_not_part_by_noise() -> None:
     assert lr["step"] == 10_677
     assert lr["rel_diff_at_step"] == pytest.approx(0.00368, rel=0.01)
     assert cmp.why[1] == "no config difference logged; the lr parted at step 10,677"
+
+
+def test_compare_table_states_each_runs_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table's end levels of throughput and memory carry the unit each log states (the
+    healthy and memory_growth samples log MB and tokens/s): "1169" alone did not say what it
+    counted."""
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(
+        app,
+        ["compare", str(SAMPLES / "healthy"), str(SAMPLES / "memory_growth"), "--no-report"],
+    )
+    assert res.exit_code == 0, res.output
+    rows = {ln.split("│")[1].strip(): ln for ln in res.output.splitlines() if "(end)" in ln}
+    mem = Evidence(read_run(SAMPLES / "memory_growth")).series("memory").values
+    tail = mem[-max(1, len(mem) // 20) :]
+    assert f"{np.median(tail):.4g} MB" in rows["memory (end)"]
+    assert rows["throughput (end)"].count("tokens/s") == 2
