@@ -868,7 +868,8 @@ def sweep(
         return
     for r in rows:
         top = r.get("error") or ", ".join(f"{f['kind']} @ {f['step']:,}" for f in r["top_findings"])
-        vary = " ".join(f"{k}={v}" for k, v in r.get("varying", {}).items())
+        # (a key this run's config lacks is left out, as the index page shows "–" for it)
+        vary = " ".join(f"{k}={v}" for k, v in r.get("varying", {}).items() if v is not None)
         typer.echo(f"{r['verdict'].upper():9} {r['name']}  {top or 'no findings'}  {vary}".rstrip())
 
 

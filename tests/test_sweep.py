@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -120,3 +121,23 @@ def test_sweep_jobs_one_matches_parallel(tmp_path: Path, monkeypatch: pytest.Mon
         (r["name"], r["verdict"], r["findings"]) for r in many
     ]
     assert [r["name"] for r in one] == ["nan", "bad_batch", "healthy"]
+
+
+def test_sweep_lines_leave_out_keys_a_run_does_not_have(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sample runs whose configs share no key (an HF Trainer run and a W&B run): each
+    line states its own values and none of the other's as "=None" (the index page shows "–"
+    for them)."""
+    samples = Path(__file__).resolve().parents[1] / "sample_runs"
+    root = tmp_path / "runs"
+    root.mkdir()
+    for name in ("late_overfit", "divergence"):  # (copies: links out of a folder are not read)
+        shutil.copytree(samples / name, root / name, symlinks=True)
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["sweep", str(root), "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    lines = {ln.split()[1].split("/")[0]: ln for ln in res.stdout.splitlines() if ln.strip()}
+    assert "=None" not in res.stdout
+    assert "max_steps=800" in lines["late_overfit"] and "lr=0.003" in lines["divergence"]
+    assert "lr=" not in lines["late_overfit"] and "max_steps" not in lines["divergence"]
