@@ -630,7 +630,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from forensics.report.render import _num, severity_counts
+    from forensics.report.render import severity_counts
     from forensics.terminal import escape
 
     console = console or Console()
