@@ -95,6 +95,23 @@ class Diagnosis:
                 return cs
         return []
 
+    def order_sentence(self, limit: int | None = None) -> str:
+        """Who moved first, for the banner and the terminal. With several incidents, the most
+        severe one's order (the earliest of equals), named: the run's whole order would open
+        with an earlier, milder incident's first mover (a warm-up end at step 30 heading a
+        critical incident at step 300 it has nothing to do with). The report's timeline
+        section keeps the run's whole order."""
+        incidents = self.incidents
+        if len(incidents) < 2:
+            timeline = self.timeline if self.timeline is not None else Timeline([], [])
+            return timeline.sentence(limit)
+        worst = min(incidents, key=lambda i: (-i.severity.rank, i.start_step))
+        text = worst.timeline.sentence(limit)
+        return (
+            f"{worst.id[0].upper()}{worst.id[1:]} ({worst.severity.value}, steps {worst.steps}), "
+            f"the most severe of {len(incidents)} incidents: {text[0].lower()}{text[1:]}"
+        )
+
     def incident_of(self, finding: Finding) -> Incident | None:
         """The incident this finding belongs to (None for a note outside every incident)."""
         for inc in self.incidents:

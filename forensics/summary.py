@@ -66,7 +66,7 @@ def print_summary(
             f"... and {len(diagnosis.incidents) - MAX_INCIDENTS:,} more incident(s) in the report."
         )
     if diagnosis.timeline is not None and diagnosis.timeline.movers:
-        console.print(escape(diagnosis.timeline.sentence(limit=2)))
+        console.print(escape(diagnosis.order_sentence(limit=2)))
     # The earliest event's advice: going back before it also covers every later one.
     for rb in [r for r in diagnosis.rollbacks if r.rollback][:1]:
         console.print(escape(rb.sentence()))  # forensics.rollback words the plan

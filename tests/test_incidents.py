@@ -255,3 +255,36 @@ def test_a_change_the_lr_log_cannot_place_is_not_called_late() -> None:
     resume_at = Cause("resume", SUPPORTED, "the job resumed at step 20", (20,))
     (inc,) = build_incidents([drop, spike], [[], [resume_at]], None, None)
     assert inc.late == {}
+
+
+def test_the_headline_order_is_the_worst_incidents() -> None:
+    """histogram_layers has a warning incident from the warm-up's end at step 30 and a
+    critical one from the parameter-norm jump at step 300. The banner and the terminal said
+    "The learning rate moved first (onset at step 30...)" for the critical run: they now give
+    the critical incident's order, named; the report's timeline keeps the run's whole order.
+    A run of one incident reads as before."""
+    from forensics.report import render_html
+    from forensics.summary import print_summary
+
+    d = diag("histogram_layers")
+    assert [i.severity.value for i in d.incidents] == ["warning", "critical"]
+    worst = d.incidents[1]
+    text = d.order_sentence(limit=3)
+    assert text.startswith(f"Incident-2 (critical, steps {worst.steps}), the most severe of 2")
+    assert "the parameter norm moved first (onset at step 300, param_norm_jump)" in text
+    assert "step 30," not in text
+    assert d.timeline is not None and d.timeline.first is not None
+    assert d.timeline.first.step == 30  # (the run's whole order, in the timeline section)
+    page = render_html(d, plotlyjs="cdn")
+    banner = page[page.index('id="verdict"') : page.index("<nav>")]
+    assert "the parameter norm moved first" in banner and "onset at step 30," not in banner
+    from io import StringIO
+
+    from rich.console import Console
+
+    buf = StringIO()
+    print_summary(d, console=Console(file=buf, width=400))
+    assert "Incident-2 (critical" in buf.getvalue()
+    one = diag("param_norm_jump")
+    assert len(one.incidents) == 1
+    assert one.order_sentence(limit=2) == one.timeline.sentence(limit=2)

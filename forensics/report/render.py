@@ -259,6 +259,7 @@ def build_context(
         "light": _light(diagnosis),
         "counts": counts,
         "timeline": diagnosis.timeline,
+        "order_sentence": diagnosis.order_sentence(limit=3),
         # The worst incidents as cards (then by onset), the rest as rows.
         "incidents": incidents[:MAX_INCIDENTS],
         "more_incidents": incidents[MAX_INCIDENTS : MAX_INCIDENTS + MAX_ROWS],
