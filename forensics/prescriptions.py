@@ -64,6 +64,8 @@ _ROLLBACK_SPIKE = (
     "cut by 20-50%; restore model and optimizer state only, keep the data position."
 )
 
+LOSS_MOVED = "loss_moved"  # the grad-norm spike variant for a transient the loss followed
+
 TABLE: dict[FindingKind, Prescription] = {
     FindingKind.GRAD_NORM_DRIFT: Prescription(
         FindingKind.GRAD_NORM_DRIFT,
@@ -333,6 +335,9 @@ TABLE: dict[FindingKind, Prescription] = {
             "spike needs no treatment of its own.",
             "unresolved": "The log ends before the gradient norm could come back: judge it "
             "again on a longer log; if it stays up, it is a climb (see the drift checks).",
+            LOSS_MOVED: "Look at the batch behind it: the loss moved with the gradient, so the "
+            "optimizer did not simply absorb it; if such spikes recur, find their batches and "
+            "fix the sampler or the data.",
         },
     ),
     FindingKind.PERIODIC_SPIKES: Prescription(
@@ -546,7 +551,9 @@ def prescribe(finding: Finding) -> str:
     if p is None:  # a kind added without a table entry: the test suite catches this
         return ""
     cls = finding.measures.get("classification")
-    if isinstance(cls, str) and cls in p.variants:
+    if _loss_moved(finding):
+        text = p.variants[LOSS_MOVED]
+    elif isinstance(cls, str) and cls in p.variants:
         text = p.variants[cls]
     elif finding.severity.value in p.variants:
         text = p.variants[finding.severity.value]
@@ -566,7 +573,22 @@ def light_prefix(finding: Finding) -> str:
 
 
 def needs_action(finding: Finding) -> bool:
-    """False for findings the table says to leave alone (a recovered or helpful spike, notes)."""
+    """False for findings the table says to leave alone (a recovered or helpful spike, notes).
+    A grad-norm spike that came back at once but moved the loss with it is a warning whose
+    sentence says to check that batch: it calls for that look."""
     if finding.severity.value == "info":
         return False
+    if _loss_moved(finding):
+        return True
     return finding.measures.get("classification") not in ("physiological", "beneficial")
+
+
+def _loss_moved(finding: Finding) -> bool:
+    """A grad-norm spike judged by its quick recovery whose loss moved with it."""
+    m = finding.measures
+    return (
+        finding.kind is FindingKind.GRAD_NORM_SPIKE
+        and m.get("judged_by") == "recovery"
+        and m.get("loss_response") is True
+        and finding.severity.value != "info"
+    )

@@ -158,3 +158,25 @@ def test_a_drift_note_names_the_level_now() -> None:
     assert note.startswith("No action") and "level now" in note
     assert "stays inside" not in note
     assert "level now" in drift.summary
+
+
+def test_a_grad_norm_spike_the_loss_followed_is_looked_at() -> None:
+    """histogram_layers: the grad-norm spike at step 302 came back within 3 steps but the loss
+    moved with it, a warning whose sentence says "check that batch"; its prescription said
+    "Usually no action" and it counted as needing none. Now the prescription says to look at
+    the batch, with the warning's light. A spike the optimizer absorbed keeps "no action"."""
+    from forensics import analyze
+
+    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "histogram_layers")
+    spikes = [f for f in d.findings if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    moved = next(f for f in spikes if f.measures["loss_response"])
+    assert moved.start_step == 302 and moved.severity.value == "warning"
+    assert moved.measures["judged_by"] == "recovery"
+    assert moved.measures["classification"] == "physiological"
+    assert "but the loss moved with it: check that batch" in moved.summary
+    rx = d.prescription_for(moved)
+    assert rx.startswith("Yellow light: look at the batch behind it") and "no action" not in rx
+    assert needs_action(moved)
+    absorbed = next(f for f in spikes if not f.measures["loss_response"])
+    assert absorbed.severity.value == "info" and not needs_action(absorbed)
+    assert d.prescription_for(absorbed).startswith("Usually no action")
