@@ -151,18 +151,18 @@ def test_terminal_names_the_cause(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_standing_activation_outlier_is_not_what_changed() -> None:
-    """histogram_layers: layer 0's activation spread is out of range from step 40 (a start-up
-    outlier that stays open). The loss spike at 301 cannot be explained by it: the activations
-    cause is left untested with the reason, not supported; the outlier's own neighbourhood
-    (the grad-norm spike at 59) still cites it."""
-    d = diag("histogram_layers")
-    spike = _first(d, "loss_spike")
-    assert spike.start_step > 290
+    """divergence: every layer's activations are out of range from step 560 and stay so. The
+    grad-norm spike at 685, 125 steps later, cannot be explained by them: the activations
+    cause is left untested with the reason, not supported; the loss spike at 811, right after
+    the activations left their range again at 780, still cites them."""
+    d = diag("divergence")
+    spike = next(f for f in d.findings if f.kind.value == "grad_norm_spike" and f.start_step == 685)
     act = _by(d, spike)["activations"]
     assert act.status == UNTESTED, act
-    assert "since step 40" in act.evidence and "standing condition" in act.evidence
-    early = next(f for f in d.findings if f.kind.value == "grad_norm_spike" and f.start_step < 100)
-    assert _by(d, early)["activations"].status == SUPPORTED
+    assert "since step 560" in act.evidence and "standing condition" in act.evidence
+    later = next(f for f in d.findings if f.kind.value == "loss_spike" and f.start_step == 811)
+    assert _by(d, later)["activations"].status == SUPPORTED
+    assert "from step 780" in _by(d, later)["activations"].evidence
 
 
 def test_the_run_facts_follow_the_evidence_and_its_frame() -> None:

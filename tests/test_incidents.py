@@ -258,30 +258,45 @@ def test_a_change_the_lr_log_cannot_place_is_not_called_late() -> None:
 
 
 def test_the_headline_order_is_the_worst_incidents() -> None:
-    """histogram_layers has a warning incident from the warm-up's end at step 30 and a
-    critical one from the parameter-norm jump at step 300. The banner and the terminal said
-    "The learning rate moved first (onset at step 30...)" for the critical run: they now give
-    the critical incident's order, named; the report's timeline keeps the run's whole order.
-    A run of one incident reads as before."""
+    """A run with a warning incident (the loss scale halved three times at step 400) and a
+    later critical one (a loss spike at step 1,500 that settled 30% higher): the banner and the
+    terminal said "The loss scale moved first (onset at step 400...)" for the critical run,
+    the run's whole order; they now give the critical incident's order, named. The report's
+    timeline keeps the run's whole order. A run of one incident reads as before."""
+    from io import StringIO
+
+    import numpy as np
+    from rich.console import Console
+    from synthetic import healthy_loss, long_frame, run_from_frame
+
+    from forensics.pipeline import analyze_run
     from forensics.report import render_html
     from forensics.summary import print_summary
 
-    d = diag("histogram_layers")
-    assert [i.severity.value for i in d.incidents] == ["warning", "critical"]
+    steps, loss = healthy_loss(3000)
+    loss = loss.copy()
+    loss[1500:1510] *= 3.0
+    loss[1510:] *= 1.3
+    scale = np.select(
+        [steps >= 404, steps >= 402, steps >= 400], [8192.0, 16384.0, 32768.0], 65536.0
+    )
+    lr = np.where(steps < 50, 3e-4 * steps / 50, 3e-4)
+    frame = long_frame({"loss": (steps, loss), "lr": (steps, lr), "loss_scale": (steps, scale)})
+    d = analyze_run(run_from_frame(frame))
+    assert [(i.severity.value, i.start_step) for i in d.incidents] == [
+        ("warning", 400),
+        ("critical", 1500),
+    ]
     worst = d.incidents[1]
     text = d.order_sentence(limit=3)
     assert text.startswith(f"Incident-2 (critical, steps {worst.steps}), the most severe of 2")
-    assert "the parameter norm moved first (onset at step 300, param_norm_jump)" in text
-    assert "step 30," not in text
+    assert "the training loss moved first (onset at step 1,500, loss_spike)" in text
+    assert "step 400" not in text
     assert d.timeline is not None and d.timeline.first is not None
-    assert d.timeline.first.step == 30  # (the run's whole order, in the timeline section)
+    assert d.timeline.first.step == 400  # (the run's whole order, in the timeline section)
     page = render_html(d, plotlyjs="cdn")
     banner = page[page.index('id="verdict"') : page.index("<nav>")]
-    assert "the parameter norm moved first" in banner and "onset at step 30," not in banner
-    from io import StringIO
-
-    from rich.console import Console
-
+    assert "the training loss moved first" in banner and "step 400" not in banner
     buf = StringIO()
     print_summary(d, console=Console(file=buf, width=400))
     assert "Incident-2 (critical" in buf.getvalue()

@@ -108,6 +108,31 @@ def test_activations_quiet_when_normal() -> None:
     assert ActivationDetector().detect(Evidence(run_from_frame(frame))) == []
 
 
+def test_activation_std_growth_from_the_warm_up_is_not_a_jump() -> None:
+    """histogram_layers (real torch training, activations from histograms every 10 steps):
+    block 0's activation std grows from its initial values over the warm-up (0.10, 0.27, 0.41
+    to step 30), then 1.17 at step 40 and on up to about 2, the model leaving its
+    initialisation. It was a warning, "4.3x the median of its 3 points before (steps 10-30)":
+    the warm-up's points are no level to judge later ones against. The blow-up at step 310 in
+    blocks 2 and 3 is still found."""
+    from pathlib import Path
+
+    from forensics.importers import read_run
+
+    ev = Evidence(
+        read_run(Path(__file__).resolve().parents[1] / "sample_runs" / "histogram_layers")
+    )
+    std0 = ev.series("act_std", 0)
+    assert ev.warmup_end == 30
+    assert [round(float(v), 2) for v in std0.values[:4]] == [0.1, 0.27, 0.41, 1.17]
+    found = ActivationDetector().detect(ev)
+    assert not [f for f in found if f.metric == "act_std" and f.measures["layer"] == 0]
+    assert {(f.measures["layer"], f.start_step) for f in found if f.metric == "act_absmax"} == {
+        (2, 310),
+        (3, 310),
+    }
+
+
 def test_param_norm_judged_against_the_evidence_band() -> None:
     """The param-norm finding states the evidence's band (the line the chart draws), built with
     the configured window and ratio; a lower configured ratio flags an earlier crossing."""

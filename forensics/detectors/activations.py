@@ -3,7 +3,8 @@
 Two signs, per layer: the activation absolute maximum above 1e4 (the article locates the
 overflowing layer this way, usually an attention block), and the activation std jumping
 against its own recent history (a middle layer whose std suddenly grows is the early sign
-of a NaN); std growth during the LR warm-up is start-up and is not counted. One finding per
+of a NaN); std growth during the LR warm-up is start-up: neither counted nor used as the
+level later points are judged against. One finding per
 layer and sign, naming the layer and the first step.
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
@@ -94,9 +95,16 @@ class ActivationDetector:
         x, y = s.steps, s.values
         if len(y) <= self.params.min_history:
             return []
+        # Activations grow from their initial values during the LR warm-up: that is start-up,
+        # neither a jump nor a level to judge later points against (histogram_layers' block 0:
+        # 0.10, 0.27, 0.41 over the warm-up to step 30, then 1.17 at step 40 and on up to about
+        # 2, the model leaving its initialisation, was "4.3x the median of its 3 points before").
+        settled = ev.warmup_end
+        j0 = 0 if settled is None else int(np.searchsorted(x, settled, side="right"))
         # Typical level = median of the previous `history` points (trailing, excluding the point).
-        prev = (
-            pl.Series(y)
+        prev = np.full(len(y), np.nan)
+        prev[j0:] = (
+            pl.Series(y[j0:])
             .rolling_median(self.params.history, min_samples=self.params.min_history)
             .shift(1)
             .to_numpy()
@@ -104,10 +112,6 @@ class ActivationDetector:
         )
         ratio = np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
         jump = np.nan_to_num(ratio, nan=0.0) >= self.params.std_jump_ratio
-        # Activations settle during the LR warm-up: growth there is start-up, not a jump.
-        settled = ev.warmup_end
-        if settled is not None:
-            jump &= x > settled
         if not jump.any():
             return []
         i0 = int(np.argmax(jump))
