@@ -384,7 +384,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "coincides_with_spike",
             bool,
-            "a loss or grad-norm spike began in the same step window",
+            "a loss spike began in the same step window",
         ),
         _m("spike_step", int, "onset of that spike (null if none)", null=True),
         _m(

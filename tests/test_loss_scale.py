@@ -153,6 +153,28 @@ def test_halving_at_a_spike_is_a_warning_and_the_spike_says_overflow():
     assert spike.measures["cause"] == "numeric_overflow"
 
 
+def test_a_grad_norm_spike_alone_does_not_make_the_scalers_halving_a_warning():
+    """truncated_log (real torch fp16 training): the scaler halves twice at steps 41-43, its
+    first descent, as the grad norm spikes to 11x at step 44 and comes back at once with the
+    loss unmoved. That was "at a spike in the same steps: numeric overflow", a warning that
+    made the healthy run yellow; a gradient large enough to overflow is what the scaler halves
+    for. It is the scaler calibrating (info), and the run is green. A loss spike in the same
+    steps still makes a halving a warning (the test above)."""
+    from pathlib import Path
+
+    from forensics import analyze
+
+    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "truncated_log")
+    (drop,) = [f for f in d.findings if f.kind is FindingKind.LOSS_SCALE_DROP]
+    assert (drop.start_step, drop.end_step, drop.measures["halvings"]) == (41, 43, 2.0)
+    assert drop.severity is Severity.INFO and drop.measures["calibration"] is True
+    assert drop.measures["coincides_with_spike"] is False
+    assert "the scaler calibrating at the start of training" in drop.summary
+    gn = next(f for f in d.findings if f.kind is FindingKind.GRAD_NORM_SPIKE and f.start_step == 43)
+    assert gn.measures["loss_response"] is False
+    assert d.verdict == "healthy"
+
+
 def test_overflow_lines_without_a_scale_series():
     """DeepSpeed-style overflow steps only: a later burst of 3 is a warning cascade from the
     overflow source."""

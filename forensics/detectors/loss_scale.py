@@ -29,7 +29,7 @@ from forensics.findings import (
     steps_text,
 )
 from forensics.params import LossScaleParams
-from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW
+from forensics.schema import LOSS, LOSS_SCALE, OVERFLOW
 
 
 def _first_growth(scale: Series, cascades: list[ScaleCascade]) -> int | None:
@@ -277,11 +277,14 @@ class _SpikeWindows:
 
 
 def _spike_windows(ev: Evidence) -> list[tuple[int, float, float]]:
-    """(onset, lo, hi] windows of the loss and grad-norm spikes (the evidence's, found once with
-    the configured spike parameters)."""
+    """(onset, lo, hi] windows of the loss spikes (the evidence's, found once with the
+    configured spike parameters). A loss spike with the scale falling in the same steps is the
+    article's numeric-stability sign (4.2). A grad-norm spike alone is not: a gradient large
+    enough to overflow fp16 is what the scaler halves for, and the same event seen twice
+    (truncated_log: two halvings at steps 41-43, the scaler's first descent, beside a grad-norm
+    spike the loss never felt, had made a healthy run yellow)."""
     out = []
-    for metric in (LOSS, GRAD_NORM):
-        for s in ev.spikes(metric):
-            iv = s.log_interval
-            out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv)))
+    for s in ev.spikes(LOSS):
+        iv = s.log_interval
+        out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv)))
     return sorted(out)
