@@ -89,3 +89,43 @@ def test_compare_page_renders_in_chromium(tmp_path: Path) -> None:
     assert res["console"] == [] and res["page_errors"] == ""
     assert res["charts"] == res["charts_rendered"] == len(cmp.vitals) >= 6
     assert res["ok"] is True
+
+
+def test_sweep_index_keeps_names_on_one_line_in_chromium(tmp_path: Path) -> None:
+    """A sweep of sample runs whose configs differ in 18 keys (HF Trainer runs beside a W&B
+    run): the index squeezed its run column so that each name broke into a letter a line
+    ("di / ver / gen / ce/"). The table now scrolls sideways: in a 1280-pixel window every run
+    name and every config key keeps to one line."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    bc = _checker()
+    root = tmp_path / "runs"
+    root.mkdir()
+    for name in ("late_overfit", "multi_eval_sets", "overfitting", "divergence", "healthy"):
+        shutil.copytree(ROOT / "sample_runs" / name, root / name, symlinks=True)
+    out = tmp_path / "index.html"
+    res = CliRunner().invoke(app, ["sweep", str(root), "--jobs", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    probe = """<script>
+    window.addEventListener('load', () => {
+      const lines = el => Math.round(el.getBoundingClientRect().height /
+                                     parseFloat(getComputedStyle(el).lineHeight));
+      const names = [...document.querySelectorAll('#sweep tr.run td:first-child code')];
+      const keys = [...document.querySelectorAll('#sweep th code')];
+      document.documentElement.dataset.nameLines = Math.max(...names.map(lines));
+      document.documentElement.dataset.keyLines = Math.max(...keys.map(lines));
+      document.documentElement.dataset.keys = keys.length;
+    });
+    </script></body>"""
+    page = tmp_path / "probe.html"
+    page.write_text(out.read_text().replace("</body>", probe), encoding="utf-8")
+    browser = bc.find_browser()
+    proc = bc._run(browser, ["--window-size=1280,1000", "--dump-dom", page.as_uri()], 120.0)
+    parser = bc._RootAttrs()
+    parser.feed(proc.stdout)
+    assert int(parser.root["data-keys"]) >= 15
+    assert parser.root["data-name-lines"] == "1" and parser.root["data-key-lines"] == "1"
