@@ -514,7 +514,9 @@ def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: 
     if not parts:
         head = "no config difference logged"
     if first is None:
-        tail = "no vital sign parted"
+        # (only the training signs are lined up: a memory or throughput level differs between
+        # machines from the first step; their findings are listed below the line)
+        tail = "no training sign parted (loss, val loss, grad norm, param norm, LR, loss scale)"
     else:
         signs = " and ".join(m.replace("_", " ") for m in first["metrics"])
         tail = f"the {signs} parted at step {first['step']:,}"

@@ -345,3 +345,18 @@ def test_compare_table_states_each_runs_unit(
     tail = mem[-max(1, len(mem) // 20) :]
     assert f"{np.median(tail):.4g} MB" in rows["memory (end)"]
     assert rows["throughput (end)"].count("tokens/s") == 2
+
+
+def test_a_run_whose_memory_grew_is_not_said_to_have_no_sign_parted() -> None:
+    """healthy and memory_growth train identically (one seed; the second run holds on to its
+    batches' memory): their training signs never part, but the memory grows 227%. The line
+    said "no vital sign parted"; it names what was lined up (the training signs), and the
+    memory growth is listed as a finding only the second run has."""
+    cmp = compare([SAMPLES / "healthy", SAMPLES / "memory_growth"])
+    why = cmp.why[1]
+    assert why is not None and "no vital sign parted" not in why
+    assert why.endswith(
+        "no training sign parted (loss, val loss, grad norm, param norm, LR, loss scale)"
+    )
+    assert cmp.first_parting[1] is None
+    assert [f["kind"] for f in cmp.finding_diff[1]["only_other"]] == ["memory_growth"]
