@@ -106,10 +106,17 @@ class Diagnosis:
             timeline = self.timeline if self.timeline is not None else Timeline([], [])
             return timeline.sentence(limit)
         worst = min(incidents, key=lambda i: (-i.severity.rank, i.start_step))
+        sev = worst.severity
+        ties = sum(1 for i in incidents if i.severity is sev)
+        which = (
+            f"the most severe of {len(incidents)} incidents"
+            if ties == 1
+            else f"the first of {ties} {sev.value} incidents"
+        )
         text = worst.timeline.sentence(limit)
         return (
-            f"{worst.id[0].upper()}{worst.id[1:]} ({worst.severity.value}, steps {worst.steps}), "
-            f"the most severe of {len(incidents)} incidents: {text[0].lower()}{text[1:]}"
+            f"{worst.id[0].upper()}{worst.id[1:]} ({sev.value}, steps {worst.steps}), "
+            f"{which}: {text[0].lower()}{text[1:]}"
         )
 
     def incident_of(self, finding: Finding) -> Incident | None:

@@ -303,3 +303,9 @@ def test_the_headline_order_is_the_worst_incidents() -> None:
     one = diag("param_norm_jump")
     assert len(one.incidents) == 1
     assert one.order_sentence(limit=2) == one.timeline.sentence(limit=2)
+    # Two incidents of one severity (bad_batch: two warnings): the first, not "the most severe".
+    two = diag("bad_batch")
+    assert [i.severity.value for i in two.incidents] == ["warning", "warning"]
+    assert two.order_sentence(limit=2).startswith(
+        f"Incident-1 (warning, steps {two.incidents[0].steps}), the first of 2 warning incidents: "
+    )
