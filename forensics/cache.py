@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 FORMAT = 6  # bump when the entry layout, the Run fields or the frame's dtypes change
 DEFAULT_MAX_MB = 2048
-_REST = "frame.parquet"  # the columns neither constant nor raw
+_REST = "frame.parquet"  # the columns neither constant, raw nor coded
 _META = "run.pickle"
 # Raw arrays are kept while they take at most this share of the cap, and always below this
 # size (a small run is never compressed because of a small cap).
@@ -302,7 +302,7 @@ def _coded(s: pl.Series) -> tuple[pl.Series, np.ndarray] | None:
     lo, hi = phys.min(), phys.max()
     if phys.dtype in small_ints and lo is not None and int(hi) - int(lo) < _MAX_SPAN:  # type: ignore[arg-type]
         # A table from each physical value (a null as one past the largest) to its code:
-        # one lookup a row (a hash join of the column on its values took 0.1 s a 7M rows).
+        # one lookup a row (a hash join of the column on its values took 0.1 s for 7M rows).
         lo, top = int(lo), int(hi) + 1  # type: ignore[arg-type]
         x = phys.cast(pl.Int64).fill_null(top).to_numpy() - lo
         table = np.zeros(top - lo + 1, dtype=code_type)
