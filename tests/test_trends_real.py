@@ -300,3 +300,25 @@ def test_real_schedule_printed_lr(rel: str) -> None:
     s = Evidence(read_run(_real(rel))).schedule
     assert [g.kind for g in s.segments] == ["warmup", "decay"]
     assert s.segments[1].shape == "cosine" and s.changes == ()
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["llmc-gpt2-124M-siddanthemani/main.log", "modded-nanogpt/2024-10-13_llmc/main.log"],
+)
+def test_the_warm_up_ends_where_the_printed_lr_first_reaches_its_peak(rel: str) -> None:
+    """llm.c warms up linearly to 0.0006 and prints "lr:0.000600" first at step 699. The
+    warm-up "ended" at step 685 (the first LR at 98% of the peak, 0.000588, still rising), and
+    the start-up checklist and the causes said so; it ends at 699, where the log's LR stops
+    rising."""
+    import re
+
+    path = _real(rel)
+    text = path.read_text(errors="replace")
+    lrs = [(int(m[1]), float(m[2])) for m in re.finditer(r"^s:(\d+) .*?lr:([\d.e-]+)", text, re.M)]
+    peak = max(v for _, v in lrs[: len(lrs) // 4])
+    first = next(s for s, v in lrs if v == peak)
+    assert (first, peak) == (699, 0.0006)
+    ev = Evidence(read_run(path))
+    assert ev.warmup_end == first
+    assert ev.schedule.segments[0].kind == "warmup" and ev.schedule.segments[0].end_step == first
