@@ -288,41 +288,31 @@ _MAX_SPAN = 1 << 22  # physical values a code table may span (4 MiB of two-byte 
 
 def _coded(s: pl.Series) -> tuple[pl.Series, np.ndarray] | None:
     """A column as its distinct values (nulls included, in first-seen order) and each row's
-    code into them (``uint8`` or ``uint16``); None when the codes would not give the column
-    back exactly."""
+    code into them (``uint8`` or ``uint16``); None for a column whose physical values are not
+    integers spanning under :data:`_MAX_SPAN`, or when the codes would not give it back
+    exactly."""
     import numpy as np
     import polars as pl
 
-    small_ints = (pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32)
+    ints = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32)
     values = s.unique(maintain_order=True)
-    if len(values) > _MAX_CODES:
-        return None
-    code_type = np.uint8 if len(values) <= 256 else np.uint16
     phys, vphys = s.to_physical(), values.to_physical()  # (a categorical's category ids)
     lo, hi = phys.min(), phys.max()
-    if phys.dtype in small_ints and lo is not None and int(hi) - int(lo) < _MAX_SPAN:  # type: ignore[arg-type]
-        # A table from each physical value (a null as one past the largest) to its code:
-        # one lookup a row (a hash join of the column on its values took 0.1 s for 7M rows).
-        lo, top = int(lo), int(hi) + 1  # type: ignore[arg-type]
-        x = phys.cast(pl.Int64).fill_null(top).to_numpy() - lo
-        table = np.zeros(top - lo + 1, dtype=code_type)
-        table[vphys.cast(pl.Int64).fill_null(top).to_numpy() - lo] = np.arange(len(values))
-        arr = table[x]
-    else:
-        codes = (
-            s.to_frame()
-            .join(
-                values.to_frame().with_row_index("_code"),
-                on=s.name,
-                how="left",
-                nulls_equal=True,
-                maintain_order="left",
-            )
-            .get_column("_code")
-        )
-        if codes.null_count() or len(codes) != len(s):
-            return None
-        arr = codes.to_numpy().astype(code_type)
+    if (
+        len(values) > _MAX_CODES
+        or phys.dtype not in ints
+        or lo is None
+        or int(hi) - int(lo) >= _MAX_SPAN  # type: ignore[arg-type]
+        or int(hi) >= 1 << 62  # type: ignore[arg-type]  # (a null's code goes one past it)
+    ):
+        return None  # (kept in the Parquet file)
+    # A table from each physical value (a null as one past the largest) to its code: one
+    # lookup a row (a hash join of the column on its values took 0.1 s for 7M rows).
+    code_type = np.uint8 if len(values) <= 256 else np.uint16
+    lo, top = int(lo), int(hi) + 1  # type: ignore[arg-type]
+    table = np.zeros(top - lo + 1, dtype=code_type)
+    table[vphys.cast(pl.Int64).fill_null(top).to_numpy() - lo] = np.arange(len(values))
+    arr = table[phys.cast(pl.Int64).fill_null(top).to_numpy() - lo]
     if not values.gather(pl.Series(arr)).equals(s, check_dtypes=True, null_equal=True):
         return None
     return values, arr

@@ -469,38 +469,30 @@ def loss_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
     keep = _keep_steps(fs)
     rx, ry = downsample(x, y, buckets, keep)
     if len(x) < MIN_SMOOTH_POINTS:
-        fig: dict[str, Any] = {
-            "data": [_line(rx, ry, "loss", line={"color": "#08519c", "width": 1.8})],
-            "layout": _layout("Training loss", "loss"),
-        }
-        judged_levels(fig, fs, int(x[-1]))
-        mark_findings(fig, fs, x, y)
+        data = [_line(rx, ry, "loss", line={"color": "#08519c", "width": 1.8})]
         cap = (
             f"The values as logged: {len(x):,} point(s), too few for a moving average (one "
             "would trail them by a point or two)."
         )
-        return Panel(LOSS, "Training loss", cap, fig, fs)
-    w = smoothing_weight(len(x), buckets)
-    sm = tb_smooth(y, w)
-    sx, sy = downsample(x, sm, buckets, keep)
-    fig = {
-        "data": [
+    else:
+        w = smoothing_weight(len(x), buckets)
+        sx, sy = downsample(x, tb_smooth(y, w), buckets, keep)
+        data = [
             _line(rx, ry, "raw", line={"color": "#9ecae1", "width": 1}),
             _line(sx, sy, "smoothed", line={"color": "#08519c", "width": 1.8}),
-        ],
-        "layout": _layout("Training loss", "loss"),
-    }
+        ]
+        cap = (
+            "Raw values (light) and TensorBoard's debiased exponential moving average"
+            f" with weight {w:.3g}"
+        )
+        cap += (
+            " (TensorBoard's default)."
+            if w == TB_SMOOTHING
+            else f" (raised from TensorBoard's 0.6 because the run has {len(x):,} points)."
+        )
+    fig = {"data": data, "layout": _layout("Training loss", "loss")}
     judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
-    cap = (
-        "Raw values (light) and TensorBoard's debiased exponential moving average"
-        f" with weight {w:.3g}"
-    )
-    cap += (
-        " (TensorBoard's default)."
-        if w == TB_SMOOTHING
-        else f" (raised from TensorBoard's 0.6 because the run has {len(x):,} points)."
-    )
     return Panel(LOSS, "Training loss", cap, fig, fs)
 
 
@@ -630,17 +622,17 @@ def train_val_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
     fig["layout"]["margin"]["r"] = 70
     tx, ty = _arrays(ev, LOSS)
     cap = "Validation loss only: the run has no training loss to compare with."
-    if len(tx) >= MIN_SMOOTH_POINTS:
-        sm = tb_smooth(ty, smoothing_weight(len(tx), buckets))
-        sx, sy = downsample(tx, sm, buckets)
-        fig["data"].append(
-            _line(sx, sy, "train (smoothed)", line={"color": "#08519c", "width": 1.5})
-        )
-        cap = "Validation loss against the smoothed training loss."
-    elif len(tx):
+    if len(tx):
+        smooth = len(tx) >= MIN_SMOOTH_POINTS
+        ty = tb_smooth(ty, smoothing_weight(len(tx), buckets)) if smooth else ty
         sx, sy = downsample(tx, ty, buckets)
-        fig["data"].append(_line(sx, sy, "train", line={"color": "#08519c", "width": 1.5}))
-        cap = "Validation loss against the training loss as logged (too few points to smooth)."
+        name = "train (smoothed)" if smooth else "train"
+        fig["data"].append(_line(sx, sy, name, line={"color": "#08519c", "width": 1.5}))
+        cap = (
+            "Validation loss against the smoothed training loss."
+            if smooth
+            else "Validation loss against the training loss as logged (too few points to smooth)."
+        )
     gap = ev.gap
     if gap is not None and len(gap.steps):
         fig["data"].append(
