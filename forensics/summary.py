@@ -24,6 +24,7 @@ def print_summary(
     from rich.console import Console
     from rich.table import Table
 
+    from forensics.prescriptions import needs_action
     from forensics.terminal import escape
 
     console = console or Console()
@@ -68,10 +69,19 @@ def print_summary(
     if diagnosis.timeline is not None and diagnosis.timeline.movers:
         console.print(escape(diagnosis.order_sentence(limit=2)))
     # The earliest event's advice: going back before it also covers every later one.
-    for rb in [r for r in diagnosis.rollbacks if r.rollback][:1]:
+    plans = [r for r in diagnosis.rollbacks if r.rollback][:1]
+    for rb in plans:
         console.print(escape(rb.sentence()))  # forensics.rollback words the plan
         if rb.commands_text():
             console.print(escape(rb.commands_text() or ""))
+    if not plans:
+        # No rollback to advise (a drift, a slowdown, a leak): the most severe finding's
+        # prescription, so that the screen does not end on a diagnosis without a next step.
+        act = next((f for f in ranked if needs_action(f)), None)
+        if act is not None:
+            rx = diagnosis.prescription_for(act)
+            where = f"{act.kind.value} from step {act.start_step:,}"
+            console.print(f"What to do ({escape(where)}): {escape(rx)}")
     hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:
         console.print(f"[dim]{hidden:,} more informational note(s) in the report.[/dim]")

@@ -583,6 +583,40 @@ def test_summary_prints_verdict_findings_and_report_path() -> None:
     assert "Roll back to the checkpoint at step" in out
 
 
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        ("layer_grad_shift", "What to do (layer_grad_shift from step 310): Yellow light: slow"),
+        ("throughput_drop", "What to do (throughput_drop from step 510): Yellow light: profile"),
+        ("healthy", None),
+        ("param_norm_jump", None),  # a rollback plan is the advice there
+    ],
+)
+def test_summary_ends_on_what_to_do_when_no_rollback_is_advised(
+    sample: str, expected: str | None
+) -> None:
+    """A drift or a slowdown has no rollback plan; the terminal summary used to end on the
+    incident's order with no next step. It now gives the most severe finding's prescription,
+    and says nothing for a green run or where the rollback sentence already advises."""
+    import io
+
+    from rich.console import Console
+
+    import forensics
+    from forensics.summary import print_summary
+
+    root = Path(__file__).resolve().parents[1]
+    out = io.StringIO()
+    print_summary(
+        forensics.analyze(root / "sample_runs" / sample), console=Console(file=out, width=400)
+    )
+    text = out.getvalue()
+    if expected is None:
+        assert "What to do" not in text, text
+    else:
+        assert expected in text, text
+
+
 def test_pipeline_on_a_real_tensorboard_file(spike_run: Path) -> None:
     """Read a tensorboardX-written run, detect, diagnose, render: the injected spike is marked at
     step 300."""
