@@ -104,6 +104,20 @@ def test_later_cascade_is_a_warning_with_from_to_and_steps():
     assert "from 16,777,216 to 1,048,576 between steps 1,500 and 1,530" in f.summary
 
 
+def test_a_fall_of_many_halvings_in_one_logged_step_is_not_called_that_many_halvings():
+    """The article's case as a log shows it: the scale 2^24 at one step, 2^16 at the next. A
+    scaler halves at most once a step, so "halved 8 times at step 2,000" counts events the log
+    cannot hold: it fell 256x, eight halvings' worth."""
+    s = np.arange(3000)
+    sc = np.where(s < 2000, 2.0**24, 2.0**16)
+    (f,) = _drops(_run(train__loss=healthy_loss(3000), loss_scale=(s, sc)))
+    assert f.measures["halvings"] == 8 and (f.start_step, f.end_step) == (2000, 2000)
+    assert "Loss scale fell 256x (8 halvings' worth) from 16,777,216 to 65,536 at step 2,000" in (
+        f.summary
+    ), f.summary
+    assert "halved 8 times" not in f.summary
+
+
 def test_a_cascade_logged_sparsely_says_where_the_old_scale_was_last_seen():
     """A real Megatron log (every 10th iteration): the scale was 8,388,608 at iteration 10 and
     32,768 at 20, 16,384 at 30. The halvings came after step 10: the sentence names the step

@@ -53,6 +53,17 @@ def test_shrinking_intervals_are_critical():
     assert f.measures["first_interval"] > f.measures["last_interval"]
 
 
+def test_shrinking_intervals_of_thousands_of_steps_are_written_with_separators():
+    """The article's every-3,000-steps pattern, shrinking: the sentence printed "from about
+    2523 to 1538 steps" beside "every 2,004 steps"; every count a reader sees has separators."""
+    (f,) = _periodic(_run(12000, [3000, 5550, 7717, 9558, 11122]))
+    assert f.severity is Severity.CRITICAL
+    first, last = f.measures["first_interval"], f.measures["last_interval"]
+    assert first > 1000 and last > 1000
+    assert f"from about {first:,.0f} to {last:,.0f} steps" in f.summary, f.summary
+    assert "," in f"{first:,.0f}"
+
+
 def test_spikes_at_epoch_starts_match_the_epoch_length():
     """Spikes at each epoch start (epoch = 800 steps) plus two unrelated ones: matched to the
     epoch."""

@@ -78,7 +78,7 @@ class ActivationDetector:
                     "points_over": int(over.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation absmax passed {limit:g} at step {int(x[i0]):,} "
+                    f"Layer {layer} activation absmax passed {limit:,g} at step {int(x[i0]):,} "
                     + (
                         f"with {val_txt}, its peak"
                         if peak == i0

@@ -138,12 +138,12 @@ class DivergenceDetector:
                 "window": self.params.window,
             }
             how = (
-                f"not back within {observed} steps"
+                f"not back within {observed:,} steps"
                 if confirmed and not nonfinite
                 else (
                     "until the values turned non-finite"
                     if nonfinite
-                    else f"for the {observed} steps the log still shows"
+                    else f"for the {observed:,} steps the log still shows"
                 )
             )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"

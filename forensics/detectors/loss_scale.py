@@ -146,7 +146,14 @@ class LossScaleDetector:
         else:
             where = f"between steps {c.start_step:,} and {c.end_step:,}"
         times = "once" if c.halvings == 1 else f"{c.halvings:g} times"
-        summary = f"Loss scale halved {times}{fromto} {where}: {what}."
+        # A scaler halves at most once a step: more halvings than logged steps (2^24 to 2^16
+        # from one step to the next, the article's case) is a fall, not a count of events.
+        span = c.end_step - (c.from_step if c.from_step is not None else c.start_step - 1)
+        if c.from_scale is not None and c.to_scale and not sparse and c.halvings > max(span, 1):
+            fell = f"fell {c.from_scale / c.to_scale:,.4g}x ({c.halvings:g} halvings' worth)"
+            summary = f"Loss scale {fell}{fromto} {where}: {what}."
+        else:
+            summary = f"Loss scale halved {times}{fromto} {where}: {what}."
         return Finding(
             FindingKind.LOSS_SCALE_DROP,
             sev,

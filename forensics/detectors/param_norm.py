@@ -137,7 +137,7 @@ class ParamNormDetector:
             what = "jumped" if up else "dropped"
             s0, s1 = int(x[i0 + 1]), int(x[i1 + 1])
             when = f"at step {s0:,}" if s0 == s1 else f"over steps {s0:,}-{s1:,}"
-            times = f"{abs(resid[big]) / scale[big]:.0f}x its usual step-to-step change"
+            times = f"{abs(resid[big]) / scale[big]:,.0f}x its usual step-to-step change"
             biggest = times if s0 == s1 else f"the largest step, at {int(x[big + 1]):,}, {times}"
             n_after = len(settled_pts) - 1
             if persistent:

@@ -250,7 +250,7 @@ class PeriodicSpikeDetector:
         }
         name = "Loss" if metric == LOSS else "Grad-norm"
         trend = (
-            f", the interval shrinking from about {first_iv:.0f} to {last_iv:.0f} steps"
+            f", the interval shrinking from about {first_iv:,.0f} to {last_iv:,.0f} steps"
             if shrinking
             else ""
         )
@@ -262,7 +262,7 @@ class PeriodicSpikeDetector:
         }
         if match:
             m = (
-                f"; it matches {label.get(match[0], match[0])} ({match[1]:.0f} steps"
+                f"; it matches {label.get(match[0], match[0])} ({match[1]:,.0f} steps"
                 f"{'' if match[2] == 1 else f', x{match[2]}'}, in phase)"
             )
         elif periods:

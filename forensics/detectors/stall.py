@@ -196,7 +196,7 @@ class StallDetector:
                     summary=(
                         f"Nothing was logged for {_human(float(dt_k))} between steps "
                         f"{int(steps[k]):,} and {int(steps[k + 1]):,}, about "
-                        f"{dt_k / expected:.0f}x the usual pace: a hang or a pre-emption."
+                        f"{dt_k / expected:,.0f}x the usual pace: a hang or a pre-emption."
                     ),
                 )
             )
@@ -301,7 +301,7 @@ class StallDetector:
             )
         else:
             summary = (
-                f"Step {first:,} took {ratio:.0f}x the usual pace{took} and the steps around it "
+                f"Step {first:,} took {ratio:,.0f}x the usual pace{took} and the steps around it "
                 "ran normally: a hang or a pre-emption inside the step."
             )
         return Finding(
