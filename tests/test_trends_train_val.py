@@ -234,3 +234,49 @@ def test_too_few_points_is_noted() -> None:
     run = run_from_frame(frame.filter((pl.col("metric") != "val_loss") | (pl.col("step") <= 1000)))
     assert TrainValDetector().detect(Evidence(run)) == []
     assert any("only 4 val" in n and "need 5" in n for n in run.notes), run.notes
+
+
+def _steady_gap_run(seed: int, accelerate: bool) -> object:
+    """12,000 steps; val every 250. The gap widens 0.01 per 1,000 steps, about twice its noise
+    per window (val noise 0.004, train noise 0.02 a step); with accelerate, 0.07 per 1,000
+    from step 7,000 on."""
+    from synthetic import long_frame
+
+    rng = np.random.default_rng(seed)
+    s = np.arange(1, 12_001)
+    loss = 2.0 + 2.0 * np.exp(-s / 2500) + 0.02 * rng.standard_normal(len(s))
+    vs = s[s % 250 == 0]
+    gap = 0.05 + 1e-5 * vs + (np.where(vs < 7000, 0.0, 6e-5 * (vs - 7000)) if accelerate else 0)
+    val = 2.0 + 2.0 * np.exp(-vs / 2500) + gap + 0.004 * rng.standard_normal(len(vs))
+    return run_from_frame(long_frame({"train/loss": (s, loss), "val/loss": (vs, val)}))
+
+
+def test_a_gap_widening_at_a_steady_pace_is_rarely_called_accelerating() -> None:
+    """At a steady pace near the noise floor the ratio of two one-window growths crosses 1.5x
+    by noise alone: 25 of these 30 seeded runs drew a gap_acceleration warning. The faster pace
+    must now hold in the window after detection against the pace over the two windows before:
+    8 of 30 still do (the pace after detection crossing by noise too), and the same runs
+    with a real bend at step 7,000 all have it found (one dated early)."""
+    alarms = [
+        seed
+        for seed in range(30)
+        if any(
+            f.kind is FindingKind.GAP_ACCELERATION
+            for f in TrainValDetector().detect(Evidence(_steady_gap_run(seed, False)))
+        )
+    ]
+    assert len(alarms) <= 8, alarms
+    misdated = []
+    for seed in range(30):
+        found = TrainValDetector().detect(Evidence(_steady_gap_run(seed, True)))
+        spans = [
+            (f.start_step, f.end_step or f.start_step)
+            for f in found
+            if f.kind is FindingKind.GAP_ACCELERATION
+        ]
+        assert any(a <= 7250 <= b for a, b in spans), (seed, spans)  # the bend is found
+        if not any(5000 <= a <= 7250 for a, _ in spans):
+            misdated.append((seed, spans))
+    # Seed 7: a noise crossing at 3,250 is extended through the real bend (one episode), so
+    # the warning is dated 3,750 steps early.
+    assert len(misdated) <= 1, misdated

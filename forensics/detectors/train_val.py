@@ -202,9 +202,27 @@ class TrainValDetector:
 
     @staticmethod
     def _sustained(g: Gap, i: int, det: int, thr: float) -> bool:
-        """The widening must hold a window after detection: data-order wander comes back down."""
-        later = min(float(g.steps[det]) + g.window, float(g.steps[-1]))
-        return bool(g.smooth_at(later) - g.smooth_at(float(g.steps[i]) - g.window) > thr)
+        """The widening must hold a window after detection: data-order wander comes back down.
+        And so must the faster pace. A gap widening at a steady pace near its noise floor
+        crosses the 1.5x line now and then by noise alone (the ratio of two noisy one-window
+        differences) and then goes on at its old pace: the pace in the window after detection
+        (from the detection step; the window up to it where the log ends within half a window)
+        must still be 1.5x the pace before the first accelerating window, taken over the two
+        windows before it where the log has them (half the noise of one)."""
+        det_step = float(g.steps[det])
+        later = min(det_step + g.window, float(g.steps[-1]))
+        a = float(g.steps[i]) - g.window
+        if not g.smooth_at(later) - g.smooth_at(a) > thr:
+            return False
+        if later - det_step >= g.window / 2:
+            after = (
+                float(g.smooth_at(later) - g.smooth_at(det_step)) * g.window / (later - det_step)
+            )
+        else:  # the log ends within half a window: the window up to detection
+            after = float(g.growth_last[det])
+        kb = 2 if a - 2 * g.window >= float(g.steps[0]) else 1
+        before = max(float(g.smooth_at(a) - g.smooth_at(a - kb * g.window)) / kb, 0.0)
+        return after > g.accel_ratio * before
 
     @staticmethod
     def _onset(g: Gap, i: int, end: int) -> int:
