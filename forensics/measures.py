@@ -811,7 +811,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "recovered",
             bool,
-            "true when throughput came back above the limit before the log ended",
+            "true when throughput came back to 85% of its baseline before the log ended",
         ),
         _m(
             "unit",

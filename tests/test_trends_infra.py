@@ -92,6 +92,45 @@ def test_throughput_single_slow_step_is_quiet() -> None:
     )
 
 
+def _rate_run(levels: list[tuple[int, float]], n: int = 6000, seed: int = 4) -> object:
+    """tokens/s of 10,000 with 2% noise a step; ``levels``: (from step, fraction lost)."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(1, n + 1)
+    lost = np.zeros(n)
+    for start, frac in levels:
+        lost[s >= start] = frac
+    tps = 10_000 * (1 - lost) * (1 + 0.02 * rng.standard_normal(n))
+    return run_from_frame(long_frame({"tokens_per_sec": (s, tps)}))
+
+
+def test_a_sustained_drop_near_the_line_is_one_unrecovered_drop() -> None:
+    """31% lost from step 3,000 to the end: the smoothed rate crosses the 30% line back and forth
+    by its 2% noise, and this read as three short dips, each "then recovered". A drop recovers
+    when the rate is back above 85% of its baseline."""
+    (f,) = ThroughputDetector().detect(Evidence(_rate_run([(3000, 0.31)])))
+    assert (f.start_step, f.end_step) == (3000, 6000)
+    assert f.measures["recovered"] is False and "had not recovered" in f.summary
+    assert f.measures["drop_pct"] == pytest.approx(31, abs=1)
+    assert f"-> {f.measures['level']:,.0f} tokens/s" in f.summary  # "6,898", not "6898"
+
+
+def test_a_sustained_drop_just_under_the_line_is_a_note() -> None:
+    """29% lost from step 3,000: a few smoothed points graze the 30% line (step 3,004), but the
+    rate's median there is 29% down: a counted note, not a warning of a 30% drop."""
+    run = _rate_run([(3000, 0.29)])
+    assert ThroughputDetector().detect(Evidence(run)) == []
+    assert any("throughput_drop: the rate dipped under the 30% line" in n for n in run.notes)
+
+
+def test_a_deep_dip_then_a_partial_recovery_is_worded_so() -> None:
+    """50% lost for 100 steps, then 20% to the end: the dip is the drop, and the rate came back
+    over the line but not to its level before (it said "then recovered")."""
+    (f,) = ThroughputDetector().detect(Evidence(_rate_run([(3000, 0.5), (3100, 0.2)])))
+    assert (f.start_step, f.end_step) == (3000, 3099)
+    assert f.measures["recovered"] is False
+    assert "came back over the 30% line but not to its level before" in f.summary
+
+
 def test_stall_found_between_steps() -> None:
     """An hour of silence between two logged steps is a run-level stall warning."""
     frame, truth = trend_infra(drop=None, stall_at=4000)

@@ -4,9 +4,13 @@ and 7.1).
 The article's rule of thumb: throughput suddenly down by 30% usually means a data-loading
 bottleneck or a GPU clocking down; persistently low throughput points at the input pipeline,
 throttling or communication. The series is smoothed with a short centered median and
-compared with a trailing rolling median (the baseline); a drop is a stretch of at least
-``min_points`` logged points below (1 - 30%) of the baseline frozen at the drop's start, so a
-handful of isolated slow steps (which the centered median removes) is not one. A short dip
+compared with a trailing rolling median (the baseline); a drop starts where the smoothed rate
+falls below (1 - 30%) of the baseline frozen there and lasts until it is back above 85% of it
+(half the drop: a rate hovering at the line crosses it back and forth by its noise). It is a
+drop when it spans at least ``min_points`` logged points and its median is below the line, so
+a handful of isolated slow steps (which the centered median removes) is not one; a stretch
+whose median is above the line is a note unless its first dip under the line is clearly
+below it (by twice its noise), which is then the drop, worded as a partial recovery. A short dip
 (at most ``min_points`` logged intervals) that begins at the eval or checkpoint interval the
 log reveals (``Evidence.revealed_periods``) is the job's own housekeeping: the stall detector
 notes it (``info``), this detector does not call it a drop.
@@ -96,14 +100,45 @@ class ThroughputDetector:
                 break
             i += int(nxt[0])
             frozen = base[i]  # the baseline before the drop, not one the drop drags down
-            ends = np.flatnonzero(smooth[i:] >= limit * frozen)
+            # Recovered once back above half the drop (85% of the baseline), not at the drop
+            # line: a rate that stays near the line crosses it back and forth by its noise,
+            # and a sustained 31% drop read as three short dips that each "recovered".
+            ends = np.flatnonzero(smooth[i:] >= (1.0 - self.params.drop / 2) * frozen)
             j = i + int(ends[0]) if len(ends) else n
             short = x[j - 1] - x[i] <= self.params.min_points * every
             at = housekeeping_at(ev.revealed_periods, float(x[i]), every)
             if j - i >= self.params.min_points and not (short and at and j < n):
-                out.append(self._finding(metric, unit, x, y, i, j, frozen))
+                lvl = float(np.median(y[i:j]))
+                # the first stretch under the line itself (the end before the recovery line)
+                back = np.flatnonzero(smooth[i:j] >= limit * frozen)
+                k = i + int(back[0]) if len(back) else j
+                if lvl < limit * frozen:
+                    out.append(self._finding(metric, unit, x, y, i, j, frozen))
+                elif k - i >= self.params.min_points and self._clearly_under(
+                    y, i, k, limit * frozen
+                ):
+                    # a deep dip, then a long stretch between the line and the recovery line:
+                    # the dip is the drop, and the rate came back over the line, not to 85%
+                    out.append(self._finding(metric, unit, x, y, i, k, frozen, partial=True))
+                    j = k  # a later, deeper dip in the same slow stretch is its own finding
+                else:  # crossed by its noise: its level over the stretch is above the line
+                    run.note(
+                        f"{CHECK}: the rate dipped under the {self.params.drop:.0%} line from "
+                        f"step {int(x[i]):,} to {int(x[j - 1]):,}, but its median there is "
+                        f"{1.0 - lvl / frozen:.0%} below its baseline: not a drop by that line"
+                    )
             i = max(j, i + 1)
         return out
+
+    def _clearly_under(self, y: np.ndarray, i: int, k: int, line: float) -> bool:
+        """The median of ``y[i:k]`` is under ``line`` by more than twice its own noise: a dip
+        that only grazes the line is the rate's noise. The noise is the rate's step-to-step
+        spread over the baseline window before (robust, and blind to a trend there), over
+        sqrt(k - i)."""
+        before = y[max(0, i - self.params.baseline_points) : i]
+        d = np.diff(before)
+        spread = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / np.sqrt(2) if len(d) else 0.0
+        return float(np.median(y[i:k])) < line - 2.0 * 1.2533 * spread / np.sqrt(k - i)
 
     def _below(
         self, y: np.ndarray, smooth: np.ndarray, limit: float
@@ -148,6 +183,7 @@ class ThroughputDetector:
         i: int,
         j: int,
         frozen: float,
+        partial: bool = False,
     ) -> Finding:
         lvl = float(np.median(y[i:j]))
         n_base = min(self.params.baseline_points, i)  # the trailing median's points before i
@@ -184,7 +220,7 @@ class ThroughputDetector:
                 "window_steps": end - int(x[i]),
                 "n_points": j - i,
                 "baseline_n": n_base,
-                "recovered": recovered,
+                "recovered": recovered and not partial,
                 "unit": unit.source,
             },
             judged_against={
@@ -196,7 +232,14 @@ class ThroughputDetector:
             },
             summary=(
                 f"{what} from step {int(x[i]):,} to {end:,}"
-                + (", then recovered" if recovered else ", and had not recovered when the log ends")
+                + (
+                    f", then came back over the {self.params.drop:.0%} line but not to its "
+                    f"level before (under {1.0 - self.params.drop / 2:.0%} of it)"
+                    if partial
+                    else ", then recovered"
+                    if recovered
+                    else ", and had not recovered when the log ends"
+                )
                 # (the chart shows single points: say what the two numbers are)
                 + f"; both are medians, of the {n_base:,} points before and the {j - i:,} within."
             ),

@@ -586,7 +586,7 @@ class Unit:
         if value is None or not np.isfinite(value):
             return "n/a"
         v = value * self.scale
-        num = f"{v:,.0f}" if abs(v) >= 10**digits else f"{v:.{digits}g}"
+        num = f"{v:,.0f}" if abs(v) >= 10 ** (digits - 1) else f"{v:.{digits}g}"
         return f"{num} {self.label}".rstrip()
 
 
