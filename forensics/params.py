@@ -25,6 +25,7 @@ BASELINE_STEPS = 500  # the article's baseline period after start-up (6.1)
 GAP_ACCELERATION = 1.5  # gap growth over the last window vs the one before (5.2)
 THROUGHPUT_DROP = 0.3  # a fall of 30% below the throughput baseline (2.4)
 RECOVERY_STEPS = 500  # a spike still elevated after this many steps is pathological (4.3)
+QUICK_RECOVERY_STEPS = 300  # a passing fluctuation is back on its trend within 100-300 (4.3)
 
 
 @dataclass(frozen=True, kw_only=True)

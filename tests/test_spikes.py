@@ -199,6 +199,20 @@ def test_classification(spike: dict, classification: str, severity: Severity):
         )
 
 
+@pytest.mark.parametrize(("tau", "slow"), [(40, False), (170, True)])
+def test_a_physiological_spike_slower_than_300_steps_says_so(tau: int, slow: bool) -> None:
+    """The article: a passing fluctuation is back on its trend within 100-300 steps; one not back
+    after 500 is pathological. A spike back after 300-500 steps stays physiological, and its
+    sentence says it was slower than a passing fluctuation (it read like a quick one)."""
+    (s, v), _ = spiky_loss(4000, spikes=[dict(at=2000, height=1.0, tau=tau)])
+    (f,) = _spikes(_run(train__loss=(s, v)))
+    rec = f.measures["recovery_steps"]
+    assert f.measures["classification"] == "physiological"
+    assert (300 < rec <= 500) is slow, rec
+    said = "slower than a passing fluctuation (back within 300) but within the 500" in f.summary
+    assert said is slow, f.summary
+
+
 def test_shape_measures_match_the_injected_spike():
     """Height, width, recovery and plateau shift come back close to what was injected."""
     (s, v), _ = spiky_loss(4000, spikes=[dict(at=2000, height=1.0, width=5, tau=30)])

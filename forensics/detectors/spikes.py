@@ -50,7 +50,12 @@ from forensics.evidence.spike_context import Overlaps, event_near, near_steps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
-from forensics.params import GRAD_NORM_CRITICAL, GRAD_NORM_WARN, SpikesParams
+from forensics.params import (
+    GRAD_NORM_CRITICAL,
+    GRAD_NORM_WARN,
+    QUICK_RECOVERY_STEPS,
+    SpikesParams,
+)
 from forensics.schema import GRAD_NORM, LOSS
 
 DIVERGED = "diverged"  # the classification of a spike inside a diverged stretch
@@ -234,7 +239,8 @@ class SpikeDetector:
             m["judged_by"] = "unresolved" if cls is SpikeClass.UNRESOLVED else "shape"
             how = {
                 SpikeClass.PHYSIOLOGICAL: (
-                    f"back on its trend after {steps_text(m['recovery_steps'])}; {cls}"
+                    f"back on its trend after {steps_text(m['recovery_steps'])}"
+                    f"{_slow_text(m, self.params.recover_steps)}; {cls}"
                 ),
                 SpikeClass.BENEFICIAL: (
                     f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend; {cls}"
@@ -461,6 +467,18 @@ def _unresolved(j: _Judged) -> str:
 def _height(m: dict[str, Any]) -> str:
     r = m["height_ratio"]
     return f"{r:.2f}x" if r is not None else f"+{m['height']:.4g}"
+
+
+def _slow_text(m: dict, limit: int) -> str:
+    """A physiological spike slower than a passing fluctuation (the article's 100-300 steps)
+    but back within ``limit``: said, so the reader sees it was close to the line."""
+    steps = m.get("recovery_steps")
+    if steps is None or not QUICK_RECOVERY_STEPS < steps <= limit:
+        return ""
+    return (
+        f", slower than a passing fluctuation (back within {QUICK_RECOVERY_STEPS}) but within "
+        f"the {limit:,} that would make it pathological"
+    )
 
 
 def _pathology(m: dict[str, Any], limit: int) -> str:
