@@ -343,7 +343,7 @@ def test_compare_table_states_each_runs_unit(
     rows = {ln.split("│")[1].strip(): ln for ln in res.output.splitlines() if "(end)" in ln}
     mem = Evidence(read_run(SAMPLES / "memory_growth")).series("memory").values
     tail = mem[-max(1, len(mem) // 20) :]
-    assert f"{np.median(tail):.4g} MB" in rows["memory (end)"]
+    assert f"{np.median(tail):,.0f} MB" in rows["memory (end)"]  # 1,169 MB: separators
     assert rows["throughput (end)"].count("tokens/s") == 2
 
 
