@@ -338,6 +338,21 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             null=True,
         ),
         _m("bad_fraction", float, "bad_points / all points"),
+        _m(
+            "loss_before",
+            float,
+            "isolated non-finite steps only: median of the 20 finite loss points before them "
+            "(null when persistent or too few points)",
+            null=True,
+        ),
+        _m("loss_after", float, "the same after the last non-finite step", null=True),
+        _m(
+            "loss_back",
+            bool,
+            "loss_after no higher than loss_before by 3x the noise of such a median (or 1%): "
+            "the update was skipped, nothing to roll back (null when not measured)",
+            null=True,
+        ),
     ),
     "loss_scale_drop": (
         _m(

@@ -65,6 +65,7 @@ _ROLLBACK_SPIKE = (
 )
 
 LOSS_MOVED = "loss_moved"  # the grad-norm spike variant for a transient the loss followed
+NAN_HARMLESS = "loss_back"  # isolated NaN steps after which the loss came back to its level
 
 TABLE: dict[FindingKind, Prescription] = {
     FindingKind.GRAD_NORM_DRIFT: Prescription(
@@ -200,6 +201,12 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
         ROW_NAN,
+        variants={
+            NAN_HARMLESS: "No rollback: the loss came back to its level after the non-finite "
+            "steps, so their updates were skipped (or only the logged value was bad). Find what "
+            "made them non-finite (the batch at that step, the loss scale there) before it "
+            "recurs and stays.",
+        },
     ),
     FindingKind.LOSS_SCALE_DROP: Prescription(
         FindingKind.LOSS_SCALE_DROP,
@@ -551,7 +558,9 @@ def prescribe(finding: Finding) -> str:
     if p is None:  # a kind added without a table entry: the test suite catches this
         return ""
     cls = finding.measures.get("classification")
-    if _loss_moved(finding):
+    if finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
+        text = p.variants[NAN_HARMLESS]
+    elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
     elif isinstance(cls, str) and cls in p.variants:
         text = p.variants[cls]

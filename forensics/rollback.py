@@ -234,6 +234,8 @@ def lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
         "unresolved",
     ):
         return True, LR_CUT_SPIKE, "20-50% lower"
+    if f.kind == FindingKind.NAN_INF and f.measures.get("loss_back") is True:
+        return None  # isolated steps after which the loss came back: nothing to roll back
     if f.kind == FindingKind.NAN_INF:
         return True, LR_CUT_RED_LIGHT, "10% lower once the cause is fixed"
     if f.kind == FindingKind.GRAD_NORM_DRIFT:

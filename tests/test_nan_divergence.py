@@ -41,6 +41,50 @@ def test_isolated_nan_is_critical_at_its_step():
     assert f.measures["first_bad_value"] == "nan" and f.measures["last_finite_step"] == 1233
 
 
+def _jsonl_run(tmp_path, shift_after: float):
+    """A JSONL log (json.dumps writes NaN as the trainers do) of 8,000 steps, the loss NaN at
+    step 3,000 only; from step 3,001 the loss is ``shift_after`` higher than its trend."""
+    import json
+
+    from forensics.importers import read_run
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for s in range(1, 8001):
+        loss = 2.0 + 1.5 * np.exp(-s / 3000) + 0.02 * rng.standard_normal()
+        loss += shift_after if s > 3000 else 0.0
+        rows.append({"step": s, "loss": float("nan") if s == 3000 else round(loss, 4)})
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return read_run(tmp_path)
+
+
+def test_an_isolated_nan_after_which_the_loss_is_back_needs_no_rollback(tmp_path) -> None:
+    """One NaN loss at step 3,000, the loss at its level from step 3,001: the update was
+    skipped (or only the logged value was bad). It was "roll back to the checkpoint at step
+    2,500 and resume with the LR 10% lower" for a run that had trained on unharmed."""
+    from forensics.pipeline import analyze_run
+
+    diag = analyze_run(_jsonl_run(tmp_path, 0.0))
+    (f,) = [g for g in diag.findings if g.kind is FindingKind.NAN_INF]
+    assert f.severity is Severity.CRITICAL and f.measures["loss_back"] is True
+    assert "the loss is back at its level after it" in f.summary
+    assert not [r for r in diag.rollbacks if r.rollback]
+    assert diag.prescription_for(f).startswith("Orange light: no rollback: the loss came back")
+
+
+def test_an_isolated_nan_after_which_the_loss_stays_higher_keeps_its_rollback(tmp_path) -> None:
+    """The same NaN with the loss 0.3 higher from step 3,001 on: the step did harm; the
+    rollback before it stays."""
+    from forensics.pipeline import analyze_run
+
+    diag = analyze_run(_jsonl_run(tmp_path, 0.3))
+    (f,) = [g for g in diag.findings if g.kind is FindingKind.NAN_INF]
+    assert f.measures["loss_back"] is False
+    assert "the loss did not come back to its level" in f.summary
+    (plan,) = [r for r in diag.rollbacks if r.rollback][:1]
+    assert "Roll back" in plan.sentence() and "2,999" in plan.sentence()
+
+
 def test_persisting_nan_is_fatal():
     """Loss and grad norm NaN from step 2000 to the end: two fatal findings starting at 2000."""
     s, v = healthy_loss(3000)

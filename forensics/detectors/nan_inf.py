@@ -50,6 +50,32 @@ def _padding_tail(ev: Evidence, metric: str, from_step: int) -> str | None:
     return None
 
 
+_LEVEL_POINTS = 20  # finite loss points each side of isolated non-finite steps
+
+
+def _loss_level(
+    ev: Evidence, first_bad: int, last_bad: int
+) -> tuple[float | None, float | None, bool | None]:
+    """The loss before ``first_bad`` and after ``last_bad`` (medians of the finite points each
+    side, up to :data:`_LEVEL_POINTS`), and whether it came back to its level: no higher than
+    before by more than three times the noise of such a median (or 1% of the level). A loss
+    back at its level after isolated NaN steps had its update skipped (or only its logged value
+    was bad): nothing to roll back. (None where either side has fewer than 5 points.)"""
+    if not ev.has(LOSS):
+        return None, None, None
+    s = ev.logged(LOSS)
+    ok = np.isfinite(s.values)
+    t, v = s.steps[ok], s.values[ok]
+    pre, post = v[t < first_bad][-_LEVEL_POINTS:], v[t > last_bad][:_LEVEL_POINTS]
+    if len(pre) < 5 or len(post) < 5:
+        return None, None, None
+    before, after = float(np.median(pre)), float(np.median(post))
+    d = np.diff(pre)
+    sigma = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / np.sqrt(2)
+    tol = max(3.0 * 1.2533 * sigma * np.sqrt(1 / len(pre) + 1 / len(post)), 0.01 * abs(before))
+    return before, after, bool(after - before <= tol)
+
+
 class NanInfDetector:
     """The first NaN / Inf in the loss and in the grad norm."""
 
@@ -130,6 +156,9 @@ class NanInfDetector:
             "persistent": bool(persistent),
             "persistent_from": int(t[persistent[0][0]]) if persistent else None,
             "bad_fraction": float(bad.sum() / len(v)),
+            "loss_before": None,  # (measured for isolated steps only, below)
+            "loss_after": None,
+            "loss_back": None,
         }
         name = "loss" if metric == LOSS else "grad norm"
         if persistent:
@@ -169,11 +198,27 @@ class NanInfDetector:
             sev = Severity.FATAL
         else:
             end = int(t[last])
-            measures["last_bad_step"] = int(t[runs[-1][1]])
+            last_bad = int(t[runs[-1][1]])
+            measures["last_bad_step"] = last_bad
+            lv_before, lv_after, back = _loss_level(ev, int(t[first]), last_bad)
+            measures.update(loss_before=lv_before, loss_after=lv_after, loss_back=back)
+            if back is None or lv_before is None or lv_after is None:
+                level = ""
+            elif back:
+                level = (
+                    f"; the loss is back at its level after it ({lv_before:.4g} before, "
+                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points): the update was "
+                    "skipped or only the logged value was bad, so the weights were not harmed"
+                )
+            else:
+                level = (
+                    f"; the loss did not come back to its level ({lv_before:.4g} before, "
+                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points)"
+                )
             summary = (
                 f"The {name} is {_label(v[first])} at step {int(t[first]):,} "
                 f"({measures['bad_points']} non-finite point(s) in {len(runs)} stretch(es)), "
-                f"finite again at step {measures['recovered_step']:,}."
+                f"finite again at step {measures['recovered_step']:,}{level}."
             )
             sev = Severity.CRITICAL
         return Finding(
