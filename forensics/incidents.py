@@ -37,7 +37,7 @@ from forensics.causes import (
     supported_roots,
 )
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import step_before
+from forensics.evidence.trend_utils import parse_layers, step_before
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.schema import LR
 from forensics.timeline import Control, Timeline, build_timeline, vital_label
@@ -211,6 +211,15 @@ def lr_points(ev: Evidence) -> Callable[[int], int | None] | None:
         return step_before(ev.logged(LR).steps, step)
 
     return before
+
+
+def _layers_of(f: Finding) -> list[int]:
+    """The layers a finding is about: its group ("layers": "0-3") or its one "layer"."""
+    group = f.measures.get("layers")
+    if isinstance(group, str) and (got := parse_layers(group)):
+        return got
+    layer = f.measures.get("layer")
+    return [int(layer)] if isinstance(layer, int) else []
 
 
 def previous_points(ev: Evidence) -> Callable[[Finding], int | None]:
@@ -420,7 +429,7 @@ def _signs(fs: Sequence[Finding], members: Sequence[int]) -> list[Sign]:
         for f, _ in items:
             if f.kind.value not in kinds:
                 kinds.append(f.kind.value)
-        layers = sorted({int(v) for f, _ in items if isinstance(v := f.measures.get("layer"), int)})
+        layers = sorted({n for f, _ in items for n in _layers_of(f)})
         out.append(
             Sign(
                 metric,

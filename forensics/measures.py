@@ -537,7 +537,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             values=("squared",),
         ),
         _m("share_before", float, "group share in the early window (0..1)"),
-        _m("share_after", float, "group share over the last stretch (0..1)"),
+        _m(
+            "share_after",
+            float,
+            "group share over the last stretch (0..1): its median, or its second half's where "
+            "a group without the deepest layer is still rising through it",
+        ),
         _m("share_ratio", float, "share_after / share_before (null: no early share)", null=True),
         _m("peak_share", float, "highest smoothed group share"),
         _m(

@@ -295,3 +295,36 @@ def test_activation_absmax_peak_at_the_crossing_is_said_once() -> None:
     assert f.summary.count("step 520") == 1, f.summary
     assert f"with {f.measures['value']:.3g}, its peak" in f.summary
     assert "absmax passed 10,000 at step 520" in f.summary, f.summary  # separators, as counts
+
+
+def test_the_articles_shallow_layer_ramp_still_rising_at_the_end(tmp_path) -> None:
+    """Article 3.4 as tensorboardX writes it: 32 blocks' grad norms every 50 steps; blocks 0-3
+    hold 8% of the squared gradient until step 6,500, then climb steadily to 20% at the log's
+    end (step 10,000). The late window's median is the middle of that ramp (about 18%), which
+    missed the 10-point line: nothing was reported. Where the share is still rising through
+    the late window, the level now is the median of its second half. The incident names the
+    whole group, not its first layer."""
+    from tensorboardX import SummaryWriter
+
+    from forensics.importers import read_run
+    from forensics.pipeline import analyze_run
+
+    rng = np.random.default_rng(6)
+    w = SummaryWriter(str(tmp_path))
+    for s in range(1, 10_001):
+        w.add_scalar("train/loss", 2.0 + 1.5 * np.exp(-s / 3000) + 0.02 * rng.standard_normal(), s)
+        if s % 50:
+            continue
+        share = 0.08 if s < 6500 else 0.08 + 0.12 * (s - 6500) / 3500
+        for layer in range(32):
+            sq = (share / 4 if layer < 4 else (1 - share) / 28) * np.exp(0.1 * rng.normal())
+            w.add_scalar(f"grad_norm/model.layers.{layer}", np.sqrt(sq), s)
+    w.close()
+    diag = analyze_run(read_run(tmp_path))
+    (f,) = [g for g in diag.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
+    assert f.severity is Severity.WARNING and f.measures["layers"] == "0-3"
+    assert f.measures["share_before"] == pytest.approx(0.08, abs=0.01)
+    assert 0.18 <= f.measures["share_after"] <= 0.205
+    assert abs(f.start_step - 6500) <= 500
+    (inc,) = diag.incidents
+    assert "(layers 0-3)" in inc.signs[0].text(), inc.signs[0].text()

@@ -550,6 +550,17 @@ def fmt_layers(layers: list[int]) -> str:
     return ",".join(parts)
 
 
+def parse_layers(text: str) -> list[int]:
+    """The inverse of :func:`fmt_layers`: "0-3,7" -> [0, 1, 2, 3, 7] ([] for anything else)."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return []
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def sig(x: float, digits: int = 3) -> str:
     """Short human number for summaries."""
     if x is None or not np.isfinite(x):

@@ -47,8 +47,10 @@ def alert_line(alert: Alert) -> str:
     """``FATAL new nan_inf (loss) at step 37: The loss is nan from step 37 ...``."""
     f = alert.finding
     what = f.kind.value + (f" ({f.metric})" if f.metric else "")
-    layer = f.measures.get("layer")
-    if layer is not None:
+    group, layer = f.measures.get("layers"), f.measures.get("layer")
+    if isinstance(group, str) and not group.isdigit():
+        what += f" layers {group}"  # a layer group ("0-3")
+    elif layer is not None:
         what += f" layer {layer}"
     if alert.event is Event.ENDED:
         span = f"steps {f.start_step:,}-{f.end_step:,}" if f.end_step else f"step {f.start_step:,}"
