@@ -564,8 +564,9 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "trigger",
             str,
-            "absmax: above the limit; std_jump: the std jumped by the ratio limit",
-            values=("absmax", "std_jump"),
+            "absmax: above the limit; std_jump: the std jumped by the ratio limit; "
+            "absmax_jump: the absmax jumped 100x its recent median under the limit (a note)",
+            values=("absmax", "std_jump", "absmax_jump"),
         ),
         _m(
             "value",

@@ -328,3 +328,35 @@ def test_the_articles_shallow_layer_ramp_still_rising_at_the_end(tmp_path) -> No
     assert abs(f.start_step - 6500) <= 500
     (inc,) = diag.incidents
     assert "(layers 0-3)" in inc.signs[0].text(), inc.signs[0].text()
+
+
+@pytest.mark.parametrize(
+    ("peak", "severity"), [(9_900.0, Severity.INFO), (10_100.0, Severity.WARNING)]
+)
+def test_an_absmax_jump_under_the_limit_is_a_note(
+    tmp_path, peak: float, severity: Severity
+) -> None:
+    """Layer 2's activation absmax jumps from about 12 to 9,900 (nearly 800x) for steps
+    2,000-2,100: under the article's absolute 1e4 line nothing was said. It is a note now;
+    at 10,100 it is the warning it was."""
+    import json
+
+    from forensics.importers import read_run
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for s in range(1, 3001):
+        r: dict = {"step": s, "loss": 2 + np.exp(-s / 1000) + 0.02 * rng.standard_normal()}
+        if s % 20 == 0:
+            for layer in range(4):
+                v = 12.0 * np.exp(0.05 * rng.standard_normal())
+                r[f"act/absmax/layers.{layer}"] = peak if layer == 2 and 2000 <= s <= 2100 else v
+        rows.append(r)
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    found = ActivationDetector().detect(Evidence(read_run(tmp_path)))
+    (f,) = [g for g in found if g.kind is FindingKind.ACTIVATION_OUTLIER]
+    assert f.severity is severity and f.measures["layer"] == 2 and f.start_step == 2000
+    if severity is Severity.INFO:
+        assert f.measures["trigger"] == "absmax_jump" and f.measures["ratio"] > 700
+        assert "jumped to 9,900 at step 2,000" in f.summary
+        assert "under the 10,000 line" in f.summary

@@ -22,6 +22,12 @@ from forensics.params import ActivationsParams
 from forensics.schema import ACT_ABSMAX, ACT_STD
 
 CHECK = "activation_outlier"
+ABSMAX_JUMP_NOTE = 100.0  # an absmax this many times its recent median, under the limit: a note
+
+
+def _num(v: float) -> str:
+    """4 significant digits, with separators from 1,000 on (9,900 not 9900)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else sig(v, 4)
 
 
 class ActivationDetector:
@@ -52,7 +58,7 @@ class ActivationDetector:
         limit = ev.activation_limit
         over = np.nan_to_num(y, nan=np.inf) > limit
         if not over.any():
-            return []
+            return self._absmax_jump(ev, layer, x, y, limit)
         i0 = int(np.argmax(over))
         peak = int(np.argmax(np.nan_to_num(y, nan=np.inf)))
         prior = y[max(0, i0 - self.params.history) : i0]
@@ -87,6 +93,61 @@ class ActivationDetector:
                     + (f" (typical before: {sig(before)})." if before is not None else ".")
                 ),
                 judged_against={"limit": limit, "before": before},
+            )
+        ]
+
+    def _absmax_jump(
+        self, ev: Evidence, layer: int, x: np.ndarray, y: np.ndarray, limit: float
+    ) -> list[Finding]:
+        """A note for an absmax that jumps two orders of magnitude above its own recent level
+        but stays under the limit (12.6 -> 9,900: nothing was said). The article's line is
+        absolute, so this is no warning; but a reader of the chart sees the jump."""
+        if len(y) <= self.params.min_history:
+            return []
+        prev = (
+            pl.Series(y)
+            .rolling_median(self.params.history, min_samples=self.params.min_history)
+            .shift(1)
+            .to_numpy()
+            .astype(float)
+        )
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(prev > 0, y / prev, np.nan)
+        jump = np.nan_to_num(ratio, nan=0.0) >= ABSMAX_JUMP_NOTE
+        if not jump.any():
+            return []
+        i0 = int(np.argmax(jump))
+        peak = i0 + int(np.argmax(y[i0:] * jump[i0:]))
+        before = float(prev[i0])
+        return [
+            Finding(
+                kind=FindingKind.ACTIVATION_OUTLIER,
+                severity=Severity.INFO,
+                metric=ACT_ABSMAX,
+                start_step=int(x[i0]),
+                peak_step=int(x[peak]),
+                end_step=int(x[np.flatnonzero(jump)[-1]]),
+                measures={
+                    "layer": layer,
+                    "trigger": "absmax_jump",
+                    "value": float(y[peak]),
+                    "limit": limit,
+                    "before": before,
+                    "ratio": float(y[peak]) / before,
+                    "points_over": int(jump.sum()),
+                },
+                summary=(
+                    f"Layer {layer} activation absmax jumped to {_num(float(y[i0]))} at step "
+                    f"{int(x[i0]):,}, {float(y[i0]) / before:,.0f}x its typical {sig(before)} "
+                    f"before, but stayed under the {limit:,g} line"
+                    + (
+                        ""
+                        if peak == i0
+                        else f" (peak {_num(float(y[peak]))} at step {int(x[peak]):,})"
+                    )
+                    + ": a note, since the article's line is absolute."
+                ),
+                judged_against={"limit": limit, "before": before, "jump_note": ABSMAX_JUMP_NOTE},
             )
         ]
 
