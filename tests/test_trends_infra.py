@@ -349,3 +349,30 @@ def test_slow_points_found_from_window_maxima(
         monkeypatch.setattr(mod, "window_max", lambda v, *_: np.full(len(v), np.inf))
     plain = [d.detect(Evidence(run)) for d in (ThroughputDetector(), StallDetector())]
     assert found == plain
+
+
+def _sawtooth(leak_per_1k: float) -> object:
+    """8,000 steps of memory filling from 1,000 to 3,000 MB over each 1,000 steps and freed,
+    plus ``leak_per_1k`` MB per 1,000 steps that is never freed."""
+    rng = np.random.default_rng(8)
+    s = np.arange(1, 8001)
+    mem = (
+        1000 + 2000 * ((s % 1000) / 1000) + leak_per_1k * s / 1000 + 5 * rng.standard_normal(len(s))
+    )
+    return run_from_frame(long_frame({"memory_allocated_mb": (s, mem)}))
+
+
+def test_a_memory_cycle_cut_by_the_end_of_the_log_is_not_a_leak() -> None:
+    """A cache filled and emptied every 1,000 steps, the log ending mid-cycle: the last cycle
+    read as "grew 1,007 MB over 506 steps without levelling off" (a warning) although memory
+    never went higher than in the seven cycles before. A note says so."""
+    run = _sawtooth(0.0)
+    assert MemoryGrowthDetector().detect(Evidence(run)) == []
+    assert any("a cycle the run has been through before, not a leak" in n for n in run.notes)
+
+
+def test_a_leak_under_a_memory_cycle_is_still_found() -> None:
+    """The same cycles over a floor that rises 400 MB every 1,000 steps: each cycle peaks
+    higher than the last, a leak."""
+    (f,) = MemoryGrowthDetector().detect(Evidence(_sawtooth(400.0)))
+    assert f.kind is FindingKind.MEMORY_GROWTH and f.severity is Severity.WARNING

@@ -85,6 +85,19 @@ class MemoryGrowthDetector:
             return []
         dur = int(xs[-1] - onset)
         unit = unit_for(ev.run, MEMORY, level=max(abs(a), abs(b)))
+        # A leak takes memory where it has not been. A climb that ends no higher than the
+        # run's memory already stood before it is a cycle it has been through (a cache filled
+        # and emptied every N steps; the log ended mid-cycle), not growth.
+        earlier = xb < onset
+        if earlier.any() and b <= float(yb[earlier].max()):
+            k = int(np.argmax(np.where(earlier, yb, -np.inf)))
+            ev.run.note(
+                f"{CHECK}: memory climbed from {unit.show(a, 3)} at step {a_step:,} to "
+                f"{unit.show(b, 3)} at step {b_step:,}, no higher than the "
+                f"{unit.show(float(yb[k]), 3)} it stood at around step {int(round(xb[k])):,}: "
+                "a cycle the run has been through before, not a leak"
+            )
+            return []
         span = b_step - a_step
         pace = f", {unit.show(1000.0 * (b - a) / span, 3)} per 1k steps" if span > 0 else ""
         late_pace = unit.show(late.per_1k(), 3)
