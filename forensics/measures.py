@@ -328,8 +328,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "persistent",
             bool,
-            "a stretch of at least `persist_points` points, or one that lasts to the end of "
-            "the log",
+            "a stretch of at least `persist_points` points (a shorter one at the end of the "
+            "log is not: the log ends too soon to tell)",
         ),
         _m(
             "persistent_from",

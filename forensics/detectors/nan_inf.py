@@ -140,9 +140,9 @@ class NanInfDetector:
                 if not runs:
                     return None
         first, last = runs[0]
-        persistent = [
-            r for r in runs if r[1] - r[0] + 1 >= self.params.persist_points or r[1] == len(v) - 1
-        ]
+        # A short non-finite stretch at the very end is not known to persist: the log ends too
+        # soon to tell (a live run's last line, read by watch, is one poll from the next).
+        persistent = [r for r in runs if r[1] - r[0] + 1 >= self.params.persist_points]
         prev = first - 1
         measures: dict[str, MeasureValue] = {
             "first_bad_step": int(t[first]),
@@ -215,10 +215,23 @@ class NanInfDetector:
                     f"; the loss did not come back to its level ({lv_before:.4g} before, "
                     f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points)"
                 )
+            rec = measures["recovered_step"]
+            open_tail = runs[-1][1] == len(v) - 1
+            too_soon = "the log ends there, too soon to tell whether it persists"
+            again = (
+                f": the last logged step{'s' if last > first else ''}; {too_soon}"
+                if rec is None
+                else f", finite again at step {int(rec):,}"
+                + (
+                    f"; non-finite again from step {int(t[runs[-1][0]]):,}, and {too_soon}"
+                    if open_tail
+                    else ""
+                )
+            )
             summary = (
                 f"The {name} is {_label(v[first])} at step {int(t[first]):,} "
-                f"({measures['bad_points']} non-finite point(s) in {len(runs)} stretch(es)), "
-                f"finite again at step {measures['recovered_step']:,}{level}."
+                f"({measures['bad_points']} non-finite point(s) in {len(runs)} stretch(es))"
+                f"{again}{level}."
             )
             sev = Severity.CRITICAL
         return Finding(
