@@ -328,8 +328,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "persistent",
             bool,
-            "a stretch of at least `persist_points` points (a shorter one at the end of the "
-            "log is not: the log ends too soon to tell)",
+            "a stretch of at least `persist_points` points, or one at the end of the log "
+            "(only the former where a loss scale is logged: an fp16 scaler skips such steps)",
         ),
         _m(
             "persistent_from",

@@ -499,6 +499,27 @@ TABLE: dict[FindingKind, Prescription] = {
         "resume from the last healthy checkpoint once fixed; after a time limit or a cancel, "
         "resume from the last healthy checkpoint.",
         (_c("infrastructure", "Read the traceback and the scheduler's exit record."),),
+        # by the reason the log gives (measures["reason"]); "traceback" keeps the general text
+        variants={
+            "out_of_memory": "Out of device memory: lower the micro-batch size (keep the global "
+            "batch with gradient accumulation), turn on activation checkpointing or shard the "
+            "optimizer state; if memory climbed before it, look for tensors kept across steps.",
+            "nccl": "A collective (NCCL) failed: find the first rank that failed in the ranks' "
+            "logs (one rank's crash or OOM often shows as a timeout on the others), check the "
+            "network, and resume from the last checkpoint once the nodes are healthy.",
+            "cuda": "A CUDA error: rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; an "
+            "illegal memory access often comes from a custom kernel, an index out of range or "
+            "a faulty GPU (check its Xid / ECC errors).",
+            "assertion": "A failed assertion: its message names the check; usually a setting or "
+            "a shape to correct before relaunching.",
+            "time_limit": "Not a training failure: resume from the last checkpoint, and save more "
+            "often or ask for a longer limit so less work is lost.",
+            "cancelled": "Not a training failure: resume from the last checkpoint if the run "
+            "should go on.",
+            "killed": "Killed from outside, often the host's out-of-memory killer (CPU memory: "
+            "data loader workers, pinned buffers): check the node's kernel log, then resume "
+            "from the last checkpoint.",
+        },
     ),
 }
 
@@ -558,8 +579,11 @@ def prescribe(finding: Finding) -> str:
     if p is None:  # a kind added without a table entry: the test suite catches this
         return ""
     cls = finding.measures.get("classification")
+    reason = finding.measures.get("reason")
     if finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
         text = p.variants[NAN_HARMLESS]
+    elif finding.kind is FindingKind.CRASH and isinstance(reason, str) and reason in p.variants:
+        text = p.variants[reason]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
     elif isinstance(cls, str) and cls in p.variants:
@@ -569,7 +593,8 @@ def prescribe(finding: Finding) -> str:
     else:
         text = p.treatment
     prefix = light_prefix(finding)
-    if prefix and len(text) > 1 and text[0].isupper() and text[1].islower():
+    first = text.split(" ", 1)[0]
+    if prefix and (first == "A" or (len(first) > 1 and first[0].isupper() and first[1:].islower())):
         text = text[0].lower() + text[1:]  # "Red light: roll back ...", not "Red light: Roll"
     return prefix + text
 

@@ -144,7 +144,8 @@ def test_terminal_names_the_cause(capsys: pytest.CaptureFixture[str]) -> None:
 
     from forensics.summary import print_summary
 
-    print_summary(diag("param_norm_jump"), console=Console(width=300, force_terminal=False))
+    # (wide enough that the incident line, with its list of signs, is not wrapped)
+    print_summary(diag("param_norm_jump"), console=Console(width=1000, force_terminal=False))
     out = capsys.readouterr().out
     assert "cause (supported): An LR change no schedule explains" in out
     assert "0.001578 -> 0.07864 at step 500" in out

@@ -233,17 +233,31 @@ def test_inf_grad_norm_at_an_fp16_overflow_is_the_scaler_at_work():
 
 
 @pytest.mark.parametrize(("nans", "again"), [((3000,), False), ((2000, 3000), True)])
-def test_a_nan_on_the_last_logged_step_is_not_known_to_persist(nans: tuple, again: bool) -> None:
-    """One NaN on the log's last line was "the loss is nan from step 3,000 to the end of the log:
-    all 1 logged points are non-finite": fatal, the red light. Read live by watch (one poll from
-    the next line) it fired a FATAL alert, and --on-fatal, for a step the next poll showed
-    finite. A stretch shorter than persist_points at the end is critical, and said to be too
-    soon to tell."""
+def test_a_nan_on_the_last_logged_step_of_an_fp16_run_is_not_known_to_persist(
+    nans: tuple, again: bool
+) -> None:
+    """With a dynamic loss scale logged, the scaler skips non-finite steps: one NaN on the log's
+    last line was "the loss is nan from step 3,000 to the end of the log: all 1 logged points
+    are non-finite", fatal, the red light. Read live by watch (one poll from the next line),
+    it fired FATAL and --on-fatal for a step the next line showed finite. Such a stretch,
+    shorter than persist_points, is critical and said to be too soon to tell."""
     s = np.arange(1, 3001)
     v = healthy_loss(3000)[1].copy()
     for n in nans:
         v[n - 1] = np.nan
-    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v))))
+    scale = (s, np.full(len(s), 65536.0))
+    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v), loss_scale=scale)))
     assert f.severity is Severity.CRITICAL and f.measures["persistent"] is False
     assert "the log ends there, too soon to tell whether it persists" in f.summary, f.summary
     assert ("finite again at step 2,001" in f.summary) is again
+
+
+def test_a_nan_on_the_last_logged_step_without_a_scaler_persists() -> None:
+    """Without a loss scaler a non-finite gradient makes the weights non-finite at the next
+    update: a NaN at the end of the log is persistent (fatal), as the trainer integrations
+    rely on to write the rollback plan at the first NaN they see."""
+    s = np.arange(1, 3001)
+    v = healthy_loss(3000)[1].copy()
+    v[-1] = np.nan
+    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v))))
+    assert f.severity is Severity.FATAL and f.measures["persistent"] is True

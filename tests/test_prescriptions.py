@@ -180,3 +180,36 @@ def test_a_grad_norm_spike_the_loss_followed_is_looked_at() -> None:
     absorbed = next(f for f in spikes if not f.measures["loss_response"])
     assert absorbed.severity.value == "info" and not needs_action(absorbed)
     assert d.prescription_for(absorbed).startswith("Usually no action")
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (
+            "gpt2_train.11672072.log",
+            "Orange light: out of device memory: lower the micro-batch size",
+        ),
+        (
+            "gpt2_train.11678978.log",
+            "Orange light: a CUDA error: rerun with CUDA_LAUNCH_BLOCKING=1",
+        ),
+        (
+            "gpt2_train.11673594.log",
+            "Orange light: a failed assertion: its message names the check",
+        ),
+        ("gpt2_train.11672114.log", "Yellow light: not a training failure: resume from the last"),
+    ],
+)
+def test_a_crash_is_prescribed_for_what_ended_it(job: str, expected: str) -> None:
+    """Real llm.c jobs that ended before their first step (out of memory, a CUDA error, an
+    assertion) or at the scheduler's time limit all got one text: "check the vitals in the
+    last steps before it and resume from the last healthy checkpoint", where there were no
+    steps. Each now gets the advice for the reason its log gives."""
+    from conftest import shared_path
+
+    import forensics
+
+    path = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", job)
+    diag = forensics.analyze(path)
+    (crash,) = [f for f in diag.findings if f.kind is FindingKind.CRASH]
+    assert diag.prescription_for(crash).startswith(expected), diag.prescription_for(crash)

@@ -140,9 +140,18 @@ class NanInfDetector:
                 if not runs:
                     return None
         first, last = runs[0]
-        # A short non-finite stretch at the very end is not known to persist: the log ends too
-        # soon to tell (a live run's last line, read by watch, is one poll from the next).
-        persistent = [r for r in runs if r[1] - r[0] + 1 >= self.params.persist_points]
+        # A stretch at the very end persists: without a loss scaler a non-finite gradient makes
+        # the weights non-finite at the next update. With a dynamic loss scale logged (fp16),
+        # the scaler skips such steps, so a short stretch there is not known to persist: the
+        # log ends too soon to tell (a live run's last line, read by watch, is one poll from
+        # the next, which may be finite).
+        skippable = run.has(LOSS_SCALE) or run.has(OVERFLOW)
+        persistent = [
+            r
+            for r in runs
+            if r[1] - r[0] + 1 >= self.params.persist_points
+            or (r[1] == len(v) - 1 and not skippable)
+        ]
         prev = first - 1
         measures: dict[str, MeasureValue] = {
             "first_bad_step": int(t[first]),
