@@ -65,6 +65,7 @@ _ROLLBACK_SPIKE = (
 )
 
 LOSS_MOVED = "loss_moved"  # the grad-norm spike variant for a transient the loss followed
+EARLY_EPOCHS = "early_epochs"  # the overfitting variant for a val loss turning up in epoch 1-2
 NAN_HARMLESS = "loss_back"  # isolated NaN steps after which the loss came back to its level
 
 TABLE: dict[FindingKind, Prescription] = {
@@ -258,6 +259,17 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
         ROW_VAL,
+        # by the epoch it turned up in (the article grades epochs 1-2, 3-4, and 5 on)
+        variants={
+            EARLY_EPOCHS: "Keep the checkpoint with the best validation loss. Turning up in "
+            "the first two epochs means the model is large for this data (the article's "
+            "reading): more data or more varied data (augmentation), or fewer trainable "
+            "parameters, before any schedule tuning; and check the validation set is the "
+            "version you think it is.",
+            "critical": "Stop now from the checkpoint with the best validation loss: from the "
+            "fifth epoch on with the gap still accelerating, the overfitting is well under way. "
+            "For any further epochs lower the learning rate and add dropout or weight decay.",
+        },
     ),
     FindingKind.GAP_ACCELERATION: Prescription(
         FindingKind.GAP_ACCELERATION,
@@ -584,6 +596,8 @@ def prescribe(finding: Finding) -> str:
         text = p.variants[NAN_HARMLESS]
     elif finding.kind is FindingKind.CRASH and isinstance(reason, str) and reason in p.variants:
         text = p.variants[reason]
+    elif finding.kind is FindingKind.OVERFITTING and _early_epoch(finding):
+        text = p.variants[EARLY_EPOCHS]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
     elif isinstance(cls, str) and cls in p.variants:
@@ -597,6 +611,12 @@ def prescribe(finding: Finding) -> str:
     if prefix and (first == "A" or (len(first) > 1 and first[0].isupper() and first[1:].islower())):
         text = text[0].lower() + text[1:]  # "Red light: roll back ...", not "Red light: Roll"
     return prefix + text
+
+
+def _early_epoch(finding: Finding) -> bool:
+    """An overfitting finding whose val loss turned up in the first or second epoch."""
+    epoch = finding.measures.get("epoch")
+    return isinstance(epoch, int) and epoch <= 2
 
 
 def light_prefix(finding: Finding) -> str:

@@ -213,3 +213,34 @@ def test_a_crash_is_prescribed_for_what_ended_it(job: str, expected: str) -> Non
     diag = forensics.analyze(path)
     (crash,) = [f for f in diag.findings if f.kind is FindingKind.CRASH]
     assert diag.prescription_for(crash).startswith(expected), diag.prescription_for(crash)
+
+
+@pytest.mark.parametrize(("turn_epoch", "early"), [(1.5, True), (3.5, False)])
+def test_overfitting_in_the_first_two_epochs_is_prescribed_as_the_article_reads_it(
+    tmp_path: Path, turn_epoch: float, early: bool
+) -> None:
+    """The article grades the negative slope by epoch: in epochs 1-2 the model is large for the
+    data. A trainer_state.json (as TrainerState.save_to_json writes it) of 4 epochs of 500
+    steps, eval every 50 steps, the eval loss turning up at ``turn_epoch`` while the train
+    loss falls: epoch 2 gets the capacity-and-data advice, epoch 4 the general one."""
+    import json
+
+    import numpy as np
+
+    import forensics
+
+    rng = np.random.default_rng(3)
+    hist: list[dict] = []
+    turn = int(turn_epoch * 500)
+    for s in range(10, 2001, 10):
+        hist.append({"epoch": s / 500, "loss": round(2.5 - s / 1000, 4), "step": s})
+        if s % 50 == 0:
+            val = 2.6 - 0.0004 * min(s, turn) + 0.0004 * max(0, s - turn)
+            hist.append({"epoch": s / 500, "eval_loss": val + 0.002 * rng.normal(), "step": s})
+    state = {"global_step": 2000, "log_history": hist, "logging_steps": 10, "eval_steps": 50}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    diag = forensics.analyze(tmp_path)
+    (f,) = [g for g in diag.findings if g.kind is FindingKind.OVERFITTING]
+    assert f.measures["epoch"] == (2 if early else 4), f.summary
+    rx = diag.prescription_for(f)
+    assert ("the model is large for this data" in rx) is early, rx
