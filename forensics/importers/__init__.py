@@ -32,6 +32,7 @@ from forensics.importers.base import (
     rel,
     strip_suffixes,
 )
+from forensics.importers.perplexity import derive_losses
 from forensics.importers.tb_histograms import histogram_vitals
 from forensics.run import Run
 from forensics.schema import FLAGS, add_canonical, check_aliases, conform, tag_units
@@ -370,7 +371,7 @@ def finish_source(
     frame, res.frame = res.frame, res.frame.clear()
     frame = conform(frame)
     frame, notes = convert_x_axis(frame, options.batch_size)
-    res.frame = add_canonical(frame, s.importer, options.aliases)
+    res.frame = derive_losses(add_canonical(frame, s.importer, options.aliases), res.notes)
     return res, notes
 
 
