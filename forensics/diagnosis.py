@@ -95,6 +95,20 @@ class Diagnosis:
                 return cs
         return []
 
+    def unjudged(self) -> str | None:
+        """A sentence where the log has no training loss: the loss's checks did not run, so
+        the light covers only what the log has (None when the loss is there)."""
+        from forensics.schema import LOSS
+
+        if self.run.has(LOSS):
+            return None
+        logged = sorted(m for m in self.run.metrics() if not m.startswith("eval/"))
+        have = f" ({', '.join(logged)})" if logged else ""
+        return (
+            "No training loss in the log: its checks (spikes, divergence, plateau, the "
+            f"train/val gap) did not run, and the light covers only what was logged{have}."
+        )
+
     def order_sentence(self, limit: int | None = None) -> str:
         """Who moved first, for the banner and the terminal. With several incidents, the most
         severe one's order (the earliest of equals), named: the run's whole order would open

@@ -36,6 +36,9 @@ def print_summary(
         f"[bold]{escape(run.name)}[/bold]  steps {step_range(run.first_step, run.last_step)}  "
         f"[{lk.term} bold]{diagnosis.verdict.upper()}[/] ({light})"
     )
+    blind = diagnosis.unjudged()
+    if blind:
+        console.print(f"[yellow]{escape(blind)}[/yellow]")
     ranked = [f for f in diagnosis.ranked() if f.severity is not Severity.INFO]
     notes = notes_in_reading_order(diagnosis.findings)
     # Fill the screen's spare rows with notes (a physiological spike, a restart): they tell

@@ -777,3 +777,29 @@ def test_a_flood_of_one_note_does_not_hide_the_rarer_ones() -> None:
     cards = findings[: findings.index("more finding(s)")]
     assert "Loss spike at step 60,000" in cards
     assert FULL_FINDINGS < len(notes)
+
+
+def test_a_log_without_a_training_loss_says_the_light_covers_only_what_was_logged(
+    tmp_path: Path,
+) -> None:
+    """A JSONL log of grad norm and LR only was "HEALTHY (green light)" and nothing more: the
+    loss checks had not run. The terminal and the report's banner now say so."""
+    import io
+
+    from rich.console import Console
+
+    import forensics
+    from forensics.summary import print_summary
+
+    rows = [{"step": s, "grad_norm": 0.5, "lr": 3e-4} for s in range(1, 2001)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    diag = forensics.analyze(tmp_path)
+    said = "No training loss in the log: its checks (spikes, divergence, plateau, the train/val"
+    out = io.StringIO()
+    print_summary(diag, console=Console(file=out, width=400))
+    assert said in out.getvalue() and "(grad_norm, lr)." in out.getvalue()
+    page = render_html(diag, plotlyjs="cdn")
+    banner = page[page.index('<header class="card banner"') : page.index("</header>")]
+    assert said in html.unescape(banner), banner
+    healthy = forensics.analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "healthy")
+    assert healthy.unjudged() is None

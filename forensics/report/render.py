@@ -260,6 +260,7 @@ def build_context(
         "counts": counts,
         "timeline": diagnosis.timeline,
         "order_sentence": diagnosis.order_sentence(limit=3),
+        "unjudged": diagnosis.unjudged(),
         # The worst incidents as cards (then by onset), the rest as rows.
         "incidents": incidents[:MAX_INCIDENTS],
         "more_incidents": incidents[MAX_INCIDENTS : MAX_INCIDENTS + MAX_ROWS],
