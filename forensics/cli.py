@@ -777,8 +777,9 @@ def compare(
     from forensics.compare import print_comparison
     from forensics.report.compare_page import render_compare_html
 
-    if len(paths) < 2:
+    if not paths:
         raise ForensicsError("compare needs at least two runs")
+    # (one path may hold several runs, a W&B export of a panel: compare counts them)
     cfg = _config(None, alias, ignore, None)
     ref = 0
     if reference is not None:

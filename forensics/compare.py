@@ -540,17 +540,43 @@ def compare(
     if align not in ALIGNS:
         raise ForensicsError(f"--align must be one of {', '.join(ALIGNS)}, not {align!r}")
     diags = []
-    for p in paths:
+    ref = reference
+    for k, p in enumerate(paths):
         try:
             diags.append(analyze(Path(p), config))
         except MultipleJobsError as exc:
             from forensics.errors import summarize
 
-            raise ForensicsError(
-                f"{p} holds {len(exc.jobs)} separate jobs ({summarize(exc.jobs)}); "
-                "compare takes one job per path"
-            ) from None
-    return compare_diagnoses(diags, reference=reference, align=align)
+            if not (Path(p).is_file() or len(paths) == 1):
+                raise ForensicsError(
+                    f"{p} holds {len(exc.jobs)} separate jobs ({summarize(exc.jobs)}); "
+                    "compare takes one job per path"
+                ) from None
+            # One file of several runs (a W&B export of a panel: there is no other path to
+            # point at each by), or the one path given: each of its runs is one to compare.
+            if k < reference:
+                ref += len(exc.jobs) - 1
+            diags.extend(_each_job(Path(p), config))
+    if len(diags) < 2:
+        raise ForensicsError("compare needs at least two runs")
+    return compare_diagnoses(diags, reference=ref, align=align)
+
+
+def _each_job(path: Path, config: Config | None) -> list[Diagnosis]:
+    """Every job of a path that holds several, analysed in name order."""
+    from forensics.importers import discover_jobs, read_job
+    from forensics.importers.chains import stitch_jobs
+    from forensics.pipeline import analyze_run, read_options
+
+    options = read_options(config)
+    jobs = stitch_jobs(path, discover_jobs(path), options)
+    out = []
+    for job, srcs in sorted(jobs.items()):
+        run = read_job(path, job, srcs, options=options, only_job=False)
+        if path.is_file():
+            run.name = job  # (the file's stem names every run in it; the job names each)
+        out.append(analyze_run(run, config))
+    return out
 
 
 def compare_diagnoses(

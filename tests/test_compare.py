@@ -360,3 +360,37 @@ def test_a_run_whose_memory_grew_is_not_said_to_have_no_sign_parted() -> None:
     )
     assert cmp.first_parting[1] is None
     assert [f["kind"] for f in cmp.finding_diff[1]["only_other"]] == ["memory_growth"]
+
+
+def _panel_csv(path: Path) -> Path:
+    """A W&B UI export of a panel with two runs (formats.md: "<run> - <metric>" columns with
+    __MIN / __MAX); calm-sea-2 has a loss spike at step 3,000."""
+    import csv
+
+    rng = np.random.default_rng(2)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        cols = ["brisk-pond-1", "calm-sea-2"]
+        w.writerow(
+            ["Step"] + [f"{r} - train/loss{x}" for r in cols for x in ("", "__MIN", "__MAX")]
+        )
+        for s in range(0, 5000, 10):
+            a = 2 + np.exp(-s / 1000) + 0.02 * rng.standard_normal()
+            b = 2.1 + np.exp(-s / 1000) + 0.02 * rng.standard_normal() + 2.0 * (3000 <= s < 3030)
+            w.writerow([s, a, a - 0.05, a + 0.05, b, b - 0.05, b + 0.05])
+    return path
+
+
+def test_compare_puts_the_runs_of_one_exported_file_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One CSV holding two runs: `analyze` asks to point at one of them, which no path can do,
+    and `compare` said it needs two runs. It now compares the runs in the file, by name."""
+    monkeypatch.chdir(tmp_path)
+    csv_file = _panel_csv(tmp_path / "wandb_export.csv")
+    res = runner.invoke(app, ["compare", str(csv_file), "--no-report"])
+    assert res.exit_code == 0, res.output
+    assert "calm-sea-2 vs brisk-pond-1" in res.output
+    assert "only in calm-sea-2: loss_spike @ 3,000" in res.output
+    one = runner.invoke(app, ["compare", str(SAMPLES / "healthy"), "--no-report"])
+    assert one.exit_code == 2 and "compare needs at least two runs" in one.output
