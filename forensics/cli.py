@@ -543,7 +543,7 @@ def analyze(
     if len(jobs) > 1 and not all_jobs:
         from forensics.errors import MultipleJobsError
 
-        raise MultipleJobsError(str(path), sorted(jobs))
+        raise MultipleJobsError(str(path), sorted(jobs), one_file=Path(root).is_file())
     if all_jobs and len(jobs) > 1 and (out is not None or json_out is not None):
         raise ForensicsError(
             "--out and --json name one file; with --all each job's report and findings go to "

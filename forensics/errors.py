@@ -18,11 +18,16 @@ class UnreadableInputError(ForensicsError):
 class MultipleJobsError(ForensicsError):
     """The path holds several distinct training jobs; we refuse to guess which one."""
 
-    def __init__(self, path: str, jobs: list[str]) -> None:
+    def __init__(self, path: str, jobs: list[str], one_file: bool = False) -> None:
         self.jobs = jobs
+        how = (
+            # (runs inside one file, a W&B panel export: no path points at one of them)
+            "use --all to analyze each, or compare the file to put them side by side"
+            if one_file
+            else "point at one of them, or use --all to analyze each"
+        )
         super().__init__(
-            f"{path} holds {len(jobs)} separate training jobs ({summarize(jobs)}); "
-            "point at one of them, or use --all to analyze each"
+            f"{path} holds {len(jobs)} separate training jobs ({summarize(jobs)}); {how}"
         )
 
 

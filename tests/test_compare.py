@@ -394,3 +394,7 @@ def test_compare_puts_the_runs_of_one_exported_file_side_by_side(
     assert "only in calm-sea-2: loss_spike @ 3,000" in res.output
     one = runner.invoke(app, ["compare", str(SAMPLES / "healthy"), "--no-report"])
     assert one.exit_code == 2 and "compare needs at least two runs" in one.output
+    # analyze no longer asks to point at one of the runs inside the file
+    ana = runner.invoke(app, ["analyze", str(csv_file), "--no-report"])
+    assert ana.exit_code == 2 and "point at one of them" not in ana.output
+    assert "use --all to analyze each, or compare the file" in ana.output
