@@ -282,7 +282,7 @@ def test_param_norm_surge_text_groups_the_crossing_step() -> None:
 
 def test_activation_absmax_peak_at_the_crossing_is_said_once() -> None:
     """The activation_outlier sample's layer-2 absmax passes 1e4 at its peak, step 520: the
-    sentence names that step once ("passed 10,000 at step 520 with 1.21e+04, its peak") where
+    sentence names that step once ("passed 10,000 at step 520 with 12,112, its peak") where
     it read "passed 10000 at step 520 and reached 1.21e+04 at step 520"."""
     from pathlib import Path
 
@@ -297,7 +297,7 @@ def test_activation_absmax_peak_at_the_crossing_is_said_once() -> None:
     ]
     assert f.start_step == f.peak_step == 520
     assert f.summary.count("step 520") == 1, f.summary
-    assert f"with {f.measures['value']:.3g}, its peak" in f.summary
+    assert f"with {f.measures['value']:,.0f}, its peak" in f.summary  # (12,112, not 1.21e+04)
     assert "absmax passed 10,000 at step 520" in f.summary, f.summary  # separators, as counts
 
 

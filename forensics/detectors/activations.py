@@ -26,8 +26,9 @@ ABSMAX_JUMP_NOTE = 100.0  # an absmax this many times its recent median, under t
 
 
 def _num(v: float) -> str:
-    """4 significant digits, with separators from 1,000 on (9,900 not 9900)."""
-    return f"{v:,.0f}" if abs(v) >= 1000 else sig(v, 4)
+    """3 significant digits, or the whole number with separators from 1,000 on (9,900, not
+    9900 or 9.9e+03: beside "passed 10,000" a reader compares the two)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else sig(v)
 
 
 class ActivationDetector:
@@ -65,7 +66,7 @@ class ActivationDetector:
         prior = prior[np.isfinite(prior)]
         before = float(np.median(prior)) if len(prior) else None
         finite = bool(np.isfinite(y[peak]))
-        val_txt = f"{y[peak]:.3g}" if finite else "a non-finite value"
+        val_txt = _num(float(y[peak])) if finite else "a non-finite value"
         return [
             Finding(
                 kind=FindingKind.ACTIVATION_OUTLIER,
@@ -203,7 +204,7 @@ class ActivationDetector:
                     f"Layer {layer} activation std {verb} to {sig(float(y[i0]))} at step "
                     f"{int(x[i0]):,}, {y[i0] / before:.1f}x the median of its {k} points before "
                     f"({sig(before)}, steps {step_range(int(x[i0 - k]), int(x[i0 - 1]))}), and "
-                    f"peaked at {sig(float(y[peak]))} at step {int(x[peak]):,}."
+                    f"peaked at {_num(float(y[peak]))} at step {int(x[peak]):,}."
                 ),
                 judged_against={
                     "before": before,
