@@ -883,8 +883,18 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
     ),
     "memory_growth": (
-        _m("start_level", float, "memory at the onset (median of the logged points there)"),
-        _m("end_level", float, "memory at the end (median of the last logged points)"),
+        _m(
+            "start_level",
+            float,
+            "memory at the onset (median of the logged points there; where memory cycles, "
+            "freed and filled again, the lowest such median of the first third)",
+        ),
+        _m(
+            "end_level",
+            float,
+            "memory at the end (median of the last logged points; where it cycles, the lowest "
+            "of the last third)",
+        ),
         _m("start_level_step", int, "the median step of the points start_level is read from"),
         _m("end_level_step", int, "the median step of the points end_level is read from"),
         _m("growth_pct", float, "(end_level - start_level) / start_level in %"),

@@ -376,3 +376,12 @@ def test_a_leak_under_a_memory_cycle_is_still_found() -> None:
     higher than the last, a leak."""
     (f,) = MemoryGrowthDetector().detect(Evidence(_sawtooth(400.0)))
     assert f.kind is FindingKind.MEMORY_GROWTH and f.severity is Severity.WARNING
+    # The sentence is about the leak, the cycles' rising lows, not the last cycle's climb (it
+    # read "grew 1,204 MB over 504 steps", from 4,908 MB at step 7,460).
+    assert f.summary.startswith("Memory cycles (freed and filled again) on a rising floor"), (
+        f.summary
+    )
+    pace = 1000 * (f.measures["end_level"] - f.measures["start_level"])
+    pace /= f.measures["end_level_step"] - f.measures["start_level_step"]
+    assert pace == pytest.approx(400, rel=0.1)
+    assert f.measures["end_level_step"] - f.measures["start_level_step"] > 4000

@@ -98,6 +98,26 @@ class MemoryGrowthDetector:
                 "a cycle the run has been through before, not a leak"
             )
             return []
+        # Cycles on a rising floor (memory freed and filled again before the onset: a drop
+        # of more than half the climb): the hinge finds the last cycle's climb, not the leak.
+        # The growth is then that of the cycles' lows, from the first to the last third.
+        drops = -np.diff(yb[earlier]) if earlier.sum() >= 2 else np.zeros(0)
+        cycles = bool(len(drops) and float(drops.max()) > 0.5 * (b - a))
+        if cycles:
+            third = (xb[-1] - xb[0]) / 3.0
+            lo1 = int(np.argmin(np.where(xb <= xb[0] + third, yb, np.inf)))
+            lo2 = int(np.argmin(np.where(xb >= xb[-1] - third, yb, np.inf)))
+            a, a_step, b, b_step = (
+                float(yb[lo1]),
+                int(round(xb[lo1])),
+                float(yb[lo2]),
+                int(round(xb[lo2])),
+            )
+            onset = int(xs[0])
+            growth = (b - a) / abs(a) if a else np.inf
+            dur = int(xs[-1] - onset)
+            if growth < self.params.min_growth:
+                return []
         span = b_step - a_step
         pace = f", {unit.show(1000.0 * (b - a) / span, 3)} per 1k steps" if span > 0 else ""
         late_pace = unit.show(late.per_1k(), 3)
@@ -130,8 +150,14 @@ class MemoryGrowthDetector:
                     "late_slope_floor_per_1k_steps": self.params.level_off * overall.per_1k(),
                 },
                 summary=(
-                    f"Memory grew {unit.show(b - a, 3)} over {span:,} steps without levelling "
-                    f"off, from {unit.show(a, 3)} at step {a_step:,} to {unit.show(b, 3)} at step "
+                    (
+                        "Memory cycles (freed and filled again) on a rising floor: its lows "
+                        f"rose {unit.show(b - a, 3)} over {span:,} steps without levelling off"
+                        if cycles
+                        else f"Memory grew {unit.show(b - a, 3)} over {span:,} steps without "
+                        "levelling off"
+                    )
+                    + f", from {unit.show(a, 3)} at step {a_step:,} to {unit.show(b, 3)} at step "
                     f"{b_step:,} (+{100 * growth:.0f}%{pace}; its fitted trend "
                     f"{unit.show(overall.per_1k(), 3)} per 1k steps overall and {late_pace} per 1k "
                     "steps over the last third)"
