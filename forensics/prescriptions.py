@@ -203,10 +203,10 @@ TABLE: dict[FindingKind, Prescription] = {
         ),
         ROW_NAN,
         variants={
-            NAN_HARMLESS: "No rollback: the loss came back to its level after the non-finite "
-            "steps, so their updates were skipped (or only the logged value was bad). Find what "
-            "made them non-finite (the batch at that step, the loss scale there) before it "
-            "recurs and stays.",
+            NAN_HARMLESS: "Look, but do not roll back: the loss came back to its level after "
+            "the non-finite steps, so their updates were skipped (or only the logged value was "
+            "bad). Find what made them non-finite (the batch at that step, the loss scale "
+            "there) before it recurs and stays.",
         },
     ),
     FindingKind.LOSS_SCALE_DROP: Prescription(

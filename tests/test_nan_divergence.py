@@ -69,7 +69,9 @@ def test_an_isolated_nan_after_which_the_loss_is_back_needs_no_rollback(tmp_path
     assert f.severity is Severity.CRITICAL and f.measures["loss_back"] is True
     assert "the loss is back at its level after it" in f.summary
     assert not [r for r in diag.rollbacks if r.rollback]
-    assert diag.prescription_for(f).startswith("Orange light: no rollback: the loss came back")
+    assert diag.prescription_for(f).startswith(
+        "Orange light: look, but do not roll back: the loss came back"
+    ), diag.prescription_for(f)
 
 
 def test_an_isolated_nan_after_which_the_loss_stays_higher_keeps_its_rollback(tmp_path) -> None:
