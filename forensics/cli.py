@@ -662,9 +662,11 @@ def metrics(
         t for t in unmapped if len(stats_of.get(str(t).rpartition("/")[0], ())) == len(HIST_STATS)
     }
     no_vital = {t for t in unmapped if t not in histogram_stat and is_not_a_vital(str(t))}
-    nearest = {
+    near = {
         t: nearest_canonical(t) for t in unmapped if t not in histogram_stat and t not in no_vital
     }
+    nearest = {t: c for t, c in near.items() if c is not None}
+    far = [t for t, c in near.items() if c is None]
     table = table.with_columns(
         pl.col("tag").replace_strict(units, default=None, return_dtype=pl.Utf8).alias("unit"),
         pl.col("tag")
@@ -673,6 +675,7 @@ def metrics(
                 **nearest,
                 **dict.fromkeys(histogram_stat, "(histogram statistic)"),
                 **dict.fromkeys(no_vital, "(not a vital sign)"),
+                **dict.fromkeys(far, "(none close)"),
             },
             default=None,
             return_dtype=pl.Utf8,

@@ -728,10 +728,16 @@ def is_not_a_vital(tag: str) -> bool:
     return bool(_NOT_A_VITAL.search(normalize_tag(_X_SUFFIX.sub("", tag))))
 
 
-def nearest_canonical(tag: str) -> str:
+NEAREST_MIN = 0.6  # below this similarity no vital sign is near (see nearest_canonical)
+
+
+def nearest_canonical(tag: str) -> str | None:
     """The canonical vital sign whose known spellings are closest to ``tag`` (for the
-    ``--alias`` hint of ``forensics metrics``); always returns a name (callers skip the names
-    :func:`is_not_a_vital` recognises)."""
+    ``--alias`` hint of ``forensics metrics``), or None when none is close: a similarity
+    ratio under :data:`NEAREST_MIN`. DeepSpeed's ``CurrSamplesPerSec`` and an RLHF log's
+    ``reward`` were offered ``--alias ...=lr`` (0.55 and 0.43, against 0.7 and more for real
+    misspellings such as ``MemAllocated`` -> memory). Callers skip the names
+    :func:`is_not_a_vital` recognises."""
     import difflib
 
     nb = normalize_tag(_X_SUFFIX.sub("", tag))
@@ -750,7 +756,7 @@ def nearest_canonical(tag: str) -> str:
             score = difflib.SequenceMatcher(None, t, canon).ratio()
             if score > best_score:
                 best, best_score = canon, score
-    return best
+    return best if best_score >= NEAREST_MIN else None
 
 
 def alias_line(tag: str, canonical: str) -> str:

@@ -81,6 +81,11 @@ def test_nearest_canonical_and_alias_line() -> None:
     assert nearest_canonical("learnrate") == "lr"
     assert nearest_canonical("my/gradnorm_total") == "grad_norm"
     assert nearest_canonical("throughputz") == THROUGHPUT
+    # Nothing near: no alias to a vital sign the name has nothing to do with (these were
+    # offered "--alias CurrSamplesPerSec=lr" and "--alias reward=lr")
+    assert nearest_canonical("CurrSamplesPerSec") is None
+    assert nearest_canonical("reward") is None
+    assert nearest_canonical("MemAllocated") == "memory"
     assert alias_line("my/odd tag", "loss") == "--alias 'my/odd tag=loss'"
 
 
@@ -94,6 +99,7 @@ def _tb_run(path: Path) -> None:
         w.add_scalar("acme/sys/max_memory_reserved_gb", 10.0, s)
         w.add_scalar("acme/perf/iter_time_ms", 250.0, s)
         w.add_scalar("acme/strange_objective", 1.0, s)
+        w.add_scalar("acme/gradnorm_total", 1.0, s)
     w.close()
 
 
@@ -118,8 +124,11 @@ def test_metrics_command_shows_alias_hint(tmp_path: Path) -> None:
     _tb_run(tmp_path / "run")
     res = runner.invoke(app, ["metrics", str(tmp_path / "run")], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.stdout.splitlines() if "acme/gradnorm_total" in ln)
+    assert "--alias acme/gradnorm_total=grad_norm" in line
+    # A name near no vital sign gets no alias: "strange_objective" was offered step_time.
     line = next(ln for ln in res.stdout.splitlines() if "acme/strange_objective" in ln)
-    assert "--alias" in line and "acme/strange_objective=" in line
+    assert "(none close)" in line and "--alias" not in line
     unit_line = next(ln for ln in res.stdout.splitlines() if "max_memory_reserved_gb" in ln)
     assert " GB " in unit_line
 
