@@ -15,6 +15,12 @@ if TYPE_CHECKING:
 
 TOP_N = 5
 MAX_INCIDENTS = 3
+# What to do about a supported root cause where it says more than the finding's prescription.
+CAUSE_ADVICE = {
+    "bad_batch": "find that batch (the data loader's position at that step) and fix or drop "
+    "the sample; the loss came back at once, so there is nothing to roll back. If bad batches "
+    "recur, filter the data (lengths, encodings, empty documents).",
+}
 
 
 def print_summary(
@@ -84,6 +90,14 @@ def print_summary(
         if act is not None:
             rx = diagnosis.prescription_for(act)
             where = f"{act.kind.value} from step {act.start_step:,}"
+            home = diagnosis.incident_of(act)
+            root = home.supported[0] if home is not None and home.supported else None
+            if root is not None and root.cause in CAUSE_ADVICE:
+                # The incident's supported root cause says more than the finding's table row
+                # (a bad batch behind a loss-scale drop: find the batch, not "move to bf16").
+                step = root.steps[0] if root.steps else act.start_step
+                where = f"{root.cause.replace('_', ' ')} at step {step:,}"
+                rx = f"{act.severity.light.capitalize()} light: {CAUSE_ADVICE[root.cause]}"
             console.print(f"What to do ({escape(where)}): {escape(rx)}")
     hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:

@@ -590,6 +590,9 @@ def test_summary_prints_verdict_findings_and_report_path() -> None:
         ("throughput_drop", "What to do (throughput_drop from step 510): Yellow light: profile"),
         ("healthy", None),
         ("param_norm_jump", None),  # a rollback plan is the advice there
+        # the incident's supported root cause, a bad batch, over its loss-scale drop's row
+        # ("move to bf16 or tame the offending layer")
+        ("bad_batch", "What to do (bad batch at step 300): Yellow light: find that batch"),
     ],
 )
 def test_summary_ends_on_what_to_do_when_no_rollback_is_advised(
