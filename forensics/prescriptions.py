@@ -535,6 +535,14 @@ TABLE: dict[FindingKind, Prescription] = {
     ),
 }
 
+# What to do about an incident's supported root cause where it says more than its finding's
+# row (a bad batch behind a loss-scale drop: find the batch, not "move to bf16").
+CAUSE_ADVICE: dict[str, str] = {
+    "bad_batch": "find that batch (the data loader's position at that step) and fix or drop "
+    "the sample; the loss came back at once, so there is nothing to roll back. If bad batches "
+    "recur, filter the data (lengths, encodings, empty documents).",
+}
+
 STANDING_GUIDANCE: tuple[Prescription, ...] = (
     Prescription(
         None,

@@ -15,12 +15,6 @@ if TYPE_CHECKING:
 
 TOP_N = 5
 MAX_INCIDENTS = 3
-# What to do about a supported root cause where it says more than the finding's prescription.
-CAUSE_ADVICE = {
-    "bad_batch": "find that batch (the data loader's position at that step) and fix or drop "
-    "the sample; the loss came back at once, so there is nothing to roll back. If bad batches "
-    "recur, filter the data (lengths, encodings, empty documents).",
-}
 
 
 def print_summary(
@@ -30,7 +24,7 @@ def print_summary(
     from rich.console import Console
     from rich.table import Table
 
-    from forensics.prescriptions import needs_action
+    from forensics.prescriptions import CAUSE_ADVICE, light_prefix, needs_action
     from forensics.terminal import escape
 
     console = console or Console()
@@ -97,7 +91,7 @@ def print_summary(
                 # (a bad batch behind a loss-scale drop: find the batch, not "move to bf16").
                 step = root.steps[0] if root.steps else act.start_step
                 where = f"{root.cause.replace('_', ' ')} at step {step:,}"
-                rx = f"{act.severity.light.capitalize()} light: {CAUSE_ADVICE[root.cause]}"
+                rx = light_prefix(act) + CAUSE_ADVICE[root.cause]
             console.print(f"What to do ({escape(where)}): {escape(rx)}")
     hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
     if hidden:

@@ -97,6 +97,19 @@ class ActivationDetector:
             )
         ]
 
+    def _against_typical(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each point's typical level, the median of the ``history`` points before it
+        (trailing, without the point; NaN with fewer than ``min_history``), and the point's
+        ratio to it (NaN where that level is not positive)."""
+        prev = (
+            pl.Series(y)
+            .rolling_median(self.params.history, min_samples=self.params.min_history)
+            .shift(1)
+            .to_numpy()
+            .astype(float)
+        )
+        return prev, np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
+
     def _absmax_jump(
         self, ev: Evidence, layer: int, x: np.ndarray, y: np.ndarray, limit: float
     ) -> list[Finding]:
@@ -105,15 +118,7 @@ class ActivationDetector:
         absolute, so this is no warning; but a reader of the chart sees the jump."""
         if len(y) <= self.params.min_history:
             return []
-        prev = (
-            pl.Series(y)
-            .rolling_median(self.params.history, min_samples=self.params.min_history)
-            .shift(1)
-            .to_numpy()
-            .astype(float)
-        )
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = np.where(prev > 0, y / prev, np.nan)
+        prev, ratio = self._against_typical(y)
         jump = np.nan_to_num(ratio, nan=0.0) >= ABSMAX_JUMP_NOTE
         if not jump.any():
             return []
@@ -163,16 +168,8 @@ class ActivationDetector:
         # 2, the model leaving its initialisation, was "4.3x the median of its 3 points before").
         settled = ev.warmup_end
         j0 = 0 if settled is None else int(np.searchsorted(x, settled, side="right"))
-        # Typical level = median of the previous `history` points (trailing, excluding the point).
-        prev = np.full(len(y), np.nan)
-        prev[j0:] = (
-            pl.Series(y[j0:])
-            .rolling_median(self.params.history, min_samples=self.params.min_history)
-            .shift(1)
-            .to_numpy()
-            .astype(float)
-        )
-        ratio = np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
+        prev, ratio = np.full(len(y), np.nan), np.full(len(y), np.nan)
+        prev[j0:], ratio[j0:] = self._against_typical(y[j0:])
         jump = np.nan_to_num(ratio, nan=0.0) >= self.params.std_jump_ratio
         if not jump.any():
             return []

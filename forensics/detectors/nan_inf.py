@@ -17,6 +17,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import overlaps
+from forensics.evidence.trend_utils import robust_sigma
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import NanInfParams
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, MEMORY, OVERFLOW, STEP_TIME, THROUGHPUT
@@ -70,8 +71,7 @@ def _loss_level(
     if len(pre) < 5 or len(post) < 5:
         return None, None, None
     before, after = float(np.median(pre)), float(np.median(post))
-    d = np.diff(pre)
-    sigma = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / np.sqrt(2)
+    sigma = robust_sigma(pre)
     tol = max(3.0 * 1.2533 * sigma * np.sqrt(1 / len(pre) + 1 / len(post)), 0.01 * abs(before))
     return before, after, bool(after - before <= tol)
 

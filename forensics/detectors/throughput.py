@@ -43,6 +43,7 @@ from forensics.evidence.rolling import (
 from forensics.evidence.trend_utils import (
     Unit,
     housekeeping_at,
+    robust_sigma,
     rolling_median,
     unit_for,
     window_max_pieces,
@@ -132,12 +133,10 @@ class ThroughputDetector:
 
     def _clearly_under(self, y: np.ndarray, i: int, k: int, line: float) -> bool:
         """The median of ``y[i:k]`` is under ``line`` by more than twice its own noise: a dip
-        that only grazes the line is the rate's noise. The noise is the rate's step-to-step
-        spread over the baseline window before (robust, and blind to a trend there), over
+        that only grazes the line is the rate's noise. The noise is the rate's over the
+        baseline window before (:func:`robust_sigma`: blind to a trend there), over
         sqrt(k - i)."""
-        before = y[max(0, i - self.params.baseline_points) : i]
-        d = np.diff(before)
-        spread = float(np.median(np.abs(d - np.median(d)))) * 1.4826 / np.sqrt(2) if len(d) else 0.0
+        spread = robust_sigma(y[max(0, i - self.params.baseline_points) : i])
         return float(np.median(y[i:k])) < line - 2.0 * 1.2533 * spread / np.sqrt(k - i)
 
     def _below(
