@@ -284,9 +284,50 @@ def test_spike_windows_lookup_matches_looking_through_every_window():
             (int(s), float(s) - float(rng.uniform(0, 300)), float(s) + float(rng.uniform(0, 900)))
             for s in onsets
         )
-        index = loss_scale._SpikeWindows(windows)
+        index = loss_scale._SpikeWindows([(*w, True) for w in windows])
         for _ in range(30):
             a = float(rng.integers(-100, 5_100))
             b = a + float(rng.integers(1, 400))
             every = next((s for s, lo, hi in windows if lo < b and hi > a), None)
             assert index.first_overlap(a, b) == every
+
+
+def test_calibration_beside_a_spike_that_came_back_is_info():
+    """bigscience's Megatron runs: the scale falls from 2^23 to 2^14 over the first 30
+    iterations (the scaler's first descent) while an early loss spike comes and goes. The
+    scaler overflows at ordinary gradients until it finds its level, so the drop does not show
+    numeric trouble: info, the text says so and names the spike (judged on its own). Before,
+    "at a spike in the same steps: numeric overflow", a warning on a healthy start."""
+    (ls, lv), _ = spiky_loss(3000, spikes=[dict(at=60, height=1.5)])
+    s, sc = scaler(3000, start=2.0**24, overflows=(*range(0, 50, 6), 60), growth=5000)
+    run = _run(train__loss=(ls, lv), loss_scale=(s, sc))
+    (f,) = _drops(run)
+    assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
+    assert f.severity is Severity.INFO
+    assert "the scaler calibrating at the start of training" in f.summary
+    assert "the loss spike that began at step 60 in the same steps came back" in f.summary
+
+
+def test_calibration_beside_a_spike_that_stays_up_is_a_warning():
+    """The same descent beside a loss spike that settles well above its trend (pathological):
+    the drop joins that evidence, a warning as at a later spike."""
+    (ls, lv), _ = spiky_loss(3000, spikes=[dict(at=60, height=1.5, shift=1.5)])
+    s, sc = scaler(3000, start=2.0**24, overflows=(*range(0, 50, 6), 60), growth=5000)
+    run = _run(train__loss=(ls, lv), loss_scale=(s, sc))
+    (f,) = _drops(run)
+    assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
+    assert f.severity is Severity.WARNING
+    assert "at a spike in the same steps: numeric overflow" in f.summary
+
+
+def test_a_first_halving_after_the_scale_held_is_a_warning_at_a_spike():
+    """periodic_spikes: the scale held at 65,536 for 125 steps, then halved once at a bad
+    batch's loss spike that came back at once. Within the first 200 steps, but the scaler had
+    found a level the spike overflowed: still "numeric overflow", a warning."""
+    (ls, lv), _ = spiky_loss(3000, spikes=[dict(at=125, height=1.5)])
+    s, sc = scaler(3000, overflows=(125,), growth=5000)
+    run = _run(train__loss=(ls, lv), loss_scale=(s, sc))
+    (f,) = _drops(run)
+    assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
+    assert f.severity is Severity.WARNING
+    assert "at a spike in the same steps: numeric overflow" in f.summary

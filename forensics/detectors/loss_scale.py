@@ -8,7 +8,10 @@ decline* (the scale staying ``decline_halvings`` or more below its earlier peak 
 series when logged, else from ``overflow`` (1 at each skipped step: DeepSpeed / Megatron lines).
 
 Severity: calibration = info; a later cascade of ``warn_halvings`` (3) or more halvings, one that
-coincides with a spike, or a sustained decline = warning; a later cascade of two halvings = info.
+coincides with a loss spike, or a sustained decline = warning; a later cascade of two halvings =
+info. A calibration cascade beside a loss spike is a warning too, unless the scaler was still
+descending from its initial scale (no level held for ``cascade_gap`` steps) and the spike came
+back: a scaler that has not found its level overflows at ordinary gradients.
 Single later halvings are normal scaler behaviour: counted in a run note, not reported.
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
@@ -20,6 +23,7 @@ import numpy as np
 
 from forensics.evidence import Evidence, Series
 from forensics.evidence.spike_context import ScaleCascade
+from forensics.evidence.spike_shape import SpikeClass
 from forensics.findings import (
     Finding,
     FindingKind,
@@ -44,6 +48,16 @@ def _first_growth(scale: Series, cascades: list[ScaleCascade]) -> int | None:
             found.append(b.start_step)
             break
     return min(found) if found else None
+
+
+def _first_logged(ev: Evidence, default: int) -> int:
+    """The first step the loss scale (else the overflow series) is logged at."""
+    for metric in (LOSS_SCALE, OVERFLOW):
+        if ev.run.has(metric):
+            steps = ev.logged(metric).steps
+            if len(steps):
+                return int(steps[0])
+    return default
 
 
 class LossScaleDetector:
@@ -79,10 +93,19 @@ class LossScaleDetector:
             calib_end = grew - 1
         out: list[Finding] = []
         singles = 0
+        scale_from = _first_logged(ev, first)
         for c in cascades:
             calibration = calib_end is not None and c.start_step <= calib_end
             hit = spikes.first_overlap(float(c.start_step - 1), float(c.end_step))
-            if hit is not None or (
+            # A scaler descending from its initial scale overflows at ordinary gradients until
+            # it finds its level: a loss spike in those steps that came back is not shown to be
+            # numeric trouble by the drop (bigscience's Megatron runs: 2^23 to 2^14 in the first
+            # 30 iterations, an early spike back within 10). One that did not come back is; so
+            # is a first halving after the scale had held for a while (periodic_spikes: 65,536
+            # for 125 steps, then halved at a bad batch's spike).
+            searching = calibration and c.start_step - scale_from <= self.params.cascade_gap
+            came_back = hit is not None and searching and spikes.came_back[hit]
+            if (hit is not None and not came_back) or (
                 not calibration and c.halvings >= self.params.warn_halvings - 1e-9
             ):
                 sev = Severity.WARNING
@@ -91,7 +114,7 @@ class LossScaleDetector:
             else:
                 singles += 1
                 continue
-            out.append(self._cascade_finding(c, sev, calibration, hit, calib_end))
+            out.append(self._cascade_finding(c, sev, calibration, hit, calib_end, came_back))
         if singles:
             run.note(
                 f"loss_scale: {singles} single loss-scale halving(s) after calibration "
@@ -107,6 +130,7 @@ class LossScaleDetector:
         calibration: bool,
         spike: int | None,
         calib_end: int | None,
+        came_back: bool = False,
     ) -> Finding:
         measures: dict[str, MeasureValue] = {
             "pattern": "cascade",
@@ -130,15 +154,19 @@ class LossScaleDetector:
         fromto = (
             f" from {scale_text(c.from_scale)}{at} to {scale_text(c.to_scale)}" if known else ""
         )
-        what = (
-            "the scaler calibrating at the start of training"
-            if calibration and spike is None
-            else (
-                "at a spike in the same steps: numeric overflow"
-                if spike is not None
-                else "gradients overflowing fp16 repeatedly"
+        if calibration and spike is not None and came_back:
+            what = (
+                "the scaler calibrating at the start of training (it overflows at ordinary "
+                "gradients until it finds its level); the loss spike that began at step "
+                f"{spike:,} in the same steps came back, and is judged on its own"
             )
-        )
+        elif calibration and spike is None:
+            what = "the scaler calibrating at the start of training"
+        elif spike is not None:
+            what = "at a spike in the same steps: numeric overflow"
+        else:
+            what = "gradients overflowing fp16 repeatedly"
+
         if c.start_step == c.end_step:
             where = f"at step {c.start_step:,}"
         elif sparse:
@@ -268,11 +296,13 @@ class _SpikeWindows:
     its onset): only that stretch is looked through. Looking through every window for every
     cascade cost cascades x spikes, 0.8 s of a 10M-step run (50 cascades, 50,000 spikes)."""
 
-    def __init__(self, windows: list[tuple[int, float, float]]) -> None:
-        self.windows = windows
-        self.onsets = np.array([s for s, _, _ in windows], dtype=np.float64)
-        self.ahead = max((s - lo for s, lo, _ in windows), default=0.0)  # onset - lo
-        self.back = max((hi - s for s, _, hi in windows), default=0.0)  # hi - onset
+    def __init__(self, windows: list[tuple[int, float, float, bool]]) -> None:
+        self.windows = [(s, lo, hi) for s, lo, hi, _ in windows]
+        # Whether the loss spike with each onset came back (physiological or beneficial).
+        self.came_back = {s: back for s, _, _, back in windows}
+        self.onsets = np.array([s for s, _, _ in self.windows], dtype=np.float64)
+        self.ahead = max((s - lo for s, lo, _ in self.windows), default=0.0)  # onset - lo
+        self.back = max((hi - s for s, _, hi in self.windows), default=0.0)  # hi - onset
 
     def first_overlap(self, a: float, b: float) -> int | None:
         """The onset of the first window (in onset order) overlapping ``(a, b]`` (``lo < b``
@@ -283,15 +313,16 @@ class _SpikeWindows:
         return next((s for s, lo, hi in self.windows[i:j] if float(lo) < b and float(hi) > a), None)
 
 
-def _spike_windows(ev: Evidence) -> list[tuple[int, float, float]]:
+def _spike_windows(ev: Evidence) -> list[tuple[int, float, float, bool]]:
     """(onset, lo, hi] windows of the loss spikes (the evidence's, found once with the
-    configured spike parameters). A loss spike with the scale falling in the same steps is the
-    article's numeric-stability sign (4.2). A grad-norm spike alone is not: a gradient large
-    enough to overflow fp16 is what the scaler halves for, and the same event seen twice
-    (truncated_log: two halvings at steps 41-43, the scaler's first descent, beside a grad-norm
-    spike the loss never felt, had made a healthy run yellow)."""
+    configured spike parameters), and whether each came back. A loss spike with the scale
+    falling in the same steps is the article's numeric-stability sign (4.2). A grad-norm spike
+    alone is not: a gradient large enough to overflow fp16 is what the scaler halves for, and
+    the same event seen twice (truncated_log: two halvings at steps 41-43, the scaler's first
+    descent, beside a grad-norm spike the loss never felt, had made a healthy run yellow)."""
     out = []
     for s in ev.spikes(LOSS):
         iv = s.log_interval
-        out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv)))
+        back = s.classification in (SpikeClass.PHYSIOLOGICAL, SpikeClass.BENEFICIAL)
+        out.append((s.start_step, s.start_step - iv, float(s.peak_step + iv), back))
     return sorted(out)
