@@ -310,7 +310,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             null=True,
         ),
         _m("last_finite_value", float, "the value there", null=True),
-        _m("bad_points", int, "non-finite points in the whole series"),
+        _m(
+            "bad_points",
+            int,
+            "non-finite points in the whole series (nan_iters: the iterations the trainer "
+            "counted as having a NaN / Inf loss)",
+        ),
         _m(
             "last_bad_step",
             int,
@@ -318,7 +323,11 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "stretch when none persists)",
         ),
         _m("bad_runs", int, "separate stretches of non-finite points"),
-        _m("first_run_points", int, "length of the first stretch (logged points)"),
+        _m(
+            "first_run_points",
+            int,
+            "length of the first stretch (logged points; nan_iters: logging intervals)",
+        ),
         _m(
             "recovered_step",
             int,
@@ -329,7 +338,9 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "persistent",
             bool,
             "a stretch of at least `persist_points` points, or one at the end of the log "
-            "(only the former where a loss scale is logged: an fp16 scaler skips such steps)",
+            "(only the former where a loss scale is logged: an fp16 scaler skips such steps; "
+            "nan_iters: at least `persist_points` intervals in a row with every iteration "
+            "counted)",
         ),
         _m(
             "persistent_from",

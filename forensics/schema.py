@@ -53,6 +53,9 @@ STEP_TIME = "step_time"
 MEMORY = "memory"
 EPOCH = "epoch"
 OVERFLOW = "overflow"  # 1 at each step skipped for an fp16 overflow (DeepSpeed / Megatron lines)
+# Iterations whose loss was NaN / Inf in the logging interval ending at the step (Megatron's
+# "number of nan iterations"): skipped, so the logged loss, a mean of the others, hides them.
+NAN_ITERS = "nan_iters"
 GRAD_NORM_LAYER = "grad_norm_layer"
 PARAM_NORM_LAYER = "param_norm_layer"
 ACT_MEAN = "act_mean"
@@ -228,6 +231,7 @@ _ALIASES: dict[str, list[str]] = {
         "train_step_timing",
     ],
     EPOCH: ["epoch", "train/epoch", "trainer/epoch"],
+    NAN_ITERS: ["number of nan iterations", "nan_iters", "nan iterations", "nan-iterations"],
 }
 
 # Aliases that only hold for one source (terse keys would be ambiguous elsewhere). ``None``
@@ -403,6 +407,7 @@ KNOWN_METRICS = (
     MEMORY,
     EPOCH,
     OVERFLOW,
+    NAN_ITERS,
     *PER_LAYER,
 )
 

@@ -28,6 +28,7 @@ _LABELS = {
     "param_norm": "parameter norm",
     "lr": "learning rate",
     "loss_scale": "loss scale",
+    "nan_iters": "iterations with a NaN loss",
     "throughput": "throughput",
     "step_time": "step time",
     "memory": "memory",

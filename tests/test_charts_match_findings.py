@@ -354,3 +354,23 @@ def test_a_short_loss_is_drawn_as_logged_and_a_lone_eval_spans_the_run() -> None
     hp = {p.key: p for p in build_panels(healthy, [])}
     assert [t["name"] for t in hp[LOSS].figure["data"]][:2] == ["raw", "smoothed"]
     assert "range" not in hp[LOSS].figure["layout"]["xaxis"]
+
+
+def test_a_constant_series_is_drawn_in_the_middle_of_its_axis(tmp_path) -> None:
+    """A constant LR of 1.5e-4 and a loss scale of 1 (a bf16 Megatron log): plotly spans a
+    flat line by +-1, which drew the LR at "0" on an axis from -1 to 1. The range is now half
+    the value each side (a decade each side on the log axis); a varying series keeps plotly's
+    own."""
+    from forensics.importers import read_run
+    from forensics.schema import LOSS_SCALE, LR
+
+    lines = [
+        f" iteration {it:8d}/    3000 | learning rate: 1.500E-04 | lm loss: {8 - it / 1000:.6E} "
+        f"| loss scale: 1.0 | grad norm: {1 + it / 3000:.3f} |"
+        for it in range(10, 3001, 10)
+    ]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    panels = {p.key: p for p in build_panels(Evidence(read_run(tmp_path / "train.log")), [])}
+    assert panels[LR].figure["layout"]["yaxis"]["range"] == pytest.approx([0.75e-4, 2.25e-4])
+    assert panels[LOSS_SCALE].figure["layout"]["yaxis"]["range"] == pytest.approx([-1.0, 1.0])
+    assert "range" not in panels[GRAD_NORM].figure["layout"]["yaxis"]

@@ -13,6 +13,7 @@ from forensics.cli import app
 from forensics.importers import read_run
 from forensics.schema import (
     MEMORY,
+    NAN_ITERS,
     STEP_TIME,
     THROUGHPUT,
     alias_line,
@@ -48,6 +49,8 @@ runner = CliRunner()
         ("my_team/sys/max_memory_reserved_mb", MEMORY, "MB"),
         ("gpu_mem", MEMORY, None),
         ("System/Peak GPU Memory (MB)", MEMORY, "MB"),
+        # a count of iterations (Megatron's line), not a rate: its own sign
+        ("number of nan iterations", NAN_ITERS, None),
     ],
 )
 def test_vital_sign_spellings(tag: str, metric: str, unit: str | None) -> None:
@@ -66,7 +69,6 @@ def test_vital_sign_spellings(tag: str, metric: str, unit: str | None) -> None:
         # counters, not rates: the plural's "s" is not "per second"
         "consumed samples",  # Megatron's iteration line
         "number of skipped iterations",
-        "number of nan iterations",
         "num_tokens",
         "tokens",
         "global_steps",

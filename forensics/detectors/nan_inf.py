@@ -8,6 +8,12 @@ record padded with "nan" after the run stopped), not a numerical NaN: it is note
 Likewise a short non-finite stretch of the grad norm where the fp16 loss scale dropped is the
 scaler skipping an overflowing step: noted, not reported.
 
+A trainer that counts the iterations whose loss was non-finite and skips them (Megatron's
+``number of nan iterations``, the canonical ``nan_iters``) logs a loss that never shows them:
+its line averages the iterations it kept. Those counts are a finding of their own (metric
+``nan_iters``): critical, fatal where every iteration of ``persist_points`` intervals in a row
+was counted.
+
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
 
@@ -20,7 +26,16 @@ from forensics.evidence.spike_context import overlaps
 from forensics.evidence.trend_utils import robust_sigma
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import NanInfParams
-from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, MEMORY, OVERFLOW, STEP_TIME, THROUGHPUT
+from forensics.schema import (
+    GRAD_NORM,
+    LOSS,
+    LOSS_SCALE,
+    MEMORY,
+    NAN_ITERS,
+    OVERFLOW,
+    STEP_TIME,
+    THROUGHPUT,
+)
 
 _INFRA = (MEMORY, STEP_TIME, THROUGHPUT)
 
@@ -87,7 +102,8 @@ class NanInfDetector:
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
         present = [m for m in self.params.metrics if run.has(m)]
-        if not present:
+        counted = run.has(NAN_ITERS)
+        if not present and not counted:
             run.note("nan_inf: not run, the log has neither a loss nor a grad-norm series")
             return []
         out = []
@@ -95,7 +111,113 @@ class NanInfDetector:
             f = self._one(ev, metric)
             if f is not None:
                 out.append(f)
+        if counted:
+            f = self._counted(ev)
+            if f is not None:
+                out.append(f)
         return out
+
+    def _counted(self, ev: Evidence) -> Finding | None:
+        """Iterations the trainer counted as having a NaN / Inf loss and skipped (Megatron's
+        "number of nan iterations", a count over the logging interval ending at each line).
+        The logged loss is the mean over the iterations it kept, so its curve never shows
+        them. Fatal where every iteration of ``persist_points`` or more intervals in a row was
+        counted (nothing was trained there); critical otherwise, as isolated non-finite steps."""
+        s = ev.logged(NAN_ITERS)
+        t, c = s.steps, s.values
+        if len(t) == 0:
+            return None
+        counted = np.where(np.isfinite(c), c, 0.0)
+        bad = counted > 0
+        runs = _runs(bad)
+        if not runs:
+            return None
+        # Iterations in each line's interval: from the line before (the first line's as its
+        # next one's; a lone line's unknown).
+        iv = np.diff(t).astype(float)
+        iters = np.concatenate([iv[:1], iv]) if len(iv) else np.full(1, np.nan)
+        full = bad & (counted >= iters)  # every iteration of the interval counted
+        persistent = [r for r in _runs(full) if r[1] - r[0] + 1 >= self.params.persist_points]
+        first, last = runs[0]
+        total = int(counted.sum())
+        covered = float(np.nansum(iters))
+        last_bad = int(t[runs[-1][1]])
+        measures: dict[str, MeasureValue] = {
+            "first_bad_step": int(t[first]),
+            "first_bad_value": "nan",  # (the count does not say NaN or Inf)
+            "last_finite_step": int(t[first - 1]) if first > 0 else None,
+            "last_finite_value": float(counted[first - 1]) if first > 0 else None,
+            "bad_points": total,
+            "last_bad_step": last_bad,
+            "bad_runs": len(runs),
+            "first_run_points": last - first + 1,
+            "recovered_step": int(t[last + 1]) if last + 1 < len(t) else None,
+            "persistent": bool(persistent),
+            "persistent_from": int(t[persistent[0][0]]) if persistent else None,
+            "bad_fraction": float(total / covered) if covered > 0 else float(bad.mean()),
+            "loss_before": None,
+            "loss_after": None,
+            "loss_back": None,
+        }
+        lines = int(bad.sum())
+        its = "iteration" if total == 1 else "iterations"
+        where = (
+            f"in the logging interval ending at step {int(t[first]):,}"
+            if lines == 1
+            else f"in {lines:,} logging intervals from the one ending at step {int(t[first]):,} "
+            f"to the one ending at step {last_bad:,}"
+        )
+        hidden = (
+            "the trainer skipped them, and the logged loss, a mean over the iterations it kept, "
+            "does not show them"
+        )
+        if persistent:
+            p0, p1 = persistent[0][0], persistent[-1][1]
+            end = int(t[p1])
+            measures["last_bad_step"] = end
+            summary = (
+                f"Every iteration had a NaN or Inf loss in the logging intervals ending at steps "
+                f"{int(t[p0]):,} to {end:,} ({int(counted[p0 : p1 + 1].sum()):,} iterations): the "
+                "trainer skipped them all, so nothing was trained there"
+                + ("" if p1 < len(t) - 1 else ", to the end of the log")
+                + f"; {total:,} such {its} in all"
+                + (
+                    ""
+                    if p0 == first
+                    else f", the first in the interval ending at step {int(t[first]):,}"
+                )
+                + "."
+            )
+            sev = Severity.FATAL
+        else:
+            end = last_bad
+            lv_before, lv_after, back = _loss_level(
+                ev, int(t[first - 1]) + 1 if first else int(t[0]), last_bad
+            )
+            measures.update(loss_before=lv_before, loss_after=lv_after, loss_back=back)
+            level = ""
+            if back is not None and lv_before is not None and lv_after is not None:
+                level = (
+                    f"; the loss is back at its level after them ({lv_before:.4g} before, "
+                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points): their updates "
+                    "were skipped, so the weights were not harmed"
+                    if back
+                    else f"; the loss did not come back to its level ({lv_before:.4g} before, "
+                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points)"
+                )
+            summary = f"The loss was NaN or Inf on {total:,} {its} {where}: {hidden}{level}."
+            sev = Severity.CRITICAL
+        return Finding(
+            FindingKind.NAN_INF,
+            sev,
+            NAN_ITERS,
+            int(t[first]),
+            summary,
+            int(t[first]),
+            end,
+            measures,
+            judged_against={"persist_points": self.params.persist_points},
+        )
 
     def _one(self, ev: Evidence, metric: str) -> Finding | None:
         run = ev.run

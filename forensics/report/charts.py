@@ -455,11 +455,28 @@ def _series_panel(
     }
     if log_y:
         fig["layout"]["yaxis"]["type"] = "log"
+    if band is None and not fs:
+        _flat_range(fig, y, log_y)
     if band is not None:
         band_lines(fig, band, int(x[0]), int(x[-1]), critical_light=False)
     judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
     return Panel(metric, title, caption, fig, fs)
+
+
+def _flat_range(fig: dict[str, Any], y: np.ndarray, log_y: bool) -> None:
+    """A y range around a constant series: plotly spans a flat line by +-1 (a constant LR of
+    1.5e-4 drawn at "0" on an axis from -1 to 1, a loss scale of 1 near the floor of a log
+    axis from 1 to 10), which hides its value. Half the value each side (a decade on a log
+    axis) puts it in the middle with readable ticks."""
+    v = y[np.isfinite(y)]
+    if len(v) == 0 or v.min() != v.max() or v[0] == 0 or (log_y and v[0] < 0):
+        return
+    c = float(v[0])
+    if log_y:
+        fig["layout"]["yaxis"]["range"] = [np.log10(c) - 1, np.log10(c) + 1]
+    else:
+        fig["layout"]["yaxis"]["range"] = sorted([c * 0.5, c * 1.5])
 
 
 def loss_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
@@ -810,7 +827,7 @@ def _fmt(v: float) -> str:
 
 # Which findings a panel shows, by the metric they are about.
 _PANEL_METRICS: dict[str, set[str | None]] = {
-    LOSS: {LOSS},
+    LOSS: {LOSS, "nan_iters"},  # (iterations whose NaN loss the logged loss leaves out)
     GRAD_NORM: {GRAD_NORM, "grad_norm_clipped"},
     PARAM_NORM: {PARAM_NORM, "param_norm_layer"},
     LR: {LR},
@@ -835,7 +852,7 @@ def build_panels(
 
     evals = [f for f in findings if f.metric and f.metric.startswith("eval/")]
     builders = [
-        lambda: loss_panel(ev, about(LOSS), buckets),
+        lambda: loss_panel(ev, about(*_PANEL_METRICS[LOSS]), buckets),
         lambda: grad_norm_panel(ev, about(*_PANEL_METRICS[GRAD_NORM]), buckets),
         lambda: param_norm_panel(ev, about(*_PANEL_METRICS[PARAM_NORM]), buckets),
         lambda: lr_panel(ev, about(LR), buckets),
