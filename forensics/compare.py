@@ -504,9 +504,11 @@ def _fmt(v: Any) -> str:
 
 
 def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: int) -> str:
-    """ "lr 3e-4 vs 6e-4; the grad norm parted at step 1,200"."""
+    """ "lr 6e-4 vs 3e-4; the grad norm parted at step 1,200": each value of run ``i`` first,
+    then the reference's, in the order of the line that heads it ("<run> vs <reference>: ...";
+    the reference's first had read as the run's own)."""
     parts = [
-        f"{k} {_fmt(v[ref])} vs {_fmt(v[i])}"
+        f"{k} {_fmt(v[i])} vs {_fmt(v[ref])}"
         for k, v in cdiff.items()
         if repr(v[ref]) != repr(v[i])
     ]

@@ -116,7 +116,8 @@ def test_two_lrs_config_beside_the_parting(torch_runs: dict[str, Path]) -> None:
     assert cmp.config_diff == {"lr": [0.003, 0.03]}
     assert cmp.first_parting[1]["metrics"] == ["lr"] and cmp.first_parting[1]["step"] == 0
     assert cmp.first_parting[1]["then"]["metrics"] == ["loss"]
-    assert cmp.why[1].startswith("lr 0.003 vs 0.03; the lr parted at step 0, the loss at step")
+    # (lr_high's value first, as in the line "lr_high vs lr_low: lr 0.03 vs 0.003; ...")
+    assert cmp.why[1].startswith("lr 0.03 vs 0.003; the lr parted at step 0, the loss at step")
     assert cmp.part_ways[1]["step"] is not None
 
 
