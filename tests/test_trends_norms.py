@@ -364,3 +364,24 @@ def test_an_absmax_jump_under_the_limit_is_a_note(
         assert f.measures["trigger"] == "absmax_jump" and f.measures["ratio"] > 700
         assert "jumped to 9,900 at step 2,000" in f.summary
         assert "under the 10,000 line" in f.summary
+
+
+def test_param_growth_rates_keep_the_digits_that_matter() -> None:
+    """The divergence sample's layer 3 param norm grew 4,677% per 1k steps: written
+    "+4677.05%" beside "+4822.64%", decimals of a number whose size is the point. Rates keep
+    two decimals at the article's scale (a few percent), one from 10%, none from 100%."""
+    from pathlib import Path
+
+    from forensics import analyze
+    from forensics.detectors.layers import _rate
+
+    assert [_rate(v) for v in (2.3, -0.4, 22.71, -91.2, 4677.05)] == [
+        "+2.30",
+        "-0.40",
+        "+22.7",
+        "-91.2",
+        "+4,677",
+    ]
+    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "divergence")
+    (f,) = [g for g in d.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
+    assert "its param norm grows +4,677%/1k steps vs +4,823% for the rest" in f.summary

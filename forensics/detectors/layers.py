@@ -150,7 +150,7 @@ class LayerGradShiftDetector:
         param_txt = ""
         if pg is not None and pr is not None:
             whose = "their param norms grow" if len(names) > 1 else "its param norm grows"
-            param_txt = f"; {whose} {pg:+.2f}%/1k steps vs {pr:+.2f}% for the rest"
+            param_txt = f"; {whose} {_rate(pg)}%/1k steps vs {_rate(pr)}% for the rest"
         after = xb >= onset
         k_peak = int(np.flatnonzero(after)[np.argmax(smooth[after])]) if after.any() else 0
         # The deepest block alone creeping up is common in healthy runs (see above); the
@@ -226,3 +226,13 @@ def _param_growth(ev: Evidence, layers: list[int], since: int) -> dict[int, floa
         lvl = float(np.median(y[sel][:3])) if sel.sum() else 0.0
         out[layer] = 100.0 * ts.per_1k() / lvl if ts is not None and lvl else None
     return out
+
+
+def _rate(pct: float) -> str:
+    """A growth rate in percent, with the digits that matter: "+2.30" (the article's scale),
+    "+48.6", "+4,677" (a diverging run's param norms: "+4677.05" had read as noise)."""
+    if abs(pct) >= 100:
+        return f"{pct:+,.0f}"
+    if abs(pct) >= 10:
+        return f"{pct:+.1f}"
+    return f"{pct:+.2f}"
