@@ -385,3 +385,25 @@ def test_param_growth_rates_keep_the_digits_that_matter() -> None:
     d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "divergence")
     (f,) = [g for g in d.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
     assert "its param norm grows +4,677%/1k steps vs +4,823% for the rest" in f.summary
+
+
+def test_an_activation_std_jump_reads_in_one_number_style() -> None:
+    """activation_outlier sample: the std jumped to 3,000 at step 520 and that point was its
+    highest. It read "jumped to 3e+03 at step 520, 1082.7x the median ..., and peaked at 3,000
+    at step 520": one value in two styles, said twice, and a ratio with a decimal of noise."""
+    from pathlib import Path
+
+    from forensics import analyze
+
+    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "activation_outlier")
+    stds = [
+        f
+        for f in d.findings
+        if f.kind is FindingKind.ACTIVATION_OUTLIER and f.measures["trigger"] == "std_jump"
+    ]
+    assert stds and all("e+0" not in f.summary for f in stds)
+    f = next(f for f in stds if f.measures["layer"] == 2)
+    assert f.summary == (
+        "Layer 2 activation std jumped to 3,000 at step 520, 1,083x the median of its 10 points "
+        "before (2.77, steps 320-500), its highest."
+    )

@@ -31,6 +31,11 @@ def _num(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else sig(v)
 
 
+def _times(r: float) -> str:
+    """A ratio: "3.4x", "1,083x" (from 100 the decimal is noise beside the size)."""
+    return f"{r:,.0f}x" if r >= 100 else f"{r:.1f}x"
+
+
 class ActivationDetector:
     """Flags per-layer activation absmax above a limit and sudden activation std jumps."""
 
@@ -198,10 +203,16 @@ class ActivationDetector:
                     "points_over": int(jump.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation std {verb} to {sig(float(y[i0]))} at step "
-                    f"{int(x[i0]):,}, {y[i0] / before:.1f}x the median of its {k} points before "
-                    f"({sig(before)}, steps {step_range(int(x[i0 - k]), int(x[i0 - 1]))}), and "
-                    f"peaked at {_num(float(y[peak]))} at step {int(x[peak]):,}."
+                    f"Layer {layer} activation std {verb} to {_num(float(y[i0]))} at step "
+                    f"{int(x[i0]):,}, {_times(float(y[i0]) / before)} the median of its {k} "
+                    f"points before ({sig(before)}, steps "
+                    f"{step_range(int(x[i0 - k]), int(x[i0 - 1]))})"
+                    + (
+                        ", its highest"  # (the jump's point is the peak: not said twice)
+                        if peak == i0
+                        else f", and peaked at {_num(float(y[peak]))} at step {int(x[peak]):,}"
+                    )
+                    + "."
                 ),
                 judged_against={
                     "before": before,
