@@ -407,3 +407,43 @@ def test_an_activation_std_jump_reads_in_one_number_style() -> None:
         "Layer 2 activation std jumped to 3,000 at step 520, 1,083x the median of its 10 points "
         "before (2.77, steps 320-500), its highest."
     )
+
+
+def test_diverged_losses_are_written_grouped() -> None:
+    """The divergence sample's loss reaches four digits: "rose from 2.251 to 1,154 (highest
+    logged value 1,492 ...)", and its spikes "1,492 against a local baseline of 727.4"; they
+    read "1154", "1492", beside "step 1,016" on the same line."""
+    from pathlib import Path
+
+    from forensics import analyze
+    from forensics.evidence.trend_utils import num
+
+    assert [num(v) for v in (2.2514, 727.43, 1153.9, 12345.6, float("nan"))] == [
+        "2.251",
+        "727.4",
+        "1,154",
+        "12,346",
+        "n/a",
+    ]
+    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "divergence")
+    (div,) = [f for f in d.findings if f.kind is FindingKind.DIVERGENCE]
+    assert "the smoothed loss rose from 2.251 to 1,154 (highest logged value 1,492" in div.summary
+    assert any(
+        "Loss spike at step 1,016: 1,492 against a local baseline of 727.4" in f.summary
+        for f in d.findings
+    )
+
+
+def test_eval_regression_names_the_held_out_losses_it_leaves_to_the_gap_checks() -> None:
+    """multi_eval_sets logs eval/idlelib_loss and eval/stdlib_loss, and a gap finding is about
+    the first; the note read "the run logged no eval metric (eval/<name>)" beside it."""
+    from pathlib import Path
+
+    from forensics import analyze
+
+    root = Path(__file__).resolve().parents[1] / "sample_runs"
+    (note,) = [n for n in analyze(root / "multi_eval_sets").run.notes if "eval_regression" in n]
+    assert "held-out losses (eval/idlelib_loss, eval/stdlib_loss)" in note
+    assert "no eval metric" not in note
+    (note,) = [n for n in analyze(root / "healthy").run.notes if "eval_regression" in n]
+    assert note == "eval_regression: not run, the run logged no eval metric (eval/<name>)"

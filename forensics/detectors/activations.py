@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import sig
+from forensics.evidence.trend_utils import sig, times
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.params import ActivationsParams
 from forensics.schema import ACT_ABSMAX, ACT_STD
@@ -29,11 +29,6 @@ def _num(v: float) -> str:
     """3 significant digits, or the whole number with separators from 1,000 on (9,900, not
     9900 or 9.9e+03: beside "passed 10,000" a reader compares the two)."""
     return f"{v:,.0f}" if abs(v) >= 1000 else sig(v)
-
-
-def _times(r: float) -> str:
-    """A ratio: "3.4x", "1,083x" (from 100 the decimal is noise beside the size)."""
-    return f"{r:,.0f}x" if r >= 100 else f"{r:.1f}x"
 
 
 class ActivationDetector:
@@ -204,7 +199,7 @@ class ActivationDetector:
                 },
                 summary=(
                     f"Layer {layer} activation std {verb} to {_num(float(y[i0]))} at step "
-                    f"{int(x[i0]):,}, {_times(float(y[i0]) / before)} the median of its {k} "
+                    f"{int(x[i0]):,}, {times(float(y[i0]) / before)}x the median of its {k} "
                     f"points before ({sig(before)}, steps "
                     f"{step_range(int(x[i0 - k]), int(x[i0 - 1]))})"
                     + (

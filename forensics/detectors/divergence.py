@@ -19,6 +19,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.rolling import centered_median
+from forensics.evidence.trend_utils import num
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import DivergenceParams
 from forensics.schema import GRAD_NORM, LOSS
@@ -148,8 +149,8 @@ class DivergenceDetector:
             )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
             summary = (
-                f"Divergence from step {t0:,}: the smoothed loss rose from {loss_before:.4g} "
-                f"to {loss_peak:.4g} (highest logged value {float(np.exp(y[raw_i])):.4g} at "
+                f"Divergence from step {t0:,}: the smoothed loss rose from {num(loss_before)} "
+                f"to {num(loss_peak)} (highest logged value {num(float(np.exp(y[raw_i])))} at "
                 f"step {int(tf[raw_i]):,}) and the grad norm ran at {gtxt} its earlier level, "
                 f"{how}."
             )

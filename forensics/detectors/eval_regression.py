@@ -83,11 +83,21 @@ class EvalRegressionDetector:
                 )
             names = [m for m in names if m not in restated]
         if not names:
-            why = (
-                "its only eval metrics restate val_loss"
-                if restated
-                else "the run logged no eval metric (eval/<name>)"
+            losses = sorted(
+                m for m in metrics if m.startswith(EVAL_PREFIX) and held_out_set(m) is not None
             )
+            if restated:
+                why = "its only eval metrics restate val_loss"
+            elif losses:
+                # (multi_eval_sets logs eval/idlelib_loss: "no eval metric" beside a finding on
+                # it read as a contradiction)
+                shown = ", ".join(losses[:3]) + (" ..." if len(losses) > 3 else "")
+                why = (
+                    f"the run's eval metrics are held-out losses ({shown}), which the train/val "
+                    "checks judge; no score (accuracy, BLEU, WER ...) to check"
+                )
+            else:
+                why = "the run logged no eval metric (eval/<name>)"
             run.note(f"{CHECK}: not run, {why}")
             return []
         out: list[Finding] = []

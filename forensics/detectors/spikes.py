@@ -49,6 +49,7 @@ from forensics.evidence import Band, Evidence
 from forensics.evidence.spike_context import Overlaps, event_near, near_steps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
+from forensics.evidence.trend_utils import num
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
 from forensics.params import (
     GRAD_NORM_CRITICAL,
@@ -251,8 +252,9 @@ class SpikeDetector:
                 SpikeClass.UNRESOLVED: _unresolved(j),
             }[cls]
         summary = (
-            f"Loss spike at step {s.peak_step:,}: {m['peak_value']:.4g} against a local baseline "
-            f"of {m['baseline']:.4g} ({_height(m)}{_highest_text(m)}), {how}{_cause_text(m)}."
+            f"Loss spike at step {s.peak_step:,}: {num(m['peak_value'])} against a local "
+            f"baseline of {num(m['baseline'])} ({_height(m)}{_highest_text(m)}), {how}"
+            f"{_cause_text(m)}."
         )
         return Finding(
             FindingKind.LOSS_SPIKE,
@@ -332,8 +334,8 @@ class SpikeDetector:
             else ""
         )
         summary = (
-            f"Grad-norm spike at step {s.peak_step:,}: {m['peak_value']:.4g} against a local "
-            f"baseline of {m['baseline']:.4g} ({_height(m)}), {how}{lead}{_cause_text(m)}."
+            f"Grad-norm spike at step {s.peak_step:,}: {num(m['peak_value'])} against a local "
+            f"baseline of {num(m['baseline'])} ({_height(m)}), {how}{lead}{_cause_text(m)}."
         )
         if band_judged is None:
             band_judged = band.judged() if band else {}
@@ -430,7 +432,9 @@ def _highest_text(m: dict[str, Any]) -> str:
         or m.get("judged_by") == "divergence"
     ):
         return ""
-    return f"; the highest logged value was {m['highest_value']:.4g}, at step {m['highest_step']:,}"
+    return (
+        f"; the highest logged value was {num(m['highest_value'])}, at step {m['highest_step']:,}"
+    )
 
 
 def _rose_text(m: dict[str, Any]) -> str:
@@ -443,7 +447,7 @@ def _rose_text(m: dict[str, Any]) -> str:
         )
     return (
         f"{since}; the loss never came back and went on rising after it, to "
-        f"{m['rose_after_to']:.4g} at step {m['rose_after_step']:,}"
+        f"{num(m['rose_after_to'])} at step {m['rose_after_step']:,}"
     )
 
 

@@ -568,6 +568,14 @@ def sig(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def num(x: float, digits: int = 4) -> str:
+    """A value for text: ``digits`` significant digits, whole and grouped from 1,000 up (a
+    diverged loss of 1,492, where ``.4g`` writes 1492 and 12,345 as 1.234e+04)."""
+    if x is None or not np.isfinite(x):
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.{digits}g}"
+
+
 def times(r: float) -> str:
     """A factor for text: whole and grouped from 100 up (1,634, where ``.3g`` writes
     1.63e+03), three significant digits below."""
