@@ -77,6 +77,8 @@ class RollbackPlan:
     decide_by: int | None = None
     onset_kind: str | None = None  # the finding the onset is (the lead's, or an ongoing one's)
     findings: tuple[Finding, ...] = field(default=(), compare=False)
+    # A spike that began at a resume (the incident's supported cause): the resume's step.
+    resumed_at: int | None = None
 
     @property
     def nothing_healthy(self) -> bool:
@@ -106,8 +108,9 @@ class RollbackPlan:
 
     @property
     def at_resume(self) -> bool:
-        """The plan of a resume regression that began at the seam (see :func:`at_resume`)."""
-        return at_resume(self.finding)
+        """The plan of a resume regression that began at the seam (see :func:`at_resume`), or
+        of a spike that began at a resume (``resumed_at``)."""
+        return at_resume(self.finding) or self.resumed_at is not None
 
     def checkpoint_text(self) -> str:
         if not self.rollback:
@@ -166,6 +169,11 @@ class RollbackPlan:
                 f" The weights it holds were healthy: the loss turned up only after the resume "
                 f"at step {start:,}."
             )
+        elif self.resumed_at is not None:
+            why = (
+                f" The weights it holds were healthy: the {kind} began at the resume at step "
+                f"{self.resumed_at:,}."
+            )
         elif self.last_healthy_step is None:
             why = f" The {kind} starts at the first logged step."
         elif self.lr_change is not None:
@@ -180,7 +188,7 @@ class RollbackPlan:
         lr = self.lr_text()
         resume = f" Resume with learning rate {lr}" if self.lr_resume else f" Learning rate {lr}"
         tail = "; restore the model and optimizer, keep the data position"
-        if at_resume(self.finding):
+        if self.at_resume:
             # The resume that dropped part of the state is the suspect: restore all of it.
             tail = (
                 "; this time restore the optimizer moments, the LR schedule's step and the "
@@ -503,6 +511,13 @@ def rollback_plan(
         # to exist, and loading it again with the whole state is the remedy.
         ckpt, known, source = f.start_step, True, "the resume (the job loaded it there)"
         healthy = f.start_step
+    resumed_at = None if lr_seg is not None or climbing else _resume_at_onset(f, causes)
+    if resumed_at is not None:
+        # A spike that began at a resume (the incident's supported cause): the same remedy.
+        # The LR did nothing new there, so it is not cut.
+        ckpt, known, source = resumed_at, True, "the resume (the job loaded it there)"
+        healthy = resumed_at
+        cut, cut_text = (0.0, 0.0), "unchanged (the resume, not the LR, is the suspect)"
     if lr_seg is not None and lr_seg.lr_before is not None:
         lr_before: float | None = float(lr_seg.lr_before)
     else:
@@ -535,6 +550,12 @@ def rollback_plan(
     elif at_resume(f):
         why = (
             f"the loss turned up after the resume at step {f.start_step:,}: load that "
+            "checkpoint again with the optimizer moments, the LR schedule's step and the "
+            "data position"
+        )
+    elif resumed_at is not None:
+        why = (
+            f"the {f.kind.value} began at the resume at step {resumed_at:,}: load that "
             "checkpoint again with the optimizer moments, the LR schedule's step and the "
             "data position"
         )
@@ -584,7 +605,27 @@ def rollback_plan(
             cause.kind.value if cause is not None else ("loss climb" if climbing else f.kind.value)
         ),
         findings=tuple(fs),
+        resumed_at=resumed_at,
     )
+
+
+def _resume_at_onset(f: Finding, causes: Sequence[Any] | None) -> int | None:
+    """The step of a supported resume the lead (a loss or grad-norm spike, not a red light)
+    began at, within one logging interval; None otherwise. A spike the job took at its resume
+    came from what the resume restored, not from the LR: reload with the whole state."""
+    if f.kind not in (FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE):
+        return None
+    if f.severity == Severity.FATAL or not causes:
+        return None
+    iv = f.measures.get("log_interval")
+    reach = float(iv) if isinstance(iv, (int, float)) else 1.0
+    for c in causes:
+        if getattr(c, "cause", None) != "resume" or getattr(c, "status", None) != "supported":
+            continue
+        steps = getattr(c, "steps", ())
+        if steps and 0 <= f.start_step - int(steps[0]) <= reach:
+            return int(steps[0])
+    return None
 
 
 def _supported_batch(causes: Iterable[Any]) -> list[Any]:

@@ -418,3 +418,55 @@ def test_a_nan_after_finite_steps_still_rolls_back() -> None:
     from forensics.report.render import build_context
 
     assert build_context(diag)["light"].label == "Red light: the run needs a rollback"
+
+
+def _resumed_jsonl(path: Path, bump_at: int) -> Path:
+    """A JSONL log of a job that logged to step 2,600, was resumed from step 2,000 (steps
+    2,001-2,600 logged again) and took a loss bump of +0.6 at ``bump_at`` that took hundreds
+    of steps to fade (a pathological spike), with the grad norm up beside it."""
+    import json
+    import math
+    import random
+
+    r = random.Random(2)
+
+    def rec(s: int, bump: float) -> str:
+        loss = 2.0 + 3 * math.exp(-s / 800) + bump + r.gauss(0, 0.03)
+        gn = 0.8 + 2.5 * bump + r.gauss(0, 0.05)
+        return json.dumps({"step": s, "loss": loss, "lr": 3e-4, "grad_norm": gn})
+
+    lines = [rec(s, 0.0) for s in range(1, 2601)]
+    lines += [
+        rec(s, 0.6 * math.exp(-(s - bump_at) / 400) if s >= bump_at else 0.0)
+        for s in range(2001, 5001)
+    ]
+    path.mkdir()
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_spike_that_began_at_a_resume_reloads_the_whole_state(tmp_path) -> None:
+    """The loss jumped at the resume (step 2,001) and took ~600 steps to come back: the
+    incident's supported cause is the resume. The plan said "resume with learning rate
+    0.00015-0.00024 (20-50% lower ...); restore the model and optimizer, keep the data
+    position", an LR cut nothing in the log points at. Now: back to the checkpoint the job
+    resumed from, the LR unchanged, the whole state restored. A spike 300 steps after the
+    resume keeps the spike's own plan."""
+    from forensics.config import Config
+
+    d = analyze_run(read_run(_resumed_jsonl(tmp_path / "at", 2001)), Config())
+    (inc,) = [i for i in d.incidents if i.rollback is not None]
+    assert [c.cause for c in inc.supported] == ["resume"]
+    plan = inc.rollback
+    assert plan.resumed_at == 2001 and plan.at_resume
+    assert (plan.checkpoint_step, plan.checkpoint_known, plan.lr_resume) == (2001, True, None)
+    text = plan.sentence()
+    assert "the loss_spike began at the resume at step 2,001" in text
+    assert "Learning rate unchanged (the resume, not the LR, is the suspect)" in text
+    assert "data loader's position with the model" in text
+    assert "keep the data position" not in text
+
+    d = analyze_run(read_run(_resumed_jsonl(tmp_path / "later", 2300)), Config())
+    plans = [i.rollback for i in d.incidents if i.rollback is not None]
+    assert plans and all(p.resumed_at is None for p in plans)
+    assert all("20-50% lower" in p.sentence() for p in plans)
