@@ -305,8 +305,9 @@ def test_divergence_says_its_peak_is_the_smoothed_curves() -> None:
     top = int(np.argmax(seg["value"].to_numpy()))
     raw, at = float(seg["value"][top]), int(seg["step"][top])
     assert (round(raw), at) == (1492, 1016)
-    assert "the smoothed loss rose from 2.251 to 1154" in div.summary
-    assert f"(highest logged value {raw:.4g} at step {at:,})" in div.summary
+    # (thousands grouped, as the steps beside them are)
+    assert "the smoothed loss rose from 2.251 to 1,154" in div.summary
+    assert f"(highest logged value {raw:,.0f} at step {at:,})" in div.summary
 
 
 @pytest.mark.parametrize(
