@@ -29,6 +29,7 @@ from forensics.schema import (
     LOSS_SCALE,
     LR,
     MEMORY,
+    NAN_ITERS,
     PARAM_NORM,
     THROUGHPUT,
     VAL_LOSS,
@@ -206,6 +207,13 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
                 f"non-finite values at step {', '.join(f'{s:,}' for s in sorted(set(bad))[:5])}",
             )
         text = f"{' and '.join(checked)} finite throughout the phase"
+        if ev.has(NAN_ITERS):
+            # Megatron's count of the NaN-loss iterations it skipped, which its logged loss
+            # leaves out (a count above zero is a nan_inf finding, failed above).
+            got = ev.logged(NAN_ITERS)
+            counts = got.values[(got.steps >= lo) & (got.steps <= hi)]
+            if len(counts) and not (counts > 0).any():
+                text += "; the trainer counted no iteration with a NaN loss (nan_iters)"
         if "hf_trainer_state" in ev.run.format:
             # HF Trainer's logging_nan_inf_filter (on by default) logs the running average in
             # place of a NaN/Inf step loss, so only the grad norm can show one.

@@ -108,3 +108,19 @@ def test_the_finding_is_marked_on_the_loss_chart(tmp_path):
     assert f in panels[LOSS].findings
     names = [t.get("name") for t in panels[LOSS].figure["data"]]
     assert "run-level findings" not in names
+
+
+def test_the_startup_checklist_says_the_count_was_read(tmp_path):
+    """The start-up check "Any NaN or Inf at some step?" passes on a Megatron log whose count
+    stayed at 0, and says the hidden NaNs were counted too; with a count in the phase it fails
+    on the finding."""
+    from forensics.checklists import PASS
+
+    d = analyze(_log(tmp_path / "clean.log", {}))
+    item = next(i for p in d.phases for i in p.items if i.question.startswith("Any NaN"))
+    assert item.status == PASS
+    assert "the trainer counted no iteration with a NaN loss (nan_iters)" in item.evidence
+
+    d = analyze(_log(tmp_path / "nan.log", {600: 2}))
+    item = next(i for p in d.phases for i in p.items if i.question.startswith("Any NaN"))
+    assert item.status != PASS and "NaN/Inf at step 600" in item.evidence
