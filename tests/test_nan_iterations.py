@@ -124,3 +124,20 @@ def test_the_startup_checklist_says_the_count_was_read(tmp_path):
     d = analyze(_log(tmp_path / "nan.log", {600: 2}))
     item = next(i for p in d.phases for i in p.items if i.question.startswith("Any NaN"))
     assert item.status != PASS and "NaN/Inf at step 600" in item.evidence
+
+
+def test_the_report_card_does_not_call_isolated_steps_the_end_of_training(tmp_path):
+    """The nan_inf card's first line said "non-finite values mean the run is no longer
+    training; stop, look, then resume from a checkpoint" above its own prescription "look, but
+    do not roll back: the loss came back to its level". The line now follows the measures:
+    isolated steps the loss came back from, or a stretch that persists."""
+    from forensics.report.render import render_html
+
+    page = render_html(analyze(_log(tmp_path / "iso.log", {1200: 2, 1210: 1})), plotlyjs="cdn")
+    assert "no longer training" not in page
+    assert (
+        "Orange light: isolated non-finite steps, after which the loss came back to its level: "
+        "the run is still training" in page
+    )
+    page = render_html(analyze(_log(tmp_path / "full.log", {}, all_nan_from=2500)), plotlyjs="cdn")
+    assert "Red light: non-finite values that persist mean the run is no longer training" in page
