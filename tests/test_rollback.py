@@ -470,3 +470,21 @@ def test_a_spike_that_began_at_a_resume_reloads_the_whole_state(tmp_path) -> Non
     plans = [i.rollback for i in d.incidents if i.rollback is not None]
     assert plans and all(p.resumed_at is None for p in plans)
     assert all("20-50% lower" in p.sentence() for p in plans)
+
+
+def test_the_spike_card_of_a_slow_recovery_says_it_came_back(tmp_path) -> None:
+    """The resumed run's spike came back after 586 steps (pathological: past the 500-step
+    limit). Its card said "The loss did not return to its trend (or settled higher)" and
+    "to a level 7% above its earlier trend" beside the summary's "back only after 586 steps"."""
+    from forensics.config import Config
+    from forensics.report.render import render_html
+
+    d = analyze_run(read_run(_resumed_jsonl(tmp_path / "at", 2001)), Config())
+    (spike,) = [f for f in d.findings if f.kind.value == "loss_spike"]
+    assert "back only after 586 steps" in spike.summary
+    page = render_html(d, plotlyjs="cdn")
+    card = page[page.index('id="finding-loss_spike-2001"') :]
+    card = card[: card.index("</article>")]
+    assert "The loss came back to its trend only after the 500-step limit" in card
+    assert "Recovery took 586 steps." in card
+    assert "did not return" not in card and "above its earlier trend" not in card

@@ -447,3 +447,17 @@ def test_eval_regression_names_the_held_out_losses_it_leaves_to_the_gap_checks()
     assert "no eval metric" not in note
     (note,) = [n for n in analyze(root / "healthy").run.notes if "eval_regression" in n]
     assert note == "eval_regression: not run, the run logged no eval metric (eval/<name>)"
+
+
+def test_the_layer_shift_card_names_one_layer_in_the_singular() -> None:
+    """The divergence sample's shift is layer 3's alone: its card read "Layers 3 went from
+    12.5% to 99.3%"."""
+    from pathlib import Path
+
+    from forensics import analyze
+    from forensics.report.render import render_html
+
+    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "divergence")
+    page = render_html(d, plotlyjs="cdn")
+    assert "Layer 3 went from 12.5% to 99.3% of the gradient" in page
+    assert "Layers 3 " not in page
