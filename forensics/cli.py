@@ -854,7 +854,7 @@ def sweep(
     no_stitch: NoStitch = False,
 ) -> None:
     """Analyze every run under a folder in parallel: an index page, worst run first."""
-    from forensics.sweep import render_sweep_html, to_document
+    from forensics.sweep import render_sweep_html, to_document, top_text
     from forensics.sweep import sweep as do_sweep
 
     cfg = _config(None, alias, ignore, None)
@@ -871,7 +871,7 @@ def sweep(
         typer.echo(_json_text(to_document(str(folder), rows)))
         return
     for r in rows:
-        top = r.get("error") or ", ".join(f"{f['kind']} @ {f['step']:,}" for f in r["top_findings"])
+        top = r.get("error") or top_text(r["top_findings"])
         # (a key this run's config lacks is left out, as the index page shows "–" for it)
         vary = " ".join(f"{k}={v}" for k, v in r.get("varying", {}).items() if v is not None)
         typer.echo(f"{r['verdict'].upper():9} {r['name']}  {top or 'no findings'}  {vary}".rstrip())

@@ -109,7 +109,15 @@ def analyze_job(
         findings=len(diag.findings),
         worst_rank=max((f.severity.rank for f in diag.findings), default=0),
         top_findings=[
-            {"kind": f.kind.value, "severity": f.severity.value, "step": f.start_step}
+            {
+                "kind": f.kind.value,
+                "severity": f.severity.value,
+                "step": f.start_step,
+                "metric": f.metric,
+                # What ended a crashed job (a sweep of failed jobs reads "crash @ 0" nine
+                # times otherwise): "out of memory", "cuda" ...; null for other kinds.
+                "reason": _reason(f),
+            }
             for f in ranked[:TOP_FINDINGS]
         ],
         final_loss=None if vital is None else vital["final"],
@@ -119,6 +127,30 @@ def analyze_job(
         html=html,
     )
     return row
+
+
+def _reason(f: Any) -> str | None:
+    reason = f.measures.get("reason") if f.kind.value == "crash" else None
+    return reason.replace("_", " ") if isinstance(reason, str) else None
+
+
+def top_labels(top: list[dict[str, Any]]) -> list[str]:
+    """Each top finding's kind with what tells it apart: a crash's reason ("crash (out of
+    memory)"), and the metric of a kind the row shows more than once ("nan_inf (loss)" beside
+    "nan_inf (grad_norm)", which read "nan_inf @ 1, nan_inf @ 1")."""
+    kinds = [f["kind"] for f in top]
+    out = []
+    for f in top:
+        extra = f.get("reason") or (
+            f.get("metric") if kinds.count(f["kind"]) > 1 and f.get("metric") else None
+        )
+        out.append(f"{f['kind']} ({extra})" if extra else f["kind"])
+    return out
+
+
+def top_text(top: list[dict[str, Any]]) -> str:
+    """ "crash (out of memory) @ 0, loss_spike @ 1,200": a row's top findings in a line."""
+    return ", ".join(f"{k} @ {f['step']:,}" for k, f in zip(top_labels(top), top, strict=True))
 
 
 def find_jobs(root: Path) -> tuple[dict[str, list[Any]], list[str]]:
@@ -258,7 +290,14 @@ def render_sweep_html(root: str, rows: list[dict[str, Any]], reports: str) -> st
     return (
         _env()
         .get_template("sweep.html")
-        .render(root=root, rows=rows, keys=keys, reports=reports, version=_version())
+        .render(
+            root=root,
+            rows=rows,
+            keys=keys,
+            reports=reports,
+            version=_version(),
+            top_labels=top_labels,
+        )
     )
 
 

@@ -141,3 +141,34 @@ def test_sweep_lines_leave_out_keys_a_run_does_not_have(
     assert "=None" not in res.stdout
     assert "max_steps=800" in lines["late_overfit"] and "lr=0.003" in lines["divergence"]
     assert "lr=" not in lines["late_overfit"] and "max_steps" not in lines["divergence"]
+
+
+def test_a_sweep_of_failed_jobs_says_what_ended_each(tmp_path: Path) -> None:
+    """hectorfcardenas' llm.c jobs: six that died before their first step (out of memory,
+    a failed assertion, CUDA errors) read "crash @ 0" six times, and the NaN run
+    "nan_inf @ 1, nan_inf @ 1". Each line now says what tells its findings apart."""
+    from conftest import shared_path
+
+    src = shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas")
+    out = tmp_path / "sweep" / "index.html"
+    res = runner.invoke(app, ["sweep", str(src), "--out", str(out), "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    lines = {ln.split()[1]: ln for ln in res.stdout.splitlines() if ln.strip()}
+    assert "crash (out of memory) @ 0" in lines["gpt2_train.11672072.log"]
+    assert "crash (assertion) @ 0" in lines["gpt2_train.11673594.log"]
+    assert "crash (cuda) @ 0" in lines["gpt2_train.11678978.log"]
+    assert "nan_inf (loss) @ 1, nan_inf (grad_norm) @ 1" in lines["gpt2_train.11679010.log"]
+    page = out.read_text()
+    assert "crash (out of memory) at step" in page and "nan_inf (grad_norm) at step" in page
+    res = runner.invoke(
+        app, ["sweep", str(src), "--out", str(tmp_path / "j" / "i.html"), "--format", "json"]
+    )
+    doc = json.loads(res.stdout)
+    oom = next(r for r in doc["runs"] if r["name"] == "gpt2_train.11672072.log")
+    assert oom["top_findings"][0] == {
+        "kind": "crash",
+        "severity": "critical",
+        "step": 0,
+        "metric": None,
+        "reason": "out of memory",
+    }
