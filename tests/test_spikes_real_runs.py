@@ -113,6 +113,9 @@ def test_a_climb_the_loss_never_came_back_from_says_it_went_on_rising():
     assert "the loss never came back and went on rising after it, to 20.44 at step 62" in (
         climb.summary
     )
+    # (not also "settled 93% above its earlier trend": the loss never settled)
+    assert "settled" not in climb.summary
+    assert "(1.23x), pathological; part of a climb from 11.65 at step 31;" in climb.summary
     rest = [f for f in spikes if f is not climb]
     assert rest and all(f.measures["rose_after_to"] is None for f in rest)
     assert all("went on rising" not in f.summary for f in rest)

@@ -246,8 +246,12 @@ class SpikeDetector:
                 SpikeClass.BENEFICIAL: (
                     f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend; {cls}"
                 ),
+                # (a spike cut from a climb the loss never came back from: the climb says it;
+                # "settled 93% above its earlier trend" beside "went on rising" contradicted it)
                 SpikeClass.PATHOLOGICAL: (
-                    f"{_pathology(m, self.params.recover_steps)}; {cls}{_rose_text(m)}"
+                    f"{cls}{_rose_text(m)}"
+                    if m.get("rose_after_to") is not None
+                    else f"{_pathology(m, self.params.recover_steps)}; {cls}"
                 ),
                 SpikeClass.UNRESOLVED: _unresolved(j),
             }[cls]
