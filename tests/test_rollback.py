@@ -488,3 +488,22 @@ def test_the_spike_card_of_a_slow_recovery_says_it_came_back(tmp_path) -> None:
     assert "The loss came back to its trend only after the 500-step limit" in card
     assert "Recovery took 586 steps." in card
     assert "did not return" not in card and "above its earlier trend" not in card
+
+
+def test_the_report_row_says_where_its_checkpoint_comes_from_in_words() -> None:
+    """The rollback table's last column read "checkpoint from the log shows no checkpoint
+    folders or save interval" (divergence) and "checkpoint from assuming a checkpoint every
+    500 steps" (nan). It now says no checkpoint is known, or states the assumption."""
+    from forensics.pipeline import analyze
+    from forensics.report.render import render_html
+
+    root = Path(__file__).resolve().parents[1] / "sample_runs"
+    for name, expect in (
+        ("divergence", "; no checkpoint known: the log shows no checkpoint folders or save"),
+        ("nan", "; assuming a checkpoint every 500 steps"),
+    ):
+        page = render_html(analyze(root / name), plotlyjs="cdn")
+        section = page[page.index('id="rollback"') : page.index('id="vitals"')]
+        assert expect in section, name
+        assert "checkpoint from the log shows" not in section
+        assert "checkpoint from assuming" not in section
