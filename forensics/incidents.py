@@ -202,6 +202,19 @@ def _keys(f: Finding, causes: Sequence[Cause]) -> set[tuple[str, int]]:
     return out
 
 
+def _calibrating(f: Finding) -> bool:
+    """The fp16 scaler's first descent at the start of training, judged a note (info): it
+    overflows at ordinary gradients until it finds its level, so it is no sign of what
+    followed. Joined to an incident it headed it as the first mover (bigscience n16: "the
+    loss scale moved first (onset at step 20)" before a warm-up spike and a grad-norm spike,
+    and the warm-up's end "came after the first sign, which it does not explain")."""
+    return (
+        f.kind is FindingKind.LOSS_SCALE_DROP
+        and f.severity is Severity.INFO
+        and f.measures.get("calibration") is True
+    )
+
+
 def lr_points(ev: Evidence) -> Callable[[int], int | None] | None:
     """The LR's last logged step before a step (None without an LR in the log)."""
     if not ev.has(LR):
@@ -306,6 +319,8 @@ def build_incidents(
                 findings[j].kind is FindingKind.TRUNCATED_LOG
             ):
                 continue  # how the log ends is not part of what happened in training
+            if _calibrating(findings[i]) or _calibrating(findings[j]):
+                continue  # nor is the scaler finding its level at the start (see _calibrating)
             union(i, j)
     groups: dict[int, list[int]] = {}
     for i in order:
