@@ -176,6 +176,9 @@ class Diagnosis:
                 "first_step": run.first_step,
                 "last_step": run.last_step,
                 "metrics": run.metrics(),
+                # What the verdict cannot cover (no training loss: its checks did not run), so
+                # that a gate reading "healthy" from this file sees it too; null otherwise.
+                "unjudged": self.unjudged(),
             },
             "verdict": self.verdict,
             "findings": [

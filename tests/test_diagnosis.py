@@ -70,7 +70,16 @@ def test_document_follows_schema_version_2() -> None:
     assert list(doc) == ["schema_version", "run", "verdict", "findings", "incidents"]
     assert doc["schema_version"] == 2
     assert all(list(f)[-2:] == ["prescription", "causes"] for f in doc["findings"])
-    assert list(doc["run"]) == ["name", "path", "format", "first_step", "last_step", "metrics"]
+    assert list(doc["run"]) == [
+        "name",
+        "path",
+        "format",
+        "first_step",
+        "last_step",
+        "metrics",
+        "unjudged",  # (added in version 2, after the others: what the verdict does not cover)
+    ]
+    assert doc["run"]["unjudged"] is None  # (the run logs a training loss)
     assert doc["run"]["metrics"] == {"grad_norm": "grad_norm", "loss": "train/loss", "lr": "lr"}
     assert (doc["run"]["first_step"], doc["run"]["last_step"]) == (0, 2999)
     assert [f["start_step"] for f in doc["findings"]] == [500, 1200, 2000]
@@ -415,3 +424,21 @@ def test_logging_interval_from_the_count_of_differences_is_the_plain_median() ->
     for steps in cases:
         run = run_from_frame(long_frame({"loss": (steps, np.linspace(3, 2, len(steps)))}))
         assert _interval(Evidence(run), "loss", "steps") == plain(steps), steps
+
+
+def test_the_document_says_what_the_verdict_does_not_cover() -> None:
+    """A log without a training loss (llm.c job 11672072 died of OOM before its first step;
+    DeepSpeed-Chat's reward model logs no loss) gets a verdict that covers only what it logged.
+    The terminal and the report said so; the JSON, which CI gates read, did not."""
+    from conftest import shared_path
+
+    from forensics import analyze
+
+    doc = analyze(shared_path("real_runs", "deepspeed-chat-logs", "step2_reward")).to_document()
+    assert doc["run"]["unjudged"].startswith("No training loss in the log: its checks")
+    assert "(loss_scale, lr, overflow)" in doc["run"]["unjudged"]
+    import jsonschema
+
+    jsonschema.validate(json.loads(json.dumps(doc)), json.loads(SCHEMA.read_text()))
+    root = Path(__file__).resolve().parents[1] / "sample_runs"
+    assert analyze(root / "healthy").to_document()["run"]["unjudged"] is None
