@@ -55,15 +55,18 @@ def _check(diag: Diagnosis) -> int:
 
 def test_bigscience_loss_climb_names_no_far_warmup_end() -> None:
     """The loss bottomed at 11.65 (step 31) and climbed to 20.44 by step 62; the warm-up
-    ended at step 8. The critical spike (onset 40) no longer 'follows' that warm-up end, its
-    bad-batch evidence no longer reads 'back after 1 steps', and the rollback goes back to
-    the climb's low instead of step 39, eight steps into the climb."""
+    ended at step 8. The critical spike no longer 'follows' that warm-up end, its bad-batch
+    evidence no longer reads 'back after 1 steps', and the rollback goes back to the climb's
+    low instead of step 39, eight steps into the climb. The spike search's onset is step 40;
+    the finding starts where the climb did, at step 32, so the incident's order sentence
+    ("onset at step 40") and the rollback ("before the loss climb at step 32") agree."""
     diag = _diag(shared_path("real_runs", *BIGSCIENCE_OFF))
-    (f,) = [f for f in diag.findings if f.kind == FindingKind.LOSS_SPIKE and f.start_step == 40]
+    (f,) = [f for f in diag.findings if f.kind == FindingKind.LOSS_SPIKE and f.start_step == 32]
     assert "warmup end" not in f.summary and "warm-up" not in f.summary
     assert f.measures["cause"] is None and f.measures["lr_kink_step"] is None
     status, text = _cause(diag, f, "lr_schedule")
-    assert status == "contradicted" and "within 6 steps before step 40" in text
+    assert status == "contradicted" and "within 6 steps before step 32" in text
+    assert "onset at step 32" in diag.order_sentence()
     assert f.measures["rose_after_to"] == pytest.approx(20.43871)
     status, text = _cause(diag, f, "bad_batch")
     assert "never back (the loss went on rising, to 20.44 at step 62)" in text

@@ -260,11 +260,17 @@ class SpikeDetector:
             f"baseline of {num(m['baseline'])} ({_height(m)}{_highest_text(m)}), {how}"
             f"{_cause_text(m)}."
         )
+        # A spike cut from a climb the loss never came back from began where the climb did
+        # (the point after its low): the incident, its order sentence and the rollback then
+        # tell one story (bigscience ds-off: "onset at step 40" beside "last healthy step 31,
+        # before the loss climb at step 32").
+        since = m.get("rose_since_step")
+        start = since + 1 if isinstance(since, int) and since < s.start_step else s.start_step
         return Finding(
             FindingKind.LOSS_SPIKE,
             sev,
             LOSS,
-            s.start_step,
+            start,
             summary,
             s.peak_step,
             s.end_step,
