@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from forensics.config import Config
+    from forensics.findings import Finding
 
 # Worst first: runs that could not be analysed, then by verdict.
 VERDICT_ORDER = {"error": 0, "fatal": 1, "critical": 2, "warning": 3, "healthy": 4}
@@ -129,7 +130,8 @@ def analyze_job(
     return row
 
 
-def _reason(f: Any) -> str | None:
+def _reason(f: Finding) -> str | None:
+    """What ended a crashed job ("out of memory"); None for any other finding."""
     reason = f.measures.get("reason") if f.kind.value == "crash" else None
     return reason.replace("_", " ") if isinstance(reason, str) else None
 

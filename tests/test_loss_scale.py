@@ -292,16 +292,22 @@ def test_spike_windows_lookup_matches_looking_through_every_window():
             assert index.first_overlap(a, b) == every
 
 
+def _calibrating_beside(spike: dict):
+    """The one loss-scale drop of a scaler descending from 2^24 over the first 60 steps (a
+    halving every 6 steps, the last at step 60) beside a loss spike shaped by ``spike``."""
+    (ls, lv), _ = spiky_loss(3000, spikes=[spike])
+    s, sc = scaler(3000, start=2.0**24, overflows=(*range(0, 50, 6), 60), growth=5000)
+    (f,) = _drops(_run(train__loss=(ls, lv), loss_scale=(s, sc)))
+    return f
+
+
 def test_calibration_beside_a_spike_that_came_back_is_info():
     """bigscience's Megatron runs: the scale falls from 2^23 to 2^14 over the first 30
     iterations (the scaler's first descent) while an early loss spike comes and goes. The
     scaler overflows at ordinary gradients until it finds its level, so the drop does not show
     numeric trouble: info, the text says so and names the spike (judged on its own). Before,
     "at a spike in the same steps: numeric overflow", a warning on a healthy start."""
-    (ls, lv), _ = spiky_loss(3000, spikes=[dict(at=60, height=1.5)])
-    s, sc = scaler(3000, start=2.0**24, overflows=(*range(0, 50, 6), 60), growth=5000)
-    run = _run(train__loss=(ls, lv), loss_scale=(s, sc))
-    (f,) = _drops(run)
+    f = _calibrating_beside(dict(at=60, height=1.5))
     assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
     assert f.severity is Severity.INFO
     assert "the scaler calibrating at the start of training" in f.summary
@@ -311,10 +317,7 @@ def test_calibration_beside_a_spike_that_came_back_is_info():
 def test_calibration_beside_a_spike_that_stays_up_is_a_warning():
     """The same descent beside a loss spike that settles well above its trend (pathological):
     the drop joins that evidence, a warning as at a later spike."""
-    (ls, lv), _ = spiky_loss(3000, spikes=[dict(at=60, height=1.5, shift=1.5)])
-    s, sc = scaler(3000, start=2.0**24, overflows=(*range(0, 50, 6), 60), growth=5000)
-    run = _run(train__loss=(ls, lv), loss_scale=(s, sc))
-    (f,) = _drops(run)
+    f = _calibrating_beside(dict(at=60, height=1.5, shift=1.5))
     assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
     assert f.severity is Severity.WARNING
     assert "at a spike in the same steps: numeric overflow" in f.summary

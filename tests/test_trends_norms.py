@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
+
 import numpy as np
 import pytest
 from synthetic import (
@@ -16,9 +19,19 @@ from forensics.detectors import params_for
 from forensics.detectors.activations import ActivationDetector
 from forensics.detectors.layers import LayerGradShiftDetector
 from forensics.detectors.param_norm import ParamNormDetector
+from forensics.diagnosis import Diagnosis
 from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 from forensics.params import resolve
+from forensics.pipeline import analyze
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_runs"
+
+
+@cache
+def _sample(name: str) -> Diagnosis:
+    """One analysis of a bundled sample run, shared by the tests that read it (not changed)."""
+    return analyze(SAMPLES / name)
 
 
 @pytest.mark.parametrize(("jump", "seed"), [(0.08, 0), (0.03, 1), (-0.05, 2)])
@@ -284,11 +297,7 @@ def test_activation_absmax_peak_at_the_crossing_is_said_once() -> None:
     """The activation_outlier sample's layer-2 absmax passes 1e4 at its peak, step 520: the
     sentence names that step once ("passed 10,000 at step 520 with 12,112, its peak") where
     it read "passed 10000 at step 520 and reached 1.21e+04 at step 520"."""
-    from pathlib import Path
-
-    from forensics.pipeline import analyze
-
-    diag = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "activation_outlier")
+    diag = _sample("activation_outlier")
     (f,) = [
         g
         for g in diag.findings
@@ -370,9 +379,6 @@ def test_param_growth_rates_keep_the_digits_that_matter() -> None:
     """The divergence sample's layer 3 param norm grew 4,677% per 1k steps: written
     "+4677.05%" beside "+4822.64%", decimals of a number whose size is the point. Rates keep
     two decimals at the article's scale (a few percent), one from 10%, none from 100%."""
-    from pathlib import Path
-
-    from forensics import analyze
     from forensics.detectors.layers import _rate
 
     assert [_rate(v) for v in (2.3, -0.4, 22.71, -91.2, 4677.05)] == [
@@ -382,7 +388,7 @@ def test_param_growth_rates_keep_the_digits_that_matter() -> None:
         "-91.2",
         "+4,677",
     ]
-    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "divergence")
+    d = _sample("divergence")
     (f,) = [g for g in d.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
     assert "its param norm grows +4,677%/1k steps vs +4,823% for the rest" in f.summary
 
@@ -391,11 +397,7 @@ def test_an_activation_std_jump_reads_in_one_number_style() -> None:
     """activation_outlier sample: the std jumped to 3,000 at step 520 and that point was its
     highest. It read "jumped to 3e+03 at step 520, 1082.7x the median ..., and peaked at 3,000
     at step 520": one value in two styles, said twice, and a ratio with a decimal of noise."""
-    from pathlib import Path
-
-    from forensics import analyze
-
-    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "activation_outlier")
+    d = _sample("activation_outlier")
     stds = [
         f
         for f in d.findings
@@ -413,9 +415,6 @@ def test_diverged_losses_are_written_grouped() -> None:
     """The divergence sample's loss reaches four digits: "rose from 2.251 to 1,154 (highest
     logged value 1,492 ...)", and its spikes "1,492 against a local baseline of 727.4"; they
     read "1154", "1492", beside "step 1,016" on the same line."""
-    from pathlib import Path
-
-    from forensics import analyze
     from forensics.evidence.trend_utils import num
 
     assert [num(v) for v in (2.2514, 727.43, 1153.9, 12345.6, float("nan"))] == [
@@ -425,7 +424,7 @@ def test_diverged_losses_are_written_grouped() -> None:
         "12,346",
         "n/a",
     ]
-    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "divergence")
+    d = _sample("divergence")
     (div,) = [f for f in d.findings if f.kind is FindingKind.DIVERGENCE]
     assert "the smoothed loss rose from 2.251 to 1,154 (highest logged value 1,492" in div.summary
     assert any(
@@ -437,27 +436,19 @@ def test_diverged_losses_are_written_grouped() -> None:
 def test_eval_regression_names_the_held_out_losses_it_leaves_to_the_gap_checks() -> None:
     """multi_eval_sets logs eval/idlelib_loss and eval/stdlib_loss, and a gap finding is about
     the first; the note read "the run logged no eval metric (eval/<name>)" beside it."""
-    from pathlib import Path
-
-    from forensics import analyze
-
-    root = Path(__file__).resolve().parents[1] / "sample_runs"
-    (note,) = [n for n in analyze(root / "multi_eval_sets").run.notes if "eval_regression" in n]
+    (note,) = [n for n in _sample("multi_eval_sets").run.notes if "eval_regression" in n]
     assert "held-out losses (eval/idlelib_loss, eval/stdlib_loss)" in note
     assert "no eval metric" not in note
-    (note,) = [n for n in analyze(root / "healthy").run.notes if "eval_regression" in n]
+    (note,) = [n for n in _sample("healthy").run.notes if "eval_regression" in n]
     assert note == "eval_regression: not run, the run logged no eval metric (eval/<name>)"
 
 
 def test_the_layer_shift_card_names_one_layer_in_the_singular() -> None:
     """The divergence sample's shift is layer 3's alone: its card read "Layers 3 went from
     12.5% to 99.3%"."""
-    from pathlib import Path
-
-    from forensics import analyze
     from forensics.report.render import render_html
 
-    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "divergence")
+    d = _sample("divergence")
     page = render_html(d, plotlyjs="cdn")
     assert "Layer 3 went from 12.5% to 99.3% of the gradient" in page
     assert "Layers 3 " not in page

@@ -16,19 +16,13 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import sig, times
+from forensics.evidence.trend_utils import num, sig, times
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.params import ActivationsParams
 from forensics.schema import ACT_ABSMAX, ACT_STD
 
 CHECK = "activation_outlier"
 ABSMAX_JUMP_NOTE = 100.0  # an absmax this many times its recent median, under the limit: a note
-
-
-def _num(v: float) -> str:
-    """3 significant digits, or the whole number with separators from 1,000 on (9,900, not
-    9900 or 9.9e+03: beside "passed 10,000" a reader compares the two)."""
-    return f"{v:,.0f}" if abs(v) >= 1000 else sig(v)
 
 
 class ActivationDetector:
@@ -66,7 +60,7 @@ class ActivationDetector:
         prior = prior[np.isfinite(prior)]
         before = float(np.median(prior)) if len(prior) else None
         finite = bool(np.isfinite(y[peak]))
-        val_txt = _num(float(y[peak])) if finite else "a non-finite value"
+        val_txt = num(float(y[peak]), 3) if finite else "a non-finite value"
         return [
             Finding(
                 kind=FindingKind.ACTIVATION_OUTLIER,
@@ -143,13 +137,13 @@ class ActivationDetector:
                     "points_over": int(jump.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation absmax jumped to {_num(float(y[i0]))} at step "
+                    f"Layer {layer} activation absmax jumped to {num(float(y[i0]), 3)} at step "
                     f"{int(x[i0]):,}, {float(y[i0]) / before:,.0f}x its typical {sig(before)} "
                     f"before, but stayed under the {limit:,g} line"
                     + (
                         ""
                         if peak == i0
-                        else f" (peak {_num(float(y[peak]))} at step {int(x[peak]):,})"
+                        else f" (peak {num(float(y[peak]), 3)} at step {int(x[peak]):,})"
                     )
                     + ": a note, since the article's line is absolute."
                 ),
@@ -198,14 +192,14 @@ class ActivationDetector:
                     "points_over": int(jump.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation std {verb} to {_num(float(y[i0]))} at step "
+                    f"Layer {layer} activation std {verb} to {num(float(y[i0]), 3)} at step "
                     f"{int(x[i0]):,}, {times(float(y[i0]) / before)}x the median of its {k} "
                     f"points before ({sig(before)}, steps "
                     f"{step_range(int(x[i0 - k]), int(x[i0 - 1]))})"
                     + (
                         ", its highest"  # (the jump's point is the peak: not said twice)
                         if peak == i0
-                        else f", and peaked at {_num(float(y[peak]))} at step {int(x[peak]):,}"
+                        else f", and peaked at {num(float(y[peak]), 3)} at step {int(x[peak]):,}"
                     )
                     + "."
                 ),

@@ -91,6 +91,19 @@ def _loss_level(
     return before, after, bool(after - before <= tol)
 
 
+def _level_text(
+    before: float | None, after: float | None, back: bool | None, since: str, harmless: str
+) -> str:
+    """The sentence's clause on the loss level around isolated non-finite steps (see
+    :func:`_loss_level`): back at it (and why that is harmless), or not; nothing unmeasured."""
+    if back is None or before is None or after is None:
+        return ""
+    levels = f"({before:.4g} before, {after:.4g} after, medians of {_LEVEL_POINTS} points)"
+    if back:
+        return f"; the loss is back at its level {since} {levels}: {harmless}"
+    return f"; the loss did not come back to its level {levels}"
+
+
 class NanInfDetector:
     """The first NaN / Inf in the loss and in the grad norm."""
 
@@ -195,29 +208,16 @@ class NanInfDetector:
                 ev, int(t[first - 1]) + 1 if first else int(t[0]), last_bad
             )
             measures.update(loss_before=lv_before, loss_after=lv_after, loss_back=back)
-            level = ""
-            if back is not None and lv_before is not None and lv_after is not None:
-                level = (
-                    f"; the loss is back at its level after them ({lv_before:.4g} before, "
-                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points): their updates "
-                    "were skipped, so the weights were not harmed"
-                    if back
-                    else f"; the loss did not come back to its level ({lv_before:.4g} before, "
-                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points)"
-                )
+            level = _level_text(
+                lv_before,
+                lv_after,
+                back,
+                "after them",
+                "their updates were skipped, so the weights were not harmed",
+            )
             summary = f"The loss was NaN or Inf on {total:,} {its} {where}: {hidden}{level}."
             sev = Severity.CRITICAL
-        return Finding(
-            FindingKind.NAN_INF,
-            sev,
-            NAN_ITERS,
-            int(t[first]),
-            summary,
-            int(t[first]),
-            end,
-            measures,
-            judged_against={"persist_points": self.params.persist_points},
-        )
+        return self._finding(NAN_ITERS, sev, int(t[first]), end, summary, measures)
 
     def _one(self, ev: Evidence, metric: str) -> Finding | None:
         run = ev.run
@@ -333,19 +333,14 @@ class NanInfDetector:
             measures["last_bad_step"] = last_bad
             lv_before, lv_after, back = _loss_level(ev, int(t[first]), last_bad)
             measures.update(loss_before=lv_before, loss_after=lv_after, loss_back=back)
-            if back is None or lv_before is None or lv_after is None:
-                level = ""
-            elif back:
-                level = (
-                    f"; the loss is back at its level after it ({lv_before:.4g} before, "
-                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points): the update was "
-                    "skipped or only the logged value was bad, so the weights were not harmed"
-                )
-            else:
-                level = (
-                    f"; the loss did not come back to its level ({lv_before:.4g} before, "
-                    f"{lv_after:.4g} after, medians of {_LEVEL_POINTS} points)"
-                )
+            level = _level_text(
+                lv_before,
+                lv_after,
+                back,
+                "after it",
+                "the update was skipped or only the logged value was bad, so the weights were "
+                "not harmed",
+            )
             rec = measures["recovered_step"]
             open_tail = runs[-1][1] == len(v) - 1
             too_soon = "the log ends there, too soon to tell whether it persists"
@@ -365,13 +360,25 @@ class NanInfDetector:
                 f"{again}{level}."
             )
             sev = Severity.CRITICAL
+        return self._finding(metric, sev, int(t[first]), end, summary, measures)
+
+    def _finding(
+        self,
+        metric: str,
+        sev: Severity,
+        first: int,
+        end: int,
+        summary: str,
+        measures: dict[str, MeasureValue],
+    ) -> Finding:
+        """A nan_inf finding from its first non-finite step (its onset and peak) to ``end``."""
         return Finding(
             FindingKind.NAN_INF,
             sev,
             metric,
-            int(t[first]),
+            first,
             summary,
-            int(t[first]),
+            first,
             end,
             measures,
             judged_against={"persist_points": self.params.persist_points},

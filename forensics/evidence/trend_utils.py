@@ -570,8 +570,9 @@ def sig(x: float, digits: int = 3) -> str:
 
 def num(x: float, digits: int = 4) -> str:
     """A value for text: ``digits`` significant digits, whole and grouped from 1,000 up (a
-    diverged loss of 1,492, where ``.4g`` writes 1492 and 12,345 as 1.234e+04)."""
-    if x is None or not np.isfinite(x):
+    diverged loss of 1,492, where ``.4g`` writes 1492 and 12,345 as 1.234e+04); "n/a" for
+    NaN, "inf" for an infinity."""
+    if x is None or np.isnan(x):
         return "n/a"
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.{digits}g}"
 
