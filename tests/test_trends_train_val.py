@@ -255,9 +255,11 @@ def test_a_gap_widening_at_a_steady_pace_is_rarely_called_accelerating() -> None
     """At a steady pace near the noise floor the ratio of two one-window growths crosses 1.5x
     by noise alone: 25 of these 30 seeded runs drew a gap_acceleration warning. The faster pace
     must now hold in the window after detection against the pace over the two windows before,
-    past the 1.5x line by a tenth of the growth's noise floor: 6 of 30 still do (8 without that
-    margin), and the same runs with a real bend at step 7,000 all have it found (one dated
-    early)."""
+    past the 1.5x line by a tenth of the growth's noise floor (6 of 30 still did, 8 without
+    that margin), and the lines fitted through every gap reading before and after must show
+    it too, by half a standard error (2 of 30: seeds 0 and 5). The same runs with a real
+    bend at step 7,000 all have it found, dated between 5,000 and 7,250 (a noise crossing
+    at 3,250 in seed 7 had been extended through the bend and dated 3,750 steps early)."""
     alarms = [
         seed
         for seed in range(30)
@@ -266,7 +268,7 @@ def test_a_gap_widening_at_a_steady_pace_is_rarely_called_accelerating() -> None
             for f in TrainValDetector().detect(Evidence(_steady_gap_run(seed, False)))
         )
     ]
-    assert len(alarms) <= 6, alarms
+    assert len(alarms) <= 2, alarms
     misdated = []
     for seed in range(30):
         found = TrainValDetector().detect(Evidence(_steady_gap_run(seed, True)))
@@ -278,6 +280,36 @@ def test_a_gap_widening_at_a_steady_pace_is_rarely_called_accelerating() -> None
         assert any(a <= 7250 <= b for a, b in spans), (seed, spans)  # the bend is found
         if not any(5000 <= a <= 7250 for a, _ in spans):
             misdated.append((seed, spans))
-    # Seed 7: a noise crossing at 3,250 is extended through the real bend (one episode), so
-    # the warning is dated 3,750 steps early.
-    assert len(misdated) <= 1, misdated
+    assert misdated == [], misdated
+
+
+def _bent_gap_run(seed: int, extra: float) -> object:
+    """_steady_gap_run's widening, ``extra`` per step faster from step 7,000 on."""
+    from synthetic import long_frame
+
+    rng = np.random.default_rng(seed)
+    s = np.arange(1, 12_001)
+    loss = 2.0 + 2.0 * np.exp(-s / 2500) + 0.02 * rng.standard_normal(len(s))
+    vs = s[s % 250 == 0]
+    gap = 0.05 + 1e-5 * vs + np.where(vs < 7000, 0.0, extra * (vs - 7000))
+    val = 2.0 + 2.0 * np.exp(-vs / 2500) + gap + 0.004 * rng.standard_normal(len(vs))
+    return run_from_frame(long_frame({"train/loss": (s, loss), "val/loss": (vs, val)}))
+
+
+def test_a_gap_bending_to_three_times_its_pace_is_found() -> None:
+    """The pace test above must not cost the detector its real bends: a widening that turns
+    three times as fast at step 7,000 (0.03 per 1,000 steps against 0.01, near the noise) is
+    found between 7,000 and 9,500 in 19 of 20 seeds, as before that test; seed 4 is missed
+    by both. (At twice the pace, a weaker bend than this test asks about, 11 of these 20 are
+    found, 13 before.)"""
+    missed = []
+    for seed in range(20):
+        found = TrainValDetector().detect(Evidence(_bent_gap_run(seed, 2e-5)))
+        spans = [
+            (f.start_step, f.end_step or f.start_step)
+            for f in found
+            if f.kind is FindingKind.GAP_ACCELERATION
+        ]
+        if not any(b >= 7000 and a <= 9500 for a, b in spans):
+            missed.append(seed)
+    assert missed == [4], missed
