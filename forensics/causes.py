@@ -377,6 +377,12 @@ class _Facts:
         return self.ev.has(LOSS_SCALE)
 
     @cached_property
+    def has_overflow_lines(self) -> bool:
+        """Overflow events logged as lines (DeepSpeed's, Megatron-DeepSpeed's): a log that
+        prints every overflow shows by their absence that none happened."""
+        return len(self.ev.series(OVERFLOW)) > 0
+
+    @cached_property
     def scale_at_reductions(self) -> bool:
         """The scale logged only where it was halved (DeepSpeed): see logged_at_reductions."""
         from forensics.evidence.spike_context import logged_at_reductions
@@ -603,10 +609,24 @@ def _overflow(x: _Facts, f: Finding) -> Cause:
             (steps[0], steps[-1]),
             anchor=steps[0],
         )
+    a, b = lo - 1, hi + 1
+    if x.has_loss_scale and not x.has_overflow_lines:
+        # Only the scale's own points can show it held: they must reach over the onset and
+        # the rise (a scale logged for the first 1,000 steps says nothing of step 5,000).
+        s = ev.series(LOSS_SCALE)
+        first, last = int(s.steps[0]), int(s.steps[-1])
+        if first > lo or last < hi:
+            return Cause(
+                "loss_scale_overflow",
+                UNTESTED,
+                f"the loss scale is logged only at steps {first:,}-{last:,}",
+                (lo, hi),
+            )
+        a, b = max(a, first), min(b, last)
     return Cause(
         "loss_scale_overflow",
         CONTRADICTED,
-        f"the loss scale held from step {lo - 1:,} to {hi + 1:,}",
+        f"the loss scale held from step {a:,} to {b:,}",
         (lo, hi),
     )
 
@@ -894,11 +914,14 @@ def _val_change(x: _Facts, f: Finding) -> Cause:
             (g.start_step,),
             anchor=g.start_step,
         )
+    val = x.ev.series(VAL_LOSS)
+    upto = lo + NEAR_STEPS  # as far as the search looked, or where the val loss ends
+    if len(val):
+        upto = min(upto, int(val.steps[-1]))
     return Cause(
         "val_set_change",
         CONTRADICTED,
-        f"no step in the validation loss up to step {lo + NEAR_STEPS:,} that the training loss "
-        "does not share",
+        f"no step in the validation loss up to step {upto:,} that the training loss does not share",
         (lo,),
     )
 

@@ -6,11 +6,15 @@ past its schedule, are one blow-up with one cause. :func:`build_incidents` group
 
 - two findings with the same supported root cause (the same LR change, the same bad batch,
   resume, pause or validation-set change: :attr:`forensics.causes.Cause.key`) are one incident;
+  an LR change that starts at the step a job resumed is that resume's;
 - findings with no supported root that start within :data:`TOUCH_STEPS` of each other are one
   incident (a NaN in the loss and in the grad norm at the same step); so are two onsets up to
   :data:`SPARSE_TOUCH_STEPS` apart when the later sign's series logged no point in between
   (a histogram every 10 steps first shows a change at its next point: the log cannot tell
   the two apart);
+- the held-out stages of one overfitting (gap_acceleration, overfitting, eval_regression)
+  are one incident when their step spans overlap, unless the log supports different causes
+  for them: the gap bends first, often many evals before the held-out loss turns up;
 - a group becomes an incident when at least one of its findings is above info; notes (a
   physiological spike) join the incident they belong to and may be its first mover.
 
@@ -44,6 +48,10 @@ from forensics.timeline import Control, Timeline, build_timeline, vital_label
 
 _SPIKES = frozenset(
     {FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE, FindingKind.LOSS_SCALE_DROP}
+)
+# What the held-out losses and scores show as a model overfits (joined when they overlap).
+_HELD_OUT = frozenset(
+    {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.EVAL_REGRESSION}
 )
 # Findings with no supported root cause are one incident when their onsets are this close.
 TOUCH_STEPS = 5
@@ -202,6 +210,13 @@ def _keys(f: Finding, causes: Sequence[Cause]) -> set[tuple[str, int]]:
     return out
 
 
+def _overlap(a: Finding, b: Finding) -> bool:
+    """Do two findings' step spans share a step?"""
+    a1 = a.start_step if a.end_step is None else a.end_step
+    b1 = b.start_step if b.end_step is None else b.end_step
+    return a.start_step <= b1 and b.start_step <= a1
+
+
 def _calibrating(f: Finding) -> bool:
     """The fp16 scaler's first descent at the start of training, judged a note (info): it
     overflows at ordinary gradients until it finds its level, so it is no sign of what
@@ -281,6 +296,11 @@ def build_incidents(
             parent[max(a, b)] = min(a, b)
 
     keys = [_keys(f, c) for f, c in zip(findings, causes, strict=True)]
+    # An LR that left its schedule at the very step a job resumed was changed by the resume
+    # (a schedule restarted, a new LR in the resumed job's config): one event, not two.
+    resumed = {int(f.start_step) for f in findings if f.kind is FindingKind.RESTART}
+    for found in keys:
+        found |= {("resume", s) for c, s in list(found) if c == "lr_change" and s in resumed}
     owner: dict[tuple[str, int], int] = {}
     for i in range(n):
         for k in keys[i]:
@@ -297,6 +317,17 @@ def build_incidents(
         near = {s + d for s in steps for d in (-1, 0, 1)}
         for j, g in enumerate(findings):
             if g.kind in _SPIKES and ({g.start_step, g.peak_step or g.start_step} & near):
+                union(i, j)
+    # The held-out stages of one overfitting: the gap widens faster, then the held-out loss
+    # turns up and the eval scores slip, often many evals apart (a Keras run's gap bent ten
+    # epochs before its val loss rose). Overlapping in time, they are one incident, unless
+    # the log supports different causes for them.
+    held_out = [i for i, f in enumerate(findings) if f.kind in _HELD_OUT]
+    for a, i in enumerate(held_out):
+        for j in held_out[a + 1 :]:
+            if keys[i] and keys[j] and not keys[i] & keys[j]:
+                continue
+            if _overlap(findings[i], findings[j]):
                 union(i, j)
     order = sorted(range(n), key=lambda i: findings[i].start_step)
     before_onset: dict[int, int | None] = {}

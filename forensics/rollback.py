@@ -169,6 +169,11 @@ class RollbackPlan:
                 f" The weights it holds were healthy: the loss turned up only after the resume "
                 f"at step {start:,}."
             )
+        elif self.resumed_at is not None and self.lr_change is not None:
+            why = (
+                f" The weights it holds were healthy: the resume at step {self.resumed_at:,} "
+                f"changed the LR ({self.lr_change})."
+            )
         elif self.resumed_at is not None:
             why = (
                 f" The weights it holds were healthy: the {kind} began at the resume at step "
@@ -324,6 +329,19 @@ def _value_before(ev: Evidence, metric: str, step: int) -> float | None:
         return None
     i = int(np.searchsorted(s.steps, step, side="left")) - 1
     return float(s.values[max(i, 0)])
+
+
+def _before_resume(ev: Evidence, metric: str | None, step: int) -> int:
+    """The last healthy step of a trouble that began at a resume: the last step logged before
+    the resumed job's first (the resume's own first step already shows the trouble), or that
+    first step where nothing was logged before it."""
+    before = _last_logged_before(ev, metric, step)
+    return step if before is None else before
+
+
+def _resume_steps(ev: Evidence) -> set[int]:
+    """The steps where a job resumed (the importers' restart findings)."""
+    return {int(g.start_step) for g in ev.run.import_findings if g.kind is FindingKind.RESTART}
 
 
 def _last_logged_before(ev: Evidence, metric: str | None, step: int) -> int | None:
@@ -506,17 +524,26 @@ def rollback_plan(
         best = _best_val_step(ev, f.start_step)
         healthy = best if best is not None else healthy
     ckpt, known, source = _checkpoint(ev, healthy, checkpoint_every)
+    # An LR that left its schedule at the step a job resumed: the resume changed it (a
+    # schedule restarted, a new LR in the new job's config). The checkpoint it loaded held
+    # healthy weights: load it again with the whole state and the LR from before.
+    lr_at_resume = lr_seg is not None and lr_seg.start_step in _resume_steps(ev)
+    if lr_at_resume:
+        ckpt, known, source = onset, True, "the resume (the job loaded it there)"
+        cut = (0.0, 0.0)
     if at_resume(f):
         # The weights before the seam were fine: the checkpoint the job resumed from is known
         # to exist, and loading it again with the whole state is the remedy.
         ckpt, known, source = f.start_step, True, "the resume (the job loaded it there)"
-        healthy = f.start_step
+        healthy = _before_resume(ev, f.metric, f.start_step)
     resumed_at = None if lr_seg is not None or climbing else _resume_at_onset(f, causes)
+    if lr_at_resume:
+        resumed_at = onset
     if resumed_at is not None:
         # A spike that began at a resume (the incident's supported cause): the same remedy.
         # The LR did nothing new there, so it is not cut.
         ckpt, known, source = resumed_at, True, "the resume (the job loaded it there)"
-        healthy = resumed_at
+        healthy = _before_resume(ev, f.metric, resumed_at)
         cut, cut_text = (0.0, 0.0), "unchanged (the resume, not the LR, is the suspect)"
     if lr_seg is not None and lr_seg.lr_before is not None:
         lr_before: float | None = float(lr_seg.lr_before)
@@ -527,7 +554,7 @@ def rollback_plan(
         if lr_before is not None and cut[1] > 0
         else None
     )
-    if at_resume(f) and lr_change is not None and lr_before is not None:
+    if (at_resume(f) or lr_at_resume) and lr_change is not None and lr_before is not None:
         # The resume changed the LR itself (a schedule restarted or re-created): the remedy is
         # the LR it had before, not an unchanged one.
         cut_text = f"back to {_num(lr_before)}, its value before the resume changed it"
@@ -547,6 +574,8 @@ def rollback_plan(
             why = f"{why}; {best_other}"
     elif lr_change is not None:
         why = f"{lr_change}: resume with the LR from before it"
+        if lr_at_resume:
+            why = f"the resume at step {onset:,} changed the LR: {lr_change}"
     elif at_resume(f):
         why = (
             f"the loss turned up after the resume at step {f.start_step:,}: load that "

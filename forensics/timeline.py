@@ -182,7 +182,10 @@ def build_timeline(
     for c in controls:
         onsets.append((c.step, 0, -1, c.metric if c.metric else "resume", None, c.cause, c.text))
     for i, f in enumerate(events):
-        onsets.append((f.start_step, _finding_rank(f), i, f.metric, f, f.kind.value, ""))
+        # A job that resumed comes before the LR its new config or restarted schedule set at
+        # that very step: the resume is what changed it.
+        order = -2 if f.kind is FindingKind.RESTART else i
+        onsets.append((f.start_step, _finding_rank(f), order, f.metric, f, f.kind.value, ""))
     onsets.sort(key=lambda o: (o[0], o[1], o[2]))
     movers: list[Mover] = []
     seen: set[str | None] = set()

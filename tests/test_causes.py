@@ -302,3 +302,74 @@ def test_activation_outliers_looked_up_by_onset_match_the_plain_reading():
             assert got.status == status and got.steps == steps
             if status != "contradicted":
                 assert lay in got.evidence
+
+
+def _jsonl_run(path: Path, *, scale_until: int | None, n: int = 8000) -> Path:
+    """A JSONL log of n steps with a loss spike at step 5,000 (back within 5 steps); the
+    loss scale logged (steady at 65,536) up to ``scale_until``, or at every step (None)."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    lines = []
+    for s in range(1, n + 1):
+        loss = 2 + 2 * np.exp(-s / 1500) + 0.02 * rng.standard_normal()
+        if 5000 <= s < 5006:
+            loss += 1.5 * np.exp(-(s - 5000) / 2)
+        row = {"step": s, "loss": round(float(loss), 5), "lr": 3e-4}
+        if scale_until is None or s <= scale_until:
+            row["loss_scale"] = 65536.0
+        lines.append(json.dumps(row))
+    out = path / "metrics.jsonl"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_a_loss_scale_logged_elsewhere_cannot_say_it_held(tmp_path: Path) -> None:
+    """The loss scale was logged for the first 1,000 steps only; the spike is at 5,000. The
+    overflow cause had been contradicted with "the loss scale held from step 4,999 to
+    5,001", steps where the log has no loss scale: it is untested, and says where the scale
+    is logged. Logged through the spike, it is contradicted as before."""
+    d = analyze(_jsonl_run(tmp_path, scale_until=1000))
+    (spike,) = [f for f in d.findings if f.kind.value == "loss_spike" and f.start_step == 5000]
+    c = _by(d, spike)["loss_scale_overflow"]
+    assert (c.status, c.evidence) == (UNTESTED, "the loss scale is logged only at steps 1-1,000")
+    (tmp_path / "full").mkdir()
+    d = analyze(_jsonl_run(tmp_path / "full", scale_until=None))
+    (spike,) = [f for f in d.findings if f.kind.value == "loss_spike" and f.start_step == 5000]
+    c = _by(d, spike)["loss_scale_overflow"]
+    assert c.status == "contradicted"
+    assert c.evidence == "the loss scale held from step 4,999 to 5,001"
+
+
+def test_the_val_set_check_names_no_step_past_the_val_loss(tmp_path: Path) -> None:
+    """A Keras-style run of 60 epochs (one step each) whose val loss turns up: the check for
+    a validation-set change looked 100 steps past each onset and said "no step in the
+    validation loss up to step 136" of a log that ends at 59."""
+    import numpy as np
+    from tensorboardX import SummaryWriter
+
+    rng = np.random.default_rng(0)
+    tw = SummaryWriter(str(tmp_path / "train"))
+    vw = SummaryWriter(str(tmp_path / "validation"))
+    for e in range(60):
+        tl = 2.0 * np.exp(-e / 15) + 0.3 + 0.01 * rng.standard_normal()
+        vl = (
+            2.0 * np.exp(-e / 15) + 0.35 + 2e-4 * max(0, e - 30) ** 2 + 0.01 * rng.standard_normal()
+        )
+        tw.add_scalar("epoch_loss", tl, e)
+        vw.add_scalar("epoch_loss", vl, e)
+    tw.close()
+    vw.close()
+    d = analyze(tmp_path)
+    said = [
+        c.evidence
+        for f in d.findings
+        for c in d.causes_for(f)
+        if c.cause == "val_set_change" and c.status == "contradicted"
+    ]
+    assert said and all(
+        e == "no step in the validation loss up to step 59 that the training loss does not share"
+        for e in said
+    ), said

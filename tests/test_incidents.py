@@ -315,3 +315,46 @@ def test_the_headline_order_is_the_worst_incidents() -> None:
     assert two.order_sentence(limit=2).startswith(
         f"Incident-1 (warning, steps {two.incidents[0].steps}), the first of 2 warning incidents: "
     )
+
+
+def test_the_stages_of_one_overfitting_are_one_incident(tmp_path) -> None:
+    """A Keras-style run (``train/`` and ``validation/`` writers, one ``epoch_loss`` tag, one
+    step an epoch) whose val-train gap bends at epoch 30 and whose val loss turns up later,
+    while the val accuracy slips. The gap's acceleration (from epoch 36) and the overfitting
+    and the accuracy's regression (from 46) are stages of one story; they had been two
+    incidents, the second headed by the accuracy as if nothing came before it."""
+    import numpy as np
+    from tensorboardX import SummaryWriter
+
+    from forensics.findings import FindingKind
+
+    rng = np.random.default_rng(0)
+    tw = SummaryWriter(str(tmp_path / "logs" / "train"))
+    vw = SummaryWriter(str(tmp_path / "logs" / "validation"))
+    for e in range(60):
+        tl = 2.0 * np.exp(-e / 15) + 0.3 + 0.01 * rng.standard_normal()
+        vl = (
+            2.0 * np.exp(-e / 15) + 0.35 + 2e-4 * max(0, e - 30) ** 2 + 0.01 * rng.standard_normal()
+        )
+        for w, v in ((tw, tl), (vw, vl)):
+            w.add_scalar("epoch_loss", v, e)
+            w.add_scalar("epoch_accuracy", 1 - v / 3, e)
+    tw.close()
+    vw.close()
+    d = analyze(tmp_path / "logs")
+    kinds = {f.kind for f in d.findings if f.severity is not Severity.INFO}
+    held = {FindingKind.GAP_ACCELERATION, FindingKind.OVERFITTING, FindingKind.EVAL_REGRESSION}
+    assert held <= kinds, kinds
+    (inc,) = [i for i in d.incidents if any(f.kind in held for f in i.findings)]
+    assert {f.kind for f in inc.findings} >= held
+    first = min(f.start_step for f in inc.findings)
+    assert (
+        first
+        == inc.start_step
+        == min(f.start_step for f in d.findings if f.kind is FindingKind.GAP_ACCELERATION)
+    )
+    assert len(d.incidents) == 1
+    assert d.order_sentence() == (
+        "The validation loss moved first (onset at step 36, gap_acceleration); then the eval "
+        "epoch_accuracy 10 steps later (step 46, eval_regression)."
+    )

@@ -506,3 +506,27 @@ def test_every_spike_peaks_at_or_above_its_alarm_line():
     j = g.judged_against
     assert g.measures["z"] < j["z_threshold"] and g.measures["height_ratio"] >= j["gross_ratio"]
     assert j["alarm_at"] == pytest.approx(j["local_baseline"] * j["gross_ratio"])
+
+
+def test_a_spike_before_a_resume_is_not_judged_by_the_level_after_it(tmp_path) -> None:
+    """A real torch chain: job_0 (steps 0-399) is healthy, with batch-noise loss spikes at
+    steps 327 and 332; job_1 resumes at 400 with only the weights and a restarted schedule,
+    and its loss degrades. The spikes' plateau (the level in the window after they came back)
+    had been measured across the resume, on the degraded loss: "settled 104% above its earlier
+    trend; pathological", critical, each its own incident with rollback advice. The level
+    after a spike is measured up to the resume: both came back within a step and are notes."""
+    pytest.importorskip("torch")
+    from resume_chain import torch_chain
+
+    from forensics.importers import read_run
+    from forensics.pipeline import analyze_run
+
+    d = analyze_run(read_run(torch_chain(tmp_path, bad_resume=True, val_every=40)))
+    before = [f for f in d.findings if f.kind.value == "loss_spike" and f.start_step < 400]
+    assert before, "the batch-noise spikes of job_0 are still found"
+    for f in before:
+        assert f.severity.value == "info", f.summary
+        assert f.measures["classification"] == "physiological", f.summary
+        assert "settled" not in f.summary, f.summary
+        assert f.measures["recovered_step"] < 400
+    assert all(i.start_step >= 400 for i in d.incidents)

@@ -221,9 +221,15 @@ class Evidence:
 
     @cached_property
     def level_barriers(self) -> list[int]:
-        """Steps where the loss level may jump for its own reasons (epochs, LR restarts/drops)."""
+        """Steps where the loss level may jump for its own reasons (epochs, LR restarts/drops,
+        resumes: a resume that lost the optimizer state moves the level from its first step)."""
+        from forensics.findings import FindingKind
+
         kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
-        return sorted(set(self.epoch_boundaries) | set(kinks))
+        resumes = [
+            int(f.start_step) for f in self.run.import_findings if f.kind is FindingKind.RESTART
+        ]
+        return sorted(set(self.epoch_boundaries) | set(kinks) | set(resumes))
 
     @cached_property
     def epoch_boundaries(self) -> list[int]:
