@@ -159,7 +159,7 @@ for _k in FindingKind:
         _t.append("eval_pause")
     if _k in _VAL:
         _t.append("val_set_change")
-    if _k is FindingKind.RESUME_REGRESSION:
+    if _k in (FindingKind.RESUME_REGRESSION, FindingKind.REPLACED_ATTEMPT):
         _t.append("resume")  # the seam is the context the log supports, not a mechanism
     _TESTS[_k] = tuple(_t)
 
@@ -178,6 +178,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.STALL: {},
     FindingKind.RESTART: {0: "resume"},
     FindingKind.RESUME_REGRESSION: {0: "resume"},
+    FindingKind.REPLACED_ATTEMPT: {0: "resume"},
 }
 
 
@@ -546,6 +547,18 @@ def _restart_period(ev: Evidence, f: Finding) -> Cause:
 
 
 def _resume(x: _Facts, f: Finding) -> Cause:
+    if f.kind is FindingKind.REPLACED_ATTEMPT:
+        # The resume itself is the evidence: it replaced the steps the attempt went wrong in.
+        r, last = f.measures.get("resumed_from_step"), f.measures.get("attempt_last_step")
+        if isinstance(r, int) and isinstance(last, int):
+            return Cause(
+                "resume",
+                SUPPORTED,
+                f"the job resumed at step {r:,} from an earlier checkpoint and logged steps "
+                f"{r:,}-{last:,} again",
+                (r,),
+                anchor=r,
+            )
     onset = f.start_step
     reach = x.near
     near = [g for g in x.restarts if onset - reach <= g.start_step <= onset + 1]

@@ -103,6 +103,7 @@ class FindingKind(StrEnum):
     STALL = "stall"
     MEMORY_GROWTH = "memory_growth"
     RESTART = "restart"
+    REPLACED_ATTEMPT = "replaced_attempt"
     TRUNCATED_LOG = "truncated_log"
     CRASH = "crash"
 

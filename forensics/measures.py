@@ -965,6 +965,54 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             values=("overlap", "continuation", "gap"),
         ),
     ),
+    "replaced_attempt": (
+        _m("resumed_from_step", int, "the resumed job's first step (the restart finding's)"),
+        _m("attempt_last_step", int, "the last step the replaced attempt logged"),
+        _m("segment", int, "the resumed job's segment number (the restart finding's)"),
+        _m(
+            "findings",
+            int,
+            "findings above info of the replaced attempt that reach its replaced steps and that "
+            "the run as it stands does not hold",
+        ),
+        _m(
+            "worst_severity",
+            str,
+            "the most severe of them, as that attempt was judged",
+            values=("warning", "critical", "fatal"),
+        ),
+        _m("worst_kind", str, "its kind"),
+        _m("worst_metric", str, "its vital sign (null: a job-level finding)", null=True),
+        _m("worst_step", int, "its onset"),
+        _m("first_kind", str, "the kind of the first of them"),
+        _m("first_step", int, "the first one's onset (the finding's start_step)"),
+        _m("kinds", str, "their kinds, comma-separated"),
+        _m(
+            "judged_from_step",
+            int,
+            "the first step of the attempt's rows judged (context before the resume, at most "
+            "context_steps)",
+        ),
+        _m(
+            "lr_attempt",
+            float,
+            "the LR the replaced attempt logged last at or before lr_step (null: no LR logged)",
+            null=True,
+        ),
+        _m(
+            "lr_resumed",
+            float,
+            "the LR the run as it stands (the resumed job) logged last at or before lr_step",
+            null=True,
+        ),
+        _m(
+            "lr_step",
+            int,
+            "where the two LRs are read: the worst finding's onset, at least the resume's step "
+            "(null: an LR missing from either)",
+            null=True,
+        ),
+    ),
     "truncated_log": (
         _m("file", str, "the file concerned"),
         _m(

@@ -478,6 +478,21 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
     ),
+    FindingKind.REPLACED_ATTEMPT: Prescription(
+        FindingKind.REPLACED_ATTEMPT,
+        "An attempt went wrong in steps that a resume from an earlier checkpoint logged again.",
+        (
+            "The attempt blew up or stalled and was rolled back; what made it fail may still "
+            "be there in the resumed job.",
+        ),
+        "Check what the resumed job changed (learning rate, data order, precision, the "
+        "batches skipped) and watch it through the steps where the attempt went wrong; the "
+        "charts show the resumed job there, not the attempt.",
+        (
+            _c("optimizer", "Compare the LR and the grad norm of both attempts at those steps."),
+            _c("data", "Check whether the resumed job reads the same batches there."),
+        ),
+    ),
     FindingKind.RESUME_REGRESSION: Prescription(
         FindingKind.RESUME_REGRESSION,
         "After the job resumed, the training loss drifted up instead of on down.",

@@ -51,16 +51,39 @@ SIGNALS: list[tuple[Any, str, Callable[[tuple[Any, ...]], tuple[Any, ...]]]] = [
 ]
 
 
-def _count(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[Any, ...]]:
+def _count(
+    monkeypatch: pytest.MonkeyPatch, attempts: collections.Counter[tuple[Any, ...]] | None = None
+) -> collections.Counter[tuple[Any, ...]]:
+    """Counters of the run's signals. A replaced attempt (forensics.replaced) is a run of its
+    own with its own evidence: what its analysis computes is counted in ``attempts``, per
+    attempt judged (key ``("judged",)``), apart from the run's."""
     counts: collections.Counter[tuple[Any, ...]] = collections.Counter()
+    inside = [False]
     for mod, name, key in SIGNALS:
         f = getattr(mod, name)
 
         def counted(*a: Any, _f: Any = f, _name: str = name, _key: Any = key, **k: Any) -> Any:
-            counts[(_name, *_key(a))] += 1
+            if inside[0] and attempts is not None:
+                attempts[(_name, *_key(a))] += 1
+            else:
+                counts[(_name, *_key(a))] += 1
             return _f(*a, **k)
 
         monkeypatch.setattr(mod, name, functools.wraps(f)(counted))
+    import forensics.replaced as replaced_mod
+
+    judge = replaced_mod._judge
+
+    def judged(*a: Any, **k: Any) -> Any:
+        inside[0] = True
+        if attempts is not None:
+            attempts[("judged",)] += 1
+        try:
+            return judge(*a, **k)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(replaced_mod, "_judge", judged)
     return counts
 
 
@@ -72,13 +95,17 @@ def _analyse(name: str) -> None:
 @pytest.mark.parametrize("name", SAMPLES)
 def test_each_signal_computed_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Detecting, diagnosing and rendering one run computes each evidence signal once."""
-    counts = _count(monkeypatch)
+    attempts: collections.Counter[tuple[Any, ...]] = collections.Counter()
+    counts = _count(monkeypatch, attempts)
     _analyse(name)
     # the counters are in the path: every run has a loss, so these are asked for
     for signal in [("warmup_end",), ("find_spikes", "loss"), ("revealed_periods",)]:
         assert counts[signal] == 1, (signal, dict(counts))
     twice = {k: v for k, v in counts.items() if v > 1}
     assert not twice, f"computed more than once: {twice}"
+    # Each replaced attempt's own evidence computes each of its signals once, too.
+    n = attempts.pop(("judged",), 0)
+    assert all(v <= n for v in attempts.values()), (n, dict(attempts))
 
 
 def test_train_val_signals_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,6 +38,7 @@ KINDS = {
     "stall",
     "memory_growth",
     "restart",
+    "replaced_attempt",
     "truncated_log",
     "crash",
 }

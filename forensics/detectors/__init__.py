@@ -89,15 +89,19 @@ def detect(
     if not isinstance(params, Params):
         params = resolve(params)
     ev = evidence if evidence is not None else Evidence(run, params)
-    ignore = {FindingKind(k) for k in (ignore or set())}
+    dropped = {FindingKind(k) for k in (ignore or set())}
     findings: list[Finding] = list(run.import_findings)
     for det in build(ev.params):
         findings.extend(det.detect(ev))
+    # What the steps a resume logged again had shown in the attempt it replaced.
+    from forensics.replaced import replaced_attempts
+
+    findings.extend(replaced_attempts(run, ev.params, dropped, findings))
     # (No trim between detectors: the spike search and the analysis view give their large
     # temporaries back where they end. A trim after every detector made later ones fault the
     # same pages in again, 30,000 page faults of a 1M-step analysis, 50,000 at 10M, with the
     # same peak; see forensics.allocator.)
-    return sort_findings([f for f in findings if f.kind not in ignore])
+    return sort_findings([f for f in findings if f.kind not in dropped])
 
 
 def params_for(cls: type, overrides: dict[str, Any] | None = None) -> Any:

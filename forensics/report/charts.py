@@ -902,6 +902,13 @@ def build_panels(
     panels = [p for p in (b() for b in builders) if p is not None]
     # Findings with no panel of their own (run-level ones, unplotted metrics) go on the first panel.
     placed = {id(f) for p in panels for f in p.findings}
+    replaced = [f for f in findings if f.kind is FindingKind.REPLACED_ATTEMPT]
+    # Each replaced attempt marked on its own line (the first panel that draws one), else
+    # with the run-level findings.
+    drawn = [p for p in panels if p.key in _REPLAYED_PANELS] if replaced else []
+    for i, p in enumerate(drawn):
+        marked = _replaced_lines(ev, p, replaced, buckets, mark=i == 0)
+        placed |= {id(f) for f in marked}
     rest = [f for f in findings if id(f) not in placed]
     if rest and panels:
         first = panels[0]
@@ -916,6 +923,67 @@ def build_panels(
     for p in panels:
         _span_the_run(p.figure, ev.run.first_step, ev.run.last_step)
     return panels
+
+
+# Panels of one logged series, where an attempt a resume replaced is drawn beside the view.
+_REPLAYED_PANELS = frozenset(
+    {LOSS, GRAD_NORM, PARAM_NORM, LR, LOSS_SCALE, THROUGHPUT, STEP_TIME, MEMORY}
+)
+
+
+def _replaced_lines(
+    ev: Evidence, panel: Panel, replaced: list[Finding], buckets: int, *, mark: bool
+) -> list[Finding]:
+    """The values each replaced attempt logged from its resume step on (the view keeps the
+    resumed job's there), as a dotted grey line: the steps a replaced_attempt finding names
+    show what it says, not the resumed job's values. ``mark``: the findings' markers go on
+    these lines (the first such panel)."""
+    import polars as pl
+
+    tag = ev.run.metrics().get(panel.key)
+    marked: list[Finding] = []
+    if tag is None:
+        return marked
+    drawn = []
+    for f in replaced:
+        k, resumed = f.measures.get("segment"), f.measures.get("resumed_from_step")
+        if not (isinstance(k, int) and isinstance(resumed, int)):
+            continue
+        rows = (
+            ev.run.frame.filter(
+                (pl.col("tag") == tag)
+                & (pl.col("segment") < k)
+                & (pl.col("step") >= resumed)
+                & pl.col("layer").is_null()
+            )
+            .select("step", "value", "segment")
+            .sort("step", "segment", maintain_order=True)
+            .unique("step", keep="last", maintain_order=True)  # a step of two earlier attempts
+        )
+        if rows.is_empty():
+            continue
+        x = rows.get_column("step").to_numpy().astype(np.int64)
+        y = rows.get_column("value").to_numpy().astype(float)
+        dx, dy = downsample(x, y, buckets, _keep_steps([f]))
+        panel.figure["data"].append(
+            _line(
+                dx,
+                dy,
+                f"replaced attempt (steps {int(x[0]):,}-{int(x[-1]):,})",
+                line={"color": "#7f7f7f", "width": 1, "dash": "dot"},
+            )
+        )
+        drawn.append(f"{int(x[0]):,}-{int(x[-1]):,}")
+        if mark:
+            mark_findings(panel.figure, [f], x, y, name="replaced-attempt findings")
+            panel.findings = panel.findings + [f]
+            marked.append(f)
+    if drawn:
+        panel.caption += (
+            f" Dotted grey: what the attempt that a resume replaced logged at steps "
+            f"{', '.join(drawn)}; the solid line there is the resumed job's."
+        )
+    return marked
 
 
 def _span_the_run(fig: dict[str, Any], first: int, last: int) -> None:
