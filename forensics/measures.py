@@ -754,6 +754,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("level_end", float, "median train loss over the last `window` points after it"),
         _m("rise", float, "level_end - level_before, in loss units (> 0: worse)"),
         _m(
+            "rise_rel",
+            float,
+            "rise / abs(level_before) (above warn_rel_rise, 10%: a warning; null: level 0)",
+            null=True,
+        ),
+        _m(
             "level_noise",
             float,
             "noise of a level: robust sigma of the train loss / sqrt(window points)",

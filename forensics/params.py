@@ -129,6 +129,7 @@ class ResumeRegressionParams:
     window: int = 100
     min_points_after: int = 20
     min_evals_after: int = 3
+    warn_rel_rise: float = 0.1  # a rise of the train loss's level this large is a warning
 
 
 @dataclass(frozen=True, kw_only=True)

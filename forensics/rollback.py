@@ -339,6 +339,15 @@ def _before_resume(ev: Evidence, metric: str | None, step: int) -> int:
     return step if before is None else before
 
 
+def _resume_checkpoint(ev: Evidence, metric: str | None, seam: int) -> tuple[int, bool, str, int]:
+    """The checkpoint a job that resumed at ``seam`` loaded: it holds the state after the last
+    step logged before the seam (HF's checkpoint-400 resumes logging at step 401, or 410
+    every 10 steps; a job rewound to it logs its steps again from there), which is also the
+    last healthy step. (checkpoint step, known, where it comes from, last healthy step)"""
+    healthy = _before_resume(ev, metric, seam)
+    return healthy, True, f"the resume at step {seam:,} (the job loaded it)", healthy
+
+
 def _resume_steps(ev: Evidence) -> set[int]:
     """The steps where a job resumed (the importers' restart findings)."""
     return {int(g.start_step) for g in ev.run.import_findings if g.kind is FindingKind.RESTART}
@@ -529,21 +538,19 @@ def rollback_plan(
     # healthy weights: load it again with the whole state and the LR from before.
     lr_at_resume = lr_seg is not None and lr_seg.start_step in _resume_steps(ev)
     if lr_at_resume:
-        ckpt, known, source = onset, True, "the resume (the job loaded it there)"
+        ckpt, known, source, healthy = _resume_checkpoint(ev, f.metric, onset)
         cut = (0.0, 0.0)
     if at_resume(f):
         # The weights before the seam were fine: the checkpoint the job resumed from is known
         # to exist, and loading it again with the whole state is the remedy.
-        ckpt, known, source = f.start_step, True, "the resume (the job loaded it there)"
-        healthy = _before_resume(ev, f.metric, f.start_step)
+        ckpt, known, source, healthy = _resume_checkpoint(ev, f.metric, f.start_step)
     resumed_at = None if lr_seg is not None or climbing else _resume_at_onset(f, causes)
     if lr_at_resume:
         resumed_at = onset
     if resumed_at is not None:
         # A spike that began at a resume (the incident's supported cause): the same remedy.
         # The LR did nothing new there, so it is not cut.
-        ckpt, known, source = resumed_at, True, "the resume (the job loaded it there)"
-        healthy = _before_resume(ev, f.metric, resumed_at)
+        ckpt, known, source, healthy = _resume_checkpoint(ev, f.metric, resumed_at)
         cut, cut_text = (0.0, 0.0), "unchanged (the resume, not the LR, is the suspect)"
     if lr_seg is not None and lr_seg.lr_before is not None:
         lr_before: float | None = float(lr_seg.lr_before)

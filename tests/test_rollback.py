@@ -276,14 +276,18 @@ def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from(tmp_pat
     assert plan is not None
     # The last healthy step is the last one logged before the resume (399), not the resume's
     # first step, where the regression starts.
+    # It goes back to the checkpoint the resume loaded: the state after step 399, the last
+    # step job_0 logged (it had read "the checkpoint at step 400", the resume's own first).
     assert (plan.checkpoint_step, plan.checkpoint_known, plan.last_healthy_step) == (
-        400,
+        399,
         True,
         399,
     )
     assert plan.lr_resume is None and plan.skip_steps is None
     text = plan.sentence()
-    assert text.startswith("Roll back to the checkpoint at step 400, from the resume")
+    assert text.startswith(
+        "Roll back to the checkpoint at step 399, from the resume at step 400 (the job loaded it)."
+    )
     assert "data loader's position with the model" in text
     assert "keep the data position" not in text
     # The resume restarted the schedule (the LR logged rose from 0.01054 to 0.2 after it): the
@@ -318,7 +322,7 @@ def test_a_resume_regression_without_an_lr_logged_keeps_the_lr(tmp_path) -> None
         for i in d.incidents
         if i.rollback is not None and i.rollback.finding.kind.value == "resume_regression"
     ]
-    assert (plan.checkpoint_step, plan.checkpoint_known) == (400, True)
+    assert (plan.checkpoint_step, plan.checkpoint_known) == (399, True)  # job_0's last step
     text = plan.sentence()
     assert "The weights it holds were healthy: the loss turned up only after the resume" in text
     assert "Learning rate unchanged (the resume, not the LR, is the suspect)" in text
@@ -463,7 +467,8 @@ def test_a_spike_that_began_at_a_resume_reloads_the_whole_state(tmp_path) -> Non
     assert [c.cause for c in inc.supported] == ["resume"]
     plan = inc.rollback
     assert plan.resumed_at == 2001 and plan.at_resume
-    assert (plan.checkpoint_step, plan.checkpoint_known, plan.lr_resume) == (2001, True, None)
+    # The checkpoint the resume loaded: the state after step 2,000, the last logged before it.
+    assert (plan.checkpoint_step, plan.checkpoint_known, plan.lr_resume) == (2000, True, None)
     text = plan.sentence()
     assert "the loss_spike began at the resume at step 2,001" in text
     assert "Learning rate unchanged (the resume, not the LR, is the suspect)" in text
@@ -511,3 +516,47 @@ def test_the_report_row_says_where_its_checkpoint_comes_from_in_words() -> None:
         assert expect in section, name
         assert "checkpoint from the log shows" not in section
         assert "checkpoint from assuming" not in section
+
+
+def test_an_hf_resume_names_the_checkpoint_it_loaded(tmp_path) -> None:
+    """An HF Trainer run logged every 10 steps (torch's SummaryWriter, the hparams as HF
+    writes them): the first job logged up to step 600 and was resumed from checkpoint-400, so
+    the second logs from step 410 on, with a training loss that climbs 39% from the seam.
+    The plan goes back to checkpoint-400; it had named "checkpoint-410", which the trainer
+    never wrote (the resume's first logged step). The climb is a warning with no eval."""
+    pytest.importorskip("torch")
+    import time
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    rng = np.random.default_rng(5)
+    args = {
+        "output_dir": "out",
+        "per_device_train_batch_size": 8,
+        "save_steps": 100,
+        "logging_steps": 10,
+        "learning_rate": 5e-5,
+    }
+
+    def level(s: int) -> float:
+        return float(1.5 + 1.5 * np.exp(-s / 300))
+
+    for job, steps, loss in (
+        ("a", range(10, 610, 10), level),
+        ("b", range(410, 1210, 10), lambda s: level(400) + 0.0015 * (s - 400)),
+    ):
+        w = SummaryWriter(str(tmp_path / "runs" / job))
+        w.add_hparams(args, {}, run_name=".")
+        for s in steps:
+            w.add_scalar("train/loss", loss(s) + 0.01 * rng.standard_normal(), s)
+            w.add_scalar("train/learning_rate", 5e-5, s)
+        w.close()
+        time.sleep(1.1)  # the second job's files are written after the first's
+    from forensics import analyze
+
+    d = analyze(tmp_path / "runs")
+    (f,) = [f for f in d.findings if f.kind.value == "resume_regression"]
+    assert f.severity.value == "warning" and f.measures["rise_rel"] > 0.1
+    (plan,) = [i.rollback for i in d.incidents if i.rollback is not None]
+    assert (plan.checkpoint_step, plan.last_healthy_step) == (400, 400)
+    assert plan.commands[0] == 'trainer.train(resume_from_checkpoint="out/checkpoint-400")'

@@ -20,7 +20,9 @@ finding's onset, the sentence says so, and the resume is no longer its supported
 
 Severity from the numbers: when the val loss also ends above its best after the seam by more
 than ``noise_k`` times the eval noise, the model the run would deliver is worse than one it
-already had -- a warning (roll back). Otherwise only the training loss moved: info. On the
+already had -- a warning (roll back). So is a training loss that rose by more than
+``warn_rel_rise`` (10%) of its level before the seam, evals or not. Otherwise only the
+training loss moved, by a little: info. On the
 Lightning wikitext run (version_0 resumed as version_5 at step 140,749) the train loss level
 goes from 3.682 to 3.727 (medians of 100 points; level noise 0.010) and the val loss
 from its best 3.563 to 3.604 with an eval noise of 0.003: a warning. There the loss first
@@ -150,15 +152,21 @@ class ResumeRegressionDetector:
                 f"After the resume at step {seam:,} the training loss trended up: its level "
                 f"went from {sig(lvl_before, 4)} before the seam to {sig(lvl_end, 4)}"
             )
+        # A rise this large is the training going wrong whatever the evals say (there may be
+        # none): a warning, like a val loss ending worse than its best.
+        rel = rise / abs(lvl_before) if lvl_before else None
+        big = rel is not None and rel > p.warn_rel_rise
+        m["rise_rel"] = rel
+        rel_txt = f", {100 * rel:.0f}% of its level" if big and rel is not None else ""
         summary = (
-            f"{first} at step {int(xa[-1]):,} ({rise:+.3g}, {rise / noise:.0f}x the level "
-            f"noise){val_txt}."
+            f"{first} at step {int(xa[-1]):,} ({rise:+.3g}{rel_txt}, {rise / noise:.0f}x the "
+            f"level noise){val_txt}."
         )
         rest = xa >= onset
         peak = int(xa[rest][int(np.argmax(ya[rest]))])
         return Finding(
             kind=FindingKind.RESUME_REGRESSION,
-            severity=Severity.WARNING if m["val_worse"] else Severity.INFO,
+            severity=Severity.WARNING if m["val_worse"] or big else Severity.INFO,
             metric=LOSS,
             start_step=onset,
             peak_step=peak,
@@ -170,6 +178,7 @@ class ResumeRegressionDetector:
                 "level_noise": noise,
                 "noise_k": p.noise_k,
                 "rise_at": lvl_before + p.noise_k * noise,
+                "warn_rel_rise": p.warn_rel_rise,
             },
         )
 
