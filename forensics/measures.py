@@ -1018,6 +1018,14 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "(null: an LR missing from either)",
             null=True,
         ),
+        _m(
+            "resumed_passed",
+            bool,
+            "the resumed job logged past attempt_last_step with no finding above info of the "
+            "worst one's kind and vital sign there (false: it shows it again; null: it has not "
+            "got that far)",
+            null=True,
+        ),
     ),
     "truncated_log": (
         _m("file", str, "the file concerned"),

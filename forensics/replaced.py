@@ -77,7 +77,7 @@ def replaced_attempts(
             and (f.kind, f.metric, f.start_step) not in shown
         ]
         if kept:
-            out.append(_finding(restart, kept, attempt, run))
+            out.append(_finding(restart, kept, attempt, run, findings))
     return out
 
 
@@ -120,7 +120,9 @@ def _reach(f: Finding) -> int:
     return max(f.start_step, f.peak_step or f.start_step, f.end_step or f.start_step)
 
 
-def _finding(restart: Finding, kept: list[Finding], attempt: Run, run: Run) -> Finding:
+def _finding(
+    restart: Finding, kept: list[Finding], attempt: Run, run: Run, findings: list[Finding]
+) -> Finding:
     m = restart.measures
     resumed, last = _int(m["resumed_from_step"]), _int(m["last_step_before"])
     worst = max(kept, key=lambda f: (f.severity.rank, -f.start_step))
@@ -148,12 +150,34 @@ def _finding(restart: Finding, kept: list[Finding], attempt: Run, run: Run) -> F
             if lr_then
             else ""
         )
+    # Did the resumed job get through the steps where the attempt went wrong?
+    again = [
+        f
+        for f in findings
+        if f.kind is worst.kind
+        and f.metric == worst.metric
+        and f.severity is not Severity.INFO
+        and f.start_step <= last
+        and _reach(f) >= worst.start_step
+    ]
+    passed: bool | None = None
+    if again:
+        passed = False
+        pass_text = f" The resumed job shows it again (from step {again[0].start_step:,})."
+    elif run.last_step > last:
+        passed = True
+        pass_text = (
+            f" The resumed job went through steps {worst.start_step:,}-{last:,} without it "
+            f"(it has logged up to step {run.last_step:,})."
+        )
+    else:
+        pass_text = f" The resumed job has not yet logged past step {last:,}."
     summary = (
         f"The attempt that the resume at step {resumed:,} replaced (it had logged up to step "
         f"{last:,}) went wrong before it stopped: {worst.summary.rstrip('.')} "
         f"({worst.severity.value} in that attempt). "
-        f"{n} finding{'s' if n != 1 else ''} in its replaced steps: {listed}.{lr_text} "
-        f"The charts show the resumed job at steps {resumed:,}-{last:,}."
+        f"{n} finding{'s' if n != 1 else ''} in its replaced steps: {listed}.{lr_text}"
+        f"{pass_text} The charts show the resumed job at steps {resumed:,}-{last:,}."
     )
     return Finding(
         kind=FindingKind.REPLACED_ATTEMPT,
@@ -178,6 +202,7 @@ def _finding(restart: Finding, kept: list[Finding], attempt: Run, run: Run) -> F
             "lr_attempt": lr_then,
             "lr_resumed": lr_now,
             "lr_step": at if lr_then is not None and lr_now is not None else None,
+            "resumed_passed": passed,
         },
         judged_against={"context_steps": CONTEXT_STEPS},
         summary=summary,

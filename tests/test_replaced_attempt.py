@@ -14,7 +14,7 @@ from forensics.config import Config
 from forensics.findings import FindingKind, Severity
 
 
-def _rewound_run(root: Path, *, blow_up: bool) -> Path:
+def _rewound_run(root: Path, *, blow_up: bool, resumed_until: int = 3000) -> Path:
     """Two real TensorBoard writers in one folder: the first attempt logs steps 1-950 (its
     loss and grad norm blowing up from step 900 when ``blow_up``), the second resumes from
     a checkpoint at step 500 with a lower LR and logs steps 501-3,000, healthy."""
@@ -37,7 +37,7 @@ def _rewound_run(root: Path, *, blow_up: bool) -> Path:
     w.close()
     time.sleep(1.1)  # the second file's name (its creation second) sorts after the first's
     w = SummaryWriter(str(root), filename_suffix=".b")
-    for s in range(501, 3001):
+    for s in range(501, resumed_until + 1):
         w.add_scalar("train/loss", loss_at(s) + 0.02 * rng.standard_normal(), s)
         w.add_scalar("train/grad_norm", 0.8 + 0.05 * rng.standard_normal(), s)
         w.add_scalar("train/lr", 2e-4, s)
@@ -62,6 +62,12 @@ def test_the_attempt_a_resume_replaced_is_judged(tmp_path: Path) -> None:
     )
     assert 900 <= m["worst_step"] <= 910 and f.start_step == m["first_step"]
     assert f.end_step == 950
+    # The resumed job went on past the attempt's last step, with no divergence there.
+    assert m["resumed_passed"] is True
+    assert (
+        f"The resumed job went through steps {m['worst_step']:,}-950 without it (it has logged "
+        "up to step 3,000)." in f.summary
+    )
     # What the resumed job changed, as the log shows it: the LR at the worst finding's onset.
     assert m["lr_attempt"] == pytest.approx(3e-4) and m["lr_resumed"] == pytest.approx(2e-4)
     assert m["lr_step"] == m["worst_step"]
@@ -162,3 +168,12 @@ def test_only_the_largest_rewinds_are_judged_and_the_rest_counted(
         "replaced_attempt: 2 of 4 resumes that logged steps again were not judged (the 2 that "
         "replaced the most points were)"
     ]
+
+
+def test_a_resumed_job_not_yet_past_the_trouble_says_so(tmp_path: Path) -> None:
+    """The resumed job's log ends at step 930, before the step where the replaced attempt
+    stopped (950): whether it gets through is not known yet."""
+    d = analyze(_rewound_run(tmp_path / "tb", blow_up=True, resumed_until=930))
+    (f,) = [f for f in d.findings if f.kind is FindingKind.REPLACED_ATTEMPT]
+    assert f.measures["resumed_passed"] is None
+    assert "The resumed job has not yet logged past step 950." in f.summary
