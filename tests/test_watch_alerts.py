@@ -177,3 +177,22 @@ def test_one_action_per_event_and_level_across_signs_and_polls(tmp_path: Path) -
     assert book.claim_action(far)
     (ended,) = book.update([_f(start=500, severity="critical", end=520)], last_step=600)
     assert ended.event is Event.ENDED and not book.claim_action(ended)
+
+
+def test_an_event_whose_onset_moves_far_is_still_one_event() -> None:
+    """A loss spike cut from a climb the loss never came back from starts where the climb
+    did, and that start can move back by more than the onset tolerance as the climb goes on
+    (a poll saw it from step 1,300 to 1,400, the next from its low at 1,000). Its steps
+    overlap the ones alerted: the same event, no second alert. A later spike whose steps do
+    not meet them is a new one."""
+    book = AlertBook()
+    first = _f("loss_spike", "critical", start=1300, end=1400, metric="loss")
+    assert [a.event for a in book.update([first], last_step=1400)] == [Event.NEW]
+    moved = _f("loss_spike", "critical", start=1000, end=1500, metric="loss")
+    assert book.update([moved], last_step=1500) == []
+    later = _f("loss_spike", "critical", start=2000, end=2050, metric="loss")
+    got = book.update([moved, later], last_step=2100)  # (the climb ended at 1,500)
+    assert [(a.event, a.finding.start_step) for a in got] == [
+        (Event.ENDED, 1000),
+        (Event.NEW, 2000),
+    ]

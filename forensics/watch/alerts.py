@@ -53,6 +53,9 @@ class Tracked:
     origin: str = "detector"  # or "watch": a stall the watcher saw from outside
     summary: str = ""
     acted: str | None = None  # the level whose hook ran for this event (see claim_action)
+    # The furthest step the finding covered when last seen (its end, or its peak while it
+    # goes on): a later report of the event whose onset moved overlaps it.
+    reach: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class Alert:
 def _layer(f: Finding) -> int | None:
     v = f.measures.get("layer")
     return int(v) if isinstance(v, int | float) else None
+
+
+def _reach(f: Finding) -> int:
+    return max(f.start_step, f.peak_step or f.start_step, f.end_step or f.start_step)
 
 
 def onset_tolerance(f: Finding) -> int:
@@ -125,7 +132,10 @@ class AlertBook:
                 continue
             if (t.kind, t.metric, t.layer) != (f.kind.value, f.metric, layer):
                 continue
-            if abs(t.start_step - f.start_step) > tol:
+            # The same event: its onset moved little, or its steps overlap the ones seen
+            # before (a loss climb's onset goes back to its low as the climb goes on).
+            overlap = t.reach is not None and f.start_step <= t.reach and t.start_step <= _reach(f)
+            if abs(t.start_step - f.start_step) > tol and not overlap:
                 continue
             if best is None or abs(t.start_step - f.start_step) < abs(
                 best.start_step - f.start_step
@@ -176,10 +186,12 @@ class AlertBook:
                     end_step=f.end_step if over(f) else None,
                     ended=over(f),
                     summary=f.summary,
+                    reach=_reach(f),
                 )
                 self.tracked[key] = t
                 alerts.append(Alert(Event.NEW, f, key))
                 continue
+            t.reach = max(t.reach if t.reach is not None else t.start_step, _reach(f))
             before = Severity(t.severity)
             if f.severity.rank > before.rank:
                 t.severity = f.severity.value
