@@ -42,6 +42,9 @@ ALIGNS = ("step", "tokens", "samples", "time")
 # local over BAND_WINDOW points) and, when at least RUN_TO_RUN_MIN other runs log the sign,
 # RUN_TO_RUN_K times their typical (median) distance from the reference at that point.
 BAND_K = 4.0
+# The band is never narrower than this share of the value: float32 storage precision (8
+# units in the last place), so one value logged by two writers never parts.
+FLOAT32_REL = 2.0**-20
 RUN_TO_RUN_K = 3.0
 RUN_TO_RUN_MIN = 3
 BAND_WINDOW = 101
@@ -230,7 +233,10 @@ def partings(
         return [None for _ in others]
     order = np.argsort(xr, kind="stable")
     xr, yr, sr = xr[order], yr[order], sr[order]
-    tiny = 1e-9 * np.maximum(np.abs(yr), 1e-12)  # float noise: bit-identical never parts
+    # Storage noise: event files keep float32 (a value rounded to 1.2e-7 of itself), JSONL
+    # and CSV the float64 a trainer printed; the same LR read from both differs by that much
+    # and is the same LR (3e-4 in an event file is 0.00030000001).
+    tiny = FLOAT32_REL * np.maximum(np.abs(yr), 1e-12)
     width = np.maximum(BAND_K * step_noise(yr), tiny)
     curves: list[tuple[np.ndarray, np.ndarray] | None] = []
     for ev in others:

@@ -399,3 +399,28 @@ def test_compare_puts_the_runs_of_one_exported_file_side_by_side(
     ana = runner.invoke(app, ["analyze", str(csv_file), "--no-report"])
     assert ana.exit_code == 2 and "point at one of them" not in ana.output
     assert "use --all to analyze each, or compare the file" in ana.output
+
+
+def test_one_run_logged_as_float32_and_as_float64_never_parts(tmp_path: Path) -> None:
+    """The same numbers in an event file (float32: 3e-4 reads back as 0.00030000001) and in
+    JSONL (float64). The constant LR has no step noise, so the band was 1e-9 of the value
+    wide and the storage's rounding "parted the LR at step 1"."""
+    from tensorboardX import SummaryWriter
+
+    rng = np.random.default_rng(0)
+    w = SummaryWriter(str(tmp_path / "tb"))
+    lines = []
+    for s in range(1, 801):
+        loss, gn = 2 + 2 * np.exp(-s / 300) + 0.02 * rng.standard_normal(), 0.8
+        w.add_scalar("train/loss", loss, s)
+        w.add_scalar("train/grad_norm", gn, s)
+        w.add_scalar("train/lr", 3e-4, s)
+        lines.append(json.dumps({"step": s, "loss": loss, "grad_norm": gn, "lr": 3e-4}))
+    w.close()
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    ref = Evidence(read_run(tmp_path / "tb"))
+    other = Evidence(read_run(tmp_path / "metrics.jsonl"))
+    assert float(ref.series("lr").values[0]) != 3e-4  # float32 as stored
+    for metric in ("lr", "loss", "grad_norm"):
+        (p,) = partings(ref, [other], metric)
+        assert p is not None and p["step"] is None, (metric, p)
