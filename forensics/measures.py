@@ -1026,6 +1026,13 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "got that far)",
             null=True,
         ),
+        _m(
+            "attempt_causes",
+            str,
+            "the causes the attempt's own log supports for its worst finding, comma-separated "
+            "ids (forensics.causes; null: none supported)",
+            null=True,
+        ),
     ),
     "truncated_log": (
         _m("file", str, "the file concerned"),

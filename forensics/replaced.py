@@ -66,7 +66,7 @@ def replaced_attempts(
         attempt = _attempt(run, _int(m["segment"]), _int(m["resumed_from_step"]))
         if attempt is None:
             continue
-        found = _judge(attempt, params, ignore)
+        found, attempt_ev = _judge(attempt, params, ignore)
         resumed = _int(m["resumed_from_step"])
         kept = [
             f
@@ -77,7 +77,8 @@ def replaced_attempts(
             and (f.kind, f.metric, f.start_step) not in shown
         ]
         if kept:
-            out.append(_finding(restart, kept, attempt, run, findings))
+            cause_text, cause_ids = _causes_text(attempt_ev, _worst(kept), found)
+            out.append(_finding(restart, kept, attempt, run, findings, cause_text, cause_ids))
     return out
 
 
@@ -105,27 +106,55 @@ def _attempt(run: Run, segment: int, resumed: int) -> Run | None:
     )
 
 
-def _judge(attempt: Run, params: Any, ignore: set[FindingKind]) -> list[Finding]:
+def _judge(attempt: Run, params: Any, ignore: set[FindingKind]) -> tuple[list[Finding], Any]:
+    """The attempt's findings (import findings included, as the causes read them) and the
+    evidence they were judged against."""
     from forensics.detectors import build
     from forensics.evidence import Evidence
 
     ev = Evidence(attempt, params)
-    found: list[Finding] = []
+    found: list[Finding] = list(attempt.import_findings)
     for det in build(ev.params):
         found.extend(f for f in det.detect(ev) if f.kind not in ignore)
-    return sort_findings(found)
+    return sort_findings(found), ev
+
+
+def _causes_text(ev: Any, worst: Finding, found: list[Finding]) -> tuple[str, str | None]:
+    """What the attempt's own log supports as the cause of its worst finding (the causes
+    tested there, as the report tests the run's): a sentence and the causes' ids."""
+    from forensics.causes import SUPPORTED, find_causes
+
+    sup = [c for c in find_causes(ev, worst, found) if c.status == SUPPORTED]
+    if not sup:
+        return " In that attempt the log supports no cause of it.", None
+    c = sup[0]
+    more = f" (+{len(sup) - 1} more)" if len(sup) > 1 else ""
+    return (
+        f" In that attempt the log supports: {c.text} ({c.evidence}){more}.",
+        ", ".join(x.cause for x in sup),
+    )
 
 
 def _reach(f: Finding) -> int:
     return max(f.start_step, f.peak_step or f.start_step, f.end_step or f.start_step)
 
 
+def _worst(kept: list[Finding]) -> Finding:
+    return max(kept, key=lambda f: (f.severity.rank, -f.start_step))
+
+
 def _finding(
-    restart: Finding, kept: list[Finding], attempt: Run, run: Run, findings: list[Finding]
+    restart: Finding,
+    kept: list[Finding],
+    attempt: Run,
+    run: Run,
+    findings: list[Finding],
+    cause_text: str,
+    cause_ids: str | None,
 ) -> Finding:
     m = restart.measures
     resumed, last = _int(m["resumed_from_step"]), _int(m["last_step_before"])
-    worst = max(kept, key=lambda f: (f.severity.rank, -f.start_step))
+    worst = _worst(kept)
     first = kept[0]
     kinds = sorted({f.kind.value for f in kept})
     steps = attempt.frame.get_column("step")
@@ -175,7 +204,7 @@ def _finding(
     summary = (
         f"The attempt that the resume at step {resumed:,} replaced (it had logged up to step "
         f"{last:,}) went wrong before it stopped: {worst.summary.rstrip('.')} "
-        f"({worst.severity.value} in that attempt). "
+        f"({worst.severity.value} in that attempt).{cause_text} "
         f"{n} finding{'s' if n != 1 else ''} in its replaced steps: {listed}.{lr_text}"
         f"{pass_text} The charts show the resumed job at steps {resumed:,}-{last:,}."
     )
@@ -203,6 +232,7 @@ def _finding(
             "lr_resumed": lr_now,
             "lr_step": at if lr_then is not None and lr_now is not None else None,
             "resumed_passed": passed,
+            "attempt_causes": cause_ids,
         },
         judged_against={"context_steps": CONTEXT_STEPS},
         summary=summary,

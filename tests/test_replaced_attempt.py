@@ -14,7 +14,9 @@ from forensics.config import Config
 from forensics.findings import FindingKind, Severity
 
 
-def _rewound_run(root: Path, *, blow_up: bool, resumed_until: int = 3000) -> Path:
+def _rewound_run(
+    root: Path, *, blow_up: bool, resumed_until: int = 3000, lr_jump_at: int | None = None
+) -> Path:
     """Two real TensorBoard writers in one folder: the first attempt logs steps 1-950 (its
     loss and grad norm blowing up from step 900 when ``blow_up``), the second resumes from
     a checkpoint at step 500 with a lower LR and logs steps 501-3,000, healthy."""
@@ -33,7 +35,7 @@ def _rewound_run(root: Path, *, blow_up: bool, resumed_until: int = 3000) -> Pat
             gn *= 1 + (s - 900) * 0.2
         w.add_scalar("train/loss", loss, s)
         w.add_scalar("train/grad_norm", gn, s)
-        w.add_scalar("train/lr", 3e-4, s)
+        w.add_scalar("train/lr", 3e-3 if lr_jump_at and s >= lr_jump_at else 3e-4, s)
     w.close()
     time.sleep(1.1)  # the second file's name (its creation second) sorts after the first's
     w = SummaryWriter(str(root), filename_suffix=".b")
@@ -71,6 +73,8 @@ def test_the_attempt_a_resume_replaced_is_judged(tmp_path: Path) -> None:
     # What the resumed job changed, as the log shows it: the LR at the worst finding's onset.
     assert m["lr_attempt"] == pytest.approx(3e-4) and m["lr_resumed"] == pytest.approx(2e-4)
     assert m["lr_step"] == m["worst_step"]
+    assert m["attempt_causes"] is None  # nothing in that attempt's log says why
+    assert "In that attempt the log supports no cause of it." in f.summary
     assert (
         f"At step {m['worst_step']:,} the attempt ran an LR of 0.0003; the resumed job runs "
         "0.0002 there (0.67x)." in f.summary
@@ -177,3 +181,18 @@ def test_a_resumed_job_not_yet_past_the_trouble_says_so(tmp_path: Path) -> None:
     (f,) = [f for f in d.findings if f.kind is FindingKind.REPLACED_ATTEMPT]
     assert f.measures["resumed_passed"] is None
     assert "The resumed job has not yet logged past step 950." in f.summary
+
+
+def test_the_cause_the_attempts_own_log_supports_is_named(tmp_path: Path) -> None:
+    """The first attempt's LR was raised tenfold at step 880 (no schedule does that) before it
+    diverged; the resumed job runs the old LR. The finding names the cause the attempt's own
+    log supports, with the attempt's numbers, and the LR the resumed job runs instead."""
+    d = analyze(_rewound_run(tmp_path / "tb", blow_up=True, lr_jump_at=880))
+    (f,) = [f for f in d.findings if f.kind is FindingKind.REPLACED_ATTEMPT]
+    assert f.measures["attempt_causes"] == "lr_change"
+    assert (
+        "In that attempt the log supports: An LR change no schedule explains (the LR left its "
+        "schedule over steps 880-950 (x10: 0.0003 -> 0.003 at step 880)" in f.summary
+    )
+    assert f.measures["lr_attempt"] == pytest.approx(3e-3)
+    assert f.measures["lr_resumed"] == pytest.approx(2e-4)
