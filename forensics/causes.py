@@ -623,10 +623,10 @@ def _overflow(x: _Facts, f: Finding) -> Cause:
             anchor=steps[0],
         )
     a, b = lo - 1, hi + 1
-    if x.has_loss_scale and not x.has_overflow_lines:
+    s = ev.series(LOSS_SCALE)
+    if len(s) and not x.has_overflow_lines:
         # Only the scale's own points can show it held: they must reach over the onset and
         # the rise (a scale logged for the first 1,000 steps says nothing of step 5,000).
-        s = ev.series(LOSS_SCALE)
         first, last = int(s.steps[0]), int(s.steps[-1])
         if first > lo or last < hi:
             return Cause(

@@ -11,8 +11,10 @@ Each resume that replayed logged steps is looked at on its own: the rows of the 
 segments (from ``CONTEXT_STEPS`` before the resume's first step, for the baselines, to where
 they stop) are a run of their own, judged by the same detectors with the same parameters. Its
 findings above info that reach into the replaced steps, and that the analysis of the run as it
-stands does not hold, are summarised in one ``replaced_attempt`` warning at the resume. The
-steps it names are the replaced attempt's: the charts draw the resumed job's values there.
+stands does not hold, are summarised in one ``replaced_attempt`` warning at the resume, with
+the cause the attempt's own log supports, the LR each job ran and whether the resumed job got
+through those steps. The steps it names are the replaced attempt's: the charts draw the
+resumed job's values there, and the attempt's dotted beside them.
 """
 
 from __future__ import annotations
