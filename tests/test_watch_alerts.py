@@ -196,3 +196,59 @@ def test_an_event_whose_onset_moves_far_is_still_one_event() -> None:
         (Event.ENDED, 1000),
         (Event.NEW, 2000),
     ]
+
+
+def test_an_alerted_event_judged_a_note_once_over_ends() -> None:
+    """A spike alerted while nothing was logged after it, judged physiological (info) once
+    the loss came back: the alert's event ends, once, with the note's words; no hook runs
+    for it. A note beside an event still reported at an alerting level does not end it."""
+    book = AlertBook()
+    held = _f("loss_spike", "warning", start=3000, metric="loss")
+    assert [a.event for a in book.update([held], last_step=3000)] == [Event.NEW]
+    back = _f("loss_spike", "info", start=3000, end=3028, metric="loss")
+    (ended,) = book.update([back], last_step=3500)
+    assert (ended.event, ended.previous, ended.finding.end_step) == (
+        Event.ENDED,
+        Severity.WARNING,
+        3028,
+    )
+    assert not book.claim_action(ended) and worst([ended]) is None
+    assert book.update([back], last_step=4000) == []
+    # Still a warning on this poll: a physiological spike 30 steps later is another event.
+    book.update([_f(start=5000)], last_step=5000)
+    beside = _f(start=5030, end=5031, severity="info")
+    assert book.update([_f(start=5000), beside], last_step=5100) == []
+    # Not over yet (it ends at the log's last step): nothing to say.
+    book.update([_f(start=7000)], last_step=7000)
+    assert book.update([_f(start=7000, end=7010, severity="info")], last_step=7010) == []
+
+
+def test_a_spike_alerted_unresolved_then_physiological_ends_poll_by_poll(tmp_path: Path) -> None:
+    """The real detectors on a JSONL log read as a watcher reads it: the loss spike at step
+    3,000 is a warning while it is the last logged step ("unresolved"), and physiological
+    (info) once the loss is back on its trend; the book says it ended."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    lines = []
+    for s in range(1, 4001):
+        loss = 2.5 + 5.0 / (1 + s / 300) + rng.normal(0, 0.02)
+        if 3000 <= s < 3040:
+            loss += 2.0 * np.exp(-(s - 3000) / 10)
+        lines.append(json.dumps({"step": s, "loss": loss, "lr": 3e-4 * min(1, s / 200)}))
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    full = read_run(path)
+    book = AlertBook()
+    events = []
+    for last in (2500, 3000, 3500, 4000):
+        cut = read_run(path)
+        cut.frame = full.frame.filter(pl.col("step") <= last)
+        diag = analyze_run(cut)
+        for a in book.update(diag.findings, last_step=cut.last_step):
+            if a.finding.kind is FindingKind.LOSS_SPIKE:
+                events.append((last, a.event, a.finding.severity, a.finding.start_step))
+    assert events == [
+        (3000, Event.NEW, Severity.WARNING, 3000),
+        (3500, Event.ENDED, Severity.INFO, 3000),
+    ]

@@ -157,8 +157,10 @@ class AlertBook:
         end, not a recovery (a NaN to the end of the log). ``last_steps`` gives the last step
         per metric, which is the one that counts for a finding on that metric (a step half read:
         its loss is in the file, its grad norm not yet). Without either any end step counts.
-        A finding that was alerted and is no longer reported is left as it was: with more
-        data a baseline can absorb an old event, which is no news for the person on call.
+        A finding that was alerted and is now a note (``info``) that has ended ends its event
+        too: a spike alerted while unresolved, back on its trend since. A finding that was
+        alerted and is no longer reported is left as it was: with more data a baseline can
+        absorb an old event, which is no news for the person on call.
         A ``stall`` the detectors find between two logged steps is the same event as a stall
         the watcher saw from outside at the same step.
         """
@@ -168,10 +170,15 @@ class AlertBook:
             return f.end_step is not None and (last is None or f.end_step < last)
 
         alerts: list[Alert] = []
+        matched: set[str] = set()  # the events this poll still reports at an alerting level
+        notes: list[Finding] = []
         for f in sorted(findings, key=Finding.sort_key):
             if f.severity not in ALERTING:
+                notes.append(f)
                 continue
             t = self._match(f)
+            if t is not None:
+                matched.add(t.key)
             if t is None:
                 layer = _layer(f)
                 where = "" if layer is None else str(layer)
@@ -189,6 +196,7 @@ class AlertBook:
                     reach=_reach(f),
                 )
                 self.tracked[key] = t
+                matched.add(key)
                 alerts.append(Alert(Event.NEW, f, key))
                 continue
             t.reach = max(t.reach if t.reach is not None else t.start_step, _reach(f))
@@ -201,6 +209,17 @@ class AlertBook:
             if over(f) and not t.ended:
                 t.end_step, t.ended = f.end_step, True
                 alerts.append(Alert(Event.ENDED, f, t.key, previous=before))
+        # An alerted event now judged a note and over: the news its alert was waiting for (a
+        # spike held at warning while nothing was logged after it, back on its trend since:
+        # physiological). Only an event no alerting finding of this poll still reports: a
+        # note beside it is another event of the same kind.
+        for f in notes:
+            t = self._match(f) if over(f) else None
+            if t is None or t.ended or t.origin == WATCH or t.key in matched:
+                continue
+            t.end_step, t.ended = f.end_step, True
+            matched.add(t.key)
+            alerts.append(Alert(Event.ENDED, f, t.key, previous=Severity(t.severity)))
         return alerts
 
     def claim_action(self, alert: Alert) -> bool:
