@@ -39,6 +39,7 @@ from forensics.evidence.spike_context import (
     NEAR_STEPS,
     Overlaps,
     ScheduleEvent,
+    absorbed_reach,
     event_near,
     near_steps,
 )
@@ -495,6 +496,8 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
     if f.kind is FindingKind.PERIODIC_SPIKES:
         return _restart_period(x.ev, f)
     reach = x.schedule_near
+    if f.kind is FindingKind.GRAD_NORM_SPIKE:
+        reach = absorbed_reach(f.measures, reach)
     event = x.schedule_event(onset - reach, onset + 1)
     if event is not None:
         s, t = event
@@ -506,6 +509,24 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
             else f"{lag:,} steps before the onset at step {onset:,}"
         )
         return Cause("lr_schedule", SUPPORTED, f"{t} at step {s:,}, {when}", (s,), anchor=s)
+    if reach < x.schedule_near:  # an absorbed outlier: an event further back is named
+        far = x.schedule_event(onset - x.schedule_near, onset + 1)
+        if far is not None:
+            s, t = far
+            rec = f.measures.get("recovery_steps")
+            back = (
+                f"back within {rec:,} step{'s' if rec != 1 else ''}"
+                if isinstance(rec, int)
+                else "back at once"
+            )
+            return Cause(
+                "lr_schedule",
+                CONTRADICTED,
+                f"{t} at step {s:,}, {onset - s:,} steps before the onset at step {onset:,}; "
+                f"the schedule has set the LR of every step since, and an outlier {back} "
+                "with the loss unmoved is not what a schedule change does",
+                (s,),
+            )
     phase = x.phase_at(onset)
     return Cause(
         "lr_schedule",

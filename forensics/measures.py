@@ -156,8 +156,9 @@ _SPIKE = (
         "lr_kink_step",
         int,
         "step of the LR-schedule event the spike follows (schedule-induced: a warm-up end, "
-        "restart, step drop or cooldown start up to its onset, within the causes' reach), "
-        "else null",
+        "restart, step drop or cooldown start up to its onset, within the causes' reach; for "
+        "a grad-norm outlier the optimizer absorbed, at its onset or one logging interval "
+        "before), else null",
         null=True,
     ),
     _m(

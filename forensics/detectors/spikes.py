@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Band, Evidence
-from forensics.evidence.spike_context import Overlaps, event_near, near_steps
+from forensics.evidence.spike_context import Overlaps, absorbed_reach, event_near, near_steps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
 from forensics.evidence.trend_utils import num
@@ -304,6 +304,7 @@ class SpikeDetector:
             how = _inside(j.diverged)
         elif transient:
             m["judged_by"] = "recovery"
+            _unless_absorbed(m, s.start_step, self.params.schedule_lag)
             sev = (
                 Severity.WARNING
                 if m["loss_response"]
@@ -363,6 +364,16 @@ class SpikeDetector:
             m,
             judged_against=judged,
         )
+
+
+def _unless_absorbed(m: dict[str, Any], onset: int, lag: int) -> None:
+    """An outlier the optimizer absorbed follows a schedule event only at its onset or the
+    logged step before it (:func:`absorbed_reach`, as the causes table reads it)."""
+    kink = m.get("lr_kink_step")
+    if isinstance(kink, int) and kink < onset - absorbed_reach(m, lag):
+        m["lr_kink_step"] = m["lr_kink_kind"] = None
+        if m.get("cause") == "schedule_induced":
+            m["cause"] = None
 
 
 def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,21 @@ def schedule_events(schedule: Schedule, warmup_end: int | None) -> list[Schedule
 
 
 _TIE_ORDER = ("drop", "restart", "cooldown", "warmup_end")
+
+
+def absorbed_reach(measures: Mapping[str, object], reach: int) -> int:
+    """How far before a grad-norm spike's onset a schedule event may lie to be its cause.
+
+    ``reach`` (:func:`near_steps`), but one logging interval for an outlier the optimizer
+    absorbed (``transient`` and no ``loss_response``): a schedule change sets the LR of
+    every step after it, so it explains what starts with it or builds up after it, not a
+    single batch's outlier tens of steps later (the healthy runs' step-71 outlier, 41 steps
+    after the warm-up's end). The spike detector's sentence and the causes table both read it."""
+    if measures.get("transient") is True and measures.get("loss_response") is False:
+        iv = measures.get("log_interval")
+        one = int(iv) if isinstance(iv, int | float) and math.isfinite(iv) and iv >= 1 else 1
+        return min(reach, one)
+    return reach
 
 
 def event_near(
