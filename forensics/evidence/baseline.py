@@ -155,16 +155,59 @@ def total_param_norm(ev: Evidence) -> tuple[Series, str]:
     if not layers:
         return s, PARAM_NORM
     v = ev.run.metric_rows(PARAM_NORM_LAYER)
-    tot = (
-        v.group_by("step")
-        .agg((pl.col("value") ** 2).sum().sqrt().alias("v"), pl.col("layer").n_unique().alias("n"))
-        .filter(pl.col("n") == len(layers))
-        .sort("step")
-    )
-    x = tot.get_column("step").to_numpy().astype(np.int64)
-    y = tot.get_column("v").to_numpy().astype(float)
+    same = _same_steps(v, len(layers))
+    if same is not None:
+        x, y = same
+    else:
+        tot = (
+            v.group_by("step")
+            .agg(
+                (pl.col("value") ** 2).sum().sqrt().alias("v"),
+                pl.col("layer").n_unique().alias("n"),
+            )
+            .filter(pl.col("n") == len(layers))
+            .sort("step")
+        )
+        x = tot.get_column("step").to_numpy().astype(np.int64)
+        y = tot.get_column("v").to_numpy().astype(float)
     ok = np.isfinite(y)
     return Series(x[ok], y[ok]), PARAM_NORM_LAYER
+
+
+def _same_steps(v: pl.DataFrame, n_layers: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The total of :func:`total_param_norm` where every per-layer tag logged the same
+    steps (the usual log): the view holds each tag's rows together, sorted by step, so the
+    total is the root of a sum over the tags' rows, added one tag at a time, each read in
+    place (no hash table of the steps, no copy of the columns: a group-by of a 1M-step
+    run's 640,000 rows took 30 MiB above the frame). None for any other shape (the
+    group-by then)."""
+    n = v.height
+    if n == 0 or v.get_column("value").null_count() or v.get_column("layer").null_count():
+        return None
+    runs = v.get_column("tag").rle()
+    lens = runs.struct.field("len").to_numpy()
+    m = int(lens[0])
+    if not (lens == m).all() or runs.struct.field("value").n_unique() != len(lens):
+        return None
+    if v.get_column("layer").n_unique() != n_layers:
+        return None
+    first: np.ndarray | None = None
+    total: np.ndarray | None = None
+    for r in range(len(lens)):
+        part = v.slice(r * m, m)  # (one tag's rows: one chunk of the view, read in place)
+        steps = part.get_column("step").to_numpy()
+        y = part.get_column("value").to_numpy().astype(float, copy=False)
+        if first is None:
+            if not (np.diff(steps) > 0).all():
+                return None
+            first, total = steps.astype(np.int64), y * y
+        elif not np.array_equal(steps, first):
+            return None
+        else:
+            assert total is not None
+            total += y * y
+    assert first is not None and total is not None
+    return first, np.sqrt(total, out=total)
 
 
 def param_norm_baseline(ev: Evidence, *, window: int = 500) -> Baseline | None:
