@@ -556,6 +556,10 @@ CAUSE_ADVICE: dict[str, str] = {
     "bad_batch": "find that batch (the data loader's position at that step) and fix or drop "
     "the sample; the loss came back at once, so there is nothing to roll back. If bad batches "
     "recur, filter the data (lengths, encodings, empty documents).",
+    "lr_change": "put the learning rate back on its schedule first (a typo in the config, or "
+    "the scheduler state a resumed job loaded, set it off); the climb followed that change. "
+    "Roll back to a checkpoint from before it if the evals have already suffered; other "
+    "remedies only if the climb goes on once the LR is back.",
 }
 
 STANDING_GUIDANCE: tuple[Prescription, ...] = (

@@ -44,6 +44,7 @@ from forensics.evidence.trend_utils import (
     rolling_median,
     sig,
     theil_sen,
+    times,
 )
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import GradNormDriftParams
@@ -157,7 +158,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     below = np.flatnonzero(~warn_hit)
     warn_idx = int(below[-1] + 1) if len(below) else 0
     warn_idx = min(warn_idx, len(xb) - 1)
-    onset = _onset(xb[: warn_idx + 1], smooth[: warn_idx + 1], base.value)
+    onset = _at_lr_change(ev, xb, _onset(xb[: warn_idx + 1], smooth[: warn_idx + 1], base.value))
     post = int(np.searchsorted(xs, onset, side="left"))  # xs[post:] >= onset
     g_slope = theil_sen(xs[post:], ys[post:])
     del xs, ys  # (not read past here: the loss's points are not held beside them)
@@ -304,6 +305,21 @@ def _onset(xb: np.ndarray, smooth: np.ndarray, base: float) -> int:
     return int(round(xb[at_base[-1]])) if len(at_base) else int(round(xb[0]))
 
 
+def _at_lr_change(ev: Evidence, xb: np.ndarray, onset: int) -> int:
+    """The climb's onset at an LR change off the schedule that starts within one bin after
+    the fitted bend. The bend is fitted on bin medians, so it is known to about a bin's
+    width: a climb that a 10x LR typed at step 5,000 started was fitted to begin at step
+    4,981, "before" the change that caused it (and the LR-change cause, which asks for a
+    change going on at the onset, was called contradicted)."""
+    if len(xb) < 2:
+        return onset
+    width = float(np.median(np.diff(xb)))
+    for seg in ev.schedule.unexplained:
+        if onset < seg.start_step <= onset + width:
+            return int(seg.start_step)
+    return onset
+
+
 class GradNormDriftDetector:
     """Flags a grad norm that keeps climbing while the loss keeps falling, beyond what the LR
     schedule explains (a climb the schedule explains is an ``info`` note)."""
@@ -355,6 +371,11 @@ class GradNormDriftDetector:
             summary = (
                 f"{rise}, beyond the {m['expected_rise']:.1f}x the LR decay "
                 f"({sig(m['lr_baseline'])} -> {sig(m['lr_now'])}) explains."
+            )
+        elif m["lr_baseline"] and m["lr_now"] > 1.1 * m["lr_baseline"]:
+            summary = (
+                f"{rise}, at a learning rate {times(m['lr_now'] / m['lr_baseline'])}x its "
+                f"baseline's ({sig(m['lr_baseline'])} -> {sig(m['lr_now'])})."
             )
         else:
             summary = f"{rise}, at a learning rate that did not decay ({sig(m['lr_now'])})."
