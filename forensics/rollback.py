@@ -104,7 +104,8 @@ class RollbackPlan:
         new = _num(lo) if lo == hi else f"{_num(lo)}-{_num(hi)}"
         cut, _, rule = self.lr_cut_text.partition(" (")
         rule = f"; {rule.rstrip(')')}" if rule else ""
-        return f"{new} ({cut} than {_num(self.lr_before)}, the LR before the incident{rule})"
+        than = "of" if cut.startswith("down to") else "than"  # ("down to a third of 0.0003")
+        return f"{new} ({cut} {than} {_num(self.lr_before)}, the LR before the incident{rule})"
 
     @property
     def at_resume(self) -> bool:
@@ -561,6 +562,12 @@ def rollback_plan(
         if lr_before is not None and cut[1] > 0
         else None
     )
+    if f.kind == FindingKind.GRAD_NORM_DRIFT and lr_change is not None and lr_before is not None:
+        # A climb that an LR change off the schedule began: the first aid is the LR from
+        # before the change, not a third of the changed one (nor of the one before it).
+        cut = (0.0, 0.0)
+        cut_text = f"back to {_num(lr_before)}, its value before the change (first aid)"
+        lr_resume = None
     if (at_resume(f) or lr_at_resume) and lr_change is not None and lr_before is not None:
         # The resume changed the LR itself (a schedule restarted or re-created): the remedy is
         # the LR it had before, not an unchanged one.

@@ -6,8 +6,9 @@ caused: "lr_change: contradicted ... its unexplained change starts later, at ste
 
 The onset is now the LR change where one starts within a bin after the fitted bend; the LR
 change is the supported cause and moved first, the sentence says the LR is 10x its
-baseline's, and the advice is to put the LR back on its schedule. A climb without an LR
-change keeps its fitted onset.
+baseline's, and the advice (the terminal's next step, the first-aid plan) is to put the LR
+back to its value before the change. A climb without an LR change keeps its fitted onset
+and the first aid of a third of the LR.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def test_a_climb_the_lr_jump_started_begins_at_the_jump(tmp_path: Path) -> None:
     assert lr.status == "supported"
     assert "(x10: 0.0003 -> 0.003 at step 5,000); still raised at the onset" in lr.evidence
     assert diag.order_sentence().startswith("The learning rate moved first (onset at step 5,000")
+    # The first aid is the LR from before the change, not a third of either LR.
+    (plan,) = diag.rollbacks
+    assert not plan.rollback
+    assert plan.lr_text() == "back to 0.0003, its value before the change (first aid)"
     out = CliRunner().invoke(app, ["analyze", str(tmp_path / "metrics.jsonl"), "--no-report"])
     assert "What to do (lr change at step 5,000): Orange light: put the learning rate back" in (
         " ".join(out.output.split())
@@ -62,3 +67,7 @@ def test_a_climb_without_an_lr_change_keeps_its_fitted_onset(tmp_path: Path) -> 
     (lr,) = [c for c in diag.causes_for(drift) if c.cause == "lr_change"]
     assert lr.status == "contradicted"
     assert diag.order_sentence().startswith("The gradient norm moved first")
+    (plan,) = diag.rollbacks
+    assert plan.sentence().endswith(
+        "learning rate 0.0001 (down to a third of 0.0003, the LR before the incident; first aid)."
+    )
