@@ -108,7 +108,9 @@ _SPIKE = (
     _m(
         "plateau_shift",
         float,
-        "post-recovery steady level minus the extrapolated trend (series units)",
+        "post-recovery steady level minus the extrapolated trend (series units); null with a "
+        "level trend, or for a grad-norm outlier back within its transient limit (its "
+        "recovery is its shape: the later level is not its doing)",
         null=True,
     ),
     _m("plateau_shift_rel", float, "the same, relative to the trend", null=True),
@@ -128,7 +130,8 @@ _SPIKE = (
     _m(
         "classification",
         str,
-        "physiological: back on its trend; pathological: settled higher or came back too "
+        "physiological: back on its trend (a transient grad-norm outlier: by its recovery "
+        "alone); pathological: settled higher or came back too "
         "slowly; beneficial: settled lower; unresolved: still above its trend when the log ends; "
         "diverged: inside a diverged stretch, part of that divergence",
         values=SPIKE_CLASSES,

@@ -106,6 +106,11 @@ def spike_cell(finding: Any, key: str) -> str:
     """One cell of the spike table: the measure, with a non-loss spike's class as its shape."""
     value = finding.measures.get(key)
     if key == "classification" and finding.metric != "loss" and value in _SHAPE_WORDS:
+        rec = finding.measures.get("recovery_steps")
+        if finding.measures.get("judged_by") == "recovery" and isinstance(rec, int):
+            # A transient outlier is judged by its recovery alone: no level after it is
+            # measured, so the cell says what was (not "back on its trend" for good).
+            return f"back within {rec:,} step{'s' if rec != 1 else ''}"
         return _SHAPE_WORDS[value]
     return _num(value)
 
