@@ -844,7 +844,9 @@ def _climb(x: _Facts, f: Finding) -> Cause:
         g
         for g in drifts
         if g.start_step < f.start_step
-        and (g.end_step if g.end_step is not None else g.start_step) >= f.start_step
+        and x.ev.ran_into(
+            GRAD_NORM, g.end_step if g.end_step is not None else g.start_step, f.start_step
+        )
         and g.severity is not Severity.INFO
     ]
     if going:

@@ -508,7 +508,11 @@ def rollback_plan(
             and needs_action(g)
             and g.kind in DYNAMICS
             and g.start_step < onset
-            and (g.end_step is None or g.end_step >= f.start_step)
+            and (
+                g.end_step is None
+                or g.end_step >= f.start_step
+                or (g.metric is not None and ev.ran_into(g.metric, g.end_step, f.start_step))
+            )
         ):
             onset, cause = g.start_step, g
     # A loss spike cut from a steady climb (the loss never came back and had been rising

@@ -110,6 +110,29 @@ class Evidence:
             self._series[key] = got if ok.all() else Series(got.steps[ok], got.values[ok], wall)
         return self._series[key]
 
+    def ran_into(self, metric: str, end: int, step: int) -> bool:
+        """Did a finding on ``metric`` that ends at ``end`` last up to ``step`` (> ``end``):
+        its series read nothing finite after ``end`` before ``step``, and either logged
+        non-finite points from there up to ``step`` or reached ``step`` within one logging
+        interval. A grad-norm climb that ran into a NaN ends at the last finite point (the
+        drift to step 8,999, the NaN from step 9,000): it was still going on at the NaN's
+        onset. A series no longer logged at all does not carry a finding on."""
+        if end >= step:
+            return True
+        from forensics.schema import PER_LAYER
+
+        if metric in PER_LAYER:
+            return False  # (one series per layer: a finding's own layer is not known here)
+        finite, logged = self.series(metric).steps, self.logged(metric).steps
+        nxt = int(np.searchsorted(finite, end, side="right"))
+        if nxt < len(finite) and int(finite[nxt]) < step:
+            return False  # read again, finite, before ``step``: the finding had ended
+        after = int(np.searchsorted(logged, end, side="right"))
+        if after < len(logged) and int(logged[after]) <= step:
+            return True
+        gaps = np.diff(logged)
+        return bool(len(gaps)) and step - end <= float(np.median(gaps))
+
     def logged(self, metric: str, layer: int | None = None) -> Series:
         """Every logged point of one series, NaN and Inf included (they are evidence), sorted
         by step (cached). For where a value was logged, not for statistics."""

@@ -1,0 +1,87 @@
+"""A grad norm that climbs for 3,000 steps while the loss keeps falling, then the loss and the
+grad norm turn NaN (the article's case: the climb comes first, nobody looked). The drift's
+last point is the last finite grad norm, step 8,999; the NaN starts at step 9,000.
+
+A drift "still going on at the onset" had to end at the onset or later, so the NaN read "no
+cause the log can show is supported", was an incident of its own, and the rollback went to
+the checkpoint at step 8,500: in the middle of the climb, with the grad norm already 5x its
+baseline. A finding that ran into non-finite numbers lasts up to them: the climb is the NaN's
+supported cause, one incident, and the rollback goes to the checkpoint before the climb.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from forensics.findings import FindingKind
+from forensics.pipeline import analyze_run, read_run
+
+
+def _write(path: Path, *, nan_logged: bool = True, gap_before_nan: int = 0) -> Path:
+    rng = np.random.default_rng(5)
+    rows = []
+    for s in range(1, 10001):
+        lr = 6e-4 * min(1, s / 1000) * (0.1 + 0.45 * (1 + np.cos(np.pi * s / 10000)))
+        row: dict[str, float] = {"step": s, "train/lr": lr}
+        loss = 2.2 + 6 / (1 + s / 300) + rng.normal(0, 0.02)
+        gn = 0.4 + rng.gamma(2, 0.02)
+        if s > 6000:
+            gn *= 1 + (s - 6000) / 600
+        if s >= 9000:
+            loss = gn = float("nan")
+        row["train/loss"] = loss
+        if not (s >= 9000 and not nan_logged) and not (9000 - gap_before_nan <= s < 9000):
+            row["train/grad_norm"] = gn
+        rows.append(json.dumps(row))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _incident_of(diag, kind: FindingKind):
+    (f,) = [f for f in diag.findings if f.kind is kind and f.metric == "loss"] or [
+        f for f in diag.findings if f.kind is kind
+    ]
+    (inc,) = [i for i in diag.incidents if any(g is f for g in i.findings)]
+    return f, inc
+
+
+def test_a_climb_that_ran_into_a_nan_is_its_cause(tmp_path: Path) -> None:
+    diag = analyze_run(read_run(_write(tmp_path / "metrics.jsonl")))
+    (drift,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_DRIFT]
+    assert drift.end_step == 8999
+    nan, inc = _incident_of(diag, FindingKind.NAN_INF)
+    assert nan.start_step == 9000
+    (climb,) = [c for c in diag.causes_for(nan) if c.cause == "grad_norm_climb"]
+    assert climb.status == "supported"
+    assert "climbing since step" in climb.evidence
+    assert any(g is drift for g in inc.findings)  # one incident
+    plan = inc.rollback
+    assert plan is not None and plan.onset_step == drift.start_step
+    assert plan.last_healthy_step == drift.start_step - 1
+    assert plan.checkpoint_step is not None and plan.checkpoint_step < drift.start_step
+
+
+def test_a_grad_norm_no_longer_logged_after_the_climb_still_ran_into_it(tmp_path: Path) -> None:
+    """Trainers often stop logging the grad norm once it is NaN: the climb still reached the
+    NaN's onset, one logging interval after its last point."""
+    diag = analyze_run(read_run(_write(tmp_path / "metrics.jsonl", nan_logged=False)))
+    (drift,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_DRIFT]
+    nan, inc = _incident_of(diag, FindingKind.NAN_INF)
+    (climb,) = [c for c in diag.causes_for(nan) if c.cause == "grad_norm_climb"]
+    assert climb.status == "supported"
+    assert inc.rollback is not None and inc.rollback.onset_step == drift.start_step
+
+
+def test_a_climb_that_stopped_being_logged_long_before_is_not_carried_on(tmp_path: Path) -> None:
+    """A grad norm last logged 500 steps before the NaN says nothing about those steps."""
+    diag = analyze_run(
+        read_run(_write(tmp_path / "metrics.jsonl", nan_logged=False, gap_before_nan=500))
+    )
+    (drift,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_DRIFT]
+    assert drift.end_step == 8499
+    nan, _ = _incident_of(diag, FindingKind.NAN_INF)
+    (climb,) = [c for c in diag.causes_for(nan) if c.cause == "grad_norm_climb"]
+    assert climb.status == "contradicted"
