@@ -455,6 +455,7 @@ def _series_panel(
     }
     if log_y:
         fig["layout"]["yaxis"]["type"] = "log"
+        _power_of_two_ticks(fig, y)
     if band is None and not fs:
         _flat_range(fig, y, log_y)
     if band is not None:
@@ -462,6 +463,32 @@ def _series_panel(
     judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
     return Panel(metric, title, caption, fig, fs)
+
+
+def _power_of_two_ticks(fig: dict[str, Any], y: np.ndarray) -> None:
+    """Ticks at powers of two on a loss-scale axis: a scaler halves and doubles, so its values
+    are 2^k and the decade ticks plotly picks (10k, 1M, 100M) name none of them. At most
+    :data:`_MAX_TICKS` ticks, every second or fourth power on a wide range, one of them at the
+    median's power; the hover still shows each value in full."""
+    v = y[np.isfinite(y) & (y > 0)]
+    if len(v) == 0:
+        return
+    lo, hi = int(np.floor(np.log2(v.min()))), int(np.ceil(np.log2(v.max())))
+    if lo == hi:  # a constant scale (its range is a decade each side: see _flat_range)
+        lo, hi = lo - 3, hi + 3
+    every = 1
+    while (hi - lo) // every + 1 > _MAX_TICKS:
+        every *= 2
+    # Thinned around the typical value (the median's power), which is then labelled.
+    mid = int(np.round(np.log2(np.median(v))))
+    ks = [k for k in range(lo, hi + 1) if (k - mid) % every == 0]
+    fig["layout"]["yaxis"].update(
+        tickvals=[2.0**k for k in ks],
+        ticktext=[f"2<sup>{k}</sup>" if k > 10 or k < 0 else f"{2**k:,}" for k in ks],
+    )
+
+
+_MAX_TICKS = 8
 
 
 def _flat_range(fig: dict[str, Any], y: np.ndarray, log_y: bool) -> None:
