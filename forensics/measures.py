@@ -374,7 +374,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "pattern",
             str,
             "cascade: halvings in quick succession; sustained_decline: separate drops that "
-            "never grow back",
+            "its growth never made up for (the scale stays at least decline_halvings below "
+            "its peak)",
             values=("cascade", "sustained_decline"),
         ),
         _m(
@@ -391,13 +392,36 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "finding's start",
             null=True,
         ),
-        _m("to_scale", float, "scale after the last halving (null likewise)", null=True),
+        _m(
+            "to_scale",
+            float,
+            "scale after the last halving (a decline: its lowest scale; null likewise)",
+            null=True,
+        ),
+        _m(
+            "to_step",
+            int,
+            "step of a sustained decline's lowest scale (its first point there; null for a "
+            "cascade)",
+            null=True,
+        ),
+        _m(
+            "last_scale",
+            float,
+            "a sustained decline's scale at its last step, where it may have grown back part "
+            "of the way (null for a cascade)",
+            null=True,
+        ),
         _m(
             "halvings",
             float,
             "number of halvings (log2 of from/to; one per overflow line otherwise)",
         ),
-        _m("steps", int, "steps the cascade or decline spans"),
+        _m(
+            "steps",
+            int,
+            "steps the cascade spans, or the decline from its peak to its lowest scale",
+        ),
         _m(
             "overflow_steps",
             int,

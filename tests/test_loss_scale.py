@@ -334,3 +334,22 @@ def test_a_first_halving_after_the_scale_held_is_a_warning_at_a_spike():
     assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
     assert f.severity is Severity.WARNING
     assert "at a spike in the same steps: numeric overflow" in f.summary
+
+
+def test_a_decline_that_grew_back_part_of_the_way_says_so():
+    """Eleven overflows 600 steps apart take the scale from 65,536 down to 32 by step 7,500;
+    then it doubles every 2,000 clean steps, to 2,048 at the end of the log. The decline spans
+    its fall (1,500-7,500, to its lowest scale) and its drops on the way down, and the
+    sentence says it grew back: it read "declined ... over 17,999 steps ... without growing
+    back" beside a chart where it had grown 64x."""
+    overflows = tuple(range(1500, 7501, 600))
+    s, sc = scaler(20000, overflows=overflows, growth=2000)
+    found = _drops(_run(train__loss=healthy_loss(20000), loss_scale=(s, sc)))
+    (d,) = [f for f in found if f.measures["pattern"] == "sustained_decline"]
+    m = d.measures
+    assert (m["from_scale"], m["to_scale"], m["to_step"]) == (65536.0, 32.0, 7500)
+    assert m["steps"] == 6000 and m["drops"] == len(overflows) and m["halvings"] == 11
+    assert m["last_scale"] == sc[-1] == 2048.0
+    assert "over 6,000 steps (steps 1,500-7,500) in 11 separate drops" in d.summary
+    assert "it grew back 64x to 2,048 by step 19,999, still 32x below its peak" in d.summary
+    assert "without growing back" not in d.summary

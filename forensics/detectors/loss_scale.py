@@ -137,6 +137,8 @@ class LossScaleDetector:
             "from_scale": c.from_scale,
             "from_step": c.from_step,
             "to_scale": c.to_scale,
+            "to_step": None,
+            "last_scale": None,
             "halvings": c.halvings,
             "steps": c.end_step - c.start_step,
             "overflow_steps": c.overflow_steps,
@@ -222,12 +224,15 @@ class LossScaleDetector:
             span = int(t[b] - t[a])
             if span < self.params.decline_steps:
                 continue
-            # Find where the level left its peak and count the separate drops on the way down.
+            # Find where the level left its peak and count the separate drops on the way down
+            # (to its lowest point: the drops after it are part of the sawtooth it grew back
+            # through).
             start = a
             while start > 0 and lvl[start - 1] < peak[a]:
                 start -= 1
-            seg = lvl[start - 1 if start > 0 else 0 : b + 1]
-            drop_steps = t[start : b + 1][np.diff(seg) < 0] if len(seg) > 1 else np.array([])
+            bottom = a + int(np.argmin(lvl[a : b + 1]))  # the first lowest point
+            seg = lvl[start - 1 if start > 0 else 0 : bottom + 1]
+            drop_steps = t[start : bottom + 1][np.diff(seg) < 0] if len(seg) > 1 else np.array([])
             events = (
                 1 + int(np.sum(np.diff(drop_steps) > self.params.cascade_gap))
                 if len(drop_steps)
@@ -235,14 +240,17 @@ class LossScaleDetector:
             )
             if events < 2:
                 continue  # one cascade that stayed down: already reported as that cascade
-            from_scale, to_scale = float(2 ** peak[a]), float(2 ** lvl[a : b + 1].min())
-            n_steps = int(t[b] - t[start])
+            from_scale, to_scale = float(2 ** peak[a]), float(2 ** lvl[bottom])
+            last_scale = float(2 ** lvl[b])
+            n_steps = int(t[bottom] - t[start])
             measures: dict[str, MeasureValue] = {
                 "pattern": "sustained_decline",
                 "from_scale": from_scale,
                 "from_step": int(t[start - 1]) if start > 0 else None,
                 "to_scale": to_scale,
-                "halvings": float(peak[a] - lvl[a : b + 1].min()),
+                "to_step": int(t[bottom]),
+                "last_scale": last_scale,
+                "halvings": float(peak[a] - lvl[bottom]),
                 "steps": n_steps,
                 "overflow_steps": None,
                 "drops": events,
@@ -251,10 +259,18 @@ class LossScaleDetector:
                 "spike_step": None,
                 "source": "loss_scale",
             }
+            if last_scale > to_scale:
+                regrew = (
+                    f"; it grew back {last_scale / to_scale:,.4g}x to {scale_text(last_scale)} "
+                    f"by step {int(t[b]):,}, still {from_scale / last_scale:,.4g}x below its peak"
+                )
+            else:
+                regrew = f"; still at {scale_text(to_scale)} at step {int(t[b]):,}"
             summary = (
                 f"Loss scale declined from {scale_text(from_scale)} to {scale_text(to_scale)} "
-                f"over {steps_text(n_steps)} in {events:,} separate drops without growing back: "
-                "gradients keep overflowing fp16."
+                f"over {steps_text(n_steps)} (steps {int(t[start]):,}-{int(t[bottom]):,}) in "
+                f"{events:,} separate drops: gradients overflowed fp16 faster than the scaler "
+                f"grew it back{regrew}."
             )
             out.append(
                 Finding(
