@@ -424,3 +424,22 @@ def test_one_run_logged_as_float32_and_as_float64_never_parts(tmp_path: Path) ->
     for metric in ("lr", "loss", "grad_norm"):
         (p,) = partings(ref, [other], metric)
         assert p is not None and p["step"] is None, (metric, p)
+
+
+def test_the_end_value_of_a_climbing_loss_is_where_the_log_ends() -> None:
+    """The "loss (end)" row is the median of the last 5% of points, at most 100: a loss that
+    climbs by 0.0009 a step to 6.95 at step 12,000 read 6.54 over its last 600 points."""
+    from forensics.compare import _vital
+
+    steps = np.arange(1, 12001)
+    rising = 2.5 + np.where(steps > 7000, 0.0009 * (steps - 7000), 0.0)
+    ev = Evidence(run_from_frame(long_frame({"loss": (steps, rising)})))
+    v = _vital(ev, "loss")
+    assert v is not None and v["final"] == pytest.approx(float(np.median(rising[-100:])))
+    assert rising[-1] - v["final"] < 0.05
+    # A short log keeps its 5%: 400 points, the last 20.
+    short = Evidence(
+        run_from_frame(long_frame({"loss": (steps[:400], rising[:400] + steps[:400])}))
+    )
+    s = _vital(short, "loss")
+    assert s is not None and s["final"] == pytest.approx(float(np.median(2.5 + steps[380:400])))
