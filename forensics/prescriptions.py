@@ -67,6 +67,9 @@ _ROLLBACK_SPIKE = (
 LOSS_MOVED = "loss_moved"  # the grad-norm spike variant for a transient the loss followed
 EARLY_EPOCHS = "early_epochs"  # the overfitting variant for a val loss turning up in epoch 1-2
 NAN_HARMLESS = "loss_back"  # isolated NaN steps after which the loss came back to its level
+# The spike variant for one that follows an LR-schedule event (a restart, the warm-up's end)
+# and came back: the schedule's doing, not a batch's (article 4.4).
+SCHEDULE_SPIKE = "schedule_induced"
 
 TABLE: dict[FindingKind, Prescription] = {
     FindingKind.GRAD_NORM_DRIFT: Prescription(
@@ -161,6 +164,10 @@ TABLE: dict[FindingKind, Prescription] = {
             "spike needs no treatment of its own.",
             "unresolved": "The log ends before the loss recovered. If it has not recovered "
             "within about 500 steps: " + _ROLLBACK_SPIKE,
+            SCHEDULE_SPIKE: "No action for one: it follows the LR schedule (a restart or the "
+            "warm-up's end) and came back, the schedule's doing rather than a disease. If one "
+            "comes with every restart, the LR climbs too fast there: lengthen the warm-up at "
+            "each restart.",
         },
     ),
     FindingKind.DIVERGENCE: Prescription(
@@ -357,6 +364,9 @@ TABLE: dict[FindingKind, Prescription] = {
             LOSS_MOVED: "Look at the batch behind it: the loss moved with the gradient, so the "
             "optimizer did not simply absorb it; if such spikes recur, find their batches and "
             "fix the sampler or the data.",
+            SCHEDULE_SPIKE: "It follows the LR schedule (a restart or the warm-up's end), not "
+            "a batch, and came back: no action for one. If one comes with every restart, the "
+            "LR climbs too fast there: lengthen the warm-up at each restart.",
         },
     ),
     FindingKind.PERIODIC_SPIKES: Prescription(
@@ -625,6 +635,8 @@ def prescribe(finding: Finding) -> str:
         text = p.variants[reason]
     elif finding.kind is FindingKind.OVERFITTING and _early_epoch(finding):
         text = p.variants[EARLY_EPOCHS]
+    elif _after_schedule(finding) and SCHEDULE_SPIKE in p.variants:
+        text = p.variants[SCHEDULE_SPIKE]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
     elif isinstance(cls, str) and cls in p.variants:
@@ -638,6 +650,15 @@ def prescribe(finding: Finding) -> str:
     if prefix and (first == "A" or (len(first) > 1 and first[0].isupper() and first[1:].islower())):
         text = text[0].lower() + text[1:]  # "Red light: roll back ...", not "Red light: Roll"
     return prefix + text
+
+
+def _after_schedule(finding: Finding) -> bool:
+    """A spike that follows an LR-schedule event (its measured cause) and came back."""
+    m = finding.measures
+    return m.get("cause") == "schedule_induced" and m.get("classification") in (
+        "physiological",
+        "beneficial",
+    )
 
 
 def _early_epoch(finding: Finding) -> bool:
