@@ -353,6 +353,31 @@ def test_ui_chart_csv_with_two_runs_is_two_jobs(tmp_path: Path) -> None:
     assert any("down-sampled" in n for n in res.notes)
 
 
+def test_each_run_of_a_two_run_csv_file_is_named_after_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``analyze loss.csv --all``: each job's verdict line names its W&B run (both were called
+    "loss", after the file)."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    _ui_csv(
+        tmp_path / "loss.csv",
+        ["Group: exp - a", "brisk-pond-1"],
+        "train/loss",
+        range(0, 100, 10),
+        lambda s: 3.0,
+        spread=0.1,
+    )
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path / "out")
+    out = CliRunner().invoke(app, ["analyze", str(tmp_path / "loss.csv"), "--all", "--no-report"])
+    assert out.exit_code == 0, out.output
+    heads = [line.split("  steps")[0] for line in out.output.splitlines() if "  steps " in line]
+    assert sorted(heads) == ["brisk-pond-1", "exp - a"]
+
+
 # -- API history exports ---------------------------------------------------------------------
 def _history_rows() -> list[dict]:
     """What run.history() returns: sparse rows, _step/_runtime/_timestamp, eval rows apart."""

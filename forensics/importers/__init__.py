@@ -431,7 +431,11 @@ def merge_job(
         and all(s.scope == "file" for s in sources)
     ):
         job = "."
-    if path.is_file():
+    if path.is_file() and job != "." and not (path.parent / job).exists():
+        # One of several runs a file holds (a W&B UI CSV of two runs): the run's own name, as
+        # the tool that wrote the file shows it (both were called after the file before).
+        name = job
+    elif path.is_file():
         # The file stem (run.name contract); an event file's name says nothing, its folder does.
         name = (
             path.parent.name
