@@ -263,3 +263,16 @@ def test_a_nan_on_the_last_logged_step_without_a_scaler_persists() -> None:
     v[-1] = np.nan
     (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v))))
     assert f.severity is Severity.FATAL and f.measures["persistent"] is True
+
+
+def test_one_nan_at_the_last_step_is_said_once() -> None:
+    """A NaN at the last logged step (what a watcher sees first) read "The loss is nan from
+    step 300 to the end of the log (step 300): all 1 logged points are non-finite"."""
+    s = np.arange(1, 301)
+    v = 2.0 + 1.0 / s
+    v[-1] = np.nan
+    (f,) = [x for x in NanInfDetector().detect(Evidence(_run(train__loss=(s, v))))]
+    assert f.severity is Severity.FATAL and f.start_step == 300
+    assert (
+        f.summary == "The loss is nan at step 300, the last step logged: nothing finite after it."
+    )

@@ -308,7 +308,11 @@ class NanInfDetector:
                 else f"to step {end:,}, finite again from step {int(t[p1 + 1]):,}"
             )
             if len(finite) == 0:
-                count = f"all {span_n:,} logged points"
+                count = (
+                    "its one logged point is"
+                    if span_n == 1
+                    else f"all {span_n:,} logged points are"
+                )
             else:
                 where = ", ".join(f"{int(x):,}" for x in finite[:3]) + (
                     " ..." if len(finite) > 3 else ""
@@ -316,7 +320,7 @@ class NanInfDetector:
                 steps_word = "step" if len(finite) == 1 else "steps"
                 count = (
                     f"{span_bad:,} of the {span_n:,} logged points (finite only at "
-                    f"{steps_word} {where})"
+                    f"{steps_word} {where}) are"
                 )
             after = "; no usable values after that" if to_end and len(finite) == 0 else ""
             first_text = (
@@ -325,7 +329,14 @@ class NanInfDetector:
                 else f"The {name} is first {_label(v[first])} at step {int(t[first]):,}, "
                 f"and non-finite from step {int(t[p0]):,}"
             )
-            summary = f"{first_text} {tail}: {count} are non-finite{after}."
+            summary = f"{first_text} {tail}: {count} non-finite{after}."
+            if span_n == 1 and to_end and p0 == first:
+                # (one point, the log's last: "from step 9,000 to the end of the log (step
+                # 9,000): all 1 logged points are non-finite" said it three times over)
+                summary = (
+                    f"The {name} is {_label(v[first])} at step {int(t[first]):,}, the last "
+                    "step logged: nothing finite after it."
+                )
             sev = Severity.FATAL
         else:
             end = int(t[last])

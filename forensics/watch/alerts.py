@@ -154,9 +154,11 @@ class AlertBook:
 
         A finding has ended when it has an end step before ``last_step``, the run's last step
         (the sign recovered while the run went on); an end step at the last step is the log's
-        end, not a recovery (a NaN to the end of the log). ``last_steps`` gives the last step
-        per metric, which is the one that counts for a finding on that metric (a step half read:
-        its loss is in the file, its grad norm not yet). Without either any end step counts.
+        end, not a recovery (a NaN to the end of the log). :func:`last_steps` counts finite
+        points only: a sign that turned non-finite after a finding did not recover.
+        ``last_steps`` gives the last step per metric, which is the one that counts for a
+        finding on that metric (a step half read: its loss is in the file, its grad norm not
+        yet). Without either any end step counts.
         A finding that was alerted and is now a note (``info``) that has ended ends its event
         too: a spike alerted while unresolved, back on its trend since. A finding that was
         alerted and is no longer reported is left as it was: with more data a baseline can
@@ -290,8 +292,12 @@ def worst(alerts: Iterable[Alert]) -> Severity | None:
 
 
 def last_steps(run: Run) -> dict[str, int]:
-    """The last logged step of each vital sign (what ``AlertBook.update`` judges an end by)."""
+    """The last step each vital sign was logged with a finite value (what ``AlertBook.update``
+    judges an end by). Non-finite points after a finding do not end it: a grad-norm climb
+    that ran into a NaN (the drift to step 8,999, NaN from 9,000) did not recover, and its
+    "ENDED" came one line before the NaN's red alert."""
     import polars as pl
 
-    last = run.frame.group_by("metric").agg(pl.col("step").max()).drop_nulls()
+    finite = pl.col("step").filter(pl.col("value").is_finite())
+    last = run.frame.group_by("metric").agg(finite.max()).drop_nulls()
     return {str(m): int(s) for m, s in last.iter_rows()}
