@@ -374,14 +374,16 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "pattern",
             str,
             "cascade: halvings in quick succession; sustained_decline: separate drops that "
-            "its growth never made up for (the scale stays at least decline_halvings below "
-            "its peak)",
+            "its growth never made up for (the level the scale held, its median over the "
+            "trailing decline_steps, stays at least decline_halvings below its earlier highest; "
+            "the fall takes decline_steps or the scale kept overflowing down there)",
             values=("cascade", "sustained_decline"),
         ),
         _m(
             "from_scale",
             float,
-            "scale before the first halving (null when only overflow lines are known)",
+            "scale before the first halving (a decline: the highest level it held before; null "
+            "when only overflow lines are known)",
             null=True,
         ),
         _m(
@@ -395,14 +397,14 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "to_scale",
             float,
-            "scale after the last halving (a decline: its lowest scale; null likewise)",
+            "scale after the last halving (a decline: the lowest level it held; null likewise)",
             null=True,
         ),
         _m(
             "to_step",
             int,
-            "step of a sustained decline's lowest scale (its first point there; null for a "
-            "cascade)",
+            "step where a sustained decline's scale first fell to the lowest level it held "
+            "(null for a cascade)",
             null=True,
         ),
         _m(
@@ -420,7 +422,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "steps",
             int,
-            "steps the cascade spans, or the decline from its peak to its lowest scale",
+            "steps the cascade spans, or the decline from the last point at its earlier level "
+            "to to_step",
         ),
         _m(
             "overflow_steps",

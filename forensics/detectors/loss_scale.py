@@ -3,8 +3,9 @@
 A dynamic loss scaler halves its scale at every overflowing step and doubles it after a quiet
 stretch, so single halvings are ordinary. What this reports: each *cascade* of halvings (no
 growth in between, each within ``cascade_gap`` steps of the previous), and each *sustained
-decline* (the scale staying ``decline_halvings`` or more below its earlier peak for
-``decline_steps``, reached through several separate drops). Read from the ``loss_scale``
+decline* (the level the scale held, its median over the trailing ``decline_steps``, staying
+``decline_halvings`` or more below its earlier highest for ``decline_steps``, reached through
+several separate drops). Read from the ``loss_scale``
 series when logged, else from ``overflow`` (1 at each skipped step: DeepSpeed / Megatron lines).
 
 Severity: calibration = info; a later cascade of ``warn_halvings`` (3) or more halvings, one that
@@ -24,6 +25,7 @@ import numpy as np
 from forensics.evidence import Evidence, Series
 from forensics.evidence.spike_context import ScaleCascade
 from forensics.evidence.spike_shape import SpikeClass
+from forensics.evidence.trend_utils import rolling_median
 from forensics.findings import (
     Finding,
     FindingKind,
@@ -213,8 +215,16 @@ class LossScaleDetector:
         if len(t) < 3:
             return []
         lvl = np.log2(v)
-        peak = np.maximum.accumulate(lvl)
-        low = _at_least(peak, lvl, self.params.decline_halvings - 1e-9)
+        if float(lvl.max() - lvl.min()) < self.params.decline_halvings - 1e-9:
+            return []  # (no level it held can lie that far below another)
+        # The level the scaler held: the median of its trailing decline_steps. A healthy
+        # scaler's sawtooth (up after a quiet growth interval, down at the next overflow, an
+        # outlier batch's extra halving) moves it by a halving at most; a decline moves it.
+        # Against the all-time highest point, a sawtooth between 2^15 and 2^17 sat "two
+        # halvings below its peak" most of the time: warnings on healthy fp16 runs.
+        held = _held_level(t, lvl, self.params.decline_steps)
+        peak = np.maximum.accumulate(held)
+        low = _at_least(peak, held, self.params.decline_halvings - 1e-9)
         out = []
         idx = np.flatnonzero(low)
         if len(idx) == 0:
@@ -224,13 +234,15 @@ class LossScaleDetector:
             span = int(t[b] - t[a])
             if span < self.params.decline_steps:
                 continue
-            # Find where the level left its peak and count the separate drops on the way down
-            # (to its lowest point: the drops after it are part of the sawtooth it grew back
-            # through).
+            # Where the scale left the held peak, where it first fell to the lowest level it
+            # then held, and its separate drops on the way (the drops after that are the
+            # sawtooth it grew back through). Steps of the scale itself: the held level lags
+            # it by up to half its window.
             start = a
             while start > 0 and lvl[start - 1] < peak[a]:
                 start -= 1
-            bottom = a + int(np.argmin(lvl[a : b + 1]))  # the first lowest point
+            floor = float(held[a : b + 1].min())
+            bottom = start + int(np.argmax(lvl[start : b + 1] <= floor + 1e-9))
             seg = lvl[start - 1 if start > 0 else 0 : bottom + 1]
             drop_steps = t[start : bottom + 1][np.diff(seg) < 0] if len(seg) > 1 else np.array([])
             events = (
@@ -240,8 +252,16 @@ class LossScaleDetector:
             )
             if events < 2:
                 continue  # one cascade that stayed down: already reported as that cascade
-            from_scale, to_scale = float(2 ** peak[a]), float(2 ** lvl[bottom])
-            last_scale = float(2 ** lvl[b])
+            # A burst of overflows the scaler then grew back from (three outlier batches
+            # within 200 steps, a halving regained every growth interval, perhaps one more
+            # outlier on the way) is no decline: the fall must itself take decline_steps, or
+            # the scale must have overflowed again and again down there (it could not hold
+            # even the lower level).
+            again = int(np.count_nonzero(np.diff(lvl[bottom : b + 1]) < 0))
+            if int(t[bottom] - t[start]) < self.params.decline_steps and again < 2:
+                continue
+            from_scale, to_scale = float(2 ** peak[a]), float(2**floor)
+            last_scale = float(v[b])
             n_steps = int(t[bottom] - t[start])
             measures: dict[str, MeasureValue] = {
                 "pattern": "sustained_decline",
@@ -250,7 +270,7 @@ class LossScaleDetector:
                 "to_scale": to_scale,
                 "to_step": int(t[bottom]),
                 "last_scale": last_scale,
-                "halvings": float(peak[a] - lvl[bottom]),
+                "halvings": float(peak[a] - floor),
                 "steps": n_steps,
                 "overflow_steps": None,
                 "drops": events,
@@ -259,18 +279,20 @@ class LossScaleDetector:
                 "spike_step": None,
                 "source": "loss_scale",
             }
+            held_text = f"the level it held over {steps_text(self.params.decline_steps)}"
             if last_scale > to_scale:
                 regrew = (
-                    f"; it grew back {last_scale / to_scale:,.4g}x to {scale_text(last_scale)} "
-                    f"by step {int(t[b]):,}, still {from_scale / last_scale:,.4g}x below its peak"
+                    f"; it was back at {scale_text(last_scale)} by step {int(t[b]):,}, its held "
+                    "level still "
+                    f"{from_scale / float(2 ** held[b]):,.4g}x below the earlier one"
                 )
             else:
                 regrew = f"; still at {scale_text(to_scale)} at step {int(t[b]):,}"
             summary = (
                 f"Loss scale declined from {scale_text(from_scale)} to {scale_text(to_scale)} "
-                f"over {steps_text(n_steps)} (steps {int(t[start]):,}-{int(t[bottom]):,}) in "
-                f"{events:,} separate drops: gradients overflowed fp16 faster than the scaler "
-                f"grew it back{regrew}."
+                f"({held_text}) over {steps_text(n_steps)} (steps {int(t[start]):,}-"
+                f"{int(t[bottom]):,}) in {events:,} separate drops: gradients overflowed fp16 "
+                f"faster than the scaler grew it back{regrew}."
             )
             out.append(
                 Finding(
@@ -293,6 +315,16 @@ class LossScaleDetector:
 
 
 _CHUNK = 1 << 18
+
+
+def _held_level(t: np.ndarray, lvl: np.ndarray, steps: int) -> np.ndarray:
+    """The median of ``lvl`` over the points of the trailing ``steps`` steps (a window of that
+    many steps' worth of points at the median logging interval), rounded down to a whole
+    halving: a level the scale held for at least half of it."""
+    interval = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
+    window = max(1, int(round(steps / max(interval, 1.0))))
+    held = rolling_median(lvl, window, center=False)
+    return np.floor(held + 1e-9)
 
 
 def _at_least(peak: np.ndarray, lvl: np.ndarray, halvings: float) -> np.ndarray:
