@@ -454,6 +454,21 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     )
 
     q = "Does the loss decline match the learning-rate schedule?"
+    # A plateau is a note (info), which ask() leaves out; but a flat loss at an LR the
+    # schedule does not explain is this question's failure, and the pass must not say "no
+    # plateau found" beside one ("the run stopped learning" read next to a pass).
+    flat = [
+        f
+        for f in fs
+        if f.kind is FindingKind.PLATEAU
+        and f.start_step <= hi
+        and (f.start_step if f.end_step is None else f.end_step) >= lo
+    ]
+    unexplained = [
+        f
+        for f in flat
+        if not f.measures.get("expected") and f.measures.get("lr_context") != "unknown"
+    ]  # (without a logged LR the question cannot be answered: not measurable, below)
 
     def sched() -> Item | None:
         _, loss = _window(ev, LOSS, lo, hi)
@@ -463,20 +478,30 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         l0, l1 = _thirds(loss)
         r0, r1 = float(r[0]), float(r[-1])
         rose = l1 > l0 * (1 + VAL_RISE)
+        if rose:
+            tail = " the loss rose"
+        elif flat:
+            tail = f" the plateau from step {_steps(flat)} is one the schedule explains"
+        else:
+            tail = " no plateau found"
         return Item(
             q,
             FAIL if rose else PASS,
-            f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)};"
-            + (" the loss rose" if rose else " no plateau found"),
+            f"loss {_g(l0)} -> {_g(l1)} while the learning rate went {_g(r0)} -> {_g(r1)};" + tail,
         )
 
-    items.ask(
-        q,
-        {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
-        "plateau or divergence",
-        sched,
-        "loss or learning rate not logged in this phase",
-    )
+    if unexplained and not _in(fs, {FindingKind.PLATEAU, FindingKind.DIVERGENCE}, lo, hi):
+        items.append(
+            Item(q, FAIL, f"plateau at step {_steps(unexplained)}: {unexplained[0].summary}")
+        )
+    else:
+        items.ask(
+            q,
+            {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
+            "plateau or divergence",
+            sched,
+            "loss or learning rate not logged in this phase",
+        )
 
     q = "Is the loss scale stable?"
 

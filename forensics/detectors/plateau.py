@@ -83,7 +83,7 @@ class PlateauDetector:
         sched = ev.schedule
         ctx = self._lr_context(sched, a, b)
         band_lvl = max(p.flat_rel * abs(lvl), noise_band)
-        ctx.update(self._decay_after(sched, x, y, b, lvl, band_lvl, ctx))
+        ctx.update(self._decay_after(sched, x, y, a, b, lvl, band_lvl, ctx))
         peak = ctx["lr_peak"]
         ctx["from_start"] = a - int(x[0]) <= 0.1 * run_span
         judged: dict[str, Any] = {
@@ -135,21 +135,35 @@ class PlateauDetector:
         sched: Schedule,
         x: np.ndarray,
         y: np.ndarray,
+        a: int,
         b: int,
         lvl: float,
         band: float,
         ctx: dict[str, Any],
     ) -> dict[str, Any]:
         """A flat stretch at a steady LR that a decay or cooldown (WSD) then brings down: the
-        stable phase waiting for its decay, which the schedule explains."""
+        stable phase waiting for its decay, which the schedule explains. The flat stretch may
+        run a little way into the decay (its first steps barely move the loss: a WSD run's
+        plateau ended 119 steps into a 3,000-step cooldown and read "the LR was still 99% of
+        its peak, so the run stopped learning")."""
         out: dict[str, Any] = {"loss_after": None}
         if ctx["lr_context"] != "active":
             return out
         seg = sched.segment_at(b)
-        nxt = [s for s in sched.segments if s.start_step > b and s.kind in ("decay", "cooldown")]
-        if seg is None or seg.kind != "constant" or not nxt:
+        if seg is None:
             return out
-        d = nxt[0]
+        if seg.kind in ("decay", "cooldown") and a < seg.start_step <= b:
+            held = sched.segment_at(seg.start_step - 1)
+            if held is None or held.kind != "constant":
+                return out
+            d = seg
+        else:
+            nxt = [
+                s for s in sched.segments if s.start_step > b and s.kind in ("decay", "cooldown")
+            ]
+            if seg.kind != "constant" or not nxt:
+                return out
+            d = nxt[0]
         after = (x >= d.start_step) & (x <= d.end_step)
         if after.sum() < 3:
             return out
