@@ -390,7 +390,26 @@ def test_param_growth_rates_keep_the_digits_that_matter() -> None:
     ]
     d = _sample("divergence")
     (f,) = [g for g in d.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
-    assert "its param norm grows +4,677%/1k steps vs +4,823% for the rest" in f.summary
+    assert (
+        "its param norm grows +4,677%/1k steps vs +1,790% for layer 0, +6,131% for layer 1 and "
+        "+6,547% for layer 2" in f.summary
+    )
+
+
+def test_the_other_layers_param_growth_is_not_averaged_across_signs() -> None:
+    """The layer_grad_shift sample: weight decay drives blocks 2 and 3 to nothing while block 0
+    grows. Their mean read "-91.2% for the rest"; each is named (three or fewer), and more
+    layers give a median with its range."""
+    from forensics.detectors.layers import _rest_text
+
+    d = _sample("layer_grad_shift")
+    (f,) = [g for g in d.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
+    assert "vs +7.55% for layer 0, -138% for layer 2 and -144% for layer 3" in f.summary
+    rates = {0: 1.0, 1: 50.0, 2: -3.0, 3: 2.0, 4: 4.0}
+    assert _rest_text(rates, [1], [0, 1, 2, 3, 4]) == (
+        "+1.50% for the median other layer (from -3.00% to +4.00%)"
+    )
+    assert _rest_text(rates, [1], [0, 1]) == "+1.00% for layer 0"
 
 
 def test_an_activation_std_jump_reads_in_one_number_style() -> None:

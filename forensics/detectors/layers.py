@@ -150,7 +150,7 @@ class LayerGradShiftDetector:
         param_txt = ""
         if pg is not None and pr is not None:
             whose = "their param norms grow" if len(names) > 1 else "its param norm grows"
-            param_txt = f"; {whose} {_rate(pg)}%/1k steps vs {_rate(pr)}% for the rest"
+            param_txt = f"; {whose} {_rate(pg)}%/1k steps vs {_rest_text(known, names, layers)}"
         after = xb >= onset
         k_peak = int(np.flatnonzero(after)[np.argmax(smooth[after])]) if after.any() else 0
         # The deepest block alone creeping up is common in healthy runs (see above); the
@@ -226,6 +226,21 @@ def _param_growth(ev: Evidence, layers: list[int], since: int) -> dict[int, floa
         lvl = float(np.median(y[sel][:3])) if sel.sum() else 0.0
         out[layer] = 100.0 * ts.per_1k() / lvl if ts is not None and lvl else None
     return out
+
+
+def _rest_text(known: dict[int, float], group: list[int], layers: list[int]) -> str:
+    """The other layers' param-norm growth: each of up to three, else their median and range.
+    Their mean alone ("-91.2% for the rest") hid one layer growing +34% beside two whose
+    weights were being decayed to nothing."""
+    rest = [layer for layer in layers if layer not in set(group) and layer in known]
+    if len(rest) <= 3:
+        parts = [f"{_rate(known[layer])}% for layer {layer}" for layer in rest]
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    rates = [known[layer] for layer in rest]
+    return (
+        f"{_rate(float(np.median(rates)))}% for the median other layer (from "
+        f"{_rate(min(rates))}% to {_rate(max(rates))}%)"
+    )
 
 
 def _rate(pct: float) -> str:
