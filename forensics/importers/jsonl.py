@@ -50,7 +50,12 @@ from forensics.importers.base import (
     text_bytes,
     utf16_kind,
 )
-from forensics.importers.restarts import assign_segments, interleaved_note, restart_findings
+from forensics.importers.restarts import (
+    assign_segments,
+    epoch_local_steps,
+    interleaved_note,
+    restart_findings,
+)
 from forensics.schema import conform
 
 NAME = "jsonl"
@@ -382,15 +387,21 @@ def finish(lines: Lines, name: str) -> ImportResult:
     Rows series after series (:attr:`Lines.by_series`) stay so when there is no restart;
     else the segmentation puts them in line order (a stable sort by line), as read."""
     notes: list[str] = []
+    frame = lines.frame
     if lines.by_series:  # (the reader checked the lines in order: the counters are left)
-        quiet = not lines.frame.is_empty() and _counters_hold(lines.frame, lines.tags)
+        quiet = not frame.is_empty() and _counters_hold(frame, lines.tags)
     else:
-        quiet = _no_restart(lines.frame, lines.tags)
+        quiet = _no_restart(frame, lines.tags)
+        if not quiet:
+            frame, local = epoch_local_steps(frame, name)
+            if local is not None:
+                notes.append(local)
+                quiet = _no_restart(frame, lines.tags)
     if quiet:
-        frame = lines.frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
+        frame = frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("segment"))
         findings: list[Finding] = []
     else:
-        frame = assign_segments(lines.frame)
+        frame = assign_segments(frame)
         if (shared := interleaved_note(frame, name)) is not None:
             notes.append(shared)
         findings = restart_findings(frame)

@@ -189,6 +189,84 @@ def _counter_resets(
     return out
 
 
+_EPOCH_TAG = re.compile(r"^(?:train_|trainer_)?epoch$")
+
+
+def epoch_local_steps(frame: pl.DataFrame, where: str) -> tuple[pl.DataFrame, str | None]:
+    """Steps counted from 0 again in each epoch (``{"epoch": 1, "step": 0, ...}``, the
+    ``enumerate(loader)`` of a hand-written loop): made one continuous count, with a note.
+
+    Read as restarts, each epoch replaced the one before it: a three-epoch log kept only its
+    last epoch. It is taken as epoch-local when, in line order, every step that goes back
+    goes back to less than half of the step before it on a line whose epoch is higher, and
+    the epoch never falls (a resume goes back within an epoch, or to an epoch again). Each
+    epoch then continues from the last step of the one before, one logging interval on.
+    ``frame``: one file's rows in line order. The frame is returned as it was otherwise."""
+    if frame.is_empty() or "record_idx" not in frame.columns:
+        return frame, None
+    from forensics.schema import normalize_tag
+
+    tag = pl.col("tag").cast(pl.String)
+    names = frame.select(tag.unique()).to_series().to_list()
+    epochs = [t for t in names if t is not None and _EPOCH_TAG.search(normalize_tag(t))]
+    rec = frame.get_column("record_idx")
+    if not epochs or rec.null_count() or not rec.is_sorted():
+        return frame, None
+    lines = (
+        frame.filter(pl.col("step").is_not_null())
+        .group_by("record_idx", maintain_order=True)
+        .agg(pl.col("step").first())
+        .join(
+            frame.filter(tag == epochs[0]).select("record_idx", pl.col("value").alias("epoch")),
+            on="record_idx",
+            how="left",
+        )
+        .with_columns(pl.col("epoch").forward_fill())
+    )
+    s = lines.get_column("step").to_numpy().astype(np.int64)
+    e = lines.get_column("epoch").to_numpy().astype(np.float64)
+    back = np.flatnonzero(s[1:] < s[:-1]) + 1
+    if not len(back):
+        return frame, None
+    known = e[np.isfinite(e)]
+    if (
+        not np.isfinite(e[back]).all()
+        or not np.isfinite(e[back - 1]).all()
+        or not (e[back] > e[back - 1]).all()
+        or bool(np.any(np.diff(known) < 0))
+        or not (2 * s[back] < s[back - 1]).all()
+    ):
+        return frame, None
+    bounds = [0, *back.tolist(), len(s)]
+    inside = np.diff(s)
+    inside = np.delete(inside, back - 1)
+    interval = int(np.median(inside)) if len(inside) and np.median(inside) > 0 else 1
+    offsets = np.zeros(len(s), dtype=np.int64)
+    off = 0
+    for k in range(1, len(bounds) - 1):
+        prev, cur = s[bounds[k - 1] : bounds[k]], s[bounds[k] : bounds[k + 1]]
+        off += int(prev.max()) + interval - int(cur.min())
+        offsets[bounds[k] : bounds[k + 1]] = off
+    shift = pl.DataFrame(
+        {"record_idx": lines.get_column("record_idx"), "_off": offsets},
+        schema_overrides={"record_idx": rec.dtype},
+    )
+    out = (
+        frame.join(shift, on="record_idx", how="left", maintain_order="left")
+        .with_columns((pl.col("step") + pl.col("_off").fill_null(0)).cast(frame.schema["step"]))
+        .drop("_off")
+    )
+    firsts = ", ".join(
+        f"epoch {e[b]:g} from step {int(s[b] + offsets[b]):,}" for b in back[:3].tolist()
+    ) + (" ..." if len(back) > 3 else "")
+    note = (
+        f"{where}: the step counts from {int(s[back[0]]):,} again at each new epoch "
+        f"({len(back):,} time(s)); read as one run, each epoch continuing from the last step "
+        f"of the one before ({firsts}), not as restarts"
+    )
+    return out, note
+
+
 def _interleaved_tags(ids: np.ndarray, cur: np.ndarray, prev: np.ndarray) -> set[int]:
     """Tag ids whose step goes back often and by little: lines of two writers interleaved."""
     out: set[int] = set()
