@@ -247,7 +247,7 @@ def diagnose(
         run=ev.run,
         findings=findings,
         verdict=verdict_of(findings),
-        prescriptions=[prescribe(f) for f in findings],
+        prescriptions=[prescribe(f, c) for f, c in zip(findings, causes, strict=True)],
         checkpoint_every=checkpoint_every,
         rollbacks=incident_rollbacks(ev, incidents, findings, checkpoint_every=checkpoint_every),
         timeline=run_timeline(incidents, findings),

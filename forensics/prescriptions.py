@@ -14,9 +14,14 @@ often to blame.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from forensics.findings import Finding, FindingKind
+
+if TYPE_CHECKING:
+    from forensics.causes import Cause
 
 # The order in which the report asks the user to look (article 3.5), then the rest.
 AREAS: tuple[str, ...] = ("data", "optimizer", "layers", "numerics", "infrastructure", "evaluation")
@@ -67,6 +72,9 @@ _ROLLBACK_SPIKE = (
 LOSS_MOVED = "loss_moved"  # the grad-norm spike variant for a transient the loss followed
 EARLY_EPOCHS = "early_epochs"  # the overfitting variant for a val loss turning up in epoch 1-2
 NAN_HARMLESS = "loss_back"  # isolated NaN steps after which the loss came back to its level
+# The blow-up variant (NaN, divergence) whose supported cause is a grad-norm climb going on
+# since before it: the climb is the disease, the NaN its end (article 2.4 and 3.5).
+AFTER_CLIMB = "after_climb"
 # The spike variant for one that follows an LR-schedule event (a restart, the warm-up's end)
 # and came back: the schedule's doing, not a batch's (article 4.4).
 SCHEDULE_SPIKE = "schedule_induced"
@@ -186,6 +194,13 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("layers", "Find the first layer whose activations or gradients left their range."),
         ),
         ROW_SPIKE,
+        variants={
+            AFTER_CLIMB: "Roll back to before the grad-norm climb the log shows from before the "
+            "divergence (its cause below), not only before the divergence, and treat the climb "
+            "as the article does for a grad norm that keeps rising: a lower learning rate for "
+            "the shallow layers, the embedding and the output head (layer-wise decay); keep "
+            "the data position.",
+        },
     ),
     FindingKind.NAN_INF: Prescription(
         FindingKind.NAN_INF,
@@ -210,6 +225,11 @@ TABLE: dict[FindingKind, Prescription] = {
         ),
         ROW_NAN,
         variants={
+            AFTER_CLIMB: "The non-finite values ended a grad-norm climb the log shows from "
+            "before them (its cause below): roll back to before the climb, not only before "
+            "the NaN, and treat the climb as the article does for a grad norm that keeps rising: "
+            "a lower learning rate for the shallow layers, the embedding and the output head "
+            "(layer-wise decay), then watch the grad norm against its baseline.",
             NAN_HARMLESS: "Look, but do not roll back: the loss came back to its level after "
             "the non-finite steps, so their updates were skipped (or only the logged value was "
             "bad). Find what made them non-finite (the batch at that step, the loss scale "
@@ -617,8 +637,10 @@ def entry(kind: FindingKind | str) -> Prescription:
     return TABLE[FindingKind(kind)]
 
 
-def prescribe(finding: Finding) -> str:
-    """The prescription for one finding, adjusted to its classification or severity.
+def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
+    """The prescription for one finding, adjusted to its classification or severity, and to
+    its causes where one the log supports changes the treatment (``causes``: the finding's
+    tested causes, :func:`forensics.causes.causes_of`).
 
     One rule for the light: the table's texts name none; a finding that calls for action gets
     its own severity's light in front ("Red light: ..." for a fatal one), so the colour a text
@@ -629,8 +651,11 @@ def prescribe(finding: Finding) -> str:
         return ""
     cls = finding.measures.get("classification")
     reason = finding.measures.get("reason")
+    climb = any(c.cause == "grad_norm_climb" and c.status == "supported" for c in causes)
     if finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
         text = p.variants[NAN_HARMLESS]
+    elif climb and AFTER_CLIMB in p.variants:
+        text = p.variants[AFTER_CLIMB]
     elif finding.kind is FindingKind.CRASH and isinstance(reason, str) and reason in p.variants:
         text = p.variants[reason]
     elif finding.kind is FindingKind.OVERFITTING and _early_epoch(finding):

@@ -110,3 +110,27 @@ def test_watch_does_not_call_a_climb_that_ran_into_a_nan_ended(tmp_path: Path) -
     assert drift[0] == (7000, Event.NEW) and (8500, Event.ESCALATED) in drift
     assert all(e is not Event.ENDED for _, e in drift)
     assert (9000, Event.NEW, FindingKind.NAN_INF) in events
+
+
+def test_the_nan_after_a_climb_is_treated_as_the_climbs_end(tmp_path: Path) -> None:
+    """Its prescription read "Check the loss scale around the step, consider training in
+    bf16" for a run with no loss scale, whose NaN ended a 3,000-step grad-norm climb. With the
+    climb its supported cause, the advice is to go back before the climb and treat it (the
+    article's layer-wise decay for a grad norm that keeps rising). A NaN without one keeps
+    the loss-scale advice."""
+    diag = analyze_run(read_run(_write(tmp_path / "metrics.jsonl")))
+    nan, _ = _incident_of(diag, FindingKind.NAN_INF)
+    rx = diag.prescription_for(nan)
+    assert rx.startswith("Red light: the non-finite values ended a grad-norm climb")
+    assert "roll back to before the climb" in rx and "layer-wise decay" in rx
+    assert "bf16" not in rx
+
+    flat = tmp_path / "flat.jsonl"
+    rows = [
+        json.dumps({"step": s, "loss": 2 + 1 / s if s < 900 else float("nan")})
+        for s in range(1, 1001)
+    ]
+    flat.write_text("\n".join(rows) + "\n")
+    d2 = analyze_run(read_run(flat))
+    (n2,) = [f for f in d2.findings if f.kind is FindingKind.NAN_INF]
+    assert "loss scale" in d2.prescription_for(n2)
