@@ -156,6 +156,10 @@ for _k in FindingKind:
         _t += ["bad_batch", "shared_data"]
     if _k in _BLOWUP:
         _t += ["activations", "grad_norm_climb"]
+    if _k is FindingKind.EVAL_REGRESSION:
+        # The article's case (section 3): benchmarks slipping under a falling loss while the
+        # grad norm had been climbing for thousands of steps.
+        _t.append("grad_norm_climb")
     if _k in _PAUSE:
         _t.append("eval_pause")
     if _k in _VAL:
@@ -180,6 +184,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.RESTART: {0: "resume"},
     FindingKind.RESUME_REGRESSION: {0: "resume"},
     FindingKind.REPLACED_ATTEMPT: {0: "resume"},
+    FindingKind.EVAL_REGRESSION: {0: "grad_norm_climb"},
 }
 
 

@@ -586,6 +586,10 @@ CAUSE_ADVICE: dict[str, str] = {
     "bad_batch": "find that batch (the data loader's position at that step) and fix or drop "
     "the sample; the loss came back at once, so there is nothing to roll back. If bad batches "
     "recur, filter the data (lengths, encodings, empty documents).",
+    "grad_norm_climb": "treat the grad-norm climb that came first, as the article does for a "
+    "grad norm that keeps rising under a falling loss: give the embedding and output head "
+    "their own parameter group at about half the trunk's rate and use layer-wise "
+    "learning-rate decay; fall back to the best checkpoint if the scores keep falling.",
     "lr_change": "put the learning rate back on its schedule first (a typo in the config, or "
     "the scheduler state a resumed job loaded, set it off); the climb followed that change. "
     "Roll back to a checkpoint from before it if the evals have already suffered; other "
