@@ -902,7 +902,8 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
     if not periods:
         return Cause("eval_pause", UNTESTED, "the log shows no eval or checkpoint interval")
     names = {"eval_interval": "eval", "checkpoint_interval": "checkpoint"}
-    said = []
+    said: list[str] = []
+    long_on_grid: list[str] = []  # grids the onset is on, outlasted by the finding
     period = f.measures.get("period_steps") if f.kind is FindingKind.PERIODIC_SPIKES else None
     for k, p in periods.items():
         every = int(round(p.steps))
@@ -922,7 +923,13 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
             said.append(f"{names.get(k, k)} every {every:,} steps")
             continue
         off = (lo - p.origin) % p.steps
-        if min(off, p.steps - off) <= 1:
+        # A pause slows a step or two on its grid; a slowdown that outlasts the interval
+        # itself (600 steps against evals every 500) is not one, whatever step it began at.
+        on_grid = min(off, p.steps - off) <= 1
+        if on_grid and hi - lo >= p.steps:
+            long_on_grid.append(f"{names.get(k, k)} every {every:,} steps")
+            continue
+        if on_grid:
             return Cause(
                 "eval_pause",
                 SUPPORTED,
@@ -932,6 +939,15 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
             )
         said.append(f"{names.get(k, k)} every {every:,} steps")
     what = f"the period of {_g(float(period))} steps" if period else f"step {lo:,}"
+    if long_on_grid:
+        return Cause(
+            "eval_pause",
+            CONTRADICTED,
+            f"step {lo:,} is on the grid ({', '.join(long_on_grid)}), but the slowdown lasts "
+            f"{hi - lo:,} steps, longer than the interval: a pause slows a step or two; no "
+            "stall",
+            (lo,),
+        )
     return Cause(
         "eval_pause",
         CONTRADICTED,
