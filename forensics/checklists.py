@@ -81,16 +81,18 @@ def _window(
     return s.steps[m], s.values[m]
 
 
-def _in(findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int) -> list[Finding]:
-    """Findings of ``kinds`` (above info) whose steps cross the phase: a divergence that began
-    in the middle phase is still there in the late one."""
+def _in(
+    findings: list[Finding], kinds: set[FindingKind], lo: int, hi: int, *, notes: bool = False
+) -> list[Finding]:
+    """Findings of ``kinds`` (above info, or of any severity with ``notes``) whose steps cross
+    the phase: a divergence that began in the middle phase is still there in the late one."""
     return [
         f
         for f in findings
         if f.kind in kinds
         and f.start_step <= hi
         and (f.start_step if f.end_step is None else f.end_step) >= lo
-        and f.severity is not Severity.INFO
+        and (notes or f.severity is not Severity.INFO)
     ]
 
 
@@ -457,13 +459,7 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     # A plateau is a note (info), which ask() leaves out; but a flat loss at an LR the
     # schedule does not explain is this question's failure, and the pass must not say "no
     # plateau found" beside one ("the run stopped learning" read next to a pass).
-    flat = [
-        f
-        for f in fs
-        if f.kind is FindingKind.PLATEAU
-        and f.start_step <= hi
-        and (f.start_step if f.end_step is None else f.end_step) >= lo
-    ]
+    flat = _in(fs, {FindingKind.PLATEAU}, lo, hi, notes=True)
     unexplained = [
         f
         for f in flat

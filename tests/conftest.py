@@ -7,6 +7,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -94,6 +95,27 @@ def write_tb_run(
         w.add_scalar(f"{tag_prefix}lr", 3e-4 * min(1.0, (s + 1) / 50), s)
     w.close()
     return logdir
+
+
+def alerts_poll_by_poll(path: Path, lasts: tuple[int, ...]) -> list[tuple[int, Any]]:
+    """The alerts ``forensics watch`` would send reading ``path`` one poll at a time, the log
+    cut after each of ``lasts`` in turn: (last step read, alert), as its engine updates the
+    alert book (the run's last step and each sign's last finite one)."""
+    import polars as pl
+
+    from forensics.pipeline import analyze_run, read_run
+    from forensics.watch.alerts import AlertBook, last_steps
+
+    full = read_run(path)
+    book = AlertBook()
+    out: list[tuple[int, Any]] = []
+    for last in lasts:
+        cut = read_run(path)
+        cut.frame = full.frame.filter(pl.col("step") <= last)
+        diag = analyze_run(cut)
+        for a in book.update(diag.findings, last_step=cut.last_step, last_steps=last_steps(cut)):
+            out.append((last, a))
+    return out
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, float]]:

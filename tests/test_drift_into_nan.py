@@ -92,20 +92,12 @@ def test_watch_does_not_call_a_climb_that_ran_into_a_nan_ended(tmp_path: Path) -
     and escalates; at the poll that brings the NaN its last finite point (8,999) lies before
     the grad norm's last logged step (9,000, NaN), which read as a recovery: "ENDED
     grad_norm_drift" one line above the red alert. Only finite points end a finding."""
-    import polars as pl
+    from conftest import alerts_poll_by_poll
 
-    from forensics.watch.alerts import AlertBook, Event, last_steps
+    from forensics.watch.alerts import Event
 
-    path = _write(tmp_path / "metrics.jsonl")
-    full = read_run(path)
-    book = AlertBook()
-    events = []
-    for last in (7000, 8500, 9000, 10000):
-        cut = read_run(path)
-        cut.frame = full.frame.filter(pl.col("step") <= last)
-        diag = analyze_run(cut)
-        for a in book.update(diag.findings, last_step=cut.last_step, last_steps=last_steps(cut)):
-            events.append((last, a.event, a.finding.kind))
+    polls = alerts_poll_by_poll(_write(tmp_path / "metrics.jsonl"), (7000, 8500, 9000, 10000))
+    events = [(last, a.event, a.finding.kind) for last, a in polls]
     drift = [(at, e) for at, e, k in events if k is FindingKind.GRAD_NORM_DRIFT]
     assert drift[0] == (7000, Event.NEW) and (8500, Event.ESCALATED) in drift
     assert all(e is not Event.ENDED for _, e in drift)

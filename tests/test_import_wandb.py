@@ -329,17 +329,22 @@ def test_ui_chart_csvs_of_one_run_are_one_job(tmp_path: Path) -> None:
     assert not any("down-sampled" in n for n in run.notes)
 
 
-def test_ui_chart_csv_with_two_runs_is_two_jobs(tmp_path: Path) -> None:
-    """A panel comparing two runs (one of them a group) holds two jobs; names split on the last ' -
-    '."""
+def _two_run_csv(path: Path) -> None:
+    """A loss panel comparing two runs, one of them a group."""
     _ui_csv(
-        tmp_path / "loss.csv",
+        path,
         ["Group: exp - a", "brisk-pond-1"],
         "train/loss",
         range(0, 100, 10),
         lambda s: 3.0,
         spread=0.1,
     )
+
+
+def test_ui_chart_csv_with_two_runs_is_two_jobs(tmp_path: Path) -> None:
+    """A panel comparing two runs (one of them a group) holds two jobs; names split on the last ' -
+    '."""
+    _two_run_csv(tmp_path / "loss.csv")
     jobs = discover_jobs(tmp_path)
     assert sorted(jobs) == ["brisk-pond-1", "exp - a"]
     with pytest.raises(MultipleJobsError):
@@ -362,14 +367,7 @@ def test_each_run_of_a_two_run_csv_file_is_named_after_its_run(
 
     from forensics.cli import app
 
-    _ui_csv(
-        tmp_path / "loss.csv",
-        ["Group: exp - a", "brisk-pond-1"],
-        "train/loss",
-        range(0, 100, 10),
-        lambda s: 3.0,
-        spread=0.1,
-    )
+    _two_run_csv(tmp_path / "loss.csv")
     (tmp_path / "out").mkdir()
     monkeypatch.chdir(tmp_path / "out")
     out = CliRunner().invoke(app, ["analyze", str(tmp_path / "loss.csv"), "--all", "--no-report"])

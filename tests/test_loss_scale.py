@@ -3,6 +3,8 @@ step."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 from synthetic import healthy_loss, long_frame, run_from_frame, spiky_loss
@@ -20,15 +22,21 @@ def _run(**series):
 
 
 def scaler(
-    n: int, *, start: float = 2.0**16, overflows: tuple[int, ...] = (), growth: int = 1000
+    n: int,
+    *,
+    start: float = 2.0**16,
+    overflows: tuple[int, ...] = (),
+    growth: int = 1000,
+    overflows_at: Callable[[int, float], bool] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A GradScaler-like scale logged after each step: halves at each overflow step, doubles after
-    `growth` clean steps. Returns (steps, scale)."""
+    """A GradScaler-like scale logged after each step: halves at each overflow step (or where
+    ``overflows_at(step, scale)`` says so), doubles after `growth` clean steps. Returns
+    (steps, scale)."""
     steps = np.arange(n)
     scale = np.empty(n)
     cur, clean, over = start, 0, set(overflows)
     for i in steps:
-        if i in over:
+        if i in over or (overflows_at is not None and overflows_at(int(i), cur)):
             cur, clean = cur / 2, 0
         else:
             clean += 1
@@ -364,20 +372,15 @@ def test_a_healthy_scaler_sawtooth_is_no_decline():
     level it held (its median over 2,000 steps) it is none; nor is a burst of three outlier
     overflows the scaler then grew back from."""
     rng = np.random.default_rng(4)
-    n, growth = 60000, 1000
-    steps = np.arange(n)
-    scale = np.empty(n)
-    cur, clean = 2.0**16, 0
+    n = 60000
+
     burst = set(range(30000, 30300, 100))  # three outliers within 300 steps
-    for i in steps:
+
+    def level(i: int, cur: float) -> bool:
         limit = 2.0**17 * float(np.exp(rng.normal(0, 0.3)))
-        if cur > limit or rng.random() < 0.0002 or i in burst:
-            cur, clean = cur / 2, 0
-        else:
-            clean += 1
-            if clean == growth:
-                cur, clean = cur * 2, 0
-        scale[i] = cur
+        return bool(cur > limit or rng.random() < 0.0002 or i in burst)
+
+    steps, scale = scaler(n, growth=1000, overflows_at=level)
     assert np.log2(scale).min() <= 14  # it did dip 3 halvings below its highest
     found = _drops(_run(train__loss=healthy_loss(n), loss_scale=(steps, scale)))
     assert [f for f in found if f.measures["pattern"] == "sustained_decline"] == []

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import alerts_poll_by_poll
 
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.pipeline import analyze_run, read_run
@@ -238,16 +239,11 @@ def test_a_spike_alerted_unresolved_then_physiological_ends_poll_by_poll(tmp_pat
         lines.append(json.dumps({"step": s, "loss": loss, "lr": 3e-4 * min(1, s / 200)}))
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    full = read_run(path)
-    book = AlertBook()
-    events = []
-    for last in (2500, 3000, 3500, 4000):
-        cut = read_run(path)
-        cut.frame = full.frame.filter(pl.col("step") <= last)
-        diag = analyze_run(cut)
-        for a in book.update(diag.findings, last_step=cut.last_step):
-            if a.finding.kind is FindingKind.LOSS_SPIKE:
-                events.append((last, a.event, a.finding.severity, a.finding.start_step))
+    events = [
+        (last, a.event, a.finding.severity, a.finding.start_step)
+        for last, a in alerts_poll_by_poll(path, (2500, 3000, 3500, 4000))
+        if a.finding.kind is FindingKind.LOSS_SPIKE
+    ]
     assert events == [
         (3000, Event.NEW, Severity.WARNING, 3000),
         (3500, Event.ENDED, Severity.INFO, 3000),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence, Series
+from forensics.evidence.robust import median_interval
 from forensics.evidence.spike_context import ScaleCascade
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.trend_utils import rolling_median
@@ -321,8 +322,7 @@ def _held_level(t: np.ndarray, lvl: np.ndarray, steps: int) -> np.ndarray:
     """The median of ``lvl`` over the points of the trailing ``steps`` steps (a window of that
     many steps' worth of points at the median logging interval), rounded down to a whole
     halving: a level the scale held for at least half of it."""
-    interval = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
-    window = max(1, int(round(steps / max(interval, 1.0))))
+    window = max(1, int(round(steps / max(median_interval(t), 1.0))))
     held = rolling_median(lvl, window, center=False)
     return np.floor(held + 1e-9)
 

@@ -119,6 +119,7 @@ class Evidence:
         onset. A series no longer logged at all does not carry a finding on."""
         if end >= step:
             return True
+        from forensics.evidence.robust import median_interval
         from forensics.schema import PER_LAYER
 
         if metric in PER_LAYER:
@@ -130,8 +131,7 @@ class Evidence:
         after = int(np.searchsorted(logged, end, side="right"))
         if after < len(logged) and int(logged[after]) <= step:
             return True
-        gaps = np.diff(logged)
-        return bool(len(gaps)) and step - end <= float(np.median(gaps))
+        return len(logged) > 1 and step - end <= median_interval(logged)
 
     def logged(self, metric: str, layer: int | None = None) -> Series:
         """Every logged point of one series, NaN and Inf included (they are evidence), sorted

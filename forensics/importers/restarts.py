@@ -204,6 +204,7 @@ def epoch_local_steps(frame: pl.DataFrame, where: str) -> tuple[pl.DataFrame, st
     ``frame``: one file's rows in line order. The frame is returned as it was otherwise."""
     if frame.is_empty() or "record_idx" not in frame.columns:
         return frame, None
+    from forensics.evidence.robust import median_interval
     from forensics.schema import normalize_tag
 
     tag = pl.col("tag").cast(pl.String)
@@ -238,9 +239,7 @@ def epoch_local_steps(frame: pl.DataFrame, where: str) -> tuple[pl.DataFrame, st
     ):
         return frame, None
     bounds = [0, *back.tolist(), len(s)]
-    inside = np.diff(s)
-    inside = np.delete(inside, back - 1)
-    interval = int(np.median(inside)) if len(inside) and np.median(inside) > 0 else 1
+    interval = max(1, int(median_interval(s)))  # (the step-backs are not intervals)
     offsets = np.zeros(len(s), dtype=np.int64)
     off = 0
     for k in range(1, len(bounds) - 1):
