@@ -536,7 +536,9 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "robust_z",
             float,
-            "the jump's increment over the local increment scale (jumps only)",
+            "the jump's increment over the local increment scale; for a jump spread over m "
+            "points, its move less m x the pace before, over sqrt(m) x that pace's noise "
+            "(jumps only)",
             null=True,
         ),
         _m("persistent", bool, "true when the level stays changed (false: a one-off blip)"),

@@ -139,6 +139,9 @@ class ParamNormParams:
     jump_k: float = 8.0
     min_rel_jump: float = 0.01
     window: int = 21
+    # A jump may spread over several logged points within this many steps (an LR raised for
+    # a few dozen steps moves the norm a little each step, none of them 1% on its own).
+    jump_max_steps: int = 100
     ratio_limit: float = PARAM_NORM_WARN
     surge_ratio: float = 3.0
     baseline_window: int = BASELINE_STEPS

@@ -15,6 +15,7 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,11 +30,36 @@ from forensics.evidence.trend_utils import (
     theil_sen,
 )
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.params import ParamNormParams
+from forensics.params import BASELINE_STEPS, ParamNormParams
 from forensics.schema import PARAM_NORM
 
 CHECK = "param_norm"
 PAST_MOVE_K = 3.0  # a jump's increment is at least this many times the preceding median one
+
+
+def _planned_pace(ev: Evidence) -> Callable[[int, int], bool]:
+    """Whether steps ``[a, b]`` lie where the LR schedule itself changes the norm's pace: in
+    the warm-up, or within ``_AFTER_RESTART`` steps of a restart (the pace of AdamW's
+    growth follows the LR). Without a logged LR, the first ``BASELINE_STEPS`` steps stand
+    for the warm-up nobody logged. An LR change no schedule explains is not planned: a jump
+    after it is reported, with the change as its cause."""
+    sched = ev.schedule
+    if sched.empty:
+        return lambda a, b: a <= BASELINE_STEPS
+    restarts = [c.step for c in sched.changes if c.kind == "restart"]
+    warm = ev.warmup_end
+
+    def planned(a: int, b: int) -> bool:
+        if warm is not None and a <= warm:
+            return True
+        if "warmup" in sched.phases_between(a, b):
+            return True
+        return any(r - 1 <= b and a <= r + _AFTER_RESTART for r in restarts)
+
+    return planned
+
+
+_AFTER_RESTART = 500  # steps after an LR restart over which the norm's new pace is planned
 
 
 class ParamNormDetector:
@@ -58,7 +84,7 @@ class ParamNormDetector:
             run.note(f"param_norm_jump: not run, {why}")
             return []
         band = ev.param_norm_band  # the 1.5x line the report's chart draws
-        out = self._jumps(x, y, band, source)
+        out = self._jumps(x, y, band, source, _planned_pace(ev))
         # A crossing of the 1.5x line is reported too, unless a jump carried the norm across it
         # (the jump's finding already states the level it reached).
         for g in self._growth(x, y, band, source):
@@ -84,7 +110,14 @@ class ParamNormDetector:
             )
         return judged
 
-    def _jumps(self, x: np.ndarray, y: np.ndarray, band: Band | None, source: str) -> list[Finding]:
+    def _jumps(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        band: Band | None,
+        source: str,
+        planned: Callable[[int, int], bool] = lambda a, b: False,
+    ) -> list[Finding]:
         base = band.baseline.value if band is not None else float("nan")
         d = np.diff(y)
         med = rolling_median(d, self.params.window)
@@ -107,11 +140,17 @@ class ParamNormDetector:
         # the weights freeze would make any step look like a jump).
         past = trailing_median(np.abs(d), self.params.window)
         big_move &= np.abs(d) > PAST_MOVE_K * past
+        # ... and beyond the local pace in its own direction: an increment smaller than the
+        # steps around it (the warm-up's first, slow one) departs from them without jumping.
+        beyond = resid * d > 0
         flag = (
             (z > self.params.jump_k)
             & (np.abs(resid) > self.params.min_rel_jump * np.abs(y[:-1]))
             & big_move
+            & beyond
         )
+        spread, pace, noise = self._spread_jumps(x, y, d, past, flag, planned)
+        flag |= spread
         idx = np.flatnonzero(flag)
         if len(idx) == 0:
             return []
@@ -140,6 +179,13 @@ class ParamNormDetector:
             times = f"{abs(resid[big]) / scale[big]:,.0f}x its usual step-to-step change"
             biggest = times if s0 == s1 else f"the largest step, at {int(x[big + 1]):,}, {times}"
             n_after = len(settled_pts) - 1
+            z_big = float(z[big])
+            if spread[g].any():
+                # Spread over several points: the centred scale is the jump's own, so the
+                # move is set against the pace the norm kept before it instead.
+                biggest = self._against_pace(x, y, d, i0, i1)
+                m = i1 - i0 + 1
+                z_big = abs(y[i1 + 1] - y[i0] - m * pace[i0]) / (noise[i0] * np.sqrt(m))
             if persistent:
                 level = (
                     f"; it settled at {after:.4g}"
@@ -172,7 +218,7 @@ class ParamNormDetector:
                         "before": before,
                         "after": after,
                         "change_pct": change,
-                        "robust_z": float(z[big]),
+                        "robust_z": z_big,
                         "persistent": persistent,
                         "baseline": base,
                         "ratio": after / base,
@@ -182,10 +228,99 @@ class ParamNormDetector:
                         "source": source,
                     },
                     summary=summary,
-                    judged_against={**judged, "robust_z": float(z[big])},
+                    judged_against={**judged, "robust_z": z_big},
                 )
             )
         return out
+
+    def _spread_jumps(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        d: np.ndarray,
+        past: np.ndarray,
+        single: np.ndarray,
+        planned: Callable[[int, int], bool],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The increments of jumps spread over 2 or more logged points within
+        ``jump_max_steps`` steps, that no single increment shows: the change over ``k``
+        increments (k = 2, 4, 8, ...) is at least ``min_rel_jump`` of the level, ``jump_k``
+        times the noise of the pace before it (scaled by sqrt(k)) away from that pace, and
+        ``PAST_MOVE_K`` times what the norm moved in as many increments before. Each such
+        stretch is cut to its first and last increment that stands out on its own against
+        the pace before the stretch (a one-step jump inside a wider window stays one step),
+        and kept when the stretch itself passes the same tests, spans at most
+        ``jump_max_steps``, lies clear of the single-increment jumps ``single`` (whose
+        settling tail it would otherwise annex) and is not a pace the LR schedule set
+        (``planned``: the norm's pace follows the LR up a warm-up and after a restart).
+        Returns the increments' mask, and the pace and its noise before each increment."""
+        p = self.params
+        n = len(d)
+        out = np.zeros(n, dtype=bool)
+        if n < 3:
+            return out, np.zeros(n), np.ones(n)
+        pace = trailing_median(d, p.window)  # signed pace before each increment
+        noise = trailing_median(np.abs(d - pace), p.window) * MAD_SCALE
+        noise = np.maximum(noise, 1e-5 * np.abs(y[:-1]) + 1e-12)
+        cand = np.zeros(n + 1, dtype=np.int64)  # +1 at a stretch's start, -1 after its end
+        k = 2
+        while k <= n:
+            span = x[k:] - x[:-k]
+            ok = span <= p.jump_max_steps
+            if not ok.any():
+                break
+            move = y[k:] - y[:-k]
+            head = slice(0, n - k + 1)
+            hit = (
+                ok
+                & (np.abs(move) > p.min_rel_jump * np.abs(y[:-k]))
+                & (np.abs(move - k * pace[head]) > p.jump_k * noise[head] * np.sqrt(k))
+                & (np.abs(move) > PAST_MOVE_K * k * past[head])
+            )
+            at = np.flatnonzero(hit)
+            np.add.at(cand, at, 1)
+            np.add.at(cand, at + k, -1)
+            k *= 2
+        inside = np.cumsum(cand[:n]) > 0
+        if not inside.any():
+            return out, pace, noise
+        starts = np.flatnonzero(inside & ~np.concatenate([[False], inside[:-1]]))
+        ends = np.flatnonzero(inside & ~np.concatenate([inside[1:], [False]]))
+        for a, b in zip(starts, ends, strict=True):
+            if a < p.window:  # no full window of pace before it (the warm-up's first steps)
+                continue
+            seg = d[a : b + 1]
+            stands = (np.abs(seg - pace[a]) > 3.0 * noise[a]) & (
+                np.abs(seg) > PAST_MOVE_K * past[a]
+            )
+            own = np.flatnonzero(stands)
+            if len(own) < 2:
+                continue
+            i0, i1 = int(a) + int(own[0]), int(a) + int(own[-1])
+            m = i1 - i0 + 1
+            move = y[i1 + 1] - y[i0]
+            if (
+                x[i1 + 1] - x[i0] <= p.jump_max_steps
+                and abs(move) > p.min_rel_jump * abs(y[i0])
+                and abs(move - m * pace[i0]) > p.jump_k * noise[i0] * np.sqrt(m)
+                and abs(move) > PAST_MOVE_K * m * past[i0]
+                and not single[max(0, i0 - 2) : i1 + 3].any()
+                and not planned(int(x[i0]), int(x[i1 + 1]))
+            ):
+                out[i0 : i1 + 1] = True
+        return out, pace, noise
+
+    def _against_pace(self, x: np.ndarray, y: np.ndarray, d: np.ndarray, i0: int, i1: int) -> str:
+        """``"+21% in 30 steps, where the norm had moved +0.2% in as many steps before"``."""
+        steps = int(x[i1 + 1] - x[i0])
+        rel = (y[i1 + 1] - y[i0]) / y[i0] if y[i0] else float("nan")
+        k = i1 - i0 + 1
+        before = float(np.median(d[max(0, i0 - self.params.window) : i0])) * k if i0 else 0.0
+        rel_before = before / y[i0] if y[i0] else float("nan")
+        return (
+            f"{rel:+.1%} in {steps:,} steps, where it had moved {rel_before:+.2%} in as many "
+            "logged points before"
+        )
 
     def _growth(
         self, x: np.ndarray, y: np.ndarray, band: Band | None, source: str
