@@ -115,6 +115,14 @@ _SPIKE = (
     ),
     _m("plateau_shift_rel", float, "the same, relative to the trend", null=True),
     _m(
+        "settled",
+        str,
+        "higher or lower: the plateau lies clearly off the trend (beyond the tolerance plus "
+        "the slope's uncertainty there); within: it does not; null where no plateau is "
+        "measured",
+        null=True,
+    ),
+    _m(
         "excess_area",
         float,
         "sum of (value - trend) x steps from onset to recovery (series units x steps)",

@@ -591,9 +591,9 @@ CAUSE_ADVICE: dict[str, str] = {
     "their own parameter group at about half the trunk's rate and use layer-wise "
     "learning-rate decay; fall back to the best checkpoint if the scores keep falling.",
     "lr_change": "put the learning rate back on its schedule first (a typo in the config, or "
-    "the scheduler state a resumed job loaded, set it off); the climb followed that change. "
-    "Roll back to a checkpoint from before it if the evals have already suffered; other "
-    "remedies only if the climb goes on once the LR is back.",
+    "the scheduler state a resumed job loaded, set it off); the signs after it followed that "
+    "change. Roll back to a checkpoint from before it if the evals have already suffered; "
+    "other remedies only if the signs go on once the LR is back.",
 }
 
 STANDING_GUIDANCE: tuple[Prescription, ...] = (
@@ -656,8 +656,13 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
     cls = finding.measures.get("classification")
     reason = finding.measures.get("reason")
     climb = any(c.cause == "grad_norm_climb" and c.status == "supported" for c in causes)
+    lr_moved = next((c for c in causes if c.cause == "lr_change" and c.status == "supported"), None)
     if finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
         text = p.variants[NAN_HARMLESS]
+    elif lr_moved is not None and finding.kind is not FindingKind.CRASH:
+        # The log shows the LR leaving its schedule at the onset: the sign's own row (clip
+        # settings, the batch, the sampler) treats what the LR change set off.
+        text = _after_lr_change(lr_moved.steps[0] if lr_moved.steps else finding.start_step)
     elif climb and AFTER_CLIMB in p.variants:
         text = p.variants[AFTER_CLIMB]
     elif finding.kind is FindingKind.CRASH and isinstance(reason, str) and reason in p.variants:
@@ -679,6 +684,18 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
     if prefix and (first == "A" or (len(first) > 1 and first[0].isupper() and first[1:].islower())):
         text = text[0].lower() + text[1:]  # "Red light: roll back ...", not "Red light: Roll"
     return prefix + text
+
+
+def _after_lr_change(step: int) -> str:
+    """The treatment of a sign whose supported cause is an LR change no schedule explains
+    (still off at the end of the log, or back on schedule since: the text holds for both)."""
+    return (
+        f"The learning rate left its schedule at step {step:,} (its cause below): find what "
+        "set it off (a typo in the config, the scheduler state a resumed job loaded, a manual "
+        "change) and keep the LR on its schedule from there. Roll back to a checkpoint from "
+        "before that step if the run has suffered; treat this sign on its own only if it "
+        "comes back with the LR on schedule."
+    )
 
 
 def _after_schedule(finding: Finding) -> bool:

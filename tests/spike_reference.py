@@ -253,6 +253,9 @@ def measure(
         "recovered_step": int(steps[rec_idx]) if recovered else None,
         "plateau_shift": plateau_shift,
         "plateau_shift_rel": plateau_rel,
+        "settled": None
+        if plateau_rel is None
+        else {1: "higher", -1: "lower", 0: "within"}[clearly],
         "excess_area": excess_area,
         "excess_area_rel": excess_area_rel,
         "trend": trend.kind,

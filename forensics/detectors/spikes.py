@@ -334,11 +334,14 @@ class SpikeDetector:
         else:
             m["judged_by"] = "band"
             sev = on_level or Severity.INFO
-            back = (
-                f"back only after {steps_text(rec)}"
-                if m["recovered"]
-                else f"not back {steps_text(m['steps_logged_after_peak'])} later"
-            )
+            if m["recovered"] and m.get("settled") == "higher":
+                # Its band widened with the distance until it took in the new level: that is
+                # no return (a step up read "back only after 1,536 steps").
+                back = f"settled {m['plateau_shift_rel'] or 0:.0%} above its earlier trend"
+            elif m["recovered"]:
+                back = f"back only after {steps_text(rec)}"
+            else:
+                back = f"not back {steps_text(m['steps_logged_after_peak'])} later"
             how = f"{back}; {lines}"
         lead = (
             f"; it led a loss spike by {m['leads_loss_by_steps']} steps"
@@ -374,7 +377,7 @@ def _settled_by_recovery(m: dict[str, Any]) -> None:
     sample runs) it read +270% "settled higher" for a grad norm that stayed at 0.5-0.8. So
     no plateau is measured for it, and it is back on its trend: physiological. A lasting
     level change of the grad norm is grad_norm_drift's to judge."""
-    m["plateau_shift"] = m["plateau_shift_rel"] = None
+    m["plateau_shift"] = m["plateau_shift_rel"] = m["settled"] = None
     m["classification"] = SpikeClass.PHYSIOLOGICAL
 
 
@@ -521,7 +524,7 @@ def _slow_text(m: dict, limit: int) -> str:
 def _pathology(m: dict[str, Any], limit: int) -> str:
     if not m["recovered"]:
         return f"not back on its trend {steps_text(m['steps_logged_after_peak'])} later"
-    if m["recovery_steps"] > limit:
+    if m["recovery_steps"] > limit and m.get("settled") != "higher":
         return f"back only after {steps_text(m['recovery_steps'])}"
     return f"settled {m['plateau_shift_rel'] or 0:.0%} above its earlier trend"
 

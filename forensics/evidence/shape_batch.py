@@ -29,7 +29,14 @@ import numpy as np
 from forensics.evidence import order_stats
 from forensics.evidence.order_stats import median_of_increasing_rows, median_rows
 from forensics.evidence.robust import _FAST_MIN_POINTS, MAD_TO_SIGMA, _interval_ranks
-from forensics.evidence.spike_shape import ShapeParams, SpikeClass, Trend, fit_trend, measure
+from forensics.evidence.spike_shape import (
+    _SETTLED,
+    ShapeParams,
+    SpikeClass,
+    Trend,
+    fit_trend,
+    measure,
+)
 
 _AHEAD = 16  # points after the peak searched for the recovery and the width's end at once
 
@@ -152,6 +159,7 @@ def measure_many(
             "recovered_step": int(steps[ri]),
             "plateau_shift": shift,
             "plateau_shift_rel": rel,
+            "settled": None if rel is None else _SETTLED[clearly],
             "excess_area": area,
             "excess_area_rel": area_rel,
             "trend": t.kind,

@@ -25,6 +25,8 @@ from forensics.evidence.reuse import fit_trend_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen_line, theil_sen_with_half
 from forensics.params import SpikesParams
 
+_SETTLED = {1: "higher", -1: "lower", 0: "within"}  # the plateau against the slope's uncertainty
+
 
 class SpikeClass(StrEnum):
     """What a spike's shape says (article 4.3); the values are the findings' ``classification``."""
@@ -311,6 +313,7 @@ def measure(
         "recovered_step": int(steps[rec_idx]) if recovered else None,
         "plateau_shift": plateau_shift,
         "plateau_shift_rel": plateau_rel,
+        "settled": None if plateau_rel is None else _SETTLED[clearly],
         "excess_area": excess_area,
         "excess_area_rel": excess_area_rel,
         "trend": trend.kind,

@@ -111,6 +111,9 @@ def spike_cell(finding: Any, key: str) -> str:
             # A transient outlier is judged by its recovery alone: no level after it is
             # measured, so the cell says what was (not "back on its trend" for good).
             return f"back within {rec:,} step{'s' if rec != 1 else ''}"
+        if value == "pathological" and finding.measures.get("recovered"):
+            # Which of the two: the level it settled at, or the time it took.
+            return "settled higher" if finding.measures.get("settled") == "higher" else "slow"
         return _SHAPE_WORDS[value]
     return _num(value)
 
