@@ -55,6 +55,10 @@ def test_jump_spread_over_forty_steps_is_found(tmp_path: Path, with_lr: bool) ->
     rel = (pn[i1] - pn[i0]) / pn[i0]
     assert f"{rel:+.1%} in {f.end_step - f.start_step + 1} steps" in f.summary
     assert 0.025 < rel < 0.04
+    # It peaks where the norm got furthest inside it (not at the step the centred scale
+    # happened to rate highest).
+    inside = pn[f.start_step - 1 : (f.end_step or 0)]
+    assert f.peak_step == f.start_step + int(np.argmax(inside))
 
 
 def test_pace_set_by_an_lr_restart_is_not_a_jump(tmp_path: Path) -> None:

@@ -211,7 +211,8 @@ class ParamNormDetector:
                     severity=Severity.WARNING,
                     metric=PARAM_NORM,
                     start_step=int(x[i0 + 1]),
-                    peak_step=int(x[big + 1]),
+                    # A jump spread over several points peaks where it got furthest.
+                    peak_step=extreme_step if spread[g].any() else int(x[big + 1]),
                     end_step=int(x[min(len(x) - 1, i1 + 1)]),
                     measures={
                         "abrupt": True,
