@@ -109,6 +109,17 @@ class Diagnosis:
             f"train/val gap) did not run, and the light covers only what was logged{have}."
         )
 
+    def x_unit_note(self) -> str | None:
+        """A sentence where the log counts epochs, not optimizer steps: every "step" the
+        findings name is an epoch, and the windows set in steps count epochs (None else)."""
+        if self.run.x_unit != "epoch":
+            return None
+        return (
+            'This log counts epochs, not optimizer steps: every "step" below is an epoch, and '
+            "the windows set in steps (the 500-step baseline, the 100-300 steps of a "
+            "spike's recovery) count epochs here."
+        )
+
     def order_sentence(self, limit: int | None = None) -> str:
         """Who moved first, for the banner and the terminal. With several incidents, the most
         severe one's order (the earliest of equals), named: the run's whole order would open
@@ -179,6 +190,8 @@ class Diagnosis:
                 # What the verdict cannot cover (no training loss: its checks did not run), so
                 # that a gate reading "healthy" from this file sees it too; null otherwise.
                 "unjudged": self.unjudged(),
+                # What the steps count: "epoch" for a log indexed by epoch, else "step".
+                "x_unit": run.x_unit,
             },
             "verdict": self.verdict,
             "findings": [

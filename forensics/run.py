@@ -57,6 +57,7 @@ class Run:
     # id() of the frame the caches describe
     _span: tuple[int, tuple[int, int]] | None = field(default=None, repr=False)
     _cached_for: int | None = field(default=None, repr=False)
+    _unit: tuple[int, str] | None = field(default=None, repr=False)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -322,6 +323,22 @@ class Run:
     @property
     def last_step(self) -> int:
         return self._step_span()[1]
+
+    @property
+    def x_unit(self) -> str:
+        """``epoch`` when the training loss is logged once an epoch against the epoch's index
+        (Keras' ``epoch_*`` tags, a Lightning CSV without a step column: x kind ``epoch``,
+        consecutive steps), else ``step``: what the log's "steps" count, for the reader."""
+        key = id(self.frame)
+        if self._unit is None or self._unit[0] != key:
+            rows = self.frame.filter(pl.col("metric") == "loss").select("x_kind", "step")
+            unit = "step"
+            if rows.height and (rows.get_column("x_kind") == "epoch").all():
+                steps = rows.get_column("step").unique().sort()
+                if steps.len() < 2 or (steps.diff().drop_nulls() == 1).all():
+                    unit = "epoch"
+            self._unit = (key, unit)
+        return self._unit[1]
 
     def _step_span(self) -> tuple[int, int]:
         # Cached per frame object: read in loops (one rollback plan per incident).

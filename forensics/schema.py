@@ -385,6 +385,8 @@ LOWER_IS_BETTER = re.compile(r"(?:wer|cer|loss|perplexity|ppl|error|err)$", re.I
 # tensorboardX turns the spaces into underscores ("lm_loss_vs_samples").
 _X_SAMPLES = re.compile(r"(?:[\s_]+vs[\s_]+samples$|^Train/Samples/)", re.I)
 _X_TOKENS = re.compile(r"[\s_]+vs[\s_]+tokens$", re.I)
+# Keras' TensorBoard callback logs epoch_loss, epoch_learning_rate ... at the epoch's index.
+_X_EPOCHS = re.compile(r"(?:^|/)epoch_[^/]+$")
 _X_SUFFIX = re.compile(r"[\s_]+vs[\s_]+(?:samples|tokens|steps|iterations?)$", re.I)
 
 # Tags whose numbers mean something other than their canonical name suggests.
@@ -413,11 +415,14 @@ KNOWN_METRICS = (
 
 
 def x_kind_of(tag: str) -> str:
-    """``samples`` / ``tokens`` for tags indexed by consumed samples or tokens, else ``step``."""
+    """``samples`` / ``tokens`` for tags indexed by consumed samples or tokens, ``epoch`` for
+    Keras' per-epoch tags, else ``step``."""
     if _X_SAMPLES.search(tag):
         return "samples"
     if _X_TOKENS.search(tag):
         return "tokens"
+    if _X_EPOCHS.search(tag):
+        return "epoch"
     return "step"
 
 

@@ -33,12 +33,16 @@ def print_summary(
     light = f"{lk.light} light"
     # Every string from the log goes through escape(): "[bold]" in a tag must not style text.
     console.print(
-        f"[bold]{escape(run.name)}[/bold]  steps {step_range(run.first_step, run.last_step)}  "
+        f"[bold]{escape(run.name)}[/bold]  "
+        f"{run.x_unit}s {step_range(run.first_step, run.last_step)}  "
         f"[{lk.term} bold]{diagnosis.verdict.upper()}[/] ({light})"
     )
     blind = diagnosis.unjudged()
     if blind:
         console.print(f"[yellow]{escape(blind)}[/yellow]")
+    unit = diagnosis.x_unit_note()
+    if unit:
+        console.print(escape(unit))
     ranked = [f for f in diagnosis.ranked() if f.severity is not Severity.INFO]
     notes = notes_in_reading_order(diagnosis.findings)
     # Fill the screen's spare rows with notes (a physiological spike, a restart): they tell

@@ -78,7 +78,9 @@ def test_document_follows_schema_version_2() -> None:
         "last_step",
         "metrics",
         "unjudged",  # (added in version 2, after the others: what the verdict does not cover)
+        "x_unit",  # (added later in version 2: what the steps count)
     ]
+    assert doc["run"]["x_unit"] == "step"
     assert doc["run"]["unjudged"] is None  # (the run logs a training loss)
     assert doc["run"]["metrics"] == {"grad_norm": "grad_norm", "loss": "train/loss", "lr": "lr"}
     assert (doc["run"]["first_step"], doc["run"]["last_step"]) == (0, 2999)

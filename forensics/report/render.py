@@ -269,6 +269,7 @@ def build_context(
         "timeline": diagnosis.timeline,
         "order_sentence": diagnosis.order_sentence(limit=3),
         "unjudged": diagnosis.unjudged(),
+        "x_unit_note": diagnosis.x_unit_note(),
         # The worst incidents as cards (then by onset), the rest as rows.
         "incidents": incidents[:MAX_INCIDENTS],
         "more_incidents": incidents[MAX_INCIDENTS : MAX_INCIDENTS + MAX_ROWS],
