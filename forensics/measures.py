@@ -998,6 +998,28 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "(epoch, consumed samples or tokens, an elapsed-time field, 'elapsed time')",
         ),
         _m(
+            "lr_step",
+            int,
+            "first step logged in both attempts where the LR differs by more than 10% "
+            "(null: the LR matches, or no step has it in both)",
+            null=True,
+        ),
+        _m("lr_before", float, "the earlier attempt's LR at lr_step", null=True),
+        _m("lr_after", float, "the resumed job's LR at lr_step", null=True),
+        _m(
+            "lr_max_ratio",
+            float,
+            "the largest ratio of the two attempts' LRs at one step, either way (>= 1)",
+            null=True,
+        ),
+        _m(
+            "lr_reshaped",
+            bool,
+            "true: the ratio of the two LRs varies by more than 5% over the common steps "
+            "(another schedule: a warning); false: one factor (a changed LR: info)",
+            null=True,
+        ),
+        _m(
             "previous_job",
             str,
             "a seam between two jobs read as one run (a resume chain): the job resumed from",

@@ -78,6 +78,9 @@ AFTER_CLIMB = "after_climb"
 # The spike variant for one that follows an LR-schedule event (a restart, the warm-up's end)
 # and came back: the schedule's doing, not a batch's (article 4.4).
 SCHEDULE_SPIKE = "schedule_induced"
+# The restart variant for a resumed job whose LR does not match the earlier attempt's at the
+# steps both logged: its scheduler did not continue (forensics.importers.restarts).
+LR_OFF = "lr_off"
 
 TABLE: dict[FindingKind, Prescription] = {
     FindingKind.GRAD_NORM_DRIFT: Prescription(
@@ -507,6 +510,13 @@ TABLE: dict[FindingKind, Prescription] = {
                 "Confirm the data loader resumed where it stopped rather than from the start.",
             ),
         ),
+        variants={
+            LR_OFF: "Restore the LR scheduler's state with the checkpoint (save and load "
+            "scheduler.state_dict() beside the optimizer's; the HF Trainer's "
+            "resume_from_checkpoint loads it from the checkpoint folder), or start the "
+            "schedule at the resumed step, so the LR continues where it left off; check the "
+            "data position too. Judge the steps since the resume against the LR they had.",
+        },
     ),
     FindingKind.REPLACED_ATTEMPT: Prescription(
         FindingKind.REPLACED_ATTEMPT,
@@ -665,6 +675,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = _after_lr_change(lr_moved.steps[0] if lr_moved.steps else finding.start_step)
     elif climb and AFTER_CLIMB in p.variants:
         text = p.variants[AFTER_CLIMB]
+    elif finding.kind is FindingKind.RESTART and finding.measures.get("lr_reshaped") is True:
+        text = p.variants[LR_OFF]
     elif finding.kind is FindingKind.CRASH and isinstance(reason, str) and reason in p.variants:
         text = p.variants[reason]
     elif finding.kind is FindingKind.OVERFITTING and _early_epoch(finding):

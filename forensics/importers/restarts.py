@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -349,7 +350,9 @@ def _in_order(frame: pl.DataFrame, order: list[str]) -> bool:
 
 
 def restart_findings(frame: pl.DataFrame) -> list[Finding]:
-    """One ``restart`` info finding per segment boundary of a frame from :func:`assign_segments`.
+    """One ``restart`` finding per segment boundary of a frame from :func:`assign_segments`:
+    info, or a warning when the resumed job logs another LR than the earlier attempt at the
+    same steps (its schedule did not continue: ``lr_step`` and the measures after it).
 
     Measures: ``resumed_from_step`` (first step of the new segment), ``last_step_before``,
     ``steps_replayed`` (width of the step range logged twice, inclusive), ``points_replayed``
@@ -407,10 +410,11 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         replayed = max(0, last - resumed + 1)
         counter = _restart_counter(f, k)
         gap_text = _gap_text(gap)
+        lr_off = _lr_off_schedule(f, k) if counter == "step" else None
         out.append(
             Finding(
                 kind=FindingKind.RESTART,
-                severity=Severity.INFO,
+                severity=Severity.WARNING if lr_off and lr_off.reshaped else Severity.INFO,
                 metric=None,
                 start_step=resumed,
                 end_step=last,
@@ -424,6 +428,11 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                     "file": cur["file"],
                     "segment": k,
                     "counter": counter,
+                    "lr_step": lr_off.step if lr_off else None,
+                    "lr_before": lr_off.before if lr_off else None,
+                    "lr_after": lr_off.after if lr_off else None,
+                    "lr_max_ratio": lr_off.max_ratio if lr_off else None,
+                    "lr_reshaped": lr_off.reshaped if lr_off else None,
                 },
                 summary=(
                     f"The job was resumed at step {resumed:,} after it had logged up to "
@@ -438,10 +447,80 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                     if counter == "step"
                     else f"The job started again at step {resumed:,} (after step {last:,}"
                     f"{gap_text}): its {counter} counter went back while the step went on."
-                ),
+                )
+                + (_lr_off_text(lr_off) if lr_off else ""),
             )
         )
     return out
+
+
+class _LrOff(NamedTuple):
+    """How the resumed job's LR differs from the earlier attempt's at the steps both logged."""
+
+    step: int  # the first such step differing by more than LR_MATCH
+    before: float  # the earlier attempt's LR there
+    after: float  # the resumed job's
+    max_ratio: float  # the largest ratio of the two at one step, either way (>= 1)
+    reshaped: bool  # their ratio varies over those steps: another schedule, not a factor
+
+
+def _lr_off_schedule(f: pl.DataFrame, k: int) -> _LrOff | None:
+    """Where segment ``k`` logs the LR again at steps an earlier segment logged it, and the
+    two differ by more than :data:`LR_MATCH` at some step. The LR is a function of the step:
+    a resumed job that restored its scheduler logs the same LR at the same step. One factor
+    at every step is a changed LR (lowering it 20-50% after a rollback is the article's own
+    treatment); a ratio that varies by more than :data:`LR_SHAPE` is another schedule (a
+    scheduler state not restored: a fresh warm-up, a cosine from its peak again). None
+    where they agree, or no step has both."""
+    tags = [t for t in f.get_column("tag").unique().to_list() if t and _is_lr(t)]
+    if not tags:
+        return None
+    lr = f.filter(pl.col("tag").is_in(tags))
+    last, first = pl.col("value").last().alias("a"), pl.col("value").first().alias("b")
+    before = lr.filter(pl.col("segment") < k).group_by("tag", "step").agg(last)
+    after = lr.filter(pl.col("segment") == k).group_by("tag", "step").agg(first)
+    both = before.join(after, on=["tag", "step"]).sort("step", "tag")
+    a, b = both.get_column("a").to_numpy(), both.get_column("b").to_numpy()
+    ok = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+    if not ok.any():
+        return None
+    steps = both.get_column("step").to_numpy()[ok]
+    a, b = a[ok], b[ok]
+    ratio = np.maximum(a / b, b / a)
+    off = np.flatnonzero(ratio > LR_MATCH)
+    if not len(off):
+        return None
+    i = int(off[0])
+    r = b / a
+    reshaped = bool(r.max() / r.min() > LR_SHAPE)
+    return _LrOff(int(steps[i]), float(a[i]), float(b[i]), float(ratio.max()), reshaped)
+
+
+LR_MATCH = 1.1  # the LR at one step in two attempts: within 10% is the same (rounded prints)
+LR_SHAPE = 1.05  # their ratio over the common steps: within 5% is one factor
+
+
+def _is_lr(tag: str) -> bool:
+    from forensics.schema import LR, canonicalize
+
+    return canonicalize(str(tag))[0] == LR
+
+
+def _lr_off_text(off: _LrOff) -> str:
+    if not off.reshaped:
+        factor = off.after / off.before
+        return (
+            f" The resumed job runs the LR at {factor:.2g}x the earlier attempt's at the same "
+            f"steps ({off.before:.4g} -> {off.after:.4g} at step {off.step:,}): a changed LR, "
+            "the same schedule."
+        )
+    return (
+        f" At the steps logged in both, the LR follows another schedule: {off.before:.4g} at "
+        f"step {off.step:,} before the restart, {off.after:.4g} after it (up to "
+        f"{off.max_ratio:,.3g}x apart, by a factor that changes from step to step): the "
+        "resumed job did not continue the LR schedule where it left off (a scheduler state "
+        "not restored, or a changed schedule)."
+    )
 
 
 def _gap_text(gap: float | None) -> str:
