@@ -221,8 +221,9 @@ def test_missing_grad_norm_is_noted():
 
 def test_inf_grad_norm_at_an_fp16_overflow_is_the_scaler_at_work():
     """An inf grad norm in the step where the loss scale halves (a skipped step) is noted, not
-    reported;
-    the same inf with no scale drop is critical."""
+    reported; the same inf with no scale drop is reported: a warning while the loss stays at
+    its level (a transient the loss did not follow), critical where the loss does not come
+    back."""
     s, v = healthy_loss(3000)
     gs, g = healthy_grad_norm(3000)
     g[1500] = np.inf
@@ -231,7 +232,11 @@ def test_inf_grad_norm_at_an_fp16_overflow_is_the_scaler_at_work():
     assert NanInfDetector().detect(Evidence(run)) == []
     assert any("scaler skipped" in n for n in run.notes)
     (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(gs, g))))
-    assert f.severity is Severity.CRITICAL and f.start_step == 1500
+    assert f.severity is Severity.WARNING and f.start_step == 1500
+    assert f.measures["loss_back"] is True
+    hurt = np.where(s > 1500, v + 0.3, v)
+    (f,) = NanInfDetector().detect(Evidence(_run(train__loss=(s, hurt), train__grad_norm=(gs, g))))
+    assert f.severity is Severity.CRITICAL and f.measures["loss_back"] is False
 
 
 @pytest.mark.parametrize(("nans", "again"), [((3000,), False), ((2000, 3000), True)])

@@ -1,7 +1,9 @@
 """NaN / Inf in the loss or the grad norm (article 6.2 start-up checklist, 6.3 orange light).
 
 Severity: fatal when the NaN persists (training never got a finite value back), critical for
-isolated non-finite steps.
+isolated non-finite steps, but a warning for isolated non-finite grad-norm steps the loss did
+not follow (back at its level after them: the update was skipped, as a GradScaler does for an
+overflowing fp16 step when no loss scale is logged to excuse it).
 
 A NaN tail that memory or step-time readings share from the same step is missing data (a
 record padded with "nan" after the run stopped), not a numerical NaN: it is noted, not reported.
@@ -370,7 +372,11 @@ class NanInfDetector:
                 f"({measures['bad_points']} non-finite point(s) in {len(runs)} stretch(es))"
                 f"{again}{level}."
             )
-            sev = Severity.CRITICAL
+            # The article's orange light is a non-finite loss. A grad norm non-finite at
+            # isolated steps that the loss did not follow (back at its level after them) is a
+            # transient judged by the loss, as an absorbed grad-norm outlier is: a warning.
+            absorbed = metric == GRAD_NORM and back is True
+            sev = Severity.WARNING if absorbed else Severity.CRITICAL
         return self._finding(metric, sev, int(t[first]), end, summary, measures)
 
     def _finding(
