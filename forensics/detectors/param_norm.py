@@ -62,6 +62,18 @@ def _planned_pace(ev: Evidence) -> Callable[[int, int], bool]:
 _AFTER_RESTART = 500  # steps after an LR restart over which the norm's new pace is planned
 
 
+def _against_pace(x: np.ndarray, y: np.ndarray, pace: float, i0: int, i1: int) -> str:
+    """``"+21% in 30 steps, where it had moved +0.06% in as many logged points before"``
+    (``pace``: the median increment before ``i0``, as :meth:`_spread_jumps` judged it)."""
+    steps = int(x[i1 + 1] - x[i0])
+    rel = (y[i1 + 1] - y[i0]) / y[i0] if y[i0] else float("nan")
+    rel_before = pace * (i1 - i0 + 1) / y[i0] if y[i0] else float("nan")
+    return (
+        f"{rel:+.1%} in {steps:,} steps, where it had moved {rel_before:+.2%} in as many "
+        "logged points before"
+    )
+
+
 class ParamNormDetector:
     """Flags abrupt param-norm changes; notes slow growth past 1.5x the baseline."""
 
@@ -180,10 +192,11 @@ class ParamNormDetector:
             biggest = times if s0 == s1 else f"the largest step, at {int(x[big + 1]):,}, {times}"
             n_after = len(settled_pts) - 1
             z_big = float(z[big])
-            if spread[g].any():
+            is_spread = bool(spread[g].any())
+            if is_spread:
                 # Spread over several points: the centred scale is the jump's own, so the
                 # move is set against the pace the norm kept before it instead.
-                biggest = self._against_pace(x, y, d, i0, i1)
+                biggest = _against_pace(x, y, float(pace[i0]), i0, i1)
                 m = i1 - i0 + 1
                 z_big = abs(y[i1 + 1] - y[i0] - m * pace[i0]) / (noise[i0] * np.sqrt(m))
             if persistent:
@@ -212,7 +225,7 @@ class ParamNormDetector:
                     metric=PARAM_NORM,
                     start_step=int(x[i0 + 1]),
                     # A jump spread over several points peaks where it got furthest.
-                    peak_step=extreme_step if spread[g].any() else int(x[big + 1]),
+                    peak_step=extreme_step if is_spread else int(x[big + 1]),
                     end_step=int(x[min(len(x) - 1, i1 + 1)]),
                     measures={
                         "abrupt": True,
@@ -310,18 +323,6 @@ class ParamNormDetector:
             ):
                 out[i0 : i1 + 1] = True
         return out, pace, noise
-
-    def _against_pace(self, x: np.ndarray, y: np.ndarray, d: np.ndarray, i0: int, i1: int) -> str:
-        """``"+21% in 30 steps, where the norm had moved +0.2% in as many steps before"``."""
-        steps = int(x[i1 + 1] - x[i0])
-        rel = (y[i1 + 1] - y[i0]) / y[i0] if y[i0] else float("nan")
-        k = i1 - i0 + 1
-        before = float(np.median(d[max(0, i0 - self.params.window) : i0])) * k if i0 else 0.0
-        rel_before = before / y[i0] if y[i0] else float("nan")
-        return (
-            f"{rel:+.1%} in {steps:,} steps, where it had moved {rel_before:+.2%} in as many "
-            "logged points before"
-        )
 
     def _growth(
         self, x: np.ndarray, y: np.ndarray, band: Band | None, source: str

@@ -30,7 +30,7 @@ from forensics.evidence import order_stats
 from forensics.evidence.order_stats import median_of_increasing_rows, median_rows
 from forensics.evidence.robust import _FAST_MIN_POINTS, MAD_TO_SIGMA, _interval_ranks
 from forensics.evidence.spike_shape import (
-    _SETTLED,
+    SETTLED,
     ShapeParams,
     SpikeClass,
     Trend,
@@ -159,7 +159,7 @@ def measure_many(
             "recovered_step": int(steps[ri]),
             "plateau_shift": shift,
             "plateau_shift_rel": rel,
-            "settled": None if rel is None else _SETTLED[clearly],
+            "settled": None if rel is None else SETTLED[clearly],
             "excess_area": area,
             "excess_area_rel": area_rel,
             "trend": t.kind,

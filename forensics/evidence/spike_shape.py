@@ -25,7 +25,7 @@ from forensics.evidence.reuse import fit_trend_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA, inverse, theil_sen_line, theil_sen_with_half
 from forensics.params import SpikesParams
 
-_SETTLED = {1: "higher", -1: "lower", 0: "within"}  # the plateau against the slope's uncertainty
+SETTLED = {1: "higher", -1: "lower", 0: "within"}  # the plateau against the slope's uncertainty
 
 
 class SpikeClass(StrEnum):
@@ -313,7 +313,7 @@ def measure(
         "recovered_step": int(steps[rec_idx]) if recovered else None,
         "plateau_shift": plateau_shift,
         "plateau_shift_rel": plateau_rel,
-        "settled": None if plateau_rel is None else _SETTLED[clearly],
+        "settled": None if plateau_rel is None else SETTLED[clearly],
         "excess_area": excess_area,
         "excess_area_rel": excess_area_rel,
         "trend": trend.kind,

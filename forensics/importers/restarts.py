@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from forensics.findings import Finding, FindingKind, Severity
-from forensics.schema import SCHEMA
+from forensics.schema import LR, SCHEMA, canonicalize
 
 # (file_idx, record_idx, step) of a TensorBoard SessionLog.START: the writer asked readers to
 # purge everything logged at or after ``step`` (torch/tensorboardX ``purge_step=``).
@@ -501,8 +501,6 @@ LR_SHAPE = 1.05  # their ratio over the common steps: within 5% is one factor
 
 
 def _is_lr(tag: str) -> bool:
-    from forensics.schema import LR, canonicalize
-
     return canonicalize(str(tag))[0] == LR
 
 
