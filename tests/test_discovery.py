@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import snapshot, write_tb_run
 
@@ -124,7 +125,7 @@ def test_trainer_log_beside_trainer_state_uses_the_richer_source(tmp_path: Path)
     (tmp_path / "trainer_log.jsonl").write_text("".join(json.dumps(o) + "\n" for o in lines))
     run = read_run(tmp_path)
     assert run.metrics()["loss"] == "loss" and run.series("loss").height == 20
-    assert run.frame.filter(run.frame["source"] == "hf_trainer_state").is_empty()
+    assert run.frame.filter(pl.col("source") == "hf_trainer_state").is_empty()
     (note,) = [n for n in run.notes if "hold the same metrics" in n]
     assert "trainer_log.jsonl has more points" in note
     assert run.metadata["checkpoints"] == [50]  # still known although no trainer_state row is used

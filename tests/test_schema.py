@@ -4,6 +4,7 @@ metrics table / export built on them."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -242,3 +243,34 @@ def test_export_refuses_other_suffixes_and_the_run_folder(tmp_path: Path) -> Non
         export_run(run, tmp_path / "frame.xlsx")
     with pytest.raises(ConfigError, match="inside the run folder"):
         export_run(run, tmp_path / "run" / "frame.csv")
+
+
+def test_frame_rows_are_narrow_whatever_the_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17's memory bound rests on narrow rows: the importer name, the file and the
+    canonical metric are categoricals of one or two bytes, so a row of the long frame is at
+    most 44 bytes (step, value and wall time 8 each, record 4, tag 4; it was 51 with
+    four-byte categories). The same from an event file written by tensorboardX, from JSONL
+    and from the cache's Parquet copy, and the frames of two formats stack."""
+    from conftest import write_tb_run
+
+    tb = read_run(write_tb_run(tmp_path / "tb", n=400), options=ReadOptions(cache=False))
+    js = read_run(_jsonl(tmp_path / "js" / "m.jsonl").parent, options=ReadOptions(cache=False))
+    for f in (tmp_path / "tb").iterdir():  # (the cache keeps only files not being written)
+        os.utime(f, (1.7e9, 1.7e9))
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FORENSICS_NO_CACHE", raising=False)
+    read_run(tmp_path / "tb")
+    assert any((tmp_path / "cache").iterdir())  # the entry the second read takes
+    cached = read_run(tmp_path / "tb")
+    for run in (tb, js, cached):
+        f = run.frame
+        assert f.schema == tb.frame.schema
+        per_row = sum(f.get_column(c).estimated_size() for c in f.columns) / f.height
+        assert per_row <= 44.5, per_row
+        phys = {c: f.get_column(c).to_physical().dtype for c in ("source", "file", "metric")}
+        assert phys == {"source": pl.UInt8, "file": pl.UInt16, "metric": pl.UInt16}
+    both = pl.concat([tb.frame, js.frame])
+    assert both.height == tb.frame.height + js.frame.height
+    assert set(both.get_column("source").cast(pl.Utf8).unique()) == {"tfevents", "jsonl"}

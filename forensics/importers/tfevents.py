@@ -170,7 +170,9 @@ def assemble(
                 "file": pl.Utf8,
             }
         )
-    frame = frame.with_columns(pl.lit(NAME, dtype=_CAT).alias("source"), _x_kind_expr(frame))
+    frame = frame.with_columns(
+        pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"), _x_kind_expr(frame)
+    )
     return finish(source, conform(frame), purges, findings, notes, config, skipped, hists, True)
 
 
@@ -263,16 +265,18 @@ def _job_frame(
     tag_idx = pl.Series(tag_id)
     frame = pl.DataFrame(cols).with_columns(
         pl.Series("tag", tags, dtype=_CAT).gather(tag_idx),
-        pl.lit(NAME, dtype=_CAT).alias("source"),
+        pl.lit(NAME, dtype=SCHEMA["source"]).alias("source"),
     )
     if len(got) == 1:
         frame = frame.with_columns(
             pl.lit(got[0][0], dtype=pl.Int32).alias("file_idx"),
-            pl.lit(rel(source.files[got[0][0]], source.root), dtype=_CAT).alias("file"),
+            pl.lit(rel(source.files[got[0][0]], source.root), dtype=SCHEMA["file"]).alias("file"),
         )
     else:
         files = [rel(source.files[i], source.root) for i, _, _ in got]
-        frame = frame.with_columns(pl.Series("file", files, dtype=_CAT).gather(pl.Series(file_ids)))
+        frame = frame.with_columns(
+            pl.Series("file", files, dtype=SCHEMA["file"]).gather(pl.Series(file_ids))
+        )
     if len(set(kinds)) == 1:
         frame = frame.with_columns(pl.lit(kinds[0], dtype=_CAT).alias("x_kind"))
     else:
