@@ -285,7 +285,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("spike_steps", str, "the onsets, comma-separated (first 20)"),
     ),
     "divergence": (
-        _m("loss_before", float, "smoothed loss at the onset (the level the rise started from)"),
+        _m(
+            "loss_before",
+            float,
+            "median loss over the smoothing's width of points before the onset (the level the "
+            "rise left)",
+        ),
         _m(
             "loss_peak",
             float,

@@ -295,7 +295,7 @@ def test_param_norm_surge_before_a_nan_is_reported_with_its_level() -> None:
 
 
 def test_divergence_says_its_peak_is_the_smoothed_curves() -> None:
-    """sample_runs/divergence: "the loss rose from 2.251 to 1154" beside a chart whose raw loss
+    """sample_runs/divergence: "the loss rose from 2.169 to 1154" beside a chart whose raw loss
     reaches 1,492 at step 1,016 (1154 is the smoothed curve's top). The sentence says which
     curve its numbers are on and gives the highest logged value with its step."""
     diag = _diag("divergence")
@@ -306,7 +306,7 @@ def test_divergence_says_its_peak_is_the_smoothed_curves() -> None:
     raw, at = float(seg["value"][top]), int(seg["step"][top])
     assert (round(raw), at) == (1492, 1016)
     # (thousands grouped, as the steps beside them are)
-    assert "the smoothed loss rose from 2.251 to 1,154" in div.summary
+    assert "the smoothed loss rose from 2.169 to 1,154" in div.summary
     assert f"(highest logged value {raw:,.0f} at step {at:,})" in div.summary
 
 

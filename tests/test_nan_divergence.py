@@ -10,6 +10,7 @@ from forensics.detectors import divergence, nan_inf
 from forensics.detectors.divergence import DivergenceDetector
 from forensics.detectors.nan_inf import NanInfDetector
 from forensics.evidence import Evidence
+from forensics.evidence.trend_utils import num
 from forensics.findings import FindingKind, Severity
 from forensics.measures import MEASURES
 
@@ -281,3 +282,23 @@ def test_one_nan_at_the_last_step_is_said_once() -> None:
     assert (
         f.summary == "The loss is nan at step 300, the last step logged: nothing finite after it."
     )
+
+
+def test_a_divergence_that_begins_with_a_jump_rises_from_the_level_before_it():
+    """The loss steps up by 0.8 at step 6,200 (from about 4.5) and climbs on; the grad norm
+    with it. The sentence's "rose from" is the level the loss left, not the smoothed curve
+    half-way up the jump (it read 5.285, a level the loss never held)."""
+    rng = np.random.default_rng(7)
+    s = np.arange(1, 6501)
+    v = 3.3 + 7.7 / (1 + s / 300) ** 0.6 + rng.normal(0, 0.03, len(s))
+    g = 0.4 + np.abs(rng.normal(0, 0.03, len(s)))
+    up = s >= 6200
+    v[up] += 0.8 + (s[up] - 6200) * 0.004
+    g[up] *= 4
+    (f,) = DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
+    before = float(np.median(v[(s >= 6100) & (s < 6200)]))  # about 4.52
+    assert f.measures["loss_before"] == pytest.approx(before, rel=0.01)
+    m = f.measures
+    assert m["loss_rise_rel"] == pytest.approx(m["loss_peak"] / m["loss_before"] - 1)
+    assert m["loss_rise_rel"] > 0.4  # (4.5 -> 6.5; it read 22% from the half-way level)
+    assert f"rose from {num(m['loss_before'])} " in f.summary and m["loss_before"] < 4.6

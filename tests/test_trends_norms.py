@@ -431,7 +431,7 @@ def test_an_activation_std_jump_reads_in_one_number_style() -> None:
 
 
 def test_diverged_losses_are_written_grouped() -> None:
-    """The divergence sample's loss reaches four digits: "rose from 2.251 to 1,154 (highest
+    """The divergence sample's loss reaches four digits: "rose from 2.169 to 1,154 (highest
     logged value 1,492 ...)", and its spikes "1,492 against a local baseline of 727.4"; they
     read "1154", "1492", beside "step 1,016" on the same line."""
     from forensics.evidence.trend_utils import num
@@ -445,7 +445,7 @@ def test_diverged_losses_are_written_grouped() -> None:
     ]
     d = _sample("divergence")
     (div,) = [f for f in d.findings if f.kind is FindingKind.DIVERGENCE]
-    assert "the smoothed loss rose from 2.251 to 1,154 (highest logged value 1,492" in div.summary
+    assert "the smoothed loss rose from 2.169 to 1,154 (highest logged value 1,492" in div.summary
     assert any(
         "Loss spike at step 1,016: 1,492 against a local baseline of 727.4" in f.summary
         for f in d.findings

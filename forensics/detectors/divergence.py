@@ -118,7 +118,16 @@ class DivergenceDetector:
             confirmed = observed >= self.params.window or nonfinite
             seg = slice(onset, end_idx + 1)
             peak_i = onset + int(np.argmax(sm[seg]))
-            loss_before = float(np.exp(sm[onset]))
+            # The level the rise left: the median of the logged loss over the smoothing's
+            # width of points before the onset, what the chart shows there. (The centred
+            # median at the onset itself is half-way up a jump: a loss that stepped from 4.52
+            # to 5.3 read "rose from 5.285".)
+            w = max(1, self.params.smooth_points)
+            loss_before = (
+                float(np.median(loss.values[max(0, onset - w) : onset]))
+                if onset > 0
+                else float(np.exp(sm[0]))
+            )
             loss_peak = float(np.exp(sm[peak_i]))
             # The sentence's numbers are the smoothed curve's; the highest logged value beside
             # them (single steps of a diverging loss swing far above and below it).
