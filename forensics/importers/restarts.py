@@ -381,6 +381,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         .group_by("tag", "segment")
         .agg(pl.col("step").min().alias("seg_first"))
     )
+    lr_rows = _lr_rows(f)  # (once: each boundary below reads its segments' part)
     for prev, cur in pairwise(per):
         if cur["first"] is None or prev["last"] is None:
             continue
@@ -410,7 +411,7 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
         replayed = max(0, last - resumed + 1)
         counter = _restart_counter(f, k)
         gap_text = _gap_text(gap)
-        lr_off = _lr_off_schedule(f, k) if counter == "step" else None
+        lr_off = _lr_off_schedule(lr_rows, k) if counter == "step" and lr_rows is not None else None
         out.append(
             Finding(
                 kind=FindingKind.RESTART,
@@ -464,18 +465,20 @@ class _LrOff(NamedTuple):
     reshaped: bool  # their ratio varies over those steps: another schedule, not a factor
 
 
-def _lr_off_schedule(f: pl.DataFrame, k: int) -> _LrOff | None:
-    """Where segment ``k`` logs the LR again at steps an earlier segment logged it, and the
-    two differ by more than :data:`LR_MATCH` at some step. The LR is a function of the step:
-    a resumed job that restored its scheduler logs the same LR at the same step. One factor
-    at every step is a changed LR (lowering it 20-50% after a rollback is the article's own
-    treatment); a ratio that varies by more than :data:`LR_SHAPE` is another schedule (a
-    scheduler state not restored: a fresh warm-up, a cosine from its peak again). None
-    where they agree, or no step has both."""
+def _lr_rows(f: pl.DataFrame) -> pl.DataFrame | None:
+    """The frame's LR rows (the importer's frame: its tags, not yet canonicalized), or None."""
     tags = [t for t in f.get_column("tag").unique().to_list() if t and _is_lr(t)]
-    if not tags:
-        return None
-    lr = f.filter(pl.col("tag").is_in(tags))
+    return f.filter(pl.col("tag").is_in(tags)) if tags else None
+
+
+def _lr_off_schedule(lr: pl.DataFrame, k: int) -> _LrOff | None:
+    """Where segment ``k`` logs the LR (``lr``: :func:`_lr_rows`) again at steps an earlier
+    segment logged it, and the two differ by more than :data:`LR_MATCH` at some step. The LR
+    is a function of the step: a resumed job that restored its scheduler logs the same LR at
+    the same step. One factor at every step is a changed LR (lowering it 20-50% after a
+    rollback is the article's own treatment); a ratio that varies by more than
+    :data:`LR_SHAPE` is another schedule (a scheduler state not restored: a fresh warm-up, a
+    cosine from its peak again). None where they agree, or no step has both."""
     last, first = pl.col("value").last().alias("a"), pl.col("value").first().alias("b")
     before = lr.filter(pl.col("segment") < k).group_by("tag", "step").agg(last)
     after = lr.filter(pl.col("segment") == k).group_by("tag", "step").agg(first)
