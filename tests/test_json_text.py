@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from forensics.outputs.json_text import _Pieces, dumps_indented
+from forensics.outputs.json_text import _Pieces, dumps_indented, write_indented
 from forensics.pipeline import analyze
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_runs"
@@ -88,3 +88,49 @@ def test_a_long_document_is_joined_in_parts() -> None:
     """More pieces than one flush holds: the buffered parts join to the same text."""
     doc = {"rows": [{"i": i, "v": i / 7, "s": f"n{i}"} for i in range(3 * _Pieces._EVERY)]}
     assert dumps_indented(doc) == _reference(doc)
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+
+def _long_rows(n: int) -> list[dict]:
+    return [{"i": i, "v": i / 7, "s": f"n{i}", "l": [i, {"k": None}]} for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        {1: "int key"},  # a key the walk leaves to the standard encoder (which converts it)
+        [{"deeper": {2.5: [True]}}],
+        {"a": {"b": {False: 0}}},
+    ],
+    ids=["int-key", "float-key-in-list", "bool-key-deep"],
+)
+def test_the_standard_encoder_takes_over_after_parts_were_written(tail: object) -> None:
+    """The walk gives parts as it goes; a value it leaves to the standard encoder late in a
+    long document is met after parts were written, and the text is still the standard's."""
+    doc = {"rows": _long_rows(_Pieces._EVERY // 4), "tail": tail, "after": [1, 2]}
+    sink = _Sink()
+    write_indented(doc, sink)  # type: ignore[arg-type]
+    assert len(sink.parts) > 1
+    assert "".join(sink.parts) == _reference(doc)
+    assert dumps_indented(doc) == _reference(doc)
+
+
+def test_the_text_is_written_while_the_walk_goes_on() -> None:
+    """Not held whole until the end (a 1M-step run's 22 MB was the command's peak memory):
+    a value that cannot be encoded, at the end of a long document, is met after text was
+    written, and raises as json.dump raises it; the text written is the start of the text."""
+    rows = _long_rows(_Pieces._EVERY // 4)
+    sink = _Sink()
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        write_indented({"rows": rows, "bad": {1, 2}}, sink)  # type: ignore[arg-type]
+    written = "".join(sink.parts)
+    assert len(sink.parts) > 1 and len(written) > 100_000
+    assert _reference({"rows": rows, "bad": None}).startswith(written)

@@ -12,9 +12,9 @@ reference. ``tests/test_json_text.py`` compares both on real documents and on ed
 
 from __future__ import annotations
 
-import io
 import json
 from itertools import repeat
+from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
 from typing import Any, TextIO
 
@@ -27,51 +27,64 @@ class _Fallback(Exception):
 
 def dumps_indented(doc: Any) -> str:
     """``json.dumps(doc, indent=2, allow_nan=False)``."""
-    return "".join(_parts(doc))
+    parts: list[str] = []
+    _encode(doc, parts.append)
+    return "".join(parts)
 
 
 def write_indented(doc: Any, out: TextIO) -> None:
-    """``out.write(json.dumps(doc, indent=2, allow_nan=False))`` in parts of about 100 kB:
-    the whole text (22 MB for a 1M-step run) is never made as one string, nor copied by the
-    writer. Nothing is written when the document cannot be encoded (its error is raised)."""
-    for part in _parts(doc):
-        out.write(part)
+    """``json.dump(doc, out, indent=2, allow_nan=False)``: the text written in parts of about
+    100 kB as they are made, so the whole text (22 MB for a 1M-step run) is never held; it
+    was the command's peak memory, on top of the analysis. As ``json.dump``, a document that
+    cannot be encoded raises its error after the text before the offending value was
+    written (a findings document always can: ``tests/test_json_text.py``)."""
+    _encode(doc, out.write)
 
 
-def _parts(doc: Any) -> list[str]:
-    """The document's text in consecutive parts."""
-    pieces = _Pieces()
+def _encode(doc: Any, sink: Callable[[str], object]) -> None:
+    """The document's text to ``sink`` in consecutive parts. Where the walk meets something it
+    leaves to the standard encoder, the standard encoder's text takes over from the end of
+    the parts already given: the walk's text is the same as the standard's, so what was
+    given is a prefix of it."""
+    pieces = _Pieces(sink)
     try:
         _write(doc, 0, pieces, set())
     except (_Fallback, RecursionError):
-        del pieces
-        # (streamed into a buffer: ``dumps`` would hold every piece in a list at once)
-        buf = io.StringIO()
+        skip = pieces.written
+        pieces.clear()  # (made but not given: the standard encoder makes them again)
         for chunk in json.JSONEncoder(indent=2, allow_nan=False).iterencode(doc):
-            buf.write(chunk)
-        return [buf.getvalue()]
-    return pieces.done()
+            if skip:
+                if len(chunk) <= skip:
+                    skip -= len(chunk)
+                    continue
+                chunk, skip = chunk[skip:], 0
+            pieces.append(chunk)
+            pieces.flush()
+    pieces.done()
 
 
 class _Pieces(list[str]):
-    """The text's pieces, joined into a part every few thousand: a list of every piece of a
-    22 MB document would hold about two million small strings (over 100 MB) at once."""
+    """The text's pieces, joined and given to ``sink`` every few thousand: a list of every
+    piece of a 22 MB document would hold about two million small strings (over 100 MB) at
+    once. ``written``: the characters given so far."""
 
     _EVERY = 1 << 14
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[str], object]) -> None:
         super().__init__()
-        self.parts: list[str] = []
+        self.sink = sink
+        self.written = 0
 
     def flush(self) -> None:
         if len(self) >= self._EVERY:
-            self.parts.append("".join(self))
-            self.clear()
+            self.done()
 
-    def done(self) -> list[str]:
-        self.parts.append("".join(self))
+    def done(self) -> None:
+        text = "".join(self)
         self.clear()
-        return self.parts
+        if text:
+            self.sink(text)
+            self.written += len(text)
 
 
 _float_repr = float.__repr__
