@@ -13,8 +13,8 @@ reference. ``tests/test_json_text.py`` compares both on real documents and on ed
 from __future__ import annotations
 
 import json
-from itertools import repeat
 from collections.abc import Callable
+from itertools import repeat
 from json.encoder import encode_basestring_ascii
 from typing import Any, TextIO
 
