@@ -465,9 +465,23 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
     ),
     "grad_norm_drift": (
-        _m("baseline", float, "grad-norm baseline (median after the LR warm-up)"),
+        _m(
+            "baseline",
+            float,
+            "grad-norm level the climb is judged from: the baseline after the LR warm-up, or "
+            "where the grad norm settled when it went on falling below settled_below x that "
+            "(baseline_kind)",
+        ),
         _m("baseline_start_step", int, "first step of the baseline window"),
         _m("baseline_end_step", int, "last step of the baseline window"),
+        _m(
+            "baseline_kind",
+            str,
+            '"early" (the median after the LR warm-up, the chart\'s shaded band) or "settled" '
+            "(the median of baseline_window steps around the lowest stretch after it)",
+        ),
+        _m("early_baseline", float, "grad-norm median after the LR warm-up (the chart's band)"),
+        _m("early_ratio", float, "current / early_baseline"),
         _m("current", float, "grad-norm level now (median of the last 2% of points, >= 5)"),
         _m("current_points", int, "how many points current is the median of"),
         _m("ratio", float, "current / baseline"),

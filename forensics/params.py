@@ -109,6 +109,9 @@ class GradNormDriftParams:
     envelope_exponent: float = 0.5
     envelope_margin: float = 1.25
     envelope_max: float = 4.0
+    # The grad norm still falling after the baseline window: a climb is judged from where it
+    # settled when that level is under this share of the baseline.
+    settled_below: float = 0.8
 
 
 @dataclass(frozen=True, kw_only=True)

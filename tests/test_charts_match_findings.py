@@ -216,18 +216,36 @@ def test_gap_and_warmup(analysed) -> None:
 
 def test_issue_11_reproduction() -> None:
     """The reproduction in issue 11: a 60-step baseline window and a 1.5x warning line. The
-    chart draws the finding's baseline (1.119, not the default window's 0.802) and its lines."""
+    chart draws the configured window's baseline (1.119, not the default window's 0.802) and
+    its lines. The grad norm goes on falling after that short window, so the finding is
+    judged from where it settled (0.669, steps 90-149): the chart draws that level and its
+    1.5x line too, dotted over the finding, and its caption says so."""
     cfg = Config(detectors={"grad_norm_drift": {"baseline_window": 60, "warn_ratio": 1.5}})
     diag = analyze(ROOT / "sample_runs" / "grad_norm_drift", cfg)
     (drift,) = [f for f in diag.findings if f.kind.value == "grad_norm_drift"]
     (gn,) = [p for p in build_panels(diag.ev, diag.findings) if p.key == GRAD_NORM]
     lines = _evidence_lines(gn)
-    assert lines["baseline"] == drift.measures["baseline"] == drift.judged_against["baseline"]
+    assert lines["baseline"] == drift.measures["early_baseline"]
     assert lines["baseline"] == pytest.approx(1.119, abs=1e-3)
-    assert lines["warn_at"] == drift.judged_against["warn_at"] == 1.5 * lines["baseline"]
+    assert lines["warn_at"] == 1.5 * lines["baseline"]
     names = {t["name"] for t in gn.figure["data"]}
     assert {"baseline", "1.5x baseline (yellow)", "3x baseline (orange)"} <= names
     assert "2x" not in gn.caption.split("(the article")[0]
+    assert drift.measures["baseline_kind"] == "settled"
+    level = drift.measures["baseline"]
+    assert level == drift.judged_against["baseline"] == pytest.approx(0.669, abs=1e-3)
+    assert drift.judged_against["warn_at"] == 1.5 * level
+    judged = {
+        t["meta"]["judged"]: t["meta"]["segments"]
+        for t in gn.figure["data"]
+        if isinstance(t.get("meta"), dict)
+        and t["meta"].get("source") == "grad_norm_drift"
+        and "segments" in t["meta"]
+    }
+    span = [drift.start_step, drift.end_step]
+    assert judged["baseline"] == [[*span, level]]
+    assert judged["warn_at"] == [[*span, 1.5 * level]]
+    assert f"judged from where it settled, {level:.4g}" in gn.caption
 
 
 def test_one_table_of_lights(analysed) -> None:

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from forensics.evidence import Evidence
+from forensics.evidence import Band, Evidence
+from forensics.evidence.baseline import Baseline
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
     bin_median,
@@ -117,9 +118,23 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     del keep
     n_recent = max(5, int(p.recent_frac * len(ys)))
     current = float(np.median(ys[-n_recent:]))
-    ratio = current / base.value
     xb, yb = bin_median(xs, ys, max_bins=200)
     smooth = rolling_median(yb, 5)
+    early = base
+    settled = _settled(xs, ys, xb, smooth, base, float(xs[-n_recent]), p)
+    if settled is not None:
+        # Judged from where the grad norm settled: its 2x / 3x lines (drawn over the finding)
+        band = Band(settled, band.warn_ratio, band.critical_ratio)
+        base = settled
+        crit_at = band.critical_at if band.critical_at is not None else float("inf")
+        judged.update(
+            band.judged(),
+            baseline_start_step=base.start_step,
+            baseline_end_step=base.end_step,
+            early_baseline=early.value,
+            settled_below=p.settled_below,
+        )
+    ratio = current / base.value
     env = envelope(ev, xb, base.start_step, base.end_step)
     e_now = env.at_end(xs[-n_recent:])
     warn_now, crit_now = env.lines(np.array([e_now]), band)
@@ -134,6 +149,9 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         "baseline": base.value,
         "baseline_start_step": base.start_step,
         "baseline_end_step": base.end_step,
+        "baseline_kind": "early" if settled is None else "settled",
+        "early_baseline": early.value,
+        "early_ratio": current / early.value,
         "current": current,
         "current_points": n_recent,
         "ratio": ratio,
@@ -158,7 +176,10 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     below = np.flatnonzero(~warn_hit)
     warn_idx = int(below[-1] + 1) if len(below) else 0
     warn_idx = min(warn_idx, len(xb) - 1)
-    onset = _at_lr_change(ev, xb, _onset(xb[: warn_idx + 1], smooth[: warn_idx + 1], base.value))
+    # (from the settled window on: the fall before it is not part of the climb's bend)
+    i0 = 0 if settled is None else min(int(np.searchsorted(xb, base.start_step)), warn_idx)
+    seg = slice(i0, warn_idx + 1)
+    onset = _at_lr_change(ev, xb, _onset(xb[seg], smooth[seg], base.value))
     post = int(np.searchsorted(xs, onset, side="left"))  # xs[post:] >= onset
     g_slope = theil_sen(xs[post:], ys[post:])
     del xs, ys  # (not read past here: the loss's points are not held beside them)
@@ -229,6 +250,49 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         )
     return DriftResult(
         True, sev, int(onset), int(x[-1]), int(round(xb[peak_i])), m, judged_against=judged
+    )
+
+
+def _settled(
+    xs: np.ndarray,
+    ys: np.ndarray,
+    xb: np.ndarray,
+    smooth: np.ndarray,
+    base: Baseline,
+    recent_from: float,
+    p: GradNormDriftParams,
+) -> Baseline | None:
+    """The level the grad norm settled at after the baseline window, when it went on falling
+    to under ``settled_below`` x the baseline: the median of the points (spikes left out)
+    over ``baseline_window`` steps around the lowest stretch of the smoothed bin medians
+    between the baseline window and the recent points. None when it did not fall that far.
+
+    A baseline taken while the grad norm was still coming down from start-up overstates its
+    level: a climb to 3x of where it settled read as 1.8x of the baseline and passed as
+    healthy. The article's 500-step baseline, moved to where the grad norm settled, is what
+    the climb is then judged from."""
+    between = np.flatnonzero((xb > base.end_step) & (xb < recent_from))
+    if len(between) == 0:
+        return None
+    low = int(between[np.argmin(smooth[between])])
+    if not smooth[low] < p.settled_below * base.value:
+        return None
+    start = max(float(xb[low]) - p.baseline_window / 2, float(base.end_step) + 1)
+    sel = (xs >= start) & (xs < start + p.baseline_window)
+    n = int(np.count_nonzero(sel))
+    if n < 5:
+        return None
+    value = float(np.median(ys[sel]))
+    if not 0 < value < p.settled_below * base.value:
+        return None
+    first, last = int(xs[sel][0]), int(xs[sel][-1])
+    return Baseline(
+        value,
+        first,
+        last,
+        n,
+        f"median of {n:,} points, steps {first:,}-{last:,}, where the grad norm settled after "
+        f"falling below {p.settled_below:g}x the baseline after the warm-up ({sig(base.value)})",
     )
 
 
@@ -341,8 +405,16 @@ class GradNormDriftDetector:
         else:
             loss_txt = "the loss kept falling"
         # (both ends are medians, of noisy points the chart shows one by one)
+        if m["baseline_kind"] == "settled":
+            base_txt = (
+                f"{sig(m['baseline'])} (where it settled: the median of steps "
+                f"{m['baseline_start_step']:,}-{m['baseline_end_step']:,}; it was "
+                f"{sig(m['early_baseline'])} after the warm-up and went on falling)"
+            )
+        else:
+            base_txt = f"{sig(m['baseline'])} (baseline)"
         rise = (
-            f"Grad norm rose from {sig(m['baseline'])} (baseline) to {sig(m['current'])} "
+            f"Grad norm rose from {base_txt} to {sig(m['current'])} "
             f"({m['ratio']:.1f}x; the median of its last {m['current_points']:,} points, spikes "
             f"left out) since step {res.onset_step:,} while {loss_txt}"
         )

@@ -562,11 +562,32 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
             f"Baseline {band.baseline.value:.4g} ({band.baseline.how}, shaded); warns at"
             f" {band.warn_ratio:g}x{crit} (the article: 2x and 3x)."
         )
+        settled = next(
+            (
+                f
+                for f in fs
+                if f.kind is FindingKind.GRAD_NORM_DRIFT
+                and f.measures.get("baseline_kind") == "settled"
+            ),
+            None,
+        )
+        if settled is not None:
+            m = settled.measures
+            lines = f"{band.warn_ratio:g}x" + (
+                f" / {band.critical_ratio:g}x" if band.critical_ratio is not None else ""
+            )
+            cap += (
+                " The grad norm went on falling after that window: the grad_norm_drift finding"
+                f" was judged from where it settled, {m['baseline']:.4g} (the median of steps"
+                f" {m['baseline_start_step']:,}-{m['baseline_end_step']:,}), with its own"
+                f" {lines} lines dotted over the climb."
+            )
         drift = _schedule_line(fig, ev, band, fs, dx)
         if drift is not None:
             cap += (
                 " The grad_norm_drift finding was judged against the dash-dotted line instead:"
-                " the baseline times the rise the decaying learning rate explains (with a"
+                " the level it was judged from times the rise the decaying learning rate"
+                " explains (with a"
                 f" margin; never under {band.warn_ratio:g}x), {drift:.4g} at the end of the log."
             )
     warmup_line(fig, ev)
@@ -588,10 +609,12 @@ def _schedule_line(
     if drift is None or not drift.measures.get("lr_logged"):
         return None
     ja = drift.judged_against
-    start, end, now = (
-        ja.get(k) for k in ("baseline_start_step", "baseline_end_step", "warn_line_now")
+    start, end, now, level = (
+        ja.get(k) for k in ("baseline_start_step", "baseline_end_step", "warn_line_now", "baseline")
     )
     if start is None or end is None or not isinstance(now, (int, float)):
+        return None
+    if not isinstance(level, (int, float)):  # (the early or the settled baseline)
         return None
     at = xs[xs >= start].astype(float)
     env = envelope(ev, at, int(start), int(end))
@@ -603,7 +626,7 @@ def _schedule_line(
             "type": "scatter",
             "mode": "lines",
             "x": at.astype(int).tolist(),
-            "y": (warn * band.baseline.value).tolist(),
+            "y": (warn * float(level)).tolist(),
             "name": "warning line under the LR schedule (grad_norm_drift)",
             "line": {"color": Severity.WARNING.colour, "width": 1.2, "dash": "dashdot"},
             "hoverinfo": "name+y",
