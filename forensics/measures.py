@@ -531,6 +531,13 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("lr_phase", str, "LR schedule phase at the last step (null: no LR)", null=True),
         _m(
+            "divergence_step",
+            int,
+            "onset of a divergence after the baseline window: the climb is judged up to it, "
+            "and what follows is the divergence's (null: none)",
+            null=True,
+        ),
+        _m(
             "lr_phase_at_warning",
             str,
             "LR schedule phase where the climb passed warn_ratio (null: no LR)",

@@ -7,7 +7,14 @@ any fit (rolling median + k * MAD). The level now is compared with the evidence'
 band (``Evidence.grad_norm_band``, the lines the report's chart draws): warning at 2x,
 critical at 3x.
 When the loss rises over the same stretch (a significant upward slope, or a level more than 2%
-above the one at the onset) the pair is a divergence, left to the divergence detector.
+above the one at the onset) the pair is a divergence, left to the divergence detector. A
+divergence the divergence detector found after the baseline window ends the stretch judged: a
+climb that led into the blow-up while the loss still fell is a drift up to its onset (and the
+divergence's cause), as a climb that ran into NaN is.
+
+A grad norm still coming down from start-up through the baseline window overstates the level
+a climb begins from: when it went on falling below ``settled_below`` x the baseline, the climb
+is judged from where it settled (the median of ``baseline_window`` steps around its low).
 
 Judged against the LR schedule: with weight decay, a decaying LR raises the grad norm by itself
 (Defazio et al. 2025, "Why Gradients Rapidly Increase Near the End of Training", arXiv
@@ -105,12 +112,17 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         "spike_k": p.spike_k,
     }
     _ = ev.schedule  # (made before the selections below are held: not beside its temporaries)
+    # A divergence after the baseline window ends the stretch judged: what the grad norm and
+    # the loss do from its onset on is the divergence's, and a climb that led into it is a
+    # drift of its own (it reads as the divergence's cause), not a rise of the loss.
+    stop = next((a for a, _ in ev.diverged if a > base.end_step), None)
+    upto = len(x) if stop is None else int(np.searchsorted(x, stop, side="left"))
     # The points from the baseline on (steps sorted: a slice) that the despike keeps; one
     # copy of them, every later selection a slice of it.
     after = int(np.searchsorted(x, base.start_step, side="left"))  # x[after:] >= start
-    keep = ev.despiked(GRAD_NORM, k=p.spike_k)[after:]  # despike(y, k=...)
-    keep &= y[after:] >= 0
-    xs, ys = _kept(x[after:], keep), _kept(y[after:], keep)
+    keep = ev.despiked(GRAD_NORM, k=p.spike_k)[after:upto]  # despike(y, k=...)
+    keep &= y[after:upto] >= 0
+    xs, ys = _kept(x[after:upto], keep), _kept(y[after:upto], keep)
     if len(xs) < p.min_points:
         run.note(f"{CHECK}: not run, too few grad_norm points after the baseline window")
         return None
@@ -163,6 +175,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         "excess": ratio / e_now,
         "envelope_score": ratio / float(warn_now[0]),
         "lr_phase": ev.schedule.phase_at(float(xs[-1])),
+        "divergence_step": stop,
     }
 
     def quiet(reason: str) -> DriftResult:
@@ -188,9 +201,10 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     loss = ev.series(LOSS)
     lx, ly = loss.steps, loss.values
     l0 = int(np.searchsorted(lx, onset, side="left"))  # lx[l0:] >= onset
-    loss_sel = ev.despiked(LOSS, k=p.spike_k)[l0:]  # despike(ly, k=...)
-    lys = _kept(ly[l0:], loss_sel)
-    l_slope = theil_sen(_kept(lx[l0:], loss_sel), lys) if len(lys) >= 3 else None
+    l1 = len(lx) if stop is None else int(np.searchsorted(lx, stop, side="left"))
+    loss_sel = ev.despiked(LOSS, k=p.spike_k)[l0:l1]  # despike(ly, k=...)
+    lys = _kept(ly[l0:l1], loss_sel)
+    l_slope = theil_sen(_kept(lx[l0:l1], loss_sel), lys) if len(lys) >= 3 else None
     del loss_sel
     if l_slope is not None and l_slope.rising:
         return quiet("the loss rises too (divergence, not drift)")
@@ -248,9 +262,8 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
             f"{CHECK}: no LR logged, so a rise from a decaying LR with weight decay (expected) "
             "could not be told from a drift; judged on the plain 2x / 3x lines"
         )
-    return DriftResult(
-        True, sev, int(onset), int(x[-1]), int(round(xb[peak_i])), m, judged_against=judged
-    )
+    end = int(x[upto - 1])  # (the last point before a divergence the climb ran into)
+    return DriftResult(True, sev, int(onset), end, int(round(xb[peak_i])), m, judged_against=judged)
 
 
 def _settled(
@@ -413,10 +426,15 @@ class GradNormDriftDetector:
             )
         else:
             base_txt = f"{sig(m['baseline'])} (baseline)"
+        until = (
+            f" up to the divergence at step {m['divergence_step']:,}"
+            if m["divergence_step"] is not None
+            else ""
+        )
         rise = (
             f"Grad norm rose from {base_txt} to {sig(m['current'])} "
             f"({m['ratio']:.1f}x; the median of its last {m['current_points']:,} points, spikes "
-            f"left out) since step {res.onset_step:,} while {loss_txt}"
+            f"left out) since step {res.onset_step:,}{until} while {loss_txt}"
         )
         cap = (
             "the envelope's cap; "
