@@ -733,6 +733,13 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("gap_now", float, "gap at the last val step of the episode"),
         _m("detected_step", int, "first val step where the acceleration was confirmed"),
         _m("val_turned_up", bool, "true when val was rising over the last window at detection"),
+        _m(
+            "divergence_from",
+            int,
+            "onset of the train loss's divergence the acceleration was confirmed in (at or "
+            "after it): part of that divergence, a note (null: none)",
+            null=True,
+        ),
     ),
     "val_shift": (
         _m("direction", str, "which way the held-out loss stepped", values=("up", "down")),

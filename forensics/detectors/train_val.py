@@ -13,7 +13,9 @@ and the 1.5x acceleration rule are computed there, once per run; this module dec
   loss wanders with the data order and such wander comes back down), the pace in that later
   window past 1.5x the pace before by ``SUSTAIN_MARGIN`` of the noise floor and, on lines
   fitted through every gap reading, by ``PACE_SE_K`` standard errors, and is reported at its
-  onset (where the gap bends upward), usually before the val loss itself turns up.
+  onset (where the gap bends upward), usually before the val loss itself turns up. One first
+  confirmed at or after the onset of a divergence of the train loss is a note, part of that
+  divergence: the held-out loss read after the blow-up follows it.
 * ``overfitting`` (warning): the negative slope, train falling (or at least not rising)
   while the held-out loss rises from its minimum over at least two later evals by more than
   overfit_noise_k x its own eval noise, however small (a 1-2% rise in the last epoch of an
@@ -51,7 +53,7 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -124,7 +126,8 @@ class TrainValDetector:
                 if not (f.start_step <= s1 + g.window and (f.end_step or f.start_step) >= s0)
             ]
         since = float(shift[0].peak_step or shift[0].start_step) if shift else None
-        return accel + self._overfitting(ev, g, accel, since) + shift
+        over = self._overfitting(ev, g, accel, since)
+        return [_in_divergence(ev, f) for f in accel] + over + shift
 
     def scores(self, ev: Evidence) -> dict[str, dict[str, float]]:
         """Calibration scores per held-out loss, each the ratio to its alarm line (> 1 fires):
@@ -807,3 +810,28 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     b = float(xc @ yc) / sxx if sxx > 0 else 0.0
     r = yc - b * xc
     return b, sxx, float(r @ r)
+
+
+def _in_divergence(ev: Evidence, f: Finding) -> Finding:
+    """A gap acceleration first confirmed at or after the onset of a divergence of the train
+    loss is part of it: the held-out loss read after the blow-up follows it, and the
+    widening could not be told without those readings. It is a note pointing at the
+    divergence, as a spike inside one is (an acceleration confirmed before the blow-up is
+    the article's yellow light and stays a warning)."""
+    det = f.measures["detected_step"]
+    assert isinstance(det, int)
+    hit = next(((a, b) for a, b in ev.diverged if a <= det), None)
+    measures = {**f.measures, "divergence_from": hit[0] if hit is not None else None}
+    if hit is None:
+        return replace(f, measures=measures)
+    a, b = hit
+    return replace(
+        f,
+        severity=Severity.INFO,
+        measures=measures,
+        summary=f.summary
+        + (
+            f" Confirmed at step {det:,}, inside the divergence of steps {a:,}-{b:,}: part of"
+            " it (judged there), not an event of its own."
+        ),
+    )
