@@ -381,6 +381,14 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "the update was skipped, nothing to roll back (null when not measured)",
             null=True,
         ),
+        _m(
+            "skipped_at_start",
+            bool,
+            "true for a grad norm non-finite at the first logged steps (at most 16) that the "
+            "loss did not follow, with no loss scale logged: updates skipped while an fp16 "
+            "loss scaler finds its scale (a hypothesis), info; loss_before / loss_after are "
+            "then the loss's median at those steps and over the next 5 points",
+        ),
     ),
     "loss_scale_drop": (
         _m(

@@ -72,6 +72,9 @@ _ROLLBACK_SPIKE = (
 LOSS_MOVED = "loss_moved"  # the grad-norm spike variant for a transient the loss followed
 EARLY_EPOCHS = "early_epochs"  # the overfitting variant for a val loss turning up in epoch 1-2
 NAN_HARMLESS = "loss_back"  # isolated NaN steps after which the loss came back to its level
+# Non-finite grad norms at the first logged steps that the loss did not follow (an fp16 loss
+# scaler finding its scale, no loss scale logged)
+NAN_AT_START = "skipped_at_start"
 # The blow-up variant (NaN, divergence) whose supported cause is a grad-norm climb going on
 # since before it: the climb is the disease, the NaN its end (article 2.4 and 3.5).
 AFTER_CLIMB = "after_climb"
@@ -237,6 +240,10 @@ TABLE: dict[FindingKind, Prescription] = {
             "the non-finite steps, so their updates were skipped (or only the logged value was "
             "bad). Find what made them non-finite (the batch at that step, the loss scale "
             "there) before it recurs and stays.",
+            NAN_AT_START: "Nothing to do if the run trains in fp16: its loss scaler skips the "
+            "first steps while it lowers its scale. Log the loss scale (or the overflow "
+            "count) so the next report can show it; non-finite grad norms that go on after "
+            "the first steps need the batch and the scale at those steps looked at.",
         },
     ),
     FindingKind.LOSS_SCALE_DROP: Prescription(
@@ -667,7 +674,9 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
     reason = finding.measures.get("reason")
     climb = any(c.cause == "grad_norm_climb" and c.status == "supported" for c in causes)
     lr_moved = next((c for c in causes if c.cause == "lr_change" and c.status == "supported"), None)
-    if finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
+    if finding.kind is FindingKind.NAN_INF and finding.measures.get("skipped_at_start") is True:
+        text = p.variants[NAN_AT_START]
+    elif finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
         text = p.variants[NAN_HARMLESS]
     elif lr_moved is not None and finding.kind is not FindingKind.CRASH:
         # The log shows the LR leaving its schedule at the onset: the sign's own row (clip

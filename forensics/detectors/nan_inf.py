@@ -3,7 +3,10 @@
 Severity: fatal when the NaN persists (training never got a finite value back), critical for
 isolated non-finite steps, but a warning for isolated non-finite grad-norm steps the loss did
 not follow (back at its level after them: the update was skipped, as a GradScaler does for an
-overflowing fp16 step when no loss scale is logged to excuse it).
+overflowing fp16 step when no loss scale is logged to excuse it). Non-finite grad norms at the
+first logged steps (at most 16: a GradScaler halves its scale from 2**16 at each skip) with
+the loss finite there and no higher after are a note: the scaler finding its scale, a
+hypothesis the log cannot show without a loss scale.
 
 A NaN tail that memory or step-time readings share from the same step is missing data (a
 record padded with "nan" after the run stopped), not a numerical NaN: it is noted, not reported.
@@ -91,6 +94,42 @@ def _loss_level(
     sigma = robust_sigma(pre)
     tol = max(3.0 * 1.2533 * sigma * np.sqrt(1 / len(pre) + 1 / len(post)), 0.01 * abs(before))
     return before, after, bool(after - before <= tol)
+
+
+_START_AFTER = 5  # finite loss points after a start-up stretch the loss level is read from
+# GradScaler starts at 2**16 and halves the scale at each skipped step: 16 skips reach 1.
+_START_MAX_POINTS = 16
+
+
+def _skipped_at_start(
+    ev: Evidence, t: np.ndarray, v: np.ndarray, r: tuple[int, int]
+) -> tuple[float, float] | None:
+    """A stretch of non-finite grad norms at the first logged steps whose updates were skipped:
+    at most :data:`_START_MAX_POINTS` points, finite again after it for at least
+    :data:`_START_AFTER` points, the loss logged and finite at those steps and, over the next
+    :data:`_START_AFTER` finite points, no higher than there (by 1% or three times the
+    noise). An applied non-finite update would make the next loss non-finite, a huge finite
+    one would make it jump. Returns the loss's median at those steps and after; None when
+    the stretch is not that."""
+    n_bad = r[1] - r[0] + 1
+    if r[0] != 0 or n_bad > _START_MAX_POINTS or len(v) - r[1] - 1 < _START_AFTER:
+        return None
+    if not np.isfinite(v[r[1] + 1 : r[1] + 1 + _START_AFTER]).all() or not ev.has(LOSS):
+        return None
+    s = ev.logged(LOSS)
+    at = (s.steps >= t[r[0]]) & (s.steps <= t[r[1]])
+    during = s.values[at]
+    if len(during) == 0 or not np.isfinite(during).all():
+        return None
+    later = s.values[s.steps > t[r[1]]][: 4 * _START_AFTER]
+    later = later[np.isfinite(later)][:_START_AFTER]
+    if len(later) < _START_AFTER:
+        return None
+    before, after = float(np.median(during)), float(np.median(later))
+    noise = robust_sigma(later) if len(later) >= 3 else 0.0
+    if after - before > max(3.0 * noise, 0.01 * abs(before)):
+        return None
+    return before, after
 
 
 def _level_text(
@@ -263,6 +302,24 @@ class NanInfDetector:
                 runs = [r for r in runs if r not in excused]
                 if not runs:
                     return None
+        start = None
+        if (
+            metric == GRAD_NORM
+            and runs[0][0] == 0
+            and not (run.has(LOSS_SCALE) or run.has(OVERFLOW))
+        ):
+            start = _skipped_at_start(ev, t, v, runs[0])
+            if start is not None and len(runs) > 1:
+                # (the rest judged on their own; the start said in the notes)
+                r = runs[0]
+                run.note(
+                    f"nan_inf: the grad norm is non-finite at the first {r[1] + 1} logged "
+                    f"step(s) ({int(t[0]):,}-{int(t[r[1]]):,}) and the loss did not follow: "
+                    "updates skipped while an fp16 loss scaler finds its scale (no loss scale "
+                    "is logged to show it); judged apart from the later stretches"
+                )
+                bad[: r[1] + 1] = False
+                runs, start = runs[1:], None
         first, last = runs[0]
         # A stretch at the very end persists: without a loss scaler a non-finite gradient makes
         # the weights non-finite at the next update. With a dynamic loss scale logged (fp16),
@@ -294,6 +351,28 @@ class NanInfDetector:
             "loss_back": None,
         }
         name = "loss" if metric == LOSS else "grad norm"
+        measures["skipped_at_start"] = start is not None
+        if start is not None:
+            loss_during, loss_later = start
+            measures.update(
+                loss_before=loss_during, loss_after=loss_later, loss_back=True, persistent=False
+            )
+            measures["persistent_from"] = None
+            measures["last_bad_step"] = int(t[last])
+            n_bad = last - first + 1
+            summary = (
+                f"The grad norm is {_label(v[first])} at the first {n_bad:,} logged step(s) "
+                f"({int(t[first]):,}-{int(t[last]):,}) and finite from step "
+                f"{int(t[last + 1]):,} on, while the loss was finite there and did not rise "
+                f"after ({loss_during:.4g} at those steps, {loss_later:.4g} over the next "
+                f"{_START_AFTER} points): updates skipped at the start of training, as a "
+                "dynamic fp16 loss scaler skips them while it lowers its scale from 65,536 "
+                "(a hypothesis: the log has no loss scale to show it). The weights were not "
+                "harmed; skips that go on past the first steps would need a look."
+            )
+            return self._finding(
+                metric, Severity.INFO, int(t[first]), int(t[last]), summary, measures
+            )
         if persistent:
             # The extent is from the first persistent stretch to the end of the last one: a few
             # finite points in between do not end it, and the text counts them.
