@@ -7,8 +7,9 @@ The healthy runs are tests/test_calibration.py's (benchmarks/tools_compare.py na
 each run and each detector the score the detector is judged on, at its worst point of the run,
 read from the evidence layer (forensics.evidence) with the default parameters:
 
-* grad_norm_drift: the recent grad norm over its baseline (``Evidence.drift`` ``ratio``),
-  threshold 2x (params.GRAD_NORM_WARN); where the drift analysis reports it, the ratio
+* grad_norm_drift: the recent grad norm over the level it is judged from (``Evidence.drift``
+  ``ratio``: the baseline after the warm-up, or where the grad norm settled when it went on
+  falling below 0.8x of it), threshold 2x (params.GRAD_NORM_WARN); where the drift analysis reports it, the ratio
   over the schedule's expected rise (``excess``) beside it.
 * loss_spike / grad_norm_spike: the highest robust z (forensics.evidence.robust.score with the
   spike parameters) among points that also pass the height gate (loss 1.15x, grad norm 2x its
