@@ -9,8 +9,8 @@ read from the evidence layer (forensics.evidence) with the default parameters:
 
 * grad_norm_drift: the recent grad norm over the level it is judged from (``Evidence.drift``
   ``ratio``: the baseline after the warm-up, or where the grad norm settled when it went on
-  falling below 0.8x of it), threshold 2x (params.GRAD_NORM_WARN); where the drift analysis reports it, the ratio
-  over the schedule's expected rise (``excess``) beside it.
+  falling below 0.8x of it), threshold 2x (params.GRAD_NORM_WARN); where the drift analysis
+  reports it, the ratio over the schedule's expected rise (``excess``) beside it.
 * loss_spike / grad_norm_spike: the highest robust z (forensics.evidence.robust.score with the
   spike parameters) among points that also pass the height gate (loss 1.15x, grad norm 2x its
   baseline), after the warm-up; threshold z 6.
