@@ -83,6 +83,12 @@ def test_a_climb_from_where_the_grad_norm_settled_is_a_warning(tmp_path: Path) -
     assert drawn["baseline"] == [[f.start_step, f.end_step, m["baseline"]]]
     assert drawn["warn_at"] == [[f.start_step, f.end_step, 2 * m["baseline"]]]
     assert "judged from where it settled" in panel.caption
+    (shade,) = [
+        sh
+        for sh in panel.figure["layout"]["shapes"]
+        if sh.get("name") == "settled window (grad_norm_drift)"
+    ]
+    assert (shade["x0"], shade["x1"]) == (lo, hi)
 
 
 def test_a_grad_norm_that_settles_and_stays_is_healthy(tmp_path: Path) -> None:

@@ -579,8 +579,24 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
             cap += (
                 " The grad norm went on falling after that window: the grad_norm_drift finding"
                 f" was judged from where it settled, {m['baseline']:.4g} (the median of steps"
-                f" {m['baseline_start_step']:,}-{m['baseline_end_step']:,}), with its own"
-                f" {lines} lines dotted over the climb."
+                f" {m['baseline_start_step']:,}-{m['baseline_end_step']:,}, shaded too), with"
+                f" its own {lines} lines dotted over the climb."
+            )
+            fig["layout"]["shapes"].append(
+                {
+                    "type": "rect",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": m["baseline_start_step"],
+                    "x1": m["baseline_end_step"],
+                    "y0": 0,
+                    "y1": 1,
+                    "fillcolor": "#999",
+                    "opacity": 0.08,
+                    "line": {"width": 0},
+                    "layer": "below",
+                    "name": "settled window (grad_norm_drift)",
+                }
             )
         drift = _schedule_line(fig, ev, band, fs, dx)
         if drift is not None:
