@@ -205,20 +205,25 @@ def band_lines(fig: dict[str, Any], band: Band, x0: int, x1: int, *, critical_li
             )
         )
     # the stretch the baseline was measured over
+    window_shade(fig, band.baseline.start_step, band.baseline.end_step, "baseline window")
+
+
+def window_shade(fig: dict[str, Any], x0: Any, x1: Any, name: str) -> None:
+    """A light grey span over the steps a baseline was measured on."""
     fig["layout"]["shapes"].append(
         {
             "type": "rect",
             "xref": "x",
             "yref": "paper",
-            "x0": band.baseline.start_step,
-            "x1": band.baseline.end_step,
+            "x0": x0,
+            "x1": x1,
             "y0": 0,
             "y1": 1,
             "fillcolor": "#999",
             "opacity": 0.08,
             "line": {"width": 0},
             "layer": "below",
-            "name": "baseline window",
+            "name": name,
         }
     )
 
@@ -582,21 +587,11 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
                 f" {m['baseline_start_step']:,}-{m['baseline_end_step']:,}, shaded too), with"
                 f" its own {lines} lines dotted over the climb."
             )
-            fig["layout"]["shapes"].append(
-                {
-                    "type": "rect",
-                    "xref": "x",
-                    "yref": "paper",
-                    "x0": m["baseline_start_step"],
-                    "x1": m["baseline_end_step"],
-                    "y0": 0,
-                    "y1": 1,
-                    "fillcolor": "#999",
-                    "opacity": 0.08,
-                    "line": {"width": 0},
-                    "layer": "below",
-                    "name": "settled window (grad_norm_drift)",
-                }
+            window_shade(
+                fig,
+                m["baseline_start_step"],
+                m["baseline_end_step"],
+                "settled window (grad_norm_drift)",
             )
         drift = _schedule_line(fig, ev, band, fs, dx)
         if drift is not None:
