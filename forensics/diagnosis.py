@@ -255,7 +255,8 @@ def diagnose(
     findings = list(findings)
     causes = causes_of(ev, findings)
     trim()  # (the cause tests' temporaries given back before the next stage's)
-    incidents = build_incidents(findings, causes, previous_points(ev), lr_points(ev))
+    previous = previous_points(ev)
+    incidents = build_incidents(findings, causes, previous, lr_points(ev))
     diag = Diagnosis(
         run=ev.run,
         findings=findings,
@@ -263,7 +264,7 @@ def diagnose(
         prescriptions=[prescribe(f, c) for f, c in zip(findings, causes, strict=True)],
         checkpoint_every=checkpoint_every,
         rollbacks=incident_rollbacks(ev, incidents, findings, checkpoint_every=checkpoint_every),
-        timeline=run_timeline(incidents, findings),
+        timeline=run_timeline(incidents, findings, previous),
         phases=evaluate_checklists(ev, findings),
         coverage=coverage(ev),
         evidence=ev,

@@ -376,7 +376,7 @@ def build_incidents(
             and c.steps
             and not (c.cause == "resume" and has_restart)
         ]
-        timeline = build_timeline(fs, controls, include_info=True)
+        timeline = build_timeline(fs, controls, include_info=True, previous_point=previous_point)
         out.append(
             Incident(
                 f"incident-{len(out) + 1}",
@@ -420,14 +420,19 @@ def _late_controls(
     return out
 
 
-def run_timeline(incidents: Sequence[Incident], findings: Sequence[Finding]) -> Timeline:
+def run_timeline(
+    incidents: Sequence[Incident],
+    findings: Sequence[Finding],
+    previous_point: Callable[[Finding], int | None] | None = None,
+) -> Timeline:
     """The run's timeline: every incident's findings and control inputs in causal order
-    (the findings that call for action when the run has no incident)."""
+    (the findings that call for action when the run has no incident). ``previous_point``:
+    as :func:`build_incidents` takes it (a later onset the log cannot order is said so)."""
     if not incidents:
-        return build_timeline(list(findings))
+        return build_timeline(list(findings), previous_point=previous_point)
     members = [f for inc in incidents for f in inc.findings]
     controls = [c for inc in incidents for c in inc.controls]
-    return build_timeline(members, controls, include_info=True)
+    return build_timeline(members, controls, include_info=True, previous_point=previous_point)
 
 
 def merge_causes(per_finding: Sequence[Sequence[Cause]]) -> list[Cause]:

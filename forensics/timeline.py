@@ -14,7 +14,7 @@ norm, the parameter norm, the loss, then the rest.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from forensics.findings import Finding, FindingKind, Severity, steps_text
@@ -94,6 +94,9 @@ class Mover:
     finding: Finding | None  # None for a control input
     kind: str = ""  # the finding's kind, or the control input's cause id
     text: str = ""  # a control input's evidence
+    # A later onset its own series could not have shown sooner: it logged no point between
+    # the first mover's onset and its own (the log cannot order the two)
+    unordered: bool = False
 
     @property
     def control(self) -> bool:
@@ -134,6 +137,8 @@ class Timeline:
             return "No vital sign left its normal range."
         head = self.movers[0]
         text = f"The {head.label} moved first (onset at step {head.step:,}, {_what(head)})"
+        if len(self.movers) > 1 and self.movers[1].unordered:
+            text = f"The {head.label}'s onset is the earliest (step {head.step:,}, {_what(head)})"
         if len(self.movers) == 1:
             return text + "."
         parts = []
@@ -143,6 +148,13 @@ class Timeline:
             parts.append(f"the {m.label} {when} (step {m.step:,}, {_what(m)})")
         rest = len(self.movers) - 1 - len(followers)
         tail = f" and {rest} more" if rest > 0 else ""
+        unordered = [f"the {m.label}" for m in followers if m.unordered]
+        if unordered:
+            whose = "its own" if len(unordered) == 1 else "theirs"
+            tail += (
+                f"; {' and '.join(unordered)} logged no point between the first onset and "
+                f"{whose}: the log cannot tell which moved first"
+            )
         return text + "; then " + ", ".join(parts) + tail + "."
 
 
@@ -158,7 +170,11 @@ def _what(m: Mover) -> str:
 
 
 def build_timeline(
-    findings: list[Finding], controls: Iterable[Control] = (), *, include_info: bool = False
+    findings: list[Finding],
+    controls: Iterable[Control] = (),
+    *,
+    include_info: bool = False,
+    previous_point: Callable[[Finding], int | None] | None = None,
 ) -> Timeline:
     """Order findings by onset, with the control inputs; one mover per vital sign.
 
@@ -167,6 +183,9 @@ def build_timeline(
         controls: control inputs (an incident's supported LR change, schedule effect, resume).
         include_info: keep notes (an incident's physiological spike is part of the story);
             otherwise the findings that call for action, or every non-info finding if none.
+        previous_point: a finding's series' last logged step before its onset
+            (:func:`forensics.incidents.previous_points`): a later onset whose series logged
+            nothing since the first mover's is marked ``unordered``.
     """
     if include_info:
         events = list(findings)
@@ -195,5 +214,9 @@ def build_timeline(
         seen.add(metric)
         label = "job (resume)" if metric == "resume" else vital_label(metric)
         lag = step - onsets[0][0]
-        movers.append(Mover(metric, label, step, lag, found, kind, text))
+        unordered = False
+        if lag > 0 and found is not None and previous_point is not None:
+            before = previous_point(found)
+            unordered = before is not None and before < onsets[0][0]
+        movers.append(Mover(metric, label, step, lag, found, kind, text, unordered))
     return Timeline(events, movers)

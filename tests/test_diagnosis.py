@@ -114,7 +114,7 @@ def test_timeline_names_the_first_mover_and_the_lag() -> None:
         _spike(8000),
         Finding("eval_regression", "warning", "eval/mmlu", 8000, "mmlu fell"),
     ]
-    tl = diagnose(_run(300), fs).timeline
+    tl = diagnose(_run(10_000), fs).timeline  # (the series cover the onsets)
     assert tl is not None
     assert [(m.metric, m.step, m.lag) for m in tl.movers] == [
         ("grad_norm", 6500, 0),
