@@ -133,7 +133,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     xb, yb = bin_median(xs, ys, max_bins=200)
     smooth = rolling_median(yb, 5)
     early = base
-    settled = _settled(xs, ys, xb, smooth, base, float(xs[-n_recent]), p)
+    settled = _settled(xs, ys, xb, smooth, base, float(xs[-n_recent]), current, p)
     if settled is not None:
         # Judged from where the grad norm settled: its 2x / 3x lines (drawn over the finding)
         band = Band(settled, band.warn_ratio, band.critical_ratio)
@@ -266,6 +266,11 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     return DriftResult(True, sev, int(onset), end, int(round(xb[peak_i])), m, judged_against=judged)
 
 
+# How far above every level it held since the baseline window (before its low) the grad norm
+# must be now for a climb to be judged from the low: a return to a level it held is not one.
+_BEYOND_HELD = 1.1
+
+
 def _settled(
     xs: np.ndarray,
     ys: np.ndarray,
@@ -273,12 +278,16 @@ def _settled(
     smooth: np.ndarray,
     base: Baseline,
     recent_from: float,
+    current: float,
     p: GradNormDriftParams,
 ) -> Baseline | None:
     """The level the grad norm settled at after the baseline window, when it went on falling
     to under ``settled_below`` x the baseline: the median of the points (spikes left out)
     over ``baseline_window`` steps around the lowest stretch of the smoothed bin medians
-    between the baseline window and the recent points. None when it did not fall that far.
+    between the baseline window and the recent points. None when it did not fall that far,
+    or when the level now is not above every level it held between the baseline window and
+    that low (by :data:`_BEYOND_HELD`): a grad norm back at a level it held before a dip has
+    not climbed from the dip.
 
     A baseline taken while the grad norm was still coming down from start-up overstates its
     level: a climb to 3x of where it settled read as 1.8x of the baseline and passed as
@@ -289,6 +298,9 @@ def _settled(
         return None
     low = int(between[np.argmin(smooth[between])])
     if not smooth[low] < p.settled_below * base.value:
+        return None
+    held = float(np.max(smooth[between[0] : low + 1]))
+    if not current > _BEYOND_HELD * held:
         return None
     start = max(float(xb[low]) - p.baseline_window / 2, float(base.end_step) + 1)
     sel = (xs >= start) & (xs < start + p.baseline_window)
