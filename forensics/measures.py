@@ -487,6 +487,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             str,
             '"early" (the median after the LR warm-up, the chart\'s shaded band) or "settled" '
             "(the median of baseline_window steps around the lowest stretch after it)",
+            values=("early", "settled"),
         ),
         _m("early_baseline", float, "grad-norm median after the LR warm-up (the chart's band)"),
         _m("early_ratio", float, "current / early_baseline"),

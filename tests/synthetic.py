@@ -436,3 +436,20 @@ def excerpt(
     """``lines`` consecutive logged points from index ``start`` (a log excerpt from
     mid-training)."""
     return steps[start : start + lines], values[start : start + lines]
+
+
+def llmc_line(step: int, loss: float, lr: float, grad_norm: float) -> str:
+    """One training line of an llm.c ``main.log``, as its trainer prints it."""
+    return f"s:{step} trl:{loss:.4f} lr:{lr:.6f} norm:{grad_norm:.4f}"
+
+
+def llmc_val_line(step: int, val_loss: float) -> str:
+    """One validation line of an llm.c ``main.log``."""
+    return f"s:{step} tel:{val_loss:.4f}"
+
+
+def write_llmc_log(folder: Path, lines: list[str]) -> Path:
+    """``folder/main.log`` holding ``lines`` (the folder is made); returns the folder."""
+    folder.mkdir(parents=True)
+    (folder / "main.log").write_text("\n".join(lines) + "\n")
+    return folder

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic import llmc_line, write_llmc_log
 
 from forensics.findings import FindingKind, Severity
 from forensics.pipeline import analyze
@@ -32,10 +33,8 @@ def _write_llmc(folder: Path, *, climb: bool) -> Path:
         if s >= 6200:
             loss += 0.8 + (s - 6200) * 0.004  # the blow-up: never comes back
             gn *= 4
-        lines.append(f"s:{s} trl:{loss:.4f} lr:{lr:.6f} norm:{gn:.4f}")
-    folder.mkdir(parents=True)
-    (folder / "main.log").write_text("\n".join(lines) + "\n")
-    return folder
+        lines.append(llmc_line(s, loss, lr, gn))
+    return write_llmc_log(folder, lines)
 
 
 def test_a_climb_that_led_into_a_divergence_is_its_cause(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic import llmc_line, llmc_val_line, write_llmc_log
 
 from forensics.findings import FindingKind, Severity
 from forensics.pipeline import analyze
@@ -39,12 +40,10 @@ def _write_llmc(folder: Path, *, climb: bool, lr_kind: str, n: int = 8000) -> Pa
             gn *= 1 + (s - 4000) / 2000  # 3x of the settled level by step 8,000
         if lr_kind == "cos" and s >= 700:
             gn *= (6e-4 / lr) ** 0.5  # the rise a decaying LR gives with weight decay
-        lines.append(f"s:{s} trl:{loss:.4f} lr:{lr:.6f} norm:{gn:.4f}")
+        lines.append(llmc_line(s, loss, lr, gn))
         if s % 250 == 0:
-            lines.append(f"s:{s} tel:{3.35 + 7.7 / (1 + s / 300) ** 0.6:.4f}")
-    folder.mkdir(parents=True)
-    (folder / "main.log").write_text("\n".join(lines) + "\n")
-    return folder
+            lines.append(llmc_val_line(s, 3.35 + 7.7 / (1 + s / 300) ** 0.6))
+    return write_llmc_log(folder, lines)
 
 
 def test_a_climb_from_where_the_grad_norm_settled_is_a_warning(tmp_path: Path) -> None:
@@ -126,10 +125,8 @@ def test_a_grad_norm_back_from_a_dip_has_not_climbed(
         if dip_from <= s < dip_to:
             gn *= 0.45
         loss = 3.3 + 7.7 / (1 + s / 300) ** 0.6 + rng.normal(0, 0.03)
-        lines.append(f"s:{s} trl:{loss:.4f} lr:{6e-4 * min(1.0, s / 700):.6f} norm:{gn:.4f}")
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "main.log").write_text("\n".join(lines) + "\n")
-    diag = analyze(tmp_path / "run")
+        lines.append(llmc_line(s, loss, 6e-4 * min(1.0, s / 700), gn))
+    diag = analyze(write_llmc_log(tmp_path / "run", lines))
     assert not [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_DRIFT]
     assert diag.verdict == "healthy"
     drift = diag.evidence.drift

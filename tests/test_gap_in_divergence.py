@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from synthetic import llmc_line, llmc_val_line, write_llmc_log
 
 from forensics.findings import FindingKind, Severity
 from forensics.pipeline import analyze
@@ -26,13 +27,11 @@ def _write_llmc(folder: Path, *, widen_from: int | None) -> Path:
         base = 3.3 + 7.7 / (1 + s / 300) ** 0.6
         blow = 0.8 + (s - 6200) * 0.004 if s >= 6200 else 0.0
         gn = (0.45 + abs(rng.normal(0, 0.03))) * (4 if s >= 6200 else 1)
-        lines.append(f"s:{s} trl:{base + blow + rng.normal(0, 0.03):.4f} lr:{lr:.6f} norm:{gn:.4f}")
+        lines.append(llmc_line(s, base + blow + rng.normal(0, 0.03), lr, gn))
         if s % 250 == 0:
             wide = 0.0 if widen_from is None else max(0, s - widen_from) ** 2 * 4e-8
-            lines.append(f"s:{s} tel:{base + 0.05 + wide + 1.1 * blow:.4f}")
-    folder.mkdir(parents=True)
-    (folder / "main.log").write_text("\n".join(lines) + "\n")
-    return folder
+            lines.append(llmc_val_line(s, base + 0.05 + wide + 1.1 * blow))
+    return write_llmc_log(folder, lines)
 
 
 def test_an_acceleration_confirmed_in_the_blow_up_is_part_of_it(tmp_path: Path) -> None:

@@ -567,17 +567,9 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
             f"Baseline {band.baseline.value:.4g} ({band.baseline.how}, shaded); warns at"
             f" {band.warn_ratio:g}x{crit} (the article: 2x and 3x)."
         )
-        settled = next(
-            (
-                f
-                for f in fs
-                if f.kind is FindingKind.GRAD_NORM_DRIFT
-                and f.measures.get("baseline_kind") == "settled"
-            ),
-            None,
-        )
-        if settled is not None:
-            m = settled.measures
+        finding = next((f for f in fs if f.kind is FindingKind.GRAD_NORM_DRIFT), None)
+        if finding is not None and finding.measures.get("baseline_kind") == "settled":
+            m = finding.measures
             lines = f"{band.warn_ratio:g}x" + (
                 f" / {band.critical_ratio:g}x" if band.critical_ratio is not None else ""
             )
@@ -593,7 +585,7 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
                 m["baseline_end_step"],
                 "settled window (grad_norm_drift)",
             )
-        drift = _schedule_line(fig, ev, band, fs, dx)
+        drift = _schedule_line(fig, ev, band, finding, dx)
         if drift is not None:
             cap += (
                 " The grad_norm_drift finding was judged against the dash-dotted line instead:"
@@ -608,7 +600,7 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
 
 
 def _schedule_line(
-    fig: dict[str, Any], ev: Evidence, band: Band, fs: list[Finding], xs: np.ndarray
+    fig: dict[str, Any], ev: Evidence, band: Band, drift: Finding | None, xs: np.ndarray
 ) -> float | None:
     """The moving warning line a ``grad_norm_drift`` finding was judged against when the LR
     is logged (:func:`forensics.detectors.drift.envelope`): a level over the plain 2x line
@@ -616,7 +608,6 @@ def _schedule_line(
     Returns the finding's ``warn_line_now`` (None: nothing drawn)."""
     from forensics.detectors.drift import envelope
 
-    drift = next((f for f in fs if f.kind is FindingKind.GRAD_NORM_DRIFT), None)
     if drift is None or not drift.measures.get("lr_logged"):
         return None
     ja = drift.judged_against
