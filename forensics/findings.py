@@ -186,6 +186,10 @@ class Finding:
     # What the detector judged against (baseline, alarm lines, thresholds), from the evidence
     # layer: charts draw exactly these numbers.
     judged_against: Mapping[str, MeasureValue] = field(default_factory=dict)
+    # The steps the onset estimate cannot tell apart, when it is a bend fitted on bins of
+    # points (placed at a bin's median step: the neighbouring bins' steps bound it); None
+    # when start_step is the logged step where the change shows.
+    onset_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         # Coerce here so every producer gets JSON-safe measures and plain ints for free.
@@ -201,6 +205,16 @@ class Finding:
         if not declared(self.kind).keys() >= self.measures.keys():
             check_keys(self.kind, self.measures)  # a renamed measure key fails loudly
         object.__setattr__(self, "judged_against", clean_measures(self.judged_against))
+        if self.onset_range is not None:
+            lo, hi = (int(v) for v in self.onset_range)
+            object.__setattr__(
+                self, "onset_range", (min(lo, self.start_step), max(hi, self.start_step))
+            )
+
+    @property
+    def onset_bounds(self) -> tuple[int, int]:
+        """The earliest and latest step the onset may be at (both start_step when exact)."""
+        return self.onset_range if self.onset_range is not None else (self.start_step,) * 2
 
     def sort_key(self) -> tuple[int, int, str]:
         return (self.start_step, -self.severity.rank, self.kind.value)
@@ -214,6 +228,7 @@ class Finding:
             "start_step": self.start_step,
             "peak_step": self.peak_step,
             "end_step": self.end_step,
+            "onset_range": list(self.onset_range) if self.onset_range is not None else None,
             "measures": dict(self.measures),
             "judged_against": dict(self.judged_against),
             "summary": self.summary,

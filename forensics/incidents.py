@@ -11,7 +11,8 @@ past its schedule, are one blow-up with one cause. :func:`build_incidents` group
   incident (a NaN in the loss and in the grad norm at the same step); so are two onsets up to
   :data:`SPARSE_TOUCH_STEPS` apart when the later sign's series logged no point in between
   (a histogram every 10 steps first shows a change at its next point: the log cannot tell
-  the two apart);
+  the two apart), and two findings above info whose onset ranges meet (a bend fitted on
+  binned points is known to about a bin: :attr:`forensics.findings.Finding.onset_range`);
 - the held-out stages of one overfitting (gap_acceleration, overfitting, eval_regression)
   are one incident when their step spans overlap, unless the log supports different causes
   for them: the gap bends first, often many evals before the held-out loss turns up;
@@ -189,6 +190,7 @@ class Incident:
             "end_step": self.end_step,
             "severity": self.severity.value,
             "first_mover": first.to_dict(index) if first is not None else None,
+            "order_resolved": self.timeline.order_resolved,
             "signs": [s.to_dict() for s in self.signs],
             "findings": list(self.indexes),
             "causes": [c.to_dict() for c in self.causes],
@@ -352,6 +354,20 @@ def build_incidents(
                 continue  # how the log ends is not part of what happened in training
             if _calibrating(findings[i]) or _calibrating(findings[j]):
                 continue  # nor is the scaler finding its level at the start (see _calibrating)
+            union(i, j)
+    # Two signs that call for action and whose onsets cannot be ordered (one of them a bend
+    # fitted on binned points whose range holds the other's onset) are one moment too: a
+    # memory climb fitted to start at step 11,990 and a throughput drop at 12,000 in a log
+    # written every step were two incidents, "the memory moved first".
+    acting = [i for i in order if findings[i].severity is not Severity.INFO]
+    for a, i in enumerate(acting):
+        for j in acting[a + 1 :]:
+            if findings[j].onset_bounds[0] > findings[i].onset_bounds[1]:
+                continue
+            if keys[i] and keys[j] and not keys[i] & keys[j]:
+                continue
+            if FindingKind.TRUNCATED_LOG in (findings[i].kind, findings[j].kind):
+                continue
             union(i, j)
     groups: dict[int, list[int]] = {}
     for i in order:

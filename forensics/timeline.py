@@ -94,9 +94,16 @@ class Mover:
     finding: Finding | None  # None for a control input
     kind: str = ""  # the finding's kind, or the control input's cause id
     text: str = ""  # a control input's evidence
-    # A later onset its own series could not have shown sooner: it logged no point between
-    # the first mover's onset and its own (the log cannot order the two)
-    unordered: bool = False
+    # Why the log cannot order this later onset after the first mover's (empty: it can): an
+    # onset estimated from binned points may lie on the other side of the other (``"range"``:
+    # the two onsets' ranges meet), and/or its series logged no point between the two
+    # (``"no_point"``)
+    unordered_by: tuple[str, ...] = ()
+    onset_range: tuple[int, int] | None = None  # the finding's (Finding.onset_range)
+
+    @property
+    def unordered(self) -> bool:
+        return bool(self.unordered_by)
 
     @property
     def control(self) -> bool:
@@ -128,6 +135,11 @@ class Timeline:
     def first(self) -> Mover | None:
         return self.movers[0] if self.movers else None
 
+    @property
+    def order_resolved(self) -> bool:
+        """False when the log cannot tell the first mover's onset from the next one's."""
+        return len(self.movers) < 2 or not self.movers[1].unordered
+
     def sentence(self, limit: int | None = None) -> str:
         """One sentence for the report and the terminal: who moved first, who followed when.
 
@@ -148,14 +160,32 @@ class Timeline:
             parts.append(f"the {m.label} {when} (step {m.step:,}, {_what(m)})")
         rest = len(self.movers) - 1 - len(followers)
         tail = f" and {rest} more" if rest > 0 else ""
-        unordered = [f"the {m.label}" for m in followers if m.unordered]
-        if unordered:
-            whose = "its own" if len(unordered) == 1 else "theirs"
-            tail += (
-                f"; {' and '.join(unordered)} logged no point between the first onset and "
-                f"{whose}: the log cannot tell which moved first"
-            )
+        why = _unordered_clauses(head, followers)
+        if why:
+            tail += "; " + "; ".join(why) + ": the log cannot tell which moved first"
         return text + "; then " + ", ".join(parts) + tail + "."
+
+
+def _unordered_clauses(head: Mover, followers: list[Mover]) -> list[str]:
+    """Why the followers marked unordered cannot be ordered after the head: the binned
+    onsets whose ranges meet (the head's, when it reaches a follower's onset; a follower's,
+    when it reaches back to the head's), then the series that logged nothing in between."""
+    ranged = [m for m in followers if "range" in m.unordered_by]
+    wide: list[Mover] = []
+    if head.onset_range is not None and any(m.step <= head.onset_range[1] for m in ranged):
+        wide.append(head)
+    wide += [m for m in ranged if m.onset_range is not None and m.onset_range[0] <= head.step]
+    out = [
+        f"the {m.label}'s onset lies anywhere in steps {m.onset_range[0]:,}-"
+        f"{m.onset_range[1]:,} (a bend fitted on binned points)"
+        for m in wide
+        if m.onset_range is not None
+    ]
+    silent = [f"the {m.label}" for m in followers if "no_point" in m.unordered_by]
+    if silent:
+        whose = "its own" if len(silent) == 1 else "theirs"
+        out.append(f"{' and '.join(silent)} logged no point between the first onset and {whose}")
+    return out
 
 
 _CONTROL_WORDS = {
@@ -186,6 +216,9 @@ def build_timeline(
         previous_point: a finding's series' last logged step before its onset
             (:func:`forensics.incidents.previous_points`): a later onset whose series logged
             nothing since the first mover's is marked ``unordered``.
+
+    A later onset is also unordered when its range and the first mover's meet (an onset
+    fitted on binned points, :attr:`Finding.onset_range`, may lie either side of the other).
     """
     if include_info:
         events = list(findings)
@@ -208,15 +241,24 @@ def build_timeline(
     onsets.sort(key=lambda o: (o[0], o[1], o[2]))
     movers: list[Mover] = []
     seen: set[str | None] = set()
+    if not onsets:
+        return Timeline(events, movers)
+    head_found = onsets[0][4]
+    head_latest = head_found.onset_bounds[1] if head_found is not None else onsets[0][0]
     for step, _rank, _i, metric, found, kind, text in onsets:
         if metric in seen:
             continue
         seen.add(metric)
         label = "job (resume)" if metric == "resume" else vital_label(metric)
         lag = step - onsets[0][0]
-        unordered = False
-        if lag > 0 and found is not None and previous_point is not None:
-            before = previous_point(found)
-            unordered = before is not None and before < onsets[0][0]
-        movers.append(Mover(metric, label, step, lag, found, kind, text, unordered))
+        why: tuple[str, ...] = ()
+        if lag > 0 and found is not None:
+            if found.onset_bounds[0] <= onsets[0][0] or step <= head_latest:
+                why += ("range",)
+            if previous_point is not None:
+                before = previous_point(found)
+                if before is not None and before < onsets[0][0]:
+                    why += ("no_point",)
+        rng = found.onset_range if found is not None else None
+        movers.append(Mover(metric, label, step, lag, found, kind, text, why, rng))
     return Timeline(events, movers)

@@ -112,6 +112,7 @@ def test_document_key_order(findings_schema: dict) -> None:
         "start_step",
         "peak_step",
         "end_step",
+        "onset_range",
         "measures",
         "judged_against",
         "summary",

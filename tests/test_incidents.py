@@ -116,6 +116,7 @@ def test_document_incidents(run: str) -> None:
             "end_step",
             "severity",
             "first_mover",
+            "order_resolved",
             "signs",
             "findings",
             "causes",

@@ -5,8 +5,13 @@ falls. The memory's onset is fitted at step 11,995 (between two logged points), 
 at 12,000. The incident read "The memory moved first ... then the throughput 5 steps
 later", an order the log cannot show: throughput logged no point between the two onsets.
 The sentence now says the memory's onset is the earliest and that the log cannot tell which
-moved first. Logged every step, each series has points between the onsets and no order is
-doubted.
+moved first.
+
+Logged every step, the same run was two incidents, "the memory moved first (onset at step
+11,990)": but that onset is a bend fitted on 100 bins of about 180 steps, known only to about
+a bin either side, and the drop at 12,000 lies inside that range. Such onsets now carry their
+range (``Finding.onset_range``), the two findings are one incident and no order is claimed.
+A drop well outside the range is ordered.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 from forensics.pipeline import analyze
 
 
-def _write(folder: Path, every: int) -> Path:
+def _write(folder: Path, every: int, drop_at: int = 12000) -> Path:
     rng = np.random.default_rng(5)
     rows = []
     for s in range(every, 20001, every):
@@ -31,7 +36,7 @@ def _write(folder: Path, every: int) -> Path:
                 "train/lr": 3e-4 * min(1, s / 500),
                 "perf/tokens_per_sec": 50000
                 * (1 + rng.normal(0, 0.01))
-                * (0.6 if s >= 12000 else 1),
+                * (0.6 if s >= drop_at else 1),
                 "sys/mem_gb": 30.0 + rng.normal(0, 0.05) + max(0, s - 12000) * 0.0015,
             }
         )
@@ -56,10 +61,43 @@ def test_an_order_the_logging_cannot_resolve_is_not_claimed(tmp_path: Path) -> N
     assert diag.timeline is not None and diag.timeline.sentence() == text
 
 
-def test_an_order_the_log_shows_is_said(tmp_path: Path) -> None:
-    """Logged every step, each series had points between the onsets: no order is doubted."""
+def test_an_onset_fitted_on_bins_is_not_ordered_inside_its_range(tmp_path: Path) -> None:
+    """Logged every step: each series has points between the onsets, but the memory's onset is
+    a bend fitted on bins whose range holds the drop's onset."""
     diag = analyze(_write(tmp_path / "run", every=1))
-    assert diag.incidents
+    (inc,) = diag.incidents  # (two incidents before)
+    mem, tput = inc.timeline.movers
+    assert (mem.metric, tput.metric) == ("memory", "throughput")
+    assert mem.onset_range is not None and mem.onset_range[0] < 12000 <= mem.onset_range[1]
+    assert mem.onset_range[1] - mem.onset_range[0] < 500  # about two bins of ~180 steps
+    assert tput.onset_range is None and tput.step == 12000
+    assert tput.unordered_by == ("range",)
+    lo, hi = mem.onset_range
+    text = inc.timeline.sentence()
+    assert "moved first (" not in text
+    assert text.endswith(
+        f"; the memory's onset lies anywhere in steps {lo:,}-{hi:,} (a bend fitted on binned "
+        "points): the log cannot tell which moved first."
+    )
+    doc = diag.to_document()
+    (di,) = doc["incidents"]
+    assert di["order_resolved"] is False
+    (f_mem,) = [f for f in doc["findings"] if f["kind"] == "memory_growth"]
+    assert f_mem["onset_range"] == [lo, hi]
+    (f_tput,) = [f for f in doc["findings"] if f["kind"] == "throughput_drop"]
+    assert f_tput["onset_range"] is None
+
+
+def test_an_order_the_log_shows_is_said(tmp_path: Path) -> None:
+    """The drop 3,000 steps after the memory's bend, far outside its range: ordered."""
+    diag = analyze(_write(tmp_path / "run", every=1, drop_at=15000))
+    assert len(diag.incidents) == 2
     for inc in diag.incidents:
-        assert not any(m.unordered for m in inc.timeline.movers)
-        assert " moved first (onset at step " in inc.timeline.sentence()
+        assert inc.timeline.order_resolved
+    assert diag.timeline is not None
+    mem, tput = diag.timeline.movers
+    assert (mem.metric, tput.metric) == ("memory", "throughput")
+    assert not tput.unordered
+    text = diag.timeline.sentence()
+    assert text.startswith(f"The memory moved first (onset at step {mem.step:,}, memory_growth)")
+    assert "cannot tell" not in text

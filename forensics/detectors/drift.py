@@ -46,6 +46,7 @@ from forensics.evidence import Band, Evidence
 from forensics.evidence.baseline import Baseline
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
+    bend_range,
     bin_median,
     hinge_onset,
     interp,
@@ -76,6 +77,7 @@ class DriftResult:
     measures: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     judged_against: dict[str, Any] = field(default_factory=dict)
+    onset_range: tuple[int, int] | None = None  # (Finding.onset_range)
 
     @property
     def alarming(self) -> bool:
@@ -192,7 +194,11 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     # (from the settled window on: the fall before it is not part of the climb's bend)
     i0 = 0 if settled is None else min(int(np.searchsorted(xb, base.start_step)), warn_idx)
     seg = slice(i0, warn_idx + 1)
-    onset = _at_lr_change(ev, xb, _onset(xb[seg], smooth[seg], base.value))
+    fitted = _onset(xb[seg], smooth[seg], base.value)
+    onset = _at_lr_change(ev, xb, fitted)
+    # (placed on the bins' steps, the bend is known to about a bin either side; an onset
+    # moved to a logged LR change is that change's step)
+    onset_range = bend_range(xb[seg], fitted) if onset == fitted else None
     post = int(np.searchsorted(xs, onset, side="left"))  # xs[post:] >= onset
     g_slope = theil_sen(xs[post:], ys[post:])
     del xs, ys  # (not read past here: the loss's points are not held beside them)
@@ -263,7 +269,16 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
             "could not be told from a drift; judged on the plain 2x / 3x lines"
         )
     end = int(x[upto - 1])  # (the last point before a divergence the climb ran into)
-    return DriftResult(True, sev, int(onset), end, int(round(xb[peak_i])), m, judged_against=judged)
+    return DriftResult(
+        True,
+        sev,
+        int(onset),
+        end,
+        int(round(xb[peak_i])),
+        m,
+        judged_against=judged,
+        onset_range=onset_range,
+    )
 
 
 # How far above every level it held since the baseline window (before its low) the grad norm
@@ -489,6 +504,7 @@ class GradNormDriftDetector:
                 start_step=res.onset_step,
                 peak_step=res.peak_step,
                 end_step=res.end_step,
+                onset_range=res.onset_range,
                 measures=dict(m),
                 summary=summary,
                 judged_against=res.judged_against,

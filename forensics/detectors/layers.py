@@ -25,6 +25,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import (
+    bend_range,
     bin_median,
     fmt_layers,
     hinge_onset,
@@ -133,11 +134,14 @@ class LayerGradShiftDetector:
         smooth = rolling_median(yb, 5)
         sel = xb >= start
         h = hinge_onset(xb[sel], smooth[sel])
+        onset_range: tuple[int, int] | None = None
         if h is not None and h[2] > 0 and h[2] > h[1]:
             onset = h[0]
         else:  # fall back to the half-way crossing after the start-up
             half = sel & (smooth >= b + 0.5 * (a - b))
             onset = int(round(xb[int(np.argmax(half))])) if half.any() else start
+        if onset != start:  # (on the bins' steps: known to about a bin either side)
+            onset_range = bend_range(xb[sel], onset)
         growth = _param_growth(ev, layers, onset)
         in_grp = set(names)
         known = {layer: g for layer, g in growth.items() if g is not None}
@@ -169,6 +173,7 @@ class LayerGradShiftDetector:
             start_step=onset,
             peak_step=int(round(xb[k_peak])),
             end_step=int(steps[-1]),
+            onset_range=onset_range,
             measures={
                 "layer": names[0],
                 "layers": label,

@@ -24,6 +24,7 @@ from forensics.evidence import Band, Evidence
 from forensics.evidence.rolling import trailing_median
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
+    bend_range,
     bin_median,
     hinge_onset,
     rolling_median,
@@ -350,11 +351,13 @@ class ParamNormDetector:
         )
         surged = pace is not None and pace >= self.params.surge_ratio
         start = int(x[cross])
+        onset_range: tuple[int, int] | None = None
         if surged:
             xb, yb = bin_median(x[: cross + 1].astype(float), smooth[: cross + 1], max_bins=200)
             h = hinge_onset(xb, yb)
             if h is not None and h[2] > max(h[1], 0.0):
                 start = h[0]
+                onset_range = bend_range(xb, start)  # (a bend on the bins' steps)
         measures = {
             "abrupt": False,
             "before": None,
@@ -389,6 +392,7 @@ class ParamNormDetector:
                 start_step=start,
                 peak_step=int(x[int(np.argmax(smooth))]),
                 end_step=int(x[-1]),
+                onset_range=onset_range,
                 measures=measures,
                 summary=summary,
                 judged_against={**self._judged(band), "surge_ratio": self.params.surge_ratio},

@@ -494,6 +494,16 @@ def hinge_onset(
     return int(round(x[i])), before, after
 
 
+def bend_range(xb: np.ndarray, onset: float) -> tuple[int, int]:
+    """The steps a bend fitted at bin medians ``xb`` cannot be told from: the medians of the
+    bins on either side of the one nearest ``onset`` (its own at either end of the series).
+    A knot placed at one bin's step fits almost as well at a neighbour's, and the true bend
+    lies anywhere between them."""
+    i = int(np.argmin(np.abs(np.asarray(xb, float) - onset)))
+    lo, hi = float(xb[max(i - 1, 0)]), float(xb[min(i + 1, len(xb) - 1)])
+    return int(np.floor(lo)), int(np.ceil(hi))
+
+
 def level(values: np.ndarray) -> float:
     v = values[np.isfinite(values)]
     return float(np.median(v)) if len(v) else float("nan")
