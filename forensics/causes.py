@@ -433,14 +433,25 @@ _CLIMB_UNTESTED = Cause("grad_norm_climb", UNTESTED, "no grad norm in the log")
 
 
 # -- the hypotheses -----------------------------------------------------------------------------
+def _within_range(f: Finding) -> str:
+    """How a control input after an onset fitted on bins, but inside its range, relates to
+    it: the log cannot put it after the onset."""
+    lo, hi = f.onset_bounds
+    return (
+        f"within the steps the onset is known to ({lo:,}-{hi:,}, a bend fitted on binned "
+        f"points at step {f.start_step:,}), so not after it"
+    )
+
+
 def _lr_change(x: _Facts, f: Finding) -> Cause:
     sched = x.ev.schedule
     if sched.empty:
         return _LR_CHANGE_UNTESTED
     onset = f.start_step
+    latest = f.onset_bounds[1]  # (an onset fitted on bins may lie up to here)
     for seg in x.unexplained:
         # Going on at the onset, or ended at most NEAR_STEPS before it.
-        if seg.start_step <= onset + 1 and seg.end_step >= onset - x.near:
+        if seg.start_step <= latest + 1 and seg.end_step >= onset - x.near:
             before = seg.lr_before
             jumps = [
                 c
@@ -475,15 +486,17 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
                 "still raised at the onset"
                 if seg.end_step >= onset
                 else f"back on schedule {onset - seg.end_step:,} steps before the onset"
-            )
+            ) + f" at step {onset:,}"
+            if seg.start_step > onset + 1:
+                rel = _within_range(f)
             return Cause(
                 "lr_change",
                 SUPPORTED,
-                f"the LR left its schedule over {where} ({size}); {rel} at step {onset:,}",
+                f"the LR left its schedule over {where} ({size}); {rel}",
                 (seg.start_step, seg.end_step),
                 anchor=seg.start_step,
             )
-    later = [s for s in x.unexplained if s.start_step > onset + 1]
+    later = [s for s in x.unexplained if s.start_step > latest + 1]
     phase = x.phase_at(onset)
     text = (
         f"the logged LR follows its schedule ({phase or 'outside the logged LR'}) at step "
@@ -587,15 +600,17 @@ def _resume(x: _Facts, f: Finding) -> Cause:
             )
     onset = f.start_step
     reach = x.near
-    near = [g for g in x.restarts if onset - reach <= g.start_step <= onset + 1]
+    latest = f.onset_bounds[1]  # (an onset fitted on bins may lie up to here)
+    near = [g for g in x.restarts if onset - reach <= g.start_step <= latest + 1]
     if near:
         g = near[-1]
         lag = onset - g.start_step
-        when = (
-            f"at the onset (step {onset:,})"
-            if lag <= 0
-            else f"{lag:,} steps before the onset at step {onset:,}"
-        )
+        if g.start_step > onset + 1:
+            when = _within_range(f)
+        elif lag <= 0:
+            when = f"at the onset (step {onset:,})"
+        else:
+            when = f"{lag:,} steps before the onset at step {onset:,}"
         return Cause(
             "resume",
             SUPPORTED,

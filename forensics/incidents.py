@@ -422,11 +422,12 @@ def _late_controls(
         if c.status != SUPPORTED or c.cause not in CONTROLS or not c.steps:
             continue
         at = c.steps[0]
-        if at <= first.start_step:
+        latest = first.onset_bounds[1]  # (a first onset fitted on bins may lie up to here)
+        if at <= latest:
             continue
         if c.cause != "resume":
             before = lr_before(at) if lr_before is not None else None
-            if before is None or before < first.start_step:
+            if before is None or before < latest:
                 continue  # the change may have come at or before the first sign
         sign = vital_label(first.metric) if first.metric else first.kind.value
         out[c.cause] = (

@@ -14,10 +14,12 @@ import polars as pl
 import pytest
 import synthetic as syn
 
+from forensics.causes import CONTRADICTED, SUPPORTED, causes_of
 from forensics.detectors import load
 from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import bend_range
-from forensics.findings import Finding, FindingKind
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.incidents import build_incidents
 
 
 def test_bend_range_spans_the_neighbouring_bins() -> None:
@@ -91,3 +93,50 @@ def test_an_onset_read_at_a_logged_point_has_none() -> None:
     found = load("throughput")().detect(Evidence(syn.run_from_frame(frame)))
     assert found and all(f.onset_range is None for f in found)
     assert all(f.to_dict()["onset_range"] is None for f in found)
+
+
+def _lr_jump_at_6000() -> Evidence:
+    """A constant LR doubled off schedule at step 6,000 (logged every 10 steps)."""
+    steps = np.arange(0, 10000, 10)
+    lr = np.where(steps < 300, 3e-4 * steps / 300, 3e-4) * np.where(steps >= 6000, 2.0, 1.0)
+    frame = syn.long_frame(
+        {
+            "loss": syn.healthy_loss(10000, 0, 10)[0:2],
+            "lr": (steps, lr),
+            "param_norm": (steps, 100.0 + steps * 1e-3),
+        }
+    )
+    return Evidence(syn.run_from_frame(frame))
+
+
+def _surge(onset_range: tuple[int, int] | None) -> Finding:
+    return Finding(
+        kind=FindingKind.PARAM_NORM_JUMP,
+        severity=Severity.WARNING,
+        metric="param_norm",
+        start_step=5950,
+        end_step=9990,
+        onset_range=onset_range,
+        summary="(crafted)",
+    )
+
+
+def test_an_lr_change_inside_the_onset_range_is_not_after_it() -> None:
+    """A bend fitted at step 5,950 on bins of about 50 steps, the LR doubled at 6,000: the log
+    cannot put the change after the onset, so it is the supported cause (it was contradicted,
+    "its unexplained change starts later, at step 6,000"), and the incident does not say it
+    came after the first sign."""
+    ev = _lr_jump_at_6000()
+    ranged, exact = _surge((5900, 6010)), _surge(None)
+    by_cause = [{c.cause: c for c in cs} for cs in causes_of(ev, [ranged, exact])]
+    got = by_cause[0]["lr_change"]
+    assert got.status == SUPPORTED, got.evidence
+    assert got.evidence.endswith(
+        "within the steps the onset is known to (5,900-6,010, a bend fitted on binned points "
+        "at step 5,950), so not after it"
+    )
+    assert by_cause[1]["lr_change"].status == CONTRADICTED  # a logged onset: the change is later
+    assert "starts later, at step 6,000" in by_cause[1]["lr_change"].evidence
+    (inc,) = build_incidents([ranged], [list(by_cause[0].values())])
+    assert inc.late == {}
+    assert [c.cause for c in inc.supported] == ["lr_change"]
