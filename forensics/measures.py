@@ -862,6 +862,39 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "true when val_end - val_best exceeds noise_k x val_noise (the finding is a warning)",
         ),
     ),
+    "lr_restart": (
+        _m("restart_step", int, "first logged step of the restarted schedule (the onset)"),
+        _m(
+            "rewarm_end_step",
+            int,
+            "last step of its second warm-up (null: the LR jumped straight back up)",
+            null=True,
+        ),
+        _m("lr_before", float, "the LR at the logged point before the restart"),
+        _m("lr_from", float, "the LR the restart starts from"),
+        _m("lr_to", float, "the LR it warms up (or jumps) back to"),
+        _m("restarts", int, "restarts in the log (2 or more: a schedule with warm restarts)"),
+        _m("at_resume", bool, "a resume of the job within the causes' reach of the restart"),
+        _m("level_before", float, "median train loss over the `window` points before it"),
+        _m("level_noise", float, "noise of a level: robust sigma of the loss / sqrt(window)"),
+        _m(
+            "peak_level",
+            float,
+            "highest level of the loss's centred rolling median (`window` points) after the "
+            "restart, before the next one",
+        ),
+        _m("peak_level_step", int, "its step"),
+        _m("rise_pct", float, "peak_level over level_before, in % (null: level 0)", null=True),
+        _m("rise_visible", bool, "the rise exceeds noise_k times level_noise"),
+        _m(
+            "recovered_step",
+            int,
+            "first step after the peak where the level is back at or below level_before "
+            "(null: not before the next restart or the end)",
+            null=True,
+        ),
+        _m("recovery_steps", int, "recovered_step - restart_step (null: not back)", null=True),
+    ),
     "plateau": (
         _m("level", float, "median loss over the plateau"),
         _m(

@@ -136,6 +136,16 @@ class ResumeRegressionParams:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LrRestartParams:
+    """Parameters of the ``lr_restart`` detector."""
+
+    window: int = 100  # points of a loss level (before the restart; the rolling median after)
+    noise_k: float = 3.0  # a rise counts above this many times a level's noise
+    slow_recovery: int = 500  # steps: a single restart's loss not back by then is a warning
+    min_points: int = 20  # loss points needed before and after the restart
+
+
+@dataclass(frozen=True, kw_only=True)
 class ParamNormParams:
     """Parameters of the ``param_norm`` detector."""
 
@@ -262,6 +272,7 @@ PARAMS: dict[str, type] = {
     "grad_norm_drift": GradNormDriftParams,
     "eval_regression": EvalRegressionParams,
     "resume_regression": ResumeRegressionParams,
+    "lr_restart": LrRestartParams,
     "param_norm": ParamNormParams,
     "layers": LayersParams,
     "activations": ActivationsParams,

@@ -555,6 +555,31 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("data", "Confirm the data loader resumed where it stopped."),
         ),
     ),
+    FindingKind.LR_RESTART: Prescription(
+        FindingKind.LR_RESTART,
+        "The LR schedule started over mid-run: the LR fell back and warmed up again.",
+        (
+            "The scheduler's state was not restored when the job resumed, or a changed config "
+            "rebuilt it from its first step.",
+            "A schedule with warm restarts, as configured; a bump in the loss at each restart "
+            "means the LR climbs back too fast (article 4.4).",
+        ),
+        "If the restarts are planned and the loss jumps at each, lengthen each restart's "
+        "warm-up; otherwise nothing to do.",
+        (
+            _c("optimizer", "Compare the LR logged around the restart with the planned schedule."),
+            _c(
+                "optimizer",
+                "Check that checkpoints hold the LR scheduler's state and that resuming loads it.",
+            ),
+        ),
+        variants={
+            "warning": "Unless this second warm-up was planned, find why the schedule started "
+            "over: check that checkpoints hold the LR scheduler's state and that resuming loads "
+            "it, and that the config did not reset its steps. The loss gave back progress it had "
+            "made; a planned re-warm-up (continued pre-training) pays this cost by design.",
+        },
+    ),
     FindingKind.TRUNCATED_LOG: Prescription(
         FindingKind.TRUNCATED_LOG,
         "The log ends in the middle of a record.",

@@ -69,8 +69,9 @@ def causal_rank(metric: str | None, control: bool = False) -> int:
 
 
 def _finding_rank(f: Finding) -> int:
-    # A restart (a resume) is what the trainer did: a control input, first at its step.
-    return causal_rank(f.metric, control=f.kind is FindingKind.RESTART)
+    # A restart (a resume) or a restarted LR schedule is what the trainer did: a control
+    # input, first at its step.
+    return causal_rank(f.metric, control=f.kind in (FindingKind.RESTART, FindingKind.LR_RESTART))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ CHANGED: dict[str, dict[str, Any]] = {
     "grad_norm_drift": {"baseline_window": 300, "warn_ratio": 1.7, "crit_ratio": 2.6},
     "eval_regression": {"noise_k": 2.5},
     "resume_regression": {"noise_k": 2.5},
+    "lr_restart": {"noise_k": 2.5, "slow_recovery": 400},
     "param_norm": {"baseline_window": 300, "ratio_limit": 1.3},
     "layers": {"group_ratio": 1.8},
     "activations": {"absmax_limit": 5000.0, "std_jump_ratio": 2.5},

@@ -32,6 +32,7 @@ KINDS = {
     "val_shift",
     "eval_regression",
     "resume_regression",
+    "lr_restart",
     "plateau",
     "no_learning",
     "throughput_drop",

@@ -38,6 +38,7 @@ REGISTRY: dict[str, str] = {
     "grad_norm_drift": "drift:GradNormDriftDetector",  # grad_norm_drift
     "eval_regression": "eval_regression:EvalRegressionDetector",  # eval_regression
     "resume_regression": "resume_regression:ResumeRegressionDetector",  # resume_regression
+    "lr_restart": "lr_restart:LrRestartDetector",  # lr_restart
     "param_norm": "param_norm:ParamNormDetector",  # param_norm_jump
     "layers": "layers:LayerGradShiftDetector",  # layer_grad_shift
     "activations": "activations:ActivationDetector",  # activation_outlier

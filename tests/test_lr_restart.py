@@ -1,0 +1,142 @@
+"""lr_restart: an LR schedule that starts over mid-run, judged by what the loss did.
+
+The case: a JSONL log written every step, warm-up to 3e-4 and cosine decay, until at step
+6,000 the LR falls to 0 and warms up again to 3e-4 (a scheduler rebuilt from its first step).
+The loss gave back about 7% and took thousands of steps to return; the grad norm rose 1.7x
+(under its 2x line). Every detector was quiet and the run read HEALTHY. It now reads a
+warning: a single restart, the loss not back within 500 steps. Schedules with warm restarts
+(cosine with hard restarts, and with a short warm-up at each) are notes, and the run stays
+green; a restart the loss shrugs off is a note; a run without a restart has no such finding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from forensics.findings import FindingKind, Severity
+from forensics.pipeline import analyze
+
+
+def _lr(s: int, kind: str) -> float:
+    if s <= 500:
+        return 3e-4 * s / 500
+    if kind == "rewarm" and s >= 6000:  # the schedule from its first step again
+        t = s - 6000
+        if t <= 500:
+            return 3e-4 * t / 500
+        return 3e-4 * 0.5 * (1 + math.cos(math.pi * (t - 500) / 20000))
+    if kind in ("sgdr", "sgdr_warm"):
+        t = (s - 500) % 3000
+        if kind == "sgdr_warm" and s >= 3500 and t < 200:
+            return 3e-4 * t / 200
+        return 1e-5 + (3e-4 - 1e-5) * 0.5 * (1 + math.cos(math.pi * t / 3000))
+    return 3e-4 * 0.5 * (1 + math.cos(math.pi * (s - 500) / 20000))
+
+
+def _clean(s: int, kind: str, bump: float) -> float:
+    """The loss without its noise."""
+    loss = 2.4 + 3.5 * math.exp(-s / 2000)
+    if kind == "rewarm" and s >= 6000:  # up over 500 steps, then a slow way back
+        t = s - 6000
+        loss += bump * min(1.0, t / 500) * math.exp(-max(0, t - 500) / 2500)
+    if kind in ("sgdr", "sgdr_warm") and s > 3500:
+        loss += 0.06 * math.exp(-((s - 500) % 3000) / 100)
+    return loss
+
+
+def _write(folder: Path, kind: str, bump: float = 0.18, last: int = 10000) -> Path:
+    rng = np.random.default_rng(11)
+    rows = []
+    for s in range(1, last + 1):
+        loss = _clean(s, kind, bump) + rng.normal(0, 0.02)
+        lr = _lr(s, kind)
+        rows.append({"step": s, "train/loss": loss, "train/lr": lr, "train/grad_norm": 0.5})
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return folder
+
+
+def test_a_single_restart_the_loss_took_long_to_get_over_is_a_warning(tmp_path: Path) -> None:
+    diag = analyze(_write(tmp_path / "run", "rewarm"))
+    assert diag.verdict == "warning"
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    assert f.severity is Severity.WARNING and f.metric == "lr"
+    m = f.measures
+    assert f.start_step == m["restart_step"] == 6000
+    assert m["rewarm_end_step"] == 6500 and m["restarts"] == 1 and m["at_resume"] is False
+    assert m["lr_from"] == 0.0 and m["lr_to"] == 3e-4
+    assert abs(m["lr_before"] - _lr(5999, "base")) < 1e-12
+    assert m["rise_visible"] is True
+    # The noise-free curve: its level over the 100 steps before, and its highest point after.
+    clean = [_clean(s, "rewarm", 0.18) for s in range(1, 10001)]
+    before = float(np.median(clean[5899:5999]))
+    top = int(np.argmax(clean[5999:])) + 6000
+    expected = 100 * (clean[top - 1] - before) / before
+    assert abs(m["rise_pct"] - expected) < 0.5, (m["rise_pct"], expected)
+    assert abs(m["peak_level_step"] - top) <= 150, (m["peak_level_step"], top)
+    assert m["recovery_steps"] is None or m["recovery_steps"] > 500
+    assert f.summary.startswith("The LR schedule started over at step 6,000: the LR fell from ")
+    assert "the only restart in the log, and the job did not resume there" in f.summary
+    # The levels are the loss's, not drawn on the LR's chart.
+    assert not any(k.endswith("_at") for k in f.judged_against)
+    (inc,) = diag.incidents
+    assert inc.timeline.first is not None and inc.timeline.first.metric == "lr"
+
+
+def test_a_restart_the_loss_shrugs_off_is_a_note(tmp_path: Path) -> None:
+    diag = analyze(_write(tmp_path / "run", "rewarm", bump=0.0))
+    assert diag.verdict == "healthy"
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    assert f.severity is Severity.INFO and f.measures["rise_visible"] is False
+
+
+def test_too_soon_to_tell_is_a_note(tmp_path: Path) -> None:
+    """The log ends 300 steps after the restart (a live job read mid-way): the loss is up and
+    not back yet, but 500 steps have not passed."""
+    diag = analyze(_write(tmp_path / "run", "rewarm", last=6300))
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    assert f.measures["rise_visible"] is True and f.measures["recovered_step"] is None
+    assert f.severity is Severity.INFO
+    assert "was not back at its level before the restart by step 6,300" in f.summary
+
+
+def test_warm_restart_schedules_stay_green(tmp_path: Path) -> None:
+    for kind in ("sgdr", "sgdr_warm"):
+        diag = analyze(_write(tmp_path / kind, kind))
+        found = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+        assert len(found) == 3, (kind, [f.summary for f in found])
+        assert all(f.severity is Severity.INFO for f in found)
+        assert all(f.measures["restarts"] == 3 for f in found)
+        assert all("(a schedule with warm restarts)" in f.summary for f in found)
+        assert not [f for f in diag.findings if f.severity is not Severity.INFO], kind
+
+
+def test_no_restart_no_finding(tmp_path: Path) -> None:
+    diag = analyze(_write(tmp_path / "run", "base"))
+    assert not [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+
+
+def test_a_restart_at_a_resume_names_it(tmp_path: Path) -> None:
+    """The job logged up to step 6,100, then resumed from its step-6,000 checkpoint with a
+    scheduler rebuilt from its first step: the restart is at the resume, whose cause the
+    log supports."""
+    folder = _write(tmp_path / "run", "rewarm")
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    first_job = [
+        {**r, "train/lr": _lr(r["step"], "base"), "train/loss": _clean(r["step"], "base", 0)}
+        for r in rows[5999:6100]
+    ]  # (steps 6,000-6,100 on the old schedule, later replaced by the resumed job's)
+    text = "\n".join(json.dumps(r) for r in rows[:5999] + first_job + rows[6000:]) + "\n"
+    (folder / "metrics.jsonl").write_text(text)
+    diag = analyze(folder)
+    assert any(f.kind is FindingKind.RESTART for f in diag.findings)
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    assert f.measures["at_resume"] is True
+    assert "the only restart in the log, at a resume of the job" in f.summary
+    (i,) = [i for i, g in enumerate(diag.findings) if g is f]
+    resume = {c.cause: c for c in diag.causes[i]}["resume"]
+    assert resume.status == "supported", resume.evidence
