@@ -493,8 +493,9 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     else:
         items.ask(
             q,
-            {FindingKind.PLATEAU, FindingKind.DIVERGENCE},
-            "plateau or divergence",
+            # (a restarted schedule that set the loss back is a decline off its schedule)
+            {FindingKind.PLATEAU, FindingKind.DIVERGENCE, FindingKind.LR_RESTART},
+            "plateau, divergence or LR restart",
             sched,
             "loss or learning rate not logged in this phase",
         )

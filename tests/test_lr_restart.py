@@ -140,3 +140,13 @@ def test_a_restart_at_a_resume_names_it(tmp_path: Path) -> None:
     (i,) = [i for i, g in enumerate(diag.findings) if g is f]
     resume = {c.cause: c for c in diag.causes[i]}["resume"]
     assert resume.status == "supported", resume.evidence
+
+
+def test_the_late_checklist_fails_on_the_restart(tmp_path: Path) -> None:
+    """ "Does the loss decline match the learning-rate schedule?" passed ("loss 2.516 -> 2.53
+    ...; no plateau found") on the run whose restart set the loss back."""
+    diag = analyze(_write(tmp_path / "run", "rewarm"))
+    q = "Does the loss decline match the learning-rate schedule?"
+    (item,) = [i for phase in diag.phases for i in phase.items if i.question == q]
+    assert item.status == "fail"
+    assert item.evidence.startswith("plateau, divergence or LR restart at step 6,000: The LR")
