@@ -435,12 +435,12 @@ _CLIMB_UNTESTED = Cause("grad_norm_climb", UNTESTED, "no grad norm in the log")
 
 # -- the hypotheses -----------------------------------------------------------------------------
 def _within_range(f: Finding) -> str:
-    """How a control input after an onset fitted on bins, but inside its range, relates to
-    it: the log cannot put it after the onset."""
+    """How a control input after a fitted onset, but inside its range, relates to it: the
+    log cannot put it after the onset."""
     lo, hi = f.onset_bounds
     return (
-        f"within the steps the onset is known to ({lo:,}-{hi:,}, a bend fitted on binned "
-        f"points at step {f.start_step:,}), so not after it"
+        f"within the steps the onset is known to ({lo:,}-{hi:,}: a bend fitted at step "
+        f"{f.start_step:,}, known only to the points either side), so not after it"
     )
 
 

@@ -132,8 +132,8 @@ def test_an_lr_change_inside_the_onset_range_is_not_after_it() -> None:
     got = by_cause[0]["lr_change"]
     assert got.status == SUPPORTED, got.evidence
     assert got.evidence.endswith(
-        "within the steps the onset is known to (5,900-6,010, a bend fitted on binned points "
-        "at step 5,950), so not after it"
+        "within the steps the onset is known to (5,900-6,010: a bend fitted at step 5,950, "
+        "known only to the points either side), so not after it"
     )
     assert by_cause[1]["lr_change"].status == CONTRADICTED  # a logged onset: the change is later
     assert "starts later, at step 6,000" in by_cause[1]["lr_change"].evidence

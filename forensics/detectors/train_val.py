@@ -59,7 +59,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.gap import Gap, held_out_losses
-from forensics.evidence.trend_utils import hinge_onset, rolling_median, theil_sen
+from forensics.evidence.trend_utils import bend_range, hinge_onset, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import TrainValParams
 from forensics.schema import EPOCH, LOSS, VAL_LOSS
@@ -274,6 +274,8 @@ class TrainValDetector:
             start_step=onset,
             peak_step=peak,
             end_step=int(vx[end]),
+            # (placed at an eval's step, the bend may lie anywhere between the evals either side)
+            onset_range=bend_range(vx, onset),
             measures={
                 "growth_last": gl,
                 "growth_prev": gp,
