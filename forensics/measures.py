@@ -875,12 +875,16 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("lr_to", float, "the LR it warms up (or jumps) back to"),
         _m("restarts", int, "restarts in the log (2 or more: a schedule with warm restarts)"),
         _m("at_resume", bool, "a resume of the job within the causes' reach of the restart"),
-        _m("level_before", float, "median train loss over the `window` points before it"),
+        _m(
+            "level_before",
+            float,
+            "median train loss over the last `window` points before it, within `window_steps`",
+        ),
         _m("level_noise", float, "noise of a level: robust sigma of the loss / sqrt(window)"),
         _m(
             "peak_level",
             float,
-            "highest level of the loss's centred rolling median (`window` points) after the "
+            "highest level of the loss's centred rolling median (as many points) after the "
             "restart, before the next one",
         ),
         _m("peak_level_step", int, "its step"),

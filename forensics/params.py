@@ -140,6 +140,7 @@ class LrRestartParams:
     """Parameters of the ``lr_restart`` detector."""
 
     window: int = 100  # points of a loss level (before the restart; the rolling median after)
+    window_steps: int = 500  # ... within this many steps before the restart
     noise_k: float = 3.0  # a rise counts above this many times a level's noise
     slow_recovery: int = 500  # steps: a single restart's loss not back by then is a warning
     min_points: int = 20  # loss points needed before and after the restart

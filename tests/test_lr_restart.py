@@ -150,3 +150,54 @@ def test_the_late_checklist_fails_on_the_restart(tmp_path: Path) -> None:
     (item,) = [i for phase in diag.phases for i in phase.items if i.question == q]
     assert item.status == "fail"
     assert item.evidence.startswith("plateau, divergence or LR restart at step 6,000: The LR")
+
+
+def _write_lr(folder: Path, lr_of, every: int = 1, bump_at: int | None = None) -> Path:
+    rng = np.random.default_rng(5)
+    rows = []
+    for s in range(every, 12001, every):
+        loss = 2.5 + 3.5 * math.exp(-s / 3000) + rng.normal(0, 0.02)
+        if bump_at is not None and s >= bump_at:
+            t = s - bump_at
+            loss += 0.2 * min(1.0, t / 500) * math.exp(-max(0, t - 500) / 3000)
+        rows.append({"step": s, "train/loss": loss, "train/lr": lr_of(s), "train/grad_norm": 0.5})
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return folder
+
+
+def test_a_rise_with_no_fall_before_it_is_no_restart(tmp_path: Path) -> None:
+    """A triangular cyclic LR rises from its low every cycle, and an LR held at zero for 200
+    steps then warms up: neither fell to start over (the first version read "the LR fell
+    from 0.0001 to 0.0001" eleven times)."""
+
+    def clr(s: int) -> float:
+        c = (s % 1000) / 1000
+        return 1e-4 + 2e-4 * (2 * c if c < 0.5 else 2 - 2 * c)
+
+    def zero_then_warm(s: int) -> float:
+        return 0.0 if s < 200 else 3e-4 * min(1, (s - 200) / 500)
+
+    for name, lr_of in (("clr", clr), ("zeros", zero_then_warm)):
+        diag = analyze(_write_lr(tmp_path / name, lr_of))
+        assert not [f for f in diag.findings if f.kind is FindingKind.LR_RESTART], name
+
+
+def test_a_sparse_log_reads_the_level_near_the_restart(tmp_path: Path) -> None:
+    """Logged every 100 steps, the level before the restart is the median of the points in
+    the 500 steps before it (the first version took 59 points, the whole first half: 3.81,
+    and read "the loss did not rise")."""
+
+    def lr_of(s: int) -> float:
+        if s < 6000:
+            return 3e-4 * min(1, s / 500) * (1 - 0.5 * s / 12000)
+        return 3e-4 * min(1, (s - 6000) / 500)
+
+    diag = analyze(_write_lr(tmp_path / "run", lr_of, every=100, bump_at=6000))
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    clean_before = float(
+        np.median([2.5 + 3.5 * math.exp(-s / 3000) for s in range(5500, 6000, 100)])
+    )
+    assert abs(f.measures["level_before"] - clean_before) < 0.05
+    assert f.judged_against["window"] == 5
+    assert f.measures["rise_visible"] is True

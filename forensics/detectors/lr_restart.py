@@ -10,10 +10,10 @@ lost (a resume that rebuilt it from its first step, a config that reset it): the
 through a second warm-up and the loss gives back progress it had made.
 
 For each restart the loss is read around it: its level before (median of the ``window``
-points before the restart), the highest level of its centred rolling median (``window``
-points) before the next restart or the end, and the first step after that high where the
-level is back at or below the level before. The rise counts when it exceeds ``noise_k``
-times the noise of a level (robust sigma / sqrt(window)).
+points before the restart, at most ``window_steps`` before it), the highest level of its
+centred rolling median (as many points) before the next restart or the end, and the first
+step after that high where the level is back at or below the level before. The rise counts
+when it exceeds ``noise_k`` times the noise of a level (robust sigma / sqrt(window)).
 
 Severity: a warning for a single restart (no second one in the log, so not a schedule with
 warm restarts) after which the loss rose and was not back within ``slow_recovery`` steps
@@ -59,8 +59,8 @@ def restarts(ev: Evidence) -> list[_Restart]:
             # LR logged just before that low.
             k = int(np.searchsorted(sched.steps, seg.start_step))
             lo = max(0, k - 3) + int(np.argmin(sched.values[max(0, k - 3) : k + 1]))
-            if lo == 0:
-                continue
+            if lo == 0 or not sched.values[lo - 1] >= 2.0 * sched.values[lo]:
+                continue  # (no fall: a cyclic LR's rise from its low, a warm-up after zeros)
             out.append(
                 _Restart(
                     int(sched.steps[lo]),
@@ -124,7 +124,10 @@ class LrRestartDetector:
         after = (x >= r.step) & ((x < nxt) if nxt is not None else True)
         if before.sum() < p.min_points or after.sum() < p.min_points:
             return None
-        w = int(min(p.window, before.sum(), after.sum()))
+        # A level: the last `window` points before the restart, within `window_steps` of it
+        # (a log written every 100 steps has 5 points there, not the whole run's first half).
+        recent = int(np.count_nonzero(x[before] >= r.step - p.window_steps))
+        w = int(max(1, min(p.window, recent, after.sum())))
         level_before = float(np.median(y[before][-w:]))
         noise = robust_sigma(y[before][-10 * w :]) / np.sqrt(w)
         xa, ya = x[after], y[after]
