@@ -12,7 +12,8 @@ past its schedule, are one blow-up with one cause. :func:`build_incidents` group
   :data:`SPARSE_TOUCH_STEPS` apart when the later sign's series logged no point in between
   (a histogram every 10 steps first shows a change at its next point: the log cannot tell
   the two apart), and two findings above info whose onset ranges meet (a bend fitted on
-  binned points is known to about a bin: :attr:`forensics.findings.Finding.onset_range`);
+  bins or between evals is known to about one either side:
+  :attr:`forensics.findings.Finding.onset_range`);
 - the held-out stages of one overfitting (gap_acceleration, overfitting, eval_regression)
   are one incident when their step spans overlap, unless the log supports different causes
   for them: the gap bends first, often many evals before the held-out loss turns up;
@@ -355,8 +356,8 @@ def build_incidents(
             if _calibrating(findings[i]) or _calibrating(findings[j]):
                 continue  # nor is the scaler finding its level at the start (see _calibrating)
             union(i, j)
-    # Two signs that call for action and whose onsets cannot be ordered (one of them a bend
-    # fitted on binned points whose range holds the other's onset) are one moment too: a
+    # Two signs that call for action and whose onsets cannot be ordered (one of them a fitted
+    # bend whose range holds the other's onset) are one moment too: a
     # memory climb fitted to start at step 11,990 and a throughput drop at 12,000 in a log
     # written every step were two incidents, "the memory moved first".
     acting = [i for i in order if findings[i].severity is not Severity.INFO]

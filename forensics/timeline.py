@@ -253,10 +253,11 @@ def build_timeline(
         label = "job (resume)" if metric == "resume" else vital_label(metric)
         lag = step - onsets[0][0]
         why: tuple[str, ...] = ()
-        if lag > 0 and found is not None:
-            if found.onset_bounds[0] <= onsets[0][0] or step <= head_latest:
+        if lag > 0:
+            earliest = found.onset_bounds[0] if found is not None else step
+            if earliest <= onsets[0][0] or step <= head_latest:
                 why += ("range",)
-            if previous_point is not None:
+            if found is not None and previous_point is not None:
                 before = previous_point(found)
                 if before is not None and before < onsets[0][0]:
                     why += ("no_point",)

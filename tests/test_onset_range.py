@@ -140,3 +140,25 @@ def test_an_lr_change_inside_the_onset_range_is_not_after_it() -> None:
     (inc,) = build_incidents([ranged], [list(by_cause[0].values())])
     assert inc.late == {}
     assert [c.cause for c in inc.supported] == ["lr_change"]
+
+
+def test_a_control_input_inside_the_head_range_is_not_ordered_after_it() -> None:
+    """A memory bend fitted at step 11,990 (known to 11,810-12,171) and an LR change logged at
+    12,000: the timeline cannot put the change after the memory's onset."""
+    from forensics.timeline import Control, build_timeline
+
+    mem = Finding(
+        kind=FindingKind.MEMORY_GROWTH,
+        severity=Severity.WARNING,
+        metric="memory",
+        start_step=11990,
+        onset_range=(11810, 12171),
+        summary="(crafted)",
+    )
+    t = build_timeline([mem], [Control("lr_change", "lr", 12000, "the LR doubled")])
+    head, lr = t.movers
+    assert (head.metric, lr.metric) == ("memory", "lr") and lr.unordered_by == ("range",)
+    assert not t.order_resolved
+    assert "the memory's onset lies anywhere in steps 11,810-12,171" in t.sentence()
+    far = build_timeline([mem], [Control("lr_change", "lr", 12500, "the LR doubled")])
+    assert far.order_resolved and "cannot tell" not in far.sentence()
