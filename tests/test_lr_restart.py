@@ -201,3 +201,13 @@ def test_a_sparse_log_reads_the_level_near_the_restart(tmp_path: Path) -> None:
     assert abs(f.measures["level_before"] - clean_before) < 0.05
     assert f.judged_against["window"] == 5
     assert f.measures["rise_visible"] is True
+
+
+def test_a_restart_too_near_the_end_is_a_counted_skip(tmp_path: Path) -> None:
+    """Ten loss points after the restart: not judged, and the run's notes say so."""
+    diag = analyze(_write(tmp_path / "run", "rewarm", last=6009))
+    assert not [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    assert any(
+        n.startswith("lr_restart: the LR schedule restarts at step 6,000, but the loss has fewer")
+        for n in diag.run.notes
+    ), diag.run.notes

@@ -123,6 +123,10 @@ class LrRestartDetector:
         before = x < r.step
         after = (x >= r.step) & ((x < nxt) if nxt is not None else True)
         if before.sum() < p.min_points or after.sum() < p.min_points:
+            ev.run.note(
+                f"{CHECK}: the LR schedule restarts at step {r.step:,}, but the loss has fewer "
+                f"than {p.min_points} points before or after it: not judged"
+            )
             return None
         # A level: the last `window` points before the restart, within `window_steps` of it
         # (a log written every 100 steps has 5 points there, not the whole run's first half).
