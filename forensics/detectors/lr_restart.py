@@ -31,7 +31,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import NEAR_STEPS, near_steps
-from forensics.evidence.trend_utils import robust_sigma, sig
+from forensics.evidence.trend_utils import centred_level, robust_sigma, sig
 from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.params import LrRestartParams
 from forensics.schema import LOSS, LR
@@ -99,10 +99,13 @@ class LrRestartDetector:
             return []
         seams = {int(f.start_step) for f in ev.run.import_findings if f.kind is FindingKind.RESTART}
         reach = near_steps(ev.run.first_step, ev.run.last_step, NEAR_STEPS)
+        s = ev.series(LOSS)
+        ok = np.isfinite(s.values)
+        x, y = s.steps[ok], s.values[ok]  # (read once for every restart)
         out = []
         for i, r in enumerate(found):
             nxt = found[i + 1].step if i + 1 < len(found) else None
-            f = self._one(ev, r, nxt, len(found), seams, reach)
+            f = self._one(ev, x, y, r, nxt, len(found), seams, reach)
             if f is not None:
                 out.append(f)
         return out
@@ -110,6 +113,8 @@ class LrRestartDetector:
     def _one(
         self,
         ev: Evidence,
+        x: np.ndarray,
+        y: np.ndarray,
         r: _Restart,
         nxt: int | None,
         count: int,
@@ -117,9 +122,6 @@ class LrRestartDetector:
         reach: int,
     ) -> Finding | None:
         p = self.params
-        s = ev.series(LOSS)
-        ok = np.isfinite(s.values)
-        x, y = s.steps[ok], s.values[ok]
         before = x < r.step
         after = (x >= r.step) & ((x < nxt) if nxt is not None else True)
         if before.sum() < p.min_points or after.sum() < p.min_points:
@@ -135,7 +137,7 @@ class LrRestartDetector:
         level_before = float(np.median(y[before][-w:]))
         noise = robust_sigma(y[before][-10 * w :]) / np.sqrt(w)
         xa, ya = x[after], y[after]
-        level = _centred_median(ya, w)
+        level = centred_level(ya, w)
         hi = int(np.argmax(level))
         peak_level, peak_step = float(level[hi]), int(xa[hi])
         rise = peak_level - level_before
@@ -235,11 +237,3 @@ class LrRestartDetector:
                 "window": w,
             },
         )
-
-
-def _centred_median(y: np.ndarray, w: int) -> np.ndarray:
-    """The centred rolling median over ``2 * (w // 2) + 1`` points (nearest values past the
-    ends), so a level is one of the logged values."""
-    from scipy.ndimage import median_filter
-
-    return median_filter(y, size=2 * (w // 2) + 1, mode="nearest")

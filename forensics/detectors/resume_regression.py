@@ -39,7 +39,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import NEAR_STEPS, near_steps
-from forensics.evidence.trend_utils import robust_sigma, sig, theil_sen
+from forensics.evidence.trend_utils import centred_level, robust_sigma, sig, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ResumeRegressionParams
 from forensics.schema import LOSS, VAL_LOSS
@@ -190,8 +190,6 @@ def _low_after(x: np.ndarray, y: np.ndarray, w: int) -> tuple[int | None, float]
     h = w // 2
     if h < 1 or len(y) <= 2 * h + 1:
         return None, float("nan")
-    from scipy.ndimage import median_filter
-
-    level = median_filter(y, size=2 * h + 1, mode="nearest")
+    level = centred_level(y, w)
     i = h + int(np.argmin(level[h : len(y) - h]))
     return int(x[i]), float(level[i])

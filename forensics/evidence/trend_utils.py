@@ -494,6 +494,15 @@ def hinge_onset(
     return int(round(x[i])), before, after
 
 
+def centred_level(values: np.ndarray, w: int) -> np.ndarray:
+    """A loss level at every point: the centred rolling median over ``2 * (w // 2) + 1``
+    points (odd, so each level is one of the values), the nearest value repeated past the
+    ends."""
+    from scipy.ndimage import median_filter
+
+    return median_filter(values, size=2 * (w // 2) + 1, mode="nearest")
+
+
 def bend_range(xb: np.ndarray, onset: float) -> tuple[int, int]:
     """The steps a bend fitted at bin medians ``xb`` cannot be told from: the medians of the
     bins on either side of the one nearest ``onset`` (its own at either end of the series).
