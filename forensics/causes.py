@@ -440,7 +440,7 @@ def _within_range(f: Finding) -> str:
     lo, hi = f.onset_bounds
     return (
         f"within the steps the onset is known to ({lo:,}-{hi:,}: a bend fitted at step "
-        f"{f.start_step:,}, known only to the points either side), so not after it"
+        f"{f.start_step:,} fits about as well anywhere there), so not after it"
     )
 
 

@@ -188,8 +188,9 @@ class Finding:
     # layer: charts draw exactly these numbers.
     judged_against: Mapping[str, MeasureValue] = field(default_factory=dict)
     # The steps the onset estimate cannot tell apart, when it is a bend fitted on bins of
-    # points or between evaluations (placed at one bin's or eval's step: the neighbours'
-    # steps bound it); None when start_step is the logged step where the change shows.
+    # points or between evaluations (trend_utils.Hinge.range: the knots that fit about as
+    # well, at least a bin either side); None when start_step is the logged step where the
+    # change shows.
     onset_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:

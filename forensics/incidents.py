@@ -213,6 +213,11 @@ def _keys(f: Finding, causes: Sequence[Cause]) -> set[tuple[str, int]]:
     return out
 
 
+def _rooted(keys: set[tuple[str, int]]) -> bool:
+    """Does a finding have a supported root cause besides a grad-norm climb?"""
+    return any(cause != "grad_norm_climb" for cause, _ in keys)
+
+
 def _overlap(a: Finding, b: Finding) -> bool:
     """Do two findings' step spans share a step?"""
     a1 = a.start_step if a.end_step is None else a.end_step
@@ -360,12 +365,15 @@ def build_incidents(
     # bend whose range holds the other's onset) are one moment too: a
     # memory climb fitted to start at step 11,990 and a throughput drop at 12,000 in a log
     # written every step were two incidents, "the memory moved first".
+    # Not into an incident whose root the log supports (an LR change, a bad batch, a resume):
+    # a throughput dip inside a fitted range is not thereby part of an LR blow-up. A
+    # grad-norm climb's own key is no such root: it is the sign others may follow.
     acting = [i for i in order if findings[i].severity is not Severity.INFO]
     for a, i in enumerate(acting):
         for j in acting[a + 1 :]:
             if findings[j].onset_bounds[0] > findings[i].onset_bounds[1]:
                 continue
-            if keys[i] and keys[j] and not keys[i] & keys[j]:
+            if (_rooted(keys[i]) or _rooted(keys[j])) and not keys[i] & keys[j]:
                 continue
             if FindingKind.TRUNCATED_LOG in (findings[i].kind, findings[j].kind):
                 continue

@@ -178,7 +178,7 @@ def _unordered_clauses(head: Mover, followers: list[Mover]) -> list[str]:
     wide += [m for m in ranged if m.onset_range is not None and m.onset_range[0] <= head.step]
     out = [
         f"the {m.label}'s onset lies anywhere in steps {m.onset_range[0]:,}-"
-        f"{m.onset_range[1]:,} (a fitted bend, known only to the points either side)"
+        f"{m.onset_range[1]:,} (a fitted bend: it fits about as well anywhere there)"
         for m in wide
         if m.onset_range is not None
     ]

@@ -76,8 +76,8 @@ def test_an_onset_fitted_on_bins_is_not_ordered_inside_its_range(tmp_path: Path)
     text = inc.timeline.sentence()
     assert "moved first (" not in text
     assert text.endswith(
-        f"; the memory's onset lies anywhere in steps {lo:,}-{hi:,} (a fitted bend, known only "
-        "to the points either side): the log cannot tell which moved first."
+        f"; the memory's onset lies anywhere in steps {lo:,}-{hi:,} (a fitted bend: it fits about "
+        "as well anywhere there): the log cannot tell which moved first."
     )
     doc = diag.to_document()
     (di,) = doc["incidents"]

@@ -194,11 +194,10 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     # (from the settled window on: the fall before it is not part of the climb's bend)
     i0 = 0 if settled is None else min(int(np.searchsorted(xb, base.start_step)), warn_idx)
     seg = slice(i0, warn_idx + 1)
-    fitted = _onset(xb[seg], smooth[seg], base.value)
+    fitted, fitted_range = _onset(xb[seg], smooth[seg], base.value)
     onset = _at_lr_change(ev, xb, fitted)
-    # (placed on the bins' steps, the bend is known to about a bin either side; an onset
-    # moved to a logged LR change is that change's step)
-    onset_range = bend_range(xb[seg], fitted) if onset == fitted else None
+    # (an onset moved to a logged LR change is that change's step)
+    onset_range = fitted_range if onset == fitted else None
     post = int(np.searchsorted(xs, onset, side="left"))  # xs[post:] >= onset
     g_slope = theil_sen(xs[post:], ys[post:])
     del xs, ys  # (not read past here: the loss's points are not held beside them)
@@ -400,13 +399,15 @@ def envelope(ev: Evidence, xb: np.ndarray, ref_start: int, ref_end: int) -> Enve
     return Envelope(rise, ref, p.envelope_exponent, p.envelope_max, p.envelope_margin, lx, lv)
 
 
-def _onset(xb: np.ndarray, smooth: np.ndarray, base: float) -> int:
-    """Where the climb began: the bend of a two-piece linear fit, else the last step at baseline."""
+def _onset(xb: np.ndarray, smooth: np.ndarray, base: float) -> tuple[int, tuple[int, int]]:
+    """Where the climb began, and the steps it cannot be told from: the bend of a two-piece
+    linear fit (its :attr:`Hinge.range`), else the last step at baseline (a bin either side)."""
     h = hinge_onset(xb, smooth)
     if h is not None and h[2] > 0 and h[2] > h[1]:
-        return h[0]
+        return h.onset, h.range
     at_base = np.flatnonzero(smooth <= base * 1.1)
-    return int(round(xb[at_base[-1]])) if len(at_base) else int(round(xb[0]))
+    onset = int(round(xb[at_base[-1]])) if len(at_base) else int(round(xb[0]))
+    return onset, bend_range(xb, onset)
 
 
 def _at_lr_change(ev: Evidence, xb: np.ndarray, onset: int) -> int:

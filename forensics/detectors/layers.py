@@ -134,13 +134,14 @@ class LayerGradShiftDetector:
         smooth = rolling_median(yb, 5)
         sel = xb >= start
         h = hinge_onset(xb[sel], smooth[sel])
+        onset_range: tuple[int, int] | None
         if h is not None and h[2] > 0 and h[2] > h[1]:
-            onset = h[0]
+            onset, onset_range = h.onset, h.range
         else:  # fall back to the half-way crossing after the start-up
             half = sel & (smooth >= b + 0.5 * (a - b))
             onset = int(round(xb[int(np.argmax(half))])) if half.any() else start
-        # (on the bins' steps: known to about a bin either side)
-        onset_range = bend_range(xb[sel], onset) if onset != start else None
+            # (on the bins' steps: known to about a bin either side)
+            onset_range = bend_range(xb[sel], onset) if onset != start else None
         growth = _param_growth(ev, layers, onset)
         in_grp = set(names)
         known = {layer: g for layer, g in growth.items() if g is not None}

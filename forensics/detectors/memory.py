@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import bend_range, bin_median, hinge_onset, theil_sen, unit_for
+from forensics.evidence.trend_utils import bin_median, hinge_onset, theil_sen, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import MemoryParams
 from forensics.schema import MEMORY
@@ -71,8 +71,8 @@ class MemoryGrowthDetector:
         h = hinge_onset(xb, yb)
         bent = h is not None and h[2] > max(h[1], 0) and h[1] <= 0.25 * h[2]
         onset = int(h[0]) if h is not None and bent else int(xs[0])
-        # (a bend is fitted at the bins' steps: known to about a bin either side)
-        onset_range = bend_range(xb, onset) if bent else None
+        # (the steps the fitted bend cannot be told from: Hinge.range)
+        onset_range = h.range if h is not None and bent else None
         # The levels are the logged ones, not the fitted line's: a flat stretch before the
         # onset pulls the line's start far below any logged value (the memory_growth sample's
         # line began at 257 MB where its log sat at 368). Each is a bin's median, stated at

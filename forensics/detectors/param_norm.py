@@ -24,7 +24,6 @@ from forensics.evidence import Band, Evidence
 from forensics.evidence.rolling import trailing_median
 from forensics.evidence.trend_utils import (
     MAD_SCALE,
-    bend_range,
     bin_median,
     hinge_onset,
     rolling_median,
@@ -357,7 +356,7 @@ class ParamNormDetector:
             h = hinge_onset(xb, yb)
             if h is not None and h[2] > max(h[1], 0.0):
                 start = h[0]
-                onset_range = bend_range(xb, start)  # (a bend on the bins' steps)
+                onset_range = h.range  # (the steps the fitted bend cannot be told from)
         measures = {
             "abrupt": False,
             "before": None,

@@ -197,14 +197,17 @@ class TrainValDetector:
             if not self._sustained(g, i, det, float(thr[det])):
                 i = end + 1
                 continue
-            onset = self._onset(g, i, end)
+            onset, onset_range = self._onset(g, i, end)
             if out and onset <= (out[-1].end_step or 0) + g.window:
                 # The same widening picked up again after a noisy pause: extend the episode.
                 prev_f = out.pop()
-                f = self._accel_finding(g, prev_f.start_step, first_i, first_det, end)
+                assert prev_f.onset_range is not None
+                f = self._accel_finding(
+                    g, prev_f.start_step, prev_f.onset_range, first_i, first_det, end
+                )
             else:
                 first_i, first_det = i, det
-                f = self._accel_finding(g, onset, i, det, end)
+                f = self._accel_finding(g, onset, onset_range, i, det, end)
             out.append(f)
             i = end + 1
         return out
@@ -241,20 +244,25 @@ class TrainValDetector:
         return _paces_part(g, a - kb * g.window, a, later)
 
     @staticmethod
-    def _onset(g: Gap, i: int, end: int) -> int:
+    def _onset(g: Gap, i: int, end: int) -> tuple[int, tuple[int, int]]:
         """Where the gap bends upward: a two-piece fit from 4 windows before the first
-        accelerating window ending at point i to 2 windows after it (offline: later points help)."""
+        accelerating window ending at point i to 2 windows after it (offline: later points help).
+        With the steps it cannot be told from: the fit's :attr:`Hinge.range`, else the evals
+        either side."""
         vx = g.steps
         t = vx[i]
         sel = (vx >= t - 4 * g.window) & (vx <= min(vx[end], t + 2 * g.window))
         if sel.sum() >= 7:
             h = hinge_onset(vx[sel].astype(float), rolling_median(g.gap[sel], 3))
             if h is not None and h[2] > max(h[1], 0.0) and h[0] <= t:
-                return int(h[0])
-        return int(vx[int(np.searchsorted(vx, t - g.window))])
+                return h.onset, h.range
+        onset = int(vx[int(np.searchsorted(vx, t - g.window))])
+        return onset, bend_range(vx, onset)
 
     @staticmethod
-    def _accel_finding(g: Gap, onset: int, i: int, det: int, end: int) -> Finding:
+    def _accel_finding(
+        g: Gap, onset: int, onset_range: tuple[int, int], i: int, det: int, end: int
+    ) -> Finding:
         vx = g.steps
         gl, gp = float(g.growth_last[i]), float(g.growth_prev[i])
         vsel = (vx >= vx[det] - g.window) & (vx <= vx[det])
@@ -274,8 +282,7 @@ class TrainValDetector:
             start_step=onset,
             peak_step=peak,
             end_step=int(vx[end]),
-            # (placed at an eval's step, the bend may lie anywhere between the evals either side)
-            onset_range=bend_range(vx, onset),
+            onset_range=onset_range,
             measures={
                 "growth_last": gl,
                 "growth_prev": gp,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -466,32 +466,68 @@ def _normal_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
-def hinge_onset(
-    steps: np.ndarray, values: np.ndarray, *, min_side: int = 3
-) -> tuple[int, float, float] | None:
+class Hinge(NamedTuple):
+    """A fitted bend: its step, the slopes either side, and the steps it may lie between."""
+
+    onset: int
+    before: float
+    after: float
+    lo: int
+    hi: int
+
+    @property
+    def range(self) -> tuple[int, int]:
+        return self.lo, self.hi
+
+
+# Chi-square quantile (1 degree of freedom, 95%): knots whose fit is worse than the best by
+# less than this many residual variances are not told apart from it.
+_KNOT_CHI2 = 3.84
+
+
+def hinge_onset(steps: np.ndarray, values: np.ndarray, *, min_side: int = 3) -> Hinge | None:
     """Where a series bends upward: best continuous two-piece linear fit.
 
-    Returns ``(onset_step, slope_before, slope_after)``. Least squares on bin medians, so a
-    few residual outliers matter little. None when too short.
+    Returns a :class:`Hinge` (``onset``, ``before``, ``after``: the step and the slopes; it
+    indexes as ``(onset_step, slope_before, slope_after, ...)``). Least squares on bin
+    medians, so a few residual outliers matter little. None when too short.
+
+    ``lo``-``hi``: the candidate knots whose residual sum of squares is within
+    :data:`_KNOT_CHI2` residual variances of the best (a 95% confidence set for the knot),
+    widened to the candidates either side of the best (the grid's own resolution). A bend
+    fitted on a sawtooth (memory freed every few hundred steps) can sit several bins from
+    where the climb starts: the memory_growth sample's knot is at step 270 on points every
+    10 steps, its leak starts after step 300, and the set runs to step 310.
     """
     x = np.asarray(steps, float)
     y = np.asarray(values, float)
     n = len(x)
     if n < 2 * min_side + 1:
         return None
-    best: tuple[float, int, float, float] | None = None
     ones = np.ones(n)
-    for i in range(min_side, n - min_side):  # a few hundred candidates at most
+    cands = range(min_side, n - min_side)  # a few hundred candidates at most
+    sses = np.empty(len(cands))
+    fits: list[tuple[float, float]] = []
+    for k, i in enumerate(cands):
         t = x[i]
         a = np.column_stack([ones, x - t, np.maximum(0.0, x - t)])
         coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-        sse = float(np.sum((a @ coef - y) ** 2))
-        if best is None or sse < best[0]:
-            best = (sse, i, float(coef[1]), float(coef[1] + coef[2]))
-    if best is None:
-        return None
-    _, i, before, after = best
-    return int(round(x[i])), before, after
+        sses[k] = float(np.sum((a @ coef - y) ** 2))
+        fits.append((float(coef[1]), float(coef[1] + coef[2])))
+    b = int(np.nanargmin(sses)) if np.isfinite(sses).any() else 0
+    best = cands[b]
+    before, after = fits[b]
+    var = float(sses[b]) / max(n - 3, 1)
+    near = np.flatnonzero(sses <= sses[b] + _KNOT_CHI2 * var)
+    lo_i = min(cands[int(near[0])], best - 1) if len(near) else best - 1
+    hi_i = max(cands[int(near[-1])], best + 1) if len(near) else best + 1
+    return Hinge(
+        int(round(x[best])),
+        before,
+        after,
+        int(np.floor(x[max(lo_i, 0)])),
+        int(np.ceil(x[min(hi_i, n - 1)])),
+    )
 
 
 def centred_level(values: np.ndarray, w: int) -> np.ndarray:
