@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forensics.findings import Severity, finding_steps, look, notes_in_reading_order, step_range
+from forensics.findings import (
+    Finding,
+    Severity,
+    finding_steps,
+    look,
+    notes_in_reading_order,
+    step_range,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -97,11 +105,25 @@ def print_summary(
                 where = f"{root.cause.replace('_', ' ')} at step {step:,}"
                 rx = light_prefix(act) + CAUSE_ADVICE[root.cause]
             console.print(f"What to do ({escape(where)}): {escape(rx)}")
-    hidden = len(notes) - len([f for f in shown if f.severity is Severity.INFO])
+    on_screen = {id(f) for f in shown}
+    hidden = [f for f in notes if id(f) not in on_screen]
     if hidden:
-        console.print(f"[dim]{hidden:,} more informational note(s) in the report.[/dim]")
+        # By kind: "4,810 more" alone does not say whether they are one flood of absorbed
+        # grad-norm spikes or a dozen different events worth opening the report for.
+        console.print(f"[dim]{escape(hidden_notes_line(hidden))}[/dim]")
     if report_path is not None:
         console.print(f"Report: {escape(str(report_path))}")
+
+
+def hidden_notes_line(hidden: list[Finding]) -> str:
+    """``4,810 more informational note(s) in the report: 4,807 grad_norm_spike,
+    3 loss_spike.`` (kinds by count, most first; past three, "and N of K other kinds")."""
+    counts = Counter(f.kind.value for f in hidden).most_common()
+    parts = [f"{n:,} {kind}" for kind, n in counts[:3]]
+    if len(counts) > 3:
+        rest = sum(n for _, n in counts[3:])
+        parts.append(f"{rest:,} of {len(counts) - 3} other kind(s)")
+    return f"{len(hidden):,} more informational note(s) in the report: {', '.join(parts)}."
 
 
 def incident_line(inc: Incident) -> str:

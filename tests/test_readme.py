@@ -87,3 +87,14 @@ def test_readme_example_output_is_the_current_output() -> None:
         assert " ".join(f.summary.split()) in flat, f.summary
     (plan,) = [r for r in diag.rollbacks if r.rollback]
     assert " ".join(plan.sentence().split()) in flat
+    # The closing count of notes, by kind, as the terminal prints it now.
+    import io
+
+    from rich.console import Console
+
+    from forensics.summary import print_summary
+
+    out = io.StringIO()
+    print_summary(diag, console=Console(file=out, width=400))
+    (notes_line,) = [ln for ln in out.getvalue().splitlines() if "informational note" in ln]
+    assert notes_line in block

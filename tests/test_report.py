@@ -782,6 +782,41 @@ def test_a_flood_of_one_note_does_not_hide_the_rarer_ones() -> None:
     assert FULL_FINDINGS < len(notes)
 
 
+def test_the_hidden_notes_line_says_what_kinds_they_are() -> None:
+    """The 1M-step benchmark run ended its screen with "4,810 more informational note(s) in
+    the report.": one flood of absorbed grad-norm spikes or a dozen different events worth
+    opening the report for read the same. The line now counts them by kind."""
+    import io
+
+    from rich.console import Console
+
+    from forensics.pipeline import analyze_run
+    from forensics.summary import print_summary
+
+    s, loss = healthy_loss(64_000)
+    _, gn = healthy_grad_norm(64_000)
+    loss, gn = loss.copy(), gn.copy()
+    gn[500::50] *= 3.0
+    for at in (20_000, 40_000, 60_000):  # three loss spikes: one shown, two behind the line
+        loss[at : at + 3] *= (1.8, 1.4, 1.1)
+    diag = analyze_run(run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)})))
+    notes = [f for f in diag.findings if f.severity == "info"]
+    by_kind = {k: sum(f.kind.value == k for f in notes) for k in {f.kind.value for f in notes}}
+    assert by_kind.get("loss_spike") == 3 and by_kind["grad_norm_spike"] > 1000
+    out = io.StringIO()
+    print_summary(diag, console=Console(file=out, width=400))
+    text = out.getvalue()
+    rows = [ln for ln in text.splitlines() if ln.startswith("info ")]
+    shown = {k: sum(f" {k} " in ln for ln in rows) for k in by_kind}
+    line = next(ln for ln in text.splitlines() if "more informational note(s)" in ln)
+    hidden = {k: n - shown[k] for k, n in by_kind.items() if n > shown[k]}
+    assert line.startswith(f"{sum(hidden.values()):,} more informational note(s) in the report: ")
+    for kind, n in hidden.items():
+        assert f"{n:,} {kind}" in line, (kind, n, line)
+    # Most frequent first.
+    assert line.index("grad_norm_spike") < line.index("loss_spike"), line
+
+
 def test_a_log_without_a_training_loss_says_the_light_covers_only_what_was_logged(
     tmp_path: Path,
 ) -> None:
