@@ -214,3 +214,40 @@ def test_a_restart_too_near_the_end_is_a_counted_skip(tmp_path: Path) -> None:
         n.startswith("lr_restart: the LR schedule restarts at step 6,000, but the loss has fewer")
         for n in diag.run.notes
     ), diag.run.notes
+
+
+def test_the_loss_chart_shows_what_the_restart_did_to_the_loss(tmp_path: Path) -> None:
+    """The restart's finding said "the loss rose from 2.475 to 2.685 ... and was back ... at
+    step 7,9xx", but only the LR chart marked it: the loss chart, where that rise and return
+    are, showed nothing. It now marks the restart on the loss too, with the loss's level
+    before drawn over the steps it was above it and the line a rise had to pass."""
+    from forensics.report.charts import build_panels
+
+    diag = analyze(_write(tmp_path / "run", "rewarm"))
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    assert diag.evidence is not None
+    panels = {p.key: p for p in build_panels(diag.evidence, diag.findings)}
+    loss = panels["loss"]
+    assert any(g is f for g in loss.findings)
+    # The span shaded, and the marker on the loss curve at the restart step.
+    shades = [s for s in loss.figure["layout"]["shapes"] if s.get("type") == "rect"]
+    assert any((s["x0"], s["x1"]) == (6000, f.end_step) for s in shades)
+    (marks,) = [t for t in loss.figure["data"] if t.get("name") == "findings"]
+    assert 6000 in marks["x"]
+    levels = {
+        t["meta"]["judged"]: t["meta"]["segments"]
+        for t in loss.figure["data"]
+        if isinstance(t.get("meta"), dict) and t["meta"].get("source") == "lr_restart"
+    }
+    ja = f.judged_against
+    assert levels == {
+        "loss_level_before": [[6000, f.end_step, ja["loss_level_before"]]],
+        "loss_rise_line": [[6000, f.end_step, ja["loss_rise_line"]]],
+    }
+    # The LR chart still marks it, without the loss's levels.
+    lr = panels["lr"]
+    assert any(g is f for g in lr.findings)
+    assert not any(
+        isinstance(t.get("meta"), dict) and t["meta"].get("source") == "lr_restart"
+        for t in lr.figure["data"]
+    )

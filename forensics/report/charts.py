@@ -541,8 +541,60 @@ def loss_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
         )
     fig = {"data": data, "layout": _layout("Training loss", "loss")}
     judged_levels(fig, fs, int(x[-1]))
+    restart_levels(fig, [f for f in fs if f.kind is FindingKind.LR_RESTART])
     mark_findings(fig, fs, x, y)
     return Panel(LOSS, "Training loss", cap, fig, fs)
+
+
+# An LR restart's levels on the loss chart: (judged_against key, legend name, dash).
+_RESTART_LEVELS = (
+    ("loss_level_before", "loss level before the restart", "dot"),
+    ("loss_rise_line", "rise line, {k:g}x the level's noise above it", "dash"),
+)
+
+
+def restart_levels(fig: dict[str, Any], restarts: list[Finding]) -> None:
+    """What an LR restart did to the loss, on the loss chart: the level before it and the line
+    a rise had to pass (``loss_*`` in its ``judged_against``; the finding's own series is the
+    LR, whose chart does not draw them), over the finding's span (to the step the loss was
+    back). One trace per key, its segments separated by gaps, as :func:`judged_levels`."""
+    for key, label, dash in _RESTART_LEVELS:
+        segs = []
+        for f in most_severe(restarts):
+            v = f.judged_against.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                end = f.end_step if f.end_step is not None else f.start_step
+                segs.append((f.start_step, max(end, f.start_step), float(v), f.severity))
+        if not segs:
+            continue
+        xs: list[int | None] = []
+        ys: list[float | None] = []
+        for x0, x1, v, _ in segs:
+            xs += [x0, x1, None]
+            ys += [v, v, None]
+        worst = max((sev for *_, sev in segs), key=lambda sev: sev.rank)
+        k = restarts[0].judged_against.get("noise_k", 0.0)
+        fig["data"].append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": xs[:-1],
+                "y": ys[:-1],
+                "name": esc(label.format(k=k) + " (lr_restart)"),
+                "line": {
+                    "color": "#666" if key == "loss_level_before" else worst.colour,
+                    "width": 1,
+                    "dash": dash,
+                },
+                "hoverinfo": "name+y",
+                "connectgaps": False,
+                "meta": {
+                    "judged": key,
+                    "source": FindingKind.LR_RESTART.value,
+                    "segments": [[x0, x1, v] for x0, x1, v, _ in segs],
+                },
+            }
+        )
 
 
 def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
@@ -903,8 +955,10 @@ def build_panels(
         return [f for f in findings if f.metric in metrics]
 
     evals = [f for f in findings if f.metric and f.metric.startswith("eval/")]
+    restarts = [f for f in findings if f.kind is FindingKind.LR_RESTART]
     builders = [
-        lambda: loss_panel(ev, about(*_PANEL_METRICS[LOSS]), buckets),
+        # (an LR restart is marked on the loss too: its finding states what the loss did)
+        lambda: loss_panel(ev, about(*_PANEL_METRICS[LOSS]) + restarts, buckets),
         lambda: grad_norm_panel(ev, about(*_PANEL_METRICS[GRAD_NORM]), buckets),
         lambda: param_norm_panel(ev, about(*_PANEL_METRICS[PARAM_NORM]), buckets),
         lambda: lr_panel(ev, about(LR), buckets),
