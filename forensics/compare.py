@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.findings import Severity, step_range
+from forensics.findings import Severity, onset_at, step_range
 from forensics.schema import (
     GRAD_NORM,
     LOSS,
@@ -357,31 +357,44 @@ def _key(f: Any) -> dict[str, Any]:
         "severity": f.severity.value,
         "metric": f.metric,
         "step": f.start_step,
+        "onset_range": list(f.onset_range) if f.onset_range is not None else None,
         "summary": f.summary,
     }
 
 
+def _same_onset(f: Any, g: Any) -> bool:
+    """Onsets the logs cannot tell apart: within SAME_STEP steps, or, where either is a bend
+    fitted on bins (``onset_range``), ranges that meet."""
+    if abs(g.start_step - f.start_step) <= SAME_STEP:
+        return True
+    if f.onset_range is None and g.onset_range is None:
+        return False
+    (a0, a1), (b0, b1) = f.onset_bounds, g.onset_bounds
+    return a0 <= b1 and b0 <= a1
+
+
 def finding_diff(ref: Diagnosis, other: Diagnosis) -> dict[str, Any]:
     """Findings of ``ref`` and ``other`` matched by kind, metric and onset (within SAME_STEP
-    steps): in both at the same step, only in the reference, only in the other run."""
+    steps, or fitted onsets whose ranges meet): in both, only in the reference, only in the
+    other run. A match in both keeps the other run's step and range."""
     rest = list(other.findings)
     both, only_ref = [], []
     for f in ref.findings:
         m = next(
-            (
-                g
-                for g in rest
-                if g.kind == f.kind
-                and g.metric == f.metric
-                and abs(g.start_step - f.start_step) <= SAME_STEP
-            ),
+            (g for g in rest if g.kind == f.kind and g.metric == f.metric and _same_onset(f, g)),
             None,
         )
         if m is None:
             only_ref.append(_key(f))
         else:
             rest.remove(m)
-            both.append({**_key(f), "other_step": m.start_step})
+            both.append(
+                {
+                    **_key(f),
+                    "other_step": m.start_step,
+                    "other_onset_range": _key(m)["onset_range"],
+                }
+            )
     return {"both": both, "only_reference": only_ref, "only_other": [_key(g) for g in rest]}
 
 
@@ -695,7 +708,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
             [
                 next(
                     (
-                        f"{f.kind.value} @ {f.start_step:,}"
+                        f"{f.kind.value} @ {onset_at(f.start_step, f.onset_range)}"
                         for f in d.findings
                         if f.severity is not Severity.INFO
                     ),
@@ -745,13 +758,24 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         if w is None or fd is None:
             continue
         console.print(f"[bold]{escape(lab)}[/] vs {ref}: {escape(w)}")
+        # Matched by their ranges, not their steps: both steps, so the reader sees the gap.
+        by_range = [f for f in fd["both"] if abs(f["other_step"] - f["step"]) > SAME_STEP]
         console.print(
-            f"  findings: {len(fd['both']):,} in both at the same step, "
-            f"{len(fd['only_reference']):,} only in {ref}, {len(fd['only_other']):,} only in "
+            f"  findings: {len(fd['both']):,} in both at the same step"
+            + (f" ({len(by_range):,} of them by their fitted onsets' ranges)" if by_range else "")
+            + f", {len(fd['only_reference']):,} only in {ref}, {len(fd['only_other']):,} only in "
             f"{escape(lab)}"
         )
+        for f in by_range[:5]:
+            console.print(
+                f"    in both: {f['kind']} @ {onset_at(f['step'], f['onset_range'])} in {ref}, "
+                f"@ {onset_at(f['other_step'], f['other_onset_range'])} in {escape(lab)} (the "
+                "fitted onsets' ranges meet: the logs cannot tell them apart)"
+            )
         for f in fd["only_other"][:5]:
-            console.print(f"    only in {escape(lab)}: {f['kind']} @ {f['step']:,}")
+            console.print(
+                f"    only in {escape(lab)}: {f['kind']} @ {onset_at(f['step'], f['onset_range'])}"
+            )
     for sp in cmp.shared_spikes[:SHARED_SHOWN]:
         console.print(f"shared: {escape(sp['note'])}")
     if len(cmp.shared_spikes) > SHARED_SHOWN:

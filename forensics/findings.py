@@ -245,6 +245,13 @@ def step_range(start: int, end: int | None = None) -> str:
     return f"{int(start):,}-{int(end):,}"
 
 
+def onset_at(step: int, onset_range: tuple[int, int] | list[int] | None = None) -> str:
+    """``2,995`` or, for a fitted onset, ``2,995 (anywhere in 2,940-3,050)``."""
+    if onset_range is None:
+        return f"{int(step):,}"
+    return f"{int(step):,} (anywhere in {step_range(*onset_range)})"
+
+
 def finding_steps(f: Finding) -> str:
     """A finding's steps as text: its start, or start-end when it spans several steps."""
     return step_range(f.start_step, f.end_step)

@@ -443,3 +443,79 @@ def test_the_end_value_of_a_climbing_loss_is_where_the_log_ends() -> None:
     )
     s = _vital(short, "loss")
     assert s is not None and s["final"] == pytest.approx(float(np.median(2.5 + steps[380:400])))
+
+
+def _memory_run(folder: Path, onset: int) -> Path:
+    """A JSONL log every 10 steps whose memory grows 2 MB a step from ``onset`` (one seed)."""
+    rng = np.random.default_rng(1)
+    s = np.arange(0, 6000, 10)
+    loss = 2 + 3 / (1 + s / 500) + rng.normal(0, 0.01, len(s))
+    mem = 20000 + rng.normal(0, 30, len(s)) + np.where(s > onset, (s - onset) * 2.0, 0)
+    folder.mkdir()
+    rows = [
+        {"step": int(a), "loss": float(b), "memory_mb": float(c)}
+        for a, b, c in zip(s, loss, mem, strict=True)
+    ]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return folder
+
+
+def test_fitted_onsets_whose_ranges_meet_are_one_finding_in_both(tmp_path: Path) -> None:
+    """Two runs whose memory began to grow 40 steps apart (3,000 and 3,040): each onset is a
+    bend fitted on bins, known only to a range (2,940-3,050 and 2,995-3,100). The comparison
+    said "0 in both at the same step, 1 only in a, 1 only in b", a difference the log cannot
+    show. They are now one finding in both, with each run's step and range; onsets whose
+    ranges do not meet (3,000 and 3,400) stay apart."""
+    import io
+
+    from rich.console import Console
+
+    from forensics.compare import print_comparison
+
+    a = _memory_run(tmp_path / "a", 3000)
+    b = _memory_run(tmp_path / "b", 3040)
+    c = _memory_run(tmp_path / "c", 3400)
+    cmp = compare([a, b, c])
+    fa = next(f for f in cmp.diagnoses[0].findings if f.kind.value == "memory_growth")
+    fb = next(f for f in cmp.diagnoses[1].findings if f.kind.value == "memory_growth")
+    fc = next(f for f in cmp.diagnoses[2].findings if f.kind.value == "memory_growth")
+    assert fa.onset_range is not None and fb.onset_range is not None
+    assert fc.onset_range is not None
+    assert abs(fa.start_step - fb.start_step) > 2  # not "the same step"
+    assert fb.onset_range[0] <= fa.onset_range[1] and fa.onset_range[0] <= fb.onset_range[1]
+    assert fc.onset_range[0] > fa.onset_range[1]
+    ab, ac = cmp.finding_diff[1], cmp.finding_diff[2]
+    assert ab is not None and ac is not None
+    (both,) = [f for f in ab["both"] if f["kind"] == "memory_growth"]
+    assert (both["step"], both["other_step"]) == (fa.start_step, fb.start_step)
+    assert both["onset_range"] == list(fa.onset_range)
+    assert both["other_onset_range"] == list(fb.onset_range)
+    assert not [f for f in ab["only_reference"] + ab["only_other"] if f["kind"] == "memory_growth"]
+    assert [f["kind"] for f in ac["only_reference"]] == ["memory_growth"]
+    assert [f["kind"] for f in ac["only_other"]] == ["memory_growth"]
+    out = io.StringIO()
+    print_comparison(cmp, console=Console(file=out, width=300))
+    text = out.getvalue()
+    lo, hi = fa.onset_range
+    assert f"memory_growth @ {fa.start_step:,} (anywhere in {lo:,}-{hi:,})" in text
+    lo_b, hi_b = fb.onset_range
+    assert (
+        f"in both: memory_growth @ {fa.start_step:,} (anywhere in {lo:,}-{hi:,}) in a, "
+        f"@ {fb.start_step:,} (anywhere in {lo_b:,}-{hi_b:,}) in b" in text
+    ), text
+    assert "1 in both at the same step (1 of them by their fitted onsets' ranges)" in text
+    lo_c, hi_c = fc.onset_range
+    assert f"only in c: memory_growth @ {fc.start_step:,} (anywhere in {lo_c:,}-{hi_c:,})" in text
+    # The comparison page says the same.
+    from forensics.report.compare_page import render_compare_html
+
+    page = " ".join(re.sub(r"<[^>]+>", "", render_compare_html(cmp, plotlyjs="cdn")).split())
+    assert (
+        f"in both: memory_growth at step {fa.start_step:,} (anywhere in {lo:,}-{hi:,}) in a, "
+        f"{fb.start_step:,} (anywhere in {lo_b:,}-{hi_b:,}) in b (fitted onsets whose ranges "
+        "meet: the logs cannot tell them apart)" in page
+    ), page[:3000]
+    assert (
+        f"only in c: memory_growth at step {fc.start_step:,} (anywhere in {lo_c:,}-{hi_c:,})"
+        in page
+    )

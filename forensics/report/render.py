@@ -22,6 +22,7 @@ from forensics.findings import (
     finding_steps,
     look,
     notes_in_reading_order,
+    onset_at,
     step_range,
 )
 from forensics.prescriptions import AREA_TITLES, STANDING_GUIDANCE, TABLE, needs_action
@@ -83,6 +84,7 @@ def _env() -> jinja2.Environment:
     env.globals["spike_cell"] = spike_cell
     env.filters["steps"] = finding_steps
     env.globals["step_range"] = step_range
+    env.globals["onset_at"] = onset_at
     env.globals["vital_label"] = vital_label
     env.globals["LOOKS"] = LOOKS  # the one table of lights (base.html's colours come from it)
     return env
