@@ -878,7 +878,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "level_before",
             float,
-            "median train loss over the last `window` points before it, within `window_steps`",
+            "median train loss over the points of the last `window` steps before it (at "
+            "least `level_points` points, within `window_steps`)",
         ),
         _m("level_noise", float, "noise of a level: robust sigma of the loss / sqrt(window)"),
         _m(

@@ -139,7 +139,8 @@ class ResumeRegressionParams:
 class LrRestartParams:
     """Parameters of the ``lr_restart`` detector."""
 
-    window: int = 100  # points of a loss level (before the restart; the rolling median after)
+    window: int = 100  # steps of a loss level (before the restart; the rolling median after)
+    level_points: int = 5  # ... but at least this many points (a sparse log)
     window_steps: int = 500  # ... within this many steps before the restart
     noise_k: float = 3.0  # a rise counts above this many times a level's noise
     slow_recovery: int = 500  # steps: a single restart's loss not back by then is a warning

@@ -251,3 +251,41 @@ def test_the_loss_chart_shows_what_the_restart_did_to_the_loss(tmp_path: Path) -
         isinstance(t.get("meta"), dict) and t["meta"].get("source") == "lr_restart"
         for t in lr.figure["data"]
     )
+
+
+def test_a_log_every_10_steps_reads_levels_over_about_100_steps(tmp_path: Path) -> None:
+    """An HF Trainer log (every 10 steps) resumed at step 1,500 with a fresh scheduler: the
+    loss jumped from about 1.235 to 1.35 at step 1,600. A level was 50 points, 500 steps:
+    the level before took in the still-falling loss of steps 1,010-1,500 (1.265) and the
+    rolling median after flattened the bump, so the finding read "rose from 1.265 to 1.308
+    (+3.4%) by step 1,800", neither number on the chart. A level now spans about `window`
+    steps (100; at least 5 points), as on a log written every step."""
+    rng = np.random.default_rng(3)
+
+    def clean(s: int) -> float:
+        loss = 1.2 + 1.5 * math.exp(-s / 400)
+        if s >= 1500:
+            loss += 0.12 * min(1.0, (s - 1500) / 100) * math.exp(-max(0, s - 1600) / 900)
+        return loss
+
+    def lr(s: int) -> float:
+        t = s if s < 1500 else s - 1500
+        return 5e-5 * t / 100 if t < 100 else 5e-5 * max(0.0, (3000 - t) / 2900)
+
+    rows = [
+        {"step": s, "loss": clean(s) + rng.normal(0, 0.005), "learning_rate": lr(s)}
+        for s in range(10, 3001, 10)
+    ]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    diag = analyze(tmp_path / "run")
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.LR_RESTART]
+    m = f.measures
+    assert f.judged_against["window"] == 10  # points: 100 steps
+    before = float(np.median([clean(s) for s in range(1410, 1500, 10)]))
+    assert abs(m["level_before"] - before) < 0.01, (m["level_before"], before)
+    assert abs(m["peak_level"] - clean(1600)) < 0.02, (m["peak_level"], clean(1600))
+    assert abs(m["peak_level_step"] - 1600) <= 60, m["peak_level_step"]
+    # Back where the clean curve is back at its level before the restart.
+    back = next(s for s in range(1600, 3001, 10) if clean(s) <= before)
+    assert abs(m["recovered_step"] - back) <= 100, (m["recovered_step"], back)

@@ -9,9 +9,10 @@ warm-up. A single restart nobody planned is the signature of a scheduler whose s
 lost (a resume that rebuilt it from its first step, a config that reset it): the LR goes
 through a second warm-up and the loss gives back progress it had made.
 
-For each restart the loss is read around it: its level before (median of the ``window``
-points before the restart, at most ``window_steps`` before it), the highest level of its
-centred rolling median (as many points) before the next restart or the end, and the first
+For each restart the loss is read around it: its level before (median of the points of
+the ``window`` steps before the restart, at least ``level_points`` of them within
+``window_steps``), the highest level of its centred rolling median (as many points) before
+the next restart or the end, and the first
 step after that high where the level is back at or below the level before. The rise counts
 when it exceeds ``noise_k`` times the noise of a level (robust sigma / sqrt(window)).
 
@@ -130,10 +131,15 @@ class LrRestartDetector:
                 f"than {p.min_points} points before or after it: not judged"
             )
             return None
-        # A level: the last `window` points before the restart, within `window_steps` of it
-        # (a log written every 100 steps has 5 points there, not the whole run's first half).
-        recent = int(np.count_nonzero(x[before] >= r.step - p.window_steps))
-        w = int(max(1, min(p.window, recent, after.sum())))
+        # A level: the points of the last `window` steps before the restart, at least
+        # `level_points` of them within `window_steps` (a log written every 10 steps has 10
+        # points, one written every 100 steps 5, not the whole run's first half). In points,
+        # a sparse log's level spanned 5-10x the steps of an every-step log's, took in a
+        # loss still falling before the restart and flattened the bump after it.
+        xb = x[before]
+        recent = int(np.count_nonzero(xb >= r.step - p.window_steps))
+        span = int(np.count_nonzero(xb >= r.step - p.window))
+        w = int(max(1, min(max(span, p.level_points), recent, after.sum())))
         level_before = float(np.median(y[before][-w:]))
         noise = robust_sigma(y[before][-10 * w :]) / np.sqrt(w)
         xa, ya = x[after], y[after]
