@@ -100,8 +100,18 @@ class MemoryGrowthDetector:
         # Cycles on a rising floor (memory freed and filled again before the onset: a drop
         # of more than half the climb): the hinge finds the last cycle's climb, not the leak.
         # The growth is then that of the cycles' lows, from the first to the last third.
-        drops = -np.diff(yb[earlier]) if earlier.sum() >= 2 else np.zeros(0)
-        cycles = bool(len(drops) and float(drops.max()) > 0.5 * (b - a))
+        # A cycle frees memory at once and fills it over several bins: its drops dwarf its
+        # rises. Noise (memory sampled at any phase of a step) drops and rises alike, so a
+        # drop no larger than twice the largest rise is no cycle (white noise of 1,500 MB
+        # read as "cycles on a rising floor" from the analysed start, 6,000 steps before the
+        # leak began).
+        steps_b = np.diff(yb[earlier]) if earlier.sum() >= 2 else np.zeros(0)
+        drops = -steps_b
+        cycles = bool(
+            len(drops)
+            and float(drops.max()) > 0.5 * (b - a)
+            and float(drops.max()) > 2.0 * max(float(steps_b.max()), 0.0)
+        )
         if cycles:
             third = (xb[-1] - xb[0]) / 3.0
             lo1 = int(np.argmin(np.where(xb <= xb[0] + third, yb, np.inf)))
