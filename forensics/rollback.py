@@ -507,6 +507,7 @@ def rollback_plan(
             g is not f
             and needs_action(g)
             and g.kind in DYNAMICS
+            and not _recovered_series(g, f, fs)
             and g.start_step < onset
             and (
                 g.end_step is None
@@ -653,6 +654,26 @@ def rollback_plan(
         ),
         findings=tuple(fs),
         resumed_at=resumed_at,
+    )
+
+
+def _recovered_series(g: Finding, lead: Finding, fs: list[Finding]) -> bool:
+    """Is ``g`` a series of periodic spikes whose spikes before the lead all came back (two or
+    more, each physiological)? Then the run was healthy between them: a rollback goes back
+    before the lead, not before the series' first spike (which would throw away every step
+    since and meet the same recurring batch again). Without spike findings to show it, the
+    series still counts as going on."""
+    if g.kind is not FindingKind.PERIODIC_SPIKES:
+        return False
+    before = [
+        h
+        for h in fs
+        if h.kind is FindingKind.LOSS_SPIKE
+        and h is not lead
+        and g.start_step <= h.start_step < lead.start_step
+    ]
+    return len(before) >= 2 and all(
+        h.measures.get("classification") == "physiological" for h in before
     )
 
 

@@ -243,14 +243,45 @@ def test_a_recurring_batch_is_not_a_range_to_skip() -> None:
 
 def test_periodic_spikes_sample_plan() -> None:
     """sample_runs/periodic_spikes: the loss spike at the last step is unresolved; the LR is the
-    one before step 125 and nothing is skipped."""
+    one logged just before the plan's onset and nothing is skipped."""
     diag = _sample("periodic_spikes")
     plans = [r for r in diag.rollbacks if r.rollback]
     assert plans and all(p.skip_steps is None for p in plans)
     lr = diag.ev.series("lr")
     for p in plans:
-        if p.onset_step == 125:
-            assert p.lr_before == pytest.approx(float(lr.values[lr.steps == 124][0]))
+        before = lr.values[lr.steps == p.onset_step - 1]
+        assert len(before) == 1 and p.lr_before == pytest.approx(float(before[0]))
+
+
+def test_a_periodic_series_that_came_back_each_time_is_not_rolled_back_past() -> None:
+    """sample_runs/periodic_spikes: a corrupt shard every 125 steps, seven spikes that each
+    came back at once, and the eighth at the last logged step, unresolved. The plan went
+    back before step 125 ("Last healthy step 124, before the periodic_spikes at step 125
+    (still going on at the loss_spike at step 1,000)"): it threw away 875 steps the log shows
+    healthy between the spikes, and would meet the same shard again. It now goes back before
+    the unresolved spike."""
+    diag = _sample("periodic_spikes")
+    (plan,) = [r for r in diag.rollbacks if r.rollback]
+    assert plan.finding.start_step == 1000
+    assert (plan.onset_step, plan.last_healthy_step) == (1000, 999)
+    assert "Last healthy step 999, before the loss_spike at step 1,000." in plan.sentence()
+    assert "still going on" not in plan.sentence()
+    lr = diag.ev.series("lr")
+    assert plan.lr_before == pytest.approx(float(lr.values[lr.steps == 999][0]))
+    assert plan.skip_steps is None  # (a recurring batch is data to fix, not a range to skip)
+
+
+def test_a_periodic_series_with_a_spike_that_did_not_come_back_still_counts() -> None:
+    """Where a spike of the series before the lead did not come back, the series is not shown
+    healthy between its spikes: the plan goes back before its first, as before."""
+    periodic = Finding("periodic_spikes", "warning", "loss", 125, "every 125", end_step=2999)
+    spikes = [_spike(125, "physiological"), _spike(250, "pathological"), _spike(375)]
+    lead = _spike(1700, grad_norm_lead_steps=0)
+    (rb,) = rollback_advice(_run(), [lead, periodic, *spikes])[:1]
+    assert rb.finding is lead and rb.onset_step == 125
+    recovered = [_spike(s, "physiological") for s in (125, 250, 375)]
+    (rb,) = rollback_advice(_run(), [lead, periodic, *recovered])[:1]
+    assert rb.finding is lead and rb.onset_step == 1700
 
 
 def test_a_resume_regression_goes_back_to_the_checkpoint_it_resumed_from(tmp_path) -> None:
