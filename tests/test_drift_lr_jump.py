@@ -66,7 +66,9 @@ def test_a_climb_without_an_lr_change_keeps_its_fitted_onset(tmp_path: Path) -> 
     assert "that did not decay (0.0003)" in drift.summary
     (lr,) = [c for c in diag.causes_for(drift) if c.cause == "lr_change"]
     assert lr.status == "contradicted"
-    assert diag.order_sentence().startswith("The gradient norm moved first")
+    assert diag.order_sentence().startswith(
+        f"Only the gradient norm moved (onset at step {drift.start_step:,}, grad_norm_drift)"
+    )
     (plan,) = diag.rollbacks
     assert plan.sentence().endswith(
         "learning rate 0.0001 (down to a third of 0.0003, the LR before the incident; first aid)."
