@@ -153,8 +153,9 @@ class Timeline:
         if len(self.movers) > 1 and self.movers[1].unordered:
             text = f"The {head.label}'s onset is the earliest (step {head.step:,}, {_what(head)})"
         if len(self.movers) == 1:
-            # (nothing followed: "moved first" would promise a second sign)
-            return f"Only the {head.label} moved (onset at step {head.step:,}, {_what(head)})."
+            # (nothing followed: "moved first" would promise a second sign, and "moved" misreads
+            # a loss that never fell)
+            return f"Only one sign: the {head.label} (onset at step {head.step:,}, {_what(head)})."
         parts = []
         followers = self.movers[1:] if limit is None else self.movers[1 : 1 + limit]
         for m in followers:

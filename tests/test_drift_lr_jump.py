@@ -67,7 +67,7 @@ def test_a_climb_without_an_lr_change_keeps_its_fitted_onset(tmp_path: Path) -> 
     (lr,) = [c for c in diag.causes_for(drift) if c.cause == "lr_change"]
     assert lr.status == "contradicted"
     assert diag.order_sentence().startswith(
-        f"Only the gradient norm moved (onset at step {drift.start_step:,}, grad_norm_drift)"
+        f"Only one sign: the gradient norm (onset at step {drift.start_step:,}, grad_norm_drift)"
     )
     (plan,) = diag.rollbacks
     assert plan.sentence().endswith(

@@ -297,13 +297,13 @@ def test_the_headline_order_is_the_worst_incidents() -> None:
     worst = d.incidents[1]
     text = d.order_sentence(limit=3)
     assert text.startswith(f"Incident-2 (critical, steps {worst.steps}), the most severe of 2")
-    assert "only the training loss moved (onset at step 1,500, loss_spike)" in text
+    assert "only one sign: the training loss (onset at step 1,500, loss_spike)" in text
     assert "step 400" not in text
     assert d.timeline is not None and d.timeline.first is not None
     assert d.timeline.first.step == 400  # (the run's whole order, in the timeline section)
     page = render_html(d, plotlyjs="cdn")
     banner = page[page.index('id="verdict"') : page.index("<nav>")]
-    assert "only the training loss moved" in banner and "step 400" not in banner
+    assert "only one sign: the training loss" in banner and "step 400" not in banner
     buf = StringIO()
     print_summary(d, console=Console(file=buf, width=400))
     assert "Incident-2 (critical" in buf.getvalue()
