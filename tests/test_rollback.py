@@ -271,6 +271,25 @@ def test_a_periodic_series_that_came_back_each_time_is_not_rolled_back_past() ->
     assert plan.skip_steps is None  # (a recurring batch is data to fix, not a range to skip)
 
 
+def test_the_rollback_table_says_an_unresolved_spikes_plan_is_conditional() -> None:
+    """The report's rollback table read "checkpoint at step 500 (assumed)" for the
+    periodic_spikes sample's spike at the last logged step, an order with no condition; the
+    incident's sentence said "if it is not back on its trend by step 1,500". The table's cell
+    now says so too."""
+    import re
+
+    from forensics.report import render_html
+
+    diag = _sample("periodic_spikes")
+    page = render_html(diag, plotlyjs="cdn")
+    table = page[page.index('id="rollback"') : page.index('id="vitals"')]
+    text = " ".join(re.sub(r"<[^>]+>", " ", table).split())
+    assert (
+        "checkpoint at step 500 (assumed) only if it is not back on its trend by step 1,500 "
+        "(the log ends before it could be)" in text
+    ), text
+
+
 def test_a_periodic_series_with_a_spike_that_did_not_come_back_still_counts() -> None:
     """Where a spike of the series before the lead did not come back, the series is not shown
     healthy between its spikes: the plan goes back before its first, as before."""
