@@ -351,13 +351,17 @@ def _first_parting(per_sign: dict[str, list[dict[str, Any] | None]], i: int) -> 
 
 
 # -- what they share -------------------------------------------------------------------------
+def _range(f: Any) -> list[int] | None:
+    return list(f.onset_range) if f.onset_range is not None else None
+
+
 def _key(f: Any) -> dict[str, Any]:
     return {
         "kind": f.kind.value,
         "severity": f.severity.value,
         "metric": f.metric,
         "step": f.start_step,
-        "onset_range": list(f.onset_range) if f.onset_range is not None else None,
+        "onset_range": _range(f),
         "summary": f.summary,
     }
 
@@ -388,13 +392,7 @@ def finding_diff(ref: Diagnosis, other: Diagnosis) -> dict[str, Any]:
             only_ref.append(_key(f))
         else:
             rest.remove(m)
-            both.append(
-                {
-                    **_key(f),
-                    "other_step": m.start_step,
-                    "other_onset_range": _key(m)["onset_range"],
-                }
-            )
+            both.append({**_key(f), "other_step": m.start_step, "other_onset_range": _range(m)})
     return {"both": both, "only_reference": only_ref, "only_other": [_key(g) for g in rest]}
 
 

@@ -105,13 +105,10 @@ class MemoryGrowthDetector:
         # drop no larger than twice the largest rise is no cycle (white noise of 1,500 MB
         # read as "cycles on a rising floor" from the analysed start, 6,000 steps before the
         # leak began).
-        steps_b = np.diff(yb[earlier]) if earlier.sum() >= 2 else np.zeros(0)
-        drops = -steps_b
-        cycles = bool(
-            len(drops)
-            and float(drops.max()) > 0.5 * (b - a)
-            and float(drops.max()) > 2.0 * max(float(steps_b.max()), 0.0)
-        )
+        moves = np.diff(yb[earlier]) if earlier.sum() >= 2 else np.zeros(0)
+        drop = -float(moves.min()) if len(moves) else 0.0
+        rise = max(float(moves.max()), 0.0) if len(moves) else 0.0
+        cycles = bool(len(moves) and drop > 0.5 * (b - a) and drop > 2.0 * rise)
         if cycles:
             third = (xb[-1] - xb[0]) / 3.0
             lo1 = int(np.argmin(np.where(xb <= xb[0] + third, yb, np.inf)))

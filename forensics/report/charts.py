@@ -304,30 +304,42 @@ def judged_levels(fig: dict[str, Any], findings: list[Finding], x_end: int) -> N
             seg = (f.start_step, max(end, f.start_step), float(value), f.severity)
             groups.setdefault((f.kind.value, key), []).append(seg)
     for (kind, key), segs in groups.items():
-        xs: list[int | None] = []
-        ys: list[float | None] = []
-        for x0, x1, v, _ in segs:
-            xs += [x0, x1, None]
-            ys += [v, v, None]
-        worst = max((sev for *_, sev in segs), key=lambda sev: sev.rank)
-        colour = "#666" if "baseline" in key else worst.colour
-        fig["data"].append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "x": xs[:-1],
-                "y": ys[:-1],
-                "name": esc(f"{key.replace('_', ' ')} ({kind})"),
-                "line": {"color": colour, "width": 1, "dash": "dot"},
-                "hoverinfo": "name+y",
-                "connectgaps": False,
-                "meta": {
-                    "judged": key,
-                    "source": kind,
-                    "segments": [[x0, x1, v] for x0, x1, v, _ in segs],
-                },
-            }
-        )
+        grey = "baseline" in key
+        level_trace(fig, kind, key, f"{key.replace('_', ' ')} ({kind})", segs, grey, "dot")
+
+
+_Segment = tuple[int, int, float, Severity]  # (start, end, level, the finding's severity)
+
+
+def level_trace(
+    fig: dict[str, Any], kind: str, key: str, name: str, segs: list[_Segment], grey: bool, dash: str
+) -> None:
+    """One trace of a judged level over its findings' spans, its segments separated by gaps:
+    grey, or in the colour of the most severe finding; ``meta["segments"]`` lists ``[start,
+    end, value]`` at full precision (what the chart tests read back)."""
+    xs: list[int | None] = []
+    ys: list[float | None] = []
+    for x0, x1, v, _ in segs:
+        xs += [x0, x1, None]
+        ys += [v, v, None]
+    worst = max((sev for *_, sev in segs), key=lambda sev: sev.rank)
+    fig["data"].append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": xs[:-1],
+            "y": ys[:-1],
+            "name": esc(name),
+            "line": {"color": "#666" if grey else worst.colour, "width": 1, "dash": dash},
+            "hoverinfo": "name+y",
+            "connectgaps": False,
+            "meta": {
+                "judged": key,
+                "source": kind,
+                "segments": [[x0, x1, v] for x0, x1, v, _ in segs],
+            },
+        }
+    )
 
 
 def _keep_steps(findings: list[Finding]) -> np.ndarray:
@@ -558,43 +570,18 @@ def restart_levels(fig: dict[str, Any], restarts: list[Finding]) -> None:
     a rise had to pass (``loss_*`` in its ``judged_against``; the finding's own series is the
     LR, whose chart does not draw them), over the finding's span (to the step the loss was
     back). One trace per key, its segments separated by gaps, as :func:`judged_levels`."""
+    kind = FindingKind.LR_RESTART.value
     for key, label, dash in _RESTART_LEVELS:
-        segs = []
+        segs: list[_Segment] = []
         for f in most_severe(restarts):
             v = f.judged_against.get(key)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 end = f.end_step if f.end_step is not None else f.start_step
                 segs.append((f.start_step, max(end, f.start_step), float(v), f.severity))
-        if not segs:
-            continue
-        xs: list[int | None] = []
-        ys: list[float | None] = []
-        for x0, x1, v, _ in segs:
-            xs += [x0, x1, None]
-            ys += [v, v, None]
-        worst = max((sev for *_, sev in segs), key=lambda sev: sev.rank)
-        k = restarts[0].judged_against.get("noise_k", 0.0)
-        fig["data"].append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "x": xs[:-1],
-                "y": ys[:-1],
-                "name": esc(label.format(k=k) + " (lr_restart)"),
-                "line": {
-                    "color": "#666" if key == "loss_level_before" else worst.colour,
-                    "width": 1,
-                    "dash": dash,
-                },
-                "hoverinfo": "name+y",
-                "connectgaps": False,
-                "meta": {
-                    "judged": key,
-                    "source": FindingKind.LR_RESTART.value,
-                    "segments": [[x0, x1, v] for x0, x1, v, _ in segs],
-                },
-            }
-        )
+        if segs:
+            k = restarts[0].judged_against.get("noise_k", 0.0)
+            name = label.format(k=k) + f" ({kind})"
+            level_trace(fig, kind, key, name, segs, key == "loss_level_before", dash)
 
 
 def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
