@@ -155,7 +155,11 @@ class Timeline:
         if len(self.movers) == 1:
             # (nothing followed: "moved first" would promise a second sign, and "moved" misreads
             # a loss that never fell)
-            return f"Only one sign: the {head.label} (onset at step {head.step:,}, {_what(head)})."
+            # (a fitted bend's range too: no follower's sentence will name it)
+            rng = head.onset_range
+            where = f", anywhere in {rng[0]:,}-{rng[1]:,};" if rng is not None else ","
+            onset = f"onset at step {head.step:,}{where} {_what(head)}"
+            return f"Only one sign: the {head.label} ({onset})."
         parts = []
         followers = self.movers[1:] if limit is None else self.movers[1 : 1 + limit]
         for m in followers:

@@ -206,3 +206,20 @@ def test_a_rootless_sign_inside_a_rooted_finding_range_stays_apart() -> None:
     lr = Cause("lr_change", SUPPORTED, "the LR left its schedule", (401, 500), anchor=401)
     assert len(build_incidents([shift, drop], [[lr], []])) == 2
     assert len(build_incidents([shift, drop], [[], []])) == 1
+
+
+def test_a_lone_fitted_sign_names_its_range() -> None:
+    """The memory_growth sample's one sign read "Only one sign: the memory (onset at step 270,
+    memory_growth)" in the banner and the incident, while the leak began at step 300: the
+    range the timeline table shows under the onset (220-310) was in no sentence."""
+    from pathlib import Path
+
+    from forensics.pipeline import analyze
+
+    diag = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "memory_growth")
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.MEMORY_GROWTH]
+    assert f.onset_range is not None
+    lo, hi = f.onset_range
+    assert diag.order_sentence() == (
+        f"Only one sign: the memory (onset at step 270, anywhere in {lo:,}-{hi:,}; memory_growth)."
+    )
