@@ -66,8 +66,11 @@ def test_a_climb_without_an_lr_change_keeps_its_fitted_onset(tmp_path: Path) -> 
     assert "that did not decay (0.0003)" in drift.summary
     (lr,) = [c for c in diag.causes_for(drift) if c.cause == "lr_change"]
     assert lr.status == "contradicted"
-    assert diag.order_sentence().startswith(
-        f"Only one sign: the gradient norm (onset at step {drift.start_step:,}, grad_norm_drift)"
+    assert drift.onset_range is not None
+    lo, hi = drift.onset_range
+    assert diag.order_sentence() == (
+        f"Only one sign: the gradient norm (onset at step {drift.start_step:,}, anywhere in "
+        f"{lo:,}-{hi:,}; grad_norm_drift)."
     )
     (plan,) = diag.rollbacks
     assert plan.sentence().endswith(
