@@ -130,3 +130,54 @@ def test_spikes_after_each_lr_restart_match_the_restart_interval():
         "matched_period_steps"
     ] == pytest.approx(1000)
     assert f.measures["phase_steps"] == pytest.approx(5, abs=1)
+
+
+def _card_text(run) -> str:  # noqa: ANN001
+    """The text of the report's "Recurring spikes" card (tags stripped)."""
+    import re
+
+    from forensics.pipeline import analyze_run
+    from forensics.report import render_html
+
+    page = render_html(analyze_run(run), plotlyjs="cdn")
+    at = page.index("Recurring spikes")
+    card = page[at : page.index("</article>", at)] if "</article>" in page[at:] else page[at:]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", card))
+
+
+def test_card_of_a_steady_period_says_it_holds():
+    """The card said "A period that shrinks over time points at a data source refreshed on a
+    schedule." beside a period that holds (the periodic_spikes sample: 125 steps at the first
+    spike and at the last): a reader took the run for the shrinking case. It now says what
+    was measured."""
+    text = _card_text(_run(5000, [1000, 1700, 2400, 3100, 3800]))
+    assert (
+        "About every 700 steps, the interval about the same from the first spike to the last "
+        "(about 700 then 700 steps): not the shrinking interval" in text
+    ), text
+    assert "A period that shrinks over time" not in text
+
+
+def test_card_of_a_shrinking_period_gives_its_intervals():
+    """Intervals of thousands of steps, with separators, as in the sentence above the card; the
+    cause is the article's, which the log cannot show: a hypothesis."""
+    run = _run(12000, [3000, 5550, 7717, 9558, 11122])
+    (f,) = _periodic(run)
+    first, last = f.measures["first_interval"], f.measures["last_interval"]
+    text = _card_text(run)
+    assert (
+        f"About every {f.measures['period_steps']:,.0f} steps, the interval shrinking from about "
+        f"{first:,.0f} to {last:,.0f} steps: the pattern a data subset refreshed on a timer "
+        "leaves (a hypothesis: the log does not show the data source)" in text
+    ), text
+
+
+def test_card_of_a_growing_period_does_not_call_it_steady():
+    """Intervals 600, 800, 1,000, 1,200: growing, neither steady nor the shrinking case."""
+    run = _run(6000, [600, 1200, 2000, 3000, 4200])
+    (f,) = _periodic(run)
+    assert f.measures["shrinking"] is False
+    first, last = f.measures["first_interval"], f.measures["last_interval"]
+    text = _card_text(run)
+    assert f"the interval growing from about {first:,.0f} to {last:,.0f} steps" in text, text
+    assert "about the same" not in text
