@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from report_text import card_texts
 from synthetic import healthy_grad_norm, long_frame, run_from_frame, spiky_loss
 
 from forensics.detectors import params_for, periodic
@@ -12,6 +13,7 @@ from forensics.detectors.periodic import PeriodicSpikeDetector
 from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
 from forensics.measures import MEASURES
+from forensics.pipeline import analyze_run
 
 
 def _run(n: int, at: list[int], *, seed: int = 0, every: int = 1, **extra):
@@ -133,16 +135,9 @@ def test_spikes_after_each_lr_restart_match_the_restart_interval():
 
 
 def _card_text(run) -> str:  # noqa: ANN001
-    """The text of the report's "Recurring spikes" card (tags stripped)."""
-    import re
-
-    from forensics.pipeline import analyze_run
-    from forensics.report import render_html
-
-    page = render_html(analyze_run(run), plotlyjs="cdn")
-    at = page.index("Recurring spikes")
-    card = page[at : page.index("</article>", at)] if "</article>" in page[at:] else page[at:]
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", card))
+    """The text of the report's "Recurring spikes" card."""
+    (text,) = card_texts(analyze_run(run), "periodic_spikes")
+    return text
 
 
 def test_card_of_a_steady_period_says_it_holds():

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from report_text import card_texts
 from synthetic import run_from_frame, trend_train_val
 
 from forensics.detectors.train_val import TrainValDetector
 from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
+from forensics.pipeline import analyze_run
 
 
 def _kinds(findings: list) -> dict[FindingKind, list]:
@@ -313,3 +315,61 @@ def test_a_gap_bending_to_three_times_its_pace_is_found() -> None:
         if not any(b >= 7000 and a <= 9500 for a, b in spans):
             missed.append(seed)
     assert missed == [4], missed
+
+
+def _flat_train_rising_val():  # noqa: ANN202
+    """Train flat at 1.9 (1% noise), val falling 2.3 -> 2.0 until step 6,000, then rising."""
+    from synthetic import _constant_lr, long_frame
+
+    rng = np.random.default_rng(0)
+    steps, vs = np.arange(0, 12000, 10), np.arange(250, 12001, 250)
+    train = 1.9 * np.exp(rng.normal(0, 0.01, len(steps)))
+    val = np.where(vs < 6000, 2.3 - 0.3 * vs / 6000, 2.0 + 0.1 * (vs - 6000) / 6000)
+    val = val + rng.normal(0, 0.003, len(vs))
+    series = {"loss": (steps, train), "val_loss": (vs, val), "lr": (steps, _constant_lr(steps))}
+    return run_from_frame(long_frame(series))
+
+
+def test_overfitting_card_with_a_flat_train_loss():
+    """The card said "The training and validation curves slope in opposite directions." under
+    a sentence that read "while the train loss did not rise (+0.1%)": the train loss was flat."""
+    diag = analyze_run(_flat_train_rising_val())
+    (o,) = [f for f in diag.findings if f.kind is FindingKind.OVERFITTING]
+    assert o.measures["train_change_pct"] >= 0
+    (text,) = card_texts(diag, "overfitting")
+    assert "opposite directions" not in text, text
+    assert (
+        f"The validation loss rose while the training loss held "
+        f"({o.measures['train_change_pct']:+.1f}%)" in text
+    ), text
+
+
+def test_overfitting_card_with_a_falling_train_loss():
+    frame, _ = trend_train_val("overfit", seed=0)
+    diag = analyze_run(run_from_frame(frame))
+    (o,) = [f for f in diag.findings if f.kind is FindingKind.OVERFITTING]
+    (text,) = card_texts(diag, "overfitting")
+    assert (
+        "The training and validation curves slope in opposite directions: the training loss "
+        f"fell ({o.measures['train_change_pct']:+.1f}%) while the validation loss rose" in text
+    ), text
+
+
+@pytest.mark.parametrize("case", ["accelerate", "overfit"])
+def test_gap_card_says_whether_val_had_turned_up(case: str):
+    """The card said the finding "comes before the validation loss turns upward" also when
+    its own sentence read "val loss is rising too" (overfitting at 7,000: the gap's
+    acceleration was confirmed with the val loss already up)."""
+    frame, _ = trend_train_val(case, seed=0)
+    diag = analyze_run(run_from_frame(frame))
+    (g,) = [f for f in diag.findings if f.kind is FindingKind.GAP_ACCELERATION]
+    (text,) = card_texts(diag, "gap_acceleration")
+    if g.measures["val_turned_up"]:
+        assert "comes before the validation loss turns upward" not in text, text
+        assert "the validation loss was rising already when it was confirmed" in text, text
+    else:
+        assert (
+            "usually comes before the validation loss turns upward; it had not turned up when "
+            "this was confirmed" in text
+        ), text
+    assert g.measures["val_turned_up"] is (case == "overfit")
