@@ -102,8 +102,9 @@ TABLE: dict[FindingKind, Prescription] = {
         (
             _c(
                 "data",
-                "Rule out the data: a drift is a trend, while a bad batch gives a spike that "
-                "falls back.",
+                "Rule out a bad batch: a drift is a trend, while a bad batch gives a spike "
+                "that falls back. A model memorizing a small or repeated part of its data "
+                "climbs too: look for a train/validation gap widening at the same time.",
             ),
             _c(
                 "optimizer",

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from report_text import card_texts
 from synthetic import run_from_frame, trend_eval_regression, trend_grad_norm_drift
 
 from forensics.detectors import detect, params_for
@@ -12,7 +15,11 @@ from forensics.detectors.drift import GradNormDriftDetector
 from forensics.detectors.eval_regression import EvalRegressionDetector
 from forensics.evidence import Evidence
 from forensics.findings import FindingKind, Severity
+from forensics.importers import read_run
 from forensics.params import resolve
+from forensics.pipeline import analyze_run
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_runs"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -228,3 +235,42 @@ def test_theil_sen_is_scipys() -> None:
         wide = theil_sen(x, y, max_points=None, confidence=0.95)
         assert wide is not None and wide.low <= ours.low and wide.high >= ours.high
     assert theil_sen(np.ones(5), np.arange(5.0)) is None
+
+
+def test_drift_card_rules_out_a_bad_batch_not_the_data():
+    """The card read "the data is an unlikely cause (bad batches make spikes that fall
+    back)": what a steady climb rules out is a bad batch. Alone, it points at the optimizer."""
+    frame, _ = trend_grad_norm_drift(seed=0)
+    diag = analyze_run(run_from_frame(frame))
+    (text,) = card_texts(diag, "grad_norm_drift")
+    assert "the data is an unlikely cause" not in text, text
+    assert (
+        "A steady climb, not a spike: a bad batch is an unlikely cause (bad batches make spikes "
+        "that fall back). Look at the optimizer, then the layers." in text
+    ), text
+
+
+def test_drift_card_beside_a_widening_gap_names_memorization_as_a_hypothesis():
+    """multi_eval_sets: 12 of 16 rows of each batch come from 2 KB of text; the model memorizes
+    it, the gap to the held-out idlelib loss widens faster from step 200 and the grad norm
+    climbs from 220, in one incident. The card told the reader the data was an unlikely cause;
+    it now points at the gap in the same incident, as a hypothesis."""
+    diag = analyze_run(read_run(SAMPLES / "multi_eval_sets"))
+    (drift,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_DRIFT]
+    (gap,) = [
+        f
+        for f in diag.incident_of(drift).findings
+        if f.kind is FindingKind.GAP_ACCELERATION and f.severity is not Severity.INFO
+    ]
+    (text,) = card_texts(diag, "grad_norm_drift")
+    assert "the data is an unlikely cause" not in text, text
+    assert (
+        f"In the same incident the gap to the held-out loss ({gap.metric}) widens faster from "
+        f"step {gap.start_step:,}: a model memorizing part of its training data may be what "
+        "drives the climb (a hypothesis), so check the data mix as well as the optimizer and "
+        "the layers." in text
+    ), text
+    # The drift's data check said "Rule out the data" for the same reason.
+    checks = [c.text for inv in diag.investigation for c, _ in inv.checks]
+    assert not [c for c in checks if c.startswith("Rule out the data")], checks
+    assert any(c.startswith("Rule out a bad batch") and "memorizing" in c for c in checks), checks
