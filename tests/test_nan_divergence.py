@@ -302,3 +302,43 @@ def test_a_divergence_that_begins_with_a_jump_rises_from_the_level_before_it():
     assert m["loss_rise_rel"] == pytest.approx(m["loss_peak"] / m["loss_before"] - 1)
     assert m["loss_rise_rel"] > 0.4  # (4.5 -> 6.5; it read 22% from the half-way level)
     assert f"rose from {num(m['loss_before'])} " in f.summary and m["loss_before"] < 4.6
+
+
+def test_divergence_card_of_a_rise_the_log_cuts_short():
+    """The card said "the loss kept rising without coming back. This is the case for rolling
+    back automatically." under a sentence saying the rise was seen "for the 246 steps the log
+    still shows" (critical, not confirmed): it now says the log ends before the rise could be
+    confirmed and when it would be."""
+    from report_text import card_texts
+
+    from forensics.pipeline import analyze_run
+
+    s, v, g = _diverging(n=2250, at=2000, tau=60)
+    diag = analyze_run(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.DIVERGENCE]
+    assert f.measures["confirmed"] is False
+    (text,) = card_texts(diag, "divergence")
+    assert "kept rising without coming back" not in text, text
+    by = f.start_step + f.measures["window"]
+    assert (
+        f"Orange light: the loss had not come back when the log ends, "
+        f"{f.measures['steps_observed']:,} steps into the rise, fewer than the "
+        f"{f.measures['window']:,} that confirm a divergence: if it is not back by step {by:,}, "
+        "this is the case for rolling back automatically." in text
+    ), text
+
+
+def test_divergence_card_of_a_confirmed_rise():
+    from report_text import card_texts
+
+    from forensics.pipeline import analyze_run
+
+    s, v, g = _diverging(n=4000, at=2000, tau=100)
+    diag = analyze_run(_run(train__loss=(s, v), train__grad_norm=(s, g)))
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.DIVERGENCE]
+    assert f.measures["confirmed"] is True
+    (text,) = card_texts(diag, "divergence")
+    assert (
+        "Red light: the loss kept rising without coming back. This is the case for rolling back "
+        "automatically." in text
+    ), text
