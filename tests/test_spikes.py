@@ -530,3 +530,30 @@ def test_a_spike_before_a_resume_is_not_judged_by_the_level_after_it(tmp_path) -
         assert "settled" not in f.summary, f.summary
         assert f.measures["recovered_step"] < 400
     assert all(i.start_step >= 400 for i in d.incidents)
+
+
+def test_grad_norm_spike_card_states_the_configured_lines():
+    """The card added "4.594x the run's baseline gradient norm (warning from 2x, critical from
+    3x)" whatever the band, under the finding's own "4.6x the run's baseline (warning from 2x,
+    critical from 5x)": configured at 5x, the 4x spike that stays up is a warning, and the card
+    put it above a critical line it did not reach. The card no longer repeats the sentence; a
+    transient's sentence names the configured lines too."""
+    from report_text import card_texts
+
+    from forensics.config import Config
+    from forensics.pipeline import analyze_run
+
+    cfg = Config(detectors={"grad_norm_drift": {"crit_ratio": 5.0}})
+    diag = analyze_run(_gn_run(dict(at=1500, height=3.0, tau=5000)), cfg)
+    (g,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    assert g.severity is Severity.WARNING and g.measures["judged_by"] == "band"
+    (text,) = card_texts(diag, "grad_norm_spike")
+    assert "critical from 3x" not in text, text
+    assert text.count("x the run's baseline") == 1, text
+    assert "(warning from 2x, critical from 5x)" in text, text
+    # A transient (back within its limit) is judged by its recovery: its sentence names the
+    # lines it was not judged by, the configured ones.
+    diag = analyze_run(_gn_run(dict(at=1500, height=4.0, width=1)), cfg)
+    (t,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    assert t.measures["judged_by"] == "recovery", t.summary
+    assert "not by the 2x / 5x lines of the grad norm's level" in t.summary, t.summary

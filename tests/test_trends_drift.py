@@ -274,3 +274,18 @@ def test_drift_card_beside_a_widening_gap_names_memorization_as_a_hypothesis():
     checks = [c.text for inv in diag.investigation for c, _ in inv.checks]
     assert not [c for c in checks if c.startswith("Rule out the data")], checks
     assert any(c.startswith("Rule out a bad batch") and "memorizing" in c for c in checks), checks
+
+
+def test_drift_without_lr_names_the_configured_lines():
+    """With no LR logged the sentence and the run note said "judged on the plain 2x / 3x
+    lines" also when the lines were configured elsewhere (here at 2x / 4x)."""
+    import polars as pl
+
+    frame, _ = trend_grad_norm_drift(seed=0)
+    frame = frame.filter(pl.col("tag") != "lr")
+    run = run_from_frame(frame)
+    ev = Evidence(run, resolve({"grad_norm_drift": {"crit_ratio": 4.0}}))
+    (f,) = [f for f in detect(run, ev.params, evidence=ev) if f.kind is FindingKind.GRAD_NORM_DRIFT]
+    assert f.measures["lr_logged"] is False
+    assert "judged on the plain 2x / 4x lines." in f.summary, f.summary
+    assert any("judged on the plain 2x / 4x lines" in n for n in run.notes), run.notes

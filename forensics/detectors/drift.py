@@ -265,7 +265,8 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     if not env.lr_logged:
         run.note(
             f"{CHECK}: no LR logged, so a rise from a decaying LR with weight decay (expected) "
-            "could not be told from a drift; judged on the plain 2x / 3x lines"
+            "could not be told from a drift; judged on the plain "
+            f"{p.warn_ratio:g}x / {p.crit_ratio:g}x lines"
         )
     end = int(x[upto - 1])  # (the last point before a divergence the climb ran into)
     return DriftResult(
@@ -472,7 +473,8 @@ class GradNormDriftDetector:
         if not m["lr_logged"]:
             summary = (
                 f"{rise}. No LR was logged, so this check could not tell a drift from the "
-                "rise a decaying LR gives with weight decay; judged on the plain 2x / 3x lines."
+                "rise a decaying LR gives with weight decay; judged on the plain "
+                f"{self.params.warn_ratio:g}x / {self.params.crit_ratio:g}x lines."
             )
         elif res.severity == Severity.INFO:
             line_now = res.judged_against["warn_line_now"]

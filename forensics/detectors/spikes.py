@@ -318,7 +318,7 @@ class SpikeDetector:
             )
             how = (
                 f"back within {steps_text(rec)} {what} (a transient: judged by its recovery, "
-                "not by the 2x / 3x lines of the grad norm's level)"
+                f"not by the {warn:g}x / {crit:g}x lines of the grad norm's level)"
             )
         elif s.classification is SpikeClass.UNRESOLVED:
             m["judged_by"] = "unresolved"
