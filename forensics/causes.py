@@ -897,6 +897,14 @@ def _climb(x: _Facts, f: Finding) -> Cause:
     )
 
 
+def _pause_spacing(g: Finding) -> float | None:
+    """The mean steps between the slow steps a stall note gathers (None: a single pause)."""
+    n = g.measures.get("slow_steps")
+    if isinstance(n, int) and n >= 2 and g.end_step is not None and g.end_step > g.start_step:
+        return (g.end_step - g.start_step) / (n - 1)
+    return None
+
+
 def _eval_pause(x: _Facts, f: Finding) -> Cause:
     ev = x.ev
     lo, hi = f.start_step, f.end_step if f.end_step is not None else f.start_step
@@ -905,14 +913,31 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
         for g in x.stalls
         if g is not f and g.start_step <= hi and (g.end_step or g.start_step) >= lo - 1
     ]
-    if stalls:
-        g = stalls[0]
+    outlasted: list[tuple[Finding, float]] = []
+    for g in stalls:
+        # A stall note may gather slow steps spread over the run (a save every 5,000 steps):
+        # its span overlapping the finding is no evidence. A pause slows a step or two; a
+        # slowdown that outlasts the steps between the pauses is not one of them.
+        every = _pause_spacing(g)
+        if every is not None and hi - lo >= every:
+            outlasted.append((g, every))
+            continue
         return Cause(
             "eval_pause",
             SUPPORTED,
             f"the job stalled at step {g.start_step:,}",
             (g.start_step,),
             anchor=g.start_step,
+        )
+    if outlasted:
+        g, every = outlasted[0]
+        return Cause(
+            "eval_pause",
+            CONTRADICTED,
+            f"the slowdown lasts {hi - lo:,} steps, longer than the {every:,.0f} steps between "
+            f"the job's pauses ({g.measures.get('slow_steps')} slow steps from step "
+            f"{g.start_step:,} to {g.end_step:,}): a pause slows a step or two",
+            (lo,),
         )
     periods = {k: p for k, p in ev.revealed_periods.items() if k not in ("epoch", "lr_restart")}
     if not periods:

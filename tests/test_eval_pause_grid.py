@@ -44,3 +44,48 @@ def test_a_pause_explains_a_short_slowdown_on_its_grid_only(
         assert "step 3,000 is on the grid (eval every 500 steps), but the slowdown lasts" in (
             pause.evidence
         )
+
+
+def _jsonl_with_pauses(path: Path, drop_from: int | None) -> Path:
+    """Throughput logged every 10 steps, val every 1,000; the step after every 5,000th is a
+    checkpoint save (12.5x slower); from ``drop_from`` on, throughput 38% lower for good."""
+    import json
+
+    rng = np.random.default_rng(5)
+    with path.open("w") as fh:
+        for s in range(10, 40001, 10):
+            tps = 32000 * np.exp(rng.normal(0, 0.03))
+            if s % 1000 == 10:
+                tps *= 0.4
+            if s % 5000 == 10:
+                tps *= 0.2
+            if drop_from is not None and s >= drop_from:
+                tps *= 0.62
+            loss = 2.0 + 6.0 / (1 + s / 500) ** 0.7 + rng.normal(0, 0.02)
+            row = {"step": s, "loss": loss, "tokens_per_sec": tps, "lr": 3e-4}
+            if s % 1000 == 0:
+                row["val_loss"] = loss + 0.05
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("drop_from", [30_010, 27_500])
+def test_pauses_spread_over_the_run_do_not_explain_a_lasting_drop(
+    tmp_path: Path, drop_from: int
+) -> None:
+    """A checkpoint save every 5,000 steps makes one slow step each (a stall note spanning
+    steps 5,010-35,010); throughput falls 38% for good from ``drop_from``. The drop's cause
+    read "supported: the job stalled at step 5,010": the stall note's span overlapped the
+    drop, 25,000 steps before it began. A 10,000-step slowdown is longer than the 5,000 steps
+    between the pauses, on their grid (30,010) or off it (27,500)."""
+    diag = analyze_run(read_run(_jsonl_with_pauses(tmp_path / "metrics.jsonl", drop_from)))
+    (stall,) = [f for f in diag.findings if f.kind is FindingKind.STALL]
+    assert (stall.start_step, stall.end_step, stall.measures["slow_steps"]) == (5010, 35010, 7)
+    (drop,) = [f for f in diag.findings if f.kind is FindingKind.THROUGHPUT_DROP]
+    assert abs(drop.start_step - drop_from) <= 20
+    (pause,) = [c for c in diag.causes_for(drop) if c.cause == "eval_pause"]
+    assert pause.status == "contradicted", pause.evidence
+    assert (
+        f"the slowdown lasts {drop.end_step - drop.start_step:,} steps, longer than the 5,000 "
+        "steps between the job's pauses (7 slow steps from step 5,010 to 35,010)"
+    ) in pause.evidence, pause.evidence
