@@ -306,6 +306,18 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("grad_norm_during", float, "median grad norm over the rise", null=True),
         _m("grad_norm_ratio", float, "grad_norm_during / grad_norm_before", null=True),
+        _m(
+            "grad_norm_late",
+            float,
+            "median grad norm over the last third of the rise (null: fewer than 3 points)",
+            null=True,
+        ),
+        _m(
+            "grad_norm_late_ratio",
+            float,
+            "grad_norm_late / grad_norm_before (either ratio at `grad_rise` counts)",
+            null=True,
+        ),
         _m("steps_observed", int, "steps from the onset to the end of the rise (or of the log)"),
         _m(
             "returned_step",
@@ -513,6 +525,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             float,
             "loss level change from the onset to the end, in % (medians of 5%)",
             null=True,
+        ),
+        _m(
+            "loss_rises",
+            bool,
+            "the loss rose with the grad norm (a rising trend, or ended over 2% higher) and no "
+            "divergence took it: the prelude to one, never explained by the LR schedule",
         ),
         _m(
             "warning_step",

@@ -289,3 +289,36 @@ def test_drift_without_lr_names_the_configured_lines():
     assert f.measures["lr_logged"] is False
     assert "judged on the plain 2x / 4x lines." in f.summary, f.summary
     assert any("judged on the plain 2x / 4x lines" in n for n in run.notes), run.notes
+
+
+def _climbing_together(up: float = 0.7):  # noqa: ANN202
+    """Grad norm climbing to 2.7x its baseline from step 3,000 while the loss, which had been
+    falling, turns up by ~9%: under the divergence's lines (10% above its low; the grad norm
+    at 2x over the rise or its last third is met, the loss's rise is not)."""
+    from synthetic import _constant_lr, long_frame
+
+    rng = np.random.default_rng(0)
+    s = np.arange(1, 6001)
+    g = 0.6 + 0.3 * np.exp(-s / 300) + np.abs(rng.normal(0, 0.04, len(s)))
+    v = 2.0 + 6.0 / (1 + s / 300) ** 0.7 + rng.normal(0, 0.02, len(s))
+    late = s > 3000
+    g = np.where(late, g * (1 + (s - 3000) / 1500), g)
+    v = np.where(late, v + up * (s - 3000) / 3000, v)
+    series = {"loss": (s, v), "grad_norm": (s, g), "lr": (s, _constant_lr(s))}
+    return run_from_frame(long_frame(series))
+
+
+def test_grad_norm_and_loss_climbing_together_under_the_divergence_lines():
+    """The drift check left a grad norm at 2.7x to the divergence because the loss rose too,
+    and the divergence did not fire (the loss 9% above its low, under its 10%): HEALTHY. With
+    no divergence to take it, it is a drift whose sentence says the loss rose with it."""
+    diag = analyze_run(_climbing_together())
+    assert not [f for f in diag.findings if f.kind is FindingKind.DIVERGENCE]
+    (f,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_DRIFT]
+    assert f.severity is Severity.WARNING and 2900 <= f.start_step <= 3100
+    assert f.measures["loss_rises"] is True and f.measures["loss_change_pct"] > 2
+    assert f"while the loss rose with it ({f.measures['loss_change_pct']:+.1f}%)" in f.summary, (
+        f.summary
+    )
+    assert "the prelude to a divergence" in f.summary, f.summary
+    assert "healthy" not in diag.verdict.lower()

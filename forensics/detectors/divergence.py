@@ -112,7 +112,18 @@ class DivergenceDetector:
             g_before = float(np.median(gv[pre])) if pre.any() else None
             g_during = float(np.median(gv[during])) if during.any() else None
             g_ratio = g_during / g_before if (g_before and g_during) else None
-            if not ((g_ratio is not None and g_ratio >= self.params.grad_rise) or g_bad):
+            # A grad norm climbing through the rise (still climbing at the log's end) has its
+            # median over the whole rise half-way up: at 1.9x it read as no divergence while
+            # the grad norm stood at 2.3x and the loss 23% up. Its level over the rise's last
+            # third counts too.
+            late = (gt >= t0 + (2.0 / 3.0) * (last_step - t0)) & (gt <= last_step)
+            g_late = float(np.median(gv[late])) if late.sum() >= 3 else None
+            g_late_ratio = g_late / g_before if (g_before and g_late) else None
+            if not (
+                (g_ratio is not None and g_ratio >= self.params.grad_rise)
+                or (g_late_ratio is not None and g_late_ratio >= self.params.grad_rise)
+                or g_bad
+            ):
                 i = end_idx + 1
                 continue
             confirmed = observed >= self.params.window or nonfinite
@@ -141,6 +152,8 @@ class DivergenceDetector:
                 "grad_norm_before": g_before,
                 "grad_norm_during": g_during,
                 "grad_norm_ratio": g_ratio,
+                "grad_norm_late": g_late,
+                "grad_norm_late_ratio": g_late_ratio,
                 "steps_observed": observed,
                 "returned_step": int(tf[ret]) if ret is not None else None,
                 "ended_nonfinite": bool(nonfinite),
@@ -157,11 +170,14 @@ class DivergenceDetector:
                 )
             )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
+            gtxt += " its earlier level"
+            if g_ratio is not None and g_ratio < self.params.grad_rise and g_late_ratio:
+                # (passed on the rise's last third only: both numbers, so neither reads wrong)
+                gtxt += f" over the rise and {g_late_ratio:.1f}x over its last third"
             summary = (
                 f"Divergence from step {t0:,}: the smoothed loss rose from {num(loss_before)} "
                 f"to {num(loss_peak)} (highest logged value {num(float(np.exp(y[raw_i])))} at "
-                f"step {int(tf[raw_i]):,}) and the grad norm ran at {gtxt} its earlier level, "
-                f"{how}."
+                f"step {int(tf[raw_i]):,}) and the grad norm ran at {gtxt}, {how}."
             )
             sev = Severity.FATAL if confirmed else Severity.CRITICAL
             out.append(

@@ -211,7 +211,12 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     lys = _kept(ly[l0:l1], loss_sel)
     l_slope = theil_sen(_kept(lx[l0:l1], loss_sel), lys) if len(lys) >= 3 else None
     del loss_sel
-    if l_slope is not None and l_slope.rising:
+    # Grad norm and loss climbing together is the divergence's to judge when it found one;
+    # under its lines (the loss less than 10% above its low) nothing else would say it, so it
+    # is a drift whose loss rose with it (the run read HEALTHY at 2.7x).
+    loss_rises = bool(l_slope is not None and l_slope.rising)
+    taken = stop is not None or _blew_up(ev, base.end_step)
+    if loss_rises and taken:
         return quiet("the loss rises too (divergence, not drift)")
     loss_change = None
     if l_slope is not None:
@@ -229,7 +234,9 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         del dev
         level_noise = 3.0 * np.sqrt(2.0) * 1.2533 * noise / np.sqrt(k)  # median's std. error
         if loss_change is not None and loss_change > 2.0 and at_end - at_onset > level_noise:
-            return quiet("the loss ended higher than at the onset (divergence)")
+            if taken:
+                return quiet("the loss ended higher than at the onset (divergence)")
+            loss_rises = True
     post_b = xb >= onset
     peak_i = int(np.argmax(np.where(post_b, smooth, -np.inf)))
     crit_hit = smooth >= crit_at
@@ -255,6 +262,9 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         lr_phase_at_warning=phase_cross,
         critical_step=int(round(xb[int(np.argmax(crit_hit))])) if crit_hit.any() else None,
     )
+    # (a decaying LR explains a growing grad norm, not a rising loss)
+    beyond = beyond or loss_rises
+    m["loss_rises"] = loss_rises
     m["schedule_explained"] = not beyond
     if not beyond:
         sev = Severity.INFO
@@ -279,6 +289,16 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         judged_against=judged,
         onset_range=onset_range,
     )
+
+
+def _blew_up(ev: Evidence, after: int) -> bool:
+    """Whether the loss or the grad norm turned NaN / Inf after step ``after``: a climb of
+    both into a blow-up is the nan_inf finding's (and its cause), not a drift of its own."""
+    for metric in (LOSS, GRAD_NORM):
+        s = ev.logged(metric)
+        if (~np.isfinite(s.values[s.steps > after])).any():
+            return True
+    return False
 
 
 # How far above every level it held since the baseline window (before its low) the grad norm
@@ -442,6 +462,9 @@ class GradNormDriftDetector:
         m = res.measures
         if m["loss_slope_per_1k_steps"] is None:
             loss_txt = "the loss was not logged"
+        elif m["loss_rises"]:
+            pct = m["loss_change_pct"]
+            loss_txt = "the loss rose with it" + (f" ({pct:+.1f}%)" if pct is not None else "")
         elif m["loss_change_pct"] is not None:
             loss_txt = f"the loss changed {m['loss_change_pct']:+.1f}%"
         else:
@@ -499,6 +522,13 @@ class GradNormDriftDetector:
             )
         else:
             summary = f"{rise}, at a learning rate that did not decay ({sig(m['lr_now'])})."
+        if m["loss_rises"]:
+            dp = ev.params["divergence"]
+            summary += (
+                " Grad norm and loss climbing together are the prelude to a divergence; not one "
+                f"yet by that check's lines (the loss {dp.loss_rise:.0%} above its low, the grad "
+                f"norm {dp.grad_rise:g}x its earlier level)."
+            )
         return [
             Finding(
                 kind=FindingKind.GRAD_NORM_DRIFT,
