@@ -52,6 +52,21 @@ def test_plateau_without_lr_says_unknown() -> None:
     assert f.measures["lr_context"] == "unknown" and f.measures["lr_peak"] is None
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_plateau_after_a_fall_at_a_constant_lr(seed: int) -> None:
+    """The loss falls until step 3,000, then holds for the 3,000 steps left, at a constant LR.
+    The flat band took in the fall's last bins (steps 2,700-3,000), so the slope over the
+    stretch was measurably negative and the plateau went unnoted. It is noted from its bend."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(10, 6001, 10)
+    curve = 2.2 + 5.0 / (1 + np.minimum(steps, 3000) / 200) ** 0.8
+    loss = curve * np.exp(rng.normal(0, 0.01, len(steps)))
+    frame = long_frame({"loss": (steps, loss), "lr": (steps, np.full(len(steps), 1e-3))})
+    (f,) = PlateauDetector().detect(Evidence(run_from_frame(frame)))
+    assert f.measures["lr_context"] == "active" and f.measures["expected"] is False
+    assert 2700 <= f.start_step <= 3300 and f.end_step == 6000, f.summary
+
+
 @pytest.mark.parametrize("use_step_time", [False, True])
 def test_throughput_drop_window_and_size(use_step_time: bool) -> None:
     """A 45% throughput drop over steps 3000-3600 is found with its window and size (tokens/s or

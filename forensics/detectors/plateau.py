@@ -76,6 +76,21 @@ class PlateauDetector:
             return []
         sel = (x >= a) & (x <= b)
         ts = theil_sen(x[sel], y[sel])
+        if ts is not None and ts.falling:
+            # The band can take in the last bins of the fall before a plateau: the stretch is
+            # a plateau from the first of its bins after which the loss no longer falls
+            # measurably (the loss falling to step 3,000 then flat to 6,000 was missed when
+            # the band began at 2,700). A tenth of its bins at most: a stretch the loss falls
+            # across for longer is a slow decline (a healthy QLoRA run's last 5,000 steps, 1.37
+            # to 1.35, gave a "flat" tail from half-way), not a plateau after a fall.
+            for k in range(i + 1, min(j, i + 1 + max(1, (j - i + 1) // 10))):
+                if b - int(first[k]) < min_span:
+                    break
+                cut = (x >= first[k]) & (x <= b)
+                tail = theil_sen(x[cut], y[cut])
+                if tail is not None and not tail.falling:
+                    a, sel, ts, span = int(first[k]), cut, tail, float(b - int(first[k]))
+                    break
         lvl = float(np.median(y[sel]))
         change = 100.0 * ts.slope * span / abs(lvl) if ts is not None and lvl else 0.0
         if abs(change) > 200.0 * p.flat_rel or (ts is not None and ts.falling):
