@@ -534,7 +534,7 @@ def analyze(
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
     from forensics.importers import discover_jobs, read_job
     from forensics.importers.chains import stitch_jobs
-    from forensics.pipeline import analyze_run, read_options
+    from forensics.pipeline import analyze_run, no_vital_sign, read_options
 
     cfg = _config(config_file, alias, ignore, checkpoint_every)
     options = read_options(cfg, verify_crc)
@@ -553,8 +553,16 @@ def analyze(
     docs: list[dict | None] = []
     gate = fail_on.value if fail_on else cfg.fail_on
     ci = _CiOutputs(sarif_out, junit_out, gate)
+    multi = all_jobs and len(jobs) > 1
     for job, sources in sorted(jobs.items()):
         run = read_job(root, job, sources, options=options, only_job=len(jobs) == 1)
+        blind = no_vital_sign(run, path if not multi else f"{path.rstrip('/')}/{job}")
+        if blind is not None:
+            # Nothing the checks read: a green light would judge nothing.
+            if not multi:
+                raise ForensicsError(f"{path}: {blind}")
+            _err(f"{job}: skipped: {blind}")
+            continue
         if _is_url(path):
             run.metadata["url"] = path if job == "." else f"{path.rstrip('/')}/{job}"
         elif len(jobs) == 1:
@@ -566,7 +574,6 @@ def analyze(
                 _err(beside)
         diag = analyze_run(run, cfg)
         ci.add(diag)
-        multi = all_jobs and len(jobs) > 1
         name = _safe_name(job if multi and job != "." else run.name)
         jout = json_out
         if multi:

@@ -72,4 +72,20 @@ def analyze(
     return analyze_run(run, config)
 
 
-__all__ = ["analyze", "analyze_run", "read_job", "read_run", "read_options"]
+def no_vital_sign(run: Run, shown: str) -> str | None:
+    """Why a run with series but none that maps to a vital sign cannot be judged (None
+    otherwise; a log with no series at all, such as a job that crashed before its first
+    step, goes on). ``shown``: the path the suggested command reads. A green light on such
+    a run would judge nothing."""
+    tags = run.unmapped_tags()
+    if run.metrics() or not tags:
+        return None
+    listed = ", ".join(tags[:6]) + (f" and {len(tags) - 6:,} more" if len(tags) > 6 else "")
+    return (
+        f"no vital sign recognised among its {len(tags):,} series ({listed}), so no "
+        f"check can run; `forensics metrics {shown}` lists them with the nearest vital sign; "
+        "map one with --alias RAW=CANONICAL"
+    )
+
+
+__all__ = ["analyze", "analyze_run", "no_vital_sign", "read_job", "read_run", "read_options"]

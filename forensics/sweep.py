@@ -69,7 +69,7 @@ def analyze_job(
     the path the client found it at; a path the worker cannot see says so, with its host."""
     from forensics.errors import ForensicsError
     from forensics.importers import read_job
-    from forensics.pipeline import analyze_run, read_options
+    from forensics.pipeline import analyze_run, no_vital_sign, read_options
     from forensics.schema import LOSS
 
     row = empty_row(root, job)
@@ -87,6 +87,9 @@ def analyze_job(
         return row
     try:
         run = read_job(Path(root), job, sources, options=read_options(config), only_job=False)
+        why = no_vital_sign(run, str(Path(root) / job))
+        if why is not None:  # (a green row would judge nothing)
+            raise ForensicsError(why)
         diag = analyze_run(run, config)
         from forensics.report import render_html
 

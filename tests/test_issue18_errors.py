@@ -151,3 +151,48 @@ def test_an_unreadable_log_says_permission_denied(tmp_path: Path) -> None:
     assert res.exit_code == 2
     (line,) = _ours(res.stderr)
     assert "permission denied" in line.lower()
+
+
+def test_a_log_with_no_vital_sign_is_an_error_not_a_green_light(tmp_path: Path) -> None:
+    """A JSONL whose keys forensics does not know (``foo``, ``acc_top1``) read "HEALTHY (green
+    light)" with "the light covers only what was logged." and nothing logged: no check had
+    run. It is now one line on stderr and exit 2, naming the series and how to map them; the
+    same with --alias passes. With --all, such a job is a reported skip and the others run."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [json.dumps({"step": i, "foo": 3 - i / 100, "acc_top1": i / 100}) for i in range(60)]
+    (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    res = _cli("analyze", str(run), "--no-report", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    (line,) = _ours(res.stderr)
+    assert "no vital sign recognised among its 2 series (acc_top1, foo)" in line, line
+    assert f"forensics metrics {run}" in line, line
+    assert "HEALTHY" not in res.stdout
+    # The library still returns the diagnosis (a notebook shows it), saying it judged nothing.
+    import forensics
+
+    blind = forensics.analyze(run).unjudged()
+    assert blind is not None and blind.startswith("The light judges nothing: no vital sign"), blind
+    ok = _cli("analyze", str(run), "--no-report", "--alias", "foo=loss", cwd=tmp_path)
+    assert ok.returncode == 0 and "HEALTHY" in ok.stdout, ok.stderr
+    # compare put it beside another run as "HEALTHY" too.
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "metrics.jsonl").write_text(_jsonl())
+    res = _cli("compare", str(good), str(run), "--no-report", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    (line,) = _ours(res.stderr)
+    assert "no vital sign recognised among its 2 series" in line, line
+    # Two jobs, one of them blind: the other is analyzed, the blind one skipped and said.
+    both = tmp_path / "both"
+    (both / "a").mkdir(parents=True)
+    (both / "b").mkdir()
+    (both / "a" / "metrics.jsonl").write_text(_jsonl())
+    (both / "b" / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    res = _cli("analyze", str(both), "--all", "--no-report", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("steps 0-59  HEALTHY") == 1, res.stdout
+    skipped = [ln for ln in _ours(res.stderr) if "skipped" in ln]
+    assert len(skipped) == 1, res.stderr
+    assert "b/metrics.jsonl: skipped: no vital sign recognised" in skipped[0], res.stderr
+    assert f"forensics metrics {both}/b/metrics.jsonl" in skipped[0], res.stderr

@@ -172,3 +172,22 @@ def test_a_sweep_of_failed_jobs_says_what_ended_each(tmp_path: Path) -> None:
         "metric": None,
         "reason": "out of memory",
     }
+
+
+def test_sweep_row_of_a_run_with_no_vital_sign_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose series forensics does not know was a green row (nothing judged); it is an
+    error row that says why, beside a run that is judged."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "sweep"
+    for name, key in (("good", "loss"), ("blind", "foo")):
+        (root / name).mkdir(parents=True)
+        rows = [json.dumps({"step": i, key: 3 - i / 100}) for i in range(60)]
+        (root / name / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    res = runner.invoke(app, ["sweep", str(root), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    by_name = {r["name"].split("/")[0]: r for r in json.loads(res.stdout)["runs"]}
+    assert by_name["good"]["verdict"] == "healthy"
+    assert by_name["blind"]["verdict"] == "error"
+    assert by_name["blind"]["error"].startswith("no vital sign recognised among its 1 series (foo)")
