@@ -328,7 +328,8 @@ def test_calibration_beside_a_spike_that_stays_up_is_a_warning():
     f = _calibrating_beside(dict(at=60, height=1.5, shift=1.5))
     assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
     assert f.severity is Severity.WARNING
-    assert "at a spike in the same steps: numeric overflow" in f.summary
+    spike = f.measures["spike_step"]
+    assert f": numeric overflow, beside the loss spike that began at step {spike:,}." in f.summary
 
 
 def test_a_first_halving_after_the_scale_held_is_a_warning_at_a_spike():
@@ -341,7 +342,7 @@ def test_a_first_halving_after_the_scale_held_is_a_warning_at_a_spike():
     (f,) = _drops(run)
     assert f.measures["calibration"] is True and f.measures["coincides_with_spike"] is True
     assert f.severity is Severity.WARNING
-    assert "at a spike in the same steps: numeric overflow" in f.summary
+    assert ": numeric overflow, beside the loss spike that began at step 125." in f.summary
 
 
 def test_a_decline_that_grew_back_part_of_the_way_says_so():

@@ -168,7 +168,7 @@ class LossScaleDetector:
         elif calibration and spike is None:
             what = "the scaler calibrating at the start of training"
         elif spike is not None:
-            what = "at a spike in the same steps: numeric overflow"
+            what = f"numeric overflow, beside the loss spike that began at step {spike:,}"
         else:
             what = "gradients overflowing fp16 repeatedly"
 
