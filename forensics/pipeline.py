@@ -80,12 +80,17 @@ def no_vital_sign(run: Run, shown: str) -> str | None:
     tags = run.unmapped_tags()
     if run.metrics() or not tags:
         return None
-    listed = ", ".join(tags[:6]) + (f" and {len(tags) - 6:,} more" if len(tags) > 6 else "")
     return (
-        f"no vital sign recognised among its {len(tags):,} series ({listed}), so no "
+        f"no vital sign recognised among its {len(tags):,} series ({listed(tags)}), so no "
         f"check can run; `forensics metrics {shown}` lists them with the nearest vital sign; "
         "map one with --alias RAW=CANONICAL"
     )
+
+
+def listed(names: list[str], most: int = 6) -> str:
+    """``a, b, c`` or ``a, b, c and 4 more``: names for a one-line message."""
+    extra = f" and {len(names) - most:,} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + extra
 
 
 __all__ = ["analyze", "analyze_run", "no_vital_sign", "read_job", "read_run", "read_options"]

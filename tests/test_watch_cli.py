@@ -175,3 +175,30 @@ def test_panel_values_carry_the_units_their_names_state() -> None:
     assert shown["memory"].split(" at step")[0].endswith(" MB")
     assert shown["throughput"].split(" at step")[0].endswith(" tokens/s")
     assert not shown["loss"].split(" at step")[0].endswith(("MB", "s"))
+
+
+def test_a_run_with_no_vital_sign_is_not_shown_healthy(tmp_path: Path) -> None:
+    """Watching a JSONL whose keys forensics does not know printed "step 59  healthy" on every
+    poll (no check had run). The line and the live panel say no vital sign is recognised yet,
+    name the series and the --alias option."""
+    import json
+
+    from rich.console import Console
+
+    from forensics.watch.panel import status_line
+
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": i, "foo": 3 - i / 100}) for i in range(60)) + "\n"
+    )
+    run = read_run(tmp_path)
+    status = Status(run=run, diagnosis=analyze_run(run), polls=1)
+    line = status_line(status)
+    assert "healthy" not in line, line
+    assert line.startswith("step 59  no vital sign recognised yet (foo)"), line
+    assert "--alias RAW=CANONICAL" in line, line
+    buf = io.StringIO()
+    panel = LivePanel("run", Console(file=buf, force_terminal=True, color_system=None, width=160))
+    panel.show(status)
+    panel.close()
+    text = buf.getvalue()
+    assert "HEALTHY" not in text and "NO VITAL SIGN" in text, text

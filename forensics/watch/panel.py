@@ -97,10 +97,24 @@ def vitals(run: Run, diag: Diagnosis | None) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _blind(run: Run) -> str | None:
+    """What a run with series but no vital sign shows in place of a verdict (a green light
+    there would judge nothing): the series it has and how to map one. None otherwise."""
+    from forensics.pipeline import listed, no_vital_sign
+
+    if no_vital_sign(run, "") is None:
+        return None
+    names = listed(run.unmapped_tags())
+    return f"no vital sign recognised yet ({names}): map one with --alias RAW=CANONICAL"
+
+
 def status_line(status: Status) -> str:
     run, diag = status.run, status.diagnosis
     if run is None:
         return "no log yet"
+    blind = _blind(run)
+    if blind is not None:
+        return safe(f"step {run.last_step:,}  {blind}")
     verdict = diag.verdict if diag is not None else "?"
     signs = "  ".join(
         f"{sign} {value.split(' at step')[0]}"
@@ -184,6 +198,11 @@ class LivePanel:
         run, diag = status.run, status.diagnosis
         if run is None:
             return Text(f"watching {self.path}: no log yet", style="dim")
+        blind = _blind(run)
+        if blind is not None:
+            return Text(
+                f"{run.name}  step {run.last_step:,}  NO VITAL SIGN: {blind}", overflow="fold"
+            )
         verdict = diag.verdict if diag is not None else "healthy"
         lk = look(verdict)
         head = Text.from_markup(
