@@ -914,6 +914,7 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
         if g is not f and g.start_step <= hi and (g.end_step or g.start_step) >= lo - 1
     ]
     outlasted: list[tuple[Finding, float]] = []
+    after_one: Finding | None = None
     for g in stalls:
         # A stall note may gather slow steps spread over the run (a save every 5,000 steps):
         # its span overlapping the finding is no evidence. A pause slows a step or two; a
@@ -922,12 +923,27 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
         if every is not None and hi - lo >= every:
             outlasted.append((g, every))
             continue
+        # Nor does one pause (a hang, a pre-emption) explain a run slower for thousands of
+        # steps after it; the near reach allows for a pause's own aftermath.
+        between = g.measures.get("steps_between")
+        reach = max(x.near, between if isinstance(between, int) else 0)
+        if every is None and hi - max(lo, g.end_step or g.start_step) > reach:
+            after_one = after_one or g
+            continue
         return Cause(
             "eval_pause",
             SUPPORTED,
             f"the job stalled at step {g.start_step:,}",
             (g.start_step,),
             anchor=g.start_step,
+        )
+    if after_one is not None:
+        return Cause(
+            "eval_pause",
+            CONTRADICTED,
+            f"the job stalled at step {after_one.start_step:,}, but the slowdown lasts "
+            f"{hi - lo:,} steps after it: a pause slows a step or two",
+            (lo,),
         )
     if outlasted:
         g, every = outlasted[0]

@@ -89,3 +89,32 @@ def test_pauses_spread_over_the_run_do_not_explain_a_lasting_drop(
         f"the slowdown lasts {drop.end_step - drop.start_step:,} steps, longer than the 5,000 "
         "steps between the job's pauses (7 slow steps from step 5,010 to 35,010)"
     ) in pause.evidence, pause.evidence
+
+
+def test_one_hang_does_not_explain_the_slower_run_after_it(tmp_path: Path) -> None:
+    """Nothing logged for 30 minutes at step 20,000 (a hang or a pre-emption), then 40% lower
+    throughput to the end of the log. The drop's cause read "supported: An eval or checkpoint
+    pause: the job stalled at step 20,000": a pause slows a step or two, not the 20,000 steps
+    after it. The stall and the drop stay one incident; the pause is contradicted, with why."""
+    import json
+
+    rng = np.random.default_rng(5)
+    t = 1.7e9
+    with (tmp_path / "metrics.jsonl").open("w") as fh:
+        for s in range(10, 40001, 10):
+            tps = 32000 * np.exp(rng.normal(0, 0.03)) * (0.6 if s > 20000 else 1.0)
+            t += 10 * 4096 / tps + (1800 if s == 20010 else 0)
+            loss = 2.0 + 6.0 / (1 + s / 500) ** 0.7 + rng.normal(0, 0.02)
+            row = {"step": s, "loss": loss, "tokens_per_sec": tps, "lr": 3e-4, "_timestamp": t}
+            fh.write(json.dumps(row) + "\n")
+    diag = analyze_run(read_run(tmp_path))
+    (stall,) = [f for f in diag.findings if f.kind is FindingKind.STALL]
+    (drop,) = [f for f in diag.findings if f.kind is FindingKind.THROUGHPUT_DROP]
+    assert stall.start_step == 20000 and drop.start_step == 20010
+    assert diag.incident_of(stall) is diag.incident_of(drop)
+    (pause,) = [c for c in diag.causes_for(drop) if c.cause == "eval_pause"]
+    assert pause.status == "contradicted", pause.evidence
+    assert (
+        f"the job stalled at step 20,000, but the slowdown lasts "
+        f"{drop.end_step - drop.start_step:,} steps after it: a pause slows a step or two"
+    ) in pause.evidence, pause.evidence
