@@ -559,7 +559,7 @@ def compare(
 ) -> Comparison:
     """Analyze each path and line the runs up against ``paths[reference]``."""
     from forensics.errors import ForensicsError, MultipleJobsError
-    from forensics.pipeline import analyze, no_vital_sign
+    from forensics.pipeline import analyze, require_vital_sign
 
     if align not in ALIGNS:
         raise ForensicsError(f"--align must be one of {', '.join(ALIGNS)}, not {align!r}")
@@ -568,9 +568,7 @@ def compare(
     for k, p in enumerate(paths):
         try:
             diag = analyze(Path(p), config)
-            why = no_vital_sign(diag.run, os.fspath(p))
-            if why is not None:  # (beside another run, a green light that judged nothing)
-                raise ForensicsError(f"{os.fspath(p)}: {why}")
+            require_vital_sign(diag.run, os.fspath(p))  # (not a green light beside the others)
             diags.append(diag)
         except MultipleJobsError as exc:
             from forensics.errors import summarize
@@ -594,18 +592,15 @@ def _each_job(path: Path, config: Config | None) -> list[Diagnosis]:
     """Every job of a path that holds several, analysed in name order."""
     from forensics.importers import discover_jobs, read_job
     from forensics.importers.chains import stitch_jobs
-    from forensics.pipeline import analyze_run, no_vital_sign, read_options
+    from forensics.pipeline import analyze_run, read_options, require_vital_sign
 
     options = read_options(config)
     jobs = stitch_jobs(path, discover_jobs(path), options)
     out = []
     for job, srcs in sorted(jobs.items()):
         run = read_job(path, job, srcs, options=options, only_job=False)
-        why = no_vital_sign(run, f"{path}/{job}" if path.is_dir() else os.fspath(path))
-        if why is not None:
-            from forensics.errors import ForensicsError
-
-            raise ForensicsError(f"{path} ({job}): {why}")
+        shown = f"{path}/{job}" if path.is_dir() else os.fspath(path)
+        require_vital_sign(run, shown, where=f"{path} ({job})")
         if path.is_file():
             run.name = job  # (the file's stem names every run in it; the job names each)
         out.append(analyze_run(run, config))

@@ -102,10 +102,10 @@ class Diagnosis:
 
         if self.run.has(LOSS):
             return None
-        if not self.run.metrics() and self.run.unmapped_tags():
-            from forensics.pipeline import no_vital_sign
+        from forensics.pipeline import no_vital_sign
 
-            why = no_vital_sign(self.run, str(self.run.path))
+        why = no_vital_sign(self.run, str(self.run.path))
+        if why is not None:
             return f"The light judges nothing: {why}."
         logged = sorted(m for m in self.run.metrics() if not m.startswith("eval/"))
         have = f" ({', '.join(logged)})" if logged else ""

@@ -72,13 +72,19 @@ def analyze(
     return analyze_run(run, config)
 
 
+def blind_tags(run: Run) -> list[str]:
+    """The series of a run that has some but none that maps to a vital sign (a green light on
+    it would judge nothing); empty otherwise, as for a log with no series at all (a job that
+    crashed before its first step). The cached vital signs are read first: the frame is
+    scanned for unmapped tags only when there is none (watch asks on every poll)."""
+    return [] if run.metrics() else run.unmapped_tags()
+
+
 def no_vital_sign(run: Run, shown: str) -> str | None:
-    """Why a run with series but none that maps to a vital sign cannot be judged (None
-    otherwise; a log with no series at all, such as a job that crashed before its first
-    step, goes on). ``shown``: the path the suggested command reads. A green light on such
-    a run would judge nothing."""
-    tags = run.unmapped_tags()
-    if run.metrics() or not tags:
+    """Why a run with series but no vital sign cannot be judged (None when it can be or has
+    no series). ``shown``: the path the suggested command reads."""
+    tags = blind_tags(run)
+    if not tags:
         return None
     return (
         f"no vital sign recognised among its {len(tags):,} series ({listed(tags)}), so no "
@@ -87,10 +93,29 @@ def no_vital_sign(run: Run, shown: str) -> str | None:
     )
 
 
+def require_vital_sign(run: Run, shown: str, where: str | None = None) -> None:
+    """Raise :class:`~forensics.errors.ForensicsError` (``where: why``, ``where`` defaulting
+    to ``shown``) for a run :func:`no_vital_sign` cannot judge."""
+    why = no_vital_sign(run, shown)
+    if why is not None:
+        from forensics.errors import ForensicsError
+
+        raise ForensicsError(f"{shown if where is None else where}: {why}")
+
+
 def listed(names: list[str], most: int = 6) -> str:
     """``a, b, c`` or ``a, b, c and 4 more``: names for a one-line message."""
     extra = f" and {len(names) - most:,} more" if len(names) > most else ""
     return ", ".join(names[:most]) + extra
 
 
-__all__ = ["analyze", "analyze_run", "no_vital_sign", "read_job", "read_run", "read_options"]
+__all__ = [
+    "analyze",
+    "analyze_run",
+    "blind_tags",
+    "no_vital_sign",
+    "read_job",
+    "read_options",
+    "read_run",
+    "require_vital_sign",
+]

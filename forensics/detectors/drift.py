@@ -215,8 +215,11 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
     # under its lines (the loss less than 10% above its low) nothing else would say it, so it
     # is a drift whose loss rose with it (the run read HEALTHY at 2.7x).
     loss_rises = bool(l_slope is not None and l_slope.rising)
-    taken = stop is not None or _blew_up(ev, base.end_step)
-    if loss_rises and taken:
+
+    def taken() -> bool:  # (asked only when the loss rises: the series are not scanned else)
+        return stop is not None or _blew_up(ev, base.end_step)
+
+    if loss_rises and taken():
         return quiet("the loss rises too (divergence, not drift)")
     loss_change = None
     if l_slope is not None:
@@ -234,7 +237,7 @@ def analyze_drift(ev: Evidence) -> DriftResult | None:
         del dev
         level_noise = 3.0 * np.sqrt(2.0) * 1.2533 * noise / np.sqrt(k)  # median's std. error
         if loss_change is not None and loss_change > 2.0 and at_end - at_onset > level_noise:
-            if taken:
+            if taken():
                 return quiet("the loss ended higher than at the onset (divergence)")
             loss_rises = True
     post_b = xb >= onset

@@ -100,12 +100,12 @@ def vitals(run: Run, diag: Diagnosis | None) -> list[tuple[str, str, str]]:
 def _blind(run: Run) -> str | None:
     """What a run with series but no vital sign shows in place of a verdict (a green light
     there would judge nothing): the series it has and how to map one. None otherwise."""
-    from forensics.pipeline import listed, no_vital_sign
+    from forensics.pipeline import blind_tags, listed
 
-    if no_vital_sign(run, "") is None:
+    tags = blind_tags(run)
+    if not tags:
         return None
-    names = listed(run.unmapped_tags())
-    return f"no vital sign recognised yet ({names}): map one with --alias RAW=CANONICAL"
+    return f"no vital sign recognised yet ({listed(tags)}): map one with --alias RAW=CANONICAL"
 
 
 def status_line(status: Status) -> str:
