@@ -336,13 +336,13 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     q = "Is the train/val gap within a reasonable range?"
 
     def gap() -> Item | None:
-        _, v = _window(ev, VAL_LOSS, lo, hi)
-        if len(v) < 2:
+        n = sum(len(_window(ev, m, lo, hi)[1]) for m in _held_out(ev))
+        if n < 2:
             return None
         return Item(
             q,
             PASS,
-            f"{len(v):,} validation points, no gap acceleration or overfitting found"
+            f"{n:,} validation points, no gap acceleration or overfitting found"
             + _gap_text(ev, lo, hi),
         )
 
@@ -429,23 +429,28 @@ def _late(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     q = "Has the validation loss started to rise? (if so, consider stopping early)"
 
     def val() -> Item | None:
-        st, v = _window(ev, VAL_LOSS, lo, hi)
-        if len(v) < 2:
-            return None
-        best = int(np.argmin(v))
-        if best < len(v) - 1 and v[-1] > v[best] * (1 + VAL_RISE):
-            return Item(
-                q,
-                FAIL,
-                f"lowest {_g(v[best])} at step {int(st[best]):,},"
-                f" {_g(v[-1])} at the last evaluation",
-            )
-        return Item(
-            q,
-            PASS,
-            f"last validation loss {_g(v[-1])} at step {int(st[-1]):,} is the lowest of the phase"
-            f" (within {VAL_RISE:.0%})",
-        )
+        # Every held-out loss (val_loss, each eval set's): one that rose fails the question.
+        rose, held = [], []
+        for metric in _held_out(ev):
+            st, v = _window(ev, metric, lo, hi)
+            if len(v) < 2:
+                continue
+            name = "" if metric == VAL_LOSS else f"{metric}: "
+            best = int(np.argmin(v))
+            if best < len(v) - 1 and v[-1] > v[best] * (1 + VAL_RISE):
+                rose.append(
+                    f"{name}lowest {_g(v[best])} at step {int(st[best]):,},"
+                    f" {_g(v[-1])} at the last evaluation"
+                )
+            else:
+                what = "last validation loss" if not name else f"{name}last"
+                held.append(
+                    f"{what} {_g(v[-1])} at step {int(st[-1]):,} is the lowest of the phase"
+                    f" (within {VAL_RISE:.0%})"
+                )
+        if rose:
+            return Item(q, FAIL, "; ".join(rose))
+        return Item(q, PASS, "; ".join(held)) if held else None
 
     items.ask(
         q,
@@ -650,11 +655,21 @@ def _every(iv: float, unit: str) -> str:
     return "several times per millisecond"
 
 
+def _held_out(ev: Evidence) -> list[str]:
+    """The held-out losses the train/val checks judge (val_loss first, then each eval set's),
+    or val_loss alone when the run has none (its questions then read "not logged")."""
+    from forensics.evidence.gap import held_out_losses
+
+    return held_out_losses(ev) or [VAL_LOSS]
+
+
 def coverage(ev: Evidence) -> list[Coverage]:
     """Which vital signs the run logged, and how often, against the article's table."""
     have = ev.run.metrics()
     rows = []
     for signs, metrics, cadence, every, unit in _CADENCE:
+        if metrics == (VAL_LOSS,):
+            metrics = tuple(_held_out(ev))  # (each eval set's loss is a validation loss too)
         present = [m for m in metrics if m in have]
         missing = [m for m in metrics if m not in have]
         if not present:
