@@ -79,12 +79,21 @@ class RollbackPlan:
     findings: tuple[Finding, ...] = field(default=(), compare=False)
     # A spike that began at a resume (the incident's supported cause): the resume's step.
     resumed_at: int | None = None
+    # The LR at the checkpoint's step when the schedule had moved it by the incident (the
+    # cut applies to it: the resumed job runs from there); None: the cut is of lr_before.
+    lr_at_checkpoint: float | None = None
 
     @property
     def nothing_healthy(self) -> bool:
         """Non-finite from the first logged step: no state of this run is known healthy, and
         no learning rate explains it (what the run started from is the suspect)."""
         return _nothing_healthy(self.finding, self.last_healthy_step)
+
+    @property
+    def lr_cut_from(self) -> float | None:
+        """The LR the cut is taken from: the one at the checkpoint where the schedule moved it
+        between there and the incident, else the one before the incident."""
+        return self.lr_at_checkpoint if self.lr_at_checkpoint is not None else self.lr_before
 
     # Names the report's templates and older callers read.
     @property
@@ -105,7 +114,14 @@ class RollbackPlan:
         cut, _, rule = self.lr_cut_text.partition(" (")
         rule = f"; {rule.rstrip(')')}" if rule else ""
         than = "of" if cut.startswith("down to") else "than"  # ("down to a third of 0.0003")
-        return f"{new} ({cut} {than} {_num(self.lr_before)}, the LR before the incident{rule})"
+        if self.lr_at_checkpoint is not None and self.checkpoint_step is not None:
+            base = (
+                f"{_num(self.lr_at_checkpoint)}, the LR at the checkpoint's step "
+                f"{self.checkpoint_step:,}; {_num(self.lr_before)} by the incident"
+            )
+        else:
+            base = f"{_num(self.lr_before)}, the LR before the incident"
+        return f"{new} ({cut} {than} {base}{rule})"
 
     @property
     def at_resume(self) -> bool:
@@ -218,6 +234,7 @@ class RollbackPlan:
             "checkpoint_known": self.checkpoint_known,
             "last_healthy_step": self.last_healthy_step,
             "lr_before": self.lr_before,
+            "lr_cut_from": self.lr_cut_from,
             "lr_resume": list(self.lr_resume) if self.lr_resume else None,
             "skip_steps": list(self.skip_steps) if self.skip_steps else None,
             "commands": list(self.commands),
@@ -562,10 +579,26 @@ def rollback_plan(
         lr_before: float | None = float(lr_seg.lr_before)
     else:
         lr_before = _value_before(ev, LR, onset) if len(ev.series(LR).steps) else None
+    # The resumed job runs on from the checkpoint, at the LR its schedule gives there: where
+    # the schedule had moved it by more than 5% by the incident (a cosine tail: 0.0016 at the
+    # checkpoint, 8e-09 at the spike), the cut is of the checkpoint's LR, not of one the run
+    # never resumes at. An unexplained LR change keeps its own "before" (the healthy LR).
+    lr_ckpt = None
+    if (
+        lr_seg is None
+        and do_rollback
+        and ckpt is not None
+        and lr_before is not None
+        and resumed_at is None
+        and not at_resume(f)
+    ):
+        at = _value_before(ev, LR, ckpt + 1)
+        # (within 5% the two are one LR for a 10-50% cut: the one before the incident is told)
+        if at is not None and np.isfinite(at) and at > 0 and abs(at - lr_before) > 0.05 * at:
+            lr_ckpt = at
+    base = lr_ckpt if lr_ckpt is not None else lr_before
     lr_resume = (
-        (lr_before * (1 - cut[1]), lr_before * (1 - cut[0]))
-        if lr_before is not None and cut[1] > 0
-        else None
+        (base * (1 - cut[1]), base * (1 - cut[0])) if base is not None and cut[1] > 0 else None
     )
     if f.kind == FindingKind.GRAD_NORM_DRIFT and lr_change is not None and lr_before is not None:
         # A climb that an LR change off the schedule began: the first aid is the LR from
@@ -654,6 +687,7 @@ def rollback_plan(
         ),
         findings=tuple(fs),
         resumed_at=resumed_at,
+        lr_at_checkpoint=lr_ckpt if lr_resume is not None else None,
     )
 
 

@@ -23,6 +23,7 @@ JSON_KEYS = [
     "checkpoint_known",
     "last_healthy_step",
     "lr_before",
+    "lr_cut_from",
     "lr_resume",
     "skip_steps",
     "commands",
@@ -242,8 +243,9 @@ def test_a_recurring_batch_is_not_a_range_to_skip() -> None:
 
 
 def test_periodic_spikes_sample_plan() -> None:
-    """sample_runs/periodic_spikes: the loss spike at the last step is unresolved; the LR is the
-    one logged just before the plan's onset and nothing is skipped."""
+    """sample_runs/periodic_spikes: the loss spike at the last step is unresolved; lr_before is
+    the LR logged just before the plan's onset, the cut applies to the LR at the checkpoint
+    and nothing is skipped."""
     diag = _sample("periodic_spikes")
     plans = [r for r in diag.rollbacks if r.rollback]
     assert plans and all(p.skip_steps is None for p in plans)
@@ -251,6 +253,34 @@ def test_periodic_spikes_sample_plan() -> None:
     for p in plans:
         before = lr.values[lr.steps == p.onset_step - 1]
         assert len(before) == 1 and p.lr_before == pytest.approx(float(before[0]))
+        assert p.checkpoint_step is not None
+        at_ckpt = float(lr.values[lr.steps == p.checkpoint_step][0])
+        assert p.lr_cut_from == pytest.approx(at_ckpt)
+
+
+def test_the_lr_cut_applies_to_the_lr_the_checkpoint_resumes_at() -> None:
+    """sample_runs/periodic_spikes: the spike at step 1,000 is the cosine schedule's last step
+    (LR 7.9e-09) and the plan goes back to the checkpoint assumed at step 500, where the LR
+    was 0.001573. It said "Resume with learning rate 3.934e-09-6.294e-09 (20-50% lower than
+    7.867e-09, the LR before the incident)": a run resumed from step 500 at that rate would
+    stop learning. The cut is taken from the LR at the checkpoint, and the one at the
+    incident is still named."""
+    diag = _sample("periodic_spikes")
+    (p,) = [r for r in diag.rollbacks if r.rollback]
+    assert p.checkpoint_step == 500 and p.lr_before == pytest.approx(7.8671e-09)
+    assert p.lr_resume == pytest.approx((0.5 * 0.001573, 0.8 * 0.001573), rel=1e-3)
+    assert (
+        "Resume with learning rate 0.0007864-0.001258 (20-50% lower than 0.001573, the LR at "
+        "the checkpoint's step 500; 7.867e-09 by the incident)" in p.sentence()
+    ), p.sentence()
+    as_json = p.to_dict()
+    assert as_json["lr_before"] == pytest.approx(7.8671e-09)
+    assert as_json["lr_cut_from"] == pytest.approx(0.001573, rel=1e-3)
+    # the report's rollback row shows the cut from that LR
+    from forensics.report import render_html
+
+    html = render_html(diag)
+    assert "0.001573 &rarr; 0.0007864–0.001258" in html
 
 
 def test_a_periodic_series_that_came_back_each_time_is_not_rolled_back_past() -> None:

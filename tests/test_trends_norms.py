@@ -400,16 +400,41 @@ def test_the_other_layers_param_growth_is_not_averaged_across_signs() -> None:
     """The layer_grad_shift sample: weight decay drives blocks 2 and 3 to nothing while block 0
     grows. Their mean read "-91.2% for the rest"; each is named (three or fewer), and more
     layers give a median with its range."""
-    from forensics.detectors.layers import _rest_text
+    from forensics.detectors.layers import _Growth, _rest_text
 
     d = _sample("layer_grad_shift")
     (f,) = [g for g in d.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
-    assert "vs +7.55% for layer 0, -138% for layer 2 and -144% for layer 3" in f.summary
-    rates = {0: 1.0, 1: 50.0, 2: -3.0, 3: 2.0, 4: 4.0}
+    assert "vs +7.55% for layer 0" in f.summary
+    pcts = {0: 1.0, 1: 50.0, 2: -3.0, 3: 2.0, 4: 4.0}
+    rates = {layer: _Growth(r, 10.0, 10.0, 1_000) for layer, r in pcts.items()}
     assert _rest_text(rates, [1], [0, 1, 2, 3, 4]) == (
         "+1.50% for the median other layer (from -3.00% to +4.00%)"
     )
     assert _rest_text(rates, [1], [0, 1]) == "+1.00% for layer 0"
+
+
+def test_a_param_norm_decayed_to_nothing_reads_as_its_fall_not_a_rate() -> None:
+    """The layer_grad_shift sample: weight decay takes blocks 2 and 3 from about 18 to 0.01
+    over the 890 steps after the onset (medians of the first and last three points). Their
+    fitted rates, -138% and -144% per 1k steps,
+    put the norms below zero before the log ends: no steady rate describes a fall to nothing.
+    The sentence gives each such layer's measured fall; the measures keep the fitted rates."""
+    from forensics.detectors.layers import _Growth, _rest_text
+
+    d = _sample("layer_grad_shift")
+    (f,) = [g for g in d.findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
+    assert "-138%" not in f.summary and "-144%" not in f.summary
+    assert (
+        "vs +7.55% for layer 0, while layer 2's fell from 17.96 to 0.01361 (-99.9%) and "
+        "layer 3's from 18.59 to 0.01601 (-99.9%) since step 310" in f.summary
+    ), f.summary
+    assert f.measures["param_growth_by_layer"] == "0:+7.55,1:+22.71,2:-137.53,3:-143.74"
+    # more than three such layers: their falls as a range
+    fell = {k: _Growth(-150.0, 20.0, 0.1 * k, 1_000) for k in range(2, 7)}
+    rest = {0: _Growth(1.0, 10.0, 10.1, 1_000), 1: _Growth(50.0, 10.0, 15.0, 1_000)}
+    assert _rest_text(rest | fell, [1], list(range(7)), since=400) == (
+        "+1.00% for layer 0, while layers 2-6's fell by 97.0-99.0% since step 400"
+    )
 
 
 def test_an_activation_std_jump_reads_in_one_number_style() -> None:

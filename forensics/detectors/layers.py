@@ -19,7 +19,7 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from forensics.evidence.trend_utils import (
     bin_median,
     fmt_layers,
     hinge_onset,
+    num,
     robust_sigma,
     rolling_median,
     theil_sen,
@@ -145,16 +146,29 @@ class LayerGradShiftDetector:
         growth = _param_growth(ev, layers, onset)
         in_grp = set(names)
         known = {layer: g for layer, g in growth.items() if g is not None}
-        g_rates = [known[layer] for layer in names if layer in known]
-        r_rates = [known[layer] for layer in layers if layer not in in_grp and layer in known]
+        g_rates = [known[layer].rate for layer in names if layer in known]
+        r_rates = [known[layer].rate for layer in layers if layer not in in_grp and layer in known]
         label = fmt_layers(names)
-        by_layer = ",".join(f"{layer}:{known[layer]:+.2f}" for layer in layers if layer in known)
+        by_layer = ",".join(
+            f"{layer}:{known[layer].rate:+.2f}" for layer in layers if layer in known
+        )
         pg = float(np.mean(g_rates)) if g_rates else None
         pr = float(np.mean(r_rates)) if r_rates else None
         param_txt = ""
         if pg is not None and pr is not None:
-            whose = "their param norms grow" if len(names) > 1 else "its param norm grows"
-            param_txt = f"; {whose} {_rate(pg)}%/1k steps vs {_rest_text(known, names, layers)}"
+            rest = _rest_text(known, names, layers, since=onset)
+            mine = [known[layer] for layer in names if layer in known]
+            if not any(g.to_nothing for g in mine):
+                whose = "their param norms grow" if len(names) > 1 else "its param norm grows"
+                param_txt = f"; {whose} {_rate(pg)}%/1k steps vs {rest}"
+            elif len(mine) == 1:
+                g = mine[0]
+                param_txt = (
+                    f"; its param norm fell from {num(g.first)} to {num(g.last)} "
+                    f"({g.change_pct:+.1f}%), vs {rest}"
+                )
+            else:
+                param_txt = f"; their param norms: {_rest_text(known, [], names)}, vs {rest}"
         after = xb >= onset
         k_peak = int(np.flatnonzero(after)[np.argmax(smooth[after])]) if after.any() else 0
         # The deepest block alone creeping up is common in healthy runs (see above); the
@@ -218,34 +232,86 @@ def _runs(idx: np.ndarray) -> list[np.ndarray]:
     return np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)
 
 
-def _param_growth(ev: Evidence, layers: list[int], since: int) -> dict[int, float | None]:
+class _Growth(NamedTuple):
+    """A layer's param norm since the onset: its fitted growth rate (% of ``first`` per 1000
+    steps), its level at the start and at the end (medians of three points) and the steps
+    between them."""
+
+    rate: float
+    first: float
+    last: float
+    steps: int
+
+    @property
+    def to_nothing(self) -> bool:
+        """The fitted line falls below zero before the end: a norm cannot, so the fall is
+        no steady rate (weights decayed to nothing) and is told by its levels instead."""
+        return self.rate * self.steps / 1000.0 < -100.0
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.last - self.first) / self.first
+
+
+def _param_growth(ev: Evidence, layers: list[int], since: int) -> dict[int, _Growth | None]:
     """Per-layer param-norm growth since ``since``, in % of the layer's level per 1000 steps."""
-    out: dict[int, float | None] = {}
+    out: dict[int, _Growth | None] = {}
     if not ev.run.layers(PARAM_NORM_LAYER):
         return out
     for layer in layers:
         s = ev.series(PARAM_NORM_LAYER, layer)
-        x, y = s.steps, s.values
-        sel = x >= since
-        ts = theil_sen(x[sel], y[sel]) if sel.sum() >= 3 else None
-        lvl = float(np.median(y[sel][:3])) if sel.sum() else 0.0
-        out[layer] = 100.0 * ts.per_1k() / lvl if ts is not None and lvl else None
+        x, y = s.steps[s.steps >= since], s.values[s.steps >= since]
+        ts = theil_sen(x, y) if len(x) >= 3 else None
+        lvl = float(np.median(y[:3])) if len(x) else 0.0
+        out[layer] = (
+            _Growth(100.0 * ts.per_1k() / lvl, lvl, float(np.median(y[-3:])), int(x[-1] - x[0]))
+            if ts is not None and lvl
+            else None
+        )
     return out
 
 
-def _rest_text(known: dict[int, float], group: list[int], layers: list[int]) -> str:
+def _rest_text(
+    known: dict[int, _Growth], group: list[int], layers: list[int], since: int | None = None
+) -> str:
     """The other layers' param-norm growth: each of up to three, else their median and range.
     Their mean alone ("-91.2% for the rest") hid one layer growing +34% beside two whose
-    weights were being decayed to nothing."""
+    weights were being decayed to nothing. A layer whose norm fell to nothing is told by its
+    levels ("layer 2's fell from 17.96 to 0.01361 (-99.9%)"), not by a rate (-138% per 1k
+    steps over 890 steps: below zero)."""
     rest = [layer for layer in layers if layer not in set(group) and layer in known]
-    if len(rest) <= 3:
-        parts = [f"{_rate(known[layer])}% for layer {layer}" for layer in rest]
-        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    rates = [known[layer] for layer in rest]
-    return (
-        f"{_rate(float(np.median(rates)))}% for the median other layer (from "
-        f"{_rate(min(rates))}% to {_rate(max(rates))}%)"
-    )
+    steady = [layer for layer in rest if not known[layer].to_nothing]
+    fell = [layer for layer in rest if known[layer].to_nothing]
+    text = ""
+    if len(steady) <= 3:
+        text = _and([f"{_rate(known[layer].rate)}% for layer {layer}" for layer in steady])
+    else:
+        rates = [known[layer].rate for layer in steady]
+        text = (
+            f"{_rate(float(np.median(rates)))}% for the median other layer (from "
+            f"{_rate(min(rates))}% to {_rate(max(rates))}%)"
+        )
+    if fell:
+        when = f" since step {since:,}" if since is not None else ""
+        if len(fell) <= 3:
+            falls = [
+                f"from {num(known[layer].first)} to {num(known[layer].last)} "
+                f"({known[layer].change_pct:+.1f}%)"
+                for layer in fell
+            ]
+            told = [f"layer {fell[0]}'s fell {falls[0]}"] + [
+                f"layer {layer}'s {fall}" for layer, fall in zip(fell[1:], falls[1:], strict=True)
+            ]
+            fell_text = _and(told) + when
+        else:
+            pcts = sorted(-known[layer].change_pct for layer in fell)
+            fell_text = f"layers {fmt_layers(fell)}'s fell by {pcts[0]:.1f}-{pcts[-1]:.1f}%{when}"
+        text = f"{text}, while {fell_text}" if text else fell_text
+    return text
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _rate(pct: float) -> str:

@@ -279,6 +279,7 @@ def rollback_document(
             },
             "learning_rate": {
                 "before": plan.lr_before,
+                "cut_from": plan.lr_cut_from,
                 # the smallest cut of the rule's range (10% for the red light)
                 "resume": plan.lr_resume[1] if plan.lr_resume else None,
                 "resume_range": list(plan.lr_resume) if plan.lr_resume else None,
