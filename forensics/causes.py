@@ -627,9 +627,13 @@ def _overflow(x: _Facts, f: Finding) -> Cause:
     ev = x.ev
     if not x.has_loss_scale and len(ev.drop_windows) == 0:
         return _OVERFLOW_UNTESTED
-    # In the same steps: from just before the onset to the peak, at most OVERFLOW_STEPS on.
+    # In the same steps: from just before the onset to the peak, at most OVERFLOW_STEPS on;
+    # a loss-scale drop's own halvings are its evidence, however far apart (604 and 643).
     lo, hi = _window(f)
-    hi = min(hi, lo + OVERFLOW_STEPS)
+    if f.kind == FindingKind.LOSS_SCALE_DROP and f.end_step is not None:
+        hi = max(hi, f.end_step)
+    else:
+        hi = min(hi, lo + OVERFLOW_STEPS)
     # The windows meeting (lo - 1, hi + 1): a binary search tells whether there are any.
     w = ev.drop_windows if x.drops(lo - 1, hi + 1) else ev.drop_windows[:0]
     hit = w[(w[:, 0] < hi + 1) & (w[:, 1] > lo - 1)] if len(w) else w

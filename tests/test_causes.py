@@ -373,3 +373,19 @@ def test_the_val_set_check_names_no_step_past_the_val_loss(tmp_path: Path) -> No
         e == "no step in the validation loss up to step 59 that the training loss does not share"
         for e in said
     ), said
+
+
+def test_a_loss_scale_drop_finding_is_evidenced_by_all_of_its_halvings():
+    """layer_grad_shift sample: the loss scale halved at step 604 and again at 643, and the
+    finding says "halved 2 times ... between steps 604 and 643". Its overflow evidence read
+    "overflowed or fell at 1 step, step 604 (... 262,144 at step 604)": the cause looked
+    only at the first ten steps, as for a spike's rise. A drop finding's own steps are its
+    evidence: both halvings and the scale at the last."""
+    d = diag("layer_grad_shift")
+    (drop,) = [f for f in d.findings if f.kind.value == "loss_scale_drop"]
+    assert "halved 2 times from 524,288 to 131,072 between steps 604 and 643" in drop.summary
+    cause = _by(d, drop)["loss_scale_overflow"]
+    assert cause.evidence == (
+        "the loss scale overflowed or fell at 2 steps, steps 604-643 (loss scale 524,288 at "
+        "step 603, 131,072 at step 643)"
+    ), cause.evidence
