@@ -20,6 +20,9 @@ read from the evidence layer (forensics.evidence) with the default parameters:
   and floor; the detector also wants the widening to hold a window later).
 * throughput_drop: the largest fall of the smoothed throughput below its rolling baseline held
   for 3 points (the detector's minimum), threshold 30%.
+* throughput_decline: the same detector's slow-decline check: how far the median of the log's
+  last tenth sits below the median of its early tenth (after the first twentieth), threshold
+  30% (the detector also wants a falling trend).
 
 The margin is threshold / peak: above 1 the detector stays quiet with that much room.
 """
@@ -40,7 +43,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tools_compare import HEALTHY_REAL, HEALTHY_SAMPLES, REAL, SAMPLES, _read  # noqa: E402
 
-CHECKS = ["grad_norm_drift", "loss_spike", "grad_norm_spike", "gap_acceleration", "throughput_drop"]
+CHECKS = [
+    "grad_norm_drift",
+    "loss_spike",
+    "grad_norm_spike",
+    "gap_acceleration",
+    "throughput_drop",
+    "throughput_decline",
+]
 
 
 def drift_score(ev: Any) -> tuple[float | None, float]:
@@ -91,11 +101,7 @@ def throughput_score(ev: Any) -> tuple[float | None, float]:
 
     p = ev.params.throughput
     thr = float(p.drop)
-    tp = ev.series("throughput")
-    y = tp.values
-    if len(y) == 0:
-        st = ev.series("step_time")
-        y = 1.0 / st.values[st.values > 0]
+    y = _rate(ev)
     if len(y) < p.min_history + p.min_points:
         return None, thr
     smooth = rolling_median(y, p.smooth_points)
@@ -114,6 +120,26 @@ def throughput_score(ev: Any) -> tuple[float | None, float]:
     return (float(max(0.0, held.max())) if len(held) else 0.0), thr
 
 
+def _rate(ev: Any) -> np.ndarray:
+    y = ev.series("throughput").values
+    if len(y) == 0:
+        st = ev.series("step_time")
+        y = 1.0 / st.values[st.values > 0]
+    return y
+
+
+def decline_score(ev: Any) -> tuple[float | None, float]:
+    p = ev.params.throughput
+    thr = float(p.drop)
+    y = _rate(ev)
+    n = len(y)
+    skip, w = max(p.min_history, n // 20), max(p.decline_points, n // 10)
+    if n < skip + 2 * w:
+        return None, thr
+    early, late = float(np.median(y[skip : skip + w])), float(np.median(y[n - w :]))
+    return (max(0.0, 1.0 - late / early) if early > 0 else None), thr
+
+
 def scores(run: Any) -> dict[str, tuple[float | None, float]]:
     from forensics.evidence import Evidence
 
@@ -124,6 +150,7 @@ def scores(run: Any) -> dict[str, tuple[float | None, float]]:
         "grad_norm_spike": spike_score(ev, "grad_norm"),
         "gap_acceleration": gap_score(ev),
         "throughput_drop": throughput_score(ev),
+        "throughput_decline": decline_score(ev),
     }
 
 

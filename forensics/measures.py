@@ -979,8 +979,24 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "the series judged (step_time: inverted to steps/s)",
             values=("throughput", "step_time"),
         ),
-        _m("baseline", float, "rolling-median level before the drop (in the source's units)"),
-        _m("level", float, "median level during the drop (same units)"),
+        _m(
+            "shape",
+            str,
+            "sudden: under 70% of the rolling baseline; gradual: the log's last tenth 30% or "
+            "more below its early level (the tenth after start-up) with no drop that deep",
+            values=("sudden", "gradual"),
+        ),
+        _m(
+            "baseline",
+            float,
+            "level before the drop (in the source's units): the rolling median before it "
+            "(sudden), the early tenth's median (gradual)",
+        ),
+        _m(
+            "level",
+            float,
+            "median level during the drop (sudden) or over the log's last tenth (gradual)",
+        ),
         _m("drop_pct", float, "how far throughput fell below the baseline, in %"),
         _m("window_steps", int, "steps from the drop's start to its end"),
         _m("n_points", int, "logged points in the drop"),

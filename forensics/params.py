@@ -241,6 +241,9 @@ class ThroughputParams:
     smooth_points: int = 5
     min_points: int = 3
     min_history: int = 10
+    # The slow-decline check compares the median of the log's early and last tenths, each of
+    # at least this many points.
+    decline_points: int = 20
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,10 @@ below it (by twice its noise), which is then the drop, worded as a partial recov
 (at most ``min_points`` logged intervals) that begins at the eval or checkpoint interval the
 log reveals (``Evidence.revealed_periods``) is the job's own housekeeping: the stall detector
 notes it (``info``), this detector does not call it a drop.
+A slow decline slips under that rule (the rolling baseline goes down with the rate): the log's
+last tenth is also compared with its early tenth (after the first twentieth, start-up), and
+30% or more lower on a falling Theil-Sen trend is a drop of ``shape`` gradual, unless a drop
+found above is still open at the end of the log.
 When only the step time is logged, its inverse is used: 30% fewer tokens/s is a step time
 1/0.7 = 1.43x longer, and the finding says the step time rose.
 
@@ -42,9 +46,12 @@ from forensics.evidence.rolling import (
 )
 from forensics.evidence.trend_utils import (
     Unit,
+    bin_median,
+    hinge_onset,
     housekeeping_at,
     robust_sigma,
     rolling_median,
+    theil_sen,
     unit_for,
     window_max_pieces,
 )
@@ -129,7 +136,91 @@ class ThroughputDetector:
                         f"{1.0 - lvl / frozen:.0%} below its baseline: not a drop by that line"
                     )
             i = max(j, i + 1)
+        if not any(f.end_step == int(x[-1]) for f in out):  # (a drop the log ends in says it)
+            slow = self._gradual(metric, unit, x, y)
+            if slow is not None:
+                out.append(slow)
         return out
+
+    def _gradual(self, metric: str, unit: Unit, x: np.ndarray, y: np.ndarray) -> Finding | None:
+        """A slow decline: the rate over the log's last tenth is ``drop`` (30%) or more below
+        its level early on (the tenth after the first twentieth: start-up left out), on a
+        falling trend, with no single drop that deep (each point within 30% of the 100 before
+        it, so the drop check's rolling baseline went down with it). The onset is where the
+        decline bends away from the early level (a fitted hinge), else the early window's
+        end."""
+        n = len(y)
+        skip = max(self.params.min_history, n // 20)
+        w = max(self.params.decline_points, n // 10)
+        if n < skip + 2 * w:
+            return None
+        early = float(np.median(y[skip : skip + w]))
+        late = float(np.median(y[n - w :]))
+        if not early > 0 or 1.0 - late / early < self.params.drop:
+            return None
+        trend = theil_sen(x[skip:], y[skip:])
+        if trend is None or not trend.falling:
+            return None
+        xb, yb = bin_median(x[skip:].astype(float), y[skip:], max_bins=100)
+        h = hinge_onset(xb, -yb)  # (where the rate bends down)
+        bent = h is not None and h.after > max(h.before, 0.0) and h.before <= 0.25 * h.after
+        onset = int(h.onset) if h is not None and bent else int(x[skip + w - 1])
+        onset_range = h.range if h is not None and bent else None
+        if onset >= int(x[n - w]):  # (a bend inside the last window: no slow decline)
+            return None
+        drop_pct = 100.0 * (1.0 - late / early)
+        step_time = metric == STEP_TIME
+        as_units = (lambda v: 1.0 / v) if step_time else (lambda v: v)
+        assumed = "" if unit.stated else f" ({unit.label} assumed: the log states no unit)"
+        a0, a1 = int(x[skip]), int(x[skip + w - 1])
+        b0, end = int(x[n - w]), int(x[-1])
+        if step_time:
+            what = (
+                f"Step time rose slowly from {unit.show(1.0 / early)} to {unit.show(1.0 / late)}"
+                f"{assumed} (over steps {a0:,}-{a1:,} and over the last {w:,} points, steps "
+                f"{b0:,}-{end:,}), throughput {drop_pct:.0f}% below its early level,"
+            )
+        else:
+            what = (
+                f"Throughput declined slowly to {drop_pct:.0f}% below its early level "
+                f"({unit.show(early)} over steps {a0:,}-{a1:,} -> {unit.show(late)} over the "
+                f"last {w:,} points, steps {b0:,}-{end:,}{assumed}),"
+            )
+        low = int(round(xb[int(np.argmin(yb))]))
+        return Finding(
+            kind=FindingKind.THROUGHPUT_DROP,
+            severity=Severity.WARNING,
+            metric=metric,
+            start_step=onset,
+            peak_step=max(low, onset),
+            end_step=end,
+            onset_range=onset_range,
+            measures={
+                "source": metric,
+                "shape": "gradual",
+                "baseline": as_units(early),
+                "level": as_units(late),
+                "drop_pct": drop_pct,
+                "window_steps": end - onset,
+                "n_points": w,
+                "baseline_n": w,
+                "recovered": False,
+                "unit": unit.source,
+            },
+            judged_against={
+                "baseline": as_units(early),
+                "drop_ratio": self.params.drop,
+                "drop_line": as_units((1.0 - self.params.drop) * early),
+                "baseline_points": w,
+                "min_points": self.params.min_points,
+            },
+            summary=(
+                f"{what} from about step {onset:,}, with no single drop that deep (its "
+                f"{self.params.smooth_points}-point median never fell {self.params.drop:.0%} "
+                f"under the median of the {self.params.baseline_points:,} points before it), "
+                "and had not recovered when the log ends; both are medians."
+            ),
+        )
 
     def _clearly_under(self, y: np.ndarray, i: int, k: int, line: float) -> bool:
         """The median of ``y[i:k]`` is under ``line`` by more than twice its own noise: a dip
@@ -213,6 +304,7 @@ class ThroughputDetector:
             end_step=end,
             measures={
                 "source": metric,
+                "shape": "sudden",
                 "baseline": as_units(frozen),
                 "level": as_units(lvl),
                 "drop_pct": drop_pct,
