@@ -193,22 +193,46 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
 
     def nan() -> Item | None:
         bad, checked = [], []
+        bad_by: dict[str, list[int]] = {}
         for m in (LOSS, GRAD_NORM):
             got = ev.logged(m)  # every logged point: the non-finite ones are what we look for
             sel = (got.steps >= lo) & (got.steps <= hi)
             st, v = got.steps[sel], got.values[sel]
             if len(v):
-                checked.append(m.replace("_", " "))
-                bad += [int(s) for s in st[~np.isfinite(v)]]
+                name = m.replace("_", " ")
+                checked.append(name)
+                here = [int(s) for s in st[~np.isfinite(v)]]
+                bad += here
+                if here:
+                    bad_by[name] = here
         if not checked:
             return None
-        if bad:
+        # No nan_inf finding above info crosses the phase (``ask`` failed on one before asking
+        # this): non-finite points here were set aside by that check, for the reasons its
+        # notes and informational findings give (fp16 overflow steps the scaler skipped, the
+        # scaler finding its scale, padding after the run stopped). Without such a reason (no
+        # check ran) they fail the item.
+        reasons = [n.removeprefix("nan_inf: ") for n in ev.run.notes if n.startswith("nan_inf: ")]
+        reasons = [r for r in reasons if not r.startswith("not run")]
+        reasons += [
+            f.summary for f in _in(items.findings, {FindingKind.NAN_INF}, lo, hi, notes=True)
+        ]
+        if bad and not reasons:
             return Item(
                 q,
                 FAIL,
                 f"non-finite values at step {', '.join(f'{s:,}' for s in sorted(set(bad))[:5])}",
             )
-        text = f"{' and '.join(checked)} finite throughout the phase"
+        fine = [name for name in checked if name not in bad_by]
+        text = f"{' and '.join(fine)} finite throughout the phase" if fine else ""
+        if bad:
+            aside = "; ".join(
+                f"{name} non-finite at {len(st):,} step{'s' if len(st) != 1 else ''} "
+                f"({', '.join(f'{s:,}' for s in st[:5])}{', ...' if len(st) > 5 else ''})"
+                for name, st in bad_by.items()
+            )
+            told = f"{aside}, set aside by the NaN/Inf check: {'; '.join(reasons)}"
+            text = f"{text}; {told}" if text else told
         if ev.has(NAN_ITERS):
             # Megatron's count of the NaN-loss iterations it skipped, which its logged loss
             # leaves out (a count above zero is a nan_inf finding, failed above).

@@ -444,3 +444,57 @@ def test_the_document_says_what_the_verdict_does_not_cover() -> None:
     jsonschema.validate(json.loads(json.dumps(doc)), json.loads(SCHEMA.read_text()))
     root = Path(__file__).resolve().parents[1] / "sample_runs"
     assert analyze(root / "healthy").to_document()["run"]["unjudged"] is None
+
+
+def _amp_run(path, n: int = 3000):  # noqa: ANN001, ANN202
+    """A JSONL fp16 run: the grad norm is inf at the seven steps whose gradients overflowed
+    (every 400th), where the logged loss scale halves; the loss stays finite."""
+    import json
+
+    rng = np.random.default_rng(0)
+    path.mkdir(parents=True, exist_ok=True)
+    scale, good = 65536.0, 0
+    with (path / "metrics.jsonl").open("w") as fh:
+        for s in range(1, n + 1):
+            gn = abs(0.5 + 0.05 * rng.standard_normal())
+            if s % 400 == 0:
+                scale, good, gn = scale / 2, 0, float("inf")
+            else:
+                good += 1
+                if good == 300:
+                    scale, good = scale * 2, 0
+            loss = 2 + 3 * np.exp(-s / 800) + 0.03 * rng.standard_normal()
+            row = {"step": s, "loss": loss, "lr": 3e-4, "grad_norm": gn, "loss_scale": scale}
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+def test_the_nan_item_agrees_with_the_nan_check_on_overflow_steps(tmp_path) -> None:  # noqa: ANN001
+    """fp16 overflow steps log an inf grad norm and are skipped by the scaler: the NaN/Inf
+    check sets them aside (a note) and the run is HEALTHY. The start-up item still read
+    "fail: non-finite values at step 400, 800" beside the green light. It now passes, names
+    the steps and says why they were set aside."""
+    from forensics import analyze
+
+    d = analyze(_amp_run(tmp_path / "amp"))
+    assert d.verdict == "healthy"
+    assert not [f for f in d.findings if f.kind.value == "nan_inf"]
+    items = [i for p in d.phases for i in p.items if i.question == "Any NaN or Inf at some step?"]
+    assert items and all(i.status == PASS for i in items), [(i.status, i.evidence) for i in items]
+    start = next(i for i in d.phases[0].items if i.question == "Any NaN or Inf at some step?")
+    assert start.evidence.startswith(
+        "loss finite throughout the phase; grad norm non-finite at 2 steps (400, 800), set aside "
+        "by the NaN/Inf check: the grad norm is non-finite at 7 step(s) where the loss scale "
+        "dropped"
+    ), start.evidence
+
+
+def test_the_nan_item_still_fails_when_no_check_set_the_points_aside() -> None:
+    """The same non-finite grad norms diagnosed without the detectors' notes (no check ran):
+    the item fails, naming them."""
+    s, loss = healthy_loss(3000)
+    gs, gn = healthy_grad_norm(3000)
+    gn[400] = np.inf
+    run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (gs, gn)}))
+    status, evidence = _items(diagnose(run, []), "startup")["Any NaN or Inf at some step?"]
+    assert status == FAIL and "non-finite values at step" in evidence
