@@ -164,7 +164,12 @@ for _k in FindingKind:
         _t.append("eval_pause")
     if _k in _VAL:
         _t.append("val_set_change")
-    if _k in (FindingKind.RESUME_REGRESSION, FindingKind.REPLACED_ATTEMPT, FindingKind.LR_RESTART):
+    if _k in (
+        FindingKind.RESUME_REGRESSION,
+        FindingKind.RESUME_DROP,
+        FindingKind.REPLACED_ATTEMPT,
+        FindingKind.LR_RESTART,
+    ):
         _t.append("resume")  # the seam is the context the log supports, not a mechanism
     _TESTS[_k] = tuple(_t)
 
@@ -183,6 +188,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.STALL: {},
     FindingKind.RESTART: {0: "resume"},
     FindingKind.RESUME_REGRESSION: {0: "resume"},
+    FindingKind.RESUME_DROP: {0: "resume"},
     FindingKind.REPLACED_ATTEMPT: {0: "resume"},
     FindingKind.LR_RESTART: {0: "resume"},
     FindingKind.EVAL_REGRESSION: {0: "grad_norm_climb"},

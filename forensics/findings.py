@@ -97,6 +97,7 @@ class FindingKind(StrEnum):
     VAL_SHIFT = "val_shift"
     EVAL_REGRESSION = "eval_regression"
     RESUME_REGRESSION = "resume_regression"
+    RESUME_DROP = "resume_drop"
     LR_RESTART = "lr_restart"
     PLATEAU = "plateau"
     NO_LEARNING = "no_learning"

@@ -880,6 +880,26 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "true when val_end - val_best exceeds noise_k x val_noise (the finding is a warning)",
         ),
     ),
+    "resume_drop": (
+        _m("seam_step", int, "first step the resumed job logged (the restart finding's step)"),
+        _m("points", int, "steps both jobs logged a loss at (the replayed steps compared)"),
+        _m("loss_earlier", float, "the earlier job's median loss on those steps"),
+        _m("loss_resumed", float, "the resumed job's median loss on the same steps"),
+        _m(
+            "drop_pct",
+            float,
+            "median of the per-step differences (earlier - resumed), % of loss_earlier",
+        ),
+        _m("drop_first_half_pct", float, "the same over the first half of those steps"),
+        _m("drop_second_half_pct", float, "the same over the second half"),
+        _m(
+            "noise_pct",
+            float,
+            "standard error of drop_pct (robust sigma of the differences / sqrt(points))",
+        ),
+        _m("lr_earlier", float, "the earlier job's median LR on those steps", null=True),
+        _m("lr_resumed", float, "the resumed job's median LR there (null: no LR)", null=True),
+    ),
     "lr_restart": (
         _m("restart_step", int, "first logged step of the restarted schedule (the onset)"),
         _m(

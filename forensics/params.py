@@ -133,6 +133,11 @@ class ResumeRegressionParams:
     min_points_after: int = 20
     min_evals_after: int = 3
     warn_rel_rise: float = 0.1  # a rise of the train loss's level this large is a warning
+    # resume_drop (the same detector): the loss on the steps both jobs logged, resumed job
+    # against the earlier one, lower by at least this much (in % of the earlier level), over
+    # at least this many steps
+    drop_min_pct: float = 2.0
+    drop_min_points: int = 20
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -556,6 +556,30 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("data", "Confirm the data loader resumed where it stopped."),
         ),
     ),
+    FindingKind.RESUME_DROP: Prescription(
+        FindingKind.RESUME_DROP,
+        "After the job resumed, its loss ran below the earlier job's on the steps both logged "
+        "from the same checkpoint.",
+        (
+            "The resumed job's data loader started over instead of resuming at its saved "
+            "position: it re-reads batches the checkpoint has already trained on, and the "
+            "lower loss is memorization.",
+            "The resumed job reads another, easier data mix (a changed dataset or sampling "
+            "weights).",
+        ),
+        "Check that the checkpoint holds the data loader's or sampler's position (consumed "
+        "samples, the epoch and the shuffling seed) and that resuming loads it; if it did "
+        "not, go back to the checkpoint and resume with the position restored, or count the "
+        "replayed steps as seen twice.",
+        (
+            _c(
+                "data",
+                "Compare the first batches the resumed job read with the ones the earlier job "
+                "read after the same checkpoint.",
+            ),
+            _c("data", "Check the resumed job's data config against the earlier job's."),
+        ),
+    ),
     FindingKind.LR_RESTART: Prescription(
         FindingKind.LR_RESTART,
         "The LR schedule started over mid-run: the LR fell back and warmed up again.",

@@ -32,6 +32,7 @@ KINDS = {
     "val_shift",
     "eval_regression",
     "resume_regression",
+    "resume_drop",
     "lr_restart",
     "plateau",
     "no_learning",

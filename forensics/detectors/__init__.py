@@ -37,7 +37,7 @@ REGISTRY: dict[str, str] = {
     # trend forensics (article sections 3, 5, 6)
     "grad_norm_drift": "drift:GradNormDriftDetector",  # grad_norm_drift
     "eval_regression": "eval_regression:EvalRegressionDetector",  # eval_regression
-    "resume_regression": "resume_regression:ResumeRegressionDetector",  # resume_regression
+    "resume_regression": "resume_regression:ResumeRegressionDetector",  # + resume_drop
     "lr_restart": "lr_restart:LrRestartDetector",  # lr_restart
     "param_norm": "param_norm:ParamNormDetector",  # param_norm_jump
     "layers": "layers:LayerGradShiftDetector",  # layer_grad_shift

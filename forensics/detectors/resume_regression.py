@@ -29,6 +29,10 @@ from its best 3.563 to 3.604 with an eval noise of 0.003: a warning. There the l
 went on down after the seam, to 3.648 around step 146,999, and the val loss kept improving
 until step 154,813: the rise began about 6,250 steps after the resume, not at it.
 
+The same detector compares the two jobs on the steps a resume logged again
+(:mod:`forensics.detectors.resume_drop`): a resumed job whose loss runs below the earlier
+one's there re-reads data its checkpoint has seen.
+
 The finding says the resume is the context (the causes test it: ``resume`` is supported when
 the seam is the onset); it does not claim what went wrong at the resume, the log cannot show it.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from forensics.detectors.resume_drop import resume_drops
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import NEAR_STEPS, near_steps
 from forensics.evidence.trend_utils import centred_level, robust_sigma, sig, theil_sen
@@ -67,6 +72,8 @@ class ResumeRegressionDetector:
             f = self._one(ev, seam, nxt)
             if f is not None:
                 out.append(f)
+        # (the steps a resume logged again, compared job against job: resume_drop)
+        out.extend(resume_drops(ev, self.params))
         return out
 
     def _one(self, ev: Evidence, seam: int, nxt: int | None) -> Finding | None:

@@ -1,0 +1,177 @@
+"""resume_drop: after a resume, the loss runs below the earlier job's on the steps both logged.
+
+A job resumed from its checkpoint at step C starts from the weights the earlier job had at C.
+When the earlier job ran on past C before it stopped (the usual crash or kill between
+checkpoints), both logged steps C+1 onwards, from the same weights: with the same data and the
+same LR they log about the same loss there, batch noise apart. A resumed job whose loss runs
+clearly lower on those steps was most likely fed data it had already trained on (a data loader
+that started over from its first batch rather than its saved position, so it re-reads what the
+checkpoint has seen): its lower loss is memorization, not progress, and it trains on those
+batches twice. An easier data mix would do the same; the log cannot tell them apart, so the
+finding names them as hypotheses.
+
+Judged per resume that logged steps again (a ``restart`` whose ``points_repeated`` > 0): the
+per-step differences (resumed - earlier) of the loss on the steps both jobs logged; a
+finding when their median is at least ``drop_min_pct`` (2%) of the earlier job's level below
+zero, beyond ``noise_k`` standard errors, in each half of those steps (a data replay lowers
+the loss throughout; an earlier attempt that went wrong rises away late, and the resumed job
+is lower than it as a good resume should be). Where the two jobs ran another LR on those steps
+the difference has that explanation: a note, no finding.
+
+The measures of its finding kind are declared in :mod:`forensics.measures`.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import polars as pl
+
+from forensics.evidence import Evidence
+from forensics.evidence.trend_utils import num, robust_sigma
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.params import ResumeRegressionParams
+from forensics.schema import LOSS, LR
+
+CHECK = "resume_drop"
+
+
+def resume_drops(ev: Evidence, p: ResumeRegressionParams) -> list[Finding]:
+    """One ``resume_drop`` finding per resume whose replayed steps show the drop."""
+    out: list[Finding] = []
+    run = ev.run
+    tag = run.metrics().get(LOSS)
+    if tag is None:
+        return out
+    for r in run.import_findings:
+        if r.kind is not FindingKind.RESTART or not r.measures.get("points_repeated"):
+            continue
+        m = r.measures  # (integers, as the importer's restart finding writes them)
+        seg = cast(int, m["segment"])
+        first, last = cast(int, m["resumed_from_step"]), cast(int, m["last_step_before"])
+        old, new = _both(run.frame, tag, seg, first, last)
+        if old is None or new is None:
+            continue
+        f = _judge(ev, p, r.start_step, seg, old, new)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _both(
+    frame: pl.DataFrame, tag: str, seg: int, first: int, last: int
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """The earlier jobs' and the resumed job's (step, value) of ``tag`` on ``first..last``,
+    one value a step (an earlier segment's latest; a re-logged step's last row)."""
+    rows = frame.filter(
+        (pl.col("tag") == tag) & pl.col("step").is_between(first, last) & (pl.col("segment") <= seg)
+    ).select("step", "value", "segment")
+    if rows.is_empty():
+        return None, None
+
+    def one(part: pl.DataFrame) -> pl.DataFrame | None:
+        part = part.group_by("step", maintain_order=True).last().sort("step")
+        part = part.filter(pl.col("value").is_finite())
+        return part.select("step", "value") if part.height else None
+
+    old = rows.filter(pl.col("segment") < seg).sort("segment", maintain_order=True)
+    new = rows.filter(pl.col("segment") == seg)
+    return one(old), one(new)
+
+
+def _judge(
+    ev: Evidence,
+    p: ResumeRegressionParams,
+    seam: int,
+    seg: int,
+    old: pl.DataFrame,
+    new: pl.DataFrame,
+) -> Finding | None:
+    both = old.join(new, on="step", how="inner", suffix="_new").sort("step")
+    n = both.height
+    if n < p.drop_min_points:
+        return None
+    x = both.get_column("step").to_numpy()
+    a = both.get_column("value").to_numpy().astype(float)
+    b = both.get_column("value_new").to_numpy().astype(float)
+    level = float(np.median(a))
+    if not level > 0:
+        return None
+    d = b - a
+    half = n // 2
+
+    def drop(part: np.ndarray) -> tuple[float, float]:
+        """(median drop in % of the level, its standard error in %)."""
+        se = 1.2533 * robust_sigma(part) / np.sqrt(len(part))
+        return -100.0 * float(np.median(part)) / level, 100.0 * se / level
+
+    whole, se = drop(d)
+    halves = [drop(d[:half]), drop(d[half:])]
+    lowered = all(h >= p.drop_min_pct and h > p.noise_k * s for h, s in halves)
+    if not (lowered and whole >= p.drop_min_pct):
+        return None
+    lr_old, lr_new = _lrs(ev, seg, int(x[0]), int(x[-1]))
+    steps = f"{int(x[0]):,}-{int(x[-1]):,}"
+    if lr_old is not None and lr_new is not None and not np.isclose(lr_old, lr_new, rtol=0.01):
+        ev.run.note(
+            f"{CHECK}: the loss ran {whole:.1f}% below the earlier job's on the {n:,} steps "
+            f"both logged after the resume at step {seam:,} ({steps}), but the resumed job ran "
+            f"another LR there ({num(lr_new)} against {num(lr_old)}): that explains it"
+        )
+        return None
+    lr_text = (
+        f" and ran the same LR ({num(lr_new)})"
+        if lr_new is not None and lr_old is not None
+        else " (no LR is logged to compare)"
+    )
+    mid_old, mid_new = level, float(np.median(b))
+    return Finding(
+        kind=FindingKind.RESUME_DROP,
+        severity=Severity.WARNING,
+        metric=LOSS,
+        start_step=int(x[0]),
+        end_step=int(x[-1]),
+        measures={
+            "seam_step": seam,
+            "points": n,
+            "loss_earlier": mid_old,
+            "loss_resumed": mid_new,
+            "drop_pct": whole,
+            "drop_first_half_pct": halves[0][0],
+            "drop_second_half_pct": halves[1][0],
+            "noise_pct": se,
+            "lr_earlier": lr_old,
+            "lr_resumed": lr_new,
+        },
+        judged_against={
+            "drop_min_pct": p.drop_min_pct,
+            "noise_k": p.noise_k,
+            "min_points": p.drop_min_points,
+        },
+        summary=(
+            f"After the resume at step {seam:,} the loss ran {whole:.1f}% below the earlier "
+            f"job's on the {n:,} steps both logged ({steps}): median {num(mid_new)} against "
+            f"{num(mid_old)}, {halves[0][0]:.1f}% and {halves[1][0]:.1f}% lower in each half of "
+            f"them, though both jobs started from the same checkpoint{lr_text}. Jobs that start "
+            "from the same weights log about the same loss on the same steps; this much lower, "
+            "the resumed job was most likely fed data it had already trained on (a data loader "
+            "that started over from its first batch instead of its saved position), or an "
+            "easier data mix: a hypothesis the log cannot confirm. Its lower loss there is not "
+            "progress."
+        ),
+    )
+
+
+def _lrs(ev: Evidence, seg: int, first: int, last: int) -> tuple[float | None, float | None]:
+    """The median LR of the earlier jobs and of the resumed job on ``first..last``."""
+    tag = ev.run.metrics().get(LR)
+    if tag is None:
+        return None, None
+    old, new = _both(ev.run.frame, tag, seg, first, last)
+    if old is None or new is None:
+        return None, None
+    return (
+        float(np.median(old.get_column("value").to_numpy())),
+        float(np.median(new.get_column("value").to_numpy())),
+    )

@@ -1,0 +1,134 @@
+"""resume_drop: a resumed job whose loss runs below its earlier attempt's on the steps both
+logged, from the same checkpoint and at the same LR: data it has already trained on.
+
+The logs are written by tensorboardX, one event file per job, as a job resumed from a
+checkpoint writes them: the earlier attempt ran on to step 6,000 past its checkpoint at 5,000,
+and the resumed job logs steps 5,001 on again."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from forensics.findings import FindingKind, Severity
+from forensics.pipeline import analyze
+
+
+def _base(s: np.ndarray) -> np.ndarray:
+    return 2 + 3 * np.exp(-s / 2000)
+
+
+def _write(
+    folder: Path,
+    *,
+    resumed_factor: float = 1.0,
+    resumed_lr: float = 3e-4,
+    earlier_rise: float = 0.0,
+    resume_at: int = 5_001,
+    earlier_to: int = 6_000,
+) -> Path:
+    """Job 1: steps 1..earlier_to; job 2, resumed from the checkpoint before ``resume_at``:
+    steps resume_at..12,000. ``resumed_factor`` scales job 2's loss until step 10,000 (a data
+    loader restarted at batch 0 re-reads what the checkpoint saw); ``earlier_rise``: job 1's
+    loss rises by that fraction over its last 500 steps (the attempt going wrong)."""
+    from tensorboardX import SummaryWriter
+
+    rng = np.random.default_rng(0)
+    t0 = 1.7e9
+    w = SummaryWriter(str(folder), filename_suffix=".a")
+    s1 = np.arange(1, earlier_to + 1)
+    loss1 = _base(s1) * (1 + earlier_rise * np.clip((s1 - (earlier_to - 500)) / 500, 0, 1))
+    for s, v in zip(s1, loss1 + 0.02 * rng.standard_normal(len(s1)), strict=True):
+        w.add_scalar("train/loss", float(v), int(s), walltime=t0 + s)
+        w.add_scalar("train/lr", 3e-4, int(s), walltime=t0 + s)
+        w.add_scalar("train/grad_norm", abs(0.5 + 0.05 * rng.standard_normal()), int(s), t0 + s)
+    w.close()
+    time.sleep(1.1)  # (the second file's name carries a later second)
+    w = SummaryWriter(str(folder), filename_suffix=".b")
+    t1 = t0 + earlier_to + 600
+    s2 = np.arange(resume_at, 12_001)
+    loss2 = _base(s2) * np.where(s2 < 10_000, resumed_factor, 1.0)
+    for s, v in zip(s2, loss2 + 0.02 * rng.standard_normal(len(s2)), strict=True):
+        w.add_scalar("train/loss", float(v), int(s), walltime=t1 + s)
+        w.add_scalar("train/lr", resumed_lr, int(s), walltime=t1 + s)
+        w.add_scalar("train/grad_norm", abs(0.5 + 0.05 * rng.standard_normal()), int(s), t1 + s)
+    w.close()
+    return folder
+
+
+def _drops(d):  # noqa: ANN001, ANN202
+    return [f for f in d.findings if f.kind is FindingKind.RESUME_DROP]
+
+
+def test_a_resumed_job_that_rereads_its_data_is_a_warning(tmp_path: Path) -> None:
+    """Job 2's loss runs 7% below job 1's on steps 5,001-6,000, which both logged from the
+    checkpoint at 5,000 with the same LR. It read HEALTHY, with a restart note."""
+    d = analyze(_write(tmp_path / "run", resumed_factor=0.93))
+    (f,) = _drops(d)
+    assert f.severity is Severity.WARNING and f.metric == "loss"
+    assert (f.start_step, f.end_step) == (5_001, 6_000)
+    m = f.measures
+    assert m["seam_step"] == 5_001 and m["points"] == 1_000
+    assert m["drop_pct"] == pytest.approx(7.0, abs=0.3)
+    assert m["lr_earlier"] == m["lr_resumed"] == pytest.approx(3e-4)
+    assert f.summary.startswith(
+        "After the resume at step 5,001 the loss ran 7.0% below the earlier job's on the "
+        "1,000 steps both logged (5,001-6,000): "
+    ), f.summary
+    assert "same LR (0.0003)" in f.summary
+    assert "data it had already trained on" in f.summary and "hypothesis" in f.summary
+    assert d.verdict != "healthy"
+
+
+def test_the_levels_in_the_sentence_are_the_logged_medians(tmp_path: Path) -> None:
+    from forensics.evidence.trend_utils import num
+
+    d = analyze(_write(tmp_path / "run", resumed_factor=0.93))
+    (f,) = _drops(d)
+    frame = d.ev.run.frame
+    import polars as pl
+
+    on = frame.filter((pl.col("metric") == "loss") & pl.col("step").is_between(5_001, 6_000)).sort(
+        "segment", "step"
+    )
+    old = on.filter(pl.col("segment") == on["segment"].min())["value"].to_numpy()
+    new = on.filter(pl.col("segment") == on["segment"].max())["value"].to_numpy()
+    assert f.measures["loss_earlier"] == pytest.approx(float(np.median(old)))
+    assert f.measures["loss_resumed"] == pytest.approx(float(np.median(new)))
+    assert f"median {num(float(np.median(new)))} against {num(float(np.median(old)))}" in (
+        f.summary
+    )
+
+
+def test_a_faithful_resume_is_quiet(tmp_path: Path) -> None:
+    """The same loss on the replayed steps (each job its own batch noise): nothing."""
+    d = analyze(_write(tmp_path / "run"))
+    assert _drops(d) == []
+    assert d.verdict == "healthy"
+
+
+def test_a_resume_after_an_attempt_that_went_wrong_is_not_a_replay(tmp_path: Path) -> None:
+    """Job 1's loss climbs 40% over its last 500 steps and job 2 runs on healthy from 5,001:
+    lower than the failing attempt, as a resume that fixed it should be."""
+    d = analyze(_write(tmp_path / "run", earlier_rise=0.4))
+    assert _drops(d) == []
+
+
+def test_a_resume_at_a_lower_lr_is_explained_by_it(tmp_path: Path) -> None:
+    """Job 2 runs a third of the LR and its loss is 7% lower: the LR changed, a note says so."""
+    run = _write(tmp_path / "run", resumed_factor=0.93, resumed_lr=1e-4)
+    d = analyze(run)
+    assert _drops(d) == []
+    assert any(
+        n.startswith("resume_drop: the loss ran 7.0% below") and "another LR" in n
+        for n in d.ev.run.notes
+    ), d.ev.run.notes
+
+
+def test_a_short_replay_is_too_few_steps_to_judge(tmp_path: Path) -> None:
+    """Ten replayed steps: under min_points (20)."""
+    d = analyze(_write(tmp_path / "run", resumed_factor=0.93, earlier_to=5_010))
+    assert _drops(d) == []
