@@ -881,17 +881,39 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
     ),
     "resume_drop": (
-        _m("seam_step", int, "first step the resumed job logged (the restart finding's step)"),
-        _m("points", int, "steps both jobs logged a loss at (the replayed steps compared)"),
-        _m("loss_earlier", float, "the earlier job's median loss on those steps"),
+        _m(
+            "mode",
+            str,
+            "overlap: the steps both jobs logged, compared job against job; seam: no step "
+            "logged twice, the points after the seam against the trend of those before",
+            values=("overlap", "seam"),
+        ),
+        _m("seam_step", int, "first step the resumed job logged"),
+        _m(
+            "points",
+            int,
+            "overlap: steps both jobs logged a loss at; seam: points on each side judged "
+            "(drop_seam_points before, twice that after)",
+        ),
+        _m(
+            "loss_earlier",
+            float,
+            "overlap: the earlier job's median loss on those steps; seam: the median the "
+            "trend before the seam predicts for the first points after it",
+        ),
         _m("loss_resumed", float, "the resumed job's median loss on the same steps"),
         _m(
             "drop_pct",
             float,
-            "median of the per-step differences (earlier - resumed), % of loss_earlier",
+            "median of the per-step differences (earlier, or the trend, - resumed), % of the "
+            "earlier level",
         ),
-        _m("drop_first_half_pct", float, "the same over the first half of those steps"),
-        _m("drop_second_half_pct", float, "the same over the second half"),
+        _m(
+            "drop_first_half_pct",
+            float,
+            "the same over the first half of those steps (seam: the first drop_seam_points)",
+        ),
+        _m("drop_second_half_pct", float, "the same over the second half (seam: the next)"),
         _m(
             "noise_pct",
             float,

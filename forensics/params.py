@@ -138,6 +138,8 @@ class ResumeRegressionParams:
     # at least this many steps
     drop_min_pct: float = 2.0
     drop_min_points: int = 20
+    # a resume that logged no step twice: the points either side of its seam compared
+    drop_seam_points: int = 50
 
 
 @dataclass(frozen=True, kw_only=True)

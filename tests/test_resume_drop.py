@@ -71,7 +71,7 @@ def test_a_resumed_job_that_rereads_its_data_is_a_warning(tmp_path: Path) -> Non
     assert f.severity is Severity.WARNING and f.metric == "loss"
     assert (f.start_step, f.end_step) == (5_001, 6_000)
     m = f.measures
-    assert m["seam_step"] == 5_001 and m["points"] == 1_000
+    assert m["mode"] == "overlap" and m["seam_step"] == 5_001 and m["points"] == 1_000
     assert m["drop_pct"] == pytest.approx(7.0, abs=0.3)
     assert m["lr_earlier"] == m["lr_resumed"] == pytest.approx(3e-4)
     assert f.summary.startswith(
@@ -128,7 +128,59 @@ def test_a_resume_at_a_lower_lr_is_explained_by_it(tmp_path: Path) -> None:
     ), d.ev.run.notes
 
 
-def test_a_short_replay_is_too_few_steps_to_judge(tmp_path: Path) -> None:
-    """Ten replayed steps: under min_points (20)."""
+def test_a_short_replay_is_judged_at_the_seam(tmp_path: Path) -> None:
+    """Ten replayed steps are under min_points (20) to compare job with job: the resumed job
+    is judged at its seam instead, against the trend of the points before it."""
     d = analyze(_write(tmp_path / "run", resumed_factor=0.93, earlier_to=5_010))
+    (f,) = _drops(d)
+    assert f.measures["mode"] == "seam" and f.measures["seam_step"] == 5_001
+
+
+def _write_continuing(folder: Path, *, factor: float = 0.93, lr2: float = 3e-4) -> Path:
+    """Job 1 logs steps 1-6,000 and is pre-empted after saving its checkpoint; job 2 resumes
+    at 6,001 in a new event file (no step logged twice), its loss ``factor`` x the trend until
+    step 11,000."""
+    from tensorboardX import SummaryWriter
+
+    rng = np.random.default_rng(0)
+    t0 = 1.7e9
+    for suffix, steps, f, lr, t in (
+        (".a", np.arange(1, 6_001), 1.0, 3e-4, t0),
+        (".b", np.arange(6_001, 12_001), factor, lr2, t0 + 600),
+    ):
+        w = SummaryWriter(str(folder), filename_suffix=suffix)
+        loss = _base(steps) * np.where(steps < 11_000, f, 1.0)
+        for s, v in zip(steps, loss + 0.02 * rng.standard_normal(len(steps)), strict=True):
+            w.add_scalar("train/loss", float(v), int(s), walltime=t + s)
+            w.add_scalar("train/lr", lr, int(s), walltime=t + s)
+        w.close()
+        time.sleep(1.1)
+    return folder
+
+
+def test_a_resume_that_logs_no_step_twice_is_judged_at_its_seam(tmp_path: Path) -> None:
+    """No replayed steps to compare: the loss stepped down 7% at the first step of the new job
+    and stayed down, against the trend of the 50 points before it."""
+    d = analyze(_write_continuing(tmp_path / "run"))
+    (f,) = _drops(d)
+    m = f.measures
+    assert m["mode"] == "seam" and m["seam_step"] == 6_001 and m["points"] == 50
+    assert f.start_step == 6_001 and f.end_step == 6_100
+    assert m["drop_pct"] == pytest.approx(7.0, abs=0.6)
+    assert m["drop_first_half_pct"] == pytest.approx(7.0, abs=0.8)
+    assert m["drop_second_half_pct"] == pytest.approx(7.0, abs=0.8)
+    assert f.summary.startswith(
+        "When the job resumed at step 6,001 (a new log file, events.out.tfevents."
+    ), f.summary
+    assert ".b, begins there) the loss stepped down 7." in f.summary
+    assert "predicted by the trend of the 50 points before it" in f.summary
+
+
+@pytest.mark.parametrize(("factor", "lr2"), [(1.0, 3e-4), (0.93, 1e-4)])
+def test_a_resume_that_continues_or_changes_the_lr_is_quiet_at_its_seam(
+    tmp_path: Path, factor: float, lr2: float
+) -> None:
+    d = analyze(_write_continuing(tmp_path / "run", factor=factor, lr2=lr2))
     assert _drops(d) == []
+    if lr2 != 3e-4:
+        assert any(n.startswith("resume_drop: the loss") for n in d.ev.run.notes)

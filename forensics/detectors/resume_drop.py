@@ -23,39 +23,82 @@ The measures of its finding kind are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import num, robust_sigma
+from forensics.evidence.trend_utils import num, robust_sigma, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ResumeRegressionParams
+from forensics.run import Run
 from forensics.schema import LOSS, LR
 
 CHECK = "resume_drop"
 
 
 def resume_drops(ev: Evidence, p: ResumeRegressionParams) -> list[Finding]:
-    """One ``resume_drop`` finding per resume whose replayed steps show the drop."""
+    """One ``resume_drop`` finding per resume whose replayed steps (or seam) show the drop."""
     out: list[Finding] = []
     run = ev.run
     tag = run.metrics().get(LOSS)
     if tag is None:
         return out
+    at_seam: dict[int, str] = {}  # seam -> what shows it is one (for its sentence)
     for r in run.import_findings:
-        if r.kind is not FindingKind.RESTART or not r.measures.get("points_repeated"):
+        if r.kind is not FindingKind.RESTART:
             continue
         m = r.measures  # (integers, as the importer's restart finding writes them)
         seg = cast(int, m["segment"])
         first, last = cast(int, m["resumed_from_step"]), cast(int, m["last_step_before"])
-        old, new = _both(run.frame, tag, seg, first, last)
-        if old is None or new is None:
-            continue
-        f = _judge(ev, p, r.start_step, seg, old, new)
+        old, new = (None, None)
+        if m.get("points_repeated"):
+            old, new = _both(run.frame, tag, seg, first, last)
+        if old is not None and new is not None and _common(old, new) >= p.drop_min_points:
+            f = _judge(ev, p, r.start_step, seg, old, new)
+            if f is not None:
+                out.append(f)
+        else:  # nothing (or too little) logged twice: the seam itself
+            at_seam[r.start_step] = ""
+    for step, name in _file_seams(run, tag):
+        at_seam.setdefault(step, f" (a new log file, {name}, begins there)")
+    seams = sorted(at_seam)
+    for i, seam in enumerate(seams):
+        nxt = seams[i + 1] if i + 1 < len(seams) else None
+        f = _judge_seam(ev, p, seam, nxt, at_seam[seam])
         if f is not None:
             out.append(f)
+    return out
+
+
+def _common(old: pl.DataFrame, new: pl.DataFrame) -> int:
+    return old.join(new, on="step", how="semi").height
+
+
+def _file_seams(run: Run, tag: str) -> list[tuple[int, str]]:
+    """(first step, file name) of each log file of ``tag`` that begins after the one before
+    it ends: a new job that went on where an earlier one stopped (a TensorBoard writer per
+    job), which the steps alone do not show."""
+    if "file_idx" not in run.frame.columns:
+        return []
+    per = (
+        run.frame.filter(pl.col("tag") == tag)
+        .group_by("file_idx")
+        .agg(
+            pl.col("step").min().alias("first"),
+            pl.col("step").max().alias("last"),
+            pl.col("file").first().cast(pl.Utf8).alias("name"),
+        )
+        .drop_nulls(["first", "last"])
+        .sort("first")
+    )
+    out: list[tuple[int, str]] = []
+    rows = per.to_dicts()
+    for prev, cur in zip(rows, rows[1:], strict=False):
+        if int(cur["first"]) > int(prev["last"]):
+            out.append((int(cur["first"]), Path(str(cur["name"])).name))
     return out
 
 
@@ -133,6 +176,7 @@ def _judge(
         start_step=int(x[0]),
         end_step=int(x[-1]),
         measures={
+            "mode": "overlap",
             "seam_step": seam,
             "points": n,
             "loss_earlier": mid_old,
@@ -175,3 +219,90 @@ def _lrs(ev: Evidence, seg: int, first: int, last: int) -> tuple[float | None, f
         float(np.median(old.get_column("value").to_numpy())),
         float(np.median(new.get_column("value").to_numpy())),
     )
+
+
+def _judge_seam(
+    ev: Evidence, p: ResumeRegressionParams, seam: int, nxt: int | None, shown: str
+) -> Finding | None:
+    """The seam of a resume that logged no step twice: the loss over the first ``w`` points
+    after it and the next ``w``, against the Theil-Sen trend of the ``w`` points before it
+    carried on (``w``: ``drop_seam_points``)."""
+    w = p.drop_seam_points
+    s = ev.series(LOSS)
+    ok = np.isfinite(s.values)
+    x, y = s.steps[ok], s.values[ok]
+    i = int(np.searchsorted(x, seam, side="left"))
+    j = int(np.searchsorted(x, nxt, side="left")) if nxt is not None else len(x)
+    if i < w or j - i < 2 * w:
+        return None
+    xb, yb = x[i - w : i], y[i - w : i]
+    trend = theil_sen(xb, yb, max_points=None)
+    level = float(np.median(yb))
+    if trend is None or not level > 0:
+        return None
+    sigma = robust_sigma(yb - (trend.intercept + trend.slope * xb))
+    se = 100.0 * 1.2533 * sigma / np.sqrt(w) / level
+
+    def drop(lo: int, hi: int) -> float:
+        xa, ya = x[lo:hi], y[lo:hi]
+        return -100.0 * float(np.median(ya - (trend.intercept + trend.slope * xa))) / level
+
+    halves = [drop(i, i + w), drop(i + w, i + 2 * w)]
+    if not all(h >= p.drop_min_pct and h > p.noise_k * se for h in halves):
+        return None
+    whole = drop(i, i + 2 * w)
+    lr = ev.series(LR)
+    lr_old = _median_in(lr.steps, lr.values, int(xb[0]), seam - 1)
+    lr_new = _median_in(lr.steps, lr.values, seam, int(x[i + 2 * w - 1]))
+    end = int(x[i + 2 * w - 1])
+    if lr_old is not None and lr_new is not None and not np.isclose(lr_old, lr_new, rtol=0.01):
+        ev.run.note(
+            f"{CHECK}: the loss stepped down {whole:.1f}% when the job resumed at step "
+            f"{seam:,}, but the resumed job ran another LR ({num(lr_new)} against "
+            f"{num(lr_old)} before): that explains it"
+        )
+        return None
+    pred = float(np.median(trend.intercept + trend.slope * x[i : i + w]))
+    now = float(np.median(y[i : i + w]))
+    lr_text = f", at the same LR ({num(lr_new)})" if lr_new is not None else ""
+    return Finding(
+        kind=FindingKind.RESUME_DROP,
+        severity=Severity.WARNING,
+        metric=LOSS,
+        start_step=seam,
+        end_step=end,
+        measures={
+            "mode": "seam",
+            "seam_step": seam,
+            "points": w,
+            "loss_earlier": pred,
+            "loss_resumed": now,
+            "drop_pct": whole,
+            "drop_first_half_pct": halves[0],
+            "drop_second_half_pct": halves[1],
+            "noise_pct": se,
+            "lr_earlier": lr_old,
+            "lr_resumed": lr_new,
+        },
+        judged_against={
+            "drop_min_pct": p.drop_min_pct,
+            "noise_k": p.noise_k,
+            "seam_points": w,
+        },
+        summary=(
+            f"When the job resumed at step {seam:,}{shown} the loss stepped down "
+            f"{whole:.1f}% at once and stayed down: median {num(now)} over the {w:,} points "
+            f"after it against {num(pred)} predicted by the trend of the {w:,} points before "
+            f"it ({halves[0]:.1f}% and {halves[1]:.1f}% lower over the first {w:,} points and "
+            f"the next {w:,}){lr_text}. A resumed job goes on from the weights its checkpoint "
+            "saved; this much lower at once, it was most likely fed data it had already "
+            "trained on (a data loader that started over from its first batch instead of its "
+            "saved position), or an easier data mix: a hypothesis the log cannot confirm. Its "
+            "lower loss there is not progress."
+        ),
+    )
+
+
+def _median_in(steps: np.ndarray, values: np.ndarray, lo: int, hi: int) -> float | None:
+    sel = (steps >= lo) & (steps <= hi) & np.isfinite(values)
+    return float(np.median(values[sel])) if sel.any() else None

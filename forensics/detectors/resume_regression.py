@@ -64,7 +64,7 @@ class ResumeRegressionDetector:
         seams = sorted(
             {int(f.start_step) for f in ev.run.import_findings if f.kind is FindingKind.RESTART}
         )
-        if not seams or not ev.has(LOSS):
+        if not ev.has(LOSS):
             return []
         out: list[Finding] = []
         for i, seam in enumerate(seams):
