@@ -605,6 +605,19 @@ def _resume(x: _Facts, f: Finding) -> Cause:
                 (r,),
                 anchor=r,
             )
+    if f.kind is FindingKind.RESUME_DROP:
+        # Its seam is a resume by its own evidence: a restart the importer recorded, or a new
+        # log file going on at the next step (which the steps alone do not show).
+        seam, name = f.measures.get("seam_step"), f.measures.get("new_file")
+        if isinstance(seam, int):
+            shown = f" (a new log file, {name}, begins there)" if name else ""
+            return Cause(
+                "resume",
+                SUPPORTED,
+                f"the job resumed at step {seam:,}{shown}, at the onset",
+                (seam,),
+                anchor=seam,
+            )
     onset = f.start_step
     reach = x.near
     latest = f.onset_bounds[1]  # (an onset fitted on bins may lie up to here)

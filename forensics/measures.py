@@ -890,6 +890,13 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("seam_step", int, "first step the resumed job logged"),
         _m(
+            "new_file",
+            str,
+            "the log file that begins at the seam when that file is what shows the resume "
+            "(null: a restart the importer recorded)",
+            null=True,
+        ),
+        _m(
             "points",
             int,
             "overlap: steps both jobs logged a loss at; seam: points on each side judged "

@@ -184,3 +184,17 @@ def test_a_resume_that_continues_or_changes_the_lr_is_quiet_at_its_seam(
     assert _drops(d) == []
     if lr2 != 3e-4:
         assert any(n.startswith("resume_drop: the loss") for n in d.ev.run.notes)
+
+
+def test_the_resume_cause_agrees_with_the_finding_at_a_file_seam(tmp_path: Path) -> None:
+    """The steps show no restart at a new file that goes on at the next step; the finding
+    says the job resumed there, and its resume cause read "contradicted: no restart in the
+    log within 100 steps". The cause is supported by the finding's own seam."""
+    from forensics.causes import SUPPORTED, find_causes
+
+    d = analyze(_write_continuing(tmp_path / "run"))
+    (f,) = _drops(d)
+    assert f.measures["new_file"].startswith("events.out.tfevents.")
+    (c,) = [c for c in find_causes(d.ev, f, d.findings) if c.cause == "resume"]
+    assert c.status == SUPPORTED
+    assert c.evidence.startswith("the job resumed at step 6,001 (a new log file, events.out")

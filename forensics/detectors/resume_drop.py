@@ -46,7 +46,7 @@ def resume_drops(ev: Evidence, p: ResumeRegressionParams) -> list[Finding]:
     tag = run.metrics().get(LOSS)
     if tag is None:
         return out
-    at_seam: dict[int, str] = {}  # seam -> what shows it is one (for its sentence)
+    at_seam: dict[int, str | None] = {}  # seam -> the new log file that shows it (or None)
     for r in run.import_findings:
         if r.kind is not FindingKind.RESTART:
             continue
@@ -61,9 +61,9 @@ def resume_drops(ev: Evidence, p: ResumeRegressionParams) -> list[Finding]:
             if f is not None:
                 out.append(f)
         else:  # nothing (or too little) logged twice: the seam itself
-            at_seam[r.start_step] = ""
+            at_seam[r.start_step] = None
     for step, name in _file_seams(run, tag):
-        at_seam.setdefault(step, f" (a new log file, {name}, begins there)")
+        at_seam.setdefault(step, name)
     seams = sorted(at_seam)
     for i, seam in enumerate(seams):
         nxt = seams[i + 1] if i + 1 < len(seams) else None
@@ -178,6 +178,7 @@ def _judge(
         measures={
             "mode": "overlap",
             "seam_step": seam,
+            "new_file": None,
             "points": n,
             "loss_earlier": mid_old,
             "loss_resumed": mid_new,
@@ -222,7 +223,7 @@ def _lrs(ev: Evidence, seg: int, first: int, last: int) -> tuple[float | None, f
 
 
 def _judge_seam(
-    ev: Evidence, p: ResumeRegressionParams, seam: int, nxt: int | None, shown: str
+    ev: Evidence, p: ResumeRegressionParams, seam: int, nxt: int | None, new_file: str | None
 ) -> Finding | None:
     """The seam of a resume that logged no step twice: the loss over the first ``w`` points
     after it and the next ``w``, against the Theil-Sen trend of the ``w`` points before it
@@ -265,6 +266,7 @@ def _judge_seam(
     pred = float(np.median(trend.intercept + trend.slope * x[i : i + w]))
     now = float(np.median(y[i : i + w]))
     lr_text = f", at the same LR ({num(lr_new)})" if lr_new is not None else ""
+    shown = f" (a new log file, {new_file}, begins there)" if new_file else ""
     return Finding(
         kind=FindingKind.RESUME_DROP,
         severity=Severity.WARNING,
@@ -274,6 +276,7 @@ def _judge_seam(
         measures={
             "mode": "seam",
             "seam_step": seam,
+            "new_file": new_file,
             "points": w,
             "loss_earlier": pred,
             "loss_resumed": now,
