@@ -198,3 +198,23 @@ def test_the_resume_cause_agrees_with_the_finding_at_a_file_seam(tmp_path: Path)
     (c,) = [c for c in find_causes(d.ev, f, d.findings) if c.cause == "resume"]
     assert c.status == SUPPORTED
     assert c.evidence.startswith("the job resumed at step 6,001 (a new log file, events.out")
+
+
+def test_the_loss_chart_draws_the_earlier_job_on_the_steps_compared(tmp_path: Path) -> None:
+    """The chart showed only the resumed job's values on steps 5,001-6,000 (the view keeps
+    them), so the 7% the sentence states could not be seen. The earlier job's loss there is
+    drawn dotted beside them, on the loss chart only."""
+    from forensics.report.charts import build_panels
+
+    d = analyze(_write(tmp_path / "run", resumed_factor=0.93))
+    panels = build_panels(d.ev, d.findings)
+    loss = next(p for p in panels if p.key == "loss")
+    (line,) = [t for t in loss.figure["data"] if t.get("name") == "earlier job (steps 5,001-6,000)"]
+    assert line["line"]["dash"] == "dot"
+    ys = [v for v in line["y"] if v is not None]
+    assert np.median(ys) == pytest.approx(2.192, abs=0.01)  # the earlier job's, not the view's
+    assert "Dotted grey: the earlier job's loss at steps 5,001-6,000" in loss.caption
+    others = [p for p in panels if p.key != "loss"]
+    assert not any(
+        t.get("name", "").startswith("earlier job") for p in others for t in p.figure["data"]
+    )

@@ -1002,6 +1002,14 @@ def build_panels(
     for i, p in enumerate(drawn):
         marked = _replaced_lines(ev, p, replaced, buckets, mark=i == 0)
         placed |= {id(f) for f in marked}
+    drops = [
+        f
+        for f in findings
+        if f.kind is FindingKind.RESUME_DROP and f.measures.get("mode") == "overlap"
+    ]
+    for p in panels:
+        if drops and p.key == LOSS:
+            _earlier_job_lines(ev, p, drops, buckets)
     rest = [f for f in findings if id(f) not in placed]
     if rest and panels:
         first = panels[0]
@@ -1031,7 +1039,6 @@ def _replaced_lines(
     resumed job's there), as a dotted grey line: the steps a replaced_attempt finding names
     show what it says, not the resumed job's values. ``mark``: the findings' markers go on
     these lines (the first such panel)."""
-    import polars as pl
 
     tag = ev.run.metrics().get(panel.key)
     marked: list[Finding] = []
@@ -1042,17 +1049,7 @@ def _replaced_lines(
         k, resumed = f.measures.get("segment"), f.measures.get("resumed_from_step")
         if not (isinstance(k, int) and isinstance(resumed, int)):
             continue
-        rows = (
-            ev.run.frame.filter(
-                (pl.col("tag") == tag)
-                & (pl.col("segment") < k)
-                & (pl.col("step") >= resumed)
-                & pl.col("layer").is_null()
-            )
-            .select("step", "value", "segment")
-            .sort("step", "segment", maintain_order=True)
-            .unique("step", keep="last", maintain_order=True)  # a step of two earlier attempts
-        )
+        rows = _earlier_rows(ev, tag, k, resumed, None)
         if rows.is_empty():
             continue
         x = rows.get_column("step").to_numpy().astype(np.int64)
@@ -1077,6 +1074,67 @@ def _replaced_lines(
             f"{', '.join(drawn)}; the solid line there is the resumed job's."
         )
     return marked
+
+
+def _earlier_rows(ev: Evidence, tag: str, segment: int, lo: int, hi: int | None) -> Any:
+    """(step, value) of ``tag`` that the jobs before ``segment`` logged from step ``lo`` on
+    (to ``hi``), one a step: the latest earlier job's."""
+    import polars as pl
+
+    cond = (
+        (pl.col("tag") == tag)
+        & (pl.col("segment") < segment)
+        & (pl.col("step") >= lo)
+        & pl.col("layer").is_null()
+    )
+    if hi is not None:
+        cond &= pl.col("step") <= hi
+    return (
+        ev.run.frame.filter(cond)
+        .select("step", "value", "segment")
+        .sort("step", "segment", maintain_order=True)
+        .unique("step", keep="last", maintain_order=True)  # a step of two earlier attempts
+    )
+
+
+def _earlier_job_lines(ev: Evidence, panel: Panel, drops: list[Finding], buckets: int) -> None:
+    """The earlier job's loss on the steps a ``resume_drop`` compared (the view keeps the
+    resumed job's there), dotted grey: the drop its sentence states, seen."""
+    tag = ev.run.metrics().get(LOSS)
+    if tag is None:
+        return
+    seg_of = {
+        f.start_step: f.measures.get("segment")
+        for f in ev.run.import_findings
+        if f.kind is FindingKind.RESTART
+    }
+    drawn = []
+    for f in drops:
+        k = seg_of.get(f.start_step)
+        if not isinstance(k, int) or f.end_step is None:
+            continue
+        rows = _earlier_rows(ev, tag, k, f.start_step, f.end_step)
+        if rows.is_empty():
+            continue
+        x = rows.get_column("step").to_numpy().astype(np.int64)
+        y = rows.get_column("value").to_numpy().astype(float)
+        dx, dy = downsample(x, y, buckets, _keep_steps([f]))
+        label = f"{int(x[0]):,}-{int(x[-1]):,}"
+        panel.figure["data"].append(
+            _line(
+                dx,
+                dy,
+                f"earlier job (steps {label})",
+                line={"color": "#7f7f7f", "width": 1, "dash": "dot"},
+            )
+        )
+        drawn.append(label)
+    if drawn:
+        panel.caption += (
+            f" Dotted grey: the earlier job's loss at steps {', '.join(drawn)}, which the "
+            "resumed job logged again from the same checkpoint (resume_drop); the solid line "
+            "there is the resumed job's."
+        )
 
 
 def _span_the_run(fig: dict[str, Any], first: int, last: int) -> None:
