@@ -903,6 +903,31 @@ def _climb(x: _Facts, f: Finding) -> Cause:
             (g.start_step,),
             anchor=g.start_step,
         )
+    # A climb fitted at or after an onset that is itself known only to a range (a score
+    # turning between two evals), whose own range reaches into it: the log cannot put the
+    # climb after the onset (the article's case: a benchmark fine at 6,000 and down by
+    # 8,000, the grad norm climbing from 6,500).
+    lo, hi = f.onset_bounds
+    level = [
+        g
+        for g in drifts
+        if g.start_step >= f.start_step
+        and g.onset_bounds[0] <= hi
+        and hi > lo
+        and g.severity is not Severity.INFO
+    ]
+    if level:
+        g = level[0]
+        g_lo, g_hi = g.onset_bounds
+        own = f" (anywhere in {g_lo:,}-{g_hi:,})" if g_hi > g_lo else ""
+        return Cause(
+            "grad_norm_climb",
+            SUPPORTED,
+            f"the grad norm has been climbing since step {g.start_step:,}{own}; this onset is "
+            f"known only to steps {lo:,}-{hi:,}, so the log cannot put it after this onset",
+            (g.start_step,),
+            anchor=g.start_step,
+        )
     if drifts:
         return Cause(
             "grad_norm_climb",

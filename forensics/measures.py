@@ -814,6 +814,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("best", float, "best smoothed score (rolling median of 3 evals)"),
         _m("best_step", int, "step of that best score (the onset)"),
         _m("best_logged", float, "the score logged at best_step (best is a median of 3)"),
+        _m(
+            "turn_step",
+            int,
+            "where the score turned down: the knot of a two-piece line bending down, when it "
+            "lies after best_step (a score that held flat); else best_step. The finding's onset",
+        ),
         _m("current", float, "smoothed score now (median of the last evals)"),
         _m("current_evals", int, "how many of the last evals current is the median of (<= 3)"),
         _m("last_value", float, "the last logged score (at the finding's end step)"),

@@ -178,10 +178,25 @@ def _unordered_clauses(head: Mover, followers: list[Mover]) -> list[str]:
     onsets whose ranges meet (the head's, when it reaches a follower's onset; a follower's,
     when it reaches back to the head's), then the series that logged nothing in between."""
     ranged = [m for m in followers if "range" in m.unordered_by]
+    # Ranges that overlap with neither onset inside the other's range: both are named.
+    both = [
+        m
+        for m in ranged
+        if head.onset_range is not None
+        and m.onset_range is not None
+        and m.step > head.onset_range[1]
+        and m.onset_range[0] > head.step
+    ]
     wide: list[Mover] = []
-    if head.onset_range is not None and any(m.step <= head.onset_range[1] for m in ranged):
+    if head.onset_range is not None and any(
+        m.step <= head.onset_range[1] or m in both for m in ranged
+    ):
         wide.append(head)
-    wide += [m for m in ranged if m.onset_range is not None and m.onset_range[0] <= head.step]
+    wide += [
+        m
+        for m in ranged
+        if m.onset_range is not None and (m.onset_range[0] <= head.step or m in both)
+    ]
     out = [
         f"the {m.label}'s onset lies anywhere in steps {m.onset_range[0]:,}-"
         f"{m.onset_range[1]:,} (a fitted bend: it fits about as well anywhere there)"
@@ -261,7 +276,8 @@ def build_timeline(
         why: tuple[str, ...] = ()
         if lag > 0:
             earliest = found.onset_bounds[0] if found is not None else step
-            if earliest <= onsets[0][0] or step <= head_latest:
+            # (the two ranges meet: one onset in the other's range, or the ranges overlap)
+            if earliest <= head_latest:
                 why += ("range",)
             if found is not None and previous_point is not None:
                 before = previous_point(found)

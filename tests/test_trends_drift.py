@@ -322,3 +322,80 @@ def test_grad_norm_and_loss_climbing_together_under_the_divergence_lines():
     )
     assert "the prelude to a divergence" in f.summary, f.summary
     assert "healthy" not in diag.verdict.lower()
+
+
+def _article_case_jsonl(path, seed: int = 1):  # noqa: ANN001, ANN202
+    """The article's section 3 case as a JSONL log: a fixed LR after a 500-step warm-up, the
+    loss falling smoothly, a benchmark that has held at 62 since early on and loses three
+    points from step 6,000 to 8,000 (and on), and the grad norm climbing from 0.8 to 2.5 from
+    step 6,500."""
+    import json
+
+    rng = np.random.default_rng(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / "metrics.jsonl").open("w") as fh:
+        for s in range(1, 9001):
+            g = 0.8 if s < 6500 else min(2.5, 0.8 + 1.7 * (s - 6500) / 1500)
+            row = {
+                "step": s,
+                "train/loss": 1.6 + 0.8 * np.exp(-s / 3000) + 0.02 * rng.standard_normal(),
+                "train/lr": 2e-5 * min(1.0, s / 500),
+                "train/grad_norm": g * (1 + 0.05 * rng.standard_normal()),
+            }
+            if s % 500 == 0:
+                acc = 62.0 if s <= 6000 else 62.0 - 3.0 * (s - 6000) / 2000
+                row["eval/mmlu_acc"] = acc + 0.3 * rng.standard_normal()
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+def test_an_eval_that_held_flat_regresses_from_where_it_turned(tmp_path) -> None:  # noqa: ANN001
+    """The benchmark held at 62 (noise 0.3) from early on and turned down after step 6,000.
+    The regression's onset was its best smoothed eval, a noise peak at step 3,000: "slipped
+    from 62.02 around step 3,000", 3,500 steps before the grad norm began to climb, and the
+    two became separate incidents with no cause. The onset is now the last eval still at its
+    best level; the drift joins it, as in the article."""
+    from forensics.pipeline import analyze
+
+    d = analyze(_article_case_jsonl(tmp_path / "run"))
+    (f,) = [g for g in d.findings if g.kind is FindingKind.EVAL_REGRESSION]
+    assert f.start_step == 6_000, f.summary
+    assert f.measures["best_step"] <= 6_000
+    assert "held near its best" in f.summary and "until step 6,000" in f.summary, f.summary
+    assert f.severity is Severity.CRITICAL and f.measures["grad_norm_drift"] is True
+    (inc,) = [i for i in d.incidents if any(g is f for g in i.findings)]
+    assert any(g.kind is FindingKind.GRAD_NORM_DRIFT for g in inc.findings)
+
+
+def test_the_article_case_names_the_grad_norm_climb_as_its_cause(tmp_path) -> None:  # noqa: ANN001
+    """The benchmark turned down after step 6,000 (its onset known to 5,500-6,500 on evals every
+    500 steps) and the grad norm began its climb at 6,514 (6,471-6,557): the log cannot put the
+    climb after the turn. The climb cause read "contradicted: the grad-norm drift the log shows
+    is not going on at step 6,000"; it is supported, and says the two onsets overlap."""
+    from forensics.causes import SUPPORTED, find_causes
+    from forensics.pipeline import analyze
+
+    d = analyze(_article_case_jsonl(tmp_path / "run"))
+    (f,) = [g for g in d.findings if g.kind is FindingKind.EVAL_REGRESSION]
+    (c,) = [c for c in find_causes(d.ev, f, d.findings) if c.cause == "grad_norm_climb"]
+    assert c.status == SUPPORTED, c.evidence
+    assert c.evidence.startswith("the grad norm has been climbing since step 6,514"), c.evidence
+    assert "cannot put it after this onset" in c.evidence
+
+
+def test_two_onsets_whose_ranges_overlap_are_not_put_in_order(tmp_path) -> None:  # noqa: ANN001
+    """The benchmark's onset lies anywhere in 5,500-6,500, the grad norm's in about 6,470-6,560:
+    neither onset lies in the other's range, but the ranges overlap, so the log cannot tell
+    which moved first. It read "The eval mmlu_acc moved first ...; then the gradient norm 514
+    steps later"."""
+    from forensics.pipeline import analyze
+
+    d = analyze(_article_case_jsonl(tmp_path / "run"))
+    (drift,) = [g for g in d.findings if g.kind is FindingKind.GRAD_NORM_DRIFT]
+    lo, hi = drift.onset_bounds
+    assert drift.start_step > 6_500 and lo <= 6_500  # (neither onset in the other's range)
+    text = d.timeline.sentence()
+    assert text.startswith("The eval mmlu_acc's onset is the earliest (step 6,000"), text
+    assert "the eval mmlu_acc's onset lies anywhere in steps 5,500-6,500" in text, text
+    assert f"the gradient norm's onset lies anywhere in steps {lo:,}-{hi:,}" in text, text
+    assert text.endswith("the log cannot tell which moved first."), text

@@ -24,6 +24,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.trend_utils import (
+    hinge_onset,
     robust_sigma,
     rolling_median,
     sig,
@@ -152,10 +153,21 @@ class EvalRegressionDetector:
                     else None
                 )
         worst_i = best_i + int(np.argmin(score[best_i:]))
+        # Where it turned: a score that held flat has its best at a noise peak anywhere on the
+        # flat (step 2,000 of a benchmark flat at 62 until 6,000), and the slide begins where
+        # the flat ends: the knot of a two-piece line bending down (an eval step, with the
+        # steps it cannot be told from), when that lies after the best.
+        turn_i, turn_range = best_i, None
+        h = hinge_onset(x.astype(float), -score)
+        if h is not None and h.after > h.before:
+            k = int(np.searchsorted(x, h.onset, side="right")) - 1
+            if best_i < k <= worst_i:
+                turn_i, turn_range = k, (h.lo, h.hi)
         sign = -1.0 if lower else 1.0
         return {
             "metric": metric,
-            "start": int(x[best_i]),
+            "start": int(x[turn_i]),
+            "range": turn_range,
             "peak": int(x[worst_i]),
             "end": int(x[-1]),
             "m": {
@@ -163,6 +175,7 @@ class EvalRegressionDetector:
                 "best": sign * best,
                 "best_step": int(x[best_i]),
                 "best_logged": float(y[best_i]),
+                "turn_step": int(x[turn_i]),
                 "current": sign * now,
                 "current_evals": n_now,
                 "last_value": float(y[-1]),
@@ -218,7 +231,16 @@ class EvalRegressionDetector:
             if now == last
             else f"{now} (the median of the last {m['current_evals']}; {last} at step {f['end']:,})"
         )
-        summary = f"{f['metric']} slipped from {best_txt} to {now_txt}{pct} while {loss_txt}" + (
+        if m["turn_step"] > m["best_step"]:
+            # (held flat: the best is one of the evals on the flat, the slide begins after it)
+            of3 = "" if best == logged else f", the median of 3 evals; {logged} logged there"
+            moved = (
+                f"held near its best ({best} at step {m['best_step']:,}{of3}) until step "
+                f"{m['turn_step']:,}, then slipped"
+            )
+        else:
+            moved = f"slipped from {best_txt}"
+        summary = f"{f['metric']} {moved} to {now_txt}{pct} while {loss_txt}" + (
             "; the grad norm drifts up over the same stretch." if overlap else "."
         )
         return Finding(
@@ -228,6 +250,7 @@ class EvalRegressionDetector:
             start_step=f["start"],
             peak_step=f["peak"],
             end_step=f["end"],
+            onset_range=f["range"],
             measures=m,
             summary=summary,
             judged_against=judged,
