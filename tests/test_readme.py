@@ -26,17 +26,17 @@ def test_readme_starts_with_the_two_commands() -> None:
     pytest."""
     blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
     assert blocks[0].strip() == "pip install . && forensics analyze sample_runs/bad_batch"
-    assert blocks[1].strip() == "pip install '.[test]' && pytest"
+    assert blocks[1].strip() == "pip install -e '.[test]' && pytest"
     assert (ROOT / "sample_runs" / "bad_batch").is_dir()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "pip install '.[test]' && pytest" in ci
+    assert "pip install -e '.[test]' && pytest" in ci
 
 
 def test_ci_runs_the_linters_after_the_tests() -> None:
     """.ci/run: the README's test command first, then ruff check, ruff format --check, mypy."""
     ci = (ROOT / ".ci" / "run").read_text()
     order = [
-        ci.index("pip install '.[test]' && pytest"),
+        ci.index("pip install -e '.[test]' && pytest"),
         ci.index("ruff check ."),
         ci.index("ruff format --check ."),
         ci.index("mypy forensics"),

@@ -1,9 +1,13 @@
 """``order_stats.slope_stats_rows`` (the spike trend windows' Theil-Sen order statistics, one
 window at a time) against the plain computation: ``np.partition`` of each window's
-``pairwise_slopes`` and of its first-half pairs, value for value."""
+``pairwise_slopes`` and of its first-half pairs, value for value; both ways of computing it
+(numpy, and the compiled kernel ``forensics/evidence/_slopes.c`` where it was built)."""
 
 from __future__ import annotations
 
+import shutil
+import sysconfig
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,6 +17,32 @@ from test_spike_fast_path import _bits, _series
 from forensics.evidence import order_stats
 from forensics.evidence.robust import _interval_ranks
 from forensics.evidence.spike_shape import log_steps
+
+Stats = Callable[[np.ndarray, np.ndarray, list[int], list[int]], tuple[np.ndarray, np.ndarray]]
+
+
+def _compiled(x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int]) -> Any:
+    # Three threads, so that the rows are split unevenly and some thread gets one row.
+    return order_stats.slope_stats_rows_compiled(x, y, ks, ks_h, threads=3)
+
+
+@pytest.fixture(params=["numpy", "compiled"])
+def stats(request: pytest.FixtureRequest) -> Stats:
+    if request.param == "numpy":
+        return order_stats.slope_stats_rows_numpy
+    if order_stats._slopes is None:
+        pytest.skip("the compiled kernel was not built here (no C compiler at install)")
+    return _compiled
+
+
+def test_the_compiled_kernel_is_built_where_a_compiler_is() -> None:
+    """setup.py builds the kernel as an optional extension: a failed build leaves the numpy
+    path, the same numbers several times slower. Where a C compiler is found, it must have
+    been built (or the install lost its speed without a word)."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}) on this machine")
+    assert order_stats._slopes is not None
 
 
 def _ranks(n: int) -> tuple[list[int], list[int]]:
@@ -51,7 +81,7 @@ def _windows(rng: np.random.Generator, k: int, n: int) -> tuple[np.ndarray, np.n
     return x, y
 
 
-def test_slope_stats_rows_equal_the_plain_selection() -> None:
+def test_slope_stats_rows_equal_the_plain_selection(stats: Stats) -> None:
     rng = np.random.default_rng(53)
     for trial in range(60):
         n = int(rng.choice([80, 81, 97, 150, 300, 301]))
@@ -59,7 +89,7 @@ def test_slope_stats_rows_equal_the_plain_selection() -> None:
         x, y = _windows(rng, k, n)
         ks, ks_h = _ranks(n)
         with np.errstate(all="ignore"):
-            got, got_h = order_stats.slope_stats_rows(x, y, ks, ks_h)
+            got, got_h = stats(x, y, ks, ks_h)
             want, want_h = _plain(x, y, ks, ks_h)
         assert _bits(got + 0.0) == want, trial
         assert _bits(got_h + 0.0) == want_h, trial
@@ -71,7 +101,8 @@ def test_slope_stats_rows_exact_whatever_the_bounds(
 ) -> None:
     """The sample's bounds decide only the speed: with none at all (every rank missed, each
     window sorted), no margin, and a wide one, the same values; and ranks anywhere, the
-    first and the last included."""
+    first and the last included. (The numpy path's sample; the compiled kernel's misses are
+    the extreme ranks of test_compiled_kernel_on_ties_infinite_slopes_and_many_rows.)"""
     monkeypatch.setattr(order_stats, "_PICK_MARGIN", margin)
     rng = np.random.default_rng(59)
     for trial in range(8):
@@ -81,20 +112,64 @@ def test_slope_stats_rows_exact_whatever_the_bounds(
         if trial % 2:
             ks, ks_h = [0, 7, 20000, 44849], [0, 11174]
         with np.errstate(all="ignore"):
-            got, got_h = order_stats.slope_stats_rows(x, y, ks, ks_h)
+            got, got_h = order_stats.slope_stats_rows_numpy(x, y, ks, ks_h)
             want, want_h = _plain(x, y, ks, ks_h)
         assert _bits(got + 0.0) == want, (margin, trial)
         assert _bits(got_h + 0.0) == want_h, (margin, trial)
 
 
-def test_slope_stats_rows_of_no_window_and_tiny_ones() -> None:
-    got, got_h = order_stats.slope_stats_rows(np.empty((0, 300)), np.empty((0, 300)), [1], [2])
+def test_slope_stats_rows_of_no_window_and_tiny_ones(stats: Stats) -> None:
+    got, got_h = stats(np.empty((0, 300)), np.empty((0, 300)), [1], [2])
     assert got.shape == (0, 1) and got_h.shape == (0, 1)
     x = log_steps(np.arange(10)[None, :] + np.array([[5], [900]]))
     y = np.random.default_rng(61).standard_normal((2, 10))
-    got, got_h = order_stats.slope_stats_rows(x, y, [0, 22, 44], [0, 9])
+    got, got_h = stats(x, y, [0, 22, 44], [0, 9])
     want, want_h = _plain(x, y, [0, 22, 44], [0, 9])
     assert _bits(got + 0.0) == want and _bits(got_h + 0.0) == want_h
+
+
+def test_compiled_kernel_on_ties_infinite_slopes_and_many_rows(stats: Stats) -> None:
+    """Windows the numpy path meets rarely: a few distinct values (runs of equal slopes
+    across the bins), values near the largest double (differences that overflow to an
+    infinite slope, so an infinite bound), a constant window (every slope zero), and more
+    windows than a thread takes (the rows split between threads)."""
+    rng = np.random.default_rng(73)
+    n = 300
+    x, y = _windows(rng, 40, n)
+    y[0:10] = np.round(y[0:10], 1) + 1.0  # ties (no -0.0: the values stay positive)
+    y[10:14] = rng.choice([1e308, -1e308, 5e307, 1.0], (4, n))  # overflowing differences
+    y[14] = 2.5  # every slope 0.0
+    ks, ks_h = _ranks(n)
+    for ranks, ranks_h in [(ks, ks_h), ([0, 1, 22424, 44848, 44849], [0, 5587, 11174])]:
+        with np.errstate(all="ignore"):
+            got, got_h = stats(x, y, ranks, ranks_h)
+            want, want_h = _plain(x, y, ranks, ranks_h)
+        assert _bits(got + 0.0) == want
+        assert _bits(got_h + 0.0) == want_h
+
+
+def test_compiled_kernel_refuses_what_it_cannot_read() -> None:
+    """The kernel checks its arguments (a wrong dtype, shape, order of ranks or row range is
+    a ValueError, never a read out of bounds)."""
+    if order_stats._slopes is None:
+        pytest.skip("the compiled kernel was not built here (no C compiler at install)")
+    k, n = 2, 100
+    x = np.tile(np.arange(n, dtype=float), (k, 1))
+    got, got_h = np.empty((k, 2)), np.empty((k, 1))
+    call = order_stats._slopes.stats_rows
+    call(x, x, k, n, (3, 4), (5,), got, got_h, 0, k)  # fine
+    bad = [
+        (x.astype(np.float32), x, k, n, (3, 4), (5,), got, got_h, 0, k),
+        (x, x, k, n + 1, (3, 4), (5,), got, got_h, 0, k),
+        (x, x, k, n, (4, 3), (5,), got, got_h, 0, k),
+        (x, x, k, n, (3, n * n), (5,), got, got_h, 0, k),
+        (x, x, k, n, (3, 4), (5,), got, got_h, 0, k + 1),
+        (x, x, k, n, (3, 4), (5,), np.empty((k, 3)), got_h, 0, k),
+        (x[:, ::2].copy(), x, k, n, (3, 4), (5,), got, got_h, 0, k),
+    ]
+    for args in bad:
+        with pytest.raises(ValueError):
+            call(*args)
 
 
 @pytest.mark.parametrize("margin", [-2.0, 0.0, 1.3, 6.0])

@@ -38,9 +38,18 @@ straightforward computation can be -0.0 (see there), and the selected zeros are 
 
 from __future__ import annotations
 
+import os
+import threading
 from functools import lru_cache
+from types import ModuleType
 
 import numpy as np
+
+_slopes: ModuleType | None
+try:  # the optional compiled kernel (setup.py builds it where a C compiler is found)
+    from forensics.evidence import _slopes
+except ImportError:  # pragma: no cover - a build without a compiler
+    _slopes = None
 
 _SAMPLE_EVERY = 101  # the bracket comes from one value in 101, at random positions (fixed per size)
 _BRACKET_MIN = 2000  # below this many values one partition is as cheap as bracketing
@@ -304,6 +313,60 @@ def _wrapped_rows(v: np.ndarray, m: int) -> np.ndarray:
 
 
 def slope_stats_rows(
+    x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`slope_stats_rows_numpy`'s values, from the compiled kernel where it was built
+    (``forensics/evidence/_slopes.c``: the same values, several times faster, its rows split
+    between the machine's cores), else from numpy."""
+    if _slopes is None or x.shape[1] < 2 or len(ks) > 8 or len(ks_h) > 8:
+        return slope_stats_rows_numpy(x, y, ks, ks_h)
+    return slope_stats_rows_compiled(x, y, ks, ks_h)
+
+
+def slope_stats_rows_compiled(
+    x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int], threads: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`slope_stats_rows_numpy` by the compiled kernel (which must be built), its rows
+    split between ``threads`` threads (default: the cores this process may use, at most 2;
+    the kernel holds no lock while it works)."""
+    assert _slopes is not None
+    k, n = x.shape
+    xc = np.ascontiguousarray(x, dtype=np.float64)
+    yc = np.ascontiguousarray(y, dtype=np.float64)
+    got, got_h = np.empty((k, len(ks))), np.empty((k, len(ks_h)))
+    args = (xc, yc, k, n, tuple(ks), tuple(ks_h), got, got_h)
+    parts = min(threads or _cores(), max(1, k // _ROWS_A_THREAD))
+    if parts <= 1:
+        _slopes.stats_rows(*args, 0, k)
+        return got, got_h
+    cuts = [k * i // parts for i in range(parts + 1)]
+    workers = [
+        threading.Thread(target=_slopes.stats_rows, args=(*args, cuts[i], cuts[i + 1]))
+        for i in range(1, parts)
+    ]
+    for w in workers:
+        w.start()
+    try:
+        _slopes.stats_rows(*args, cuts[0], cuts[1])
+    finally:
+        for w in workers:
+            w.join()
+    return got, got_h
+
+
+_ROWS_A_THREAD = 16  # fewer windows than this a thread: not worth a thread's start
+
+
+@lru_cache(maxsize=1)
+def _cores() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        n = os.cpu_count() or 1
+    return max(1, min(2, n))
+
+
+def slope_stats_rows_numpy(
     x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each row pair of two 2-D float64 arrays (rows of one length n): the values
