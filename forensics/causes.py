@@ -1108,17 +1108,23 @@ def _article_causes(kind: FindingKind) -> list[tuple[str | None, Cause]]:
     if kind not in _ARTICLE:
         entry = TABLE.get(kind)
         covered = _COVERED.get(kind, {})
+        why = _UNTESTED_WHY.get(kind, "no series in the log shows this")
         _ARTICLE[kind] = [
-            (
-                covered.get(i),
-                Cause("article", UNTESTED, "no series in the log shows this", (), text.rstrip(".")),
-            )
+            (covered.get(i), Cause("article", UNTESTED, why, (), text.rstrip(".")))
             for i, text in enumerate(entry.causes if entry else ())
         ]
     return _ARTICLE[kind]
 
 
 _ARTICLE: dict[FindingKind, list[tuple[str | None, Cause]]] = {}
+# Why an article cause stays untested, where "no series in the log shows this" would read as
+# doubting the finding itself: a restart is in the log; what stopped the job is not.
+_UNTESTED_WHY: dict[FindingKind, str] = {
+    FindingKind.RESTART: (
+        "the log shows that the job started again, not what stopped it: a crash, a preemption "
+        "and a manual restart leave the same records"
+    ),
+}
 _ORDER = {SUPPORTED: 0, CONTRADICTED: 1, UNTESTED: 2}
 
 

@@ -389,3 +389,23 @@ def test_a_loss_scale_drop_finding_is_evidenced_by_all_of_its_halvings():
         "the loss scale overflowed or fell at 2 steps, steps 604-643 (loss scale 524,288 at "
         "step 603, 131,072 at step 643)"
     ), cause.evidence
+
+
+def test_a_restart_cause_is_a_hypothesis_not_a_doubt_of_the_restart() -> None:
+    """The restart is in the log; what stopped the job is not. Its article cause (a crash, a
+    preemption or a manual resume) stays untested with that reason, not "no series in the
+    log shows this" beside a finding the log shows; and the card, with nothing the log can
+    test, says so instead of "none supported"."""
+    from forensics.report import render_html
+
+    d = diag("resumed")
+    f = _first(d, "restart")
+    (article,) = [c for c in d.causes_for(f) if c.cause == "article"]
+    assert article.status == UNTESTED
+    assert "started again, not what stopped it" in article.evidence
+    card = render_html(d).split('id="finding-restart-601"', 1)[1].split("</article>", 1)[0]
+    assert "none the log can test (each below is a hypothesis)" in card
+    assert "none supported" not in card
+    # a card with a contradicted cause still says none supported
+    spike = render_html(d).split('id="finding-grad_norm_spike-71"', 1)[1].split("</article>")[0]
+    assert "none supported." in spike
