@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -26,13 +26,23 @@ def _compiled(x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int]) -> A
     return order_stats.slope_stats_rows_compiled(x, y, ks, ks_h, threads=3)
 
 
-@pytest.fixture(params=["numpy", "compiled"])
-def stats(request: pytest.FixtureRequest) -> Stats:
+@pytest.fixture(params=["numpy", "compiled", "compiled-plain"])
+def stats(request: pytest.FixtureRequest) -> Iterator[Stats]:
+    """Each way: numpy; the compiled kernel as it runs here; the compiled kernel without its
+    AVX2 loops (what a processor without them runs: the same values)."""
     if request.param == "numpy":
-        return order_stats.slope_stats_rows_numpy
-    if order_stats._slopes is None:
+        yield order_stats.slope_stats_rows_numpy
+        return
+    kernel = order_stats._slopes
+    if kernel is None:
         pytest.skip("the compiled kernel was not built here (no C compiler at install)")
-    return _compiled
+    was = kernel.simd()
+    if request.param == "compiled-plain":
+        kernel.simd(False)
+    try:
+        yield _compiled
+    finally:
+        kernel.simd(was)
 
 
 def test_the_compiled_kernel_is_built_where_a_compiler_is() -> None:

@@ -97,6 +97,88 @@ static void nth_many(double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, doub
     }
 }
 
+/* Where the compiler and the C library can pick a function's version when the module is
+ * loaded (GCC's target_clones and target attributes, glibc's ifunc), hot loops are also
+ * compiled for AVX2: the same IEEE operations on more values at a time. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+#define SLOPES_X86 1
+#include <immintrin.h>
+#define SLOPES_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SLOPES_X86 0
+#define SLOPES_CLONES
+#endif
+
+/* The values of a[0, n) within [low, high] to in (which has room for n + 4), in order; the
+ * count of those below low to *below. Branch-free: a value is always written and the end
+ * moves on only when it lies within the bounds. */
+static Py_ssize_t gather_plain(const double *a, Py_ssize_t n, double low, double high,
+                               double *in, Py_ssize_t *below_out) {
+    Py_ssize_t below = 0, m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = a[i];
+        below += v < low;
+        in[m] = v;
+        m += (v >= low) & (v <= high);
+    }
+    *below_out = below;
+    return m;
+}
+
+#if SLOPES_X86
+/* For each 4-bit mask of the lanes kept, the permutation that moves those doubles (as pairs
+ * of 32-bit halves) to the front. */
+static int32_t keep_lanes[16][8];
+
+static void init_keep_lanes(void) {
+    for (int mask = 0; mask < 16; mask++) {
+        int at = 0;
+        for (int lane = 0; lane < 4; lane++) {
+            if (mask & (1 << lane)) {
+                keep_lanes[mask][2 * at] = 2 * lane;
+                keep_lanes[mask][2 * at + 1] = 2 * lane + 1;
+                at++;
+            }
+        }
+        for (; at < 4; at++) keep_lanes[mask][2 * at] = keep_lanes[mask][2 * at + 1] = 0;
+    }
+}
+
+/* gather_plain four values at a time: the kept ones moved to the front of a vector that is
+ * stored whole at the end (up to 3 values past it are overwritten later or never read). */
+__attribute__((target("avx2,popcnt")))
+static Py_ssize_t gather_avx2(const double *a, Py_ssize_t n, double low, double high,
+                              double *in, Py_ssize_t *below_out) {
+    __m256d lo = _mm256_set1_pd(low), hi = _mm256_set1_pd(high);
+    Py_ssize_t below = 0, m = 0, i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256d v = _mm256_loadu_pd(a + i);
+        int under = _mm256_movemask_pd(_mm256_cmp_pd(v, lo, _CMP_LT_OQ));
+        int keep = _mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd(v, lo, _CMP_GE_OQ),
+                                                    _mm256_cmp_pd(v, hi, _CMP_LE_OQ)));
+        __m256i perm = _mm256_loadu_si256((const __m256i *)keep_lanes[keep]);
+        _mm256_storeu_ps((float *)(in + m),
+                         _mm256_permutevar8x32_ps(_mm256_castpd_ps(v), perm));
+        below += __builtin_popcount((unsigned)under);
+        m += __builtin_popcount((unsigned)keep);
+    }
+    Py_ssize_t rest_below = 0;
+    m += gather_plain(a + i, n - i, low, high, in + m, &rest_below);
+    *below_out = below + rest_below;
+    return m;
+}
+
+static int have_avx2 = 0;
+#endif
+
+static Py_ssize_t gather(const double *a, Py_ssize_t n, double low, double high, double *in,
+                         Py_ssize_t *below_out) {
+#if SLOPES_X86
+    if (have_avx2) return gather_avx2(a, n, low, high, in, below_out);
+#endif
+    return gather_plain(a, n, low, high, in, below_out);
+}
+
 typedef struct {
     double *sample;     /* the sampled values */
     double *inside;     /* the values between the bounds */
@@ -127,15 +209,10 @@ static void select_ranks(double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, 
     }
     double high = nth(s->sample, 0, ms, rb);
     double low = nth(s->sample, 0, rb, ra);
-    /* One pass: count the values below low, gather those in [low, high] (branch-free). */
-    Py_ssize_t below = 0, m = 0;
+    /* One pass: count the values below low, gather those in [low, high]. */
+    Py_ssize_t below = 0;
     double *in = s->inside;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double v = a[i];
-        below += v < low;
-        in[m] = v;
-        m += (v >= low) & (v <= high);
-    }
+    Py_ssize_t m = gather(a, n, low, high, in, &below);
     if (ks[0] < below || ks[nk - 1] - below >= m) {
         nth_many(a, n, ks, nk, out);
         return;
@@ -190,15 +267,6 @@ static void select_ranks(double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, 
 }
 
 /* ---- the slopes ---------------------------------------------------------------------- */
-
-/* Where the compiler and the C library can pick a function's version when the module is
- * loaded (GCC's target_clones, glibc's ifunc), the slopes are also compiled for AVX2: twice
- * the divisions at a time, the same IEEE results. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define SLOPES_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SLOPES_CLONES
-#endif
 
 /* The n(n-1)/2 slopes of (x, y) into buf (pairs i < j, by i then j) and those of the pairs
  * i < j < n / 2 into half as well. */
@@ -279,7 +347,7 @@ static PyObject *stats_rows(PyObject *self, PyObject *args) {
         PyBuffer_Release(&xb); PyBuffer_Release(&yb); PyBuffer_Release(&gb); return NULL;
     }
     double *buf = malloc(sizeof(double) * (size_t)(nt + nth_ + 1));
-    double *work = malloc(sizeof(double) * (size_t)(2 * nt + nt / PICK_EVERY + 2));
+    double *work = malloc(sizeof(double) * (size_t)(2 * nt + nt / PICK_EVERY + 8));
     Py_ssize_t *counts = malloc(sizeof(Py_ssize_t) * (size_t)(nt / PER_BIN + 8));
     int *bins = malloc(sizeof(int) * (size_t)(nt + 1));
     signed char *slot = malloc((size_t)(nt / PER_BIN + 8));
@@ -291,7 +359,7 @@ static PyObject *stats_rows(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     double *half = buf + nt;
     Scratch s = {work, work + nt / PICK_EVERY + 1, counts, bins, slot,
-                 work + nt / PICK_EVERY + 1 + nt};
+                 work + nt / PICK_EVERY + 1 + nt + 4};
     const double *X = xb.buf, *Y = yb.buf;
     double *G = gb.buf, *GH = ghb.buf;
     for (Py_ssize_t r = r0; r < r1; r++) {
@@ -315,7 +383,27 @@ done:
     return result;
 }
 
+/* simd(flag=None): whether the AVX2 loops are used; flag False turns them off (the tests
+ * compare both ways), True back on where the processor has them. */
+static PyObject *simd(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *flag = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &flag)) return NULL;
+#if SLOPES_X86
+    if (flag != Py_None) {
+        int on = PyObject_IsTrue(flag);
+        if (on < 0) return NULL;
+        have_avx2 = on && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+    }
+    return PyBool_FromLong(have_avx2);
+#else
+    return PyBool_FromLong(0);
+#endif
+}
+
 static PyMethodDef methods[] = {
+    {"simd", simd, METH_VARARGS,
+     "simd(flag=None) -> bool: whether the gathering pass uses AVX2 (flag: turn it off/on)."},
     {"stats_rows", stats_rows, METH_VARARGS,
      "stats_rows(x, y, k, n, ks, ks_h, got, got_h, row0, row1): order_stats.slope_stats_rows "
      "for rows row0..row1 of (k, n) float64 arrays, into got (k, len(ks)) and got_h "
@@ -328,4 +416,11 @@ static struct PyModuleDef module = {
     methods,
 };
 
-PyMODINIT_FUNC PyInit__slopes(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__slopes(void) {
+#if SLOPES_X86
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+    init_keep_lanes();
+#endif
+    return PyModule_Create(&module);
+}
