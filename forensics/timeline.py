@@ -218,7 +218,11 @@ _CONTROL_WORDS = {
 
 
 def _what(m: Mover) -> str:
-    return _CONTROL_WORDS.get(m.kind, m.kind) if m.control else m.kind
+    if m.control:
+        return _CONTROL_WORDS.get(m.kind, m.kind)
+    if m.finding is not None and m.finding.metric != m.metric:  # (the loss after a restart)
+        return f"its rise after the {m.kind}"
+    return m.kind
 
 
 def build_timeline(
@@ -260,6 +264,11 @@ def build_timeline(
         # that very step: the resume is what changed it.
         order = -2 if f.kind is FindingKind.RESTART else i
         onsets.append((f.start_step, _finding_rank(f), order, f.metric, f, f.kind.value, ""))
+        if f.kind is FindingKind.LR_RESTART and f.measures.get("rise_visible"):
+            # The restart's own finding measured the loss rising beyond its noise right after
+            # it (a rise that may stay under the loss-spike line): the loss moved there, not
+            # at the first loss finding, which may be a later restart's spike.
+            onsets.append((f.start_step, causal_rank("loss"), i, "loss", f, f.kind.value, ""))
     onsets.sort(key=lambda o: (o[0], o[1], o[2]))
     movers: list[Mover] = []
     seen: set[str | None] = set()

@@ -289,3 +289,41 @@ def test_a_log_every_10_steps_reads_levels_over_about_100_steps(tmp_path: Path) 
     # Back where the clean curve is back at its level before the restart.
     back = next(s for s in range(1600, 3001, 10) if clean(s) <= before)
     assert abs(m["recovered_step"] - back) <= 100, (m["recovered_step"], back)
+
+
+def _sgdr_without_warmup(path: Path) -> Path:
+    """Cosine restarts every 2,000 steps straight back to the peak LR (no warm-up): the loss
+    jumps about 15% at each restart (the first just under the loss-spike line, the later
+    ones over it, as the loss level falls) and the grad norm nearly triples."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for s in range(1, 10001):
+        ph = (s - 1) % 2000
+        lr = 3e-4 * 0.5 * (1 + math.cos(math.pi * ph / 2000))
+        bump = 0.6 * math.exp(-ph / 40) if s > 2000 and ph < 150 else 0.0
+        loss = 4.0 * math.exp(-s / 3000) + 2.0 + bump + rng.normal(0, 0.02)
+        g = 0.8 + (1.5 * math.exp(-ph / 30) if s > 2000 and ph < 100 else 0.0)
+        rows.append({"step": s, "loss": loss, "lr": lr, "grad_norm": g + abs(rng.normal(0, 0.05))})
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_timeline_has_the_loss_move_at_the_restart_its_finding_measured(
+    tmp_path: Path,
+) -> None:
+    """The loss rose 13% at the first restart (step 2,001), under the loss-spike line: the
+    restart's own finding measured it. The incident's timeline read "the training loss 2,000
+    steps later (step 4,001, loss_spike)", the next restart's spike; the loss moved at the
+    first restart, with the LR and the grad norm."""
+    d = analyze(_sgdr_without_warmup(tmp_path / "sgdr"))
+    first = next(f for f in d.findings if f.kind is FindingKind.LR_RESTART)
+    assert first.start_step == 2001 and first.measures["rise_visible"]
+    assert not [f for f in d.findings if f.kind is FindingKind.LOSS_SPIKE and f.start_step < 4000]
+    (inc,) = d.incidents
+    sentence = inc.timeline.sentence()
+    assert "the training loss at the same step (step 2,001, its rise after the lr_restart)" in (
+        sentence
+    ), sentence
+    loss = next(m for m in inc.timeline.movers if m.metric == "loss")
+    assert (loss.step, loss.kind, loss.finding) == (2001, "lr_restart", first)
