@@ -221,6 +221,20 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
         _m("rose_since_step", int, "the step of that value (null otherwise)", null=True),
         _m(
+            "climb_grad_norm_early",
+            float,
+            "median grad norm over the first third of the climb's logged points, from "
+            "rose_since_step (or the onset) to rose_after_step (null: no such climb, or fewer "
+            "than 3 grad-norm points in that third)",
+            null=True,
+        ),
+        _m(
+            "climb_grad_norm_late",
+            float,
+            "median grad norm over its last third (null as climb_grad_norm_early)",
+            null=True,
+        ),
+        _m(
             "highest_value",
             float,
             "the highest loss logged from start_step to end_step: peak_value unless the loss "

@@ -87,6 +87,28 @@ def test_bigscience_loss_climb_names_no_far_warmup_end() -> None:
     assert "Last healthy step 31, before the loss climb at step 32" in plan.sentence()
 
 
+def test_a_climb_says_whether_the_grad_norm_rose_with_it() -> None:
+    """bigscience ds-off: the loss climbs from 11.65 to 20.44 while the grad norm holds near
+    7.9, so no divergence (loss and grad norm rising together) is reported, only the spike
+    cut from the climb; its sentence said nothing of the grad norm, leaving the reader to
+    wonder why this is not a divergence. It now gives the grad norm over the climb's first
+    and last thirds (steps 31-41 and 52-62 of the log: 7.872 and 7.989)."""
+    diag = _diag(shared_path("real_runs", *BIGSCIENCE_OFF))
+    (f,) = [f for f in diag.findings if f.kind == FindingKind.LOSS_SPIKE and f.start_step == 32]
+    assert f.measures["climb_grad_norm_early"] == pytest.approx(7.872, abs=5e-4)
+    assert f.measures["climb_grad_norm_late"] == pytest.approx(7.989, abs=5e-4)
+    assert (
+        "the grad norm held through the climb (7.872 over its first third, 7.989 over its "
+        "last): the loss rose on its own, not the divergence where loss and grad norm climb "
+        "together" in f.summary
+    )
+    assert not [g for g in diag.findings if g.kind == FindingKind.DIVERGENCE]
+    # a spike the loss came back from has no climb, so no grad-norm reading
+    (early,) = [g for g in diag.findings if g.kind == FindingKind.LOSS_SPIKE and g.start_step < 32]
+    assert early.measures["climb_grad_norm_early"] is None
+    assert "grad norm held" not in early.summary
+
+
 @pytest.mark.parametrize(
     "rel",
     [

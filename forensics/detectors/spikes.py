@@ -416,6 +416,27 @@ def _rose_after(ev: Evidence, loss: list[_Judged]) -> None:
             if low is not None:
                 j.m["rose_since_value"] = float(series.values[low])
                 j.m["rose_since_step"] = int(series.steps[low])
+    _climb_grad_norm(ev, loss)
+
+
+def _climb_grad_norm(ev: Evidence, loss: list[_Judged]) -> None:
+    """``climb_grad_norm_early`` / ``_late``: the grad norm's median over the first and the
+    last third of a never-recovered climb. The divergence the article names has the loss and
+    the grad norm rising together; a loss climbing on its own (bigscience ds-off: 11.65 to
+    20.44 while the grad norm held near 7.9) is said to be that, from the log's numbers."""
+    grad = ev.series(GRAD_NORM) if ev.run.has(GRAD_NORM) else None
+    for j in loss:
+        j.m["climb_grad_norm_early"] = j.m["climb_grad_norm_late"] = None
+        if grad is None or j.m.get("rose_after_to") is None:
+            continue
+        since = j.m.get("rose_since_step")
+        a = since if since is not None else j.spike.start_step
+        sel = (grad.steps >= a) & (grad.steps <= j.m["rose_after_step"])
+        g = grad.values[sel]
+        third = len(g) // 3
+        if third >= 3:
+            j.m["climb_grad_norm_early"] = float(np.median(g[:third]))
+            j.m["climb_grad_norm_late"] = float(np.median(g[-third:]))
 
 
 def _climb_start(steps: np.ndarray, values: np.ndarray, j: _Judged) -> int | None:
@@ -481,10 +502,24 @@ def _rose_text(m: dict[str, Any]) -> str:
         since = (
             f"; part of a climb from {m['rose_since_value']:.4g} at step {m['rose_since_step']:,}"
         )
+    early, late = m.get("climb_grad_norm_early"), m.get("climb_grad_norm_late")
+    grad = ""
+    if early and late is not None:
+        if late / early < _CLIMB_GRAD_RISE:
+            grad = (
+                f"; the grad norm held through the climb ({num(early)} over its first third, "
+                f"{num(late)} over its last): the loss rose on its own, not the divergence "
+                "where loss and grad norm climb together"
+            )
+        else:
+            grad = f"; the grad norm rose with it ({num(early)} -> {num(late)})"
     return (
         f"{since}; the loss never came back and went on rising after it, to "
-        f"{num(m['rose_after_to'])} at step {m['rose_after_step']:,}"
+        f"{num(m['rose_after_to'])} at step {m['rose_after_step']:,}{grad}"
     )
+
+
+_CLIMB_GRAD_RISE = 1.5  # late / early grad norm over a climb from which it counts as rising
 
 
 def _inside(stretch: tuple[int, int]) -> str:
