@@ -178,6 +178,7 @@ for _k in FindingKind:
 _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.LOSS_SPIKE: {0: "lr_change", 1: "bad_batch", 2: "activations"},
     FindingKind.DIVERGENCE: {0: "lr_change"},
+    FindingKind.LOSS_CLIMB: {0: "lr_change", 2: "resume"},
     FindingKind.NAN_INF: {0: "loss_scale_overflow", 1: "loss_scale_overflow"},
     FindingKind.LOSS_SCALE_DROP: {0: "loss_scale_overflow", 1: "activations"},
     FindingKind.OVERFITTING: {1: "val_set_change"},

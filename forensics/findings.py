@@ -86,6 +86,7 @@ class FindingKind(StrEnum):
     GRAD_NORM_SPIKE = "grad_norm_spike"
     PERIODIC_SPIKES = "periodic_spikes"
     DIVERGENCE = "divergence"
+    LOSS_CLIMB = "loss_climb"
     NAN_INF = "nan_inf"
     LOSS_SCALE_DROP = "loss_scale_drop"
     GRAD_NORM_DRIFT = "grad_norm_drift"
@@ -117,6 +118,7 @@ DYNAMICS: frozenset[FindingKind] = frozenset(
         FindingKind.LOSS_SPIKE,
         FindingKind.GRAD_NORM_SPIKE,
         FindingKind.DIVERGENCE,
+        FindingKind.LOSS_CLIMB,
         FindingKind.NAN_INF,
         FindingKind.LOSS_SCALE_DROP,
         FindingKind.GRAD_NORM_DRIFT,

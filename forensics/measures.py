@@ -343,6 +343,30 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("confirmed", bool, "not back within `window` steps (or ended non-finite)"),
         _m("window", int, "the parameter: steps the rise must last"),
     ),
+    "loss_climb": (
+        _m(
+            "loss_before",
+            float,
+            "median loss over the points before the onset (as many as the climb has, at most)",
+        ),
+        _m("loss_after", float, "median loss over the last third of the climb's points"),
+        _m("rise_pct", float, "loss_after over loss_before, in %"),
+        _m("points_before", int, "points in loss_before"),
+        _m("points_after", int, "points in loss_after"),
+        _m("steps_observed", int, "steps from the onset to the last logged step"),
+        _m(
+            "noise_sigma",
+            float,
+            "the log loss's noise (robust sigma from second differences); the rise must "
+            "exceed climb_noise_k standard errors of the two medians",
+        ),
+        _m(
+            "grad_norm_ratio",
+            float,
+            "median grad norm over the climb / before it (null: no grad norm logged)",
+            null=True,
+        ),
+    ),
     "nan_inf": (
         _m("first_bad_step", int, "first step whose value is NaN or +-Inf"),
         _m("first_bad_value", str, "the first non-finite value", values=("nan", "inf", "-inf")),

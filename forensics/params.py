@@ -83,6 +83,12 @@ class DivergenceParams:
     grad_rise: float = 2.0
     smooth_points: int = 9
     min_points: int = 5
+    # loss_climb: a rise the loss never came back from while the grad norm did not double
+    # (so no divergence): reported once it has lasted the article's pathological recovery
+    # time, over enough points, and its level stands clear of the loss's noise.
+    climb_min_steps: int = BASELINE_STEPS
+    climb_min_points: int = 20
+    climb_noise_k: float = 4.0
 
 
 @dataclass(frozen=True, kw_only=True)

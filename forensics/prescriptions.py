@@ -209,6 +209,27 @@ TABLE: dict[FindingKind, Prescription] = {
             "the data position.",
         },
     ),
+    FindingKind.LOSS_CLIMB: Prescription(
+        FindingKind.LOSS_CLIMB,
+        "The training loss climbed and stayed up while the grad norm did not climb with it.",
+        (
+            "A learning rate too high for this stage of training.",
+            "A change in the data: a new shard, source or mix, or a stretch of bad data.",
+            "A change in the job: a resume that restored the wrong state, or a new setting.",
+        ),
+        "Find what changed at the onset (the data order and sources, the LR, the job's "
+        "settings); if nothing did, roll back to the last checkpoint before the onset and "
+        "resume with the learning rate 20-50% lower, keeping the data position.",
+        (
+            _c("data", "Check whether the onset coincides with a new data shard or source."),
+            _c(
+                "optimizer",
+                "Compare the learning rate at the onset with the schedule; look for a restart "
+                "or a resume there.",
+            ),
+        ),
+        ROW_SPIKE,
+    ),
     FindingKind.NAN_INF: Prescription(
         FindingKind.NAN_INF,
         "The loss or the gradient norm became NaN or infinite.",

@@ -260,10 +260,10 @@ def lr_cut_for(f: Finding) -> tuple[bool, tuple[float, float], str] | None:
         return None
     if f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE:
         return True, LR_CUT_RED_LIGHT, "10% lower (the red-light rule)"
-    if f.kind == FindingKind.LOSS_SPIKE and f.measures.get("classification") in (
-        "pathological",
-        "unresolved",
-    ):
+    if (
+        f.kind == FindingKind.LOSS_SPIKE
+        and f.measures.get("classification") in ("pathological", "unresolved")
+    ) or f.kind == FindingKind.LOSS_CLIMB:
         return True, LR_CUT_SPIKE, "20-50% lower"
     if f.kind == FindingKind.NAN_INF and f.measures.get("loss_back") is True:
         return None  # isolated steps after which the loss came back: nothing to roll back
@@ -294,6 +294,7 @@ _RULE_ORDER = (  # the lead of an incident: the finding whose rule is the strict
     lambda f: f.severity == Severity.FATAL or f.kind == FindingKind.DIVERGENCE,
     lambda f: f.kind == FindingKind.NAN_INF,
     lambda f: f.kind == FindingKind.LOSS_SPIKE,
+    lambda f: f.kind == FindingKind.LOSS_CLIMB,
     lambda f: f.kind == FindingKind.OVERFITTING,
     lambda f: f.kind == FindingKind.GRAD_NORM_DRIFT,
     lambda f: f.kind == FindingKind.RESUME_REGRESSION,

@@ -21,6 +21,7 @@ KINDS = {
     "grad_norm_spike",
     "periodic_spikes",
     "divergence",
+    "loss_climb",
     "nan_inf",
     "loss_scale_drop",
     "grad_norm_drift",

@@ -162,13 +162,13 @@ def test_divergence_is_fatal_with_its_onset(seed: int):
 
 
 def test_loss_rise_without_grad_norm_is_not_divergence():
-    """The loss rising alone (grad norm flat) is not this detector's red light."""
+    """The loss rising alone (grad norm flat) is not this detector's red light: no
+    divergence; the rise, lasting to the end of the log, is a loss climb (a warning)."""
     s, v, _ = _diverging()
     _, g = healthy_grad_norm(4000)
-    assert (
-        DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
-        == []
-    )
+    found = DivergenceDetector().detect(Evidence(_run(train__loss=(s, v), train__grad_norm=(s, g))))
+    assert [(f.kind.value, f.severity.value) for f in found] == [("loss_climb", "warning")]
+    assert "the grad norm held" in found[0].summary
 
 
 def test_rise_that_comes_back_within_the_window_is_not_divergence():

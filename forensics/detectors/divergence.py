@@ -19,7 +19,8 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.rolling import centered_median
-from forensics.evidence.trend_utils import num
+from forensics.evidence.spike_shape import SpikeClass
+from forensics.evidence.trend_utils import num, robust_sigma
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import DivergenceParams
 from forensics.schema import GRAD_NORM, LOSS
@@ -28,6 +29,9 @@ from forensics.schema import GRAD_NORM, LOSS
 def _smooth(v: np.ndarray, points: int) -> np.ndarray:
     w = max(1, min(points, len(v)))
     return centered_median(v, w)  # polars' centred rolling median, computed faster
+
+
+_GRAD_HELD = 1.2  # a grad norm within this ratio of its earlier level "held" over a climb
 
 
 class DivergenceDetector:
@@ -39,15 +43,40 @@ class DivergenceDetector:
         self.params = params or DivergenceParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
+        # A loss climb in whose steps the loss spiked and did not come back is that spike's
+        # aftermath: its finding says the loss settled above its trend or went on rising.
+        found = self._found(ev)
+        if not any(f.kind is FindingKind.LOSS_CLIMB for f in found):
+            return found
+        unsettled = [
+            s
+            for s in ev.spikes(LOSS)
+            if s.classification in (SpikeClass.PATHOLOGICAL, SpikeClass.UNRESOLVED)
+        ]
+        return [
+            f
+            for f in found
+            if f.kind is not FindingKind.LOSS_CLIMB
+            or not any(f.start_step <= s.peak_step <= (f.end_step or 0) for s in unsettled)
+        ]
+
+    def divergences(self, ev: Evidence) -> list[Finding]:
+        """The divergence findings alone (what the spike search reads: it must not wait on
+        the loss climbs, which read the spikes)."""
+        return [f for f in self._found(ev) if f.kind is FindingKind.DIVERGENCE]
+
+    def _found(self, ev: Evidence) -> list[Finding]:
         # Once per evidence and parameters: the spike detector reads the diverged stretches
         # (Evidence.diverged) before this detector reports them.
         return ev.shared_findings(self.name, self.params, lambda: self._detect(ev))
 
     def _detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
-        if not (run.has(LOSS) and run.has(GRAD_NORM)):
-            run.note("divergence: not run, it needs both a loss and a grad-norm series")
+        if not run.has(LOSS):
             return []
+        if not run.has(GRAD_NORM):
+            # (a loss climb is still looked for: it needs only the loss)
+            run.note("divergence: not run, it needs both a loss and a grad-norm series")
         loss = ev.series(LOSS)
         if len(loss) < self.params.min_points or (loss.values <= 0).any():
             if len(loss) >= self.params.min_points:
@@ -63,12 +92,20 @@ class DivergenceDetector:
         sm = _smooth(y, self.params.smooth_points)
         rise = sm - np.minimum.accumulate(sm)
         thr = np.log1p(self.params.loss_rise)
-        g_logged = ev.logged(GRAD_NORM)
-        g_bad_steps = g_logged.steps[~np.isfinite(g_logged.values)]
-        g_last = int(g_logged.steps.max())
-        grad = ev.series(GRAD_NORM)
-        gt, gv = grad.steps[grad.values > 0], grad.values[grad.values > 0]
+        has_grad = run.has(GRAD_NORM)
+        if has_grad:
+            g_logged = ev.logged(GRAD_NORM)
+            g_bad_steps = g_logged.steps[~np.isfinite(g_logged.values)]
+            g_last = int(g_logged.steps.max())
+            grad = ev.series(GRAD_NORM)
+            gt, gv = grad.steps[grad.values > 0], grad.values[grad.values > 0]
+        else:
+            g_bad_steps, g_last = np.empty(0, dtype=np.int64), last_logged
+            gt, gv = np.empty(0, dtype=np.int64), np.empty(0)
 
+        # Resume seams: a climb judged across one is resume_regression's (its level before the
+        # seam, the resumed job's after).
+        seams = [int(f.start_step) for f in run.import_findings if f.kind is FindingKind.RESTART]
         out: list[Finding] = []
         n = len(y)
         above = np.flatnonzero(rise >= thr)
@@ -119,11 +156,16 @@ class DivergenceDetector:
             late = (gt >= t0 + (2.0 / 3.0) * (last_step - t0)) & (gt <= last_step)
             g_late = float(np.median(gv[late])) if late.sum() >= 3 else None
             g_late_ratio = g_late / g_before if (g_before and g_late) else None
-            if not (
+            if not has_grad or not (
                 (g_ratio is not None and g_ratio >= self.params.grad_rise)
                 or (g_late_ratio is not None and g_late_ratio >= self.params.grad_rise)
                 or g_bad
             ):
+                # Not the divergence (the grad norm did not climb with the loss): a loss
+                # climbing on its own is still looked at, once it has lasted.
+                climb = None if nonfinite else self._climb(tf, y, onset, last_step, g_ratio, seams)
+                if climb is not None:
+                    out.append(climb)
                 i = end_idx + 1
                 continue
             confirmed = observed >= self.params.window or nonfinite
@@ -201,3 +243,89 @@ class DivergenceDetector:
                 break
             i = end_idx + 1
         return out
+
+    def _climb(
+        self,
+        tf: np.ndarray,
+        y: np.ndarray,
+        onset: int,
+        last_step: int,
+        g_ratio: float | None,
+        seams: list[int],
+    ) -> Finding | None:
+        """The ``loss_climb`` finding of a rise from ``onset`` to the end of the log (``y``:
+        the log loss), or None: it must have lasted ``climb_min_steps`` over
+        ``climb_min_points`` points, and the median of its last third must stand ``loss_rise``
+        above the median of as many points before it as the rise has (at most), and
+        ``climb_noise_k`` standard errors clear of the loss's noise."""
+        p = self.params
+        n = len(y)
+        t0 = int(tf[onset])
+        observed = last_step - t0
+        points = n - onset
+        if observed < p.climb_min_steps or points < p.climb_min_points:
+            return None
+        first = max(0, onset - points)
+        if any(int(tf[first]) < s <= last_step for s in seams):
+            return None  # (resume_regression judges a loss across a resume)
+        before = y[first:onset]
+        after = y[n - points // 3 :]
+        if len(before) < p.climb_min_points // 2 or len(after) < 3:
+            return None
+        lb, la = float(np.median(before)), float(np.median(after))
+        sigma = robust_sigma(y)
+        # (a median's standard error is about 1.25 sigma / sqrt(points))
+        se = 1.25 * sigma * float(np.sqrt(1.0 / len(before) + 1.0 / len(after)))
+        if la - lb < np.log1p(p.loss_rise) or la - lb <= p.climb_noise_k * se:
+            return None
+        loss_before, loss_after = float(np.exp(lb)), float(np.exp(la))
+        rise = loss_after / loss_before - 1.0
+        if g_ratio is None:
+            grad = (
+                "the grad norm was not logged, so the log cannot tell this from a divergence "
+                "(loss and grad norm climbing together)"
+            )
+        elif g_ratio < _GRAD_HELD:
+            grad = (
+                f"the grad norm held ({g_ratio:.2f}x its earlier level): the loss rose on its "
+                "own, not the divergence where loss and grad norm climb together"
+            )
+        else:
+            grad = (
+                f"the grad norm ran at {g_ratio:.2f}x its earlier level, under the "
+                f"{p.grad_rise:g}x at which loss and grad norm climbing together make a "
+                "divergence"
+            )
+        summary = (
+            f"The training loss climbed from {num(loss_before)} (median of the {len(before)} "
+            f"points before step {t0:,}) to {num(loss_after)} (median of the last "
+            f"{len(after)}), +{100 * rise:.1f}%, and had not come back when the log ends "
+            f"{observed:,} steps later (step {last_step:,}); {grad}."
+        )
+        measures: dict[str, MeasureValue] = {
+            "loss_before": loss_before,
+            "loss_after": loss_after,
+            "rise_pct": 100.0 * rise,
+            "points_before": len(before),
+            "points_after": len(after),
+            "steps_observed": observed,
+            "noise_sigma": sigma,
+            "grad_norm_ratio": g_ratio,
+        }
+        return Finding(
+            FindingKind.LOSS_CLIMB,
+            Severity.WARNING,
+            LOSS,
+            t0,
+            summary,
+            None,
+            last_step,
+            measures,
+            judged_against={
+                "loss_rise": p.loss_rise,
+                "grad_rise": p.grad_rise,
+                "climb_min_steps": p.climb_min_steps,
+                "climb_min_points": p.climb_min_points,
+                "climb_noise_k": p.climb_noise_k,
+            },
+        )

@@ -315,7 +315,7 @@ class Evidence:
         findings with the configured parameters (spikes inside one are part of it)."""
         from forensics.detectors.divergence import DivergenceDetector
 
-        found = DivergenceDetector(self.params["divergence"]).detect(self)
+        found = DivergenceDetector(self.params["divergence"]).divergences(self)
         return [(f.start_step, f.start_step if f.end_step is None else f.end_step) for f in found]
 
     @cached_property
