@@ -62,6 +62,9 @@ def test_a_loss_climbing_with_a_grad_norm_under_2x_is_a_warning(tmp_path: Path) 
     assert not [g for g in d.findings if g.kind is FindingKind.DIVERGENCE]
     assert "under the 2x at which loss and grad norm climbing together" in f.summary
     assert f"+{m['rise_pct']:.1f}%" in f.summary
+    assert f"(median of the {m['points_before']:,} points before step {f.start_step:,})" in (
+        f.summary
+    )
     (plan,) = [r for r in d.rollbacks if r.rollback]
     assert plan.onset_step == f.start_step
 
@@ -137,3 +140,30 @@ def test_a_spike_the_loss_did_not_come_back_from_keeps_its_own_finding() -> None
     assert not [f for f in d.findings if f.kind is FindingKind.LOSS_CLIMB]
     (spike,) = [f for f in d.findings if f.kind is FindingKind.LOSS_SPIKE and f.start_step == 501]
     assert spike.measures["classification"] == "pathological"
+
+
+def test_an_lr_raised_off_schedule_is_the_climbs_supported_cause(tmp_path: Path) -> None:
+    """The LR quadrupled at step 3,000 (no schedule does that) and the loss climbed 0.5 over
+    the next 2,000 steps with the grad norm up 30%: the climb's cause is the LR change, the
+    incident starts at it, and the rollback goes back to before it with the LR before it."""
+    rng = np.random.default_rng(7)
+    s = np.arange(1, 5001)
+    lr = np.where(s < 3000, 3e-4, 1.2e-3)
+    base = 3.0 * np.exp(-np.minimum(s, 3000) / 800) + 2.0
+    loss = base + np.where(s >= 3000, 0.5 * (1 - np.exp(-(s - 3000) / 400)), 0.0)
+    grad = 1.0 + np.where(s >= 3000, 0.3, 0.0) + np.abs(rng.normal(0, 0.03, len(s)))
+    path = tmp_path / "lrjump"
+    path.mkdir()
+    rows = [
+        {"step": int(a), "loss": float(b + rng.normal(0, 0.01)), "grad_norm": float(c), "lr": d}
+        for a, b, c, d in zip(s, loss, grad, lr, strict=True)
+    ]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = analyze(path)
+    (f,) = [f for f in d.findings if f.kind is FindingKind.LOSS_CLIMB]
+    (lr_change,) = [c for c in d.causes_for(f) if c.cause == "lr_change"]
+    assert lr_change.status == "supported" and "step 3,000" in lr_change.evidence
+    (inc,) = d.incidents
+    assert inc.timeline.movers[0].metric == "lr" and inc.timeline.movers[0].step == 3000
+    (plan,) = [r for r in d.rollbacks if r.rollback]
+    assert plan.last_healthy_step == 2999 and plan.lr_cut_from == pytest.approx(3e-4)

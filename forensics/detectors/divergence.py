@@ -297,9 +297,9 @@ class DivergenceDetector:
                 "divergence"
             )
         summary = (
-            f"The training loss climbed from {num(loss_before)} (median of the {len(before)} "
+            f"The training loss climbed from {num(loss_before)} (median of the {len(before):,} "
             f"points before step {t0:,}) to {num(loss_after)} (median of the last "
-            f"{len(after)}), +{100 * rise:.1f}%, and had not come back when the log ends "
+            f"{len(after):,}), +{100 * rise:.1f}%, and had not come back when the log ends "
             f"{observed:,} steps later (step {last_step:,}); {grad}."
         )
         measures: dict[str, MeasureValue] = {
