@@ -105,7 +105,7 @@ class DivergenceDetector:
 
         # Resume seams: a climb judged across one is resume_regression's (its level before the
         # seam, the resumed job's after).
-        seams = [int(f.start_step) for f in run.import_findings if f.kind is FindingKind.RESTART]
+        seams = ev.resume_steps
         out: list[Finding] = []
         n = len(y)
         above = np.flatnonzero(rise >= thr)

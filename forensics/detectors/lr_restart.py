@@ -98,7 +98,7 @@ class LrRestartDetector:
         if not ev.has(LOSS):
             ev.run.note(f"{CHECK}: the LR schedule restarts, but no training loss to judge it by")
             return []
-        seams = {int(f.start_step) for f in ev.run.import_findings if f.kind is FindingKind.RESTART}
+        seams = set(ev.resume_steps)
         reach = near_steps(ev.run.first_step, ev.run.last_step, NEAR_STEPS)
         s = ev.series(LOSS)
         ok = np.isfinite(s.values)

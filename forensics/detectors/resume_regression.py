@@ -61,9 +61,7 @@ class ResumeRegressionDetector:
         self.params = params or ResumeRegressionParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
-        seams = sorted(
-            {int(f.start_step) for f in ev.run.import_findings if f.kind is FindingKind.RESTART}
-        )
+        seams = ev.resume_steps
         if not ev.has(LOSS):
             return []
         out: list[Finding] = []

@@ -246,13 +246,17 @@ class Evidence:
     def level_barriers(self) -> list[int]:
         """Steps where the loss level may jump for its own reasons (epochs, LR restarts/drops,
         resumes: a resume that lost the optimizer state moves the level from its first step)."""
+        kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
+        return sorted(set(self.epoch_boundaries) | set(kinks) | set(self.resume_steps))
+
+    @cached_property
+    def resume_steps(self) -> list[int]:
+        """The first step after each resume seam (the import's ``restart`` findings), in order."""
         from forensics.findings import FindingKind
 
-        kinks = [k.step for k in self.lr_kinks if k.kind in ("restart", "drop")]
-        resumes = [
-            int(f.start_step) for f in self.run.import_findings if f.kind is FindingKind.RESTART
-        ]
-        return sorted(set(self.epoch_boundaries) | set(kinks) | set(resumes))
+        return sorted(
+            {int(f.start_step) for f in self.run.import_findings if f.kind is FindingKind.RESTART}
+        )
 
     @cached_property
     def epoch_boundaries(self) -> list[int]:
