@@ -14,6 +14,20 @@ from forensics.evidence.rolling import centered_median, trailing_median
 pytest.importorskip("scipy.ndimage")
 
 
+@pytest.fixture(autouse=True, params=["compiled", "scipy"])
+def rank_filter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test both ways: the compiled rank filter (forensics/evidence/_rolling.c) as it
+    serves windows up to 64 points here, and scipy's filter (what an install without a C
+    compiler, and every longer window, uses)."""
+    from forensics.evidence import rolling
+
+    if request.param == "compiled" and rolling._rolling is None:
+        pytest.skip("the compiled rank filter was not built here (no C compiler at install)")
+    if request.param == "scipy":
+        monkeypatch.setattr(rolling, "_rolling", None)
+    return str(request.param)
+
+
 def _data(kind: str, n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     if kind == "normal":
@@ -374,3 +388,33 @@ def test_despike_masks_are_the_band_masks(kind: str, n: int, window: int) -> Non
         got = despike_masks(v, ks, window=window)
         for g, w_ in zip(got, want, strict=True):
             assert g.dtype == bool and np.array_equal(g, w_), ks
+
+
+def test_nan_in_a_long_series_takes_scipys_filter(rank_filter: str) -> None:
+    """rolling._ranks on a series the kernel refuses (a NaN): scipy's numbers, no error."""
+    from scipy import ndimage
+
+    from forensics.evidence import rolling
+
+    v = _data("normal", 200_000, seed=5)
+    v[123_456] = np.nan
+    got = rolling._ranks(v, (9, 10), 20)
+    for g, r in zip(got, (9, 10), strict=True):
+        want = ndimage.rank_filter(v, rank=r, size=20, mode="nearest")
+        assert np.array_equal(g, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("size", [20, 41, 65])
+def test_long_series_split_between_threads(rank_filter: str, size: int) -> None:
+    """A series long enough to be split between the cores: the same numbers as scipy's filter
+    (65 points: scipy's own, past the kernel's windows)."""
+    from scipy import ndimage
+
+    from forensics.evidence import rolling
+
+    v = _data("heavy", 300_001, seed=size)
+    h = size // 2
+    got = rolling._ranks(v, (h - 1, h), size)
+    for g, r in zip(got, (h - 1, h), strict=True):
+        want = ndimage.rank_filter(v, rank=r, size=size, mode="nearest")
+        assert np.array_equal(g.view(np.int64), want.view(np.int64)), r

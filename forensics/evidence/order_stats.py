@@ -335,7 +335,7 @@ def slope_stats_rows_compiled(
     yc = np.ascontiguousarray(y, dtype=np.float64)
     got, got_h = np.empty((k, len(ks))), np.empty((k, len(ks_h)))
     args = (xc, yc, k, n, tuple(ks), tuple(ks_h), got, got_h)
-    parts = min(threads or _cores(), max(1, k // _ROWS_A_THREAD))
+    parts = min(threads or cores(), max(1, k // _ROWS_A_THREAD))
     if parts <= 1:
         _slopes.stats_rows(*args, 0, k)
         return got, got_h
@@ -358,7 +358,9 @@ _ROWS_A_THREAD = 16  # fewer windows than this a thread: not worth a thread's st
 
 
 @lru_cache(maxsize=1)
-def _cores() -> int:
+def cores() -> int:
+    """The threads a compiled kernel's work is split between: the cores this process may use,
+    at most 2."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # (not on every platform)

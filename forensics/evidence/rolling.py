@@ -24,7 +24,11 @@ minima and maxima of shifted arrays (the values the rank filter would select).
 Inputs with NaN, Inf or a negative zero (whose sign a selection may or may not keep) and
 short inputs take the library's own path, so the result is always the library's.
 
-The rank filter is scipy.ndimage's 1-D one, ``ndimage.rank_filter`` of a 1-D float64 array
+The rank filter is compiled with forensics where a C compiler was found at install
+(``forensics/evidence/_rolling.c``, windows up to 64 points): it keeps each window sorted,
+gives both middle values of an even window in one pass, and holds no lock while it works, so
+a long series is split between two threads. Otherwise, and for longer windows, it is
+scipy.ndimage's 1-D one, ``ndimage.rank_filter`` of a 1-D float64 array
 (``mode="nearest"``): its compiled ``_rank_filter_1d`` extension is loaded from scipy's
 directory on its own (half a millisecond) and called with the arguments ``rank_filter``
 passes it. Importing scipy.ndimage itself costs 0.35 s of CPU (it loads scipy.special):
@@ -41,11 +45,21 @@ import importlib.util
 import mmap
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from functools import lru_cache
+from types import ModuleType
 
 import numpy as np
 import polars as pl
+
+from forensics.evidence.order_stats import cores
+
+_rolling: ModuleType | None
+try:  # the compiled filter (forensics/evidence/_rolling.c), where it was built
+    from forensics.evidence import _rolling
+except ImportError:  # pragma: no cover - built with the package where a C compiler is found
+    _rolling = None
 
 # Below this many points the library's path is as fast: no need for the rank filter.
 _MIN_FAST = 512
@@ -72,6 +86,8 @@ def _fast(n: int, w: int) -> bool:
     """Whether the rank filter is worth it for ``n`` points at window ``w``."""
     if n < _MIN_FAST or w < 2 or n < 4 * w:
         return False
+    if _rolling is not None and w <= _COMPILED_MAX:
+        return True  # (no scipy to import)
     return n >= _IMPORT_PAYS or "scipy.ndimage" in sys.modules or _rank_filter_1d() is not None
 
 
@@ -148,7 +164,58 @@ _MAP_FLAGS = (
 def _rank(v: np.ndarray, rank: int, size: int) -> np.ndarray:
     """The ``rank``-th smallest of window ``[i - size // 2, i - size // 2 + size)`` at each i
     (only interior positions are meaningful): ``ndimage.rank_filter(v, rank=rank, size=size,
-    mode="nearest")`` of a contiguous float64 array, through the extension it calls for a 1-D
+    mode="nearest")`` of a contiguous float64 array."""
+    return _ranks(v, (rank,), size)[0]
+
+
+def _ranks(v: np.ndarray, ranks: tuple[int, ...], size: int) -> list[np.ndarray]:
+    """:func:`_rank` of each of ``ranks`` (one or two), by the compiled filter where it was
+    built (``forensics/evidence/_rolling.c``: both ranks in one pass, the series split between
+    the machine's cores, no lock held), else by scipy's, one pass each."""
+    if _rolling is not None and 1 <= size <= _COMPILED_MAX and 1 <= len(ranks) <= 2:
+        got = _compiled_ranks(v, ranks, size)
+        if got is not None:
+            return got
+    return [_scipy_rank(v, r, size) for r in ranks]
+
+
+_COMPILED_MAX = 64  # the compiled filter's work grows with the window: scipy's above this
+_SPLIT_MIN = 1 << 16  # points: a shorter series is not worth a second thread
+
+
+def _compiled_ranks(v: np.ndarray, ranks: tuple[int, ...], size: int) -> list[np.ndarray] | None:
+    """The compiled filter's :func:`_ranks` (None where it refuses the input: a NaN)."""
+    assert _rolling is not None
+    rank = _rolling.rank
+    if not (v.dtype == np.float64 and v.ndim == 1 and v.flags.c_contiguous and len(v)):
+        return None
+    if not all(0 <= r < size for r in ranks):
+        return None
+    n = len(v)
+    outs = [_fresh(n) for _ in ranks]
+    parts = min(cores(), max(1, n // _SPLIT_MIN))
+    cuts = [n * i // parts for i in range(parts + 1)]
+    failed: list[BaseException] = []
+
+    def part(a: int, b: int) -> None:
+        try:
+            rank(v, int(size), ranks, outs, a, b)
+        except ValueError as e:  # a NaN: scipy's filter takes it
+            failed.append(e)
+
+    workers = [threading.Thread(target=part, args=(cuts[i], cuts[i + 1])) for i in range(1, parts)]
+    for w in workers:
+        w.start()
+    try:
+        part(cuts[0], cuts[1])
+    finally:
+        for w in workers:
+            w.join()
+    return None if failed else outs
+
+
+def _scipy_rank(v: np.ndarray, rank: int, size: int) -> np.ndarray:
+    """:func:`_rank` by scipy.ndimage's filter, through the extension it calls for a 1-D
     array. Only where ndimage itself calls it: 0 < rank < size - 1 (ndimage takes the
     minimum and maximum filters for the ends) and at least ``size`` points (the extension
     reads out of bounds on a shorter array; ndimage's own limit is about half that)."""
@@ -222,7 +289,7 @@ def centered_median(values: np.ndarray, window: int) -> np.ndarray:
     elif w % 2:
         out = _rank(v, h, w)
     else:
-        lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
+        lo, hi = _ranks(v, (h - 1, h), w)
         out = _midpoint(lo, hi)
     # Full windows are i - h >= 0 and i - h + w <= n; the rest are shrunk: polars on the ends
     # (each end's windows reach at most 2w points in).
@@ -253,7 +320,7 @@ def polars_trailing_median(values: np.ndarray, window: int, min_samples: int) ->
     if w % 2:
         mid = _rank(v, h, w)
     else:
-        lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
+        lo, hi = _ranks(v, (h - 1, h), w)
         mid = _midpoint(lo, hi)
         del lo
     out = _fresh(n)
@@ -375,7 +442,7 @@ def trailing_median(values: np.ndarray, window: int) -> np.ndarray:
         mid = _rank(v, h, w)
         out[w + 1 :] = mid[w + 1 - shift : n - shift]
     else:
-        lo, hi = _rank(v, h - 1, w), _rank(v, h, w)
+        lo, hi = _ranks(v, (h - 1, h), w)
         out[w + 1 :] = ((lo + hi) / 2)[w + 1 - shift : n - shift]
     return out
 
