@@ -138,8 +138,23 @@ class Timeline:
 
     @property
     def order_resolved(self) -> bool:
-        """False when the log cannot tell the first mover's onset from the next one's."""
-        return len(self.movers) < 2 or not self.movers[1].unordered
+        """False when the log cannot tell the first mover's onset from the next one's (their
+        ranges meet, the next logged nothing in between, or both moved at the same step)."""
+        return len(self.movers) < 2 or not (self.movers[1].unordered or self.tied)
+
+    @property
+    def tied(self) -> list[Mover]:
+        """The signs that moved at the first mover's own step, where that is a sign, not what
+        the trainer did: the log cannot order them (the first is first by the causal
+        convention only, so the sentence does not call it first)."""
+        if not self.movers or _is_control(self.movers[0]):
+            return []
+        out = []
+        for m in self.movers[1:]:
+            if m.lag != 0 or m.unordered:
+                break
+            out.append(m)
+        return out
 
     def sentence(self, limit: int | None = None) -> str:
         """One sentence for the report and the terminal: who moved first, who followed when.
@@ -149,6 +164,9 @@ class Timeline:
         if not self.movers:
             return "No vital sign left its normal range."
         head = self.movers[0]
+        tied = self.tied
+        if tied:
+            return self._tied_sentence(head, tied, limit)
         text = f"The {head.label} moved first (onset at step {head.step:,}, {_what(head)})"
         if len(self.movers) > 1 and self.movers[1].unordered:
             text = f"The {head.label}'s onset is the earliest (step {head.step:,}, {_what(head)})"
@@ -171,6 +189,36 @@ class Timeline:
         if why:
             tail += "; " + "; ".join(why) + ": the log cannot tell which moved first"
         return text + "; then " + ", ".join(parts) + tail + "."
+
+    def _tied_sentence(self, head: Mover, tied: list[Mover], limit: int | None) -> str:
+        """The sentence of signs tied at the first step ("The gradient norm (...) and the
+        training loss (...) moved at the same step, 1,500: the log cannot tell which moved
+        first"), then the later signs as :meth:`sentence` names them."""
+        signs = [f"the {m.label} ({_what(m)})" for m in (head, *tied)]
+        both = ", ".join(signs[:-1]) + " and " + signs[-1]
+        text = f"{both[0].upper()}{both[1:]} moved at the same step, {head.step:,}: the log "
+        text += "cannot tell which moved first"
+        later = self.movers[1 + len(tied) :]
+        shown = later if limit is None else later[:limit]
+        if not shown:
+            rest = len(later)
+            return text + (f"; and {rest} more." if rest else ".")
+        parts = []
+        for m in shown:
+            when = "at the same step" if m.lag == 0 else f"{steps_text(m.lag)} later"
+            parts.append(f"the {m.label} {when} (step {m.step:,}, {_what(m)})")
+        rest = len(later) - len(shown)
+        tail = f" and {rest} more" if rest > 0 else ""
+        why = _unordered_clauses(head, shown)
+        if why:
+            tail += "; " + "; ".join(why) + ": the log cannot tell which moved first"
+        return text + "; then " + ", ".join(parts) + tail + "."
+
+
+def _is_control(m: Mover) -> bool:
+    """What the trainer did (a control input, a resume, a restarted LR schedule): first at its
+    step by definition."""
+    return m.control or m.kind in (FindingKind.RESTART.value, FindingKind.LR_RESTART.value)
 
 
 def _unordered_clauses(head: Mover, followers: list[Mover]) -> list[str]:

@@ -101,3 +101,42 @@ def test_an_order_the_log_shows_is_said(tmp_path: Path) -> None:
     text = diag.timeline.sentence()
     assert text.startswith(f"The memory moved first (onset at step {mem.step:,}, memory_growth)")
     assert "cannot tell" not in text
+
+
+def _bad_batch_at(folder: Path, step: int) -> Path:
+    """Loss and grad norm logged every step; one bad batch at ``step`` moves both there."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for s in range(1, 3001):
+        loss = 4 * np.exp(-s / 800) + 2 + rng.normal(0, 0.02)
+        g = 1.0 + rng.normal(0, 0.03)
+        if s == step:
+            loss, g = loss * 1.8, g * 6
+        rows.append({"step": s, "loss": loss, "lr": 3e-4, "grad_norm": g})
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_signs_that_moved_at_the_same_step_are_not_ordered(tmp_path: Path) -> None:
+    """A bad batch at step 1,500 moves the grad norm and the loss at that logged step. The
+    incident read "The gradient norm moved first (onset at step 1,500, ...); then the training
+    loss at the same step": a first the log does not show (the grad norm came first by the
+    causal convention for equal steps only). Now both are named as moving at that step, the
+    order is not resolved, and the report's table says so. (A control input at a sign's step,
+    an LR restart say, is still first: tests/test_lr_restart.py.)"""
+    from forensics.report import render_html
+
+    d = analyze(_bad_batch_at(tmp_path / "run", 1500))
+    (inc,) = d.incidents
+    tl = inc.timeline
+    assert [(m.metric, m.step) for m in tl.movers] == [("grad_norm", 1500), ("loss", 1500)]
+    sentence = tl.sentence()
+    assert "moved first (" not in sentence and "then" not in sentence, sentence
+    assert sentence == (
+        "The gradient norm (grad_norm_spike) and the training loss (loss_spike) moved at the "
+        "same step, 1,500: the log cannot tell which moved first."
+    )
+    assert not tl.order_resolved and inc.to_dict()["order_resolved"] is False
+    page = render_html(d, plotlyjs="cdn")
+    assert "same step as the next" in page
