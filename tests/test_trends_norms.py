@@ -496,3 +496,34 @@ def test_the_layer_shift_card_names_one_layer_in_the_singular() -> None:
     page = render_html(d, plotlyjs="cdn")
     assert "Layer 3 went from 12.5% to 99.3% of the gradient" in page
     assert "Layers 3 " not in page
+
+
+def test_layer_shift_onset_is_where_a_slowing_rise_began(tmp_path: Path) -> None:
+    """The embedding's grad norm climbs linearly from step 4,000 to 5x by 12,000 (the middle
+    layers steady), per-layer norms logged every 500 steps by tensorboardX: its share of the
+    squared grad norm sits near 27% up to step 4,000, then reads about 38% at 4,500, 49% at
+    5,000, 65% at 6,000 and 90% at 12,000, a rise that slows down. The two-piece fit finds no
+    upward bend there, and the fallback took the half-way crossing: "since step 6,000"
+    (anywhere in 5,500-6,500), a range that left out the first 2,000 steps of the rise. The
+    onset is now where the share first left its early level (by more than its noise and a
+    tenth of the rise)."""
+    from tensorboardX import SummaryWriter
+
+    rng = np.random.default_rng(3)
+    w = SummaryWriter(str(tmp_path / "embed"))
+    for s in range(1, 12001):
+        climb = 1.0 + max(0, s - 4000) / 8000 * 4.0
+        layer = {i: 0.25 * (1 + rng.normal(0, 0.03)) for i in range(1, 12)}
+        layer[0] = 0.5 * climb * (1 + rng.normal(0, 0.03))
+        if s % 10 == 0:
+            w.add_scalar("train/loss", 2.2 + 3.0 * np.exp(-s / 2500) + rng.normal(0, 0.015), s)
+            w.add_scalar("train/grad_norm", float(np.sqrt(sum(v * v for v in layer.values()))), s)
+        if s % 500 == 0:
+            for i, v in layer.items():
+                w.add_scalar(f"grad_norm/model.layers.{i}", v, s)
+    w.close()
+    (f,) = [f for f in analyze(tmp_path / "embed").findings if f.kind.value == "layer_grad_shift"]
+    assert f.measures["layers"] == "0"
+    assert 4000 < f.start_step <= 4500, f.summary
+    assert f.onset_range is not None and f.onset_range[0] <= 4000 < f.onset_range[1]
+    assert "since step 4,500" in f.summary

@@ -138,9 +138,16 @@ class LayerGradShiftDetector:
         onset_range: tuple[int, int] | None
         if h is not None and h[2] > 0 and h[2] > h[1]:
             onset, onset_range = h.onset, h.range
-        else:  # fall back to the half-way crossing after the start-up
-            half = sel & (smooth >= b + 0.5 * (a - b))
-            onset = int(round(xb[int(np.argmax(half))])) if half.any() else start
+        else:
+            # No upward bend (a rise that slows down, a step): where the share first left its
+            # early level, by more than its noise and a tenth of the rise, and at the latest
+            # where it crossed half-way. (The half-way crossing alone put a rise that began at
+            # step 4,000 at its middle, 6,000.)
+            p = self.params
+            rise = a - b
+            level = b + min(0.5 * rise, max(p.noise_k * float(judged["noise"]), 0.1 * rise))
+            left = sel & (smooth >= level)
+            onset = int(round(xb[int(np.argmax(left))])) if left.any() else start
             # (on the bins' steps: known to about a bin either side)
             onset_range = bend_range(xb[sel], onset) if onset != start else None
         growth = _param_growth(ev, layers, onset)
