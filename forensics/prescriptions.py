@@ -119,7 +119,7 @@ TABLE: dict[FindingKind, Prescription] = {
         variants={
             "info": "No action: the grad norm's level now is under the warning line the "
             "decaying learning rate sets (with weight decay the grad norm grows about as "
-            "sqrt(lr_start / lr)); earlier points may have crossed that line. If a flat grad "
+            "sqrt(lr_baseline / lr)); earlier points may have crossed that line. If a flat grad "
             "norm matters, scale the weight decay with the learning rate (AdamC).",
         },
     ),
