@@ -78,6 +78,7 @@ CAUSES: dict[str, str] = {
     "grad_norm_climb": "A grad-norm climb going on since before the onset",
     "eval_pause": "An eval or checkpoint pause",
     "val_set_change": "A validation-set change",
+    "large_gradient": "An abnormal gradient in the step the weights jumped",
     "article": "The article's cause for this symptom",
 }
 # The causes as a sentence names them ("a consequence of the LR change").
@@ -160,6 +161,8 @@ for _k in FindingKind:
         # The article's case (section 3): benchmarks slipping under a falling loss while the
         # grad norm had been climbing for thousands of steps.
         _t.append("grad_norm_climb")
+    if _k is FindingKind.PARAM_NORM_JUMP:
+        _t.append("large_gradient")
     if _k in _PAUSE:
         _t.append("eval_pause")
     if _k in _VAL:
@@ -193,6 +196,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.REPLACED_ATTEMPT: {0: "resume"},
     FindingKind.LR_RESTART: {0: "resume"},
     FindingKind.EVAL_REGRESSION: {0: "grad_norm_climb"},
+    FindingKind.PARAM_NORM_JUMP: {0: "large_gradient"},
 }
 
 
@@ -721,6 +725,49 @@ def _spike_at(x: _Facts, metric: str, lo: int, hi: int) -> Any:
     return None
 
 
+def _large_gradient(x: _Facts, f: Finding) -> Cause:
+    """A parameter-norm jump: did a grad-norm spike peak in the updates that moved the
+    weights, from the param norm's point before the jump to the jump's end (the grad norm
+    logged at a step is the gradient that step's update applied)? The article's "abnormal
+    gradients got through"."""
+    if not x.has_grad_norm:
+        return Cause("large_gradient", UNTESTED, "no grad norm in the log", (f.start_step,))
+    start = f.start_step
+    hi = max(start, f.end_step if f.end_step is not None else (f.peak_step or start))
+    pn = x.ev.logged(f.metric or "param_norm")
+    i = int(np.searchsorted(pn.steps, start, side="left"))
+    lo = int(pn.steps[i - 1]) + 1 if 0 < i <= len(pn.steps) else start
+    where = f"step {hi:,}" if lo == hi else f"steps {lo:,}-{hi:,}"
+    sp = _spike_at(x, GRAD_NORM, lo, hi)
+    if sp is not None and lo <= sp.peak_step <= hi:
+        m = sp.measures
+        return Cause(
+            "large_gradient",
+            SUPPORTED,
+            f"grad norm {_g(m['peak_value'])} at step {sp.peak_step:,} against a local baseline "
+            f"of {_g(m['baseline'])}{_ratio_text(m.get('height_ratio'))}, in the updates that "
+            f"moved the param norm ({where})",
+            (sp.peak_step,),
+        )
+    g = x.ev.logged(GRAD_NORM)
+    a, b = np.searchsorted(g.steps, lo, side="left"), np.searchsorted(g.steps, hi, side="right")
+    if b <= a:
+        return Cause(
+            "large_gradient",
+            UNTESTED,
+            f"the grad norm logged no point at {where}, the update that moved the param norm",
+            (hi,),
+        )
+    top = float(np.nanmax(g.values[a:b]))
+    return Cause(
+        "large_gradient",
+        CONTRADICTED,
+        f"the grad norm had no spike at {where} (at most {_g(top)}): the update that moved the "
+        "param norm was not driven by an abnormal gradient",
+        (lo, hi),
+    )
+
+
 def _bad_batch_recurring(x: _Facts, f: Finding) -> Cause:
     """Periodic spikes: is each spike a bad batch (short, recovered)?"""
     raw = f.measures.get("spike_steps")
@@ -1098,6 +1145,7 @@ _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "shared_data": lambda x, f: _SHARED_DATA,
     "activations": _activations,
     "grad_norm_climb": _climb,
+    "large_gradient": _large_gradient,
     "eval_pause": _eval_pause,
     "val_set_change": _val_change,
 }
@@ -1158,7 +1206,7 @@ def _chain(causes: list[Cause]) -> list[Cause]:
     for c in causes:
         if (
             c.status == SUPPORTED
-            and c.cause in ("loss_scale_overflow", "activations")
+            and c.cause in ("loss_scale_overflow", "activations", "large_gradient")
             and c.steps
             and root.steps
             and c.steps[0] >= root.steps[0]

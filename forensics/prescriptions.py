@@ -684,6 +684,14 @@ CAUSE_ADVICE: dict[str, str] = {
     "other remedies only if the signs go on once the LR is back.",
 }
 
+# Added to an incident's advice where an abnormal gradient moved the weights (a param-norm
+# jump in the step of a grad-norm spike: causes "large_gradient").
+LARGE_GRADIENT_ADVICE = (
+    "The parameter norm jumped in the same update and held: that gradient reached the weights "
+    "unbounded, so check the gradient-clipping threshold and that gradient accumulation does "
+    "not bypass the clip (clipping each micro-batch instead of the summed gradient)."
+)
+
 STANDING_GUIDANCE: tuple[Prescription, ...] = (
     Prescription(
         None,

@@ -32,7 +32,13 @@ def print_summary(
     from rich.console import Console
     from rich.table import Table
 
-    from forensics.prescriptions import CAUSE_ADVICE, light_prefix, needs_action
+    from forensics.causes import SUPPORTED
+    from forensics.prescriptions import (
+        CAUSE_ADVICE,
+        LARGE_GRADIENT_ADVICE,
+        light_prefix,
+        needs_action,
+    )
     from forensics.terminal import escape
 
     console = console or Console()
@@ -104,6 +110,14 @@ def print_summary(
                 step = root.steps[0] if root.steps else act.start_step
                 where = f"{root.cause.replace('_', ' ')} at step {step:,}"
                 rx = light_prefix(act) + CAUSE_ADVICE[root.cause]
+                causes = home.causes if home is not None else []
+                unbounded = any(
+                    c.cause == "large_gradient" and c.status == SUPPORTED for c in causes
+                )
+                if unbounded and root.cause != "lr_change":
+                    # The weights moved with that gradient and held: whatever set it off, the
+                    # update was not bounded (the article's row for a param-norm jump).
+                    rx += " " + LARGE_GRADIENT_ADVICE
             console.print(f"What to do ({escape(where)}): {escape(rx)}")
     on_screen = {id(f) for f in shown}
     hidden = [f for f in notes if id(f) not in on_screen]
