@@ -78,7 +78,7 @@ CAUSES: dict[str, str] = {
     "grad_norm_climb": "A grad-norm climb going on since before the onset",
     "eval_pause": "An eval or checkpoint pause",
     "val_set_change": "A validation-set change",
-    "large_gradient": "An abnormal gradient in the step the weights jumped",
+    "large_gradient": "An abnormal gradient in the updates that moved the weights",
     "article": "The article's cause for this symptom",
 }
 # The causes as a sentence names them ("a consequence of the LR change").

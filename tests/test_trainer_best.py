@@ -167,7 +167,7 @@ def test_the_epoch_of_an_eval_at_an_epochs_end_is_that_epoch(tmp_path) -> None:
     of the third (not the start of a fourth); 3.5 would be in the fourth."""
     _, fs = _findings(_state_folder(tmp_path, None, epoch_end_evals=True))
     o = fs["overfitting"]
-    assert "turned up at step 300 (epoch 3)," in o.summary
+    assert "turned up at step 300 (in the 3rd epoch)," in o.summary
     assert o.measures["epoch"] == 3 and o.measures["epoch_now"] == 10
 
 

@@ -382,7 +382,8 @@ class TrainValDetector:
             + _trainer_best_text(ev, onset)
             + "."
         )
-        ep_txt = f" (epoch {epoch})" if epoch is not None else ""
+        # (1-based, the epoch running: "epoch 2" beside an HF log's epoch 1.25 read as a slip)
+        ep_txt = f" (in the {_ordinal(epoch)} epoch)" if epoch is not None else ""
         rise_pct = 100.0 * (val_now - float(vy[m])) / abs(float(vy[m])) if vy[m] else None
         pct_txt = f", {rise_pct:+.1f}%" if rise_pct is not None else ""
         train_txt = (
@@ -743,6 +744,12 @@ def _label(g: Gap, cap: bool = False) -> str:
     if g.metric == VAL_LOSS:
         return "Val loss" if cap else "val loss"
     return g.metric
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th ... 21st."""
+    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{tail}"
 
 
 def _epoch_at(ev: Evidence, step: int) -> int | None:
