@@ -203,7 +203,7 @@ TABLE: dict[FindingKind, Prescription] = {
         ROW_SPIKE,
         variants={
             AFTER_CLIMB: "Roll back to before the grad-norm climb the log shows from before the "
-            "divergence (its cause below), not only before the divergence, and treat the climb "
+            "divergence (see its causes), not only before the divergence, and treat the climb "
             "as the article does for a grad norm that keeps rising: a lower learning rate for "
             "the shallow layers, the embedding and the output head (layer-wise decay); keep "
             "the data position.",
@@ -254,7 +254,7 @@ TABLE: dict[FindingKind, Prescription] = {
         ROW_NAN,
         variants={
             AFTER_CLIMB: "The non-finite values ended a grad-norm climb the log shows from "
-            "before them (its cause below): roll back to before the climb, not only before "
+            "before them (see its causes): roll back to before the climb, not only before "
             "the NaN, and treat the climb as the article does for a grad norm that keeps rising: "
             "a lower learning rate for the shallow layers, the embedding and the output head "
             "(layer-wise decay), then watch the grad norm against its baseline.",
@@ -753,6 +753,9 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
     reason = finding.measures.get("reason")
     climb = any(c.cause == "grad_norm_climb" and c.status == "supported" for c in causes)
     lr_moved = next((c for c in causes if c.cause == "lr_change" and c.status == "supported"), None)
+    bad = next((c for c in causes if c.cause == "bad_batch" and c.status == "supported"), None)
+    if finding.severity.value == "info":  # (a note: its own row's words)
+        bad = None
     if finding.kind is FindingKind.NAN_INF and finding.measures.get("skipped_at_start") is True:
         text = p.variants[NAN_AT_START]
     elif finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
@@ -763,6 +766,10 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = _after_lr_change(lr_moved.steps[0] if lr_moved.steps else finding.start_step)
     elif climb and AFTER_CLIMB in p.variants:
         text = p.variants[AFTER_CLIMB]
+    elif finding.kind is FindingKind.LOSS_SCALE_DROP and bad is not None:
+        # One batch overflowed fp16 (its loss spiked and came back at once): the batch is the
+        # thing to find; the row's "move to bf16" is for drops that come without one.
+        text = _after_bad_batch(bad.steps[0] if bad.steps else finding.start_step)
     elif finding.kind is FindingKind.RESTART and finding.measures.get("lr_reshaped") is True:
         text = p.variants[LR_OFF]
     elif finding.kind is FindingKind.CRASH and isinstance(reason, str) and reason in p.variants:
@@ -790,11 +797,21 @@ def _after_lr_change(step: int) -> str:
     """The treatment of a sign whose supported cause is an LR change no schedule explains
     (still off at the end of the log, or back on schedule since: the text holds for both)."""
     return (
-        f"The learning rate left its schedule at step {step:,} (its cause below): find what "
+        f"The learning rate left its schedule at step {step:,} (see its causes): find what "
         "set it off (a typo in the config, the scheduler state a resumed job loaded, a manual "
         "change) and keep the LR on its schedule from there. Roll back to a checkpoint from "
         "before that step if the run has suffered; treat this sign on its own only if it "
         "comes back with the LR on schedule."
+    )
+
+
+def _after_bad_batch(step: int) -> str:
+    """The treatment of a loss-scale drop whose supported cause is a bad batch."""
+    return (
+        f"The overflow came with a bad batch at step {step:,} (see its causes): find that "
+        "batch (the data loader's position at that step) and fix or drop the sample. Move to "
+        "bf16 or tame the offending layer only if the scale keeps falling at steps without "
+        "such a batch."
     )
 
 

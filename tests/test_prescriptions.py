@@ -244,3 +244,26 @@ def test_overfitting_in_the_first_two_epochs_is_prescribed_as_the_article_reads_
     assert f.measures["epoch"] == (2 if early else 4), f.summary
     rx = diag.prescription_for(f)
     assert ("the model is large for this data" in rx) is early, rx
+
+
+def test_a_loss_scale_drop_behind_a_bad_batch_names_the_batch() -> None:
+    """The bad_batch sample: each loss-scale drop (steps 301, 651) has a supported bad batch
+    (the loss spiked at 300 / 650 and was back the next step). Their cards read "check the
+    loss scale history ...; if drops repeat, move to bf16", and drops do repeat there, though
+    each came with one batch: the terminal's advice (the incident's root) said to find the
+    batch, the report's cards to change precision. Now the cards name the batch, and bf16
+    only for drops without one; a drop with no bad batch keeps the row (loss_scale_collapse,
+    above)."""
+    from forensics.pipeline import analyze
+
+    root = Path(__file__).resolve().parents[1]
+    diag = analyze(root / "sample_runs" / "bad_batch")
+    drops = [f for f in diag.findings if f.kind is FindingKind.LOSS_SCALE_DROP]
+    assert [f.start_step for f in drops] == [301, 651]
+    for f, at in zip(drops, (300, 650), strict=True):
+        text = diag.prescription_for(f)
+        assert text.startswith(
+            f"Yellow light: the overflow came with a bad batch at step {at:,} (see its causes): "
+            "find that batch"
+        ), text
+        assert "only if the scale keeps falling at steps without such a batch" in text
