@@ -61,3 +61,34 @@ def test_signs_after_an_lr_change_are_treated_at_the_change(tmp_path: Path) -> N
         rx = d.prescription_for(f)
         assert rx.startswith("Yellow light: the learning rate left its schedule at step 6,000")
         assert "clipping" not in rx and "no action" not in rx
+
+
+def _shifted(path: Path) -> Path:
+    """A loss spike at step 5,000 (1.6x) that falls back only to 5% above where the loss was
+    heading, and stays there to the end of the log (step 10,000)."""
+    rng = np.random.default_rng(11)
+    with path.open("w") as f:
+        for s in range(1, 10001):
+            base = 2.0 + 2.0 * np.exp(-s / 1500)
+            extra = base * (0.6 * np.exp(-(s - 5000) / 60) + 0.05) if s >= 5000 else 0.0
+            row = {"step": s, "loss": base + extra + rng.normal(0, 0.01), "lr": 3e-4}
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+def test_a_loss_spike_not_back_says_how_far_off(tmp_path: Path) -> None:
+    """The sentence said only "not back on its trend 5,000 steps later; pathological": the
+    reader could not tell a loss stuck 1% above its trend from one stuck 50% above. It now
+    gives the plateau the shape measured (``plateau_shift_rel``, the median from 500 steps
+    after the peak against the trend), the number in the finding's measures."""
+    d = analyze(_shifted(tmp_path / "run.jsonl"))
+    (f,) = [f for f in d.findings if f.kind is FindingKind.LOSS_SPIKE]
+    m = f.measures
+    assert f.start_step == 5000 and m["classification"] == "pathological"
+    assert m["recovered"] is False
+    rel = m["plateau_shift_rel"]
+    assert isinstance(rel, float) and 0.04 < rel < 0.08  # (5% built in, against its fitted trend)
+    assert (
+        f"not back on its trend 5,000 steps later (from 500 steps after the peak, a median "
+        f"{rel:.1%} above it); pathological"
+    ) in f.summary, f.summary

@@ -558,7 +558,16 @@ def _slow_text(m: dict, limit: int) -> str:
 
 def _pathology(m: dict[str, Any], limit: int) -> str:
     if not m["recovered"]:
-        return f"not back on its trend {steps_text(m['steps_logged_after_peak'])} later"
+        # How far off, where the log shows it: the plateau is read from ``limit`` steps after
+        # the peak (spike_shape's plateau window), the median there against the trend.
+        rel = m.get("plateau_shift_rel")
+        off = (
+            f" (from {limit:,} steps after the peak, a median {abs(rel):.1%} "
+            f"{'above' if rel > 0 else 'below'} it)"
+            if isinstance(rel, float) and abs(rel) >= 0.005
+            else ""
+        )
+        return f"not back on its trend {steps_text(m['steps_logged_after_peak'])} later{off}"
     if m["recovery_steps"] > limit and m.get("settled") != "higher":
         return f"back only after {steps_text(m['recovery_steps'])}"
     return f"settled {m['plateau_shift_rel'] or 0:.0%} above its earlier trend"
