@@ -158,6 +158,9 @@ def test_a_drift_note_names_the_level_now() -> None:
     assert note.startswith("No action") and "level now" in note
     assert "stays inside" not in note
     assert "level now" in drift.summary
+    # The same envelope in both: the finding names sqrt(lr_baseline / lr), and the note said
+    # sqrt(lr_start / lr) (the baseline's LR is after the warm-up, not at its start).
+    assert "sqrt(lr_baseline / lr)" in note and "lr_start" not in note
 
 
 def test_a_grad_norm_spike_the_loss_followed_is_looked_at() -> None:
