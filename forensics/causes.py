@@ -736,7 +736,7 @@ def _large_gradient(x: _Facts, f: Finding) -> Cause:
     hi = max(start, f.end_step if f.end_step is not None else (f.peak_step or start))
     pn = x.ev.logged(f.metric or "param_norm")
     i = int(np.searchsorted(pn.steps, start, side="left"))
-    lo = int(pn.steps[i - 1]) + 1 if 0 < i <= len(pn.steps) else start
+    lo = int(pn.steps[i - 1]) + 1 if i > 0 else start
     where = f"step {hi:,}" if lo == hi else f"steps {lo:,}-{hi:,}"
     sp = _spike_at(x, GRAD_NORM, lo, hi)
     if sp is not None and lo <= sp.peak_step <= hi:

@@ -752,10 +752,7 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
     cls = finding.measures.get("classification")
     reason = finding.measures.get("reason")
     climb = any(c.cause == "grad_norm_climb" and c.status == "supported" for c in causes)
-    lr_moved = next((c for c in causes if c.cause == "lr_change" and c.status == "supported"), None)
-    bad = next((c for c in causes if c.cause == "bad_batch" and c.status == "supported"), None)
-    if finding.severity.value == "info":  # (a note: its own row's words)
-        bad = None
+    lr_moved = _supported(causes, "lr_change")
     if finding.kind is FindingKind.NAN_INF and finding.measures.get("skipped_at_start") is True:
         text = p.variants[NAN_AT_START]
     elif finding.kind is FindingKind.NAN_INF and finding.measures.get("loss_back") is True:
@@ -766,7 +763,11 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = _after_lr_change(lr_moved.steps[0] if lr_moved.steps else finding.start_step)
     elif climb and AFTER_CLIMB in p.variants:
         text = p.variants[AFTER_CLIMB]
-    elif finding.kind is FindingKind.LOSS_SCALE_DROP and bad is not None:
+    elif (
+        finding.kind is FindingKind.LOSS_SCALE_DROP
+        and finding.severity.value != "info"  # (a note: its own row's words)
+        and (bad := _supported(causes, "bad_batch")) is not None
+    ):
         # One batch overflowed fp16 (its loss spiked and came back at once): the batch is the
         # thing to find; the row's "move to bf16" is for drops that come without one.
         text = _after_bad_batch(bad.steps[0] if bad.steps else finding.start_step)
@@ -803,6 +804,11 @@ def _after_lr_change(step: int) -> str:
         "before that step if the run has suffered; treat this sign on its own only if it "
         "comes back with the LR on schedule."
     )
+
+
+def _supported(causes: Sequence[Cause], cause: str) -> Cause | None:
+    """The first of ``causes`` with that id that the log supports (None if none)."""
+    return next((c for c in causes if c.cause == cause and c.status == "supported"), None)
 
 
 def _after_bad_batch(step: int) -> str:

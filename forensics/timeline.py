@@ -178,17 +178,7 @@ class Timeline:
             where = f", anywhere in {rng[0]:,}-{rng[1]:,};" if rng is not None else ","
             onset = f"onset at step {head.step:,}{where} {_what(head)}"
             return f"Only one sign: the {head.label} ({onset})."
-        parts = []
-        followers = self.movers[1:] if limit is None else self.movers[1 : 1 + limit]
-        for m in followers:
-            when = "at the same step" if m.lag == 0 else f"{steps_text(m.lag)} later"
-            parts.append(f"the {m.label} {when} (step {m.step:,}, {_what(m)})")
-        rest = len(self.movers) - 1 - len(followers)
-        tail = f" and {rest} more" if rest > 0 else ""
-        why = _unordered_clauses(head, followers)
-        if why:
-            tail += "; " + "; ".join(why) + ": the log cannot tell which moved first"
-        return text + "; then " + ", ".join(parts) + tail + "."
+        return text + _then(head, self.movers[1:], limit)
 
     def _tied_sentence(self, head: Mover, tied: list[Mover], limit: int | None) -> str:
         """The sentence of signs tied at the first step ("The gradient norm (...) and the
@@ -198,21 +188,26 @@ class Timeline:
         both = ", ".join(signs[:-1]) + " and " + signs[-1]
         text = f"{both[0].upper()}{both[1:]} moved at the same step, {head.step:,}: the log "
         text += "cannot tell which moved first"
-        later = self.movers[1 + len(tied) :]
-        shown = later if limit is None else later[:limit]
-        if not shown:
-            rest = len(later)
-            return text + (f"; and {rest} more." if rest else ".")
-        parts = []
-        for m in shown:
-            when = "at the same step" if m.lag == 0 else f"{steps_text(m.lag)} later"
-            parts.append(f"the {m.label} {when} (step {m.step:,}, {_what(m)})")
-        rest = len(later) - len(shown)
-        tail = f" and {rest} more" if rest > 0 else ""
-        why = _unordered_clauses(head, shown)
-        if why:
-            tail += "; " + "; ".join(why) + ": the log cannot tell which moved first"
-        return text + "; then " + ", ".join(parts) + tail + "."
+        return text + _then(head, self.movers[1 + len(tied) :], limit)
+
+
+def _then(head: Mover, later: list[Mover], limit: int | None) -> str:
+    """The end of a timeline's sentence: the signs after ``head`` ("; then the loss scale 1
+    step later (step 301, ...) and 2 more"), at most ``limit`` of them named, with why the
+    log cannot order those it cannot; "." alone when none came later."""
+    shown = later if limit is None else later[:limit]
+    rest = len(later) - len(shown)
+    if not shown:
+        return f"; and {rest} more." if rest else "."
+    parts = []
+    for m in shown:
+        when = "at the same step" if m.lag == 0 else f"{steps_text(m.lag)} later"
+        parts.append(f"the {m.label} {when} (step {m.step:,}, {_what(m)})")
+    tail = f" and {rest} more" if rest > 0 else ""
+    why = _unordered_clauses(head, shown)
+    if why:
+        tail += "; " + "; ".join(why) + ": the log cannot tell which moved first"
+    return "; then " + ", ".join(parts) + tail + "."
 
 
 def _is_control(m: Mover) -> bool:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType
 
@@ -335,26 +336,40 @@ def slope_stats_rows_compiled(
     yc = np.ascontiguousarray(y, dtype=np.float64)
     got, got_h = np.empty((k, len(ks))), np.empty((k, len(ks_h)))
     args = (xc, yc, k, n, tuple(ks), tuple(ks_h), got, got_h)
-    parts = min(threads or cores(), max(1, k // _ROWS_A_THREAD))
-    if parts <= 1:
-        _slopes.stats_rows(*args, 0, k)
-        return got, got_h
-    cuts = [k * i // parts for i in range(parts + 1)]
-    workers = [
-        threading.Thread(target=_slopes.stats_rows, args=(*args, cuts[i], cuts[i + 1]))
-        for i in range(1, parts)
-    ]
-    for w in workers:
-        w.start()
-    try:
-        _slopes.stats_rows(*args, cuts[0], cuts[1])
-    finally:
-        for w in workers:
-            w.join()
+    in_parts(k, _ROWS_A_THREAD, lambda a, b: _slopes.stats_rows(*args, a, b), threads)
     return got, got_h
 
 
 _ROWS_A_THREAD = 16  # fewer windows than this a thread: not worth a thread's start
+
+
+def in_parts(
+    total: int, each_min: int, work: Callable[[int, int], object], threads: int | None = None
+) -> None:
+    """``work(a, b)`` over consecutive parts ``[a, b)`` of ``range(total)``, one a thread (at
+    most ``threads``, default :func:`cores`; no part under ``each_min`` items, so one part and
+    no thread for a small job), the first in the caller's thread. For a compiled kernel that
+    holds no lock while it works. An error in a part is raised once every part has ended."""
+    parts = min(threads or cores(), max(1, total // each_min))
+    cuts = [total * i // parts for i in range(parts + 1)]
+    failed: list[BaseException] = []
+
+    def part(a: int, b: int) -> None:
+        try:
+            work(a, b)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(e)
+
+    workers = [threading.Thread(target=part, args=(cuts[i], cuts[i + 1])) for i in range(1, parts)]
+    for w in workers:
+        w.start()
+    try:
+        work(cuts[0], cuts[1])
+    finally:
+        for w in workers:
+            w.join()
+    if failed:
+        raise failed[0]
 
 
 @lru_cache(maxsize=1)

@@ -45,7 +45,6 @@ import importlib.util
 import mmap
 import os
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from types import ModuleType
@@ -53,7 +52,7 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from forensics.evidence.order_stats import cores
+from forensics.evidence.order_stats import in_parts
 
 _rolling: ModuleType | None
 try:  # the compiled filter (forensics/evidence/_rolling.c), where it was built
@@ -193,25 +192,11 @@ def _compiled_ranks(v: np.ndarray, ranks: tuple[int, ...], size: int) -> list[np
         return None
     n = len(v)
     outs = [_fresh(n) for _ in ranks]
-    parts = min(cores(), max(1, n // _SPLIT_MIN))
-    cuts = [n * i // parts for i in range(parts + 1)]
-    failed: list[BaseException] = []
-
-    def part(a: int, b: int) -> None:
-        try:
-            rank(v, int(size), ranks, outs, a, b)
-        except ValueError as e:  # a NaN: scipy's filter takes it
-            failed.append(e)
-
-    workers = [threading.Thread(target=part, args=(cuts[i], cuts[i + 1])) for i in range(1, parts)]
-    for w in workers:
-        w.start()
     try:
-        part(cuts[0], cuts[1])
-    finally:
-        for w in workers:
-            w.join()
-    return None if failed else outs
+        in_parts(n, _SPLIT_MIN, lambda a, b: rank(v, int(size), ranks, outs, a, b))
+    except ValueError:  # a NaN: scipy's filter takes it
+        return None
+    return outs
 
 
 def _scipy_rank(v: np.ndarray, rank: int, size: int) -> np.ndarray:
