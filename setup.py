@@ -1,7 +1,9 @@
-"""The compiled parts of forensics, both optional: the trend windows' slope kernel
-(forensics/evidence/_slopes.c) and the rolling rank filter (forensics/evidence/_rolling.c).
-Without a C compiler the install still succeeds and the same numbers come from numpy
-(forensics.evidence.order_stats) and scipy (forensics.evidence.rolling)."""
+"""The compiled parts of forensics, all optional: the trend windows' slope kernel
+(forensics/evidence/_slopes.c), the rolling rank filter (forensics/evidence/_rolling.c) and
+the event file reader's grouping of rows by tag (forensics/importers/_group.c). Without a C
+compiler the install still succeeds and the same numbers come from numpy
+(forensics.evidence.order_stats, forensics.importers.tfevents) and scipy
+(forensics.evidence.rolling)."""
 
 from setuptools import Extension, setup
 
@@ -9,5 +11,6 @@ setup(
     ext_modules=[
         Extension("forensics.evidence._slopes", ["forensics/evidence/_slopes.c"], optional=True),
         Extension("forensics.evidence._rolling", ["forensics/evidence/_rolling.c"], optional=True),
+        Extension("forensics.importers._group", ["forensics/importers/_group.c"], optional=True),
     ]
 )

@@ -527,7 +527,9 @@ def _settle(frame: pl.DataFrame, plan: ViewPlan) -> ViewPlan | None:
         changed = col.slice(1).ne_missing(col.slice(0, n - 1)).arg_true().to_numpy()
         if not np.isin(changed + 1, firsts).all():
             return None
-    keep, counts, in_order = _last_of_key(None, f.get_column("step").to_numpy(), totals)
+    # (the step column read a block at a time: after a zero-copy reorder it is one chunk per
+    # series, and to_numpy() of the whole would copy it, 8 bytes a row at the analysis' peak)
+    keep, counts, in_order = _last_of_key(None, f.get_column("step"), totals)
     if not in_order:
         return None
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -721,19 +723,23 @@ def _rank_runs(rank: np.ndarray) -> np.ndarray | None:
 
 
 def _last_of_key(
-    perm: np.ndarray | None, steps: np.ndarray, totals: np.ndarray
+    perm: np.ndarray | None, steps: np.ndarray | pl.Series, totals: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """For rows taken in ``perm`` order (sorted by series, ``totals`` rows of each): which
     are the last of a run of equal (series, step) (the value logged last), the kept rows per
     series, and whether steps grow within every series. In blocks, so no whole-frame copy of
     the keys is made; the series of each position follows from ``totals`` (no gather).
-    ``perm`` None: the rows are in that order already (slices of ``steps``, no gather)."""
+    ``perm`` None: the rows are in that order already (slices of ``steps``, no gather;
+    ``steps`` may then be a Series, read a block at a time)."""
     n = len(steps) if perm is None else len(perm)
     keep = np.ones(n, dtype=bool)
     ends = np.cumsum(totals)  # one past each series' last position
     for a in range(0, n, _BLOCK):
         b = min(a + _BLOCK + 1, n)  # one row of overlap: the next block's first
-        st = steps[a:b] if perm is None else steps[perm[a:b].astype(np.intp)]  # (_scatter)
+        if isinstance(steps, pl.Series):
+            st = steps.slice(a, b - a).to_numpy()
+        else:
+            st = steps[a:b] if perm is None else steps[perm[a:b].astype(np.intp)]  # (_scatter)
         same = np.ones(b - a - 1, dtype=bool)  # position q and q + 1 in one series
         same[ends[(ends > a) & (ends < b)] - 1 - a] = False
         down = st[1:] < st[:-1]

@@ -28,6 +28,10 @@ from forensics.pipeline import analyze_run, read_options
 from forensics.run import Run
 from forensics.watch.incremental import IncrementalAnalysis
 
+# The rows in record order, as the watcher's tail reads them (a read for analysis hands a job's
+# rows over tag after tag: cuts of it are no prefixes of each other to splice).
+_AS_WRITTEN = replace(read_options(Config()), series_order=False)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -86,7 +90,7 @@ def _even_cuts(run: Run, polls: int) -> list[int]:
     "name", ["periodic_spikes", "bad_batch", "nan", "resumed", "divergence", "healthy"]
 )
 def test_sample_runs_grown_poll_by_poll(name: str) -> None:
-    run = read_run(ROOT / "sample_runs" / name, options=read_options(Config()))
+    run = read_run(ROOT / "sample_runs" / name, options=_AS_WRITTEN)
     inc = _grow(run, _even_cuts(run, 6))
     if name != "resumed":  # resumed: rows of its two jobs interleave, cut by step
         assert inc.view.spliced >= 4 and inc.extended > 0
@@ -95,7 +99,7 @@ def test_sample_runs_grown_poll_by_poll(name: str) -> None:
 def test_cuts_that_create_extend_and_end_spikes() -> None:
     """Polls that end just before a spike, at its onset, at its peak, inside it, at its
     recovery and after: the spike appears, grows, recovers, exactly as from scratch."""
-    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=read_options(Config()))
+    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=_AS_WRITTEN)
     # A copy analyzed: analysis puts a run's frame in view order, the cuts need record order.
     spikes = analyze_run(_with(run, run.frame)).ev.spikes("loss")
     assert len(spikes) >= 2
@@ -129,7 +133,7 @@ def test_generated_run_cut_at_many_points(tmp_path: Path) -> None:
 def test_a_restart_and_a_nan_appended_mid_watch() -> None:
     """A NaN appended (the NaN finding from scratch), then a restart stepping back in a new
     segment (built whole), then appends after it (spliced again)."""
-    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=read_options(Config()))
+    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=_AS_WRITTEN)
     f = run.frame
     last = int(f.get_column("step").max())  # type: ignore[arg-type]
     old = f.filter(pl.col("step") <= last - 200)
@@ -159,7 +163,7 @@ def test_the_checks_catch_a_rewritten_value(check: str, monkeypatch: pytest.Monk
     import forensics.evidence.reuse as reuse
     import forensics.watch.carry as carry
 
-    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=read_options(Config()))
+    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=_AS_WRITTEN)
     f = run.frame
     last = int(f.get_column("step").max())  # type: ignore[arg-type]
     old = f.filter(pl.col("step") <= last - 100)
@@ -189,7 +193,7 @@ def test_a_spike_measured_before_it_settled_is_measured_again(
     with the settling check switched off, the stale measures fail the comparison."""
     import forensics.evidence.reuse as reuse
 
-    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=read_options(Config()))
+    run = read_run(ROOT / "sample_runs" / "periodic_spikes", options=_AS_WRITTEN)
     spike = analyze_run(run).ev.spikes("loss")[0]
     cuts = [spike.peak_step + 1, spike.end_step + 300]
     inc = _grow(run, cuts)

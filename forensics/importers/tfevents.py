@@ -20,6 +20,10 @@ corrupt or zero-filled file fails fast; data CRCs only with ``ReadOptions.verify
 the ``crc32c`` package). A cut-off last record (a killed job) yields every complete record and
 a ``truncated_log`` finding.
 
+Read for analysis (``ReadOptions.series_order``), a job that cannot restart hands its rows
+over tag after tag (:func:`_by_tag`, in C where it was built: ``_group.c``), the analysis
+view's layout; ``export`` asks for the rows as read.
+
 Histograms become extra scalar series ``<tag>/min``, ``/max``, ``/mean``, ``/std``,
 ``/absmax`` and ``/norm`` (see :mod:`tfevents_proto`); :mod:`tb_histograms` makes per-layer
 vital signs of them. Tags logged against consumed samples
@@ -53,6 +57,11 @@ from forensics.importers.tfevents_file import (
 from forensics.importers.tfevents_proto import ProtoRows, decode_records
 from forensics.importers.tfevents_scan import TagTable, decode_fast_chunked
 from forensics.schema import SCHEMA, conform, x_kind_of
+
+try:  # the compiled grouping of rows (setup.py builds it where a C compiler is found)
+    from forensics.importers import _group
+except ImportError:  # pragma: no cover - an install without a compiler: numpy's path
+    _group = None  # type: ignore[assignment]
 
 NAME = "tfevents"
 SPLIT_NAMES = {
@@ -133,7 +142,9 @@ class TfeventsImporter:
                 findings.append(truncated(name, rows))
         if not got:
             return assemble(source, [], plugin_of, purges, findings, notes, config, skipped, hists)
-        frame, restarts = _job_frame(source, job_dir, got, tables, plugin_of, purges)
+        frame, restarts = _job_frame(
+            source, job_dir, got, tables, plugin_of, purges, options.series_order
+        )
         return finish(source, frame, purges, findings, notes, config, skipped, hists, restarts)
 
 
@@ -211,9 +222,17 @@ def _job_frame(
     tables: dict[Path, TagTable],
     plugin_of: dict[str, str],
     purges: list[tuple[int, int, int]],
+    series_order: bool = False,
 ) -> tuple[pl.DataFrame, bool]:
     """The files' column arrays -> the job's canonical frame (every string column built from
-    its few distinct values, never per row), and whether restarts may be in it."""
+    its few distinct values, never per row), and whether restarts may be in it.
+
+    ``series_order`` (ReadOptions): a job that cannot restart hands its rows over tag after
+    tag (tags in the order the files first showed them, each tag's rows in record order), as
+    the JSONL reader does: the analysis view is then zero-copy slices of the frame. The rows
+    are moved here, as plain arrays, each written where it goes block by block
+    (:func:`_by_tag`): cheaper than the view's move of the finished frame (its categorical
+    columns gathered, the order inverted twice to bound the memory)."""
     # Each folder's tags with the folder's prefix, then one list of distinct names for the job.
     names: dict[str, int] = {}
     remap: dict[int, np.ndarray] = {}
@@ -250,6 +269,7 @@ def _job_frame(
         "value": column("value"),
         "wall_time": column("wall"),
     }
+    file_ids: np.ndarray | None = None
     if len(got) > 1:
         counts = [rows.height for _, rows, _ in got]
         cols["file_idx"] = np.repeat(np.asarray([i for i, _, _ in got], dtype=np.int32), counts)
@@ -257,8 +277,11 @@ def _job_frame(
     if keep is not None:
         cols = {k: v[keep] for k, v in cols.items()}
         tag_id = tag_id[keep]
-        if len(got) > 1:
+        if file_ids is not None:
             file_ids = file_ids[keep]
+    restarts = _may_restart(cols["step"], cols["wall_time"], tags, purges)
+    if series_order and not restarts and len(tag_id) > 1:
+        tag_id, file_ids = _by_tag(cols, tag_id, len(tags), file_ids)
     kinds = [x_kind_of(t) for t in tags]
     # Gathers by a Series of the ids (zero-copy): given the numpy array, polars converts it
     # through a wider copy first (about 12 bytes a row more at the peak).
@@ -285,19 +308,105 @@ def _job_frame(
     frame = frame.with_columns(
         [pl.lit(None, dtype=SCHEMA[c]).alias(c) for c in ("metric", "layer")]
     ).select([pl.col(c) for c in SCHEMA if c != "segment"])
-    return frame, _may_restart(frame, tags, purges)
+    return frame, restarts
 
 
-def _may_restart(frame: pl.DataFrame, tags: list[str], purges: list) -> bool:  # noqa: ANN001
+def _by_tag(
+    cols: dict[str, np.ndarray], tag_id: np.ndarray, n_tags: int, file_ids: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows put tag after tag (tags in the order of their first row, each tag's rows in
+    their order), in place: each column's rows written where they go into one spare array,
+    then copied back. In place because the file readers' arrays are the columns (the frame is
+    made from them without a copy): the spare is the only new memory the compiled kernel
+    (``_group.c``) needs; numpy's path (:func:`_group_numpy`, without a C compiler) adds
+    the rows' destinations. Returns the tag ids (``tag_id`` rewritten) and the file ids in
+    the new order."""
+    totals = np.bincount(tag_id, minlength=n_tags)
+    shown = _first_shown(tag_id, n_tags)
+    columns = [*cols.values(), *([file_ids] if file_ids is not None else [])]
+    spare = np.empty(len(tag_id) * max(c.dtype.itemsize for c in columns), dtype=np.uint8)
+    if _group is not None and tag_id.dtype == np.uint32:
+        _group.group(tag_id, shown.astype(np.uint32), columns, spare)
+    else:
+        _group_numpy(tag_id, shown, totals, columns, spare)
+    del spare
+    at = 0
+    for t, c in zip(shown.tolist(), totals[shown].tolist(), strict=True):
+        tag_id[at : at + c] = t  # (the ids rewritten in place: no second array of them)
+        at += c
+    return tag_id, file_ids
+
+
+def _group_numpy(
+    tag_id: np.ndarray,
+    shown: np.ndarray,
+    totals: np.ndarray,
+    columns: list[np.ndarray],
+    spare: np.ndarray,
+) -> None:
+    """:func:`_by_tag`'s move without the kernel: the destinations, then each column scattered
+    by them (numpy writes the rows reading the column in order, several times faster than a
+    gather from an interleaved column)."""
+    dest = _destinations(tag_id, shown, totals)
+    for col in columns:
+        moved = spare[: col.nbytes].view(col.dtype)
+        for a in range(0, len(col), _BLOCK * 2):
+            b = a + _BLOCK * 2
+            moved[dest[a:b].astype(np.intp)] = col[a:b]
+        col[:] = moved
+
+
+_BLOCK = 1 << 16  # rows placed at a time (their keys and slots stay in the cache)
+
+
+def _first_shown(tag_id: np.ndarray, n_tags: int) -> np.ndarray:
+    """The tag ids in the order of their first row (ids with no row last)."""
+    n = len(tag_id)
+    first = np.full(n_tags, n, dtype=np.int64)
+    for a in range(((n - 1) // _BLOCK) * _BLOCK, -1, -_BLOCK):  # the blocks from the last
+        block = tag_id[a : a + _BLOCK]
+        # (each id's earliest row written last: numpy assigns repeated indices in order)
+        first[block[::-1]] = np.arange(a + len(block) - 1, a - 1, -1)
+    return np.argsort(first, kind="stable")
+
+
+def _destinations(tag_id: np.ndarray, shown: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Where each row goes when the rows are put tag after tag in the order ``shown``, each
+    tag's rows in their order (the inverse of a stable argsort by the tag's place in
+    ``shown``), block by block: a block's rows sorted by that place go after the earlier
+    blocks' rows of the same tag. ``totals``: the rows of each tag id."""
+    n, n_tags = len(tag_id), len(shown)
+    out = np.empty(n, dtype=np.uint32 if n < 1 << 32 else np.int64)
+    key = np.uint16 if n_tags <= 1 << 16 else np.uint32  # (numpy radix-sorts 16-bit keys)
+    place = np.empty(n_tags, dtype=key)
+    place[shown] = np.arange(n_tags, dtype=key)
+    per_place = totals[shown]
+    free = np.concatenate(([0], np.cumsum(per_place)[:-1])).astype(np.int64)
+    for a in range(0, n, _BLOCK):
+        r = place[tag_id[a : a + _BLOCK]]
+        o = np.argsort(r, kind="stable")
+        c = np.bincount(r, minlength=n_tags)
+        first = np.concatenate(([0], np.cumsum(c)[:-1]))
+        slot = np.repeat(free - first, c)  # the block's k-th row in that order goes to slot + k
+        slot += np.arange(len(r))
+        out[o + a] = slot
+        free += c
+    return out
+
+
+def _may_restart(
+    steps: np.ndarray,
+    w: np.ndarray,
+    tags: list[str],
+    purges: list,  # noqa: ANN001
+) -> bool:
     """False when :func:`assign_segments` could find nothing: no purge, no counter tag, steps
     that never go back in record order (so no tag's do), wall times that are not a relative
     clock. Then every row is segment 0 and the per-tag search is not needed."""
     if purges or counter_tags(tags):
         return True
-    steps = frame.get_column("step").to_numpy()
     if len(steps) > 1 and not bool(np.all(steps[1:] >= steps[:-1])):
         return True
-    w = frame.get_column("wall_time").to_numpy()
     top = float(np.max(w)) if len(w) else math.nan
     if not math.isfinite(top):  # NaN or inf somewhere: the relative-clock test exactly
         ok = w[np.isfinite(w) & (w >= 0)]
