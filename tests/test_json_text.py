@@ -61,7 +61,20 @@ EDGE_CASES: list[object] = [
     {"enum": _Color.RED, "str enum": _Name.A},
     {"np": np.float64(0.1), "list": [np.float64(2.0)]},
     {"deep": [[[[[[[[[[1]]]]]]]]]]},
+    {_Name.A: "a str enum as a key", "t": (1.5, "x", (None, {"y": ()}))},
 ]
+
+
+def _nested(depth: int) -> object:
+    """Dicts and lists alternating ``depth`` levels deep (deeper than the writer's table of
+    indents), a few values on each level."""
+    doc: object = [0.5, "end"]
+    for i in range(depth):
+        doc = {"k": doc, "n": i} if i % 2 else [doc, i, None]
+    return doc
+
+
+EDGE_CASES += [_nested(40), _nested(70)]
 
 
 @pytest.mark.parametrize("doc", EDGE_CASES, ids=range(len(EDGE_CASES)))
