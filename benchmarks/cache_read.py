@@ -53,7 +53,11 @@ def main() -> None:
         for steps in sizes:
             run_dir = Path(args.data) / f"{kind}_{steps}" / "run"
             cache = Path(tempfile.mkdtemp(prefix="forensics-cache-bench-"))
-            withcache = {"FORENSICS_CACHE_DIR": str(cache), "PYTHONPATH": env["PYTHONPATH"]}
+            withcache = {
+                "FORENSICS_CACHE_DIR": str(cache),
+                "FORENSICS_NO_CACHE": "0",  # (whatever the calling shell says: see __main__)
+                "PYTHONPATH": env["PYTHONPATH"],
+            }
             read = [PY, "-m", "benchmarks.probe", "read", str(run_dir)]
             try:
                 run(read, withcache)  # fills the cache

@@ -10,11 +10,12 @@ findings document (schema_version 2: version 1 plus each finding's ``causes`` an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
-from forensics.causes import Cause, causes_of
+from forensics.causes import SUPPORTED, Cause, causes_of
 from forensics.checklists import Coverage, Phase, coverage, evaluate_checklists
 from forensics.evidence import Evidence
 from forensics.findings import Finding, FindingKind, Severity, worst_severity
@@ -27,9 +28,12 @@ from forensics.incidents import (
 )
 from forensics.prescriptions import (
     AREAS,
+    CAUSE_ADVICE,
+    LARGE_GRADIENT_ADVICE,
     STANDING_GUIDANCE,
     Check,
     Prescription,
+    light_prefix,
     needs_action,
     prescribe,
 )
@@ -43,6 +47,14 @@ from forensics.run import Run
 from forensics.timeline import Timeline
 
 SCHEMA_VERSION = 2
+
+
+class Advice(NamedTuple):
+    """A next step (:meth:`Diagnosis.what_to_do`): what it is about (``where``: a finding's
+    kind and onset, or the supported root cause and its step) and what to do."""
+
+    where: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -149,6 +161,32 @@ class Diagnosis:
             f"{which}: {text[0].lower()}{text[1:]}"
         )
 
+    def what_to_do(self, findings: Sequence[Finding]) -> Advice | None:
+        """The next step for the most severe of ``findings`` (the earliest of equals) that
+        calls for action: its prescription, or, where its incident's supported root cause says more
+        than the finding's row (a bad batch behind a loss-scale drop: find the batch, not
+        "move to bf16"), that cause's advice. None when none calls for action. The terminal
+        ends on it when there is no rollback to advise; each incident card of the report
+        without a rollback shows it."""
+        worst_first = sorted(findings, key=_rank_key)
+        act = next((f for f in worst_first if needs_action(f)), None)
+        if act is None:
+            return None
+        home = self.incident_of(act)
+        root = home.supported[0] if home is not None and home.supported else None
+        if home is None or root is None or root.cause not in CAUSE_ADVICE:
+            return Advice(
+                f"{act.kind.value} from step {act.start_step:,}", self.prescription_for(act)
+            )
+        step = root.steps[0] if root.steps else act.start_step
+        text = light_prefix(act) + CAUSE_ADVICE[root.cause]
+        unbounded = any(c.cause == "large_gradient" and c.status == SUPPORTED for c in home.causes)
+        if unbounded and root.cause != "lr_change":
+            # The weights moved with that gradient and held: whatever set it off, the update
+            # was not bounded (the article's row for a param-norm jump).
+            text += " " + LARGE_GRADIENT_ADVICE
+        return Advice(f"{root.cause.replace('_', ' ')} at step {step:,}", text)
+
     def incident_of(self, finding: Finding) -> Incident | None:
         """The incident this finding belongs to (None for a note outside every incident)."""
         for inc in self.incidents:
@@ -162,7 +200,7 @@ class Diagnosis:
 
     def ranked(self) -> list[Finding]:
         """Findings by severity (worst first), then onset: the order the report lists them."""
-        return sorted(self.findings, key=lambda f: (-f.severity.rank, f.start_step, f.kind.value))
+        return sorted(self.findings, key=_rank_key)
 
     @cached_property
     def investigation(self) -> list[Investigation]:
@@ -278,3 +316,8 @@ def diagnose(
     )
     trim()  # (the checklists' series reads given back before the report or summary)
     return diag
+
+
+def _rank_key(f: Finding) -> tuple[int, int, str]:
+    """Worst first, then by onset: the order the report lists findings in."""
+    return (-f.severity.rank, f.start_step, f.kind.value)

@@ -81,6 +81,9 @@ AFTER_CLIMB = "after_climb"
 # The spike variant for one that follows an LR-schedule event (a restart, the warm-up's end)
 # and came back: the schedule's doing, not a batch's (article 4.4).
 SCHEDULE_SPIKE = "schedule_induced"
+# The spike variant for one that came back and came with an fp16 overflow (the loss scale
+# fell in its steps): the overflow is the cause the log shows, not a hard batch.
+OVERFLOW_SPIKE = "numeric_overflow"
 # The restart variant for a resumed job whose LR does not match the earlier attempt's at the
 # steps both logged: its scheduler did not continue (forensics.importers.restarts).
 LR_OFF = "lr_off"
@@ -179,6 +182,9 @@ TABLE: dict[FindingKind, Prescription] = {
             "spike needs no treatment of its own.",
             "unresolved": "The log ends before the loss recovered. If it has not recovered "
             "within about 500 steps: " + _ROLLBACK_SPIKE,
+            OVERFLOW_SPIKE: "No action for the loss itself: it came back to its trend "
+            "quickly. The loss scale fell in the same steps (an fp16 overflow, see its causes): "
+            "the loss-scale drop's card says what to check.",
             SCHEDULE_SPIKE: "No action for one: it follows the LR schedule (a restart or the "
             "warm-up's end) and came back, the schedule's doing rather than a disease. If one "
             "comes with every restart, the LR climbs too fast there: lengthen the warm-up at "
@@ -779,6 +785,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[EARLY_EPOCHS]
     elif _after_schedule(finding) and SCHEDULE_SPIKE in p.variants:
         text = p.variants[SCHEDULE_SPIKE]
+    elif _after_overflow(finding) and OVERFLOW_SPIKE in p.variants:
+        text = p.variants[OVERFLOW_SPIKE]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
     elif isinstance(cls, str) and cls in p.variants:
@@ -819,6 +827,12 @@ def _after_bad_batch(step: int) -> str:
         "bf16 or tame the offending layer only if the scale keeps falling at steps without "
         "such a batch."
     )
+
+
+def _after_overflow(finding: Finding) -> bool:
+    """A spike that came with a loss-scale overflow (its measured cause) and came back."""
+    m = finding.measures
+    return m.get("cause") == "numeric_overflow" and m.get("classification") == "physiological"
 
 
 def _after_schedule(finding: Finding) -> bool:

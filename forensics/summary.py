@@ -32,13 +32,6 @@ def print_summary(
     from rich.console import Console
     from rich.table import Table
 
-    from forensics.causes import SUPPORTED
-    from forensics.prescriptions import (
-        CAUSE_ADVICE,
-        LARGE_GRADIENT_ADVICE,
-        light_prefix,
-        needs_action,
-    )
     from forensics.terminal import escape
 
     console = console or Console()
@@ -98,27 +91,9 @@ def print_summary(
     if not plans:
         # No rollback to advise (a drift, a slowdown, a leak): the most severe finding's
         # prescription, so that the screen does not end on a diagnosis without a next step.
-        act = next((f for f in ranked if needs_action(f)), None)
-        if act is not None:
-            rx = diagnosis.prescription_for(act)
-            where = f"{act.kind.value} from step {act.start_step:,}"
-            home = diagnosis.incident_of(act)
-            root = home.supported[0] if home is not None and home.supported else None
-            if root is not None and root.cause in CAUSE_ADVICE:
-                # The incident's supported root cause says more than the finding's table row
-                # (a bad batch behind a loss-scale drop: find the batch, not "move to bf16").
-                step = root.steps[0] if root.steps else act.start_step
-                where = f"{root.cause.replace('_', ' ')} at step {step:,}"
-                rx = light_prefix(act) + CAUSE_ADVICE[root.cause]
-                causes = home.causes if home is not None else []
-                unbounded = any(
-                    c.cause == "large_gradient" and c.status == SUPPORTED for c in causes
-                )
-                if unbounded and root.cause != "lr_change":
-                    # The weights moved with that gradient and held: whatever set it off, the
-                    # update was not bounded (the article's row for a param-norm jump).
-                    rx += " " + LARGE_GRADIENT_ADVICE
-            console.print(f"What to do ({escape(where)}): {escape(rx)}")
+        advice = diagnosis.what_to_do(ranked)
+        if advice is not None:
+            console.print(f"What to do ({escape(advice.where)}): {escape(advice.text)}")
     on_screen = {id(f) for f in shown}
     hidden = [f for f in notes if id(f) not in on_screen]
     if hidden:

@@ -359,3 +359,42 @@ def test_the_stages_of_one_overfitting_are_one_incident(tmp_path) -> None:
         "The validation loss moved first (onset at step 36, gap_acceleration); then the eval "
         "epoch_accuracy 10 steps later (step 46, eval_regression)."
     )
+
+
+def test_an_incident_card_without_a_rollback_says_what_to_do() -> None:
+    """The loss_scale_collapse sample's incident (a loss-scale drop, a grad-norm spike and a
+    loss spike at steps 601-614) has no rollback: its card gave the cause, the mechanism and
+    the order of the signs, and no next step, which only the terminal's last line gave. The
+    card now ends on the same advice as the terminal."""
+    import html
+    import io
+    import re
+
+    from rich.console import Console
+
+    from forensics.report import render_html
+    from forensics.summary import print_summary
+
+    d = diag("loss_scale_collapse")
+    (inc,) = [i for i in d.incidents if i.severity is Severity.WARNING]
+    assert inc.rollback is None
+    advice = d.what_to_do(inc.findings)
+    assert advice is not None
+    assert advice.where == "loss_scale_drop from step 601"
+    assert advice.text.startswith("Yellow light: check the loss scale history")
+    page = render_html(d, plotlyjs="cdn")
+    start = page.index(f'id="{inc.id}"')
+    card = re.sub(r"<[^>]+>", "", page[start : page.index("</article>", start)])
+    card = " ".join(html.unescape(card).split())
+    assert f"What to do ({advice.where}): {advice.text}" in card
+    out = io.StringIO()
+    print_summary(d, console=Console(file=out, width=400, color_system=None))
+    assert f"What to do ({advice.where}): {advice.text}" in out.getvalue()
+    # A card with a rollback keeps the rollback as its next step, without a second one.
+    nan = diag("nan")
+    rolled = [i for i in nan.incidents if i.rollback is not None]
+    assert rolled
+    page = render_html(nan, plotlyjs="cdn")
+    for i in rolled:
+        start = page.index(f'id="{i.id}"')
+        assert "What to do" not in page[start : page.index("</article>", start)]

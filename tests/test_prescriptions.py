@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -270,3 +271,34 @@ def test_a_loss_scale_drop_behind_a_bad_batch_names_the_batch() -> None:
             "find that batch"
         ), text
         assert "only if the scale keeps falling at steps without such a batch" in text
+
+
+def test_a_loss_spike_beside_an_overflow_is_not_called_a_hard_batch() -> None:
+    """The loss_scale_collapse sample: a loss spike at step 603, back on its trend in 7 steps,
+    in the steps where the loss scale fell from 131,072 to 16,384 (its supported cause: the
+    overflow). Its card read "a normal reaction to a hard batch" and "Likely mechanism:
+    numeric overflow" one after the other, and its prescription called it "a reaction to a
+    hard batch", a cause nothing in the log shows; the overflow is the one shown. Now the
+    prescription names the overflow and sends the reader to the loss-scale drop's card, and
+    the card says no hard batch."""
+    from forensics.pipeline import analyze
+    from forensics.report import render_html
+
+    root = Path(__file__).resolve().parents[1]
+    diag = analyze(root / "sample_runs" / "loss_scale_collapse")
+    (spike,) = [f for f in diag.findings if f.kind is FindingKind.LOSS_SPIKE]
+    assert spike.start_step == 603 and spike.measures["classification"] == "physiological"
+    assert spike.measures["cause"] == "numeric_overflow"
+    text = diag.prescription_for(spike)
+    assert "hard batch" not in text, text
+    assert text == (
+        "No action for the loss itself: it came back to its trend quickly. The loss scale fell "
+        "in the same steps (an fp16 overflow, see its causes): the loss-scale drop's card says "
+        "what to check."
+    )
+    page = render_html(diag, plotlyjs="cdn")
+    start = page.index('id="finding-loss_spike-603"')
+    card = " ".join(html.unescape(page[start : page.index("</article>", start)]).split())
+    assert "The loss returned to its trend quickly. " in card
+    assert "hard batch" not in card and "Likely mechanism: numeric overflow." in card
+    assert text in card

@@ -276,6 +276,12 @@ def build_context(
         "incidents": incidents[:MAX_INCIDENTS],
         "more_incidents": incidents[MAX_INCIDENTS : MAX_INCIDENTS + MAX_ROWS],
         "n_incidents": len(diagnosis.incidents),
+        # An incident card without a rollback ends on its next step, as the terminal does.
+        "advice": {
+            inc.id: diagnosis.what_to_do(inc.findings)
+            for inc in incidents[:MAX_INCIDENTS]
+            if inc.rollback is None
+        },
         "items": items,
         "more": more,
         "n_hidden": n_hidden,
