@@ -841,3 +841,23 @@ def test_a_log_without_a_training_loss_says_the_light_covers_only_what_was_logge
     assert said in html.unescape(banner), banner
     healthy = forensics.analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "healthy")
     assert healthy.unjudged() is None
+
+
+def test_the_layer_card_does_not_repeat_its_summary() -> None:
+    """The layer_grad_shift sample's card said "Layer 1 went from 9% to 25% of the squared
+    grad norm ..." and, right under it, "Layer 1 went from 8.7% to 24.5% of the gradient
+    (squared norms)": the same fact twice, with more digits the second time, which reads
+    like two numbers that disagree. The shares are stated once."""
+    from forensics.pipeline import analyze
+
+    d = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "layer_grad_shift")
+    (f,) = [f for f in d.findings if f.kind is FindingKind.LAYER_GRAD_SHIFT]
+    assert "from 9% to 25% of the squared grad norm" in f.summary
+    page = render_html(d, plotlyjs="cdn")
+    start = page.index(f'id="finding-layer_grad_shift-{f.start_step}"')
+    card = " ".join(
+        html.unescape(re.sub(r"<[^>]+>", "", page[start : page.index("</article>", start)])).split()
+    )
+    assert card.count("% of the") == 1, card
+    assert "8.7%" not in card and "24.5%" not in card
+    assert "heatmap" in card and '"type":"heatmap"' in page  # (the chart it points to)

@@ -489,12 +489,13 @@ def test_eval_regression_names_the_held_out_losses_it_leaves_to_the_gap_checks()
 
 def test_the_layer_shift_card_names_one_layer_in_the_singular() -> None:
     """The divergence sample's shift is layer 3's alone: its card read "Layers 3 went from
-    12.5% to 99.3%"."""
+    12.5% to 99.3%". (The card now states the shares once, in the summary:
+    tests/test_report.py.)"""
     from forensics.report.render import render_html
 
     d = _sample("divergence")
     page = render_html(d, plotlyjs="cdn")
-    assert "Layer 3 went from 12.5% to 99.3% of the gradient" in page
+    assert "Layer 3 went from 12% to 99% of the squared grad norm" in page
     assert "Layers 3 " not in page
 
 
