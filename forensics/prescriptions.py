@@ -82,7 +82,7 @@ AFTER_CLIMB = "after_climb"
 # and came back: the schedule's doing, not a batch's (article 4.4).
 SCHEDULE_SPIKE = "schedule_induced"
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
-# fell in its steps): the overflow is the cause the log shows, not a hard batch.
+# fell in its steps) and no bad batch the log shows: the overflow is the cause shown.
 OVERFLOW_SPIKE = "numeric_overflow"
 # The restart variant for a resumed job whose LR does not match the earlier attempt's at the
 # steps both logged: its scheduler did not continue (forensics.importers.restarts).
@@ -785,7 +785,11 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[EARLY_EPOCHS]
     elif _after_schedule(finding) and SCHEDULE_SPIKE in p.variants:
         text = p.variants[SCHEDULE_SPIKE]
-    elif _after_overflow(finding) and OVERFLOW_SPIKE in p.variants:
+    elif (
+        _after_overflow(finding)
+        and OVERFLOW_SPIKE in p.variants
+        and _supported(causes, "bad_batch") is None  # (a bad batch shown: the row's words)
+    ):
         text = p.variants[OVERFLOW_SPIKE]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]

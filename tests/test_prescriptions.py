@@ -302,3 +302,16 @@ def test_a_loss_spike_beside_an_overflow_is_not_called_a_hard_batch() -> None:
     assert "The loss returned to its trend quickly. " in card
     assert "hard batch" not in card and "Likely mechanism: numeric overflow." in card
     assert text in card
+    # The bad_batch sample's spikes came with an overflow too, but there the log shows the
+    # batch (a supported bad batch, the overflow its consequence): the hard batch stays.
+    bb = analyze(root / "sample_runs" / "bad_batch")
+    spikes = [f for f in bb.findings if f.kind is FindingKind.LOSS_SPIKE]
+    assert [f.start_step for f in spikes] == [300, 650]
+    page = render_html(bb, plotlyjs="cdn")
+    for f in spikes:
+        assert f.measures["cause"] == "numeric_overflow"
+        assert any(c.cause == "bad_batch" and c.status == "supported" for c in bb.causes_for(f))
+        assert bb.prescription_for(f).endswith("a reaction to a hard batch.")
+        start = page.index(f'id="finding-loss_spike-{f.start_step}"')
+        card = " ".join(html.unescape(page[start : page.index("</article>", start)]).split())
+        assert "The loss returned to its trend quickly: a normal reaction to a hard batch." in card
