@@ -788,7 +788,7 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
     elif (
         _after_overflow(finding)
         and OVERFLOW_SPIKE in p.variants
-        and _supported(causes, "bad_batch") is None  # (a bad batch shown: the row's words)
+        and not reads_as_hard_batch(finding, causes)
     ):
         text = p.variants[OVERFLOW_SPIKE]
     elif _loss_moved(finding):
@@ -831,6 +831,16 @@ def _after_bad_batch(step: int) -> str:
         "bf16 or tame the offending layer only if the scale keeps falling at steps without "
         "such a batch."
     )
+
+
+def reads_as_hard_batch(finding: Finding, causes: Sequence[Cause]) -> bool:
+    """Is a loss spike that came back read as a hard batch (the article's physiological
+    spike)? Yes unless its measured cause is another the log shows (an fp16 overflow, the
+    LR schedule) and no bad batch is supported beside it. The prescription and the report's
+    card both ask this."""
+    if _supported(causes, "bad_batch") is not None:
+        return True
+    return finding.measures.get("cause") not in ("numeric_overflow", "schedule_induced")
 
 
 def _after_overflow(finding: Finding) -> bool:

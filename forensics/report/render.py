@@ -25,7 +25,13 @@ from forensics.findings import (
     onset_at,
     step_range,
 )
-from forensics.prescriptions import AREA_TITLES, STANDING_GUIDANCE, TABLE, needs_action
+from forensics.prescriptions import (
+    AREA_TITLES,
+    STANDING_GUIDANCE,
+    TABLE,
+    needs_action,
+    reads_as_hard_batch,
+)
 from forensics.timeline import vital_label
 
 if TYPE_CHECKING:
@@ -236,7 +242,8 @@ def build_context(
             "entry": TABLE.get(f.kind),
             "acts": needs_action(f),
             "rollbacks": rollbacks.get(id(f), []),
-            "causes": diagnosis.causes_for(f),
+            "causes": (causes := diagnosis.causes_for(f)),
+            "hard_batch": reads_as_hard_batch(f, causes),
             "incident": diagnosis.incident_of(f),
         }
         for f in ranked[:FULL_FINDINGS]
