@@ -1,9 +1,10 @@
 """The compiled parts of forensics, all optional: the trend windows' slope kernel
-(forensics/evidence/_slopes.c), the rolling rank filter (forensics/evidence/_rolling.c) and
-the event file reader's grouping of rows by tag (forensics/importers/_group.c). Without a C
-compiler the install still succeeds and the same numbers come from numpy
-(forensics.evidence.order_stats, forensics.importers.tfevents) and scipy
-(forensics.evidence.rolling)."""
+(forensics/evidence/_slopes.c), the rolling rank filter (forensics/evidence/_rolling.c), the
+event file reader's grouping of rows by tag (forensics/importers/_group.c) and the Megatron
+log's iteration lines (forensics/importers/text/_megatron.c). Without a C compiler the
+install still succeeds and the same numbers come from numpy (forensics.evidence.order_stats,
+forensics.importers.tfevents), scipy (forensics.evidence.rolling) and polars
+(forensics.importers.text.megatron)."""
 
 from setuptools import Extension, setup
 
@@ -12,5 +13,10 @@ setup(
         Extension("forensics.evidence._slopes", ["forensics/evidence/_slopes.c"], optional=True),
         Extension("forensics.evidence._rolling", ["forensics/evidence/_rolling.c"], optional=True),
         Extension("forensics.importers._group", ["forensics/importers/_group.c"], optional=True),
+        Extension(
+            "forensics.importers.text._megatron",
+            ["forensics/importers/text/_megatron.c"],
+            optional=True,
+        ),
     ]
 )

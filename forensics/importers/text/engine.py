@@ -72,6 +72,10 @@ class MappedText:
     def __bytes__(self) -> bytes:
         return self._mm[:]
 
+    def view(self, start: int, end: int) -> memoryview:
+        """Bytes ``start:end`` without a copy (release the view before the map closes)."""
+        return memoryview(self._mm)[start:end]
+
     def __contains__(self, sub: bytes) -> bool:
         # mmap's own ``in`` tests for one byte value, not a substring.
         return self._mm.find(sub) >= 0
@@ -97,6 +101,12 @@ class MappedText:
 
 
 Text = bytes | MappedText
+
+
+def view(raw: Text, start: int, end: int) -> memoryview:
+    """Bytes ``start:end`` of ``raw`` without a copy."""
+    return raw.view(start, end) if isinstance(raw, MappedText) else memoryview(raw)[start:end]
+
 
 # Logs at least this big are mapped rather than read (below, a read costs little).
 MAP_BYTES = 16 << 20

@@ -10,15 +10,19 @@ Validation line::
 
      validation loss at iteration 1000 | lm loss value: 2.3E+00 | lm loss PPL: 10.4 |
 
-Speed matters here (1M-line logs): the file is split on ``|`` by polars' CSV reader, the
-most common key layout is read column by column with plain slicing, and only the few lines
-with another layout go through the slower key/value split.
+Speed matters here (1M-line logs): the file is read in pieces; the most common key layout
+is read from the last iteration lines, and each piece that fits it exactly is read by a
+compiled kernel (``_megatron.c``: one pass over the bytes). Any other piece (or every piece,
+without a C compiler) is split on ``|`` by polars' CSV reader and read column by column with
+plain slicing, and only the few lines with another layout go through the slower key/value
+split. Both ways give the same rows.
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import polars as pl
 
 from forensics.importers.text.engine import (
@@ -30,7 +34,13 @@ from forensics.importers.text.engine import (
     num,
     read_pipes,
     to_unix,
+    view,
 )
+
+try:  # the compiled reading of iteration lines (setup.py); polars reads every piece without it
+    from forensics.importers.text import _megatron
+except ImportError:  # pragma: no cover - built wherever a C compiler is
+    _megatron = None  # type: ignore[assignment]
 
 NAME = "megatron"
 DEDUPED = True  # rank copies are dropped here, on the line table (cheaper than on rows)
@@ -73,10 +83,16 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     vals: list[pl.DataFrame] = []
     line_steps: list[pl.DataFrame] = []
     offset, carry, hint = 0, None, False
+    dated = bool(re.search(_DATE + r"\s*iteration", ctx.sample))
     for i, (a, b) in enumerate(spans):
-        piece = (
-            last if i == len(spans) - 1 else _Piece(read_pipes(ctx.raw[a:b], n), ctx.sample, carry)
-        )
+        if i == len(spans) - 1:
+            piece = last
+        else:
+            fast = None
+            if layout is not None:
+                with view(ctx.raw, a, b) as text:  # the kernel reads the map: no copy
+                    fast = _fast_piece(text, layout, n, dated, carry)
+            piece = fast or _Piece(read_pipes(ctx.raw[a:b], n), ctx.sample, carry)
         if i == len(spans) - 1 and len(spans) > 1:
             piece.drop_copies(carry)  # the last piece was first read without its predecessor
         carry = piece.carry
@@ -87,7 +103,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         it = piece.it.with_columns(shift)
         line_steps.append(it.select("ln", "step"))
         if layout is not None:
-            pieces.append(layout.values(it))
+            pieces.append(piece.values(layout, it))
         del piece, it
     ctx.n_lines = offset
     ctx.line_steps = pl.concat(line_steps)
@@ -170,6 +186,11 @@ class _Piece:
         self.it = it.with_columns(_wall_time(it, sample).alias("wall_time"))
         self.drop_copies(carry)
 
+    def values(self, layout: _Layout, it: pl.DataFrame) -> _Values:
+        """The piece's iteration lines ``it`` (line numbers within the file) read with the
+        layout."""
+        return layout.values(it)
+
     def drop_copies(self, carry: int | None) -> None:
         """Several ranks printing the same iteration: keep the first copy (``carry``: the
         step of the previous piece's last iteration line). Filtering copies every column,
@@ -178,6 +199,68 @@ class _Piece:
         repeat = (step == step.shift(1, fill_value=carry)).fill_null(False)
         if self.it.select(repeat.any()).item():
             self.it = self.it.filter(~repeat)
+
+
+class _KernelPiece(_Piece):
+    """A piece read by the compiled kernel: its iteration lines already hold their values
+    (``_v{j}``, as :meth:`_Layout.values` names them), and no cell is odd."""
+
+    def __init__(
+        self,
+        n_lines: int,
+        hint: bool,
+        it: pl.DataFrame,
+        val: pl.DataFrame,
+        carry: int | None,
+        const: tuple[bool, ...],
+    ) -> None:
+        self.n_lines, self.hint, self.it, self.val = n_lines, hint, it, val
+        self.carry, self.const = carry, const
+
+    def values(self, layout: _Layout, it: pl.DataFrame) -> _Values:
+        rest = it.select("ln", "step", "wall_time").clear()
+        return _Values(it, (False,) * len(layout.cols), self.const, rest)
+
+
+def _fast_piece(
+    text: memoryview, layout: _Layout, n: int, dated: bool, carry: int | None
+) -> _KernelPiece | None:
+    """The piece ``text`` read by the compiled kernel, or None where it declines (a line the
+    layout does not fit exactly, a byte outside printable ASCII, a number or date it does not
+    read as polars would: see ``_megatron.c``) or was not built: polars reads it then."""
+    if _megatron is None:
+        return None
+    breaks = _megatron.lines(text)
+    if breaks is None:
+        return None
+    cap = breaks + 1
+    keyed = [j for j, pre in enumerate(layout.prefixes) if pre is not None]
+    ln, step, wall = (np.empty(cap, t) for t in (np.int64, np.int64, np.float64))
+    values = np.empty((len(keyed), cap), np.float64)
+    got = _megatron.read(
+        text, layout.keys, layout.consts, layout.commas, dated, ln, step, wall, values
+    )
+    if got is None:
+        return None
+    n_lines, m, hint, const, val_lines = got
+    # NaN marks a missing cell: the kernel declines a piece with a number it would read as NaN.
+    cols = [pl.Series("ln", ln[:m]), pl.Series("step", step[:m])]
+    if dated:  # (NaN: a line without a date; a date read is never NaN)
+        cols.append(pl.Series("wall_time", wall[:m], nan_to_null=True))
+    else:
+        cols.append(pl.Series("wall_time", [None] * m, dtype=pl.Float64))
+    cols += [pl.Series(f"_v{j}", values[k, :m], nan_to_null=True) for k, j in enumerate(keyed)]
+    if val_lines:
+        # The few validation lines go to the polars table, as the polars path has them.
+        val = read_pipes(b"\n".join(bytes(text[a:b]) for _, a, b in val_lines), n)
+        val = val.with_columns(pl.Series("ln", [i for i, _, _ in val_lines], dtype=pl.Int64))
+    else:
+        val = pl.DataFrame(schema={"ln": pl.Int64, **{f"c{i}": pl.Utf8 for i in range(n)}})
+    piece = _KernelPiece(
+        n_lines, hint, pl.DataFrame(cols), val, int(step[m - 1]) if m else carry, const
+    )
+    piece.drop_copies(carry)
+    return piece
 
 
 def _prefix(cell: str | None) -> str | None:
@@ -211,6 +294,14 @@ class _Layout:
                     seen[pre] = seen.get(pre, 0) + 1
             self.prefixes.append(max(seen, key=seen.get) if seen else None)  # type: ignore[arg-type]
         self.same = [len({row[j] for row in sample}) == 1 for j in range(len(cols))]
+        # What the compiled kernel takes: each column's key, and the text a column printing
+        # the same on every line repeats (as values() tests it).
+        self.keys = tuple(None if p is None else p.encode() for p in self.prefixes)
+        first = sample[0] if sample else (None,) * len(cols)
+        self.consts = tuple(
+            cell.encode() if self.same[j] and cell is not None and pre else None
+            for j, (cell, pre) in enumerate(zip(first, self.prefixes, strict=True))
+        )
 
     @classmethod
     def of(cls, it: pl.DataFrame, cols: list[str], commas: bool) -> _Layout:

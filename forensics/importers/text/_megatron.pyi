@@ -1,0 +1,16 @@
+# The compiled reading of Megatron iteration lines (forensics/importers/text/_megatron.c):
+# see megatron._fast_piece.
+from typing import Any
+
+def lines(buf: Any) -> int | None: ...
+def read(
+    buf: Any,
+    prefixes: tuple[bytes | None, ...],
+    consts: tuple[bytes | None, ...],
+    commas: bool,
+    dated: bool,
+    ln: Any,
+    step: Any,
+    wall: Any,
+    values: Any,
+) -> tuple[int, int, bool, tuple[bool, ...], list[tuple[int, int, int]]] | None: ...
