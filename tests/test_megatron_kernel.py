@@ -82,19 +82,19 @@ def _both(raw: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
     kernel read, pieces it was offered: all but the last, which sets the layout)."""
     source = Source("text_logs", [tmp_path / "train.log"], "train.log", tmp_path, scope="file")
     tally = [0, 0]
-    real = megatron._fast_piece
+    real = megatron._kernel_read
 
-    def counted(*args: object) -> megatron._KernelPiece | None:
+    def counted(*args: object) -> megatron._KernelRead | None:
         out = real(*args)  # type: ignore[arg-type]
-        tally[0] += out is not None
+        tally[0] += out is not None  # (one worker thread at a time holds the interpreter)
         tally[1] += 1
         return out
 
     with monkeypatch.context() as patch:
         patch.setattr(megatron, "CHUNK_BYTES", len(raw) // 8)
-        patch.setattr(megatron, "_fast_piece", counted)
+        patch.setattr(megatron, "_kernel_read", counted)
         fast = IMPORTER.read_raw(source, raw)
-        patch.setattr(megatron, "_fast_piece", real)
+        patch.setattr(megatron, "_kernel_read", real)
         patch.setattr(megatron, "_megatron", None)
         plain = IMPORTER.read_raw(source, raw)
     assert fast.frame.height > 0
@@ -212,13 +212,17 @@ def _column(texts: list[str]) -> tuple[bytes, tuple[bytes | None, ...]]:
     return body.encode(), (b" x:", None)
 
 
+def _val(n: int) -> np.ndarray:
+    return np.empty(3 * n, np.int64)
+
+
 def _kernel_numbers(texts: list[str]) -> list[float] | None:
     assert kernel is not None
     buf, keys = _column(texts)
     n = len(texts) + 1
     ln, step, wall = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
     values = np.empty((1, n))
-    got = kernel.read(buf, keys, (None, None), False, True, ln, step, wall, values)
+    got = kernel.read(buf, keys, (None, None), False, True, ln, step, wall, values, _val(n))
     return None if got is None else values[0, : got[1]].tolist()
 
 
@@ -268,7 +272,8 @@ def test_dates_match_polars() -> None:
         np.empty(n),
         np.empty((1, n)),
     )
-    got = kernel.read(buf, (b" x:", None), (None, None), False, True, ln, step, wall, values)
+    val = _val(n)
+    got = kernel.read(buf, (b" x:", None), (None, None), False, True, ln, step, wall, values, val)
     assert got is not None and got[1] == len(when)
     want = [t.replace(tzinfo=UTC).timestamp() for t in when]
     assert _bits(wall[: len(when)].tolist()) == _bits(want)
@@ -283,7 +288,7 @@ def test_dates_match_polars() -> None:
     ):
         one = f" [{bad}] iteration 1/ 9 | x: 1 |".encode()
         assert (
-            kernel.read(one, (b" x:", None), (None, None), False, True, ln, step, wall, values)
+            kernel.read(one, (b" x:", None), (None, None), False, True, ln, step, wall, values, val)
             is None
         )
 
@@ -292,13 +297,24 @@ def test_dates_match_polars() -> None:
 def test_the_kernel_refuses_what_it_cannot_hold() -> None:
     buf = b" iteration 1/ 9 | x: 1 |\n iteration 2/ 9 | x: 2 |\n"
     small = np.empty(1, np.int64)
-    ok = np.empty(3, np.int64), np.empty(3, np.int64), np.empty(3), np.empty((1, 3))
+    ok = np.empty(3, np.int64), np.empty(3, np.int64), np.empty(3), np.empty((1, 3)), _val(3)
     with pytest.raises(ValueError):  # two iteration lines, room for one
         kernel.read(
-            buf, (b" x:",), (None,), False, False, small, small, np.empty(1), np.empty((1, 1))
+            buf,
+            (b" x:",),
+            (None,),
+            False,
+            False,
+            small,
+            small,
+            np.empty(1),
+            np.empty((1, 1)),
+            _val(1),
         )
     with pytest.raises(ValueError):  # values too small for the keyed columns
         kernel.read(buf, (b" x:", b" y:"), (None, None), False, False, *ok)
+    with pytest.raises(ValueError):  # no room for the validation lines
+        kernel.read(buf, (b" x:",), (None,), False, False, *ok[:4], _val(2))
     with pytest.raises(TypeError):
         kernel.read(buf, (" x:",), (None,), False, False, *ok)  # type: ignore[arg-type]
     assert kernel.lines(b"a\nb\n") == 2
@@ -331,19 +347,19 @@ def test_a_mapped_log_is_read_by_the_kernel_from_the_map(
     path = tmp_path / "train.log"
     path.write_bytes(raw)
     source = Source("text_logs", [path], path.name, tmp_path, scope="file")
-    views: list[int] = []
-    real = megatron._fast_piece
+    mapped: list[bool] = []
+    real = megatron._kernel_read
 
-    def counted(text: memoryview, *args: object) -> megatron._KernelPiece | None:
-        out = real(text, *args)  # type: ignore[arg-type]
-        views.append(isinstance(text.obj, engine.mmap.mmap) and out is not None)
+    def counted(raw: object, *args: object) -> megatron._KernelRead | None:
+        out = real(raw, *args)  # type: ignore[arg-type]
+        mapped.append(isinstance(raw, engine.MappedText) and out is not None)
         return out
 
     monkeypatch.setattr(engine, "MAP_BYTES", 0)
     monkeypatch.setattr(megatron, "CHUNK_BYTES", len(raw) // 8)
-    monkeypatch.setattr(megatron, "_fast_piece", counted)
+    monkeypatch.setattr(megatron, "_kernel_read", counted)
     got = IMPORTER.read(source, ReadOptions(cache=False))
-    assert views and all(views)
+    assert mapped and all(mapped)
     monkeypatch.setattr(megatron, "_megatron", None)
     ref = IMPORTER.read_raw(source, raw, series_order=True)
     assert got.frame.equals(ref.frame)

@@ -1,7 +1,7 @@
 /* Megatron iteration lines read in C, for the pieces of a long log that the layout read from
  * its last lines fits exactly (forensics.importers.text.megatron._fast_piece).
  *
- * read(buf, prefixes, consts, commas, dated, ln, step, wall, values) reads the lines of buf
+ * read(buf, prefixes, consts, commas, dated, ln, step, wall, values, val) reads the lines of buf
  * (whole lines, as the text importer's "|" table has them: a row per "\n"-ended line, the
  * last one also without its "\n") and fills, for each iteration line, its row number (ln),
  * its step, its date as unix seconds (wall, when dated; NaN for a line without "[") and one
@@ -9,8 +9,10 @@
  * key (values[k], NaN where the line has no such cell). prefixes and consts hold, for each
  * column after the first "|", the key a cell starts with (bytes, or None: a column without a
  * key) and the text every cell of the column is expected to repeat (or None). It returns
- * (n_lines, n_iterations, hint, const, validation) with const a bool per column (every cell
- * present held that text) and validation a list of (ln, start, end) of the validation lines.
+ * (n_lines, n_iterations, hint, const, n_validation) with const a bool per column (every cell
+ * present held that text), and puts (ln, start, end) of each validation line in val (int64,
+ * three a line). The interpreter lock is released while the lines are read (taken back only
+ * for a number Python's parser reads), so two threads read two pieces at once.
  *
  * lines(buf) counts the line breaks (so the caller can size the arrays) and checks that every
  * byte is printable ASCII, a tab or a line break; read() is only given such pieces.
@@ -55,7 +57,7 @@ static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* A number of the form [+-](d+[.d*]|.d+)([eE][+-]?d+)? spanning [p, e) into *out: 1 done,
  * 0 not that form, -1 a Python error. */
-static int parse_number(const char *p, const char *e, double *out) {
+static int parse_number(const char *p, const char *e, double *out, PyThreadState **save) {
     const char *s = p;
     int neg = 0;
     if (s < e && (*s == '+' || *s == '-')) {
@@ -105,23 +107,28 @@ static int parse_number(const char *p, const char *e, double *out) {
         *out = neg ? -d : d;
         return 1;
     }
+    /* The rare other numbers: Python's parser, with the interpreter lock taken back for it
+     * (the reading runs without it). */
+    PyEval_RestoreThread(*save);
     char small[64];
     Py_ssize_t n = e - p;
+    int ok = -1;
     char *text = n < (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)n + 1);
     if (text == NULL) {
         PyErr_NoMemory();
-        return -1;
+    } else {
+        memcpy(text, p, (size_t)n);
+        text[n] = '\0';
+        char *stop = NULL;
+        double d = PyOS_string_to_double(text, &stop, NULL); /* overflow: +-inf, as polars */
+        if (!PyErr_Occurred()) {
+            ok = stop == text + n;
+            *out = d;
+        }
+        if (text != small) PyMem_Free(text);
     }
-    memcpy(text, p, (size_t)n);
-    text[n] = '\0';
-    char *stop = NULL;
-    double d = PyOS_string_to_double(text, &stop, NULL); /* overflow: +-inf, as polars */
-    int ok = !(d == -1.0 && PyErr_Occurred()) && stop == text + n;
-    if (text != small) PyMem_Free(text);
-    if (PyErr_Occurred()) return -1;
-    if (!ok) return 0;
-    *out = d;
-    return 1;
+    *save = PyEval_SaveThread();
+    return ok;
 }
 
 /* The first digits of c0 that follow "iteration" and whitespace (the importer's
@@ -194,7 +201,10 @@ static PyObject *lines(PyObject *self, PyObject *arg) {
     (void)self;
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    Py_ssize_t n = count_lines(b.buf, b.len);
+    Py_ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = count_lines(b.buf, b.len);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&b);
     if (n < 0) Py_RETURN_NONE;
     return PyLong_FromSsize_t(n);
@@ -218,13 +228,13 @@ static int get(PyObject *o, buffer *out, Py_ssize_t itemsize, int writable) {
 
 static PyObject *read_lines(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *bo, *po, *co, *lno, *sto, *wo, *vo;
+    PyObject *bo, *po, *co, *lno, *sto, *wo, *vo, *vlo;
     int commas, dated;
-    if (!PyArg_ParseTuple(args, "OOOppOOOO", &bo, &po, &co, &commas, &dated, &lno, &sto, &wo,
-                          &vo))
+    if (!PyArg_ParseTuple(args, "OOOppOOOOO", &bo, &po, &co, &commas, &dated, &lno, &sto, &wo,
+                          &vo, &vlo))
         return NULL;
-    buffer text = {0}, lnb = {0}, stb = {0}, wb = {0}, vb = {0};
-    PyObject *result = NULL, *val = NULL, *flags = NULL;
+    buffer text = {0}, lnb = {0}, stb = {0}, wb = {0}, vb = {0}, vlb = {0};
+    PyObject *result = NULL, *flags = NULL;
     const char *pre[MAX_COLUMNS], *cst[MAX_COLUMNS];
     Py_ssize_t pre_n[MAX_COLUMNS], cst_n[MAX_COLUMNS], slot[MAX_COLUMNS];
     int same[MAX_COLUMNS];
@@ -251,20 +261,21 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
         slot[j] = pre[j] == NULL ? -1 : nk++;
     }
     if (get(bo, &text, 0, 0) < 0 || get(lno, &lnb, 8, 1) < 0 || get(sto, &stb, 8, 1) < 0 ||
-        get(wo, &wb, 8, 1) < 0 || get(vo, &vb, 8, 1) < 0)
+        get(wo, &wb, 8, 1) < 0 || get(vo, &vb, 8, 1) < 0 || get(vlo, &vlb, 8, 1) < 0)
         goto done;
     const char *buf = text.b.buf, *end = buf + text.b.len;
     Py_ssize_t cap = lnb.b.len / 8;
-    if (stb.b.len / 8 < cap || wb.b.len / 8 < cap || vb.b.len / 8 < cap * nk) {
+    if (stb.b.len / 8 < cap || wb.b.len / 8 < cap || vb.b.len / 8 < cap * nk ||
+        vlb.b.len / 8 < cap * 3) {
         PyErr_SetString(PyExc_ValueError, "output arrays smaller than ln's capacity");
         goto done;
     }
-    int64_t *ln = lnb.b.buf, *step = stb.b.buf;
+    int64_t *ln = lnb.b.buf, *step = stb.b.buf, *val = vlb.b.buf;
     double *wall = wb.b.buf, *values = vb.b.buf;
-    val = PyList_New(0);
-    if (val == NULL) goto done;
-    Py_ssize_t lines = 0, n = 0;
-    int hint = 0;
+    Py_ssize_t lines = 0, n = 0, nv = 0;
+    int hint = 0, status = 1; /* 1 read, 0 declined, -1 a Python error, -2 out of room */
+    /* The lines are read without the interpreter lock: pieces are read side by side. */
+    PyThreadState *save = PyEval_SaveThread();
     for (const char *p = buf; p < end; lines++) {
         const char *le = memchr(p, '\n', (size_t)(end - p));
         if (le == NULL) le = end;
@@ -274,12 +285,14 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
                       FIND(p, c0e, "dynamic loss scale")))
             hint = 1;
         if (FIND(p, c0e, "validation loss at")) {
-            PyObject *t = Py_BuildValue("nnn", lines, (Py_ssize_t)(p - buf), (Py_ssize_t)(le - buf));
-            if (t == NULL || PyList_Append(val, t) < 0) {
-                Py_XDECREF(t);
-                goto done;
+            if (nv >= cap) {
+                status = -2;
+                goto out;
             }
-            Py_DECREF(t);
+            val[3 * nv] = lines;
+            val[3 * nv + 1] = p - buf;
+            val[3 * nv + 2] = le - buf;
+            nv++;
             p = le + 1;
             continue;
         }
@@ -289,8 +302,8 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
             continue;
         }
         if (n >= cap) {
-            PyErr_SetString(PyExc_ValueError, "more iteration lines than ln's capacity");
-            goto done;
+            status = -2;
+            goto out;
         }
         /* The step: the text between the first "iteration" and the first "/" when it is plain
          * digits; when there is no "/" or no digit there (polars reads a null), the digits of
@@ -298,7 +311,7 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
         const char *s = FIND(p, c0e, "iteration") + 9, *t = NULL;
         const char *slash = memchr(p, '/', (size_t)(c0e - p));
         if (slash != NULL) {
-            if (slash < s) goto refuse;
+            if (slash < s) goto declined;
             t = slash;
             while (s < t && (*s == ' ' || *s == '\t')) s++;
             while (t > s && (t[-1] == ' ' || t[-1] == '\t')) t--;
@@ -307,14 +320,14 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
                 all &= is_digit(*q);
                 any |= is_digit(*q);
             }
-            if (any && !all) goto refuse; /* "+5", "5 of 9": polars' cast rules, not ours */
+            if (any && !all) goto declined; /* "+5", "5 of 9": polars' cast rules, not ours */
             if (!all) t = NULL;
         }
         if (t == NULL) {
             s = t = digits;
             while (t < c0e && is_digit(*t)) t++;
         }
-        if (t - s > 18) goto refuse;
+        if (t - s > 18) goto declined;
         int64_t k = 0;
         for (const char *q = s; q < t; q++) k = k * 10 + (*q - '0');
         ln[n] = lines;
@@ -325,7 +338,7 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
             if (br == NULL)
                 wall[n] = Py_NAN;
             else if (c0e - (br + 1) < 19 || !parse_date(br + 1, &wall[n]))
-                goto refuse;
+                goto declined;
         }
         /* The cells after c0: one per column, null past the line's last "|" or when empty. */
         const char *q = c0e;
@@ -345,10 +358,10 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
             }
             Py_ssize_t len = ce - cs;
             if (pre[j] == NULL) {
-                if (memchr(cs, ':', (size_t)len) != NULL) goto refuse;
+                if (memchr(cs, ':', (size_t)len) != NULL) goto declined;
                 continue;
             }
-            if (len < pre_n[j] || memcmp(cs, pre[j], (size_t)pre_n[j]) != 0) goto refuse;
+            if (len < pre_n[j] || memcmp(cs, pre[j], (size_t)pre_n[j]) != 0) goto declined;
             if (same[j] && (len != cst_n[j] || memcmp(cs, cst[j], (size_t)len) != 0)) same[j] = 0;
             const char *a = cs + pre_n[j], *b = ce;
             while (a < b && *a == ' ') a++;
@@ -357,31 +370,45 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
             if (commas && memchr(a, ',', (size_t)(b - a)) != NULL) {
                 char small[64];
                 Py_ssize_t m = 0;
-                if (b - a >= (Py_ssize_t)sizeof(small)) goto refuse;
+                if (b - a >= (Py_ssize_t)sizeof(small)) goto declined;
                 for (const char *x = a; x < b; x++)
                     if (*x != ',') small[m++] = *x;
-                got = parse_number(small, small + m, out);
+                got = parse_number(small, small + m, out, &save);
             } else {
-                got = parse_number(a, b, out);
+                got = parse_number(a, b, out, &save);
             }
-            if (got < 0) goto done;
-            if (got == 0) goto refuse;
+            if (got < 0) {
+                status = -1;
+                goto out;
+            }
+            if (got == 0) goto declined;
         }
         n++;
         p = le + 1;
     }
+    goto out;
+declined:
+    status = 0;
+out:
+    PyEval_RestoreThread(save);
+    if (status == -2) {
+        PyErr_SetString(PyExc_ValueError, "more lines than ln's capacity");
+        goto done;
+    }
+    if (status == -1) goto done;
+    if (status == 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
     flags = PyTuple_New(nc);
     if (flags == NULL) goto done;
     for (Py_ssize_t j = 0; j < nc; j++) PyTuple_SET_ITEM(flags, j, PyBool_FromLong(same[j]));
-    result = Py_BuildValue("nnNNO", lines, n, PyBool_FromLong(hint), flags, val);
+    result = Py_BuildValue("nnNNn", lines, n, PyBool_FromLong(hint), flags, nv);
     flags = NULL;
-    goto done;
-refuse:
-    result = Py_None;
-    Py_INCREF(result);
 done:
     Py_XDECREF(flags);
-    Py_XDECREF(val);
+    if (vlb.have) PyBuffer_Release(&vlb.b);
     if (text.have) PyBuffer_Release(&text.b);
     if (lnb.have) PyBuffer_Release(&lnb.b);
     if (stb.have) PyBuffer_Release(&stb.b);
@@ -395,9 +422,9 @@ static PyMethodDef methods[] = {
      "lines(buf): the number of line breaks in buf, or None when a byte of it is neither "
      "printable ASCII, a tab nor a line break (read() must not be given such a piece)."},
     {"read", read_lines, METH_VARARGS,
-     "read(buf, prefixes, consts, commas, dated, ln, step, wall, values): the iteration lines "
-     "of a piece of a Megatron log into the arrays given, or None when the polars path must "
-     "read the piece (see _megatron.c)."},
+     "read(buf, prefixes, consts, commas, dated, ln, step, wall, values, val): the iteration "
+     "lines of a piece of a Megatron log into the arrays given, or None when the polars path "
+     "must read the piece (see _megatron.c); the interpreter lock is released."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,4 +13,5 @@ def read(
     step: Any,
     wall: Any,
     values: Any,
-) -> tuple[int, int, bool, tuple[bool, ...], list[tuple[int, int, int]]] | None: ...
+    val: Any,
+) -> tuple[int, int, bool, tuple[bool, ...], int] | None: ...

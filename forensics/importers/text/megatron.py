@@ -20,7 +20,12 @@ split. Both ways give the same rows.
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -84,14 +89,13 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     line_steps: list[pl.DataFrame] = []
     offset, carry, hint = 0, None, False
     dated = bool(re.search(_DATE + r"\s*iteration", ctx.sample))
+    kernel_reads = _kernel_reads(ctx.raw, spans[:-1], layout, dated)
     for i, (a, b) in enumerate(spans):
         if i == len(spans) - 1:
             piece = last
         else:
-            fast = None
-            if layout is not None:
-                with view(ctx.raw, a, b) as text:  # the kernel reads the map: no copy
-                    fast = _fast_piece(text, layout, n, dated, carry)
+            read = next(kernel_reads)
+            fast = _kernel_piece(read, n, carry) if read is not None else None
             piece = fast or _Piece(read_pipes(ctx.raw[a:b], n), ctx.sample, carry)
         if i == len(spans) - 1 and len(spans) > 1:
             piece.drop_copies(carry)  # the last piece was first read without its predecessor
@@ -105,6 +109,7 @@ def parse(ctx: Ctx) -> pl.DataFrame:
         if layout is not None:
             pieces.append(piece.values(layout, it))
         del piece, it
+    kernel_reads.close()  # (its worker threads end)
     ctx.n_lines = offset
     ctx.line_steps = pl.concat(line_steps)
     # DeepSpeed overflow lines have no "|": they sit whole in c0, so the pieces ruled them
@@ -222,43 +227,110 @@ class _KernelPiece(_Piece):
         return _Values(it, (False,) * len(layout.cols), self.const, rest)
 
 
-def _fast_piece(
-    text: memoryview, layout: _Layout, n: int, dated: bool, carry: int | None
-) -> _KernelPiece | None:
-    """The piece ``text`` read by the compiled kernel, or None where it declines (a line the
-    layout does not fit exactly, a byte outside printable ASCII, a number or date it does not
-    read as polars would: see ``_megatron.c``) or was not built: polars reads it then."""
-    if _megatron is None:
-        return None
-    breaks = _megatron.lines(text)
-    if breaks is None:
-        return None
-    cap = breaks + 1
-    keyed = [j for j, pre in enumerate(layout.prefixes) if pre is not None]
-    ln, step, wall = (np.empty(cap, t) for t in (np.int64, np.int64, np.float64))
-    values = np.empty((len(keyed), cap), np.float64)
-    got = _megatron.read(
-        text, layout.keys, layout.consts, layout.commas, dated, ln, step, wall, values
+@dataclass
+class _KernelRead:
+    """What the compiled kernel read from one piece (the arrays cut to its lines)."""
+
+    n_lines: int
+    hint: bool
+    const: tuple[bool, ...]
+    ln: np.ndarray
+    step: np.ndarray
+    wall: np.ndarray | None  # None: the log prints no dates
+    values: dict[str, np.ndarray]  # _v{j} -> the column's numbers, NaN where no cell
+    val_ln: list[int]  # the validation lines: their row in the piece, and their text
+    val_text: bytes
+
+
+def _kernel_read(raw: Text, a: int, b: int, layout: _Layout, dated: bool) -> _KernelRead | None:
+    """Bytes ``a:b`` of the log read by the compiled kernel, or None where it declines (a line
+    the layout does not fit exactly, a byte outside printable ASCII, a number or date it does
+    not read as polars would: see ``_megatron.c``): polars reads that piece. Runs in a worker
+    thread (the kernel releases the interpreter lock)."""
+    assert _megatron is not None
+    with view(raw, a, b) as text:  # the kernel reads the map: no copy
+        breaks = _megatron.lines(text)
+        if breaks is None:
+            return None
+        cap = breaks + 1
+        keyed = [j for j, pre in enumerate(layout.prefixes) if pre is not None]
+        ln, step, wall = (np.empty(cap, t) for t in (np.int64, np.int64, np.float64))
+        values = np.empty((len(keyed), cap), np.float64)
+        val = np.empty(3 * cap, np.int64)
+        got = _megatron.read(
+            text, layout.keys, layout.consts, layout.commas, dated, ln, step, wall, values, val
+        )
+        if got is None:
+            return None
+        n_lines, m, hint, const, n_val = got
+        spans = val[: 3 * n_val].reshape(-1, 3).tolist()
+        val_text = b"\n".join(bytes(text[s:e]) for _, s, e in spans)
+    return _KernelRead(
+        n_lines,
+        hint,
+        const,
+        ln[:m],
+        step[:m],
+        wall[:m] if dated else None,
+        {f"_v{j}": values[k, :m] for k, j in enumerate(keyed)},
+        [r[0] for r in spans],
+        val_text,
     )
-    if got is None:
-        return None
-    n_lines, m, hint, const, val_lines = got
-    # NaN marks a missing cell: the kernel declines a piece with a number it would read as NaN.
-    cols = [pl.Series("ln", ln[:m]), pl.Series("step", step[:m])]
-    if dated:  # (NaN: a line without a date; a date read is never NaN)
-        cols.append(pl.Series("wall_time", wall[:m], nan_to_null=True))
+
+
+def _kernel_reads(
+    raw: Text, spans: list[tuple[int, int]], layout: _Layout | None, dated: bool
+) -> Iterator[_KernelRead | None]:
+    """The kernel's read of each span in order (None: polars reads it), two pieces read side
+    by side and ahead of the caller. Without the kernel or a layout: None for each."""
+    if _megatron is None or layout is None or not spans:
+        yield from (None for _ in spans)
+        return
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    workers = _workers()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        todo = iter(spans)
+        ahead: deque[Future[_KernelRead | None]] = deque(
+            pool.submit(_kernel_read, raw, a, b, layout, dated)
+            for a, b in itertools.islice(todo, workers)
+        )
+        while ahead:
+            done = ahead.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                ahead.append(pool.submit(_kernel_read, raw, *nxt, layout, dated))
+            yield done
+
+
+def _workers() -> int:
+    """Pieces read at once: the cores this process may use, at most 2."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
+
+
+def _kernel_piece(read: _KernelRead, n: int, carry: int | None) -> _KernelPiece:
+    """The kernel's read of a piece as the piece the polars path would have made."""
+    m = len(read.ln)
+    # NaN marks a missing cell (and a line without a date): the kernel declines a piece with
+    # a number it would read as NaN, and a date it reads is never NaN.
+    cols = [pl.Series("ln", read.ln), pl.Series("step", read.step)]
+    if read.wall is not None:
+        cols.append(pl.Series("wall_time", read.wall, nan_to_null=True))
     else:
         cols.append(pl.Series("wall_time", [None] * m, dtype=pl.Float64))
-    cols += [pl.Series(f"_v{j}", values[k, :m], nan_to_null=True) for k, j in enumerate(keyed)]
-    if val_lines:
+    cols += [pl.Series(name, v, nan_to_null=True) for name, v in read.values.items()]
+    if read.val_ln:
         # The few validation lines go to the polars table, as the polars path has them.
-        val = read_pipes(b"\n".join(bytes(text[a:b]) for _, a, b in val_lines), n)
-        val = val.with_columns(pl.Series("ln", [i for i, _, _ in val_lines], dtype=pl.Int64))
+        val = read_pipes(read.val_text, n)
+        val = val.with_columns(pl.Series("ln", read.val_ln, dtype=pl.Int64))
     else:
         val = pl.DataFrame(schema={"ln": pl.Int64, **{f"c{i}": pl.Utf8 for i in range(n)}})
-    piece = _KernelPiece(
-        n_lines, hint, pl.DataFrame(cols), val, int(step[m - 1]) if m else carry, const
-    )
+    last = int(read.step[-1]) if m else carry
+    piece = _KernelPiece(read.n_lines, read.hint, pl.DataFrame(cols), val, last, read.const)
     piece.drop_copies(carry)
     return piece
 
