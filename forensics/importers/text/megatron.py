@@ -24,7 +24,7 @@ import itertools
 import os
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -280,7 +280,7 @@ def _kernel_read(raw: Text, a: int, b: int, layout: _Layout, dated: bool) -> _Ke
 
 def _kernel_reads(
     raw: Text, spans: list[tuple[int, int]], layout: _Layout | None, dated: bool
-) -> Iterator[_KernelRead | None]:
+) -> Generator[_KernelRead | None, None, None]:
     """The kernel's read of each span in order (None: polars reads it), two pieces read side
     by side and ahead of the caller. Without the kernel or a layout: None for each."""
     if _megatron is None or layout is None or not spans:
