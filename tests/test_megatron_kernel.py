@@ -78,17 +78,21 @@ def _log(n: int = 3000, seed: int = 0, edit: Callable[[int, str], str] | None = 
 
 
 def _both(raw: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
-    """The log read in eight pieces with the kernel and without: equal. Returns (pieces the
-    kernel read, pieces it was offered: all but the last, which sets the layout)."""
+    """The log read in eight pieces with the kernel and without: equal. Returns the lines of
+    the pieces offered to the kernel (all but the last, which sets the layout) that it read,
+    and those it left to polars."""
     source = Source("text_logs", [tmp_path / "train.log"], "train.log", tmp_path, scope="file")
     tally = [0, 0]
     real = megatron._kernel_read
 
-    def counted(*args: object) -> megatron._KernelRead | None:
-        out = real(*args)  # type: ignore[arg-type]
-        tally[0] += out is not None  # (one worker thread at a time holds the interpreter)
-        tally[1] += 1
-        return out
+    def counted(*args: object) -> list[megatron._Part]:
+        parts = real(*args)  # type: ignore[arg-type]
+        for part in parts:  # (one worker thread at a time holds the interpreter)
+            if isinstance(part, megatron._KernelRead):
+                tally[0] += part.n_lines
+            else:
+                tally[1] += raw[part[0] : part[1]].count(b"\n")
+        return parts
 
     with monkeypatch.context() as patch:
         patch.setattr(megatron, "CHUNK_BYTES", len(raw) // 8)
@@ -108,11 +112,12 @@ def _every_other(change: Callable[[str], str], every: int = 7) -> Callable[[int,
     return lambda step, line: change(line) if step % every == 0 else line
 
 
-# Each case: a log edit, and whether the kernel reads the pieces (True) or must decline
-# those holding an edited line (False: every edit lands in every piece here).
-CASES: dict[str, tuple[Callable[[int, str], str] | None, bool]] = {
-    "plain": (None, True),
-    "rank copies": (lambda s, ln: f"{ln}\n{ln}" if s % 5 == 0 else ln, True),
+# Each case: a log edit, and who reads the lines: "kernel" every line; "edited" polars the
+# edited lines (every seventh), the kernel the others; "polars" most lines (every line
+# edited, or a byte outside ASCII: polars reads a piece from that byte's line on).
+CASES: dict[str, tuple[Callable[[int, str], str] | None, str]] = {
+    "plain": (None, "kernel"),
+    "rank copies": (lambda s, ln: f"{ln}\n{ln}" if s % 5 == 0 else ln, "kernel"),
     "overflow and other lines": (
         lambda s, ln: (
             f"[Rank 0] OVERFLOW! Skipping step. Attempted loss scale: 65536\n{ln}"
@@ -121,13 +126,16 @@ CASES: dict[str, tuple[Callable[[int, str], str] | None, bool]] = {
             if s % 13 == 0
             else ln
         ),
-        True,
+        "kernel",
     ),
-    "dates with a T": (_every_other(lambda ln: ln.replace(" 23:", "T23:", 1)), True),
-    "thousands separators": (lambda s, ln: ln.replace(f"{s * 512:12d}", f"{s * 512:12,d}"), True),
+    "dates with a T": (_every_other(lambda ln: ln.replace(" 23:", "T23:", 1)), "kernel"),
+    "thousands separators": (
+        lambda s, ln: ln.replace(f"{s * 512:12d}", f"{s * 512:12,d}"),
+        "kernel",
+    ),
     "deepspeed's scale -1 and grad norm 0": (
         lambda s, ln: _line(s, random.Random(s), **{"loss_scale": "-1.0", "grad_norm": "0.000"}),
-        True,
+        "kernel",
     ),
     "numbers polars parses the slow way": (
         lambda s, ln: _line(
@@ -136,22 +144,45 @@ CASES: dict[str, tuple[Callable[[int, str], str] | None, bool]] = {
             lm_loss=("1.2345678901234567890123E+00", "2.5e-320", "1e400", "-0.0", "+7.")[s % 5],
             grad_norm=(".5", "3", "1e22", "9007199254740993", "12345678901234567890")[s % 5],
         ),
-        True,
+        "kernel",
     ),
-    "inf printed": (_every_other(lambda ln: ln.replace("grad norm: 1", "grad norm: inf 1")), False),
-    "nan printed": (lambda s, ln: _line(s, random.Random(s), lm_loss="nan"), False),
+    "inf printed": (
+        _every_other(lambda ln: ln.replace("grad norm: 1", "grad norm: inf 1")),
+        "edited",
+    ),
+    "nan printed": (lambda s, ln: _line(s, random.Random(s), lm_loss="nan"), "polars"),
     "a key missing (an old fork)": (
         _every_other(lambda ln: ln.replace("grad norm", "gnorm")),
-        False,
+        "edited",
     ),
     "a byte outside ASCII": (
         _every_other(lambda ln: ln.replace("lm loss", "lm loss \u00b5")),
-        False,
+        "polars",
     ),
-    "a letter after the step": (_every_other(lambda ln: ln.replace("/", "x/", 1)), False),
-    "an impossible date": (_every_other(lambda ln: ln.replace("2024-02-2", "2024-02-3", 1)), False),
-    "a tab in the padding": (_every_other(lambda ln: ln.replace("lm loss: ", "lm loss:\t")), False),
-    "an empty number": (_every_other(lambda ln: ln.replace("lm loss: ", "lm loss:  |")), False),
+    "an fp16 interval of skipped steps (no loss, no grad norm)": (
+        lambda s, ln: (
+            _line(
+                s,
+                random.Random(s),
+                lm_loss=None,
+                grad_norm=None,
+                number_of_skipped_iterations="  1",
+            )
+            if s % 40 == 0
+            else ln
+        ),
+        "edited",
+    ),
+    "a letter after the step": (_every_other(lambda ln: ln.replace("/", "x/", 1)), "edited"),
+    "an impossible date": (
+        _every_other(lambda ln: ln.replace("2024-02-2", "2024-02-3", 1)),
+        "edited",
+    ),
+    "a tab in the padding": (
+        _every_other(lambda ln: ln.replace("lm loss: ", "lm loss:\t")),
+        "edited",
+    ),
+    "an empty number": (_every_other(lambda ln: ln.replace("lm loss: ", "lm loss:  |")), "edited"),
 }
 
 
@@ -160,13 +191,15 @@ CASES: dict[str, tuple[Callable[[int, str], str] | None, bool]] = {
 def test_the_kernel_reads_as_polars_does(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    edit, reads = CASES[case]
-    read, offered = _both(_log(edit=edit), tmp_path, monkeypatch)
-    assert offered >= 4
-    if reads:
-        assert read == offered, f"the kernel declined {offered - read} of {offered} pieces"
+    edit, who = CASES[case]
+    by_kernel, by_polars = _both(_log(edit=edit), tmp_path, monkeypatch)
+    if who == "kernel":
+        assert by_kernel > 2000 and by_polars == 0, (by_kernel, by_polars)
+    elif who == "edited":
+        # Polars reads each edited line (and the kernel goes on after it): a seventh or so.
+        assert 0 < by_polars < by_kernel / 4, (by_kernel, by_polars)
     else:
-        assert read == 0, f"the kernel read {read} pieces it must decline"
+        assert by_kernel < by_polars, (by_kernel, by_polars)
 
 
 @needs_kernel
@@ -183,26 +216,27 @@ def test_cut_lines_and_empty_cells_are_nulls(
             return line.replace("| global batch size:   512 |", "||")
         return line
 
-    read, offered = _both(_log(edit=edit), tmp_path, monkeypatch)
-    assert read == offered >= 4
+    by_kernel, by_polars = _both(_log(edit=edit), tmp_path, monkeypatch)
+    assert by_kernel > 2000 and by_polars == 0
 
 
 @needs_kernel
 def test_logs_without_dates_and_with_a_layout_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Undated lines (wall time null); a key added mid-run (the early pieces do not fit the
-    layout read from the last lines and are declined, the later ones are read)."""
+    """Undated lines (wall time null); a key renamed mid-run (the early lines do not fit the
+    layout read from the last lines: polars reads them, in growing runs, the kernel the
+    later ones)."""
     rng = random.Random(3)
     undated = "\n".join(_line(s, rng, date=None) for s in range(1, 3001)).encode()
-    read, offered = _both(undated, tmp_path, monkeypatch)
-    assert read == offered >= 4
+    by_kernel, by_polars = _both(undated, tmp_path, monkeypatch)
+    assert by_kernel > 2000 and by_polars == 0
 
     def late_key(step: int, line: str) -> str:
         return line if step > 1500 else line.replace(" grad norm: ", " grad_nrm: ")
 
-    read, offered = _both(_log(edit=late_key), tmp_path, monkeypatch)
-    assert 0 < read < offered
+    by_kernel, by_polars = _both(_log(edit=late_key), tmp_path, monkeypatch)
+    assert by_kernel > 1000 and by_polars > 1000, (by_kernel, by_polars)
 
 
 def _column(texts: list[str]) -> tuple[bytes, tuple[bytes | None, ...]]:
@@ -222,8 +256,9 @@ def _kernel_numbers(texts: list[str]) -> list[float] | None:
     n = len(texts) + 1
     ln, step, wall = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
     values = np.empty((1, n))
-    got = kernel.read(buf, keys, (None, None), False, True, ln, step, wall, values, _val(n))
-    return None if got is None else values[0, : got[1]].tolist()
+    got = kernel.read(buf, keys, (None, None), False, True, ln, step, wall, values, _val(n), 0, 0)
+    # (declined: the reading stopped at the line that holds the text)
+    return None if got[5] < len(buf) else values[0, : got[1]].tolist()
 
 
 def _bits(xs: list[float]) -> list[bytes]:
@@ -273,8 +308,9 @@ def test_dates_match_polars() -> None:
         np.empty((1, n)),
     )
     val = _val(n)
-    got = kernel.read(buf, (b" x:", None), (None, None), False, True, ln, step, wall, values, val)
-    assert got is not None and got[1] == len(when)
+    keys: tuple[tuple[bytes | None, ...], tuple[bytes | None, ...]] = ((b" x:", None), (None, None))
+    got = kernel.read(buf, *keys, False, True, ln, step, wall, values, val, 0, 0)
+    assert got[1] == len(when) and got[5] == len(buf)
     want = [t.replace(tzinfo=UTC).timestamp() for t in when]
     assert _bits(wall[: len(when)].tolist()) == _bits(want)
     assert step[: len(when)].tolist() == list(range(1, len(when) + 1))
@@ -287,39 +323,54 @@ def test_dates_match_polars() -> None:
         "1969-12-31 23:59:59",
     ):
         one = f" [{bad}] iteration 1/ 9 | x: 1 |".encode()
-        assert (
-            kernel.read(one, (b" x:", None), (None, None), False, True, ln, step, wall, values, val)
-            is None
-        )
+        assert kernel.read(one, *keys, False, True, ln, step, wall, values, val, 0, 0)[5] == 0
+
+
+@needs_kernel
+def test_the_kernel_stops_at_a_line_it_declines_and_goes_on_from_a_row() -> None:
+    """Lines before a declined one are read, the reading stops where that line starts; a
+    second call fills the same arrays from a later row (``first``), as _kernel_read does."""
+    lines = [f" iteration {i}/ 9 | x: {i}.5 |\n" for i in range(1, 7)]
+    lines[3] = " iteration 4/ 9 | x: nan |\n"
+    buf = "".join(lines).encode()
+    ln, step, wall, values, val = _arrays(8)
+    n_lines, m, hint, const, nv, stop = kernel.read(
+        buf, (b" x:",), (None,), False, False, ln, step, wall, values, val, 0, 0
+    )
+    assert (n_lines, m, hint, nv) == (3, 3, False, 0)
+    assert stop == len("".join(lines[:3]))
+    rest = "".join(lines[4:]).encode()
+    got = kernel.read(rest, (b" x:",), (None,), False, False, ln, step, wall, values, val, 3, 0)
+    assert got[:2] == (2, 2) and got[5] == len(rest)
+    assert step[:5].tolist() == [1, 2, 3, 5, 6]
+    assert ln[:5].tolist() == [0, 1, 2, 0, 1]  # (each call's rows count from its own start)
+    assert values[0, :5].tolist() == [1.5, 2.5, 3.5, 5.5, 6.5]
+
+
+def _arrays(n: int) -> tuple[np.ndarray, ...]:
+    return np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n), np.empty((1, n)), _val(n)
 
 
 @needs_kernel
 def test_the_kernel_refuses_what_it_cannot_hold() -> None:
     buf = b" iteration 1/ 9 | x: 1 |\n iteration 2/ 9 | x: 2 |\n"
-    small = np.empty(1, np.int64)
-    ok = np.empty(3, np.int64), np.empty(3, np.int64), np.empty(3), np.empty((1, 3)), _val(3)
+    x: tuple[bytes | None, ...] = (b" x:",)
+    one = (np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1), np.empty((1, 1)), _val(1))
     with pytest.raises(ValueError):  # two iteration lines, room for one
-        kernel.read(
-            buf,
-            (b" x:",),
-            (None,),
-            False,
-            False,
-            small,
-            small,
-            np.empty(1),
-            np.empty((1, 1)),
-            _val(1),
-        )
+        kernel.read(buf, x, (None,), False, False, *one, 0, 0)
+    with pytest.raises(ValueError):  # room for two, but from row 2 of 3
+        kernel.read(buf, x, (None,), False, False, *_arrays(3), 2, 0)
+    with pytest.raises(ValueError):  # a first row past the arrays
+        kernel.read(buf, x, (None,), False, False, *_arrays(3), 4, 0)
     with pytest.raises(ValueError):  # values too small for the keyed columns
-        kernel.read(buf, (b" x:", b" y:"), (None, None), False, False, *ok)
-    with pytest.raises(ValueError):  # no room for the validation lines
-        kernel.read(buf, (b" x:",), (None,), False, False, *ok[:4], _val(2))
+        kernel.read(buf, (b" x:", b" y:"), (None, None), False, False, *_arrays(3), 0, 0)
+    with pytest.raises(ValueError):  # val smaller than three a row
+        kernel.read(buf, x, (None,), False, False, *_arrays(3)[:4], _val(2), 0, 0)
     with pytest.raises(TypeError):
-        kernel.read(buf, (" x:",), (None,), False, False, *ok)  # type: ignore[arg-type]
-    assert kernel.lines(b"a\nb\n") == 2
-    assert kernel.lines("\u00e9".encode()) is None
-    assert kernel.lines(b"a\x00b") is None
+        kernel.read(buf, (" x:",), (None,), False, False, *_arrays(3), 0, 0)  # type: ignore[arg-type]
+    assert kernel.lines(b"a\nb\n") == (2, -1)
+    assert kernel.lines("ab\n\u00e9\n".encode()) == (2, 3)
+    assert kernel.lines(b"a" * 1000 + b"\x00b") == (0, 1000)
 
 
 def test_the_kernel_is_built_where_a_compiler_is() -> None:
@@ -350,10 +401,11 @@ def test_a_mapped_log_is_read_by_the_kernel_from_the_map(
     mapped: list[bool] = []
     real = megatron._kernel_read
 
-    def counted(raw: object, *args: object) -> megatron._KernelRead | None:
-        out = real(raw, *args)  # type: ignore[arg-type]
-        mapped.append(isinstance(raw, engine.MappedText) and out is not None)
-        return out
+    def counted(raw: object, *args: object) -> list[megatron._Part]:
+        parts = real(raw, *args)  # type: ignore[arg-type]
+        read = [p for p in parts if isinstance(p, megatron._KernelRead)]
+        mapped.append(isinstance(raw, engine.MappedText) and len(read) == len(parts))
+        return parts
 
     monkeypatch.setattr(engine, "MAP_BYTES", 0)
     monkeypatch.setattr(megatron, "CHUNK_BYTES", len(raw) // 8)

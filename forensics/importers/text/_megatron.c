@@ -1,30 +1,32 @@
-/* Megatron iteration lines read in C, for the pieces of a long log that the layout read from
- * its last lines fits exactly (forensics.importers.text.megatron._fast_piece).
+/* Megatron iteration lines read in C, the lines of a long log that the layout read from its
+ * last lines fits exactly (forensics.importers.text.megatron._kernel_read).
  *
- * read(buf, prefixes, consts, commas, dated, ln, step, wall, values, val) reads the lines of buf
- * (whole lines, as the text importer's "|" table has them: a row per "\n"-ended line, the
- * last one also without its "\n") and fills, for each iteration line, its row number (ln),
- * its step, its date as unix seconds (wall, when dated; NaN for a line without "[") and one
- * float per column that has a
- * key (values[k], NaN where the line has no such cell). prefixes and consts hold, for each
- * column after the first "|", the key a cell starts with (bytes, or None: a column without a
- * key) and the text every cell of the column is expected to repeat (or None). It returns
- * (n_lines, n_iterations, hint, const, n_validation) with const a bool per column (every cell
- * present held that text), and puts (ln, start, end) of each validation line in val (int64,
- * three a line). The interpreter lock is released while the lines are read (taken back only
- * for a number Python's parser reads), so two threads read two pieces at once.
+ * read(buf, prefixes, consts, commas, dated, ln, step, wall, values, val, first, first_val)
+ * reads the lines of buf (whole lines, as the text importer's "|" table has them: a row per
+ * "\n"-ended line, the last one also without its "\n"). For each iteration line it writes,
+ * from row `first` of the arrays on, the line's number within buf (ln), its step, its date
+ * as unix seconds (wall, when dated; NaN for a line without "[") and one float per column
+ * that has a key (values[k], NaN where the line has no such cell). prefixes and consts hold,
+ * for each column after the first "|", the key a cell starts with (bytes, or None: a column
+ * without a key) and the text every cell of the column is expected to repeat (or None). The
+ * validation lines' (ln, start, end) go to val (int64, three a line) from triple `first_val`
+ * on. It returns (n_lines, n_iterations, hint, const, n_validation, stop), const a bool per
+ * column (every cell read held that text).
  *
- * lines(buf) counts the line breaks (so the caller can size the arrays) and checks that every
- * byte is printable ASCII, a tab or a line break; read() is only given such pieces.
+ * It stops at the first line it could read differently from the polars path (stop: the
+ * offset where that line starts; len(buf) when it read every line): a cell that does not
+ * start with its column's key or that holds a ":" in a column without one, a number outside
+ * [+-]digits[.digits][e[+-]digits] (nan, inf, nothing), a step between "iteration" and "/"
+ * that mixes digits with other text, a date that is not YYYY-MM-DD[ T]HH:MM:SS after the
+ * first "[". The caller has polars read from there (a line or a few) and the kernel go on
+ * after them, so what comes out is always what the polars path gives: the same lines kept,
+ * the same numbers bit for bit (the common decimals by Clinger's exact fast path, others by
+ * Python's correctly rounded parser). The interpreter lock is released while the lines are
+ * read (taken back only for a number Python's parser reads): two threads read two pieces.
  *
- * read() returns None, having decided nothing, whenever the polars path could read a line in a
- * way this code does not reproduce: a cell that
- * does not start with its column's key or that holds a ":" in a column without one, a number
- * outside [+-]digits[.digits][e[+-]digits], a step between "iteration" and "/" that mixes
- * digits with other text, a date that is not YYYY-MM-DD[ T]HH:MM:SS after the first "[". The
- * caller then reads that piece with polars, so what it returns is always what the polars
- * path gives: the same lines kept, the same numbers bit for bit (the common decimals by
- * Clinger's exact fast path, others by Python's correctly rounded parser).
+ * lines(buf) returns (the number of line breaks, the offset of the first byte that is
+ * neither printable ASCII, a tab nor a line break or -1): read() is only given bytes before
+ * such a byte's line.
  *
  * Why C: polars splits every line into string cells and then slices, strips and casts each
  * column in turn (about 55 ms a 16 MB piece of 46,000 lines); one pass over the bytes here
@@ -176,22 +178,32 @@ static int parse_date(const char *s, double *out) {
     return 1;
 }
 
-/* The number of "\n" in buf when every byte is printable ASCII, tab or "\n"; -1 otherwise.
- * Written without an early exit so that the compiler makes it vector code (a byte at a time
- * with a branch, this check alone took longer than the rest of the reading). */
-static Py_ssize_t count_lines(const unsigned char *s, Py_ssize_t n) {
+/* The number of "\n" in buf; *bad: the offset of its first byte that is neither printable
+ * ASCII, a tab nor "\n" (-1: none). Written without an early exit inside a block so that the
+ * compiler makes it vector code (a byte at a time with a branch, this check alone took longer
+ * than the rest of the reading). */
+static Py_ssize_t count_lines(const unsigned char *s, Py_ssize_t n, Py_ssize_t *bad) {
     Py_ssize_t lines = 0;
+    *bad = -1;
     for (Py_ssize_t i = 0; i < n; i += 255) {
         /* Blocks of 255 bytes: a byte-wide count of line breaks cannot overflow in one. */
         Py_ssize_t m = n - i < 255 ? n - i : 255;
         const unsigned char *b = s + i;
-        unsigned char bad = 0, nl = 0;
+        unsigned char odd = 0, nl = 0;
         for (Py_ssize_t k = 0; k < m; k++) {
             unsigned char c = b[k];
-            bad |= (unsigned char)(((unsigned char)(c - 0x20) >= 0x5f) & (c != '\n') & (c != '\t'));
+            odd |= (unsigned char)(((unsigned char)(c - 0x20) >= 0x5f) & (c != '\n') & (c != '\t'));
             nl += c == '\n';
         }
-        if (bad) return -1;
+        if (odd && *bad < 0) {
+            for (Py_ssize_t k = 0; k < m; k++) {
+                unsigned char c = b[k];
+                if ((c < 0x20 && c != '\n' && c != '\t') || c >= 0x7f) {
+                    *bad = i + k;
+                    break;
+                }
+            }
+        }
         lines += nl;
     }
     return lines;
@@ -201,13 +213,12 @@ static PyObject *lines(PyObject *self, PyObject *arg) {
     (void)self;
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    Py_ssize_t n;
+    Py_ssize_t n, bad;
     Py_BEGIN_ALLOW_THREADS
-    n = count_lines(b.buf, b.len);
+    n = count_lines(b.buf, b.len, &bad);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&b);
-    if (n < 0) Py_RETURN_NONE;
-    return PyLong_FromSsize_t(n);
+    return Py_BuildValue("nn", n, bad);
 }
 
 typedef struct {
@@ -230,8 +241,9 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *bo, *po, *co, *lno, *sto, *wo, *vo, *vlo;
     int commas, dated;
-    if (!PyArg_ParseTuple(args, "OOOppOOOOO", &bo, &po, &co, &commas, &dated, &lno, &sto, &wo,
-                          &vo, &vlo))
+    Py_ssize_t first, first_val;
+    if (!PyArg_ParseTuple(args, "OOOppOOOOOnn", &bo, &po, &co, &commas, &dated, &lno, &sto,
+                          &wo, &vo, &vlo, &first, &first_val))
         return NULL;
     buffer text = {0}, lnb = {0}, stb = {0}, wb = {0}, vb = {0}, vlb = {0};
     PyObject *result = NULL, *flags = NULL;
@@ -270,10 +282,17 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "output arrays smaller than ln's capacity");
         goto done;
     }
-    int64_t *ln = lnb.b.buf, *step = stb.b.buf, *val = vlb.b.buf;
-    double *wall = wb.b.buf, *values = vb.b.buf;
+    if (first < 0 || first > cap || first_val < 0 || first_val > cap) {
+        PyErr_SetString(PyExc_ValueError, "first rows outside the arrays");
+        goto done;
+    }
+    int64_t *ln = (int64_t *)lnb.b.buf + first, *step = (int64_t *)stb.b.buf + first;
+    int64_t *val = (int64_t *)vlb.b.buf + 3 * first_val;
+    double *wall = (double *)wb.b.buf + first, *values = (double *)vb.b.buf + first;
+    Py_ssize_t room = cap - first, vroom = cap - first_val;
     Py_ssize_t lines = 0, n = 0, nv = 0;
-    int hint = 0, status = 1; /* 1 read, 0 declined, -1 a Python error, -2 out of room */
+    const char *stop = end; /* where the reading stopped: a line it declined, or the end */
+    int hint = 0, status = 1; /* 1 read, -1 a Python error, -2 out of room */
     /* The lines are read without the interpreter lock: pieces are read side by side. */
     PyThreadState *save = PyEval_SaveThread();
     for (const char *p = buf; p < end; lines++) {
@@ -281,11 +300,12 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
         if (le == NULL) le = end;
         const char *c0e = memchr(p, '|', (size_t)(le - p));
         if (c0e == NULL) c0e = le;
-        if (!hint && (FIND(p, c0e, "verflow") || FIND(p, c0e, "OVERFLOW") ||
-                      FIND(p, c0e, "dynamic loss scale")))
-            hint = 1;
+        /* (a declined line's hint is the polars reading's: counted once the line is read) */
+        int line_hint = !hint && (FIND(p, c0e, "verflow") || FIND(p, c0e, "OVERFLOW") ||
+                                  FIND(p, c0e, "dynamic loss scale"));
         if (FIND(p, c0e, "validation loss at")) {
-            if (nv >= cap) {
+            hint |= line_hint;
+            if (nv >= vroom) {
                 status = -2;
                 goto out;
             }
@@ -298,10 +318,11 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
         }
         const char *digits = iteration_digits(p, c0e);
         if (digits == NULL) {
+            hint |= line_hint;
             p = le + 1;
             continue;
         }
-        if (n >= cap) {
+        if (n >= room) {
             status = -2;
             goto out;
         }
@@ -383,12 +404,14 @@ static PyObject *read_lines(PyObject *self, PyObject *args) {
             }
             if (got == 0) goto declined;
         }
+        hint |= line_hint;
         n++;
         p = le + 1;
+        continue;
+    declined:
+        stop = p; /* this line and what follows are the caller's */
+        break;
     }
-    goto out;
-declined:
-    status = 0;
 out:
     PyEval_RestoreThread(save);
     if (status == -2) {
@@ -396,15 +419,11 @@ out:
         goto done;
     }
     if (status == -1) goto done;
-    if (status == 0) {
-        result = Py_None;
-        Py_INCREF(result);
-        goto done;
-    }
     flags = PyTuple_New(nc);
     if (flags == NULL) goto done;
     for (Py_ssize_t j = 0; j < nc; j++) PyTuple_SET_ITEM(flags, j, PyBool_FromLong(same[j]));
-    result = Py_BuildValue("nnNNn", lines, n, PyBool_FromLong(hint), flags, nv);
+    result = Py_BuildValue("nnNNnn", lines, n, PyBool_FromLong(hint), flags, nv,
+                           (Py_ssize_t)(stop - buf));
     flags = NULL;
 done:
     Py_XDECREF(flags);
@@ -419,12 +438,13 @@ done:
 
 static PyMethodDef methods[] = {
     {"lines", lines, METH_O,
-     "lines(buf): the number of line breaks in buf, or None when a byte of it is neither "
-     "printable ASCII, a tab nor a line break (read() must not be given such a piece)."},
+     "lines(buf): (the number of line breaks in buf, the offset of its first byte that is "
+     "neither printable ASCII, a tab nor a line break, or -1)."},
     {"read", read_lines, METH_VARARGS,
-     "read(buf, prefixes, consts, commas, dated, ln, step, wall, values, val): the iteration "
-     "lines of a piece of a Megatron log into the arrays given, or None when the polars path "
-     "must read the piece (see _megatron.c); the interpreter lock is released."},
+     "read(buf, prefixes, consts, commas, dated, ln, step, wall, values, val, first, "
+     "first_val): the iteration lines of a piece of a Megatron log into the arrays given, up "
+     "to the first line the polars path must read (see _megatron.c); the interpreter lock is "
+     "released."},
     {NULL, NULL, 0, NULL},
 };
 

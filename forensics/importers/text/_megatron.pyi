@@ -2,7 +2,7 @@
 # see megatron._fast_piece.
 from typing import Any
 
-def lines(buf: Any) -> int | None: ...
+def lines(buf: Any) -> tuple[int, int]: ...
 def read(
     buf: Any,
     prefixes: tuple[bytes | None, ...],
@@ -14,4 +14,6 @@ def read(
     wall: Any,
     values: Any,
     val: Any,
-) -> tuple[int, int, bool, tuple[bool, ...], int] | None: ...
+    first: int,
+    first_val: int,
+) -> tuple[int, int, bool, tuple[bool, ...], int, int]: ...

@@ -24,7 +24,7 @@ import itertools
 import os
 import re
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,25 +90,28 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     offset, carry, hint = 0, None, False
     dated = bool(re.search(_DATE + r"\s*iteration", ctx.sample))
     kernel_reads = _kernel_reads(ctx.raw, spans[:-1], layout, dated)
-    for i, (a, b) in enumerate(spans):
-        if i == len(spans) - 1:
-            piece = last
-        else:
-            read = next(kernel_reads)
-            fast = _kernel_piece(read, n, carry) if read is not None else None
-            piece = fast or _Piece(read_pipes(ctx.raw[a:b], n), ctx.sample, carry)
-        if i == len(spans) - 1 and len(spans) > 1:
-            piece.drop_copies(carry)  # the last piece was first read without its predecessor
-        carry = piece.carry
-        hint = hint or piece.hint
-        shift = pl.col("ln") + offset
-        offset += piece.n_lines
-        vals.append(piece.val.with_columns(shift))
-        it = piece.it.with_columns(shift)
-        line_steps.append(it.select("ln", "step"))
-        if layout is not None:
-            pieces.append(piece.values(layout, it))
-        del piece, it
+    for i in range(len(spans)):
+        # Each span in parts: what the kernel read, and the lines it left to polars.
+        parts: Sequence[_Piece | _Part] = [last] if i == len(spans) - 1 else next(kernel_reads)
+        for part in parts:
+            if isinstance(part, _Piece):
+                piece = part
+                if len(spans) > 1:  # the last piece was first read without its predecessor
+                    piece.drop_copies(carry)
+            elif isinstance(part, _KernelRead):
+                piece = _kernel_piece(part, n, carry)
+            else:
+                piece = _Piece(read_pipes(ctx.raw[part[0] : part[1]], n), ctx.sample, carry)
+            carry = piece.carry
+            hint = hint or piece.hint
+            shift = pl.col("ln") + offset
+            offset += piece.n_lines
+            vals.append(piece.val.with_columns(shift))
+            it = piece.it.with_columns(shift)
+            line_steps.append(it.select("ln", "step"))
+            if layout is not None:
+                pieces.append(piece.values(layout, it))
+            del piece, it
     kernel_reads.close()  # (its worker threads end)
     ctx.n_lines = offset
     ctx.line_steps = pl.concat(line_steps)
@@ -229,69 +232,106 @@ class _KernelPiece(_Piece):
 
 @dataclass
 class _KernelRead:
-    """What the compiled kernel read from one piece (the arrays cut to its lines)."""
+    """Lines the compiled kernel read (the arrays cut to its iteration lines)."""
 
     n_lines: int
     hint: bool
     const: tuple[bool, ...]
-    ln: np.ndarray
+    ln: np.ndarray  # row of each iteration line within these lines
     step: np.ndarray
     wall: np.ndarray | None  # None: the log prints no dates
     values: dict[str, np.ndarray]  # _v{j} -> the column's numbers, NaN where no cell
-    val_ln: list[int]  # the validation lines: their row in the piece, and their text
+    val_ln: list[int]  # the validation lines: their rows, and their text
     val_text: bytes
 
 
-def _kernel_read(raw: Text, a: int, b: int, layout: _Layout, dated: bool) -> _KernelRead | None:
-    """Bytes ``a:b`` of the log read by the compiled kernel, or None where it declines (a line
-    the layout does not fit exactly, a byte outside printable ASCII, a number or date it does
-    not read as polars would: see ``_megatron.c``): polars reads that piece. Runs in a worker
-    thread (the kernel releases the interpreter lock)."""
+# A span's lines in order: what the kernel read, or a byte range (start, end) polars reads.
+_Part = _KernelRead | tuple[int, int]
+_MAX_HANDOVER = 1 << 14  # lines polars reads at a time where the kernel keeps declining
+
+
+def _kernel_read(raw: Text, a: int, b: int, layout: _Layout, dated: bool) -> list[_Part]:
+    """Bytes ``a:b`` of the log (whole lines) as parts: the lines the compiled kernel read,
+    and between them the lines it declined (a line the layout does not fit exactly, a number
+    or date it does not read as polars would: see ``_megatron.c``), which polars reads. From
+    a byte outside printable ASCII on, polars reads the rest of the span. Where the kernel
+    declines line after line, polars takes twice as many lines each time (up to
+    ``_MAX_HANDOVER``) before the kernel tries again. Runs in a worker thread (the kernel
+    releases the interpreter lock)."""
     assert _megatron is not None
+    parts: list[_Part] = []
     with view(raw, a, b) as text:  # the kernel reads the map: no copy
-        breaks = _megatron.lines(text)
-        if breaks is None:
-            return None
+        size = len(text)
+        breaks, bad = _megatron.lines(text)
+        end = size
+        if bad >= 0:
+            end = bad
+            while end > 0 and text[end - 1] != 0x0A:  # (rare: back to the start of its line)
+                end -= 1
         cap = breaks + 1
         keyed = [j for j, pre in enumerate(layout.prefixes) if pre is not None]
         ln, step, wall = (np.empty(cap, t) for t in (np.int64, np.int64, np.float64))
         values = np.empty((len(keyed), cap), np.float64)
         val = np.empty(3 * cap, np.int64)
-        got = _megatron.read(
-            text, layout.keys, layout.consts, layout.commas, dated, ln, step, wall, values, val
-        )
-        if got is None:
-            return None
-        n_lines, m, hint, const, n_val = got
-        spans = val[: 3 * n_val].reshape(-1, 3).tolist()
-        val_text = b"\n".join(bytes(text[s:e]) for _, s, e in spans)
-    return _KernelRead(
-        n_lines,
-        hint,
-        const,
-        ln[:m],
-        step[:m],
-        wall[:m] if dated else None,
-        {f"_v{j}": values[k, :m] for k, j in enumerate(keyed)},
-        [r[0] for r in spans],
-        val_text,
-    )
+        at, row, n_val, grow = 0, 0, 0, 1
+        while at < size:
+            if at < end:
+                with text[at:end] as lines:
+                    n_lines, m, hint, const, nv, stop = _megatron.read(
+                        lines, layout.keys, layout.consts, layout.commas, dated, ln, step,
+                        wall, values, val, row, n_val,
+                    )  # fmt: skip
+                    spans = val[3 * n_val : 3 * (n_val + nv)].reshape(-1, 3).tolist()
+                    val_text = b"\n".join(bytes(lines[s:e]) for _, s, e in spans)
+                if stop:
+                    parts.append(
+                        _KernelRead(
+                            n_lines,
+                            hint,
+                            const,
+                            ln[row : row + m],
+                            step[row : row + m],
+                            wall[row : row + m] if dated else None,
+                            {f"_v{j}": values[k, row : row + m] for k, j in enumerate(keyed)},
+                            [r[0] for r in spans],
+                            val_text,
+                        )
+                    )
+                    row, n_val, grow = row + m, n_val + nv, 1
+                at += stop
+                if at >= size:
+                    break
+            if at < end:  # a line the kernel declined: polars reads it and maybe a few more
+                handover = at
+                for _ in range(grow):
+                    nl = raw.find(b"\n", a + handover, a + size)
+                    handover = size if nl < 0 else nl + 1 - a
+                    if handover >= size:
+                        break
+                grow = min(2 * grow, _MAX_HANDOVER)
+            else:  # the line of a byte outside printable ASCII: polars reads the rest
+                handover = size
+            parts.append((a + at, a + handover))
+            at = handover
+    return parts
 
 
 def _kernel_reads(
     raw: Text, spans: list[tuple[int, int]], layout: _Layout | None, dated: bool
-) -> Generator[_KernelRead | None, None, None]:
-    """The kernel's read of each span in order (None: polars reads it), two pieces read side
-    by side and ahead of the caller. Without the kernel or a layout: None for each."""
+) -> Generator[list[_Part], None, None]:
+    """Each span as parts (:func:`_kernel_read`), in order, two spans read side by side and
+    ahead of the caller. Without the kernel or a layout: each span whole, for polars."""
     if _megatron is None or layout is None or not spans:
-        yield from (None for _ in spans)
+        for span in spans:
+            whole: list[_Part] = [span]
+            yield whole
         return
     from concurrent.futures import Future, ThreadPoolExecutor
 
     workers = _workers()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         todo = iter(spans)
-        ahead: deque[Future[_KernelRead | None]] = deque(
+        ahead: deque[Future[list[_Part]]] = deque(
             pool.submit(_kernel_read, raw, a, b, layout, dated)
             for a, b in itertools.islice(todo, workers)
         )
