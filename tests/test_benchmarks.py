@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 
 from benchmarks import generate
-from benchmarks.__main__ import main, write_readme
+from benchmarks.__main__ import main, table, write_readme
 from benchmarks.measure import exponent
 
 
@@ -81,3 +81,20 @@ def test_write_readme_replaces_the_table(tmp_path):
     write_readme("table two", readme)
     text = readme.read_text()
     assert text.startswith("# x\n\nintro\n") and "table two" in text and "table one" not in text
+
+
+def test_the_readme_block_holds_only_what_write_readme_writes():
+    """The project README's benchmark block is the table (and exponents) that --write-readme
+    writes, nothing else: notes kept by hand go after its end marker, where a refresh leaves
+    them (inside, a refresh would drop them)."""
+    from benchmarks.__main__ import BEGIN, END, ROOT
+
+    body = (ROOT / "README.md").read_text()
+    block = body[body.index(BEGIN) + len(BEGIN) : body.index(END)].strip("\n").splitlines()
+    header = table([], {}, "WHERE", "WHEN").splitlines()
+    assert block[0].startswith("Measured ") and block[0].endswith(header[0].split("WHERE")[1])
+    assert block[1:6] == header[1:6]
+    rest = [ln for ln in block[6:] if ln]
+    exponents = "Scaling exponents (slope of log cost on log points over the sizes; 1 = linear):"
+    for ln in rest:
+        assert ln.startswith(("| ", "- ")) or ln == exponents, f"not a generated line: {ln[:60]}"
