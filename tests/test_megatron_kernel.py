@@ -1,10 +1,12 @@
 """The compiled reading of Megatron iteration lines (forensics/importers/text/_megatron.c)
-gives what the polars path gives, bit for bit, and declines every piece it cannot read so.
+gives what the polars path gives, bit for bit, and hands every line it cannot read so to
+the polars path.
 
 Each log is read in pieces twice: with the kernel, and with the kernel switched off (every
 piece split by polars' CSV reader). The frames, notes and findings must be equal, and each
-case says how many pieces the kernel must have read itself: a test that only ever compared
-the polars path with itself would pass whatever the kernel did.
+case says which lines the kernel must have read itself and which it must have handed over:
+a test that only ever compared the polars path with itself would pass whatever the kernel
+did.
 """
 
 from __future__ import annotations

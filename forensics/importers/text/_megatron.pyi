@@ -1,5 +1,5 @@
 # The compiled reading of Megatron iteration lines (forensics/importers/text/_megatron.c):
-# see megatron._fast_piece.
+# see megatron._kernel_read.
 from typing import Any
 
 def lines(buf: Any) -> tuple[int, int]: ...

@@ -11,10 +11,10 @@ Validation line::
      validation loss at iteration 1000 | lm loss value: 2.3E+00 | lm loss PPL: 10.4 |
 
 Speed matters here (1M-line logs): the file is read in pieces; the most common key layout
-is read from the last iteration lines, and each piece that fits it exactly is read by a
-compiled kernel (``_megatron.c``: one pass over the bytes). Any other piece (or every piece,
+is read from the last iteration lines, and the lines that fit it exactly are read by a
+compiled kernel (``_megatron.c``: one pass over the bytes). Any other line (or every line,
 without a C compiler) is split on ``|`` by polars' CSV reader and read column by column with
-plain slicing, and only the few lines with another layout go through the slower key/value
+plain slicing, and only the few cells with another layout go through the slower key/value
 split. Both ways give the same rows.
 """
 
@@ -355,7 +355,7 @@ def _workers() -> int:
 def _kernel_piece(read: _KernelRead, n: int, carry: int | None) -> _KernelPiece:
     """The kernel's read of a piece as the piece the polars path would have made."""
     m = len(read.ln)
-    # NaN marks a missing cell (and a line without a date): the kernel declines a piece with
+    # NaN marks a missing cell (and a line without a date): the kernel stops at a line with
     # a number it would read as NaN, and a date it reads is never NaN.
     cols = [pl.Series("ln", read.ln), pl.Series("step", read.step)]
     if read.wall is not None:
