@@ -115,8 +115,8 @@ def _every_other(change: Callable[[str], str], every: int = 7) -> Callable[[int,
 
 
 # Each case: a log edit, and who reads the lines: "kernel" every line; "edited" polars the
-# edited lines (every seventh), the kernel the others; "polars" most lines (every line
-# edited, or a byte outside ASCII: polars reads a piece from that byte's line on).
+# edited lines, the kernel the others; "polars" most lines (every line edited, or a byte
+# outside ASCII every seventh line: past 16 such lines polars reads the rest of a piece).
 CASES: dict[str, tuple[Callable[[int, str], str] | None, str]] = {
     "plain": (None, "kernel"),
     "rank copies": (lambda s, ln: f"{ln}\n{ln}" if s % 5 == 0 else ln, "kernel"),
@@ -173,6 +173,10 @@ CASES: dict[str, tuple[Callable[[int, str], str] | None, str]] = {
             if s % 40 == 0
             else ln
         ),
+        "edited",
+    ),
+    "a few lines with a byte outside ASCII": (
+        lambda s, ln: f"saving to /ckpt/\u00e9t\u00e9-{s}\n{ln}" if s % 150 == 0 else ln,
         "edited",
     ),
     "a letter after the step": (_every_other(lambda ln: ln.replace("/", "x/", 1)), "edited"),
@@ -470,4 +474,4 @@ def test_damaged_logs_read_the_same_both_ways(
         raw = _damaged(_log(n=rng.randrange(1500, 2500), seed=seed), rng)
         k, p = _both(raw, tmp_path, monkeypatch)
         by_kernel, by_polars = by_kernel + k, by_polars + p
-    assert by_kernel > 10_000 and by_polars > 1_000, (by_kernel, by_polars)
+    assert by_kernel > 10_000 and by_polars > 100, (by_kernel, by_polars)

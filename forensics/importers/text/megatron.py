@@ -248,33 +248,47 @@ class _KernelRead:
 # A span's lines in order: what the kernel read, or a byte range (start, end) polars reads.
 _Part = _KernelRead | tuple[int, int]
 _MAX_HANDOVER = 1 << 14  # lines polars reads at a time where the kernel keeps declining
+_MAX_RESCANS = 16  # lines with a byte outside printable ASCII a span takes one at a time
 
 
 def _kernel_read(raw: Text, a: int, b: int, layout: _Layout, dated: bool) -> list[_Part]:
     """Bytes ``a:b`` of the log (whole lines) as parts: the lines the compiled kernel read,
     and between them the lines it declined (a line the layout does not fit exactly, a number
-    or date it does not read as polars would: see ``_megatron.c``), which polars reads. From
-    a byte outside printable ASCII on, polars reads the rest of the span. Where the kernel
-    declines line after line, polars takes twice as many lines each time (up to
-    ``_MAX_HANDOVER``) before the kernel tries again. Runs in a worker thread (the kernel
-    releases the interpreter lock)."""
+    or date it does not read as polars would: see ``_megatron.c``), which polars reads. Where
+    the kernel declines line after line, polars takes twice as many lines each time (up to
+    ``_MAX_HANDOVER``) before the kernel tries again. A line with a byte outside printable
+    ASCII goes to polars too (the kernel reads ASCII only); past ``_MAX_RESCANS`` of them,
+    each a new scan of the rest of the span, polars reads the rest. Runs in a worker thread
+    (the kernel releases the interpreter lock)."""
     assert _megatron is not None
     parts: list[_Part] = []
     with view(raw, a, b) as text:  # the kernel reads the map: no copy
         size = len(text)
+
+        def ascii_until(start: int, bad: int | None = None) -> int:
+            """Where the lines from ``start`` stop being plain ASCII: the start of the line
+            of the first other byte (``bad``: its offset from ``start``, when known)."""
+            if bad is None:
+                with text[start:] as rest:
+                    bad = _megatron.lines(rest)[1]
+            if bad < 0:
+                return size
+            k = start + bad
+            while k > start and text[k - 1] != 0x0A:  # (back to the start of its line)
+                k -= 1
+            return k
+
         breaks, bad = _megatron.lines(text)
-        end = size
-        if bad >= 0:
-            end = bad
-            while end > 0 and text[end - 1] != 0x0A:  # (rare: back to the start of its line)
-                end -= 1
+        end = ascii_until(0, bad)
         cap = breaks + 1
         keyed = [j for j, pre in enumerate(layout.prefixes) if pre is not None]
         ln, step, wall = (np.empty(cap, t) for t in (np.int64, np.int64, np.float64))
         values = np.empty((len(keyed), cap), np.float64)
         val = np.empty(3 * cap, np.int64)
-        at, row, n_val, grow = 0, 0, 0, 1
+        at, row, n_val, grow, rescans = 0, 0, 0, 1, 0
         while at < size:
+            if end < at:  # that byte's line went to polars: where is the next such byte?
+                end, rescans = ascii_until(at), rescans + 1
             if at < end:
                 with text[at:end] as lines:
                     n_lines, m, hint, const, nv, stop = _megatron.read(
@@ -302,14 +316,16 @@ def _kernel_read(raw: Text, a: int, b: int, layout: _Layout, dated: bool) -> lis
                 if at >= size:
                     break
             if at < end:  # a line the kernel declined: polars reads it and maybe a few more
-                handover = at
-                for _ in range(grow):
-                    nl = raw.find(b"\n", a + handover, a + size)
-                    handover = size if nl < 0 else nl + 1 - a
-                    if handover >= size:
-                        break
-                grow = min(2 * grow, _MAX_HANDOVER)
-            else:  # the line of a byte outside printable ASCII: polars reads the rest
+                lines_over, grow = grow, min(2 * grow, _MAX_HANDOVER)
+            else:  # the line of a byte outside printable ASCII: polars reads that line
+                lines_over = 1 if rescans < _MAX_RESCANS else -1  # (-1: the rest)
+            handover = at
+            for _ in range(lines_over) if lines_over > 0 else ():
+                nl = raw.find(b"\n", a + handover, a + size)
+                handover = size if nl < 0 else nl + 1 - a
+                if handover >= size:
+                    break
+            if lines_over < 0:
                 handover = size
             parts.append((a + at, a + handover))
             at = handover
