@@ -38,13 +38,14 @@ straightforward computation can be -0.0 (see there), and the selected zeros are 
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType
 
 import numpy as np
+
+from forensics.cores import cores
 
 _slopes: ModuleType | None
 try:  # the optional compiled kernel (setup.py builds it where a C compiler is found)
@@ -370,17 +371,6 @@ def in_parts(
             w.join()
     if failed:
         raise failed[0]
-
-
-@lru_cache(maxsize=1)
-def cores() -> int:
-    """The threads a compiled kernel's work is split between: the cores this process may use,
-    at most 2."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on every platform)
-        n = os.cpu_count() or 1
-    return max(1, min(2, n))
 
 
 def slope_stats_rows_numpy(

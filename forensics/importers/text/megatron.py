@@ -21,7 +21,6 @@ split. Both ways give the same rows.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from collections import deque
 from collections.abc import Generator, Sequence
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from forensics.cores import cores
 from forensics.importers.text.engine import (
     Ctx,
     Text,
@@ -344,7 +344,7 @@ def _kernel_reads(
         return
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    workers = _workers()
+    workers = cores()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         todo = iter(spans)
         ahead: deque[Future[list[_Part]]] = deque(
@@ -357,15 +357,6 @@ def _kernel_reads(
             if nxt is not None:
                 ahead.append(pool.submit(_kernel_read, raw, *nxt, layout, dated))
             yield done
-
-
-def _workers() -> int:
-    """Pieces read at once: the cores this process may use, at most 2."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on every platform)
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores))
 
 
 def _kernel_piece(read: _KernelRead, n: int, carry: int | None) -> _KernelPiece:
