@@ -57,6 +57,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ[_SESSION_CACHE], ignore_errors=True)
 
 
+@pytest.fixture(params=["compiled", "polars"])
+def jsonl_reader_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A JSONL reader test twice: plain blocks read by the compiled kernel
+    (``forensics/importers/_jsonl.c``), and by polars (the kernel switched off). A test of the
+    polars path's own state (its schema, line shapes, null stand-in) is marked
+    ``polars_path`` and runs once, without the kernel."""
+    from forensics.importers import jsonl_blocks
+
+    if request.param == "polars":
+        monkeypatch.setattr(jsonl_blocks, "_jsonl", None)
+    elif request.node.get_closest_marker("polars_path"):
+        pytest.skip("a test of the polars path's state: run with the kernel switched off")
+    elif jsonl_blocks._jsonl is None:
+        pytest.skip("the JSONL kernel is not built here (no C compiler at install)")
+    return str(request.param)
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, or skip the test with a reason when it is absent."""
     p = SHARED.joinpath(*parts)

@@ -20,6 +20,9 @@ from forensics.importers import jsonl, jsonl_blocks
 from forensics.importers.base import read_bytes
 from tests.conftest import ROOT, shared_path
 
+# Every test twice: plain blocks read by the compiled kernel and by polars (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("jsonl_reader_path")
+
 
 def _same(raw: bytes, block: int | None = None, first_line: int = 1) -> jsonl.Lines:
     """parse_lines with polars and with the per-line reader only: everything equal."""
@@ -441,6 +444,7 @@ def test_nulls_first_met_in_a_later_block_go_to_polars() -> None:
     assert (reader.fast_lines, reader.slow_lines, reader._nulls) == (3000, 0, False)
 
 
+@pytest.mark.polars_path
 def test_lines_of_two_shapes_are_read_in_groups() -> None:
     """Narrow lines with a wide one every 50 (the benchmark's shape): read by polars in groups
     of one number of quotes, each with its own keys; the same rows."""

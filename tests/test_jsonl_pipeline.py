@@ -16,6 +16,9 @@ import pytest
 from forensics.importers import jsonl, jsonl_blocks
 from forensics.importers.base import text_bytes
 
+# Every test twice: plain blocks read by the compiled kernel and by polars (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("jsonl_reader_path")
+
 
 def _real_shaped(tmp_path: Path, n: int = 1500) -> bytes:
     """The benchmark's shape (layer norms every 50 lines, val every 500), then: bad lines

@@ -21,6 +21,9 @@ from forensics.importers.base import Source
 from forensics.pipeline import analyze_run
 from tests.test_import_jsonl_blocks import _COUNTERS, CASES
 
+# Every test twice: plain blocks read by the compiled kernel and by polars (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("jsonl_reader_path")
+
 
 def _line_order(frame: pl.DataFrame) -> pl.DataFrame:
     """Rows series after series back in line order: a stable sort by line (within a line the

@@ -12,7 +12,11 @@ replaced by a stand-in number before the read (and made null again after), so th
 counts too, from the first block whose count a null broke on; a block where a value equals
 the stand-in goes the slow way.
 
-* A block is first tried whole (:meth:`BlockReader._feed_plain`): one polars read and a few
+* A block whose every line is blank or a flat object of numbers (a metrics log's lines) is
+  read by the compiled kernel where it is built (``_jsonl.c``, :meth:`Parser._flat`): each
+  key's rows as the line is read, the numbers bit for bit those polars and the per-line
+  reader give. The kernel leaves any other block whole to the paths below.
+* A block is first tried whole (:meth:`Parser._plain`): one polars read and a few
   byte counts. Lines with strings over teach the schema their plain keys and the block is
   read again.
 * A block whose lines differ in shape (a metrics log adds its per-layer norms every 50
@@ -41,8 +45,9 @@ order, as the segmentation reads it.
 A file's blocks go through three threads (:meth:`BlockReader.feed_all`): one reads a block
 and finds its lines (:func:`prepare`), one parses the block before it (:class:`Parser`:
 polars' reads and the schema they teach), and the caller's makes the rows of the block before
-that. Polars and numpy let go of the GIL while they work, so on two cores the reads overlap
-the Python work on the rows (an export of a 1M-step log: 3.6-3.9 s instead of 4.4-4.8).
+that. Polars, numpy and the kernel let go of the GIL while they work, so on two cores the reads
+overlap the Python work on the rows (an export of a 1M-step log: 3.6-3.9 s instead of 4.4-4.8
+before the kernel, whose blocks leave the rows little Python work).
 """
 
 from __future__ import annotations
@@ -59,6 +64,11 @@ import numpy as np
 import polars as pl
 
 from forensics.allocator import trim
+
+try:  # the compiled reading of plain blocks (optional: polars reads them without it)
+    from forensics.importers import _jsonl
+except ImportError:  # pragma: no cover - built wherever a C compiler is
+    _jsonl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from forensics.importers.jsonl import Lines
@@ -104,33 +114,60 @@ def blocks(data: bytes | memoryview, size: int | None = None) -> Iterator[memory
         i = j
 
 
-class Block(NamedTuple):
+class Block:
     """A block of whole lines with what is known of it before any parsing (by
-    :func:`prepare`): where each line starts and ends, and its number of double quotes."""
+    :func:`prepare`): where each line starts and ends, and its number of double quotes
+    (counted when first asked for: a block the compiled kernel reads never needs them)."""
 
-    data: bytes
-    starts: np.ndarray
-    ends: np.ndarray
-    quotes: np.ndarray
+    __slots__ = ("data", "starts", "ends", "_quotes")
+
+    def __init__(self, data: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.data, self.starts, self.ends = data, starts, ends
+        self._quotes: np.ndarray | None = None
+
+    @property
+    def quotes(self) -> np.ndarray:
+        if self._quotes is None:
+            quote_at = np.flatnonzero(np.frombuffer(self.data, dtype=np.uint8) == 34)
+            self._quotes = np.diff(np.searchsorted(quote_at, self.ends), prepend=0)
+        return self._quotes
 
 
 def prepare(block: bytes | memoryview) -> Block:
-    """A block's line bounds and quotes a line: numpy's work, which needs no reader state."""
+    """A block's line bounds (and, without the compiled kernel, its quotes a line): numpy's
+    work, which needs no reader state."""
     data = bytes(block)
-    starts, ends = _line_bounds(data)
-    quote_at = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 34)
-    return Block(data, starts, ends, np.diff(np.searchsorted(quote_at, ends), prepend=0))
+    out = Block(data, *_line_bounds(data))
+    if _jsonl is None:
+        out.quotes  # noqa: B018 - counted here, in the thread that prepares blocks
+    return out
+
+
+class Flat(NamedTuple):
+    """A block whose every line is blank or a flat object of numbers, as the compiled kernel
+    (``_jsonl.c``) read it: each metric key's rows (keys in the order the block first shows
+    them, each key's rows in line order), and each line's step and time as the other paths
+    take them (NaN: none)."""
+
+    objects: int  # lines that are not blank
+    keys: list[str]  # metric keys (not SKIP_KEYS)
+    counts: np.ndarray  # rows a key
+    lines: np.ndarray  # the block line of each row (int64), key after key
+    values: np.ndarray  # float64, key after key
+    step: np.ndarray  # per line
+    clock: np.ndarray  # per line
 
 
 class Parsed(NamedTuple):
     """A block as the parser left it: its lines' bounds, polars' pieces (line indices,
-    frame) and the lines left to the per-line reader."""
+    frame) and the lines left to the per-line reader; or the kernel's reading of it."""
 
     data: bytes
     starts: np.ndarray
     ends: np.ndarray
     got: list[tuple[np.ndarray, pl.DataFrame]]
     slow: np.ndarray
+    flat: Flat | None = None
 
 
 class Parser:
@@ -159,6 +196,8 @@ class Parser:
             block = prepare(block)
         if not block.data:
             return None
+        if self.fast and _jsonl is not None and (flat := self._flat(block)) is not None:
+            return Parsed(block.data, block.starts, block.ends, [], _NO_ROWS, flat)
         if self.fast and (whole := self._plain(block)) is not None:
             return whole
         data, starts, ends = block.data, block.starts, block.ends
@@ -183,6 +222,56 @@ class Parser:
         got, refused = self._read_fast(data, starts, ends, fast)
         slow_idx = np.union1d(slow, refused) if len(refused) else slow
         return Parsed(data, starts, ends, got, slow_idx)
+
+    def _flat(self, block: Block) -> Flat | None:
+        """The block read by the compiled kernel when every line is blank or a flat object of
+        numbers (see ``_jsonl.c``): the values those are read as by polars and by the
+        per-line reader alike. None for any other block (and for steps no trainer logs, which
+        the per-line reader reports)."""
+        from forensics.importers.jsonl import SKIP_KEYS, STEP_KEYS, TIME_KEYS
+
+        assert _jsonl is not None
+        got = _jsonl.scan(block.data)
+        if got is None or got[0] != len(block.ends):
+            return None
+        _, objects, keys, counts_b, lines_b, values_b = got
+        counts = np.frombuffer(counts_b, dtype=np.int64)
+        lines = np.frombuffer(lines_b, dtype=np.int32)
+        values = np.frombuffer(values_b, dtype=np.float64)
+        at = np.cumsum(counts) - counts
+        where = {k: (int(a), int(a + c)) for k, a, c in zip(keys, at, counts, strict=True)}
+        n = len(block.ends)
+        # As the other paths: the first step key with a value, the first time key (a time
+        # above 1e11 taken as milliseconds), else W&B's _runtime. (Every value is finite.)
+        step = _coalesce(n, [where[k] for k in STEP_KEYS if k in where], lines, values)
+        logged = step[~np.isnan(step)]
+        if ((logged <= -_STEP_LIMIT) | (logged >= _STEP_LIMIT)).any():
+            return None
+        times = [where[k] for k in TIME_KEYS if k in where]
+        clock = _coalesce(n, times, lines, values, ms=True)
+        if "_runtime" in where:
+            clock = np.where(
+                np.isnan(clock), _coalesce(n, [where["_runtime"]], lines, values), clock
+            )
+        for k in keys:  # (known to polars too, should a later block need it)
+            self.schema.setdefault(k, pl.Float64())
+        metric = [k for k in keys if k not in SKIP_KEYS]
+        if len(metric) == len(keys):
+            kept_lines, kept_values, kept_counts = lines, values, counts
+        else:
+            spans = [where[k] for k in metric]
+            kept_counts = np.asarray([b - a for a, b in spans], dtype=np.int64)
+            kept_lines = np.concatenate([lines[a:b] for a, b in spans] or [lines[:0]])
+            kept_values = np.concatenate([values[a:b] for a, b in spans] or [values[:0]])
+        return Flat(
+            objects,
+            metric,
+            kept_counts,
+            kept_lines.astype(np.int64),
+            kept_values,
+            step,
+            clock,
+        )
 
     def _plain(self, block: Block) -> Parsed | None:
         """The common block, at the cost of one polars read and a few byte counts: every
@@ -501,10 +590,13 @@ class BlockReader:
         """A parsed block's rows; its lines numbered on from the previous block's."""
         if parsed is None:
             return
-        data, starts, ends, got, slow = parsed
+        data, starts, ends, got, slow, flat = parsed
         first = self.next_line
         self.next_line += len(ends)
-        self._emit(data, starts, ends, first, got, slow)
+        if flat is not None:
+            self._emit_flat(flat, first)
+        else:
+            self._emit(data, starts, ends, first, got, slow)
         if not data.endswith(b"\n") and self.bad and self.bad[-1] == first + len(ends) - 1:
             self.cut = True
 
@@ -588,6 +680,52 @@ class BlockReader:
         if len(frames) > 1:
             out = out.sort("record_idx", maintain_order=True)
         self.parts.append((out, None))
+
+    def _emit_flat(self, flat: Flat, first: int) -> None:
+        """A block the kernel read: its rows as :meth:`_emit` makes them of the same lines
+        (new keys ranked in the order the block first shows them, which is the order of
+        their first line and their place in it)."""
+        self.fast_lines += flat.objects
+        for k in flat.keys:
+            if k not in self.rank:
+                self.rank[k] = len(self.tags)
+                self.tags.append(k)
+        n_lines = len(flat.step)
+        step_s = pl.Series(flat.step, nan_to_null=True).cast(pl.Int64)
+        per_line = (
+            _no_lines(n_lines)
+            if not flat.keys
+            else (
+                np.zeros(n_lines, dtype=bool),
+                # (as step_s.fill_null(0): a step is a float within 2**62, cast by truncation)
+                np.where(np.isnan(flat.step), 0.0, flat.step).astype(np.int64),
+                np.isnan(flat.step),
+                flat.clock,
+            )
+        )
+        if flat.keys:
+            ids = np.asarray([self.rank[k] for k in flat.keys], dtype=np.uint32)
+            lines, values, counts = flat.lines, flat.values, flat.counts
+            if (np.diff(ids.astype(np.int64)) < 0).any():  # keys in rank order (series order)
+                order = np.argsort(ids, kind="stable")
+                at = np.cumsum(flat.counts) - flat.counts
+                spans = [(int(at[j]), int(at[j] + flat.counts[j])) for j in order]
+                lines = np.concatenate([lines[a:b] for a, b in spans])
+                values = np.concatenate([values[a:b] for a, b in spans])
+                ids, counts = ids[order], counts[order]
+            tag_ids = np.repeat(ids, counts)
+            per_line[0][lines] = True
+            tag_names = pl.Series("tag", self.tags, dtype=pl.Categorical)
+            series = self.by_series and not self.calm.steps_back
+            if not series:  # line by line, keys in rank order within a line (a stable sort;
+                # numpy's, so that the rows stay in memory glibc gives back, as polars' do)
+                order = np.argsort(lines, kind="stable")
+                lines, values, tag_ids = lines[order], values[order], tag_ids[order]
+            frame = _rows_frame(step_s, flat.clock, lines, tag_ids, values, first, tag_names)
+            counts_by_tag = np.bincount(tag_ids, minlength=len(self.tags)) if series else None
+            self.parts.append((frame, counts_by_tag))
+        if self.by_series and not self.calm.steps_back:
+            self.calm.follow(*per_line)
 
     def _slow_frame(self, srows: dict[str, list[Any]], srec: list[int]) -> pl.DataFrame:
         """The rows of the lines the slow reader parsed, with each tag's rank in the file's
@@ -785,16 +923,8 @@ class BlockReader:
         line_of = np.concatenate(line_parts)
         tag_ids = np.repeat(ids, counts)
         step_s = pl.Series(step, nan_to_null=True).cast(pl.Int64)
-        frame = pl.DataFrame(
-            {
-                "step": _per_row(step_s, line_of),
-                "tag": tag_names.gather(pl.Series(tag_ids)),
-                "value": np.concatenate(value_parts),
-                "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
-                "record_idx": line_of + first,
-            },
-            schema=_ROWS,
-        )
+        values = np.concatenate(value_parts)
+        frame = _rows_frame(step_s, clock, line_of, tag_ids, values, first, tag_names)
         step_int = step_s.fill_null(0).to_numpy().copy()  # (a slow line may be added to it)
         return frame, tag_ids, has, step_int, np.isnan(step), clock
 
@@ -951,12 +1081,54 @@ class _Calm:
         return not (self.steps_back or relative_restart)
 
 
+def _rows_frame(
+    step: pl.Series,
+    clock: np.ndarray,
+    line_of: np.ndarray,
+    tag_ids: np.ndarray,
+    values: np.ndarray,
+    first: int,
+    tag_names: pl.Series,
+) -> pl.DataFrame:
+    """A block's rows from each row's line (``line_of``, int64), tag id and value, with the
+    step (Int64, null: none) and time (NaN: none) of each line of the block."""
+    return pl.DataFrame(
+        {
+            "step": _per_row(step, line_of),
+            "tag": tag_names.gather(pl.Series(tag_ids)),
+            "value": values,
+            "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
+            "record_idx": line_of + first,
+        },
+        schema=_ROWS,
+    )
+
+
 def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
     """Each row's value of its line: by numpy when there is no null (faster than polars'
     gather)."""
     if per_line.null_count():
         return per_line.gather(pl.Series(line_of))
     return pl.Series(per_line.name, per_line.to_numpy()[line_of])
+
+
+_NO_ROWS = np.empty(0, dtype=np.int64)
+
+
+def _coalesce(
+    n: int, spans: list[tuple[int, int]], lines: np.ndarray, values: np.ndarray, ms: bool = False
+) -> np.ndarray:
+    """Per line of a flat block: the value of the first of these keys (rows ``[a, b)`` of
+    the kernel's arrays each) the line holds; NaN for none. ``ms``: a value above 1e11 is
+    milliseconds, made seconds as the other paths do (times 0.001)."""
+    out = np.full(n, np.nan)
+    for a, b in spans:
+        ln, v = lines[a:b], values[a:b]
+        if ms:
+            v = np.where(v > 1e11, v * 0.001, v)
+        free = np.isnan(out[ln])
+        out[ln[free]] = v[free]
+    return out
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
