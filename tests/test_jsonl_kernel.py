@@ -231,6 +231,21 @@ def test_keys_first_seen_in_a_later_block_in_another_order(monkeypatch: pytest.M
     assert counted.left == 0
 
 
+def test_a_wide_log_of_thousands_of_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """3,000 keys a line (a per-parameter log): many keys a block, the file's key order kept
+    across blocks that show them in other orders."""
+    rng = random.Random(3)
+    objs: list[dict[str, object]] = []
+    for s in range(60):
+        keys = [f"p/{i}" for i in range(3000)]
+        if s % 2:
+            rng.shuffle(keys)
+        objs.append({"step": s, **{k: rng.random() for k in keys[: rng.randint(2500, 3000)]}})
+    counted, got = _three_ways(_lines(objs), monkeypatch, block=200_000)
+    assert counted.left == 0 and counted.read > 5
+    assert len(got.tags or ()) == 3000
+
+
 @pytest.mark.parametrize(
     ("name", "edit", "left"),
     [
