@@ -46,8 +46,8 @@ A file's blocks go through three threads (:meth:`BlockReader.feed_all`): one rea
 and finds its lines (:func:`prepare`), one parses the block before it (:class:`Parser`:
 polars' reads and the schema they teach), and the caller's makes the rows of the block before
 that. Polars, numpy and the kernel let go of the GIL while they work, so on two cores the reads
-overlap the Python work on the rows (an export of a 1M-step log: 3.6-3.9 s instead of 4.4-4.8
-before the kernel, whose blocks leave the rows little Python work).
+overlap the Python work on the rows (when the threads came, before the kernel, an export of a
+1M-step log took 3.6-3.9 s instead of 4.4-4.8).
 """
 
 from __future__ import annotations
