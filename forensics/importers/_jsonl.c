@@ -19,9 +19,11 @@
  * order its values (float64) and the block line each came from (int32, ascending), one key
  * after the other (counts: int64, a key's number of values). The numbers are those polars'
  * JSON reader and Python's json module give: correctly rounded (Clinger's exact fast path for
- * the common decimals, Python's parser for the rest), an integer such as -0 read as an
- * integer. The interpreter lock is released while the lines are read (taken back only for a
- * number Python's parser reads), so two threads read two blocks.
+ * the common decimals; Python's 17-digit float reprs and other numbers of up to 19 digits in
+ * x87 extended precision, unless the result lies next to a midpoint between two doubles;
+ * Python's parser for the rest), an integer such as -0 read as an integer. The interpreter lock is released
+ * while the lines are read and their rows sorted by key (taken back only for a number
+ * Python's parser reads), so two threads read two blocks.
  *
  * Why C: polars reads a block's lines into a wide frame whose columns the reader then takes
  * apart into each key's rows; this writes each key's rows as the line is read.
@@ -406,19 +408,21 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     PyObject *vl = PyBytes_FromStringAndSize(NULL, rows.n * 8);
     PyObject *names = PyList_New(keys.n);
     if (cnt && ln && vl && names) {
+        int32_t *lo = (int32_t *)PyBytes_AS_STRING(ln);
+        double *vo = (double *)PyBytes_AS_STRING(vl);
+        Py_BEGIN_ALLOW_THREADS; /* (the new objects are this thread's alone yet) */
         int64_t at = 0;
         for (Py_ssize_t k = 0; k < keys.n; k++) { /* counts -> where each key's rows start */
             int64_t c = counts[k];
             counts[k] = at;
             at += c;
         }
-        int32_t *lo = (int32_t *)PyBytes_AS_STRING(ln);
-        double *vo = (double *)PyBytes_AS_STRING(vl);
         for (Py_ssize_t i = 0; i < rows.n; i++) {
             int64_t at_i = counts[rows.id[i]]++;
             lo[at_i] = rows.line[i];
             vo[at_i] = rows.val[i];
         }
+        Py_END_ALLOW_THREADS;
         int ok = 1;
         for (Py_ssize_t k = 0; k < keys.n && ok; k++) {
             PyObject *s = PyUnicode_DecodeASCII((const char *)keys.text[k], keys.len[k], NULL);
