@@ -8,10 +8,11 @@
  *     ws "{" ws [ "key" ws ":" ws number ws ( "," ws "key" ws ":" ws number ws )* ] "}" ws
  *
  * (ws: spaces, tabs, carriage returns; a key: printable ASCII without a backslash; a number:
- * JSON's -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)? with a finite value; no key twice in a line).
- * Anything else (strings, nulls, booleans, nested objects, escapes, NaN, non-ASCII keys, a
- * line cut off) is left to the block reader's other paths, which handle it: this one only
- * reads what it can read exactly as they do.
+ * JSON's -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)? with a finite value, or the NaN, Infinity and
+ * -Infinity Python's json module writes; no key twice in a line). Anything else (strings,
+ * nulls, booleans, nested objects, escapes, non-ASCII keys, a line cut off) is left to the
+ * block reader's other paths, which handle it: this one only reads what it can read exactly
+ * as they do.
  *
  * Otherwise it returns (n_lines, n_objects, keys, counts, lines, values): the lines and the
  * objects among them (lines that are not blank), the keys as str in the order
@@ -63,6 +64,18 @@ static int parse_number(const unsigned char **pp, const unsigned char *e, double
     if (s < e && *s == '-') {
         neg = 1;
         s++;
+    }
+    /* The tokens Python's json module writes for a float that is not finite (a diverged
+     * loss): NaN, Infinity, -Infinity. */
+    if (!neg && e - s >= 3 && memcmp(s, "NaN", 3) == 0) {
+        *pp = s + 3;
+        *out = Py_NAN;
+        return 1;
+    }
+    if (e - s >= 8 && memcmp(s, "Infinity", 8) == 0) {
+        *pp = s + 8;
+        *out = neg ? -Py_HUGE_VAL : Py_HUGE_VAL;
+        return 1;
     }
     if (s == e || !is_digit(*s)) return 0;
     uint64_t m = 0;

@@ -12,10 +12,11 @@ replaced by a stand-in number before the read (and made null again after), so th
 counts too, from the first block whose count a null broke on; a block where a value equals
 the stand-in goes the slow way.
 
-* A block whose every line is blank or a flat object of numbers (a metrics log's lines) is
-  read by the compiled kernel where it is built (``_jsonl.c``, :meth:`Parser._flat`): each
-  key's rows as the line is read, the numbers bit for bit those polars and the per-line
-  reader give. The kernel leaves any other block whole to the paths below.
+* A block whose every line is blank or a flat object of numbers (a metrics log's lines; a
+  metric may be NaN or +-Infinity, as Python's json module writes a diverged loss) is read
+  by the compiled kernel where it is built (``_jsonl.c``, :meth:`Parser._flat`): each key's
+  rows as the line is read, the numbers bit for bit those polars and the per-line reader
+  give. The kernel leaves any other block whole to the paths below.
 * A block is first tried whole (:meth:`Parser._plain`): one polars read and a few
   byte counts. Lines with strings over teach the schema their plain keys and the block is
   read again.
@@ -241,8 +242,14 @@ class Parser:
         at = np.cumsum(counts) - counts
         where = {k: (int(a), int(a + c)) for k, a, c in zip(keys, at, counts, strict=True)}
         n = len(block.ends)
+        # A step or time that is NaN or infinite (which the per-line reader skips, or keeps
+        # as a NaN time) leaves the block to it; a metric's NaN or infinity is a row as there.
+        for k in (*STEP_KEYS, *TIME_KEYS, "_runtime"):
+            a, b = where.get(k, (0, 0))
+            if not np.isfinite(values[a:b]).all():
+                return None
         # As the other paths: the first step key with a value, the first time key (a time
-        # above 1e11 taken as milliseconds), else W&B's _runtime. (Every value is finite.)
+        # above 1e11 taken as milliseconds), else W&B's _runtime.
         step = _coalesce(n, [where[k] for k in STEP_KEYS if k in where], lines, values)
         logged = step[~np.isnan(step)]
         if ((logged <= -_STEP_LIMIT) | (logged >= _STEP_LIMIT)).any():
