@@ -426,6 +426,7 @@ def test_millisecond_times_agree_to_the_last_bit() -> None:
         assert set(got.frame["wall_time"].to_list()) == {4.736139882437046e16 * 0.001}
 
 
+@pytest.mark.polars_path
 def test_nulls_first_met_in_a_later_block_go_to_polars() -> None:
     """The text is searched for nulls only once a block's count needed it: a null first met
     in a later block is still read by polars, and a key spelled with "null" is a key."""

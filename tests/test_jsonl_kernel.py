@@ -159,7 +159,7 @@ def test_numbers_are_read_bit_for_bit_as_python_and_polars_read_them() -> None:
     "text",
     ["01", "1.", ".5", "+1", "1e", "-", "1.5e+", "-NaN", "nan", "Inf", "-inf", "infinity",
      "NaN1", "1e400", "-1e999", "0x10", "1_0", "1.5.2", "1e5e5", '"1"', "true", "false",
-     "null", "[1]", '{"b": 1}', "1 2"],
+     "nul", "nulls", "Null", "[1]", '{"b": 1}', "1 2"],
 )  # fmt: skip
 def test_values_that_are_not_plain_finite_numbers_leave_the_block(text: str) -> None:
     assert kernel is not None
@@ -174,6 +174,7 @@ def test_values_that_are_not_plain_finite_numbers_leave_the_block(text: str) -> 
         b'{"a":1}x',
         b'{"a":1}{"b":2}',
         b'{"a":1,"a":2}',  # a key twice
+        b'{"a":1,"a":null}',  # a key twice, the last null (Python keeps the null)
         b'{"":1}',
         b'{"a\\u0062":1}',  # an escape in a key
         b'{"\xc3\xa9":1}',  # a non-ASCII key
@@ -248,7 +249,14 @@ def test_a_wide_log_of_thousands_of_keys(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.mark.parametrize(
     ("name", "edit", "left"),
     [
-        ("a null", lambda o, s: {**o, "train/lr": None} if s == 250 else o, 1),
+        ("a null", lambda o, s: {**o, "train/lr": None} if s == 250 else o, 0),
+        ("a null step", lambda o, s: {**o, "step": None, "global_step": s} if s > 9 else o, 0),
+        ("a null time", lambda o, s: {**o, "_timestamp": None, "_runtime": s} if s > 9 else o, 0),
+        (
+            "a key null before its first value",
+            lambda o, s: {"late": None if s < 300 else s, **o},
+            0,
+        ),
         ("NaN", lambda o, s: {**o, "train/loss": float("nan")} if s == 250 else o, 0),
         ("infinities", lambda o, s: {**o, "a": float("inf"), "b": -float("inf")}, 0),
         ("a NaN step", lambda o, s: {**o, "step": float("nan")} if s == 250 else o, 1),
@@ -276,6 +284,19 @@ def test_blocks_the_kernel_leaves_and_lines_it_reads(
     counted, _ = _three_ways(_lines(objs), monkeypatch, block=4096)
     assert counted.left == left, name
     assert counted.read > 10
+
+
+def test_a_sparse_export_with_nulls_is_read_by_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A history exported through pandas (``to_json(orient="records", lines=True)``): every
+    column on every line, null where the step logged no value. Null gives no row, as the
+    other paths read it; a key null on its first lines takes its place in the key order
+    from its first value."""
+    objs = _metrics(900)
+    keys = sorted({k for o in objs for k in o})
+    sparse = [{k: o.get(k) for k in keys} for o in objs]
+    counted, got = _three_ways(_lines(sparse), monkeypatch, block=8192)
+    assert counted.left == 0 and counted.read > 10
+    assert got.frame.height == 900 * 4 + 18 * 4 + 9
 
 
 def test_a_diverged_log_whose_metrics_turn_nan_is_read_by_the_kernel(

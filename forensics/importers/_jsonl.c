@@ -9,14 +9,14 @@
  *
  * (ws: spaces, tabs, carriage returns; a key: printable ASCII without a backslash; a number:
  * JSON's -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)? with a finite value, or the NaN, Infinity and
- * -Infinity Python's json module writes; no key twice in a line). Anything else (strings,
- * nulls, booleans, nested objects, escapes, non-ASCII keys, a line cut off) is left to the
- * block reader's other paths, which handle it: this one only reads what it can read exactly
- * as they do.
+ * -Infinity Python's json module writes; or null, which gives no row; no key twice in a
+ * line). Anything else (strings, booleans, nested objects, escapes, non-ASCII keys, a line
+ * cut off) is left to the block reader's other paths, which handle it: this one only reads
+ * what it can read exactly as they do.
  *
  * Otherwise it returns (n_lines, n_objects, keys, counts, lines, values): the lines and the
- * objects among them (lines that are not blank), the keys as str in the order
- * the block first shows them (by line, then place in the line), and for each key in that
+ * objects among them (lines that are not blank), the keys with a value as str in the order
+ * the block first shows a value of them (by line, then place in the line), and for each key in that
  * order its values (float64) and the block line each came from (int32, ascending), one key
  * after the other (counts: int64, a key's number of values). The numbers are those polars'
  * JSON reader and Python's json module give: correctly rounded (Clinger's exact fast path for
@@ -357,10 +357,14 @@ static int read_lines(const unsigned char *p, const unsigned char *end, keys_t *
                 if (q == end || *q != ':') return DECLINED;
                 q++;
                 while (q < end && is_ws(*q)) q++;
-                double v;
-                int got = parse_number(&q, end, &v, save);
-                if (got <= 0) return got < 0 ? FAILED : DECLINED;
-                if (rows_add(rows, id, line, v) < 0) return FAILED;
+                if (end - q >= 4 && memcmp(q, "null", 4) == 0) {
+                    q += 4; /* no value: no row, as if the key were absent */
+                } else {
+                    double v;
+                    int got = parse_number(&q, end, &v, save);
+                    if (got <= 0) return got < 0 ? FAILED : DECLINED;
+                    if (rows_add(rows, id, line, v) < 0) return FAILED;
+                }
                 while (q < end && is_ws(*q)) q++;
                 if (q < end && *q == ',') {
                     q++;
@@ -392,6 +396,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     PyObject *result = NULL;
     Py_ssize_t n_lines = 0, n_objects = 0;
     int64_t *counts = NULL;
+    int32_t *pos = NULL;
     if (keys_init(&keys) < 0) {
         PyErr_NoMemory();
         goto done;
@@ -409,38 +414,47 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         Py_INCREF(result);
         goto done;
     }
-    /* Each key's rows together, keys in the order seen (a counting sort: stable). */
+    /* Each key's rows together (a counting sort: stable), keys in the order of their first
+     * row: the order they were seen in, but for a key seen with null before its first value. */
     counts = calloc((size_t)keys.n + 1, sizeof(int64_t));
-    if (!counts) {
+    pos = malloc(((size_t)keys.n + 1) * sizeof(int32_t));
+    if (!counts || !pos) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t i = 0; i < rows.n; i++) counts[rows.id[i]]++;
-    PyObject *cnt = PyBytes_FromStringAndSize((const char *)counts, (Py_ssize_t)(keys.n * 8));
+    Py_ssize_t n_out = 0; /* keys with a row */
+    memset(pos, 0xff, ((size_t)keys.n + 1) * sizeof(int32_t));
+    for (Py_ssize_t i = 0; i < rows.n; i++) {
+        int32_t id = rows.id[i];
+        if (pos[id] < 0) pos[id] = (int32_t)n_out++;
+        counts[pos[id]]++;
+    }
+    PyObject *cnt = PyBytes_FromStringAndSize((const char *)counts, (Py_ssize_t)(n_out * 8));
     PyObject *ln = PyBytes_FromStringAndSize(NULL, rows.n * 4);
     PyObject *vl = PyBytes_FromStringAndSize(NULL, rows.n * 8);
-    PyObject *names = PyList_New(keys.n);
+    PyObject *names = PyList_New(n_out);
     if (cnt && ln && vl && names) {
         int32_t *lo = (int32_t *)PyBytes_AS_STRING(ln);
         double *vo = (double *)PyBytes_AS_STRING(vl);
         Py_BEGIN_ALLOW_THREADS; /* (the new objects are this thread's alone yet) */
         int64_t at = 0;
-        for (Py_ssize_t k = 0; k < keys.n; k++) { /* counts -> where each key's rows start */
+        for (Py_ssize_t k = 0; k < n_out; k++) { /* counts -> where each key's rows start */
             int64_t c = counts[k];
             counts[k] = at;
             at += c;
         }
         for (Py_ssize_t i = 0; i < rows.n; i++) {
-            int64_t at_i = counts[rows.id[i]]++;
+            int64_t at_i = counts[pos[rows.id[i]]]++;
             lo[at_i] = rows.line[i];
             vo[at_i] = rows.val[i];
         }
         Py_END_ALLOW_THREADS;
         int ok = 1;
         for (Py_ssize_t k = 0; k < keys.n && ok; k++) {
+            if (pos[k] < 0) continue;
             PyObject *s = PyUnicode_DecodeASCII((const char *)keys.text[k], keys.len[k], NULL);
             if (!s) ok = 0;
-            else PyList_SET_ITEM(names, k, s);
+            else PyList_SET_ITEM(names, pos[k], s);
         }
         if (ok) result = Py_BuildValue("(nnOOOO)", n_lines, n_objects, names, cnt, ln, vl);
     }
@@ -450,6 +464,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     Py_XDECREF(names);
 done:
     free(counts);
+    free(pos);
     free(rows.id);
     free(rows.line);
     free(rows.val);

@@ -13,10 +13,11 @@ counts too, from the first block whose count a null broke on; a block where a va
 the stand-in goes the slow way.
 
 * A block whose every line is blank or a flat object of numbers (a metrics log's lines; a
-  metric may be NaN or +-Infinity, as Python's json module writes a diverged loss) is read
-  by the compiled kernel where it is built (``_jsonl.c``, :meth:`Parser._flat`): each key's
-  rows as the line is read, the numbers bit for bit those polars and the per-line reader
-  give. The kernel leaves any other block whole to the paths below.
+  metric may be NaN or +-Infinity, as Python's json module writes a diverged loss, and any
+  value null, as pandas writes a sparse history: no row) is read by the compiled kernel
+  where it is built (``_jsonl.c``, :meth:`Parser._flat`): each key's rows as the line is
+  read, the numbers bit for bit those polars and the per-line reader give. The kernel
+  leaves any other block whole to the paths below.
 * A block is first tried whole (:meth:`Parser._plain`): one polars read and a few
   byte counts. Lines with strings over teach the schema their plain keys and the block is
   read again.
