@@ -14,10 +14,16 @@ setup(
         Extension("forensics.evidence._slopes", ["forensics/evidence/_slopes.c"], optional=True),
         Extension("forensics.evidence._rolling", ["forensics/evidence/_rolling.c"], optional=True),
         Extension("forensics.importers._group", ["forensics/importers/_group.c"], optional=True),
-        Extension("forensics.importers._jsonl", ["forensics/importers/_jsonl.c"], optional=True),
+        Extension(
+            "forensics.importers._jsonl",
+            ["forensics/importers/_jsonl.c"],
+            depends=["forensics/_decimal.h"],
+            optional=True,
+        ),
         Extension(
             "forensics.importers.text._megatron",
             ["forensics/importers/text/_megatron.c"],
+            depends=["forensics/_decimal.h"],
             optional=True,
         ),
     ]

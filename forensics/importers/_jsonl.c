@@ -35,22 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_decimal.h"
+
 #define MAX_KEYS (1 << 20)
-
-static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-/* x87's extended precision (x86-64): a 64-bit significand, stored first. */
-#if defined(__x86_64__) && defined(__LDBL_MANT_DIG__) && __LDBL_MANT_DIG__ == 64
-#define EXTENDED 1
-static const long double POW10L[28] = {
-    1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
-    1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
-    1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
-#else
-#define EXTENDED 0
-#endif
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\r'; }
@@ -123,55 +110,9 @@ static int parse_number(const unsigned char **pp, const unsigned char *e, double
         return 1;
     }
     int e10 = exp - frac;
-    if (digits <= 19 && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
-        /* Clinger: both operands exact, so the one rounding of * or / is the correct one. */
-        double d = (double)m;
-        d = e10 < 0 ? d / POW10[-e10] : d * POW10[e10];
-        *out = neg ? -d : d;
-        return 1;
-    }
-#if EXTENDED
-    if (digits <= 19 && e10 >= -27 && e10 <= 27) {
-        /* Python's float repr writes 17 digits, more than a double holds: the same one
-         * rounding in x87's 64-bit precision (m and 10^|e10| exact there), then rounded to a
-         * double, which is the correct rounding unless the extended result lies within one
-         * of its units of a midpoint between two doubles (its 11 bits below a double's 53
-         * read 0x3ff-0x401): those go to Python's parser. */
-        long double x = (long double)m;
-        x = e10 < 0 ? x / POW10L[-e10] : x * POW10L[e10];
-        uint64_t mant;
-        memcpy(&mant, &x, sizeof mant); /* (the explicit 64-bit significand) */
-        uint64_t low = mant & 0x7ff;
-        if (m == 0 || low < 0x3ff || low > 0x401) {
-            double d = (double)x;
-            *out = neg ? -d : d;
-            return 1;
-        }
-    }
-#endif
-    /* The rare other numbers: Python's correctly rounded parser, with the interpreter lock
-     * taken back for it. */
-    PyEval_RestoreThread(*save);
-    char small[64];
-    Py_ssize_t n = s - p;
-    int ok = -1;
-    char *text = n < (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)n + 1);
-    if (text == NULL) {
-        PyErr_NoMemory();
-    } else {
-        memcpy(text, p, (size_t)n);
-        text[n] = '\0';
-        char *stop = NULL;
-        double d = PyOS_string_to_double(text, &stop, NULL); /* overflow: +-inf */
-        if (!PyErr_Occurred()) {
-            /* (a value out of range: polars refuses the line, so it is not read here) */
-            ok = stop == text + n && d - d == 0.0;
-            *out = d;
-        }
-        if (text != small) PyMem_Free(text);
-    }
-    *save = PyEval_SaveThread();
-    return ok;
+    int got = decimal_to_double((const char *)p, s - p, m, digits, e10, neg, out, save);
+    /* (a value out of range: polars refuses the line, so it is not read here) */
+    return got == 1 && !(*out - *out == 0.0) ? 0 : got;
 }
 
 /* The keys seen: an open-addressing table of (hash, where the key's text is, its length). */

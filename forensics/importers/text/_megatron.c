@@ -37,11 +37,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_COLUMNS 96
+#include "../../_decimal.h"
 
-static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+#define MAX_COLUMNS 96
 
 static const char *find(const char *h, const char *end, const char *lit, Py_ssize_t n) {
     while (end - h >= n) {
@@ -101,36 +99,8 @@ static int parse_number(const char *p, const char *e, double *out, PyThreadState
         if (eneg) exp = -exp;
     }
     if (s != e) return 0;
-    int e10 = exp - frac;
-    if (digits <= 19 && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
-        /* Clinger: both operands exact, so the one rounding of * or / is the correct one. */
-        double d = (double)m;
-        d = e10 < 0 ? d / POW10[-e10] : d * POW10[e10];
-        *out = neg ? -d : d;
-        return 1;
-    }
-    /* The rare other numbers: Python's parser, with the interpreter lock taken back for it
-     * (the reading runs without it). */
-    PyEval_RestoreThread(*save);
-    char small[64];
-    Py_ssize_t n = e - p;
-    int ok = -1;
-    char *text = n < (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)n + 1);
-    if (text == NULL) {
-        PyErr_NoMemory();
-    } else {
-        memcpy(text, p, (size_t)n);
-        text[n] = '\0';
-        char *stop = NULL;
-        double d = PyOS_string_to_double(text, &stop, NULL); /* overflow: +-inf, as polars */
-        if (!PyErr_Occurred()) {
-            ok = stop == text + n;
-            *out = d;
-        }
-        if (text != small) PyMem_Free(text);
-    }
-    *save = PyEval_SaveThread();
-    return ok;
+    /* (an overflow gives +-inf, as polars) */
+    return decimal_to_double(p, e - p, m, digits, exp - frac, neg, out, save);
 }
 
 /* The first digits of c0 that follow "iteration" and whitespace (the importer's
