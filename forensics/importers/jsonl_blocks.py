@@ -243,24 +243,27 @@ class Parser:
         at = np.cumsum(counts) - counts
         where = {k: (int(a), int(a + c)) for k, a, c in zip(keys, at, counts, strict=True)}
         n = len(block.ends)
-        # A step or time that is NaN or infinite (which the per-line reader skips, or keeps
-        # as a NaN time) leaves the block to it; a metric's NaN or infinity is a row as there.
+        # The step and time of each line by the polars path's own expressions, on the columns
+        # of its step and time keys (NaN: none). One that is NaN or infinite (which the
+        # per-line reader skips, or keeps as a NaN time) leaves the block to that reader; a
+        # metric's NaN or infinity is a row, as there.
+        kept: dict[str, pl.Series] = {}
         for k in (*STEP_KEYS, *TIME_KEYS, "_runtime"):
-            a, b = where.get(k, (0, 0))
+            if k not in where:
+                continue
+            a, b = where[k]
             if not np.isfinite(values[a:b]).all():
                 return None
-        # As the other paths: the first step key with a value, the first time key (a time
-        # above 1e11 taken as milliseconds), else W&B's _runtime.
-        step = _coalesce(n, [where[k] for k in STEP_KEYS if k in where], lines, values)
+            col = np.full(n, np.nan)
+            col[lines[a:b]] = values[a:b]
+            kept[k] = pl.Series(k, col, nan_to_null=True)
+        if kept:
+            step, clock = _step_and_clock(pl.DataFrame(kept))
+        else:
+            step, clock = np.full(n, np.nan), np.full(n, np.nan)
         logged = step[~np.isnan(step)]
         if ((logged <= -_STEP_LIMIT) | (logged >= _STEP_LIMIT)).any():
             return None
-        times = [where[k] for k in TIME_KEYS if k in where]
-        clock = _coalesce(n, times, lines, values, ms=True)
-        if "_runtime" in where:
-            clock = np.where(
-                np.isnan(clock), _coalesce(n, [where["_runtime"]], lines, values), clock
-            )
         for k in keys:  # (known to polars too, should a later block need it)
             self.schema.setdefault(k, pl.Float64())
         metric = [k for k in keys if k not in SKIP_KEYS]
@@ -1121,22 +1124,6 @@ def _per_row(per_line: pl.Series, line_of: np.ndarray) -> pl.Series:
 
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
-
-
-def _coalesce(
-    n: int, spans: list[tuple[int, int]], lines: np.ndarray, values: np.ndarray, ms: bool = False
-) -> np.ndarray:
-    """Per line of a flat block: the value of the first of these keys (rows ``[a, b)`` of
-    the kernel's arrays each) the line holds; NaN for none. ``ms``: a value above 1e11 is
-    milliseconds, made seconds as the other paths do (times 0.001)."""
-    out = np.full(n, np.nan)
-    for a, b in spans:
-        ln, v = lines[a:b], values[a:b]
-        if ms:
-            v = np.where(v > 1e11, v * 0.001, v)
-        free = np.isnan(out[ln])
-        out[ln[free]] = v[free]
-    return out
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
