@@ -20,8 +20,8 @@
  * that mixes digits with other text, a date that is not YYYY-MM-DD[ T]HH:MM:SS after the
  * first "[". The caller has polars read from there (a line or a few) and the kernel go on
  * after them, so what comes out is always what the polars path gives: the same lines kept,
- * the same numbers bit for bit (the common decimals by Clinger's exact fast path, others by
- * Python's correctly rounded parser). The interpreter lock is released while the lines are
+ * the same numbers bit for bit (correctly rounded by forensics/_decimal.h, which the JSONL
+ * kernel shares). The interpreter lock is released while the lines are
  * read (taken back only for a number Python's parser reads): two threads read two pieces.
  *
  * lines(buf) returns (the number of line breaks, the offset of the first byte that is
