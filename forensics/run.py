@@ -476,22 +476,29 @@ def view_plan(frame: pl.DataFrame, deferred: bool = False) -> ViewPlan:
     trim()  # (the temporaries of each step given back: see forensics.allocator)
     if ranked is None:
         # A tag with two layers, a null tag: the general way.
-        perm, keep = _sorted_order(fu)
+        general, keep = _sorted_order(fu)
         del fu
-        return ViewPlan(_order(perm, usable, n_all), len(perm), None if keep.all() else keep, None)
+        return ViewPlan(
+            _order(general, usable, n_all), len(general), None if keep.all() else keep, None
+        )
     # Series in view order; each row's rank among them; then a stable sort of the rows by
     # rank (a radix sort of small integers) is the view's order whenever every series'
     # steps already grow in record order (else by rank and step).
     pairs, rank = ranked
     n_series = pairs.height
     pos = np.uint32 if n_all < 1 << 32 else np.int64
+    n_use = len(rank)
     runs = _rank_runs(rank)
     totals = _counts(rank, n_series, runs)
-    perm = _stable_order(rank, n_series, pos, totals, runs)
+    perm: np.ndarray | None = None  # None: the rows are in that order already
+    if runs is None or (np.diff(rank[runs].astype(np.int64)) < 0).any():
+        # (a log read series after series is in order: no whole-length order array made,
+        # whose new pages alone cost more than the rest of the plan)
+        perm = _stable_order(rank, n_series, pos, totals, runs)
     trim()
     if deferred:
         del rank, fu
-        return ViewPlan(_order(perm, usable, n_all), len(perm), None, None, (pairs, totals))
+        return ViewPlan(_order(perm, usable, n_all), n_use, None, None, (pairs, totals))
     steps = fu.get_column("step").to_numpy()
     keep, counts, in_order = _last_of_key(perm, steps, totals)
     trim()
@@ -505,7 +512,7 @@ def view_plan(frame: pl.DataFrame, deferred: bool = False) -> ViewPlan:
     ).filter(pl.col("len") > 0)
     return ViewPlan(
         _order(perm, usable, n_all),
-        len(perm),
+        n_use,
         None if keep.all() else keep,
         index.select(list(INDEX_SCHEMA)),
     )

@@ -1,4 +1,5 @@
-"""The fast indented JSON writer gives json.dumps(indent=2, allow_nan=False)'s exact text."""
+"""The fast indented JSON writer gives json.dumps(indent=2, allow_nan=False)'s exact text (a
+non-finite number written as null where the standard encoder raises)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from forensics.outputs.json_text import _Pieces, dumps_indented, write_indented
+from forensics.outputs.json_text import _LONG, _Pieces, dumps_indented, write_indented
 from forensics.pipeline import analyze
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_runs"
@@ -75,6 +76,20 @@ def _nested(depth: int) -> object:
 
 
 EDGE_CASES += [_nested(40), _nested(70)]
+# Floats orjson writes otherwise than repr (a decimal below 1e-4, a one-digit negative
+# exponent), where they may stand: a value, a list item, a top-level scalar, a long list
+# split into parts; and strings that look like them (never rewritten).
+_rng = np.random.default_rng(3)
+EDGE_CASES += [
+    1e-05,
+    -2.5e-06,
+    {"lr": 3e-05, "x": 1.2e-06, "y": -7.5e-09, "z": 1e-10, "w": 0.0001, "v": 9.99e-05},
+    [1e-05, -2.5e-06, [3e-07, {"k": 4e-08}], 1e16, 1.5e-300],
+    {"s": "0.00001", "t": 'a": 1e-6', "u": "  3e-7", "list": ["1e-5", 'x": 2e-6,']},
+    {"rows": [i * 1e-7 for i in range(3 * _LONG)]},
+    [float(v) for v in 10.0 ** _rng.uniform(-12, 20, 2000) * _rng.choice([-1, 1], 2000)],
+    {"del": "\x7f", "after": 2e-06},
+]
 
 
 @pytest.mark.parametrize("doc", EDGE_CASES, ids=range(len(EDGE_CASES)))
@@ -82,10 +97,23 @@ def test_edge_cases_match_the_standard_text(doc: object) -> None:
     assert dumps_indented(doc) == _reference(doc)
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), [1.0, {"x": float("-inf")}]])
-def test_non_finite_numbers_raise_as_the_standard_encoder(bad: object) -> None:
-    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
-        dumps_indented(bad)
+@pytest.mark.parametrize(
+    ("bad", "want"),
+    [
+        (float("nan"), None),
+        (float("inf"), None),
+        ([1.0, {"x": float("-inf")}], [1.0, {"x": None}]),
+        ({"rows": [{"v": float("nan")}] * (3 * _LONG)}, {"rows": [{"v": None}] * (3 * _LONG)}),
+    ],
+    ids=["nan", "inf", "nested", "in-a-long-list"],
+)
+def test_non_finite_numbers_are_written_as_null(bad: object, want: object) -> None:
+    """Where the standard encoder raises (allow_nan=False), orjson writes null: the text stays
+    strict JSON (a findings document never holds one: the sample runs' test above encodes
+    them with the standard encoder too)."""
+    text = dumps_indented(bad)
+    assert json.loads(text) == want
+    assert text == _reference(want)
 
 
 def test_circular_and_unknown_objects_raise_as_the_standard_encoder() -> None:
