@@ -497,7 +497,7 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
             rel = (
                 "still raised at the onset"
                 if seg.end_step >= onset
-                else f"back on schedule {onset - seg.end_step:,} steps before the onset"
+                else f"back on schedule {steps_text(onset - seg.end_step)} before the onset"
             ) + f" at step {onset:,}"
             if seg.start_step > onset + 1:
                 rel = _within_range(f)
@@ -536,7 +536,7 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
         when = (
             f"at the onset (step {onset:,})"
             if lag <= 0
-            else f"{lag:,} steps before the onset at step {onset:,}"
+            else f"{steps_text(lag)} before the onset at step {onset:,}"
         )
         return Cause("lr_schedule", SUPPORTED, f"{t} at step {s:,}, {when}", (s,), anchor=s)
     if reach < x.schedule_near:  # an absorbed outlier: an event further back is named
@@ -552,7 +552,7 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
             return Cause(
                 "lr_schedule",
                 CONTRADICTED,
-                f"{t} at step {s:,}, {onset - s:,} steps before the onset at step {onset:,}; "
+                f"{t} at step {s:,}, {steps_text(onset - s)} before the onset at step {onset:,}; "
                 f"the schedule has set the LR of every step since, and an outlier {back} "
                 "with the loss unmoved is not what a schedule change does",
                 (s,),
@@ -561,7 +561,7 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
     return Cause(
         "lr_schedule",
         CONTRADICTED,
-        f"no warm-up end, restart or step drop within {reach:,} steps before step "
+        f"no warm-up end, restart or step drop within {steps_text(reach)} before step "
         f"{onset:,} (the LR is in its {phase or 'unlogged'} phase there)",
         (onset,),
     )
@@ -635,7 +635,7 @@ def _resume(x: _Facts, f: Finding) -> Cause:
         elif lag <= 0:
             when = f"at the onset (step {onset:,})"
         else:
-            when = f"{lag:,} steps before the onset at step {onset:,}"
+            when = f"{steps_text(lag)} before the onset at step {onset:,}"
         return Cause(
             "resume",
             SUPPORTED,
@@ -643,7 +643,7 @@ def _resume(x: _Facts, f: Finding) -> Cause:
             (g.start_step,),
             anchor=g.start_step,
         )
-    text = f"no restart in the log within {reach:,} steps before step {onset:,}"
+    text = f"no restart in the log within {steps_text(reach)} before step {onset:,}"
     return Cause("resume", CONTRADICTED, text + x.restarts_listed, (onset,))
 
 
@@ -911,7 +911,7 @@ def _activations(x: _Facts, f: Finding) -> Cause:
             "activations",
             UNTESTED,
             f"activations{lay} have been out of their range since step {first:,}, "
-            f"{f.start_step - first:,} steps before this onset: a standing condition, not a "
+            f"{steps_text(f.start_step - first)} before this onset: a standing condition, not a "
             "change at it",
             (first,),
         )
@@ -947,7 +947,8 @@ def _climb(x: _Facts, f: Finding) -> Cause:
             "grad_norm_climb",
             SUPPORTED,
             f"the grad norm has been climbing since step {g.start_step:,} "
-            f"({f.start_step - g.start_step:,} steps before the onset at step {f.start_step:,})",
+            f"({steps_text(f.start_step - g.start_step)} before the onset at step "
+            f"{f.start_step:,})",
             (g.start_step,),
             anchor=g.start_step,
         )
@@ -1038,7 +1039,7 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
             "eval_pause",
             CONTRADICTED,
             f"the job stalled at step {after_one.start_step:,}, but the slowdown lasts "
-            f"{hi - lo:,} steps after it: a pause slows a step or two",
+            f"{steps_text(hi - lo)} after it: a pause slows a step or two",
             (lo,),
         )
     if outlasted:
@@ -1046,7 +1047,7 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
         return Cause(
             "eval_pause",
             CONTRADICTED,
-            f"the slowdown lasts {hi - lo:,} steps, longer than the {every:,.0f} steps between "
+            f"the slowdown lasts {steps_text(hi - lo)}, longer than the {every:,.0f} steps between "
             f"the job's pauses ({g.measures.get('slow_steps')} slow steps from step "
             f"{g.start_step:,} to {g.end_step:,}): a pause slows a step or two",
             (lo,),
@@ -1097,7 +1098,7 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
             "eval_pause",
             CONTRADICTED,
             f"step {lo:,} is on the grid ({', '.join(long_on_grid)}), but the slowdown lasts "
-            f"{hi - lo:,} steps, longer than the interval: a pause slows a step or two; no "
+            f"{steps_text(hi - lo)}, longer than the interval: a pause slows a step or two; no "
             "stall",
             (lo,),
         )

@@ -596,6 +596,8 @@ def analyze(
     if fmt is OutputFormat.json and len(docs) > 1:
         typer.echo(_json_text(docs))  # --all: one JSON array, a document per job
     ci.write()
+    global _QUICK_EXIT
+    _QUICK_EXIT = True  # every output is written: the run's frames and findings need no teardown
     _gate(verdicts, gate)
 
 
@@ -1066,6 +1068,8 @@ _QUICK_EXIT = False
 def main() -> None:
     """The typer app's entry point (the console script reaches it through
     :func:`forensics.cli_quick.entry`, which runs a plain export first)."""
+    global _QUICK_EXIT
+    _QUICK_EXIT = False  # (a command run earlier in this process through the app set it)
     command = sys.argv[1] if len(sys.argv) > 1 else None
     _return_freed_memory(command)
     _collect_less(command)

@@ -210,3 +210,17 @@ def test_an_absorbed_outlier_follows_a_schedule_event_only_at_its_onset(tmp_path
     (spike,) = [f for f in loss.findings if f.kind is FindingKind.LOSS_SPIKE]
     assert spike.start_step == 71 and spike.measures["lr_kink_step"] == 30
     assert _cause(loss, spike, "lr_schedule")[0] == "supported"
+
+
+def test_counts_of_one_step_read_in_the_singular(tmp_path: Path) -> None:
+    """Every sentence of the findings document says "1 step", never "1 steps": the causes of
+    an absorbed outlier looked back one logging interval ("no warm-up end, restart or step
+    drop within 1 steps before step 600", as on the 1M-step benchmark run), and an outlier on
+    the step after the warm-up's end was "1 steps before the onset"."""
+    import json
+    import re
+
+    for bumps in ({600: 2.0}, {31: 2.0}):
+        doc = json.dumps(_warmup_run(tmp_path, bumps, {}).to_document())
+        assert "within 1 step before step" in doc or "1 step before the onset" in doc
+        assert not re.findall(r"(?<![\d,.])1 steps", doc)

@@ -21,7 +21,7 @@ from forensics.evidence import Evidence
 from forensics.evidence.rolling import centered_median
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.trend_utils import num, robust_sigma
-from forensics.findings import Finding, FindingKind, MeasureValue, Severity
+from forensics.findings import Finding, FindingKind, MeasureValue, Severity, steps_text
 from forensics.params import DivergenceParams
 from forensics.schema import GRAD_NORM, LOSS
 
@@ -203,12 +203,12 @@ class DivergenceDetector:
                 "window": self.params.window,
             }
             how = (
-                f"not back within {observed:,} steps"
+                f"not back within {steps_text(observed)}"
                 if confirmed and not nonfinite
                 else (
                     "until the values turned non-finite"
                     if nonfinite
-                    else f"for the {observed:,} steps the log still shows"
+                    else f"for the {steps_text(observed)} the log still shows"
                 )
             )
             gtxt = f"{g_ratio:.1f}x" if g_ratio is not None else "non-finite"
@@ -300,7 +300,7 @@ class DivergenceDetector:
             f"The training loss climbed from {num(loss_before)} (median of the {len(before):,} "
             f"points before step {t0:,}) to {num(loss_after)} (median of the last "
             f"{len(after):,}), +{100 * rise:.1f}%, and had not come back when the log ends "
-            f"{observed:,} steps later (step {last_step:,}); {grad}."
+            f"{steps_text(observed)} later (step {last_step:,}); {grad}."
         )
         measures: dict[str, MeasureValue] = {
             "loss_before": loss_before,

@@ -29,7 +29,7 @@ from forensics.evidence.trend_utils import (
     rolling_median,
     theil_sen,
 )
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.params import BASELINE_STEPS, ParamNormParams
 from forensics.schema import PARAM_NORM
 
@@ -69,7 +69,7 @@ def _against_pace(x: np.ndarray, y: np.ndarray, pace: float, i0: int, i1: int) -
     rel = (y[i1 + 1] - y[i0]) / y[i0] if y[i0] else float("nan")
     rel_before = pace * (i1 - i0 + 1) / y[i0] if y[i0] else float("nan")
     return (
-        f"{rel:+.1%} in {steps:,} steps, where it had moved {rel_before:+.2%} in as many "
+        f"{rel:+.1%} in {steps_text(steps)}, where it had moved {rel_before:+.2%} in as many "
         "logged points before"
     )
 

@@ -45,7 +45,7 @@ from forensics.detectors.resume_drop import resume_drops
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import NEAR_STEPS, near_steps
 from forensics.evidence.trend_utils import centred_level, robust_sigma, sig, theil_sen
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.params import ResumeRegressionParams
 from forensics.schema import LOSS, VAL_LOSS
 
@@ -148,7 +148,7 @@ class ResumeRegressionDetector:
         if later:
             first = (
                 f"After the resume at step {seam:,} the training loss first went on down, to "
-                f"{sig(low_level, 4)} around step {onset:,} ({onset - seam:,} steps after the "
+                f"{sig(low_level, 4)} around step {onset:,} ({steps_text(onset - seam)} after the "
                 f"seam), then trended up: its level went from {sig(lvl_before, 4)} before the "
                 f"seam to {sig(lvl_end, 4)}"
             )

@@ -562,7 +562,7 @@ def _pathology(m: dict[str, Any], limit: int) -> str:
         # the peak (spike_shape's plateau window), the median there against the trend.
         rel = m.get("plateau_shift_rel")
         off = (
-            f" (from {limit:,} steps after the peak, a median {abs(rel):.1%} "
+            f" (from {steps_text(limit)} after the peak, a median {abs(rel):.1%} "
             f"{'above' if rel > 0 else 'below'} it)"
             if isinstance(rel, float) and abs(rel) >= 0.005
             else ""
