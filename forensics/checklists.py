@@ -18,7 +18,7 @@ import numpy as np
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
 from forensics.evidence.trend_utils import unit_for
-from forensics.findings import Finding, FindingKind, Severity, step_range
+from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
 from forensics.schema import (
     ACT_ABSMAX,
     ACT_MEAN,
@@ -395,7 +395,7 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             for f in spikes
             if isinstance(r := f.measures.get("recovery_steps"), (int, float))
         ]
-        tail = f"; slowest recovery {max(rec):,.0f} steps" if rec else ""
+        tail = f"; slowest recovery {steps_text(max(rec))}" if rec else ""
         items.append(Item(q, PASS, f"{len(spikes):,} spike(s), all recovered{tail}"))
     elif _window(ev, LOSS, lo, hi)[0].size:
         items.append(Item(q, PASS, "no loss spike in this phase"))

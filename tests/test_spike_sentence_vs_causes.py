@@ -224,3 +224,16 @@ def test_counts_of_one_step_read_in_the_singular(tmp_path: Path) -> None:
         doc = json.dumps(_warmup_run(tmp_path, bumps, {}).to_document())
         assert "within 1 step before step" in doc or "1 step before the onset" in doc
         assert not re.findall(r"(?<![\d,.])1 steps", doc)
+
+
+def test_the_report_of_a_one_step_recovery_reads_in_the_singular() -> None:
+    """The bad_batch sample's loss spikes come back after one step: the checklist said
+    "slowest recovery 1 steps"."""
+    import re
+
+    from forensics.report import render_html
+
+    page = render_html(_diag(ROOT / "sample_runs" / "bad_batch"), plotlyjs="cdn")
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))
+    assert "slowest recovery 1 step" in text
+    assert not re.findall(r"(?<![\d,.])1 steps", text)

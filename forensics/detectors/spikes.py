@@ -344,7 +344,7 @@ class SpikeDetector:
                 back = f"not back {steps_text(m['steps_logged_after_peak'])} later"
             how = f"{back}; {lines}"
         lead = (
-            f"; it led a loss spike by {m['leads_loss_by_steps']} steps"
+            f"; it led a loss spike by {steps_text(m['leads_loss_by_steps'])}"
             if m["leads_loss_by_steps"]
             else ""
         )
