@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import write_tb_run
+from conftest import ROOT, write_tb_run
 
 from forensics.cli import _plain_coercion, app
 
@@ -319,3 +319,32 @@ def test_the_detecting_commands_collect_cycles_less_often() -> None:
     assert default != "50000"
     for cmd in ("export", "metrics", "--help"):
         assert run(cmd) == default, cmd
+
+
+def test_analyze_quick_exit_keeps_its_outputs_exit_code_and_atexit(tmp_path: Path) -> None:
+    """``analyze`` too leaves without the teardown once its outputs are written: the whole
+    findings document on stdout, the report and the --json file on disk, the --fail-on exit
+    code, and an atexit handler run."""
+    import json
+
+    run = ROOT / "sample_runs" / "bad_batch"
+    mark = tmp_path / "atexit.txt"
+    page, doc = tmp_path / "r.html", tmp_path / "f.json"
+    argv = ["forensics", "analyze", str(run), "--format", "json", "--fail-on", "warning"]
+    argv += ["--out", str(page), "--json", str(doc), "--no-cache"]
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
+        f"sys.argv = {argv!r}\n"
+        "from forensics.cli import main\n"
+        "main()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert res.returncode == 1, res.stderr  # a warning verdict at --fail-on warning
+    printed = json.loads(res.stdout)
+    assert printed["verdict"] == "warning" and len(printed["findings"]) == 6
+    assert json.loads(doc.read_text()) == printed
+    assert page.read_text().rstrip().endswith("</html>")
+    assert mark.read_text() == "ran"
