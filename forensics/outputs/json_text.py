@@ -137,16 +137,13 @@ def _parts(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
         if key in seen:
             raise _Fallback  # circular: the standard encoder's error
         seen.add(key)
-        inner = _INNER[level + 1] if level + 1 < len(_INNER) else "\n" + _INDENT * (level + 1)
+        inner = _line(level + 1)
         lead = ("{" if is_dict else "[") + inner
         for k, v in o.items() if is_dict else zip(repeat(None), o):
             out.append(lead + _key_text(k) if is_dict else lead)
             _parts(v, level + 1, out, seen)
             lead = "," + inner
-        out.append(
-            (_INNER[level] if level < len(_INNER) else "\n" + _INDENT * level)
-            + ("}" if is_dict else "]")
-        )
+        out.append(_line(level) + ("}" if is_dict else "]"))
         seen.discard(key)
         return
     text = _part(o)
@@ -154,8 +151,7 @@ def _parts(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
         _write(o, level, out, seen)
     else:
         if level and "\n" in text:
-            indent = _INNER[level] if level < len(_INNER) else "\n" + _INDENT * level
-            text = text.replace("\n", indent)
+            text = text.replace("\n", _line(level))
         out.append(text)
     out.flush_text()
 
@@ -242,7 +238,7 @@ def _container(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
     if key in seen:
         raise _Fallback  # circular: the standard encoder's error
     seen.add(key)
-    inner = _INNER[level + 1] if level + 1 < len(_INNER) else "\n" + _INDENT * (level + 1)
+    inner = _line(level + 1)
     sep = "," + inner
     append = out.append
     # Each item's text in one piece (separator, key, value), the common values written here
@@ -274,10 +270,7 @@ def _container(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
             append(lead)
             _write(v, level + 1, out, seen)
         lead = sep
-    append(
-        (_INNER[level] if level < len(_INNER) else "\n" + _INDENT * level)
-        + ("}" if is_dict else "]")
-    )
+    append(_line(level) + ("}" if is_dict else "]"))
     seen.discard(key)
     if level <= 2:  # (a finding, or a part of one: often enough to bound the pieces)
         out.flush()
@@ -285,6 +278,11 @@ def _container(o: Any, level: int, out: _Pieces, seen: set[int]) -> None:
 
 _INF = float("inf")
 _INNER = tuple("\n" + _INDENT * i for i in range(32))  # a line break and each level's indent
+
+
+def _line(level: int) -> str:
+    """A line break and the indent of ``level``."""
+    return _INNER[level] if level < len(_INNER) else "\n" + _INDENT * level
 
 
 _KEYS: dict[str, str] = {}  # a key's text with its separator, for the keys seen (a findings
