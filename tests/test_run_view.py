@@ -426,3 +426,52 @@ def test_the_deferred_plan_settled_on_the_moved_rows_is_the_plain_plan() -> None
         else:
             assert run._index is not None
             assert_frame_equal(run._index, want_index, check_row_order=True)
+
+
+def test_the_run_moves_are_the_stable_order_of_a_few_runs() -> None:
+    # Joined end to end, the ranges are the stable argsort's rows (adjacent ranges merged).
+    rng = np.random.default_rng(11)
+    for n_runs, k in [(1, 1), (2, 2), (7, 3), (40, 40), (300, 12)]:
+        lengths = rng.integers(1, 40, n_runs)
+        values = np.cumsum(rng.integers(1, k, n_runs) if k > 1 else np.zeros(n_runs, int)) % k
+        rank = np.repeat(values, lengths).astype(np.uint16)
+        runs = run_mod._rank_runs(rank)
+        assert runs is not None
+        moves = run_mod._run_moves(rank, runs, len(rank))
+        rows = np.concatenate([np.arange(a, b) for a, b in moves])
+        np.testing.assert_array_equal(rows, np.argsort(rank, kind="stable"))
+        assert all(b > a for a, b in moves)
+        assert all(moves[i][1] != moves[i + 1][0] for i in range(len(moves) - 1))
+
+
+def test_a_log_read_series_by_series_is_moved_without_an_order_array() -> None:
+    # Series after series, in pieces (a series' rows in two runs of the log), not in view
+    # order: the deferred plan holds row ranges, no array of every row, and the run's frame,
+    # view and index are the plain plan's.
+    n = 5000
+    pieces = [("val_loss", 0), ("lr", 0), ("loss", 0), ("grad_norm", 0), ("loss", 1)]
+    tags = np.concatenate([np.repeat(t, n) for t, _ in pieces])
+    steps = np.concatenate([np.arange(n) + h * n for _, h in pieces])
+    f = pl.DataFrame(
+        {
+            "source": ["jsonl"] * len(tags),
+            "tag": tags,
+            "step": steps,
+            "value": np.arange(len(tags), dtype=np.float64),
+            "segment": [0] * len(tags),
+        }
+    )
+    frame = add_canonical(conform(f), "jsonl")
+    plan = run_mod.view_plan(frame, deferred=True)
+    assert plan.order is None and plan.moves is not None
+    # grad_norm; loss in its two pieces; lr; val_loss
+    assert plan.moves == [(15000, 20000), (10000, 15000), (20000, 25000), (5000, 10000), (0, 5000)]
+    plain = run_mod.view_plan(frame)
+    assert plain.order is not None
+    want_view, want_index = run_mod.view_and_index(frame)
+    run = Run(name="t", path=Path("."), format="jsonl", frame=frame)
+    assert_frame_equal(run.view(), want_view, check_row_order=True)
+    assert_frame_equal(run.frame, frame[plain.order.astype(np.int64)], check_row_order=True)
+    assert run._index is not None and want_index is not None
+    assert_frame_equal(run._index, want_index, check_row_order=True)
+    assert run.view().get_column("value").n_chunks() == len(plan.moves)
