@@ -657,13 +657,18 @@ def _interval(ev: Evidence, metric: str, unit: str) -> float | None:
         x = steps.astype(float)
     else:
         wall = ev.logged(metric, layer).wall_time
-        x = wall[np.isfinite(wall)] if wall is not None else np.array([], dtype=float)
+        if wall is None:
+            x = np.array([], dtype=float)
+        else:  # (the finite times; no copy when all are)
+            ok = np.isfinite(wall)
+            x = wall if ok.all() else wall[ok]
     if len(x) < 2:
         return None
     # Logged steps come sorted: sort only what is not (the same array either way).
     d = np.diff(x if len(x) < 2 or bool(np.all(x[1:] >= x[:-1])) else np.sort(x))
     d = d[d > 0]
-    return float(np.median(d)) if len(d) else None
+    # (d is this call's own: partitioned in place, the same median as on a copy)
+    return float(np.median(d, overwrite_input=True)) if len(d) else None
 
 
 def _every(iv: float, unit: str) -> str:

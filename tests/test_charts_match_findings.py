@@ -11,6 +11,7 @@ chart draws a level no finding or evidence states.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from forensics.config import Config
 from forensics.detectors import REGISTRY
 from forensics.evidence import Band, Evidence
+from forensics.findings import Severity
 from forensics.params import PARAMS
 from forensics.pipeline import analyze
 from forensics.report.charts import Panel, build_panels, is_level_key, most_severe
@@ -393,3 +395,91 @@ def test_a_constant_series_is_drawn_in_the_middle_of_its_axis(tmp_path) -> None:
     assert panels[LR].figure["layout"]["yaxis"]["range"] == pytest.approx([0.75e-4, 2.25e-4])
     assert panels[LOSS_SCALE].figure["layout"]["yaxis"]["range"] == pytest.approx([-1.0, 1.0])
     assert "range" not in panels[GRAD_NORM].figure["layout"]["yaxis"]
+
+
+def test_points_over_the_critical_line_without_a_finding_are_named(analysed) -> None:
+    """The grad-norm caption names every point after the warm-up drawn over the critical line
+    that no grad-norm finding, spike or divergence covers (counted here from the chart's own
+    series and the evidence), splits them by whether another vital sign's finding (warning
+    or worse) spans them, and states the spike rule with the configured numbers."""
+    name, ev, panels, diag = analysed
+    panel = next((p for p in panels if p.key == GRAD_NORM), None)
+    band = ev.grad_norm_band
+    if panel is None or band is None or band.critical_at is None:
+        return
+    s = ev.logged(GRAD_NORM)
+    start = ev.warmup_end if ev.warmup_end is not None else int(s.steps[0]) - 1
+    covered = [(sp.start_step, sp.end_step) for sp in ev.spikes(GRAD_NORM)] + list(ev.diverged)
+    covered += [
+        (f.start_step, f.end_step if f.end_step is not None else f.peak_step or f.start_step)
+        for f in diag.findings
+        if f.metric == GRAD_NORM
+    ]
+    want = [
+        int(t)
+        for t, v in zip(s.steps, s.values, strict=True)
+        if t > start and v >= band.critical_at and not any(a <= t <= b for a, b in covered)
+    ]
+    said = re.search(
+        r" ([\d,]+) points? after the warm-up stands? above the (\S+)x line", panel.caption
+    )
+    if not want:
+        assert said is None, (name, panel.caption)
+        return
+    assert said is not None, (name, panel.caption)
+    assert int(said.group(1).replace(",", "")) == len(want), (name, panel.caption)
+    assert float(said.group(2)) == band.critical_ratio
+    others = [
+        f
+        for f in diag.findings
+        if f.metric != GRAD_NORM and f.severity.rank >= Severity.WARNING.rank
+    ]
+    inside = [
+        t
+        for t in want
+        if any(
+            f.start_step
+            <= t
+            <= (f.end_step if f.end_step is not None else f.peak_step or f.start_step)
+            for f in others
+        )
+    ]
+    alone = [t for t in want if t not in inside]
+    named = re.findall(r"\(steps? ([\d, ]+|[\d,]+ to [\d,]+)\)", panel.caption)
+    shown = [_named(n) for n in named]
+    for group in (inside, alone):
+        if group:
+            expect = (group[0], group[-1]) if len(group) > 6 else tuple(group)
+            assert expect in shown, (name, group, panel.caption)
+    p = ev.params.spikes
+    if alone:
+        assert (
+            f"{p.grad_norm_min_ratio:g}x its local baseline and z >= {p.z_threshold:g}"
+            in panel.caption
+        )
+    else:
+        assert "local noise" not in panel.caption
+
+
+def _named(text: str) -> tuple[int, ...]:
+    if " to " in text:
+        a, b = text.split(" to ")
+        return (int(a.replace(",", "")), int(b.replace(",", "")))
+    return tuple(int(t.replace(",", "")) for t in text.split(", "))
+
+
+def test_the_bad_batch_and_nan_captions_say_why_points_over_the_red_line_have_no_finding() -> None:
+    bad = analyze(ROOT / "sample_runs" / "bad_batch")
+    assert bad.evidence is not None
+    cap = next(p for p in build_panels(bad.evidence, bad.findings) if p.key == GRAD_NORM).caption
+    assert (
+        "4 points after the warm-up stand above the 3x line with no grad-norm finding (steps "
+        "32, 59, 60, 201): a single point is a spike only where it stands out of the grad "
+        "norm's local noise (2x its local baseline and z >= 6, or 4x and z >= 3), and these "
+        "do not."
+    ) in cap
+    nan = analyze(ROOT / "sample_runs" / "nan")
+    assert nan.evidence is not None
+    cap = next(p for p in build_panels(nan.evidence, nan.findings) if p.key == GRAD_NORM).caption
+    assert "23 (steps 594 to 641) in the steps that findings on other vital signs report" in cap
+    assert "2 (steps 240, 257) where a single point is a spike only if" in cap

@@ -386,3 +386,39 @@ def test_a_healthy_scaler_sawtooth_is_no_decline():
     found = _drops(_run(train__loss=healthy_loss(n), loss_scale=(steps, scale)))
     assert [f for f in found if f.measures["pattern"] == "sustained_decline"] == []
     assert all(f.severity is not Severity.WARNING for f in found)
+
+
+def test_a_scale_halved_until_it_underflowed_to_zero_is_a_cascade():
+    """Every step overflowing from step 2,000 on: the scale halves each step until it is 0.
+    The cascade is counted on its positive points and the sentence says it reached 0 (the
+    zeros once hid every cascade of the run: the nan sample's collapse went unreported)."""
+
+    def overflow(step: int, scale: float) -> bool:
+        return step >= 2000 or step == 700
+
+    s, sc = scaler(3000, start=2.0**16, overflows_at=overflow, growth=5000)
+    sc = np.where(sc < 2.0**-140, 0.0, sc)  # (a float32 log underflows far above float64)
+    first_zero = int(s[np.argmax(sc == 0)])
+    (f,) = [
+        d
+        for d in _drops(_run(train__loss=healthy_loss(3000), loss_scale=(s, sc)))
+        if d.start_step >= 2000
+    ]
+    assert f.severity is Severity.WARNING
+    assert (f.start_step, f.end_step) == (2000, first_zero - 1)
+    assert f.measures["from_scale"] == 2.0**15 and f.measures["halvings"] == first_zero - 2000
+    assert f.summary.endswith(
+        f"; then the scale was 0 from step {first_zero:,} to 2,999 (it underflowed)."
+    )
+
+
+def test_the_nan_sample_reports_its_loss_scale_collapse():
+    from pathlib import Path
+
+    from forensics import analyze
+
+    run = Path(__file__).resolve().parents[1] / "sample_runs" / "nan"
+    (f,) = [f for f in analyze(run).findings if f.kind is FindingKind.LOSS_SCALE_DROP]
+    assert (f.start_step, f.end_step, f.severity) == (611, 800, Severity.WARNING)
+    assert f.measures["from_scale"] == 131072 and f.measures["halvings"] == 166
+    assert "then the scale was 0 from step 801 to 1,000 (it underflowed)" in f.summary

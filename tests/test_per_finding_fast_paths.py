@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from synthetic import healthy_grad_norm, healthy_loss, long_frame, run_from_frame, spike_factor
 
+import forensics.evidence.spike_context as context_mod
 from forensics import analyze
 from forensics.causes import _Facts, _find_causes, _g, causes_of
 from forensics.detectors.spikes import SpikeDetector, _Starts
@@ -165,7 +166,10 @@ def _schedules() -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def test_lr_kinks_equal_the_plain_computation() -> None:
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 16])
+def test_lr_kinks_equal_the_plain_computation(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (in blocks of any size: the block edges fall inside warm-ups, restarts and drops)
+    monkeypatch.setattr(context_mod, "_KINK_BLOCK", block)
     found = 0
     for steps, values in _schedules():
         lr = Series(steps.astype(np.int64), values.astype(np.float64))

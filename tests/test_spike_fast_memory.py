@@ -68,8 +68,12 @@ def _cases() -> dict[str, np.ndarray]:
     }
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 16])
 @pytest.mark.parametrize("name", sorted(_cases()))
-def test_step_intervals_are_the_plain_medians(name: str) -> None:
+def test_step_intervals_are_the_plain_medians(
+    name: str, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(robust, "_DIFF_BLOCK", block)
     steps = _cases()[name]
     if len(steps) == 0:
         assert _same(step_intervals(steps), (robust.median_interval(steps), 1.0))
@@ -77,8 +81,13 @@ def test_step_intervals_are_the_plain_medians(name: str) -> None:
     assert _same(step_intervals(steps), _plain(steps)), name
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 16])
 @pytest.mark.parametrize("name", sorted(_cases()))
-def test_median_interval_is_the_plain_median(name: str) -> None:
+def test_median_interval_is_the_plain_median(
+    name: str, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (the differences counted a block at a time, of every size: the same median)
+    monkeypatch.setattr(robust, "_DIFF_BLOCK", block)
     steps = _cases()[name]
     got, want = robust.median_interval(steps), _plain_interval(steps)
     assert np.float64(got).tobytes() == np.float64(want).tobytes(), name

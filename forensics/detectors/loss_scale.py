@@ -20,6 +20,8 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from forensics.evidence import Evidence, Series
@@ -61,6 +63,24 @@ def _first_logged(ev: Evidence, default: int) -> int:
             if len(steps):
                 return int(steps[0])
     return default
+
+
+def _underflow_after(ev: Evidence, f: Finding) -> Finding:
+    """``f`` with its summary saying so when the scale logged right after the cascade is 0
+    (halved until it underflowed; the cascade's halvings are counted on positive points)."""
+    if f.end_step is None or f.measures.get("source") != "loss_scale":
+        return f
+    s = ev.series(LOSS_SCALE)
+    i = int(np.searchsorted(s.steps, f.end_step, side="right"))
+    if i >= len(s) or s.values[i] != 0:
+        return f
+    zero = s.values[i:] == 0
+    n = int(np.argmin(zero)) if not zero.all() else len(zero)  # points at 0 from there on
+    until = int(s.steps[i + n - 1])
+    span = f"at step {int(s.steps[i]):,}" if n == 1 else f"from step {int(s.steps[i]):,}"
+    span += "" if n == 1 else f" to {until:,}"
+    text = f"{f.summary[:-1]}; then the scale was 0 {span} (it underflowed)."
+    return replace(f, summary=text)
 
 
 class LossScaleDetector:
@@ -117,7 +137,8 @@ class LossScaleDetector:
             else:
                 singles += 1
                 continue
-            out.append(self._cascade_finding(c, sev, calibration, hit, calib_end, came_back))
+            f = self._cascade_finding(c, sev, calibration, hit, calib_end, came_back)
+            out.append(_underflow_after(ev, f))
         if singles:
             run.note(
                 f"loss_scale: {singles} single loss-scale halving(s) after calibration "

@@ -106,8 +106,11 @@ class Evidence:
         if key not in self._series:
             got = self.logged(metric, layer)  # read from the run once, for both views
             ok = np.isfinite(got.values)
-            wall = got.wall_time[ok] if got.wall_time is not None else None
-            self._series[key] = got if ok.all() else Series(got.steps[ok], got.values[ok], wall)
+            if ok.all():
+                self._series[key] = got
+            else:
+                wall = got.wall_time[ok] if got.wall_time is not None else None
+                self._series[key] = Series(got.steps[ok], got.values[ok], wall)
         return self._series[key]
 
     def ran_into(self, metric: str, end: int, step: int) -> bool:

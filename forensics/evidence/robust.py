@@ -68,6 +68,11 @@ def median_interval(steps: np.ndarray) -> float:
     float copy and a sort of a million differences."""
     if len(steps) < 2:
         return 1.0
+    if len(steps) > _DIFF_BLOCK and steps.dtype.kind in "iu":
+        counts = counted_differences(steps)
+        if counts is not None:
+            m = order_stats.median_of_counts(counts[1:], offset=1)
+            return 1.0 if m is None else m
     d = np.diff(steps)
     if order_stats.small_int_steps(steps, d):
         m = order_stats.median_of_counts(np.bincount(d)[1:], offset=1)
@@ -75,6 +80,31 @@ def median_interval(steps: np.ndarray) -> float:
     d = np.diff(np.asarray(steps, dtype=float))
     d = d[d > 0]
     return float(np.median(d)) if len(d) else 1.0
+
+
+def counted_differences(steps: np.ndarray) -> np.ndarray | None:
+    """``np.bincount(np.diff(steps))`` of long integer steps, a block at a time (the whole
+    differences are 8 bytes a point of new pages), when :func:`order_stats.small_int_steps`
+    holds for them; else None."""
+    n = len(steps) - 1
+    if not (abs(int(steps[0])) < 2**53 and abs(int(steps[-1])) < 2**53):
+        return None
+    limit = max(n, 1 << 16)
+    counts = np.zeros(1, dtype=np.intp)
+    for a in range(0, n, _DIFF_BLOCK):
+        d = np.diff(steps[a : a + _DIFF_BLOCK + 1])
+        if int(d.min()) < 0 or int(d.max()) > limit:
+            return None
+        got = np.bincount(d)
+        if len(got) > len(counts):
+            got[: len(counts)] += counts
+            counts = got
+        else:
+            counts[: len(got)] += got
+    return counts
+
+
+_DIFF_BLOCK = 1 << 16  # step differences counted at a time
 
 
 def resolution(values: np.ndarray) -> float:
@@ -103,7 +133,11 @@ def resolution(values: np.ndarray) -> float:
 
 
 def use_log(values: np.ndarray) -> bool:
-    v = values[np.isfinite(values)]
+    """Are the finite values all positive (and one at least)? (No copy where all are finite.)"""
+    ok = np.isfinite(values)
+    if ok.all():
+        return bool(len(values)) and bool((values > 0).all())
+    v = values[ok]
     return bool(len(v)) and bool((v > 0).all())
 
 

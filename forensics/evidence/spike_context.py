@@ -116,7 +116,7 @@ def lr_kinks(lr: Series, *, min_strength: float = 3.0, span_frac: float = 0.01) 
     t, v = lr.steps, lr.values
     if len(t) < 5:
         return []
-    peak = float(np.max(np.abs(v)))
+    peak = max(abs(float(v.max())), abs(float(v.min())))  # (np.max(np.abs(v)), no copy)
     length = float(t[-1] - t[0])
     if peak <= 0 or length <= 0:
         return []
@@ -126,38 +126,56 @@ def lr_kinks(lr: Series, *, min_strength: float = 3.0, span_frac: float = 0.01) 
     n = len(t) - 2 * k  # the points with k neighbours on each side: k .. len(t) - k - 1
     if n <= 0:
         return []
-    # (Slices: the same differences as indexing with arange(k, len(t) - k), without the gathers.)
-    mid, lo, hi = slice(k, k + n), slice(0, n), slice(2 * k, 2 * k + n)
-    before = (v[mid] - v[lo]) / (t[mid] - t[lo])
-    after = (v[hi] - v[mid]) / (t[hi] - t[mid])
-    strength = np.abs(after - before) * length / peak
+    # Block by block (the same element-wise arithmetic as on the whole arrays, whose eight
+    # whole-length temporaries took most of the 0.1 s of a 1M-step LR: new pages, not sums):
+    # each block's candidates with their strengths and slopes either side.
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for a in range(0, n, _KINK_BLOCK):
+        b = min(n, a + _KINK_BLOCK)
+        mid, lo, hi = slice(k + a, k + b), slice(a, b), slice(2 * k + a, 2 * k + b)
+        before = (v[mid] - v[lo]) / (t[mid] - t[lo])
+        after = (v[hi] - v[mid]) / (t[hi] - t[mid])
+        strength = np.abs(after - before) * length / peak
+        c = np.flatnonzero(strength >= min_strength)
+        found.append((c + (a + k), strength[c], before[c], after[c]))
+    cand, cand_strength, cand_before, cand_after = (
+        np.concatenate(x) for x in zip(*found, strict=True)
+    )
     # A restart jumps up within one interval after the LR had come down from a higher value
     # (a coarse-logged warm-up also jumps up, but always from its running maximum).
-    jumps = np.flatnonzero(
-        (np.diff(v) > 0.2 * peak) & (v[:-1] < 0.9 * np.maximum.accumulate(v)[:-1])
-    )
+    jumps: list[np.ndarray] = []
+    top = -np.inf  # the running maximum before the block
+    for a in range(0, len(v) - 1, _KINK_BLOCK):
+        b = min(len(v) - 1, a + _KINK_BLOCK)
+        running = np.maximum(np.maximum.accumulate(v[a:b]), top)
+        top = float(running[-1])
+        up = (v[a + 1 : b + 1] - v[a:b]) > 0.2 * peak
+        jumps.append(np.flatnonzero(up & (v[a:b] < 0.9 * running)) + a)
     out: list[Kink] = []
-    for j in jumps:
+    for j in np.concatenate(jumps):
         out.append(Kink(int(t[j + 1]), "restart", float("inf")))
-    cand = np.flatnonzero(strength >= min_strength) + k
     # Keep the strongest point of each run of candidates (non-maximum suppression).
     taken: list[int] = []  # sorted: is one within k of a candidate? (a binary search)
-    for i in cand[np.argsort(-strength[cand - k])]:
+    for c in np.argsort(-cand_strength):
+        i = int(cand[c])
         at = bisect_left(taken, i - k)
         if at < len(taken) and taken[at] <= i + k:
             continue
         if any(abs(int(t[i]) - kk.step) <= k * interval for kk in out):
             continue
-        insort(taken, int(i))
-        b, a = before[i - k], after[i - k]
+        insort(taken, i)
+        b, a = cand_before[c], cand_after[c]
         if b > 0 and a <= b * 0.5:
             kind = "warmup_end"
         elif a < b and b <= 0:
             kind = "drop"
         else:
             kind = "slope_change"
-        out.append(Kink(int(t[i]), kind, float(strength[i - k])))
+        out.append(Kink(int(t[i]), kind, float(cand_strength[c])))
     return sorted(out, key=lambda kk: kk.step)
+
+
+_KINK_BLOCK = 1 << 16  # points of the LR read at a time by lr_kinks
 
 
 # -- loss scale ----------------------------------------------------------------------------
@@ -214,6 +232,13 @@ def scale_cascades(scale: Series, overflow: Series, *, cascade_gap: int) -> list
                 )
             )
         return out
+    if len(t) >= 2 and not np.all(v > 0) and np.count_nonzero(v > 0) >= 2:
+        # A scale halved until it underflowed to 0 (the nan sample: 16,384 at step 632, 0
+        # from step 801): the halvings are counted on its positive points, where log2 of a
+        # ratio is defined (a scale of 0 or below halves nothing more). All of them were
+        # left out before, and with them the whole collapse.
+        pos = v > 0
+        t, v = t[pos], v[pos]
     if len(t) >= 2 and np.all(v > 0):
         drops = np.flatnonzero(v[1:] < v[:-1]) + 1
         # grown[i]: how many times the scale grew up to point i (growth between a and b

@@ -584,7 +584,11 @@ def restart_levels(fig: dict[str, Any], restarts: list[Finding]) -> None:
             level_trace(fig, kind, key, name, segs, key == "loss_level_before", dash)
 
 
-def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | None:
+def grad_norm_panel(
+    ev: Evidence, fs: list[Finding], buckets: int, run_findings: list[Finding] | None = None
+) -> Panel | None:
+    """The grad norm with its band; ``fs``: its findings (marked), ``run_findings``: the
+    run's (the caption reads the other vital signs' findings too; default ``fs``)."""
     x, y = _arrays(ev, GRAD_NORM)
     if len(x) == 0:
         return None
@@ -632,10 +636,90 @@ def grad_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | No
                 " explains (with a"
                 f" margin; never under {band.warn_ratio:g}x), {drift:.4g} at the end of the log."
             )
+        cap += _unflagged_over(ev, band, fs if run_findings is None else run_findings, x, y)
     warmup_line(fig, ev)
     judged_levels(fig, fs, int(x[-1]))
     mark_findings(fig, fs, x, y)
     return Panel(GRAD_NORM, "Gradient norm", cap, fig, fs)
+
+
+def _unflagged_over(
+    ev: Evidence, band: Band, fs: list[Finding], x: np.ndarray, y: np.ndarray
+) -> str:
+    """A sentence for the points after the warm-up drawn above the critical line that no
+    grad-norm finding and no spike covers, so that a reader who sees a point over the red
+    line with no finding beside it is told why: inside the steps of another vital sign's
+    finding (the climb into the nan sample's NaN), or a single point the spike search,
+    which judges a point against its local baseline and noise, did not flag (the bad_batch
+    sample's steps 59 and 201)."""
+    from forensics.evidence.spikes import SpikeSearch
+
+    crit = band.critical_at
+    if crit is None or not math.isfinite(crit) or len(x) == 0:
+        return ""
+    start = ev.warmup_end if ev.warmup_end is not None else int(x[0]) - 1
+    with np.errstate(invalid="ignore"):
+        over = (y >= crit) & (x > start)
+    if not over.any():
+        return ""
+    covered = [(s.start_step, s.end_step) for s in ev.spikes(GRAD_NORM)]
+    covered += [(a, b) for a, b in ev.diverged]
+    covered += [(f.start_step, _last_step(f)) for f in fs if f.metric == GRAD_NORM]
+    for a, b in covered:
+        over[(x >= a) & (x <= b)] = False
+    if not over.any():
+        return ""
+    # Inside the steps of another vital sign's finding (warning or worse): part of that event.
+    others = [f for f in fs if f.metric != GRAD_NORM and f.severity.rank >= Severity.WARNING.rank]
+    during = np.zeros(len(x), dtype=bool)
+    kinds: list[str] = []
+    for f in others:
+        hit = over & (x >= f.start_step) & (x <= _last_step(f))
+        if hit.any():
+            during |= hit
+            if f.kind.value not in kinds:
+                kinds.append(f.kind.value)
+    alone = x[over & ~during]
+    inside = x[during]
+    n = len(alone) + len(inside)
+    head = (
+        f" {n:,} point{'s' if n != 1 else ''} after the warm-up "
+        f"{'stand' if n != 1 else 'stands'} above the {band.critical_ratio:g}x line with no "
+        "grad-norm finding"
+    )
+    named = ", ".join(kinds[:3]) + (f" and {len(kinds) - 3} more" if len(kinds) > 3 else "")
+    in_steps = f"in the steps that findings on other vital signs report ({named})"
+    p = SpikeSearch.of(ev.params.spikes, GRAD_NORM)
+    gross = f", or {p.gross_ratio:g}x and z >= {p.z_gross:g}" if p.gross_ratio else ""
+    rule = (
+        f"{p.min_ratio:g}x its local baseline and z >= {p.z_threshold:g}{gross}), and "
+        f"{'these do' if len(alone) != 1 else 'it does'} not"
+    )
+    if not len(alone):
+        return f"{head} ({_steps_of(inside)}), {in_steps}."
+    if not len(inside):
+        return (
+            f"{head} ({_steps_of(alone)}): a single point is a spike only where it stands out "
+            f"of the grad norm's local noise ({rule}."
+        )
+    return (
+        f"{head}: {len(inside):,} ({_steps_of(inside)}) {in_steps}; {len(alone):,} "
+        f"({_steps_of(alone)}) where a single point is a spike only if it stands out of the "
+        f"grad norm's local noise ({rule}."
+    )
+
+
+def _last_step(f: Finding) -> int:
+    return f.end_step if f.end_step is not None else (f.peak_step or f.start_step)
+
+
+def _steps_of(steps: np.ndarray) -> str:
+    """``step 58``, ``steps 32, 59, 60, 201`` or, for more than six, ``steps 594 to 641``."""
+    if len(steps) == 1:
+        return f"step {int(steps[0]):,}"
+    if len(steps) > 6:
+        return f"steps {int(steps[0]):,} to {int(steps[-1]):,}"
+    return "steps " + ", ".join(f"{int(s):,}" for s in steps)
 
 
 def _schedule_line(
@@ -946,7 +1030,7 @@ def build_panels(
     builders = [
         # (an LR restart is marked on the loss too: its finding states what the loss did)
         lambda: loss_panel(ev, about(*_PANEL_METRICS[LOSS]) + restarts, buckets),
-        lambda: grad_norm_panel(ev, about(*_PANEL_METRICS[GRAD_NORM]), buckets),
+        lambda: grad_norm_panel(ev, about(*_PANEL_METRICS[GRAD_NORM]), buckets, findings),
         lambda: param_norm_panel(ev, about(*_PANEL_METRICS[PARAM_NORM]), buckets),
         lambda: lr_panel(ev, about(LR), buckets),
         lambda: _series_panel(
