@@ -409,7 +409,7 @@ def test_points_over_the_critical_line_without_a_finding_are_named(analysed) -> 
         return
     s = ev.logged(GRAD_NORM)
     start = ev.warmup_end if ev.warmup_end is not None else int(s.steps[0]) - 1
-    covered = [(sp.start_step, sp.end_step) for sp in ev.spikes(GRAD_NORM)] + list(ev.diverged)
+    covered = [(sp.start_step, sp.end_step) for sp in ev.spikes(GRAD_NORM)]
     covered += [
         (f.start_step, f.end_step if f.end_step is not None else f.peak_step or f.start_step)
         for f in diag.findings
@@ -434,16 +434,11 @@ def test_points_over_the_critical_line_without_a_finding_are_named(analysed) -> 
         for f in diag.findings
         if f.metric != GRAD_NORM and f.severity.rank >= Severity.WARNING.rank
     ]
-    inside = [
-        t
-        for t in want
-        if any(
-            f.start_step
-            <= t
-            <= (f.end_step if f.end_step is not None else f.peak_step or f.start_step)
-            for f in others
-        )
+    spans = list(ev.diverged) + [
+        (f.start_step, f.end_step if f.end_step is not None else f.peak_step or f.start_step)
+        for f in others
     ]
+    inside = [t for t in want if any(a <= t <= b for a, b in spans)]
     alone = [t for t in want if t not in inside]
     named = re.findall(r"\(steps? ([\d, ]+|[\d,]+ to [\d,]+)\)", panel.caption)
     shown = [_named(n) for n in named]
@@ -478,8 +473,26 @@ def test_the_bad_batch_and_nan_captions_say_why_points_over_the_red_line_have_no
         "norm's local noise (2x its local baseline and z >= 6, or 4x and z >= 3), and these "
         "do not."
     ) in cap
+    # The nan sample's climb into its NaN is inside its divergence (on the loss chart).
     nan = analyze(ROOT / "sample_runs" / "nan")
     assert nan.evidence is not None
     cap = next(p for p in build_panels(nan.evidence, nan.findings) if p.key == GRAD_NORM).caption
-    assert "23 (steps 594 to 641) in the steps that findings on other vital signs report" in cap
-    assert "2 (steps 240, 257) where a single point is a spike only if" in cap
+    assert (
+        "25 points after the warm-up stand above the 3x line with no grad-norm finding: 23 "
+        "(steps 594 to 641) in the steps that findings on other vital signs report "
+        "(divergence, param_norm_jump, activation_outlier and 2 more); 2 (steps 240, 257) "
+        "where a single point is a spike only if"
+    ) in cap
+    # Points inside another vital sign's finding are told apart (the lines at 2.6x here).
+    spikes = analyze(ROOT / "sample_runs" / "periodic_spikes", Config(detectors=CHANGED))
+    assert spikes.evidence is not None
+    cap = next(
+        p for p in build_panels(spikes.evidence, spikes.findings) if p.key == GRAD_NORM
+    ).caption
+    assert (
+        "4 points after the warm-up stand above the 2.6x line with no grad-norm finding: 2 "
+        "(steps 204, 231) in the steps that findings on other vital signs report "
+        "(periodic_spikes); 2 (steps 32, 45) where a single point is a spike only if it stands "
+        "out of the grad norm's local noise (2.2x its local baseline and z >= 5.5, or 4x and "
+        "z >= 3), and these do not."
+    ) in cap

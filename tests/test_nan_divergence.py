@@ -366,3 +366,24 @@ def test_divergence_with_a_grad_norm_climbing_through_it(seed: int):
         f"rise and {f.measures['grad_norm_late_ratio']:.1f}x over its last third"
     ) in f.summary, f.summary
     assert set(f.measures) <= _documented(divergence)
+
+
+def test_a_rise_into_nan_is_judged_up_to_the_nan():
+    """The loss climbs from step 2000 and is NaN from 2150 to the end of the log (4000); the
+    grad norm holds, then runs at 10x over the 50 steps before the NaN, and is not logged
+    after it (a job that skips a non-finite step logs no grad norm). The rise's last third is
+    the one before the NaN, not of the 2,000 steps to the end of the log, which hold no grad
+    norm (the nan sample's divergence went unreported so)."""
+    s, v = healthy_loss(4000, seed=3)
+    gs, g = healthy_grad_norm(4000, seed=4)
+    v = np.where(s >= 2000, v * (1 + 0.6 * (1 - np.exp(-(s - 2000) / 150.0))), v)
+    v = np.where(s >= 2150, np.nan, v)
+    g = np.where((gs >= 2100) & (gs < 2150), g * 10, g)
+    keep = gs < 2150
+    run = _run(train__loss=(s, v), train__grad_norm=(gs[keep], g[keep]))
+    found = DivergenceDetector().detect(Evidence(run))
+    assert [(f.kind, f.severity) for f in found] == [(FindingKind.DIVERGENCE, Severity.FATAL)]
+    (f,) = found
+    assert 1990 <= f.start_step <= 2060 and f.measures["ended_nonfinite"] is True
+    assert f.measures["grad_norm_ratio"] < 2.0 <= f.measures["grad_norm_late_ratio"]
+    assert f.summary.endswith("until the values turned non-finite.")

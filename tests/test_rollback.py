@@ -75,9 +75,11 @@ def nan_diag():  # noqa: ANN201
 
 
 def test_nan_resumes_from_the_lr_before_the_incident(nan_diag) -> None:  # noqa: ANN001
-    """sample_runs/nan: LR x~200 over 501-962 then NaN at 637. The plan cuts the LR that was
-    stable before (0.001573 at step 500) by 10%, not the raised 0.0135 at step 540."""
-    (plan,) = [r for r in nan_diag.rollbacks if r.rollback and r.finding.kind.value == "nan_inf"]
+    """sample_runs/nan: LR x~200 over 501-962, a divergence from 522, then NaN at 637. The
+    plan (on the incident's first red light, the divergence) cuts the LR that was stable
+    before (0.001573 at step 500) by 10%, not the raised 0.0135 at step 540."""
+    (plan,) = [r for r in nan_diag.rollbacks if r.rollback]
+    assert plan.finding.kind.value == "divergence"
     lr = nan_diag.ev.series("lr")
     before = float(lr.values[lr.steps == 500][0])
     assert plan.lr_before == pytest.approx(before) and before == pytest.approx(0.001573, rel=1e-3)

@@ -154,9 +154,12 @@ def _expected_lights(diag: Diagnosis) -> dict[str, int]:
     """Each sign's light computed here from the findings, independently of the module."""
     lights: dict[str, int] = {}
     for f in diag.findings:
-        sign = f.metric or "job"
+        signs = [f.metric or "job"]
+        if f.kind.value == "divergence" and f.measures["grad_norm_late_ratio"] is not None:
+            signs.append("grad_norm")  # (the loss and the grad norm climbing together)
         rank = {"info": 0, "warning": 1, "critical": 2, "fatal": 3}[f.severity.value]
-        lights[sign] = max(lights.get(sign, 0), rank)
+        for sign in signs:
+            lights[sign] = max(lights.get(sign, 0), rank)
     return lights
 
 
@@ -206,7 +209,8 @@ def test_nan_run_shows_a_red_loss_and_a_nan_value(nan_diag: Diagnosis) -> None:
     samples, _ = parse(Exposition().update("nan", nan_diag))
     assert value(samples, "forensics_light", run="nan", sign="loss") == 3
     assert math.isnan(value(samples, "forensics_vital", run="nan", sign="loss"))
-    assert value(samples, "forensics_light", run="nan", sign="grad_norm") == 1
+    # Red: the divergence into the NaN is the loss and the grad norm climbing together.
+    assert value(samples, "forensics_light", run="nan", sign="grad_norm") == 3
     assert value(samples, "forensics_light", run="nan", sign="lr") == 0
 
 

@@ -145,7 +145,12 @@ class DivergenceDetector:
             pre = (gt < t0) & (gt >= t0 - self.params.window)
             if pre.sum() < 3:
                 pre = gt < t0
-            during = (gt >= t0) & (gt <= last_step)
+            # A rise the loss ran into NaN or Inf with is judged up to that step: past it a
+            # job that skips its non-finite steps logs no grad norm, and the rise's "last
+            # third" reached into those unlogged steps (the nan sample: the grad norm at 3-50x
+            # its level over the 25 steps before the NaN at step 637, no divergence found).
+            g_end = first_bad if nonfinite and first_bad is not None and ret is None else last_step
+            during = (gt >= t0) & (gt <= g_end)
             g_before = float(np.median(gv[pre])) if pre.any() else None
             g_during = float(np.median(gv[during])) if during.any() else None
             g_ratio = g_during / g_before if (g_before and g_during) else None
@@ -153,7 +158,7 @@ class DivergenceDetector:
             # median over the whole rise half-way up: at 1.9x it read as no divergence while
             # the grad norm stood at 2.3x and the loss 23% up. Its level over the rise's last
             # third counts too.
-            late = (gt >= t0 + (2.0 / 3.0) * (last_step - t0)) & (gt <= last_step)
+            late = (gt >= t0 + (2.0 / 3.0) * (g_end - t0)) & (gt <= g_end)
             g_late = float(np.median(gv[late])) if late.sum() >= 3 else None
             g_late_ratio = g_late / g_before if (g_before and g_late) else None
             if not has_grad or not (

@@ -663,22 +663,27 @@ def _unflagged_over(
     if not over.any():
         return ""
     covered = [(s.start_step, s.end_step) for s in ev.spikes(GRAD_NORM)]
-    covered += [(a, b) for a, b in ev.diverged]
     covered += [(f.start_step, _last_step(f)) for f in fs if f.metric == GRAD_NORM]
     for a, b in covered:
         over[(x >= a) & (x <= b)] = False
     if not over.any():
         return ""
-    # Inside the steps of another vital sign's finding (warning or worse): part of that event.
-    others = [f for f in fs if f.metric != GRAD_NORM and f.severity.rank >= Severity.WARNING.rank]
+    # Inside a divergence (the loss and the grad norm climbing together, on the loss chart)
+    # or the steps of another vital sign's finding (warning or worse): part of that event.
+    spans = [(a, b, "divergence") for a, b in ev.diverged]
+    spans += [
+        (f.start_step, _last_step(f), f.kind.value)
+        for f in fs
+        if f.metric != GRAD_NORM and f.severity.rank >= Severity.WARNING.rank
+    ]
     during = np.zeros(len(x), dtype=bool)
     kinds: list[str] = []
-    for f in others:
-        hit = over & (x >= f.start_step) & (x <= _last_step(f))
+    for a, b, kind in spans:
+        hit = over & (x >= a) & (x <= b)
         if hit.any():
             during |= hit
-            if f.kind.value not in kinds:
-                kinds.append(f.kind.value)
+            if kind not in kinds:
+                kinds.append(kind)
     alone = x[over & ~during]
     inside = x[during]
     n = len(alone) + len(inside)

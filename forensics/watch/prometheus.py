@@ -13,7 +13,8 @@ Written in the Prometheus text exposition format (version 0.0.4) with the standa
                                              different intervals)
 ``forensics_light{run,sign}``                the worst finding on the sign so far: 0 green or
                                              a note, 1 yellow, 2 orange, 3 red; run-level
-                                             findings (crash, stall, restart) under ``job``
+                                             findings (crash, stall, restart) under ``job``;
+                                             a divergence lights the loss and the grad norm
 ``forensics_findings{run,severity}``         findings per severity
 ``forensics_updated_timestamp_seconds{run}`` when the watcher last updated the run
 ==========================================  =================================================
@@ -43,8 +44,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from forensics.atomic import write_atomic
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity
-from forensics.schema import PER_LAYER
+from forensics.findings import Finding, FindingKind, Severity
+from forensics.schema import GRAD_NORM, PER_LAYER
 
 if TYPE_CHECKING:
     from forensics.diagnosis import Diagnosis
@@ -120,16 +121,24 @@ def light_of(severity: Severity | None) -> int:
     return 0 if severity is None else severity.rank
 
 
-def sign_of(finding: Finding) -> str:
-    return finding.metric or JOB_SIGN
+def signs_of(finding: Finding) -> tuple[str, ...]:
+    """The signs a finding lights: its metric's; a divergence (the loss and the grad norm
+    climbing together) lights the grad norm too when it was judged on a logged one."""
+    sign = finding.metric or JOB_SIGN
+    m = finding.measures
+    if finding.kind is FindingKind.DIVERGENCE and (
+        m.get("grad_norm_ratio") is not None or m.get("grad_norm_late_ratio") is not None
+    ):
+        return (sign, GRAD_NORM)
+    return (sign,)
 
 
 def sign_lights(findings: Iterable[Finding]) -> dict[str, int]:
     """Each sign with a finding and the light of its worst finding."""
     out: dict[str, int] = {}
     for f in findings:
-        s = sign_of(f)
-        out[s] = max(out.get(s, 0), light_of(f.severity))
+        for s in signs_of(f):
+            out[s] = max(out.get(s, 0), light_of(f.severity))
     return out
 
 
