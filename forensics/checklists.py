@@ -77,8 +77,12 @@ def _window(
     """Steps and finite values of one series within ``[lo, hi]`` (the evidence's arrays: the
     measurements below need no NaN handling)."""
     s = ev.series(metric, layer)
-    m = (s.steps >= lo) & (s.steps <= hi)
-    return s.steps[m], s.values[m]
+    # Steps are sorted: the window is a slice (read-only views, no copies of a long series).
+    a = int(np.searchsorted(s.steps, lo, side="left"))
+    b = int(np.searchsorted(s.steps, hi, side="right"))
+    steps, values = s.steps[a:b], s.values[a:b]
+    steps.flags.writeable = values.flags.writeable = False
+    return steps, values
 
 
 def _in(

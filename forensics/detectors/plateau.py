@@ -36,6 +36,11 @@ from forensics.schema import LOSS
 CHECK = "plateau"
 
 
+def _between(x: np.ndarray, a: int, b: int) -> slice:
+    """The positions of sorted ``x`` with ``a <= x <= b``, as a slice."""
+    return slice(int(np.searchsorted(x, a, side="left")), int(np.searchsorted(x, b, side="right")))
+
+
 class PlateauDetector:
     """Notes long flat stretches of the train loss and whether the LR schedule explains them."""
 
@@ -74,7 +79,8 @@ class PlateauDetector:
         min_span = max(min(p.min_steps, 0.5 * run_span), p.min_fraction * run_span)
         if span < min_span:
             return []
-        sel = (x >= a) & (x <= b)
+        # (x is sorted: each stretch is a slice, no mask and copies of a long loss)
+        sel = _between(x, a, b)
         ts = theil_sen(x[sel], y[sel])
         if ts is not None and ts.falling:
             # The band can take in the last bins of the fall before a plateau: the stretch is
@@ -86,7 +92,7 @@ class PlateauDetector:
             for k in range(i + 1, min(j, i + 1 + max(1, (j - i + 1) // 10))):
                 if b - int(first[k]) < min_span:
                     break
-                cut = (x >= first[k]) & (x <= b)
+                cut = _between(x, int(first[k]), b)
                 tail = theil_sen(x[cut], y[cut])
                 if tail is not None and not tail.falling:
                     a, sel, ts, span = int(first[k]), cut, tail, float(b - int(first[k]))

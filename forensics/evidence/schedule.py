@@ -168,8 +168,8 @@ def lr_schedule(
     n = len(x)
     if n == 0:
         return Schedule((), (), x, v, warmup_end, None)
-    pos = v[v > 0]
-    floor = 1e-3 * float(np.median(pos)) if len(pos) else 1.0
+    pos = v[v > 0]  # (this call's own copy: partitioned in place, the same median)
+    floor = 1e-3 * float(np.median(pos, overwrite_input=True)) if len(pos) else 1.0
     del pos
 
     w = -1  # last index of the warm-up
