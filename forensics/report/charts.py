@@ -664,8 +664,9 @@ def _unflagged_over(
         return ""
     covered = [(s.start_step, s.end_step) for s in ev.spikes(GRAD_NORM)]
     covered += [(f.start_step, _last_step(f)) for f in fs if f.metric == GRAD_NORM]
+    # (x is sorted: each span is a slice; a long run has thousands of spikes)
     for a, b in covered:
-        over[(x >= a) & (x <= b)] = False
+        over[_span(x, a, b)] = False
     if not over.any():
         return ""
     # Inside a divergence (the loss and the grad norm climbing together, on the loss chart)
@@ -679,9 +680,9 @@ def _unflagged_over(
     during = np.zeros(len(x), dtype=bool)
     kinds: list[str] = []
     for a, b, kind in spans:
-        hit = over & (x >= a) & (x <= b)
-        if hit.any():
-            during |= hit
+        part = _span(x, a, b)
+        if over[part].any():
+            during[part] |= over[part]
             if kind not in kinds:
                 kinds.append(kind)
     alone = x[over & ~during]
@@ -712,6 +713,11 @@ def _unflagged_over(
         f"({_steps_of(alone)}) where a single point is a spike only if it stands out of the "
         f"grad norm's local noise ({rule}."
     )
+
+
+def _span(x: np.ndarray, a: int, b: int) -> slice:
+    """The positions of sorted steps ``x`` with ``a <= x <= b``."""
+    return slice(int(np.searchsorted(x, a, side="left")), int(np.searchsorted(x, b, side="right")))
 
 
 def _last_step(f: Finding) -> int:
