@@ -155,7 +155,10 @@ def _expected_lights(diag: Diagnosis) -> dict[str, int]:
     lights: dict[str, int] = {}
     for f in diag.findings:
         signs = [f.metric or "job"]
-        if f.kind.value == "divergence" and f.measures["grad_norm_late_ratio"] is not None:
+        m = f.measures
+        if f.kind.value == "divergence" and (
+            m["grad_norm_ratio"] is not None or m["grad_norm_late_ratio"] is not None
+        ):
             signs.append("grad_norm")  # (the loss and the grad norm climbing together)
         rank = {"info": 0, "warning": 1, "critical": 2, "fatal": 3}[f.severity.value]
         for sign in signs:
