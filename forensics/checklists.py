@@ -17,7 +17,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.trend_utils import unit_for
+from forensics.evidence.trend_utils import steps_within, unit_for
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
 from forensics.schema import (
     ACT_ABSMAX,
@@ -78,9 +78,8 @@ def _window(
     measurements below need no NaN handling)."""
     s = ev.series(metric, layer)
     # Steps are sorted: the window is a slice (read-only views, no copies of a long series).
-    a = int(np.searchsorted(s.steps, lo, side="left"))
-    b = int(np.searchsorted(s.steps, hi, side="right"))
-    steps, values = s.steps[a:b], s.values[a:b]
+    at = steps_within(s.steps, lo, hi)
+    steps, values = s.steps[at], s.values[at]
     steps.flags.writeable = values.flags.writeable = False
     return steps, values
 

@@ -921,8 +921,9 @@ def _take(f: pl.DataFrame, perm: np.ndarray) -> pl.DataFrame:
             return f
         if _few_runs(perm, breaks):
             bounds = np.concatenate(([0], breaks, [n]))
-            parts = [f.slice(int(perm[a]), int(b - a)) for a, b in pairwise(bounds)]
-            return pl.concat(parts, how="vertical", rechunk=False)
+            return _slices(
+                f, [(int(perm[a]), int(perm[a]) + int(b - a)) for a, b in pairwise(bounds)]
+            )
     idx = pl.Series(perm.astype(np.uint32 if f.height < 1 << 32 else np.uint64))
     return f.select(pl.all().gather(idx))
 

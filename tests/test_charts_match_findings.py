@@ -463,10 +463,14 @@ def _named(text: str) -> tuple[int, ...]:
     return tuple(int(t.replace(",", "")) for t in text.split(", "))
 
 
+def _grad_norm_caption(sample: str, config: Config | None = None) -> str:
+    diag = analyze(ROOT / "sample_runs" / sample, config)
+    assert diag.evidence is not None
+    return next(p for p in build_panels(diag.evidence, diag.findings) if p.key == GRAD_NORM).caption
+
+
 def test_the_bad_batch_and_nan_captions_say_why_points_over_the_red_line_have_no_finding() -> None:
-    bad = analyze(ROOT / "sample_runs" / "bad_batch")
-    assert bad.evidence is not None
-    cap = next(p for p in build_panels(bad.evidence, bad.findings) if p.key == GRAD_NORM).caption
+    cap = _grad_norm_caption("bad_batch")
     assert (
         "4 points after the warm-up stand above the 3x line with no grad-norm finding (steps "
         "32, 59, 60, 201): a single point is a spike only where it stands out of the grad "
@@ -474,9 +478,7 @@ def test_the_bad_batch_and_nan_captions_say_why_points_over_the_red_line_have_no
         "do not."
     ) in cap
     # The nan sample's climb into its NaN is inside its divergence (on the loss chart).
-    nan = analyze(ROOT / "sample_runs" / "nan")
-    assert nan.evidence is not None
-    cap = next(p for p in build_panels(nan.evidence, nan.findings) if p.key == GRAD_NORM).caption
+    cap = _grad_norm_caption("nan")
     assert (
         "25 points after the warm-up stand above the 3x line with no grad-norm finding: 23 "
         "(steps 594 to 641) in the steps that findings on other vital signs report "
@@ -484,11 +486,7 @@ def test_the_bad_batch_and_nan_captions_say_why_points_over_the_red_line_have_no
         "where a single point is a spike only if"
     ) in cap
     # Points inside another vital sign's finding are told apart (the lines at 2.6x here).
-    spikes = analyze(ROOT / "sample_runs" / "periodic_spikes", Config(detectors=CHANGED))
-    assert spikes.evidence is not None
-    cap = next(
-        p for p in build_panels(spikes.evidence, spikes.findings) if p.key == GRAD_NORM
-    ).caption
+    cap = _grad_norm_caption("periodic_spikes", Config(detectors=CHANGED))
     assert (
         "4 points after the warm-up stand above the 2.6x line with no grad-norm finding: 2 "
         "(steps 204, 231) in the steps that findings on other vital signs report "

@@ -27,6 +27,7 @@ from forensics.evidence.trend_utils import (
     bin_bounds,
     bin_median,
     robust_sigma,
+    steps_within,
     theil_sen,
 )
 from forensics.findings import Finding, FindingKind, Severity
@@ -34,11 +35,6 @@ from forensics.params import PlateauParams
 from forensics.schema import LOSS
 
 CHECK = "plateau"
-
-
-def _between(x: np.ndarray, a: int, b: int) -> slice:
-    """The positions of sorted ``x`` with ``a <= x <= b``, as a slice."""
-    return slice(int(np.searchsorted(x, a, side="left")), int(np.searchsorted(x, b, side="right")))
 
 
 class PlateauDetector:
@@ -80,7 +76,7 @@ class PlateauDetector:
         if span < min_span:
             return []
         # (x is sorted: each stretch is a slice, no mask and copies of a long loss)
-        sel = _between(x, a, b)
+        sel = steps_within(x, a, b)
         ts = theil_sen(x[sel], y[sel])
         if ts is not None and ts.falling:
             # The band can take in the last bins of the fall before a plateau: the stretch is
@@ -92,7 +88,7 @@ class PlateauDetector:
             for k in range(i + 1, min(j, i + 1 + max(1, (j - i + 1) // 10))):
                 if b - int(first[k]) < min_span:
                     break
-                cut = _between(x, int(first[k]), b)
+                cut = steps_within(x, int(first[k]), b)
                 tail = theil_sen(x[cut], y[cut])
                 if tail is not None and not tail.falling:
                     a, sel, ts, span = int(first[k]), cut, tail, float(b - int(first[k]))

@@ -68,11 +68,10 @@ def median_interval(steps: np.ndarray) -> float:
     float copy and a sort of a million differences."""
     if len(steps) < 2:
         return 1.0
-    if len(steps) > _DIFF_BLOCK and steps.dtype.kind in "iu":
-        counts = counted_differences(steps)
-        if counts is not None:
-            m = order_stats.median_of_counts(counts[1:], offset=1)
-            return 1.0 if m is None else m
+    counts = counted_differences(steps)
+    if counts is not None:
+        m = order_stats.median_of_counts(counts[1:], offset=1)
+        return 1.0 if m is None else m
     d = np.diff(steps)
     if order_stats.small_int_steps(steps, d):
         m = order_stats.median_of_counts(np.bincount(d)[1:], offset=1)
@@ -85,8 +84,11 @@ def median_interval(steps: np.ndarray) -> float:
 def counted_differences(steps: np.ndarray) -> np.ndarray | None:
     """``np.bincount(np.diff(steps))`` of long integer steps, a block at a time (the whole
     differences are 8 bytes a point of new pages), when :func:`order_stats.small_int_steps`
-    holds for them; else None."""
+    holds for them; else None, and for steps of at most one block (the plain way is
+    cheaper there)."""
     n = len(steps) - 1
+    if n < _DIFF_BLOCK or steps.dtype.kind not in "iu":
+        return None
     if not (abs(int(steps[0])) < 2**53 and abs(int(steps[-1])) < 2**53):
         return None
     limit = max(n, 1 << 16)

@@ -740,6 +740,14 @@ def unit_for(run: Run, metric: str, level: float | None = None) -> Unit:
     return unit
 
 
+def steps_within(steps: np.ndarray, lo: float, hi: float) -> slice:
+    """The positions of sorted ``steps`` with ``lo <= step <= hi``, as a slice (a view of a
+    long series instead of a mask and copies)."""
+    return slice(
+        int(np.searchsorted(steps, lo, side="left")), int(np.searchsorted(steps, hi, side="right"))
+    )
+
+
 def step_before(steps: np.ndarray, step: int) -> int | None:
     """The last of the sorted ``steps`` before ``step`` (None when none is)."""
     i = int(np.searchsorted(steps, step, side="left"))

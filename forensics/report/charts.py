@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Band, Evidence
-from forensics.evidence.trend_utils import unit_for
+from forensics.evidence.trend_utils import steps_within, unit_for
 from forensics.findings import Finding, FindingKind, Severity, finding_steps
 from forensics.report.downsample import DEFAULT_BUCKETS, bucket_mean, downsample
 from forensics.schema import (
@@ -666,7 +666,7 @@ def _unflagged_over(
     covered += [(f.start_step, _last_step(f)) for f in fs if f.metric == GRAD_NORM]
     # (x is sorted: each span is a slice; a long run has thousands of spikes)
     for a, b in covered:
-        over[_span(x, a, b)] = False
+        over[steps_within(x, a, b)] = False
     if not over.any():
         return ""
     # Inside a divergence (the loss and the grad norm climbing together, on the loss chart)
@@ -680,7 +680,7 @@ def _unflagged_over(
     during = np.zeros(len(x), dtype=bool)
     kinds: list[str] = []
     for a, b, kind in spans:
-        part = _span(x, a, b)
+        part = steps_within(x, a, b)
         if over[part].any():
             during[part] |= over[part]
             if kind not in kinds:
@@ -713,11 +713,6 @@ def _unflagged_over(
         f"({_steps_of(alone)}) where a single point is a spike only if it stands out of the "
         f"grad norm's local noise ({rule}."
     )
-
-
-def _span(x: np.ndarray, a: int, b: int) -> slice:
-    """The positions of sorted steps ``x`` with ``a <= x <= b``."""
-    return slice(int(np.searchsorted(x, a, side="left")), int(np.searchsorted(x, b, side="right")))
 
 
 def _last_step(f: Finding) -> int:
