@@ -223,6 +223,24 @@ def test_layout_keeps_constants_as_one_value_and_numbers_as_mapped_arrays(tmp_pa
         assert a.tobytes() == b.tobytes(), col  # bit for bit, -0.0 and NaN payloads included
 
 
+def test_a_mapped_array_written_to_leaves_the_entry_as_it_was(tmp_path, cache_dir):
+    """The raw arrays are mapped copy-on-write: writing into the memory a cached read maps
+    leaves the entry's file with its bytes, and the next read gives the run back unchanged."""
+    run_dir = _write_run(tmp_path / "run")
+    fresh = read_run(run_dir, options=ReadOptions(cache=False))
+    read_run(run_dir)  # fills
+    (entry,) = _entries(cache_dir)
+    f = entry / "value.npy"
+    before = f.read_bytes()
+    offset = cache._data_offset(f)
+    arr = cache._mapped(f, "<f8", offset, fresh.frame.height)
+    assert arr is not None and arr.flags.writeable
+    arr[:] = -1.0
+    assert f.read_bytes() == before
+    assert cache._mapped(f, "<f8", offset, fresh.frame.height + 1) is None  # another length
+    assert_frame_equal(read_run(run_dir).frame, fresh.frame)
+
+
 @pytest.mark.parametrize("rows", [0, 1, 2])
 def test_layout_of_tiny_and_empty_frames(tmp_path, cache_dir, rows):
     """An empty frame, and frames where every column is constant, round-trip."""
