@@ -25,6 +25,7 @@ from forensics.cli_quick import (
     _fallback_dirs,
     _inside,
     _place,
+    _safe_name,
     _shown,
     export_command,
     guarded,
@@ -300,10 +301,6 @@ def _cache_dir() -> Path:
     return _fallback_dirs()[0]
 
 
-def _safe_name(name: str) -> str:
-    return re.sub(r"[^\w.-]+", "_", name).strip("._")[:200] or "run"
-
-
 def _is_url(path: str) -> bool:
     from forensics.remote import is_url
 
@@ -440,13 +437,15 @@ def analyze(
             "--out",
             "-o",
             metavar="REPORT.html",
-            help="HTML report path [default: reports/<run>.html].",
+            help="HTML report path, or a folder for <run>.html [default: reports/<run>.html].",
         ),
     ] = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
-            "--json", metavar="FINDINGS.json", help="Also write the findings document (JSON) here."
+            "--json",
+            metavar="FINDINGS.json",
+            help="Also write the findings document (JSON) here (a folder: <run>.json in it).",
         ),
     ] = None,
     fmt: Annotated[
@@ -517,7 +516,8 @@ def analyze(
         typer.Option(
             "--sarif",
             metavar="FINDINGS.sarif",
-            help="Also write the findings as SARIF 2.1.0 (code scanning).",
+            help="Also write the findings as SARIF 2.1.0 (code scanning; a folder: "
+            "forensics.sarif in it).",
         ),
     ] = None,
     junit_out: Annotated[
@@ -525,7 +525,8 @@ def analyze(
         typer.Option(
             "--junit",
             metavar="VITALS.xml",
-            help="Also write JUnit XML: a test case per vital sign, failed at --fail-on.",
+            help="Also write JUnit XML: a test case per vital sign, failed at --fail-on (a "
+            "folder: forensics-junit.xml in it).",
         ),
     ] = None,
     no_cache: NoCache = False,
@@ -544,10 +545,11 @@ def analyze(
         from forensics.errors import MultipleJobsError
 
         raise MultipleJobsError(str(path), sorted(jobs), one_file=Path(root).is_file())
-    if all_jobs and len(jobs) > 1 and (out is not None or json_out is not None):
+    one_file = [p for p in (out, json_out) if p is not None and not p.is_dir()]
+    if all_jobs and len(jobs) > 1 and one_file:
         raise ForensicsError(
             "--out and --json name one file; with --all each job's report and findings go to "
-            "reports/<job>.html and .json"
+            "reports/<job>.html and .json, or to <job>.html and .json in the folders they name"
         )
     verdicts: list[str] = []
     docs: list[dict | None] = []
@@ -577,7 +579,7 @@ def analyze(
         name = _safe_name(job if multi and job != "." else run.name)
         jout = json_out
         if multi:
-            jout = _place(None, f"{name}.json", Path(run.path))
+            jout = _place(json_out, f"{name}.json", Path(run.path))
             _err(f"== {job}")
         docs.append(
             _emit(
@@ -627,13 +629,13 @@ class _CiOutputs:
         if self.sarif is not None:
             from forensics.outputs.sarif import sarif_text
 
-            target = _place(self.sarif, self.sarif.name, *self.paths)
+            target = _place(self.sarif, "forensics.sarif", *self.paths)
             atomic_write_text(target, sarif_text(self.runs))
             _err(f"SARIF written to {_shown(target)}")
         if self.junit is not None:
             from forensics.outputs.junit import junit_text
 
-            target = _place(self.junit, self.junit.name, *self.paths)
+            target = _place(self.junit, "forensics-junit.xml", *self.paths)
             atomic_write_text(target, junit_text(self.suites))
             _err(f"JUnit XML written to {_shown(target)}")
 
@@ -714,7 +716,10 @@ def export(
         str, typer.Argument(metavar="PATH", help="A run folder, a single log file or a URL.")
     ],
     to: Annotated[
-        Path, typer.Option("--to", metavar="FILE", help="Output file: .parquet or .csv.")
+        Path,
+        typer.Option(
+            "--to", metavar="FILE", help="Output file: .parquet or .csv (a folder: <run>.parquet)."
+        ),
     ],
     alias: AliasOpt = [],  # noqa: B006
     no_cache: NoCache = False,
@@ -741,7 +746,7 @@ def compare(
             "--out",
             "-o",
             metavar="PAGE.html",
-            help="HTML page [default: reports/compare-<a>-vs-<b>.html].",
+            help="HTML page, or a folder for it [default: reports/compare-<a>-vs-<b>.html].",
         ),
     ] = None,
     fmt: Annotated[
@@ -779,7 +784,11 @@ def compare(
     ] = "step",
     json_out: Annotated[
         Path | None,
-        typer.Option("--json", metavar="FILE", help="Also write the JSON document to FILE."),
+        typer.Option(
+            "--json",
+            metavar="FILE",
+            help="Also write the JSON document to FILE (a folder: compare.json in it).",
+        ),
     ] = None,
     no_cache: NoCache = False,
     no_stitch: NoStitch = False,
@@ -828,8 +837,8 @@ def sweep(
             "--out",
             "-o",
             metavar="index.html",
-            help="Index page [default: reports/sweep-<DIR>/index.html]; the runs' reports go "
-            "to a folder beside it.",
+            help="Index page, or a folder for index.html [default: "
+            "reports/sweep-<DIR>/index.html]; the runs' reports go to a folder beside it.",
         ),
     ] = None,
     jobs: Annotated[
@@ -997,7 +1006,8 @@ def watch(
             "--out",
             "-o",
             metavar="REPORT.html",
-            help="HTML report, rewritten on each alert [default: reports/<run>.html].",
+            help="HTML report (or a folder for <run>.html), rewritten on each alert [default: "
+            "reports/<run>.html].",
         ),
     ] = None,
     ignore: IgnoreOpt = [],  # noqa: B006

@@ -89,9 +89,12 @@ def export_command(path: str, to: Path, alias: list[str], err: Callable[[str], N
     cfg = _config(None, alias, [], None)
     # (the rows as read: the analysis view's series order is no use to a file)
     run = read_run(path, options=replace(read_options(cfg), series_order=False))
-    target = _place(to, to.name, Path(run.path))
+    target = _place(to, f"{_safe_name(run.name)}{_EXPORT_SUFFIX}", Path(run.path))
     export_run(run, target)
     err(f"{run.frame.height:,} rows written to {_shown(target)}")
+
+
+_EXPORT_SUFFIX = ".parquet"  # (an export into a folder: <run>.parquet there)
 
 
 # --------------------------------------------------------------------- export without typer
@@ -278,14 +281,17 @@ def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
 
     The default place (reports/ under the current folder) falls back to the user cache
     folder, then to the temporary folder, when it lies inside a run; an explicit path there
-    is refused. Links are resolved before the check, so a symlinked reports/ folder cannot
-    lead into the run either.
+    is refused. An explicit path that is an existing folder gets the default file name inside
+    it (as ``cp`` does). Links are resolved before the check, so a symlinked reports/ folder
+    cannot lead into the run either.
     """
     evidence = [p if p.is_dir() else p.parent for p in (Path(r) for r in run_paths)]
 
     def inside_run(target: Path) -> Path | None:
         return next((e for e in evidence if _inside(target, e)), None)
 
+    if requested is not None and requested.is_dir():
+        requested = requested / Path(default_name).name
     if requested is not None:
         where = inside_run(requested)
         if where is not None:
@@ -302,6 +308,13 @@ def _place(requested: Path | None, default_name: str, *run_paths: Path) -> Path:
         f"every place for {default_name} (reports/, the cache folder, the temporary folder) "
         "lies inside the run folder (it is evidence); choose a path with --out"
     )
+
+
+def _safe_name(name: str) -> str:
+    """A run or job name as a file name (no separators, no leading dot, at most 200 chars)."""
+    import re
+
+    return re.sub(r"[^\w.-]+", "_", name).strip("._")[:200] or "run"
 
 
 def _shown(path: Path) -> Path:
