@@ -891,8 +891,17 @@ def sweep(
     for r in rows:
         top = r.get("error") or top_text(r["top_findings"])
         # (a key this run's config lacks is left out, as the index page shows "–" for it)
-        vary = " ".join(f"{k}={v}" for k, v in r.get("varying", {}).items() if v is not None)
+        pairs = [f"{k}={v}" for k, v in r.get("varying", {}).items() if v is not None]
+        # A line a run: runs of different trainers differ in every key (a Megatron config
+        # has a hundred); the index page has them all.
+        if len(pairs) > _SWEEP_LINE_KEYS:
+            more = len(pairs) - _SWEEP_LINE_KEYS + 1
+            pairs = [*pairs[: _SWEEP_LINE_KEYS - 1], f"(+{more} more in the index)"]
+        vary = " ".join(pairs)
         typer.echo(f"{r['verdict'].upper():9} {r['name']}  {top or 'no findings'}  {vary}".rstrip())
+
+
+_SWEEP_LINE_KEYS = 8  # config values on a sweep's terminal line, at most
 
 
 class Until(StrEnum):

@@ -191,3 +191,36 @@ def test_sweep_row_of_a_run_with_no_vital_sign_is_an_error(
     assert by_name["good"]["verdict"] == "healthy"
     assert by_name["blind"]["verdict"] == "error"
     assert by_name["blind"]["error"].startswith("no vital sign recognised among its 1 series (foo)")
+
+
+def test_sweep_lines_hold_at_most_eight_config_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs whose configs differ in 20 keys: each terminal line names 7 of them and how many
+    more the index page shows (a sweep of different trainers printed a hundred a line); the
+    index and the JSON document keep all 20."""
+    import csv
+
+    import yaml
+
+    root = tmp_path / "runs"
+    for j, name in enumerate(("a", "b")):
+        folder = root / name
+        folder.mkdir(parents=True)
+        rows = [{"step": s, "train_loss": 4.0 - s / 100 + j} for s in range(0, 200, 2)]
+        with open(folder / "metrics.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=["step", "train_loss"])
+            w.writeheader()
+            w.writerows(rows)
+        hp = {f"key{i:02d}": i + 10 * j for i in range(20)}
+        (folder / "hparams.yaml").write_text(yaml.dump(hp))
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["sweep", str(root), "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 2
+    for ln in lines:
+        assert ln.endswith("(+13 more in the index)"), ln
+        assert ln.count("=") == 7 and "key00=" in ln and "key06=" in ln and "key07=" not in ln
+    res = runner.invoke(app, ["sweep", str(root), "--jobs", "1", "--format", "json"])
+    assert all(len(r["varying"]) == 20 for r in json.loads(res.stdout)["runs"])
