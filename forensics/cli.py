@@ -673,10 +673,20 @@ def metrics(
         t for t in unmapped if len(stats_of.get(str(t).rpartition("/")[0], ())) == len(HIST_STATS)
     }
     no_vital = {t for t in unmapped if t not in histogram_stat and is_not_a_vital(str(t))}
+    # A value logged once is a summary (HF's train_samples_per_second at the end), no series
+    # a vital sign could be judged on.
+    points = dict(table.group_by("tag").agg(pl.col("points").sum()).iter_rows())
+    once = {t for t in unmapped if points.get(t) == 1} - histogram_stat - no_vital
     near = {
-        t: nearest_canonical(t) for t in unmapped if t not in histogram_stat and t not in no_vital
+        t: nearest_canonical(t)
+        for t in unmapped
+        if t not in histogram_stat and t not in no_vital and t not in once
     }
-    nearest = {t: c for t, c in near.items() if c is not None}
+    # A vital sign the run already reads from another tag is not offered again: that tag is
+    # something else of the same name (HF's train_loss: the run's mean loss, one point).
+    chosen = run.metrics()
+    nearest = {t: c for t, c in near.items() if c is not None and c not in chosen}
+    taken = {t: f"({c} is read from {chosen[c]})" for t, c in near.items() if c in chosen}
     far = [t for t, c in near.items() if c is None]
     table = table.with_columns(
         pl.col("tag").replace_strict(units, default=None, return_dtype=pl.Utf8).alias("unit"),
@@ -684,6 +694,8 @@ def metrics(
         .replace_strict(
             {
                 **nearest,
+                **taken,
+                **dict.fromkeys(once, "(logged once)"),
                 **dict.fromkeys(histogram_stat, "(histogram statistic)"),
                 **dict.fromkeys(no_vital, "(not a vital sign)"),
                 **dict.fromkeys(far, "(none close)"),

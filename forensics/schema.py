@@ -738,8 +738,11 @@ def tag_units(frame: pl.DataFrame) -> dict[str, str]:
 # the loss because the strings look alike would be nonsense).
 _NOT_A_VITAL = re.compile(
     r"(?:^|_)(?:ppl|perplexity|batch_size|bs|acc|accuracy|f1|bleu|rouge\w*|wer|cer|epoch"
-    r"|samples|tokens|iterations|iters|steps|count|seen|consumed)$"
+    r"|samples|tokens|iterations|iters|steps|count|seen|consumed|runtime)$"
     r"|^(?:num|number_of|n|consumed|total|global_batch)_"
+    # The speed of an evaluation pass (HF's eval_samples_per_second, NeMo's
+    # validation_step_timing) is not the training's.
+    r"|^(?:eval|val|valid|validation|test|predict)_\w*(?:per_sec(?:ond)?|tim(?:e|ing))$"
 )
 
 

@@ -3,6 +3,7 @@ the common spellings; units read from the names; the `--alias` hint for unmapped
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -212,3 +213,27 @@ def test_units_come_in_a_fixed_order(tmp_path: Path) -> None:
     chosen = {"acme/sys/max_memory_reserved_gb": MEMORY, "acme/perf/iter_time_ms": STEP_TIME}
     chosen["acme/perf/tok_per_sec"] = THROUGHPUT
     assert tags == sorted(tags, key=lambda t: (by_metric[chosen[t]], t))
+
+
+def test_metrics_command_offers_no_alias_for_eval_speeds_summaries_or_taken_signs(
+    tmp_path: Path,
+) -> None:
+    """HF Trainer's evaluation speeds and times are no training vital sign, its end-of-run
+    summary (train_loss, train_samples_per_second: one point each) is no series, and a tag
+    near a vital sign the run already reads from another tag (running_loss beside loss) names
+    that tag: none gets an --alias hint (eval_samples_per_second was offered as the
+    throughput, train_loss as the loss)."""
+    sample = Path(__file__).resolve().parents[1] / "sample_runs" / "late_overfit"
+    res = runner.invoke(app, ["metrics", str(sample)], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    lines = {ln.split("│")[1].strip(): ln for ln in res.stdout.splitlines() if ln.count("│") > 3}
+    for tag in ("eval_samples_per_second", "eval_steps_per_second", "eval_runtime"):
+        assert "(not a vital sign)" in lines[tag] and "--alias" not in lines[tag], lines[tag]
+    for tag in ("train_loss", "train_samples_per_second", "train_steps_per_second"):
+        assert "(logged once)" in lines[tag] and "--alias" not in lines[tag], lines[tag]
+    rows = [{"step": s, "loss": 3 - s / 100, "running_loss": 3 - s / 90} for s in range(50)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = runner.invoke(app, ["metrics", str(tmp_path)], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.stdout.splitlines() if "│ running_loss " in ln)
+    assert "(loss is read from loss)" in line and "--alias" not in line, line
