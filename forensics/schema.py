@@ -754,6 +754,9 @@ def is_not_a_vital(tag: str) -> bool:
 NEAREST_MIN = 0.6  # below this similarity no vital sign is near (see nearest_canonical)
 
 
+_HELD_OUT_WORDS = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
+
+
 def nearest_canonical(tag: str) -> str | None:
     """The canonical vital sign whose known spellings are closest to ``tag`` (for the
     ``--alias`` hint of ``forensics metrics``), or None when none is close: a similarity
@@ -766,8 +769,19 @@ def nearest_canonical(tag: str) -> str | None:
     nb = normalize_tag(_X_SUFFIX.sub("", tag))
     parts = nb.split("_")
     tails = {"_".join(parts[i:]) for i in range(len(parts))} | {nb}
+    # Signs that a similar string is not enough for: the held-out loss needs a word that says
+    # held-out, the loss scale the word scale ("loss_avg" read like "loss_val", and
+    # "loss_smoothed" like "loss_scale").
+    words = set(parts)
+    ruled_out = set()
+    if not words & _HELD_OUT_WORDS:
+        ruled_out.add(VAL_LOSS)
+    if not words & {"scale", "scaler", "lossscale"}:
+        ruled_out.add(LOSS_SCALE)
     best, best_score = LOSS, -1.0
     for alias, canon in _EXACT.items():
+        if canon in ruled_out:
+            continue
         for t in tails:
             score = difflib.SequenceMatcher(None, t, alias).ratio()
             if t == nb:
@@ -775,6 +789,8 @@ def nearest_canonical(tag: str) -> str | None:
             if score > best_score:
                 best, best_score = canon, score
     for canon in KNOWN_METRICS:
+        if canon in ruled_out:
+            continue
         for t in tails:
             score = difflib.SequenceMatcher(None, t, canon).ratio()
             if score > best_score:

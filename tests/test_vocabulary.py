@@ -89,6 +89,13 @@ def test_nearest_canonical_and_alias_line() -> None:
     assert nearest_canonical("CurrSamplesPerSec") is None
     assert nearest_canonical("reward") is None
     assert nearest_canonical("MemAllocated") == "memory"
+    # The held-out loss only for a name that says held-out, the loss scale only for one that
+    # says scale ("loss_avg" was offered as the val loss, "lr_scaled" as the loss scale)
+    assert nearest_canonical("loss_avg") == "loss"
+    assert nearest_canonical("valid_loss_avg") == "val_loss"
+    assert nearest_canonical("lr_scaled") != "loss_scale"
+    assert nearest_canonical("loss_smoothed") != "loss_scale"
+    assert nearest_canonical("amp_scale") == "loss_scale"
     assert alias_line("my/odd tag", "loss") == "--alias 'my/odd tag=loss'"
 
 
