@@ -651,8 +651,26 @@ def compare_diagnoses(
         shared_spikes=shared_spikes(diags, labels),
         config_diff=cdiff,
         why=whys,
-        notes=step_numbering_notes(diags, labels),
+        notes=same_path_notes(diags, labels) + step_numbering_notes(diags, labels),
     )
+
+
+def same_path_notes(diags: list[Diagnosis], labels: list[str]) -> list[str]:
+    """A note for a run given twice (the same path, or the same job of it): nothing can part."""
+    first: dict[tuple[str, str], str] = {}
+    out = []
+    for lab, d in zip(labels, diags, strict=True):
+        try:
+            where = (str(Path(d.run.path).resolve()), d.run.name)
+        except (OSError, RuntimeError):
+            continue
+        if where in first:
+            out.append(
+                f"{lab} is {first[where]} given again (the same path): every value is the same"
+            )
+        else:
+            first[where] = lab
+    return out
 
 
 def step_numbering_notes(diags: list[Diagnosis], labels: list[str]) -> list[str]:

@@ -519,3 +519,19 @@ def test_fitted_onsets_whose_ranges_meet_are_one_finding_in_both(tmp_path: Path)
         f"only in c: memory_growth at step {fc.start_step:,} (anywhere in {lo_c:,}-{hi_c:,})"
         in page
     )
+
+
+def test_a_run_given_twice_is_said_so(tmp_path: Path) -> None:
+    """The same folder twice (once with a trailing slash): a note says the second is the
+    first again, so "no sign parted" reads as what it is; two copies at different paths get
+    no such note."""
+    import shutil
+
+    run = write_tb_run(tmp_path / "exp", n=200)
+    cmp = compare([run, f"{run}/"])
+    assert cmp.notes == [
+        f"{cmp.labels[1]} is {cmp.labels[0]} given again (the same path): every value is the same"
+    ]
+    assert cmp.to_document()["notes"] == cmp.notes
+    shutil.copytree(run, tmp_path / "copy" / "exp")
+    assert compare([run, tmp_path / "copy" / "exp"]).notes == []
