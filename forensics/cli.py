@@ -543,8 +543,10 @@ def analyze(
     jobs = stitch_jobs(root, discover_jobs(root), options)
     if len(jobs) > 1 and not all_jobs:
         from forensics.errors import MultipleJobsError
+        from forensics.importers import jobs_in_one_file
 
-        raise MultipleJobsError(str(path), sorted(jobs), one_file=Path(root).is_file())
+        one = jobs_in_one_file(Path(root), jobs)
+        raise MultipleJobsError(str(path), sorted(jobs), one_file=one)
     one_file = [p for p in (out, json_out) if p is not None and not p.is_dir()]
     if all_jobs and len(jobs) > 1 and one_file:
         raise ForensicsError(

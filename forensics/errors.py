@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class ForensicsError(Exception):
     """Base class: a problem with the user's input that deserves a one-line message."""
@@ -20,9 +22,10 @@ class MultipleJobsError(ForensicsError):
 
     def __init__(self, path: str, jobs: list[str], one_file: bool = False) -> None:
         self.jobs = jobs
+        what = "file" if not os.path.isdir(path) else "folder"
         how = (
             # (runs inside one file, a W&B panel export: no path points at one of them)
-            "use --all to analyze each, or compare the file to put them side by side"
+            f"use --all to analyze each, or compare the {what} to put them side by side"
             if one_file
             else "point at one of them, or use --all to analyze each"
         )

@@ -399,6 +399,13 @@ def test_compare_puts_the_runs_of_one_exported_file_side_by_side(
     ana = runner.invoke(app, ["analyze", str(csv_file), "--no-report"])
     assert ana.exit_code == 2 and "point at one of them" not in ana.output
     assert "use --all to analyze each, or compare the file" in ana.output
+    # nor when the file is the only one in the folder given (no path inside points at a run)
+    for args in (["analyze", str(tmp_path), "--no-report"], ["metrics", str(tmp_path)]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "point at one of them" not in res.output, args
+        assert "use --all to analyze each, or compare the folder" in res.output, args
+    res = runner.invoke(app, ["compare", str(tmp_path), "--no-report"])
+    assert res.exit_code == 0 and "calm-sea-2 vs brisk-pond-1" in res.output
 
 
 def test_one_run_logged_as_float32_and_as_float64_never_parts(tmp_path: Path) -> None:

@@ -274,9 +274,16 @@ def read_run(path: str | os.PathLike[str], *, options: ReadOptions | None = None
     if len(jobs) > 1:  # one run resumed in several jobs is one run (see chains.py)
         jobs = chains.stitch_jobs(path, jobs, options)
     if len(jobs) > 1:
-        raise MultipleJobsError(str(path), sorted(jobs))
+        raise MultipleJobsError(str(path), sorted(jobs), one_file=jobs_in_one_file(path, jobs))
     ((job, sources),) = jobs.items()
     return read_job(path, job, sources, options=options)
+
+
+def jobs_in_one_file(path: Path, jobs: dict[str, list[Source]]) -> bool:
+    """Do the jobs all come from one file (a W&B panel export of several runs)? No path then
+    points at one of them."""
+    files = {f for sources in jobs.values() for s in sources for f in s.files}
+    return Path(path).is_file() or len(files) == 1
 
 
 def _discovered(path: Path, options: ReadOptions | None) -> dict[str, list[Source]]:
