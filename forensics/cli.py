@@ -547,8 +547,8 @@ def analyze(
 
         one = jobs_in_one_file(Path(root), jobs)
         raise MultipleJobsError(str(path), sorted(jobs), one_file=one)
-    one_file = [p for p in (out, json_out) if p is not None and not p.is_dir()]
-    if all_jobs and len(jobs) > 1 and one_file:
+    file_paths = [p for p in (out, json_out) if p is not None and not p.is_dir()]
+    if all_jobs and len(jobs) > 1 and file_paths:
         raise ForensicsError(
             "--out and --json name one file; with --all each job's report and findings go to "
             "reports/<job>.html and .json, or to <job>.html and .json in the folders they name"
