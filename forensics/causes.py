@@ -1084,10 +1084,12 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
             long_on_grid.append(f"{names.get(k, k)} every {every:,} steps")
             continue
         if on_grid:
+            # (how long it lasted, so a reader can weigh a pause against a longer slowdown)
+            lasted = f"; the slowdown lasts {steps_text(hi - lo)}" if hi > lo else ""
             return Cause(
                 "eval_pause",
                 SUPPORTED,
-                f"step {lo:,} is on the {names.get(k, k)} grid (every {every:,} steps)",
+                f"step {lo:,} is on the {names.get(k, k)} grid (every {every:,} steps){lasted}",
                 (lo,),
                 anchor=lo,
             )

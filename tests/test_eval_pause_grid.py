@@ -44,6 +44,11 @@ def test_a_pause_explains_a_short_slowdown_on_its_grid_only(
         assert "step 3,000 is on the grid (eval every 500 steps), but the slowdown lasts" in (
             pause.evidence
         )
+    else:  # the evidence says how long it lasted, for the reader to weigh
+        assert pause.evidence == (
+            f"step 3,000 is on the eval grid (every 500 steps); the slowdown lasts "
+            f"{drop.end_step - drop.start_step:,} steps"
+        )
 
 
 def _jsonl_with_pauses(path: Path, drop_from: int | None) -> Path:
