@@ -104,20 +104,6 @@ def median_of_counts(counts: np.ndarray, offset: int = 0) -> float | None:
     return float((at(h - 1) + at(h)) / 2.0)
 
 
-def small_int_steps(steps: np.ndarray, d: np.ndarray) -> bool:
-    """Whether ``d = np.diff(steps)`` can be counted (:func:`median_of_counts`) instead of
-    sorted: integer steps that never go back, exact as floats (so the differences of their
-    float values are these), with differences no larger than the count's length allows."""
-    return (
-        d.dtype.kind in "iu"
-        and len(d) > 0
-        and int(d.min()) >= 0
-        and int(d.max()) <= max(len(d), 1 << 16)
-        and abs(int(steps[0])) < 2**53
-        and abs(int(steps[-1])) < 2**53
-    )
-
-
 def plain_for_slopes(x: np.ndarray, y: np.ndarray) -> bool:
     """Whether no slope ``(y[j] - y[i]) / (x[j] - x[i])``, i < j, is NaN or -0.0 and every
     pair counts (``x`` strictly increasing): then the slopes' order statistics are unique

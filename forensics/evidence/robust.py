@@ -72,22 +72,19 @@ def median_interval(steps: np.ndarray) -> float:
     if counts is not None:
         m = order_stats.median_of_counts(counts[1:], offset=1)
         return 1.0 if m is None else m
-    d = np.diff(steps)
-    if order_stats.small_int_steps(steps, d):
-        m = order_stats.median_of_counts(np.bincount(d)[1:], offset=1)
-        return 1.0 if m is None else m
     d = np.diff(np.asarray(steps, dtype=float))
     d = d[d > 0]
     return float(np.median(d)) if len(d) else 1.0
 
 
 def counted_differences(steps: np.ndarray) -> np.ndarray | None:
-    """``np.bincount(np.diff(steps))`` of long integer steps, a block at a time (the whole
-    differences are 8 bytes a point of new pages), when :func:`order_stats.small_int_steps`
-    holds for them; else None, and for steps of at most one block (the plain way is
-    cheaper there)."""
+    """``np.bincount(np.diff(steps))`` of integer steps, a block at a time (a long series'
+    whole differences are 8 bytes a point of new pages), for
+    :func:`order_stats.median_of_counts` instead of a sort; None when the differences cannot
+    be counted: fewer than two steps, steps not integers, going back, beyond 2^53 (their float
+    values differ by other amounts) or further apart than the count's length allows."""
     n = len(steps) - 1
-    if n < _DIFF_BLOCK or steps.dtype.kind not in "iu":
+    if n < 1 or steps.dtype.kind not in "iu":
         return None
     if not (abs(int(steps[0])) < 2**53 and abs(int(steps[-1])) < 2**53):
         return None

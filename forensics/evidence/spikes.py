@@ -265,16 +265,11 @@ def step_intervals(steps: np.ndarray) -> tuple[float, float]:
     computations."""
     if len(steps) < 2:
         return robust.median_interval(steps), 1.0
-    counts = robust.counted_differences(steps)  # (long steps: a block at a time)
+    counts = robust.counted_differences(steps)  # (a block at a time)
     if counts is not None:
         positive = order_stats.median_of_counts(counts[1:], offset=1)
         return (1.0 if positive is None else positive), order_stats.median_of_counts(counts) or 0.0
-    d = np.diff(steps)
-    if order_stats.small_int_steps(steps, d):
-        counts = np.bincount(d)
-        positive = order_stats.median_of_counts(counts[1:], offset=1)
-        return (1.0 if positive is None else positive), order_stats.median_of_counts(counts) or 0.0
-    return robust.median_interval(steps), median_of_ints(d)
+    return robust.median_interval(steps), median_of_ints(np.diff(steps))
 
 
 __all__ = [
