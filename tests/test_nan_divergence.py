@@ -387,3 +387,26 @@ def test_a_rise_into_nan_is_judged_up_to_the_nan():
     assert 1990 <= f.start_step <= 2060 and f.measures["ended_nonfinite"] is True
     assert f.measures["grad_norm_ratio"] < 2.0 <= f.measures["grad_norm_late_ratio"]
     assert f.summary.endswith("until the values turned non-finite.")
+
+
+def test_the_peak_shown_is_the_highest_logged_loss_the_sentence_names() -> None:
+    """The nan sample: the loss climbs from step 522 and is NaN from 637. The smoothed curve
+    tops out at the last finite point (636, logged 9.90), so the card read "peak at 636" and
+    the chart's marker sat at 9.90 while the sentence named 14.65 at step 634. The peak a
+    reader is shown is the highest logged value, at the step the sentence gives."""
+    from pathlib import Path
+
+    from forensics.importers import read_run
+
+    run = read_run(Path(__file__).resolve().parents[1] / "sample_runs" / "nan")
+    (f,) = [
+        g for g in DivergenceDetector().detect(Evidence(run)) if g.kind is FindingKind.DIVERGENCE
+    ]
+    loss = Evidence(run).series("loss")
+    finite = np.isfinite(loss.values)
+    top = int(loss.steps[finite][np.argmax(loss.values[finite])])
+    assert f.peak_step == top, (f.peak_step, top)
+    assert (
+        f"highest logged value {num(float(loss.values[loss.steps == top][0]))} at step {top:,}"
+        in f.summary
+    )

@@ -234,7 +234,11 @@ class DivergenceDetector:
                     LOSS,
                     t0,
                     summary,
-                    int(tf[peak_i]),
+                    # The peak a reader is shown (the header's "peak at", the chart's marker)
+                    # is the highest logged value the sentence names, not the smoothed curve's
+                    # top: a rise that ran into NaN had its smoothed top at the last finite
+                    # point (nan sample: "peak at 636", logged 9.90, beside 14.65 at 634).
+                    int(tf[raw_i]),
                     last_step,
                     measures,
                     judged_against={
