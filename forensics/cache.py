@@ -15,8 +15,13 @@ numeric columns without nulls as raw ``.npy`` arrays that are memory-mapped, not
 (polars takes numpy's buffer without a copy); a column of few distinct values (the tags,
 the metrics, the nullable layer) as those values and a raw array of one- or two-byte codes
 into them, rebuilt by one gather (decoding them from Parquet was a third of a small run's
-cached read); the rest in one Parquet file. A run whose raw arrays would crowd the cache
-(over a quarter of the cap) keeps every column in the compressed Parquet file instead.
+cached read); the rest in one Parquet file. A run whose plain arrays would crowd the cache
+(over a quarter of the cap) is kept with the exact compact encodings of
+:mod:`forensics.cache_codecs` (steps as runs of a stride, record indices as small
+differences, float32 values as float32, tag, metric and layer as one code a row: a 10M-step
+event-file run in 1.1 GB instead of 2.3 GB), rebuilt in a pass or two over memory; only a run
+whose compact arrays would still take over :data:`COMPACT_SHARE` of the cap keeps every
+column in the compressed Parquet file, which reads back slowest.
 
 ``FORENSICS_NO_CACHE=1`` (or ``--no-cache``, ``ReadOptions(cache=False)``) turns it off;
 ``FORENSICS_CACHE_MAX_MB`` caps the folder (default 2048): the least recently used entries
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
     from forensics.importers.base import ReadOptions, Source
     from forensics.run import Run
 
-FORMAT = 6  # bump when the entry layout, the Run fields or the frame's dtypes change
+FORMAT = 7  # bump when the entry layout, the Run fields or the frame's dtypes change
 DEFAULT_MAX_MB = 2048
 _REST = "frame.parquet"  # the columns neither constant, raw nor coded
 _META = "run.pickle"
@@ -50,6 +55,11 @@ _META = "run.pickle"
 # size (a small run is never compressed because of a small cap).
 RAW_SHARE = 0.25
 RAW_MIN_BYTES = 64 * 2**20
+# Past that share, the compact encodings (forensics.cache_codecs) are kept while they take at
+# most this share of the cap (a 10M-step event-file run: 1.1 GB of them, against 1.3 GB of
+# lz4 Parquet), else the Parquet file.
+COMPACT_SHARE = 0.6
+_CODES = "codes.npy"  # the joint codes of the few-valued columns in a compact entry
 
 
 def enabled(options: ReadOptions | None = None) -> bool:
@@ -89,7 +99,8 @@ def _code_fingerprint() -> tuple[tuple[str, int, int], ...]:
     import forensics
 
     pkg = Path(forensics.__file__).parent
-    mods = [pkg / "schema.py", pkg / "run.py", pkg / "cache.py", pkg / "findings.py"]
+    mods = [pkg / "schema.py", pkg / "run.py", pkg / "cache.py", pkg / "cache_codecs.py"]
+    mods += [pkg / "findings.py"]
     mods += sorted((pkg / "importers").rglob("*.py"))
     out = []
     for m in mods:
@@ -203,6 +214,12 @@ def _read_frame(folder: Path, layout: dict[str, Any]) -> pl.DataFrame | None:
     if any(kind == "rest" for kind, _ in layout["columns"].values()):
         rest = pl.read_parquet(folder / _REST)
         kept.update((c, rest.get_column(c)) for c in rest.columns)
+    joint = None
+    if layout.get("joint") is not None:
+        code_kind, code_offset = layout["joint"]
+        joint = _mapped(folder / _CODES, code_kind, code_offset, height)
+        if joint is None:
+            return None
     for name, (kind, dtype) in layout["columns"].items():
         if kind == "raw":
             kind_str, offset = dtype
@@ -210,6 +227,11 @@ def _read_frame(folder: Path, layout: dict[str, Any]) -> pl.DataFrame | None:
             if arr is None:
                 return None
             kept[name] = pl.Series(name, arr)  # numpy's buffer, not a copy
+        elif kind in _COMPACT_KINDS:
+            got = _decoded(folder, name, kind, dtype, height, schema[name], joint)
+            if got is None:
+                return None
+            kept[name] = got
         elif kind == "coded":
             values, (kind_str, offset) = dtype
             codes = _mapped(folder / f"{name}.npy", kind_str, offset, height)
@@ -228,6 +250,101 @@ def _read_frame(folder: Path, layout: dict[str, Any]) -> pl.DataFrame | None:
     if frame.height != height or dict(frame.schema) != schema:
         return None
     return frame
+
+
+_COMPACT_KINDS = ("float32", "ramps", "deltas", "joint")
+
+
+def _decoded(
+    folder: Path,
+    name: str,
+    kind: str,
+    payload: Any,
+    height: int,
+    dtype: pl.DataType,
+    joint: np.ndarray | None,
+) -> pl.Series | None:
+    """A column kept by one of :mod:`forensics.cache_codecs`' encodings, rebuilt."""
+    import numpy as np
+    import polars as pl
+
+    from forensics import cache_codecs as codecs
+
+    if kind == "joint":
+        if joint is None:
+            return None
+        (values,) = payload
+        return values.gather(pl.Series(joint)).alias(name)  # (a bad code raises: a miss)
+    target = np.dtype(pl.Series([], dtype=dtype).to_numpy().dtype)
+    if kind == "ramps":
+        (pieces,) = payload
+        return pl.Series(name, codecs.from_ramps(pieces, height, target))
+    kind_str, offset = payload[-1]
+    arr = _mapped(folder / f"{name}.npy", kind_str, offset, height)
+    if arr is None:
+        return None
+    if kind == "float32":
+        return pl.Series(name, codecs.from_float32(arr))
+    rows, jumps, first = payload[:3]
+    return pl.Series(name, codecs.from_deltas(arr, rows, jumps, first, target))
+
+
+def _compact(
+    frame: pl.DataFrame, layout: dict[str, tuple[str, Any]], cap: int
+) -> tuple[dict[str, tuple[str, Any, np.ndarray | None]], Any] | None:
+    """The compact encodings of the columns ``_layout`` marked for them: for each, its kind,
+    what the metadata keeps and the array its file keeps (or None), and the joint codes of
+    the few-valued columns (codes and values) or None; None when they would still take more
+    than :data:`COMPACT_SHARE` of the cap."""
+    import numpy as np
+
+    from forensics import cache_codecs as codecs
+
+    n = frame.height
+    limit = max(64, n >> 12)  # runs or large jumps a column may have (each costs a slice)
+    out: dict[str, tuple[str, Any, np.ndarray | None]] = {}
+    size = 0
+    for name, (kind, _) in layout.items():
+        if kind != "compact":
+            continue
+        a = frame.get_column(name).to_numpy()
+        if frame.schema[name].is_float():
+            f32 = codecs.as_float32(a)
+            if f32 is not None:
+                out[name] = ("float32", None, f32)
+                size += f32.nbytes
+                continue
+        else:
+            pieces = codecs.ramps(a, limit)
+            if pieces is not None:
+                out[name] = ("ramps", (pieces,), None)
+                size += pieces.nbytes
+                continue
+            small = codecs.deltas(a, limit, np.int8) or codecs.deltas(a, limit, np.int16)
+            if small is not None:
+                d, rows, jumps = small
+                out[name] = ("deltas", (rows, jumps, int(a[0])), d)
+                size += d.nbytes
+                continue
+        out[name] = ("raw", None, a)
+        size += a.nbytes
+    coded = {}
+    for name, (kind, _) in layout.items():
+        if kind == "compact_coded":
+            got = _coded(frame.get_column(name))
+            if got is None:
+                return None  # (codes that do not give it back: Parquet keeps the run)
+            coded[name] = got
+    joint = codecs.joint_codes(coded, _MAX_CODES) if coded else None
+    if coded and joint is None:
+        return None
+    if joint is not None:
+        codes, values = joint
+        size += codes.nbytes
+        out.update((c, ("joint", (values[c],), None)) for c in coded)
+    if size > COMPACT_SHARE * cap:
+        return None
+    return out, joint
 
 
 def _mapped(path: Path, kind: str, offset: int, height: int) -> np.ndarray | None:
@@ -257,8 +374,9 @@ def _mapped(path: Path, kind: str, offset: int, height: int) -> np.ndarray | Non
 
 def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
     """How each column is kept: ``("const", value)``, ``("raw", None)`` (a ``.npy`` file),
-    ``("coded", None)`` (its distinct values and a ``.npy`` file of codes, :func:`_coded`) or
-    ``("rest", None)`` (in the Parquet file)."""
+    ``("coded", None)`` (its distinct values and a ``.npy`` file of codes, :func:`_coded`),
+    ``("rest", None)`` (in the Parquet file), or for a run whose plain arrays would crowd
+    the cache ``("compact", None)`` / ``("compact_coded", None)`` (:func:`_compact` decides)."""
     n = frame.height
     out: dict[str, tuple[str, Any]] = {}
     numeric = []
@@ -283,11 +401,13 @@ def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
     ]
     few = [c for c in few if frame.get_column(c).n_unique() <= _MAX_CODES]
     raw_bytes = sum(n * _itemsize(frame.schema[c]) for c in numeric) + n * 2 * len(few)
-    if raw_bytes <= max(RAW_SHARE * cap, RAW_MIN_BYTES):
-        for name in numeric:
-            out[name] = ("raw", None)
-        for name in few:
-            out[name] = ("coded", None)
+    # Plain arrays while they are small; past that, the compact encodings are tried (store
+    # falls back to Parquet when even they would crowd the cache).
+    plain = raw_bytes <= max(RAW_SHARE * cap, RAW_MIN_BYTES)
+    for name in numeric:
+        out[name] = ("raw" if plain else "compact", None)
+    for name in few:
+        out[name] = ("coded" if plain else "compact_coded", None)
     if all(kind == "const" for kind, _ in out.values()):  # something must carry the height
         first = frame.columns[0]
         out[first] = ("rest", None)
@@ -354,6 +474,29 @@ def store(entry: str, run: Run, run_path: Path) -> None:
         layout = _layout(frame, cap)
         columns: dict[str, tuple[str, Any]] = {}
         rest = []
+        joint: Any = None
+        if any(kind.startswith("compact") for kind, _ in layout.values()):
+            compact = _compact(frame, layout, cap)
+            if compact is None:  # even compact it would crowd the cache: all in Parquet
+                layout = {
+                    c: (("rest", None) if k.startswith("compact") else (k, v))
+                    for c, (k, v) in layout.items()
+                }
+            else:
+                encoded, joint = compact
+                if joint is not None:
+                    codes, _ = joint
+                    np.save(tmp / _CODES, codes, allow_pickle=False)
+                    joint = (codes.dtype.str, _data_offset(tmp / _CODES))
+                    del codes
+                for name, (kind, payload, arr) in encoded.items():
+                    if arr is not None:
+                        np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
+                        where = (arr.dtype.str, _data_offset(tmp / f"{name}.npy"))
+                        payload = (*payload, where) if payload is not None else (where,)
+                    columns[name] = ("raw", where) if kind == "raw" else (kind, payload)
+                layout = {c: kv for c, kv in layout.items() if c not in encoded}
+                del encoded
         for name, (kind, value) in layout.items():
             coded = _coded(frame.get_column(name)) if kind == "coded" else None
             if kind == "raw":
@@ -377,7 +520,12 @@ def store(entry: str, run: Run, run_path: Path) -> None:
             frame.select(rest).write_parquet(tmp / _REST, compression="lz4", statistics=False)
         meta = {
             "format": FORMAT,
-            "frame": {"height": frame.height, "schema": dict(frame.schema), "columns": columns},
+            "frame": {
+                "height": frame.height,
+                "schema": dict(frame.schema),
+                "columns": {c: columns[c] for c in frame.columns},
+                "joint": joint,
+            },
             "run": {
                 "name": run.name,
                 "path": run.path,

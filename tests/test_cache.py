@@ -330,15 +330,19 @@ def test_codes_past_their_values_are_a_miss(tmp_path, cache_dir):
     assert_frame_equal(read_run(run_dir).frame, first.frame)
 
 
-def test_a_run_that_would_crowd_the_cache_is_kept_compressed(tmp_path, cache_dir, monkeypatch):
-    """Raw arrays over a quarter of the cap: every column goes to the Parquet file instead."""
+def test_a_run_that_would_crowd_the_cache_is_kept_compact(tmp_path, cache_dir, monkeypatch):
+    """Plain arrays over a quarter of the cap: the compact encodings are kept instead (the
+    steps and record indices as runs, no file of their own); a run too large even so goes to
+    the Parquet file (tests/test_cache_compact.py)."""
     run_dir = _write_run(tmp_path / "run", n=2000)
     fresh = read_run(run_dir, options=ReadOptions(cache=False))
     raw = fresh.frame.height * (4 + 8 + 8 + 8)  # record_idx, step, value, wall_time
     monkeypatch.setattr(cache, "RAW_MIN_BYTES", 0)
     monkeypatch.setenv("FORENSICS_CACHE_MAX_MB", str(2 * raw / 2**20))  # raw > cap / 4
     read_run(run_dir)
-    assert not [f for f in _entry_files(cache_dir) if f.endswith(".npy")]
+    files = _entry_files(cache_dir)
+    assert "step.npy" not in files and "record_idx.npy" not in files, files
+    assert "codes.npy" in files and "tag.npy" not in files, files
     assert_frame_equal(read_run(run_dir).frame, fresh.frame)
 
 
