@@ -332,16 +332,17 @@ def _compact(
     for name, (kind, _) in layout.items():
         if kind == "compact_coded":
             got = _coded(frame.get_column(name))
-            if got is None:
-                return None  # (codes that do not give it back: Parquet keeps the run)
-            coded[name] = got
+            if got is not None:  # (else the column is kept in the Parquet file)
+                coded[name] = got
     joint = codecs.joint_codes(coded, _MAX_CODES) if coded else None
-    if coded and joint is None:
-        return None
+    if coded and joint is None:  # (too many combinations: each column its own codes)
+        for name, (own, codes) in coded.items():
+            out[name] = ("coded", (own,), codes)
+            size += codes.nbytes
     if joint is not None:
-        codes, values = joint
-        size += codes.nbytes
-        out.update((c, ("joint", (values[c],), None)) for c in coded)
+        shared, each = joint
+        size += shared.nbytes
+        out.update((c, ("joint", (each[c],), None)) for c in coded)
     if size > COMPACT_SHARE * cap:
         return None
     return out, joint
@@ -387,7 +388,7 @@ def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
             if nulls == n:
                 out[name] = ("const", None)
                 continue
-            if nulls == 0 and s.n_unique() == 1:
+            if nulls == 0 and _one_value(s):
                 out[name] = ("const", s[0])
                 continue
         if n and nulls == 0 and (dtype.is_integer() or dtype.is_float()):
@@ -399,7 +400,8 @@ def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
         for c, (kind, _) in out.items()
         if kind == "rest" and c not in numeric and not frame.schema[c].is_float()
     ]
-    few = [c for c in few if frame.get_column(c).n_unique() <= _MAX_CODES]
+    # (those of too many values are told by _coded, which finds them anyway, and kept in
+    # the Parquet file: counting every column's distinct values first took as long again)
     raw_bytes = sum(n * _itemsize(frame.schema[c]) for c in numeric) + n * 2 * len(few)
     # Plain arrays while they are small; past that, the compact encodings are tried (store
     # falls back to Parquet when even they would crowd the cache).
@@ -414,6 +416,16 @@ def _layout(frame: pl.DataFrame, cap: int) -> dict[str, tuple[str, Any]]:
     return out
 
 
+def _one_value(s: pl.Series) -> bool:
+    """Does a column without nulls hold one value only? For integers and categories by
+    their smallest and largest (physical) value: counting the distinct values of a step
+    column hashed every row, a quarter of the time a large run's entry took to write."""
+    phys = s.to_physical()
+    if phys.dtype.is_integer():
+        return bool(phys.min() == phys.max())
+    return s.n_unique() == 1
+
+
 _MAX_CODES = 1 << 16  # distinct values a coded column may have (two-byte codes)
 _MAX_SPAN = 1 << 22  # physical values a code table may span (4 MiB of two-byte codes)
 
@@ -426,13 +438,21 @@ def _coded(s: pl.Series) -> tuple[pl.Series, np.ndarray] | None:
     import numpy as np
     import polars as pl
 
-    ints = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32)
+    ints = {
+        pl.Int8: np.int8,
+        pl.Int16: np.int16,
+        pl.Int32: np.int32,
+        pl.Int64: np.int64,
+        pl.UInt8: np.uint8,
+        pl.UInt16: np.uint16,
+        pl.UInt32: np.uint32,
+    }
     values = s.unique(maintain_order=True)
     phys, vphys = s.to_physical(), values.to_physical()  # (a categorical's category ids)
     lo, hi = phys.min(), phys.max()
     if (
         len(values) > _MAX_CODES
-        or phys.dtype not in ints
+        or not any(phys.dtype == d for d in ints)
         or lo is None
         or int(hi) - int(lo) >= _MAX_SPAN  # type: ignore[arg-type]
         or int(hi) >= 1 << 62  # type: ignore[arg-type]  # (a null's code goes one past it)
@@ -443,11 +463,29 @@ def _coded(s: pl.Series) -> tuple[pl.Series, np.ndarray] | None:
     code_type = np.uint8 if len(values) <= 256 else np.uint16
     lo, top = int(lo), int(hi) + 1  # type: ignore[arg-type]
     table = np.zeros(top - lo + 1, dtype=code_type)
-    table[vphys.cast(pl.Int64).fill_null(top).to_numpy() - lo] = np.arange(len(values))
-    arr = table[phys.cast(pl.Int64).fill_null(top).to_numpy() - lo]
-    if not values.gather(pl.Series(arr)).equals(s, check_dtypes=True, null_equal=True):
-        return None
+    keys = vphys.cast(pl.Int64).fill_null(top).to_numpy() - lo  # (each value's, small)
+    table[keys] = np.arange(len(values))
+    # The rows' physical values in their own width (a null as ``top`` where it fits),
+    # looked up block by block: whole-length int64 copies of a 73M-row column were 1.2 GB
+    # of new pages and most of the time a 10M-step run's entry took to write.
+    if phys.null_count():
+        own = next(t for d, t in ints.items() if phys.dtype == d)
+        fits = top <= int(np.iinfo(own).max)  # type: ignore[type-var]
+        phys = (phys if fits else phys.cast(pl.Int64)).fill_null(top)
+    rows = phys.to_numpy()
+    arr = np.empty(len(rows), dtype=code_type)
+    for i in range(0, len(rows), _CODE_BLOCK):
+        blk = rows[i : i + _CODE_BLOCK].astype(np.int64) - lo
+        got = table[blk]
+        # Exact by construction; checked all the same, on the physical values (the values'
+        # own type is the column's): each row's code must name the value it holds.
+        if not np.array_equal(keys[got], blk):
+            return None
+        arr[i : i + _CODE_BLOCK] = got
     return values, arr
+
+
+_CODE_BLOCK = 1 << 20  # rows coded at a time
 
 
 def _itemsize(dtype: pl.DataType) -> int:
@@ -495,7 +533,11 @@ def store(entry: str, run: Run, run_path: Path) -> None:
                         where = (arr.dtype.str, _data_offset(tmp / f"{name}.npy"))
                         payload = (*payload, where) if payload is not None else (where,)
                     columns[name] = ("raw", where) if kind == "raw" else (kind, payload)
-                layout = {c: kv for c, kv in layout.items() if c not in encoded}
+                layout = {
+                    c: (("rest", None) if k.startswith("compact") else (k, v))
+                    for c, (k, v) in layout.items()
+                    if c not in encoded
+                }
                 del encoded
         for name, (kind, value) in layout.items():
             coded = _coded(frame.get_column(name)) if kind == "coded" else None

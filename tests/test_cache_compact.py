@@ -236,3 +236,36 @@ def test_a_run_too_large_even_compact_is_kept_in_parquet(tmp_path, cache_dir, mo
     (entry,) = [e for e in cache_dir.iterdir() if not e.name.startswith(".")]
     assert not list(entry.glob("*.npy"))
     assert_frame_equal(read_run(run_dir).frame, fresh.frame)
+
+
+def test_columns_of_too_many_combinations_keep_their_own_codes(tmp_path, cache_dir, monkeypatch):
+    """Three tags (three metrics) and a nullable layer cycling through three values apart
+    from them: twelve combinations, more than the (lowered) four a code may name, so each
+    column keeps codes of its own; a layer of five values and nulls, too many for codes,
+    goes to the Parquet file while tag and metric share one code. Both read back
+    identical."""
+    run_dir = write_tb_run(tmp_path / "run", n=300)
+    for f in run_dir.iterdir():
+        os.utime(f, (OLD, OLD))
+    run = read_run(run_dir, options=ReadOptions(cache=False))
+    _compact_cap(monkeypatch, run.frame)
+    monkeypatch.setattr(cache, "_MAX_CODES", 4)
+    for cycle, want in (
+        (3, {"tag": "coded", "metric": "coded", "layer": "coded"}),
+        (5, {"tag": "joint", "metric": "joint", "layer": "rest"}),
+    ):
+        run.frame = run.frame.with_columns(
+            pl.when(pl.int_range(pl.len()) % 7 == 0)
+            .then(None)
+            .otherwise(pl.int_range(pl.len()) % cycle)
+            .cast(pl.Int16)
+            .alias("layer")
+        )
+        entry = f"{cycle}" * 40
+        cache.store(entry, run, run_dir)
+        meta = pickle.loads((cache_dir / entry / "run.pickle").read_bytes())
+        kinds = {c: k for c, (k, _) in meta["frame"]["columns"].items()}
+        assert {c: kinds[c] for c in want} == want, kinds
+        back = cache.load(entry, run_dir)
+        assert back is not None
+        assert_frame_equal(back.frame, run.frame)
