@@ -20,8 +20,8 @@ cached read); the rest in one Parquet file. A run whose plain arrays would crowd
 :mod:`forensics.cache_codecs` (steps as runs of a stride, record indices as small
 differences, float32 values as float32, tag, metric and layer as one code a row: a 10M-step
 event-file run in 1.1 GB instead of 2.3 GB), rebuilt in a pass or two over memory; only a run
-whose compact arrays would still take over :data:`COMPACT_SHARE` of the cap keeps every
-column in the compressed Parquet file, which reads back slowest.
+whose compact arrays would not fit the cap (:data:`COMPACT_SHARE`) keeps every column in
+the compressed Parquet file, which reads back slowest.
 
 ``FORENSICS_NO_CACHE=1`` (or ``--no-cache``, ``ReadOptions(cache=False)``) turns it off;
 ``FORENSICS_CACHE_MAX_MB`` caps the folder (default 2048): the least recently used entries
@@ -55,10 +55,11 @@ _META = "run.pickle"
 # size (a small run is never compressed because of a small cap).
 RAW_SHARE = 0.25
 RAW_MIN_BYTES = 64 * 2**20
-# Past that share, the compact encodings (forensics.cache_codecs) are kept while they take at
-# most this share of the cap (a 10M-step event-file run: 1.1 GB of them, against 1.3 GB of
-# lz4 Parquet), else the Parquet file.
-COMPACT_SHARE = 0.6
+# Past that share, the compact encodings (forensics.cache_codecs) are kept while they fit
+# this share of the cap: the whole of it, as a Parquet entry may take (their bytes are mostly
+# values, which lz4 hardly shrinks, and they read back several times faster); a run whose
+# compact arrays would not fit is tried as Parquet.
+COMPACT_SHARE = 1.0
 _CODES = "codes.npy"  # the joint codes of the few-valued columns in a compact entry
 
 
