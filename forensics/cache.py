@@ -19,7 +19,7 @@ cached read); the rest in one Parquet file. A run whose plain arrays would crowd
 (over a quarter of the cap) is kept with the exact compact encodings of
 :mod:`forensics.cache_codecs` (steps as runs of a stride, record indices as small
 differences, float32 values as float32, tag, metric and layer as one code a row: a 10M-step
-event-file run in 1.1 GB instead of 2.3 GB), rebuilt in a pass or two over memory; only a run
+event-file run in 1.09 GB instead of 2.3 GB), rebuilt in a pass or two over memory; only a run
 whose compact arrays would not fit the cap (:data:`COMPACT_SHARE`) keeps every column in
 the compressed Parquet file, which reads back slowest.
 
@@ -286,8 +286,8 @@ def _decoded(
         return None
     if kind == "float32":
         return pl.Series(name, codecs.from_float32(arr))
-    rows, jumps, first = payload[:3]
-    return pl.Series(name, codecs.from_deltas(arr, rows, jumps, first, target))
+    rows, firsts, first = payload[:3]
+    return pl.Series(name, codecs.from_deltas(arr, rows, firsts, first, target))
 
 
 def _compact(
@@ -323,8 +323,8 @@ def _compact(
                 continue
             small = codecs.deltas(a, limit, np.int8) or codecs.deltas(a, limit, np.int16)
             if small is not None:
-                d, rows, jumps = small
-                out[name] = ("deltas", (rows, jumps, int(a[0])), d)
+                d, rows, firsts = small
+                out[name] = ("deltas", (rows, firsts, int(a[0])), d)
                 size += d.nbytes
                 continue
         out[name] = ("raw", None, a)

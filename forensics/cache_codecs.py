@@ -101,60 +101,51 @@ def from_ramps(pieces: np.ndarray, n: int, dtype: np.dtype) -> np.ndarray:
 def deltas(
     a: np.ndarray, limit: int, width: type[np.signedinteger] = np.int8
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """An integer column as differences to the row before (the first row's: 0) of type
-    ``width`` (int8 or int16), with the rows where the difference does not fit it and their
-    differences (those rows hold 0), at most ``limit`` of them; else None. The running sum
-    of the differences must fit the column's own type between the large jumps, so the
-    rebuild sums in that type."""
+    """An integer column as differences to the row before, of type ``width`` (int8 or
+    int16), and the rows where the difference does not fit it with their values: the column
+    in stretches, each starting at such a row (or row 0) and holding 0 there; at most
+    ``limit`` stretch starts past row 0, else None. The rebuild sums each stretch from its
+    first value in the column's own type, so any two values' difference must fit that type
+    (a record index of a 10M-step run: 73M apart at most, where one running sum over all
+    stretches would have passed int32)."""
     n = len(a)
     if n == 0 or a.dtype.kind not in "iu" or not _fits_int64_differences(a):
         return None
     info, lim = np.iinfo(a.dtype), np.iinfo(width)
     if np.dtype(width).itemsize >= a.dtype.itemsize:
         return None  # (no smaller than the column itself)
+    if int(a.max()) - int(a.min()) > info.max:
+        return None
     small = np.empty(n, dtype=width)
     small[0] = 0
     rows: list[np.ndarray] = []
-    jumps: list[np.ndarray] = []
     count = 0
-    run = 0  # the running sum of the bytes, as the rebuild will form it
     for i in _blocks(n - 1):
         d = np.diff(a[i : i + _BLOCK + 1].astype(np.int64))
-        big = (d < lim.min) | (d > lim.max)
-        at = np.flatnonzero(big)
+        at = np.flatnonzero((d < lim.min) | (d > lim.max))
         count += len(at)
         if count > limit:
             return None
         rows.append(at.astype(np.int64) + i + 1)
-        jumps.append(d[at])
         d[at] = 0
-        sums = np.cumsum(d) + run
-        if len(sums) and (sums.min() < info.min or sums.max() > info.max):
-            return None
-        run = int(sums[-1]) if len(sums) else run
         small[i + 1 : i + 1 + len(d)] = d
-    rows_all, jumps_all = np.concatenate(rows), np.concatenate(jumps)
-    # (each stretch's shift, the first value and the jumps before it, is added in the
-    # column's type: it must fit it)
-    shifts = int(a[0]) + np.concatenate(([0], np.cumsum(jumps_all)))
-    if shifts.min() < info.min or shifts.max() > info.max:
-        return None
-    return small, rows_all, jumps_all
+    starts = np.concatenate(rows)
+    return small, starts, a[starts].astype(np.int64)
 
 
 def from_deltas(
-    small: np.ndarray, rows: np.ndarray, jumps: np.ndarray, first: int, dtype: np.dtype
+    small: np.ndarray, rows: np.ndarray, firsts: np.ndarray, first: int, dtype: np.dtype
 ) -> np.ndarray:
-    out = np.cumsum(small, dtype=dtype)
-    # Each stretch between two large jumps is shifted by the first value and the jumps
-    # before it: one pass over the rows.
-    shift = first
-    bounds = [0, *rows.tolist(), len(out)]
+    """The column :func:`deltas` encoded: each stretch's running sum from its first value
+    (``first`` for the one at row 0, ``firsts`` for those at ``rows``)."""
+    out = np.empty(len(small), dtype=dtype)
+    bounds = [0, *rows.tolist(), len(small)]
+    starts = [first, *firsts.tolist()]
     for k in range(len(bounds) - 1):
-        if k:
-            shift += int(jumps[k - 1])
-        if shift:
-            out[bounds[k] : bounds[k + 1]] += shift
+        seg = out[bounds[k] : bounds[k + 1]]
+        np.cumsum(small[bounds[k] : bounds[k + 1]], dtype=dtype, out=seg)
+        if starts[k]:
+            seg += starts[k]
     return out
 
 

@@ -81,26 +81,32 @@ def test_deltas_give_the_column_back_with_their_large_jumps(small_blocks, width)
     a = np.concatenate(parts).astype(np.int32)
     got = codecs.deltas(a, limit=20, width=width)
     assert got is not None
-    small, rows, jumps = got
-    assert small.dtype == width and len(rows) == len(jumps) >= 3
-    back = codecs.from_deltas(small, rows, jumps, int(a[0]), a.dtype)
+    small, rows, firsts = got
+    assert small.dtype == width and len(rows) == len(firsts) >= 3
+    back = codecs.from_deltas(small, rows, firsts, int(a[0]), a.dtype)
     assert back.dtype == a.dtype and np.array_equal(back, a)
 
 
-def test_deltas_are_refused_when_the_sums_or_jumps_would_not_fit(small_blocks) -> None:
-    """Too many large jumps, no narrower type than the column's, or running sums that would
-    overflow the column's type between jumps: None, and the column stays as it is."""
+def test_deltas_sum_each_stretch_from_its_own_start(small_blocks) -> None:
+    """An int16 column climbing by 100 to 29,900 twice, a jump back between: one running sum
+    over both climbs would reach 59,800, past int16 (a 10M-step run's record index passed
+    int32 so, and was kept at four bytes a row); summed stretch by stretch it comes back."""
+    twice = np.concatenate([np.arange(0, 30_000, 100)] * 2).astype(np.int16)
+    got = codecs.deltas(twice, limit=5, width=np.int8)
+    assert got is not None
+    back = codecs.from_deltas(*got, int(twice[0]), twice.dtype)
+    assert back.dtype == twice.dtype and np.array_equal(back, twice)
+
+
+def test_deltas_are_refused_where_they_cannot_give_the_column_back(small_blocks) -> None:
+    """Too many large jumps, no narrower type than the column's, or two values further apart
+    than the column's type can count: None, and the column stays as it is."""
     a = np.arange(0, 50 * 1000, 1000, dtype=np.int64)
     assert codecs.deltas(a, limit=10, width=np.int8) is None  # 49 jumps
+    assert codecs.deltas(a, limit=49, width=np.int8) is not None
     assert codecs.deltas(np.arange(9, dtype=np.int8), limit=9, width=np.int8) is None
-    # An int16 column climbing by 100 to 30,000 twice, a jump back between: the bytes'
-    # running sum would reach 60,000, past int16, before the jump is added back.
-    twice = np.concatenate([np.arange(0, 30_000, 100)] * 2).astype(np.int16)
-    assert codecs.deltas(twice, limit=5, width=np.int8) is None
-    once = twice[:300]
-    got = codecs.deltas(once, limit=5, width=np.int8)
-    assert got is not None
-    assert np.array_equal(codecs.from_deltas(*got, int(once[0]), once.dtype), once)
+    wide = np.array([-30_000, -29_950, 29_950, 30_000], dtype=np.int16)
+    assert codecs.deltas(wide, limit=5, width=np.int8) is None
 
 
 def test_float32_only_when_every_bit_comes_back(small_blocks) -> None:
