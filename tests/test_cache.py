@@ -404,11 +404,17 @@ def test_old_format_entries_are_ignored(tmp_path, cache_dir):
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "findings.json").read_text())
 
 
+@pytest.mark.parametrize("tier", ["plain", "compact"])
 @pytest.mark.parametrize("name", sorted(GOLDEN))
-def test_cached_runs_give_the_golden_findings(name, cache_dir, monkeypatch):
+def test_cached_runs_give_the_golden_findings(name, tier, cache_dir, monkeypatch):
     """Every sample run and real log analysed from a cache hit (literal and memory-mapped
-    columns) gives exactly the golden findings, without parsing a file."""
+    columns; or, as a run too large for plain arrays is kept, the compact encodings) gives
+    exactly the golden findings, without parsing a file."""
     import sys
+
+    if tier == "compact":
+        monkeypatch.setattr(cache, "RAW_SHARE", 0.0)
+        monkeypatch.setattr(cache, "RAW_MIN_BYTES", 0)
 
     import forensics.importers as importers
 
@@ -419,6 +425,15 @@ def test_cached_runs_give_the_golden_findings(name, cache_dir, monkeypatch):
     if name not in targets:
         pytest.skip(f"{name} is absent (../shared is not beside the project)")
     golden_findings.job_findings(targets[name])  # fills the cache
+    if tier == "compact":
+        import pickle
+
+        kinds = {
+            k
+            for meta in cache_dir.glob("*/run.pickle")
+            for k, _ in pickle.loads(meta.read_bytes())["frame"]["columns"].values()
+        }
+        assert kinds & {"ramps", "deltas", "float32", "joint"}, kinds
     parsed = []
     real = importers._read_job
 
