@@ -510,51 +510,41 @@ def store(entry: str, run: Run, run_path: Path) -> None:
         return
     tmp: Path | None = None
     try:
-        import numpy as np
-
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=d))
         layout = _layout(frame, cap)
         columns: dict[str, tuple[str, Any]] = {}
         rest = []
         joint: Any = None
+        encoded: dict[str, tuple[str, Any, np.ndarray | None]] = {}
         if any(kind.startswith("compact") for kind, _ in layout.values()):
+            # (None: even compact it would crowd the cache, so those columns go to Parquet)
             compact = _compact(frame, layout, cap)
-            if compact is None:  # even compact it would crowd the cache: all in Parquet
-                layout = {
-                    c: (("rest", None) if k.startswith("compact") else (k, v))
-                    for c, (k, v) in layout.items()
-                }
-            else:
-                encoded, joint = compact
-                if joint is not None:
-                    codes, _ = joint
-                    np.save(tmp / _CODES, codes, allow_pickle=False)
-                    joint = (codes.dtype.str, _data_offset(tmp / _CODES))
-                    del codes
-                for name, (kind, payload, arr) in encoded.items():
-                    if arr is not None:
-                        np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
-                        where = (arr.dtype.str, _data_offset(tmp / f"{name}.npy"))
-                        payload = (*payload, where) if payload is not None else (where,)
-                    columns[name] = ("raw", where) if kind == "raw" else (kind, payload)
-                layout = {
-                    c: (("rest", None) if k.startswith("compact") else (k, v))
-                    for c, (k, v) in layout.items()
-                    if c not in encoded
-                }
-                del encoded
+            if compact is not None:
+                encoded, shared = compact
+                if shared is not None:
+                    joint = _saved(tmp / _CODES, shared[0])
+            for name, (kind, payload, arr) in encoded.items():
+                if arr is not None:
+                    where = _saved(tmp / f"{name}.npy", arr)
+                    payload = (*payload, where) if payload is not None else (where,)
+                columns[name] = ("raw", where) if kind == "raw" else (kind, payload)
+            layout = {
+                c: (("rest", None) if k.startswith("compact") else (k, v))
+                for c, (k, v) in layout.items()
+                if c not in encoded
+            }
+            del encoded, compact
         for name, (kind, value) in layout.items():
             coded = _coded(frame.get_column(name)) if kind == "coded" else None
             if kind == "raw":
-                arr = frame.get_column(name).to_numpy()
-                np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
-                columns[name] = ("raw", (arr.dtype.str, _data_offset(tmp / f"{name}.npy")))
+                columns[name] = (
+                    "raw",
+                    _saved(tmp / f"{name}.npy", frame.get_column(name).to_numpy()),
+                )
             elif coded is not None:
                 values, codes = coded
-                np.save(tmp / f"{name}.npy", codes, allow_pickle=False)
-                where = (codes.dtype.str, _data_offset(tmp / f"{name}.npy"))
-                columns[name] = ("coded", (values, where))
+                columns[name] = ("coded", (values, _saved(tmp / f"{name}.npy", codes)))
                 del codes
             elif kind == "coded":  # (codes that do not give it back: kept in the Parquet file)
                 columns[name] = ("rest", None)
@@ -600,6 +590,14 @@ def store(entry: str, run: Run, run_path: Path) -> None:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _saved(npy: Path, arr: np.ndarray) -> tuple[str, int]:
+    """Write ``arr`` as a .npy file; its type and where its bytes start, for :func:`_mapped`."""
+    import numpy as np
+
+    np.save(npy, arr, allow_pickle=False)
+    return arr.dtype.str, _data_offset(npy)
 
 
 def _data_offset(npy: Path) -> int:

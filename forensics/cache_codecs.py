@@ -109,12 +109,11 @@ def deltas(
     (a record index of a 10M-step run: 73M apart at most, where one running sum over all
     stretches would have passed int32)."""
     n = len(a)
-    if n == 0 or a.dtype.kind not in "iu" or not _fits_int64_differences(a):
-        return None
+    if n == 0 or a.dtype.kind not in "iu" or np.dtype(width).itemsize >= a.dtype.itemsize:
+        return None  # (not integers, or no smaller than the column itself)
     info, lim = np.iinfo(a.dtype), np.iinfo(width)
-    if np.dtype(width).itemsize >= a.dtype.itemsize:
-        return None  # (no smaller than the column itself)
-    if int(a.max()) - int(a.min()) > info.max:
+    lo, hi = int(a.min()), int(a.max())
+    if lo < -(1 << 62) or hi >= 1 << 62 or hi - lo > info.max:
         return None
     small = np.empty(n, dtype=width)
     small[0] = 0

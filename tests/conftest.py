@@ -163,6 +163,16 @@ def _restore_environment() -> Iterator[None]:
 
 
 @pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run cache of the test's own (FORENSICS_CACHE_DIR), on, under the default cap."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(d))
+    monkeypatch.delenv("FORENSICS_NO_CACHE", raising=False)
+    monkeypatch.delenv("FORENSICS_CACHE_MAX_MB", raising=False)
+    return d
+
+
+@pytest.fixture
 def spike_run(tmp_path: Path) -> Path:
     return write_tb_run(tmp_path / "runs" / "exp42")
 

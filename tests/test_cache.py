@@ -28,15 +28,6 @@ def _write_run(folder: Path, n: int = 300, loss0: float = 5.0) -> Path:
     return folder
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(d))
-    monkeypatch.delenv("FORENSICS_NO_CACHE", raising=False)
-    monkeypatch.delenv("FORENSICS_CACHE_MAX_MB", raising=False)
-    return d
-
-
 def _entries(d: Path) -> list[Path]:
     return [e for e in d.iterdir() if not e.name.startswith(".")] if d.exists() else []
 

@@ -23,15 +23,6 @@ OLD = time.time() - 3600
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("FORENSICS_CACHE_DIR", str(d))
-    monkeypatch.delenv("FORENSICS_NO_CACHE", raising=False)
-    monkeypatch.delenv("FORENSICS_CACHE_MAX_MB", raising=False)
-    return d
-
-
-@pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 7 rows, so the encoders' block seams fall inside every test column."""
     monkeypatch.setattr(codecs, "_BLOCK", 7)
