@@ -301,14 +301,14 @@ def _wrapped_rows(v: np.ndarray, m: int) -> np.ndarray:
 
 
 def slope_stats_rows(
-    x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int]
+    x: np.ndarray, y: np.ndarray, ks: list[int], ks_h: list[int], threads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`slope_stats_rows_numpy`'s values, from the compiled kernel where it was built
     (``forensics/evidence/_slopes.c``: the same values, several times faster, its rows split
-    between the machine's cores), else from numpy."""
+    between ``threads`` threads, default the machine's cores), else from numpy."""
     if _slopes is None or x.shape[1] < 2 or len(ks) > 8 or len(ks_h) > 8:
         return slope_stats_rows_numpy(x, y, ks, ks_h)
-    return slope_stats_rows_compiled(x, y, ks, ks_h)
+    return slope_stats_rows_compiled(x, y, ks, ks_h, threads)
 
 
 def slope_stats_rows_compiled(

@@ -197,12 +197,22 @@ def _trends(
         start = np.maximum(lo, first)
         lengths = onset - start
         big = (lengths >= 2 * _FAST_MIN_POINTS) & (lengths >= p.min_trend_points)
-        for length, rows in _groups(lengths, big).items():
-            for c in range(0, len(rows), _CHUNK_ROWS):
-                chunk = rows[c : c + _CHUNK_ROWS]
-                fits = _fit_rows(steps, ys, start[chunk], length, spikes, chunk)
+        jobs = [
+            (length, rows[c : c + _CHUNK_ROWS])
+            for length, rows in _groups(lengths, big).items()
+            for c in range(0, len(rows), _CHUNK_ROWS)
+        ]
+        # Several chunks: each thread fits its own, the slopes' kernel in the thread's core
+        # alone (one chunk: the kernel splits its rows between the cores).
+        threads = 1 if len(jobs) > 1 else None
+
+        def fit(a: int, b: int) -> None:
+            for length, chunk in jobs[a:b]:
+                fits = _fit_rows(steps, ys, start[chunk], length, spikes, chunk, threads)
                 for i, t in zip(chunk, fits, strict=True):
                     out[int(i)] = t
+
+        order_stats.in_parts(len(jobs), 1, fit)
     return [
         t if t is not None else _trend(steps, ys, s, log_scale, p)
         for t, s in zip(out, spikes, strict=True)
@@ -216,6 +226,7 @@ def _fit_rows(
     length: int,
     spikes: list[SpikeInput],
     rows: np.ndarray,
+    threads: int | None = None,
 ) -> list[Trend | None]:
     """fit_trend's "trend" branch for windows ``[start, start + length)`` of ``length`` >= 80
     points; None for a row the fast path does not take (or with a non-finite number)."""
@@ -234,7 +245,7 @@ def _fit_rows(
     got_h = np.zeros((k, len(ks_h)))
     fast_rows = np.flatnonzero(fast)
     got[fast_rows], got_h[fast_rows] = order_stats.slope_stats_rows(
-        x[fast_rows], y[fast_rows], ks, ks_h
+        x[fast_rows], y[fast_rows], ks, ks_h, threads
     )
     col = {kk: i for i, kk in enumerate(ks)}
     col_h = {kk: i for i, kk in enumerate(ks_h)}
@@ -359,7 +370,53 @@ def _plateau(
     hh = np.array([t.backtest_h for t in trends], dtype=float)
     xc = np.array([t.x_center for t in trends], dtype=float)
     lengths = np.where(is_trend & ok, w1 - w0, 0)
-    for length, rows in _chunked(_groups(lengths, lengths >= 3)):
+    chunks = list(_chunked(_groups(lengths, lengths >= 3)))
+    # (the chunks split between the cores: each writes its own rows of out and ok)
+    order_stats.in_parts(
+        len(chunks),
+        1,
+        lambda a, b: _plateau_chunks(
+            chunks[a:b],
+            steps,
+            values,
+            xs,
+            ys,
+            w0,
+            icpt,
+            slope,
+            half,
+            err,
+            hh,
+            xc,
+            log_scale,
+            p,
+            ok,
+            out,
+        ),
+    )
+    return out
+
+
+def _plateau_chunks(
+    chunks: list[tuple[int, np.ndarray]],
+    steps: np.ndarray,
+    values: np.ndarray,
+    xs: np.ndarray,
+    ys: np.ndarray,
+    w0: np.ndarray,
+    icpt: np.ndarray,
+    slope: np.ndarray,
+    half: np.ndarray,
+    err: np.ndarray,
+    hh: np.ndarray,
+    xc: np.ndarray,
+    log_scale: bool,
+    p: ShapeParams,
+    ok: np.ndarray,
+    out: dict[int, tuple[float | None, float | None, int]],
+) -> None:
+    """:func:`_plateau`'s numbers for some of its chunks (rows of one length each)."""
+    for length, rows in chunks:
         j = w0[rows][:, None] + np.arange(length)[None, :]
         t = icpt[rows][:, None] + slope[rows][:, None] * xs[j]
         dy = ys[j] - t
@@ -393,7 +450,6 @@ def _plateau(
             r = float(rel[q])
             clearly = 1 if r > lim else (-1 if r < -lim else 0)
             out[int(i)] = (float(shift[q]), r, clearly)
-    return out
 
 
 def _chunked(groups: dict[int, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:

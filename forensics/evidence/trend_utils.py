@@ -21,6 +21,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import polars as pl
 
+from forensics.evidence.order_stats import in_parts
 from forensics.evidence.reuse import _ACTIVE as _ACTIVE_MEMO
 from forensics.evidence.reuse import local_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA
@@ -355,12 +356,15 @@ def bin_median(
     # the rows (the same partition and midpoint as a median per bin), a few rows at a time
     # (each row's median is its own: a million points are not gathered at once).
     sizes = np.diff(edges)
+    blocks: list[tuple[int, np.ndarray]] = []
     for size in np.unique(sizes):
         rows_of_size = np.flatnonzero(sizes == size)
         per = max(1, _BIN_BLOCK // int(size))
-        for a in range(0, len(rows_of_size), per):
-            rows = rows_of_size[a : a + per]
-            idx = edges[rows][:, None] + np.arange(int(size))
+        blocks += [(int(size), rows_of_size[a : a + per]) for a in range(0, len(rows_of_size), per)]
+
+    def medians(first: int, last: int) -> None:
+        for size, rows in blocks[first:last]:
+            idx = edges[rows][:, None] + np.arange(size)
             sy = values[idx]
             if as_float:
                 sy = sy.astype(float, copy=False)
@@ -368,6 +372,10 @@ def bin_median(
             if bin_xs:
                 sx = steps[idx]
                 xs[rows] = np.median(sx.astype(float, copy=False) if as_float else sx, axis=1)
+
+    # The blocks split between the cores (numpy's partition holds no lock; each block writes
+    # its own bins): a long stretch's blocks only, a short one's are not worth a thread.
+    in_parts(len(blocks), 1 if n >= _BIN_SPLIT_MIN else len(blocks) + 1, medians)
     return xs, ys
 
 
@@ -396,6 +404,7 @@ def _middle_of_bins(steps: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 _BIN_BLOCK = 1 << 16  # points of bin_median's bins gathered at a time
+_BIN_SPLIT_MIN = 1 << 18  # points from which bin_median's blocks are split between threads
 
 
 def bin_bounds(steps: np.ndarray, *, max_bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
