@@ -293,7 +293,7 @@ def _fit_rows(
     ]
 
 
-_CHUNK_ROWS = 256  # windows fitted together (bounds the arrays to a few MB)
+_CHUNK_ROWS = 128  # windows fitted together (a few MB a thread, two threads at once)
 
 
 def _width_start(
@@ -463,7 +463,7 @@ def _chunked(groups: dict[int, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
             yield length, rows[c : c + step]
 
 
-_CHUNK_CELLS = 1 << 17  # 1 MiB per float64 (spikes x points) array
+_CHUNK_CELLS = 1 << 16  # 512 KiB per float64 (spikes x points) array, two threads at once
 
 
 def _groups(lengths: np.ndarray, keep: np.ndarray) -> dict[int, np.ndarray]:
