@@ -1131,6 +1131,10 @@ _DETECTING = frozenset({"analyze", "compare", "sweep", "watch"})
 def _return_freed_memory(command: str | None) -> None:
     if command in _DETECTING and "polars" not in sys.modules:
         os.environ.setdefault(*_POLARS_ALLOCATOR)
+    if command in _DETECTING and "MALLOC_ARENA_MAX" not in os.environ:  # (the user's wins)
+        from forensics.allocator import limit_arenas
+
+        limit_arenas(2)  # (the caller's thread and one more: in_parts' most)
 
 
 def _collect_less(command: str | None) -> None:

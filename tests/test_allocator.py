@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -24,3 +25,57 @@ def test_trim_gives_back_what_numpy_freed_and_is_safe_to_repeat() -> None:
 def test_without_glibc_trim_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(allocator, "_libc", False)
     assert allocator.trim() is False
+
+
+_ARENAS = """
+import ctypes, os, sys, tempfile, threading
+import numpy as np
+from forensics import allocator
+if sys.argv[1] == "limit":
+    assert allocator.limit_arenas(1)
+ready = threading.Barrier(5)
+def work():
+    ready.wait()  # all four alive at once: each allocates while the others hold arenas
+    blocks = [np.ones(1 << 12) for _ in range(200)]
+    ready.wait()
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+ready.wait()
+ready.wait()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+path = os.path.join(tempfile.mkdtemp(), "info.xml")
+fp = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, fp)
+libc.fclose(fp)
+print(open(path).read().count("<heap nr="))
+for t in threads:
+    t.join()
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or allocator._glibc() is False, reason="glibc only"
+)
+def test_limit_arenas_keeps_threads_in_the_arenas_allowed() -> None:
+    import subprocess
+
+    def heaps(mode: str) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+        out = subprocess.run(
+            [sys.executable, "-c", _ARENAS, mode], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip())
+
+    assert heaps("plain") > 1  # (threads allocating at once: arenas of their own)
+    assert heaps("limit") == 1
+
+
+def test_without_glibc_limit_arenas_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator, "_libc", False)
+    assert allocator.limit_arenas(2) is False

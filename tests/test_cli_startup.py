@@ -295,6 +295,29 @@ def test_the_command_line_asks_polars_to_return_freed_memory_at_once() -> None:
     assert run("import polars\n" + code, env) == "dirty_decay_ms:500,muzzy_decay_ms:1000"
 
 
+def test_the_detecting_commands_limit_glibc_to_two_arenas() -> None:
+    """main() limits glibc's malloc arenas to two for the commands that detect (their work
+    split between two threads faulted fewer pages in), not for the others; a
+    MALLOC_ARENA_MAX the user set is left to glibc."""
+    code = (
+        "import sys\n"
+        "from forensics import allocator, cli\n"
+        "asked = []\n"
+        "allocator.limit_arenas = lambda n: asked.append(n) or True\n"
+        "cli._return_freed_memory(sys.argv[1])\n"
+        "print(asked)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    run = lambda cmd, e=env: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code, cmd], env=e, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for cmd in ("analyze", "compare", "sweep", "watch"):
+        assert run(cmd) == "[2]", cmd
+    for cmd in ("export", "metrics", "--help"):
+        assert run(cmd) == "[]", cmd
+    assert run("analyze", {**env, "MALLOC_ARENA_MAX": "4"}) == "[]"
+
+
 def test_the_detecting_commands_collect_cycles_less_often() -> None:
     """analyze, compare, sweep and watch raise the cyclic collector's first threshold (a long
     run's thousands of findings set it off about 500 times); other commands keep Python's."""
