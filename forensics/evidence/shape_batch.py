@@ -371,85 +371,46 @@ def _plateau(
     xc = np.array([t.x_center for t in trends], dtype=float)
     lengths = np.where(is_trend & ok, w1 - w0, 0)
     chunks = list(_chunked(_groups(lengths, lengths >= 3)))
+
+    def measure(first: int, last: int) -> None:
+        for length, rows in chunks[first:last]:
+            j = w0[rows][:, None] + np.arange(length)[None, :]
+            t = icpt[rows][:, None] + slope[rows][:, None] * xs[j]
+            dy = ys[j] - t
+            tv = np.exp(t) if log_scale else t
+            dv = values[j] - tv
+            nan = np.isnan(dy).any(axis=1) | np.isnan(dv).any(axis=1)
+            ok[rows[nan]] = False
+            shift_y = median_rows(np.where(nan[:, None], 0.0, dy))
+            shift = median_rows(np.where(nan[:, None], 0.0, dv))
+            st = steps[j]
+            mid = length // 2
+            med_step = (
+                st[:, mid].astype(float)
+                if length % 2
+                else (st[:, mid - 1].astype(float) + st[:, mid].astype(float)) / 2.0
+            )
+            dx = np.abs(np.log1p(np.maximum(med_step, 0.0)) - xc[rows])
+            unc = np.maximum(half[rows], err[rows] / hh[rows]) * dx
+            if log_scale:
+                rel = np.expm1(shift_y)
+                unc_rel = np.expm1(unc)
+            else:
+                scale = median_rows(np.where(nan[:, None], 0.0, np.abs(tv)))
+                scale = np.where(1e-12 > scale, 1e-12, scale)
+                rel = shift / scale
+                unc_rel = unc / scale
+            for q, i in enumerate(rows):
+                if nan[q]:
+                    continue
+                lim = p.plateau_tol + float(unc_rel[q])
+                r = float(rel[q])
+                clearly = 1 if r > lim else (-1 if r < -lim else 0)
+                out[int(i)] = (float(shift[q]), r, clearly)
+
     # (the chunks split between the cores: each writes its own rows of out and ok)
-    order_stats.in_parts(
-        len(chunks),
-        1,
-        lambda a, b: _plateau_chunks(
-            chunks[a:b],
-            steps,
-            values,
-            xs,
-            ys,
-            w0,
-            icpt,
-            slope,
-            half,
-            err,
-            hh,
-            xc,
-            log_scale,
-            p,
-            ok,
-            out,
-        ),
-    )
+    order_stats.in_parts(len(chunks), 1, measure)
     return out
-
-
-def _plateau_chunks(
-    chunks: list[tuple[int, np.ndarray]],
-    steps: np.ndarray,
-    values: np.ndarray,
-    xs: np.ndarray,
-    ys: np.ndarray,
-    w0: np.ndarray,
-    icpt: np.ndarray,
-    slope: np.ndarray,
-    half: np.ndarray,
-    err: np.ndarray,
-    hh: np.ndarray,
-    xc: np.ndarray,
-    log_scale: bool,
-    p: ShapeParams,
-    ok: np.ndarray,
-    out: dict[int, tuple[float | None, float | None, int]],
-) -> None:
-    """:func:`_plateau`'s numbers for some of its chunks (rows of one length each)."""
-    for length, rows in chunks:
-        j = w0[rows][:, None] + np.arange(length)[None, :]
-        t = icpt[rows][:, None] + slope[rows][:, None] * xs[j]
-        dy = ys[j] - t
-        tv = np.exp(t) if log_scale else t
-        dv = values[j] - tv
-        nan = np.isnan(dy).any(axis=1) | np.isnan(dv).any(axis=1)
-        ok[rows[nan]] = False
-        shift_y = median_rows(np.where(nan[:, None], 0.0, dy))
-        shift = median_rows(np.where(nan[:, None], 0.0, dv))
-        st = steps[j]
-        mid = length // 2
-        med_step = (
-            st[:, mid].astype(float)
-            if length % 2
-            else (st[:, mid - 1].astype(float) + st[:, mid].astype(float)) / 2.0
-        )
-        dx = np.abs(np.log1p(np.maximum(med_step, 0.0)) - xc[rows])
-        unc = np.maximum(half[rows], err[rows] / hh[rows]) * dx
-        if log_scale:
-            rel = np.expm1(shift_y)
-            unc_rel = np.expm1(unc)
-        else:
-            scale = median_rows(np.where(nan[:, None], 0.0, np.abs(tv)))
-            scale = np.where(1e-12 > scale, 1e-12, scale)
-            rel = shift / scale
-            unc_rel = unc / scale
-        for q, i in enumerate(rows):
-            if nan[q]:
-                continue
-            lim = p.plateau_tol + float(unc_rel[q])
-            r = float(rel[q])
-            clearly = 1 if r > lim else (-1 if r < -lim else 0)
-            out[int(i)] = (float(shift[q]), r, clearly)
 
 
 def _chunked(groups: dict[int, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
