@@ -14,6 +14,7 @@ setup(
         Extension("forensics.evidence._slopes", ["forensics/evidence/_slopes.c"], optional=True),
         Extension("forensics.evidence._rolling", ["forensics/evidence/_rolling.c"], optional=True),
         Extension("forensics.importers._group", ["forensics/importers/_group.c"], optional=True),
+        Extension("forensics.importers._tfscan", ["forensics/importers/_tfscan.c"], optional=True),
         Extension(
             "forensics.importers._jsonl",
             ["forensics/importers/_jsonl.c"],

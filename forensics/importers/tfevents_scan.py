@@ -1,4 +1,6 @@
-"""Protobuf-free scanning of TensorBoard event files (TFRecord framing), vectorised with numpy.
+"""Protobuf-free scanning of TensorBoard event files (TFRecord framing), vectorised with numpy
+(and the same in C where ``forensics/importers/_tfscan.c`` was built: the walk, the length
+checks and the decoding below, one pass each; the tags are interned here either way).
 
 A TFRecord is ``u64 length | u32 masked_crc32c(length) | data | u32 masked_crc32c(data)``.
 Walking the framing is inherently sequential (each length says where the next record is),
@@ -36,6 +38,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+try:  # the compiled walk, length checks and decoding (forensics/importers/_tfscan.c)
+    from forensics.importers import _tfscan
+except ImportError:  # pragma: no cover - no C compiler at install: numpy's path
+    _tfscan = None  # type: ignore[assignment]
 
 MASK_DELTA = 0xA282EAD8
 PAD = 32  # bytes a buffer needs after its last record for the reads of decode_fast
@@ -130,7 +137,21 @@ def length_crc_ok(a: np.ndarray, offs: np.ndarray, lens: np.ndarray | None = Non
     """Per record: does the stored masked CRC match the CRC-32C of its 8 length bytes?
 
     ``lens`` (the lengths :func:`walk` read at ``offs``) saves reading them again. A file
-    has few distinct lengths, so each one's CRC is computed once and looked up."""
+    has few distinct lengths, so each one's CRC is computed once and looked up (numpy's
+    path; the compiled one computes each record's)."""
+    if len(offs) == 0:
+        return np.zeros(0, dtype=bool)
+    if _tfscan is not None:
+        ok = np.empty(len(offs), dtype=bool)
+        _tfscan.crc_lengths(a, np.ascontiguousarray(offs, dtype=np.int64), ok.view(np.uint8))
+        return ok
+    return length_crc_ok_numpy(a, offs, lens)
+
+
+def length_crc_ok_numpy(
+    a: np.ndarray, offs: np.ndarray, lens: np.ndarray | None = None
+) -> np.ndarray:
+    """:func:`length_crc_ok` by numpy."""
     if len(offs) == 0:
         return np.zeros(0, dtype=bool)
     stored = at_every_byte(a, "<u4")[offs + 8]
@@ -165,16 +186,40 @@ class WalkState:
 
 def walk(buf, max_record: int, n: int | None = None, state: WalkState | None = None) -> Framing:  # noqa: ANN001
     """Record boundaries in ``buf[:n]`` (bytes-like) up to the first record that cannot be
-    complete. ``state`` carries the pattern from one block of a file to the next.
+    complete: by the compiled kernel where it was built (one pass over the headers), else by
+    numpy (:func:`walk_numpy`), where ``state`` carries the pattern from one block of a file
+    to the next.
 
-    The chain of lengths is sequential, but real files repeat a short pattern of record
-    lengths (one per tag, changing only when the step's varint grows). So after a few records
+    numpy's walk: the chain of lengths is sequential, but real files repeat a short pattern of
+    record lengths (one per tag, changing only when the step's varint grows). So after a few records
     read one by one, the pattern is extrapolated over a whole block of offsets at once and
     checked against the lengths actually stored there; the verified prefix is exact (each
     offset follows from a verified length), and the walk resumes one by one where the guess
     first fails.
     """
     n = len(buf) if n is None else n
+    if _tfscan is not None:
+        return _walk_compiled(buf, max_record, n)
+    return walk_numpy(buf, max_record, n, state)
+
+
+_STOPS = ("eof", "short", "zero", "huge")  # the compiled walk's stop codes
+
+
+def _walk_compiled(buf, max_record: int, n: int) -> Framing:  # noqa: ANN001
+    """:func:`walk` by the compiled kernel: the records counted, then read (two passes over
+    the headers only; a block's state is not needed, nothing is guessed)."""
+    assert _tfscan is not None
+    count, _, _ = _tfscan.walk(buf, n, max_record, None, None)
+    offs = np.empty(count, dtype=np.int64)
+    lens = np.empty(count, dtype=np.int64)
+    _, end, stop = _tfscan.walk(buf, n, max_record, offs, lens)
+    return Framing(offs, lens, end, _STOPS[stop])
+
+
+def walk_numpy(buf, max_record: int, n: int, state: WalkState | None = None) -> Framing:  # noqa: ANN001
+    """:func:`walk` by numpy (the lengths read one by one in Python and a pattern guessed
+    ahead, see :func:`walk`)."""
     state = WalkState() if state is None else state
     a = np.frombuffer(buf, dtype=np.uint8)
     u8 = at_every_byte(a, "<u8")
@@ -400,7 +445,61 @@ def decode_fast(
     """Decode every record of the fast shape at once; ``matched`` marks the others as not done.
 
     ``a`` is the buffer as uint8 (a copy with padding is made when it lacks PAD bytes after
-    the last record); ``table`` interns tags across calls (``tags`` is its list)."""
+    the last record); ``table`` interns tags across calls (``tags`` is its list). By the
+    compiled kernel where it was built, else by numpy (:func:`decode_fast_numpy`): the same
+    rows."""
+    if _tfscan is None:
+        return decode_fast_numpy(a, offs, lens, table)
+    table = TagTable() if table is None else table
+    n_rec = len(offs)
+    if n_rec == 0:
+        return _no_rows(table)
+    end = int(offs[-1] + lens[-1] + 16)
+    if len(a) < end + PAD:  # (the tags' words are read 8 bytes at a time)
+        base = int(offs[0])
+        a, offs = padded(a[base:end], end - base), offs - base
+    offs = np.ascontiguousarray(offs, dtype=np.int64)
+    lens = np.ascontiguousarray(lens, dtype=np.int64)
+    flags = np.empty(n_rec, dtype=np.uint8)
+    step, tag_at, tag_len = (np.empty(n_rec, dtype=np.int64) for _ in range(3))
+    wall, value = np.empty(n_rec), np.empty(n_rec)
+    _tfscan.decode(a, offs, lens, flags, step, wall, value, tag_at, tag_len)
+    rows = (flags & 1).astype(bool)
+    rec = np.flatnonzero(rows)
+    at: slice | np.ndarray = rec
+    if len(rec) and int(rec[-1]) - int(rec[0]) + 1 == len(rec):
+        at = slice(int(rec[0]), int(rec[-1]) + 1)
+    w = Words(a)
+    d = offs + 12
+    version = _version_records(w.a, d, d + lens, np.flatnonzero(flags & 8))
+    tag_id = table.ids(w, tag_at[at], tag_len[at])
+    fl = flags[at]
+    matched = rows.copy()
+    matched[version] = True
+    return FastRows(
+        rec,
+        step[at],
+        wall[at],
+        value[at],
+        tag_id,
+        table.tags,
+        (fl & 4) != 0,
+        (fl & 2) != 0,
+        matched,
+    )
+
+
+def _no_rows(table: TagTable) -> FastRows:
+    z = np.zeros(0, dtype=np.int64)
+    f = np.zeros(0, dtype=np.float64)
+    b = np.zeros(0, dtype=bool)
+    return FastRows(z, z, f, f, z, table.tags, b, b, b)
+
+
+def decode_fast_numpy(
+    a: np.ndarray, offs: np.ndarray, lens: np.ndarray, table: TagTable | None = None
+) -> FastRows:
+    """:func:`decode_fast` by numpy: the byte tests on whole arrays."""
     table = TagTable() if table is None else table
     n_rec = len(offs)
     if n_rec == 0:
