@@ -159,3 +159,24 @@ def test_bad_arguments_are_refused_not_read_past() -> None:
     out = [np.empty(1, dtype=t) for t in (np.uint8, np.int64, float, float, np.int64, np.int64)]
     with pytest.raises(ValueError, match="past buf"):
         scan._tfscan.decode(data, offs, np.array([10], dtype=np.int64), *out)
+
+
+@pytest.mark.parametrize("sample", ["histogram_layers", "resumed", "truncated_log", "bad_batch"])
+def test_the_reader_gives_the_same_run_through_either_path(
+    sample: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The whole event-file read (framing by blocks, restarts, a cut-off last record,
+    histograms) gives the same frame and notes with the kernel as with numpy's path."""
+    from forensics.importers import ReadOptions, read_run
+
+    folder = ROOT / "sample_runs" / sample
+    opts = ReadOptions(cache=False)
+    with_kernel = read_run(folder, options=opts)
+    monkeypatch.setattr(scan, "_tfscan", None)
+    without = read_run(folder, options=opts)
+    assert with_kernel.frame.height > 1000
+    assert with_kernel.frame.equals(without.frame)
+    assert with_kernel.notes == without.notes
+    assert [f.summary for f in with_kernel.import_findings] == [
+        f.summary for f in without.import_findings
+    ]
