@@ -1105,6 +1105,7 @@ def main() -> None:
     _QUICK_EXIT = False  # (a command run earlier in this process through the app set it)
     command = sys.argv[1] if len(sys.argv) > 1 else None
     _return_freed_memory(command)
+    _fewer_arenas(command)
     _collect_less(command)
     try:
         with _only_command(command):
@@ -1131,7 +1132,12 @@ _DETECTING = frozenset({"analyze", "compare", "sweep", "watch"})
 def _return_freed_memory(command: str | None) -> None:
     if command in _DETECTING and "polars" not in sys.modules:
         os.environ.setdefault(*_POLARS_ALLOCATOR)
-    if command in _DETECTING and "MALLOC_ARENA_MAX" not in os.environ:  # (the user's wins)
+
+
+def _fewer_arenas(command: str | None) -> None:
+    """glibc held to two malloc arenas for the commands that detect (see
+    :func:`forensics.allocator.limit_arenas`); a MALLOC_ARENA_MAX the user set wins."""
+    if command in _DETECTING and "MALLOC_ARENA_MAX" not in os.environ:
         from forensics.allocator import limit_arenas
 
         limit_arenas(2)  # (the caller's thread and one more: in_parts' most)

@@ -304,7 +304,7 @@ def test_the_detecting_commands_limit_glibc_to_two_arenas() -> None:
         "from forensics import allocator, cli\n"
         "asked = []\n"
         "allocator.limit_arenas = lambda n: asked.append(n) or True\n"
-        "cli._return_freed_memory(sys.argv[1])\n"
+        "cli._fewer_arenas(sys.argv[1])\n"
         "print(asked)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}

@@ -454,10 +454,7 @@ def decode_fast(
     n_rec = len(offs)
     if n_rec == 0:
         return _no_rows(table)
-    end = int(offs[-1] + lens[-1] + 16)
-    if len(a) < end + PAD:  # (the tags' words are read 8 bytes at a time)
-        base = int(offs[0])
-        a, offs = padded(a[base:end], end - base), offs - base
+    a, offs = _padded_block(a, offs, lens)  # (the tags' words are read 8 bytes at a time)
     offs = np.ascontiguousarray(offs, dtype=np.int64)
     lens = np.ascontiguousarray(lens, dtype=np.int64)
     flags = np.empty(n_rec, dtype=np.uint8)
@@ -466,9 +463,7 @@ def decode_fast(
     _tfscan.decode(a, offs, lens, flags, step, wall, value, tag_at, tag_len)
     rows = (flags & 1).astype(bool)
     rec = np.flatnonzero(rows)
-    at: slice | np.ndarray = rec
-    if len(rec) and int(rec[-1]) - int(rec[0]) + 1 == len(rec):
-        at = slice(int(rec[0]), int(rec[-1]) + 1)
+    at = _rows_at(rec)
     w = Words(a)
     d = offs + 12
     version = _version_records(w.a, d, d + lens, np.flatnonzero(flags & 8))
@@ -496,6 +491,26 @@ def _no_rows(table: TagTable) -> FastRows:
     return FastRows(z, z, f, f, z, table.tags, b, b, b)
 
 
+def _padded_block(
+    a: np.ndarray, offs: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``offs`` as they are when ``a`` holds PAD bytes after the last record; else
+    a padded copy of the records (the buffer ends with them) and the offsets into it."""
+    end = int(offs[-1] + lens[-1] + 16)
+    if len(a) >= end + PAD:
+        return a, offs
+    base = int(offs[0])
+    return padded(a[base:end], end - base), offs - base
+
+
+def _rows_at(rec: np.ndarray) -> slice | np.ndarray:
+    """What selects the rows' records: a slice when they are consecutive (usually every
+    record of the block but a writer's first one: views, not a gather per column)."""
+    if len(rec) and int(rec[-1]) - int(rec[0]) + 1 == len(rec):
+        return slice(int(rec[0]), int(rec[-1]) + 1)
+    return rec
+
+
 def decode_fast_numpy(
     a: np.ndarray, offs: np.ndarray, lens: np.ndarray, table: TagTable | None = None
 ) -> FastRows:
@@ -503,14 +518,8 @@ def decode_fast_numpy(
     table = TagTable() if table is None else table
     n_rec = len(offs)
     if n_rec == 0:
-        z = np.zeros(0, dtype=np.int64)
-        f = np.zeros(0, dtype=np.float64)
-        b = np.zeros(0, dtype=bool)
-        return FastRows(z, z, f, f, z, table.tags, b, b, b)
-    end = int(offs[-1] + lens[-1] + 16)
-    if len(a) < end + PAD:  # the buffer ends with these records: a padded copy of them
-        base = int(offs[0])
-        a, offs = padded(a[base:end], end - base), offs - base
+        return _no_rows(table)
+    a, offs = _padded_block(a, offs, lens)
     w = Words(a)
     d = offs + 12
     e = d + lens
@@ -552,11 +561,7 @@ def decode_fast_numpy(
         meta = tens
     rows = simple | tens
     rec = np.flatnonzero(rows)
-    # The rows are usually every record of the block but a writer's first one: a slice then
-    # takes them (views), not a gather per column.
-    at: slice | np.ndarray = rec
-    if len(rec) and int(rec[-1]) - int(rec[0]) + 1 == len(rec):
-        at = slice(int(rec[0]), int(rec[-1]) + 1)
+    at = _rows_at(rec)
     rr = r[at]
     if not tens.any():  # simple values only (simple and tensor shapes are disjoint)
         value = w.f4[rr + 1].astype(np.float64)
