@@ -365,9 +365,9 @@ def bin_median(
     def medians(first: int, last: int) -> None:
         for size, rows in blocks[first:last]:
             if len(rows) == 1:
-                # A bin of _BIN_BLOCK points or more alone (a long series' bins): its slice,
-                # not a gather through an index matrix of its size (the same values in the
-                # same order, so the same partition and median).
+                # A block of one bin (over _BIN_BLOCK / 2 points: a long series' bins): its
+                # slice, not a gather through an index matrix of its size (the same values in
+                # the same order, so the same partition and median).
                 lo = int(edges[rows[0]])
                 sy = values[lo : lo + size]
                 ys[rows] = np.median(sy.astype(float, copy=False) if as_float else sy)
