@@ -57,34 +57,43 @@ static int get(PyObject *o, Py_buffer *b, int writable, Py_ssize_t itemsize, con
     return 0;
 }
 
+static void release_all(Py_buffer *b, int n) {
+    while (n > 0) PyBuffer_Release(&b[--n]);
+}
+
+/* get() for each of n objects in turn, the ones from wmin on writable: 0, or -1 with every
+ * buffer already acquired released. */
+static int get_all(PyObject **o, Py_buffer *b, int n, int wmin, const Py_ssize_t *size,
+                   const char **what) {
+    for (int j = 0; j < n; j++) {
+        if (get(o[j], &b[j], j >= wmin, size[j], what[j]) < 0) {
+            release_all(b, j);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *bo, *oo, *lo;
+    PyObject *o[3];
     Py_ssize_t n;
     unsigned long long max_record;
-    if (!PyArg_ParseTuple(args, "OnKOO", &bo, &n, &max_record, &oo, &lo)) return NULL;
-    Py_buffer bb, ob, lb;
-    int fill = oo != Py_None;
-    if (get(bo, &bb, 0, 0, "buf") < 0) return NULL;
-    if (n < 0 || n > bb.len) {
-        PyBuffer_Release(&bb);
+    if (!PyArg_ParseTuple(args, "OnKOO", &o[0], &n, &max_record, &o[1], &o[2])) return NULL;
+    static const Py_ssize_t size[3] = {0, 8, 8};
+    static const char *what[3] = {"buf", "offs", "lens"};
+    Py_buffer b[3];
+    int fill = o[1] != Py_None;
+    int held = fill ? 3 : 1; /* counting only (offs and lens None): the buffer alone */
+    if (get_all(o, b, held, 1, size, what) < 0) return NULL;
+    if (n < 0 || n > b[0].len) {
+        release_all(b, held);
         PyErr_SetString(PyExc_ValueError, "n: at most the buffer's length");
         return NULL;
     }
-    if (fill) {
-        if (get(oo, &ob, 1, 8, "offs") < 0) {
-            PyBuffer_Release(&bb);
-            return NULL;
-        }
-        if (get(lo, &lb, 1, 8, "lens") < 0) {
-            PyBuffer_Release(&ob);
-            PyBuffer_Release(&bb);
-            return NULL;
-        }
-    }
-    const uint8_t *a = bb.buf;
-    int64_t *offs = fill ? ob.buf : NULL, *lens = fill ? lb.buf : NULL;
-    Py_ssize_t cap = fill ? (ob.len < lb.len ? ob.len : lb.len) / 8 : 0;
+    const uint8_t *a = b[0].buf;
+    int64_t *offs = fill ? b[1].buf : NULL, *lens = fill ? b[2].buf : NULL;
+    Py_ssize_t cap = fill ? (b[1].len < b[2].len ? b[1].len : b[2].len) / 8 : 0;
     Py_ssize_t count = 0, pos = 0;
     int stop = 0, full = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -118,11 +127,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         pos += (Py_ssize_t)length + 16;
     }
     Py_END_ALLOW_THREADS
-    if (fill) {
-        PyBuffer_Release(&lb);
-        PyBuffer_Release(&ob);
-    }
-    PyBuffer_Release(&bb);
+    release_all(b, held);
     if (full) {
         PyErr_SetString(PyExc_ValueError, "offs and lens: fewer items than records");
         return NULL;
@@ -133,25 +138,18 @@ static PyObject *walk(PyObject *self, PyObject *args) {
 
 static PyObject *crc_lengths(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *bo, *oo, *out;
-    if (!PyArg_ParseTuple(args, "OOO", &bo, &oo, &out)) return NULL;
-    Py_buffer bb, ob, rb;
-    if (get(bo, &bb, 0, 0, "buf") < 0) return NULL;
-    if (get(oo, &ob, 0, 8, "offs") < 0) {
-        PyBuffer_Release(&bb);
-        return NULL;
-    }
-    if (get(out, &rb, 1, 1, "out") < 0) {
-        PyBuffer_Release(&ob);
-        PyBuffer_Release(&bb);
-        return NULL;
-    }
-    Py_ssize_t m = ob.len / 8;
-    const int64_t *offs = ob.buf;
-    const uint8_t *a = bb.buf;
-    uint8_t *ok = rb.buf;
-    int bad = rb.len < m;
-    for (Py_ssize_t i = 0; i < m && !bad; i++) bad = offs[i] < 0 || offs[i] + 12 > bb.len;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    static const Py_ssize_t size[3] = {0, 8, 1};
+    static const char *what[3] = {"buf", "offs", "out"};
+    Py_buffer b[3];
+    if (get_all(o, b, 3, 2, size, what) < 0) return NULL;
+    Py_ssize_t m = b[1].len / 8;
+    const int64_t *offs = b[1].buf;
+    const uint8_t *a = b[0].buf;
+    uint8_t *ok = b[2].buf;
+    int bad = b[2].len < m;
+    for (Py_ssize_t i = 0; i < m && !bad; i++) bad = offs[i] < 0 || offs[i] + 12 > b[0].len;
     if (!bad) {
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < m; i++) {
@@ -166,9 +164,7 @@ static PyObject *crc_lengths(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&rb);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&bb);
+    release_all(b, 3);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "out too short, or a record's header past buf");
         return NULL;
@@ -260,10 +256,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     static const char *what[9] = {"buf",  "offs",  "lens",   "flags", "step",
                                   "wall", "value", "tag_at", "tag_len"};
     Py_buffer b[9];
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < 9; got++)
-        if (get(o[got], &b[got], got >= 3, size[got], what[got]) < 0) goto done;
+    if (get_all(o, b, 9, 3, size, what) < 0) return NULL;
     Py_ssize_t m = b[1].len / 8;
     for (int j = 2; j < 9; j++) {
         if (b[j].len / size[j] != m) {
@@ -298,7 +292,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     result = Py_None;
     Py_INCREF(result);
 done:
-    for (int j = 0; j < got; j++) PyBuffer_Release(&b[j]);
+    release_all(b, 9);
     return result;
 }
 
