@@ -264,10 +264,16 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     def act() -> Item | None:
         run = ev.run
         layers = run.layers(ACT_ABSMAX) or run.layers(ACT_STD) or run.layers(ACT_MEAN)
-        if not layers:
+        # Without a layer index: the model-wide series (act_absmax logged on its own), which
+        # the activation check judges then (forensics.detectors.activations).
+        whole = not layers and any(run.has(m) for m in (ACT_ABSMAX, ACT_STD, ACT_MEAN))
+        if not layers and not whole:
             return None
         biggest = 0.0
-        for layer in run.layers(ACT_ABSMAX):
+        judged: list[int | None] = list(run.layers(ACT_ABSMAX))
+        if whole and run.has(ACT_ABSMAX):
+            judged = [None]
+        for layer in judged:
             _, v = _window(ev, ACT_ABSMAX, lo, hi, layer)
             if len(v):
                 biggest = max(biggest, float(np.max(np.abs(v))))
@@ -279,12 +285,13 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
                 f"largest absolute activation {_g(biggest)} (past the limit of {_g(limit)};"
                 " the article flags values past 1e4)",
             )
+        logged = "model-wide values logged (no layer)" if whole else f"{len(layers)} layers logged"
         return Item(
             q,
             PASS,
-            f"{len(layers)} layers logged; largest absolute activation {_g(biggest)}"
+            f"{logged}; largest absolute activation {_g(biggest)}"
             if biggest
-            else f"{len(layers)} layers logged, no outlier finding",
+            else f"{logged}, no outlier finding",
         )
 
     items.ask(

@@ -703,7 +703,7 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         ),
     ),
     "activation_outlier": (
-        _m("layer", int, "layer index"),
+        _m("layer", int, "layer index (null: a model-wide series logged without one)", null=True),
         _m(
             "trigger",
             str,

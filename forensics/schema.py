@@ -374,6 +374,10 @@ _ACT_PATTERNS: list[re.Pattern[str]] = [
     re.compile(rf"^{_ACT}[/_.](?P<p>.+)[/_.]{_ACT_STAT}$", re.I),  # act/layers.3/mean, histograms
     re.compile(rf"^(?P<p>.+)[/_.]{_ACT}[/_.]{_ACT_STAT}$", re.I),  # layers.3/act/std
 ]
+# The whole model's activation statistic, logged without a layer (act_absmax, activations/std,
+# train/activation_absmax, model/act/std): a series of its own, judged when no layer is logged (see
+# forensics.detectors.activations). A path in between (act/layers.3/absmax) is a layer's.
+_ACT_MODEL = re.compile(rf"^(?:train/|model/)?{_ACT}[/_.]{_ACT_STAT}$", re.I)
 _ACT_CANON = {
     "mean": ACT_MEAN,
     "std": ACT_STD,
@@ -498,6 +502,9 @@ def canonicalize(
             layer = layer_of(m.group("p"))
             if layer is not None:
                 return _ACT_CANON[m.group("stat").lower()], layer
+    m = _ACT_MODEL.match(base)
+    if m:
+        return _ACT_CANON[m.group("stat").lower()], None
     m = _EVAL_PATTERN.match(base)
     if m:
         name = m.group("name") or m.group("bare")

@@ -12,6 +12,8 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 
@@ -20,6 +22,9 @@ from forensics.evidence.trend_utils import num, sig, times
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.params import ActivationsParams
 from forensics.schema import ACT_ABSMAX, ACT_STD
+
+if TYPE_CHECKING:
+    from forensics.run import Run
 
 CHECK = "activation_outlier"
 ABSMAX_JUMP_NOTE = 100.0  # an absmax this many times its recent median, under the limit: a note
@@ -36,9 +41,9 @@ class ActivationDetector:
     def detect(self, ev: Evidence) -> list[Finding]:
         ev = ev.using("activations", self.params)
         run = ev.run
-        amax_layers, std_layers = run.layers(ACT_ABSMAX), run.layers(ACT_STD)
+        amax_layers, std_layers = _judged_layers(run, ACT_ABSMAX), _judged_layers(run, ACT_STD)
         if not amax_layers and not std_layers:
-            run.note(f"{CHECK}: not run, the run logged no per-layer activation statistics")
+            run.note(f"{CHECK}: not run, the run logged no activation absmax or std")
             return []
         out: list[Finding] = []
         for layer in amax_layers:
@@ -47,7 +52,7 @@ class ActivationDetector:
             out += self._std(ev, layer)
         return out
 
-    def _absmax(self, ev: Evidence, layer: int) -> list[Finding]:
+    def _absmax(self, ev: Evidence, layer: int | None) -> list[Finding]:
         s = ev.logged(ACT_ABSMAX, layer)  # NaN and Inf included: they count as over the limit
         x, y = s.steps, np.abs(s.values)
         limit = ev.activation_limit
@@ -79,7 +84,7 @@ class ActivationDetector:
                     "points_over": int(over.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation absmax passed {limit:,g} at step {int(x[i0]):,} "
+                    f"{_whose(layer)} activation absmax passed {limit:,g} at step {int(x[i0]):,} "
                     + (
                         f"with {val_txt}, its peak"
                         if peak == i0
@@ -105,7 +110,7 @@ class ActivationDetector:
         return prev, np.where(prev > 0, y / np.where(prev > 0, prev, 1.0), np.nan)
 
     def _absmax_jump(
-        self, ev: Evidence, layer: int, x: np.ndarray, y: np.ndarray, limit: float
+        self, ev: Evidence, layer: int | None, x: np.ndarray, y: np.ndarray, limit: float
     ) -> list[Finding]:
         """A note for an absmax that jumps two orders of magnitude above its own recent level
         but stays under the limit (12.6 -> 9,900: nothing was said). The article's line is
@@ -137,7 +142,7 @@ class ActivationDetector:
                     "points_over": int(jump.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation absmax jumped to {num(float(y[i0]), 3)} at step "
+                    f"{_whose(layer)} activation absmax jumped to {num(float(y[i0]), 3)} at step "
                     f"{int(x[i0]):,}, {float(y[i0]) / before:,.0f}x its typical {sig(before)} "
                     f"before, but stayed under the {limit:,g} line"
                     + (
@@ -151,7 +156,7 @@ class ActivationDetector:
             )
         ]
 
-    def _std(self, ev: Evidence, layer: int) -> list[Finding]:
+    def _std(self, ev: Evidence, layer: int | None) -> list[Finding]:
         s = ev.series(ACT_STD, layer)
         x, y = s.steps, s.values
         if len(y) <= self.params.min_history:
@@ -192,7 +197,7 @@ class ActivationDetector:
                     "points_over": int(jump.sum()),
                 },
                 summary=(
-                    f"Layer {layer} activation std {verb} to {num(float(y[i0]), 3)} at step "
+                    f"{_whose(layer)} activation std {verb} to {num(float(y[i0]), 3)} at step "
                     f"{int(x[i0]):,}, {times(float(y[i0]) / before)}x the median of its {k} "
                     f"points before ({sig(before)}, steps "
                     f"{step_range(int(x[i0 - k]), int(x[i0 - 1]))})"
@@ -211,3 +216,22 @@ class ActivationDetector:
                 },
             )
         ]
+
+
+def _judged_layers(run: Run, metric: str) -> list[int | None]:
+    """The layers whose ``metric`` is judged: each logged layer; a series logged without a
+    layer index (a model-wide maximum or std, ``act_absmax`` on its own or mapped by
+    ``--alias``) as the one ``None`` when no layer is logged. The article's 1e4 line holds
+    for the whole model's largest activation too: a run that logged only that was judged on
+    nothing, and the causes read its silence as activations "in their range" (a model-wide
+    absmax of 20,000 at a loss spike's onset). Beside per-layer series a model-wide one
+    adds nothing (it is their maximum) and is not judged twice."""
+    layers: list[int | None] = list(run.layers(metric))
+    if not layers and run.has(metric):
+        layers = [None]
+    return layers
+
+
+def _whose(layer: int | None) -> str:
+    """``Layer 3`` or ``Model-wide`` (a series logged without a layer index)."""
+    return f"Layer {layer}" if layer is not None else "Model-wide (no layer index logged)"

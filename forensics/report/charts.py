@@ -956,7 +956,7 @@ def layer_share_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
 def activation_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
     got = _layer_matrix(ev, ACT_ABSMAX)
     if got is None:
-        return None
+        return _model_activation_panel(ev, fs)
     steps, layers, z = got
     with np.errstate(divide="ignore", invalid="ignore"):
         lz = np.log10(np.abs(z))
@@ -1000,6 +1000,37 @@ def activation_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
         fig,
         fs,
     )
+
+
+def _model_activation_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
+    """The activation maximum logged without a layer index (the whole model's): its line on a
+    log axis with the limit it is judged against (the check judges it when no layer is
+    logged: forensics.detectors.activations)."""
+    if ev.run.layers(ACT_ABSMAX) or not ev.run.has(ACT_ABSMAX):
+        return None
+    x, y = _arrays(ev, ACT_ABSMAX)
+    if len(x) == 0:
+        return None
+    limit = ev.activation_limit
+    title = "Activation maximum (model-wide)"
+    dx, dy = downsample(x, y, DEFAULT_BUCKETS, _keep_steps(fs))
+    name = ev.run.metrics().get(ACT_ABSMAX, ACT_ABSMAX)
+    fig: dict[str, Any] = {
+        "data": [
+            _line(dx, dy, name, line={"color": "#9467bd", "width": 1.2}),
+            _level(x[0], x[-1], limit, f"limit {_fmt(limit)}", "#d62728", "limit", "evidence"),
+        ],
+        "layout": _layout(title, "|act| max"),
+    }
+    fig["layout"]["yaxis"]["type"] = "log"
+    judged_levels(fig, fs, int(x[-1]))  # (the limit is drawn already: not twice)
+    mark_findings(fig, fs, x, y)
+    caption = (
+        "The whole model's largest absolute activation, logged without a layer index (which "
+        f"layer is not known); values past {_fmt(limit)} are the problem sign (the article's "
+        "limit is 1e4)."
+    )
+    return Panel(ACT_ABSMAX, title, caption, fig, fs)
 
 
 def _fmt(v: float) -> str:

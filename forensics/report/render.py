@@ -25,6 +25,7 @@ from forensics.findings import (
     onset_at,
     step_range,
 )
+from forensics.params import QUICK_RECOVERY_STEPS
 from forensics.prescriptions import (
     AREA_TITLES,
     STANDING_GUIDANCE,
@@ -92,6 +93,8 @@ def _env() -> jinja2.Environment:
     env.globals["step_range"] = step_range
     env.globals["onset_at"] = onset_at
     env.globals["vital_label"] = vital_label
+    # (a spike back within this many steps passed quickly; up to the recovery limit, slowly)
+    env.globals["QUICK_RECOVERY_STEPS"] = QUICK_RECOVERY_STEPS
     env.globals["LOOKS"] = LOOKS  # the one table of lights (base.html's colours come from it)
     return env
 
