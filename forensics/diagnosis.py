@@ -108,8 +108,14 @@ class Diagnosis:
         return []
 
     def unjudged(self) -> str | None:
-        """A sentence where the log has no training loss: the loss's checks did not run, so
-        the light covers only what the log has (None when the loss is there)."""
+        """What the light cannot cover, in a sentence or two (None when nothing): a log with
+        no training loss (the loss's checks did not run, so the light covers only what the
+        log has), and a down-sampled W&B chart export (judged on its sampled points: a spike
+        within a bucket shows only in the bucket's maximum)."""
+        parts = [p for p in (self._no_loss(), self._sampled()) if p]
+        return " ".join(parts) if parts else None
+
+    def _no_loss(self) -> str | None:
         from forensics.schema import LOSS
 
         if self.run.has(LOSS):
@@ -124,6 +130,35 @@ class Diagnosis:
         return (
             "No training loss in the log: its checks (spikes, divergence, plateau, the "
             f"train/val gap) did not run, and the light covers only what was logged{have}."
+        )
+
+    def _sampled(self) -> str | None:
+        sampled = self.run.metadata.get("sampled_export")
+        if not isinstance(sampled, dict):
+            return None
+        from forensics.importers.wandb_csv import excursion_text
+        from forensics.params import SpikesParams
+        from forensics.schema import GRAD_NORM, LOSS
+
+        p = self.evidence.params.spikes if self.evidence is not None else SpikesParams()
+        # A bucket's extreme as far from its point as a spike's least height: the loss's and
+        # the grad norm's (their spikes are what a sampled chart hides).
+        least = {LOSS: p.loss_min_ratio, GRAD_NORM: p.grad_norm_min_ratio}
+        tags = self.run.metrics()
+        wide = sorted(
+            (
+                (tags[m], w)
+                for m, r in least.items()
+                if (w := sampled.get("excursions", {}).get(tags.get(m))) and w["ratio"] >= r
+            ),
+            key=lambda tw: -tw[1]["ratio"],
+        )
+        beyond = "; ".join(f"{t}: {excursion_text(w)}" for t, w in wide)
+        return (
+            "Judged on the sampled points of a down-sampled W&B chart export, not the run's "
+            "full history: a spike inside a bucket shows only in its __MIN/__MAX columns."
+            + (f" They go further here: {beyond}." if beyond else "")
+            + " Export the full history (the API's run.scan_history()) to judge it."
         )
 
     def x_unit_note(self) -> str | None:

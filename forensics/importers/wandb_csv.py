@@ -296,6 +296,7 @@ def _read_ui(source: Source) -> ImportResult:
     notes: list[str] = []
     parts = []
     sampled = False
+    widest: dict[str, dict[str, Any]] = {}  # metric tag -> its widest bucket (see _widest)
     for file_idx, path in enumerate(source.files):
         name = rel(path, source.root)
         try:
@@ -322,6 +323,9 @@ def _read_ui(source: Source) -> ImportResult:
                     )
                     if ((other - vals).abs() > 1e-12 * (vals.abs() + 1)).any():
                         sampled = True
+                        w = _widest(x, vals, other, suffix == "__MAX")
+                        if w is not None and w["ratio"] > widest.get(metric, {}).get("ratio", 1.0):
+                            widest[metric] = w
             parts.append(
                 pl.DataFrame(
                     {
@@ -343,8 +347,14 @@ def _read_ui(source: Source) -> ImportResult:
         notes.append(
             "the chart export was down-sampled (its __MIN/__MAX columns differ from the values)"
         )
+        for metric, w in sorted(widest.items()):
+            notes.append(f"{metric}: {excursion_text(w)}, which the sampled points leave out")
+    meta: dict[str, Any] = {"wandb_run_name": run_name}
+    if sampled:
+        # What the verdict is judged on, and what the buckets hold beyond it (Diagnosis.unjudged).
+        meta["sampled_export"] = {"excursions": widest}
     if not parts:
-        return ImportResult(frame=empty_frame(), notes=notes)
+        return ImportResult(frame=empty_frame(), notes=notes, metadata=meta)
     frame = pl.concat(parts).filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
     # The same metric drawn on two panels is exported twice: keep one copy.
     frame = frame.unique(subset=["step", "tag", "value"], keep="first", maintain_order=True)
@@ -354,7 +364,45 @@ def _read_ui(source: Source) -> ImportResult:
         frame=conform(frame),
         notes=notes,
         findings=restart_findings(frame),
-        metadata={"wandb_run_name": run_name},
+        metadata=meta,
+    )
+
+
+def _widest(x: pl.Series, vals: pl.Series, bound: pl.Series, upper: bool) -> dict[str, Any] | None:
+    """The bucket whose maximum (``upper``) or minimum lies furthest from its sampled value,
+    as a ratio of positive numbers: ``{"step", "value", "bound", "ratio", "upper"}``; None
+    when no bucket of positive numbers reaches beyond its value."""
+    f = pl.DataFrame({"x": x, "v": vals, "b": bound}).filter(
+        (pl.col("v") > 0) & (pl.col("b") > 0) & pl.col("x").is_not_null()
+    )
+    if f.is_empty():
+        return None
+    ratio = (pl.col("b") / pl.col("v")) if upper else (pl.col("v") / pl.col("b"))
+    f = f.with_columns(ratio.alias("r"))
+    i = f.get_column("r").arg_max()
+    if i is None or not float(f.get_column("r")[i]) > 1.0:
+        return None
+    row = f.row(i, named=True)
+    return {
+        "step": int(row["x"]),
+        "value": float(row["v"]),
+        "bound": float(row["b"]),
+        "ratio": float(row["r"]),
+        "upper": upper,
+    }
+
+
+def excursion_text(w: dict[str, Any]) -> str:
+    """``the chart's bucket maxima reach 4 at step 6,000 (3.9x the sampled 1.02 there)``
+    (or the minima, for a bucket whose lowest point lies furthest below its sample)."""
+    if w["upper"]:
+        return (
+            f"the chart's bucket maxima reach {w['bound']:.4g} at step {w['step']:,} "
+            f"({w['ratio']:.1f}x the sampled {w['value']:.4g} there)"
+        )
+    return (
+        f"the chart's bucket minima fall to {w['bound']:.4g} at step {w['step']:,} "
+        f"(the sampled {w['value']:.4g} there is {w['ratio']:.1f}x that)"
     )
 
 
