@@ -170,6 +170,7 @@ for _k in FindingKind:
     if _k in (
         FindingKind.RESUME_REGRESSION,
         FindingKind.RESUME_DROP,
+        FindingKind.RESUME_SETBACK,
         FindingKind.REPLACED_ATTEMPT,
         FindingKind.LR_RESTART,
     ):
@@ -193,6 +194,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.RESTART: {0: "resume"},
     FindingKind.RESUME_REGRESSION: {0: "resume"},
     FindingKind.RESUME_DROP: {0: "resume"},
+    FindingKind.RESUME_SETBACK: {0: "resume"},
     FindingKind.REPLACED_ATTEMPT: {0: "resume"},
     FindingKind.LR_RESTART: {0: "resume"},
     FindingKind.EVAL_REGRESSION: {0: "grad_norm_climb"},
@@ -610,7 +612,7 @@ def _resume(x: _Facts, f: Finding) -> Cause:
                 (r,),
                 anchor=r,
             )
-    if f.kind is FindingKind.RESUME_DROP:
+    if f.kind in (FindingKind.RESUME_DROP, FindingKind.RESUME_SETBACK):
         # Its seam is a resume by its own evidence: a restart the importer recorded, or a new
         # log file going on at the next step (which the steps alone do not show).
         seam, name = f.measures.get("seam_step"), f.measures.get("new_file")

@@ -99,6 +99,7 @@ class FindingKind(StrEnum):
     EVAL_REGRESSION = "eval_regression"
     RESUME_REGRESSION = "resume_regression"
     RESUME_DROP = "resume_drop"
+    RESUME_SETBACK = "resume_setback"
     LR_RESTART = "lr_restart"
     PLATEAU = "plateau"
     NO_LEARNING = "no_learning"

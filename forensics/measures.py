@@ -973,6 +973,55 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m("lr_earlier", float, "the earlier job's median LR on those steps", null=True),
         _m("lr_resumed", float, "the resumed job's median LR there (null: no LR)", null=True),
     ),
+    "resume_setback": (
+        _m(
+            "mode",
+            str,
+            "overlap: the steps both jobs logged, compared job against job; seam: no step "
+            "logged twice, the points after the seam against the trend of those before",
+            values=("overlap", "seam"),
+        ),
+        _m("seam_step", int, "first step the resumed job logged"),
+        _m(
+            "new_file",
+            str,
+            "the log file that begins at the seam when that file is what shows the resume "
+            "(null: a restart the importer recorded)",
+            null=True,
+        ),
+        _m(
+            "points",
+            int,
+            "overlap: steps both jobs logged a loss at; seam: points on each side judged "
+            "(drop_seam_points before, twice that after)",
+        ),
+        _m(
+            "loss_earlier",
+            float,
+            "overlap: the earlier job's median loss on those steps; seam: the median the "
+            "trend before the seam predicts for the first points after it",
+        ),
+        _m("loss_resumed", float, "the resumed job's median loss on the same steps"),
+        _m(
+            "rise_pct",
+            float,
+            "median of the per-step differences (resumed - earlier, or the trend), % of the "
+            "earlier level",
+        ),
+        _m(
+            "rise_first_half_pct",
+            float,
+            "the same over the first half of those steps (seam: the first drop_seam_points)",
+        ),
+        _m("rise_second_half_pct", float, "the same over the second half (seam: the next)"),
+        _m(
+            "noise_pct",
+            float,
+            "standard error of rise_pct (robust sigma of the differences / sqrt(points))",
+        ),
+        _m("lr_earlier", float, "the earlier job's median LR on those steps", null=True),
+        _m("lr_resumed", float, "the resumed job's median LR there (null: no LR)", null=True),
+    ),
     "lr_restart": (
         _m("restart_step", int, "first logged step of the restarted schedule (the onset)"),
         _m(

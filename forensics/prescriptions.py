@@ -607,6 +607,33 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("data", "Check the resumed job's data config against the earlier job's."),
         ),
     ),
+    FindingKind.RESUME_SETBACK: Prescription(
+        FindingKind.RESUME_SETBACK,
+        "After the job resumed, its loss ran above the earlier job's on the steps both logged "
+        "from the same checkpoint, or stepped up at the seam and stayed up.",
+        (
+            "The resume did not restore the whole training state: the optimizer's moments, "
+            "the loss scaler or part of the weights started afresh.",
+            "The job resumed from an older checkpoint than the step it went on counting from.",
+            "The resumed job reads another, harder data mix (a changed dataset or sampling "
+            "weights).",
+        ),
+        "Check that resuming loads the model and the optimizer state (with the loss scaler and "
+        "the LR scheduler) from the latest checkpoint; if it did not, go back to that "
+        "checkpoint and resume with the whole state restored.",
+        (
+            _c(
+                "optimizer",
+                "Compare the LR, grad norm and loss scale logged just before and just after "
+                "the resume.",
+            ),
+            _c(
+                "data",
+                "Check which checkpoint the resumed job loaded, and its data config, against "
+                "the earlier job's last save.",
+            ),
+        ),
+    ),
     FindingKind.LR_RESTART: Prescription(
         FindingKind.LR_RESTART,
         "The LR schedule started over mid-run: the LR fell back and warmed up again.",

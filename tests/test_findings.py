@@ -34,6 +34,7 @@ KINDS = {
     "eval_regression",
     "resume_regression",
     "resume_drop",
+    "resume_setback",
     "lr_restart",
     "plateau",
     "no_learning",

@@ -1,4 +1,5 @@
-"""resume_drop: after a resume, the loss runs below the earlier job's on the steps both logged.
+"""resume_drop and resume_setback: after a resume, the loss runs below (drop) or above
+(setback) the earlier job's on the steps both logged.
 
 A job resumed from its checkpoint at step C starts from the weights the earlier job had at C.
 When the earlier job ran on past C before it stopped (the usual crash or kill between
@@ -17,6 +18,12 @@ zero, beyond ``noise_k`` standard errors, in each half of those steps (a data re
 the loss throughout; an earlier attempt that went wrong rises away late, and the resumed job
 is lower than it as a good resume should be). Where the two jobs ran another LR on those steps
 the difference has that explanation: a note, no finding.
+
+The same comparison the other way is a ``resume_setback``: a resumed job whose loss runs
+clearly higher on those steps (or steps up at its seam and stays up) did not go on from the
+state the earlier job had there. An older checkpoint than its step count says, or a resume that
+restored the weights but not the optimizer's moments or the loss scaler, sets the training
+back; the log cannot tell which, so the finding names them as hypotheses.
 
 The measures of its finding kind are declared in :mod:`forensics.measures`.
 """
@@ -40,7 +47,8 @@ CHECK = "resume_drop"
 
 
 def resume_drops(ev: Evidence, p: ResumeRegressionParams) -> list[Finding]:
-    """One ``resume_drop`` finding per resume whose replayed steps (or seam) show the drop."""
+    """One ``resume_drop`` or ``resume_setback`` finding per resume whose replayed steps (or
+    seam) show the loss lower or higher than the earlier job's."""
     out: list[Finding] = []
     run = ev.run
     tag = run.metrics().get(LOSS)
@@ -144,21 +152,22 @@ def _judge(
     d = b - a
     half = n // 2
 
-    def drop(part: np.ndarray) -> tuple[float, float]:
-        """(median drop in % of the level, its standard error in %)."""
+    def rise(part: np.ndarray) -> tuple[float, float]:
+        """(median rise in % of the level, its standard error in %)."""
         se = 1.2533 * robust_sigma(part) / np.sqrt(len(part))
-        return -100.0 * float(np.median(part)) / level, 100.0 * se / level
+        return 100.0 * float(np.median(part)) / level, 100.0 * se / level
 
-    whole, se = drop(d)
-    halves = [drop(d[:half]), drop(d[half:])]
-    lowered = all(h >= p.drop_min_pct and h > p.noise_k * s for h, s in halves)
-    if not (lowered and whole >= p.drop_min_pct):
+    whole, se = rise(d)
+    halves = [rise(d[:half]), rise(d[half:])]
+    up = _beyond([h for h, _ in halves], [s for _, s in halves], whole, p)
+    if up is None:
         return None
     lr_old, lr_new = _lrs(ev, seg, int(x[0]), int(x[-1]))
     steps = f"{int(x[0]):,}-{int(x[-1]):,}"
+    way = "above" if up else "below"
     if lr_old is not None and lr_new is not None and not np.isclose(lr_old, lr_new, rtol=0.01):
         ev.run.note(
-            f"{CHECK}: the loss ran {whole:.1f}% below the earlier job's on the {n:,} steps "
+            f"{CHECK}: the loss ran {abs(whole):.1f}% {way} the earlier job's on the {n:,} steps "
             f"both logged after the resume at step {seam:,} ({steps}), but the resumed job ran "
             f"another LR there ({num(lr_new)} against {num(lr_old)}): that explains it"
         )
@@ -169,42 +178,91 @@ def _judge(
         else " (no LR is logged to compare)"
     )
     mid_old, mid_new = level, float(np.median(b))
-    return Finding(
-        kind=FindingKind.RESUME_DROP,
-        severity=Severity.WARNING,
-        metric=LOSS,
-        start_step=int(x[0]),
-        end_step=int(x[-1]),
-        measures={
+    h1, h2 = abs(halves[0][0]), abs(halves[1][0])
+    said = (
+        f"After the resume at step {seam:,} the loss ran {abs(whole):.1f}% {way} the earlier "
+        f"job's on the {n:,} steps both logged ({steps}): median {num(mid_new)} against "
+        f"{num(mid_old)}, {h1:.1f}% and {h2:.1f}% {'higher' if up else 'lower'} in each half of "
+        f"them, though both jobs started from the same checkpoint{lr_text}. Jobs that start "
+        "from the same weights log about the same loss on the same steps; "
+        + (
+            "this much higher, the resumed job did not go on from the state the earlier one "
+            "had there: a checkpoint older than its step says, or the optimizer's moments, the "
+            "loss scaler or part of the weights not restored: a hypothesis the log cannot "
+            "confirm. The training it lost has to be done again."
+            if up
+            else "this much lower, the resumed job was most likely fed data it had already "
+            "trained on (a data loader that started over from its first batch instead of its "
+            "saved position), or an easier data mix: a hypothesis the log cannot confirm. Its "
+            "lower loss there is not progress."
+        )
+    )
+    return _finding(
+        up,
+        seam,
+        int(x[0]),
+        int(x[-1]),
+        {
             "mode": "overlap",
             "seam_step": seam,
             "new_file": None,
             "points": n,
             "loss_earlier": mid_old,
             "loss_resumed": mid_new,
-            "drop_pct": whole,
-            "drop_first_half_pct": halves[0][0],
-            "drop_second_half_pct": halves[1][0],
+        },
+        (whole, halves[0][0], halves[1][0], se),
+        (lr_old, lr_new),
+        {"drop_min_pct": p.drop_min_pct, "noise_k": p.noise_k, "min_points": p.drop_min_points},
+        said,
+    )
+
+
+def _beyond(
+    halves: list[float], errors: list[float], whole: float, p: ResumeRegressionParams
+) -> bool | None:
+    """True when the resumed job's loss ran higher by at least ``drop_min_pct`` in each half
+    (and overall), beyond ``noise_k`` standard errors; False when lower so; None else."""
+    for sign in (1.0, -1.0):
+        if sign * whole >= p.drop_min_pct and all(
+            sign * h >= p.drop_min_pct and sign * h > p.noise_k * e
+            for h, e in zip(halves, errors, strict=True)
+        ):
+            return sign > 0
+    return None
+
+
+def _finding(
+    up: bool,
+    seam: int,
+    start: int,
+    end: int,
+    measures: dict,
+    rises: tuple[float, float, float, float],
+    lrs: tuple[float | None, float | None],
+    judged: dict,
+    said: str,
+) -> Finding:
+    """A ``resume_setback`` (the resumed job's loss higher) or ``resume_drop`` (lower), its
+    measures in its own sign, its sentence ``said``."""
+    whole, first, second, se = rises
+    sign, name = (1.0, "rise") if up else (-1.0, "drop")
+    return Finding(
+        kind=FindingKind.RESUME_SETBACK if up else FindingKind.RESUME_DROP,
+        severity=Severity.WARNING,
+        metric=LOSS,
+        start_step=start,
+        end_step=end,
+        measures={
+            **measures,
+            f"{name}_pct": sign * whole,
+            f"{name}_first_half_pct": sign * first,
+            f"{name}_second_half_pct": sign * second,
             "noise_pct": se,
-            "lr_earlier": lr_old,
-            "lr_resumed": lr_new,
+            "lr_earlier": lrs[0],
+            "lr_resumed": lrs[1],
         },
-        judged_against={
-            "drop_min_pct": p.drop_min_pct,
-            "noise_k": p.noise_k,
-            "min_points": p.drop_min_points,
-        },
-        summary=(
-            f"After the resume at step {seam:,} the loss ran {whole:.1f}% below the earlier "
-            f"job's on the {n:,} steps both logged ({steps}): median {num(mid_new)} against "
-            f"{num(mid_old)}, {halves[0][0]:.1f}% and {halves[1][0]:.1f}% lower in each half of "
-            f"them, though both jobs started from the same checkpoint{lr_text}. Jobs that start "
-            "from the same weights log about the same loss on the same steps; this much lower, "
-            "the resumed job was most likely fed data it had already trained on (a data loader "
-            "that started over from its first batch instead of its saved position), or an "
-            "easier data mix: a hypothesis the log cannot confirm. Its lower loss there is not "
-            "progress."
-        ),
+        judged_against=judged,
+        summary=said,
     )
 
 
@@ -244,21 +302,23 @@ def _judge_seam(
     sigma = robust_sigma(yb - (trend.intercept + trend.slope * xb))
     se = 100.0 * 1.2533 * sigma / np.sqrt(w) / level
 
-    def drop(lo: int, hi: int) -> float:
+    def rise(lo: int, hi: int) -> float:
         xa, ya = x[lo:hi], y[lo:hi]
-        return -100.0 * float(np.median(ya - (trend.intercept + trend.slope * xa))) / level
+        return 100.0 * float(np.median(ya - (trend.intercept + trend.slope * xa))) / level
 
-    halves = [drop(i, i + w), drop(i + w, i + 2 * w)]
-    if not all(h >= p.drop_min_pct and h > p.noise_k * se for h in halves):
+    halves = [rise(i, i + w), rise(i + w, i + 2 * w)]
+    whole = rise(i, i + 2 * w)
+    up = _beyond(halves, [se, se], whole, p)
+    if up is None:
         return None
-    whole = drop(i, i + 2 * w)
     lr = ev.series(LR)
     lr_old = _median_in(lr.steps, lr.values, int(xb[0]), seam - 1)
     lr_new = _median_in(lr.steps, lr.values, seam, int(x[i + 2 * w - 1]))
     end = int(x[i + 2 * w - 1])
+    way = "up" if up else "down"
     if lr_old is not None and lr_new is not None and not np.isclose(lr_old, lr_new, rtol=0.01):
         ev.run.note(
-            f"{CHECK}: the loss stepped down {whole:.1f}% when the job resumed at step "
+            f"{CHECK}: the loss stepped {way} {abs(whole):.1f}% when the job resumed at step "
             f"{seam:,}, but the resumed job ran another LR ({num(lr_new)} against "
             f"{num(lr_old)} before): that explains it"
         )
@@ -267,42 +327,42 @@ def _judge_seam(
     now = float(np.median(y[i : i + w]))
     lr_text = f", at the same LR ({num(lr_new)})" if lr_new is not None else ""
     shown = f" (a new log file, {new_file}, begins there)" if new_file else ""
-    return Finding(
-        kind=FindingKind.RESUME_DROP,
-        severity=Severity.WARNING,
-        metric=LOSS,
-        start_step=seam,
-        end_step=end,
-        measures={
+    said = (
+        f"When the job resumed at step {seam:,}{shown} the loss stepped {way} "
+        f"{abs(whole):.1f}% at once and stayed {way}: median {num(now)} over the {w:,} points "
+        f"after it against {num(pred)} predicted by the trend of the {w:,} points before "
+        f"it ({abs(halves[0]):.1f}% and {abs(halves[1]):.1f}% {'higher' if up else 'lower'} over "
+        f"the first {w:,} points and the next {w:,}){lr_text}. A resumed job goes on from the "
+        "weights its checkpoint saved; "
+        + (
+            "this much higher at once, it did not go on from the state the earlier job had "
+            "saved: a checkpoint older than its step says, or the optimizer's moments, the loss "
+            "scaler or part of the weights not restored: a hypothesis the log cannot confirm. "
+            "The training it lost has to be done again."
+            if up
+            else "this much lower at once, it was most likely fed data it had already trained "
+            "on (a data loader that started over from its first batch instead of its saved "
+            "position), or an easier data mix: a hypothesis the log cannot confirm. Its lower "
+            "loss there is not progress."
+        )
+    )
+    return _finding(
+        up,
+        seam,
+        seam,
+        end,
+        {
             "mode": "seam",
             "seam_step": seam,
             "new_file": new_file,
             "points": w,
             "loss_earlier": pred,
             "loss_resumed": now,
-            "drop_pct": whole,
-            "drop_first_half_pct": halves[0],
-            "drop_second_half_pct": halves[1],
-            "noise_pct": se,
-            "lr_earlier": lr_old,
-            "lr_resumed": lr_new,
         },
-        judged_against={
-            "drop_min_pct": p.drop_min_pct,
-            "noise_k": p.noise_k,
-            "seam_points": w,
-        },
-        summary=(
-            f"When the job resumed at step {seam:,}{shown} the loss stepped down "
-            f"{whole:.1f}% at once and stayed down: median {num(now)} over the {w:,} points "
-            f"after it against {num(pred)} predicted by the trend of the {w:,} points before "
-            f"it ({halves[0]:.1f}% and {halves[1]:.1f}% lower over the first {w:,} points and "
-            f"the next {w:,}){lr_text}. A resumed job goes on from the weights its checkpoint "
-            "saved; this much lower at once, it was most likely fed data it had already "
-            "trained on (a data loader that started over from its first batch instead of its "
-            "saved position), or an easier data mix: a hypothesis the log cannot confirm. Its "
-            "lower loss there is not progress."
-        ),
+        (whole, halves[0], halves[1], se),
+        (lr_old, lr_new),
+        {"drop_min_pct": p.drop_min_pct, "noise_k": p.noise_k, "seam_points": w},
+        said,
     )
 
 

@@ -1126,7 +1126,8 @@ def build_panels(
     drops = [
         f
         for f in findings
-        if f.kind is FindingKind.RESUME_DROP and f.measures.get("mode") == "overlap"
+        if f.kind in (FindingKind.RESUME_DROP, FindingKind.RESUME_SETBACK)
+        and f.measures.get("mode") == "overlap"
     ]
     for p in panels:
         if drops and p.key == LOSS:
@@ -1219,8 +1220,8 @@ def _earlier_rows(ev: Evidence, tag: str, segment: int, lo: int, hi: int | None)
 
 
 def _earlier_job_lines(ev: Evidence, panel: Panel, drops: list[Finding], buckets: int) -> None:
-    """The earlier job's loss on the steps a ``resume_drop`` compared (the view keeps the
-    resumed job's there), dotted grey: the drop its sentence states, seen."""
+    """The earlier job's loss on the steps a ``resume_drop`` or ``resume_setback`` compared
+    (the view keeps the resumed job's there), dotted grey: the gap its sentence states, seen."""
     tag = ev.run.metrics().get(LOSS)
     if tag is None:
         return
@@ -1253,8 +1254,8 @@ def _earlier_job_lines(ev: Evidence, panel: Panel, drops: list[Finding], buckets
     if drawn:
         panel.caption += (
             f" Dotted grey: the earlier job's loss at steps {', '.join(drawn)}, which the "
-            "resumed job logged again from the same checkpoint (resume_drop); the solid line "
-            "there is the resumed job's."
+            "resumed job logged again from the same checkpoint (resume_drop, resume_setback); "
+            "the solid line there is the resumed job's."
         )
 
 
