@@ -27,6 +27,7 @@ Nothing here recomputes a baseline, a spike or a schedule: it reads the evidence
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ STATUSES = (SUPPORTED, CONTRADICTED, UNTESTED)
 OVERFLOW_STEPS = 10
 # A bad batch is one or two logged points high, then back (a spike the optimizer absorbed).
 BAD_BATCH_POINTS = 2
+# A loss scale this many halvings below the log's typical scale (its median) has collapsed:
+# the scaler keeps finding overflowing gradients at every scale it tries, so a scale that
+# "held" there is no sign that the step's gradients stayed in range.
+COLLAPSE_HALVINGS = 8
 
 # Cause ids and how each reads (the README's findings contract lists the same).
 CAUSES: dict[str, str] = {
@@ -365,6 +370,19 @@ class _Facts:
         return any(self.ev.has(m) for m in ("act_absmax", "act_std", "act_mean"))
 
     @cached_property
+    def activation_span(self) -> tuple[int, int] | None:
+        """The first and last step any activation statistic was logged at (None: none)."""
+        spans = []
+        for m in ("act_absmax", "act_std", "act_mean"):
+            if self.ev.has(m):
+                steps = self.ev.run.metric_rows(m).get_column("step").drop_nulls()
+                if len(steps):
+                    spans.append((int(steps.min()), int(steps.max())))  # type: ignore[arg-type]
+        if not spans:
+            return None
+        return min(a for a, _ in spans), max(b for _, b in spans)
+
+    @cached_property
     def unexplained(self) -> list[Any]:
         return self.ev.schedule.unexplained
 
@@ -409,6 +427,16 @@ class _Facts:
         from forensics.evidence.spike_context import logged_at_reductions
 
         return logged_at_reductions(self.ev.series(LOSS_SCALE), self.ev.series(OVERFLOW))
+
+    @cached_property
+    def scale_typical(self) -> float | None:
+        """The loss scale's median over the log (None: no scale logged at every step it
+        was, such as DeepSpeed's lines at its reductions only, whose last value can be stale
+        after an unlogged regrowth)."""
+        s = self.ev.series(LOSS_SCALE)
+        if len(s) < 2 or self.scale_at_reductions:
+            return None
+        return float(np.median(s.values))
 
     @cached_property
     def drops(self) -> Overlaps:
@@ -694,6 +722,9 @@ def _overflow(x: _Facts, f: Finding) -> Cause:
             (steps[0], steps[-1]),
             anchor=steps[0],
         )
+    collapsed = _collapsed(x, lo)
+    if collapsed is not None:
+        return collapsed
     a, b = lo - 1, hi + 1
     s = ev.series(LOSS_SCALE)
     if len(s) and not x.has_overflow_lines:
@@ -713,6 +744,36 @@ def _overflow(x: _Facts, f: Finding) -> Cause:
         CONTRADICTED,
         f"the loss scale held from step {a:,} to {b:,}",
         (lo, hi),
+    )
+
+
+def _collapsed(x: _Facts, onset: int) -> Cause | None:
+    """Supported when the loss scale at the onset sits :data:`COLLAPSE_HALVINGS` or more
+    halvings below its typical level, after falling there (a NaN loss 100 steps after the
+    scale fell from 65,536 to 1 read "contradicted: the loss scale held"); None else."""
+    typical = x.scale_typical
+    if typical is None or not typical > 0:
+        return None
+    s = x.ev.series(LOSS_SCALE)
+    i = int(np.searchsorted(s.steps, onset, side="right")) - 1  # the scale at the onset
+    if i < 1 or not 0 <= s.values[i] <= typical / 2.0**COLLAPSE_HALVINGS:
+        return None
+    now = float(s.values[i])
+    up = np.flatnonzero(s.values[: i + 1] >= typical)
+    if len(up) == 0:
+        return None  # (low since the log began: no fall to point at)
+    j = int(up[-1])  # the last point at its typical level; the fall began after it
+    k = j + int(np.argmax(s.values[j : i + 1] <= now))  # where it reached today's level
+    top, t0, t1 = float(s.values[j]), int(s.steps[j + 1]), int(s.steps[k])
+    halvings = f" ({math.log2(top / now):.0f} halvings)" if now > 0 else ""
+    return Cause(
+        "loss_scale_overflow",
+        SUPPORTED,
+        f"the loss scale had fallen from {scale_text(top)} at step {int(s.steps[j]):,} to "
+        f"{scale_text(now)} by step {t1:,}{halvings} and was still there at the onset (step "
+        f"{onset:,}): overflowing at every scale it tried",
+        (t0, t1),
+        anchor=t0,
     )
 
 
@@ -921,6 +982,17 @@ def _activations(x: _Facts, f: Finding) -> Cause:
 
 
 def _no_outliers(x: _Facts, f: Finding) -> Cause:
+    span = x.activation_span
+    if x.has_activations and span is not None and not span[0] <= f.start_step <= span[1]:
+        # Only logged points on both sides of the onset can show the activations stayed in
+        # their range there (statistics logged for the first 1,000 steps say nothing of step
+        # 5,000), as the loss scale's own points must reach over an onset.
+        return Cause(
+            "activations",
+            UNTESTED,
+            f"the activation statistics are logged only at steps {span[0]:,}-{span[1]:,}",
+            (f.start_step,),
+        )
     if x.has_activations:
         return Cause(
             "activations",

@@ -294,7 +294,10 @@ def test_activation_outliers_looked_up_by_onset_match_the_plain_reading():
             )
         x = causes._Facts.__new__(causes._Facts)
         x.outliers = outliers
-        x.__dict__.update(near=rng.choice([0, 10, 100]), has_activations=True)
+        # (activations logged over every onset drawn: the span test is not this one's)
+        x.__dict__.update(
+            near=rng.choice([0, 10, 100]), has_activations=True, activation_span=(0, 3_500)
+        )
         for _ in range(20):
             f = Finding("loss_spike", "warning", "loss", rng.randrange(0, 3_500), "spike")
             got = causes._activations(x, f)

@@ -143,3 +143,31 @@ def test_report_words_a_slow_physiological_recovery(tmp_path: Path) -> None:
     assert "after 383 steps, slower than a passing fluctuation" in html
     assert "returned to its trend within the 500-step limit, though more slowly" in html
     assert "returned to its trend quickly" not in html
+
+
+def test_activations_logged_away_from_the_onset_cannot_contradict_it(tmp_path: Path) -> None:
+    """Activation statistics logged for the first 1,000 steps only (1,000 at every point): a
+    loss spike at step 5,000 had "contradicted: the logged activations stay in their range up
+    to step 5,000". Nothing was logged near it: untested, with the steps they cover."""
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with open(folder / "metrics.jsonl", "w") as f:
+        for i in range(10_000):
+            loss = 2 + 3 / (1 + i / 500) + rng.normal(0, 0.02)
+            if 5000 <= i < 5400:
+                loss += 1.5 * (1 - (i - 5000) / 400)
+            row: dict[str, float] = {"step": i, "loss": loss}
+            if i <= 1000 and i % 50 == 0:
+                row["act/absmax/layers.0"] = 1e3
+            f.write(json.dumps(row) + "\n")
+    run = read_run(folder)
+    ev = Evidence(run)
+    diag = diagnose(ev, detect(run, evidence=ev))
+    spike = next(f for f in diag.findings if f.kind.value == "loss_spike")
+    i = diag.findings.index(spike)
+    act = next(c for c in diag.causes[i] if c.cause == "activations")
+    assert (act.status, act.evidence) == (
+        "untested",
+        "the activation statistics are logged only at steps 0-1,000",
+    )
