@@ -358,6 +358,14 @@ class _Facts:
         return self.ev.has(GRAD_NORM)
 
     @cached_property
+    def grad_norm_span(self) -> tuple[int, int] | None:
+        """The first and last step the grad norm was logged at (None: not logged)."""
+        s = self.ev.logged(GRAD_NORM) if self.has_grad_norm else None
+        if s is None or len(s.steps) == 0:
+            return None
+        return int(s.steps[0]), int(s.steps[-1])
+
+    @cached_property
     def outlier_spans(self) -> tuple[list[Finding], list[int], np.ndarray]:
         """The activation outliers by onset, their onsets and their last steps (the onset for
         an open one): the per-onset search looks up a stretch instead of every outlier."""
@@ -538,6 +546,9 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
                 (seg.start_step, seg.end_step),
                 anchor=seg.start_step,
             )
+    unlogged = _lr_unlogged(x, onset)
+    if unlogged is not None:
+        return Cause("lr_change", UNTESTED, unlogged, (onset,))
     later = [s for s in x.unexplained if s.start_step > latest + 1]
     phase = x.phase_at(onset)
     text = (
@@ -547,6 +558,19 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
     if later:
         text += f"; its unexplained change starts later, at step {later[0].start_step:,}"
     return Cause("lr_change", CONTRADICTED, text, (onset,))
+
+
+def _lr_unlogged(x: _Facts, onset: int) -> str | None:
+    """``the LR is logged only at steps A-B`` when nothing of the LR was logged from before
+    ``onset`` to within the reach of "near" of it (an LR logged for the first 2,000 steps
+    says nothing of a change at step 8,000); None when it was."""
+    steps = x.ev.schedule.steps
+    if len(steps) == 0:
+        return None
+    first, last = int(steps[0]), int(steps[-1])
+    if first <= onset <= last + x.near:
+        return None
+    return f"the LR is logged only at steps {first:,}-{last:,}"
 
 
 def _lr_schedule(x: _Facts, f: Finding) -> Cause:
@@ -587,6 +611,9 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
                 "with the loss unmoved is not what a schedule change does",
                 (s,),
             )
+    unlogged = _lr_unlogged(x, onset)
+    if unlogged is not None:
+        return Cause("lr_schedule", UNTESTED, unlogged, (onset,))
     phase = x.phase_at(onset)
     return Cause(
         "lr_schedule",
@@ -1060,6 +1087,17 @@ def _climb(x: _Facts, f: Finding) -> Cause:
         )
     if not x.has_grad_norm:
         return _CLIMB_UNTESTED
+    span = x.grad_norm_span
+    if span is not None and not span[0] < f.start_step <= span[1] + x.near:
+        # No climb can be seen where nothing was logged: a grad norm logged for the first
+        # 2,000 steps says nothing of a climb before step 8,000.
+        where = (
+            f"nothing of the grad norm is logged before step {f.start_step:,} (it begins at "
+            f"step {span[0]:,})"
+            if f.start_step <= span[0]
+            else f"the grad norm is logged only at steps {span[0]:,}-{span[1]:,}"
+        )
+        return Cause("grad_norm_climb", UNTESTED, where, (f.start_step,))
     return Cause(
         "grad_norm_climb",
         CONTRADICTED,
