@@ -487,6 +487,11 @@ def _within_range(f: Finding) -> str:
     """How a control input after a fitted onset, but inside its range, relates to it: the
     log cannot put it after the onset."""
     lo, hi = f.onset_bounds
+    if f.start_step == lo:  # (a turn between two logged points, not a bend fitted inside)
+        return (
+            f"within the steps the onset is known to ({lo:,}-{hi:,}: it turned after step "
+            f"{lo:,} and by step {hi:,}, between two logged points), so not after it"
+        )
     return (
         f"within the steps the onset is known to ({lo:,}-{hi:,}: a bend fitted at step "
         f"{f.start_step:,} fits about as well anywhere there), so not after it"

@@ -242,7 +242,7 @@ def _unordered_clauses(head: Mover, followers: list[Mover]) -> list[str]:
     ]
     out = [
         f"the {m.label}'s onset lies anywhere in steps {m.onset_range[0]:,}-"
-        f"{m.onset_range[1]:,} (a fitted bend: it fits about as well anywhere there)"
+        f"{m.onset_range[1]:,} ({_range_kind(m.step, m.onset_range)})"
         for m in wide
         if m.onset_range is not None
     ]
@@ -338,3 +338,14 @@ def build_timeline(
         rng = found.onset_range if found is not None else None
         movers.append(Mover(metric, label, step, lag, found, kind, text, why, rng))
     return Timeline(events, movers)
+
+
+def _range_kind(step: int, onset_range: tuple[int, int]) -> str:
+    """Why an onset is known only to a range: a bend fitted inside it, or a turn after the
+    logged point it starts at (a score at its best at one eval and lower at the next)."""
+    if step == onset_range[0]:
+        return (
+            f"it turned after step {onset_range[0]:,} and by step {onset_range[1]:,}, between "
+            "two logged points"
+        )
+    return "a fitted bend: it fits about as well anywhere there"

@@ -157,7 +157,12 @@ class EvalRegressionDetector:
         # flat (step 2,000 of a benchmark flat at 62 until 6,000), and the slide begins where
         # the flat ends: the knot of a two-piece line bending down (an eval step, with the
         # steps it cannot be told from), when that lies after the best.
-        turn_i, turn_range = best_i, None
+        # Else it turned after its best eval, at or before the next one: evals are all the
+        # log has of it, so the onset is known only to that interval (the article's case: a
+        # benchmark at its best at step 6,000 and lower at 6,500, the grad norm climbing from
+        # 6,480; with the onset pinned to 6,000 the causes read that climb as coming after).
+        turn_i = best_i
+        turn_range: tuple[int, int] | None = (int(x[best_i]), int(x[best_i + 1]))
         h = hinge_onset(x.astype(float), -score)
         if h is not None and h.after > h.before:
             k = int(np.searchsorted(x, h.onset, side="right")) - 1
