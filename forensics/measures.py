@@ -193,6 +193,60 @@ _GAP_NOISE = _m(
     "val_noise", float, "noise of the val-train gap (robust sigma, at least the val noise)"
 )
 
+
+def _resume_gap(name: str, difference: str) -> tuple[Measure, ...]:
+    """The measures of ``resume_drop`` (``name`` "drop") and ``resume_setback`` ("rise"): the
+    resumed job's loss against the earlier job's, per step, as ``difference`` reads."""
+    return (
+        _m(
+            "mode",
+            str,
+            "overlap: the steps both jobs logged, compared job against job; seam: no step "
+            "logged twice, the points after the seam against the trend of those before",
+            values=("overlap", "seam"),
+        ),
+        _m("seam_step", int, "first step the resumed job logged"),
+        _m(
+            "new_file",
+            str,
+            "the log file that begins at the seam when that file is what shows the resume "
+            "(null: a restart the importer recorded)",
+            null=True,
+        ),
+        _m(
+            "points",
+            int,
+            "overlap: steps both jobs logged a loss at; seam: points on each side judged "
+            "(drop_seam_points before, twice that after)",
+        ),
+        _m(
+            "loss_earlier",
+            float,
+            "overlap: the earlier job's median loss on those steps; seam: the median the "
+            "trend before the seam predicts for the first points after it",
+        ),
+        _m("loss_resumed", float, "the resumed job's median loss on the same steps"),
+        _m(
+            f"{name}_pct",
+            float,
+            f"median of the per-step differences ({difference}), % of the earlier level",
+        ),
+        _m(
+            f"{name}_first_half_pct",
+            float,
+            "the same over the first half of those steps (seam: the first drop_seam_points)",
+        ),
+        _m(f"{name}_second_half_pct", float, "the same over the second half (seam: the next)"),
+        _m(
+            "noise_pct",
+            float,
+            f"standard error of {name}_pct (robust sigma of the differences / sqrt(points))",
+        ),
+        _m("lr_earlier", float, "the earlier job's median LR on those steps", null=True),
+        _m("lr_resumed", float, "the resumed job's median LR there (null: no LR)", null=True),
+    )
+
+
 MEASURES: dict[str, tuple[Measure, ...]] = {
     "loss_spike": (
         # The schema has always required a loss spike's classification.
@@ -924,104 +978,9 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "true when val_end - val_best exceeds noise_k x val_noise (the finding is a warning)",
         ),
     ),
-    "resume_drop": (
-        _m(
-            "mode",
-            str,
-            "overlap: the steps both jobs logged, compared job against job; seam: no step "
-            "logged twice, the points after the seam against the trend of those before",
-            values=("overlap", "seam"),
-        ),
-        _m("seam_step", int, "first step the resumed job logged"),
-        _m(
-            "new_file",
-            str,
-            "the log file that begins at the seam when that file is what shows the resume "
-            "(null: a restart the importer recorded)",
-            null=True,
-        ),
-        _m(
-            "points",
-            int,
-            "overlap: steps both jobs logged a loss at; seam: points on each side judged "
-            "(drop_seam_points before, twice that after)",
-        ),
-        _m(
-            "loss_earlier",
-            float,
-            "overlap: the earlier job's median loss on those steps; seam: the median the "
-            "trend before the seam predicts for the first points after it",
-        ),
-        _m("loss_resumed", float, "the resumed job's median loss on the same steps"),
-        _m(
-            "drop_pct",
-            float,
-            "median of the per-step differences (earlier, or the trend, - resumed), % of the "
-            "earlier level",
-        ),
-        _m(
-            "drop_first_half_pct",
-            float,
-            "the same over the first half of those steps (seam: the first drop_seam_points)",
-        ),
-        _m("drop_second_half_pct", float, "the same over the second half (seam: the next)"),
-        _m(
-            "noise_pct",
-            float,
-            "standard error of drop_pct (robust sigma of the differences / sqrt(points))",
-        ),
-        _m("lr_earlier", float, "the earlier job's median LR on those steps", null=True),
-        _m("lr_resumed", float, "the resumed job's median LR there (null: no LR)", null=True),
-    ),
-    "resume_setback": (
-        _m(
-            "mode",
-            str,
-            "overlap: the steps both jobs logged, compared job against job; seam: no step "
-            "logged twice, the points after the seam against the trend of those before",
-            values=("overlap", "seam"),
-        ),
-        _m("seam_step", int, "first step the resumed job logged"),
-        _m(
-            "new_file",
-            str,
-            "the log file that begins at the seam when that file is what shows the resume "
-            "(null: a restart the importer recorded)",
-            null=True,
-        ),
-        _m(
-            "points",
-            int,
-            "overlap: steps both jobs logged a loss at; seam: points on each side judged "
-            "(drop_seam_points before, twice that after)",
-        ),
-        _m(
-            "loss_earlier",
-            float,
-            "overlap: the earlier job's median loss on those steps; seam: the median the "
-            "trend before the seam predicts for the first points after it",
-        ),
-        _m("loss_resumed", float, "the resumed job's median loss on the same steps"),
-        _m(
-            "rise_pct",
-            float,
-            "median of the per-step differences (resumed - earlier, or the trend), % of the "
-            "earlier level",
-        ),
-        _m(
-            "rise_first_half_pct",
-            float,
-            "the same over the first half of those steps (seam: the first drop_seam_points)",
-        ),
-        _m("rise_second_half_pct", float, "the same over the second half (seam: the next)"),
-        _m(
-            "noise_pct",
-            float,
-            "standard error of rise_pct (robust sigma of the differences / sqrt(points))",
-        ),
-        _m("lr_earlier", float, "the earlier job's median LR on those steps", null=True),
-        _m("lr_resumed", float, "the resumed job's median LR there (null: no LR)", null=True),
-    ),
+    # The same comparison judged both ways: the resumed job's loss lower, or higher.
+    "resume_drop": _resume_gap("drop", "earlier, or the trend, - resumed"),
+    "resume_setback": _resume_gap("rise", "resumed - earlier, or the trend"),
     "lr_restart": (
         _m("restart_step", int, "first logged step of the restarted schedule (the onset)"),
         _m(

@@ -16,7 +16,9 @@ import numpy as np
 from forensics.pipeline import analyze
 
 
-def _write(folder: Path, grad_norm_steps: range) -> Path:
+def _write(folder: Path, grad_norm_steps: range, lr_steps: range = range(10_000)) -> Path:
+    """A falling loss with a spike at step 8,000; the grad norm and the LR logged at the
+    steps given."""
     rng = np.random.default_rng(11)
     folder.mkdir()
     with open(folder / "metrics.jsonl", "w") as f:
@@ -24,7 +26,9 @@ def _write(folder: Path, grad_norm_steps: range) -> Path:
             loss = 2 + 3 / (1 + i / 500) + rng.normal(0, 0.02)
             if 8000 <= i < 8400:
                 loss += 1.5 * (1 - (i - 8000) / 400)
-            row: dict[str, float] = {"step": i, "loss": loss, "lr": 3e-4}
+            row: dict[str, float] = {"step": i, "loss": loss}
+            if i in lr_steps:
+                row["lr"] = 3e-4
             if i in grad_norm_steps:
                 row["grad_norm"] = 1 + 0.05 * rng.standard_normal()
             f.write(json.dumps(row) + "\n")
@@ -61,19 +65,7 @@ def test_an_lr_logged_long_before_the_onset_cannot_contradict_a_change(tmp_path:
     """The LR logged for the first 2,000 steps only: the spike at step 8,000 read
     "contradicted: the logged LR follows its schedule (outside the logged LR)" and "no warm-up
     end, restart or step drop ... (the LR is in its unlogged phase there)"."""
-    rng = np.random.default_rng(12)
-    folder = tmp_path / "run"
-    folder.mkdir()
-    with open(folder / "metrics.jsonl", "w") as f:
-        for i in range(10_000):
-            loss = 2 + 3 / (1 + i / 500) + rng.normal(0, 0.02)
-            if 8000 <= i < 8400:
-                loss += 1.5 * (1 - (i - 8000) / 400)
-            row: dict[str, float] = {"step": i, "loss": loss, "grad_norm": 1.0}
-            if i < 2000:
-                row["lr"] = 3e-4
-            f.write(json.dumps(row) + "\n")
-    d = analyze(folder)
+    d = analyze(_write(tmp_path / "run", range(10_000), lr_steps=range(2000)))
     spike = next(f for f in d.findings if f.kind.value == "loss_spike")
     got = {c.cause: (c.status, c.evidence) for c in d.causes[d.findings.index(spike)]}
     for cause in ("lr_change", "lr_schedule"):
