@@ -418,7 +418,10 @@ def test_points_over_the_critical_line_without_a_finding_are_named(analysed) -> 
     want = [
         int(t)
         for t, v in zip(s.steps, s.values, strict=True)
-        if t > start and v >= band.critical_at and not any(a <= t <= b for a, b in covered)
+        if t > start
+        and math.isfinite(v)  # (an Inf is a break in the line, not a point above it)
+        and v >= band.critical_at
+        and not any(a <= t <= b for a, b in covered)
     ]
     said = re.search(
         r" ([\d,]+) points? after the warm-up stands? above the (\S+)x line", panel.caption
@@ -494,3 +497,41 @@ def test_the_bad_batch_and_nan_captions_say_why_points_over_the_red_line_have_no
         "out of the grad norm's local noise (2.2x its local baseline and z >= 5.5, or 4x and "
         "z >= 3), and these do not."
     ) in cap
+
+
+def test_overflow_steps_are_breaks_in_the_line_not_points_above_it(tmp_path) -> None:
+    """An fp16 run whose scaler skipped six overflowing steps (grad norm inf, the loss scale
+    halved there) is healthy, and the NaN/Inf check notes those steps. The caption had
+    counted the six Infs as points "above the 3x line" that "do not stand out of the grad
+    norm's local noise"; it now says the line breaks there and where the reason is."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    loss = 2 + 3 / (1 + np.arange(n) / 500) + rng.normal(0, 0.02, n)
+    gn = 1.0 + 0.05 * rng.standard_normal(n)
+    overflow = {900, 1700, 2600, 3300}
+    scale, clean, rows = 65536.0, 0, []
+    for i in range(n):
+        r = {"step": i, "loss": float(loss[i]), "lr": 3e-4, "grad_norm": float(gn[i])}
+        if i in overflow:
+            scale, clean, r["grad_norm"] = scale / 2, 0, math.inf
+        else:
+            clean += 1
+            if clean % 1000 == 0:
+                scale = min(scale * 2, 65536.0)
+        r["loss_scale"] = scale
+        rows.append(json.dumps(r))
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    diag = analyze(tmp_path)
+    assert diag.verdict == "healthy"
+    assert diag.evidence is not None
+    assert any("overflowing steps the fp16 scaler skipped" in n for n in diag.run.notes)
+    cap = next(p for p in build_panels(diag.evidence, diag.findings) if p.key == GRAD_NORM).caption
+    assert "above the 3x line" not in cap, cap
+    assert (
+        "The line breaks at 4 non-finite points (steps 900, 1,700, 2,600, 3,300) that no "
+        "finding reports: the NaN/Inf check's note under Data quality says why."
+    ) in cap, cap

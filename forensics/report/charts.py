@@ -658,17 +658,28 @@ def _unflagged_over(
     if crit is None or not math.isfinite(crit) or len(x) == 0:
         return ""
     start = ev.warmup_end if ev.warmup_end is not None else int(x[0]) - 1
+    finite = np.isfinite(y)
     with np.errstate(invalid="ignore"):
-        over = (y >= crit) & (x > start)
-    if not over.any():
+        # (an Inf is no point above the line: the line breaks there, said apart below)
+        over = finite & (y >= crit) & (x > start)
+    gaps = ~finite
+    if not over.any() and not gaps.any():
         return ""
     covered = [(s.start_step, s.end_step) for s in ev.spikes(GRAD_NORM)]
     covered += [(f.start_step, _last_step(f)) for f in fs if f.metric == GRAD_NORM]
     # (x is sorted: each span is a slice; a long run has thousands of spikes)
     for a, b in covered:
-        over[steps_within(x, a, b)] = False
+        part = steps_within(x, a, b)
+        over[part] = False
+        gaps[part] = False
+    broken = ""
+    if gaps.any():
+        for f in fs:  # (a NaN the loss's finding reports, e.g., is no unexplained gap)
+            gaps[steps_within(x, f.start_step, _last_step(f))] = False
+        noted = any(n.startswith("nan_inf: the grad norm") for n in ev.run.notes)
+        broken = _unreported_gaps(x[gaps], noted)
     if not over.any():
-        return ""
+        return broken
     # Inside a divergence (the loss and the grad norm climbing together, on the loss chart)
     # or the steps of another vital sign's finding (warning or worse): part of that event.
     spans = [(a, b, "divergence") for a, b in ev.diverged]
@@ -702,16 +713,30 @@ def _unflagged_over(
         f"{'these do' if len(alone) != 1 else 'it does'} not"
     )
     if not len(alone):
-        return f"{head} ({_steps_of(inside)}), {in_steps}."
+        return f"{head} ({_steps_of(inside)}), {in_steps}.{broken}"
     if not len(inside):
         return (
             f"{head} ({_steps_of(alone)}): a single point is a spike only where it stands out "
-            f"of the grad norm's local noise ({rule}."
+            f"of the grad norm's local noise ({rule}.{broken}"
         )
     return (
         f"{head}: {len(inside):,} ({_steps_of(inside)}) {in_steps}; {len(alone):,} "
         f"({_steps_of(alone)}) where a single point is a spike only if it stands out of the "
-        f"grad norm's local noise ({rule}."
+        f"grad norm's local noise ({rule}.{broken}"
+    )
+
+
+def _unreported_gaps(steps: np.ndarray, noted: bool) -> str:
+    """A sentence for the grad norm's non-finite points no finding covers: the line breaks
+    there, and a reader is told where the reason is when the NaN/Inf check noted one (the
+    overflowing steps an fp16 scaler skipped, a missing tail)."""
+    if not len(steps):
+        return ""
+    n = len(steps)
+    why = ": the NaN/Inf check's note under Data quality says why" if noted else ""
+    return (
+        f" The line breaks at {n:,} non-finite point{'s' if n != 1 else ''}"
+        f" ({_steps_of(steps)}) that no finding reports{why}."
     )
 
 
