@@ -349,8 +349,22 @@ class Run:
         if self._span is None or self._span[0] != key:
             s = self.frame.get_column("step")  # min and max skip nulls (no copy without them)
             lo, hi = s.min(), s.max()
+            if lo is not None and self._resumed():
+                # The last step is the view's: a job resumed from an earlier checkpoint that
+                # has not yet got back to where the earlier attempt stopped is at its own
+                # last step, not the earlier attempt's (whose later rows give way). The first
+                # step is the same in both (each series keeps its lowest step).
+                hi = self.view().get_column("step").max()
+                key = id(self.frame)  # (the view may have put the frame's rows in order)
             self._span = (key, (0, 0) if lo is None else (int(lo), int(hi)))  # type: ignore[arg-type]
         return self._span[1]
+
+    def _resumed(self) -> bool:
+        """Whether the log has a second segment (a restart the view resolves)."""
+        if "segment" not in self.frame.columns:
+            return False
+        top = self.frame.get_column("segment").max()
+        return top is not None and int(top) > 0  # type: ignore[arg-type]
 
     def to_arrow(self) -> Any:
         """The frame as a pyarrow Table (see :mod:`forensics.notebook`)."""

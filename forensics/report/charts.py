@@ -1170,6 +1170,7 @@ def build_panels(
         first.findings = first.findings + rest
     for p in panels:
         _span_the_run(p.figure, ev.run.first_step, ev.run.last_step)
+        _clip_shading(p.figure, ev.run.last_step)
     return panels
 
 
@@ -1282,6 +1283,21 @@ def _earlier_job_lines(ev: Evidence, panel: Panel, drops: list[Finding], buckets
             "resumed job logged again from the same checkpoint (resume_drop, resume_setback); "
             "the solid line there is the resumed job's."
         )
+
+
+def _clip_shading(fig: dict[str, Any], last: int) -> None:
+    """Shaded spans end where the chart's data does (or at the run's last step): a restart's
+    span reaches the last step the earlier attempt logged, which a resumed job that has not
+    got back there yet never drew, and shading it widened the x axis past the run's end."""
+    if any(t.get("type") == "heatmap" for t in fig["data"]):
+        return
+    drawn = [v for t in fig["data"] for v in t.get("x") or () if isinstance(v, (int, float))]
+    end = max(last, max(drawn, default=last))
+    for shape in fig["layout"].get("shapes", []):
+        x1 = shape.get("x1")
+        if shape.get("type") == "rect" and shape.get("xref") == "x" and isinstance(x1, int):
+            if x1 > end and shape.get("x0", end) < end:
+                shape["x1"] = end
 
 
 def _span_the_run(fig: dict[str, Any], first: int, last: int) -> None:
