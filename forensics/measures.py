@@ -155,8 +155,9 @@ _SPIKE = (
         str,
         "the rule that gave the severity: divergence (part of one: info), unresolved (at most "
         "warning), shape (loss: article 4.3), recovery (a transient grad-norm outlier), band "
-        "(the grad-norm band's 2x / 3x lines)",
-        values=("divergence", "unresolved", "shape", "recovery", "band"),
+        "(the grad-norm band's 2x / 3x lines against its peak), level (a grad-norm step to a "
+        "level it held: the same lines against that level)",
+        values=("divergence", "unresolved", "shape", "recovery", "band", "level"),
     ),
     _m(
         "loss_scale_drop",
@@ -316,6 +317,20 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "ratio_to_run_baseline",
             float,
             "peak_value / run_baseline (article: 2x yellow, 3x orange)",
+            null=True,
+        ),
+        _m(
+            "held_level",
+            float,
+            "a step to a level held to the spike's end (not back, its peak within that level's "
+            "noise): the median from the peak on; null for a spike",
+            null=True,
+        ),
+        _m(
+            "held_ratio",
+            float,
+            "held_level / run_baseline (or / the local baseline without a band): the ratio a "
+            "level step is judged by; null for a spike",
             null=True,
         ),
     ),

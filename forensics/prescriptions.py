@@ -81,6 +81,9 @@ AFTER_CLIMB = "after_climb"
 # The spike variant for one that follows an LR-schedule event (a restart, the warm-up's end)
 # and came back: the schedule's doing, not a batch's (article 4.4).
 SCHEDULE_SPIKE = "schedule_induced"
+# The grad-norm spike variant for a step to a level it held (judged by that level): a lasting
+# change to find, not a batch.
+LEVEL_STEP = "level_step"
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
 # fell in its steps) and no bad batch the log shows: the overflow is the cause shown.
 OVERFLOW_SPIKE = "numeric_overflow"
@@ -425,6 +428,11 @@ TABLE: dict[FindingKind, Prescription] = {
             SCHEDULE_SPIKE: "It follows the LR schedule (a restart or the warm-up's end), not "
             "a batch, and came back: no action for one. If one comes with every restart, the "
             "LR climbs too fast there: lengthen the warm-up at each restart.",
+            LEVEL_STEP: "A lasting step, not one batch: find what changed at that step (the "
+            "data mix or sequence length, a resumed job's optimizer state, the LR, the clip "
+            "threshold, a frozen or unfrozen layer). At 2x the baseline or more, watch the loss "
+            "and the evals for the damage the article's drift case shows; roll back to before "
+            "the step if they turn.",
         },
     ),
     FindingKind.PERIODIC_SPIKES: Prescription(
@@ -820,6 +828,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[OVERFLOW_SPIKE]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
+    elif finding.measures.get("judged_by") == "level" and LEVEL_STEP in p.variants:
+        text = p.variants[LEVEL_STEP]
     elif isinstance(cls, str) and cls in p.variants:
         text = p.variants[cls]
     elif finding.severity.value in p.variants:

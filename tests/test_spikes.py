@@ -546,7 +546,8 @@ def test_grad_norm_spike_card_states_the_configured_lines():
     cfg = Config(detectors={"grad_norm_drift": {"crit_ratio": 5.0}})
     diag = analyze_run(_gn_run(dict(at=1500, height=3.0, tau=5000)), cfg)
     (g,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_SPIKE]
-    assert g.severity is Severity.WARNING and g.measures["judged_by"] == "band"
+    # (a step to a level it held: judged by that level on the same configured lines)
+    assert g.severity is Severity.WARNING and g.measures["judged_by"] == "level"
     (text,) = card_texts(diag, "grad_norm_spike")
     assert "critical from 3x" not in text, text
     assert text.count("x the run's baseline") == 1, text

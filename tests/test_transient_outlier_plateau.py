@@ -65,7 +65,8 @@ def test_a_grad_norm_that_stays_up_keeps_its_plateau(tmp_path: Path) -> None:
     spikes, _ = _gn_spikes(_write(tmp_path / "run", stays_up=True))
     (g,) = [f for f in spikes if f.start_step == 700]
     m = g.measures
-    assert m["transient"] is False and m["judged_by"] == "band"
+    # (a jump that stays: a step judged by the level it held, tests/test_grad_norm_level_step.py)
+    assert m["transient"] is False and m["judged_by"] == "level"
     assert m["classification"] == "pathological"
     assert m["recovered"] is False
     assert spike_cell(g, "classification") == "settled higher or slow"

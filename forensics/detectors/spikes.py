@@ -49,7 +49,7 @@ from forensics.evidence import Band, Evidence
 from forensics.evidence.spike_context import Overlaps, absorbed_reach, event_near, near_steps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
-from forensics.evidence.trend_utils import num
+from forensics.evidence.trend_utils import num, robust_sigma, steps_within
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
 from forensics.params import (
     GRAD_NORM_CRITICAL,
@@ -72,13 +72,14 @@ _LOSS_SEVERITY = {
 class _Judged:
     """A shared spike with this detector's own copy of its measures, to add context to."""
 
-    __slots__ = ("spike", "m", "diverged", "nonfinite_at")
+    __slots__ = ("spike", "m", "diverged", "nonfinite_at", "held")
 
     def __init__(self, spike: Spike) -> None:
         self.spike = spike
         self.m: dict[str, Any] = dict(spike.measures)
         self.diverged: tuple[int, int] | None = None  # the diverged stretch it lies in
         self.nonfinite_at: int | None = None  # the series turned NaN / Inf before it came back
+        self.held: tuple[float, int] | None = None  # a level step: (level held, its points)
 
     @property
     def start_step(self) -> int:
@@ -134,6 +135,7 @@ class SpikeDetector:
         _rose_after(ev, loss)
         _highest(ev, loss)
         band = ev.grad_norm_band if gn else None
+        _level_steps(ev, gn)
         findings = [self._loss_finding(j) for j in loss]
         band_judged = band.judged() if band else {}  # (the same lines for every spike)
         findings += [self._gn_finding(j, band, band_judged) for j in gn]
@@ -331,6 +333,29 @@ class SpikeDetector:
                 else f"; {lines}"
             )
             how = _unresolved(j) + held
+        elif j.held is not None:
+            # A step to a level it held: judged by that level, which is what the 2x / 3x
+            # lines are for, not by the highest point of its noise (a step to 1.9x read as a
+            # warning from one point at 2.05x, and as a batch to find).
+            held_at, n_held = j.held
+            m["judged_by"] = "level"
+            h = held_at / run_base if run_base else held_at / m["baseline"]
+            m["held_ratio"] = h
+            sev = (
+                Severity.CRITICAL
+                if h >= crit
+                else (Severity.WARNING if h >= warn else Severity.INFO)
+            )
+            steps = m["steps_logged_after_peak"]
+            summary = (
+                f"Grad-norm level step at step {s.start_step:,}: from a local baseline of "
+                f"{num(m['baseline'])} to {num(held_at)} (the median of the {n_held:,} points from "
+                f"its peak on), held for the {steps_text(steps)} the log goes on; {h:.1f}x "
+                f"{of_what} (warning from {warn:g}x, critical from {crit:g}x); its highest point "
+                f"{num(m['peak_value'])} at step {s.peak_step:,}, within the new level's noise"
+                f"{_cause_text(m)}."
+            )
+            return self._gn_made(j, sev, summary, band, band_judged, transient_limit)
         else:
             m["judged_by"] = "band"
             sev = on_level or Severity.INFO
@@ -352,11 +377,27 @@ class SpikeDetector:
             f"Grad-norm spike at step {s.peak_step:,}: {num(m['peak_value'])} against a local "
             f"baseline of {num(m['baseline'])} ({_height(m)}), {how}{lead}{_cause_text(m)}."
         )
+        return self._gn_made(j, sev, summary, band, band_judged, transient_limit)
+
+    def _gn_made(
+        self,
+        j: _Judged,
+        sev: Severity,
+        summary: str,
+        band: Band | None,
+        band_judged: dict[str, Any] | None,
+        transient_limit: float,
+    ) -> Finding:
+        s, m = j.spike, j.m
+        m.setdefault("held_level", j.held[0] if j.held else None)
+        m.setdefault("held_ratio", None)
         if band_judged is None:
             band_judged = band.judged() if band else {}
         judged: dict[str, Any] = dict(band_judged)
         judged.update(self._judged(s))
         judged["transient_limit_steps"] = transient_limit
+        if m["judged_by"] == "level":
+            judged["held_at"] = m["held_level"]  # (the level judged, drawn on the chart)
         return Finding(
             FindingKind.GRAD_NORM_SPIKE,
             sev,
@@ -368,6 +409,36 @@ class SpikeDetector:
             m,
             judged_against=judged,
         )
+
+
+# A grad-norm spike that is not back and whose highest point lies within this many robust
+# sigmas of the level it held after it is a step to that level, not a spike above it.
+_STEP_NOISE_K = 6.0
+_STEP_MIN_POINTS = 20
+
+
+def _level_steps(ev: Evidence, gn: list[_Judged]) -> None:
+    """Mark the grad-norm spikes that are steps to a level held to their end (not back,
+    their peak within the new level's own noise): ``j.held`` = (the median of the finite
+    points from the peak to the spike's end, their number)."""
+    series = None  # (finite values, looked up once and only when a spike is not back)
+    for j in gn:
+        m = j.m
+        if (
+            j.diverged is not None
+            or m["recovered"]
+            or j.spike.classification is SpikeClass.UNRESOLVED
+        ):
+            continue
+        if series is None:
+            series = ev.series(GRAD_NORM)
+        v = series.values[steps_within(series.steps, j.spike.peak_step, j.spike.end_step)]
+        if len(v) < _STEP_MIN_POINTS:
+            continue
+        level = float(np.median(v))
+        sigma = robust_sigma(v)
+        if level > m["baseline"] and m["peak_value"] <= level + _STEP_NOISE_K * sigma:
+            j.held = (level, len(v))
 
 
 def _settled_by_recovery(m: dict[str, Any]) -> None:
