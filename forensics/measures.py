@@ -1129,6 +1129,21 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "s/step for step times); null when the name states none",
             null=True,
         ),
+        _m(
+            "recurs_every",
+            int,
+            "one of at least three short dips recurring at this fixed interval (steps): a pause "
+            "on a schedule (evaluation, checkpoint save), a note; null otherwise",
+            null=True,
+        ),
+        _m("recurrences", int, "how many dips recur at that interval (null: none)", null=True),
+        _m(
+            "time_lost_pct",
+            float,
+            "the share of the run's time the recurring dips cost, in % (each of their steps "
+            "took baseline / level of a usual one); null: not recurring",
+            null=True,
+        ),
     ),
     "stall": (
         _m(

@@ -84,6 +84,8 @@ SCHEDULE_SPIKE = "schedule_induced"
 # The grad-norm spike variant for a step to a level it held (judged by that level): a lasting
 # change to find, not a batch.
 LEVEL_STEP = "level_step"
+# The throughput-drop variant for one of several short dips at one fixed interval.
+RECURRING = "recurring"
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
 # fell in its steps) and no bad batch the log shows: the overflow is the cause shown.
 OVERFLOW_SPIKE = "numeric_overflow"
@@ -401,6 +403,11 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
         ROW_THROUGHPUT,
+        variants={
+            RECURRING: "No action for the run's health: a pause on a schedule. If the time it "
+            "costs matters, save checkpoints asynchronously or less often, or evaluate on "
+            "fewer batches.",
+        },
     ),
     FindingKind.GRAD_NORM_SPIKE: Prescription(
         FindingKind.GRAD_NORM_SPIKE,
@@ -828,6 +835,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[OVERFLOW_SPIKE]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
+    elif finding.measures.get("recurs_every") is not None and RECURRING in p.variants:
+        text = p.variants[RECURRING]
     elif finding.measures.get("judged_by") == "level" and LEVEL_STEP in p.variants:
         text = p.variants[LEVEL_STEP]
     elif isinstance(cls, str) and cls in p.variants:

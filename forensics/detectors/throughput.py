@@ -13,7 +13,12 @@ whose median is above the line is a note unless its first dip under the line is 
 below it (by twice its noise), which is then the drop, worded as a partial recovery. A short dip
 (at most ``min_points`` logged intervals) that begins at the eval or checkpoint interval the
 log reveals (``Evidence.revealed_periods``) is the job's own housekeeping: the stall detector
-notes it (``info``), this detector does not call it a drop.
+notes it (``info``), this detector does not call it a drop. Three or more recovered drops
+whose starts lie on one fixed grid (at three in four of its points), each at most a tenth of
+the interval long, are a pause on a schedule the log does not otherwise show (a checkpoint
+save every 1,000 steps): each is a note naming the interval, the count and the share of the
+run's time they cost (``recurs_every``, ``recurrences``, ``time_lost_pct``); a drop off the
+grid keeps its warning.
 A slow decline slips under that rule (the rolling baseline goes down with the rate): the log's
 last tenth is also compared with its early tenth (after the first twentieth, start-up), and
 30% or more lower on a falling Theil-Sen trend is a drop of ``shape`` gradual, unless a drop
@@ -35,6 +40,9 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
 import numpy as np
 
 from forensics.evidence import Evidence
@@ -47,6 +55,7 @@ from forensics.evidence.rolling import (
 from forensics.evidence.trend_utils import (
     Unit,
     bin_median,
+    grid_distance,
     hinge_onset,
     housekeeping_at,
     robust_sigma,
@@ -55,7 +64,7 @@ from forensics.evidence.trend_utils import (
     unit_for,
     window_max_pieces,
 )
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import ThroughputParams
 from forensics.schema import STEP_TIME, THROUGHPUT
 
@@ -136,6 +145,7 @@ class ThroughputDetector:
                         f"{1.0 - lvl / frozen:.0%} below its baseline: not a drop by that line"
                     )
             i = max(j, i + 1)
+        _recurring(out, ev, every)
         if not any(f.end_step == int(x[-1]) for f in out):  # (a drop the log ends in says it)
             slow = self._gradual(metric, unit, x, y)
             if slow is not None:
@@ -313,6 +323,9 @@ class ThroughputDetector:
                 "baseline_n": n_base,
                 "recovered": recovered and not partial,
                 "unit": unit.source,
+                "recurs_every": None,
+                "recurrences": None,
+                "time_lost_pct": None,
             },
             judged_against={
                 "baseline": as_units(frozen),
@@ -335,3 +348,102 @@ class ThroughputDetector:
                 + f"; both are medians, of the {n_base:,} points before and the {j - i:,} within."
             ),
         )
+
+
+# Recurring dips: at least this many recovered sudden drops, their starts this regular (each
+# gap within the larger of two logging intervals and this share of the period), each at most
+# this share of the period long.
+_RECUR_MIN = 3
+_RECUR_MAX = 60  # (more drops than this: the grid search, cubic in them, is not tried)
+_RECUR_SLACK = 0.02
+_RECUR_WIDTH = 0.1
+
+
+def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
+    """Recovered sudden drops that come back at one fixed interval, each short beside it, are
+    a pause the job takes on a schedule (an evaluation, a checkpoint save: the dip a save every
+    1,000 steps leaves), not a throughput problem: each becomes a note that names the interval,
+    the count and the share of the run's time they cost. Nine such dips had read as nine
+    separate warnings and nine incidents."""
+    cand = [
+        f
+        for f in out
+        if f.measures["shape"] == "sudden" and f.measures["recovered"] and f.end_step is not None
+    ]
+    dips = _on_one_grid(cand, every) if _RECUR_MIN <= len(cand) <= _RECUR_MAX else []
+    if not dips:
+        return
+    starts = np.array([f.start_step for f in dips], dtype=float)
+    period = float(np.median(np.diff(starts)))
+    # The time the dips cost: each of their steps took baseline / level of a usual step.
+    source = str(dips[0].measures["source"])
+    extra = sum(int(f.measures["n_points"] or 0) * _slowdown(f.measures, source) for f in dips)
+    n_logged = len(ev.logged(source).steps)
+    lost = 100.0 * extra / (n_logged + extra) if n_logged else 0.0
+    at = housekeeping_at(ev.revealed_periods, float(starts[0]), every)
+    named = (
+        f"on the {at.replace('_', ' ')} the log reveals"
+        if at
+        else "as an evaluation or a checkpoint save makes (the log shows none at this interval)"
+    )
+    p = int(round(period))
+    where = {id(f): i for i, f in enumerate(out)}
+    for k, f in enumerate(dips, 1):
+        out[where[id(f)]] = replace(
+            f,
+            severity=Severity.INFO,
+            measures={
+                **f.measures,
+                "recurs_every": p,
+                "recurrences": len(dips),
+                "time_lost_pct": lost,
+            },
+            summary=f.summary
+            + (
+                f" Dip {k} of {len(dips)} recurring every {p:,} steps (steps "
+                f"{dips[0].start_step:,}-{dips[-1].end_step:,}), each short beside that "
+                f"interval: a pause the job takes on a schedule, {named}; together about "
+                f"{lost:.1f}% of the run's time: a cost of that schedule, not a fault of the "
+                "hardware or the data loader."
+            ),
+        )
+
+
+def _on_one_grid(cand: list[Finding], every: float) -> list[Finding]:
+    """The largest set of ``cand`` (by start) whose starts lie on one grid ``origin + k *
+    period`` (within the larger of two logging intervals and 2% of the period), at least
+    :data:`_RECUR_MIN` of them, present at three in four of the grid's points between the
+    first and the last, and each at most a tenth of the period long; [] when there is none.
+    A drop off the grid (a real one among the scheduled dips) stays a drop."""
+    starts = [f.start_step for f in cand]
+    best: list[Finding] = []
+    # (the periods tried: the gaps to the next two starts, so that a drop off the grid
+    # between two scheduled dips still leaves their gap among them)
+    periods = sorted({b - a for i, a in enumerate(starts) for b in starts[i + 1 : i + 3] if b > a})
+    for period in periods:
+        slack = max(2.0 * every, _RECUR_SLACK * period)
+        if not period > 2 * slack:
+            continue
+        for i, origin in enumerate(starts):
+            on = []
+            for f in cand[i:]:
+                d = grid_distance(f.start_step, period, origin)
+                if min(d, period - d) <= slack:
+                    on.append(f)
+            if len(on) < max(_RECUR_MIN, len(best) + 1):
+                continue
+            points = round((on[-1].start_step - origin) / period) + 1
+            if len(on) < 0.75 * points:
+                continue
+            if any((f.end_step or f.start_step) - f.start_step > _RECUR_WIDTH * period for f in on):
+                continue
+            best = on
+    return best
+
+
+def _slowdown(m: Mapping[str, MeasureValue], source: str) -> float:
+    """How much longer than a usual step a step of the dip took (0.4 = 40% longer)."""
+    base, level = float(m["baseline"] or 0.0), float(m["level"] or 0.0)
+    if source == STEP_TIME:  # (seconds a step: longer is slower)
+        return max(0.0, level / base - 1.0) if base > 0 else 0.0
+    return max(0.0, base / level - 1.0) if level > 0 else 0.0

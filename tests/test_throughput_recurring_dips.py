@@ -1,0 +1,85 @@
+"""Throughput dips on a schedule are notes, a drop off the schedule is still a drop.
+
+A job that saves a checkpoint every 1,000 steps shows a dip in tokens/s for the steps the
+save takes. Nine such dips (70% down for 20 steps each) had read as nine warnings and nine
+incidents, "WARNING (yellow light)" for a healthy run. Dips that recur at one fixed interval,
+each short beside it, are now notes that name the interval, their count and the share of the
+run's time they cost; a drop that is not on that grid keeps its warning.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from forensics.findings import FindingKind, Severity
+from forensics.pipeline import analyze
+
+
+def _write(folder: Path, extra_drop: int | None = None, every: int = 1000) -> Path:
+    rng = np.random.default_rng(12)
+    n = 10_000
+    s = np.arange(n)
+    loss = 2 + 3 / (1 + s / 500) + rng.normal(0, 0.02, n)
+    gn = 1.0 + 0.05 * rng.standard_normal(n)
+    tp = 1e5 * (1 + 0.01 * rng.standard_normal(n))
+    for k in range(every, n, every):
+        tp[k : k + 20] *= 0.3
+    if extra_drop is not None:
+        tp[extra_drop : extra_drop + 300] *= 0.5
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [
+        json.dumps(
+            {
+                "step": int(i),
+                "loss": loss[i],
+                "grad_norm": gn[i],
+                "lr": 3e-4,
+                "tokens_per_sec": tp[i],
+            }
+        )
+        for i in range(n)
+    ]
+    (folder / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def _drops(d):  # noqa: ANN001, ANN202
+    return [f for f in d.findings if f.kind is FindingKind.THROUGHPUT_DROP]
+
+
+def test_dips_on_a_schedule_are_notes(tmp_path: Path) -> None:
+    d = analyze(_write(tmp_path / "run"))
+    drops = _drops(d)
+    assert [f.start_step for f in drops] == list(range(1000, 10_000, 1000))
+    assert d.verdict == "healthy"
+    for k, f in enumerate(drops, 1):
+        m = f.measures
+        assert f.severity is Severity.INFO
+        assert (m["recurs_every"], m["recurrences"]) == (1000, 9)
+        # 9 dips x 20 steps, each step 1/0.3 as long: 420 extra step times in 10,420
+        assert m["time_lost_pct"] == pytest.approx(100 * 9 * 20 * (1 / 0.3 - 1) / 10_420, rel=0.02)
+        assert f" Dip {k} of 9 recurring every 1,000 steps (steps 1,000-9,019)" in f.summary
+        assert "about 4.0% of the run's time" in f.summary
+        assert "no action for the run's health" in d.prescription_for(f).lower()
+
+
+def test_a_drop_off_the_schedule_stays_a_warning(tmp_path: Path) -> None:
+    d = analyze(_write(tmp_path / "run", extra_drop=5500))
+    drops = _drops(d)
+    off = [f for f in drops if f.start_step == 5500]
+    assert len(off) == 1 and off[0].severity is Severity.WARNING
+    assert off[0].measures["recurs_every"] is None
+    on = [f for f in drops if f.start_step != 5500]
+    assert len(on) == 9 and all(f.measures["recurs_every"] == 1000 for f in on)
+    assert d.verdict == "warning"
+
+
+def test_two_dips_are_no_schedule(tmp_path: Path) -> None:
+    d = analyze(_write(tmp_path / "run", every=4000))
+    drops = _drops(d)
+    assert [f.start_step for f in drops] == [4000, 8000]
+    assert all(f.severity is Severity.WARNING for f in drops)
