@@ -106,6 +106,14 @@ _SPIKE = (
     ),
     _m("recovered_step", int, "step where it was back (null if never)", null=True),
     _m(
+        "last_raised_step",
+        int,
+        "the last logged step before recovered_step, still raised: the return happened after "
+        "it and by recovered_step (null if never back); pathological by recovery only when it "
+        "is `recover_steps` or more after the peak",
+        null=True,
+    ),
+    _m(
         "plateau_shift",
         float,
         "post-recovery steady level minus the extrapolated trend (series units); null with a "

@@ -239,7 +239,10 @@ def measure(
     log_left = int(steps[-1] - steps[peak])
     if not recovered:
         cls = SpikeClass.PATHOLOGICAL if log_left >= p.recover_steps else SpikeClass.UNRESOLVED
-    elif recovery_steps is not None and recovery_steps > p.recover_steps or clearly > 0:
+    elif (
+        # too slow where a logged point still raised lies recover_steps or more past the peak
+        rec_idx is not None and steps[rec_idx - 1] - steps[peak] >= p.recover_steps
+    ) or clearly > 0:
         cls = SpikeClass.PATHOLOGICAL
     elif clearly < 0:
         cls = SpikeClass.BENEFICIAL
@@ -251,6 +254,7 @@ def measure(
         "recovered": recovered,
         "recovery_steps": recovery_steps,
         "recovered_step": int(steps[rec_idx]) if recovered else None,
+        "last_raised_step": int(steps[rec_idx - 1]) if rec_idx is not None else None,
         "plateau_shift": plateau_shift,
         "plateau_shift_rel": plateau_rel,
         "settled": None

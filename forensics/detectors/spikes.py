@@ -243,7 +243,7 @@ class SpikeDetector:
             how = {
                 SpikeClass.PHYSIOLOGICAL: (
                     f"back on its trend after {steps_text(m['recovery_steps'])}"
-                    f"{_slow_text(m, self.params.recover_steps)}; {cls}"
+                    f"{_slow_text(m, self.params.recover_steps, s.peak_step)}; {cls}"
                 ),
                 SpikeClass.BENEFICIAL: (
                     f"settled {abs(m['plateau_shift_rel'] or 0):.0%} below its earlier trend; {cls}"
@@ -615,10 +615,26 @@ def _height(m: dict[str, Any]) -> str:
     return f"{r:.2f}x" if r is not None else f"+{m['height']:.4g}"
 
 
-def _slow_text(m: dict, limit: int) -> str:
+def _slow_text(m: dict, limit: int, peak: int) -> str:
     """A physiological spike slower than a passing fluctuation (the article's 100-300 steps)
-    but back within ``limit``: said, so the reader sees it was close to the line."""
+    but back within ``limit``: said, so the reader sees it was close to the line. One whose
+    logged points are too far apart to tell (back at a point more than ``limit`` after its
+    peak, its last raised point less than ``limit`` after it): said too."""
     steps = m.get("recovery_steps")
+    if steps is not None and steps > limit:
+        raised = m.get("last_raised_step")
+        raised = raised if isinstance(raised, int) else peak
+        gap = steps - (raised - peak)
+        last = (
+            "the next logged point after its peak"
+            if raised == peak
+            else f"{steps_text(gap)} after its last raised point (step {raised:,})"
+        )
+        return (
+            f" ({last}): the log's points are too far apart to show whether it was back "
+            f"within the {limit:,} steps that would make it pathological, and it shows no "
+            f"point still raised {limit:,} steps after the peak"
+        )
     if steps is None or not QUICK_RECOVERY_STEPS < steps <= limit:
         return ""
     return (

@@ -36,6 +36,7 @@ from forensics.evidence.spike_shape import (
     Trend,
     fit_trend,
     measure,
+    too_slow,
 )
 
 _AHEAD = 16  # points after the peak searched for the recovery and the width's end at once
@@ -145,7 +146,7 @@ def measure_many(
         recovery_steps = int(steps[ri] - steps[s.peak])
         shift, rel, clearly = plateau.get(i, (None, None, 0))
         log_left = int(steps[-1] - steps[s.peak])
-        if recovery_steps > p.recover_steps or clearly > 0:
+        if too_slow(int(steps[ri - 1] - steps[s.peak]), p.recover_steps) or clearly > 0:
             cls = SpikeClass.PATHOLOGICAL
         elif clearly < 0:
             cls = SpikeClass.BENEFICIAL
@@ -157,6 +158,7 @@ def measure_many(
             "recovered": True,
             "recovery_steps": recovery_steps,
             "recovered_step": int(steps[ri]),
+            "last_raised_step": int(steps[ri - 1]),
             "plateau_shift": shift,
             "plateau_shift_rel": rel,
             "settled": None if rel is None else SETTLED[clearly],

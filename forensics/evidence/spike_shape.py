@@ -240,6 +240,7 @@ def measure(
         a, size = b, size * 2
     recovered = rec_idx is not None
     recovery_steps = int(steps[rec_idx] - steps[peak]) if recovered else None
+    last_raised = int(steps[rec_idx - 1]) if rec_idx is not None else None
 
     # Width: the contiguous run of points above the alarm line that holds the peak.
     line = max(alarm, 0.0)
@@ -299,7 +300,9 @@ def measure(
     log_left = int(steps[-1] - steps[peak])
     if not recovered:
         cls = SpikeClass.PATHOLOGICAL if log_left >= p.recover_steps else SpikeClass.UNRESOLVED
-    elif recovery_steps is not None and recovery_steps > p.recover_steps or clearly > 0:
+    elif (
+        last_raised is not None and too_slow(last_raised - int(steps[peak]), p.recover_steps)
+    ) or clearly > 0:
         cls = SpikeClass.PATHOLOGICAL
     elif clearly < 0:
         cls = SpikeClass.BENEFICIAL
@@ -311,6 +314,7 @@ def measure(
         "recovered": recovered,
         "recovery_steps": recovery_steps,
         "recovered_step": int(steps[rec_idx]) if recovered else None,
+        "last_raised_step": last_raised,
         "plateau_shift": plateau_shift,
         "plateau_shift_rel": plateau_rel,
         "settled": None if plateau_rel is None else SETTLED[clearly],
@@ -323,6 +327,15 @@ def measure(
 
 
 _CHUNK = 64  # first chunk of a forward search (recovery, width); doubled each time
+
+
+def too_slow(raised_for: int, limit: int) -> bool:
+    """Whether a spike's recovery was too slow (article 4.3: still raised ``limit`` steps
+    after its peak), from the last logged point still raised, ``raised_for`` steps after the
+    peak: a log written every 1,000 steps whose spike was gone at the next point shows no
+    point raised after 500, so it cannot call the spike slow (it had read "back only after
+    1,000 steps; pathological", critical, for a one-point blip)."""
+    return raised_for >= limit
 
 
 def _transform(values: np.ndarray, log_scale: bool) -> np.ndarray:
