@@ -341,3 +341,30 @@ def test_the_throughput_checklist_states_its_unit_and_never_passes_zero(
         assert item.status == "not measurable" and "placeholder" in item.evidence
     else:
         assert item.status == "pass" and item.evidence.startswith(expect), item.evidence
+
+
+def test_an_astronomical_value_is_written_in_scientific_notation(tmp_path: Path) -> None:
+    """A loss logged once as 1e30 (an overflow the next step did not keep) read "Loss spike at
+    step 1,500: 1,000,000,000,000,000,019,884,624,838,656 against a local baseline of 2.748
+    (363868546842641843227419738112.00x)"; values from 1e12 on are now written as 1e+30."""
+    import json
+
+    from forensics.evidence.trend_utils import num, times
+
+    assert (num(1492.0), num(1.23456e9), num(1e30), num(-3e15)) == (
+        "1,492",
+        "1,234,560,000",
+        "1e+30",
+        "-3e+15",
+    )
+    assert (times(1634.2), times(3.6e29)) == ("1,634", "3.6e+29")
+    rng = np.random.default_rng(30)
+    n = 3000
+    loss = 2 + 3 / (1 + np.arange(n) / 500) + rng.normal(0, 0.02, n)
+    loss[1500] = 1e30
+    rows = [json.dumps({"step": i, "loss": loss[i], "lr": 3e-4}) for i in range(n)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    d = analyze_run(read_run(tmp_path))
+    (f,) = [f for f in d.findings if f.kind is FindingKind.LOSS_SPIKE and f.peak_step == 1500]
+    assert f.summary.startswith("Loss spike at step 1,500: 1e+30 against a local baseline of ")
+    assert re.search(r"\(\d\.\d+e\+29x\)", f.summary), f.summary

@@ -49,7 +49,7 @@ from forensics.evidence import Band, Evidence
 from forensics.evidence.spike_context import Overlaps, absorbed_reach, event_near, near_steps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
-from forensics.evidence.trend_utils import num, robust_sigma, steps_within
+from forensics.evidence.trend_utils import num, robust_sigma, steps_within, times
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
 from forensics.params import (
     GRAD_NORM_CRITICAL,
@@ -612,7 +612,9 @@ def _unresolved(j: _Judged) -> str:
 
 def _height(m: dict[str, Any]) -> str:
     r = m["height_ratio"]
-    return f"{r:.2f}x" if r is not None else f"+{m['height']:.4g}"
+    if r is None:
+        return f"+{m['height']:.4g}"
+    return f"{r:.2f}x" if r < 100 else f"{times(r)}x"
 
 
 def _slow_text(m: dict, limit: int, peak: int) -> str:

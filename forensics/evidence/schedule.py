@@ -231,8 +231,9 @@ def lr_schedule(
             peak = float(np.max(v[a : b + 1]))
         ref = peak if peak is not None else float(v[a])
         if kind == "rising":
-            if a == 0:
+            if a == 0 or (i == 1 and _held_low_from_start(pieces[0], v, a, jump_at)):
                 pieces[i][2] = "warmup"
+                pieces[0][2] = "warmup"  # (the LR held at 0 before the ramp: one warm-up)
             elif v[b] <= peak_margin * ref and not raised:
                 pieces[i][2] = "warmup"
             else:
@@ -276,6 +277,18 @@ def lr_schedule(
         for a, b, k, s in pieces
     )
     return Schedule(segments, tuple(changes), x, v, warmup_end, peak)
+
+
+def _held_low_from_start(first: list[Any], v: np.ndarray, a: int, jump_at: dict) -> bool:
+    """Whether the log's first piece holds the LR flat at no more than where the rise from
+    index ``a`` starts (a warm-up from 0: 0 and 3e-7 are both under the log floor, a flat
+    piece before the ramp), with no jump between: the rise is then the warm-up."""
+    return (
+        first[0] == 0
+        and first[2] == "constant"
+        and a not in jump_at
+        and float(np.max(v[: first[1] + 1])) <= float(v[a])
+    )
 
 
 def _distinct_at_least(v: np.ndarray, k: int) -> bool:

@@ -649,12 +649,19 @@ def num(x: float, digits: int = 4) -> str:
     NaN, "inf" for an infinity."""
     if x is None or np.isnan(x):
         return "n/a"
+    if abs(x) >= _GROUPED_UP_TO:  # (a loss of 1e30 is not 31 digits with commas)
+        return f"{x:.{digits}g}"
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.{digits}g}"
+
+
+_GROUPED_UP_TO = 1e12  # values from here on are written in scientific notation
 
 
 def times(r: float) -> str:
     """A factor for text: whole and grouped from 100 up (1,634, where ``.3g`` writes
     1.63e+03), three significant digits below."""
+    if r >= _GROUPED_UP_TO:
+        return f"{r:.3g}"
     return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
 
 
