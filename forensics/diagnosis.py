@@ -136,8 +136,8 @@ class Diagnosis:
         sampled = self.run.metadata.get("sampled_export")
         if not isinstance(sampled, dict):
             return None
-        from forensics.importers.wandb_csv import excursion_text
         from forensics.params import SpikesParams
+        from forensics.sampled import excursion_text
         from forensics.schema import GRAD_NORM, LOSS
 
         p = self.evidence.params.spikes if self.evidence is not None else SpikesParams()

@@ -29,6 +29,7 @@ from forensics.importers.base import (
     strip_suffixes,
 )
 from forensics.importers.restarts import assign_segments, restart_findings
+from forensics.sampled import excursion_text
 from forensics.schema import conform, empty_frame
 
 NAME = "wandb_csv"
@@ -390,20 +391,6 @@ def _widest(x: pl.Series, vals: pl.Series, bound: pl.Series, upper: bool) -> dic
         "ratio": float(row["r"]),
         "upper": upper,
     }
-
-
-def excursion_text(w: dict[str, Any]) -> str:
-    """``the chart's bucket maxima reach 4 at step 6,000 (3.9x the sampled 1.02 there)``
-    (or the minima, for a bucket whose lowest point lies furthest below its sample)."""
-    if w["upper"]:
-        return (
-            f"the chart's bucket maxima reach {w['bound']:.4g} at step {w['step']:,} "
-            f"({w['ratio']:.1f}x the sampled {w['value']:.4g} there)"
-        )
-    return (
-        f"the chart's bucket minima fall to {w['bound']:.4g} at step {w['step']:,} "
-        f"(the sampled {w['value']:.4g} there is {w['ratio']:.1f}x that)"
-    )
 
 
 IMPORTER = WandbCsvImporter()
