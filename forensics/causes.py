@@ -52,6 +52,7 @@ from forensics.findings import (
     Severity,
     scale_text,
     steps_text,
+    turned_between,
 )
 from forensics.prescriptions import TABLE
 from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW, VAL_LOSS
@@ -487,7 +488,7 @@ def _within_range(f: Finding) -> str:
     """How a control input after a fitted onset, but inside its range, relates to it: the
     log cannot put it after the onset."""
     lo, hi = f.onset_bounds
-    if f.start_step == lo:  # (a turn between two logged points, not a bend fitted inside)
+    if turned_between(f.start_step, f.onset_range):  # (not a bend fitted inside)
         return (
             f"within the steps the onset is known to ({lo:,}-{hi:,}: it turned after step "
             f"{lo:,} and by step {hi:,}, between two logged points), so not after it"

@@ -249,10 +249,20 @@ def step_range(start: int, end: int | None = None) -> str:
     return f"{int(start):,}-{int(end):,}"
 
 
+def turned_between(step: int, onset_range: tuple[int, int] | list[int] | None) -> bool:
+    """Whether an onset's range is the stretch between two logged points it turned in (a
+    score at its best at one eval and lower at the next: the range starts at the onset),
+    not the steps a bend fitted inside it cannot be told from."""
+    return onset_range is not None and int(step) == int(onset_range[0]) < int(onset_range[1])
+
+
 def onset_at(step: int, onset_range: tuple[int, int] | list[int] | None = None) -> str:
-    """``2,995`` or, for a fitted onset, ``2,995 (anywhere in 2,940-3,050)``."""
+    """``2,995``; for a fitted onset ``2,995 (anywhere in 2,940-3,050)``; for a turn between
+    two logged points ``2,995 (turned after it, by 3,050)``."""
     if onset_range is None:
         return f"{int(step):,}"
+    if turned_between(step, onset_range):
+        return f"{int(step):,} (turned after it, by {int(onset_range[1]):,})"
     return f"{int(step):,} (anywhere in {step_range(*onset_range)})"
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from forensics.findings import Finding, FindingKind, Severity, steps_text
+from forensics.findings import Finding, FindingKind, Severity, steps_text, turned_between
 from forensics.prescriptions import needs_action
 
 _LABELS = {
@@ -175,7 +175,13 @@ class Timeline:
             # a loss that never fell)
             # (a fitted bend's range too: no follower's sentence will name it)
             rng = head.onset_range
-            where = f", anywhere in {rng[0]:,}-{rng[1]:,};" if rng is not None else ","
+            where = (
+                ","
+                if rng is None
+                else f", turned after it and by step {rng[1]:,};"
+                if turned_between(head.step, rng)
+                else f", anywhere in {rng[0]:,}-{rng[1]:,};"
+            )
             onset = f"onset at step {head.step:,}{where} {_what(head)}"
             return f"Only one sign: the {head.label} ({onset})."
         return text + _then(head, self.movers[1:], limit)
@@ -343,7 +349,7 @@ def build_timeline(
 def _range_kind(step: int, onset_range: tuple[int, int]) -> str:
     """Why an onset is known only to a range: a bend fitted inside it, or a turn after the
     logged point it starts at (a score at its best at one eval and lower at the next)."""
-    if step == onset_range[0]:
+    if turned_between(step, onset_range):
         return (
             f"it turned after step {onset_range[0]:,} and by step {onset_range[1]:,}, between "
             "two logged points"

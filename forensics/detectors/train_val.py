@@ -410,6 +410,9 @@ class TrainValDetector:
                 start_step=onset,
                 peak_step=int(vx[m + int(np.argmax(vy[m:]))]),
                 end_step=end,
+                # The val loss turned up after its lowest eval and by the next one: evals are
+                # all the log has of the turn (as eval_regression's best score).
+                onset_range=(onset, int(vx[m + 1])) if m + 1 < len(vx) else None,
                 measures={
                     "val_min": float(vy[m]),
                     "val_now": val_now,
