@@ -33,11 +33,11 @@ from forensics.prescriptions import (
     STANDING_GUIDANCE,
     Check,
     Prescription,
+    checks_for,
     light_prefix,
     needs_action,
     prescribe,
 )
-from forensics.prescriptions import TABLE as PRESCRIPTIONS
 from forensics.rollback import (  # rollback_advice: re-exported for callers of diagnosis
     Rollback,
     incident_rollbacks,
@@ -244,7 +244,7 @@ class Diagnosis:
         for f in self.ranked():
             if not needs_action(f):
                 continue
-            for chk in PRESCRIPTIONS[f.kind].checks:
+            for chk in checks_for(f):
                 slot = by_area.setdefault(chk.area, {})
                 if chk.text not in slot:
                     slot[chk.text] = (chk, [])

@@ -785,6 +785,30 @@ def entry(kind: FindingKind | str) -> Prescription:
     return TABLE[FindingKind(kind)]
 
 
+# The checks for a grad-norm step to a level it held: what changed at that step, not the
+# batch behind one spike.
+_LEVEL_STEP_CHECKS = (
+    _c(
+        "data",
+        "Look for what changed in the data at the step the level moved: a new mix, source or "
+        "sequence length.",
+    ),
+    _c(
+        "optimizer",
+        "Compare the LR, the clip threshold and the optimizer state (a resumed job's) before "
+        "and after that step.",
+    ),
+)
+
+
+def checks_for(finding: Finding) -> tuple[Check, ...]:
+    """The checks a finding calls for: its row's, or its variant's where the row's do not fit
+    (a grad-norm level step is not a batch to find)."""
+    if finding.kind is FindingKind.GRAD_NORM_SPIKE and finding.measures.get("judged_by") == "level":
+        return _LEVEL_STEP_CHECKS
+    return TABLE[finding.kind].checks
+
+
 def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
     """The prescription for one finding, adjusted to its classification or severity, and to
     its causes where one the log supports changes the treatment (``causes``: the finding's

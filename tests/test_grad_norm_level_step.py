@@ -63,6 +63,11 @@ def test_a_step_is_judged_by_the_level_it_held(
     rx = d.prescription_for(f)
     assert "a lasting step, not one batch" in rx.lower()
     assert "find the batches behind them" not in rx
+    # What to check names what changed at the step, not the batch behind a spike.
+    checks = [c.text for inv in d.investigation for c, _ in inv.checks]
+    if severity is not Severity.INFO:
+        assert any("what changed in the data at the step" in c for c in checks), checks
+    assert not any("Match the spike steps to batch contents" in c for c in checks), checks
 
 
 def test_a_spike_above_the_level_it_left_is_still_a_spike(tmp_path: Path) -> None:
