@@ -665,11 +665,15 @@ def _resume(x: _Facts, f: Finding) -> Cause:
         # The resume itself is the evidence: it replaced the steps the attempt went wrong in.
         r, last = f.measures.get("resumed_from_step"), f.measures.get("attempt_last_step")
         if isinstance(r, int) and isinstance(last, int):
+            # (a resumed job still behind the attempt has logged again only up to its own
+            # last step)
+            again = min(last, x.ev.run.last_step)
             return Cause(
                 "resume",
                 SUPPORTED,
                 f"the job resumed at step {r:,} from an earlier checkpoint and logged steps "
-                f"{r:,}-{last:,} again",
+                f"{r:,}-{again:,} again"
+                + (f" (the attempt had reached step {last:,})" if again < last else ""),
                 (r,),
                 anchor=r,
             )

@@ -167,17 +167,23 @@ def _finding(
         for f in kept[:4]
     ) + (f"; and {n - 4} more" if n > 4 else "")
     lr_then, lr_now, at = _lrs(attempt, run, max(worst.start_step, resumed))
+    # (a resumed job not yet at that step is read at its own last step, and said so)
+    now_at = min(at, run.last_step)
+    there = "there" if now_at >= at else f"at step {now_at:,}, its last logged"
     if lr_then is None or lr_now is None:
         lr_text = ""
     elif lr_then == lr_now:
         lr_text = (
             f" At step {at:,} the resumed job runs the LR the attempt ran ({num(lr_now)}): "
             "the log shows no change of LR."
+            if now_at >= at
+            else f" At step {at:,} the attempt ran an LR of {num(lr_then)}; the resumed job "
+            f"runs the same {there}: the log shows no change of LR."
         )
     else:
         lr_text = (
             f" At step {at:,} the attempt ran an LR of {num(lr_then)}; the resumed job runs "
-            f"{num(lr_now)} there ({lr_now / lr_then:.2g}x)."
+            f"{num(lr_now)} {there} ({lr_now / lr_then:.2g}x)."
             if lr_then
             else ""
         )
@@ -201,14 +207,23 @@ def _finding(
             f" The resumed job went through steps {worst.start_step:,}-{last:,} without it "
             f"(it has logged up to step {run.last_step:,})."
         )
+    elif run.last_step < worst.start_step:
+        pass_text = (
+            f" The resumed job has not yet reached step {worst.start_step:,}, where the attempt "
+            f"went wrong (it has logged up to step {run.last_step:,})."
+        )
     else:
-        pass_text = f" The resumed job has not yet logged past step {last:,}."
+        pass_text = (
+            f" The resumed job has logged up to step {run.last_step:,} without it so far, but "
+            f"not yet past step {last:,}."
+        )
+    shown = min(last, run.last_step)
     summary = (
         f"The attempt that the resume at step {resumed:,} replaced (it had logged up to step "
         f"{last:,}) went wrong before it stopped: {worst.summary.rstrip('.')} "
         f"({worst.severity.value} in that attempt).{cause_text} "
         f"{n} finding{'s' if n != 1 else ''} in its replaced steps: {listed}.{lr_text}"
-        f"{pass_text} The charts show the resumed job at steps {resumed:,}-{last:,}."
+        f"{pass_text} The charts show the resumed job at steps {resumed:,}-{shown:,}."
     )
     return Finding(
         kind=FindingKind.REPLACED_ATTEMPT,

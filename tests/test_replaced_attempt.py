@@ -176,11 +176,39 @@ def test_only_the_largest_rewinds_are_judged_and_the_rest_counted(
 
 def test_a_resumed_job_not_yet_past_the_trouble_says_so(tmp_path: Path) -> None:
     """The resumed job's log ends at step 930, before the step where the replaced attempt
-    stopped (950): whether it gets through is not known yet."""
+    stopped (950): whether it gets through is not known yet. Its own last step is 930 (the
+    run's last step had read 950, from the attempt's rows the resume replaced)."""
     d = analyze(_rewound_run(tmp_path / "tb", blow_up=True, resumed_until=930))
     (f,) = [f for f in d.findings if f.kind is FindingKind.REPLACED_ATTEMPT]
     assert f.measures["resumed_passed"] is None
-    assert "The resumed job has not yet logged past step 950." in f.summary
+    assert (
+        "The resumed job has logged up to step 930 without it so far, but not yet past step "
+        "950." in f.summary
+    )
+    assert f.summary.endswith("The charts show the resumed job at steps 501-930.")
+
+
+def test_a_resumed_job_not_yet_at_the_trouble_says_so(tmp_path: Path) -> None:
+    """The resumed job's log ends at step 880, before the attempt went wrong (about 900): the
+    LR it runs is read at its own last step, and the resume's cause names the steps it
+    logged again (501-880), not the attempt's (501-950)."""
+    d = analyze(_rewound_run(tmp_path / "tb", blow_up=True, resumed_until=880))
+    (f,) = [f for f in d.findings if f.kind is FindingKind.REPLACED_ATTEMPT]
+    m = f.measures
+    assert m["resumed_passed"] is None and d.run.last_step == 880
+    assert (
+        f"The resumed job has not yet reached step {m['worst_step']:,}, where the attempt went "
+        "wrong (it has logged up to step 880)." in f.summary
+    )
+    assert (
+        f"At step {m['worst_step']:,} the attempt ran an LR of 0.0003; the resumed job runs "
+        "0.0002 at step 880, its last logged (0.67x)." in f.summary
+    )
+    (c,) = [c for c in d.causes_for(f) if c.cause == "resume"]
+    assert c.evidence == (
+        "the job resumed at step 501 from an earlier checkpoint and logged steps 501-880 again "
+        "(the attempt had reached step 950)"
+    )
 
 
 def test_the_cause_the_attempts_own_log_supports_is_named(tmp_path: Path) -> None:
