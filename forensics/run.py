@@ -56,6 +56,7 @@ class Run:
     _exact_index: bool = field(default=False, repr=False)  # one index row per series and layer
     # id() of the frame the caches describe
     _span: tuple[int, tuple[int, int]] | None = field(default=None, repr=False)
+    _last: tuple[int, int] | None = field(default=None, repr=False)  # (frame id, last step)
     _cached_for: int | None = field(default=None, repr=False)
     _unit: tuple[int, str] | None = field(default=None, repr=False)
 
@@ -325,7 +326,17 @@ class Run:
 
     @property
     def last_step(self) -> int:
-        return self._step_span()[1]
+        """The view's last step: a job resumed from an earlier checkpoint that has not yet got
+        back to where the earlier attempt stopped is at its own last step, not the earlier
+        attempt's (whose later rows give way). Without a second segment, the frame's."""
+        key = id(self.frame)
+        if self._last is None or self._last[0] != key:
+            hi = self._step_span()[1]
+            if self._resumed():
+                top = self.view().get_column("step").max()  # (may put the rows in order)
+                hi = hi if top is None else int(top)  # type: ignore[arg-type]
+            self._last = (id(self.frame), hi)
+        return self._last[1]
 
     @property
     def x_unit(self) -> str:
@@ -349,13 +360,7 @@ class Run:
         if self._span is None or self._span[0] != key:
             s = self.frame.get_column("step")  # min and max skip nulls (no copy without them)
             lo, hi = s.min(), s.max()
-            if lo is not None and self._resumed():
-                # The last step is the view's: a job resumed from an earlier checkpoint that
-                # has not yet got back to where the earlier attempt stopped is at its own
-                # last step, not the earlier attempt's (whose later rows give way). The first
-                # step is the same in both (each series keeps its lowest step).
-                hi = self.view().get_column("step").max()
-                key = id(self.frame)  # (the view may have put the frame's rows in order)
+            # (the first step is the view's too: each series keeps its lowest step)
             self._span = (key, (0, 0) if lo is None else (int(lo), int(hi)))  # type: ignore[arg-type]
         return self._span[1]
 
