@@ -236,6 +236,8 @@ class Lines:
 
     frame: pl.DataFrame  # labelled rows in line order (see by_series), not yet segmented
     bad: list[int] = field(default_factory=list)  # line numbers that are not JSON objects
+    # key -> the line numbers where its value was neither a number nor null
+    unread: dict[str, list[int]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     relative_time: bool = False  # LLaMA-Factory elapsed_time was the clock
     cut: bool = False  # the last line is cut off mid-record (no newline after it)
@@ -335,11 +337,13 @@ def _no_nul(data: bytes) -> bytes:
 
 
 def line_rows(
-    line: str, config: dict[str, Any]
+    line: str, config: dict[str, Any], unread: list[str] | None = None
 ) -> tuple[int | None, float | None, list[tuple[str, float]], bool] | None:
     """One line as (step, wall time, [(tag, value)...], relative clock), or None for a line
     that is not a JSON object (or logs a step no trainer logs). Levanter's ``hparams``
-    events update ``config``."""
+    events update ``config``. ``unread`` gets the keys whose value is neither a number nor
+    null (``"N/A"``, a list): a metric's value left out where the key logs numbers
+    elsewhere (:func:`finish` counts those), else a key that is no metric (a run name)."""
     obj = _parse(line)
     if obj is None:
         return None
@@ -378,6 +382,8 @@ def line_rows(
         x = _number(v)
         if x is not None:
             rows.append((k, x))
+        elif unread is not None and v is not None:
+            unread.append(k)
     return step, wt, rows, relative
 
 
@@ -425,6 +431,23 @@ def finish(lines: Lines, name: str) -> ImportResult:
         notes.append(
             f"{name}: skipped {len(bad):,} line(s) that are not JSON objects (line {shown})"
         )
+    if lines.unread:
+        # A metric's value that is no number ("N/A", a list) where the key logs numbers on
+        # other lines: left out, counted. Keys that never log a number are no metrics.
+        tags = set(lines.tags) if lines.tags is not None else set(frame["tag"].unique())
+        lost = {k: v for k, v in lines.unread.items() if k in tags}
+        if lost:
+            n = sum(len(v) for v in lost.values())
+            each = "; ".join(
+                f"{k} at line{'s' if len(v) > 1 else ''} "
+                + ", ".join(f"{b:,}" for b in v[:5])
+                + (" ..." if len(v) > 5 else "")
+                for k, v in list(lost.items())[:5]
+            )
+            notes.append(
+                f"{name}: left out {n:,} value(s) that are not numbers, of keys that log "
+                f"numbers on other lines ({each})"
+            )
     if lines.relative_time:
         notes.append(
             f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"

@@ -539,6 +539,7 @@ class BlockReader:
         # each tag's rows in line order) with the rows of each tag rank.
         self.parts: list[tuple[pl.DataFrame, np.ndarray | None]] = []
         self.bad: list[int] = []
+        self.unread: dict[str, list[int]] = {}  # key -> lines whose value was no number
         self.config: dict[str, Any] = {}
         self.relative_time = False
         self.cut = False
@@ -632,10 +633,13 @@ class BlockReader:
                 line = line[:-1]
             if not line.strip():
                 continue
-            got_line = line_rows(line, self.config)
+            unread: list[str] = []
+            got_line = line_rows(line, self.config, unread)
             if got_line is None:
                 self.bad.append(first + int(i))
                 continue
+            for k in unread:
+                self.unread.setdefault(k, []).append(first + int(i))
             step, wt, rows, relative = got_line
             self.relative_time = self.relative_time or relative
             for tag, value in rows:
@@ -974,6 +978,7 @@ class BlockReader:
         return Lines(
             conform(frame),
             self.bad,
+            self.unread,
             self.config,
             self.relative_time,
             self.cut,

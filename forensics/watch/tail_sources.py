@@ -209,11 +209,17 @@ class JsonlTail(_LineTail):
             self.n_lines += lines.count(b"\n")
             acc = self.lines
             # Lines that change no note or config (a relative clock already noted is fine).
-            calm = not (got.bad or got.config) and (acc.relative_time or not got.relative_time)
+            calm = not (got.bad or got.config or got.unread) and (
+                acc.relative_time or not got.relative_time
+            )
             frame = got.frame if acc.frame.is_empty() else pl.concat([acc.frame, got.frame])
             self.lines = Lines(
                 frame=frame,
                 bad=acc.bad + got.bad,
+                unread={
+                    k: acc.unread.get(k, []) + got.unread.get(k, [])
+                    for k in (*acc.unread, *(k for k in got.unread if k not in acc.unread))
+                },
                 config={**acc.config, **got.config},
                 relative_time=acc.relative_time or got.relative_time,
             )
