@@ -130,13 +130,15 @@ class LightningCsvImporter:
             )
             .with_columns(
                 # cast first: a column with no cell at all comes out of the CSV reader typed Null
-                pl.col("raw")
-                .cast(pl.Utf8)
-                .str.strip_chars()
-                .cast(pl.Float64, strict=False)
-                .alias("value")
+                pl.col("raw").cast(pl.Utf8).str.strip_chars().alias("raw")
             )
-            .filter(
+            .with_columns(pl.col("raw").cast(pl.Float64, strict=False).alias("value"))
+        )
+        unread = _unread(long, name)
+        if unread:
+            notes.append(unread)
+        long = (
+            long.filter(
                 pl.col("value").is_not_null()
             )  # empty cells of a sparse row; "nan" parses as NaN
             .sort("record_idx", maintain_order=True)
@@ -166,6 +168,27 @@ class LightningCsvImporter:
             config=config,
             metadata=meta,
         )
+
+
+def _unread(long: pl.DataFrame, name: str) -> str | None:
+    """The note for cells that are not numbers ("N/A") in a column with numbers in other
+    rows: left out, counted with their lines (an empty cell is a value not logged; a column
+    of text is no metric)."""
+    bad = long.filter(
+        pl.col("value").is_null()
+        & (pl.col("raw").str.len_chars() > 0)
+        & pl.col("value").is_not_null().any().over("tag")
+    )
+    if bad.is_empty():
+        return None
+    parts = []
+    for tag, lines in bad.group_by("tag", maintain_order=True).agg(pl.col("record_idx")).rows():
+        shown = ", ".join(f"{int(r):,}" for r in lines[:5]) + (" ..." if len(lines) > 5 else "")
+        parts.append(f"{tag} at line{'s' if len(lines) > 1 else ''} {shown}")
+    return (
+        f"{name}: left out {bad.height:,} value(s) that are not numbers, of columns that hold "
+        f"numbers in other rows ({'; '.join(parts[:5])})"
+    )
 
 
 IMPORTER = LightningCsvImporter()

@@ -48,3 +48,23 @@ def test_both_readers_count_them(fast: bool) -> None:
     raw = ("\n".join(json.dumps(r) for r in _rows()) + "\n").encode()
     result = finish(parse_lines(raw, "metrics.jsonl", fast=fast), "metrics.jsonl")
     assert NOTE in result.notes, result.notes
+
+
+def test_a_lightning_csv_counts_them_too(tmp_path: Path) -> None:
+    """The same in a Lightning metrics.csv: an "N/A" cell of train_loss (line 1,002) is left
+    out and counted; the empty cells of the sparse val_loss column are values not logged."""
+    lines = ["step,epoch,train_loss,val_loss"]
+    for i in range(2000):
+        val = "" if i % 100 else f"{2.1 - i * 1e-4:.4f}"
+        train = "N/A" if i == 1000 else f"{2.0 - i * 1e-4:.4f}"
+        lines.append(f"{i},0,{train},{val}")
+    folder = tmp_path / "lightning_logs" / "version_0"
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
+    run = read_run(folder)
+    assert run.format == "lightning_csv"
+    assert (
+        "metrics.csv: left out 1 value(s) that are not numbers, of columns that hold numbers "
+        "in other rows (train_loss at line 1,002)"
+    ) in run.notes, run.notes
+    assert run.frame.filter(pl.col("tag") == "train_loss").height == 1999
