@@ -778,6 +778,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             '`"layer:pct"` list for every layer (null: not logged)',
             null=True,
         ),
+        _m(
+            "frozen_before",
+            bool,
+            "every grad norm the group logged in the early window was 0 (frozen layers "
+            "trained since: an unfreezing, a note)",
+        ),
     ),
     "activation_outlier": (
         _m("layer", int, "layer index (null: a model-wide series logged without one)", null=True),

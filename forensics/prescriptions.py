@@ -84,6 +84,8 @@ SCHEDULE_SPIKE = "schedule_induced"
 # The grad-norm spike variant for a step to a level it held (judged by that level): a lasting
 # change to find, not a batch.
 LEVEL_STEP = "level_step"
+# The layer-shift variant for layers whose grad norms were all 0 before (frozen, then trained).
+UNFROZEN = "unfrozen"
 # The throughput-drop variant for one of several short dips at one fixed interval.
 RECURRING = "recurring"
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
@@ -151,6 +153,11 @@ TABLE: dict[FindingKind, Prescription] = {
             ),
         ),
         ROW_GRAD_DRIFT,
+        variants={
+            UNFROZEN: "No action if the layers were unfrozen on purpose at that step (a staged "
+            "fine-tune); if they were meant to train from the start, check that their "
+            "parameters were in the optimizer and required gradients.",
+        },
     ),
     FindingKind.LOSS_SPIKE: Prescription(
         FindingKind.LOSS_SPIKE,
@@ -859,6 +866,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[OVERFLOW_SPIKE]
     elif _loss_moved(finding):
         text = p.variants[LOSS_MOVED]
+    elif finding.measures.get("frozen_before") is True and UNFROZEN in p.variants:
+        text = p.variants[UNFROZEN]
     elif finding.measures.get("recurs_every") is not None and RECURRING in p.variants:
         text = p.variants[RECURRING]
     elif finding.measures.get("judged_by") == "level" and LEVEL_STEP in p.variants:

@@ -11,8 +11,9 @@ contiguous layers whose share grew by half or more form a candidate group, flagg
 group's share at least doubled and rose by at least 10 points of the total (the article's case
 gained 12; in small healthy models the last block's share often creeps from ~9% to ~18% as
 training goes on, which is not this pattern: a group of the deepest layer alone is an ``info``
-note unless its share grew ``LAST_ONLY_RATIO`` (3x) or more). Per-layer param-norm growth
-rates are attached when logged.
+note unless its share grew ``LAST_ONLY_RATIO`` (3x) or more). A group whose every logged grad
+norm in the early window is 0 was frozen then and trained since (a staged fine-tune): a note
+(``frozen_before``). Per-layer param-norm growth rates are attached when logged.
 
 The measures of its finding kinds are declared in :mod:`forensics.measures`.
 """
@@ -63,7 +64,8 @@ class LayerGradShiftDetector:
         sq = mat**2
         tot = sq.sum(axis=1)
         keep = tot > 0
-        steps, share = steps[keep], sq[keep] / tot[keep, None]
+        steps, sq = steps[keep], sq[keep]
+        share = sq / tot[keep, None]
         if len(steps) < self.params.min_points:
             run.note(f"{CHECK}: not run, the per-layer grad norms are all zero")
             return []
@@ -115,7 +117,10 @@ class LayerGradShiftDetector:
                 "noise_k": p.noise_k,
                 **windows,
             }
-            out.append(self._finding(ev, steps, series, grp, layers, b, a, start, judged))
+            # Every logged grad norm of the group 0 in the early window: layers frozen then,
+            # trained since (a staged fine-tune), not the article's shift.
+            frozen = bool(np.all(sq[early][:, grp] == 0))
+            out.append(self._finding(ev, steps, series, grp, layers, b, a, start, judged, frozen))
         return out
 
     def _finding(
@@ -129,6 +134,7 @@ class LayerGradShiftDetector:
         a: float,
         start: int,
         judged: dict[str, Any],
+        frozen: bool = False,
     ) -> Finding:
         names = [layers[i] for i in grp]
         xb, yb = bin_median(steps.astype(float), series, max_bins=200)
@@ -187,9 +193,16 @@ class LayerGradShiftDetector:
             if last_only
             else ""
         )
+        if frozen:
+            w0, w1 = judged["early_start_step"], judged["early_end_step"]
+            note = (
+                f"; every grad norm {'they' if len(names) > 1 else 'it'} logged over steps "
+                f"{w0:,}-{w1:,} was 0, as a frozen layer's: an unfreezing (a staged "
+                "fine-tune), not a shift of the gradient, a note"
+            )
         return Finding(
             kind=FindingKind.LAYER_GRAD_SHIFT,
-            severity=Severity.INFO if last_only else Severity.WARNING,
+            severity=Severity.INFO if last_only or frozen else Severity.WARNING,
             metric=GRAD_NORM_LAYER,
             start_step=onset,
             peak_step=int(round(xb[k_peak])),
@@ -208,6 +221,7 @@ class LayerGradShiftDetector:
                 "param_growth_group_pct_per_1k": pg,
                 "param_growth_rest_pct_per_1k": pr,
                 "param_growth_by_layer": by_layer or None,
+                "frozen_before": frozen,
             },
             summary=(
                 f"{'Layers' if len(names) > 1 else 'Layer'} {label} went from {100 * b:.0f}% "
