@@ -197,7 +197,9 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     def nan() -> Item | None:
         bad, checked = [], []
         bad_by: dict[str, list[int]] = {}
-        for m in (LOSS, GRAD_NORM):
+        for m in (LOSS, GRAD_NORM, VAL_LOSS):
+            if m == VAL_LOSS and not ev.has(VAL_LOSS):
+                continue
             got = ev.logged(m)  # every logged point: the non-finite ones are what we look for
             sel = (got.steps >= lo) & (got.steps <= hi)
             st, v = got.steps[sel], got.values[sel]

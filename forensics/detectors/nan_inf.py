@@ -40,6 +40,7 @@ from forensics.schema import (
     OVERFLOW,
     STEP_TIME,
     THROUGHPUT,
+    VAL_LOSS,
 )
 
 _INFRA = (MEMORY, STEP_TIME, THROUGHPUT)
@@ -56,6 +57,25 @@ def _runs(bad: np.ndarray) -> list[tuple[int, int]]:
         return []
     cuts = np.flatnonzero(np.diff(idx) > 1) + 1
     return [(int(g[0]), int(g[-1])) for g in np.split(idx, cuts)]
+
+
+def _eval_note(ev: Evidence) -> None:
+    """A note for a validation loss that is NaN / Inf at some evals: the train/val checks
+    leave those evals out, and the reader is told where (it had gone unsaid). The train
+    loss is what training runs on; an eval that gives NaN points at the evaluation (an fp16
+    overflow there, an empty eval set), so it is a note, not a finding."""
+    if not ev.has(VAL_LOSS):
+        return
+    s = ev.logged(VAL_LOSS)
+    bad = s.steps[~np.isfinite(s.values)]
+    if not len(bad):
+        return
+    shown = ", ".join(f"{int(t):,}" for t in bad[:5]) + (", ..." if len(bad) > 5 else "")
+    ev.run.note(
+        f"nan_inf: the validation loss is non-finite at {len(bad):,} of {len(s.steps):,} "
+        f"evals (step {shown}), left out of the train/val checks: check the evaluation at "
+        "those steps (an fp16 overflow in it, an empty eval set)"
+    )
 
 
 def _padding_tail(ev: Evidence, metric: str, from_step: int) -> str | None:
@@ -169,6 +189,7 @@ class NanInfDetector:
             f = self._counted(ev)
             if f is not None:
                 out.append(f)
+        _eval_note(ev)
         return out
 
     def _counted(self, ev: Evidence) -> Finding | None:
