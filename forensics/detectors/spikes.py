@@ -296,7 +296,7 @@ class SpikeDetector:
         r = m["ratio_to_run_baseline"] or m["height_ratio"] or 0.0
         warn = band.warn_ratio if band else GRAD_NORM_WARN
         crit = band.critical_ratio if band and band.critical_ratio else GRAD_NORM_CRITICAL
-        on_level = Severity.CRITICAL if r >= crit else (Severity.WARNING if r >= warn else None)
+        on_level = _on_lines(r, warn, crit)
         of_what = "the run's baseline" if run_base else "its local baseline"
         lines = f"{r:.1f}x {of_what} (warning from {warn:g}x, critical from {crit:g}x)"
         if j.diverged is not None:
@@ -341,11 +341,7 @@ class SpikeDetector:
             m["judged_by"] = "level"
             h = held_at / run_base if run_base else held_at / m["baseline"]
             m["held_ratio"] = h
-            sev = (
-                Severity.CRITICAL
-                if h >= crit
-                else (Severity.WARNING if h >= warn else Severity.INFO)
-            )
+            sev = _on_lines(h, warn, crit) or Severity.INFO
             steps = m["steps_logged_after_peak"]
             summary = (
                 f"Grad-norm level step at step {s.start_step:,}: from a local baseline of "
@@ -409,6 +405,12 @@ class SpikeDetector:
             m,
             judged_against=judged,
         )
+
+
+def _on_lines(ratio: float, warn: float, crit: float) -> Severity | None:
+    """The grad-norm band's light for a ratio to its baseline: critical from ``crit``,
+    warning from ``warn``, None below."""
+    return Severity.CRITICAL if ratio >= crit else (Severity.WARNING if ratio >= warn else None)
 
 
 # A grad-norm spike that is not back and whose highest point lies within this many robust

@@ -370,23 +370,21 @@ def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
         for f in out
         if f.measures["shape"] == "sudden" and f.measures["recovered"] and f.end_step is not None
     ]
-    dips = _on_one_grid(cand, every) if _RECUR_MIN <= len(cand) <= _RECUR_MAX else []
+    dips, period = _on_one_grid(cand, every) if _RECUR_MIN <= len(cand) <= _RECUR_MAX else ([], 0)
     if not dips:
         return
-    starts = np.array([f.start_step for f in dips], dtype=float)
-    period = float(np.median(np.diff(starts)))
     # The time the dips cost: each of their steps took baseline / level of a usual step.
     source = str(dips[0].measures["source"])
     extra = sum(int(f.measures["n_points"] or 0) * _slowdown(f.measures, source) for f in dips)
     n_logged = len(ev.logged(source).steps)
     lost = 100.0 * extra / (n_logged + extra) if n_logged else 0.0
-    at = housekeeping_at(ev.revealed_periods, float(starts[0]), every)
+    at = housekeeping_at(ev.revealed_periods, float(dips[0].start_step), every)
     named = (
         f"on the {at.replace('_', ' ')} the log reveals"
         if at
         else "as an evaluation or a checkpoint save makes (the log shows none at this interval)"
     )
-    p = int(round(period))
+    p = int(period)
     where = {id(f): i for i, f in enumerate(out)}
     for k, f in enumerate(dips, 1):
         out[where[id(f)]] = replace(
@@ -409,14 +407,16 @@ def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
         )
 
 
-def _on_one_grid(cand: list[Finding], every: float) -> list[Finding]:
+def _on_one_grid(cand: list[Finding], every: float) -> tuple[list[Finding], int]:
     """The largest set of ``cand`` (by start) whose starts lie on one grid ``origin + k *
     period`` (within the larger of two logging intervals and 2% of the period), at least
     :data:`_RECUR_MIN` of them, present at three in four of the grid's points between the
-    first and the last, and each at most a tenth of the period long; [] when there is none.
-    A drop off the grid (a real one among the scheduled dips) stays a drop."""
+    first and the last, and each at most a tenth of the period long, with that period; ([],
+    0) when there is none. A drop off the grid (a real one among the scheduled dips) stays a
+    drop."""
     starts = [f.start_step for f in cand]
     best: list[Finding] = []
+    best_period = 0
     # (the periods tried: the gaps to the next two starts, so that a drop off the grid
     # between two scheduled dips still leaves their gap among them)
     periods = sorted({b - a for i, a in enumerate(starts) for b in starts[i + 1 : i + 3] if b > a})
@@ -437,8 +437,8 @@ def _on_one_grid(cand: list[Finding], every: float) -> list[Finding]:
                 continue
             if any((f.end_step or f.start_step) - f.start_step > _RECUR_WIDTH * period for f in on):
                 continue
-            best = on
-    return best
+            best, best_period = on, period
+    return best, best_period
 
 
 def _slowdown(m: Mapping[str, MeasureValue], source: str) -> float:

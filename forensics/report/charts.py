@@ -1289,15 +1289,21 @@ def _clip_shading(fig: dict[str, Any], last: int) -> None:
     """Shaded spans end where the chart's data does (or at the run's last step): a restart's
     span reaches the last step the earlier attempt logged, which a resumed job that has not
     got back there yet never drew, and shading it widened the x axis past the run's end."""
-    if any(t.get("type") == "heatmap" for t in fig["data"]):
-        return
+    past = [
+        shape
+        for shape in fig["layout"].get("shapes", [])
+        if shape.get("type") == "rect"
+        and shape.get("xref") == "x"
+        and isinstance(shape.get("x1"), int)
+        and shape["x1"] > last
+    ]
+    if not past or any(t.get("type") == "heatmap" for t in fig["data"]):
+        return  # (most charts: no span reaches past the run's end, no pass over their data)
     drawn = [v for t in fig["data"] for v in t.get("x") or () if isinstance(v, (int, float))]
     end = max(last, max(drawn, default=last))
-    for shape in fig["layout"].get("shapes", []):
-        x1 = shape.get("x1")
-        if shape.get("type") == "rect" and shape.get("xref") == "x" and isinstance(x1, int):
-            if x1 > end and shape.get("x0", end) < end:
-                shape["x1"] = end
+    for shape in past:
+        if shape["x1"] > end and shape.get("x0", end) < end:
+            shape["x1"] = end
 
 
 def _span_the_run(fig: dict[str, Any], first: int, last: int) -> None:
