@@ -85,6 +85,8 @@ CAUSES: dict[str, str] = {
     "eval_pause": "An eval or checkpoint pause",
     "val_set_change": "A validation-set change",
     "large_gradient": "An abnormal gradient in the updates that moved the weights",
+    "lr_zero": "A learning rate of zero",
+    "no_update": "Gradients that never reach the weights (zero, or weights that do not move)",
     "article": "The article's cause for this symptom",
 }
 # The causes as a sentence names them ("a consequence of the LR change").
@@ -96,6 +98,7 @@ SHORT: dict[str, str] = {
     "eval_pause": "the pause",
     "val_set_change": "the validation-set change",
     "grad_norm_climb": "the grad-norm climb",
+    "lr_zero": "the zero LR",
 }
 # Root causes: control inputs and outside events. The others are mechanisms (how it hurt).
 ROOTS = (
@@ -106,6 +109,7 @@ ROOTS = (
     "eval_pause",
     "val_set_change",
     "grad_norm_climb",
+    "lr_zero",
 )
 # Control inputs: what the trainer (or its operator) changed; a timeline's first movers.
 CONTROLS = ("lr_change", "lr_schedule", "resume")
@@ -169,6 +173,8 @@ for _k in FindingKind:
         _t.append("grad_norm_climb")
     if _k is FindingKind.PARAM_NORM_JUMP:
         _t.append("large_gradient")
+    if _k is FindingKind.NO_LEARNING:
+        _t += ["lr_zero", "no_update"]
     if _k in _PAUSE:
         _t.append("eval_pause")
     if _k in _VAL:
@@ -205,6 +211,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.LR_RESTART: {0: "resume"},
     FindingKind.EVAL_REGRESSION: {0: "grad_norm_climb"},
     FindingKind.PARAM_NORM_JUMP: {0: "large_gradient"},
+    FindingKind.NO_LEARNING: {0: "lr_zero", 2: "no_update"},
 }
 
 
@@ -868,6 +875,117 @@ def _large_gradient(x: _Facts, f: Finding) -> Cause:
     )
 
 
+def _span_values(x: _Facts, metric: str, f: Finding) -> tuple[np.ndarray, str]:
+    """The finite values ``metric`` logged over a finding's steps, and those steps in words."""
+    lo = f.start_step
+    hi = max(lo, f.end_step if f.end_step is not None else lo)
+    s = x.ev.series(metric)
+    a, b = np.searchsorted(s.steps, lo, side="left"), np.searchsorted(s.steps, hi, side="right")
+    return s.values[a:b], (f"step {lo:,}" if lo == hi else f"steps {lo:,}-{hi:,}")
+
+
+# A series "is zero" when at least this share of its points over the finding are exactly 0
+# (a few nonzero points, a warm-up's first step, do not make a run learn).
+ZERO_SHARE = 0.9
+# Weights "do not move" when the param norm's range over the finding is below this fraction of
+# its level (float32 rounding of an unchanged norm moves it by about 1e-7).
+STILL_PARAM_NORM = 1e-6
+
+
+def _zero_text(v: np.ndarray, name: str, where: str) -> str | None:
+    """``the grad norm is 0 at all 300 logged points of steps 0-2,999`` when at least
+    :data:`ZERO_SHARE` of ``v`` is exactly zero (None otherwise)."""
+    zeros = int(np.count_nonzero(v == 0))
+    if not len(v) or zeros < ZERO_SHARE * len(v):
+        return None
+    share = f"all {_points(len(v))}" if zeros == len(v) else f"{zeros:,} of {_points(len(v))}"
+    return f"the {name} is 0 at {share} of {where}"
+
+
+def _lr_zero(x: _Facts, f: Finding) -> Cause:
+    """No learning: is the logged LR zero over the finding's steps? A nonzero LR contradicts
+    only that: a scheduler or parameter-group bug that keeps it from the optimizer, or a rate
+    far too low, is the article's next cause, which the log cannot show."""
+    from forensics.schema import LR
+
+    if not x.ev.has(LR):
+        return Cause("lr_zero", UNTESTED, _NO_LR, (f.start_step,))
+    v, where = _span_values(x, LR, f)
+    if not len(v):
+        return Cause("lr_zero", UNTESTED, f"the LR logged no point at {where}", (f.start_step,))
+    zero = _zero_text(v, "logged LR", where)
+    if zero is not None:
+        return Cause(
+            "lr_zero", SUPPORTED, f"{zero}: no update can move the weights", (f.start_step,)
+        )
+    return Cause(
+        "lr_zero",
+        CONTRADICTED,
+        f"the logged LR is not zero over {where} (median {_g(float(np.median(v)))}, peak "
+        f"{_g(float(np.max(v)))})",
+        (f.start_step,),
+    )
+
+
+def _no_update(x: _Facts, f: Finding) -> Cause:
+    """No learning: do gradients reach the weights? A grad norm of 0 says none is computed
+    (frozen parameters, a detached graph); a param norm that does not move says the updates
+    never land (an optimizer holding other tensors than the model's). A nonzero grad norm and
+    a moving param norm contradict both; a nonzero grad norm alone leaves the second open."""
+    from forensics.schema import PARAM_NORM
+
+    g, where = _span_values(x, GRAD_NORM, f) if x.has_grad_norm else (np.empty(0), "")
+    zero = _zero_text(g, "grad norm", where)
+    if zero is not None:
+        return Cause(
+            "no_update", SUPPORTED, f"{zero}: no gradient reaches the parameters", (f.start_step,)
+        )
+    p, pwhere = _span_values(x, PARAM_NORM, f) if x.ev.has(PARAM_NORM) else (np.empty(0), "")
+    moved = None
+    if len(p) >= 2:
+        level = float(np.median(np.abs(p)))
+        change = float(np.max(p) - np.min(p))
+        if level > 0 and change < STILL_PARAM_NORM * level:
+            return Cause(
+                "no_update",
+                SUPPORTED,
+                f"the param norm stays at {_g(level)} over {pwhere} (it moves by less than a "
+                "millionth of itself): the weights do not change",
+                (f.start_step,),
+            )
+        moved = f"the param norm moves ({_g(float(p[0]))} -> {_g(float(p[-1]))} over {pwhere})"
+    if len(g) and moved is not None:
+        return Cause(
+            "no_update",
+            CONTRADICTED,
+            f"the grad norm is not zero (median {_g(float(np.median(g)))} over {where}) and "
+            f"{moved}: gradients reach the weights and the weights change",
+            (f.start_step,),
+        )
+    if len(g):
+        return Cause(
+            "no_update",
+            UNTESTED,
+            f"the grad norm is not zero (median {_g(float(np.median(g)))} over {where}), so "
+            "gradients are computed; whether the optimizer applies them would show in the "
+            "param norm, which the log does not hold there",
+            (f.start_step,),
+        )
+    if moved is not None:
+        return Cause(
+            "no_update",
+            CONTRADICTED,
+            f"{moved}: the weights change",
+            (f.start_step,),
+        )
+    return Cause(
+        "no_update",
+        UNTESTED,
+        "no grad norm or param norm logged over the finding's steps",
+        (f.start_step,),
+    )
+
+
 def _bad_batch_recurring(x: _Facts, f: Finding) -> Cause:
     """Periodic spikes: is each spike a bad batch (short, recovered)?"""
     raw = f.measures.get("spike_steps")
@@ -1271,6 +1389,8 @@ _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "activations": _activations,
     "grad_norm_climb": _climb,
     "large_gradient": _large_gradient,
+    "lr_zero": _lr_zero,
+    "no_update": _no_update,
     "eval_pause": _eval_pause,
     "val_set_change": _val_change,
 }

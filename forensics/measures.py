@@ -1067,8 +1067,9 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             str,
             "decayed: LR near the end of its decay; active: LR still high; "
             "stable_before_decay: a steady LR whose later decay or cooldown brought the loss "
-            "down (a WSD stable phase); unknown: no LR logged",
-            values=("decayed", "active", "stable_before_decay", "unknown"),
+            "down (a WSD stable phase); zero: the logged LR is 0 at every step (lr_ratio "
+            "null); unknown: no LR logged",
+            values=("decayed", "active", "stable_before_decay", "zero", "unknown"),
         ),
         _m(
             "expected",

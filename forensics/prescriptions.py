@@ -513,8 +513,9 @@ TABLE: dict[FindingKind, Prescription] = {
         FindingKind.NO_LEARNING,
         "The loss never fell: the run has not learned anything.",
         (
-            "The learning rate is zero, far too low, or never reaches the optimizer (a "
-            "scheduler or parameter-group bug).",
+            "The learning rate is zero (a schedule that starts or stays at 0).",
+            "The learning rate never reaches the optimizer (a scheduler or parameter-group "
+            "bug), or is far too low to move the weights.",
             "The gradients never reach the weights (frozen parameters, a detached graph, "
             "an optimizer built before the model was moved or wrapped).",
             "The labels do not match the inputs (shifted, shuffled apart, or padding only).",

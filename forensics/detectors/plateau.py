@@ -143,7 +143,8 @@ class PlateauDetector:
             "lr_end": end_lr,
             "lr_peak": peak,
             "lr_ratio": ratio,
-            "lr_context": "decayed" if decayed else "active",
+            # A peak of 0: the logged LR never left zero (no ratio to its peak exists).
+            "lr_context": "zero" if ratio is None else "decayed" if decayed else "active",
             "expected": bool(decayed),
         }
 
@@ -215,6 +216,10 @@ class PlateauDetector:
         elif ctx["lr_context"] == "active":
             pct = 100 * float(ctx["lr_ratio"])
             why = f"the LR was still {pct:.0f}% of its peak, so the run stopped learning"
+        elif ctx["lr_context"] == "zero":
+            why = (
+                "the logged LR was 0 at every step of the run, so no update could move the weights"
+            )
         else:
             why = "no LR was logged to judge it against"
         if ctx["from_start"] and not ctx["expected"]:
