@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import bin_median, hinge_onset, theil_sen, unit_for
+from forensics.evidence.trend_utils import bin_median, stepped_hinge, theil_sen, unit_for
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import MemoryParams
 from forensics.schema import MEMORY
@@ -68,7 +68,7 @@ class MemoryGrowthDetector:
         # Onset: where the growth bends up (a leak may start after start-up), else the analysed
         # start.
         xb, yb = bin_median(xs.astype(float), ys, max_bins=100)
-        h = hinge_onset(xb, yb)
+        h = stepped_hinge(xb, yb)
         bent = h is not None and h[2] > max(h[1], 0) and h[1] <= 0.25 * h[2]
         onset = int(h[0]) if h is not None and bent else int(xs[0])
         # (the steps the fitted bend cannot be told from: Hinge.range)
@@ -168,7 +168,14 @@ class MemoryGrowthDetector:
                     f"{b_step:,} (+{100 * growth:.0f}%{pace}; its fitted trend "
                     f"{unit.show(overall.per_1k(), 3)} per 1k steps overall and {late_pace} per 1k "
                     "steps over the last third)"
-                    + ("." if unit.stated else " (the log does not state the unit).")
+                    + (
+                        "."
+                        if unit.stated
+                        else " (the log does not state the unit; values this large can only "
+                        "be bytes)."
+                        if unit.raw == "bytes"
+                        else " (the log does not state the unit)."
+                    )
                 ),
             )
         ]

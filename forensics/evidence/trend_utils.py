@@ -494,6 +494,8 @@ class Hinge(NamedTuple):
     after: float
     lo: int
     hi: int
+    sse: float = float("nan")  # the best fit's residual sum of squares
+    dof: int = 1  # the points less the fit's parameters
 
     @property
     def range(self) -> tuple[int, int]:
@@ -503,9 +505,14 @@ class Hinge(NamedTuple):
 # Chi-square quantile (1 degree of freedom, 95%): knots whose fit is worse than the best by
 # less than this many residual variances are not told apart from it.
 _KNOT_CHI2 = 3.84
+# A jump at the knot is kept when it cuts the residuals by this many residual variances (the
+# chi-square quantile at 1e-6: a step, not noise).
+_STEP_CHI2 = 23.9
 
 
-def hinge_onset(steps: np.ndarray, values: np.ndarray, *, min_side: int = 3) -> Hinge | None:
+def hinge_onset(
+    steps: np.ndarray, values: np.ndarray, *, min_side: int = 3, jump: bool = False
+) -> Hinge | None:
     """Where a series bends upward: best continuous two-piece linear fit.
 
     Returns a :class:`Hinge` (``onset``, ``before``, ``after``: the step and the slopes; it
@@ -518,6 +525,11 @@ def hinge_onset(steps: np.ndarray, values: np.ndarray, *, min_side: int = 3) -> 
     fitted on a sawtooth (memory freed every few hundred steps) can sit several bins from
     where the climb starts: the memory_growth sample's knot is at step 270 on points every
     10 steps, its leak starts after step 300, and the set runs to step 310.
+
+    ``jump``: the two pieces may also differ in level at the knot (a step up, then a climb).
+    A continuous fit spreads such a step over the bins before it and puts the bend hundreds of
+    steps early, with a range that misses the step (memory flat at 42 GB to step 1,500, then
+    67 GB and climbing, read as a bend at step 1,015, "anywhere in 880-1,150").
     """
     x = np.asarray(steps, float)
     y = np.asarray(values, float)
@@ -530,14 +542,18 @@ def hinge_onset(steps: np.ndarray, values: np.ndarray, *, min_side: int = 3) -> 
     fits: list[tuple[float, float]] = []
     for k, i in enumerate(cands):
         t = x[i]
-        a = np.column_stack([ones, x - t, np.maximum(0.0, x - t)])
+        cols = [ones, x - t, np.maximum(0.0, x - t)]
+        if jump:
+            cols.append((x >= t).astype(float))
+        a = np.column_stack(cols)
         coef, *_ = np.linalg.lstsq(a, y, rcond=None)
         sses[k] = float(np.sum((a @ coef - y) ** 2))
         fits.append((float(coef[1]), float(coef[1] + coef[2])))
     b = int(np.nanargmin(sses)) if np.isfinite(sses).any() else 0
     best = cands[b]
     before, after = fits[b]
-    var = float(sses[b]) / max(n - 3, 1)
+    dof = max(n - (4 if jump else 3), 1)
+    var = float(sses[b]) / dof
     near = np.flatnonzero(sses <= sses[b] + _KNOT_CHI2 * var)
     lo_i = min(cands[int(near[0])], best - 1) if len(near) else best - 1
     hi_i = max(cands[int(near[-1])], best + 1) if len(near) else best + 1
@@ -547,7 +563,22 @@ def hinge_onset(steps: np.ndarray, values: np.ndarray, *, min_side: int = 3) -> 
         after,
         int(np.floor(x[max(lo_i, 0)])),
         int(np.ceil(x[min(hi_i, n - 1)])),
+        float(sses[b]),
+        dof,
     )
+
+
+def stepped_hinge(steps: np.ndarray, values: np.ndarray) -> Hinge | None:
+    """:func:`hinge_onset`, with a jump at the knot where one clearly fits better: the jump's
+    one extra parameter must cut the residuals by :data:`_STEP_CHI2` residual variances (a
+    ramp with a soft start fits a little better with a jump a few bins late, and the plain
+    bend is nearer where it starts)."""
+    plain = hinge_onset(steps, values)
+    stepped = hinge_onset(steps, values, jump=True)
+    if plain is None or stepped is None:
+        return plain
+    var = stepped.sse / stepped.dof
+    return stepped if plain.sse - stepped.sse > _STEP_CHI2 * var else plain
 
 
 def centred_level(values: np.ndarray, w: int) -> np.ndarray:
@@ -742,6 +773,11 @@ def unit_of(metric: str, tag: str | None) -> Unit:
     return Unit("", 1.0, stated=False)
 
 
+# A memory level with no unit in its name at or above this is bytes: as kB it would be 10 TB
+# (``torch.cuda.memory_allocated()`` logged as ``memory_allocated``: 4.2e10 is 42 GB).
+_SURELY_BYTES = 1e10
+
+
 def unit_for(run: Run, metric: str, level: float | None = None) -> Unit:
     """The unit findings show for ``metric``: the one the run read from its tag's name
     (:meth:`Run.unit`, ``run.metadata["units"]``), the old guess from the name only when that
@@ -760,8 +796,12 @@ def unit_for(run: Run, metric: str, level: float | None = None) -> Unit:
         unit = _SHOWN.get(stated, Unit(stated))
     if level is None or not np.isfinite(level):
         return unit
+    from forensics.schema import MEMORY
+
+    if metric == MEMORY and not unit.stated and abs(level) >= _SURELY_BYTES:
+        unit = Unit("GB", 1e-9, stated=False, raw="bytes")
     if unit.raw == "bytes" and abs(level) < 1e9:
-        unit = Unit("MB", 1e-6, raw="bytes")
+        unit = Unit("MB", 1e-6, stated=unit.stated, raw="bytes")
     if unit.label == "ms/step" and unit.stated and abs(level) >= 1000:
         unit = Unit("s/step", 1e-3, raw="ms/step", seconds=1e-3)
     return unit
