@@ -35,9 +35,11 @@ from forensics.schema import (
     GRAD_NORM,
     LOSS,
     LOSS_SCALE,
+    LR,
     MEMORY,
     NAN_ITERS,
     OVERFLOW,
+    PARAM_NORM,
     STEP_TIME,
     THROUGHPUT,
     VAL_LOSS,
@@ -76,6 +78,46 @@ def _eval_note(ev: Evidence) -> None:
         f"evals (step {shown}), left out of the train/val checks: check the evaluation at "
         "those steps (an fp16 overflow in it, an empty eval set)"
     )
+
+
+# Series whose non-finite points no finding reports; each check reads only the finite ones.
+_QUIET = ((LR, "learning rate"), (PARAM_NORM, "param norm"), (LOSS_SCALE, "loss scale"))
+# Norms cannot be negative: a negative value is a placeholder (-1) or a logging bug.
+_NORMS = ((GRAD_NORM, "grad norm"), (PARAM_NORM, "param norm"))
+
+
+def _steps(steps: np.ndarray) -> str:
+    """``step 1,000`` or ``steps 1,000, 1,001, ...`` (the first five)."""
+    shown = ", ".join(f"{int(t):,}" for t in steps[:5]) + (", ..." if len(steps) > 5 else "")
+    return f"step {shown}" if len(steps) == 1 else f"steps {shown}"
+
+
+def _series_notes(ev: Evidence) -> None:
+    """Notes for values no finding reports and the checks pass over without a word: a
+    non-finite learning rate, param norm or loss scale (each check reads the finite points
+    only), and a negative grad or param norm, which no norm can be (kept as logged: the checks
+    judge it as a low value)."""
+    for metric, name in _QUIET:
+        if not ev.has(metric):
+            continue
+        s = ev.logged(metric)
+        bad = s.steps[~np.isfinite(s.values)]
+        if len(bad):
+            ev.run.note(
+                f"nan_inf: the {name} is non-finite at {len(bad):,} of {len(s.steps):,} logged "
+                f"points ({_steps(bad)}), left out of the checks that read it"
+            )
+    for metric, name in _NORMS:
+        if not ev.has(metric):
+            continue
+        s = ev.logged(metric)
+        neg = s.steps[s.values < 0]
+        if len(neg):
+            ev.run.note(
+                f"nan_inf: the {name} is negative at {len(neg):,} of {len(s.steps):,} logged "
+                f"points ({_steps(neg)}), which no norm can be: a placeholder or a "
+                "logging bug; they are kept as logged, so check what the trainer writes there"
+            )
 
 
 def _padding_tail(ev: Evidence, metric: str, from_step: int) -> str | None:
@@ -190,6 +232,7 @@ class NanInfDetector:
             if f is not None:
                 out.append(f)
         _eval_note(ev)
+        _series_notes(ev)
         return out
 
     def _counted(self, ev: Evidence) -> Finding | None:
