@@ -13,6 +13,10 @@ internal error (the plateau's sentence divided by an LR peak of 0). Now:
   not move; contradicted by a nonzero grad norm with a moving param norm; untested (saying
   why) by a nonzero grad norm alone;
 - the plateau says the logged LR was 0 at every step (``lr_context: zero``).
+
+A loss that fell while the logged LR was 0 at every step had come out green with no word: the
+LR series cannot be the rate the optimizer applied, and the checks that read it judge it all
+the same. A note says so now.
 """
 
 from __future__ import annotations
@@ -32,13 +36,15 @@ def _run(
     lr: float = 3e-4,
     grad_norm: float | None = 0.5,
     param_norm: str | None = None,
+    falling: bool = False,
 ) -> Path:
     from tensorboardX import SummaryWriter
 
     rng = np.random.default_rng(3)
     w = SummaryWriter(str(path))
     for s in range(1, 1501):
-        w.add_scalar("train/loss", 7.0 + rng.normal(0, 0.001), s)
+        loss = 2.0 + 5.0 / (1 + s / 200) if falling else 7.0
+        w.add_scalar("train/loss", loss + rng.normal(0, 0.001), s)
         w.add_scalar("train/lr", lr * min(1.0, s / 100) if lr else 0.0, s)
         if grad_norm is not None:
             w.add_scalar(
@@ -107,3 +113,14 @@ def test_nothing_logged_but_the_loss_leaves_them_untested(tmp_path: Path) -> Non
     assert by["no_update"].status == UNTESTED
     assert by["no_update"].evidence == "no grad norm or param norm logged over the finding's steps"
     assert by["lr_zero"].status == CONTRADICTED
+
+
+def test_a_loss_that_fell_under_a_zero_lr_is_noted(tmp_path: Path) -> None:
+    d = analyze(_run(tmp_path / "r", lr=0.0, falling=True))
+    assert not [f for f in d.findings if f.kind is FindingKind.NO_LEARNING]
+    (note,) = [n for n in d.run.notes if n.startswith("no_learning: the loss fell")]
+    assert "while the logged learning rate is 0 at all 1,500 of its points" in note
+    assert "the logged LR is not the rate the optimizer applied" in note
+    # A run whose LR is logged as it ran has no such note.
+    d = analyze(_run(tmp_path / "ok", falling=True))
+    assert not [n for n in d.run.notes if n.startswith("no_learning: the loss fell")]

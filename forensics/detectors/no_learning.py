@@ -28,7 +28,24 @@ from forensics.evidence.robust import median_interval
 from forensics.evidence.trend_utils import rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.params import NoLearningParams
-from forensics.schema import LOSS
+from forensics.schema import LOSS, LR
+
+
+def _zero_lr_note(ev: Evidence, start: float, end: float) -> None:
+    """A loss that fell while the logged LR is exactly 0 at every logged step: the series is
+    not the rate the optimizer applied (another parameter group's, or a scheduler's value read
+    before its first step). The checks that read the LR judge that series, so say so."""
+    if not ev.has(LR):
+        return
+    lr = ev.series(LR).values
+    if len(lr) and not np.any(lr):
+        ev.run.note(
+            f"no_learning: the loss fell from {start:.4g} to {end:.4g} while the logged learning "
+            f"rate is 0 at all {len(lr):,} of its points: the logged LR is not the rate the "
+            "optimizer applied (another parameter group's, or a scheduler read before its "
+            "first step), so the checks that read it (LR changes, schedule effects) judge a "
+            "series that did not drive this run"
+        )
 
 
 class NoLearningDetector:
@@ -61,6 +78,7 @@ class NoLearningDetector:
             return []
         fall = (start - end) / start
         if fall >= p.min_fall:
+            _zero_lr_note(ev, start, end)
             return []
         # Learned, then lost it (a divergence, a blow-up): the loss was well below its start
         # somewhere. The lowest median of k_tail consecutive points says so.
