@@ -152,7 +152,8 @@ class WandbCsvImporter:
             raise UnreadableInputError(
                 f"{path}: cannot read this W&B history export ({type(exc).__name__}: {exc})"
             ) from None
-        frame = history_long(wide.with_row_index("_row"), notes, name)
+        at = ("row", 1) if kind == "api_parquet" else ("line", 2)
+        frame = history_long(wide.with_row_index("_row"), notes, name, at)
         return _finish(
             frame.with_columns(pl.lit(name).alias("file")), notes, source="wandb_history"
         )
@@ -167,8 +168,39 @@ def _as_float(s: pl.Series) -> pl.Series | None:
     return None
 
 
-def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFrame:
-    """A wide history table (one row per ``log`` call, column ``_row``) -> long rows."""
+def _not_numbers(raw: pl.Series, vals: pl.Series) -> pl.Series | None:
+    """Where a text column's cell is neither empty nor a number ("N/A") in a column that
+    holds numbers in other rows (None: nowhere). An empty cell is a value not logged, and a
+    column of text is no metric (skipped with its own note)."""
+    if raw.dtype != pl.Utf8 or not vals.is_not_null().any():
+        return None
+    bad = vals.is_null() & (raw.str.strip_chars().str.len_chars() > 0)
+    return bad if bad.any() else None
+
+
+def _unread_note(name: str, bad: dict[str, list[int]], where: str) -> str | None:
+    """``name: left out 3 value(s) that are not numbers ... (train/loss at line 1,602)``."""
+    if not bad:
+        return None
+    parts = []
+    for tag, at in sorted(bad.items(), key=lambda kv: kv[1][0])[:5]:  # first seen first
+        shown = ", ".join(f"{r:,}" for r in at[:5]) + (" ..." if len(at) > 5 else "")
+        parts.append(f"{tag} at {where}{'s' if len(at) > 1 else ''} {shown}")
+    n = sum(len(v) for v in bad.values())
+    return (
+        f"{name}: left out {n:,} value(s) that are not numbers, of columns that hold numbers "
+        f"in other rows ({'; '.join(parts)})"
+    )
+
+
+def history_long(
+    wide: pl.DataFrame, notes: list[str], name: str, at: tuple[str, int] = ("line", 0)
+) -> pl.DataFrame:
+    """A wide history table (one row per ``log`` call, column ``_row``) -> long rows.
+
+    ``at``: how a note names a row, and what to add to ``_row`` for it: a CSV's line is
+    ``_row + 2`` (``("line", 2)``), JSON lines keep their line in ``_row``, a Parquet
+    file's rows are counted from 1 (``("row", 1)``)."""
     step_col = W_STEP if W_STEP in wide.columns else None
     for k in GLOBAL_STEP_KEYS:
         if k in wide.columns:
@@ -192,6 +224,7 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
             notes.append(f"{name}: times are W&B's _runtime, seconds since the run started")
     parts = []
     skipped: list[str] = []
+    unread: dict[str, list[int]] = {}
     for col in wide.columns:
         if col == "_row" or col.startswith("_") or col in GLOBAL_STEP_KEYS or _INDEX.match(col):
             continue  # W&B's own columns, the step axis, and a saved pandas index
@@ -201,6 +234,10 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
         ):
             skipped.append(col)
             continue
+        bad = _not_numbers(wide.get_column(col), vals)
+        if bad is not None:
+            rows = wide.get_column("_row").filter(bad).to_list()
+            unread[col] = [int(r) + at[1] for r in rows]
         parts.append(
             pl.DataFrame(
                 {
@@ -219,6 +256,9 @@ def history_long(wide: pl.DataFrame, notes: list[str], name: str) -> pl.DataFram
             f"{name}: {len(skipped)} non-numeric column(s) skipped (media, histograms or "
             f"text): {', '.join(skipped[:5])}"
         )
+    note = _unread_note(name, unread, at[0])
+    if note:
+        notes.append(note)
     if not parts:
         return empty_frame()
     long = pl.concat(parts).filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
@@ -315,8 +355,12 @@ def _read_ui(source: Source) -> ImportResult:
             )
             x = pl.Series(range(df.height), dtype=pl.Float64)
         cols = _ui_columns(df.columns).get(run_name, [])
+        unread: dict[str, list[int]] = {}
         for col, metric in cols:
             vals = df.get_column(col).str.strip_chars().cast(pl.Float64, strict=False)
+            bad = _not_numbers(df.get_column(col), vals)
+            if bad is not None:  # (a CSV's line: the header is line 1)
+                unread[col] = [int(i) + 2 for i in bad.arg_true().to_list()]
             for suffix in ("__MIN", "__MAX"):
                 if col + suffix in df.columns:
                     other = (
@@ -340,6 +384,9 @@ def _read_ui(source: Source) -> ImportResult:
                     schema_overrides={"file_idx": pl.Int32, "record_idx": pl.Int64},
                 ).with_columns(pl.lit("step" if is_step else "points").alias("x_kind"))
             )
+        note = _unread_note(name, unread, "line")
+        if note:
+            notes.append(note)
     notes.append(
         "W&B chart exports hold the chart's sampled points, not the full history; "
         "short spikes may be averaged away"
