@@ -270,8 +270,14 @@ class TrainValDetector:
         turned = bool(vs is not None and vs.slope > 0)
         seg = (vx >= onset) & (vx <= vx[end])
         peak = int(vx[seg][int(np.argmax(g.gap[seg]))]) if seg.any() else int(vx[det])
+        floor = float(g.growth_floor[i])
+        # A previous growth below the floor a growth must pass is flat within the noise:
+        # a ratio to it ("190.8x") would be noise over noise.
         ratio_txt = (
             f"{gl / gp:.1f}x the previous window's"
+            if gp >= floor and gp > 0
+            else f"up from a previous window that was flat within the noise ({gp:+.2g}, "
+            f"under the {floor:.2g} a growth must pass)"
             if gp > 0
             else "up from flat or shrinking in the previous window"
         )
