@@ -52,3 +52,20 @@ def test_a_negative_grad_norm_is_noted(tmp_path: Path) -> None:
 
 def test_a_clean_run_has_no_such_note(tmp_path: Path) -> None:
     assert _notes(_run(tmp_path / "r")) == []
+
+
+def test_the_nan_inf_sentence_counts_in_words(tmp_path: Path) -> None:
+    """ "(1 non-finite point(s) in 1 stretch(es))" read like a form; now singular or plural."""
+    from tensorboardX import SummaryWriter
+
+    from forensics.findings import FindingKind
+
+    rng = np.random.default_rng(2)
+    w = SummaryWriter(str(tmp_path / "r"))
+    for s in range(2000):
+        w.add_scalar("train/loss", 2.0 + 6 / (1 + s / 300) + rng.normal(0, 0.02), s)
+        bad = s == 900 or 1200 <= s < 1203
+        w.add_scalar("train/grad_norm", float("nan") if bad else 0.5 + 0.03 * rng.normal(), s)
+    w.close()
+    (f,) = [f for f in analyze(tmp_path / "r").findings if f.kind is FindingKind.NAN_INF]
+    assert "(4 non-finite points in 2 stretches)" in f.summary

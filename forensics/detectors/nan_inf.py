@@ -86,6 +86,11 @@ _QUIET = ((LR, "learning rate"), (PARAM_NORM, "param norm"), (LOSS_SCALE, "loss 
 _NORMS = ((GRAD_NORM, "grad norm"), (PARAM_NORM, "param norm"))
 
 
+def _counted(n: int, one: str, many: str | None = None) -> str:
+    """``1 non-finite point``, ``3 non-finite points``."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
 def _steps(steps: np.ndarray) -> str:
     """``step 1,000`` or ``steps 1,000, 1,001, ...`` (the first five)."""
     shown = ", ".join(f"{int(t):,}" for t in steps[:5]) + (", ..." if len(steps) > 5 else "")
@@ -512,7 +517,8 @@ class NanInfDetector:
             )
             summary = (
                 f"The {name} is {_label(v[first])} at step {int(t[first]):,} "
-                f"({measures['bad_points']} non-finite point(s) in {len(runs)} stretch(es))"
+                f"({_counted(int(bad.sum()), 'non-finite point')} in "
+                f"{_counted(len(runs), 'stretch', 'stretches')})"
                 f"{again}{level}."
             )
             # The article's orange light is a non-finite loss. A grad norm non-finite at
