@@ -488,6 +488,27 @@ class NanInfDetector:
                     "step logged: nothing finite after it."
                 )
             sev = Severity.FATAL
+            if not to_end:
+                # Finite again after the stretch, and the loss back at its level: the run got
+                # over it by itself (a scaler skipping steps, bad values logged), which is not
+                # the red light's divergence that does not recover. Judged as isolated steps
+                # are: critical for the loss, a warning for a grad norm the loss did not follow.
+                lv_before, lv_after, back = _loss_level(ev, int(t[first]), end)
+                if back is True:
+                    measures.update(loss_before=lv_before, loss_after=lv_after, loss_back=back)
+                    summary = (
+                        summary[:-1]
+                        + _level_text(
+                            lv_before,
+                            lv_after,
+                            back,
+                            "after it",
+                            "the run got over it by itself, so this is not a divergence that does "
+                            "not recover (nothing to roll back)",
+                        )
+                        + "."
+                    )
+                    sev = Severity.WARNING if metric == GRAD_NORM else Severity.CRITICAL
         else:
             end = int(t[last])
             last_bad = int(t[runs[-1][1]])
