@@ -496,6 +496,7 @@ class Hinge(NamedTuple):
     hi: int
     sse: float = float("nan")  # the best fit's residual sum of squares
     dof: int = 1  # the points less the fit's parameters
+    step: float = 0.0  # the level jump at the knot (0 unless fitted with ``jump``)
 
     @property
     def range(self) -> tuple[int, int]:
@@ -508,6 +509,8 @@ _KNOT_CHI2 = 3.84
 # A jump at the knot is kept when it cuts the residuals by this many residual variances (the
 # chi-square quantile at 1e-6: a step, not noise).
 _STEP_CHI2 = 23.9
+# ... and when the jump is more than the climb after it makes over this many bins.
+_STEP_BINS = 5
 
 
 def hinge_onset(
@@ -539,7 +542,7 @@ def hinge_onset(
     ones = np.ones(n)
     cands = range(min_side, n - min_side)  # a few hundred candidates at most
     sses = np.empty(len(cands))
-    fits: list[tuple[float, float]] = []
+    fits: list[tuple[float, float, float]] = []
     for k, i in enumerate(cands):
         t = x[i]
         cols = [ones, x - t, np.maximum(0.0, x - t)]
@@ -548,10 +551,10 @@ def hinge_onset(
         a = np.column_stack(cols)
         coef, *_ = np.linalg.lstsq(a, y, rcond=None)
         sses[k] = float(np.sum((a @ coef - y) ** 2))
-        fits.append((float(coef[1]), float(coef[1] + coef[2])))
+        fits.append((float(coef[1]), float(coef[1] + coef[2]), float(coef[3]) if jump else 0.0))
     b = int(np.nanargmin(sses)) if np.isfinite(sses).any() else 0
     best = cands[b]
-    before, after = fits[b]
+    before, after, step = fits[b]
     dof = max(n - (4 if jump else 3), 1)
     var = float(sses[b]) / dof
     near = np.flatnonzero(sses <= sses[b] + _KNOT_CHI2 * var)
@@ -565,20 +568,24 @@ def hinge_onset(
         int(np.ceil(x[min(hi_i, n - 1)])),
         float(sses[b]),
         dof,
+        step,
     )
 
 
 def stepped_hinge(steps: np.ndarray, values: np.ndarray) -> Hinge | None:
-    """:func:`hinge_onset`, with a jump at the knot where one clearly fits better: the jump's
-    one extra parameter must cut the residuals by :data:`_STEP_CHI2` residual variances (a
-    ramp with a soft start fits a little better with a jump a few bins late, and the plain
-    bend is nearer where it starts)."""
+    """:func:`hinge_onset`, with a jump at the knot where one clearly fits better: a step up
+    of more than :data:`_STEP_BINS` bins' worth of the climb after it, whose one extra
+    parameter cuts the residuals by :data:`_STEP_CHI2` residual variances. (A ramp with a
+    soft start, or a knot between two bins' steps on very quiet data, fits a little better
+    with a small jump a few bins late; the plain bend is nearer where it starts.)"""
     plain = hinge_onset(steps, values)
     stepped = hinge_onset(steps, values, jump=True)
     if plain is None or stepped is None:
         return plain
     var = stepped.sse / stepped.dof
-    return stepped if plain.sse - stepped.sse > _STEP_CHI2 * var else plain
+    spacing = float(np.median(np.diff(np.asarray(steps, float))))
+    material = stepped.step > _STEP_BINS * max(stepped.after, 0.0) * spacing
+    return stepped if material and plain.sse - stepped.sse > _STEP_CHI2 * var else plain
 
 
 def centred_level(values: np.ndarray, w: int) -> np.ndarray:
