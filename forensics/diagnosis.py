@@ -112,8 +112,31 @@ class Diagnosis:
         no training loss (the loss's checks did not run, so the light covers only what the
         log has), and a down-sampled W&B chart export (judged on its sampled points: a spike
         within a bucket shows only in the bucket's maximum)."""
-        parts = [p for p in (self._no_loss(), self._sampled()) if p]
+        parts = [p for p in (self._no_loss(), self._too_short(), self._sampled()) if p]
         return " ".join(parts) if parts else None
+
+    def _too_short(self) -> str | None:
+        """A loss logged at fewer points than its baseline checks need: a green light on it
+        would say more than was judged (one logged step read as healthy)."""
+        from forensics.schema import LOSS
+
+        if not self.run.has(LOSS) or self.evidence is None:
+            return None
+        s = self.evidence.series(LOSS)
+        need = self.evidence.params.spikes.window
+        if len(s) >= need or len(s) == 0:  # (none finite: the NaN / Inf finding says so)
+            return None
+        where = (
+            f"step {int(s.steps[0]):,}"
+            if len(s) == 1
+            else f"steps {int(s.steps[0]):,}-{int(s.steps[-1]):,}"
+        )
+        n = "1 finite loss point" if len(s) == 1 else f"{len(s):,} finite loss points"
+        return (
+            f"Only {n} in the log ({where}): the loss's checks need at least {need} to judge "
+            "a point against its own baseline (spikes, plateau, divergence, no learning), so "
+            "the light covers little more than NaN / Inf."
+        )
 
     def _no_loss(self) -> str | None:
         from forensics.schema import LOSS
