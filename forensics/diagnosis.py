@@ -116,14 +116,16 @@ class Diagnosis:
         return " ".join(parts) if parts else None
 
     def _too_short(self) -> str | None:
-        """A loss logged at fewer points than its baseline checks need: a green light on it
-        would say more than was judged (one logged step read as healthy)."""
+        """A loss logged at fewer points than its trend checks need (the plateau's and the
+        no-learning check's minimum): a green light on it would say more than was judged (one
+        logged step read as healthy)."""
         from forensics.schema import LOSS
 
         if not self.run.has(LOSS) or self.evidence is None:
             return None
         s = self.evidence.series(LOSS)
-        need = self.evidence.params.spikes.window
+        params = self.evidence.params
+        need = min(params["plateau"].min_points, params["no_learning"].min_points)
         if len(s) >= need or len(s) == 0:  # (none finite: the NaN / Inf finding says so)
             return None
         where = (
@@ -132,10 +134,16 @@ class Diagnosis:
             else f"steps {int(s.steps[0]):,}-{int(s.steps[-1]):,}"
         )
         n = "1 finite loss point" if len(s) == 1 else f"{len(s):,} finite loss points"
+        side = params["spikes"].min_side  # (a spike is scored against the points before it)
+        if len(s) <= side:
+            return (
+                f"Only {n} in the log ({where}): too few for any check that compares the loss "
+                f"with its own level (a spike needs {side} points before it, a plateau or a run "
+                f"that never learned {need}), so the light covers little more than NaN / Inf."
+            )
         return (
-            f"Only {n} in the log ({where}): the loss's checks need at least {need} to judge "
-            "a point against its own baseline (spikes, plateau, divergence, no learning), so "
-            "the light covers little more than NaN / Inf."
+            f"Only {n} in the log ({where}): the plateau and no-learning checks need {need} "
+            "and did not run, and a spike is judged against the few points beside it."
         )
 
     def _no_loss(self) -> str | None:
