@@ -108,8 +108,39 @@ class Run:
                 plan = settled
             self._view, self._index = plan.view_of(self.frame.select(VIEW_COLUMNS)), plan.index
             self._exact_index = self._index is not None
+            if plan.keep is not None:
+                self._note_relogged(plan.keep)
             trim()
         return self._view
+
+    def _note_relogged(self, keep: np.ndarray) -> None:
+        """A note for the values the view leaves out because a later row logged the same step
+        of the same series again with another value (two ranks writing one log, a step logged
+        twice): the last value is used, as TensorBoard does, and the reader is told. The rows
+        are in view order (a repeated step's rows next to each other, the kept one last), so
+        each left-out row is compared with the row after it; equal values are no loss."""
+        dropped = np.flatnonzero(~keep)
+        if not len(dropped):
+            return
+        rows = self.frame.select("tag", "step", "value")
+        here = rows[dropped]
+        after = rows.get_column("value")[dropped + 1].to_numpy()
+        v = here.get_column("value").to_numpy()
+        differ = ~((v == after) | (np.isnan(v) & np.isnan(after)))
+        if not differ.any():
+            return
+        lost = here.filter(pl.Series(differ))
+        by_tag = lost.group_by("tag", maintain_order=True).agg(
+            pl.len().alias("n"), pl.col("step").first().alias("first")
+        )
+        shown = "; ".join(
+            f"{tag}: {n:,} (first at step {first:,})" for tag, n, first in by_tag.rows()[:5]
+        ) + ("; ..." if by_tag.height > 5 else "")
+        self.note(
+            f"{lost.height:,} value(s) were logged again at a step their series had already "
+            f"logged, with another value ({shown}): the last value logged for each step is "
+            "used, as TensorBoard does; two ranks writing one log do this"
+        )
 
     def _reorder(self, plan: ViewPlan) -> None:
         """The frame's rows put at the plan's order, one column at a time: each column is
