@@ -248,6 +248,7 @@ class Lines:
     # clock never starts again (:func:`_no_restart`'s checks in line order, made by the
     # reader). A stable sort by line gives the rows in line order.
     by_series: bool = False
+    fractional: int = 0  # lines whose step is not a whole number (cast down to one)
 
 
 def parse_lines(
@@ -448,6 +449,12 @@ def finish(lines: Lines, name: str) -> ImportResult:
                 f"{name}: left out {n:,} value(s) that are not numbers, of keys that log "
                 f"numbers on other lines ({each})"
             )
+    if lines.fractional:
+        notes.append(
+            f"{name}: {lines.fractional:,} line(s) have a step that is not a whole number "
+            "(0.5, say: an epoch or a fraction logged as the step); steps are read as whole "
+            "numbers, so each such line falls on the whole step below it"
+        )
     if lines.relative_time:
         notes.append(
             f"{name}: times are LLaMA-Factory's elapsed_time, seconds since the job started"

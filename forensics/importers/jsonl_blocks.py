@@ -543,6 +543,7 @@ class BlockReader:
         self.config: dict[str, Any] = {}
         self.relative_time = False
         self.cut = False
+        self.fractional = 0  # lines whose step is not a whole number (read as the one below)
         self.fast_lines = 0
         self.slow_lines = 0
         self.calm = _Calm()
@@ -706,6 +707,7 @@ class BlockReader:
                 self.rank[k] = len(self.tags)
                 self.tags.append(k)
         n_lines = len(flat.step)
+        self.fractional += _fractional(flat.step)
         step_s = pl.Series(flat.step, nan_to_null=True).cast(pl.Int64)
         per_line = (
             _no_lines(n_lines)
@@ -787,6 +789,11 @@ class BlockReader:
             self.parts.append((frame, np.bincount(ids, minlength=len(self.tags))))
         self.calm.follow(*per_line)
 
+    def _whole(self, step: np.ndarray) -> pl.Series:
+        """A block's steps as integers (null for none), its fractional ones counted."""
+        self.fractional += _fractional(step)
+        return pl.Series(step, nan_to_null=True).cast(pl.Int64)
+
     def _fast_rows(
         self, got: list[tuple[np.ndarray, pl.DataFrame]], first: int, tag_names: pl.Series
     ) -> pl.DataFrame:
@@ -866,7 +873,7 @@ class BlockReader:
             line_of[pos] = rows
         return pl.DataFrame(
             {
-                "step": _per_row(pl.Series(step, nan_to_null=True).cast(pl.Int64), line_of),
+                "step": _per_row(self._whole(step), line_of),
                 "tag": tag_names.gather(pl.Series(tag_ids)),
                 "value": values,
                 "wall_time": _per_row(pl.Series(clock, nan_to_null=True), line_of),
@@ -937,7 +944,7 @@ class BlockReader:
             counts[j] = len(lines)
         line_of = np.concatenate(line_parts)
         tag_ids = np.repeat(ids, counts)
-        step_s = pl.Series(step, nan_to_null=True).cast(pl.Int64)
+        step_s = self._whole(step)
         values = np.concatenate(value_parts)
         frame = _rows_frame(step_s, clock, line_of, tag_ids, values, first, tag_names)
         step_int = step_s.fill_null(0).to_numpy().copy()  # (a slow line may be added to it)
@@ -984,7 +991,14 @@ class BlockReader:
             self.cut,
             list(self.tags),
             by_series=series,
+            fractional=self.fractional,
         )
+
+
+def _fractional(step: Any) -> int:
+    """How many of ``step`` (floats, NaN for none) are not whole numbers."""
+    a = np.asarray(step, dtype=np.float64)
+    return int(np.count_nonzero(np.isfinite(a) & (a != np.floor(a))))
 
 
 _MAX_PIECES = 1 << 14  # (tag, block) slices joined series after series at most

@@ -209,7 +209,7 @@ class JsonlTail(_LineTail):
             self.n_lines += lines.count(b"\n")
             acc = self.lines
             # Lines that change no note or config (a relative clock already noted is fine).
-            calm = not (got.bad or got.config or got.unread) and (
+            calm = not (got.bad or got.config or got.unread or got.fractional) and (
                 acc.relative_time or not got.relative_time
             )
             frame = got.frame if acc.frame.is_empty() else pl.concat([acc.frame, got.frame])
@@ -222,6 +222,7 @@ class JsonlTail(_LineTail):
                 },
                 config={**acc.config, **got.config},
                 relative_time=acc.relative_time or got.relative_time,
+                fractional=acc.fractional + got.fractional,
             )
             if calm and self._append(got.frame):
                 return
