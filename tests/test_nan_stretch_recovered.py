@@ -71,3 +71,16 @@ def test_a_stretch_to_the_end_stays_fatal(tmp_path: Path) -> None:
 def test_a_stretch_the_loss_did_not_get_over_stays_fatal(tmp_path: Path) -> None:
     got = _nan(_run(tmp_path / "r", loss_too=False, worse=True))
     assert got["grad_norm"].severity is Severity.FATAL  # type: ignore[attr-defined]
+
+
+def test_the_card_does_not_say_the_run_stopped_training(tmp_path: Path) -> None:
+    """The card's first line read "non-finite values that persist mean the run is no longer
+    training; stop, look, then resume from a checkpoint" above "nothing to roll back"."""
+    from forensics.report.render import render_html
+
+    page = render_html(analyze(_run(tmp_path / "r", loss_too=False)), plotlyjs="cdn")
+    assert "no longer training" not in page
+    assert (
+        "Yellow light: non-finite for several steps in a row, then finite again with the loss "
+        "back at its level: the run got over it and is still training" in page
+    )
