@@ -59,8 +59,17 @@ def kind_clauses() -> list[dict[str, Any]]:
 
 def render(current: str | None = None) -> str:
     """The schema file's text with the generated clauses."""
+    from forensics.causes import CAUSES
+    from forensics.findings import FindingKind
+
     doc = json.loads(current if current is not None else SCHEMA.read_text(encoding="utf-8"))
     doc["properties"]["findings"]["items"]["allOf"] = kind_clauses()
+    # The kinds and cause ids the tool emits: kept from the code, so that a new kind or cause
+    # cannot make the published schema reject a document the tool writes.
+    doc["properties"]["findings"]["items"]["properties"]["kind"]["enum"] = [
+        k.value for k in FindingKind
+    ]
+    doc["$defs"]["cause"]["properties"]["cause"]["enum"] = list(CAUSES)
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -201,6 +201,34 @@ def test_schema_file_is_generated_from_measures() -> None:
     assert text == _schema_gen().render(text), "run: python scripts/schema_gen.py --write"
 
 
+def test_schema_accepts_every_kind_and_cause_the_tool_emits(findings_schema: dict) -> None:
+    """The schema's kind and cause enums had been written by hand and lagged the code: seven
+    kinds the tool emits (no_learning, loss_climb, lr_restart, the resume kinds,
+    replaced_attempt) failed validation against the published schema. A finding of each kind
+    with a cause of each id validates now; the generator keeps both lists from the code."""
+    from forensics.causes import CAUSES
+
+    for kind in FindingKind:
+        f = Finding(kind, "info", None, 1, "s")
+        doc = _doc(f)
+        doc["findings"][0]["measures"] = {}
+        doc["findings"][0]["causes"] = [
+            {
+                "cause": c,
+                "text": "t",
+                "status": "untested",
+                "evidence": "e",
+                "steps": [],
+                "consequence_of": None,
+            }
+            for c in CAUSES
+        ]
+        # (measures are checked per kind by the clause below; only the enums here)
+        schema = json.loads(json.dumps(findings_schema))
+        schema["properties"]["findings"]["items"].pop("allOf")
+        jsonschema.validate(doc, schema)
+
+
 def test_schema_checks_each_kinds_measures(findings_schema: dict) -> None:
     """The schema rejects an undeclared key, a wrong type and a null where none is allowed."""
     good = Finding(
