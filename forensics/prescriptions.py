@@ -954,10 +954,19 @@ def light_prefix(finding: Finding) -> str:
 def needs_action(finding: Finding) -> bool:
     """False for findings the table says to leave alone (a recovered or helpful spike, notes).
     A grad-norm spike that came back at once but moved the loss with it is a warning whose
-    sentence says to check that batch: it calls for that look."""
+    sentence says to check that batch: it calls for that look. A grad-norm spike or level
+    step above a note was judged by the 2x / 3x lines: it calls for the look its light asks."""
     if finding.severity.value == "info":
         return False
     if _loss_moved(finding):
+        return True
+    if finding.kind is FindingKind.GRAD_NORM_SPIKE and finding.measures.get("judged_by") in (
+        "band",
+        "level",
+    ):
+        # Its severity is the 2x / 3x lines' (the article's yellow and orange lights), which
+        # its shape's class does not lift: an orange light that recovered still says pause
+        # and look (its prescription), and its incident must say so too.
         return True
     return finding.measures.get("classification") not in ("physiological", "beneficial")
 
