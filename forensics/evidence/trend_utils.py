@@ -675,10 +675,12 @@ def parse_layers(text: str) -> list[int]:
 
 
 def sig(x: float, digits: int = 3) -> str:
-    """Short human number for summaries."""
+    """Short human number for summaries: ``digits`` significant digits below 1,000, whole
+    and grouped from there up to 1e12 (an activation's typical 9,420 read "9.42e+03" beside
+    a limit of 10,000), as :func:`num` writes them."""
     if x is None or not np.isfinite(x):
         return "n/a"
-    return f"{x:.{digits}g}"
+    return num(x, digits)
 
 
 def num(x: float, digits: int = 4) -> str:
