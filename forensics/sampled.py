@@ -10,12 +10,14 @@ from typing import Any
 def excursion_text(w: dict[str, Any]) -> str:
     """``the chart's bucket maxima reach 4 at step 6,000 (3.9x the sampled 1.02 there)``
     (or the minima, for a bucket whose lowest point lies furthest below its sample)."""
+    from forensics.evidence.trend_utils import num
+
     if w["upper"]:
         return (
-            f"the chart's bucket maxima reach {w['bound']:.4g} at step {w['step']:,} "
-            f"({w['ratio']:.1f}x the sampled {w['value']:.4g} there)"
+            f"the chart's bucket maxima reach {num(w['bound'])} at step {w['step']:,} "
+            f"({w['ratio']:.1f}x the sampled {num(w['value'])} there)"
         )
     return (
-        f"the chart's bucket minima fall to {w['bound']:.4g} at step {w['step']:,} "
-        f"(the sampled {w['value']:.4g} there is {w['ratio']:.1f}x that)"
+        f"the chart's bucket minima fall to {num(w['bound'])} at step {w['step']:,} "
+        f"(the sampled {num(w['value'])} there is {w['ratio']:.1f}x that)"
     )

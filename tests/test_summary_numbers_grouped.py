@@ -42,3 +42,23 @@ def test_an_activation_climb_reads_in_one_notation(tmp_path: Path) -> None:
     (f,) = [f for f in analyze(tmp_path / "r").findings if f.kind is FindingKind.ACTIVATION_OUTLIER]
     assert "e+0" not in f.summary
     assert "(typical before: 9,4" in f.summary
+
+
+def test_a_large_models_param_norm_reads_grouped(tmp_path: Path) -> None:
+    """A 7B-scale param norm (about 12,000) that jumps: its sentence read "from 1.2e+04 to
+    1.8e+04" (``.4g``); the detectors' sentences now write such values as 12,000."""
+    from tensorboardX import SummaryWriter
+
+    rng = np.random.default_rng(1)
+    w = SummaryWriter(str(tmp_path / "r"))
+    pn = 12000.0
+    for s in range(3000):
+        pn *= 1.000002
+        if s == 1500:
+            pn *= 1.5
+        w.add_scalar("train/loss", 2 + 6 / (1 + s / 300) + rng.normal(0, 0.02), s)
+        w.add_scalar("train/param_norm", pn + rng.normal(0, 0.5), s)
+    w.close()
+    (f,) = [f for f in analyze(tmp_path / "r").findings if f.kind is FindingKind.PARAM_NORM_JUMP]
+    assert "e+0" not in f.summary
+    assert "Param norm jumped from 12,0" in f.summary

@@ -28,7 +28,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import overlaps
-from forensics.evidence.trend_utils import robust_sigma
+from forensics.evidence.trend_utils import num, robust_sigma
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import NanInfParams
 from forensics.schema import (
@@ -206,7 +206,7 @@ def _level_text(
     :func:`_loss_level`): back at it (and why that is harmless), or not; nothing unmeasured."""
     if back is None or before is None or after is None:
         return ""
-    levels = f"({before:.4g} before, {after:.4g} after, medians of {_LEVEL_POINTS} points)"
+    levels = f"({num(before)} before, {num(after)} after, medians of {_LEVEL_POINTS} points)"
     if back:
         return f"; the loss is back at its level {since} {levels}: {harmless}"
     return f"; the loss did not come back to its level {levels}"
@@ -433,7 +433,7 @@ class NanInfDetector:
                 f"The grad norm is {_label(v[first])} at the first {n_bad:,} logged step(s) "
                 f"({int(t[first]):,}-{int(t[last]):,}) and finite from step "
                 f"{int(t[last + 1]):,} on, while the loss was finite there and did not rise "
-                f"after ({loss_during:.4g} at those steps, {loss_later:.4g} over the next "
+                f"after ({num(loss_during)} at those steps, {num(loss_later)} over the next "
                 f"{_START_AFTER} points): updates skipped at the start of training, as a "
                 "dynamic fp16 loss scaler skips them while it lowers its scale from 65,536 "
                 "(a hypothesis: the log has no loss scale to show it). The weights were not "

@@ -25,7 +25,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
-from forensics.evidence.trend_utils import rolling_median, theil_sen
+from forensics.evidence.trend_utils import num, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity, step_range
 from forensics.params import NoLearningParams
 from forensics.schema import LOSS, LR
@@ -40,7 +40,7 @@ def _zero_lr_note(ev: Evidence, start: float, end: float) -> None:
     lr = ev.series(LR).values
     if len(lr) and not np.any(lr):
         ev.run.note(
-            f"no_learning: the loss fell from {start:.4g} to {end:.4g} while the logged learning "
+            f"no_learning: the loss fell from {num(start)} to {num(end)} while the logged learning "
             f"rate is 0 at all {len(lr):,} of its points: the logged LR is not the rate the "
             "optimizer applied (another parameter group's, or a scheduler read before its "
             "first step), so the checks that read it (LR changes, schedule effects) judge a "
@@ -100,8 +100,8 @@ class NoLearningDetector:
         e0, e1 = int(t[-k_tail]), int(t[-1])
         moved = f"{abs(fall):.1%} {'lower' if fall >= 0 else 'higher'}"
         summary = (
-            f"The loss never fell: {start:.4g} over the first {k_head:,} logged points (steps "
-            f"{step_range(h0, h1)}), {end:.4g} over the last {k_tail:,} (steps "
+            f"The loss never fell: {num(start)} over the first {k_head:,} logged points (steps "
+            f"{step_range(h0, h1)}), {num(end)} over the last {k_tail:,} (steps "
             f"{step_range(e0, e1)}), {moved} after {int(t[-1] - t[0]):,} steps, and the second "
             f"half is not falling ({trend:+.2f}% over it, 90% band {low:+.2f}% to {high:+.2f}%)."
         )

@@ -26,6 +26,7 @@ from forensics.evidence.trend_utils import (
     MAD_SCALE,
     bin_median,
     hinge_onset,
+    num,
     rolling_median,
     theil_sen,
 )
@@ -201,7 +202,7 @@ class ParamNormDetector:
                 z_big = abs(y[i1 + 1] - y[i0] - m * pace[i0]) / (noise[i0] * np.sqrt(m))
             if persistent:
                 level = (
-                    f"; it settled at {after:.4g}"
+                    f"; it settled at {num(after)}"
                     + (
                         f" (median of the {len(settled_pts)} points from step {s1:,})"
                         if n_after >= 2
@@ -210,13 +211,13 @@ class ParamNormDetector:
                     + f", {after / before:.2f}x its level before."
                 )
                 summary = (
-                    f"Param norm {what} from {before:.4g} to {reached:.4g} {when} "
+                    f"Param norm {what} from {num(before)} to {num(reached)} {when} "
                     f"({biggest}){level}"
                 )
             else:
                 summary = (
-                    f"Param norm {what} from {before:.4g} to {extreme:.4g} at step "
-                    f"{extreme_step:,} ({biggest}), then returned to its trend ({after:.4g})."
+                    f"Param norm {what} from {num(before)} to {num(extreme)} at step "
+                    f"{extreme_step:,} ({biggest}), then returned to its trend ({num(after)})."
                 )
             out.append(
                 Finding(
@@ -374,12 +375,12 @@ class ParamNormDetector:
         if surged:
             summary = (
                 f"Param norm surged from step {start:,}: it grew {pace:.1f}x faster than before "
-                f"and passed {band.warn_ratio}x its baseline ({base:.4g}) at step "
+                f"and passed {band.warn_ratio}x its baseline ({num(base)}) at step "
                 f"{int(x[cross]):,}, now {current / base:.2f}x its baseline."
             )
         else:
             summary = (
-                f"Param norm grew steadily to {current / base:.2f}x its baseline ({base:.4g}), "
+                f"Param norm grew steadily to {current / base:.2f}x its baseline ({num(base)}), "
                 f"passing {band.warn_ratio}x at step {int(x[cross]):,}; slow growth like this is "
                 "usual under AdamW."
             )

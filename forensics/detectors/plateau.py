@@ -26,6 +26,7 @@ from forensics.evidence.schedule import Schedule
 from forensics.evidence.trend_utils import (
     bin_bounds,
     bin_median,
+    num,
     robust_sigma,
     steps_within,
     theil_sen,
@@ -207,7 +208,7 @@ class PlateauDetector:
             kind = "cooldown" if ctx.get("decay_kind") == "cooldown" else "decay"
             why = (
                 f"the LR held steady there and the {kind} that followed brought the loss down "
-                f"to {ctx['loss_after']:.4g}: a stable phase waiting for its decay (as in a "
+                f"to {num(ctx['loss_after'])}: a stable phase waiting for its decay (as in a "
                 "warm-up/stable/decay schedule), which the schedule explains"
             )
         elif ctx["lr_context"] == "decayed":
@@ -239,7 +240,7 @@ class PlateauDetector:
                 "run_fraction": frac,
             },
             summary=(
-                f"The loss stayed flat near {lvl:.4g} from step {a:,} to {b:,} "
+                f"The loss stayed flat near {num(lvl)} from step {a:,} to {b:,} "
                 f"({100 * frac:.0f}% of the run; its trend moved {change:+.1f}% across it); "
                 f"{why}."
             ),

@@ -573,7 +573,7 @@ def _rose_text(m: dict[str, Any]) -> str:
     since = ""
     if m.get("rose_since_step") is not None:
         since = (
-            f"; part of a climb from {m['rose_since_value']:.4g} at step {m['rose_since_step']:,}"
+            f"; part of a climb from {num(m['rose_since_value'])} at step {m['rose_since_step']:,}"
         )
     early, late = m.get("climb_grad_norm_early"), m.get("climb_grad_norm_late")
     grad = ""
@@ -615,7 +615,7 @@ def _unresolved(j: _Judged) -> str:
 def _height(m: dict[str, Any]) -> str:
     r = m["height_ratio"]
     if r is None:
-        return f"+{m['height']:.4g}"
+        return f"+{num(m['height'])}"
     return f"{r:.2f}x" if r < 100 else f"{times(r)}x"
 
 

@@ -59,7 +59,7 @@ import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.gap import Gap, held_out_losses
-from forensics.evidence.trend_utils import bend_range, hinge_onset, rolling_median, theil_sen
+from forensics.evidence.trend_utils import bend_range, hinge_onset, num, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import TrainValParams
 from forensics.schema import EPOCH, LOSS, VAL_LOSS
@@ -310,7 +310,7 @@ class TrainValDetector:
             },
             summary=(
                 f"The {'val' if g.metric == VAL_LOSS else g.metric}-train gap started widening "
-                f"faster around step {onset:,}: +{gl:.3g} over the {g.window:,.0f} steps to "
+                f"faster around step {onset:,}: +{num(gl, 3)} over the {g.window:,.0f} steps to "
                 f"step {int(vx[i]):,}, {ratio_txt}"
                 + (
                     f"; {_label(g)} is rising too."
@@ -402,9 +402,9 @@ class TrainValDetector:
             )
         )
         summary = (
-            f"{_label(g, cap=True)} turned up at step {onset:,}{ep_txt}, from {float(vy[m]):.4g} "
-            f"to {val_now:.4g} over {after} evals{pct_txt} (the median of the last {n_now}; "
-            f"{float(vy[-1]):.4g} at step {end:,}), {train_txt}"
+            f"{_label(g, cap=True)} turned up at step {onset:,}{ep_txt}, from {num(float(vy[m]))} "
+            f"to {num(val_now)} over {after} evals{pct_txt} (the median of the last {n_now}; "
+            f"{num(float(vy[-1]))} at step {end:,}), {train_txt}"
             + ("; the gap is still accelerating" if accelerating else "")
             + ckpt_txt
         )
@@ -622,7 +622,7 @@ class TrainValDetector:
                 "shift_window": self.params.shift_window,
             },
             summary=(
-                f"{_label(g, cap=True)} {word} from {before:.4g} to {after:.4g} between steps "
+                f"{_label(g, cap=True)} {word} from {num(before)} to {num(after)} between steps "
                 f"{int(vx[i]):,} and {int(vx[j]):,}{logged} and then held, while the train loss "
                 f"stepped only {train_change:+.3g}; {why}."
             ),
@@ -735,9 +735,9 @@ def _prefix_sums_at(
 def _logged_text(before: float, after: float, at_before: float, at_after: float) -> str:
     """The values logged at a level shift's two ends, where they differ from the fitted levels
     the sentence states (to its four digits): the chart beside it shows the logged ones."""
-    if f"{before:.4g}" == f"{at_before:.4g}" and f"{after:.4g}" == f"{at_after:.4g}":
+    if f"{num(before)}" == f"{num(at_before)}" and f"{num(after)}" == f"{num(at_after)}":
         return ""
-    return f" (levels of lines fitted on each side; {at_before:.4g} and {at_after:.4g} logged)"
+    return f" (levels of lines fitted on each side; {num(at_before)} and {num(at_after)} logged)"
 
 
 def _trainer_best_text(ev: Evidence, best: int) -> str:
