@@ -44,7 +44,7 @@ from forensics.evidence.spike_context import (
     event_near,
     near_steps,
 )
-from forensics.evidence.trend_utils import times
+from forensics.evidence.trend_utils import num, times
 from forensics.findings import (
     DYNAMICS,
     Finding,
@@ -298,7 +298,7 @@ class Cause:
 
 
 def _g(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"
+    return "n/a" if x is None else num(x)
 
 
 def _ratio_text(r: float | None) -> str:

@@ -245,7 +245,9 @@ Rollback = RollbackPlan  # the name diagnosis and the report used before the pla
 
 
 def _num(x: float) -> str:
-    return f"{x:.4g}"
+    from forensics.evidence.trend_utils import num
+
+    return num(x)
 
 
 # -- the rule per finding --------------------------------------------------------------------
