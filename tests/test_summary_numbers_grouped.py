@@ -62,3 +62,12 @@ def test_a_large_models_param_norm_reads_grouped(tmp_path: Path) -> None:
     (f,) = [f for f in analyze(tmp_path / "r").findings if f.kind is FindingKind.PARAM_NORM_JUMP]
     assert "e+0" not in f.summary
     assert "Param norm jumped from 12,0" in f.summary
+
+
+def test_cause_evidence_and_rollback_numbers() -> None:
+    """The cause table's and the rollback advice's numbers follow the same rule."""
+    from forensics.causes import _g
+    from forensics.rollback import _num
+
+    assert [_g(12345.6), _g(0.0003), _g(None)] == ["12,346", "0.0003", "n/a"]
+    assert [_num(0.00015), _num(2048.0)] == ["0.00015", "2,048"]
