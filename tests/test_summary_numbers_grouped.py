@@ -71,3 +71,9 @@ def test_cause_evidence_and_rollback_numbers() -> None:
 
     assert [_g(12345.6), _g(0.0003), _g(None)] == ["12,346", "0.0003", "n/a"]
     assert [_num(0.00015), _num(2048.0)] == ["0.00015", "2,048"]
+
+
+def test_the_watch_panel_groups_too() -> None:
+    from forensics.watch.panel import _number
+
+    assert [_number(12000.3), _number(0.5), _number(float("nan"))] == ["12,000", "0.5", "nan"]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Band, Evidence
-from forensics.evidence.trend_utils import steps_within, unit_for
+from forensics.evidence.trend_utils import num, steps_within, unit_for
 from forensics.findings import Finding, FindingKind, Severity, finding_steps
 from forensics.report.downsample import DEFAULT_BUCKETS, bucket_mean, downsample
 from forensics.schema import (
@@ -607,7 +607,7 @@ def grad_norm_panel(
             else ""
         )
         cap = (
-            f"Baseline {band.baseline.value:.4g} ({band.baseline.how}, shaded); warns at"
+            f"Baseline {num(band.baseline.value)} ({band.baseline.how}, shaded); warns at"
             f" {band.warn_ratio:g}x{crit} (the article: 2x and 3x)."
         )
         finding = next((f for f in fs if f.kind is FindingKind.GRAD_NORM_DRIFT), None)
@@ -616,9 +616,11 @@ def grad_norm_panel(
             lines = f"{band.warn_ratio:g}x" + (
                 f" / {band.critical_ratio:g}x" if band.critical_ratio is not None else ""
             )
+            settled = m["baseline"]
+            assert isinstance(settled, (int, float))
             cap += (
                 " The grad norm went on falling after that window: the grad_norm_drift finding"
-                f" was judged from where it settled, {m['baseline']:.4g} (the median of steps"
+                f" was judged from where it settled, {num(settled)} (the median of steps"
                 f" {m['baseline_start_step']:,}-{m['baseline_end_step']:,}, shaded too), with"
                 f" its own {lines} lines dotted over the climb."
             )
@@ -634,7 +636,7 @@ def grad_norm_panel(
                 " The grad_norm_drift finding was judged against the dash-dotted line instead:"
                 " the level it was judged from times the rise the decaying learning rate"
                 " explains (with a"
-                f" margin; never under {band.warn_ratio:g}x), {drift:.4g} at the end of the log."
+                f" margin; never under {band.warn_ratio:g}x), {num(drift)} at the end of the log."
             )
         cap += _unflagged_over(ev, band, fs if run_findings is None else run_findings, x, y)
     warmup_line(fig, ev)
@@ -799,7 +801,7 @@ def param_norm_panel(ev: Evidence, fs: list[Finding], buckets: int) -> Panel | N
     cap = "Should grow slowly under AdamW; a jump means oversized updates."
     if band is not None:
         cap += (
-            f" Baseline {band.baseline.value:.4g} ({band.baseline.how}, shaded);"
+            f" Baseline {num(band.baseline.value)} ({band.baseline.how}, shaded);"
             f" the line at {band.warn_ratio:g}x is the limit (the article: 1.5x)."
         )
     return _series_panel(

@@ -69,7 +69,9 @@ def action_line(result: Any) -> str | None:
 
 
 def _number(v: float) -> str:
-    return f"{v:.4g}" if v == v and abs(v) != float("inf") else str(v)
+    from forensics.evidence.trend_utils import num
+
+    return num(v) if v == v and abs(v) != float("inf") else str(v)
 
 
 def vitals(run: Run, diag: Diagnosis | None) -> list[tuple[str, str, str]]:
