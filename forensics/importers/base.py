@@ -152,6 +152,29 @@ def as_number(v: Any) -> float | None:
     return None
 
 
+def not_numbers_note(
+    name: str,
+    bad: dict[str, list[int]],
+    where: str = "line",
+    holders: str = "columns that hold numbers in other rows",
+) -> str | None:
+    """The note for values that are not numbers ("N/A", a list) in a metric that logs numbers
+    elsewhere, left out of the run: ``name: left out 3 value(s) that are not numbers, of
+    <holders> (train/loss at line 1,602; ...)``. ``bad``: each metric's line (or row) numbers,
+    in the order the note names them (at most five metrics, five numbers each). None when
+    there are none."""
+    if not bad:
+        return None
+    parts = []
+    for tag, at in list(bad.items())[:5]:
+        shown = ", ".join(f"{r:,}" for r in at[:5]) + (" ..." if len(at) > 5 else "")
+        parts.append(f"{tag} at {where}{'s' if len(at) > 1 else ''} {shown}")
+    n = sum(len(v) for v in bad.values())
+    return (
+        f"{name}: left out {n:,} value(s) that are not numbers, of {holders} ({'; '.join(parts)})"
+    )
+
+
 def utf16_kind(head: bytes) -> str | None:
     """The UTF-16 flavour of a head: "utf-16" (BOM), "utf-16-le" / "utf-16-be" (no BOM: ASCII
     text with every other byte zero), or None."""

@@ -21,6 +21,7 @@ from forensics.importers.base import (
     ReadOptions,
     Source,
     head_lines,
+    not_numbers_note,
     read_bytes,
     read_text,
     rel,
@@ -181,14 +182,8 @@ def _unread(long: pl.DataFrame, name: str) -> str | None:
     )
     if bad.is_empty():
         return None
-    parts = []
-    for tag, lines in bad.group_by("tag", maintain_order=True).agg(pl.col("record_idx")).rows():
-        shown = ", ".join(f"{int(r):,}" for r in lines[:5]) + (" ..." if len(lines) > 5 else "")
-        parts.append(f"{tag} at line{'s' if len(lines) > 1 else ''} {shown}")
-    return (
-        f"{name}: left out {bad.height:,} value(s) that are not numbers, of columns that hold "
-        f"numbers in other rows ({'; '.join(parts[:5])})"
-    )
+    lines = bad.group_by("tag", maintain_order=True).agg(pl.col("record_idx")).rows()
+    return not_numbers_note(name, {tag: [int(r) for r in at] for tag, at in lines})
 
 
 IMPORTER = LightningCsvImporter()

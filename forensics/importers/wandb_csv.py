@@ -23,6 +23,7 @@ from forensics.importers.base import (
     ImportResult,
     ReadOptions,
     Source,
+    not_numbers_note,
     read_bytes,
     read_head,
     rel,
@@ -179,18 +180,9 @@ def _not_numbers(raw: pl.Series, vals: pl.Series) -> pl.Series | None:
 
 
 def _unread_note(name: str, bad: dict[str, list[int]], where: str) -> str | None:
-    """``name: left out 3 value(s) that are not numbers ... (train/loss at line 1,602)``."""
-    if not bad:
-        return None
-    parts = []
-    for tag, at in sorted(bad.items(), key=lambda kv: kv[1][0])[:5]:  # first seen first
-        shown = ", ".join(f"{r:,}" for r in at[:5]) + (" ..." if len(at) > 5 else "")
-        parts.append(f"{tag} at {where}{'s' if len(at) > 1 else ''} {shown}")
-    n = sum(len(v) for v in bad.values())
-    return (
-        f"{name}: left out {n:,} value(s) that are not numbers, of columns that hold numbers "
-        f"in other rows ({'; '.join(parts)})"
-    )
+    """:func:`not_numbers_note`, the columns named in the order their first bad cell comes."""
+    first_seen = dict(sorted(bad.items(), key=lambda kv: kv[1][0]))
+    return not_numbers_note(name, first_seen, where)
 
 
 def history_long(
