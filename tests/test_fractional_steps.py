@@ -59,3 +59,13 @@ def test_a_watched_log_counts_them_as_it_grows(tmp_path: Path) -> None:
     assert tail.run is not None
     (note,) = _fraction_notes(tail.run.notes)
     assert note.startswith("metrics.jsonl: 100 line(s) have a step that is not a whole number")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_both_readers_count_them(fast: bool) -> None:
+    """The block reader and the per-line reader (odd lines; ``fast=False`` sends every line
+    through it) count the same lines."""
+    from forensics.importers.jsonl import parse_lines
+
+    got = parse_lines(_lines([i / 2 for i in range(40)]), "m.jsonl", fast=fast)
+    assert got.fractional == 20

@@ -41,6 +41,7 @@ from forensics.importers.base import (
     Source,
     as_number,
     head_lines,
+    not_numbers_note,
     open_bytes,
     read_bytes,
     read_head,
@@ -338,13 +339,17 @@ def _no_nul(data: bytes) -> bytes:
 
 
 def line_rows(
-    line: str, config: dict[str, Any], unread: list[str] | None = None
+    line: str,
+    config: dict[str, Any],
+    unread: list[str] | None = None,
+    fractional: list[float] | None = None,
 ) -> tuple[int | None, float | None, list[tuple[str, float]], bool] | None:
     """One line as (step, wall time, [(tag, value)...], relative clock), or None for a line
     that is not a JSON object (or logs a step no trainer logs). Levanter's ``hparams``
     events update ``config``. ``unread`` gets the keys whose value is neither a number nor
     null (``"N/A"``, a list): a metric's value left out where the key logs numbers
-    elsewhere (:func:`finish` counts those), else a key that is no metric (a run name)."""
+    elsewhere (:func:`finish` counts those), else a key that is no metric (a run name).
+    ``fractional`` gets the step when it is not a whole number (it is cast down)."""
     obj = _parse(line)
     if obj is None:
         return None
@@ -363,6 +368,8 @@ def line_rows(
         x = _number(flat.get(k))
         if x is not None and math.isfinite(x):
             step = int(x)
+            if fractional is not None and x != math.floor(x):
+                fractional.append(x)
             break
     if step is not None and not -(2**62) < step < 2**62:
         return None  # a step no trainer logs: a corrupt line
@@ -437,18 +444,9 @@ def finish(lines: Lines, name: str) -> ImportResult:
         # other lines: left out, counted. Keys that never log a number are no metrics.
         tags = set(lines.tags) if lines.tags is not None else set(frame["tag"].unique())
         lost = {k: v for k, v in lines.unread.items() if k in tags}
-        if lost:
-            n = sum(len(v) for v in lost.values())
-            each = "; ".join(
-                f"{k} at line{'s' if len(v) > 1 else ''} "
-                + ", ".join(f"{b:,}" for b in v[:5])
-                + (" ..." if len(v) > 5 else "")
-                for k, v in list(lost.items())[:5]
-            )
-            notes.append(
-                f"{name}: left out {n:,} value(s) that are not numbers, of keys that log "
-                f"numbers on other lines ({each})"
-            )
+        note = not_numbers_note(name, lost, holders="keys that log numbers on other lines")
+        if note:
+            notes.append(note)
     if lines.fractional:
         notes.append(
             f"{name}: {lines.fractional:,} line(s) have a step that is not a whole number "

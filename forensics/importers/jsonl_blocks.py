@@ -628,6 +628,7 @@ class BlockReader:
         # The per-line reader's rows for the lines polars did not take.
         srows: dict[str, list[Any]] = {"step": [], "tag": [], "value": [], "wall_time": []}
         srec: list[int] = []
+        fractional: list[float] = []
         for i in slow:
             line = data[starts[i] : ends[i]].decode("utf-8", errors="replace")
             if line.endswith("\r"):
@@ -635,7 +636,7 @@ class BlockReader:
             if not line.strip():
                 continue
             unread: list[str] = []
-            got_line = line_rows(line, self.config, unread)
+            got_line = line_rows(line, self.config, unread, fractional)
             if got_line is None:
                 self.bad.append(first + int(i))
                 continue
@@ -650,6 +651,7 @@ class BlockReader:
                 srows["wall_time"].append(wt)
                 srec.append(first + int(i))
         self.slow_lines += len(slow)
+        self.fractional += len(fractional)
         # New keys, in the order the lines show them: (first line, place in it).
         firsts: dict[str, tuple[int, int]] = {}
         for k, rec in zip(srows["tag"], srec, strict=True):
