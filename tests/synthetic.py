@@ -453,3 +453,15 @@ def write_llmc_log(folder: Path, lines: list[str]) -> Path:
     folder.mkdir(parents=True)
     (folder / "main.log").write_text("\n".join(lines) + "\n")
     return folder
+
+
+def jsonl_row(step: int, rng: np.random.Generator) -> dict[str, float | int]:
+    """One line of a healthy JSONL metrics log: a loss falling from 5 towards 2 with noise,
+    a grad norm near 1, a constant LR (two draws from ``rng``: the loss's, then the grad
+    norm's)."""
+    return {
+        "step": step,
+        "loss": 2 + 3 / (1 + step / 500) + rng.normal(0, 0.02),
+        "grad_norm": 1.0 + 0.05 * rng.standard_normal(),
+        "lr": 3e-4,
+    }

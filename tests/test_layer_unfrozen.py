@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from synthetic import jsonl_row
 
 from forensics.findings import FindingKind, Severity
 from forensics.pipeline import analyze
@@ -23,12 +24,7 @@ def _write(folder: Path, frozen: bool) -> Path:
     n = 6000
     rows = []
     for i in range(n):
-        r = {
-            "step": i,
-            "loss": 2 + 3 / (1 + i / 500) + rng.normal(0, 0.02),
-            "grad_norm": 1.0 + 0.05 * rng.standard_normal(),
-            "lr": 3e-4,
-        }
+        r = jsonl_row(i, rng)
         if i % 50 == 0:
             for layer in range(8):
                 v = 0.1 * (1 + 0.05 * rng.standard_normal())

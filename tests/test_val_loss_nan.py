@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from synthetic import jsonl_row
 
 from forensics.checklists import evaluate_checklists
 from forensics.pipeline import analyze
@@ -20,12 +21,7 @@ def _write(folder: Path, nan_at: int) -> Path:
     rng = np.random.default_rng(90)
     rows = []
     for i in range(6000):
-        r = {
-            "step": i,
-            "loss": 2 + 3 / (1 + i / 500) + rng.normal(0, 0.02),
-            "grad_norm": 1.0 + 0.05 * rng.standard_normal(),
-            "lr": 3e-4,
-        }
+        r = jsonl_row(i, rng)
         if i % 500 == 499:
             r["val/loss"] = float("nan") if i == nan_at else 2.05 + 3 / (1 + i / 500)
         rows.append(json.dumps(r))

@@ -479,15 +479,7 @@ class NanInfDetector:
                 else f"The {name} is first {_label(v[first])} at step {int(t[first]):,}, "
                 f"and non-finite from step {int(t[p0]):,}"
             )
-            summary = f"{first_text} {tail}: {count} non-finite{after}."
-            if span_n == 1 and to_end and p0 == first:
-                # (one point, the log's last: "from step 9,000 to the end of the log (step
-                # 9,000): all 1 logged points are non-finite" said it three times over)
-                summary = (
-                    f"The {name} is {_label(v[first])} at step {int(t[first]):,}, the last "
-                    "step logged: nothing finite after it."
-                )
-            sev = Severity.FATAL
+            sev, level = Severity.FATAL, ""
             if not to_end:
                 # Finite again after the stretch, and the loss back at its level: the run got
                 # over it by itself (a scaler skipping steps, bad values logged), which is not
@@ -496,19 +488,23 @@ class NanInfDetector:
                 lv_before, lv_after, back = _loss_level(ev, int(t[first]), end)
                 if back is True:
                     measures.update(loss_before=lv_before, loss_after=lv_after, loss_back=back)
-                    summary = (
-                        summary[:-1]
-                        + _level_text(
-                            lv_before,
-                            lv_after,
-                            back,
-                            "after it",
-                            "the run got over it by itself, so this is not a divergence that does "
-                            "not recover (nothing to roll back)",
-                        )
-                        + "."
+                    level = _level_text(
+                        lv_before,
+                        lv_after,
+                        back,
+                        "after it",
+                        "the run got over it by itself, so this is not a divergence that does "
+                        "not recover (nothing to roll back)",
                     )
                     sev = Severity.WARNING if metric == GRAD_NORM else Severity.CRITICAL
+            summary = f"{first_text} {tail}: {count} non-finite{after}{level}."
+            if span_n == 1 and to_end and p0 == first:
+                # (one point, the log's last: "from step 9,000 to the end of the log (step
+                # 9,000): all 1 logged points are non-finite" said it three times over)
+                summary = (
+                    f"The {name} is {_label(v[first])} at step {int(t[first]):,}, the last "
+                    "step logged: nothing finite after it."
+                )
         else:
             end = int(t[last])
             last_bad = int(t[runs[-1][1]])

@@ -709,8 +709,7 @@ class BlockReader:
                 self.rank[k] = len(self.tags)
                 self.tags.append(k)
         n_lines = len(flat.step)
-        self.fractional += _fractional(flat.step)
-        step_s = pl.Series(flat.step, nan_to_null=True).cast(pl.Int64)
+        step_s = self._whole(flat.step)
         per_line = (
             _no_lines(n_lines)
             if not flat.keys
