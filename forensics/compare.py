@@ -17,6 +17,7 @@ import numpy as np
 from forensics.evidence import Evidence
 from forensics.findings import Severity, onset_at, step_range
 from forensics.schema import (
+    EVAL_PREFIX,
     GRAD_NORM,
     LOSS,
     LOSS_SCALE,
@@ -355,11 +356,31 @@ def _range(f: Any) -> list[int] | None:
     return list(f.onset_range) if f.onset_range is not None else None
 
 
+def _layer(f: Any) -> int | None:
+    """The layer a per-layer finding is about (None for a model-wide one): four layers'
+    activation outliers share one metric name and one step, and are four findings."""
+    layer = f.measures.get("layer")
+    return layer if isinstance(layer, int) else None
+
+
+def _what(f: Any) -> str:
+    """The finding named so that two of one kind at one step read apart: ``activation_outlier
+    (act_std, layer 2)``, ``gap_acceleration (eval/wiki_loss)``; the kind alone otherwise."""
+    layer = _layer(f)
+    if layer is not None:
+        return f"{f.kind.value} ({f.metric}, layer {layer})"
+    if f.metric and f.metric.startswith(EVAL_PREFIX):
+        return f"{f.kind.value} ({f.metric})"
+    return str(f.kind.value)
+
+
 def _key(f: Any) -> dict[str, Any]:
     return {
         "kind": f.kind.value,
+        "what": _what(f),
         "severity": f.severity.value,
         "metric": f.metric,
+        "layer": _layer(f),
         "step": f.start_step,
         "onset_range": _range(f),
         "summary": f.summary,
@@ -378,14 +399,21 @@ def _same_onset(f: Any, g: Any) -> bool:
 
 
 def finding_diff(ref: Diagnosis, other: Diagnosis) -> dict[str, Any]:
-    """Findings of ``ref`` and ``other`` matched by kind, metric and onset (within SAME_STEP
+    """Findings of ``ref`` and ``other`` matched by kind, metric, layer and onset (within SAME_STEP
     steps, or fitted onsets whose ranges meet): in both, only in the reference, only in the
     other run. A match in both keeps the other run's step and range."""
     rest = list(other.findings)
     both, only_ref = [], []
     for f in ref.findings:
         m = next(
-            (g for g in rest if g.kind == f.kind and g.metric == f.metric and _same_onset(f, g)),
+            (
+                g
+                for g in rest
+                if g.kind == f.kind
+                and g.metric == f.metric
+                and _layer(g) == _layer(f)
+                and _same_onset(f, g)
+            ),
             None,
         )
         if m is None:
@@ -788,13 +816,13 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         )
         for f in by_range[:5]:
             console.print(
-                f"    in both: {f['kind']} @ {onset_at(f['step'], f['onset_range'])} in {ref}, "
+                f"    in both: {f['what']} @ {onset_at(f['step'], f['onset_range'])} in {ref}, "
                 f"@ {onset_at(f['other_step'], f['other_onset_range'])} in {escape(lab)} (the "
                 "fitted onsets' ranges meet: the logs cannot tell them apart)"
             )
         for f in fd["only_other"][:5]:
             console.print(
-                f"    only in {escape(lab)}: {f['kind']} @ {onset_at(f['step'], f['onset_range'])}"
+                f"    only in {escape(lab)}: {f['what']} @ {onset_at(f['step'], f['onset_range'])}"
             )
     for sp in cmp.shared_spikes[:SHARED_SHOWN]:
         console.print(f"shared: {escape(sp['note'])}")
