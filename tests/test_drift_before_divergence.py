@@ -49,6 +49,7 @@ def test_a_climb_that_led_into_a_divergence_is_its_cause(tmp_path: Path) -> None
     m = drift.measures
     assert m["divergence_step"] == 6200
     assert m["loss_change_pct"] < 0  # up to the blow-up, the loss fell
+    assert f"while the loss fell {-m['loss_change_pct']:.1f}%" in drift.summary
     # The level before the blow-up: 0.45 + |N(0, 0.03)| times 2.6-2.8 over the last points
     assert 2.0 <= m["ratio"] < 3.0
     assert "since step" in drift.summary and "up to the divergence at step 6,200" in drift.summary

@@ -469,7 +469,11 @@ class GradNormDriftDetector:
             pct = m["loss_change_pct"]
             loss_txt = "the loss rose with it" + (f" ({pct:+.1f}%)" if pct is not None else "")
         elif m["loss_change_pct"] is not None:
-            loss_txt = f"the loss changed {m['loss_change_pct']:+.1f}%"
+            pct = m["loss_change_pct"]
+            # (a rise short of "rises": at most 2%, or within the loss's level noise)
+            loss_txt = (
+                f"the loss fell {-pct:.1f}%" if pct < 0 else f"the loss held level ({pct:+.1f}%)"
+            )
         else:
             loss_txt = "the loss kept falling"
         # (both ends are medians, of noisy points the chart shows one by one)
