@@ -7,6 +7,8 @@ past its schedule, are one blow-up with one cause. :func:`build_incidents` group
 - two findings with the same supported root cause (the same LR change, the same bad batch,
   resume, pause or validation-set change: :attr:`forensics.causes.Cause.key`) are one incident;
   an LR change that starts at the step a job resumed is that resume's;
+- a finding whose supported mechanism is a loss-scale overflow joins the loss_scale_drop
+  finding (above info) of that overflow: the collapse and what it drove are one event;
 - findings with no supported root that start within :data:`TOUCH_STEPS` of each other are one
   incident (a NaN in the loss and in the grad norm at the same step); so are two onsets up to
   :data:`SPARSE_TOUCH_STEPS` apart when the later sign's series logged no point in between
@@ -316,6 +318,27 @@ def build_incidents(
                 union(owner[k], i)
             else:
                 owner[k] = i
+    # A loss-scale collapse is one event with what it drove: a finding whose supported
+    # mechanism is that collapse (the scale fell to 1 and was still there at its onset) joins
+    # the loss_scale_drop finding of that fall, unless the log supports other roots for them.
+    # A divergence 200 steps after the scale hit 1 had been an incident of its own, rolled
+    # back to the middle of the overflows.
+    drops = {
+        f.start_step: i
+        for i, f in enumerate(findings)
+        if f.kind is FindingKind.LOSS_SCALE_DROP
+        and f.severity is not Severity.INFO
+        and not _calibrating(f)
+    }
+    for i, c in ((i, c) for i, cs in enumerate(causes) for c in cs):
+        j = drops.get(c.anchor) if c.anchor is not None else None
+        if (
+            j is not None
+            and c.cause == "loss_scale_overflow"
+            and c.status == SUPPORTED
+            and not (_rooted(keys[i]) and _rooted(keys[j]) and not keys[i] & keys[j])
+        ):
+            union(i, j)
     # Periodic spikes are one recurring event: each spike they list belongs to them.
     for i, f in enumerate(findings):
         if f.kind is not FindingKind.PERIODIC_SPIKES:

@@ -29,7 +29,7 @@ from forensics.evidence.trend_utils import step_before, times
 from forensics.findings import DYNAMICS, Finding, FindingKind, Severity
 from forensics.prescriptions import needs_action
 from forensics.run import Run
-from forensics.schema import LR, VAL_LOSS
+from forensics.schema import LOSS_SCALE, LR, VAL_LOSS
 
 # Learning-rate cuts by situation (the article's numbers): (low, high) fraction removed.
 LR_CUT_SPIKE = (0.2, 0.5)  # a spike that does not recover (7.1)
@@ -533,6 +533,7 @@ def rollback_plan(
                 g.end_step is None
                 or g.end_step >= f.start_step
                 or (g.metric is not None and ev.ran_into(g.metric, g.end_step, f.start_step))
+                or _scale_still_down(ev, g, f.start_step)
             )
         ):
             onset, cause = g.start_step, g
@@ -692,6 +693,34 @@ def rollback_plan(
         resumed_at=resumed_at,
         lr_at_checkpoint=lr_ckpt if lr_resume is not None else None,
     )
+
+
+def _scale_still_down(ev: Evidence, g: Finding, step: int) -> bool:
+    """Is ``g`` a loss-scale collapse (at least :data:`~forensics.causes.COLLAPSE_HALVINGS`
+    halvings, as the causes table reads one) the scale had not climbed back from by ``step``:
+    at most :data:`_SCALE_HELD_HALVINGS` halvings above where the fall ended, at every logged
+    point up to ``step``? Its halvings end when the scale reaches its floor, but the collapse
+    goes on while the scale sits there (a divergence 180 steps after the scale hit 1 had
+    rolled back to between the overflows and the divergence, "last healthy step" in the
+    middle of them). A shallower fall to a level the scale then holds is the scaler finding
+    a new level, not a trouble still going on."""
+    from forensics.causes import COLLAPSE_HALVINGS
+
+    if g.kind is not FindingKind.LOSS_SCALE_DROP or g.end_step is None or not ev.has(LOSS_SCALE):
+        return False
+    halvings = g.measures.get("halvings")
+    if not isinstance(halvings, int | float) or halvings < COLLAPSE_HALVINGS:
+        return False
+    s = ev.series(LOSS_SCALE)
+    a = int(np.searchsorted(s.steps, g.end_step, side="right"))
+    b = int(np.searchsorted(s.steps, step, side="right"))
+    if a == 0 or b <= a:
+        return False
+    floor = float(s.values[a - 1])  # the scale where the fall ended
+    return bool(floor >= 0 and (s.values[a:b] <= floor * 2.0**_SCALE_HELD_HALVINGS).all())
+
+
+_SCALE_HELD_HALVINGS = 2  # a scaler stuck at its floor may try one or two growths in between
 
 
 def _recovered_series(g: Finding, lead: Finding, fs: list[Finding]) -> bool:
