@@ -49,9 +49,7 @@ def test_collapse_and_divergence_are_one_incident(tmp_path: Path) -> None:
     assert drop.start_step == 3000 and drop.end_step == 3030
     assert div.start_step > 3100
     i = diag.findings.index(div)
-    assert [c.status for c in diag.causes[i] if c.cause == "loss_scale_overflow"] == [
-        "supported"
-    ]
+    assert [c.status for c in diag.causes[i] if c.cause == "loss_scale_overflow"] == ["supported"]
     (inc,) = [inc for inc in diag.incidents if div in inc.findings]
     assert drop in inc.findings
     assert inc.timeline.first is not None and inc.timeline.first.metric == "loss_scale"
