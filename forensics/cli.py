@@ -656,7 +656,7 @@ def metrics(
     from forensics.importers.tb_histograms import STATS as HIST_STATS
     from forensics.pipeline import read_options, read_run
     from forensics.run_frame import metrics_table
-    from forensics.schema import alias_line, is_not_a_vital, nearest_canonical
+    from forensics.schema import alias_line, is_not_a_vital, module_series, nearest_canonical
 
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
@@ -674,7 +674,18 @@ def metrics(
     histogram_stat = {
         t for t in unmapped if len(stats_of.get(str(t).rpartition("/")[0], ())) == len(HIST_STATS)
     }
-    no_vital = {t for t in unmapped if t not in histogram_stat and is_not_a_vital(str(t))}
+    # A module's own series without a layer number (grad_norm/lm_head) is no misspelt
+    # model-wide sign: it is said to be left unread, with no alias offered.
+    module = {
+        t: f"({fam} of a module without a layer number: not read)"
+        for t in unmapped
+        if t not in histogram_stat and (fam := module_series(str(t)))
+    }
+    no_vital = {
+        t
+        for t in unmapped
+        if t not in histogram_stat and t not in module and is_not_a_vital(str(t))
+    }
     # A value logged once is a summary (HF's train_samples_per_second at the end), no series
     # a vital sign could be judged on.
     points = dict(table.group_by("tag").agg(pl.col("points").sum()).iter_rows())
@@ -682,7 +693,7 @@ def metrics(
     near = {
         t: nearest_canonical(t)
         for t in unmapped
-        if t not in histogram_stat and t not in no_vital and t not in once
+        if t not in histogram_stat and t not in no_vital and t not in once and t not in module
     }
     # A vital sign the run already reads from another tag is not offered again: that tag is
     # something else of the same name (HF's train_loss: the run's mean loss, one point).
@@ -698,6 +709,7 @@ def metrics(
                 **nearest,
                 **taken,
                 **dict.fromkeys(once, "(logged once)"),
+                **module,
                 **dict.fromkeys(histogram_stat, "(histogram statistic)"),
                 **dict.fromkeys(no_vital, "(not a vital sign)"),
                 **dict.fromkeys(far, "(none close)"),

@@ -764,6 +764,36 @@ NEAREST_MIN = 0.6  # below this similarity no vital sign is near (see nearest_ca
 _HELD_OUT_WORDS = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
 
 
+# A module the per-layer patterns name without a layer number: the embedding, the output head,
+# a final norm, or a parameter path (``.weight``, ``.bias``).
+_MODULE = re.compile(
+    r"(?:^|[._/])(?:embed\w*|emb|wte|wpe|tok_embeddings|word_embeddings|lm_head|head|output"
+    r"|classifier|pooler|ln_f|final_layer_?norm|norm|weight|bias)(?:$|[._/])",
+    re.I,
+)
+
+
+def module_series(tag: str) -> str | None:
+    """The per-layer family (``grad_norm_layer``, ``param_norm_layer``, ``act_*``) of a tag
+    that names a module without a layer number (``grad_norm/lm_head``,
+    ``gradients/model.embed_tokens.weight/norm``), else None. Such a series is not read:
+    per-layer series are told apart by their layer index. ``forensics metrics`` says so
+    instead of offering an alias to a model-wide sign (``grad_norm/lm_head`` had been
+    offered ``--alias grad_norm/lm_head=grad_norm_clipped``, which would judge the head's
+    norm as the whole model's)."""
+    if _STAT_SUFFIX.search(tag):
+        return None
+    for pattern, canon in _LAYER_PATTERNS:
+        m = pattern.match(tag)
+        if m and not _LAYER_INDEX.search(m["p"]) and _MODULE.search(m["p"]):
+            return canon
+    for pattern in _ACT_PATTERNS:
+        m = pattern.match(tag)
+        if m and not _LAYER_INDEX.search(m["p"]) and _MODULE.search(m["p"]):
+            return f"act_{m['stat'].lower().replace('max_abs', 'absmax').replace('amax', 'absmax')}"
+    return None
+
+
 def nearest_canonical(tag: str) -> str | None:
     """The canonical vital sign whose known spellings are closest to ``tag`` (for the
     ``--alias`` hint of ``forensics metrics``), or None when none is close: a similarity

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -13,12 +14,14 @@ from typer.testing import CliRunner
 from forensics.cli import app
 from forensics.importers import read_run
 from forensics.schema import (
+    GRAD_NORM_LAYER,
     MEMORY,
     NAN_ITERS,
     STEP_TIME,
     THROUGHPUT,
     alias_line,
     canonicalize,
+    module_series,
     nearest_canonical,
     unit_of,
 )
@@ -244,3 +247,29 @@ def test_metrics_command_offers_no_alias_for_eval_speeds_summaries_or_taken_sign
     assert res.exit_code == 0, res.output
     line = next(ln for ln in res.stdout.splitlines() if "│ running_loss " in ln)
     assert "(loss is read from loss)" in line and "--alias" not in line, line
+
+
+def test_module_series_without_a_layer_number_get_no_alias(tmp_path: Path) -> None:
+    """Per-module grad norms named without a layer number (the output head, the embedding)
+    beside numbered layers: `forensics metrics` says they are not read. grad_norm/lm_head had
+    been offered ``--alias grad_norm/lm_head=grad_norm_clipped`` (the head's norm judged as
+    the whole model's), and grad_norm/model.embed_tokens called "not a vital sign"."""
+    rng = np.random.default_rng(0)
+    (tmp_path / "run").mkdir()
+    with (tmp_path / "run" / "metrics.jsonl").open("w") as fh:
+        for step in range(100):
+            row = {"step": step, "loss": 3 - step / 100, "grad_norm": 1.0}
+            row.update({f"grad_norm/model.layers.{i}": 0.3 + 0.01 * rng.random() for i in (0, 1)})
+            row["grad_norm/lm_head"] = 0.25 + 0.01 * rng.random()
+            row["grad_norm/model.embed_tokens"] = 0.2 + 0.01 * rng.random()
+            fh.write(json.dumps(row) + "\n")
+    res = runner.invoke(app, ["metrics", str(tmp_path / "run")], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    for tag in ("grad_norm/lm_head", "grad_norm/model.embed_tokens"):
+        line = next(ln for ln in res.stdout.splitlines() if tag + " " in ln)
+        assert "(grad_norm_layer of a module without a layer number: not read)" in line, line
+        assert "--alias" not in line
+    assert module_series("gradients/model.embed_tokens.weight/norm") == GRAD_NORM_LAYER
+    assert module_series("act/absmax/lm_head") == "act_absmax"
+    assert module_series("grad_norm/before_clip") is None  # no module named
+    assert module_series("grad_norm/layers.3") is None  # a numbered layer: read
