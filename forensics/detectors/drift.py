@@ -50,6 +50,7 @@ from forensics.evidence.trend_utils import (
     bin_median,
     hinge_onset,
     interp,
+    num,
     rolling_median,
     sig,
     theil_sen,
@@ -449,6 +450,36 @@ def _at_lr_change(ev: Evidence, xb: np.ndarray, onset: int) -> int:
     return onset
 
 
+def _ceiling_note(ev: Evidence) -> None:
+    """A note when the grad norm sits at exactly its highest value at many points, with
+    enough points below it to show the climb into it: the norm after clipping, logged where
+    the norm before it was meant (torch's ``clip_grad_norm_`` returns the norm before). A
+    grad norm doubling into a clip of 1.0 and held there for 2,000 steps read "HEALTHY" with
+    nothing said: no climb above the ceiling can show, so no check of the grad norm can see
+    one. Printed values repeat too, but not at their maximum for a tenth of a long log."""
+    v, t = ev.series(GRAD_NORM).values, ev.series(GRAD_NORM).steps
+    n = len(v)
+    if n < _CEILING_MIN_POINTS:
+        return
+    top = float(v.max())
+    at_top = v == top
+    k = int(at_top.sum())
+    if not top > 0 or k < max(_CEILING_MIN_AT, _CEILING_SHARE * n) or n - k < _CEILING_SHARE * n:
+        return
+    ev.run.note(
+        f"{CHECK}: the grad norm is exactly {num(top)}, its highest value, at {k:,} of {n:,} "
+        f"points (from step {int(t[np.argmax(at_top)]):,} on): it looks like the norm after "
+        f"clipping at {num(top)}, so a climb above that cannot show in this log and the grad "
+        "norm's checks are blind to it; log the norm before clipping (what torch's "
+        "clip_grad_norm_ returns)"
+    )
+
+
+_CEILING_MIN_POINTS = 50  # finite grad-norm points for the clip-ceiling note
+_CEILING_MIN_AT = 20  # ... at least this many at the ceiling
+_CEILING_SHARE = 0.1  # ... and this share of them, with as large a share below it
+
+
 class GradNormDriftDetector:
     """Flags a grad norm that keeps climbing while the loss keeps falling, beyond what the LR
     schedule explains (a climb the schedule explains is an ``info`` note)."""
@@ -459,6 +490,8 @@ class GradNormDriftDetector:
         self.params = params or GradNormDriftParams()
 
     def detect(self, ev: Evidence) -> list[Finding]:
+        if ev.has(GRAD_NORM):
+            _ceiling_note(ev)
         res = ev.using(CHECK, self.params).drift
         if res is None or not res.flagged or res.severity is None:
             return []
