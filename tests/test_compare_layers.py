@@ -55,3 +55,18 @@ def test_outliers_in_other_layers_are_not_matched(tmp_path: Path) -> None:
     assert "only in b: activation_outlier (act_absmax, layer 3) @ 600" in out.output
     page = (tmp_path / "c.html").read_text()
     assert "<b>activation_outlier (act_absmax, layer 0)</b> at step 600" in page
+
+
+def test_loss_scale_axis_ticks_at_powers_of_two() -> None:
+    """The compare page's loss-scale chart is labelled at powers of two, as the single-run
+    report's is; plotly's own log axis had labelled 200k, 300k ... as "2", "3" beside "100k"."""
+    from forensics.report.compare_page import compare_figure
+
+    samples = Path(__file__).resolve().parent.parent / "sample_runs"
+    cmp = compare([samples / "healthy", samples / "loss_scale_collapse"])
+    axis = compare_figure(cmp, "loss_scale")["layout"]["yaxis"]
+    assert axis["type"] == "log"
+    assert axis["tickvals"] and all(
+        float(v).is_integer() and int(v) & (int(v) - 1) == 0 for v in axis["tickvals"]
+    )
+    assert len(axis["ticktext"]) == len(axis["tickvals"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from forensics.report.charts import _nums, esc, figure_json
+from forensics.report.charts import _nums, _power_of_two_ticks, esc, figure_json
 from forensics.report.downsample import downsample
 from forensics.report.render import (
     MAX_ROWS,
@@ -33,7 +33,7 @@ WEBGL_POINTS = 2000  # traces longer than this are drawn with WebGL
 
 def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
     """One vital sign of every run, overlaid."""
-    traces = []
+    traces, drawn = [], []
     for i, (lab, d) in enumerate(zip(cmp.labels, cmp.diagnoses, strict=True)):
         s = d.ev.logged(metric)
         if len(s) == 0:
@@ -45,6 +45,7 @@ def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
 
             xa, ya, _ = aligned(d.ev, metric, cmp.align)
             x, y = downsample(xa, ya)
+        drawn.append(y)
         traces.append(
             {
                 "type": "scattergl" if len(x) > WEBGL_POINTS else "scatter",
@@ -85,7 +86,7 @@ def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
                 "yanchor": "bottom",
             }
         )
-    return {
+    fig = {
         "data": traces,
         "layout": {
             "shapes": shapes,
@@ -98,6 +99,13 @@ def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
             "yaxis": {"type": "log" if metric in LOG_AXIS else "linear"},
         },
     }
+    if metric == LOSS_SCALE and drawn:
+        # Ticks at powers of two, as on the single-run report: plotly's log axis labelled
+        # 200k, 300k ... "2", "3" beside "100k".
+        import numpy as np
+
+        _power_of_two_ticks(fig, np.concatenate(drawn))
+    return fig
 
 
 def render_compare_html(cmp: Comparison, *, plotlyjs: str = "inline") -> str:
