@@ -343,6 +343,13 @@ def _first_parting(per_sign: dict[str, list[dict[str, Any] | None]], i: int) -> 
     step = min(h[0] for h in hits)
     signs = [m for st, m in hits if st == step]
     out: dict[str, Any] = {"metric": signs[0], "metrics": signs, "step": step, "then": None}
+    # How far apart there, relative to the reference: an LR schedule 0.1% off (a cosine over
+    # another number of steps) parts as surely as one 10x off, and is not the same news.
+    out["rel_diffs"] = {
+        m: p["rel_diff_at_step"]
+        for m in signs
+        if (p := per_sign[m][i]) is not None and p.get("rel_diff_at_step") is not None
+    }
     if signs == [LR]:
         rest = [h for h in hits if h[1] != LR]
         if rest:
@@ -553,6 +560,24 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def pct(rel: float) -> str:
+    """A relative difference as a signed percentage: ``+30%``, ``+4.2%``, ``+0.11%``."""
+    v = 100.0 * rel
+    return f"{v:+.0f}%" if abs(v) >= 10 else f"{v:+.1f}%" if abs(v) >= 1 else f"{v:+.2g}%"
+
+
+def by_how_much(first: dict[str, Any]) -> str:
+    """`` (+0.11%)`` or `` (lr +0.11%, param norm +3.2%)``: how far each sign of a first
+    parting was from the reference there ('' when not known)."""
+    rel = first.get("rel_diffs") or {}
+    got = [(m, rel[m]) for m in first["metrics"] if m in rel]
+    if not got:
+        return ""
+    if len(got) == 1:
+        return f" ({pct(got[0][1])})"
+    return " (" + ", ".join(f"{m.replace('_', ' ')} {pct(r)}" for m, r in got) + ")"
+
+
 def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: int) -> str:
     """ "lr 6e-4 vs 3e-4; the grad norm parted at step 1,200": each value of run ``i`` first,
     then the reference's, in the order of the line that heads it ("<run> vs <reference>: ...";
@@ -571,7 +596,7 @@ def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: 
         tail = "no training sign parted (loss, val loss, grad norm, param norm, LR, loss scale)"
     else:
         signs = " and ".join(m.replace("_", " ") for m in first["metrics"])
-        tail = f"the {signs} parted at step {first['step']:,}"
+        tail = f"the {signs} parted at step {first['step']:,}{by_how_much(first)}"
         if first.get("then"):
             then = " and ".join(m.replace("_", " ") for m in first["then"]["metrics"])
             tail += f", the {then} at step {first['then']['step']:,}"
@@ -777,7 +802,9 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         *[
             "reference"
             if i == cmp.reference
-            else ("-" if f is None else f"{' + '.join(f['metrics'])} @ {f['step']:,}")
+            else (
+                "-" if f is None else f"{' + '.join(f['metrics'])} @ {f['step']:,}{by_how_much(f)}"
+            )
             for i, f in enumerate(cmp.first_parting)
         ],
     )

@@ -117,7 +117,9 @@ def test_two_lrs_config_beside_the_parting(torch_runs: dict[str, Path]) -> None:
     assert cmp.first_parting[1]["metrics"] == ["lr"] and cmp.first_parting[1]["step"] == 0
     assert cmp.first_parting[1]["then"]["metrics"] == ["loss"]
     # (lr_high's value first, as in the line "lr_high vs lr_low: lr 0.03 vs 0.003; ...")
-    assert cmp.why[1].startswith("lr 0.03 vs 0.003; the lr parted at step 0, the loss at step")
+    assert cmp.why[1].startswith(
+        "lr 0.03 vs 0.003; the lr parted at step 0 (+900%), the loss at step"
+    )
     assert cmp.part_ways[1]["step"] is not None
 
 
@@ -326,7 +328,7 @@ def test_two_real_runs_of_one_config_do_not_part_by_noise() -> None:
     lr = cmp.partings["lr"][1]
     assert lr["step"] == 10_677
     assert lr["rel_diff_at_step"] == pytest.approx(0.00368, rel=0.01)
-    assert cmp.why[1] == "no config difference logged; the lr parted at step 10,677"
+    assert cmp.why[1] == "no config difference logged; the lr parted at step 10,677 (+0.37%)"
 
 
 def test_compare_table_states_each_runs_unit(

@@ -112,6 +112,8 @@ def render_compare_html(cmp: Comparison, *, plotlyjs: str = "inline") -> str:
     """One page: verdicts side by side and one overlaid chart per vital sign."""
     from markupsafe import Markup
 
+    from forensics.compare import by_how_much
+
     if plotlyjs not in ("inline", "cdn"):
         raise ValueError(f"plotlyjs must be 'inline' or 'cdn', not {plotlyjs!r}")
     panels = [
@@ -133,6 +135,7 @@ def render_compare_html(cmp: Comparison, *, plotlyjs: str = "inline") -> str:
         "cdn_sri": _plotly_cdn()[1] if plotlyjs == "cdn" else "",
         "version": _version(),
         "max_rows": MAX_ROWS,
+        "by_how_much": by_how_much,
     }
     return _env().get_template("compare.html").render(**ctx)
 
