@@ -91,7 +91,8 @@ def test_hook_gets_the_finding_in_its_environment_and_as_json_on_stdin(
     assert env["FORENSICS_INHERITED"] == "from the watcher"
     doc = json.loads(got["stdin"])
     assert doc == {**f.to_dict(), "run": "nan", "event": "new", "key": fatal.key,
-                   "previous": None, "report": str(REPORT)}  # fmt: skip
+                   "previous": None, "report": str(REPORT), "causes": []}  # fmt: skip
+    assert env["FORENSICS_CAUSE"] == ""  # (this alert was made without its causes)
     assert doc == json.loads(json.dumps(alert_document(fatal, "nan", REPORT)))
 
 

@@ -340,3 +340,39 @@ def test_the_webhook_gets_every_alert_as_a_chat_message(tmp_path: Path) -> None:
     assert len(panel.alerts) == 2 and [r.ok for r in panel.results] == [True, True]
     assert len(bodies) == 2
     assert all("FATAL" in b["text"] and "nan_inf" in b["text"] for b in bodies)
+
+
+def test_an_alert_names_its_supported_cause(tmp_path: Path) -> None:
+    """A job resumed from step 1,000 with the LR typed 10x: the loss and the grad norm spike
+    at the resume. The alerts had said what happened and not why; the report and `analyze`
+    showed the cause the log supports. The alert line, the hook's FORENSICS_CAUSE and its JSON
+    now carry it."""
+    run, clock, hooklog = tmp_path / "run", Clock(), tmp_path / "hook.jsonl"
+    run.mkdir()
+    rng = np.random.default_rng(2)
+
+    def line(step: int, lr: float, bump: float = 0.0) -> str:
+        loss = 2 + 3 / (1 + step / 300) + rng.normal(0, 0.02) + bump
+        gn = 1.0 + 0.05 * rng.standard_normal() + 4 * bump
+        return json.dumps({"step": step, "loss": loss, "grad_norm": gn, "lr": lr}) + "\n"
+
+    with (run / "metrics.jsonl").open("w") as fh:
+        fh.writelines(line(s, 3e-4) for s in range(1, 1201))
+        fh.writelines(line(s, 3e-3, 1.5 * math.exp(-(s - 1001) / 150)) for s in range(1001, 1601))
+    w, panel = _watcher(run, tmp_path, clock, hooks={Severity.CRITICAL: _hook(hooklog)})
+    w.poll()
+    spikes = [a for a in panel.alerts if a.finding.kind.value.endswith("spike")]
+    assert spikes and all(a.severity is Severity.CRITICAL for a in spikes)
+    from forensics.watch.panel import alert_line
+
+    for a in spikes:
+        assert a.causes, a.finding.kind
+        assert (
+            " Cause (supported): An LR change no schedule explains: the LR left its schedule"
+            in alert_line(a)
+        )
+        assert "(also supported: resume)" in alert_line(a)
+    got = _lines(hooklog)
+    assert got and all(
+        g["env"]["FORENSICS_CAUSE"].startswith("Cause (supported): An LR change") for g in got
+    )

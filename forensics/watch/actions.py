@@ -18,13 +18,15 @@ own environment:
 ``FORENSICS_END_STEP``      the step it ended at; empty while it goes on
 ``FORENSICS_PREVIOUS``      the severity before an escalation or an end; empty for a new one
 ``FORENSICS_SUMMARY``       the finding's one-sentence summary
+``FORENSICS_CAUSE``         its first supported cause with the evidence (``Cause (supported):
+                            ...``, or ``Mechanism (supported): ...``); empty when none is
 ``FORENSICS_REPORT``        the report's path; empty when no report is written
 ``FORENSICS_RUN``           the run's name
 ==========================  ===================================================================
 
 and the finding as JSON on stdin (:meth:`Finding.to_dict` plus ``run``, ``event``, ``key``,
-``previous`` and ``report``). A hook that runs longer than its timeout is killed with its
-whole process group (a ``sh -c 'a | b'`` pipeline included).
+``previous``, ``report`` and its tested ``causes``). A hook that runs longer than its timeout
+is killed with its whole process group (a ``sh -c 'a | b'`` pipeline included).
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ def message(alert: Alert, run_name: str, report: Path | None) -> str:
     else:
         head = f"{LIGHT_EMOJI[light]} {f.severity.value.upper()} ({light} light)"
     where = f"{f.kind.value} on {f.metric}" if f.metric else f.kind.value
-    text = f"{head} run {run_name}: {where}, step {finding_steps(f)}: {f.summary}"
+    text = (
+        f"{head} run {run_name}: {where}, step {finding_steps(f)}: {f.summary}{alert.cause_text()}"
+    )
     if report is not None:
         text += f" Report: {report}"
     return _one_line(text, limit=2000)
@@ -107,6 +111,7 @@ def alert_document(alert: Alert, run_name: str, report: Path | None) -> dict[str
         "key": alert.key,
         "previous": alert.previous.value if alert.previous is not None else None,
         "report": str(report) if report is not None else None,
+        "causes": [c.to_dict() for c in alert.causes],
     }
 
 
@@ -128,6 +133,7 @@ def hook_environment(alert: Alert, run_name: str, report: Path | None) -> dict[s
         "FORENSICS_END_STEP": "" if f.end_step is None else str(f.end_step),
         "FORENSICS_PREVIOUS": alert.previous.value if alert.previous is not None else "",
         "FORENSICS_SUMMARY": f.summary,
+        "FORENSICS_CAUSE": alert.cause_text().strip(),
         "FORENSICS_REPORT": "" if report is None else str(report),
         "FORENSICS_RUN": run_name,
     }

@@ -24,6 +24,7 @@ from forensics.atomic import write_atomic
 from forensics.findings import Finding, FindingKind, Severity
 
 if TYPE_CHECKING:
+    from forensics.causes import Cause
     from forensics.run import Run
 
 STATE_VERSION = 1
@@ -66,10 +67,32 @@ class Alert:
     finding: Finding
     key: str
     previous: Severity | None = None
+    # The finding's causes as the diagnosis tested them (empty when not known): the
+    # supported ones go into the alert's line, all of them into the hook's JSON.
+    causes: tuple[Cause, ...] = field(default=(), compare=False)
 
     @property
     def severity(self) -> Severity:
         return self.finding.severity
+
+    def cause_text(self) -> str:
+        """`` Cause (supported): An LR change no schedule explains: ....`` for the first
+        supported root cause (else the first supported mechanism, so named), and which others
+        are supported; '' when none is (an ended finding says none)."""
+        if self.event is Event.ENDED:
+            return ""
+        from forensics.causes import supported_mechanisms, supported_roots
+
+        for label, found in (
+            ("Cause", supported_roots(self.causes)),
+            ("Mechanism", supported_mechanisms(self.causes)),
+        ):
+            if found:
+                others = ", ".join(o.cause.replace("_", " ") for o in found[1:])
+                more = f" (also supported: {others})" if others else ""
+                c = found[0]
+                return f" {label} (supported): {c.text}: {c.evidence}{more}."
+        return ""
 
 
 def _layer(f: Finding) -> int | None:

@@ -190,8 +190,11 @@ class Watcher:
             diag = self._analyze(run)
             if diag is not None:
                 self.status.run, self.status.diagnosis = run, diag
-                alerts += self.book.update(
-                    diag.findings, last_step=run.last_step, last_steps=last_steps(run)
+                alerts += _with_causes(
+                    self.book.update(
+                        diag.findings, last_step=run.last_step, last_steps=last_steps(run)
+                    ),
+                    diag,
                 )
                 for sink in self.sinks:
                     sink.update(run.name, diag)
@@ -395,6 +398,18 @@ class Watcher:
                 self.panel.say(f"the verdict reached {diag.verdict} (--until {until.value})")
             return self.settings.exit_code
         return None
+
+
+def _with_causes(alerts: list[Alert], diag: Diagnosis) -> list[Alert]:
+    """The alerts with their findings' tested causes from this poll's diagnosis (an alert
+    for a finding the diagnosis does not hold, an ended one, keeps none)."""
+    from dataclasses import replace
+
+    at = {id(f): i for i, f in enumerate(diag.findings)}
+    return [
+        replace(a, causes=tuple(diag.causes[at[id(a.finding)]])) if id(a.finding) in at else a
+        for a in alerts
+    ]
 
 
 def _first_after(run: Run, step: int) -> int:

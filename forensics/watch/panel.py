@@ -58,7 +58,7 @@ def alert_line(alert: Alert) -> str:
     head = f"{f.severity.value.upper()} {alert.event.value}"
     if alert.event is Event.ESCALATED and alert.previous is not None:
         head += f" from {alert.previous.value}"
-    return safe(f"{head} {what} at step {f.start_step:,}: {f.summary}")
+    return safe(f"{head} {what} at step {f.start_step:,}: {f.summary}{alert.cause_text()}")
 
 
 def action_line(result: Any) -> str | None:
