@@ -44,7 +44,7 @@ from forensics.evidence.spike_context import (
     event_near,
     near_steps,
 )
-from forensics.evidence.trend_utils import num, times
+from forensics.evidence.trend_utils import num, parse_layers, times
 from forensics.findings import (
     DYNAMICS,
     Finding,
@@ -87,6 +87,7 @@ CAUSES: dict[str, str] = {
     "large_gradient": "An abnormal gradient in the updates that moved the weights",
     "lr_zero": "A learning rate of zero",
     "no_update": "Gradients that never reach the weights (zero, or weights that do not move)",
+    "shallow_layers": "Shallow layers learning too fast for the rest of the network",
     "article": "The article's cause for this symptom",
 }
 # The causes as a sentence names them ("a consequence of the LR change").
@@ -175,6 +176,9 @@ for _k in FindingKind:
         _t.append("large_gradient")
     if _k is FindingKind.NO_LEARNING:
         _t += ["lr_zero", "no_update"]
+    if _k is FindingKind.GRAD_NORM_DRIFT:
+        # The article's case (3.4): the first layers' share of the gradient growing under it.
+        _t.append("shallow_layers")
     if _k in _PAUSE:
         _t.append("eval_pause")
     if _k in _VAL:
@@ -212,6 +216,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.EVAL_REGRESSION: {0: "grad_norm_climb"},
     FindingKind.PARAM_NORM_JUMP: {0: "large_gradient"},
     FindingKind.NO_LEARNING: {0: "lr_zero", 2: "no_update"},
+    FindingKind.GRAD_NORM_DRIFT: {0: "shallow_layers"},
 }
 
 
@@ -346,11 +351,28 @@ class _Facts:
         self.drifts = [g for g in findings if g.kind is FindingKind.GRAD_NORM_DRIFT]
         self.stalls = [g for g in findings if g.kind is FindingKind.STALL]
         self.val_shifts = [g for g in findings if g.kind is FindingKind.VAL_SHIFT]
+        self.layer_shifts = [g for g in findings if g.kind is FindingKind.LAYER_GRAD_SHIFT]
         self._spikes: dict[str, tuple[list[int], list[Any]]] = {}
 
     @cached_property
     def near(self) -> int:
         return _near(self.ev)
+
+    @cached_property
+    def grad_shares(self) -> tuple[np.ndarray, list[int], np.ndarray] | None:
+        """Each logged layer's share of the squared grad norm (the sum over the layers) at the
+        steps every layer logged: steps, layers, shares (None: fewer than two layers)."""
+        from forensics.schema import GRAD_NORM_LAYER
+
+        lm = self.ev.layer_matrix(GRAD_NORM_LAYER).complete()
+        if len(lm.layers) < 2 or len(lm.steps) == 0:
+            return None
+        sq = lm.values**2
+        tot = sq.sum(axis=1)
+        keep = tot > 0
+        if not keep.any():
+            return None
+        return lm.steps[keep], lm.layers, sq[keep] / tot[keep, None]
 
     @cached_property
     def schedule_near(self) -> int:
@@ -1379,6 +1401,77 @@ def _val_change(x: _Facts, f: Finding) -> Cause:
     )
 
 
+def _shallow_layers(x: _Facts, f: Finding) -> Cause:
+    """The article's first cause of a grad-norm drift (3.4): the shallow layers (the first
+    third of the logged ones) taking a growing share of the gradient, 8% to nearly 20% in
+    its case. Supported by a layer_grad_shift of layers in that third overlapping the drift;
+    else read from the shares themselves: before the drift's onset against its last
+    stretch. Untested without per-layer grad norms (or with too few points on either side)."""
+    got = x.grad_shares
+    if got is None:
+        return Cause(
+            "shallow_layers", UNTESTED, "no per-layer grad norms in the log (grad_norm_layer)"
+        )
+    steps, layers, shares = got
+    n = len(layers)
+    shallow = layers[: max(1, n // 3)]
+    end = f.end_step if f.end_step is not None else int(steps[-1])
+    for g in x.layer_shifts:
+        group = parse_layers(str(g.measures.get("layers") or ""))
+        g_end = g.end_step if g.end_step is not None else g.start_step
+        if (
+            group
+            and max(group) <= shallow[-1]
+            and g.start_step <= end
+            and g_end >= f.start_step
+            and g.severity is not Severity.INFO
+        ):
+            before, after = g.measures.get("share_before"), g.measures.get("share_after")
+            grew = (
+                f" from {before:.0%} to {after:.0%}"
+                if isinstance(before, float) and isinstance(after, float)
+                else ""
+            )
+            return Cause(
+                "shallow_layers",
+                SUPPORTED,
+                f"layers {g.measures.get('layers')}' share of the squared grad norm grew{grew} "
+                f"(layer_grad_shift from step {g.start_step:,}), among the shallowest "
+                f"{len(shallow):,} of the {n:,} logged layers",
+                (g.start_step,),
+            )
+    cols = [layers.index(v) for v in shallow]
+    group_share = shares[:, cols].sum(axis=1)
+    early = group_share[steps < f.start_step]
+    late_from = end - max(1, (end - f.start_step) // 5)
+    late = group_share[(steps >= late_from) & (steps <= end)]
+    names = f"layer {shallow[0]}" if len(shallow) == 1 else f"layers {shallow[0]}-{shallow[-1]}"
+    if len(early) < 3 or len(late) < 3:
+        return Cause(
+            "shallow_layers",
+            UNTESTED,
+            f"too few per-layer grad norms before step {f.start_step:,} or near step {end:,} "
+            f"to compare {names}' share",
+        )
+    a, b = float(np.median(early)), float(np.median(late))
+    told = (
+        f"{names} (the shallowest {len(shallow):,} of {n:,} logged) took {a:.1%} of the "
+        f"squared grad norm before step {f.start_step:,} and {b:.1%} over steps "
+        f"{late_from:,}-{end:,} (medians)"
+    )
+    if b < _SHALLOW_GREW * a:
+        return Cause("shallow_layers", CONTRADICTED, told, (f.start_step, end))
+    return Cause(
+        "shallow_layers",
+        UNTESTED,
+        told + ": a rise short of a layer_grad_shift (its share doubled and 10 points gained)",
+        (f.start_step, end),
+    )
+
+
+_SHALLOW_GREW = 1.25  # a share this many times its earlier one has not held
+
+
 _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "lr_change": _lr_change,
     "lr_schedule": _lr_schedule,
@@ -1393,6 +1486,7 @@ _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "no_update": _no_update,
     "eval_pause": _eval_pause,
     "val_set_change": _val_change,
+    "shallow_layers": _shallow_layers,
 }
 
 
