@@ -55,7 +55,15 @@ from forensics.findings import (
     turned_between,
 )
 from forensics.prescriptions import TABLE
-from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW, VAL_LOSS
+from forensics.schema import (
+    GRAD_NORM,
+    GRAD_NORM_EMBED,
+    GRAD_NORM_HEAD,
+    LOSS,
+    LOSS_SCALE,
+    OVERFLOW,
+    VAL_LOSS,
+)
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence
@@ -88,6 +96,10 @@ CAUSES: dict[str, str] = {
     "lr_zero": "A learning rate of zero",
     "no_update": "Gradients that never reach the weights (zero, or weights that do not move)",
     "shallow_layers": "Shallow layers learning too fast for the rest of the network",
+    "embed_head": (
+        "The embedding and output head taking a growing share of the gradient at the trunk's "
+        "learning rate"
+    ),
     "article": "The article's cause for this symptom",
 }
 # The causes as a sentence names them ("a consequence of the LR change").
@@ -178,7 +190,7 @@ for _k in FindingKind:
         _t += ["lr_zero", "no_update"]
     if _k is FindingKind.GRAD_NORM_DRIFT:
         # The article's case (3.4): the first layers' share of the gradient growing under it.
-        _t.append("shallow_layers")
+        _t += ["shallow_layers", "embed_head"]
     if _k in _PAUSE:
         _t.append("eval_pause")
     if _k in _VAL:
@@ -216,7 +228,7 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.EVAL_REGRESSION: {0: "grad_norm_climb"},
     FindingKind.PARAM_NORM_JUMP: {0: "large_gradient"},
     FindingKind.NO_LEARNING: {0: "lr_zero", 2: "no_update"},
-    FindingKind.GRAD_NORM_DRIFT: {0: "shallow_layers"},
+    FindingKind.GRAD_NORM_DRIFT: {0: "shallow_layers", 1: "embed_head"},
 }
 
 
@@ -1472,6 +1484,65 @@ def _shallow_layers(x: _Facts, f: Finding) -> Cause:
 _SHALLOW_GREW = 1.25  # a share this many times its earlier one has not held
 
 
+def _embed_head(x: _Facts, f: Finding) -> Cause:
+    """The article's second cause of a grad-norm drift (3.4, its table): the embedding and
+    the output head, at the trunk's learning rate, taking a growing share of the gradient.
+    Their squared grad norms over the squared total grad norm, before the drift's onset
+    against its last fifth (medians): supported when the share at least doubled and gained
+    10 points of the total (a layer_grad_shift's lines), contradicted when it grew less than
+    1.25x, untested in between and where either series is not logged."""
+    ev = x.ev
+    mods = [m for m in (GRAD_NORM_EMBED, GRAD_NORM_HEAD) if ev.has(m)]
+    if not mods or not x.has_grad_norm:
+        return Cause(
+            "embed_head",
+            UNTESTED,
+            "no embedding or output-head grad norm in the log (grad_norm_embed, grad_norm_head)",
+        )
+    total = ev.series(GRAD_NORM)
+    steps = total.steps
+    sq = np.zeros(len(steps))
+    ok = total.values > 0
+    for m in mods:
+        s = ev.series(m)
+        i = np.minimum(np.searchsorted(s.steps, steps), max(len(s.steps) - 1, 0))
+        hit = (s.steps[i] == steps) if len(s.steps) else np.zeros(len(steps), dtype=bool)
+        ok &= hit
+        sq[hit] += s.values[i[hit]] ** 2
+    share = np.where(ok, sq / np.where(ok, total.values, 1.0) ** 2, np.nan)
+    end = f.end_step if f.end_step is not None else int(steps[-1])
+    late_from = end - max(1, (end - f.start_step) // 5)
+    early = share[ok & (steps < f.start_step)]
+    late = share[ok & (steps >= late_from) & (steps <= end)]
+    names = (
+        "the embedding and output head"
+        if len(mods) == 2
+        else ("the embedding" if mods == [GRAD_NORM_EMBED] else "the output head")
+    )
+    if len(early) < 3 or len(late) < 3:
+        return Cause(
+            "embed_head",
+            UNTESTED,
+            f"too few points with both {names}'s and the total grad norm before step "
+            f"{f.start_step:,} or near step {end:,}",
+        )
+    a, b = float(np.median(early)), float(np.median(late))
+    told = (
+        f"{names} took {a:.1%} of the squared grad norm before step {f.start_step:,} and "
+        f"{b:.1%} over steps {late_from:,}-{end:,} (medians)"
+    )
+    if b >= 2 * a and b - a >= 0.10:
+        return Cause("embed_head", SUPPORTED, told, (f.start_step, end))
+    if b < _SHALLOW_GREW * a:
+        return Cause("embed_head", CONTRADICTED, told, (f.start_step, end))
+    return Cause(
+        "embed_head",
+        UNTESTED,
+        told + ": a rise short of doubling with 10 points gained",
+        (f.start_step, end),
+    )
+
+
 _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "lr_change": _lr_change,
     "lr_schedule": _lr_schedule,
@@ -1487,6 +1558,7 @@ _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "eval_pause": _eval_pause,
     "val_set_change": _val_change,
     "shallow_layers": _shallow_layers,
+    "embed_head": _embed_head,
 }
 
 

@@ -67,6 +67,11 @@ OVERFLOW = "overflow"  # 1 at each step skipped for an fp16 overflow (DeepSpeed 
 # "number of nan iterations"): skipped, so the logged loss, a mean of the others, hides them.
 NAN_ITERS = "nan_iters"
 GRAD_NORM_LAYER = "grad_norm_layer"
+# The grad norms of the token embedding and of the output head, logged by name without a layer
+# number (grad_norm/model.embed_tokens, grad_norm/lm_head): the article's first suspects when
+# the grad norm climbs under a falling loss (their gradients run an order of magnitude larger).
+GRAD_NORM_EMBED = "grad_norm_embed"
+GRAD_NORM_HEAD = "grad_norm_head"
 PARAM_NORM_LAYER = "param_norm_layer"
 ACT_MEAN = "act_mean"
 ACT_STD = "act_std"
@@ -424,6 +429,8 @@ KNOWN_METRICS = (
     EPOCH,
     OVERFLOW,
     NAN_ITERS,
+    GRAD_NORM_EMBED,
+    GRAD_NORM_HEAD,
     *PER_LAYER,
 )
 
@@ -444,6 +451,34 @@ def layer_of(tag: str) -> int | None:
     """The layer index in a parameter path (``model.layers.3.mlp`` -> 3), None without one."""
     m = _LAYER_INDEX.search(tag)
     return int(m.group("layer")) if m else None
+
+
+# A parameter path without a layer number that names the token embedding or the output head
+# (GPT-2's wte and lm_head, Llama's embed_tokens / tok_embeddings and output, GPT-NeoX's
+# embed_in and embed_out). Position embeddings (wpe) are embeddings too.
+_EMBED_PATH = re.compile(
+    r"(?:^|[._/])(?:embed_tokens|tok_embeddings|word_embeddings|wte|wpe|embed_in|embeddings?"
+    r"|embed|emb)(?:$|[._/])",
+    re.I,
+)
+_HEAD_PATH = re.compile(
+    r"(?:^|[._/])(?:lm_head|embed_out|output_layer|head)(?:$|[._/])|^(?:model[._/])?output"
+    r"(?:[._/]weight)?$",
+    re.I,
+)
+
+
+def module_of(path: str) -> str | None:
+    """``grad_norm_embed`` / ``grad_norm_head`` for a parameter path without a layer number
+    that names the token embedding or the output head, else None (a path with a layer index
+    is that layer's, whatever module of it it names)."""
+    if _LAYER_INDEX.search(path):
+        return None
+    if _HEAD_PATH.search(path):
+        return GRAD_NORM_HEAD
+    if _EMBED_PATH.search(path):
+        return GRAD_NORM_EMBED
+    return None
 
 
 def check_aliases(aliases: dict[str, str]) -> None:
@@ -496,6 +531,10 @@ def canonicalize(
             layer = layer_of(m.group("p"))
             if layer is not None:
                 return canon, layer
+        if m and canon == GRAD_NORM_LAYER and not _STAT_SUFFIX.search(m.group("p")):
+            module = module_of(m.group("p"))
+            if module is not None:
+                return module, None
     for pattern in _ACT_PATTERNS:
         m = pattern.match(base)
         if m:

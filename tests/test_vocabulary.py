@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from forensics.cli import app
 from forensics.importers import read_run
 from forensics.schema import (
+    GRAD_NORM_EMBED,
+    GRAD_NORM_HEAD,
     GRAD_NORM_LAYER,
     MEMORY,
     NAN_ITERS,
@@ -249,11 +251,12 @@ def test_metrics_command_offers_no_alias_for_eval_speeds_summaries_or_taken_sign
     assert "(loss is read from loss)" in line and "--alias" not in line, line
 
 
-def test_module_series_without_a_layer_number_get_no_alias(tmp_path: Path) -> None:
-    """Per-module grad norms named without a layer number (the output head, the embedding)
-    beside numbered layers: `forensics metrics` says they are not read. grad_norm/lm_head had
-    been offered ``--alias grad_norm/lm_head=grad_norm_clipped`` (the head's norm judged as
-    the whole model's), and grad_norm/model.embed_tokens called "not a vital sign"."""
+def test_module_series_without_a_layer_number(tmp_path: Path) -> None:
+    """Per-module grad norms named without a layer number beside numbered layers. The output
+    head's and the embedding's are read as grad_norm_head and grad_norm_embed; another
+    module's (the final norm) is said to be unread. grad_norm/lm_head had been offered
+    ``--alias grad_norm/lm_head=grad_norm_clipped`` (the head's norm judged as the whole
+    model's), and grad_norm/model.embed_tokens called "not a vital sign"."""
     rng = np.random.default_rng(0)
     (tmp_path / "run").mkdir()
     with (tmp_path / "run" / "metrics.jsonl").open("w") as fh:
@@ -262,14 +265,42 @@ def test_module_series_without_a_layer_number_get_no_alias(tmp_path: Path) -> No
             row.update({f"grad_norm/model.layers.{i}": 0.3 + 0.01 * rng.random() for i in (0, 1)})
             row["grad_norm/lm_head"] = 0.25 + 0.01 * rng.random()
             row["grad_norm/model.embed_tokens"] = 0.2 + 0.01 * rng.random()
+            row["grad_norm/model.norm"] = 0.05 + 0.01 * rng.random()
             fh.write(json.dumps(row) + "\n")
     res = runner.invoke(app, ["metrics", str(tmp_path / "run")], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
-    for tag in ("grad_norm/lm_head", "grad_norm/model.embed_tokens"):
-        line = next(ln for ln in res.stdout.splitlines() if tag + " " in ln)
-        assert "(grad_norm_layer of a module without a layer number: not read)" in line, line
-        assert "--alias" not in line
-    assert module_series("gradients/model.embed_tokens.weight/norm") == GRAD_NORM_LAYER
+    lines = res.stdout.splitlines()
+    for tag, metric in (
+        ("grad_norm/lm_head", GRAD_NORM_HEAD),
+        ("grad_norm/model.embed_tokens", GRAD_NORM_EMBED),
+    ):
+        line = next(ln for ln in lines if tag + " " in ln)
+        assert f" {metric} " in line and "--alias" not in line, line
+    line = next(ln for ln in lines if "grad_norm/model.norm " in ln)
+    assert "(grad_norm_layer of a module without a layer number: not read)" in line, line
+    assert "--alias" not in line
+    assert module_series("gradients/model.norm.weight/norm") == GRAD_NORM_LAYER
     assert module_series("act/absmax/lm_head") == "act_absmax"
     assert module_series("grad_norm/before_clip") is None  # no module named
     assert module_series("grad_norm/layers.3") is None  # a numbered layer: read
+
+
+@pytest.mark.parametrize(
+    ("tag", "metric"),
+    [
+        ("grad_norm/lm_head", GRAD_NORM_HEAD),
+        ("grad_norm/model.embed_tokens", GRAD_NORM_EMBED),
+        ("optim/grad/transformer.wte.weight.norm", GRAD_NORM_EMBED),  # OLMo, GPT-2 names
+        ("optim/grad/lm_head.weight.norm", GRAD_NORM_HEAD),
+        ("l2_norm/grad/embedding.word_embeddings.weight", GRAD_NORM_EMBED),  # NeMo
+        ("l2_norm/grad/output_layer.weight", GRAD_NORM_HEAD),
+        ("grad_norm/gpt_neox.embed_in", GRAD_NORM_EMBED),
+        ("grad_norm/embed_out", GRAD_NORM_HEAD),
+        ("grad_norm/output", GRAD_NORM_HEAD),  # Meta's Llama names
+        ("grad_norm/tok_embeddings", GRAD_NORM_EMBED),
+        ("grad_norm/model.layers.3.embed_proj", "grad_norm_layer"),  # a layer's, by its index
+        ("grad_norm/model.norm", None),
+    ],
+)
+def test_embedding_and_head_grad_norms(tag: str, metric: str | None) -> None:
+    assert canonicalize(tag)[0] == metric

@@ -1,0 +1,76 @@
+"""A grad-norm drift tests the article's second cause for it: the embedding and output head.
+
+The article (section 3 and its table): under a falling loss the grad norm climbs when the
+embedding and the output head, whose gradients run an order of magnitude larger than the
+trunk's, share the trunk's learning rate. JSONL runs logging the total grad norm, twelve
+layers' and the two modules' (grad_norm/model.embed_tokens, grad_norm/lm_head, read as
+grad_norm_embed and grad_norm_head): the head alone driving the climb (supported), every part
+climbing alike (contradicted), and the modules not logged (untested, saying so).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from forensics.findings import FindingKind
+from forensics.pipeline import analyze
+
+
+def _run(folder: Path, head_only: bool, modules: bool = True) -> Path:
+    rng = np.random.default_rng(5)
+    folder.mkdir()
+    with (folder / "metrics.jsonl").open("w") as fh:
+        for step in range(0, 6001, 10):
+            ramp = max(0.0, (step - 3000) / 300)  # 11x by step 6,000
+            grow = 1.0 if head_only else 1 + ramp / 4
+            norms = {"grad_norm/model.embed_tokens": 0.2 * grow}
+            norms.update({f"grad_norm/model.layers.{i}": 0.3 * grow for i in range(12)})
+            norms["grad_norm/lm_head"] = 0.25 * (1 + ramp if head_only else grow)
+            norms = {k: v * (1 + 0.05 * rng.standard_normal()) for k, v in norms.items()}
+            row = {
+                "step": step,
+                "loss": 2 + 3 / (1 + step / 500) + rng.normal(0, 0.01),
+                "lr": 3e-4,
+                "grad_norm": float(np.sqrt(sum(v * v for v in norms.values()))),
+            }
+            if not modules:
+                del norms["grad_norm/model.embed_tokens"], norms["grad_norm/lm_head"]
+            row.update(norms)
+            fh.write(json.dumps(row) + "\n")
+    return folder
+
+
+def _cause(folder: Path):  # noqa: ANN202
+    diag = analyze(folder)
+    i = next(k for k, f in enumerate(diag.findings) if f.kind is FindingKind.GRAD_NORM_DRIFT)
+    (c,) = [c for c in diag.causes[i] if c.cause == "embed_head"]
+    assert not [
+        c for c in diag.causes[i] if c.cause == "article" and c.text.startswith("Embedding")
+    ]  # (the article's words are the tested cause now, not listed again)
+    return diag.findings[i], c
+
+
+def test_supported_when_the_head_takes_the_gradient(tmp_path: Path) -> None:
+    drift, c = _cause(_run(tmp_path / "head", head_only=True))
+    assert c.status == "supported"
+    assert c.evidence.startswith("the embedding and output head took ")
+    before, after = (float(v) for v in re.findall(r"(\d+\.\d)% ", c.evidence))
+    assert 5 < before < 15 and after > 50
+    assert f"before step {drift.start_step:,}" in c.evidence
+
+
+def test_contradicted_when_every_part_climbs_alike(tmp_path: Path) -> None:
+    _, c = _cause(_run(tmp_path / "even", head_only=False))
+    assert c.status == "contradicted", c.evidence
+
+
+def test_untested_without_the_modules(tmp_path: Path) -> None:
+    _, c = _cause(_run(tmp_path / "none", head_only=True, modules=False))
+    assert c.status == "untested"
+    assert c.evidence == (
+        "no embedding or output-head grad norm in the log (grad_norm_embed, grad_norm_head)"
+    )
