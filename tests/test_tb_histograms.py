@@ -262,3 +262,52 @@ def test_scalars_win_over_histograms(tmp_path: Path) -> None:
 def test_classify_histogram_tags(tag: str, kind: str | None, layer: int | None) -> None:
     """Histogram tag names of common codebases map to their kind and layer index."""
     assert classify(tag) == (kind, layer)
+
+
+def test_embedding_and_head_gradient_histograms(tmp_path: Path) -> None:
+    """A tiny language model's gradient histograms named without a layer index: the token
+    embedding's (one histogram) and the output head's (weight and bias) are the modules'
+    grad norms, exact against the tensors; a norm layer's gradient stays a raw series."""
+    from tensorboardX import SummaryWriter
+
+    from forensics.schema import GRAD_NORM_EMBED, GRAD_NORM_HEAD
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    embed = torch.nn.Embedding(50, 8)
+    block = torch.nn.Linear(8, 8)
+    norm = torch.nn.LayerNorm(8)
+    head = torch.nn.Linear(8, 50)
+    params = [*embed.parameters(), *block.parameters(), *norm.parameters(), *head.parameters()]
+    opt = torch.optim.SGD(params, lr=0.1)
+    w = SummaryWriter(str(tmp_path))
+    want: dict[str, dict[int, float]] = {GRAD_NORM_EMBED: {}, GRAD_NORM_HEAD: {}}
+    for step in range(4):
+        x = torch.randint(0, 50, (16,))
+        logits = head(norm(torch.tanh(block(embed(x)))))
+        loss = torch.nn.functional.cross_entropy(logits, torch.roll(x, 1))
+        opt.zero_grad()
+        loss.backward()
+        w.add_scalar("train/loss", float(loss), step)
+        w.add_histogram("embed.weight.grad", embed.weight.grad, step)
+        w.add_histogram("layers.0.weight.grad", block.weight.grad, step)
+        w.add_histogram("ln_f.weight.grad", norm.weight.grad, step)
+        for n, p in head.named_parameters():
+            w.add_histogram(f"lm_head.{n}.grad", p.grad, step)
+        want[GRAD_NORM_EMBED][step] = float(embed.weight.grad.double().norm())
+        want[GRAD_NORM_HEAD][step] = math.sqrt(
+            sum(float(p.grad.double().pow(2).sum()) for p in head.parameters())
+        )
+        opt.step()
+    w.close()
+    run = read_run(tmp_path)
+    for vital, by_step in want.items():
+        got = run.series(vital)
+        assert dict(zip(got["step"], got["value"], strict=True)) == pytest.approx(
+            by_step, rel=1e-9
+        ), vital
+    assert run.metrics()[GRAD_NORM_EMBED] == "embed.weight.grad/norm"
+    assert run.metrics()[GRAD_NORM_HEAD] == "grad_norm_head from 2 histograms"
+    notes = " | ".join(run.notes)
+    assert "grad_norm_embed, grad_norm_head, grad_norm_layer (1 layers)" in notes, notes
+    assert "1 histogram tags name no layer index" in notes and "ln_f.weight.grad" in notes

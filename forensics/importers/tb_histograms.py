@@ -20,8 +20,11 @@ a layer with one histogram keeps the histogram's own ``/norm`` (``/absmax``) tag
 
 Scalars win: when any scalar series of the run already gives a vital sign (say per-layer grad
 norms logged with ``add_scalar``), histograms are not used for it, and a note says so. A user
-``--alias`` on a histogram's stat tag is kept as given. Histogram tags with no layer index or of
-no recognised kind stay raw series, counted in a note.
+``--alias`` on a histogram's stat tag is kept as given. A gradient histogram with no layer
+index that names the token embedding or the output head (``embed.weight.grad``,
+``lm_head.weight.grad``: :func:`forensics.schema.module_of`) gives ``grad_norm_embed`` /
+``grad_norm_head``, its parameters' norms combined the same way. Other histogram tags with no
+layer index or of no recognised kind stay raw series, counted in a note.
 
 Accuracy. torch's and tensorboardX's ``add_histogram`` both write a TF1 ``HistogramProto``
 (min, max, num, sum, sum_squares, buckets): norm, mean, std and absmax are then exact up to
@@ -58,10 +61,13 @@ from forensics.schema import (
     ACT_MEAN,
     ACT_STD,
     COLUMNS,
+    GRAD_NORM_EMBED,
+    GRAD_NORM_HEAD,
     GRAD_NORM_LAYER,
     PARAM_NORM_LAYER,
     SCHEMA,
     layer_of,
+    module_of,
 )
 
 if TYPE_CHECKING:
@@ -70,6 +76,9 @@ if TYPE_CHECKING:
 META_KEY = "tensorboard_histograms"  # ImportResult.metadata: {histogram tag: norm error bound}
 STATS = ("min", "max", "mean", "std", "absmax", "norm")
 HIST_VITALS = (GRAD_NORM_LAYER, PARAM_NORM_LAYER, ACT_ABSMAX, ACT_STD, ACT_MEAN)
+# A gradient histogram of the token embedding or the output head (no layer index): its norm is
+# that module's grad norm (forensics.schema.module_of).
+MODULE_VITALS = (GRAD_NORM_EMBED, GRAD_NORM_HEAD)
 
 _PARTS = re.compile(r"[./_\-:]+")
 _GRAD = {"grad", "grads", "gradient", "gradients"}
@@ -138,7 +147,8 @@ def histogram_vitals(
             continue
         got = (
             r.frame.filter(
-                pl.col("metric").is_in(HIST_VITALS) & ~pl.col("tag").is_in(list(stat_tags))
+                pl.col("metric").is_in(HIST_VITALS + MODULE_VITALS)
+                & ~pl.col("tag").is_in(list(stat_tags))
             )
             .get_column("metric")
             .unique()
@@ -156,17 +166,20 @@ def _map_source(
     frame: pl.DataFrame, hists: dict[str, float], given: set[str], aliases: dict[str, str]
 ) -> tuple[pl.DataFrame, list[str]]:
     notes: list[str] = []
-    groups: dict[tuple[str, int], list[str]] = {}  # (vital, layer) -> stat tags
+    # (vital, layer) -> stat tags (layer None: the embedding's or the output head's)
+    groups: dict[tuple[str, int | None], list[str]] = {}
     unmatched: list[str] = []
     by_kind: dict[str, int] = {}
     beaten: dict[str, int] = {}  # vital -> histogram tags not used because scalars give it
     for base in sorted(hists):
         kind, layer = classify(base)
-        if kind is None or layer is None:
+        module = module_of(base) if kind == "grad" and layer is None else None
+        if kind is None or (layer is None and module is None):
             unmatched.append(base)
             continue
         by_kind[kind] = by_kind.get(kind, 0) + 1
         for stat, vital in _FEEDS[kind]:
+            vital = module or vital
             tag = f"{base}/{stat}"
             if tag in aliases:
                 continue  # the user said what it is
@@ -185,10 +198,10 @@ def _map_source(
         .cast(pl.Int32)
         .alias("layer"),
     )
-    single: dict[str, tuple[str, int]] = {}
+    single: dict[str, tuple[str, int | None]] = {}
     combined: list[pl.DataFrame] = []
     skipped_moments = 0
-    for (vital, layer), tags in sorted(groups.items()):
+    for (vital, layer), tags in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         if len(tags) == 1:
             single[tags[0]] = (vital, layer)
         elif vital in (ACT_STD, ACT_MEAN):
@@ -218,7 +231,7 @@ def _map_source(
     if used:
         kinds = ", ".join(f"{n} {_KIND_WORD[k]}" for k, n in sorted(by_kind.items()))
         layers = {v: len({la for vv, la in groups if vv == v}) for v in used}
-        what = ", ".join(f"{v} ({layers[v]} layers)" for v in used)
+        what = ", ".join(v if v in MODULE_VITALS else f"{v} ({layers[v]} layers)" for v in used)
         notes.append(
             f"TensorBoard histograms: {kinds} histogram tags read as per-layer vital signs: "
             f"{what}; a layer's norm is the root of its parameters' summed squared norms"
@@ -250,9 +263,9 @@ def _map_source(
     return frame, notes
 
 
-def _combine(frame: pl.DataFrame, tags: list[str], vital: str, layer: int) -> pl.DataFrame:
-    """One layer's series from several histograms: the root of summed squared norms (every
-    parameter present at the step), or the largest absmax."""
+def _combine(frame: pl.DataFrame, tags: list[str], vital: str, layer: int | None) -> pl.DataFrame:
+    """One layer's (or module's) series from several histograms: the root of summed squared
+    norms (every parameter present at the step), or the largest absmax."""
     part = frame.filter(pl.col("tag").is_in(tags))
     agg: Any = pl.col("value").max() if vital == ACT_ABSMAX else (pl.col("value") ** 2).sum().sqrt()
     out = (
@@ -268,7 +281,8 @@ def _combine(frame: pl.DataFrame, tags: list[str], vital: str, layer: int) -> pl
         .filter(pl.col("_n") == len(tags))
         .with_columns(
             pl.lit(
-                f"{vital}[layer {layer}] from {len(tags)} histograms", dtype=SCHEMA["tag"]
+                f"{vital}{'' if layer is None else f'[layer {layer}]'} from {len(tags)} histograms",
+                dtype=SCHEMA["tag"],
             ).alias("tag"),
             pl.lit(vital, dtype=SCHEMA["metric"]).alias("metric"),
             pl.lit(layer, dtype=pl.Int32).alias("layer"),
