@@ -57,8 +57,6 @@ from forensics.findings import (
 from forensics.prescriptions import TABLE
 from forensics.schema import (
     GRAD_NORM,
-    GRAD_NORM_EMBED,
-    GRAD_NORM_HEAD,
     LOSS,
     LOSS_SCALE,
     OVERFLOW,
@@ -1491,34 +1489,20 @@ def _embed_head(x: _Facts, f: Finding) -> Cause:
     against its last fifth (medians): supported when the share at least doubled and gained
     10 points of the total (a layer_grad_shift's lines), contradicted when it grew less than
     1.25x, untested in between and where either series is not logged."""
-    ev = x.ev
-    mods = [m for m in (GRAD_NORM_EMBED, GRAD_NORM_HEAD) if ev.has(m)]
-    if not mods or not x.has_grad_norm:
+    from forensics.evidence.module_share import module_shares
+
+    got = module_shares(x.ev)
+    if got is None:
         return Cause(
             "embed_head",
             UNTESTED,
             "no embedding or output-head grad norm in the log (grad_norm_embed, grad_norm_head)",
         )
-    total = ev.series(GRAD_NORM)
-    steps = total.steps
-    sq = np.zeros(len(steps))
-    ok = total.values > 0
-    for m in mods:
-        s = ev.series(m)
-        i = np.minimum(np.searchsorted(s.steps, steps), max(len(s.steps) - 1, 0))
-        hit = (s.steps[i] == steps) if len(s.steps) else np.zeros(len(steps), dtype=bool)
-        ok &= hit
-        sq[hit] += s.values[i[hit]] ** 2
-    share = np.where(ok, sq / np.where(ok, total.values, 1.0) ** 2, np.nan)
-    end = f.end_step if f.end_step is not None else int(steps[-1])
+    steps, share, names = got.steps, got.total, got.names
+    end = f.end_step if f.end_step is not None else int(x.ev.series(GRAD_NORM).steps[-1])
     late_from = end - max(1, (end - f.start_step) // 5)
-    early = share[ok & (steps < f.start_step)]
-    late = share[ok & (steps >= late_from) & (steps <= end)]
-    names = (
-        "the embedding and output head"
-        if len(mods) == 2
-        else ("the embedding" if mods == [GRAD_NORM_EMBED] else "the output head")
-    )
+    early = share[steps < f.start_step]
+    late = share[(steps >= late_from) & (steps <= end)]
     if len(early) < 3 or len(late) < 3:
         return Cause(
             "embed_head",

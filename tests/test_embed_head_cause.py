@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from forensics.findings import FindingKind
 from forensics.pipeline import analyze
@@ -74,3 +75,25 @@ def test_untested_without_the_modules(tmp_path: Path) -> None:
     assert c.evidence == (
         "no embedding or output-head grad norm in the log (grad_norm_embed, grad_norm_head)"
     )
+
+
+def test_the_report_draws_the_share_the_cause_reads(tmp_path: Path) -> None:
+    """The report's panel draws each module's share of the squared grad norm (in %), the
+    numbers the cause's sentence gives as medians."""
+    from forensics.evidence.module_share import module_shares
+    from forensics.report.charts import build_panels
+
+    diag = analyze(_run(tmp_path / "head", head_only=True))
+    (panel,) = [
+        p
+        for p in build_panels(diag.evidence, list(diag.findings))
+        if p.title == "Embedding and output head: share of the gradient"
+    ]
+    names = [t["name"] for t in panel.figure["data"]]
+    assert names == ["the embedding", "the output head", "both"]
+    got = module_shares(diag.evidence)
+    assert got is not None
+    head = panel.figure["data"][1]
+    at = dict(zip(head["x"], head["y"], strict=True))
+    for step, share in zip(got.steps[:50], got.shares["grad_norm_head"][:50], strict=True):
+        assert at[int(step)] == pytest.approx(100 * share, rel=1e-5)  # (6 digits drawn)

@@ -31,6 +31,8 @@ from forensics.report.downsample import DEFAULT_BUCKETS, bucket_mean, downsample
 from forensics.schema import (
     ACT_ABSMAX,
     GRAD_NORM,
+    GRAD_NORM_EMBED,
+    GRAD_NORM_HEAD,
     GRAD_NORM_LAYER,
     LOSS,
     LOSS_SCALE,
@@ -980,6 +982,36 @@ def layer_share_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
     )
 
 
+def module_share_panel(ev: Evidence) -> Panel | None:
+    """The token embedding's and the output head's share of the squared grad norm, the
+    numbers a grad-norm drift's ``embed_head`` cause compares (None when not logged)."""
+    from forensics.evidence.module_share import NAMES, module_shares
+
+    got = module_shares(ev)
+    if got is None or len(got.steps) == 0:
+        return None
+    colours = {GRAD_NORM_EMBED: "#8c564b", GRAD_NORM_HEAD: "#17becf"}
+    data = []
+    for m, share in got.shares.items():
+        dx, dy = downsample(got.steps, 100 * share, DEFAULT_BUCKETS)
+        data.append(_line(dx, dy, NAMES[m], line={"color": colours[m], "width": 1.2}))
+    if len(got.shares) == 2:
+        dx, dy = downsample(got.steps, 100 * got.total, DEFAULT_BUCKETS)
+        data.append(_line(dx, dy, "both", line={"color": "#7f7f7f", "width": 1, "dash": "dot"}))
+    fig: dict[str, Any] = {
+        "data": data,
+        "layout": _layout("Embedding and output head: share of the gradient", "% of grad norm^2"),
+    }
+    return Panel(
+        GRAD_NORM_EMBED,
+        "Embedding and output head: share of the gradient",
+        "Each module's squared grad norm as a share of the squared total grad norm. A grad-norm "
+        "drift's cause embed_head compares this share before its onset with its last fifth.",
+        fig,
+        [],
+    )
+
+
 def activation_panel(ev: Evidence, fs: list[Finding]) -> Panel | None:
     got = _layer_matrix(ev, ACT_ABSMAX)
     if got is None:
@@ -1138,6 +1170,7 @@ def build_panels(
             colour="#e377c2",
         ),
         lambda: layer_share_panel(ev, about(GRAD_NORM_LAYER)),
+        lambda: module_share_panel(ev),
         lambda: activation_panel(ev, about(*_PANEL_METRICS[ACT_ABSMAX])),
     ]
     panels = [p for p in (b() for b in builders) if p is not None]
