@@ -1415,8 +1415,8 @@ def _shallow_layers(x: _Facts, f: Finding) -> Cause:
     """The article's first cause of a grad-norm drift (3.4): the shallow layers (the first
     third of the logged ones) taking a growing share of the gradient, 8% to nearly 20% in
     its case. Supported by a layer_grad_shift of layers in that third overlapping the drift;
-    else read from the shares themselves: before the drift's onset against its last
-    stretch. Untested without per-layer grad norms (or with too few points on either side)."""
+    else read from their share of the summed squared layer norms (:func:`_share_change`).
+    Untested without per-layer grad norms."""
     got = x.grad_shares
     if got is None:
         return Cause(
@@ -1451,44 +1451,62 @@ def _shallow_layers(x: _Facts, f: Finding) -> Cause:
                 (g.start_step,),
             )
     cols = [layers.index(v) for v in shallow]
-    group_share = shares[:, cols].sum(axis=1)
-    early = group_share[steps < f.start_step]
-    late_from = end - max(1, (end - f.start_step) // 5)
-    late = group_share[(steps >= late_from) & (steps <= end)]
     names = f"layer {shallow[0]}" if len(shallow) == 1 else f"layers {shallow[0]}-{shallow[-1]}"
+    return _share_change(
+        "shallow_layers",
+        f,
+        end,
+        steps,
+        shares[:, cols].sum(axis=1),
+        f"{names} (the shallowest {len(shallow):,} of {n:,} logged)",
+        f"too few per-layer grad norms before step {f.start_step:,} or near step {end:,} to "
+        f"compare {names}' share",
+    )
+
+
+def _share_change(
+    cause: str,
+    f: Finding,
+    end: int,
+    steps: np.ndarray,
+    share: np.ndarray,
+    who: str,
+    too_few: str,
+) -> Cause:
+    """A part of the model's share of the squared grad norm before a drift's onset against
+    the drift's last fifth (medians, three points at least on each side): supported when it at
+    least doubled and gained 10 points of the total (a layer_grad_shift's lines), contradicted
+    when it grew less than :data:`_SHARE_HELD` times, untested in between."""
+    late_from = end - max(1, (end - f.start_step) // 5)
+    early = share[steps < f.start_step]
+    late = share[(steps >= late_from) & (steps <= end)]
     if len(early) < 3 or len(late) < 3:
-        return Cause(
-            "shallow_layers",
-            UNTESTED,
-            f"too few per-layer grad norms before step {f.start_step:,} or near step {end:,} "
-            f"to compare {names}' share",
-        )
+        return Cause(cause, UNTESTED, too_few)
     a, b = float(np.median(early)), float(np.median(late))
     told = (
-        f"{names} (the shallowest {len(shallow):,} of {n:,} logged) took {a:.1%} of the "
-        f"squared grad norm before step {f.start_step:,} and {b:.1%} over steps "
-        f"{late_from:,}-{end:,} (medians)"
+        f"{who} took {a:.1%} of the squared grad norm before step {f.start_step:,} and "
+        f"{b:.1%} over steps {late_from:,}-{end:,} (medians)"
     )
-    if b < _SHALLOW_GREW * a:
-        return Cause("shallow_layers", CONTRADICTED, told, (f.start_step, end))
+    if b >= 2 * a and b - a >= 0.10:
+        return Cause(cause, SUPPORTED, told, (f.start_step, end))
+    if b < _SHARE_HELD * a:
+        return Cause(cause, CONTRADICTED, told, (f.start_step, end))
     return Cause(
-        "shallow_layers",
+        cause,
         UNTESTED,
-        told + ": a rise short of a layer_grad_shift (its share doubled and 10 points gained)",
+        told + ": a rise short of doubling with 10 points gained",
         (f.start_step, end),
     )
 
 
-_SHALLOW_GREW = 1.25  # a share this many times its earlier one has not held
+_SHARE_HELD = 1.25  # a share under this many times its earlier one has held
 
 
 def _embed_head(x: _Facts, f: Finding) -> Cause:
     """The article's second cause of a grad-norm drift (3.4, its table): the embedding and
-    the output head, at the trunk's learning rate, taking a growing share of the gradient.
-    Their squared grad norms over the squared total grad norm, before the drift's onset
-    against its last fifth (medians): supported when the share at least doubled and gained
-    10 points of the total (a layer_grad_shift's lines), contradicted when it grew less than
-    1.25x, untested in between and where either series is not logged."""
+    the output head, at the trunk's learning rate, taking a growing share of the gradient:
+    their squared grad norms over the squared total grad norm (:func:`_share_change`).
+    Untested where neither module's grad norm is logged."""
     from forensics.evidence.module_share import module_shares
 
     got = module_shares(x.ev)
@@ -1498,32 +1516,16 @@ def _embed_head(x: _Facts, f: Finding) -> Cause:
             UNTESTED,
             "no embedding or output-head grad norm in the log (grad_norm_embed, grad_norm_head)",
         )
-    steps, share, names = got.steps, got.total, got.names
     end = f.end_step if f.end_step is not None else int(x.ev.series(GRAD_NORM).steps[-1])
-    late_from = end - max(1, (end - f.start_step) // 5)
-    early = share[steps < f.start_step]
-    late = share[(steps >= late_from) & (steps <= end)]
-    if len(early) < 3 or len(late) < 3:
-        return Cause(
-            "embed_head",
-            UNTESTED,
-            f"too few points with both {names}'s and the total grad norm before step "
-            f"{f.start_step:,} or near step {end:,}",
-        )
-    a, b = float(np.median(early)), float(np.median(late))
-    told = (
-        f"{names} took {a:.1%} of the squared grad norm before step {f.start_step:,} and "
-        f"{b:.1%} over steps {late_from:,}-{end:,} (medians)"
-    )
-    if b >= 2 * a and b - a >= 0.10:
-        return Cause("embed_head", SUPPORTED, told, (f.start_step, end))
-    if b < _SHALLOW_GREW * a:
-        return Cause("embed_head", CONTRADICTED, told, (f.start_step, end))
-    return Cause(
+    return _share_change(
         "embed_head",
-        UNTESTED,
-        told + ": a rise short of doubling with 10 points gained",
-        (f.start_step, end),
+        f,
+        end,
+        got.steps,
+        got.total,
+        got.names,
+        f"too few points with both {got.names}'s and the total grad norm before step "
+        f"{f.start_step:,} or near step {end:,}",
     )
 
 
