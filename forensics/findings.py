@@ -213,9 +213,10 @@ class Finding:
         object.__setattr__(self, "judged_against", clean_measures(self.judged_against))
         if self.onset_range is not None:
             lo, hi = (int(v) for v in self.onset_range)
-            object.__setattr__(
-                self, "onset_range", (min(lo, self.start_step), max(hi, self.start_step))
-            )
+            lo, hi = min(lo, self.start_step), max(hi, self.start_step)
+            # A range of the onset step alone is an exact onset (a bend fitted at the first
+            # point after the warm-up read "anywhere in 32-32").
+            object.__setattr__(self, "onset_range", None if lo == hi else (lo, hi))
 
     @property
     def onset_bounds(self) -> tuple[int, int]:

@@ -363,6 +363,26 @@ def _type_problem(name: str, key: str, value: Any, default: Any) -> str | None:
     return None
 
 
+# Ratios that are multiples of a baseline (a default above 1): at 1 or below they would flag
+# values at or under the baseline itself. (shrink_ratio and decayed_lr_ratio are fractions.)
+_FRACTIONS = {("throughput", "drop")}  # a share of the level, between 0 and 1
+_ORDERED = {"grad_norm_drift": ("warn_ratio", "crit_ratio")}  # warning line <= critical line
+
+
+def _range_problem(name: str, key: str, value: Any, default: Any) -> str | None:
+    """A configured value outside what its parameter can mean (see :data:`_FRACTIONS`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if key.endswith("_ratio") and isinstance(default, float) and default > 1 and value <= 1:
+        return (
+            f"detector {name}: {key} = {value!r} must be above 1 (a multiple of the baseline; "
+            f"default {default!r})"
+        )
+    if (name, key) in _FRACTIONS and not 0 < value < 1:
+        return f"detector {name}: {key} = {value!r} must be between 0 and 1 (default {default!r})"
+    return None
+
+
 def resolve(raw: dict[str, dict[str, Any]] | None = None) -> Params:
     """Check the configured parameters against the declarations and build :class:`Params`.
 
@@ -397,7 +417,19 @@ def resolve(raw: dict[str, dict[str, Any]] | None = None) -> Params:
                 value = float(value)
             elif isinstance(default, tuple):
                 value = tuple(value)
+            problem = _range_problem(name, key, value, default)
+            if problem:
+                problems.append(problem)
+                continue
             kwargs[key] = value
+        pair = _ORDERED.get(name)
+        if pair is not None:
+            lo, hi = (kwargs.get(k, fields[k].default) for k in pair)
+            if lo > hi:
+                problems.append(
+                    f"detector {name}: {pair[0]} = {lo!r} is above {pair[1]} = {hi!r}; the "
+                    "warning line must not be above the critical one"
+                )
         out[name] = cls(**kwargs)
     if problems:
         raise ConfigError("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
