@@ -105,7 +105,9 @@ from forensics.schema import canonicalize, check_aliases, layer_of, x_kind_of
         ("eval/steps_per_second", (None, None)),
         ("optim/grad/transformer.blocks.3.att_proj.weight.max", (None, None)),  # a stat, not a norm
         ("gradients/decoder.layers.4.fc1/mean", (None, None)),
-        ("l2_norm/grad/lm_head.weight", (None, None)),
+        # the output head's grad norm, named without a layer: its own vital sign
+        ("l2_norm/grad/lm_head.weight", ("grad_norm_head", None)),
+        ("l2_norm/grad/final_layernorm.weight", (None, None)),  # another module: unread
         ("patch3/grad_norm", (None, None)),
         ("total_flos", (None, None)),
         ("train/train_loss", (None, None)),
