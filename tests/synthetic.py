@@ -8,6 +8,7 @@ detectors land within a tolerance of the injected step.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -465,3 +466,19 @@ def jsonl_row(step: int, rng: np.random.Generator) -> dict[str, float | int]:
         "grad_norm": 1.0 + 0.05 * rng.standard_normal(),
         "lr": 3e-4,
     }
+
+
+def drift_cause(folder: Path, cause: str, article_words: str) -> tuple[Any, int, Any]:
+    """Analyze ``folder``: its diagnosis, the index of its grad_norm_drift finding and that
+    finding's tested ``cause``, checking that the article's cause in ``article_words`` is not
+    also listed untested in its own words (the tested cause covers it)."""
+    from forensics.findings import FindingKind
+    from forensics.pipeline import analyze
+
+    diag = analyze(folder)
+    i = next(k for k, f in enumerate(diag.findings) if f.kind is FindingKind.GRAD_NORM_DRIFT)
+    (c,) = [c for c in diag.causes[i] if c.cause == cause]
+    assert not [
+        a for a in diag.causes[i] if a.cause == "article" and a.text.startswith(article_words)
+    ]
+    return diag, i, c

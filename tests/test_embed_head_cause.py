@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic import drift_cause
 
-from forensics.findings import FindingKind
 from forensics.pipeline import analyze
 
 
@@ -46,12 +46,7 @@ def _run(folder: Path, head_only: bool, modules: bool = True) -> Path:
 
 
 def _cause(folder: Path):  # noqa: ANN202
-    diag = analyze(folder)
-    i = next(k for k, f in enumerate(diag.findings) if f.kind is FindingKind.GRAD_NORM_DRIFT)
-    (c,) = [c for c in diag.causes[i] if c.cause == "embed_head"]
-    assert not [
-        c for c in diag.causes[i] if c.cause == "article" and c.text.startswith("Embedding")
-    ]  # (the article's words are the tested cause now, not listed again)
+    diag, i, c = drift_cause(folder, "embed_head", "Embedding")
     return diag.findings[i], c
 
 

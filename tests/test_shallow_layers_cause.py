@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic import drift_cause
 
 from forensics.findings import FindingKind
-from forensics.pipeline import analyze
 
 
 def _run(folder: Path, shallow_only: bool, layers: bool = True) -> Path:
@@ -46,12 +46,7 @@ def _run(folder: Path, shallow_only: bool, layers: bool = True) -> Path:
 
 
 def _drift_cause(folder: Path):  # noqa: ANN202
-    diag = analyze(folder)
-    i = next(k for k, f in enumerate(diag.findings) if f.kind is FindingKind.GRAD_NORM_DRIFT)
-    (c,) = [c for c in diag.causes[i] if c.cause == "shallow_layers"]
-    assert not [
-        c for c in diag.causes[i] if c.cause == "article" and c.text.startswith("Shallow layers")
-    ]  # (the article's words are the tested cause now, not listed again as untested)
+    diag, _, c = drift_cause(folder, "shallow_layers", "Shallow layers")
     return diag, c
 
 
