@@ -363,7 +363,12 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
 
     def layers() -> Item | None:
         n = len(ev.run.layers(GRAD_NORM_LAYER))
-        return Item(q, PASS, f"{n} layers logged, no layer-share shift found") if n else None
+        mod = _module_share(ev, lo, hi)
+        if mod is not None and mod[0]:
+            return Item(q, FAIL, mod[1])
+        said = [f"{n} layers logged, no layer-share shift found"] if n else []
+        said += [mod[1]] if mod is not None else []
+        return Item(q, PASS, "; ".join(said)) if said else None
 
     items.ask(
         q, {FindingKind.LAYER_GRAD_SHIFT}, "layer shift", layers, "per-layer grad norms not logged"
@@ -442,6 +447,28 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
     else:
         items.append(Item(q, NA, "no checkpoint folders beside the log" + plan))
     return items
+
+
+def _module_share(ev: Evidence, lo: int, hi: int) -> tuple[bool, str] | None:
+    """The embedding's and output head's share of the squared grad norm over a phase: the
+    medians of its first and last thirds, and whether it at least doubled and gained 10
+    points (the ``embed_head`` cause's lines). None when not logged or under six points."""
+    from forensics.evidence.module_share import module_shares
+
+    got = module_shares(ev)
+    if got is None:
+        return None
+    sel = (got.steps >= lo) & (got.steps <= hi)
+    share = got.total[sel]
+    if len(share) < 6:
+        return None
+    third = len(share) // 3
+    a, b = float(np.median(share[:third])), float(np.median(share[-third:]))
+    grew = b >= 2 * a and b - a >= 0.10
+    return grew, (
+        f"{got.names} took {a:.1%} -> {b:.1%} of the squared grad norm (medians of the "
+        "phase's first and last thirds)"
+    )
 
 
 def _gap_text(ev: Evidence, lo: int, hi: int) -> str:

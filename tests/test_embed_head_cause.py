@@ -21,12 +21,12 @@ from synthetic import drift_cause
 from forensics.pipeline import analyze
 
 
-def _run(folder: Path, head_only: bool, modules: bool = True) -> Path:
+def _run(folder: Path, head_only: bool, modules: bool = True, start: int = 3000) -> Path:
     rng = np.random.default_rng(5)
     folder.mkdir()
     with (folder / "metrics.jsonl").open("w") as fh:
         for step in range(0, 6001, 10):
-            ramp = max(0.0, (step - 3000) / 300)  # 11x by step 6,000
+            ramp = max(0.0, (step - start) / 300)  # 11x by step 6,000 (from 3,000)
             grow = 1.0 if head_only else 1 + ramp / 4
             norms = {"grad_norm/model.embed_tokens": 0.2 * grow}
             norms.update({f"grad_norm/model.layers.{i}": 0.3 * grow for i in range(12)})
@@ -92,3 +92,22 @@ def test_the_report_draws_the_share_the_cause_reads(tmp_path: Path) -> None:
     at = dict(zip(head["x"], head["y"], strict=True))
     for step, share in zip(got.steps[:50], got.shares["grad_norm_head"][:50], strict=True):
         assert at[int(step)] == pytest.approx(100 * share, rel=1e-5)  # (6 digits drawn)
+
+
+def test_the_middle_phase_checklist_reads_the_share(tmp_path: Path) -> None:
+    """The article's middle-phase question "is the per-layer gradient-norm distribution
+    stable?" fails when the head takes the gradient in that phase (it had passed on the
+    numbered layers alone), and states the share when it held."""
+    diag = analyze(_run(tmp_path / "mid", head_only=True, start=1000))
+
+    def answer(d) -> tuple[str, str]:  # noqa: ANN001
+        (middle,) = [p for p in d.phases if p.key == "middle"]
+        (item,) = [i for i in middle.items if "per-layer gradient-norm" in i.question]
+        return item.status, item.evidence
+
+    status, evidence = answer(diag)
+    assert status == "fail"
+    assert evidence.startswith("the embedding and output head took ")
+    assert "of the squared grad norm (medians of the phase's first and last thirds)" in evidence
+    status, evidence = answer(analyze(_run(tmp_path / "even", head_only=False)))
+    assert status == "pass" and "12 layers logged, no layer-share shift found; the " in evidence
