@@ -579,6 +579,20 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             "overflow lines logged inside it (null for a sustained decline)",
             null=True,
         ),
+        _m(
+            "skipped_after",
+            int,
+            "iterations the trainer counted as skipped after the cascade, to the end of the "
+            "log (Megatron's number of skipped iterations; null when not logged, or for a "
+            "sustained decline)",
+            null=True,
+        ),
+        _m(
+            "iterations_after",
+            int,
+            "the iterations those counts cover (null with skipped_after)",
+            null=True,
+        ),
         _m("drops", int, "separate drop events (sustained_decline only; 1 for a cascade)"),
         _m(
             "calibration",

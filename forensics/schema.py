@@ -66,6 +66,9 @@ OVERFLOW = "overflow"  # 1 at each step skipped for an fp16 overflow (DeepSpeed 
 # Iterations whose loss was NaN / Inf in the logging interval ending at the step (Megatron's
 # "number of nan iterations"): skipped, so the logged loss, a mean of the others, hides them.
 NAN_ITERS = "nan_iters"
+# Iterations the trainer skipped in the logging interval ending at the step (Megatron's "number of
+# skipped iterations"): an fp16 overflow skips the update, so none of them moved the weights.
+SKIPPED_ITERS = "skipped_iters"
 GRAD_NORM_LAYER = "grad_norm_layer"
 # The grad norms of the token embedding and of the output head, logged by name without a layer
 # number (grad_norm/model.embed_tokens, grad_norm/lm_head): the article's first suspects when
@@ -247,6 +250,12 @@ _ALIASES: dict[str, list[str]] = {
     ],
     EPOCH: ["epoch", "train/epoch", "trainer/epoch"],
     NAN_ITERS: ["number of nan iterations", "nan_iters", "nan iterations", "nan-iterations"],
+    SKIPPED_ITERS: [
+        "number of skipped iterations",
+        "skipped_iters",
+        "skipped iterations",
+        "skipped-iterations",
+    ],
 }
 
 # Aliases that only hold for one source (terse keys would be ambiguous elsewhere). ``None``
@@ -429,6 +438,7 @@ KNOWN_METRICS = (
     EPOCH,
     OVERFLOW,
     NAN_ITERS,
+    SKIPPED_ITERS,
     GRAD_NORM_EMBED,
     GRAD_NORM_HEAD,
     *PER_LAYER,

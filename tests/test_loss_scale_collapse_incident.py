@@ -82,3 +82,37 @@ def test_a_scale_that_climbed_back_does_not_hold_the_onset(tmp_path: Path) -> No
     drop = next(f for f in diag.findings if f.kind is FindingKind.LOSS_SCALE_DROP)
     assert _scale_still_down(ev, drop, 3090) is True
     assert _scale_still_down(ev, drop, 3200) is False
+
+
+def test_the_skipped_iterations_after_the_collapse_are_counted(tmp_path: Path) -> None:
+    """Megatron prints how many iterations it skipped in each logging interval (an fp16
+    overflow skips the update). At a loss scale of 1 the generator's trainer skips 2 of
+    every 10: the drop's sentence counts them from the cascade's end to the end of the log
+    (the count had been read as no vital sign)."""
+    diag = analyze(_megatron_log(tmp_path / "run"))
+    drop = next(f for f in diag.findings if f.kind is FindingKind.LOSS_SCALE_DROP)
+    # lines 3,040 .. 5,000 at 2 each; their iterations run from 3,031 to 5,000
+    assert drop.measures["skipped_after"] == 2 * 197
+    assert drop.measures["iterations_after"] == 5000 - 3030
+    assert drop.summary.endswith(
+        "; after it the trainer skipped 394 of the 1,970 iterations to step 5,000 (20%, its "
+        "own count): updates that never reached the weights."
+    )
+    assert diag.run.metrics()["skipped_iters"] == "number of skipped iterations"
+
+
+def test_no_skip_after_a_calibration_says_nothing_more() -> None:
+    """A real BigScience Megatron log: the scaler's calibration skips iterations 1-30, none
+    after; the drop's sentence is unchanged and its count says 0."""
+    from conftest import shared_path
+
+    diag = analyze(
+        shared_path(
+            "real_runs",
+            "bigscience-megatron-experiments",
+            "meg_gpt2_base_n8_dp1_tp4_pp8-1809562.out",
+        )
+    )
+    drop = next(f for f in diag.findings if f.kind is FindingKind.LOSS_SCALE_DROP)
+    assert drop.measures["skipped_after"] == 0 and drop.measures["iterations_after"] == 170
+    assert "skipped" not in drop.summary

@@ -74,7 +74,6 @@ def test_vital_sign_spellings(tag: str, metric: str, unit: str | None) -> None:
         "train_runtime",
         # counters, not rates: the plural's "s" is not "per second"
         "consumed samples",  # Megatron's iteration line
-        "number of skipped iterations",
         "num_tokens",
         "tokens",
         "global_steps",
@@ -83,6 +82,12 @@ def test_vital_sign_spellings(tag: str, metric: str, unit: str | None) -> None:
 )
 def test_lookalikes_stay_unmapped(tag: str) -> None:
     assert canonicalize(tag)[0] is None
+
+
+def test_skipped_iterations_are_a_count_of_their_own() -> None:
+    """Megatron's count of skipped iterations is read as such, never as a rate."""
+    assert canonicalize("number of skipped iterations") == ("skipped_iters", None)
+    assert unit_of("number of skipped iterations", "skipped_iters") is None
 
 
 def test_nearest_canonical_and_alias_line() -> None:

@@ -38,7 +38,7 @@ from forensics.findings import (
     steps_text,
 )
 from forensics.params import LossScaleParams
-from forensics.schema import LOSS, LOSS_SCALE, OVERFLOW
+from forensics.schema import LOSS, LOSS_SCALE, OVERFLOW, SKIPPED_ITERS
 
 
 def _first_growth(scale: Series, cascades: list[ScaleCascade]) -> int | None:
@@ -81,6 +81,34 @@ def _underflow_after(ev: Evidence, f: Finding) -> Finding:
     span += "" if n == 1 else f" to {until:,}"
     text = f"{f.summary[:-1]}; then the scale was 0 {span} (it underflowed)."
     return replace(f, summary=text)
+
+
+def _skipped_after(ev: Evidence, f: Finding) -> Finding:
+    """``f`` with the iterations the trainer counted as skipped after the cascade ended, to
+    the end of the log (Megatron's "number of skipped iterations": an overflowing step's
+    update is skipped). A scale that reached its floor goes on overflowing there; each skipped
+    iteration is an update that never reached the weights. Unchanged (the measures null)
+    without that count in the log or without a line after the cascade."""
+    measures = dict(f.measures, skipped_after=None, iterations_after=None)
+    end = f.end_step if f.end_step is not None else f.start_step
+    s = ev.logged(SKIPPED_ITERS) if ev.has(SKIPPED_ITERS) else None
+    i = int(np.searchsorted(s.steps, end, side="right")) if s is not None else 0
+    if s is None or i >= len(s.steps) or i == 0:
+        return replace(f, measures=measures)
+    counted = s.values[i:]
+    skipped = int(np.nansum(np.where(np.isfinite(counted), counted, 0.0)))
+    last = int(s.steps[-1])
+    covered = last - int(s.steps[i - 1])  # the iterations of the lines after the cascade
+    measures.update(skipped_after=skipped, iterations_after=covered)
+    if skipped == 0:
+        return replace(f, measures=measures)
+    share = skipped / covered if covered > 0 else float("nan")
+    text = (
+        f"{f.summary[:-1]}; after it the trainer skipped {skipped:,} of the {covered:,} "
+        f"iterations to step {last:,} ({share:.0%}, its own count): updates that never "
+        "reached the weights."
+    )
+    return replace(f, summary=text, measures=measures)
 
 
 class LossScaleDetector:
@@ -138,7 +166,7 @@ class LossScaleDetector:
                 singles += 1
                 continue
             f = self._cascade_finding(c, sev, calibration, hit, calib_end, came_back)
-            out.append(_underflow_after(ev, f))
+            out.append(_skipped_after(ev, _underflow_after(ev, f)))
         if singles:
             run.note(
                 f"loss_scale: {singles} single loss-scale halving(s) after calibration "
@@ -295,6 +323,8 @@ class LossScaleDetector:
                 "halvings": float(peak[a] - floor),
                 "steps": n_steps,
                 "overflow_steps": None,
+                "skipped_after": None,
+                "iterations_after": None,
                 "drops": events,
                 "calibration": False,
                 "coincides_with_spike": False,
