@@ -100,6 +100,8 @@ def _other_value(default: object) -> object:
     """A value of the default's type that differs from it."""
     if isinstance(default, bool):
         return not default
+    if isinstance(default, float) and 0 < default < 1:
+        return default / 2  # (a fraction stays one: throughput's drop must lie in 0-1)
     if isinstance(default, (int, float)):
         return default * 2 + 1
     if isinstance(default, tuple):
