@@ -374,6 +374,9 @@ def _what(f: Any) -> str:
     """The finding named so that two of one kind at one step read apart: ``activation_outlier
     (act_std, layer 2)``, ``gap_acceleration (eval/wiki_loss)``; the kind alone otherwise."""
     layer = _layer(f)
+    group = f.measures.get("layers")
+    if isinstance(group, str) and group and group != str(layer):
+        return f"{f.kind.value} ({f.metric}, layers {group})"  # a group: "0-3"
     if layer is not None:
         return f"{f.kind.value} ({f.metric}, layer {layer})"
     if f.metric and f.metric.startswith(EVAL_PREFIX):

@@ -70,3 +70,22 @@ def test_loss_scale_axis_ticks_at_powers_of_two() -> None:
         float(v).is_integer() and int(v) & (int(v) - 1) == 0 for v in axis["tickvals"]
     )
     assert len(axis["ticktext"]) == len(axis["tickvals"])
+
+
+def test_a_layer_group_is_named_by_its_group() -> None:
+    """A layer_grad_shift of layers 0-3 is named by the group, not by its first layer."""
+    from forensics.compare import _what
+    from forensics.findings import Finding, FindingKind, Severity
+
+    def shift(layer: int, layers: str) -> Finding:
+        return Finding(
+            FindingKind.LAYER_GRAD_SHIFT,
+            Severity.WARNING,
+            "grad_norm_layer",
+            310,
+            "s",
+            measures={"layer": layer, "layers": layers},
+        )
+
+    assert _what(shift(0, "0-3")) == "layer_grad_shift (grad_norm_layer, layers 0-3)"
+    assert _what(shift(1, "1")) == "layer_grad_shift (grad_norm_layer, layer 1)"
