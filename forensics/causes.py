@@ -1385,28 +1385,43 @@ def _eval_pause(x: _Facts, f: Finding) -> Cause:
 
 
 def _val_change(x: _Facts, f: Finding) -> Cause:
-    if not x.ev.has(VAL_LOSS):
+    # The held-out loss the finding is about (an eval set's, eval/<set>_loss), else the
+    # validation loss, else the first eval set's: a run logging only eval sets had read "no
+    # validation loss in the log" beside a gap finding on one of them.
+    from forensics.schema import held_out_set
+
+    if f.metric is not None and held_out_set(f.metric) is not None:
+        held: str | None = f.metric
+    else:
+        losses = [VAL_LOSS] + sorted(m for m in x.ev.run.metrics() if held_out_set(m))
+        held = next((m for m in losses if x.ev.has(m)), None)
+    if held is None or not x.ev.has(held):
         return Cause("val_set_change", UNTESTED, "no validation loss in the log")
+    named = "the validation loss" if held == VAL_LOSS else held
     lo = f.start_step
-    shifts = [g for g in x.val_shifts if g is not f and g.start_step <= lo + NEAR_STEPS]
+    shifts = [
+        g
+        for g in x.val_shifts
+        if g is not f and g.start_step <= lo + NEAR_STEPS and g.metric in (held, None)
+    ]
     if shifts:
         g = shifts[-1]
         return Cause(
             "val_set_change",
             SUPPORTED,
-            f"the validation loss stepped to a new level at step {g.start_step:,} while the "
-            "training loss was flat",
+            f"{named} stepped to a new level at step {g.start_step:,} while the training "
+            "loss was flat",
             (g.start_step,),
             anchor=g.start_step,
         )
-    val = x.ev.series(VAL_LOSS)
+    val = x.ev.series(held)
     upto = lo + NEAR_STEPS  # as far as the search looked, or where the val loss ends
     if len(val):
         upto = min(upto, int(val.steps[-1]))
     return Cause(
         "val_set_change",
         CONTRADICTED,
-        f"no step in the validation loss up to step {upto:,} that the training loss does not share",
+        f"no step in {named} up to step {upto:,} that the training loss does not share",
         (lo,),
     )
 
