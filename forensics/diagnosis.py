@@ -112,8 +112,31 @@ class Diagnosis:
         no training loss (the loss's checks did not run, so the light covers only what the
         log has), and a down-sampled W&B chart export (judged on its sampled points: a spike
         within a bucket shows only in the bucket's maximum)."""
-        parts = [p for p in (self._no_loss(), self._too_short(), self._sampled()) if p]
+        parts = [
+            p for p in (self._no_loss(), self._too_short(), self._sampled(), self._clipped()) if p
+        ]
         return " ".join(parts) if parts else None
+
+    def _clipped(self) -> str | None:
+        """A grad norm logged after clipping (:func:`forensics.detectors.drift.
+        grad_norm_ceiling`): no climb above the clip can show, so a light that judged the
+        grad norm did not judge one."""
+        from forensics.schema import GRAD_NORM
+
+        if self.evidence is None or not self.run.has(GRAD_NORM):
+            return None
+        from forensics.detectors.drift import grad_norm_ceiling
+        from forensics.evidence.trend_utils import num
+
+        got = grad_norm_ceiling(self.evidence)
+        if got is None:
+            return None
+        top, k, n, first = got
+        return (
+            f"The grad norm looks clipped: it is exactly {num(top)}, its highest value, at "
+            f"{k:,} of {n:,} points (from step {first:,} on), so a climb above {num(top)} "
+            "cannot show and the light does not cover one."
+        )
 
     def _too_short(self) -> str | None:
         """A loss logged at fewer points than its trend checks need (the plateau's and the

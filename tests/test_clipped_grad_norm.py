@@ -55,3 +55,27 @@ def test_no_ceiling_note_without_a_ceiling(tmp_path: Path) -> None:
     # tenth of its points.
     rounded = np.round(0.5 * (1 + 0.05 * np.random.default_rng(2).standard_normal(4000)), 2)
     assert _ceiling_notes(_run(tmp_path / "rounded", rounded)) == []
+
+
+def test_the_light_says_it_does_not_cover_the_climb(tmp_path: Path) -> None:
+    """The green light of a run with a clipped grad norm says what it cannot cover, on the
+    terminal, in the findings document and at the top of the report."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    run = _run(tmp_path / "clipped", np.minimum(_true_norm(), 1.0))
+    diag = analyze(run)
+    assert diag.verdict == "healthy"
+    said = diag.unjudged()
+    assert said is not None and said.startswith("The grad norm looks clipped: it is exactly 1,")
+    assert said.endswith("so a climb above 1 cannot show and the light does not cover one.")
+    doc = diag.to_document()
+    assert said in json.dumps(doc)
+    out = CliRunner().invoke(
+        app, ["analyze", str(run), "-o", str(tmp_path / "r.html")], env={"COLUMNS": "400"}
+    )
+    assert out.exit_code == 0, out.output
+    assert "The grad norm looks clipped" in out.output
+    assert "The grad norm looks clipped" in (tmp_path / "r.html").read_text()
+    assert analyze(_run(tmp_path / "unclipped", _true_norm())).unjudged() is None

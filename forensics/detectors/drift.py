@@ -450,25 +450,37 @@ def _at_lr_change(ev: Evidence, xb: np.ndarray, onset: int) -> int:
     return onset
 
 
-def _ceiling_note(ev: Evidence) -> None:
-    """A note when the grad norm sits at exactly its highest value at many points, with
-    enough points below it to show the climb into it: the norm after clipping, logged where
-    the norm before it was meant (torch's ``clip_grad_norm_`` returns the norm before). A
-    grad norm doubling into a clip of 1.0 and held there for 2,000 steps read "HEALTHY" with
-    nothing said: no climb above the ceiling can show, so no check of the grad norm can see
-    one. Printed values repeat too, but not at their maximum for a tenth of a long log."""
-    v, t = ev.series(GRAD_NORM).values, ev.series(GRAD_NORM).steps
+def grad_norm_ceiling(ev: Evidence) -> tuple[float, int, int, int] | None:
+    """The grad norm's clip ceiling when it looks logged after clipping: (its highest value,
+    points at exactly that value, finite points, the first step at it), else None. Many
+    points sit at exactly the maximum, with enough points below it to show the climb into it:
+    the norm after clipping, logged where the norm before it was meant (torch's
+    ``clip_grad_norm_`` returns the norm before). Printed values repeat too, but not at
+    their maximum for a tenth of a long log."""
+    s = ev.series(GRAD_NORM)
+    v, t = s.values, s.steps
     n = len(v)
     if n < _CEILING_MIN_POINTS:
-        return
+        return None
     top = float(v.max())
     at_top = v == top
     k = int(at_top.sum())
     if not top > 0 or k < max(_CEILING_MIN_AT, _CEILING_SHARE * n) or n - k < _CEILING_SHARE * n:
+        return None
+    return top, k, n, int(t[np.argmax(at_top)])
+
+
+def _ceiling_note(ev: Evidence) -> None:
+    """A note for a grad norm logged after clipping (:func:`grad_norm_ceiling`): a grad norm
+    doubling into a clip of 1.0 and held there for 2,000 steps read "HEALTHY" with nothing
+    said, since no climb above the ceiling can show to any check of the grad norm."""
+    got = grad_norm_ceiling(ev)
+    if got is None:
         return
+    top, k, n, first = got
     ev.run.note(
         f"{CHECK}: the grad norm is exactly {num(top)}, its highest value, at {k:,} of {n:,} "
-        f"points (from step {int(t[np.argmax(at_top)]):,} on): it looks like the norm after "
+        f"points (from step {first:,} on): it looks like the norm after "
         f"clipping at {num(top)}, so a climb above that cannot show in this log and the grad "
         "norm's checks are blind to it; log the norm before clipping (what torch's "
         "clip_grad_norm_ returns)"
