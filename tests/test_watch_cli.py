@@ -202,3 +202,30 @@ def test_a_run_with_no_vital_sign_is_not_shown_healthy(tmp_path: Path) -> None:
     panel.close()
     text = buf.getvalue()
     assert "HEALTHY" not in text and "NO VITAL SIGN" in text, text
+
+
+def test_the_live_panel_says_what_the_light_does_not_cover(tmp_path: Path) -> None:
+    """A grad norm logged after clipping (pinned at 1.0 for the second half): the live panel
+    under its green light says a climb above the clip cannot show, as `analyze` does."""
+    import json
+
+    import numpy as np
+    from rich.console import Console
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for s in range(1, 2001):
+        gn = min(1.0, 0.5 + max(0, s - 800) / 400) * (1 + 0.05 * rng.standard_normal())
+        lines.append(
+            json.dumps({"step": s, "loss": 2 + 3 / (1 + s / 300), "grad_norm": min(gn, 1.0)})
+        )
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    run = read_run(tmp_path)
+    diag = analyze_run(run)
+    buf = io.StringIO()
+    panel = LivePanel("run", Console(file=buf, force_terminal=True, color_system=None, width=400))
+    panel.show(Status(run=run, diagnosis=diag, polls=1))
+    panel.close()
+    text = buf.getvalue()
+    assert "HEALTHY (green light)" in text
+    assert "The grad norm looks clipped: it is exactly 1, its highest value" in text, text

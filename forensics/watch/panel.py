@@ -222,6 +222,9 @@ class LivePanel:
             lk = look(severity)
             table.add_row(f"[{lk.term}]\u25cf {lk.light}[/]", escape(sign), escape(value))
         parts: list[Any] = [head, table]
+        unjudged = diag.unjudged() if diag is not None else None
+        if unjudged:  # what the light does not cover (a clipped grad norm, no training loss)
+            parts.insert(1, Text(unjudged, style="yellow", overflow="fold"))
         if status.last_alert is not None:
             parts.append(Text(f"last alert: {alert_line(status.last_alert)}", overflow="fold"))
         if status.report is not None:
