@@ -282,6 +282,11 @@ _SOURCE_ALIASES: dict[str, dict[str, str | None]] = {
         "eval_train_loss": None,
         "validation_step_timing": None,
         "validation_epoch_timing": None,
+        # DeepSpeed's timer line ("CurrSamplesPerSec=31.2, MemAllocated=4.34GB,
+        # MaxMemAllocated=12.81GB"): the allocated memory now and the speed of the last
+        # interval. Its running maximum and running average are not the signs themselves.
+        "MemAllocated": MEMORY,
+        "CurrSamplesPerSec": THROUGHPUT,
     },
 }
 
@@ -732,6 +737,8 @@ _KNOWN_TAG_UNITS = {
     "memory_max_reserved": "GiB",
     "memory_max_active": "GiB",
     "peak_memory_gb": "GB",
+    "memallocated": "GB",  # DeepSpeed's timer line prints MemAllocated=4.34GB
+    "currsamplespersec": "samples/s",
 }
 
 
