@@ -898,7 +898,7 @@ def sweep(
     no_stitch: NoStitch = False,
 ) -> None:
     """Analyze every run under a folder in parallel: an index page, worst run first."""
-    from forensics.sweep import render_sweep_html, to_document, top_text
+    from forensics.sweep import limited, render_sweep_html, to_document, top_text
     from forensics.sweep import sweep as do_sweep
 
     cfg = _config(None, alias, ignore, None)
@@ -924,7 +924,8 @@ def sweep(
             more = len(pairs) - _SWEEP_LINE_KEYS + 1
             pairs = [*pairs[: _SWEEP_LINE_KEYS - 1], f"(+{more} more in the index)"]
         vary = " ".join(pairs)
-        typer.echo(f"{r['verdict'].upper():9} {r['name']}  {top or 'no findings'}  {vary}".rstrip())
+        head = f"{r['verdict'].upper():9} {r['name']}{limited(r.get('unjudged'))}"
+        typer.echo(f"{head}  {top or 'no findings'}  {vary}".rstrip())
 
 
 _SWEEP_LINE_KEYS = 8  # config values on a sweep's terminal line, at most

@@ -46,6 +46,7 @@ def empty_row(root: str, job: str) -> dict[str, Any]:
         "best_loss": None,
         "last_step": None,
         "config": {},
+        "unjudged": None,
     }
 
 
@@ -129,6 +130,9 @@ def analyze_job(
         last_step=None if vital is None else vital["last_step"],
         config=run.config,
         html=html,
+        # What the light does not cover (no training loss, a clipped grad norm ...): a
+        # "healthy" row with such a note judged less than its word says.
+        unjudged=diag.unjudged(),
     )
     return row
 
@@ -151,6 +155,14 @@ def top_labels(top: list[dict[str, Any]]) -> list[str]:
         )
         out.append(f"{f['kind']} ({extra})" if extra else f["kind"])
     return out
+
+
+def limited(unjudged: str | None) -> str:
+    """`` (light limited: No training loss in the log)``: a sweep line's word on what the
+    run's light does not cover (its first clause; the report has the whole), '' for none."""
+    if not unjudged:
+        return ""
+    return f" (light limited: {unjudged.split(':')[0].split(' (')[0].rstrip('.')})"
 
 
 def top_text(top: list[dict[str, Any]]) -> str:

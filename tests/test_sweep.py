@@ -224,3 +224,35 @@ def test_sweep_lines_hold_at_most_eight_config_values(
         assert ln.count("=") == 7 and "key00=" in ln and "key06=" in ln and "key07=" not in ln
     res = runner.invoke(app, ["sweep", str(root), "--jobs", "1", "--format", "json"])
     assert all(len(r["varying"]) == 20 for r in json.loads(res.stdout)["runs"])
+
+
+def test_a_row_says_when_its_light_covers_less(tmp_path: Path) -> None:
+    """A run with no training loss (only a grad norm, LR and memory logged) reads "healthy"
+    in a sweep like any other; its row now says the light covers less, on the terminal line,
+    in the index page and in the JSON document."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for name, with_loss in (("full", True), ("noloss", False)):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        lines = []
+        for s in range(1, 501):
+            row = {"step": s, "grad_norm": 1 + 0.05 * rng.standard_normal(), "lr": 3e-4}
+            if with_loss:
+                row["loss"] = 2 + 3 / (1 + s / 100) + 0.02 * rng.standard_normal()
+            lines.append(json.dumps(row))
+        (tmp_path / "runs" / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "index.html"
+    res = runner.invoke(app, ["sweep", str(tmp_path / "runs"), "-o", str(out), "-j", "1"])
+    assert res.exit_code == 0, res.output
+    lines = {ln.split()[1]: ln for ln in res.stdout.splitlines() if ln.startswith("HEALTHY")}
+    assert "(light limited: No training loss in the log)" in lines["noloss/metrics.jsonl"]
+    assert "light limited" not in lines["full/metrics.jsonl"]
+    assert "No training loss in the log: its checks" in out.read_text()
+    res = runner.invoke(
+        app, ["sweep", str(tmp_path / "runs"), "-o", str(out), "-j", "1", "--format", "json"]
+    )
+    doc = json.loads(res.stdout)
+    by = {r["name"]: r for r in doc["runs"]}
+    assert by["noloss/metrics.jsonl"]["unjudged"].startswith("No training loss in the log")
+    assert by["full/metrics.jsonl"]["unjudged"] is None
