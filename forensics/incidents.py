@@ -330,7 +330,7 @@ def build_incidents(
         and f.severity is not Severity.INFO
         and not _calibrating(f)
     }
-    for i, c in ((i, c) for i, cs in enumerate(causes) for c in cs):
+    for i, c in ((i, c) for i, cs in enumerate(causes if drops else ()) for c in cs):
         j = drops.get(c.anchor) if c.anchor is not None else None
         if (
             j is not None
