@@ -55,13 +55,7 @@ from forensics.findings import (
     turned_between,
 )
 from forensics.prescriptions import TABLE
-from forensics.schema import (
-    GRAD_NORM,
-    LOSS,
-    LOSS_SCALE,
-    OVERFLOW,
-    VAL_LOSS,
-)
+from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW, VAL_LOSS
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence
@@ -372,17 +366,14 @@ class _Facts:
     def grad_shares(self) -> tuple[np.ndarray, list[int], np.ndarray] | None:
         """Each logged layer's share of the squared grad norm (the sum over the layers) at the
         steps every layer logged: steps, layers, shares (None: fewer than two layers)."""
+        from forensics.evidence.module_share import layer_shares
         from forensics.schema import GRAD_NORM_LAYER
 
         lm = self.ev.layer_matrix(GRAD_NORM_LAYER).complete()
-        if len(lm.layers) < 2 or len(lm.steps) == 0:
+        if len(lm.layers) < 2:
             return None
-        sq = lm.values**2
-        tot = sq.sum(axis=1)
-        keep = tot > 0
-        if not keep.any():
-            return None
-        return lm.steps[keep], lm.layers, sq[keep] / tot[keep, None]
+        steps, shares = layer_shares(lm)
+        return (steps, lm.layers, shares) if len(steps) else None
 
     @cached_property
     def schedule_near(self) -> int:
@@ -1492,6 +1483,8 @@ def _share_change(
     the drift's last fifth (medians, three points at least on each side): supported when it at
     least doubled and gained 10 points of the total (a layer_grad_shift's lines), contradicted
     when it grew less than :data:`_SHARE_HELD` times, untested in between."""
+    from forensics.evidence.module_share import share_doubled
+
     late_from = end - max(1, (end - f.start_step) // 5)
     early = share[steps < f.start_step]
     late = share[(steps >= late_from) & (steps <= end)]
@@ -1502,7 +1495,7 @@ def _share_change(
         f"{who} took {a:.1%} of the squared grad norm before step {f.start_step:,} and "
         f"{b:.1%} over steps {late_from:,}-{end:,} (medians)"
     )
-    if b >= 2 * a and b - a >= 0.10:
+    if share_doubled(a, b):
         return Cause(cause, SUPPORTED, told, (f.start_step, end))
     if b < _SHARE_HELD * a:
         return Cause(cause, CONTRADICTED, told, (f.start_step, end))

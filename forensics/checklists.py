@@ -453,7 +453,7 @@ def _module_share(ev: Evidence, lo: int, hi: int) -> tuple[bool, str] | None:
     """The embedding's and output head's share of the squared grad norm over a phase: the
     medians of its first and last thirds, and whether it at least doubled and gained 10
     points (the ``embed_head`` cause's lines). None when not logged or under six points."""
-    from forensics.evidence.module_share import module_shares
+    from forensics.evidence.module_share import module_shares, share_doubled
 
     got = module_shares(ev)
     if got is None:
@@ -464,8 +464,7 @@ def _module_share(ev: Evidence, lo: int, hi: int) -> tuple[bool, str] | None:
         return None
     third = len(share) // 3
     a, b = float(np.median(share[:third])), float(np.median(share[-third:]))
-    grew = b >= 2 * a and b - a >= 0.10
-    return grew, (
+    return share_doubled(a, b), (
         f"{got.names} took {a:.1%} -> {b:.1%} of the squared grad norm (medians of the "
         "phase's first and last thirds)"
     )

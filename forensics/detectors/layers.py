@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from forensics.evidence import Evidence
+from forensics.evidence.module_share import layer_shares
 from forensics.evidence.trend_utils import (
     bend_range,
     bin_median,
@@ -54,18 +55,14 @@ class LayerGradShiftDetector:
     def detect(self, ev: Evidence) -> list[Finding]:
         run = ev.run
         lm = ev.layer_matrix(GRAD_NORM_LAYER).complete()
-        steps, layers, mat = lm.steps, lm.layers, lm.values
+        steps, layers = lm.steps, lm.layers
         if len(layers) < 2:
             run.note(f"{CHECK}: not run, the run has no per-layer grad norms (grad_norm_layer)")
             return []
         if len(steps) < self.params.min_points:
             run.note(f"{CHECK}: not run, only {len(steps)} steps with every layer's grad norm")
             return []
-        sq = mat**2
-        tot = sq.sum(axis=1)
-        keep = tot > 0
-        steps, sq = steps[keep], sq[keep]
-        share = sq / tot[keep, None]
+        steps, share = layer_shares(lm)
         if len(steps) < self.params.min_points:
             run.note(f"{CHECK}: not run, the per-layer grad norms are all zero")
             return []
@@ -119,7 +116,7 @@ class LayerGradShiftDetector:
             }
             # Every logged grad norm of the group 0 in the early window: layers frozen then,
             # trained since (a staged fine-tune), not the article's shift.
-            frozen = bool(np.all(sq[early][:, grp] == 0))
+            frozen = bool(np.all(share[early][:, grp] == 0))  # (a share is 0 where its norm is)
             out.append(self._finding(ev, steps, series, grp, layers, b, a, start, judged, frozen))
         return out
 

@@ -96,7 +96,7 @@ def _skipped_after(ev: Evidence, f: Finding) -> Finding:
     if s is None or i >= len(s.steps) or i == 0:
         return replace(f, measures=measures)
     counted = s.values[i:]
-    skipped = int(np.nansum(np.where(np.isfinite(counted), counted, 0.0)))
+    skipped = int(counted[np.isfinite(counted)].sum())
     last = int(s.steps[-1])
     covered = last - int(s.steps[i - 1])  # the iterations of the lines after the cascade
     measures.update(skipped_after=skipped, iterations_after=covered)
