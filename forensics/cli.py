@@ -581,7 +581,10 @@ def analyze(
         name = _safe_name(job if multi and job != "." else run.name)
         jout = json_out
         if multi:
-            jout = _place(json_out, f"{name}.json", Path(run.path))
+            # Each job's findings beside its report: in the folder --out names when --json
+            # names none (before, they went to reports/ under the current folder).
+            beside = out if json_out is None and out is not None and out.is_dir() else None
+            jout = _place(json_out or beside, f"{name}.json", Path(run.path))
             _err(f"== {job}")
         docs.append(
             _emit(

@@ -67,6 +67,24 @@ def test_analyze_all_into_a_folder_and_a_file_still_refused(runs: Path, tmp_path
     assert not (out / "one.html").exists()
 
 
+def test_analyze_all_findings_go_beside_the_reports(
+    runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--all with --out FOLDER and no --json: each job's findings document goes into that
+    folder beside its report, not to reports/ under the current folder."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    res = runner.invoke(
+        app, ["analyze", str(runs), "--all", "--out", str(out), "--plotlyjs", "cdn"]
+    )
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["a.html", "a.json", "b.html", "b.json"]
+    assert list(cwd.iterdir()) == []
+
+
 def test_sweep_into_a_folder(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
