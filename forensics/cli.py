@@ -332,6 +332,7 @@ def _emit(
     redact: bool,
     name: str,
     print_json: bool = True,
+    read_notes: int = 0,
 ) -> dict | None:
     run_path = Path(diag.run.path)
     shown, scrub = diag, None
@@ -373,7 +374,11 @@ def _emit(
         from forensics.summary import print_summary
 
         shown_path = _shown(report_path) if report_path is not None else None
-        _to_stdout(lambda console: print_summary(shown, report_path=shown_path, console=console))
+        _to_stdout(
+            lambda console: print_summary(
+                shown, report_path=shown_path, console=console, read_notes=read_notes
+            )
+        )
     return doc
 
 
@@ -567,6 +572,7 @@ def analyze(
                 raise ForensicsError(f"{path}: {blind}")
             _err(f"{job}: skipped: {blind}")
             continue
+        read_notes = len(run.notes)  # what reading the logs noted (a skipped line, a copy unused)
         if _is_url(path):
             run.metadata["url"] = path if job == "." else f"{path.rstrip('/')}/{job}"
         elif len(jobs) == 1:
@@ -583,8 +589,8 @@ def analyze(
         if multi:
             # Each job's findings beside its report: in the folder --out names when --json
             # names none (before, they went to reports/ under the current folder).
-            beside = out if json_out is None and out is not None and out.is_dir() else None
-            jout = _place(json_out or beside, f"{name}.json", Path(run.path))
+            report_dir = out if json_out is None and out is not None and out.is_dir() else None
+            jout = _place(json_out or report_dir, f"{name}.json", Path(run.path))
             _err(f"== {job}")
         docs.append(
             _emit(
@@ -597,6 +603,7 @@ def analyze(
                 redact=redact,
                 name=name,
                 print_json=not multi,
+                read_notes=read_notes,
             )
         )
         verdicts.append(diag.verdict)

@@ -23,12 +23,21 @@ if TYPE_CHECKING:
 
 TOP_N = 5
 MAX_INCIDENTS = 3
+MAX_READ_NOTES = 3
 
 
 def print_summary(
-    diagnosis: Diagnosis, *, report_path: Path | None = None, console: Console | None = None
+    diagnosis: Diagnosis,
+    *,
+    report_path: Path | None = None,
+    console: Console | None = None,
+    read_notes: int = 0,
 ) -> None:
-    """Print the verdict, the most severe findings with their steps, and the report's location."""
+    """Print the verdict, the most severe findings with their steps, and the report's location.
+
+    ``read_notes``: how many of the run's first notes reading the logs made (a skipped line,
+    a value not used, a copy of the history left aside); they are printed under the verdict,
+    so that data left out is said where the verdict is read, not only in the report."""
     from rich.console import Console
     from rich.table import Table
 
@@ -50,6 +59,8 @@ def print_summary(
     unit = diagnosis.x_unit_note()
     if unit:
         console.print(escape(unit))
+    for line in read_note_lines(run.notes[:read_notes]):
+        console.print(f"[dim]{escape(line)}[/dim]")
     ranked = [f for f in diagnosis.ranked() if f.severity is not Severity.INFO]
     notes = notes_in_reading_order(diagnosis.findings)
     # Fill the screen's spare rows with notes (a physiological spike, a restart): they tell
@@ -102,6 +113,17 @@ def print_summary(
         console.print(f"[dim]{escape(hidden_notes_line(hidden))}[/dim]")
     if report_path is not None:
         console.print(f"Report: {escape(str(report_path))}")
+
+
+def read_note_lines(notes: list[str]) -> list[str]:
+    """``Input: <note>`` for the first notes of the reading, then how many more the report
+    lists."""
+    lines = [f"Input: {n}" for n in notes[:MAX_READ_NOTES]]
+    if len(notes) > MAX_READ_NOTES:
+        lines.append(
+            f"... and {len(notes) - MAX_READ_NOTES:,} more note(s) on the input in the report."
+        )
+    return lines
 
 
 def hidden_notes_line(hidden: list[Finding]) -> str:
