@@ -352,6 +352,48 @@ def test_nanogpt_and_modded_nanogpt(tmp_path: Path) -> None:
     assert _series(run, "val_loss") == {0: pytest.approx(10.9264)}
 
 
+def _modded_lines(times: list[float]) -> str:
+    """modded-nanogpt lines for steps 1.. whose clock reads ``times`` (ms), a val line at 0."""
+    out = ["step:0/99 val_loss:10.9264 train_time:285ms step_avg:nanms\n"]
+    for s, t in enumerate(times, start=1):
+        out.append(
+            f"step:{s}/99 train_loss:{10 - s / 10:.4f} train_time:{t:.0f}ms step_avg:nanms\n"
+        )
+        if s == 5:  # (a val line between two training lines: the clock is not running in it)
+            out.append(f"step:5/99 val_loss:9.5 train_time:{t + 2:.0f}ms step_avg:nanms\n")
+    return "".join(out)
+
+
+def test_modded_nanogpt_step_time_from_its_training_clock(tmp_path: Path) -> None:
+    """train_time is a clock summed over the run: a step's time is its increase since the
+    training line before; the clock's restart after the warm-up steps (a value lower than the
+    one before) counts from zero; the first training line has nothing to measure from."""
+    times = [74701, 75965, 76178, 76393, 76607, 76822, 77034, 77248, 77462, 77676, 214, 428]
+    run = read_run(_write(tmp_path / "m" / "log.txt", _modded_lines(times)))
+    got = _series(run, "step_time")
+    assert sorted(got) == list(range(2, 13))
+    assert got[2] == pytest.approx(1264)
+    assert got[6] == pytest.approx(76822 - 76607)  # (the val line at step 5 is not a step)
+    assert got[11] == pytest.approx(214)  # the restart: the clock counts from zero again
+    assert got[12] == pytest.approx(214)
+    assert run.unit("step_time") == "ms"
+
+
+def test_modded_nanogpt_slowdown_is_a_throughput_drop(tmp_path: Path) -> None:
+    """A modded-nanogpt run whose steps take 2.5x as long from step 1,500 on: found from the
+    training clock alone (the log has no other timing)."""
+    from forensics.pipeline import analyze_run
+
+    t, times = 0.0, []
+    for s in range(1, 3001):
+        t += 214 + (s % 3) if s < 1500 else 535 + (s % 3)
+        times.append(t)
+    run = read_run(_write(tmp_path / "slow" / "log.txt", _modded_lines(times)))
+    diag = analyze_run(run)
+    drops = [f for f in diag.findings if f.kind.value == "throughput_drop"]
+    assert len(drops) == 1 and drops[0].start_step == 1500, [f.summary for f in diag.findings]
+
+
 def test_torchtitan_ansi_colours_and_thousands_separators(tmp_path: Path) -> None:
     """torchtitan lines with ANSI colours, units and '6,123' thousands separators."""
     c = "\x1b[31m", "\x1b[32m", "\x1b[39m"

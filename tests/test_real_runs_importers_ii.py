@@ -376,6 +376,19 @@ def test_modded_nanogpt_muon_record() -> None:
     assert len(train) == 6200 and _close(_series(run, "loss"), train)
     assert len(val) == 51 and _close(_series(run, "val_loss"), val)
     assert val[6200] == pytest.approx(3.2785)
+    # The step time from the training clock: its increase since the line before, or the
+    # clock itself where it started over (at step 11); the mean matches the log's own
+    # step_avg at the end (216.33 ms over the timed steps).
+    clock = {
+        int(m.group(1)): float(m.group(2))
+        for ln in _lines(path)
+        if (m := re.match(r"step:(\d+)/\d+ train_loss:\S+ train_time:(\d+)ms", ln))
+    }
+    st = _series(run, "step_time")
+    assert sorted(st) == list(range(2, 6201))
+    assert st[11] == clock[11] and st[2000] == clock[2000] - clock[1999]
+    timed = [st[s] for s in range(11, 6201)]
+    assert sum(timed) / len(timed) == pytest.approx(216.33, abs=0.05)
 
 
 # -- Megatron-LM golden values ---------------------------------------------------------------------

@@ -75,6 +75,25 @@ def parse(ctx: Ctx) -> pl.DataFrame:
                 md, "line", r"(?P<key>[A-Za-z_]\w*):(?P<val>" + NUM + r")(?:ms)?(?:\s|$)"
             ).filter(pl.col("tag") != "step")
         )
+        parts.append(_step_times(md))
     if not parts:
         return conform_rows(pl.DataFrame())
     return pl.concat([conform_rows(p) for p in parts])
+
+
+def _step_times(md: pl.DataFrame) -> pl.DataFrame:
+    """modded-nanogpt's ``train_time`` is a training clock (validation excluded) summed over
+    the run: the time of a step is its increase since the training line before, over the
+    steps between them (``step_time (ms)``). The clock starts over once (at step 10, after
+    the warm-up steps it leaves out): a value below the one before is the time since that
+    restart. The first training line has no line before it to measure from; ``step_avg``, a
+    running mean of the clock, stays a raw series."""
+    train = md.filter(pl.col("line").str.contains(r" train_loss:")).select(
+        "ln",
+        "step",
+        num(pl.col("line").str.extract(r" train_time:(" + NUM + r")ms", 1)).alias("t"),
+    )
+    ds = pl.col("step").diff()
+    dt = pl.col("t").diff()
+    ms = pl.when(ds > 0).then(pl.when(dt >= 0).then(dt).otherwise(pl.col("t")) / ds)
+    return wide_to_rows(train.with_columns(ms.alias("ms")), {"ms": "step_time (ms)"})
