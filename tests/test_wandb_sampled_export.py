@@ -92,3 +92,19 @@ def test_down_sampled_without_a_hidden_spike_still_says_what_was_judged(tmp_path
 
 def test_an_export_that_was_not_down_sampled_is_judged_whole(tmp_path: Path) -> None:
     assert _doc(_export(tmp_path / "run", spread=0.0, hidden=None))["run"]["unjudged"] is None
+
+
+def test_bucket_noise_is_not_noted_as_left_out(tmp_path: Path) -> None:
+    """A bucket extreme within 5% of its point is the bucket's noise: no "the sampled 1.241
+    there is 1.0x that" note; the hidden grad-norm spike still is one. The sampling itself is
+    said once."""
+    from forensics.importers import read_run
+
+    notes = read_run(_export(tmp_path / "run", spread=0.01, hidden=4.0)).notes
+    left_out = [n for n in notes if n.endswith("which the sampled points leave out")]
+    assert left_out == [
+        "train/grad_norm: the chart's bucket maxima reach 4 at step 6,000 (4.7x the sampled "
+        "0.8587 there), which the sampled points leave out"
+    ]
+    assert sum("sampled points, not the full history" in n for n in notes) == 1
+    assert any("down-sampled here" in n for n in notes)

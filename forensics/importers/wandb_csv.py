@@ -379,15 +379,15 @@ def _read_ui(source: Source) -> ImportResult:
         note = _unread_note(name, unread, "line")
         if note:
             notes.append(note)
+    down = ", down-sampled here (its __MIN/__MAX columns differ from the values)" if sampled else ""
     notes.append(
-        "W&B chart exports hold the chart's sampled points, not the full history; "
+        f"W&B chart exports hold the chart's sampled points, not the full history{down}; "
         "short spikes may be averaged away"
     )
-    if sampled:
-        notes.append(
-            "the chart export was down-sampled (its __MIN/__MAX columns differ from the values)"
-        )
-        for metric, w in sorted(widest.items()):
+    for metric, w in sorted(widest.items()):
+        # (a bucket's extreme within 5% of its point is the bucket's noise, not something
+        # the points hide: "the sampled 1.241 there is 1.0x that" said nothing)
+        if w["ratio"] >= _NOTED_EXCURSION:
             notes.append(f"{metric}: {excursion_text(w)}, which the sampled points leave out")
     meta: dict[str, Any] = {"wandb_run_name": run_name}
     if sampled:
@@ -406,6 +406,9 @@ def _read_ui(source: Source) -> ImportResult:
         findings=restart_findings(frame),
         metadata=meta,
     )
+
+
+_NOTED_EXCURSION = 1.05  # a bucket's extreme at least this far beyond its point is noted
 
 
 def _widest(x: pl.Series, vals: pl.Series, bound: pl.Series, upper: bool) -> dict[str, Any] | None:
