@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Evidence
+from forensics.evidence.checkpoints import measured_best
 from forensics.evidence.trend_utils import step_before, times
 from forensics.findings import DYNAMICS, Finding, FindingKind, Severity
 from forensics.prescriptions import needs_action
@@ -560,6 +561,13 @@ def rollback_plan(
         best = _best_val_step(ev, f.start_step)
         healthy = best if best is not None else healthy
     ckpt, known, source = _checkpoint(ev, healthy, checkpoint_every)
+    if f.kind == FindingKind.OVERFITTING and healthy is not None and ckpt is not None:
+        # A later checkpoint the log measures as better than the last one before the lowest
+        # val loss (the loss turned up slowly): keep that one.
+        vs = ev.series(VAL_LOSS)
+        mb = measured_best(ev.checkpoints, vs.steps, vs.values, healthy)
+        if mb is not None and mb.before_step == ckpt:
+            ckpt, source = mb.step, f"{source}: {mb.clause(healthy)}"
     # An LR that left its schedule at the step a job resumed: the resume changed it (a
     # schedule restarted, a new LR in the new job's config). The checkpoint it loaded held
     # healthy weights: load it again with the whole state and the LR from before.

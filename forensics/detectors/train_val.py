@@ -58,6 +58,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from forensics.evidence import Evidence
+from forensics.evidence.checkpoints import measured_best
 from forensics.evidence.gap import Gap, held_out_losses
 from forensics.evidence.trend_utils import bend_range, hinge_onset, num, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
@@ -378,13 +379,27 @@ class TrainValDetector:
             why_best.append("saved")
         if tb is not None and tb.step == onset:
             why_best.append("the trainer's recorded best too")
-        ckpt_txt = (
-            f"; the best checkpoint is step {onset:,} ({'; '.join(why_best)})"
-            + (
-                f"; the last checkpoint saved at or before it is step {best_ckpt:,}"
-                if best_ckpt is not None and best_ckpt != onset
-                else ""
+        mb = measured_best(cps, vx, vy, onset) if best_ckpt != onset else None
+        if mb is not None:
+            # (a later checkpoint the log measures as better than the last one before the
+            # lowest val loss: the one to keep, as the rollback advice says)
+            saved_txt = (
+                f"; of the checkpoints saved, step {mb.step:,} has the lowest val loss at its "
+                f"step ({num(mb.value)}; {num(mb.before_value or 0.0)} at step "
+                f"{mb.before_step:,}, the last saved at or before step {onset:,})"
             )
+        elif best_ckpt is not None and best_ckpt != onset:
+            saved_txt = f"; the last checkpoint saved at or before it is step {best_ckpt:,}"
+        else:
+            saved_txt = ""
+        # (not "the best checkpoint is step 360" beside checkpoints known to be 200 and 400: a
+        # model nobody kept; with none known, the step is the checkpoint to keep if saved)
+        best_word = (
+            "step is" if best_ckpt is not None and best_ckpt != onset else "checkpoint is step"
+        )
+        ckpt_txt = (
+            f"; the best {best_word} {onset:,} ({'; '.join(why_best)})"
+            + saved_txt
             + _trainer_best_text(ev, onset)
             + "."
         )

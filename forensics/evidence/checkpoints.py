@@ -81,6 +81,68 @@ class Checkpoints:
         )
 
 
+@dataclass(frozen=True)
+class MeasuredBest:
+    """The checkpoint with the lowest validation loss among those with an eval at their own
+    step, beside the checkpoint the rollback would otherwise keep (the last at or before the
+    lowest validation loss)."""
+
+    step: int
+    value: float
+    before_step: int | None  # the last checkpoint at or before the best val step
+    before_value: float | None  # its val loss (None: no eval at its step)
+
+    def clause(self, best_val_step: int) -> str:
+        """``the lowest validation loss of the checkpoints with an eval at their step (2.751;
+        2.839 at step 200, the last one before step 360)``."""
+        if self.before_step is None or self.before_value is None:
+            return (
+                "the lowest validation loss of the checkpoints with an eval at their step "
+                f"({_g(self.value)})"
+            )
+        return (
+            "the lowest validation loss of the checkpoints with an eval at their step "
+            f"({_g(self.value)}; {_g(self.before_value)} at step {self.before_step:,}, the last "
+            f"one at or before step {best_val_step:,})"
+        )
+
+
+def measured_best(
+    cps: Checkpoints, steps: Any, values: Any, best_val_step: int
+) -> MeasuredBest | None:
+    """A checkpoint with a lower validation loss than the last one before the lowest val
+    loss, when the log measures both at their own steps; None otherwise.
+
+    Stopping early keeps the best model the run saved. The last checkpoint before the lowest
+    validation loss is not it when the loss turned up slowly: checkpoints 200 and 400 around
+    a lowest loss at step 360 read 2.839 and 2.751, and the later one is the better model
+    (HF's ``load_best_model_at_end`` picks it the same way). Only checkpoints the run shows
+    or states (folders beside the log, its save interval) count, never an assumed interval;
+    and only when the checkpoint before the lowest loss has an eval at its step too, so that
+    the two are compared on what the log measured."""
+    if not cps.saved and cps.interval is None:
+        return None
+    at = {int(s): float(v) for s, v in zip(steps, values, strict=True) if math.isfinite(v)}
+    if cps.saved:
+        candidates = [s for s in cps.saved if s in at]
+    else:
+        n = cps.interval or 1
+        candidates = [s for s in sorted(at) if s > 0 and s % n == 0]
+    before = cps.before(best_val_step)[0]
+    if not candidates or before is None or before not in at:
+        return None
+    best = min(candidates, key=lambda s: (at[s], s))
+    if at[best] >= at[before]:
+        return None
+    return MeasuredBest(best, at[best], before, at[before])
+
+
+def _g(x: float) -> str:
+    from forensics.evidence.trend_utils import num
+
+    return num(x)
+
+
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
