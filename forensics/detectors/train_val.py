@@ -385,7 +385,7 @@ class TrainValDetector:
             # lowest val loss: the one to keep, as the rollback advice says)
             saved_txt = (
                 f"; of the checkpoints saved, step {mb.step:,} has the lowest val loss at its "
-                f"step ({num(mb.value)}; {num(mb.before_value or 0.0)} at step "
+                f"step ({num(mb.value)}; {num(mb.before_value)} at step "
                 f"{mb.before_step:,}, the last saved at or before step {onset:,})"
             )
         elif best_ckpt is not None and best_ckpt != onset:

@@ -89,17 +89,12 @@ class MeasuredBest:
 
     step: int
     value: float
-    before_step: int | None  # the last checkpoint at or before the best val step
-    before_value: float | None  # its val loss (None: no eval at its step)
+    before_step: int  # the last checkpoint at or before the lowest val loss's step
+    before_value: float  # its val loss
 
     def clause(self, best_val_step: int) -> str:
         """``the lowest validation loss of the checkpoints with an eval at their step (2.751;
-        2.839 at step 200, the last one before step 360)``."""
-        if self.before_step is None or self.before_value is None:
-            return (
-                "the lowest validation loss of the checkpoints with an eval at their step "
-                f"({_g(self.value)})"
-            )
+        2.839 at step 200, the last one at or before step 360)``."""
         return (
             "the lowest validation loss of the checkpoints with an eval at their step "
             f"({_g(self.value)}; {_g(self.before_value)} at step {self.before_step:,}, the last "
