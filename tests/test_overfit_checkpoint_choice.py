@@ -74,3 +74,22 @@ def test_a_later_checkpoint_measured_worse_is_not() -> None:
 def test_checkpoints_without_an_eval_at_their_step_are_not_compared() -> None:
     _, plan = _overfit([1050, 2050, 3000], rise_per_step=0.00005)
     assert plan.checkpoint_step == 1050  # (no val loss measured at 1,050 to compare)
+
+
+def test_the_report_says_keep_not_roll_back() -> None:
+    """The report's finding card and rollback table: "Stop early: keep the checkpoint at step
+    400 (lowest validation loss at step 360; ...)", not "Roll back ... (last healthy step
+    360 ...)" for a model that was never damaged."""
+    from forensics.report import render_html
+
+    page = " ".join(
+        render_html(analyze(ROOT / "sample_runs" / "late_overfit"), plotlyjs="cdn").split()
+    )
+    assert (
+        "<strong>Stop early</strong>: keep the checkpoint at step 400 (lowest validation loss "
+        "at step 360; checkpoint folders found beside the log"
+    ) in page
+    table = page[page.index('id="rollback"') : page.index('id="vitals"')]
+    assert "keep the checkpoint at step 400" in table
+    assert "lowest val loss" in table
+    assert "<strong>Roll back</strong>" not in page
