@@ -93,3 +93,13 @@ def test_the_report_says_keep_not_roll_back() -> None:
     assert "keep the checkpoint at step 400" in table
     assert "lowest val loss" in table
     assert "<strong>Roll back</strong>" not in page
+    # (the roll-back note on the data loader's position is for damaged weights only)
+    assert "When you roll back" not in table
+
+
+def test_a_damaged_run_keeps_the_data_position_note() -> None:
+    from forensics.report import render_html
+
+    page = render_html(analyze(ROOT / "sample_runs" / "param_norm_jump"), plotlyjs="cdn")
+    table = page[page.index('id="rollback"') : page.index('id="vitals"')]
+    assert "When you roll back, restore the model and optimizer state only" in table
