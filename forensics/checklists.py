@@ -445,7 +445,7 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             )
         )
     else:
-        items.append(Item(q, NA, "no checkpoint folders beside the log" + plan))
+        items.append(Item(q, NA, "no checkpoints beside the log" + plan))
     return items
 
 

@@ -434,7 +434,7 @@ def _checkpoint(
             f"the run's checkpoint interval ({cps.interval_key} = {cps.interval}) "
             f"saves none before step {healthy:,}"
             if cps.interval is not None
-            else "the log shows no checkpoint folders or save interval"
+            else "the log shows no checkpoints or save interval"
         )
         return None, False, src
     return step, known and step is not None, source

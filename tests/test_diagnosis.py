@@ -161,7 +161,7 @@ def test_rollback_uses_saved_checkpoints() -> None:
     assert rb.rollback and rb.last_healthy_step == 1699 and rb.checkpoint_step == 1500
     assert rb.lr_cut == (0.2, 0.5)
     assert rb.new_lr == pytest.approx((1.5e-4, 2.4e-4))
-    assert "checkpoint folders" in rb.checkpoint_source
+    assert "checkpoints found beside the log" in rb.checkpoint_source
 
 
 def test_rollback_with_no_checkpoint_before_onset() -> None:

@@ -47,7 +47,7 @@ def test_the_sample_keeps_the_checkpoint_the_log_measures_best() -> None:
     plan = _plan(diag)
     assert (plan.checkpoint_step, plan.last_healthy_step) == (400, 360)
     assert plan.sentence().startswith(
-        "Stop early: keep the checkpoint at step 400, from checkpoint folders found beside the "
+        "Stop early: keep the checkpoint at step 400, from checkpoints found beside the "
         "log (200, 400, 600, 800): the lowest validation loss of the checkpoints with an eval "
         "at their step (2.751; 2.839 at step 200, the last one at or before step 360)."
     )
@@ -87,7 +87,7 @@ def test_the_report_says_keep_not_roll_back() -> None:
     )
     assert (
         "<strong>Stop early</strong>: keep the checkpoint at step 400 (lowest validation loss "
-        "at step 360; checkpoint folders found beside the log"
+        "at step 360; checkpoints found beside the log"
     ) in page
     table = page[page.index('id="rollback"') : page.index('id="vitals"')]
     assert "keep the checkpoint at step 400" in table

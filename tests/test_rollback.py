@@ -590,7 +590,7 @@ def test_the_report_row_says_where_its_checkpoint_comes_from_in_words() -> None:
 
     root = Path(__file__).resolve().parents[1] / "sample_runs"
     for name, expect in (
-        ("divergence", "; no checkpoint known: the log shows no checkpoint folders or save"),
+        ("divergence", "; no checkpoint known: the log shows no checkpoints or save"),
         ("nan", "; assuming a checkpoint every 500 steps"),
     ):
         page = render_html(analyze(root / name), plotlyjs="cdn")

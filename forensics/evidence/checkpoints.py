@@ -44,7 +44,7 @@ class Checkpoints:
     """What the run says about its checkpoints.
 
     Attributes:
-        saved: steps of the checkpoint folders found beside the log, sorted (may be empty).
+        saved: steps of the checkpoints found beside the log, sorted (may be empty).
         interval: the save interval the run's config states, if any.
         interval_key: the (dotted) config key the interval came from.
     """
@@ -67,7 +67,7 @@ class Checkpoints:
         if self.saved:
             ok = [s for s in self.saved if s <= step]
             if ok:
-                return ok[-1], f"checkpoint folders found beside the log ({self.listing()})"
+                return ok[-1], f"checkpoints found beside the log ({self.listing()})"
             return None, f"no saved checkpoint precedes the onset (saved: {self.listing()})"
         if self.interval is not None:
             n = self.interval

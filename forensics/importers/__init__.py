@@ -335,11 +335,27 @@ def read_job(
     if key is not None:
         hit = cache.load(key[0], Path(path))
         if hit is not None:
-            return hit
+            return _with_checkpoints(hit, Path(path), job, only_job)
     run = _read_job(path, job, sources, options, only_job)
     trim()  # the readers' temporaries given back (forensics.allocator)
     if key is not None and key[1]:
         cache.store(key[0], run, Path(path))
+    return _with_checkpoints(run, Path(path), job, only_job)
+
+
+def _with_checkpoints(run: Run, path: Path, job: str, only_job: bool) -> Run:
+    """The checkpoints saved beside the log, by their names (Megatron's iter_0000500,
+    DeepSpeed's global_step500, Lightning's step=400.ckpt ...), when the log itself listed
+    none (HF's checkpoint folders come with their trainer_state.json), in the job's own
+    folder only. Looked up after the cache: a checkpoint saved since the last read is not in
+    the cached run."""
+    if not run.metadata.get("checkpoints"):
+        from forensics.importers.checkpoint_names import checkpoint_steps, run_folder
+
+        folder = run_folder(path, job, only_job)
+        steps = checkpoint_steps(folder) if folder is not None else []
+        if steps:
+            run.metadata["checkpoints"] = steps
     return run
 
 
