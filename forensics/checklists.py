@@ -440,8 +440,7 @@ def _middle(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
             Item(
                 q,
                 PASS,
-                f"{len(cp.saved)} checkpoint folder(s) beside the log, last at step"
-                f" {cp.saved[-1]:,}{plan}",
+                f"{len(cp.saved)} {cp.where()}, the last at step {cp.saved[-1]:,}{plan}",
             )
         )
     else:

@@ -52,11 +52,18 @@ class Checkpoints:
     saved: tuple[int, ...] = ()
     interval: int | None = None
     interval_key: str | None = None
+    said: bool = False  # ``saved`` are the saves the log printed, not what lies beside it
 
     def listing(self, limit: int = 8) -> str:
         """The saved steps as text: "500, 1,000, 1,500 ..." (at most ``limit`` shown)."""
         shown = ", ".join(f"{s:,}" for s in self.saved[:limit])
         return shown + (" ..." if len(self.saved) > limit else "")
+
+    def where(self) -> str:
+        """Where ``saved`` comes from, in words."""
+        return (
+            "checkpoints the log says it saved" if self.said else "checkpoints found beside the log"
+        )
 
     def before(self, step: int, assume_every: int | None = None) -> tuple[int | None, str]:
         """The latest checkpoint at or before ``step`` and where that knowledge comes from.
@@ -67,7 +74,7 @@ class Checkpoints:
         if self.saved:
             ok = [s for s in self.saved if s <= step]
             if ok:
-                return ok[-1], f"checkpoints found beside the log ({self.listing()})"
+                return ok[-1], f"{self.where()} ({self.listing()})"
             return None, f"no saved checkpoint precedes the onset (saved: {self.listing()})"
         if self.interval is not None:
             n = self.interval
@@ -186,6 +193,7 @@ def known_checkpoints(run: Run) -> Checkpoints:
         saved=_saved_steps(run.metadata.get("checkpoints")),
         interval=got[0] if got else None,
         interval_key=got[1] if got else None,
+        said=bool(run.metadata.get("checkpoints_said")),
     )
 
 

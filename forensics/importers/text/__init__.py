@@ -52,6 +52,7 @@ from forensics.importers.text import (
     step_lines,
     torchtitan,
 )
+from forensics.importers.text.checkpoint_lines import saved_steps
 from forensics.importers.text.engine import (
     ROWS,
     Ctx,
@@ -176,6 +177,10 @@ def _parse(raw: Text, name: str) -> TextLog:
     found = crash.crash_finding(_tail_after(raw, last_ln, ctx), last, where=name)
     if found is not None:
         findings.append(found)
+    saved = saved_steps(raw, [f.NAME for f, _ in done])
+    if saved:  # the checkpoints the log says it saved (the rollback advice's)
+        ctx.metadata["checkpoints"] = saved
+        ctx.metadata["checkpoints_said"] = True  # (said by the log, not found beside it)
     return TextLog(
         frame=rows,
         families=[f.NAME for f, _ in done],
