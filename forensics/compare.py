@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.findings import Severity, onset_at, step_range
+from forensics.findings import Severity, look, onset_at, step_range
 from forensics.schema import (
     EVAL_PREFIX,
     GRAD_NORM,
@@ -68,6 +68,7 @@ LEVEL_K = 3.0
 POINT_K = 3.0
 SAME_STEP = 2  # findings of one kind at most this many steps apart are "at the same step"
 SHARED_SHOWN = 10  # shared spikes printed in the terminal; the report lists up to MAX_ROWS
+SIDE_SHOWN = 5  # findings only in one run printed a side; the report and --json list them all
 SPIKE_KINDS = ("loss_spike", "grad_norm_spike")
 SEED_KEYS = ("seed", "random_seed", "data_seed", "training.seed", "args.seed")
 
@@ -850,10 +851,21 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
                 f"@ {onset_at(f['other_step'], f['other_onset_range'])} in {escape(lab)} (the "
                 "fitted onsets' ranges meet: the logs cannot tell them apart)"
             )
-        for f in fd["only_other"][:5]:
-            console.print(
-                f"    only in {escape(lab)}: {f['what']} @ {onset_at(f['step'], f['onset_range'])}"
-            )
+        # Both sides: a finding the reference has and this run lacks is as much a difference
+        # (before, "2 only in overfitting" was counted and never named).
+        for side, name in ((fd["only_reference"], ref), (fd["only_other"], escape(lab))):
+            # (the worst first: a divergence before a dozen absorbed grad-norm outliers)
+            worst = sorted(side, key=lambda f: (-look(f["severity"]).rank, f["step"]))
+            for f in worst[:SIDE_SHOWN]:
+                console.print(
+                    f"    only in {name}, {f['severity']}: {f['what']} @ "
+                    f"{onset_at(f['step'], f['onset_range'])}"
+                )
+            if len(side) > SIDE_SHOWN:
+                console.print(
+                    f"    ... and {len(side) - SIDE_SHOWN:,} more only in {name} (the comparison "
+                    "report and --json list them all)"
+                )
     for sp in cmp.shared_spikes[:SHARED_SHOWN]:
         console.print(f"shared: {escape(sp['note'])}")
     if len(cmp.shared_spikes) > SHARED_SHOWN:
