@@ -666,7 +666,13 @@ def metrics(
     from forensics.importers.tb_histograms import STATS as HIST_STATS
     from forensics.pipeline import read_options, read_run
     from forensics.run_frame import metrics_table
-    from forensics.schema import alias_line, is_not_a_vital, module_series, nearest_canonical
+    from forensics.schema import (
+        alias_line,
+        is_clock,
+        is_not_a_vital,
+        module_series,
+        nearest_canonical,
+    )
 
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
@@ -696,14 +702,22 @@ def metrics(
         for t in unmapped
         if t not in histogram_stat and t not in module and is_not_a_vital(str(t))
     }
+    # (a clock that only grows, or an epoch's duration: offered as step_time, it would read as
+    # ever slower steps; modded-nanogpt's train_time had been offered that alias)
+    clock = {t for t in unmapped if t not in histogram_stat and is_clock(str(t))}
+    no_vital -= clock
     # A value logged once is a summary (HF's train_samples_per_second at the end), no series
     # a vital sign could be judged on.
     points = dict(table.group_by("tag").agg(pl.col("points").sum()).iter_rows())
-    once = {t for t in unmapped if points.get(t) == 1} - histogram_stat - no_vital
+    once = {t for t in unmapped if points.get(t) == 1} - histogram_stat - no_vital - clock
     near = {
         t: nearest_canonical(t)
         for t in unmapped
-        if t not in histogram_stat and t not in no_vital and t not in once and t not in module
+        if t not in histogram_stat
+        and t not in no_vital
+        and t not in once
+        and t not in module
+        and t not in clock
     }
     # A vital sign the run already reads from another tag is not offered again: that tag is
     # something else of the same name (HF's train_loss: the run's mean loss, one point).
@@ -722,6 +736,7 @@ def metrics(
                 **module,
                 **dict.fromkeys(histogram_stat, "(histogram statistic)"),
                 **dict.fromkeys(no_vital, "(not a vital sign)"),
+                **dict.fromkeys(clock, "(a clock or an epoch's time, not a step time)"),
                 **dict.fromkeys(far, "(none close)"),
             },
             default=None,

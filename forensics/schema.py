@@ -814,6 +814,20 @@ def is_not_a_vital(tag: str) -> bool:
     return bool(_NOT_A_VITAL.search(normalize_tag(_X_SUFFIX.sub("", tag))))
 
 
+# A clock that only grows (modded-nanogpt's train_time, a run's elapsed time) or an epoch's
+# duration: named like a step time, but read as one it makes every step look slower.
+_CLOCK = re.compile(
+    r"(?:^|_)(?:train|training|epoch|elapsed|total|wall|run)_?time(?:_(?:s|sec|seconds|ms))?$"
+    r"|(?:^|_)time_elapsed$"
+)
+
+
+def is_clock(tag: str) -> bool:
+    """True for a running clock or an epoch's duration (``train_time``, ``elapsed_time``,
+    ``epoch_time``): no step time, though the name is close to one."""
+    return bool(_CLOCK.search(normalize_tag(tag)))
+
+
 NEAREST_MIN = 0.6  # below this similarity no vital sign is near (see nearest_canonical)
 
 

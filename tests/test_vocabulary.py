@@ -309,3 +309,27 @@ def test_module_series_without_a_layer_number(tmp_path: Path) -> None:
 )
 def test_embedding_and_head_grad_norms(tag: str, metric: str | None) -> None:
     assert canonicalize(tag)[0] == metric
+
+
+def test_metrics_command_offers_no_step_time_alias_for_a_clock(tmp_path: Path) -> None:
+    """A clock that only grows (modded-nanogpt's train_time, a JSONL's elapsed_time) or an
+    epoch's duration is named like a step time; offered as one (`--alias train_time=
+    step_time`), every step would read slower than the one before."""
+    from forensics.schema import is_clock
+
+    for tag in ("train_time", "epoch_time", "elapsed_time", "time/elapsed", "total_time_s"):
+        assert is_clock(tag), tag
+    for tag in ("step_time", "train/step_time", "iteration-time", "train_step_timing"):
+        assert not is_clock(tag), tag
+    log = tmp_path / "run" / "metrics.jsonl"
+    log.parent.mkdir()
+    log.write_text(
+        "".join(
+            json.dumps({"step": s, "loss": 3.0 - s / 1000, "train_time": 0.2 * s}) + "\n"
+            for s in range(1, 200)
+        )
+    )
+    res = runner.invoke(app, ["metrics", str(log)], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.stdout.splitlines() if " train_time " in ln)
+    assert "(a clock or an epoch's time, not a step time)" in line and "--alias" not in line
