@@ -394,7 +394,7 @@ def test_compare_puts_the_runs_of_one_exported_file_side_by_side(
     res = runner.invoke(app, ["compare", str(csv_file), "--no-report"])
     assert res.exit_code == 0, res.output
     assert "calm-sea-2 vs brisk-pond-1" in res.output
-    assert "only in calm-sea-2: loss_spike @ 3,000" in res.output
+    assert "only in calm-sea-2, info: loss_spike @ 3,000" in res.output
     one = runner.invoke(app, ["compare", str(SAMPLES / "healthy"), "--no-report"])
     assert one.exit_code == 2 and "compare needs at least two runs" in one.output
     # analyze no longer asks to point at one of the runs inside the file
@@ -514,7 +514,10 @@ def test_fitted_onsets_whose_ranges_meet_are_one_finding_in_both(tmp_path: Path)
     ), text
     assert "1 in both at the same step (1 of them by their fitted onsets' ranges)" in text
     lo_c, hi_c = fc.onset_range
-    assert f"only in c: memory_growth @ {fc.start_step:,} (anywhere in {lo_c:,}-{hi_c:,})" in text
+    assert (
+        f"only in c, warning: memory_growth @ {fc.start_step:,} (anywhere in {lo_c:,}-{hi_c:,})"
+        in text
+    )
     # The comparison page says the same.
     from forensics.report.compare_page import render_compare_html
 

@@ -52,7 +52,7 @@ def test_outliers_in_other_layers_are_not_matched(tmp_path: Path) -> None:
 
     out = CliRunner().invoke(app, ["compare", str(a), str(b), "-o", str(tmp_path / "c.html")])
     assert out.exit_code == 0, out.output
-    assert "only in b: activation_outlier (act_absmax, layer 3) @ 600" in out.output
+    assert "only in b, warning: activation_outlier (act_absmax, layer 3) @ 600" in out.output
     page = (tmp_path / "c.html").read_text()
     assert "<b>activation_outlier (act_absmax, layer 0)</b> at step 600" in page
 
