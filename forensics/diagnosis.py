@@ -216,8 +216,15 @@ class Diagnosis:
         )
 
     def x_unit_note(self) -> str | None:
-        """A sentence where the log counts epochs, not optimizer steps: every "step" the
-        findings name is an epoch, and the windows set in steps count epochs (None else)."""
+        """A sentence where the log counts epochs or its points, not optimizer steps: every
+        "step" the findings name is an epoch (a point), and the windows set in steps count
+        those (None else)."""
+        if self.run.x_unit == "point":
+            return (
+                "This log prints no step: its points are numbered in the order logged, every "
+                '"step" below is the n-th point, and the windows set in steps (the 500-step '
+                "baseline, the 100-300 steps of a spike's recovery) count points here."
+            )
         if self.run.x_unit != "epoch":
             return None
         return (

@@ -373,7 +373,9 @@ class Run:
     def x_unit(self) -> str:
         """``epoch`` when the training loss is logged once an epoch against the epoch's index
         (Keras' ``epoch_*`` tags, a Lightning CSV without a step column: x kind ``epoch``,
-        consecutive steps), else ``step``: what the log's "steps" count, for the reader."""
+        consecutive steps), ``point`` when the log prints no step and its points are numbered
+        in order (x kind ``points``), else ``step``: what the log's "steps" count, for the
+        reader."""
         key = id(self.frame)
         if self._unit is None or self._unit[0] != key:
             rows = self.frame.filter(pl.col("metric") == "loss").select("x_kind", "step")
@@ -382,6 +384,10 @@ class Run:
                 steps = rows.get_column("step").unique().sort()
                 if steps.len() < 2 or (steps.diff().drop_nulls() == 1).all():
                     unit = "epoch"
+            elif rows.height and (rows.get_column("x_kind") == "points").all():
+                # (a log that prints no step: its points numbered in order, HF's stdout
+                # without progress bars, a W&B chart export without a step column)
+                unit = "point"
             self._unit = (key, unit)
         return self._unit[1]
 

@@ -43,6 +43,7 @@ from forensics.importers.text import (
     deepspeed,
     fairseq,
     generic,
+    hf_stdout,
     layout,
     llmc,
     megatron,
@@ -82,6 +83,7 @@ FAMILIES: list[ModuleType] = [
     composer,
     mlperf,
     olmo,
+    hf_stdout,
     step_lines,
     deepspeed,
 ]
