@@ -36,7 +36,9 @@ def test_each_trainers_save_line() -> None:
             b"'/ckpt/epoch=0-step=3500.ckpt' as top 1\n"
         ),
     }
+    lines["hf_stdout"] = lines["generic"]
     expect = {"megatron": [500, 1000], "deepspeed": [1500], "llmc": [2000, 2500]}
+    expect["hf_stdout"] = [3000]
     expect["generic"] = [3000, 3500]
     for family, text in lines.items():
         assert saved_steps(text, [family]) == expect[family], family

@@ -89,3 +89,26 @@ def test_a_dict_after_the_last_bar_is_counted_not_guessed(tmp_path: Path) -> Non
     assert "cut.log: 1 log line(s) printed after the last progress bar left out" in " ".join(
         run.notes
     )
+
+
+def test_at_info_verbosity_the_saves_are_read() -> None:
+    """With TRANSFORMERS_VERBOSITY=info the Trainer says where it saved: the rollback's
+    checkpoints, from the log."""
+    from forensics.evidence import Evidence
+
+    run = read_run(DATA / "info.log")
+    assert run.metadata["checkpoints"] == [50, 100, 150, 200]
+    assert Evidence(run).checkpoints.where() == "checkpoints the log says it saved"
+    assert sorted(_series(run, "loss")) == list(range(10, 201, 10))
+
+
+def test_dicts_with_their_own_step_keep_it(tmp_path: Path) -> None:
+    """A script printing the same shape with a step key: that step is the x, not a series."""
+    log = tmp_path / "own.log"
+    log.write_text(
+        "".join(f"{{'loss': {3.0 - s / 1000:.4f}, 'step': {s}}}\n" for s in range(5, 505, 5))
+    )
+    run = read_run(log)
+    assert run.x_unit == "step"
+    assert sorted(_series(run, "loss")) == list(range(5, 505, 5))
+    assert "step" not in run.frame["tag"].cast(pl.Utf8).to_list()

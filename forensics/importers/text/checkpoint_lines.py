@@ -33,6 +33,7 @@ _PHRASES = {
         (b"Writing model to ", rb"\S*?model_(\d+)\.bin"),
         (b"Writing state to ", rb"\S*?state_(\d+)_\d+\.bin"),
     ),
+    "hf_stdout": ((b"Saving model checkpoint to ", rb"\S*?checkpoint-(\d+)"),),
     "generic": (
         (b"Saving model checkpoint to ", rb"\S*?checkpoint-(\d+)"),
         (b"saving model to ", rb"'?\S*?step=(\d+)[^/\s]*\.ckpt"),

@@ -29,6 +29,7 @@ _DICT = r"^\{'(?:loss|eval_\w+)': "
 _PAIR = r"'(?P<key>[A-Za-z_][\w/.\-]*)': '?(?P<val>" + NUM + r")'?(?:,|\}|$)"
 # A progress bar with no description (the Trainer's own; "Writing model shards: 100%|...| 1/1"
 # is another): its count and total, " 8%|▊         | 5/60 [".
+_OWN_STEP = r"'(?:global_)?step': '?(\d+)'?(?:,|\})"
 _BAR = r"^\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \["
 
 
@@ -51,7 +52,12 @@ def parse(ctx: Ctx) -> pl.DataFrame:
     )
     first = dicts.filter(line.str.starts_with("{'loss': ")).get_column("ln").first()
     after = bars.filter(pl.col("ln") > (first if first is not None else -1))
-    if after.is_empty():
+    own = line.str.extract(_OWN_STEP, 1).cast(pl.Int64, strict=False)
+    if dicts.select(own.is_not_null().all()).item():
+        # Dicts that carry their own step (a script printing the same shape with a "step"
+        # key): that step, not the bar's.
+        steps = dicts.with_columns(own.alias("step"))
+    elif after.is_empty():
         # No progress bar: the dicts in the order printed (evaluations take the training
         # point before them).
         ctx.x_kind = "points"
@@ -74,5 +80,5 @@ def parse(ctx: Ctx) -> pl.DataFrame:
                 "(no bar after them gives their step)"
             )
             steps = steps.filter(pl.col("step").is_not_null())
-    rows = kv_rows(steps, "line", _PAIR)
+    rows = kv_rows(steps, "line", _PAIR).filter(~pl.col("tag").is_in(["step", "global_step"]))
     return conform_rows(rows) if not rows.is_empty() else empty_rows()
