@@ -40,6 +40,9 @@ def test_the_progress_bar_gives_each_dict_its_step() -> None:
     # The end-of-training summary is no point of the curves (train_loss: the run's mean).
     tags = run.frame["tag"].cast(pl.Utf8).to_list()
     assert "train_loss" not in tags and "train_runtime" not in tags
+    assert "bars.log: HF Trainer's stdout gives its values to 4 significant digits" in " ".join(
+        run.notes
+    )
 
 
 def test_without_progress_bars_the_dicts_are_numbered_in_order() -> None:

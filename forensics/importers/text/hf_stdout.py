@@ -80,5 +80,11 @@ def parse(ctx: Ctx) -> pl.DataFrame:
                 "(no bar after them gives their step)"
             )
             steps = steps.filter(pl.col("step").is_not_null())
+    if dicts.select(line.str.starts_with("{'loss': '").any()).item():
+        # (transformers 5 prints each value to 4 significant digits, as strings)
+        ctx.notes.append(
+            f"{ctx.name}: HF Trainer's stdout gives its values to 4 significant digits "
+            "(trainer_state.json in the output folder keeps them whole)"
+        )
     rows = kv_rows(steps, "line", _PAIR).filter(~pl.col("tag").is_in(["step", "global_step"]))
     return conform_rows(rows) if not rows.is_empty() else empty_rows()
