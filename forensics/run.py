@@ -384,7 +384,11 @@ class Run:
                 steps = rows.get_column("step").unique().sort()
                 if steps.len() < 2 or (steps.diff().drop_nulls() == 1).all():
                     unit = "epoch"
-            elif rows.height and (rows.get_column("x_kind") == "points").all():
+            elif (
+                (rows if rows.height else self.frame)
+                .select(pl.len().gt(0) & (pl.col("x_kind") == "points").all())
+                .item()
+            ):
                 # (a log that prints no step: its points numbered in order, HF's stdout
                 # without progress bars, a W&B chart export without a step column)
                 unit = "point"

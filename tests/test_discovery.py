@@ -181,7 +181,8 @@ def test_every_error_is_a_forensics_error(tmp_path: Path) -> None:
         "junk.bin": os.urandom(2000),
         "events.out.tfevents.1.host": os.urandom(2000),
         "trainer_state.json": b"{",
-        "m.jsonl": b'{"loss": 1}\n{"loss": 2}\n',
+        # (a JSONL with no number at all: a loss log without steps is read, as points)
+        "m.jsonl": b'{"note": "a"}\n{"note": "b"}\n',
     }
     for name, content in cases.items():
         d = tmp_path / name.replace(".", "_")

@@ -264,11 +264,17 @@ def test_cut_off_last_line_is_truncation(tmp_path: Path) -> None:
     assert [f.kind for f in run.import_findings] == [FindingKind.TRUNCATED_LOG]
 
 
-def test_no_step_anywhere_is_an_error(tmp_path: Path) -> None:
-    """Objects without any step key: a one-line error, not invented steps."""
-    p = _write(tmp_path / "m.jsonl", [{"loss": 1.0}, {"loss": 0.9}])
-    with pytest.raises(UnreadableInputError, match="no metric with a step"):
-        read_run(p)
+def test_no_step_anywhere_numbers_the_lines_as_points(tmp_path: Path) -> None:
+    """Objects without any step key (a quick script's {"loss": 2.31} per line): the lines
+    numbered in the order written, as points, and said so (x_unit "point", a note); not
+    steps. (It had been a one-line error: no run at all for a plain loss log.)"""
+    p = _write(tmp_path / "m.jsonl", [{"loss": 1.0}, {"note": "x"}, {"loss": 0.9}])
+    run = read_run(p)
+    assert run.x_unit == "point"
+    loss = run.series("loss")
+    assert loss.get_column("step").to_list() == [1, 2]  # (the line without a number is none)
+    assert loss.get_column("value").to_list() == [1.0, 0.9]
+    assert any("no line names a step" in n and "as points" in n for n in run.notes)
 
 
 def test_pretty_printed_json_is_not_jsonl(tmp_path: Path) -> None:

@@ -502,6 +502,8 @@ def merge_job(
     run.name = str(run.metadata.pop("run_name", None) or run.name)
     # Counted, not filtered: a filter of every row with a step would copy the whole frame.
     n_stepless = run.frame.get_column("step").null_count()
+    if n_stepless and n_stepless == run.frame.height and _numbered_in_order(run):
+        n_stepless = 0
     if n_stepless:
         stepless = run.frame.filter(pl.col("step").is_null())
         # Values logged without any step (an epoch summary line, a step too large to hold)
@@ -526,6 +528,25 @@ def merge_job(
         if present:
             run.note(text)
     return run
+
+
+def _numbered_in_order(run: Run) -> bool:
+    """A JSONL log none of whose lines names a step (a quick script's ``{"loss": 2.31}`` per
+    line): its lines numbered in the order written (x kind ``points``, said as such), rather
+    than no run at all. Only when no row of the run has a step: points beside steps would put
+    an unplaced series on a scale it does not share. True when the rows were numbered."""
+    if run.format != "jsonl" or not run.frame.height:
+        return False
+    order = pl.struct("file_idx", "record_idx").rank("dense").cast(pl.Int64)
+    run.frame = run.frame.with_columns(
+        order.alias("step"), pl.lit("points").cast(run.frame.schema["x_kind"]).alias("x_kind")
+    )
+    files = ", ".join(sorted({str(f) for f in run.frame.get_column("file").unique().to_list()}))
+    run.note(
+        f"{files}: no line names a step (step, global_step, iteration, iter ...); the lines are "
+        "numbered in the order written, as points"
+    )
+    return True
 
 
 def _files(s: Source) -> str:
