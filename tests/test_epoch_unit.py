@@ -47,6 +47,11 @@ def test_keras_epoch_log_counts_epochs(tmp_path: Path) -> None:
     assert d.to_document()["run"]["x_unit"] == "epoch"
     html = render_html(d, plotlyjs="cdn")
     assert "epochs 0-39" in html and "This log counts epochs" in html
+    # The charts' x axis counts what the log counts.
+    from forensics.report.charts import build_panels
+
+    panels = build_panels(d.evidence, d.findings)
+    assert {p.figure["layout"]["xaxis"]["title"]["text"] for p in panels} == {"epoch"}
 
 
 def test_step_logs_keep_steps(tmp_path: Path) -> None:

@@ -58,6 +58,10 @@ def test_without_progress_bars_the_dicts_are_numbered_in_order() -> None:
     assert sorted(val) == [5, 10, 15, 20]
     diag = analyze(DATA / "plain.log")
     assert diag.x_unit_note() is not None and "prints no step" in diag.x_unit_note()
+    from forensics.report.charts import build_panels
+
+    panels = build_panels(diag.evidence, diag.findings)
+    assert {p.figure["layout"]["xaxis"]["title"]["text"] for p in panels} == {"point"}
 
 
 def test_transformers_4_prints_numbers(tmp_path: Path) -> None:

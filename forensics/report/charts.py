@@ -1203,9 +1203,13 @@ def build_panels(
         else:
             mark_findings(first.figure, rest)
         first.findings = first.findings + rest
+    unit = ev.run.x_unit  # (what the x axis counts: "epoch" or "point" where not steps)
     for p in panels:
         _span_the_run(p.figure, ev.run.first_step, ev.run.last_step)
         _clip_shading(p.figure, ev.run.last_step)
+        axis = p.figure.get("layout", {}).get("xaxis", {}).get("title", {})
+        if unit != "step" and axis.get("text") == "step":
+            axis["text"] = unit
     return panels
 
 
