@@ -58,3 +58,19 @@ def test_many_input_notes_are_cut_with_a_count() -> None:
     lines = read_note_lines(notes)
     assert lines[:MAX_READ_NOTES] == [f"Input: note {i}" for i in range(MAX_READ_NOTES)]
     assert lines[-1] == "... and 2 more note(s) on the input in the report."
+
+
+def test_which_trainers_lines_were_read_is_run_metadata_not_a_note() -> None:
+    """ "read as megatron text log" left nothing out: it is the run section's `text_log`, not
+    an Input line under every text log's verdict."""
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "sample_runs" / "loss_scale_collapse"
+    res = runner.invoke(app, ["analyze", str(sample), "--no-report"])
+    assert res.exit_code == 0, res.output
+    assert "read as" not in res.stdout
+    from forensics.importers import read_run
+
+    run = read_run(sample)
+    assert run.metadata["text_log"] == "megatron"
+    assert not any("read as" in n for n in run.notes)

@@ -197,9 +197,12 @@ def _metadata(
     if not redact:
         meta.insert(0, ("path", str(run.path)))
     for key, value in _flatten(run.metadata):
+        if key == "checkpoints_said":
+            continue  # (said beside the checkpoints' steps)
         if key == "checkpoints" and isinstance(value, list):
+            said = " (as the log says)" if run.metadata.get("checkpoints_said") else ""
             value = (
-                f"{len(value)} saved: "
+                f"{len(value)} saved{said}: "
                 + ", ".join(f"{int(s):,}" for s in sorted(value)[:10])
                 + (" …" if len(value) > 10 else "")
             )

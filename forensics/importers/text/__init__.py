@@ -461,8 +461,11 @@ class TextLogsImporter:
             notes.append(elapsed_note)
         if not quiet and (shared := interleaved_note(frame, name)) is not None:
             notes.append(shared)
+        metadata = dict(log.metadata)
         if log.families:
-            notes.append(f"{name}: read as {' + '.join(log.families)} text log")
+            # Which trainer's lines were read: a fact about the log for the report's run
+            # section (not a data-quality note: nothing was left out).
+            metadata["text_log"] = " + ".join(log.families)
         if frame.is_empty():
             notes.append(f"{name}: no metric line found")
         findings = restart_findings(frame) + log.findings
@@ -471,7 +474,7 @@ class TextLogsImporter:
             notes=notes,
             findings=findings,
             config=log.config,
-            metadata=log.metadata,
+            metadata=metadata,
         )
 
 
