@@ -704,7 +704,7 @@ def metrics(
     }
     # (a clock that only grows, or an epoch's duration: offered as step_time, it would read as
     # ever slower steps; modded-nanogpt's train_time had been offered that alias)
-    clock = {t for t in unmapped if t not in histogram_stat | no_vital and is_clock(str(t))}
+    clock = {t for t in set(unmapped) - histogram_stat - no_vital if is_clock(str(t))}
     # A value logged once is a summary (HF's train_samples_per_second at the end), no series
     # a vital sign could be judged on.
     points = dict(table.group_by("tag").agg(pl.col("points").sum()).iter_rows())

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from forensics.evidence.trend_utils import num
 from forensics.schema import VAL_LOSS
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ class MeasuredBest:
         2.839 at step 200, the last one at or before step 360)``."""
         return (
             "the lowest validation loss of the checkpoints with an eval at their step "
-            f"({_g(self.value)}; {_g(self.before_value)} at step {self.before_step:,}, the last "
+            f"({num(self.value)}; {num(self.before_value)} at step {self.before_step:,}, the last "
             f"one at or before step {best_val_step:,})"
         )
 
@@ -137,12 +138,6 @@ def measured_best(
     if at[best] >= at[before]:
         return None
     return MeasuredBest(best, at[best], before, at[before])
-
-
-def _g(x: float) -> str:
-    from forensics.evidence.trend_utils import num
-
-    return num(x)
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

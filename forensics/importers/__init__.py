@@ -542,8 +542,10 @@ def _numbered_in_order(run: Run) -> bool:
         order.alias("step"), pl.lit("points").cast(run.frame.schema["x_kind"]).alias("x_kind")
     )
     files = ", ".join(sorted({str(f) for f in run.frame.get_column("file").unique().to_list()}))
+    from forensics.importers.jsonl import STEP_KEYS
+
     run.note(
-        f"{files}: no line names a step (step, global_step, iteration, iter ...); the lines are "
+        f"{files}: no line names a step ({', '.join(STEP_KEYS[:4])} ...); the lines are "
         "numbered in the order written, as points"
     )
     return True

@@ -50,8 +50,9 @@ def saved_steps(raw: Text, families: list[str]) -> list[int]:
     """The steps of the checkpoints the log says were saved (sorted, each once), by the
     phrases of the log's ``families``."""
     steps: set[int] = set()
-    searched = dict.fromkeys(s for f in families for s in _SAVES.get(f, ()))
-    for phrase, pattern in searched:
+    # (each phrase once: HF's save line is both the hf_stdout family's and the generic one's)
+    searched = {phrase: pattern for f in families for phrase, pattern in _SAVES.get(f, ())}
+    for phrase, pattern in searched.items():
         at = raw.find(phrase)
         while at >= 0 and len(steps) < _MOST:
             end = raw.find(b"\n", at)  # (every pattern begins with its phrase)
