@@ -251,6 +251,12 @@ def forensics_alarms(run: Any) -> tuple[list[Alarm], list[Alarm]]:
 
     diag = analyze_run(run, Config())
     every = [Alarm({f.kind.value}, f.start_step, f.severity.value) for f in diag.findings]
+    # (the absorbed outliers' note: each outlier is a grad-norm spike found at its step)
+    every += [
+        Alarm({"grad_norm_spike"}, s, f.severity.value)
+        for f in diag.findings
+        for s in f.events_at or ()
+    ]
     loud = [a for a in every if a.label != "info"]
     return every, loud
 

@@ -170,6 +170,10 @@ for _k in FindingKind:
         _t.append("loss_scale_overflow")
     if _k in _SPIKY or _k is FindingKind.PERIODIC_SPIKES:
         _t += ["bad_batch", "shared_data"]
+    if _k is FindingKind.GRAD_NORM_OUTLIERS:
+        # (absorbed batches: the loss did not move and no overflow or schedule event was at
+        # them, so only a comparison with other seeds can say more)
+        _t.append("shared_data")
     if _k in _BLOWUP:
         _t += ["activations", "grad_norm_climb"]
     if _k is FindingKind.EVAL_REGRESSION:
@@ -1574,6 +1578,9 @@ _ARTICLE: dict[FindingKind, list[tuple[str | None, Cause]]] = {}
 # Why an article cause stays untested, where "no series in the log shows this" would read as
 # doubting the finding itself: a restart is in the log; what stopped the job is not.
 _UNTESTED_WHY: dict[FindingKind, str] = {
+    FindingKind.GRAD_NORM_OUTLIERS: (
+        "the log holds no batch contents: match the highest outliers' steps to the data"
+    ),
     FindingKind.RESTART: (
         "the log shows that the job started again, not what stopped it: a crash, a preemption "
         "and a manual restart leave the same records"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.evidence import Evidence
-from forensics.findings import Severity, look, onset_at, step_range
+from forensics.findings import Finding, FindingKind, Severity, look, onset_at, step_range
 from forensics.schema import (
     EVAL_PREFIX,
     GRAD_NORM,
@@ -491,6 +491,17 @@ def _batch_size(cfg: dict[str, Any]) -> int | None:
     return None
 
 
+def _spike_steps(findings: list[Finding]) -> list[tuple[str, int]]:
+    """(kind, step) of each spike of a run, in step order: a spike finding's onset, and
+    each event of an absorbed-outliers note (one batch each, the same kind of evidence for
+    a shared data order as a grad-norm spike finding)."""
+    out = [(f.kind.value, f.start_step) for f in findings if f.kind.value in SPIKE_KINDS]
+    for f in findings:
+        if f.kind is FindingKind.GRAD_NORM_OUTLIERS and f.events_at:
+            out += [("grad_norm_spike", s) for s in f.events_at]
+    return sorted(out, key=lambda t: t[1])
+
+
 def shared_spikes(diags: list[Diagnosis], labels: list[str]) -> list[dict[str, Any]]:
     """Spikes (loss or grad norm) at the same step in two or more runs. When the runs' seeds
     differ (or are not logged), the common cause is the data order: the batch at that step."""
@@ -500,18 +511,15 @@ def shared_spikes(diags: list[Diagnosis], labels: list[str]) -> list[dict[str, A
     # thousands of spikes: a scan of every group per finding took seconds).
     at: dict[tuple[str, int], list[int]] = {}
     for i, d in enumerate(diags):
-        for f in d.findings:
-            kind = f.kind.value
-            if kind not in SPIKE_KINDS:
-                continue
+        for kind, step in _spike_steps(d.findings):
             near = [
                 j
-                for s in range(f.start_step - SAME_STEP, f.start_step + SAME_STEP + 1)
+                for s in range(step - SAME_STEP, step + SAME_STEP + 1)
                 for j in at.get((kind, s), ())
             ]
             if not near:
-                at.setdefault((kind, f.start_step), []).append(len(groups))
-                groups.append({"kind": kind, "step": f.start_step, "runs": [i]})
+                at.setdefault((kind, step), []).append(len(groups))
+                groups.append({"kind": kind, "step": step, "runs": [i]})
                 continue
             g = groups[min(near)]
             if i not in g["runs"]:

@@ -84,6 +84,7 @@ class FindingKind(StrEnum):
 
     LOSS_SPIKE = "loss_spike"
     GRAD_NORM_SPIKE = "grad_norm_spike"
+    GRAD_NORM_OUTLIERS = "grad_norm_outliers"
     PERIODIC_SPIKES = "periodic_spikes"
     DIVERGENCE = "divergence"
     LOSS_CLIMB = "loss_climb"
@@ -196,6 +197,10 @@ class Finding:
     # well, at least a bin either side); None when start_step is the logged step where the
     # change shows.
     onset_range: tuple[int, int] | None = None
+    # A finding that stands for many like events (grad_norm_outliers: every absorbed
+    # single-batch outlier of a run, one note instead of thousands): the step of each, in
+    # order. None for a finding of one event, whose steps are start_step .. end_step.
+    events_at: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         # Coerce here so every producer gets JSON-safe measures and plain ints for free.
@@ -217,6 +222,8 @@ class Finding:
             # A range of the onset step alone is an exact onset (a bend fitted at the first
             # point after the warm-up read "anywhere in 32-32").
             object.__setattr__(self, "onset_range", None if lo == hi else (lo, hi))
+        if self.events_at is not None:
+            object.__setattr__(self, "events_at", tuple(int(v) for v in self.events_at))
 
     @property
     def onset_bounds(self) -> tuple[int, int]:
@@ -236,6 +243,7 @@ class Finding:
             "peak_step": self.peak_step,
             "end_step": self.end_step,
             "onset_range": list(self.onset_range) if self.onset_range is not None else None,
+            "events_at": list(self.events_at) if self.events_at is not None else None,
             "measures": dict(self.measures),
             "judged_against": dict(self.judged_against),
             "summary": self.summary,

@@ -342,6 +342,27 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             null=True,
         ),
     ),
+    "grad_norm_outliers": (
+        _m(
+            "count",
+            int,
+            "grad-norm spikes back within `transient_steps` with the loss unmoved and no "
+            "overflow or schedule event at them (each one's step in `events_at`)",
+            required=True,
+        ),
+        _m(
+            "per_1k_steps",
+            float,
+            "count per 1,000 steps of the grad norm's logged span (null: a span of one step)",
+            null=True,
+        ),
+        _m("highest_ratio", float, "the highest peak / its local baseline among them"),
+        _m("highest_step", int, "the step of that peak"),
+        _m("highest_value", float, "the grad norm at that peak"),
+        _m("highest_baseline", float, "its local baseline"),
+        _m("median_ratio", float, "the median of their peak / local baseline ratios"),
+        _m("longest_recovery_steps", int, "the most steps one took to come back"),
+    ),
     "periodic_spikes": (
         _m("period_steps", float, "median interval between the periodic spikes"),
         _m("count", int, "spikes in the pattern"),

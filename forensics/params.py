@@ -49,6 +49,8 @@ class SpikesParams:
     transient_steps: int = 20
     lead_window: int = 100
     schedule_lag: int = 50
+    # "info": the grad-norm outliers the optimizer absorbed are one grad_norm_outliers note;
+    # "warning": each is a grad_norm_spike finding to act on
     absorbed_gn_severity: str = "info"
 
 

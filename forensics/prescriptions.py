@@ -449,6 +449,22 @@ TABLE: dict[FindingKind, Prescription] = {
             "the step if they turn.",
         },
     ),
+    FindingKind.GRAD_NORM_OUTLIERS: Prescription(
+        FindingKind.GRAD_NORM_OUTLIERS,
+        "Single-batch gradient-norm outliers, each back at once with the loss unmoved.",
+        ("Unusual batches (outlier samples, extreme length mixes) the optimizer absorbed.",),
+        "No action: a long run has such batches and the optimizer absorbed these. If they "
+        "grow more frequent or higher, match their steps to the batches and fix the sampler "
+        "or the data.",
+        (
+            _c(
+                "data",
+                "Match the highest outliers' steps to batch contents: extreme length mixes, "
+                "noisy samples.",
+            ),
+            _c("optimizer", "Check the clip threshold relative to the baseline gradient norm."),
+        ),
+    ),
     FindingKind.PERIODIC_SPIKES: Prescription(
         FindingKind.PERIODIC_SPIKES,
         "Loss spikes recur at a regular interval.",

@@ -127,8 +127,8 @@ def read_note_lines(notes: list[str]) -> list[str]:
 
 
 def hidden_notes_line(hidden: list[Finding]) -> str:
-    """``4,810 more informational note(s) in the report: 4,807 grad_norm_spike,
-    3 loss_spike.`` (kinds by count, most first; past three, "and N of K other kinds")."""
+    """``5 more informational note(s) in the report: 4 loss_spike, 1 grad_norm_outliers.``
+    (kinds by count, most first; past three, "and N of K other kinds")."""
     counts = Counter(f.kind.value for f in hidden).most_common()
     parts = [f"{n:,} {kind}" for kind, n in counts[:3]]
     if len(counts) > 3:

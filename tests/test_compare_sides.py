@@ -33,6 +33,6 @@ def test_both_sides_are_named() -> None:
 
 def test_worst_first_and_the_rest_counted() -> None:
     lines = _lines("healthy", "divergence")
-    assert lines[0] == "only in healthy, info: grad_norm_spike @ 71"
+    assert lines[0] == "only in healthy, info: grad_norm_outliers @ 71"
     assert lines[1] == "only in divergence, fatal: divergence @ 446"
     assert lines[-1].startswith("... and 20 more only in divergence")

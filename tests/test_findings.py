@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KINDS = {
     "loss_spike",
     "grad_norm_spike",
+    "grad_norm_outliers",
     "periodic_spikes",
     "divergence",
     "loss_climb",
@@ -117,6 +118,7 @@ def test_document_key_order(findings_schema: dict) -> None:
         "peak_step",
         "end_step",
         "onset_range",
+        "events_at",
         "measures",
         "judged_against",
         "summary",

@@ -83,7 +83,9 @@ def test_pairing_by_binary_search_equals_the_plain_scan(
         gn = [d["measures"] for d in fast if d["kind"] == "grad_norm_spike"]
         assert any(m["leads_loss_by_steps"] for m in gn)  # paired in the first pass
         assert any(m["loss_response"] and not m["leads_loss_by_steps"] for m in gn)
-        assert not all(m["loss_response"] for m in gn)
+        # (unpaired: the outliers the optimizer absorbed, one note, and any that stayed up)
+        (notes,) = [d for d in fast if d["kind"] == "grad_norm_outliers"]
+        assert notes["measures"]["count"] + sum(not m["loss_response"] for m in gn) > 5
 
 
 def test_starts_within_keeps_the_given_order() -> None:

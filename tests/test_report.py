@@ -742,23 +742,29 @@ def test_counts_over_a_thousand_have_separators() -> None:
     gn = gn.copy()
     gn[500::50] *= 3.0  # 1,270 one-step grad-norm spikes the optimizer absorbs
     diag = analyze_run(run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)})))
-    n_info = sum(f.severity == "info" for f in diag.findings)
-    assert n_info > 1000
+    # (one note for all of them now: the count is in its sentence)
+    (notes,) = [f for f in diag.findings if f.kind.value == "grad_norm_outliers"]
+    n = notes.measures["count"]
+    assert isinstance(n, int) and n > 1000
     out = io.StringIO()
     print_summary(diag, console=Console(file=out, width=400))
     text = out.getvalue()
-    assert re.search(r"\b\d,\d{3} more informational note\(s\)", text), text
-    assert not re.search(r"\b\d{4,} more", text)
+    assert f" {n:,} grad-norm outliers from step 500 " in text, text
+    # (the periodic finding of the same spikes said "(1270 from step 500 to 63,950)")
+    assert "(1,270 from step 500 to 63,950)" in text, text
+    assert not re.search(r"\b\d{4,} (?:more|grad-norm|from)", text)
     page = render_html(diag, plotlyjs="cdn")
-    assert f"{n_info:,} note(s)" in page
-    assert not re.search(r"\b\d{4,} (?:note|more|finding|further|spike)", page)
+    assert f"{n:,} grad-norm outliers" in page
+    assert not re.search(r"\b\d{4,} (?:note|more|finding|further|spike|grad-norm|from)", page)
 
 
 def test_a_flood_of_one_note_does_not_hide_the_rarer_ones() -> None:
     """The 1M-step benchmark run's three loss spikes (steps 223,870 onwards) were past the
     report's cards and table, behind 4,812 absorbed grad-norm spikes in step order: only the
-    JSON had them. Notes about the loss come first, then rarer kinds before frequent ones."""
-    from forensics.findings import notes_in_reading_order
+    JSON had them. Those spikes are one note now, beside the loss spike's card; and where
+    notes still come in numbers, notes about the loss come first, then rarer kinds before
+    frequent ones."""
+    from forensics.findings import Finding, FindingKind, notes_in_reading_order
     from forensics.pipeline import analyze_run
     from forensics.report.render import FULL_FINDINGS
 
@@ -769,17 +775,27 @@ def test_a_flood_of_one_note_does_not_hide_the_rarer_ones() -> None:
     loss[60_000:60_003] *= (1.8, 1.4, 1.1)  # a loss spike near the end
     diag = analyze_run(run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)})))
     notes = notes_in_reading_order(diag.findings)
-    kinds = [f.kind.value for f in notes]
-    assert kinds[0] == "loss_spike" and notes[0].start_step == 60_000
-    assert kinds.count("grad_norm_spike") > 1000
-    # Within a kind, step order.
-    g = [f.start_step for f in notes if f.kind.value == "grad_norm_spike"]
-    assert g == sorted(g)
+    assert [(f.kind.value, f.start_step) for f in notes] == [
+        ("loss_spike", 60_000),
+        ("grad_norm_outliers", 500),
+    ]
+    assert notes[1].measures["count"] > 1000  # type: ignore[operator]
     page = render_html(diag, plotlyjs="cdn")
     findings = page[page.index('id="findings"') : page.index('id="investigation"')]
-    cards = findings[: findings.index("more finding(s)")]
-    assert "Loss spike at step 60,000" in cards
-    assert FULL_FINDINGS < len(notes)
+    assert "Loss spike at step 60,000" in findings and "more finding(s)" not in findings
+    assert "Absorbed gradient-norm outliers" in findings
+
+    # A flood of one kind of note, made by hand: the loss's and the rarer notes first.
+    many = [
+        Finding(FindingKind.ACTIVATION_OUTLIER, "info", "act_absmax", 100 + i, "a")
+        for i in range(1_200)
+    ]
+    few = [Finding(FindingKind.PLATEAU, "info", "loss", 50, "p")] * 2
+    loss_note = Finding(FindingKind.LOSS_SPIKE, "info", "loss", 60_000, "l")
+    ordered = notes_in_reading_order([*many, loss_note, *few])
+    assert ordered[0] is loss_note and ordered[1:3] == few
+    g = [f.start_step for f in ordered[3:]]
+    assert g == sorted(g) and len(g) == 1_200 > FULL_FINDINGS
 
 
 def test_the_hidden_notes_line_says_what_kinds_they_are() -> None:
@@ -797,12 +813,14 @@ def test_the_hidden_notes_line_says_what_kinds_they_are() -> None:
     _, gn = healthy_grad_norm(64_000)
     loss, gn = loss.copy(), gn.copy()
     gn[500::50] *= 3.0
-    for at in (20_000, 40_000, 60_000):  # three loss spikes: one shown, two behind the line
+    # eight loss spikes at uneven steps, off the grad-norm spikes' grid: four shown under
+    # the periodic spikes' warning, four behind the line with the grad-norm outliers' note
+    for at in (9_013, 17_521, 23_007, 31_033, 38_511, 47_029, 52_017, 60_041):
         loss[at : at + 3] *= (1.8, 1.4, 1.1)
     diag = analyze_run(run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (s, gn)})))
     notes = [f for f in diag.findings if f.severity == "info"]
     by_kind = {k: sum(f.kind.value == k for f in notes) for k in {f.kind.value for f in notes}}
-    assert by_kind.get("loss_spike") == 3 and by_kind["grad_norm_spike"] > 1000
+    assert by_kind == {"loss_spike": 8, "grad_norm_outliers": 1}, by_kind
     out = io.StringIO()
     print_summary(diag, console=Console(file=out, width=400))
     text = out.getvalue()
@@ -814,7 +832,8 @@ def test_the_hidden_notes_line_says_what_kinds_they_are() -> None:
     for kind, n in hidden.items():
         assert f"{n:,} {kind}" in line, (kind, n, line)
     # Most frequent first.
-    assert line.index("grad_norm_spike") < line.index("loss_spike"), line
+    assert hidden == {"loss_spike": 4, "grad_norm_outliers": 1}, hidden
+    assert line.index("loss_spike") < line.index("grad_norm_outliers"), line
 
 
 def test_a_log_without_a_training_loss_says_the_light_covers_only_what_was_logged(

@@ -22,9 +22,16 @@ from forensics.pipeline import analyze_run, read_run
 BIGSCIENCE_OFF = ("bigscience-megatron-experiments", "meg_ds_3d_gpt2_perf_n16-ds-off.out")
 
 
+# Absorbed grad-norm outliers as findings of their own, each with its tested causes (as
+# notes they are one grad_norm_outliers finding, whose sentence names no schedule event).
+EACH = {"spikes": {"absorbed_gn_severity": "warning"}}
+
+
 @cache
-def _diag(path: Path) -> Diagnosis:
-    return analyze_run(read_run(path))
+def _diag(path: Path, each: bool = False) -> Diagnosis:
+    from forensics.config import Config
+
+    return analyze_run(read_run(path), Config(detectors=EACH) if each else None)
 
 
 def _cause(diag: Diagnosis, f: Finding, name: str) -> tuple[str, str]:
@@ -39,6 +46,8 @@ def _check(diag: Diagnosis) -> int:
     were checked either way."""
     seen = 0
     for f in diag.findings:
+        if f.kind is FindingKind.GRAD_NORM_OUTLIERS:
+            assert "follows" not in f.summary and f.measures.get("cause") is None, f.summary
         if f.kind not in (FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE):
             continue
         kink = f.measures.get("lr_kink_step")
@@ -121,7 +130,8 @@ def test_a_climb_says_whether_the_grad_norm_rose_with_it() -> None:
     ],
 )
 def test_sample_runs_sentences_agree_with_causes(rel: str) -> None:
-    assert _check(_diag(ROOT / "sample_runs" / rel)) >= 1
+    _check(_diag(ROOT / "sample_runs" / rel))
+    assert _check(_diag(ROOT / "sample_runs" / rel, each=True)) >= 1
 
 
 @pytest.mark.parametrize(
@@ -161,12 +171,18 @@ def test_report_card_says_the_climb_never_came_back() -> None:
     assert "Down from its peak in 149 steps, to a level 35% above its earlier trend." in higher
 
 
-def _warmup_run(tmp_path: Path, gn_at: dict[int, float], loss_at: dict[int, float]) -> Diagnosis:
+def _warmup_run(
+    tmp_path: Path, gn_at: dict[int, float], loss_at: dict[int, float], each: bool = False
+) -> Diagnosis:
     """A JSONL run: warm-up to step 30, then a constant LR; grad-norm and loss bumps where
-    asked (a grad-norm bump alone is an outlier the optimizer absorbs)."""
+    asked (a grad-norm bump alone is an outlier the optimizer absorbs). ``each``: absorbed
+    outliers configured to warnings, so each is a finding of its own with its tested causes
+    (as notes they are one ``grad_norm_outliers`` finding)."""
     import json
 
     import numpy as np
+
+    from forensics.config import Config
 
     rng = np.random.default_rng(2)
     lines = []
@@ -177,7 +193,8 @@ def _warmup_run(tmp_path: Path, gn_at: dict[int, float], loss_at: dict[int, floa
         lines.append(json.dumps({"step": s, "loss": loss, "grad_norm": gn, "lr": lr}))
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    return analyze_run(read_run(path))
+    cfg = Config(detectors=EACH) if each else None
+    return analyze_run(read_run(path), cfg)
 
 
 def test_an_absorbed_outlier_follows_a_schedule_event_only_at_its_onset(tmp_path: Path) -> None:
@@ -186,7 +203,11 @@ def test_an_absorbed_outlier_follows_a_schedule_event_only_at_its_onset(tmp_path
     the outlier's cause: the sentence names no kink and the causes table says why. The same
     outlier on the step after the warm-up's end still follows it; a loss spike 41 steps after
     it still does too (the reach of 50 steps is for what builds up after a schedule change)."""
-    diag = _warmup_run(tmp_path, {71: 2.0, 600: 2.0}, {})
+    notes = _warmup_run(tmp_path, {71: 2.0, 600: 2.0}, {})
+    (group,) = [f for f in notes.findings if f.kind is FindingKind.GRAD_NORM_OUTLIERS]
+    assert group.events_at == (71, 600) and "follows" not in group.summary, group.summary
+    assert not [f for f in notes.findings if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    diag = _warmup_run(tmp_path, {71: 2.0, 600: 2.0}, {}, each=True)
     (late,) = [
         f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_SPIKE and f.start_step == 71
     ]
@@ -199,7 +220,9 @@ def test_an_absorbed_outlier_follows_a_schedule_event_only_at_its_onset(tmp_path
     assert "an outlier back within 1 step with the loss unmoved" in text
     assert _check(diag) >= 2
 
+    # (an outlier the schedule explains is a finding of its own, not one of the notes)
     at_end = _warmup_run(tmp_path, {31: 2.0}, {})
+    assert not [f for f in at_end.findings if f.kind is FindingKind.GRAD_NORM_OUTLIERS]
     (first,) = [
         f for f in at_end.findings if f.kind is FindingKind.GRAD_NORM_SPIKE and f.start_step == 31
     ]
@@ -221,8 +244,11 @@ def test_counts_of_one_step_read_in_the_singular(tmp_path: Path) -> None:
     import re
 
     for bumps in ({600: 2.0}, {31: 2.0}):
-        doc = json.dumps(_warmup_run(tmp_path, bumps, {}).to_document())
+        doc = json.dumps(_warmup_run(tmp_path, bumps, {}, each=True).to_document())
         assert "within 1 step before step" in doc or "1 step before the onset" in doc
+        assert not re.findall(r"(?<![\d,.])1 steps", doc)
+        # (and the note that stands for absorbed outliers)
+        doc = json.dumps(_warmup_run(tmp_path, bumps, {}).to_document())
         assert not re.findall(r"(?<![\d,.])1 steps", doc)
 
 

@@ -266,16 +266,21 @@ def test_transient_grad_norm_spike_with_loss_response_is_a_warning():
 
 
 def test_absorbed_grad_norm_spike_is_info_by_default():
-    """A one-step grad-norm outlier the loss ignores is noted (info); the parameter makes it a
-    warning."""
+    """A one-step grad-norm outlier the loss ignores is noted (info), in the run's one note of
+    absorbed outliers; the parameter makes it a warning, a grad-norm spike of its own."""
     run = _gn_run(dict(at=1500, height=9.0))
-    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
-    assert g.severity is Severity.INFO and g.measures["loss_response"] is False
+    assert _spikes(run, FindingKind.GRAD_NORM_SPIKE) == []
+    (o,) = _spikes(run, FindingKind.GRAD_NORM_OUTLIERS)
+    assert o.severity is Severity.INFO and o.events_at == (1500,)
+    assert (o.start_step, o.peak_step, o.measures["count"]) == (1500, 1500, 1)
+    assert o.measures["highest_ratio"] == pytest.approx(10, rel=0.2)
+    assert o.summary.startswith("A grad-norm outlier at step 1,500: "), o.summary
+    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE, absorbed_gn_severity="warning")
+    assert g.severity is Severity.WARNING and g.measures["loss_response"] is False
     # Peak 10 x 0.6; the run baseline is the settled level 0.6 (the start-up decay of
     # healthy_grad_norm is left out of it, as no LR warm-up is logged): 10x.
     assert g.measures["ratio_to_run_baseline"] == pytest.approx(10 * 0.6 / 0.6, rel=0.2)
-    (g,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE, absorbed_gn_severity="warning")
-    assert g.severity is Severity.WARNING
+    assert _spikes(run, FindingKind.GRAD_NORM_OUTLIERS, absorbed_gn_severity="warning") == []
 
 
 def test_grad_norm_spike_that_stays_up_is_not_transient():
@@ -363,8 +368,8 @@ def test_severity_parameters_reuse_the_evidence_spikes(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(evidence_spikes, "find_spikes", counting)
     ev = Evidence(_gn_run(dict(at=1500, height=9.0)))
-    (g,) = [f for f in SpikeDetector().detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
-    assert g.severity is Severity.INFO
+    (g,) = [f for f in SpikeDetector().detect(ev) if f.kind is FindingKind.GRAD_NORM_OUTLIERS]
+    assert g.severity is Severity.INFO and g.events_at == (1500,)
     loud = SpikeDetector(params_for(SpikeDetector, {"absorbed_gn_severity": "warning"}))
     (g,) = [f for f in loud.detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
     assert g.severity is Severity.WARNING
@@ -446,8 +451,11 @@ def test_spike_inside_the_warm_up_is_still_found():
         train__grad_norm=(s, g),
         train__lr=(s, 3e-4 * np.minimum(1, (s + 1) / 200)),
     )
-    (f,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE)
+    (f,) = _spikes(run, FindingKind.GRAD_NORM_SPIKE, absorbed_gn_severity="warning")
     assert f.start_step == 60 and f.measures["two_sided"] is True
+    # (as a note, the one absorbed outlier of the run)
+    (o,) = _spikes(run, FindingKind.GRAD_NORM_OUTLIERS)
+    assert o.events_at == (60,)
 
 
 def test_onset_of_a_spike_that_builds_over_several_steps():
@@ -489,19 +497,23 @@ def test_every_spike_peaks_at_or_above_its_alarm_line():
     an alarm line of 2.47 above its own peak. Every sample run's spikes, loss and grad norm."""
     from pathlib import Path
 
+    from forensics.config import Config
     from forensics.pipeline import analyze
 
     root = Path(__file__).resolve().parents[1] / "sample_runs"
     checked = 0
+    # (absorbed outliers as findings of their own: as notes they are one finding, without
+    # a line of each)
+    each = Config(detectors={"spikes": {"absorbed_gn_severity": "warning"}})
     for run in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "generator"):
-        for f in analyze(run).findings:
+        for f in analyze(run, each).findings:
             if f.kind not in (FindingKind.LOSS_SPIKE, FindingKind.GRAD_NORM_SPIKE):
                 continue
             j, m = f.judged_against, f.measures
             assert m["peak_value"] >= j["alarm_at"], (run.name, f.step, m["peak_value"], j)
             checked += 1
     assert checked >= 20
-    diag = analyze(root / "throughput_drop")
+    diag = analyze(root / "throughput_drop", each)
     (g,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_SPIKE]
     j = g.judged_against
     assert g.measures["z"] < j["z_threshold"] and g.measures["height_ratio"] >= j["gross_ratio"]
@@ -555,6 +567,8 @@ def test_grad_norm_spike_card_states_the_configured_lines():
     # A transient (back within its limit) is judged by its recovery: its sentence names the
     # lines it was not judged by, the configured ones.
     diag = analyze_run(_gn_run(dict(at=1500, height=4.0, width=1)), cfg)
-    (t,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_SPIKE]
-    assert t.measures["judged_by"] == "recovery", t.summary
-    assert "not by the 2x / 5x lines of the grad norm's level" in t.summary, t.summary
+    (t,) = [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_OUTLIERS]
+    assert t.events_at == (1500,), t.summary
+    assert "judged by its recovery, not by the 2x / 5x lines of the grad norm's level" in (
+        t.summary
+    ), t.summary

@@ -59,14 +59,33 @@ def test_healthy_real_runs_stay_quiet(rel: str):
 
 def test_llmc_grad_norm_outliers_are_noted_not_alarmed():
     """llm.c 11685414 has one-step grad-norm outliers (up to ~14x) the loss ignores: info,
-    loss_response false."""
+    loss_response false; as notes, all of them one grad_norm_outliers finding that names
+    each one's step and the highest."""
     run = read_run(
         shared_path("real_runs", "llmc-gpt2-124M-hectorfcardenas", "gpt2_train.11685414.log")
     )
-    gn = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    ev = Evidence(run)
+    gn = [f for f in _each().detect(ev) if f.kind is FindingKind.GRAD_NORM_SPIKE]
     assert len(gn) >= 5
     assert max(f.measures["height_ratio"] for f in gn) > 10
     assert all(f.measures["loss_response"] is False and f.measures["transient"] for f in gn)
+    found = SpikeDetector().detect(ev)
+    assert not [f for f in found if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    (notes,) = [f for f in found if f.kind is FindingKind.GRAD_NORM_OUTLIERS]
+    assert notes.severity is Severity.INFO and notes.measures["count"] == len(gn)
+    assert notes.events_at == tuple(f.peak_step for f in gn)
+    top = max(gn, key=lambda f: f.measures["height_ratio"])
+    assert notes.measures["highest_ratio"] == top.measures["height_ratio"]
+    assert notes.measures["highest_step"] == notes.peak_step == top.peak_step
+    assert (notes.start_step, notes.end_step) == (gn[0].start_step, max(f.end_step for f in gn))
+    assert f"{len(gn)} grad-norm outliers from step {gn[0].start_step:,}" in notes.summary
+
+
+def _each() -> SpikeDetector:
+    """The spike detector with absorbed outliers as warnings: a finding each."""
+    from forensics.params import SpikesParams
+
+    return SpikeDetector(SpikesParams(absorbed_gn_severity="warning"))
 
 
 def test_the_step_named_as_a_recovery_is_back_in_the_band_itself():
@@ -77,7 +96,7 @@ def test_the_step_named_as_a_recovery_is_back_in_the_band_itself():
     names a recovery step whose value is below 1.5x its baseline (the band is a few times the
     noise, far narrower than that)."""
     run = read_run(shared_path("real_runs", "modded-nanogpt", "2024-10-13_llmc", "main.log"))
-    gn = [f for f in SpikeDetector().detect(Evidence(run)) if f.kind is FindingKind.GRAD_NORM_SPIKE]
+    gn = [f for f in _each().detect(Evidence(run)) if f.kind is FindingKind.GRAD_NORM_SPIKE]
     (spike,) = [f for f in gn if f.peak_step == 1901]
     assert spike.measures["recovered_step"] == 1904
     assert spike.measures["recovery_steps"] == 3

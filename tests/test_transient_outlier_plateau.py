@@ -43,13 +43,21 @@ def _write(folder: Path, *, stays_up: bool) -> Path:
     return folder
 
 
-def _gn_spikes(folder: Path):
-    diag = analyze_run(read_run(folder))
+def _gn_spikes(folder: Path, each: bool = False):
+    """The grad-norm spike findings; ``each``: absorbed outliers too, as warnings (as notes
+    they are one grad_norm_outliers finding)."""
+    from forensics.config import Config
+
+    cfg = Config(detectors={"spikes": {"absorbed_gn_severity": "warning"}}) if each else None
+    diag = analyze_run(read_run(folder), cfg)
     return [f for f in diag.findings if f.kind is FindingKind.GRAD_NORM_SPIKE], diag
 
 
 def test_an_absorbed_outlier_after_the_warm_up_is_back_on_its_trend(tmp_path: Path) -> None:
-    spikes, _ = _gn_spikes(_write(tmp_path / "run", stays_up=False))
+    _, notes = _gn_spikes(_write(tmp_path / "run", stays_up=False))
+    (o,) = [f for f in notes.findings if f.kind is FindingKind.GRAD_NORM_OUTLIERS]
+    assert 72 in (o.events_at or ())
+    spikes, _ = _gn_spikes(_write(tmp_path / "each", stays_up=False), each=True)
     (g,) = [f for f in spikes if f.peak_step == 72]
     m = g.measures
     assert m["transient"] is True and m["judged_by"] == "recovery"

@@ -29,7 +29,7 @@ class Detector(Protocol):
 # name -> "module:Class" under forensics.detectors. Imported lazily so `--help` stays fast.
 REGISTRY: dict[str, str] = {
     # spike forensics (article section 4)
-    "spikes": "spikes:SpikeDetector",  # loss_spike, grad_norm_spike
+    "spikes": "spikes:SpikeDetector",  # loss_spike, grad_norm_spike, grad_norm_outliers
     "periodic": "periodic:PeriodicSpikeDetector",  # periodic_spikes
     "nan_inf": "nan_inf:NanInfDetector",  # nan_inf
     "divergence": "divergence:DivergenceDetector",  # divergence

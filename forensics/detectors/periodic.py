@@ -274,7 +274,7 @@ class PeriodicSpikeDetector:
         else:
             m = ""
         summary = (
-            f"{name} spikes recur every {period:,.0f} steps ({len(onsets)} from step "
+            f"{name} spikes recur every {period:,.0f} steps ({len(onsets):,} from step "
             f"{int(onsets[0]):,} to {int(onsets[-1]):,}){trend}{m}."
         )
         sev = Severity.CRITICAL if shrinking else Severity.WARNING

@@ -369,8 +369,13 @@ def mark_findings(
     """Shade each finding's span, and put a hoverable marker at its peak on the panel's series.
 
     At most :data:`MAX_MARKS` findings per panel, the most severe first, so that a run with
-    thousands of small findings still gives a readable chart and a small file.
+    thousands of small findings still gives a readable chart and a small file. A finding
+    that stands for many events (``events_at``) is not shaded over its first to last step:
+    each event gets a small marker (:func:`_mark_events`), its peak the finding's marker.
     """
+    for f in findings:
+        if f.events_at is not None and x is not None and y is not None:
+            _mark_events(fig, f, x, y)
     if len(findings) > MAX_MARKS:
         findings = most_severe(findings)
         fig["layout"].setdefault("annotations", []).append(
@@ -392,7 +397,9 @@ def mark_findings(
     for f in findings:
         colour = f.severity.colour
         end = f.end_step if f.end_step is not None else f.start_step
-        if end > f.start_step:
+        if f.events_at is not None:
+            pass  # (its events are marked one by one, not its span)
+        elif end > f.start_step:
             shapes.append(
                 {
                     "type": "rect",
@@ -449,6 +456,38 @@ def mark_findings(
                 },
             }
         )
+
+
+MAX_EVENTS = 2_000  # events of one grouped finding marked on a panel (the highest)
+
+
+def _mark_events(fig: dict[str, Any], f: Finding, x: np.ndarray, y: np.ndarray) -> None:
+    """A small marker at each event of a grouped finding, on the panel's series: the
+    :data:`MAX_EVENTS` highest where it has more (a 1M-step run has thousands)."""
+    steps = np.asarray(f.events_at or (), dtype=np.int64)
+    if not len(steps) or not len(x):
+        return
+    i = np.clip(np.searchsorted(x, steps), 0, len(x) - 1)
+    ok = x[i] == steps
+    steps, vals = steps[ok], y[i[ok]].astype(float)
+    finite = np.isfinite(vals)
+    steps, vals = steps[finite], vals[finite]
+    note = ""
+    if len(steps) > MAX_EVENTS:
+        keep = np.sort(np.argsort(-vals, kind="stable")[:MAX_EVENTS])
+        steps, vals = steps[keep], vals[keep]
+        note = f" (the {MAX_EVENTS:,} highest of {len(f.events_at or ()):,})"
+    fig["data"].append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "x": [int(v) for v in steps],
+            "y": [float(f"{v:.6g}") for v in vals],
+            "name": esc(f"{f.kind.value.replace('_', ' ')}{note}"),
+            "hovertemplate": "step %{x:,}: %{y}<extra>absorbed outlier</extra>",
+            "marker": {"color": f.severity.colour, "size": 5, "symbol": "circle-open"},
+        }
+    )
 
 
 def _series_panel(
@@ -670,7 +709,10 @@ def _unflagged_over(
     if not over.any() and not gaps.any():
         return ""
     covered = [(s.start_step, s.end_step) for s in ev.spikes(GRAD_NORM)]
-    covered += [(f.start_step, _last_step(f)) for f in fs if f.metric == GRAD_NORM]
+    # (a grouped finding's events are spikes, covered above; its first to last step is not)
+    covered += [
+        (f.start_step, _last_step(f)) for f in fs if f.metric == GRAD_NORM and f.events_at is None
+    ]
     # (x is sorted: each span is a slice; a long run has thousands of spikes)
     for a, b in covered:
         part = steps_within(x, a, b)
@@ -679,7 +721,8 @@ def _unflagged_over(
     broken = ""
     if gaps.any():
         for f in fs:  # (a NaN the loss's finding reports, e.g., is no unexplained gap)
-            gaps[steps_within(x, f.start_step, _last_step(f))] = False
+            if f.events_at is None:
+                gaps[steps_within(x, f.start_step, _last_step(f))] = False
         noted = any(n.startswith("nan_inf: the grad norm") for n in ev.run.notes)
         broken = _unreported_gaps(x[gaps], noted)
     if not over.any():

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from forensics.findings import (
     LOOKS,
+    FindingKind,
     Look,
     Severity,
     finding_steps,
@@ -307,6 +308,11 @@ def build_context(
         "spike_keys": spike_keys,
         "spikes": spikes,
         "n_spikes": sum(1 for f in diagnosis.findings if f.kind in SPIKE_KINDS),
+        "n_absorbed": sum(
+            len(f.events_at or ())
+            for f in diagnosis.findings
+            if f.kind is FindingKind.GRAD_NORM_OUTLIERS
+        ),
         "max_rows": MAX_ROWS,
         "item_rx": diagnosis.prescription_for,
         "phases": diagnosis.phases,
