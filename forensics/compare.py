@@ -400,9 +400,12 @@ def _key(f: Any) -> dict[str, Any]:
 
 def _same_onset(f: Any, g: Any) -> bool:
     """Onsets the logs cannot tell apart: within SAME_STEP steps, or, where either is a bend
-    fitted on bins (``onset_range``), ranges that meet."""
+    fitted on bins (``onset_range``), ranges that meet. Two notes of many events
+    (``events_at``) match wherever their first events are."""
     if abs(g.start_step - f.start_step) <= SAME_STEP:
         return True
+    if f.events_at is not None and g.events_at is not None:
+        return True  # (notes of many events, absorbed outliers: both runs have them)
     if f.onset_range is None and g.onset_range is None:
         return False
     (a0, a1), (b0, b1) = f.onset_bounds, g.onset_bounds

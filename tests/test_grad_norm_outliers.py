@@ -177,3 +177,16 @@ def test_the_spike_table_says_where_the_outliers_are() -> None:
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", section[: section.index("</section>")]))
     assert "Not in this table: 10 grad-norm outliers the optimizer absorbed" in text, text
     assert "No other spike found." in text and "No spike found." not in text
+
+
+def test_compare_has_the_note_in_both_runs_wherever_the_first_outlier_is() -> None:
+    """Both runs had absorbed outliers, the first at step 700 in one and 1,130 in the other:
+    "in both", not one "only in" each side."""
+    from forensics.compare import finding_diff
+
+    a, b = analyze_run(_run(seed=1)), analyze_run(_run(seed=2, at=AT[1:]))
+    diff = finding_diff(a, b)
+    assert [(d["kind"], d["step"], d["other_step"]) for d in diff["both"]] == [
+        ("grad_norm_outliers", 700, 1_130)
+    ]
+    assert diff["only_reference"] == diff["only_other"] == []
