@@ -434,7 +434,19 @@ def finding_diff(ref: Diagnosis, other: Diagnosis) -> dict[str, Any]:
             only_ref.append(_key(f))
         else:
             rest.remove(m)
-            both.append({**_key(f), "other_step": m.start_step, "other_onset_range": _range(m)})
+            both.append(
+                {
+                    **_key(f),
+                    "other_step": m.start_step,
+                    "other_onset_range": _range(m),
+                    # (notes of many events: how many each run had; null for one event)
+                    "events": (
+                        [len(f.events_at), len(m.events_at)]
+                        if f.events_at is not None and m.events_at is not None
+                        else None
+                    ),
+                }
+            )
     return {"both": both, "only_reference": only_ref, "only_other": [_key(g) for g in rest]}
 
 
@@ -849,10 +861,17 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
             continue
         console.print(f"[bold]{escape(lab)}[/] vs {ref}: {escape(w)}")
         # Matched by their ranges, not their steps: both steps, so the reader sees the gap.
-        by_range = [f for f in fd["both"] if abs(f["other_step"] - f["step"]) > SAME_STEP]
+        by_range = [
+            f
+            for f in fd["both"]
+            if abs(f["other_step"] - f["step"]) > SAME_STEP and f["events"] is None
+        ]
+        notes = [f for f in fd["both"] if f["events"] is not None]
+        how = [f"{len(by_range):,} of them by their fitted onsets' ranges"] if by_range else []
+        how += [f"{len(notes):,} a note of many events"] if notes else []
         console.print(
             f"  findings: {len(fd['both']):,} in both at the same step"
-            + (f" ({len(by_range):,} of them by their fitted onsets' ranges)" if by_range else "")
+            + (f" ({', '.join(how)})" if how else "")
             + f", {len(fd['only_reference']):,} only in {ref}, {len(fd['only_other']):,} only in "
             f"{escape(lab)}"
         )
@@ -861,6 +880,12 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
                 f"    in both: {f['what']} @ {onset_at(f['step'], f['onset_range'])} in {ref}, "
                 f"@ {onset_at(f['other_step'], f['other_onset_range'])} in {escape(lab)} (the "
                 "fitted onsets' ranges meet: the logs cannot tell them apart)"
+            )
+        for f in notes:
+            a, b = f["events"]
+            console.print(
+                f"    in both: {f['what']}, {a:,} in {ref} from step {f['step']:,}, {b:,} in "
+                f"{escape(lab)} from step {f['other_step']:,}"
             )
         # Both sides: a finding the reference has and this run lacks is as much a difference
         # (before, "2 only in overfitting" was counted and never named).
