@@ -81,3 +81,20 @@ def test_lightning_csv_by_epoch_counts_epochs(tmp_path: Path) -> None:
     (run / "metrics.csv").write_text("\n".join(rows) + "\n")
     d = analyze(run)
     assert d.run.x_unit == "epoch", d.run.frame.select("x_kind").unique()
+
+
+def test_compare_charts_count_what_the_logs_count(tmp_path: Path) -> None:
+    """The compare page's charts said "step" for two Keras logs indexed by epoch; beside a
+    log of optimizer steps they name both units, since the x values mean different things."""
+    from forensics.compare import compare
+    from forensics.report.compare_page import compare_figure
+
+    a, b = _keras(tmp_path / "a"), _keras(tmp_path / "b", epochs=30)
+    cmp = compare([a, b])
+    assert compare_figure(cmp, "loss")["layout"]["xaxis"]["title"]["text"] == "epoch"
+    p = tmp_path / "m.jsonl"
+    p.write_text("".join(json.dumps({"step": s, "loss": 3 - s / 1e4}) + "\n" for s in range(200)))
+    mixed = compare([a, p])
+    assert compare_figure(mixed, "loss")["layout"]["xaxis"]["title"]["text"] == "epoch / step"
+    steps = compare([p, p])
+    assert compare_figure(steps, "loss")["layout"]["xaxis"]["title"]["text"] == "step"

@@ -484,7 +484,7 @@ def _mark_events(fig: dict[str, Any], f: Finding, x: np.ndarray, y: np.ndarray) 
             "x": [int(v) for v in steps],
             "y": [float(f"{v:.6g}") for v in vals],
             "name": esc(f"{f.kind.value.replace('_', ' ')}{note}"),
-            "hovertemplate": "step %{x:,}: %{y}<extra>absorbed outlier</extra>",
+            "hovertemplate": "%{x:,}: %{y}<extra>absorbed outlier</extra>",
             "marker": {"color": f.severity.colour, "size": 5, "symbol": "circle-open"},
         }
     )

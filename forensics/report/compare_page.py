@@ -31,6 +31,16 @@ AXIS_TITLE = {"step": "step", "tokens": "tokens", "samples": "samples", "time": 
 WEBGL_POINTS = 2000  # traces longer than this are drawn with WebGL
 
 
+def axis_title(cmp: Comparison) -> str:
+    """What the x axis counts: the alignment's unit; aligned by step, what the logs count
+    (``epoch`` where every run is indexed by epoch, ``point`` where none prints a step, and
+    ``step / epoch`` for a mix, since the runs' x values then mean different things)."""
+    if cmp.align != "step":
+        return AXIS_TITLE[cmp.align]
+    units = list(dict.fromkeys(d.run.x_unit for d in cmp.diagnoses))
+    return " / ".join(units) if units else "step"
+
+
 def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
     """One vital sign of every run, overlaid."""
     traces, drawn = [], []
@@ -94,7 +104,7 @@ def compare_figure(cmp: Comparison, metric: str) -> dict[str, Any]:
             "title": {"text": esc(metric)},
             "height": 300,
             "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
-            "xaxis": {"title": {"text": AXIS_TITLE[cmp.align]}},
+            "xaxis": {"title": {"text": axis_title(cmp)}},
             "legend": {"orientation": "h"},
             "yaxis": {"type": "log" if metric in LOG_AXIS else "linear"},
         },
