@@ -39,33 +39,21 @@ def test_worst_first_and_the_rest_counted() -> None:
     assert lines[-1].startswith("... and 19 more only in divergence")
 
 
+def _healthy_against_divergence(*options: str):
+    runs = [str(ROOT / "sample_runs" / name) for name in ("healthy", "divergence")]
+    return runner.invoke(app, ["compare", *runs, *options])
+
+
 def test_both_runs_absorbed_outliers_are_in_both(tmp_path: Path) -> None:
     """Each run's absorbed grad-norm outliers are one note, first at step 71 in one and 59 in
     the other: in both, with how many each had (not "only in" either side)."""
-    res = runner.invoke(
-        app,
-        [
-            "compare",
-            str(ROOT / "sample_runs" / "healthy"),
-            str(ROOT / "sample_runs" / "divergence"),
-            "--no-report",
-        ],
-    )
+    res = _healthy_against_divergence("--no-report")
     text = res.stdout
     assert "1 in both at the same step (1 a note of many events)" in text, text
     assert "in both: grad_norm_outliers, 1 in healthy from step 71, 1 in divergence from" in text
     assert "grad_norm_outliers @" not in text
     page = tmp_path / "c.html"
-    res = runner.invoke(
-        app,
-        [
-            "compare",
-            str(ROOT / "sample_runs" / "healthy"),
-            str(ROOT / "sample_runs" / "divergence"),
-            "--out",
-            str(page),
-        ],
-    )
+    res = _healthy_against_divergence("--out", str(page))
     assert res.exit_code == 0, res.output
     html = page.read_text()
     want = "in both: <b>grad_norm_outliers</b>, 1 in <code>healthy</code> from step 71, 1 in"

@@ -729,7 +729,7 @@ def _height(m: dict[str, Any]) -> str:
     r = m["height_ratio"]
     if r is None:
         return f"+{num(m['height'])}"
-    return f"{r:.2f}x" if r < 100 else f"{times(r)}x"
+    return _ratio_text(r)
 
 
 def _slow_text(m: dict, limit: int, peak: int) -> str:
