@@ -44,7 +44,7 @@ from forensics.evidence.spike_context import (
     event_near,
     near_steps,
 )
-from forensics.evidence.trend_utils import num, parse_layers, times
+from forensics.evidence.trend_utils import num, parse_layers, sig, times
 from forensics.findings import (
     DYNAMICS,
     Finding,
@@ -87,6 +87,7 @@ CAUSES: dict[str, str] = {
     "large_gradient": "An abnormal gradient in the updates that moved the weights",
     "lr_zero": "A learning rate of zero",
     "no_update": "Gradients that never reach the weights (zero, or weights that do not move)",
+    "lr_decay": ("The LR decay (with weight decay the grad norm grows as the learning rate falls)"),
     "shallow_layers": "Shallow layers learning too fast for the rest of the network",
     "embed_head": (
         "The embedding and output head taking a growing share of the gradient at the trunk's "
@@ -104,6 +105,7 @@ SHORT: dict[str, str] = {
     "val_set_change": "the validation-set change",
     "grad_norm_climb": "the grad-norm climb",
     "lr_zero": "the zero LR",
+    "lr_decay": "the LR decay",
 }
 # Root causes: control inputs and outside events. The others are mechanisms (how it hurt).
 ROOTS = (
@@ -115,6 +117,7 @@ ROOTS = (
     "val_set_change",
     "grad_norm_climb",
     "lr_zero",
+    "lr_decay",
 )
 # Control inputs: what the trainer (or its operator) changed; a timeline's first movers.
 CONTROLS = ("lr_change", "lr_schedule", "resume")
@@ -185,8 +188,10 @@ for _k in FindingKind:
     if _k is FindingKind.NO_LEARNING:
         _t += ["lr_zero", "no_update"]
     if _k is FindingKind.GRAD_NORM_DRIFT:
-        # The article's case (3.4): the first layers' share of the gradient growing under it.
-        _t += ["shallow_layers", "embed_head"]
+        # The schedule first (a decaying LR raises the grad norm with weight decay: the
+        # detector's own envelope), then the article's case (3.4): the first layers' share of
+        # the gradient growing under it.
+        _t += ["lr_decay", "shallow_layers", "embed_head"]
     if _k in _PAUSE:
         _t.append("eval_pause")
     if _k in _VAL:
@@ -1421,6 +1426,62 @@ def _val_change(x: _Facts, f: Finding) -> Cause:
     )
 
 
+def _lr_decay(x: _Facts, f: Finding) -> Cause:
+    """A grad-norm drift: does the LR decay explain it? With weight decay the grad norm grows
+    about as sqrt(lr_baseline / lr) while the LR falls (the detector's envelope), so the
+    status is the detector's own verdict (``schedule_explained``, which makes the finding a
+    note); the evidence names the numbers and, where the decay does not explain the climb,
+    the reason, checked in the detector's order. Untested without a logged LR."""
+    m = f.measures
+    at = (f.start_step,)
+    if not m.get("lr_logged"):
+        return Cause("lr_decay", UNTESTED, _NO_LR, at)
+    lr0, lr1 = m.get("lr_baseline"), m.get("lr_now")
+    ratio, expected = m.get("ratio"), m.get("expected_rise")
+    base, line = m.get("baseline"), f.judged_against.get("warn_line_now")
+    line_x = line / base if isinstance(line, float) and isinstance(base, float) and base else None
+    # (the LRs as the finding's sentence writes them)
+    span = (
+        f"from {sig(lr0)} to {sig(lr1)}"
+        if isinstance(lr0, float) and isinstance(lr1, float) and lr1 < lr0
+        else None
+    )
+    fell = f"the LR fell {span}" if span else None
+    if m.get("schedule_explained"):
+        under = f", under the {line_x:.1f}x warning line that sets" if line_x else ""
+        return Cause(
+            "lr_decay",
+            SUPPORTED,
+            f"{fell or 'the LR decayed'} over the climb; with weight decay that explains a rise "
+            f"up to {_x(expected)}, and the grad norm stands at {_x(ratio)}{under}",
+            at,
+        )
+    ws, phase = m.get("warning_step"), m.get("lr_phase_at_warning")
+    if m.get("loss_rises"):
+        why = "the loss rose with it: a decaying LR explains a growing grad norm, not a rising loss"
+    elif isinstance(ws, int) and phase not in ("decay", "cooldown"):
+        lr = x.ev.schedule.lr_at(ws)
+        how = {
+            "constant": f"held at {sig(lr)}" if lr is not None else "held",
+            "warmup": "was still warming up",
+        }.get(str(phase), "was not decaying")
+        why = f"the grad norm passed its 2x line at step {ws:,} while the LR {how}"
+    elif line_x is not None and isinstance(ratio, float) and ratio > line_x:
+        decay = f"the LR decay {span}" if span else "the LR decay"
+        why = (
+            f"{decay} explains a rise up to {_x(expected)}; the grad norm "
+            f"stands at {_x(ratio)}, above the warning line of {line_x:.1f}x"
+        )
+    else:
+        where = f" at step {ws:,}" if isinstance(ws, int) else ""
+        why = f"the LR had barely decayed when the grad norm passed its 2x line{where}"
+    return Cause("lr_decay", CONTRADICTED, why, at)
+
+
+def _x(r: Any) -> str:
+    return f"{r:.1f}x" if isinstance(r, (int, float)) else "n/a"
+
+
 def _shallow_layers(x: _Facts, f: Finding) -> Cause:
     """The article's first cause of a grad-norm drift (3.4): the shallow layers (the first
     third of the logged ones) taking a growing share of the gradient, 8% to nearly 20% in
@@ -1555,6 +1616,7 @@ _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "no_update": _no_update,
     "eval_pause": _eval_pause,
     "val_set_change": _val_change,
+    "lr_decay": _lr_decay,
     "shallow_layers": _shallow_layers,
     "embed_head": _embed_head,
 }
