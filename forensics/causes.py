@@ -1452,8 +1452,8 @@ def _lr_decay(x: _Facts, f: Finding) -> Cause:
         return Cause(
             "lr_decay",
             SUPPORTED,
-            f"{fell or 'the LR decayed'} over the climb; with weight decay that explains a rise "
-            f"up to {_x(expected)}, and the grad norm stands at {_x(ratio)}{under}",
+            f"{fell or 'the LR decayed'} over the climb, which explains a rise up to "
+            f"{_x(expected)}; the grad norm stands at {_x(ratio)}{under}",
             at,
         )
     ws, phase = m.get("warning_step"), m.get("lr_phase_at_warning")
