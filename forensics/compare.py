@@ -8,6 +8,7 @@ The HTML page is rendered by :mod:`forensics.report.compare_page`.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -605,10 +606,18 @@ def by_how_much(first: dict[str, Any]) -> str:
     return " (" + ", ".join(f"{m.replace('_', ' ')} {pct(r)}" for m, r in got) + ")"
 
 
-def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: int) -> str:
+def why(
+    cdiff: dict[str, list[Any]],
+    first: dict[str, Any] | None,
+    ref: int,
+    i: int,
+    shared: Sequence[str] | None = None,
+) -> str:
     """ "lr 6e-4 vs 3e-4; the grad norm parted at step 1,200": each value of run ``i`` first,
     then the reference's, in the order of the line that heads it ("<run> vs <reference>: ...";
-    the reference's first had read as the run's own)."""
+    the reference's first had read as the run's own). ``shared``: the training signs both
+    runs logged (None: not known), named where none parted: "no training sign parted" beside
+    a run that logged no step had read as if the two had been lined up."""
     parts = [
         f"{k} {_fmt(v[i])} vs {_fmt(v[ref])}"
         for k, v in cdiff.items()
@@ -620,7 +629,14 @@ def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: 
     if first is None:
         # (only the training signs are lined up: a memory or throughput level differs between
         # machines from the first step; their findings are listed below the line)
-        tail = "no training sign parted (loss, val loss, grad norm, param norm, LR, loss scale)"
+        lined = TRAINING_SIGNS if shared is None else tuple(shared)
+        names = ", ".join(_sign_name(m) for m in lined)
+        if not lined:
+            tail = "no training sign is logged by both runs, so none could be lined up"
+        elif len(lined) == len(TRAINING_SIGNS):
+            tail = f"no training sign parted ({names})"
+        else:
+            tail = f"no training sign parted ({names}: the ones both runs logged)"
     else:
         signs = " and ".join(m.replace("_", " ") for m in first["metrics"])
         tail = f"the {signs} parted at step {first['step']:,}{by_how_much(first)}"
@@ -628,6 +644,10 @@ def why(cdiff: dict[str, list[Any]], first: dict[str, Any] | None, ref: int, i: 
             then = " and ".join(m.replace("_", " ") for m in first["then"]["metrics"])
             tail += f", the {then} at step {first['then']['step']:,}"
     return f"{head}; {tail}"
+
+
+def _sign_name(metric: str) -> str:
+    return "LR" if metric == LR else metric.replace("_", " ")
 
 
 def compare(
@@ -715,8 +735,12 @@ def compare_diagnoses(
     part = per_sign.get(LOSS, [None] * len(diags))
     fdiff = [None if i == reference else finding_diff(ref, diags[i]) for i in range(len(diags))]
     cdiff = config_diff([d.run.config for d in diags])
+    # (the training signs each run and the reference both logged, in TRAINING_SIGNS' order)
+    both = [m for m in TRAINING_SIGNS if m in vitals and vitals[m][reference] is not None]
+    shared = [[m for m in both if vitals[m][i] is not None] for i in range(len(diags))]
     whys = [
-        None if i == reference else why(cdiff, first[i], reference, i) for i in range(len(diags))
+        None if i == reference else why(cdiff, first[i], reference, i, shared[i])
+        for i in range(len(diags))
     ]
     return Comparison(
         diags,

@@ -365,6 +365,31 @@ def test_a_run_whose_memory_grew_is_not_said_to_have_no_sign_parted() -> None:
     assert [f["kind"] for f in cmp.finding_diff[1]["only_other"]] == ["memory_growth"]
 
 
+def test_a_run_that_logged_no_step_is_not_said_to_have_no_sign_parted() -> None:
+    """llm.c job 11672072 ran out of memory before its first step (the log holds the setup
+    and the CUDA error, no metric line); job 11685414 trained 19,560 steps. "no training sign
+    parted (loss, val loss, ...)" read as if the two had been lined up: nothing could be."""
+    from conftest import shared_path
+
+    folder = ("real_runs", "llmc-gpt2-124M-hectorfcardenas")
+    oom = shared_path(*folder, "gpt2_train.11672072.log")
+    trained = shared_path(*folder, "gpt2_train.11685414.log")
+    cmp = compare([oom, trained])
+    assert cmp.first_parting[1] is None
+    assert cmp.why[1] == (
+        "no config difference logged; "
+        "no training sign is logged by both runs, so none could be lined up"
+    )
+
+
+def test_the_signs_lined_up_are_the_ones_both_runs_logged() -> None:
+    from forensics.compare import why
+
+    assert why({}, None, 0, 1, ["loss", "lr"]) == (
+        "no config difference logged; no training sign parted (loss, LR: the ones both runs logged)"
+    )
+
+
 def _panel_csv(path: Path) -> Path:
     """A W&B UI export of a panel with two runs (formats.md: "<run> - <metric>" columns with
     __MIN / __MAX); calm-sea-2 has a loss spike at step 3,000."""
