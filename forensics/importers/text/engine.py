@@ -18,6 +18,7 @@ from typing import Any, Literal, overload
 import polars as pl
 
 from forensics.importers.base import utf16_kind
+from forensics.importers.text import search
 
 # A number as trainers print it: 1,234.5  1.2E+01  .5  nan  inf  -Infinity
 NUM = (
@@ -78,10 +79,20 @@ class MappedText:
 
     def __contains__(self, sub: bytes) -> bool:
         # mmap's own ``in`` tests for one byte value, not a substring.
-        return self._mm.find(sub) >= 0
+        return self.find(sub) >= 0
 
     def find(self, sub: bytes, start: int = 0, end: int | None = None) -> int:
-        return self._mm.find(sub, start, len(self._mm) if end is None else end)
+        stop = len(self._mm) if end is None else end
+        if (
+            len(sub) > 1
+            and 0 <= start <= stop <= len(self._mm)
+            and stop - start >= _LIBC_FROM
+            and search.available()
+        ):
+            # (the C library's memmem: the same first occurrence, 4x faster on a log's
+            # phrases; see forensics.importers.text.search)
+            return search.find(self._mm, sub, start, stop)
+        return self._mm.find(sub, start, stop)
 
     def endswith(self, suffix: bytes) -> bool:
         return len(suffix) <= len(self._mm) and self._mm[len(self._mm) - len(suffix) :] == suffix
@@ -110,6 +121,7 @@ def view(raw: Text, start: int, end: int) -> memoryview:
 
 # Logs at least this big are mapped rather than read (below, a read costs little).
 MAP_BYTES = 16 << 20
+_LIBC_FROM = 1 << 20  # bytes searched from which the C library's memmem is used
 
 
 def map_text(path: Path) -> MappedText | None:
@@ -133,8 +145,12 @@ def map_text(path: Path) -> MappedText | None:
     if utf16_kind(head) is not None or head.startswith(b"\xef\xbb\xbf"):
         mm.close()
         return None
-    # One-byte searches: as fast on the map as on bytes.
-    if any(mm.find(b) >= 0 for b in (b"\x00", b"\x1b", b"\r")):
+    # One-byte searches, on two threads where the C library's memchr is at hand.
+    if (
+        search.has_any_byte(mm, b"\x00\x1b\r")
+        if search.available()
+        else any(mm.find(b) >= 0 for b in (b"\x00", b"\x1b", b"\r"))
+    ):
         mm.close()
         return None
     return MappedText(mm)

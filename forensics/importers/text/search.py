@@ -1,0 +1,93 @@
+"""Searches of a big mapped log through the C library, without the GIL.
+
+CPython's ``mmap.find`` holds the GIL and, for a phrase ending in a space (Megatron's "saved
+checkpoint "), skips a few bytes at a time: 210 ms over a 1M-step log of 329 MB that holds
+none, a seventh of its whole import. glibc's ``memmem`` finds the same first occurrence in
+about 50 ms, and through ``ctypes`` the GIL is released, so the three one-byte checks a log
+gets before it is mapped (NUL, ESC, CR) run on two threads. Where the C library has no
+``memmem`` (or ``ctypes`` cannot load it) the callers keep Python's own search.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from forensics.cores import cores
+
+_lib: Any = None  # the C library, once looked up; False where it has no memmem/memchr
+
+
+def _libc() -> Any:
+    global _lib
+    if _lib is None:
+        _lib = False
+        if sys.platform.startswith("linux"):
+            try:
+                lib = ctypes.CDLL(None)
+                lib.memmem.restype = ctypes.c_void_p
+                lib.memmem.argtypes = [
+                    ctypes.c_void_p,
+                    ctypes.c_size_t,
+                    ctypes.c_char_p,
+                    ctypes.c_size_t,
+                ]
+                lib.memchr.restype = ctypes.c_void_p
+                lib.memchr.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+                _lib = lib
+            except (OSError, AttributeError):
+                pass
+    return _lib
+
+
+def available() -> bool:
+    return _libc() is not False
+
+
+def find(buffer: Any, sub: bytes, start: int, end: int) -> int:
+    """``buffer.find(sub, start, end)`` for a non-empty ``sub`` by ``memmem`` (the first
+    occurrence wholly inside ``[start, end)``, its offset; -1 when there is none). ``buffer``:
+    any object with the buffer protocol (a read-only map too). Needs :func:`available`."""
+    lib = _libc()
+    if end - start < len(sub):
+        return -1
+    view = np.frombuffer(buffer, dtype=np.uint8)  # (no copy; released before returning)
+    try:
+        base = view.ctypes.data
+        at = lib.memmem(base + start, end - start, sub, len(sub))
+        return -1 if at is None else int(at - base)
+    finally:
+        del view
+
+
+def has_any_byte(buffer: Any, values: bytes) -> bool:
+    """Whether ``buffer`` holds any of the byte ``values``: ``memchr`` for each over each half
+    of it, the halves on two threads (each is a pass over memory, so two cores take half the
+    time). Needs :func:`available`."""
+    lib = _libc()
+    view = np.frombuffer(buffer, dtype=np.uint8)
+    try:
+        base, n = view.ctypes.data, len(view)
+        parts = max(1, min(cores(), n >> 20))  # (a part of at least a MiB)
+        cuts = [n * i // parts for i in range(parts + 1)]
+        found = [False] * parts
+
+        def scan(k: int) -> None:
+            a, b = cuts[k], cuts[k + 1]
+            found[k] = any(lib.memchr(base + a, v, b - a) is not None for v in values)
+
+        workers = [threading.Thread(target=scan, args=(k,)) for k in range(1, parts)]
+        for w in workers:
+            w.start()
+        try:
+            scan(0)
+        finally:
+            for w in workers:
+                w.join()
+        return any(found)
+    finally:
+        del view
