@@ -4,8 +4,8 @@ CPython's ``mmap.find`` holds the GIL and searches a phrase at about 1.5 GB/s: M
 "saved checkpoint " took 210 ms over a 1M-step log of 329 MB that holds none, a fifth of the
 log's read (other phrases alike: "checkpoint" 217 ms). glibc's ``memmem`` finds the same
 first occurrence in about 50 ms, and through ``ctypes`` the GIL is released, so the three
-one-byte checks a log gets before it is mapped (NUL, ESC, CR) run on two threads. Where the C library has no
-``memmem`` (or ``ctypes`` cannot load it) the callers keep Python's own search.
+one-byte checks a log gets before it is mapped (NUL, ESC, CR) run on two threads. Where the C
+library has no ``memmem`` (or ``ctypes`` cannot load it) the callers keep Python's own search.
 """
 
 from __future__ import annotations
