@@ -18,8 +18,9 @@ before polars loads); export does not, where it cost more system time than it sa
 
 from __future__ import annotations
 
-import sys
 from typing import Any
+
+from forensics.clib import c_library
 
 _libc: Any = None  # glibc, once looked up; False when there is none
 _M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
@@ -29,19 +30,11 @@ def _glibc() -> Any:
     """glibc's malloc_trim and mallopt, looked up once; False without glibc."""
     global _libc
     if _libc is None:
-        _libc = False
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
+        import ctypes
 
-                lib = ctypes.CDLL(None)
-                lib.malloc_trim.argtypes = [ctypes.c_size_t]
-                lib.malloc_trim.restype = ctypes.c_int
-                lib.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-                lib.mallopt.restype = ctypes.c_int
-                _libc = lib
-            except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-                pass
+        int_: Any = ctypes.c_int
+        both = {"malloc_trim": (int_, [ctypes.c_size_t]), "mallopt": (int_, [int_, int_])}
+        _libc = c_library(both)
     return _libc
 
 

@@ -11,12 +11,12 @@ library has no ``memmem`` (or ``ctypes`` cannot load it) the callers keep Python
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
 from typing import Any
 
 import numpy as np
 
+from forensics.clib import c_library
 from forensics.cores import cores
 
 _lib: Any = None  # the C library, once looked up; False where it has no memmem/memchr
@@ -25,22 +25,13 @@ _lib: Any = None  # the C library, once looked up; False where it has no memmem/
 def _libc() -> Any:
     global _lib
     if _lib is None:
-        _lib = False
-        if sys.platform.startswith("linux"):
-            try:
-                lib = ctypes.CDLL(None)
-                lib.memmem.restype = ctypes.c_void_p
-                lib.memmem.argtypes = [
-                    ctypes.c_void_p,
-                    ctypes.c_size_t,
-                    ctypes.c_char_p,
-                    ctypes.c_size_t,
-                ]
-                lib.memchr.restype = ctypes.c_void_p
-                lib.memchr.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-                _lib = lib
-            except (OSError, AttributeError):
-                pass
+        ptr, size = ctypes.c_void_p, ctypes.c_size_t
+        _lib = c_library(
+            {
+                "memmem": (ptr, [ptr, size, ctypes.c_char_p, size]),
+                "memchr": (ptr, [ptr, ctypes.c_int, size]),
+            }
+        )
     return _lib
 
 
