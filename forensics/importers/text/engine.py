@@ -145,12 +145,7 @@ def map_text(path: Path) -> MappedText | None:
     if utf16_kind(head) is not None or head.startswith(b"\xef\xbb\xbf"):
         mm.close()
         return None
-    # One-byte searches, on two threads where the C library's memchr is at hand.
-    if (
-        search.has_any_byte(mm, b"\x00\x1b\r")
-        if search.available()
-        else any(mm.find(b) >= 0 for b in (b"\x00", b"\x1b", b"\r"))
-    ):
+    if search.has_any_byte(mm, b"\x00\x1b\r"):
         mm.close()
         return None
     return MappedText(mm)

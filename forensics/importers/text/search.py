@@ -58,8 +58,10 @@ def find(buffer: Any, sub: bytes, start: int, end: int) -> int:
 def has_any_byte(buffer: Any, values: bytes) -> bool:
     """Whether ``buffer`` holds any of the byte ``values``: ``memchr`` for each over each half
     of it, the halves on two threads (each is a pass over memory, so two cores take half the
-    time). Needs :func:`available`."""
+    time); ``buffer.find`` for each where the C library has no ``memchr``."""
     lib = _libc()
+    if lib is False:
+        return any(buffer.find(bytes([v])) >= 0 for v in values)
     view = np.frombuffer(buffer, dtype=np.uint8)
     try:
         base, n = view.ctypes.data, len(view)
