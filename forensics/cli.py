@@ -538,6 +538,7 @@ def analyze(
     no_stitch: NoStitch = False,
 ) -> None:
     """Read a run's logs, find what the loss hides, print a verdict and write an HTML report."""
+    from forensics.allocator import reusing_freed_pages
     from forensics.importers import discover_jobs, read_job
     from forensics.importers.chains import stitch_jobs
     from forensics.pipeline import analyze_run, no_vital_sign, read_options
@@ -582,7 +583,8 @@ def analyze(
             if beside is not None:  # (the report's notes, and said here before the summary)
                 run.note(beside)
                 _err(beside)
-        diag = analyze_run(run, cfg)
+        with reusing_freed_pages():  # (see forensics.allocator)
+            diag = analyze_run(run, cfg)
         ci.add(diag)
         name = _safe_name(job if multi and job != "." else run.name)
         jout = json_out

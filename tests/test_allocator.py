@@ -79,3 +79,56 @@ def test_limit_arenas_keeps_threads_in_the_arenas_allowed() -> None:
 def test_without_glibc_limit_arenas_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(allocator, "_libc", False)
     assert allocator.limit_arenas(2) is False
+
+
+_REUSE = """
+import resource, sys
+import numpy as np
+from forensics import allocator
+
+def faults_of_a_fresh_block():
+    a = np.empty(1 << 23)  # 64 MiB: glibc maps a block this large on its own
+    a.fill(1.0)
+    del a
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    b = np.empty(1 << 23)
+    b.fill(2.0)  # every page touched
+    del b
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+def rss_kib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4
+
+plain = faults_of_a_fresh_block()
+with allocator.reusing_freed_pages():
+    kept = faults_of_a_fresh_block()
+    trimmed_inside = allocator.trim()
+    held = rss_kib()
+after = rss_kib()
+print(plain, kept, trimmed_inside, held - after)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or allocator._glibc() is False, reason="glibc only"
+)
+def test_reusing_freed_pages_reuses_a_freed_block_and_gives_it_back_after() -> None:
+    import subprocess
+
+    # Small pages, as the command line asks numpy for (forensics.cli_quick): one fault a page.
+    env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}
+    out = subprocess.run([sys.executable, "-c", _REUSE], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    plain, kept, trimmed_inside, given_back_kib = out.stdout.split()
+    # 64 MiB is 16,384 pages: mapped afresh, every one faulted in; reused, next to none.
+    assert int(plain) >= 16_000
+    assert int(kept) < 1_000
+    assert trimmed_inside == "False"  # (trim() gives nothing back inside)
+    assert int(given_back_kib) >= 60 * 1024  # the kept block given back on the way out
+
+
+def test_without_glibc_reusing_freed_pages_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator, "_libc", False)
+    with allocator.reusing_freed_pages():
+        assert allocator.trim() is False
+    assert allocator._reusing is False
