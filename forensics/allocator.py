@@ -31,6 +31,7 @@ _libc: Any = None  # glibc, once looked up; False when there is none
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 _DEFAULT_TRIM_THRESHOLD, _DEFAULT_MMAP_MAX = 128 * 1024, 65536
 _KEPT_AT_THE_TOP = 1 << 30  # free bytes the heap's top may keep while freed pages are reused
+REUSE_FROM_POINTS = 1 << 24  # points of a run from which its analysis reuses freed pages
 _reusing = False  # inside reusing_freed_pages(): trim() gives nothing back
 
 
@@ -55,7 +56,7 @@ def trim() -> bool:
 
 
 @contextlib.contextmanager
-def reusing_freed_pages() -> Iterator[None]:
+def reusing_freed_pages(points: int | None = None) -> Iterator[None]:
     """While the block runs, memory freed is kept for the next allocation instead of being
     given back to the system: every block from glibc's heap (M_MMAP_MAX 0: no array of its
     own mapped, and unmapped when freed), the heap's top not trimmed below 1 GiB free, and
@@ -67,11 +68,15 @@ def reusing_freed_pages() -> Iterator[None]:
     afresh, each of their pages was zeroed by the kernel on its first touch. `analyze
     --no-report` of the 10M-step event files took 5.7% less wall time (28.7 s against 30.3,
     1.8 s less system time) for a peak 4% higher (3,309 MiB against 3,170); at 1M steps,
-    7% less for a peak 7-14 MiB higher (farm-bench, 3 and 5 pairs). Not for the import,
-    whose peak rose 17% so. Without glibc it does nothing."""
+    7% less for a peak 6 MiB higher (farm-bench, 3 and 9 pairs). Not for the import,
+    whose peak rose 17% so. Without glibc it does nothing.
+
+    ``points``: the run's logged points. Below :data:`REUSE_FROM_POINTS` nothing is changed:
+    there the time saved is a fraction of a second, and a 1M-step JSONL run's peak (its
+    import's, 61-63 bytes a point) has no room for the memory kept."""
     global _reusing
     lib = _glibc()
-    if lib is False or _reusing:
+    if lib is False or _reusing or (points is not None and points < REUSE_FROM_POINTS):
         yield
         return
     lib.mallopt(_M_MMAP_MAX, 0)

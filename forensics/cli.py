@@ -583,7 +583,7 @@ def analyze(
             if beside is not None:  # (the report's notes, and said here before the summary)
                 run.note(beside)
                 _err(beside)
-        with reusing_freed_pages():  # (see forensics.allocator)
+        with reusing_freed_pages(run.frame.height):  # (a long run's: see forensics.allocator)
             diag = analyze_run(run, cfg)
         ci.add(diag)
         name = _safe_name(job if multi and job != "." else run.name)

@@ -132,3 +132,12 @@ def test_without_glibc_reusing_freed_pages_does_nothing(monkeypatch: pytest.Monk
     with allocator.reusing_freed_pages():
         assert allocator.trim() is False
     assert allocator._reusing is False
+
+
+def test_reusing_freed_pages_changes_nothing_for_a_short_run() -> None:
+    with allocator.reusing_freed_pages(allocator.REUSE_FROM_POINTS - 1):
+        assert allocator._reusing is False
+    if allocator._glibc() is not False:
+        with allocator.reusing_freed_pages(allocator.REUSE_FROM_POINTS):
+            assert allocator._reusing is True
+        assert allocator._reusing is False
