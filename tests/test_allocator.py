@@ -141,3 +141,37 @@ def test_reusing_freed_pages_changes_nothing_for_a_short_run() -> None:
         with allocator.reusing_freed_pages(allocator.REUSE_FROM_POINTS):
             assert allocator._reusing is True
         assert allocator._reusing is False
+
+
+_ANALYZE_REUSING = """
+import sys
+import forensics.allocator as allocator
+allocator.REUSE_FROM_POINTS = 0  # every run's analysis reuses freed pages, however short
+from forensics.cli_quick import entry
+sys.argv = ["forensics", *sys.argv[1:]]
+entry()
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or allocator._glibc() is False, reason="glibc only"
+)
+@pytest.mark.parametrize("sample", ["bad_batch", "loss_scale_collapse"])
+def test_an_analysis_reusing_freed_pages_states_the_same_findings(sample: str) -> None:
+    """Reused blocks hold old values where fresh pages hold zeros: an array read before it
+    is written would show here. The same findings document, byte for byte."""
+    import subprocess
+    from pathlib import Path
+
+    run = str(Path(__file__).resolve().parents[1] / "sample_runs" / sample)
+    args = ["analyze", run, "--no-report", "--format", "json"]
+    env = {**os.environ, "FORENSICS_NO_CACHE": "1"}
+    plain = subprocess.run(
+        [sys.executable, "-m", "forensics", *args], capture_output=True, text=True, env=env
+    )
+    reusing = subprocess.run(
+        [sys.executable, "-c", _ANALYZE_REUSING, *args], capture_output=True, text=True, env=env
+    )
+    assert plain.returncode == reusing.returncode, reusing.stderr
+    assert '"findings"' in plain.stdout
+    assert reusing.stdout == plain.stdout
