@@ -116,3 +116,28 @@ def test_no_skip_after_a_calibration_says_nothing_more() -> None:
     drop = next(f for f in diag.findings if f.kind is FindingKind.LOSS_SCALE_DROP)
     assert drop.measures["skipped_after"] == 0 and drop.measures["iterations_after"] == 170
     assert "skipped" not in drop.summary
+
+
+def test_a_few_skipped_iterations_never_read_as_none() -> None:
+    """The loss_scale_collapse sample: its trainer skipped 3 of 952 iterations after the
+    calibration, which the sentence had written as "(0%, its own count)"."""
+    from forensics.detectors.loss_scale import _share_text
+
+    root = Path(__file__).resolve().parents[1]
+    diag = analyze(root / "sample_runs" / "loss_scale_collapse")
+    calibration = next(
+        f
+        for f in diag.findings
+        if f.kind is FindingKind.LOSS_SCALE_DROP and f.measures["skipped_after"] == 3
+    )
+    assert calibration.measures["iterations_after"] == 952
+    assert "skipped 3 of the 952 iterations to step 1,000 (0.3%, its own count)" in (
+        calibration.summary
+    )
+    assert [_share_text(x) for x in (0.2, 0.0123, 0.0095, 0.00315, 0.0004)] == [
+        "20%",
+        "1%",
+        "0.9%",
+        "0.3%",
+        "under 0.1%",
+    ]

@@ -105,10 +105,18 @@ def _skipped_after(ev: Evidence, f: Finding) -> Finding:
     share = skipped / covered if covered > 0 else float("nan")
     text = (
         f"{f.summary[:-1]}; after it the trainer skipped {skipped:,} of the {covered:,} "
-        f"iterations to step {last:,} ({share:.0%}, its own count): updates that never "
-        "reached the weights."
+        f"iterations to step {last:,} ({_share_text(share)}, its own count): updates that "
+        "never reached the weights."
     )
     return replace(f, summary=text, measures=measures)
+
+
+def _share_text(share: float) -> str:
+    """A share of iterations as a percentage that never reads 0% for a count above zero (3
+    of 952 had read "0%")."""
+    if share >= 0.01 or share != share:
+        return f"{share:.0%}"
+    return f"{share:.1%}" if share >= 0.001 else "under 0.1%"
 
 
 class LossScaleDetector:
