@@ -553,11 +553,13 @@ def analyze(
 
         one = jobs_in_one_file(Path(root), jobs)
         raise MultipleJobsError(str(path), sorted(jobs), one_file=one)
-    file_paths = [p for p in (out, json_out) if p is not None and not p.is_dir()]
-    if all_jobs and len(jobs) > 1 and file_paths:
+    files = [(o, p) for o, p in (("--out", out), ("--json", json_out)) if p and not p.is_dir()]
+    if all_jobs and len(jobs) > 1 and files:
+        named = " and ".join(f"{o} ({p})" for o, p in files)
         raise ForensicsError(
-            "--out and --json name one file; with --all each job's report and findings go to "
-            "reports/<job>.html and .json, or to <job>.html and .json in the folders they name"
+            f"{named} {'names' if len(files) == 1 else 'name'} one file, but {len(jobs)} jobs "
+            "were found: with --all each job's report and findings go to reports/<job>.html "
+            "and .json, or to <job>.html and .json in the folders --out and --json name"
         )
     verdicts: list[str] = []
     docs: list[dict | None] = []

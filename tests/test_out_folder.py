@@ -63,8 +63,12 @@ def test_analyze_all_into_a_folder_and_a_file_still_refused(runs: Path, tmp_path
     assert names == ["a.html", "a.json", "b.html", "b.json"]
     res = runner.invoke(app, ["analyze", str(runs), "--all", "--out", str(out / "one.html")])
     assert res.exit_code == 2
-    assert "--out and --json name one file" in res.output
+    assert f"--out ({out / 'one.html'}) names one file, but 2 jobs were found" in res.output
     assert not (out / "one.html").exists()
+    res = runner.invoke(app, ["analyze", str(runs), "--all", "--json", str(out / "one.json")])
+    assert res.exit_code == 2
+    assert f"--json ({out / 'one.json'}) names one file, but 2 jobs" in res.output
+    assert not (out / "one.json").exists()
 
 
 def test_analyze_all_findings_go_beside_the_reports(
