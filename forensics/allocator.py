@@ -8,7 +8,7 @@ where a large temporary ends: after the import, after the analysis view is built
 spike search, before the diagnosis. A few milliseconds each, but every page given back is
 faulted in again by the next allocation that needs it: not after every detector (that cost
 30,000 page faults of a 1M-step analysis for the same peak). Without glibc (macOS, musl) it
-does nothing. The ``analyze`` command runs its analysis (the run read already) under
+does nothing. The ``analyze`` command runs the analysis of a long run (read already) under
 :func:`reusing_freed_pages` instead: freed blocks are kept for the next allocation, and
 :func:`trim` does nothing until the analysis ends.
 
@@ -60,8 +60,9 @@ def reusing_freed_pages(points: int | None = None) -> Iterator[None]:
     """While the block runs, memory freed is kept for the next allocation instead of being
     given back to the system: every block from glibc's heap (M_MMAP_MAX 0: no array of its
     own mapped, and unmapped when freed), the heap's top not trimmed below 1 GiB free, and
-    :func:`trim` doing nothing. Afterwards glibc's defaults are put back and the free pages
-    given back at once.
+    :func:`trim` doing nothing. Afterwards glibc's default values are put back (its mmap
+    threshold no longer adapts, as after any mallopt of these) and the free pages given back
+    at once.
 
     For the analysis of a run already read. Its arrays come and go by the dozen per series
     (scores, rolling medians, masks), each as large as the series: given back and mapped
