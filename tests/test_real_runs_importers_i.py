@@ -163,6 +163,10 @@ def test_tensorboard_with_trainer_state_is_one_run() -> None:
     assert set(run.format.split("+")) == {"tfevents", "hf_trainer_state"}
     assert run.metrics()["loss"] == "loss" and run.series("loss").get_column("value")[0] == 0.4742
     assert run.metrics()["val_loss"] == "eval/loss"  # only the event files have the eval
+    # The note names the source that still gives those ("it still gives" had read as the
+    # trainer_state.json just named, the source used).
+    (note,) = [n for n in run.notes if "hold the same metrics" in n]
+    assert note.endswith("; the tfevents source still gives eval/accuracy, val_loss")
 
 
 LIGHTNING = {

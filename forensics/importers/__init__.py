@@ -605,7 +605,8 @@ def _choose_overlapping(
             lr.findings = [f for f in lr.findings if f.kind != FindingKind.RESTART]
             kept = sorted(set(points(lr)))
             why = "more points" if ni != nj else "as many points and more precise numbers"
-            also = f"; it still gives {', '.join(kept)}" if kept else ""
+            # (named: "it" read as the source just named, the one used)
+            also = f"; the {ls.importer} source still gives {', '.join(kept)}" if kept else ""
             notes.append(
                 f"{_files(ls)} ({ls.importer}) and {_files(ws)} ({ws.importer}) hold the same "
                 f"metrics ({', '.join(sorted(shared))}); {_files(ws)} has {why} and is used for "
