@@ -181,10 +181,20 @@ class Diagnosis:
             return f"The light judges nothing: {why}."
         logged = sorted(m for m in self.run.metrics() if not m.startswith("eval/"))
         have = f" ({', '.join(logged)})" if logged else ""
-        return (
+        said = (
             "No training loss in the log: its checks (spikes, divergence, plateau, the "
             f"train/val gap) did not run, and the light covers only what was logged{have}."
         )
+        near = _loss_like_tags(self.run)
+        if near:
+            from forensics.pipeline import listed
+            from forensics.schema import alias_line
+
+            said += (
+                f" Logged under names near a loss's, and not read as one: {listed(near)}; "
+                f"`{alias_line(near[0], LOSS)}` judges {near[0]} as the training loss."
+            )
+        return said
 
     def _sampled(self) -> str | None:
         sampled = self.run.metadata.get("sampled_export")
@@ -417,3 +427,38 @@ def diagnose(
 def _rank_key(f: Finding) -> tuple[int, int, str]:
     """Worst first, then by onset: the order the report lists findings in."""
     return (-f.severity.rank, f.start_step, f.kind.value)
+
+
+def _loss_like_tags(run: Run) -> list[str]:
+    """The run's unmapped series (more than one point) whose name is nearest the training
+    loss's spellings, as ``forensics metrics`` offers them an ``--alias`` (an RLHF log's
+    ``act_loss`` and ``cri_loss``): the no-loss sentence names them, so the light's limit
+    does not read as if nothing like a loss was logged."""
+    import polars as pl
+
+    from forensics.schema import (
+        LOSS,
+        is_clock,
+        is_not_a_vital,
+        module_series,
+        nearest_canonical,
+    )
+
+    f = run.frame
+    if f.is_empty():
+        return []
+    counts = (
+        f.filter(pl.col("metric").is_null())
+        .group_by("tag")
+        .agg(pl.len().alias("n"))
+        .filter(pl.col("n") > 1)
+        .get_column("tag")
+        .cast(pl.Utf8)
+        .to_list()
+    )
+    return sorted(
+        t
+        for t in counts
+        if not (is_not_a_vital(t) or is_clock(t) or module_series(t))
+        and nearest_canonical(t) == LOSS
+    )

@@ -499,3 +499,35 @@ def test_the_nan_item_still_fails_when_no_check_set_the_points_aside() -> None:
     run = run_from_frame(long_frame({"loss": (s, loss), "grad_norm": (gs, gn)}))
     status, evidence = _items(diagnose(run, []), "startup")["Any NaN or Inf at some step?"]
     assert status == FAIL and "non-finite values at step" in evidence
+
+
+def test_the_no_loss_sentence_names_the_series_that_look_like_a_loss(tmp_path: Path) -> None:
+    """DeepSpeed-Chat's RLHF step logs act_loss, cri_loss and unsuper_loss, none of them read
+    as the training loss: the verdict's limit names them and the alias that would judge one
+    (it had listed only loss_scale, lr, memory, overflow and throughput, as if nothing like a
+    loss were logged). Counters and scores near the name are not offered."""
+    from conftest import shared_path
+
+    from forensics import analyze
+
+    said = analyze(shared_path("real_runs", "deepspeed-chat-logs", "step3_rlhf")).to_document()
+    assert said["run"]["unjudged"].endswith(
+        " Logged under names near a loss's, and not read as one: act_loss, cri_loss, "
+        "unsuper_loss; `--alias act_loss=loss` judges act_loss as the training loss."
+    )
+    log = tmp_path / "rl" / "metrics.jsonl"
+    log.parent.mkdir()
+    rows = [
+        {"step": s, "lr": 1e-3, "policy_loss": 0.3 - s / 1e3, "num_tokens": 512 * s}
+        for s in range(50)
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    unjudged = analyze(log.parent).to_document()["run"]["unjudged"]
+    assert unjudged.endswith(
+        "not read as one: policy_loss; `--alias policy_loss=loss` judges policy_loss as the "
+        "training loss."
+    )
+    assert "num_tokens" not in unjudged
+    rows = [{"step": s, "lr": 1e-3, "reward": 0.1 * s} for s in range(50)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "near a loss's" not in analyze(log.parent).to_document()["run"]["unjudged"]
