@@ -447,7 +447,7 @@ def _loss_like_tags(run: Run) -> list[str]:
     f = run.frame
     if f.is_empty():
         return []
-    counts = (
+    unmapped = (
         f.filter(pl.col("metric").is_null())
         .group_by("tag")
         .agg(pl.len().alias("n"))
@@ -458,7 +458,7 @@ def _loss_like_tags(run: Run) -> list[str]:
     )
     return sorted(
         t
-        for t in counts
+        for t in unmapped
         if not (is_not_a_vital(t) or is_clock(t) or module_series(t))
         and nearest_canonical(t) == LOSS
     )
