@@ -86,3 +86,19 @@ def test_the_restart_shading_ends_with_the_chart(tmp_path: Path) -> None:
     ]
     assert (4000, 4500) in {(s["x0"], s["x1"]) for s in rects}
     assert max(s["x1"] for s in rects) == 4500
+
+
+def test_the_restart_sentence_says_every_point_given_way_was_logged_again() -> None:
+    """The resumed sample (TensorBoard, resumed at step 601 after step 700): each of its 672
+    earlier points from step 601 on lies at a step the resumed job logged again. The sentence
+    had said "672 earlier points ... give way to the later ones (672 of them at steps logged
+    again)"."""
+    root = Path(__file__).resolve().parents[1]
+    diag = analyze(root / "sample_runs" / "resumed")
+    (restart,) = [f for f in diag.findings if f.kind.value == "restart"]
+    m = restart.measures
+    assert m["points_repeated"] == m["points_replayed"] == 672
+    assert restart.summary.endswith(
+        "672 earlier points from step 601 on give way to the later ones (every one at a step "
+        "logged again)."
+    )

@@ -440,7 +440,9 @@ def restart_findings(frame: pl.DataFrame) -> list[Finding]:
                     f"step {last:,}{gap_text}; {points:,} earlier points from step "
                     f"{resumed:,} on give way to the later ones"
                     + (
-                        f" ({repeats:,} of them at steps logged again)."
+                        " (every one at a step logged again)."
+                        if repeats == points
+                        else f" ({repeats:,} of them at steps logged again)."
                         if repeats
                         else ": no step was logged twice, so two writers may have shared the "
                         "folder rather than a restart."
