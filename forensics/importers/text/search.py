@@ -11,13 +11,11 @@ library has no ``memmem`` (or ``ctypes`` cannot load it) the callers keep Python
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import Any
 
 import numpy as np
 
 from forensics.clib import c_library
-from forensics.cores import cores
 
 _lib: Any = None  # the C library, once looked up; False where it has no memmem/memchr
 
@@ -62,25 +60,18 @@ def has_any_byte(buffer: Any, values: bytes) -> bool:
     lib = _libc()
     if lib is False:
         return any(buffer.find(bytes([v])) >= 0 for v in values)
+    from forensics.evidence.order_stats import in_parts
+
     view = np.frombuffer(buffer, dtype=np.uint8)
     try:
-        base, n = view.ctypes.data, len(view)
-        parts = max(1, min(cores(), n >> 20))  # (a part of at least a MiB)
-        cuts = [n * i // parts for i in range(parts + 1)]
-        found = [False] * parts
+        base = view.ctypes.data
+        found: list[bool] = []
 
-        def scan(k: int) -> None:
-            a, b = cuts[k], cuts[k + 1]
-            found[k] = any(lib.memchr(base + a, v, b - a) is not None for v in values)
+        def scan(a: int, b: int) -> None:  # (a part of at least a MiB, one a core)
+            if any(lib.memchr(base + a, v, b - a) is not None for v in values):
+                found.append(True)
 
-        workers = [threading.Thread(target=scan, args=(k,)) for k in range(1, parts)]
-        for w in workers:
-            w.start()
-        try:
-            scan(0)
-        finally:
-            for w in workers:
-                w.join()
-        return any(found)
+        in_parts(len(view), 1 << 20, scan)
+        return bool(found)
     finally:
         del view
