@@ -667,85 +667,43 @@ def metrics(
     """List every raw tag with its canonical vital sign, points and step range."""
     import polars as pl
 
-    from forensics.importers.tb_histograms import STATS as HIST_STATS
     from forensics.pipeline import read_options, read_run
-    from forensics.run_frame import metrics_table
-    from forensics.schema import (
-        alias_line,
-        is_clock,
-        is_not_a_vital,
-        module_series,
-        nearest_canonical,
-    )
+    from forensics.run_frame import metrics_table, unmapped_tags
+    from forensics.schema import alias_line
 
     cfg = _config(None, alias, [], None)
     run = read_run(path, options=read_options(cfg))
     table = metrics_table(run)
     units = run.metadata.get("units", {})
-    # Every unmapped tag: the nearest vital sign and the --alias line that would map it.
-    unmapped = table.filter(pl.col("metric").is_null()).get_column("tag").unique().to_list()
-    # A TensorBoard histogram's other statistics (min, max...) are no misspelt vital sign:
-    # the per-layer vitals come from its norm or absmax, so no alias is suggested for them.
-    stats_of: dict[str, set[str]] = {}
-    for t in table.get_column("tag").unique().to_list():
-        base, _, stat = str(t).rpartition("/")
-        if stat in HIST_STATS:
-            stats_of.setdefault(base, set()).add(stat)
-    histogram_stat = {
-        t for t in unmapped if len(stats_of.get(str(t).rpartition("/")[0], ())) == len(HIST_STATS)
+    # Every unmapped tag: what it is, or the nearest vital sign and the --alias line that
+    # would map it. Histogram statistics, module series, counters, clocks (offered as
+    # step_time, a growing clock would read as ever slower steps) and values logged once get
+    # no alias.
+    said = {
+        "histogram_stat": "(histogram statistic)",
+        "not_vital": "(not a vital sign)",
+        "clock": "(a clock or an epoch's time, not a step time)",
+        "once": "(logged once)",
     }
-    # A module's own series without a layer number (grad_norm/lm_head) is no misspelt
-    # model-wide sign: it is said to be left unread, with no alias offered.
-    module = {
-        t: f"({fam} of a module without a layer number: not read)"
-        for t in unmapped
-        if t not in histogram_stat and (fam := module_series(str(t)))
-    }
-    no_vital = {
-        t
-        for t in unmapped
-        if t not in histogram_stat and t not in module and is_not_a_vital(str(t))
-    }
-    # (a clock that only grows, or an epoch's duration: offered as step_time, it would read as
-    # ever slower steps; modded-nanogpt's train_time had been offered that alias)
-    clock = {t for t in set(unmapped) - histogram_stat - no_vital if is_clock(str(t))}
-    # A value logged once is a summary (HF's train_samples_per_second at the end), no series
-    # a vital sign could be judged on.
-    points = dict(table.group_by("tag").agg(pl.col("points").sum()).iter_rows())
-    once = {t for t in unmapped if points.get(t) == 1} - histogram_stat - no_vital - clock
-    near = {
-        t: nearest_canonical(t)
-        for t in unmapped
-        if t not in histogram_stat
-        and t not in no_vital
-        and t not in once
-        and t not in module
-        and t not in clock
-    }
+    kinds = unmapped_tags(table)
+    near = {t: c for t, (kind, c) in kinds.items() if kind == "near"}
     # A vital sign the run already reads from another tag is not offered again: that tag is
     # something else of the same name (HF's train_loss: the run's mean loss, one point).
     chosen = run.metrics()
     nearest = {t: c for t, c in near.items() if c is not None and c not in chosen}
-    taken = {t: f"({c} is read from {chosen[c]})" for t, c in near.items() if c in chosen}
-    far = [t for t, c in near.items() if c is None]
+    labels: dict[str, str] = {}
+    for tag, (kind, c) in kinds.items():
+        if kind == "module":
+            labels[tag] = f"({c} of a module without a layer number: not read)"
+        elif kind != "near":
+            labels[tag] = said[kind]
+        elif c is None:
+            labels[tag] = "(none close)"
+        else:
+            labels[tag] = f"({c} is read from {chosen[c]})" if c in chosen else c
     table = table.with_columns(
         pl.col("tag").replace_strict(units, default=None, return_dtype=pl.Utf8).alias("unit"),
-        pl.col("tag")
-        .replace_strict(
-            {
-                **nearest,
-                **taken,
-                **dict.fromkeys(once, "(logged once)"),
-                **module,
-                **dict.fromkeys(histogram_stat, "(histogram statistic)"),
-                **dict.fromkeys(no_vital, "(not a vital sign)"),
-                **dict.fromkeys(clock, "(a clock or an epoch's time, not a step time)"),
-                **dict.fromkeys(far, "(none close)"),
-            },
-            default=None,
-            return_dtype=pl.Utf8,
-        )
-        .alias("nearest"),
+        pl.col("tag").replace_strict(labels, default=None, return_dtype=pl.Utf8).alias("nearest"),
         pl.col("tag")
         .replace_strict(
             {t: alias_line(t, c) for t, c in nearest.items()}, default=None, return_dtype=pl.Utf8

@@ -430,35 +430,12 @@ def _rank_key(f: Finding) -> tuple[int, int, str]:
 
 
 def _loss_like_tags(run: Run) -> list[str]:
-    """The run's unmapped series (more than one point) whose name is nearest the training
-    loss's spellings, as ``forensics metrics`` offers them an ``--alias`` (an RLHF log's
-    ``act_loss`` and ``cri_loss``): the no-loss sentence names them, so the light's limit
-    does not read as if nothing like a loss was logged."""
-    import polars as pl
+    """The run's unmapped series whose name is nearest the training loss's spellings, as
+    ``forensics metrics`` offers them an ``--alias`` (an RLHF log's ``act_loss`` and
+    ``cri_loss``): the no-loss sentence names them, so the light's limit does not read as if
+    nothing like a loss was logged."""
+    from forensics.run_frame import metrics_table, unmapped_tags
+    from forensics.schema import LOSS
 
-    from forensics.schema import (
-        LOSS,
-        is_clock,
-        is_not_a_vital,
-        module_series,
-        nearest_canonical,
-    )
-
-    f = run.frame
-    if f.is_empty():
-        return []
-    unmapped = (
-        f.filter(pl.col("metric").is_null())
-        .group_by("tag")
-        .agg(pl.len().alias("n"))
-        .filter(pl.col("n") > 1)
-        .get_column("tag")
-        .cast(pl.Utf8)
-        .to_list()
-    )
-    return sorted(
-        t
-        for t in unmapped
-        if not (is_not_a_vital(t) or is_clock(t) or module_series(t))
-        and nearest_canonical(t) == LOSS
-    )
+    kinds = unmapped_tags(metrics_table(run))
+    return [t for t, (kind, c) in kinds.items() if kind == "near" and c == LOSS]

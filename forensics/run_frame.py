@@ -66,6 +66,46 @@ def metrics_table(run: Run) -> pl.DataFrame:
     return table.select([pl.col(c).cast(t) for c, t in schema.items()])
 
 
+def unmapped_tags(table: pl.DataFrame) -> dict[str, tuple[str, str | None]]:
+    """Every unmapped tag of a :func:`metrics_table`, with what it is and the vital sign its
+    name is nearest: ``(kind, nearest)``, kind one of ``histogram_stat`` (a TensorBoard
+    histogram's other statistics: the per-layer vitals come from its norm or absmax),
+    ``module`` (a module's own series without a layer number; nearest holds its family),
+    ``not_vital`` (counters, scores), ``clock`` (a clock or an epoch's duration, which read as
+    a step time would look ever slower), ``once`` (a summary logged once) or ``near`` (a
+    series whose nearest vital sign, or None, an ``--alias`` could map it to).
+
+    ``forensics metrics`` builds its ``nearest`` column from it; the no-loss verdict names
+    the ``near`` tags nearest the loss."""
+    from forensics.importers.tb_histograms import STATS as HIST_STATS
+    from forensics.schema import is_clock, is_not_a_vital, module_series, nearest_canonical
+
+    if table.is_empty():
+        return {}
+    points = dict(table.group_by("tag").agg(pl.col("points").sum()).iter_rows())
+    unmapped = table.filter(pl.col("metric").is_null()).get_column("tag").unique().to_list()
+    stats_of: dict[str, set[str]] = {}
+    for t in points:
+        base, _, stat = str(t).rpartition("/")
+        if stat in HIST_STATS:
+            stats_of.setdefault(base, set()).add(stat)
+    out: dict[str, tuple[str, str | None]] = {}
+    for t in sorted(unmapped):
+        if len(stats_of.get(t.rpartition("/")[0], ())) == len(HIST_STATS):
+            out[t] = ("histogram_stat", None)
+        elif fam := module_series(t):
+            out[t] = ("module", fam)
+        elif is_not_a_vital(t):
+            out[t] = ("not_vital", None)
+        elif is_clock(t):
+            out[t] = ("clock", None)
+        elif points.get(t) == 1:
+            out[t] = ("once", None)
+        else:
+            out[t] = ("near", nearest_canonical(t))
+    return out
+
+
 def export_run(run: Run, out: Path) -> Path:
     """Write the canonical long frame (with a leading ``run`` column) to ``.parquet`` or ``.csv``.
 
