@@ -53,11 +53,20 @@ def _spread(iv: np.ndarray, linear: bool) -> np.ndarray:
     return stat / np.maximum(period[:, 0], 1e-12)
 
 
+# The most onsets the Monte Carlo below throws at random. Random onsets look less regular the
+# more there are (the 0.1% quantile of their spread: 0.37 for 20, 0.64 for 50, 0.81 for 100,
+# 0.94 for 200; 50,000 draws each), so a run with more spikes judged against this many gets a
+# p-value no smaller than its own: the test can only be stricter. Throwing all of them cost
+# 2,000 x n values: 3.6 s of CPU and 80 MB an array for 5,000 spikes, growing with each one.
+_MC_ONSETS = 200
+
+
 def _regularity_p(onsets: np.ndarray, observed: float, linear: bool, sims: int = 2000) -> float:
     """How often spikes thrown at random between the first and the last onset look this regular
-    (Monte Carlo, seeded: the same log always gives the same answer)."""
+    (Monte Carlo, seeded: the same log always gives the same answer); at most
+    :data:`_MC_ONSETS` of them."""
     rng = np.random.default_rng(12345)
-    n = len(onsets)
+    n = min(len(onsets), _MC_ONSETS)
     inner = np.sort(rng.uniform(onsets[0], onsets[-1], size=(sims, n - 2)), axis=1)
     pts = np.concatenate(
         [np.full((sims, 1), onsets[0]), inner, np.full((sims, 1), onsets[-1])], axis=1
