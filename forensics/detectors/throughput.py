@@ -55,6 +55,7 @@ from forensics.evidence.rolling import (
 from forensics.evidence.trend_utils import (
     Unit,
     bin_median,
+    first_at_least,
     grid_distance,
     hinge_onset,
     housekeeping_at,
@@ -111,17 +112,17 @@ class ThroughputDetector:
         below, base = self._below(y, smooth, limit)
         out: list[Finding] = []
         i, n = 0, len(y)
-        while i < n:  # one iteration per drop episode, plus a vectorised search for the next
-            nxt = np.flatnonzero(below[i:])
-            if len(nxt) == 0:
+        starts = np.flatnonzero(below)
+        while i < n:  # one iteration per drop episode, its start found by a search
+            at_start = int(np.searchsorted(starts, i))
+            if at_start == len(starts):
                 break
-            i += int(nxt[0])
+            i = int(starts[at_start])
             frozen = base[i]  # the baseline before the drop, not one the drop drags down
             # Recovered once back above half the drop (85% of the baseline), not at the drop
             # line: a rate that stays near the line crosses it back and forth by its noise,
             # and a sustained 31% drop read as three short dips that each "recovered".
-            ends = np.flatnonzero(smooth[i:] >= (1.0 - self.params.drop / 2) * frozen)
-            j = i + int(ends[0]) if len(ends) else n
+            j = first_at_least(smooth, i, (1.0 - self.params.drop / 2) * frozen)
             short = x[j - 1] - x[i] <= self.params.min_points * every
             at = housekeeping_at(ev.revealed_periods, float(x[i]), every)
             if j - i >= self.params.min_points and not (short and at and j < n):
