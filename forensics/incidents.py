@@ -343,8 +343,14 @@ def build_incidents(
     for i, f in enumerate(findings):
         if f.kind is not FindingKind.PERIODIC_SPIKES:
             continue
-        raw = f.measures.get("spike_steps")
-        steps = {int(x) for x in str(raw).split(",") if x.strip()} if raw else set()
+        raw = f.measures.get("spike_steps")  # (the first 20 only: events_at holds them all)
+        steps = (
+            set(f.events_at)
+            if f.events_at is not None
+            else {int(x) for x in str(raw).split(",") if x.strip()}
+            if raw
+            else set()
+        )
         near = {s + d for s in steps for d in (-1, 0, 1)}
         for j, g in enumerate(findings):
             if g.kind in _SPIKES and ({g.start_step, g.peak_step or g.start_step} & near):

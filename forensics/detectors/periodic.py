@@ -306,4 +306,6 @@ class PeriodicSpikeDetector:
             end,
             measures,
             judged_against=judged,
+            # (every onset: the incidents join each of its spikes to it, the chart marks them)
+            events_at=tuple(int(x) for x in onsets),
         )
