@@ -213,3 +213,41 @@ def test_a_hundred_regular_spikes_are_one_incident(tmp_path: Path) -> None:
     assert len(d.incidents) == 1
     (inc,) = d.incidents
     assert set(map(id, acting)) <= set(map(id, inc.findings))
+
+
+def test_a_job_resumed_fifty_times_has_each_resume_counted(tmp_path: Path) -> None:
+    """Every resume's counts come from one pass over the rows (a pass over the earlier
+    segments at each resume made a job resumed 200 times take 6 s to read). The job runs
+    1,000 steps, then resumes 100 steps back; at the 30th resume its LR is halved."""
+    rng = np.random.default_rng(2)
+    lines, step = [], 0
+    for seg in range(51):
+        for k in range(1000):
+            lr = 3e-4 * (0.5 if seg >= 30 else 1.0)
+            lines.append(
+                json.dumps(
+                    {
+                        "step": step + k,
+                        "loss": 3 + 0.01 * rng.standard_normal(),
+                        "lr": lr,
+                        "grad_norm": 1 + 0.05 * rng.standard_normal(),
+                    }
+                )
+            )
+        step += 900
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    from forensics.importers import ReadOptions, read_run
+
+    run = read_run(tmp_path / "run", options=ReadOptions(cache=False))
+    found = [f for f in run.import_findings if f.kind is FindingKind.RESTART]
+    assert [f.start_step for f in found] == [900 * s for s in range(1, 51)]
+    for f in found:
+        m = f.measures
+        assert (m["steps_replayed"], m["points_replayed"], m["points_repeated"]) == (100, 300, 300)
+        assert m["counter"] == "step"
+    halved = [f for f in found if f.measures["lr_step"] is not None]
+    assert [f.start_step for f in halved] == [900 * 30]
+    (h,) = halved
+    assert h.measures["lr_after"] == pytest.approx(h.measures["lr_before"] / 2)
+    assert h.measures["lr_reshaped"] is False
