@@ -19,7 +19,7 @@ from synthetic import long_frame, run_from_frame
 
 from forensics.evidence import Evidence, Series
 from forensics.evidence.spike_context import lr_kinks
-from forensics.evidence.trend_utils import first_at_least
+from forensics.evidence.trend_utils import first_at_least, first_below
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.incidents import build_incidents
 from forensics.pipeline import analyze
@@ -35,7 +35,7 @@ def _jsonl(folder: Path, columns: dict[str, np.ndarray]) -> Path:
     return folder
 
 
-def test_first_at_least_is_the_first_index_a_scan_finds() -> None:
+def test_the_block_searches_find_the_first_index_a_scan_finds() -> None:
     rng = np.random.default_rng(5)
     v = rng.standard_normal(5000)
     v[rng.choice(5000, 200, replace=False)] = np.nan
@@ -44,6 +44,9 @@ def test_first_at_least_is_the_first_index_a_scan_finds() -> None:
             hit = np.flatnonzero(v[start:] >= line)
             want = start + int(hit[0]) if len(hit) else len(v)
             assert first_at_least(v, start, line) == want
+            hit = np.flatnonzero(v[start:] < line)
+            want = start + int(hit[0]) if len(hit) else len(v)
+            assert first_below(v, start, line) == want
 
 
 def test_a_hundred_checkpoint_dips_are_one_schedule(tmp_path: Path) -> None:
