@@ -98,3 +98,37 @@ def test_the_readme_block_holds_only_what_write_readme_writes():
     exponents = "Scaling exponents (slope of log cost on log points over the sizes; 1 = linear):"
     for ln in rest:
         assert ln.startswith(("| ", "- ")) or ln == exponents, f"not a generated line: {ln[:60]}"
+
+
+def test_stress_runs_hold_the_events_they_are_named_for(tmp_path):
+    """Each event-dense kind of ``python -m benchmarks.stress`` is found as that event, once
+    per interval: 3,000 steps hold 9 LR restarts, 10 dips, 17 coupled spikes, 10 loss spikes,
+    2 resumes."""
+    from collections import Counter
+
+    from benchmarks.stress import KINDS, write
+    from forensics.pipeline import analyze
+
+    want = {
+        "lr_restarts": ("lr_restart", 9),
+        "dips": ("throughput_drop", 10),
+        "coupled_spikes": ("grad_norm_spike", 17),
+        "loss_spikes": ("loss_spike", 10),
+        "resumes": ("restart", 2),
+        "overflows": ("loss_scale_drop", 1),
+    }
+    assert set(want) == set(KINDS)
+    for kind, (finding, count) in want.items():
+        d = analyze(write(tmp_path / kind, kind, 3000))
+        assert Counter(f.kind.value for f in d.findings)[finding] == count, kind
+
+
+def test_stress_smoke(tmp_path, capsys):
+    """The stress benchmark runs end to end at two small sizes (untimed) and gives each stage
+    an exponent."""
+    from benchmarks.stress import main as stress
+
+    rows = stress(["--sizes", "2k,4k", "--kinds", "resumes", "--data", str(tmp_path)])
+    stages = {r["stage"] for r in rows}
+    assert {"import", "detector:spikes", "detector:resume_regression", "diagnose"} <= stages
+    assert "resumes: 10,000 / 20,000 points" in capsys.readouterr().out  # (5 signs a step)
