@@ -76,23 +76,26 @@ class ResumeRegressionDetector:
 
     def _one(self, ev: Evidence, seam: int, nxt: int | None) -> Finding | None:
         p = self.params
-        s = ev.series(LOSS)
+        s = ev.series(LOSS)  # (finite values, sorted by step)
         x, y = s.steps, s.values
-        ok = np.isfinite(y)
-        x, y = x[ok], y[ok]
-        before = x < seam
-        after = (x >= seam) & ((x < nxt) if nxt is not None else True)
-        if before.sum() < p.min_points_after or after.sum() < p.min_points_after:
+        # The points before the seam and those up to the next one are slices, found by a
+        # search (masks over the whole loss at each seam: 13 s for 999 resumes over 1M steps).
+        lo = int(np.searchsorted(x, seam))
+        hi = int(np.searchsorted(x, nxt)) if nxt is not None else len(x)
+        if lo < p.min_points_after or hi - lo < p.min_points_after:
             return None
         # A level is the median of up to `window` points, at most a third of the stretch after.
-        w = int(min(p.window, before.sum(), after.sum() // 3))
-        xa, ya = x[after], y[after]
+        w = int(min(p.window, lo, (hi - lo) // 3))
+        if w < 1:  # (fewer than 3 points after: no level to judge)
+            return None
+        xa, ya = x[lo:hi], y[lo:hi]
         trend = theil_sen(xa, ya)
         if trend is None or not trend.rising:
             return None
-        lvl_before = float(np.median(y[before][-w:]))
+        # (the last w and 10w points before the seam)
+        lvl_before = float(np.median(y[lo - w : lo]))
         lvl_end = float(np.median(ya[-w:]))
-        noise = robust_sigma(y[before][-10 * w :]) / np.sqrt(w)
+        noise = robust_sigma(y[max(0, lo - 10 * w) : lo]) / np.sqrt(w)
         rise = lvl_end - lvl_before
         if rise <= p.noise_k * noise:
             return None
@@ -111,7 +114,7 @@ class ResumeRegressionDetector:
             "slope_per_1k": trend.slope * 1000.0,
             "slope_low_per_1k": trend.low * 1000.0,
             "slope_high_per_1k": trend.high * 1000.0,
-            "points_after": int(after.sum()),
+            "points_after": hi - lo,
             "val_best": None,
             "val_best_step": None,
             "val_end": None,
