@@ -401,12 +401,13 @@ def _key(f: Any) -> dict[str, Any]:
 
 def _same_onset(f: Any, g: Any) -> bool:
     """Onsets the logs cannot tell apart: within SAME_STEP steps, or, where either is a bend
-    fitted on bins (``onset_range``), ranges that meet. Two notes of many events
-    (``events_at``) match wherever their first events are."""
+    fitted on bins (``onset_range``), ranges that meet. Two findings of many events
+    (``events_at``: absorbed outliers, periodic spikes) match wherever their first events
+    are."""
     if abs(g.start_step - f.start_step) <= SAME_STEP:
         return True
     if f.events_at is not None and g.events_at is not None:
-        return True  # (notes of many events, absorbed outliers: both runs have them)
+        return True  # (many events, absorbed outliers or periodic spikes: both runs have them)
     if f.onset_range is None and g.onset_range is None:
         return False
     (a0, a1), (b0, b1) = f.onset_bounds, g.onset_bounds
@@ -440,7 +441,7 @@ def finding_diff(ref: Diagnosis, other: Diagnosis) -> dict[str, Any]:
                     **_key(f),
                     "other_step": m.start_step,
                     "other_onset_range": _range(m),
-                    # (notes of many events: how many each run had; null for one event)
+                    # (findings of many events: how many each run had; null for one event)
                     "events": (
                         [len(f.events_at), len(m.events_at)]
                         if f.events_at is not None and m.events_at is not None
@@ -892,7 +893,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         ]
         notes = [f for f in fd["both"] if f["events"] is not None]
         how = [f"{len(by_range):,} of them by their fitted onsets' ranges"] if by_range else []
-        how += [f"{len(notes):,} a note of many events"] if notes else []
+        how += [f"{len(notes):,} standing for many events"] if notes else []
         console.print(
             f"  findings: {len(fd['both']):,} in both at the same step"
             + (f" ({', '.join(how)})" if how else "")

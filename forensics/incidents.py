@@ -390,7 +390,7 @@ def build_incidents(
             if _calibrating(findings[i]) or _calibrating(findings[j]):
                 continue  # nor is the scaler finding its level at the start (see _calibrating)
             if findings[i].events_at is not None or findings[j].events_at is not None:
-                continue  # a note of many events (absorbed outliers): its first is no onset
+                continue  # many events (absorbed outliers, periodic spikes): its first is no onset
             union(i, j)
     # Two signs that call for action and whose onsets cannot be ordered (one of them a fitted
     # bend whose range holds the other's onset) are one moment too: a
