@@ -281,6 +281,21 @@ def finding_steps(f: Finding) -> str:
     return step_range(f.start_step, f.end_step)
 
 
+# What a finding's peak step is, where it is not the series' highest point: a throughput
+# drop's lowest rate, a stall's slowest step, an eval regression's worst score (the report's
+# card had called a drop's lowest point its "peak").
+_PEAK_WORDS = {
+    FindingKind.THROUGHPUT_DROP: "lowest",
+    FindingKind.STALL: "slowest",
+    FindingKind.EVAL_REGRESSION: "worst",
+}
+
+
+def peak_word(f: Finding) -> str:
+    """The word for a finding's ``peak_step`` ("peak", "lowest", "slowest", "worst")."""
+    return _PEAK_WORDS.get(f.kind, "peak")
+
+
 def steps_text(n: int | float | None) -> str:
     """ "1 step", "12 steps": counts of steps in summaries."""
     if n is None:

@@ -352,6 +352,25 @@ def test_every_kind_renders(kind: FindingKind) -> None:
     assert len(arts) == 1
 
 
+@pytest.mark.parametrize(
+    ("kind", "word"),
+    [
+        (FindingKind.THROUGHPUT_DROP, "lowest"),
+        (FindingKind.STALL, "slowest"),
+        (FindingKind.EVAL_REGRESSION, "worst"),
+        (FindingKind.LOSS_SPIKE, "peak"),
+    ],
+)
+def test_a_cards_peak_step_is_named_for_its_kind(kind: FindingKind, word: str) -> None:
+    """A throughput drop's peak step is its lowest rate: its card had read "peak at 900"."""
+    run, _ = full_run(1200)
+    f = Finding(kind, "warning", "loss", 600, "a finding", peak_step=610, end_step=650)
+    page = render_html(diagnose(run, [f]), plotlyjs="cdn")
+    (card,) = re.findall(rf'<article[^>]*data-kind="{kind.value}".*?</h3>', page, re.S)
+    assert f"{word} at 610" in card
+    assert word == "peak" or "peak at" not in card
+
+
 def _evil_run() -> tuple[Run, list[Finding]]:
     s, loss = healthy_loss(800)
     series = {

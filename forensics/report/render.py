@@ -24,6 +24,7 @@ from forensics.findings import (
     look,
     notes_in_reading_order,
     onset_at,
+    peak_word,
     step_range,
 )
 from forensics.params import QUICK_RECOVERY_STEPS
@@ -91,6 +92,7 @@ def _env() -> jinja2.Environment:
     env.filters["num"] = _num
     env.globals["spike_cell"] = spike_cell
     env.filters["steps"] = finding_steps
+    env.filters["peak_word"] = peak_word
     env.globals["step_range"] = step_range
     env.globals["onset_at"] = onset_at
     env.globals["vital_label"] = vital_label
