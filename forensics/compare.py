@@ -893,7 +893,7 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
         ]
         notes = [f for f in fd["both"] if f["events"] is not None]
         how = [f"{len(by_range):,} of them by their fitted onsets' ranges"] if by_range else []
-        how += [f"{len(notes):,} standing for many events"] if notes else []
+        how += [f"{len(notes):,} of many events, matched wherever they begin"] if notes else []
         console.print(
             f"  findings: {len(fd['both']):,} in both at the same step"
             + (f" ({', '.join(how)})" if how else "")
