@@ -18,6 +18,7 @@ Kinds:
 * ``loss_spikes``: the loss spikes every 200 steps and comes back
 * ``resumes``: the job resumes 100 steps back every 1,000 steps (steps are logged again)
 * ``overflows``: the loss scale halves every 100 steps and grows back
+* ``stalls``: nothing is logged for 10 minutes every 300 steps (half a second a step)
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 from benchmarks.measure import exponent
 
 STEEP = 1.25  # an exponent above this is flagged
-KINDS = ("lr_restarts", "dips", "coupled_spikes", "loss_spikes", "resumes", "overflows")
+KINDS = ("lr_restarts", "dips", "coupled_spikes", "loss_spikes", "resumes", "overflows", "stalls")
 
 
 def write(folder: Path, kind: str, n: int, seed: int = 0) -> Path:
@@ -48,6 +49,7 @@ def write(folder: Path, kind: str, n: int, seed: int = 0) -> Path:
     scale = np.full(n, 65536.0)
     tps = 30000 + 300 * rng.standard_normal(n)
     step = s.copy()
+    wall = None
     if kind == "lr_restarts":
         lr = 3e-4 * 0.5 * (1 + np.cos(np.pi * (s % 300) / 300))
     elif kind == "dips":
@@ -66,25 +68,25 @@ def write(folder: Path, kind: str, n: int, seed: int = 0) -> Path:
         for k in range(200, n, 100):
             scale[k:] /= 2
             scale[k + 50 :] *= 2
+    elif kind == "stalls":
+        wall = 1.7e9 + 0.5 * s + 600.0 * (s // 300)
     else:
         raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "metrics.jsonl"
     with open(path, "w") as fh:
         for i in range(n):
-            fh.write(
-                json.dumps(
-                    {
-                        "step": int(step[i]),
-                        "loss": float(loss[i]),
-                        "grad_norm": float(gn[i]),
-                        "lr": float(lr[i]),
-                        "loss_scale": float(scale[i]),
-                        "tokens_per_sec": float(tps[i]),
-                    }
-                )
-                + "\n"
-            )
+            row = {
+                "step": int(step[i]),
+                "loss": float(loss[i]),
+                "grad_norm": float(gn[i]),
+                "lr": float(lr[i]),
+                "loss_scale": float(scale[i]),
+                "tokens_per_sec": float(tps[i]),
+            }
+            if wall is not None:
+                row["_timestamp"] = float(wall[i])
+            fh.write(json.dumps(row) + "\n")
     return folder
 
 
