@@ -404,7 +404,7 @@ def build_incidents(
     # (in onset order, a later sign's range reaches back over an earlier one's latest step only
     # from its own onset at or before that step, or from a fitted range that starts before its
     # onset: those few are checked apart, and the rest of the pairs never looked at; every pair
-    # took 15 s of 6,665 warnings)
+    # took 5.2 s of 6,665 warnings)
     reaching = [b for b, (lo, _) in enumerate(bounds) if lo < findings[acting[b]].start_step]
     for a, i in enumerate(acting):
         hi = bounds[a][1]

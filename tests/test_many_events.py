@@ -3,9 +3,9 @@ series give what the rule they stand for gives, and a long run's many scheduled 
 still one schedule (issue 17: no detector's cost grows faster than the points it reads).
 
 Found by crafted stress runs of 100k and 1M steps: an LR restarted every 300 steps (the spike
-search's LR kinks 239 s, lr_restart 15.5 s at 1M), a throughput dip every 250 steps (3.4 s),
-6,665 warnings (15 s of diagnosis), 5,000 regular loss spikes (the periodicity's Monte Carlo
-3.6 s), a loss climbing briefly every 200 steps (the divergence search 2.5 s).
+search's LR kinks 239 s, lr_restart 15.5 s at 1M), a throughput dip every 250 steps (3.2 s),
+6,665 warnings (5.2 s of diagnosis), 5,000 regular loss spikes (the periodicity's Monte Carlo
+2.4 s), a loss climbing briefly every 200 steps (the divergence search 2.5 s).
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def test_card_of_a_growing_period_does_not_call_it_steady():
 
 def test_thousands_of_regular_spikes_are_still_periodic_and_chance_ones_are_not():
     """The Monte Carlo throws at most ``_MC_ONSETS`` random onsets (it threw one per spike:
-    3.6 s of CPU for 5,000 spikes, growing with each). 1,000 onsets every 200 steps are
+    2.4 s of CPU for 5,000 spikes, growing with each). 1,000 onsets every 200 steps are
     regular; 1,000 drawn at random over the same span are not."""
     from forensics.detectors.periodic import _MC_ONSETS, _Intervals, _regularity_p
 

@@ -57,7 +57,7 @@ def _spread(iv: np.ndarray, linear: bool) -> np.ndarray:
 # more there are (the 0.1% quantile of their spread: 0.37 for 20, 0.64 for 50, 0.81 for 100,
 # 0.94 for 200; 50,000 draws each), so a run with more spikes judged against this many gets a
 # p-value no smaller than its own: the test can only be stricter. Throwing all of them cost
-# 2,000 x n values: 3.6 s of CPU and 80 MB an array for 5,000 spikes, growing with each one.
+# 2,000 x n values: 2.4 s of CPU and 80 MB an array for 5,000 spikes, growing with each one.
 _MC_ONSETS = 200
 
 
