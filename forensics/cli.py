@@ -555,11 +555,16 @@ def analyze(
         raise MultipleJobsError(str(path), sorted(jobs), one_file=one)
     files = [(o, p) for o, p in (("--out", out), ("--json", json_out)) if p and not p.is_dir()]
     if all_jobs and len(jobs) > 1 and files:
-        named = " and ".join(f"{o} ({p})" for o, p in files)
+        # (a name without a suffix that does not exist yet was most likely meant as a folder)
+        unmade = [p for _, p in files if not p.exists() and not p.suffix]
+        named = " and ".join(
+            f"{o} ({p}) names " + ("a folder that does not exist" if p in unmade else "one file")
+            for o, p in files
+        )
         raise ForensicsError(
-            f"{named} {'names' if len(files) == 1 else 'name'} one file, but {len(jobs)} jobs "
-            "were found: with --all each job's report and findings go to reports/<job>.html "
-            "and .json, or to <job>.html and .json in the folders --out and --json name"
+            f"{named}, but {len(jobs)} jobs were found: with --all each job's report and "
+            "findings go to reports/<job>.html and .json, or to <job>.html and .json in the "
+            "folders --out and --json name" + (" (create it first)" if unmade else "")
         )
     verdicts: list[str] = []
     docs: list[dict | None] = []

@@ -69,6 +69,12 @@ def test_analyze_all_into_a_folder_and_a_file_still_refused(runs: Path, tmp_path
     assert res.exit_code == 2
     assert f"--json ({out / 'one.json'}) names one file, but 2 jobs" in res.output
     assert not (out / "one.json").exists()
+    # A name without a suffix that does not exist was meant as a folder: said so.
+    res = runner.invoke(app, ["analyze", str(runs), "--all", "--out", str(out / "later")])
+    assert res.exit_code == 2
+    assert f"--out ({out / 'later'}) names a folder that does not exist, but 2 jobs" in res.output
+    assert "(create it first)" in res.output
+    assert not (out / "later").exists()
 
 
 def test_analyze_all_findings_go_beside_the_reports(
