@@ -19,7 +19,9 @@ from forensics.findings import FindingKind, Severity
 from forensics.pipeline import analyze
 
 
-def _write(folder: Path, extra_drop: int | None = None, every: int = 1000) -> Path:
+def _write(
+    folder: Path, extra_drop: int | None = None, every: int = 1000, others: tuple[int, ...] = ()
+) -> Path:
     rng = np.random.default_rng(12)
     n = 10_000
     s = np.arange(n)
@@ -30,6 +32,8 @@ def _write(folder: Path, extra_drop: int | None = None, every: int = 1000) -> Pa
         tp[k : k + 20] *= 0.3
     if extra_drop is not None:
         tp[extra_drop : extra_drop + 300] *= 0.5
+    for k in others:  # drops off the schedule, each 40 steps at half the rate
+        tp[k : k + 40] *= 0.5
     folder.mkdir(parents=True, exist_ok=True)
     rows = [
         json.dumps(
@@ -83,3 +87,47 @@ def test_two_dips_are_no_schedule(tmp_path: Path) -> None:
     drops = _drops(d)
     assert [f.start_step for f in drops] == [4000, 8000]
     assert all(f.severity is Severity.WARNING for f in drops)
+
+
+# Twelve drops off the 1,000-step schedule, away from its points.
+_OTHERS = (450, 1_310, 2_620, 3_180, 3_770, 4_460, 5_230, 6_540, 7_390, 8_150, 8_610, 9_420)
+
+
+def test_dips_on_a_schedule_among_more_drops_are_still_notes(tmp_path: Path) -> None:
+    """Nine checkpoint dips beside twelve drops at other steps: fewer than half the drops are
+    on the schedule, but random drops would reach eight of its points far less than once in
+    a thousand, so the nine are still notes and the twelve stay warnings."""
+    d = analyze(_write(tmp_path / "run", others=_OTHERS))
+    drops = _drops(d)
+    on = [f for f in drops if f.measures["recurs_every"] is not None]
+    assert [f.start_step for f in on] == list(range(1000, 10_000, 1000))
+    assert {f.severity for f in on} == {Severity.INFO}
+    off = [f for f in drops if f.measures["recurs_every"] is None]
+    assert [f.start_step for f in off] == list(_OTHERS)
+    assert {f.severity for f in off} == {Severity.WARNING}
+
+
+def test_a_few_drops_in_step_by_chance_are_no_schedule() -> None:
+    """Drops at random steps put some on a grid by chance; among a few dozen, a grid holding
+    fewer than half of them is kept only when chance would make it less than once in a
+    thousand: over 300 sets of 22 and 300 of 60 random drops, none is."""
+    from forensics.detectors.throughput import _on_one_grid
+    from forensics.findings import Finding, FindingKind
+
+    def drop(step: int) -> Finding:
+        return Finding(
+            FindingKind.THROUGHPUT_DROP,
+            Severity.WARNING,
+            "throughput",
+            step,
+            "a drop",
+            step,
+            step + 15,
+            {"shape": "sudden", "recovered": True, "source": "throughput"},
+        )
+
+    rng = np.random.default_rng(0)
+    for n, span in ((22, 10_000), (60, 100_000)):
+        for _ in range(300):
+            starts = np.sort(rng.choice(span, n, replace=False))
+            assert _on_one_grid([drop(int(s)) for s in starts], 1.0) == ([], 0)

@@ -357,6 +357,8 @@ class ThroughputDetector:
 _RECUR_MIN = 3
 _RECUR_SLACK = 0.02
 _RECUR_SHARE = 0.5  # of the recovered sudden drops, at least this share on the grid
+_RECUR_FEW = 60  # among this many drops or fewer, a grid holding less is judged by chance
+_RECUR_CHANCE = 1e-3  # ...and kept when random drops would make one this rarely
 _RECUR_WIDTH = 0.1
 
 
@@ -411,22 +413,37 @@ def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
 def _on_one_grid(cand: list[Finding], every: float) -> tuple[list[Finding], int]:
     """The largest set of ``cand`` (by start) whose starts lie on one grid ``origin + k *
     period`` (within the larger of two logging intervals and 2% of the period), at least
-    :data:`_RECUR_MIN` of them and at least half of ``cand``, present at three in four of the
-    grid's points between the first and the last, and each at most a tenth of the period
-    long, with that period; ([], 0) when there is none. A drop off the grid (a real one among
-    the scheduled dips) stays a drop.
+    :data:`_RECUR_MIN` of them, present at three in four of the grid's points between the
+    first and the last, and each at most a tenth of the period long, with that period; ([],
+    0) when there is none. A drop off the grid (a real one among the scheduled dips) stays a
+    drop.
 
-    At least half: thousands of drops at random steps put some dozens on a grid by chance (54
-    of 4,000 random drops over 1M steps sat on a grid of 3,461 steps at three in four of its
-    points). Periods are tried in increasing order and origins in step order, a set replacing
-    the best only when larger; a period or an origin that cannot hold that many is passed
-    over (trying each origin of each period took time cubic in the drops: 75 s for 4,000)."""
+    The set holds at least half of ``cand``; or, among at most :data:`_RECUR_FEW` drops, fewer,
+    when drops at random steps would put that many on a grid less than once in a thousand
+    (:func:`_by_chance`). Thousands of drops at random steps put some dozens on a grid (54 of
+    4,000 random drops over 1M steps sat on a grid of 3,461 steps at three in four of its
+    points); a few drops beside a checkpoint's dips still leave the dips a schedule."""
     n = len(cand)
-    need = max(_RECUR_MIN, math.ceil(_RECUR_SHARE * n))
+    most = _grid(cand, every, max(_RECUR_MIN, math.ceil(_RECUR_SHARE * n)))
+    if most[0] or n > _RECUR_FEW:
+        return most[0], most[1]
+    best, period, tries = _grid(cand, every, _RECUR_MIN)
+    if best and _by_chance(cand, best, period, every) * tries <= _RECUR_CHANCE:
+        return best, period
+    return [], 0
+
+
+def _grid(cand: list[Finding], every: float, need: int) -> tuple[list[Finding], int, int]:
+    """:func:`_on_one_grid`'s search for a set of at least ``need``, with the number of grids
+    (period and origin) it could have tried. Periods are tried in increasing order and
+    origins in step order, a set replacing the best only when larger; a period or an origin
+    that cannot hold that many is passed over (trying each origin of each period took time
+    cubic in the drops: 75 s for 4,000)."""
+    n = len(cand)
     starts = np.array([f.start_step for f in cand], dtype=np.int64)
     widths = np.array([(f.end_step or f.start_step) - f.start_step for f in cand])
     best: list[Finding] = []
-    best_period = 0
+    best_period = tries = 0
     # (the periods tried: the gaps to the next two starts, so that a drop off the grid
     # between two scheduled dips still leaves their gap among them)
     gaps = np.concatenate([starts[1:] - starts[:-1], starts[2:] - starts[:-2]])
@@ -435,6 +452,7 @@ def _on_one_grid(cand: list[Finding], every: float) -> tuple[list[Finding], int]
         slack = max(2.0 * every, _RECUR_SLACK * period)
         if not period > 2 * slack:
             continue
+        tries += n
         # m >= n / 2 starts on the grid at three in four of its points have at least 2m/3 - 1
         # neighbours one grid point apart, at most (n - m) / 2 of them with two or more
         # other starts between: at least n / 12 - 1 gaps to the next two starts are within
@@ -442,7 +460,7 @@ def _on_one_grid(cand: list[Finding], every: float) -> tuple[list[Finding], int]
         close = np.searchsorted(gaps, period + 2 * slack, "right") - np.searchsorted(
             gaps, period - 2 * slack, "left"
         )
-        if close < n / 12 - 2:
+        if 2 * need >= n and close < n / 12 - 2:
             continue
         # How many starts share each one's phase on this grid (on either side of it): no
         # origin's set can be larger.
@@ -465,7 +483,24 @@ def _on_one_grid(cand: list[Finding], every: float) -> tuple[list[Finding], int]
             if (widths[at] > _RECUR_WIDTH * period).any():
                 continue
             best, best_period = [cand[k] for k in at], period
-    return best, best_period
+    return best, best_period, tries
+
+
+def _by_chance(cand: list[Finding], on: list[Finding], period: int, every: float) -> float:
+    """How likely drops at random steps reach as many points of one given grid as ``on`` does:
+    each grid point after the first is within the grid's slack of one of the other drops
+    with the chance ``q`` that ``len(cand) - 1`` random starts over the drops' span give it;
+    at least as many of those points as ``on`` reaches after its first (the binomial tail).
+    Points, not drops: two drops beside one grid point are one point reached."""
+    from scipy.stats import binom
+
+    span = cand[-1].start_step - cand[0].start_step + 1
+    slack = max(2.0 * every, _RECUR_SLACK * period)
+    q = 1.0 - math.exp(-(len(cand) - 1) * (2 * slack + 1) / span)
+    first = on[0].start_step
+    reached = {round((f.start_step - first) / period) for f in on} - {0}
+    points = round((on[-1].start_step - first) / period)
+    return float(binom.sf(len(reached) - 1, points, min(q, 1.0)))
 
 
 def _slowdown(m: Mapping[str, MeasureValue], source: str) -> float:
