@@ -26,13 +26,14 @@ with restarts (two or more), a loss that did not visibly move, or one back withi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import NEAR_STEPS, near_steps
-from forensics.evidence.trend_utils import centred_level, robust_sigma, sig
+from forensics.evidence.trend_utils import centred_level, robust_sigma, sig, steps_within
 from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.params import LrRestartParams
 from forensics.schema import LOSS, LR
@@ -126,9 +127,9 @@ class LrRestartDetector:
         # (x is sorted: the points before the restart and those up to the next one are
         # slices, found by a search; masks over the whole loss for each restart cost 15 s for
         # an LR restarted every 300 steps over 1M)
-        lo = int(np.searchsorted(x, r.step))
-        hi = int(np.searchsorted(x, nxt)) if nxt is not None else len(x)
-        if lo < p.min_points or hi - lo < p.min_points:
+        after = steps_within(x, r.step, nxt - 1 if nxt is not None else math.inf)
+        lo, n_after = after.start, after.stop - after.start
+        if lo < p.min_points or n_after < p.min_points:
             ev.run.note(
                 f"{CHECK}: the LR schedule restarts at step {r.step:,}, but the loss has fewer "
                 f"than {p.min_points} points before or after it: not judged"
@@ -141,10 +142,10 @@ class LrRestartDetector:
         # loss still falling before the restart and flattened the bump after it.
         recent = lo - int(np.searchsorted(x[:lo], r.step - p.window_steps))
         span = lo - int(np.searchsorted(x[:lo], r.step - p.window))
-        w = int(max(1, min(max(span, p.level_points), recent, hi - lo)))
+        w = int(max(1, min(max(span, p.level_points), recent, n_after)))
         level_before = float(np.median(y[max(0, lo - w) : lo]))
         noise = robust_sigma(y[max(0, lo - 10 * w) : lo]) / np.sqrt(w)
-        xa, ya = x[lo:hi], y[lo:hi]
+        xa, ya = x[after], y[after]
         level = centred_level(ya, w)
         hi = int(np.argmax(level))
         peak_level, peak_step = float(level[hi]), int(xa[hi])

@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
-from forensics.evidence.trend_utils import num, robust_sigma, theil_sen
+from forensics.evidence.trend_utils import num, robust_sigma, steps_within, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import ResumeRegressionParams
 from forensics.run import Run
@@ -138,8 +138,8 @@ def _both(
     on ``first..last``, one value a step (an earlier segment's latest; a re-logged step's last
     row)."""
     frame, steps = tag_rows
-    lo, hi = np.searchsorted(steps, first), np.searchsorted(steps, last, side="right")
-    rows = frame.slice(int(lo), int(hi - lo)).filter(pl.col("segment") <= seg)
+    at = steps_within(steps, first, last)
+    rows = frame.slice(at.start, at.stop - at.start).filter(pl.col("segment") <= seg)
     if rows.is_empty():
         return None, None
 
@@ -394,6 +394,6 @@ def _judge_seam(
 
 def _median_in(steps: np.ndarray, values: np.ndarray, lo: int, hi: int) -> float | None:
     """The median of the finite values at steps ``lo..hi`` (``steps`` sorted)."""
-    part = values[np.searchsorted(steps, lo) : np.searchsorted(steps, hi, side="right")]
+    part = values[steps_within(steps, lo, hi)]
     part = part[np.isfinite(part)]
     return float(np.median(part)) if len(part) else None

@@ -39,12 +39,20 @@ the seam is the onset); it does not claim what went wrong at the resume, the log
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from forensics.detectors.resume_drop import resume_drops
 from forensics.evidence import Evidence
 from forensics.evidence.spike_context import NEAR_STEPS, near_steps
-from forensics.evidence.trend_utils import centred_level, robust_sigma, sig, theil_sen
+from forensics.evidence.trend_utils import (
+    centred_level,
+    robust_sigma,
+    sig,
+    steps_within,
+    theil_sen,
+)
 from forensics.findings import Finding, FindingKind, Severity, steps_text
 from forensics.params import ResumeRegressionParams
 from forensics.schema import LOSS, VAL_LOSS
@@ -80,15 +88,15 @@ class ResumeRegressionDetector:
         x, y = s.steps, s.values
         # The points before the seam and those up to the next one are slices, found by a
         # search (masks over the whole loss at each seam: 13 s for 999 resumes over 1M steps).
-        lo = int(np.searchsorted(x, seam))
-        hi = int(np.searchsorted(x, nxt)) if nxt is not None else len(x)
-        if lo < p.min_points_after or hi - lo < p.min_points_after:
+        after = steps_within(x, seam, nxt - 1 if nxt is not None else math.inf)
+        lo, n_after = after.start, after.stop - after.start
+        if lo < p.min_points_after or n_after < p.min_points_after:
             return None
         # A level is the median of up to `window` points, at most a third of the stretch after.
-        w = int(min(p.window, lo, (hi - lo) // 3))
+        w = int(min(p.window, lo, n_after // 3))
         if w < 1:  # (fewer than 3 points after: no level to judge)
             return None
-        xa, ya = x[lo:hi], y[lo:hi]
+        xa, ya = x[after], y[after]
         trend = theil_sen(xa, ya)
         if trend is None or not trend.rising:
             return None
@@ -114,7 +122,7 @@ class ResumeRegressionDetector:
             "slope_per_1k": trend.slope * 1000.0,
             "slope_low_per_1k": trend.low * 1000.0,
             "slope_high_per_1k": trend.high * 1000.0,
-            "points_after": hi - lo,
+            "points_after": n_after,
             "val_best": None,
             "val_best_step": None,
             "val_end": None,
