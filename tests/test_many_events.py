@@ -19,7 +19,7 @@ from synthetic import long_frame, run_from_frame
 
 from forensics.evidence import Evidence, Series
 from forensics.evidence.spike_context import lr_kinks
-from forensics.evidence.trend_utils import first_at_least, first_below
+from forensics.evidence.trend_utils import first_at_least, first_below, last_not_above
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.incidents import build_incidents
 from forensics.pipeline import analyze
@@ -47,6 +47,8 @@ def test_the_block_searches_find_the_first_index_a_scan_finds() -> None:
             hit = np.flatnonzero(v[start:] < line)
             want = start + int(hit[0]) if len(hit) else len(v)
             assert first_below(v, start, line) == want
+            hit = np.flatnonzero(~(v[:start] > line))
+            assert last_not_above(v, start, line) == (int(hit[-1]) if len(hit) else -1)
 
 
 def test_a_hundred_checkpoint_dips_are_one_schedule(tmp_path: Path) -> None:

@@ -20,23 +20,10 @@ import numpy as np
 from forensics.evidence import Evidence
 from forensics.evidence.rolling import centered_median
 from forensics.evidence.spike_shape import SpikeClass
-from forensics.evidence.trend_utils import first_below, num, robust_sigma
+from forensics.evidence.trend_utils import first_below, last_not_above, num, robust_sigma
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity, steps_text
 from forensics.params import DivergenceParams
 from forensics.schema import GRAD_NORM, LOSS
-
-
-def _last_at_most(values: np.ndarray, end: int, line: float) -> int:
-    """The last index before ``end`` whose value is not above ``line`` (NaN counts), else
-    -1; searched backwards in blocks that double from 256 points."""
-    size = 256
-    while end > 0:
-        start = max(0, end - size)
-        hit = np.flatnonzero(~(values[start:end] > line))
-        if len(hit):
-            return start + int(hit[-1])
-        end, size = start, size * 2
-    return -1
 
 
 def _smooth(v: np.ndarray, points: int) -> np.ndarray:
@@ -134,7 +121,7 @@ class DivergenceDetector:
             # growing blocks: a search of the rest of the series at each climb made a run of
             # many short climbs quadratic (a 1M-step loss with a climb every 200 steps: 2.5 s
             # of CPU, now 0.09).
-            onset = _last_at_most(rise, i, 0.25 * thr) + 1
+            onset = last_not_above(rise, i, 0.25 * thr) + 1
             back = first_below(rise, i, 0.5 * thr)
             ret = back if back < n else None
             t0 = int(tf[onset])

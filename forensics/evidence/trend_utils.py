@@ -858,6 +858,19 @@ def _first_where(values: np.ndarray, start: int, test: Callable[[np.ndarray], np
     return n
 
 
+def last_not_above(values: np.ndarray, end: int, line: float) -> int:
+    """The last index before ``end`` where ``values`` is not above ``line`` (NaN counts),
+    else -1: :func:`_first_where`'s blocks, walked backwards."""
+    size = 256
+    while end > 0:
+        start = max(0, end - size)
+        hit = np.flatnonzero(~(values[start:end] > line))
+        if len(hit):
+            return start + int(hit[-1])
+        end, size = start, size * 2
+    return -1
+
+
 def steps_within(steps: np.ndarray, lo: float, hi: float) -> slice:
     """The positions of sorted ``steps`` with ``lo <= step <= hi``, as a slice (a view of a
     long series instead of a mask and copies)."""
