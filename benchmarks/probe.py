@@ -51,6 +51,7 @@ def _read(path: str, no_cache: bool) -> int:
 def _stages(path: str) -> dict[str, float]:
     """CPU seconds per stage in one process (all threads): import, evidence + each detector,
     diagnosis. CPU rather than wall time: on a shared machine it moves less with the load."""
+    from forensics.allocator import reusing_freed_pages
     from forensics.config import Config
     from forensics.detectors import build
     from forensics.diagnosis import diagnose
@@ -64,20 +65,21 @@ def _stages(path: str) -> dict[str, float]:
     out["import"] = time.process_time() - t
     out["points"] = float(run.frame.height)
     cfg = Config()
-    t = time.process_time()
-    ev = Evidence(run, cfg.params)
-    out["evidence_init"] = time.process_time() - t
-    findings = list(run.import_findings)
-    total = time.process_time()
-    for det in build(ev.params):
+    with reusing_freed_pages(run.frame.height):  # (as the analyze command runs the analysis)
         t = time.process_time()
-        findings.extend(det.detect(ev))
-        out[f"detector:{det.name}"] = time.process_time() - t
-    out["detect"] = time.process_time() - total + out["evidence_init"]
-    t = time.process_time()
-    # The evidence the detectors filled, as analyze_run passes it (no second spike search).
-    diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
-    out["diagnose"] = time.process_time() - t
+        ev = Evidence(run, cfg.params)
+        out["evidence_init"] = time.process_time() - t
+        findings = list(run.import_findings)
+        total = time.process_time()
+        for det in build(ev.params):
+            t = time.process_time()
+            findings.extend(det.detect(ev))
+            out[f"detector:{det.name}"] = time.process_time() - t
+        out["detect"] = time.process_time() - total + out["evidence_init"]
+        t = time.process_time()
+        # The evidence the detectors filled, as analyze_run passes it (no second spike search).
+        diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
+        out["diagnose"] = time.process_time() - t
     return out
 
 
@@ -131,6 +133,7 @@ def _memory(path: str) -> None:
     stage and what it left; the Run's view is its own stage (labelled where it is built)."""
     import forensics.importers as imp
     import forensics.run as run_mod
+    from forensics.allocator import reusing_freed_pages
     from forensics.config import Config
     from forensics.detectors import build
     from forensics.diagnosis import diagnose
@@ -166,14 +169,15 @@ def _memory(path: str) -> None:
     if hasattr(run_mod.Run, "_reorder"):
         run_mod.Run._reorder = labelled("reorder", run_mod.Run._reorder)  # type: ignore[method-assign]
     cfg = Config()
-    rss.stage("evidence_init")
-    ev = Evidence(run, cfg.params)
-    findings = list(run.import_findings)
-    for det in build(ev.params):
-        rss.stage(f"detector:{det.name}")
-        findings.extend(det.detect(ev))
-    rss.stage("diagnose")
-    diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
+    with reusing_freed_pages(points):  # (as the analyze command runs the analysis)
+        rss.stage("evidence_init")
+        ev = Evidence(run, cfg.params)
+        findings = list(run.import_findings)
+        for det in build(ev.params):
+            rss.stage(f"detector:{det.name}")
+            findings.extend(det.detect(ev))
+        rss.stage("diagnose")
+        diagnose(ev, sort_findings(findings), checkpoint_every=cfg.checkpoint_every)
     rss.stop()
     peak = _hwm()
     print(f"points {points:,}; peak (VmHWM) {peak:.0f} MiB = {peak * 2**20 / points:.0f} B/point")
@@ -187,6 +191,22 @@ def _memory(path: str) -> None:
         print(f"{lab:40s} {pk:9.0f} {rss.after.get(lab, float('nan')):9.0f}")
 
 
+def _like_the_command(command: str) -> None:
+    """The process set up as the command line sets up ``command``, before numpy and polars
+    load: numpy without its huge-page requests and with one BLAS thread, polars' allocator
+    returning freed pages at once, two glibc arenas, the collector run less often. Without
+    them the stages are not the command's: at 10M steps the import alone took 31 s here
+    (21 s of it system time, the kernel compacting memory for numpy's huge pages) against
+    12 s with them."""
+    from forensics.cli import _collect_less, _fewer_arenas, _return_freed_memory
+    from forensics.cli_quick import _numpy_with_one_blas_thread
+
+    _numpy_with_one_blas_thread([command])
+    _return_freed_memory(command)
+    _fewer_arenas(command)
+    _collect_less(command)
+
+
 def main(argv: list[str]) -> None:
     what, path = argv[0], argv[1]
     if what == "tbparse":
@@ -198,14 +218,10 @@ def main(argv: list[str]) -> None:
     elif what == "read":
         print(_read(path, "--no-cache" in argv))
     elif what == "stages":
+        _like_the_command("analyze")
         print(json.dumps(_stages(path)))
     elif what == "memory":
-        # As `analyze` runs: the command line's allocator setting, made before polars loads
-        # (polars' allocator otherwise keeps freed pages resident for a second or two, and
-        # every stage's level measured that way is tens of MiB above the command's).
-        from forensics.cli import _return_freed_memory
-
-        _return_freed_memory("analyze")
+        _like_the_command("analyze")
         _memory(path)
     else:
         raise SystemExit(f"unknown probe {what!r}")
