@@ -53,10 +53,12 @@ from forensics.evidence.rolling import (
     polars_trailing_median_at,
     window_max,
 )
+from forensics.evidence.spike_context import Period
 from forensics.evidence.trend_utils import (
     Unit,
     bin_median,
     first_at_least,
+    grid_distance,
     hinge_onset,
     housekeeping_at,
     robust_sigma,
@@ -358,7 +360,7 @@ _RECUR_MIN = 3
 _RECUR_SLACK = 0.02
 _RECUR_SHARE = 0.5  # of the recovered sudden drops, at least this share on the grid
 _RECUR_FEW = 60  # among this many drops or fewer, a grid holding less is judged by chance
-_RECUR_CHANCE = 1e-3  # ...and kept when random drops would make one this rarely
+_RECUR_CHANCE = 1e-3  # a grid the log does not explain: kept when chance makes one this rarely
 _RECUR_WIDTH = 0.1
 
 
@@ -373,7 +375,8 @@ def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
         for f in out
         if f.measures["shape"] == "sudden" and f.measures["recovered"] and f.end_step is not None
     ]
-    dips, period = _on_one_grid(cand, every) if len(cand) >= _RECUR_MIN else ([], 0)
+    revealed = ev.revealed_periods if len(cand) >= _RECUR_MIN else {}
+    dips, period = _on_one_grid(cand, every, revealed) if len(cand) >= _RECUR_MIN else ([], 0)
     if not dips:
         return
     # The time the dips cost: each of their steps took baseline / level of a usual step.
@@ -381,7 +384,7 @@ def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
     extra = sum(int(f.measures["n_points"] or 0) * _slowdown(f.measures, source) for f in dips)
     n_logged = len(ev.logged(source).steps)
     lost = 100.0 * extra / (n_logged + extra) if n_logged else 0.0
-    at = housekeeping_at(ev.revealed_periods, float(dips[0].start_step), every)
+    at = _logged_interval(revealed, dips, period, every)
     named = (
         f"on the {at.replace('_', ' ')} the log reveals"
         if at
@@ -410,7 +413,9 @@ def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
         )
 
 
-def _on_one_grid(cand: list[Finding], every: float) -> tuple[list[Finding], int]:
+def _on_one_grid(
+    cand: list[Finding], every: float, revealed: Mapping[str, Period] | None = None
+) -> tuple[list[Finding], int]:
     """The largest set of ``cand`` (by start) whose starts lie on one grid ``origin + k *
     period`` (within the larger of two logging intervals and 2% of the period), at least
     :data:`_RECUR_MIN` of them, present at three in four of the grid's points between the
@@ -418,19 +423,47 @@ def _on_one_grid(cand: list[Finding], every: float) -> tuple[list[Finding], int]
     0) when there is none. A drop off the grid (a real one among the scheduled dips) stays a
     drop.
 
-    The set holds at least half of ``cand``; or, among at most :data:`_RECUR_FEW` drops, fewer,
-    when drops at random steps would put that many on a grid less than once in a thousand
-    (:func:`_by_chance`). Thousands of drops at random steps put some dozens on a grid (54 of
-    4,000 random drops over 1M steps sat on a grid of 3,461 steps at three in four of its
-    points); a few drops beside a checkpoint's dips still leave the dips a schedule."""
+    The set holds at least half of ``cand`` and lies on an evaluation or save interval the log
+    itself shows (``revealed``: :attr:`Evidence.revealed_periods`). Otherwise drops at random
+    steps must put as many as close to a grid less than once in a thousand (:func:`_by_chance`,
+    over the grids tried): among more than :data:`_RECUR_FEW` drops only for a set of half of
+    them. Half of six drops at random steps over 10k steps, three evenly spaced within 2% of
+    their period, were read as a schedule in 142 sets of 300; thousands put some dozens on a
+    grid (54 of 4,000 random drops over 1M steps sat on a grid of 3,461 steps at three in four
+    of its points); a few drops beside a checkpoint's dips still leave the dips a schedule.
+    The price: three dips a few steps off an even spacing, among other drops and on no
+    interval the log shows, are not told from chance and stay drops."""
     n = len(cand)
-    most = _grid(cand, every, max(_RECUR_MIN, math.ceil(_RECUR_SHARE * n)))
-    if most[0] or n > _RECUR_FEW:
-        return most[0], most[1]
+    best, period, tries = _grid(cand, every, max(_RECUR_MIN, math.ceil(_RECUR_SHARE * n)))
+    if best and (
+        _logged_interval(revealed or {}, best, period, every) is not None
+        or _by_chance(cand, best, period, every) * tries <= _RECUR_CHANCE
+    ):
+        return best, period
+    if n > _RECUR_FEW:
+        return [], 0
     best, period, tries = _grid(cand, every, _RECUR_MIN)
     if best and _by_chance(cand, best, period, every) * tries <= _RECUR_CHANCE:
         return best, period
     return [], 0
+
+
+def _logged_interval(
+    revealed: Mapping[str, Period], on: list[Finding], period: int, every: float
+) -> str | None:
+    """The evaluation or save interval of the log (``eval_interval``, ``checkpoint_interval``)
+    that the grid of ``on`` follows: its period a whole multiple of the interval and its first
+    drop starting on the interval's grid, each within the grid's slack; else None."""
+    slack = max(2.0 * every, _RECUR_SLACK * period)
+    for name in ("eval_interval", "checkpoint_interval"):
+        p = revealed.get(name)
+        if p is None or not p.steps > slack:
+            continue
+        k = round(period / p.steps)
+        if k >= 1 and abs(period - k * p.steps) <= slack:
+            if grid_distance(float(on[0].start_step), p.steps, p.origin) <= slack:
+                return name
+    return None
 
 
 def _grid(cand: list[Finding], every: float, need: int) -> tuple[list[Finding], int, int]:
@@ -487,17 +520,22 @@ def _grid(cand: list[Finding], every: float, need: int) -> tuple[list[Finding], 
 
 
 def _by_chance(cand: list[Finding], on: list[Finding], period: int, every: float) -> float:
-    """How likely drops at random steps reach as many points of one given grid as ``on`` does:
-    each grid point after the first is within the grid's slack of one of the other drops
-    with the chance ``q`` that ``len(cand) - 1`` random starts over the drops' span give it;
-    at least as many of those points as ``on`` reaches after its first (the binomial tail).
-    Points, not drops: two drops beside one grid point are one point reached."""
+    """How likely drops at random steps reach as many points of one given grid as closely as
+    ``on`` does: each grid point after the first is within ``tol`` steps of one of the other
+    drops with the chance ``q`` that ``len(cand) - 1`` random starts over the drops' span give
+    it; at least as many of those points as ``on`` reaches after its first (the binomial
+    tail). ``tol`` is the farthest of ``on`` from its point (at least two logging intervals,
+    the precision of a start; at most the grid's slack): dips a save makes start within a step
+    or two of theirs, where random drops on the grid lie anywhere within its 2%. Points, not
+    drops: two drops beside one grid point are one point reached."""
     from scipy.stats import binom
 
     span = cand[-1].start_step - cand[0].start_step + 1
-    slack = max(2.0 * every, _RECUR_SLACK * period)
-    q = 1.0 - math.exp(-(len(cand) - 1) * (2 * slack + 1) / span)
     first = on[0].start_step
+    lag = [f.start_step - first for f in on]
+    off = max(abs(d - round(d / period) * period) for d in lag)
+    tol = min(max(2.0 * every, _RECUR_SLACK * period), max(2.0 * every, float(off)))
+    q = 1.0 - math.exp(-(len(cand) - 1) * (2 * tol + 1) / span)
     reached = {round((f.start_step - first) / period) for f in on} - {0}
     points = round((on[-1].start_step - first) / period)
     return float(binom.sf(len(reached) - 1, points, min(q, 1.0)))
