@@ -892,11 +892,14 @@ def print_comparison(cmp: Comparison, console: Any = None) -> None:
             if abs(f["other_step"] - f["step"]) > SAME_STEP and f["events"] is None
         ]
         notes = [f for f in fd["both"] if f["events"] is not None]
-        how = [f"{len(by_range):,} of them by their fitted onsets' ranges"] if by_range else []
+        # (each way of matching counted on its own: "at the same step" is said of those only)
+        same = len(fd["both"]) - len(by_range) - len(notes)
+        how = [f"{same:,} at the same step"] if same else []
+        how += [f"{len(by_range):,} by their fitted onsets' ranges"] if by_range else []
         how += [f"{len(notes):,} of many events, matched wherever they begin"] if notes else []
         console.print(
-            f"  findings: {len(fd['both']):,} in both at the same step"
-            + (f" ({', '.join(how)})" if how else "")
+            f"  findings: {len(fd['both']):,} in both"
+            + (f" ({', '.join(how)})" if by_range or notes else " at the same step" if same else "")
             + f", {len(fd['only_reference']):,} only in {ref}, {len(fd['only_other']):,} only in "
             f"{escape(lab)}"
         )

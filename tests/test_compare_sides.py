@@ -49,7 +49,7 @@ def test_both_runs_absorbed_outliers_are_in_both(tmp_path: Path) -> None:
     the other: in both, with how many each had (not "only in" either side)."""
     res = _healthy_against_divergence("--no-report")
     text = res.stdout
-    said = "1 in both at the same step (1 of many events, matched wherever they begin)"
+    said = "1 in both (1 of many events, matched wherever they begin)"
     assert said in text, text
     assert "in both: grad_norm_outliers, 1 in healthy from step 71, 1 in divergence from" in text
     assert "grad_norm_outliers @" not in text
