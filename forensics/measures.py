@@ -1234,6 +1234,20 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             null=True,
             values=("eval_interval", "checkpoint_interval"),
         ),
+        _m(
+            "pauses",
+            int,
+            "repeated pauses, each shorter than a stall, the finding sums up (their gap, "
+            "expected, ratio and steps_between are medians); null: one silence",
+            null=True,
+        ),
+        _m(
+            "time_lost_pct",
+            float,
+            "the share of the run's wall time those pauses cost beyond the usual pace, in %; "
+            "null: one silence",
+            null=True,
+        ),
     ),
     "memory_growth": (
         _m(

@@ -16,6 +16,12 @@ names them all. An isolated step ``factor`` x slower than usual (and at least ``
 long, when its time is known in seconds) is a stall wherever it sits. Step times are read in
 the unit their name states (``step_time (ms)``: milliseconds).
 
+Pauses too short to be stalls can still cost the run: intervals ``slow_factor`` x the usual
+pace that together take the throughput detector's ``drop`` share (30%) of the wall time or
+more are one warning (``pauses``, ``time_lost_pct``), leaving out the stalls and the pauses at
+the evaluations or save interval the log shows. A rate the log measures within a step
+(tokens/s) never shows them.
+
 Judged against: `factor` and `expected_seconds` (factor x the usual interval), `min_seconds`,
 `pause_factor` and `usual_pause_seconds`, and `stall_line_seconds`: the silence a gap had to
 exceed, the largest of factor x expected_seconds, min_seconds and pause_factor x the usual
@@ -34,7 +40,12 @@ import polars as pl
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
 from forensics.evidence.rolling import centered_median_at, pieces, window_max
-from forensics.evidence.trend_utils import housekeeping_at, unit_for, window_max_pieces
+from forensics.evidence.trend_utils import (
+    grid_distance,
+    housekeeping_at,
+    unit_for,
+    window_max_pieces,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
 from forensics.run import Run
@@ -144,8 +155,9 @@ class StallDetector:
         for lo, hi, dt, ds in _intervals(wall, steps):
             np.greater(dt, self.params.factor * (ds * per_step), out=over[lo:hi])
             cand[lo:hi] &= over[lo:hi] & (dt >= self.params.min_seconds)
+        lost = self._time_lost(ev, steps, wall, ok, per_step, cand)
         if not cand.any():
-            return []
+            return lost
         # Pauses at val/eval steps are expected; their typical length raises the bar.
         eval_steps = self._eval_steps(run)
         evals = np.fromiter(eval_steps, dtype=np.int64) if eval_steps else np.array([], np.int64)
@@ -180,6 +192,8 @@ class StallDetector:
                         "ratio": float(dt_k / expected),
                         "steps_between": int(ds_k),
                         "usual_pause_seconds": usual_pause,
+                        "pauses": None,
+                        "time_lost_pct": None,
                     },
                     judged_against={
                         "factor": self.params.factor,
@@ -200,7 +214,107 @@ class StallDetector:
                     ),
                 )
             )
-        return out
+        return out + lost
+
+    def _time_lost(
+        self,
+        ev: Evidence,
+        steps: np.ndarray,
+        wall: np.ndarray,
+        ok: np.ndarray,
+        per_step: float,
+        stalls: np.ndarray,
+    ) -> list[Finding]:
+        """Repeated pauses, each too short to be a stall, that together cost as large a share
+        of the run's wall time as a throughput drop (30%): one warning naming them all.
+
+        A pause is an interval ``slow_factor`` x longer than the usual pace. The rate a log
+        records within a step (tokens/s) does not see the time between steps: a job that hung
+        for two minutes every 300 steps of half a second lost 44% of its time and read
+        healthy. Not counted: the stalls (each its own warning), the intervals across a
+        restart, and pauses at the evaluations or the save interval the log shows (the job's
+        own housekeeping, a cost it chose). Less than :data:`_MIN_LOST` seconds lost in all is
+        no finding."""
+        p = self.params
+        total = 0.0
+        pause = np.zeros(len(ok), dtype=bool)
+        for lo, hi, dt, ds in _intervals(wall, steps):
+            m = ok[lo:hi]
+            total += float(dt[m].sum())
+            pause[lo:hi] = m & (dt > p.slow_factor * (ds * per_step))
+        pause &= ~stalls
+        k = np.flatnonzero(pause)
+        del pause
+        if len(k) < _MIN_PAUSES or not total > 0:
+            return []
+        # (cheap first: the pauses' whole excess, before the housekeeping ones are taken out)
+        gaps = wall[k + 1] - wall[k]
+        expected = (steps[k + 1] - steps[k]) * per_step
+        if float((gaps - expected).sum()) < ev.params.throughput.drop * total:
+            return []
+        evals = self._eval_steps(ev.run)
+        if evals:
+            held = np.fromiter(evals, dtype=np.int64)
+            own = np.isin(steps[k], held) | np.isin(steps[k + 1], held)
+        else:
+            own = np.zeros(len(k), dtype=bool)
+        every = median_interval(steps)
+        for name in ("eval_interval", "checkpoint_interval"):
+            grid = ev.revealed_periods.get(name)
+            if grid is None or not grid.steps > 0:
+                continue
+            # A point of the grid within the pause's two steps, give or take the slack the
+            # throughput's schedule allows (a log may write the eval a step or two after).
+            slack = max(2.0 * every, 0.02 * grid.steps)
+            for i in np.flatnonzero(~own):
+                a, b = float(steps[k[i]]), float(steps[k[i] + 1])
+                own[i] = grid_distance(b + slack, grid.steps, grid.origin) <= b - a + 2 * slack
+        k, gaps, expected = k[~own], gaps[~own], expected[~own]
+        excess = float((gaps - expected).sum())
+        share = excess / total
+        if len(k) < _MIN_PAUSES or share < ev.params.throughput.drop or excess < _MIN_LOST:
+            return []
+        worst = int(np.argmax(gaps))
+        gap = float(np.median(gaps))
+        exp = float(np.median(expected))
+        first, last = int(steps[k[0]]), int(steps[k[-1] + 1])
+        return [
+            Finding(
+                kind=FindingKind.STALL,
+                severity=Severity.WARNING,
+                metric=None,
+                start_step=first,
+                peak_step=int(steps[k[worst]]),
+                end_step=last,
+                measures={
+                    "source": "wall_time",
+                    "slow_steps": None,
+                    "housekeeping": None,
+                    "gap_seconds": gap,
+                    "expected_seconds": exp,
+                    "usual_step_seconds": per_step,
+                    "ratio": float(np.median(gaps / expected)),
+                    "steps_between": int(np.median(steps[k + 1] - steps[k])),
+                    "usual_pause_seconds": None,
+                    "pauses": int(len(k)),
+                    "time_lost_pct": 100.0 * share,
+                },
+                judged_against={
+                    "slow_factor": p.slow_factor,
+                    "time_lost_share": ev.params.throughput.drop,
+                },
+                summary=(
+                    f"The job paused {len(k):,} times between logged steps from step "
+                    f"{first:,} to {last:,}, each typically for {_human(gap)} where the usual "
+                    f"pace takes {_human(exp)} (the longest {_human(float(gaps[worst]))}, "
+                    f"after step {int(steps[k[worst]]):,}), at no evaluation or save interval "
+                    f"the log shows: together {share:.0%} of the run's wall time, lost beyond "
+                    "the usual pace. Each pause is shorter than a stall, and a rate measured "
+                    "within a step (tokens/s) does not show them: over the run the job made "
+                    f"{share:.0%} less progress an hour than its steps' pace gives."
+                ),
+            )
+        ]
 
     def _slow_steps(self, ev: Evidence, wall: list[Finding]) -> list[Finding]:
         """Isolated slow steps of the step-time / throughput series (see the module text)."""
@@ -321,6 +435,8 @@ class StallDetector:
                 "ratio": ratio,
                 "steps_between": int(round(every)),
                 "usual_pause_seconds": None,
+                "pauses": None,
+                "time_lost_pct": None,
             },
             judged_against={
                 "factor": self.params.factor,
@@ -342,6 +458,12 @@ class StallDetector:
 
 
 _CHUNK = 1 << 16
+
+
+_MIN_PAUSES = 3  # pauses at least, to be a pattern (one or two long ones are stalls or not)
+# Seconds the pauses must cost in all: a log written in a second or two (a test's, a toy
+# run's) has pauses of milliseconds, the writer's flushes, that can add up to a third of it.
+_MIN_LOST = 60.0
 
 
 def _intervals(
