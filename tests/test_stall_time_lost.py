@@ -97,3 +97,48 @@ def test_a_log_written_in_seconds_loses_no_time(tmp_path: Path) -> None:
     suite have them). Less than a minute lost is no finding."""
     d = analyze(_write(tmp_path / "run", pause=0.01, every=10, step=0.001))
     assert not _lost(d)
+
+
+def _write_rates(folder: Path, key: str, values: np.ndarray) -> Path:
+    """3,000 steps with no wall clock: the loss and one rate series (``key``)."""
+    rng = np.random.default_rng(4)
+    s = np.arange(len(values))
+    loss = 4.0 * (1 + s / 500) ** -0.3 + 0.01 * rng.standard_normal(len(s))
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "metrics.jsonl", "w") as fh:
+        for i in s:
+            row = {"step": int(i), "loss": float(loss[i]), "lr": 3e-4, key: float(values[i])}
+            fh.write(json.dumps(row) + "\n")
+    return folder
+
+
+def test_slow_steps_without_a_wall_clock_cost_the_same(tmp_path: Path) -> None:
+    """No wall clock, a step time per step: ten steps of two minutes among steps of half a
+    second are the same 44%, read from the step times."""
+    st = np.full(3000, 0.5)
+    st[299::300] = 120.0
+    d = analyze(_write_rates(tmp_path / "run", "step_time", st))
+    (f,) = _lost(d)
+    assert f.severity is Severity.WARNING
+    m = f.measures
+    assert (m["source"], m["pauses"]) == ("step_time", 10)
+    assert m["time_lost_pct"] == pytest.approx(100 * 10 * 119.5 / (2990 * 0.5 + 10 * 120))
+    assert m["gap_seconds"] == pytest.approx(120.0)
+    assert m["usual_step_seconds"] == pytest.approx(0.5)
+    assert "10 isolated slow steps in the step time from step 299 to 2,999" in f.summary
+    assert "(the log has no wall clock to confirm it)" in f.summary
+
+
+def test_slow_steps_in_tokens_per_second_alone(tmp_path: Path) -> None:
+    """Only tokens/s: every 20th step at a tenth of the rate (each 10x slower, under the 20x
+    of a stall). The share is read the same way (a step's time is the inverse of its rate):
+    150 steps of 10 units among 2,850 of 1, 31%; the seconds are unknown."""
+    tps = np.full(3000, 30_000.0)
+    tps[19::20] = 3_000.0
+    d = analyze(_write_rates(tmp_path / "run", "tokens_per_sec", tps))
+    (f,) = _lost(d)
+    m = f.measures
+    assert (m["source"], m["pauses"], m["gap_seconds"]) == ("throughput", 150, None)
+    assert m["time_lost_pct"] == pytest.approx(100 * 150 * 9 / (2850 + 150 * 10))
+    assert "typically 10.0x slower than the steps around them" in f.summary
+    assert not [g for g in d.findings if g.kind is FindingKind.STALL and g is not f]

@@ -20,7 +20,8 @@ Pauses too short to be stalls can still cost the run: intervals ``slow_factor`` 
 pace that together take the throughput detector's ``drop`` share (30%) of the wall time or
 more are one warning (``pauses``, ``time_lost_pct``), leaving out the stalls and the pauses at
 the evaluations or save interval the log shows. A rate the log measures within a step
-(tokens/s) never shows them.
+(tokens/s) never shows them. A log without a wall clock is judged the same way from its
+isolated slow steps (each step's time the inverse of its rate).
 
 Judged against: `factor` and `expected_seconds` (factor x the usual interval), `min_seconds`,
 `pause_factor` and `usual_pause_seconds`, and `stall_line_seconds`: the silence a gap had to
@@ -110,7 +111,7 @@ class StallDetector:
                 + f", the log has no wall-clock times (or fewer than {self.params.min_points})"
                 + ("; slow steps judged from the step times" if timed else "")
             )
-            return self._slow_steps(ev, []) if timed else []
+            return self._slow_steps(ev, [], time_lost=True) if timed else []
         # (the frame's own arrays where they already have the type; each column dropped from
         # the frame once read, so a frame of several chunks, whose arrays are copies, is not
         # held whole beside them)
@@ -316,8 +317,12 @@ class StallDetector:
             )
         ]
 
-    def _slow_steps(self, ev: Evidence, wall: list[Finding]) -> list[Finding]:
-        """Isolated slow steps of the step-time / throughput series (see the module text)."""
+    def _slow_steps(
+        self, ev: Evidence, wall: list[Finding], time_lost: bool = False
+    ) -> list[Finding]:
+        """Isolated slow steps of the step-time / throughput series (see the module text);
+        ``time_lost`` (a log without a wall clock): also what they cost together
+        (:meth:`_slow_time_lost`)."""
         from forensics.detectors.throughput import work_rate
 
         metric, x, rate = work_rate(ev)
@@ -342,6 +347,7 @@ class StallDetector:
         groups = np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)
         house: dict[str, list[int]] = {}
         out: list[Finding] = []
+        paused: list[int] = []  # the isolated slow points no stall names, no housekeeping
         for g in groups:
             # the throughput detector's rule: a short dip at the housekeeping grid is no drop
             at = housekeeping_at(ev.revealed_periods, float(x[g[0]]), every)
@@ -355,6 +361,7 @@ class StallDetector:
             if slower[k] < self.params.factor or (
                 secs is not None and secs < self.params.min_seconds
             ):
+                paused.extend(int(i) for i in g)
                 continue
             if any(f.start_step <= x[k] <= (f.end_step or f.start_step) for f in wall):
                 continue  # the wall clock already shows this silence
@@ -363,7 +370,85 @@ class StallDetector:
         for at, ks in house.items():
             usual_s = float(np.median(seconds[ks] / slower[ks])) if seconds is not None else None
             out.append(self._slow_finding(metric, x, ks, slower, seconds, at, usual_s, every))
+        if time_lost:
+            out += self._slow_time_lost(ev, metric, x, rate, slower, seconds, paused, every)
         return out
+
+    def _slow_time_lost(
+        self,
+        ev: Evidence,
+        metric: str,
+        x: np.ndarray,
+        rate: np.ndarray,
+        slower: np.ndarray,
+        seconds: np.ndarray | None,
+        ks: list[int],
+        every: float,
+    ) -> list[Finding]:
+        """:meth:`_time_lost` for a log without a wall clock: the isolated slow steps ``ks``
+        (no stall, no housekeeping) against the time of all the logged steps, each step's time
+        the inverse of its rate. Read as a sample where the log keeps every n-th step or
+        averages over n: the share is the same, the seconds lost about n times the points'."""
+        if len(ks) < _MIN_PAUSES:
+            return []
+        k = np.asarray(ks, dtype=np.intp)
+        with np.errstate(divide="ignore"):
+            t = 1.0 / rate
+        excess = t[k] * (1.0 - 1.0 / slower[k])
+        share = float(excess.sum() / t.sum())
+        if share < ev.params.throughput.drop:
+            return []
+        if (
+            seconds is not None
+            and float(seconds[k].sum() - (seconds[k] / slower[k]).sum()) * every < _MIN_LOST
+        ):
+            return []
+        worst = int(k[np.argmax(slower[k])])
+        ratio = float(np.median(slower[k]))
+        first, last = int(x[k[0]]), int(x[k[-1]])
+        secs: float | None = None
+        usual: float | None = None
+        if seconds is not None:
+            secs, usual = float(np.median(seconds[k])), float(np.median(seconds[k] / slower[k]))
+            typical = f"typically {_human(secs)} where the usual pace takes {_human(usual)}"
+        else:
+            typical = f"typically {ratio:.1f}x slower than the steps around them"
+        return [
+            Finding(
+                kind=FindingKind.STALL,
+                severity=Severity.WARNING,
+                metric=None,
+                start_step=first,
+                peak_step=int(x[worst]),
+                end_step=last,
+                measures={
+                    "source": metric,
+                    "slow_steps": len(k),
+                    "housekeeping": None,
+                    "gap_seconds": secs,
+                    "expected_seconds": usual,
+                    "usual_step_seconds": usual,
+                    "ratio": ratio,
+                    "steps_between": int(round(every)),
+                    "usual_pause_seconds": None,
+                    "pauses": len(k),
+                    "time_lost_pct": 100.0 * share,
+                },
+                judged_against={
+                    "slow_factor": self.params.slow_factor,
+                    "time_lost_share": ev.params.throughput.drop,
+                },
+                summary=(
+                    f"{len(k):,} isolated slow steps in the {metric.replace('_', ' ')} from "
+                    f"step {first:,} to {last:,}, {typical} (the slowest at step "
+                    f"{int(x[worst]):,}), at no evaluation or save interval the log shows: "
+                    f"together {share:.0%} of the logged steps' time, lost beyond the usual "
+                    "pace. Each is too short to be a stall and too brief to be a throughput "
+                    f"drop: over the run the job made {share:.0%} less progress an hour than "
+                    "its usual pace gives (the log has no wall clock to confirm it)."
+                ),
+            )
+        ]
 
     def _slower(self, rate: np.ndarray, window: int) -> np.ndarray:
         """How many times slower than the usual pace (``rolling_median(rate, window)``) each
