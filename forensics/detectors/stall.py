@@ -41,12 +41,7 @@ import polars as pl
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
 from forensics.evidence.rolling import centered_median_at, pieces, window_max
-from forensics.evidence.trend_utils import (
-    grid_distance,
-    housekeeping_at,
-    unit_for,
-    window_max_pieces,
-)
+from forensics.evidence.trend_utils import housekeeping_at, unit_for, window_max_pieces
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import StallParams
 from forensics.run import Run
@@ -267,9 +262,10 @@ class StallDetector:
             # A point of the grid within the pause's two steps, give or take the slack the
             # throughput's schedule allows (a log may write the eval a step or two after).
             slack = max(2.0 * every, 0.02 * grid.steps)
-            for i in np.flatnonzero(~own):
-                a, b = float(steps[k[i]]), float(steps[k[i] + 1])
-                own[i] = grid_distance(b + slack, grid.steps, grid.origin) <= b - a + 2 * slack
+            a, b = steps[k].astype(float), steps[k + 1].astype(float)
+            q = b + slack  # (trend_utils.grid_distance of each, in one pass)
+            back = np.where(q < grid.origin, grid.origin - q, np.mod(q - grid.origin, grid.steps))
+            own |= back <= b - a + 2 * slack
         k, gaps, expected = k[~own], gaps[~own], expected[~own]
         excess = float((gaps - expected).sum())
         share = excess / total
