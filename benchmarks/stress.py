@@ -19,6 +19,7 @@ Kinds:
 * ``resumes``: the job resumes 100 steps back every 1,000 steps (steps are logged again)
 * ``overflows``: the loss scale halves every 100 steps and grows back
 * ``stalls``: nothing is logged for 10 minutes every 300 steps (half a second a step)
+* ``pauses``: the same with pauses of 2 minutes, each short of a stall (one finding sums them)
 """
 
 from __future__ import annotations
@@ -36,7 +37,16 @@ import numpy as np
 from benchmarks.measure import exponent
 
 STEEP = 1.25  # an exponent above this is flagged
-KINDS = ("lr_restarts", "dips", "coupled_spikes", "loss_spikes", "resumes", "overflows", "stalls")
+KINDS = (
+    "lr_restarts",
+    "dips",
+    "coupled_spikes",
+    "loss_spikes",
+    "resumes",
+    "overflows",
+    "stalls",
+    "pauses",
+)
 
 
 def write(folder: Path, kind: str, n: int, seed: int = 0) -> Path:
@@ -70,6 +80,8 @@ def write(folder: Path, kind: str, n: int, seed: int = 0) -> Path:
             scale[k + 50 :] *= 2
     elif kind == "stalls":
         wall = 1.7e9 + 0.5 * s + 600.0 * (s // 300)
+    elif kind == "pauses":
+        wall = 1.7e9 + 0.5 * s + 120.0 * (s // 300)
     else:
         raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
     folder.mkdir(parents=True, exist_ok=True)
