@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from forensics.findings import FindingKind, Severity
+from forensics.findings import Finding, FindingKind, Severity
 from forensics.pipeline import analyze
 
 
@@ -56,6 +56,20 @@ def _write(
     ]
     (folder / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     return folder
+
+
+def _drop(step: int) -> Finding:
+    """A recovered sudden drop of 15 steps at ``step`` (for the grid search alone)."""
+    return Finding(
+        FindingKind.THROUGHPUT_DROP,
+        Severity.WARNING,
+        "throughput",
+        step,
+        "a drop",
+        step,
+        step + 15,
+        {"shape": "sudden", "recovered": True, "source": "throughput"},
+    )
 
 
 def _drops(d):  # noqa: ANN001, ANN202
@@ -119,25 +133,12 @@ def test_a_few_drops_in_step_by_chance_are_no_schedule() -> None:
     fewer than half of them is kept only when chance would make it less than once in a
     thousand: over 300 sets of 22 and 300 of 60 random drops, none is."""
     from forensics.detectors.throughput import _on_one_grid
-    from forensics.findings import Finding, FindingKind
-
-    def drop(step: int) -> Finding:
-        return Finding(
-            FindingKind.THROUGHPUT_DROP,
-            Severity.WARNING,
-            "throughput",
-            step,
-            "a drop",
-            step,
-            step + 15,
-            {"shape": "sudden", "recovered": True, "source": "throughput"},
-        )
 
     rng = np.random.default_rng(0)
     for n, span in ((22, 10_000), (60, 100_000)):
         for _ in range(300):
             starts = np.sort(rng.choice(span, n, replace=False))
-            assert _on_one_grid([drop(int(s)) for s in starts], 1.0) == ([], 0)
+            assert _on_one_grid([_drop(int(s)) for s in starts], 1.0) == ([], 0)
 
 
 def test_three_dips_on_the_logs_eval_interval_are_notes(tmp_path: Path) -> None:
@@ -197,19 +198,6 @@ def test_a_few_random_drops_are_rarely_a_schedule() -> None:
     would come as close to one less than once in a thousand: of these 2,100 sets of 4 to 10
     random drops 16 read as a schedule (the old rule: 363)."""
     from forensics.detectors.throughput import _on_one_grid
-    from forensics.findings import Finding
-
-    def drop(step: int) -> Finding:
-        return Finding(
-            FindingKind.THROUGHPUT_DROP,
-            Severity.WARNING,
-            "throughput",
-            step,
-            "a drop",
-            step,
-            step + 15,
-            {"shape": "sudden", "recovered": True, "source": "throughput"},
-        )
 
     rng = np.random.default_rng(1)
     sets = schedules = 0
@@ -217,5 +205,5 @@ def test_a_few_random_drops_are_rarely_a_schedule() -> None:
         for _ in range(300):
             starts = np.sort(rng.choice(10_000, n, replace=False))
             sets += 1
-            schedules += bool(_on_one_grid([drop(int(s)) for s in starts], 1.0)[0])
+            schedules += bool(_on_one_grid([_drop(int(s)) for s in starts], 1.0)[0])
     assert schedules <= sets // 100

@@ -42,7 +42,7 @@ from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
 from forensics.evidence.rolling import centered_median_at, pieces, window_max
 from forensics.evidence.trend_utils import housekeeping_at, unit_for, window_max_pieces
-from forensics.findings import Finding, FindingKind, Severity
+from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import StallParams
 from forensics.run import Run
 from forensics.schema import EVAL_PREFIX, LOSS, STEP_TIME, VAL_LOSS
@@ -178,19 +178,15 @@ class StallDetector:
                     start_step=int(steps[k]),
                     peak_step=int(steps[k]),
                     end_step=int(steps[k + 1]),
-                    measures={
-                        "source": "wall_time",
-                        "slow_steps": None,
-                        "housekeeping": None,
-                        "gap_seconds": float(dt_k),
-                        "expected_seconds": expected,
-                        "usual_step_seconds": per_step,
-                        "ratio": float(dt_k / expected),
-                        "steps_between": int(ds_k),
-                        "usual_pause_seconds": usual_pause,
-                        "pauses": None,
-                        "time_lost_pct": None,
-                    },
+                    measures=_measures(
+                        "wall_time",
+                        gap=float(dt_k),
+                        expected=expected,
+                        usual_step=per_step,
+                        ratio=float(dt_k / expected),
+                        steps_between=int(ds_k),
+                        usual_pause=usual_pause,
+                    ),
                     judged_against={
                         "factor": self.params.factor,
                         "expected_seconds": expected,
@@ -283,19 +279,16 @@ class StallDetector:
                 start_step=first,
                 peak_step=int(steps[k[worst]]),
                 end_step=last,
-                measures={
-                    "source": "wall_time",
-                    "slow_steps": None,
-                    "housekeeping": None,
-                    "gap_seconds": gap,
-                    "expected_seconds": exp,
-                    "usual_step_seconds": per_step,
-                    "ratio": float(np.median(gaps / expected)),
-                    "steps_between": int(np.median(steps[k + 1] - steps[k])),
-                    "usual_pause_seconds": None,
-                    "pauses": int(len(k)),
-                    "time_lost_pct": 100.0 * share,
-                },
+                measures=_measures(
+                    "wall_time",
+                    gap=gap,
+                    expected=exp,
+                    usual_step=per_step,
+                    ratio=float(np.median(gaps / expected)),
+                    steps_between=int(np.median(steps[k + 1] - steps[k])),
+                    pauses=int(len(k)),
+                    time_lost=100.0 * share,
+                ),
                 judged_against={
                     "slow_factor": p.slow_factor,
                     "time_lost_share": ev.params.throughput.drop,
@@ -413,23 +406,21 @@ class StallDetector:
             Finding(
                 kind=FindingKind.STALL,
                 severity=Severity.WARNING,
-                metric=None,
+                metric=metric,
                 start_step=first,
                 peak_step=int(x[worst]),
                 end_step=last,
-                measures={
-                    "source": metric,
-                    "slow_steps": len(k),
-                    "housekeeping": None,
-                    "gap_seconds": secs,
-                    "expected_seconds": usual,
-                    "usual_step_seconds": usual,
-                    "ratio": ratio,
-                    "steps_between": int(round(every)),
-                    "usual_pause_seconds": None,
-                    "pauses": len(k),
-                    "time_lost_pct": 100.0 * share,
-                },
+                measures=_measures(
+                    metric,
+                    slow_steps=len(k),
+                    gap=secs,
+                    expected=usual,
+                    usual_step=usual,
+                    ratio=ratio,
+                    steps_between=int(round(every)),
+                    pauses=len(k),
+                    time_lost=100.0 * share,
+                ),
                 judged_against={
                     "slow_factor": self.params.slow_factor,
                     "time_lost_share": ev.params.throughput.drop,
@@ -506,19 +497,16 @@ class StallDetector:
             start_step=first,
             peak_step=int(x[worst]),
             end_step=last,
-            measures={
-                "source": metric,
-                "slow_steps": len(ks),
-                "housekeeping": at,
-                "gap_seconds": secs,
-                "expected_seconds": usual_s,
-                "usual_step_seconds": usual_s,
-                "ratio": ratio,
-                "steps_between": int(round(every)),
-                "usual_pause_seconds": None,
-                "pauses": None,
-                "time_lost_pct": None,
-            },
+            measures=_measures(
+                metric,
+                slow_steps=len(ks),
+                housekeeping=at,
+                gap=secs,
+                expected=usual_s,
+                usual_step=usual_s,
+                ratio=ratio,
+                steps_between=int(round(every)),
+            ),
             judged_against={
                 "factor": self.params.factor,
                 "slow_factor": self.params.slow_factor,
@@ -539,6 +527,36 @@ class StallDetector:
 
 
 _CHUNK = 1 << 16
+
+
+def _measures(
+    source: str,
+    *,
+    ratio: float,
+    steps_between: int,
+    slow_steps: int | None = None,
+    housekeeping: str | None = None,
+    gap: float | None = None,
+    expected: float | None = None,
+    usual_step: float | None = None,
+    usual_pause: float | None = None,
+    pauses: int | None = None,
+    time_lost: float | None = None,
+) -> dict[str, MeasureValue]:
+    """A stall finding's measures (every key its kind declares, in one order)."""
+    return {
+        "source": source,
+        "slow_steps": slow_steps,
+        "housekeeping": housekeeping,
+        "gap_seconds": gap,
+        "expected_seconds": expected,
+        "usual_step_seconds": usual_step,
+        "ratio": ratio,
+        "steps_between": steps_between,
+        "usual_pause_seconds": usual_pause,
+        "pauses": pauses,
+        "time_lost_pct": time_lost,
+    }
 
 
 _MIN_PAUSES = 3  # pauses at least, to be a pattern (one or two long ones are stalls or not)
