@@ -31,6 +31,7 @@ from forensics.schema import (
     MEMORY,
     NAN_ITERS,
     PARAM_NORM,
+    STEP_TIME,
     THROUGHPUT,
     VAL_LOSS,
 )
@@ -736,6 +737,10 @@ def coverage(ev: Evidence) -> list[Coverage]:
     for signs, metrics, cadence, every, unit in _CADENCE:
         if metrics == (VAL_LOSS,):
             metrics = tuple(_held_out(ev))  # (each eval set's loss is a validation loss too)
+        if THROUGHPUT in metrics and THROUGHPUT not in have and STEP_TIME in have:
+            # (a step time is the throughput's measure where tokens/s is not logged: the
+            # throughput checks read it then)
+            metrics = tuple(STEP_TIME if m == THROUGHPUT else m for m in metrics)
         present = [m for m in metrics if m in have]
         missing = [m for m in metrics if m not in have]
         if not present:
@@ -744,6 +749,14 @@ def coverage(ev: Evidence) -> list[Coverage]:
         parts, sparse = [], False
         for m in present:
             iv = _interval(ev, m, unit)
+            if iv is None and unit == "seconds" and len(ev.logged(m).steps) > 1:
+                # No wall clock: how often in steps, the minutes unknown (not "one point").
+                by_step = _interval(ev, m, "steps")
+                if by_step is not None:
+                    parts.append(
+                        f"{m}: {_every(by_step, 'steps')} (no wall clock: minutes unknown)"
+                    )
+                    continue
             if iv is None:
                 parts.append(f"{m}: one point")
                 continue
