@@ -88,6 +88,7 @@ LEVEL_STEP = "level_step"
 UNFROZEN = "unfrozen"
 # The throughput-drop variant for one of several short dips at one fixed interval.
 RECURRING = "recurring"
+PAUSES = "pauses"  # the stall variant for repeated short pauses that add up (time lost)
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
 # fell in its steps) and no bad batch the log shows: the overflow is the cause shown.
 OVERFLOW_SPIKE = "numeric_overflow"
@@ -558,6 +559,12 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("data", "Check the data loader and storage at that time."),
             _c("infrastructure", "Check node health, preemptions and collective timeouts."),
         ),
+        variants={
+            PAUSES: "Profile a few steps around one of the pauses: a data loader that cannot "
+            "keep up (more workers, prefetching), synchronous checkpoint or logging writes "
+            "(make them asynchronous) and waits on the network or storage are the usual "
+            "sources; match the pauses' times against the cluster's logs.",
+        },
     ),
     FindingKind.MEMORY_GROWTH: Prescription(
         FindingKind.MEMORY_GROWTH,
@@ -887,6 +894,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[UNFROZEN]
     elif finding.measures.get("recurs_every") is not None and RECURRING in p.variants:
         text = p.variants[RECURRING]
+    elif finding.measures.get("pauses") is not None and PAUSES in p.variants:
+        text = p.variants[PAUSES]
     elif finding.measures.get("judged_by") == "level" and LEVEL_STEP in p.variants:
         text = p.variants[LEVEL_STEP]
     elif isinstance(cls, str) and cls in p.variants:

@@ -79,6 +79,8 @@ def test_pauses_costing_44_percent_of_the_time_are_a_warning(tmp_path: Path) -> 
     assert "together 44% of the run's wall time" in f.summary
     # no stall of its own: each pause is under the 5-minute line
     assert not [g for g in d.findings if g.kind is FindingKind.STALL and g is not f]
+    # the advice is for pauses that add up, not for one silence
+    assert "profile a few steps around one of the pauses" in d.prescription_for(f).lower()
 
 
 def test_pauses_under_the_line_are_no_finding(tmp_path: Path) -> None:
