@@ -1237,15 +1237,16 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "pauses",
             int,
-            "repeated pauses, each shorter than a stall, the finding sums up (their gap, "
+            "repeated pauses (between logged steps, or isolated slow steps where the log has "
+            "no wall clock), each shorter than a stall, the finding sums up (their gap, "
             "expected, ratio and steps_between are medians); null: one silence",
             null=True,
         ),
         _m(
             "time_lost_pct",
             float,
-            "the share of the run's wall time those pauses cost beyond the usual pace, in %; "
-            "null: one silence",
+            "the share of the run's wall time (without a wall clock: of the logged steps' "
+            "time) those pauses cost beyond the usual pace, in %; null: one silence",
             null=True,
         ),
     ),
