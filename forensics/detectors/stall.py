@@ -41,7 +41,12 @@ import polars as pl
 from forensics.evidence import Evidence
 from forensics.evidence.robust import median_interval
 from forensics.evidence.rolling import centered_median_at, pieces, window_max
-from forensics.evidence.trend_utils import housekeeping_at, unit_for, window_max_pieces
+from forensics.evidence.trend_utils import (
+    grid_distances,
+    housekeeping_at,
+    unit_for,
+    window_max_pieces,
+)
 from forensics.findings import Finding, FindingKind, MeasureValue, Severity
 from forensics.params import StallParams
 from forensics.run import Run
@@ -145,13 +150,22 @@ class StallDetector:
         if not per_step > 0:
             run.note(f"{CHECK}: not run, wall times do not advance")
             return []
-        # over: dt > factor * expected, with expected = ds * per_step
+        # over: dt > factor * expected, with expected = ds * per_step; in the same pass the
+        # pauses (dt > slow_factor * expected) and the wall time of the ordered intervals
         over = np.empty(len(ok), dtype=bool)
         cand = ok.copy()
+        pause = np.empty(len(ok), dtype=bool)
+        total = 0.0
         for lo, hi, dt, ds in _intervals(wall, steps):
-            np.greater(dt, self.params.factor * (ds * per_step), out=over[lo:hi])
+            pace = ds * per_step
+            np.greater(dt, self.params.factor * pace, out=over[lo:hi])
             cand[lo:hi] &= over[lo:hi] & (dt >= self.params.min_seconds)
-        lost = self._time_lost(ev, steps, wall, ok, per_step, cand)
+            m = ok[lo:hi]
+            pause[lo:hi] = m & (dt > self.params.slow_factor * pace)
+            total += float(dt[m].sum())
+        pause &= ~cand  # (the stalls are their own findings)
+        lost = self._time_lost(ev, steps, wall, per_step, np.flatnonzero(pause), total)
+        del pause
         if not cand.any():
             return lost
         # Pauses at val/eval steps are expected; their typical length raises the bar.
@@ -213,9 +227,9 @@ class StallDetector:
         ev: Evidence,
         steps: np.ndarray,
         wall: np.ndarray,
-        ok: np.ndarray,
         per_step: float,
-        stalls: np.ndarray,
+        k: np.ndarray,
+        total: float,
     ) -> list[Finding]:
         """Repeated pauses, each too short to be a stall, that together cost as large a share
         of the run's wall time as a throughput drop (30%): one warning naming them all.
@@ -226,17 +240,9 @@ class StallDetector:
         healthy. Not counted: the stalls (each its own warning), the intervals across a
         restart, and pauses at the evaluations or the save interval the log shows (the job's
         own housekeeping, a cost it chose). Less than :data:`_MIN_LOST` seconds lost in all is
-        no finding."""
+        no finding. ``k``: the pauses' intervals (no stall among them); ``total``: the wall
+        time of the ordered intervals."""
         p = self.params
-        total = 0.0
-        pause = np.zeros(len(ok), dtype=bool)
-        for lo, hi, dt, ds in _intervals(wall, steps):
-            m = ok[lo:hi]
-            total += float(dt[m].sum())
-            pause[lo:hi] = m & (dt > p.slow_factor * (ds * per_step))
-        pause &= ~stalls
-        k = np.flatnonzero(pause)
-        del pause
         if len(k) < _MIN_PAUSES or not total > 0:
             return []
         # (cheap first: the pauses' whole excess, before the housekeeping ones are taken out)
@@ -259,9 +265,7 @@ class StallDetector:
             # throughput's schedule allows (a log may write the eval a step or two after).
             slack = max(2.0 * every, 0.02 * grid.steps)
             a, b = steps[k].astype(float), steps[k + 1].astype(float)
-            q = b + slack  # (trend_utils.grid_distance of each, in one pass)
-            back = np.where(q < grid.origin, grid.origin - q, np.mod(q - grid.origin, grid.steps))
-            own |= back <= b - a + 2 * slack
+            own |= grid_distances(b + slack, grid.steps, grid.origin) <= b - a + 2 * slack
         k, gaps, expected = k[~own], gaps[~own], expected[~own]
         excess = float((gaps - expected).sum())
         share = excess / total
@@ -381,8 +385,7 @@ class StallDetector:
         if len(ks) < _MIN_PAUSES:
             return []
         k = np.asarray(ks, dtype=np.intp)
-        with np.errstate(divide="ignore"):
-            t = 1.0 / rate
+        t = 1.0 / rate  # (positive rates: _slow_steps keeps those only)
         excess = t[k] * (1.0 - 1.0 / slower[k])
         share = float(excess.sum() / t.sum())
         if share < ev.params.throughput.drop:

@@ -375,8 +375,10 @@ def _recurring(out: list[Finding], ev: Evidence, every: float) -> None:
         for f in out
         if f.measures["shape"] == "sudden" and f.measures["recovered"] and f.end_step is not None
     ]
-    revealed = ev.revealed_periods if len(cand) >= _RECUR_MIN else {}
-    dips, period = _on_one_grid(cand, every, revealed) if len(cand) >= _RECUR_MIN else ([], 0)
+    if len(cand) < _RECUR_MIN:
+        return
+    revealed = ev.revealed_periods
+    dips, period = _on_one_grid(cand, every, revealed)
     if not dips:
         return
     # The time the dips cost: each of their steps took baseline / level of a usual step.
@@ -536,7 +538,7 @@ def _by_chance(cand: list[Finding], on: list[Finding], period: int, every: float
     off = max(abs(d - round(d / period) * period) for d in lag)
     tol = min(max(2.0 * every, _RECUR_SLACK * period), max(2.0 * every, float(off)))
     q = 1.0 - math.exp(-(len(cand) - 1) * (2 * tol + 1) / span)
-    reached = {round((f.start_step - first) / period) for f in on} - {0}
+    reached = {round(d / period) for d in lag} - {0}
     points = round((on[-1].start_step - first) / period)
     return float(binom.sf(len(reached) - 1, points, min(q, 1.0)))
 

@@ -895,6 +895,11 @@ def grid_distance(step: float, period: float, origin: float) -> float:
     return float((step - origin) % period)
 
 
+def grid_distances(steps: np.ndarray, period: float, origin: float) -> np.ndarray:
+    """:func:`grid_distance` of each of ``steps`` (floats, ``period`` > 0), in one pass."""
+    return np.where(steps < origin, origin - steps, np.mod(steps - origin, period))
+
+
 def housekeeping_at(ev_periods: dict, step: float, slack: float) -> str | None:
     """The housekeeping interval (``eval_interval``, ``checkpoint_interval``) whose grid point
     ``step`` follows within ``slack`` steps, else None. ``ev_periods``: the evidence's
