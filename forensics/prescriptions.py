@@ -89,6 +89,7 @@ UNFROZEN = "unfrozen"
 # The throughput-drop variant for one of several short dips at one fixed interval.
 RECURRING = "recurring"
 PAUSES = "pauses"  # the stall variant for repeated short pauses that add up (time lost)
+HOUSEKEEPING = "housekeeping"  # the stall variant for slow steps at the log's evals or saves
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
 # fell in its steps) and no bad batch the log shows: the overflow is the cause shown.
 OVERFLOW_SPIKE = "numeric_overflow"
@@ -560,6 +561,9 @@ TABLE: dict[FindingKind, Prescription] = {
             _c("infrastructure", "Check node health, preemptions and collective timeouts."),
         ),
         variants={
+            HOUSEKEEPING: "No action for the run's health: the job's own evaluation or "
+            "checkpoint pauses. If the time they cost matters, evaluate on fewer batches or "
+            "save checkpoints asynchronously or less often.",
             PAUSES: "Profile a few steps around one of the pauses: a data loader that cannot "
             "keep up (more workers, prefetching), synchronous checkpoint or logging writes "
             "(make them asynchronous) and waits on the network or storage are the usual "
@@ -896,6 +900,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[RECURRING]
     elif finding.measures.get("pauses") is not None and PAUSES in p.variants:
         text = p.variants[PAUSES]
+    elif finding.measures.get("housekeeping") is not None and HOUSEKEEPING in p.variants:
+        text = p.variants[HOUSEKEEPING]
     elif finding.measures.get("judged_by") == "level" and LEVEL_STEP in p.variants:
         text = p.variants[LEVEL_STEP]
     elif isinstance(cls, str) and cls in p.variants:

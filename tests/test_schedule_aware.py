@@ -316,6 +316,11 @@ def test_slow_steps_at_the_eval_interval_are_an_info_stall() -> None:
     assert "evaluation interval" in f.summary
     first, last = int(steps[slow][0]), int(steps[slow][-1])
     assert f"from step {first:,} to {last:,}," in f.summary and last >= 1000  # digits grouped
+    # The advice of a note about the job's own pauses: none for the run's health (it had
+    # read "check the cluster's and scheduler's logs for that time").
+    from forensics.prescriptions import prescribe
+
+    assert prescribe(f).startswith("No action for the run's health: the job's own evaluation")
 
 
 def test_the_same_slow_stretch_sustained_is_a_throughput_drop() -> None:
