@@ -127,3 +127,34 @@ def test_score_differs_where_the_inputs_differ() -> None:
     w = v.copy()
     w[250] *= 1.5
     assert not _same(robust.score(steps, v), _reference(steps, w))
+
+
+@pytest.mark.parametrize("piece", [50, 97, 1000])
+def test_score_in_pieces_is_the_whole_array_score(
+    piece: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long series is scored a piece at a time, each piece extended by the noise scale's
+    reach (pieces shorter than that reach too): the same frame, bit for bit. Series with a
+    NaN or a -0.0 keep the whole-array path; the others here take the pieces."""
+    monkeypatch.setattr(robust, "_SCORE_PIECE", piece)
+    monkeypatch.setattr(robust, "_SCORE_BLOCK", 37)
+    rng = np.random.default_rng(piece)
+    pieces_taken = 0
+    for trial in range(20):
+        n = int(rng.choice([2 * piece - 1, 2 * piece, 2 * piece + 13, 5_000, 20_000]))
+        kind = trial % 5
+        # kind 4: signed values without a -0.0 (a series not taken in logs, scored in pieces)
+        v = np.round(rng.standard_normal(n), 2) + 0.0 if kind == 4 else _series(rng, n, kind)
+        steps = np.cumsum(rng.integers(1, 3, size=n)) + int(rng.integers(0, 50))
+        kw = {
+            "window": int(rng.choice([1, 5, 20])),
+            "min_side": int(rng.choice([1, 3])),
+            "confirm_until": None if trial % 3 else float(steps[n // 3]),
+        }
+        finite = v[np.isfinite(v)]
+        if len(finite) >= 2 * piece and not np.signbit(finite[finite == 0]).any():
+            pieces_taken += 1
+        got = robust.score(steps, v, **kw)
+        want = _reference(steps, v, **kw)
+        assert _same(got, want), (piece, trial, n, kind)
+    assert pieces_taken >= 8  # (the pieces were taken, not only the whole-array path)

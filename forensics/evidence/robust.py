@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -179,10 +180,20 @@ def noise_scale(y: np.ndarray, window: int) -> np.ndarray:
     n = len(y)
     if n < 3:
         return np.full(n, np.nan)
-    w = max(2 * window + 1, 5)
-    # Local: point i reads the differences within 2 windows of it (a median of medians). A
-    # watcher's later poll computes only the tail (forensics.evidence.reuse): same numbers.
-    return local_reusing("noise_scale", (w,), 2 * w + 2, y, partial(_noise_scale, w))
+    w = _noise_window(window)
+    # A watcher's later poll computes only the tail (forensics.evidence.reuse): same numbers.
+    return local_reusing("noise_scale", (w,), _noise_reach(window), y, partial(_noise_scale, w))
+
+
+def _noise_window(window: int) -> int:
+    """The width of the noise scale's rolling medians for a score ``window``."""
+    return max(2 * window + 1, 5)
+
+
+def _noise_reach(window: int) -> int:
+    """How far from a point its noise scale reads (a median of medians of differences: two
+    of their windows and a point), beyond any reach of the trailing and leading medians."""
+    return 2 * _noise_window(window) + 2
 
 
 def _noise_scale(w: int, y: np.ndarray) -> np.ndarray:
@@ -203,6 +214,36 @@ def _noise_scale(w: int, y: np.ndarray) -> np.ndarray:
     return out
 
 
+class Scored(NamedTuple):
+    """:func:`score`'s columns as numpy arrays, NaN where the frame has null (baseline, z,
+    ratio): what the spike search reads, without the frame's two passes turning NaN into null
+    and back (at 10M points a tenth of the search's time went to polars filling 80 MB
+    columns, most of it the kernel zeroing their fresh pages)."""
+
+    step: np.ndarray
+    value: np.ndarray
+    baseline: np.ndarray
+    sigma: np.ndarray
+    z: np.ndarray
+    ratio: np.ndarray
+    two_sided: np.ndarray
+
+    def frame(self) -> pl.DataFrame:
+        """As :data:`SCORE_SCHEMA` (NaN as null)."""
+        return pl.DataFrame(
+            {
+                "step": self.step.astype(np.int64, copy=False),
+                "value": self.value,
+                "baseline": self.baseline,
+                "sigma": self.sigma,
+                "z": self.z,
+                "ratio": self.ratio,
+                "two_sided": self.two_sided,
+            },
+            schema=SCORE_SCHEMA,
+        ).with_columns(pl.col("baseline", "z", "ratio").fill_nan(None))
+
+
 def score(
     steps: np.ndarray,
     values: np.ndarray,
@@ -220,6 +261,27 @@ def score(
     ``confirm_until`` must stand above the following points too (two-sided): at the start of
     training a grad norm may climb steeply for a while, and a climb is not a spike.
     """
+    got = score_arrays(
+        steps,
+        values,
+        window=window,
+        min_side=min_side,
+        sigma_floor=sigma_floor,
+        confirm_until=confirm_until,
+    )
+    return empty_score() if got is None else got.frame()
+
+
+def score_arrays(
+    steps: np.ndarray,
+    values: np.ndarray,
+    *,
+    window: int = 20,
+    min_side: int = 3,
+    sigma_floor: float = 0.005,
+    confirm_until: float | None = None,
+) -> Scored | None:
+    """:func:`score` as arrays (None for no finite point)."""
     steps = np.asarray(steps)
     values = np.asarray(values, dtype=float)
     ok = np.isfinite(values)
@@ -227,40 +289,26 @@ def score(
         steps, values = steps[ok], values[ok]
     n = len(values)
     if n == 0:
-        return empty_score()
+        return None
     log_scale = use_log(values)
-    y = transform(values, log_scale)
     w = max(int(window), 1)
-    # Medians of the w points before / after each point (a watcher's later poll computes only
-    # the tail: forensics.evidence.reuse).
-    trail = local_reusing("trail_median", (w,), w + 1, y, partial(_trail_median, w))
-    lead = _lead_from_trail(w, y, trail)
-
-    sig = noise_scale(y, w)
     q = resolution(values)
     if log_scale:
         floor_const = None
-    else:
-        floor_const = max(sigma_floor * float(np.median(np.abs(y))), q, 1e-12)
-    # Element by element, a block of points at a time (the temporaries stay a few MB at a
-    # million points; the same operations on the same elements as on the whole arrays).
-    # trail, lead and sig may be a watcher's memo (reuse): read, never written. Otherwise
-    # they and y are this call's own arrays, and each block's results are written over the
-    # block just read (see _reused): four arrays of the series' length fewer at once.
+    else:  # (the transform of a series not taken in logs is its values as floats)
+        floor_const = max(sigma_floor * float(np.median(np.abs(values))), q, 1e-12)
     own = reuse._ACTIVE.get() is None
-    out_sig = _reused(sig, own, n)
-    z = _reused(y, own, n)
-    base = _reused(trail, own, n)
-    ratio = _reused(lead, own, n)
-    two_sided = np.empty(n, dtype=bool)
-    for a in range(0, n, _SCORE_BLOCK):
-        b = min(n, a + _SCORE_BLOCK)
-        vb, yb, tb, lb = values[a:b], y[a:b], trail[a:b], lead[a:b]
+
+    def judged(
+        a: int, b: int, yb: np.ndarray, tb: np.ndarray, lb: np.ndarray, sb: np.ndarray
+    ) -> None:
+        """Points [a, b) judged from their trailing and leading medians and noise scale
+        (``yb``, ``tb``, ``lb``, ``sb``: those of the same points), into the results."""
+        vb = values[a:b]
         if floor_const is None:
             floor: np.ndarray | float = np.maximum(sigma_floor, q / np.maximum(vb, 1e-300))
         else:
             floor = floor_const
-        sb = sig[a:b]
         sg = np.where(np.isfinite(sb), np.maximum(sb, floor), floor)
         out_sig[a:b] = sg
         if confirm_until is not None:
@@ -277,7 +325,7 @@ def score(
             base[a:b] = bb
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio[a:b] = vb / bb if log_scale else vb - bb
-            continue
+            return
         idx = np.arange(a, b)
         n_before, n_after = np.minimum(idx, w), np.minimum(n - 1 - idx, w)
         with np.errstate(invalid="ignore"):
@@ -292,22 +340,61 @@ def score(
         base[a:b] = bb
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio[a:b] = vb / bb if log_scale else vb - bb
-    del y, trail, lead, sig  # (given back before the frame's columns are filled)
-    return pl.DataFrame(
-        {
-            "step": steps.astype(np.int64, copy=False),
-            "value": values,
-            "baseline": base,
-            "sigma": out_sig,
-            "z": z,
-            "ratio": ratio,
-            "two_sided": two_sided,
-        },
-        schema=SCORE_SCHEMA,
-    ).with_columns(pl.col("baseline", "z", "ratio").fill_nan(None))
+
+    two_sided = np.empty(n, dtype=bool)
+    if own and n >= 2 * _SCORE_PIECE:
+        from forensics.evidence.rolling import selectable
+
+        if selectable(values):  # (and so its logs: every piece takes the whole's path)
+            out_sig, z, base, ratio = (np.empty(n) for _ in range(4))
+            # A point's medians and noise scale read the points within the noise scale's
+            # reach of it (windows cut short only at the series' ends): a piece extended by
+            # that reach on each side gives its numbers. The work arrays are then a piece's
+            # size, in the processor's cache, not a dozen of the series' length (at 10M
+            # points, 80 MB each, every page of them first zeroed by the kernel).
+            reach = _noise_reach(w)
+            edges = [i * _SCORE_PIECE for i in range(n // _SCORE_PIECE)] + [n]
+            for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+                a, b = max(0, lo - reach), min(n, hi + reach)
+                yp = transform(values[a:b], log_scale)
+                tp = _trail_median(w, yp)
+                lp = _lead_from_trail(w, yp, tp)
+                sp = _noise_scale(_noise_window(w), yp)
+                for c in range(lo, hi, _SCORE_BLOCK):
+                    d = min(hi, c + _SCORE_BLOCK)
+                    judged(
+                        c,
+                        d,
+                        yp[c - a : d - a],
+                        tp[c - a : d - a],
+                        lp[c - a : d - a],
+                        sp[c - a : d - a],
+                    )
+            return Scored(steps, values, base, out_sig, z, ratio, two_sided)
+    y = transform(values, log_scale)
+    # Medians of the w points before / after each point (a watcher's later poll computes only
+    # the tail: forensics.evidence.reuse).
+    trail = local_reusing("trail_median", (w,), w + 1, y, partial(_trail_median, w))
+    lead = _lead_from_trail(w, y, trail)
+    sig = noise_scale(y, w)
+    # Element by element, a block of points at a time (the temporaries stay a few MB at a
+    # million points; the same operations on the same elements as on the whole arrays).
+    # trail, lead and sig may be a watcher's memo (reuse): read, never written. Otherwise
+    # they and y are this call's own arrays, and each block's results are written over the
+    # block just read (see _reused): four arrays of the series' length fewer at once.
+    out_sig = _reused(sig, own, n)
+    z = _reused(y, own, n)
+    base = _reused(trail, own, n)
+    ratio = _reused(lead, own, n)
+    for a in range(0, n, _SCORE_BLOCK):
+        b = min(n, a + _SCORE_BLOCK)
+        judged(a, b, y[a:b], trail[a:b], lead[a:b], sig[a:b])
+    del y, trail, lead, sig  # (given back before the results are returned)
+    return Scored(steps, values, base, out_sig, z, ratio, two_sided)
 
 
 _SCORE_BLOCK = 1 << 16  # points per block of score's element-wise part
+_SCORE_PIECE = 1 << 17  # points per piece of a long series' score (see score_arrays)
 
 
 def _reused(a: np.ndarray, own: bool, n: int) -> np.ndarray:
@@ -514,8 +601,36 @@ def find_events(
     """
     if sc.is_empty():
         return []
-    z = sc.get_column("z").fill_null(np.nan).to_numpy()
-    r = sc.get_column("ratio").fill_null(np.nan).to_numpy()
+    return events_in(
+        sc.get_column("z").fill_null(np.nan).to_numpy(),
+        sc.get_column("ratio").fill_null(np.nan).to_numpy(),
+        z_min=z_min,
+        min_ratio=min_ratio,
+        z_onset=z_onset,
+        merge_gap=merge_gap,
+        log_scale=log_scale,
+        gross_ratio=gross_ratio,
+        z_gross=z_gross,
+        onset_frac=onset_frac,
+    )
+
+
+def events_in(
+    z: np.ndarray,
+    r: np.ndarray,
+    *,
+    z_min: float = 6.0,
+    min_ratio: float = 1.15,
+    z_onset: float = 2.0,
+    merge_gap: int = 2,
+    log_scale: bool = True,
+    gross_ratio: float | None = None,
+    z_gross: float = 3.0,
+    onset_frac: float = 0.2,
+) -> list[Event]:
+    """:func:`find_events` on the score's z and ratio columns as arrays (NaN for null)."""
+    if len(z) == 0:
+        return []
     with np.errstate(invalid="ignore"):
         height_ok = r >= min_ratio if log_scale else r >= 0
         hit = (z >= z_min) & height_ok

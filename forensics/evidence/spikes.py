@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 
 from forensics.allocator import trim
 from forensics.evidence import order_stats, reuse, robust
@@ -113,7 +112,7 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
     p = SpikeSearch.of(ev.params.spikes, metric)
     series = ev.series(metric)
     interval, shape_interval = step_intervals(series.steps)
-    sc = robust.score(
+    sc = robust.score_arrays(
         series.steps,
         series.values,
         window=p.window,
@@ -121,22 +120,18 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
         sigma_floor=p.sigma_floor,
         confirm_until=start_zone(series.steps, ev.warmup_end, p.window, interval),
     )
-    if sc.height < 3:
+    if sc is None or len(sc.value) < 3:
         return []
-    if sc.height == len(series):  # the score's points are the series' (finite already)
+    if len(sc.value) == len(series):  # the score's points are the series' (finite already)
         steps, values = series.steps, series.values
     else:
-        steps = sc.get_column("step").to_numpy()
-        values = sc.get_column("value").to_numpy()
+        steps, values = sc.step, sc.value
         interval, shape_interval = step_intervals(steps)
     log_scale = robust.use_log(values)
-    # Only the columns read below are kept; the rest of the score is given back as soon as
-    # it has been read (a million-point series' score is 50 MiB).
-    # z and ratio with NaN for null, as find_events reads them (it then copies neither).
-    sc = sc.select(pl.col("z", "ratio").fill_null(np.nan), *(c for c in _ROW if c != "z"))
     _trim_after(len(steps))  # (the score's work arrays, before find_events makes its own)
-    events = robust.find_events(
-        sc,
+    events = robust.events_in(
+        sc.z,
+        sc.ratio,
         z_min=p.z_threshold,
         min_ratio=p.min_ratio,
         log_scale=log_scale,
@@ -144,10 +139,10 @@ def find_spikes(ev: Evidence, metric: str) -> list[Spike]:
         z_gross=p.z_gross,
     )
     peaks = [e.peak for e in events]
-    at_peak = {c: sc.get_column(c).gather(peaks).to_list() for c in _ROW}
-    at_peak["z"] = [None if z != z else z for z in at_peak["z"]]  # (the score's null again)
+    at_peak = {c: getattr(sc, c)[peaks].tolist() for c in _ROW}
+    at_peak["z"] = [None if z != z else z for z in at_peak["z"]]  # (the score frame's null)
     rows = [{c: at_peak[c][k] for c in _ROW} for k in range(len(events))]
-    del sc
+    del sc  # (the score's columns, given back as soon as read: 50 MiB at a million points)
     _trim_after(len(steps))  # (the score's columns and find_events' work arrays)
     barriers = ev.level_barriers
     # Each spike's shape reads stretches of these: computed once per series (element by
