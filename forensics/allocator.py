@@ -47,6 +47,11 @@ def _glibc() -> Any:
     return _libc
 
 
+def reusing() -> bool:
+    """Inside :func:`reusing_freed_pages` (freed memory is being kept for the next array)."""
+    return _reusing
+
+
 def trim() -> bool:
     """Give the heap's free pages back to the system (glibc); True when some were."""
     lib = _glibc()
