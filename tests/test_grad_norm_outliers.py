@@ -75,9 +75,12 @@ def test_the_note_states_what_each_outlier_showed() -> None:
     assert m["longest_recovery_steps"] == max(f.measures["recovery_steps"] for f in each)
     assert m["per_1k_steps"] == pytest.approx(len(AT) * 1000 / 5_999)
     second = sorted(each, key=lambda f: -f.measures["height_ratio"])[1]
+    # The text's range is the finding's steps (the report's steps column): the first one's
+    # onset to the step the last one was back (after its peak at 5,900), not to that peak.
+    assert notes.start_step == 700 and 5_900 < notes.end_step <= 5_900 + 10
     assert notes.summary.startswith(
-        f"10 grad-norm outliers from step 700 to 5,900 (1.7 per 1,000 steps), each back "
-        f"within {m['longest_recovery_steps']} step"
+        f"10 grad-norm outliers from step 700 to {notes.end_step:,} (1.7 per 1,000 steps), "
+        f"each back within {m['longest_recovery_steps']} step"
     ), notes.summary
     assert f"at step 1,610; then steps {second.peak_step:,} (" in notes.summary, notes.summary
     assert "judged by their recovery, not by the 2x / 3x lines" in notes.summary

@@ -182,6 +182,9 @@ class SpikeDetector:
         span = int(steps[-1] - steps[0]) if len(steps) else 0
         n = len(js)
         rec = max(int(j.m["recovery_steps"]) for j in js)
+        # (the steps the finding spans: the first one's onset to the last one back, as the
+        # report's steps column and chart show them)
+        last_end = max(j.spike.end_step for j in js)
         m: dict[str, Any] = {
             "count": n,
             "per_1k_steps": n * 1000 / span if span > 0 else None,
@@ -209,7 +212,7 @@ class SpikeDetector:
             others = f"; then step{'s' if len(nexts) > 1 else ''} {' and '.join(nexts)}"
             summary = (
                 f"{n:,} grad-norm outliers from step {js[0].spike.start_step:,} to "
-                f"{js[-1].spike.peak_step:,}{often}, each back within {steps_text(rec)} with the "
+                f"{last_end:,}{often}, each back within {steps_text(rec)} with the "
                 f"loss unmoved: batches the optimizer absorbed (judged by their recovery, "
                 f"{lines}). The highest: {num(hi.m['peak_value'])} against a local baseline "
                 f"of {num(hi.m['baseline'])} ({_height(hi.m)}) at step "
@@ -231,7 +234,7 @@ class SpikeDetector:
             js[0].spike.start_step,
             summary,
             hi.spike.peak_step,
-            max(j.spike.end_step for j in js),
+            last_end,
             m,
             judged_against=judged,
             events_at=tuple(j.spike.peak_step for j in js),
