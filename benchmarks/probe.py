@@ -207,7 +207,16 @@ def _like_the_command(command: str) -> None:
     _collect_less(command)
 
 
+_USAGE = "usage: python -m benchmarks.probe {tbparse|ea|ndjson|read|stages|memory} PATH"
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return
+    if len(argv) < 2:
+        print(_USAGE, file=sys.stderr)
+        raise SystemExit(2)
     what, path = argv[0], argv[1]
     if what == "tbparse":
         print(_tbparse(path))
