@@ -84,6 +84,7 @@ CAUSES: dict[str, str] = {
     "grad_norm_climb": "A grad-norm climb going on since before the onset",
     "eval_pause": "An eval or checkpoint pause",
     "val_set_change": "A validation-set change",
+    "repeated_data": "Training examples seen again (a later epoch)",
     "large_gradient": "An abnormal gradient in the updates that moved the weights",
     "lr_zero": "A learning rate of zero",
     "no_update": "Gradients that never reach the weights (zero, or weights that do not move)",
@@ -103,6 +104,7 @@ SHORT: dict[str, str] = {
     "bad_batch": "the bad batch",
     "eval_pause": "the pause",
     "val_set_change": "the validation-set change",
+    "repeated_data": "the repeated data",
     "grad_norm_climb": "the grad-norm climb",
     "lr_zero": "the zero LR",
     "lr_decay": "the LR decay",
@@ -196,6 +198,10 @@ for _k in FindingKind:
         _t.append("eval_pause")
     if _k in _VAL:
         _t.append("val_set_change")
+    if _k in (FindingKind.OVERFITTING, FindingKind.GAP_ACCELERATION):
+        # The article's cause for both (a model memorising what it sees again), tested against
+        # the log's epoch count.
+        _t.append("repeated_data")
     if _k in (
         FindingKind.RESUME_REGRESSION,
         FindingKind.RESUME_DROP,
@@ -214,7 +220,8 @@ _COVERED: dict[FindingKind, dict[int, str]] = {
     FindingKind.LOSS_CLIMB: {0: "lr_change", 2: "resume"},
     FindingKind.NAN_INF: {0: "loss_scale_overflow", 1: "loss_scale_overflow"},
     FindingKind.LOSS_SCALE_DROP: {0: "loss_scale_overflow", 1: "activations"},
-    FindingKind.OVERFITTING: {1: "val_set_change"},
+    FindingKind.OVERFITTING: {0: "repeated_data", 1: "val_set_change"},
+    FindingKind.GAP_ACCELERATION: {0: "repeated_data"},
     FindingKind.VAL_SHIFT: {},
     FindingKind.GRAD_NORM_SPIKE: {0: "bad_batch"},
     FindingKind.PERIODIC_SPIKES: {1: "lr_schedule"},
@@ -1426,6 +1433,65 @@ def _val_change(x: _Facts, f: Finding) -> Cause:
     )
 
 
+def _repeated_data(x: _Facts, f: Finding) -> Cause:
+    """An overfitting or a widening gap: had the training examples come around again by then?
+    Supported from the second epoch on: the epoch series says which epoch ran at the onset,
+    or where the second pass began within the finding's steps. Never contradicted: in the
+    first epoch the examples may still repeat (duplicates, an oversampled source: the
+    multi_eval_sets sample memorises 2 KB that fill 12 of every 16 rows), which no epoch
+    count shows; untested then, and without an epoch count in the log."""
+    from forensics.evidence.spike_context import epoch_at
+    from forensics.schema import EPOCH
+
+    epochs = x.ev.series(EPOCH)
+    lo, hi = f.onset_bounds
+    end = max(hi, f.end_step if f.end_step is not None else f.start_step)
+    at_onset = epoch_at(epochs, lo)
+    if at_onset is None:
+        return Cause("repeated_data", UNTESTED, "no epoch count in the log", (f.start_step,))
+    began = x.ev.epoch_boundaries  # (the evidence's, computed once)
+    if at_onset >= 2:
+        since = max((b for b in began if b <= lo), default=None)
+        if since == lo:
+            when = f"the run's {_ordinal(at_onset)} epoch began at step {lo:,}, the onset"
+        else:
+            frm = f" (begun at step {since:,})" if since is not None else ""
+            when = f"at step {lo:,} the run was in its {_ordinal(at_onset)} epoch{frm}"
+        return Cause(
+            "repeated_data",
+            SUPPORTED,
+            f"{when}: each training example had been seen {at_onset - 1:,} "
+            f"time{'s' if at_onset > 2 else ''} before",
+            (lo,),
+            anchor=since,
+        )
+    again = next((b for b in began if lo < b <= end), None)
+    if again is not None:
+        # (the epoch that began there: its count's whole part there, plus one, in either
+        # convention, as Evidence.epoch_boundaries finds the step)
+        number = int(np.floor(np.interp(again, epochs.steps, epochs.values) + 1e-6)) + 1
+        return Cause(
+            "repeated_data",
+            SUPPORTED,
+            f"epoch {number} began at step {again:,}, within the finding's steps ({lo:,}-"
+            f"{end:,}): the training examples came around again",
+            (again,),
+            anchor=again,
+        )
+    return Cause(
+        "repeated_data",
+        UNTESTED,
+        f"the run was in its first epoch up to step {end:,}; examples repeated within it "
+        "(duplicates, an oversampled source) no epoch count shows",
+        (f.start_step,),
+    )
+
+
+def _ordinal(n: int) -> str:
+    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{tail}"
+
+
 def _lr_decay(x: _Facts, f: Finding) -> Cause:
     """A grad-norm drift: does the LR decay explain it? With weight decay the grad norm grows
     about as sqrt(lr_baseline / lr) while the LR falls (the detector's envelope), so the
@@ -1616,6 +1682,7 @@ _TESTERS: dict[str, Callable[[_Facts, Finding], Cause]] = {
     "no_update": _no_update,
     "eval_pause": _eval_pause,
     "val_set_change": _val_change,
+    "repeated_data": _repeated_data,
     "lr_decay": _lr_decay,
     "shallow_layers": _shallow_layers,
     "embed_head": _embed_head,

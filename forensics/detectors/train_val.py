@@ -60,6 +60,7 @@ import numpy as np
 from forensics.evidence import Evidence
 from forensics.evidence.checkpoints import measured_best
 from forensics.evidence.gap import Gap, held_out_losses
+from forensics.evidence.spike_context import epoch_at
 from forensics.evidence.trend_utils import bend_range, hinge_onset, num, rolling_median, theil_sen
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import TrainValParams
@@ -361,7 +362,7 @@ class TrainValDetector:
         onset, end = int(vx[m]), int(vx[-1])
         t0, t1 = float(g.train[gi]), float(np.median(g.train[-n_now:]))
         train_change = 100.0 * (t1 - t0) / abs(t0) if t0 else None
-        epoch, epoch_now = _epoch_at(ev, onset), _epoch_at(ev, end)
+        epoch, epoch_now = epoch_at(ev.series(EPOCH), onset), epoch_at(ev.series(EPOCH), end)
         # Still accelerating: an episode reaching the last window, or the 1.5x rule met at the
         # last val point (with the same noise floor as the episodes).
         accelerating = bool(
@@ -774,21 +775,6 @@ def _ordinal(n: int) -> str:
     """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th ... 21st."""
     tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{tail}"
-
-
-def _epoch_at(ev: Evidence, step: int) -> int | None:
-    """1-based epoch at a step, from the run's epoch series. Two conventions: the HF Trainer
-    logs the epochs done so far (7.63 is in the 8th; 3.0, where an eval at each epoch's end is
-    logged, is the end of the 3rd), Lightning the 0-based index of the epoch running (2 is the
-    3rd). A series with fractions is the first kind."""
-    e_series = ev.series(EPOCH)
-    if e_series.empty:
-        return None
-    v = e_series.values
-    e = float(np.interp(step, e_series.steps, v))
-    if bool(np.any(np.abs(v - np.round(v)) > 1e-6)):  # epochs done: the one running is the ceiling
-        return max(1, int(np.ceil(e - 1e-9)))
-    return int(np.floor(e + 1e-9)) + 1
 
 
 def _pin_ramp(x: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:

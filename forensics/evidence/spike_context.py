@@ -341,6 +341,21 @@ def epoch_boundaries(epoch: Series) -> list[int]:
     return [int(x) for x in t[1:][whole[1:] > whole[:-1]]]
 
 
+def epoch_at(epoch: Series, step: int) -> int | None:
+    """1-based epoch running at a step, from the run's (finite) epoch series (None without
+    one). Two conventions: the HF Trainer logs the epochs done so far (7.63 is in the 8th;
+    3.0, where an eval at each epoch's end is logged, is the end of the 3rd), Lightning the
+    0-based index of the epoch running (2 is the 3rd). A series with fractions is the first
+    kind."""
+    if epoch.empty:
+        return None
+    v = epoch.values
+    e = float(np.interp(step, epoch.steps, v))
+    if bool(np.any(np.abs(v - np.round(v)) > 1e-6)):  # epochs done: the one running is the ceiling
+        return max(1, int(np.ceil(e - 1e-9)))
+    return int(np.floor(e + 1e-9)) + 1
+
+
 # -- periods the log reveals ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Period:
