@@ -1452,16 +1452,12 @@ def _repeated_data(x: _Facts, f: Finding) -> Cause:
     began = x.ev.epoch_boundaries  # (the evidence's, computed once)
     if at_onset >= 2:
         since = max((b for b in began if b <= lo), default=None)
-        if since == lo:
-            when = f"the run's {_ordinal(at_onset)} epoch began at step {lo:,}, the onset"
-        else:
-            frm = f" (begun at step {since:,})" if since is not None else ""
-            when = f"at step {lo:,} the run was in its {_ordinal(at_onset)} epoch{frm}"
+        frm = f" (begun {_epoch_start(epochs, since)})" if since is not None else ""
         return Cause(
             "repeated_data",
             SUPPORTED,
-            f"{when}: each training example had been seen {at_onset - 1:,} "
-            f"time{'s' if at_onset > 2 else ''} before",
+            f"at step {lo:,} the run was in its {_ordinal(at_onset)} epoch{frm}: each training "
+            f"example had been seen at least {at_onset - 1:,} time{'s' if at_onset > 2 else ''}",
             (lo,),
             anchor=since,
         )
@@ -1473,8 +1469,8 @@ def _repeated_data(x: _Facts, f: Finding) -> Cause:
         return Cause(
             "repeated_data",
             SUPPORTED,
-            f"epoch {number} began at step {again:,}, within the finding's steps ({lo:,}-"
-            f"{end:,}): the training examples came around again",
+            f"epoch {number} began {_epoch_start(epochs, again)}, within the finding's steps "
+            f"({lo:,}-{end:,}): the training examples came around again",
             (again,),
             anchor=again,
         )
@@ -1485,6 +1481,21 @@ def _repeated_data(x: _Facts, f: Finding) -> Cause:
         "(duplicates, an oversampled source) no epoch count shows",
         (f.start_step,),
     )
+
+
+def _epoch_start(epochs: Any, b: int) -> str:
+    """When the epoch whose count first shows at logged step ``b`` began: "after step b"
+    where the count there is whole epochs done (the HF Trainer's 1.0 with the first epoch's
+    last step), "at step b" where the point before is the step before, else "between steps
+    p and b" (the count logged every few steps)."""
+    steps, v = epochs.steps, epochs.values
+    i = int(np.searchsorted(steps, b))
+    fractional = bool(np.any(np.abs(v - np.round(v)) > 1e-6))
+    if fractional and abs(float(v[i]) - round(float(v[i]))) <= 1e-6:
+        return f"after step {b:,}"
+    if i == 0 or int(steps[i - 1]) >= b - 1:
+        return f"at step {b:,}"
+    return f"between steps {int(steps[i - 1]):,} and {b:,}"
 
 
 def _ordinal(n: int) -> str:
