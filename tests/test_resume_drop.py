@@ -29,11 +29,14 @@ def _write(
     earlier_rise: float = 0.0,
     resume_at: int = 5_001,
     earlier_to: int = 6_000,
+    resumed_warmup: int = 0,
 ) -> Path:
     """Job 1: steps 1..earlier_to; job 2, resumed from the checkpoint before ``resume_at``:
     steps resume_at..12,000. ``resumed_factor`` scales job 2's loss until step 10,000 (a data
     loader restarted at batch 0 re-reads what the checkpoint saw); ``earlier_rise``: job 1's
-    loss rises by that fraction over its last 500 steps (the attempt going wrong)."""
+    loss rises by that fraction over its last 500 steps (the attempt going wrong);
+    ``resumed_warmup``: job 2 warms its LR up again over that many steps (from a 200th of
+    ``resumed_lr``: a scheduler state not restored)."""
     from tensorboardX import SummaryWriter
 
     rng = np.random.default_rng(0)
@@ -53,7 +56,9 @@ def _write(
     loss2 = _base(s2) * np.where(s2 < 10_000, resumed_factor, 1.0)
     for s, v in zip(s2, loss2 + 0.02 * rng.standard_normal(len(s2)), strict=True):
         w.add_scalar("train/loss", float(v), int(s), walltime=t1 + s)
-        w.add_scalar("train/lr", resumed_lr, int(s), walltime=t1 + s)
+        k = s - resume_at
+        lr2 = resumed_lr * min(1.0, (k + 1) / resumed_warmup) if resumed_warmup else resumed_lr
+        w.add_scalar("train/lr", lr2, int(s), walltime=t1 + s)
         w.add_scalar("train/grad_norm", abs(0.5 + 0.05 * rng.standard_normal()), int(s), t1 + s)
     w.close()
     return folder

@@ -63,6 +63,24 @@ def test_a_resume_at_a_higher_lr_is_explained_by_it(tmp_path: Path) -> None:
     ), d.ev.run.notes
 
 
+def test_a_warm_up_run_again_after_the_resume_is_another_lr(tmp_path: Path) -> None:
+    """Found in a review pass: a resumed job that warmed its LR up again over 200 of the
+    1,000 steps both logged had both medians at 0.0003, and its setback read "though both
+    jobs ... ran the same LR (0.0003)" beside a restart finding saying the LR was up to 200x
+    apart. Step by step the LRs differ: no comparison, a note. A warm-up over 20 steps (2% of
+    them) still leaves the same LR and the setback."""
+    d = analyze(_write(tmp_path / "run", resumed_factor=1.07, resumed_warmup=200))
+    assert _setbacks(d) == []
+    (n,) = [n for n in d.ev.run.notes if n.startswith("resume_drop: the loss ran")]
+    # (the steps whose warmed-up LR is more than 1% under the earlier job's 0.0003)
+    k = sum(min(1.0, (i + 1) / 200) < 0.99 for i in range(1_000))
+    assert f"another LR on {k} of the 1,000 steps both logged the LR (1.5e-06 to " in n, n
+    assert n.endswith("there, the earlier job 0.0003): the loss cannot be compared"), n
+    short = analyze(_write(tmp_path / "short", resumed_factor=1.07, resumed_warmup=20))
+    (f,) = _setbacks(short)
+    assert "same LR (0.0003)" in f.summary
+
+
 def test_a_step_up_at_a_seam_with_no_step_logged_twice(tmp_path: Path) -> None:
     d = analyze(_write_continuing(tmp_path / "run", factor=1.07))
     (f,) = _setbacks(d)

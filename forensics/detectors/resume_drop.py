@@ -187,7 +187,7 @@ def _judge(
     up = _beyond([h for h, _ in halves], [s for _, s in halves], whole, p)
     if up is None:
         return None
-    lr_old, lr_new = _lrs(ev, seg, int(x[0]), int(x[-1]), rows_of)
+    lr_old, lr_new, lr_apart = _lrs(ev, seg, int(x[0]), int(x[-1]), rows_of)
     steps = f"{int(x[0]):,}-{int(x[-1]):,}"
     way = "above" if up else "below"
     if lr_old is not None and lr_new is not None and not np.isclose(lr_old, lr_new, rtol=0.01):
@@ -195,6 +195,18 @@ def _judge(
             f"{CHECK}: the loss ran {abs(whole):.1f}% {way} the earlier job's on the {n:,} steps "
             f"both logged after the resume at step {seam:,} ({steps}), but the resumed job ran "
             f"another LR there ({num(lr_new)} against {num(lr_old)}): that explains it"
+        )
+        return None
+    if lr_apart is not None:
+        # The medians agree, but not step by step: a warm-up run again after the resume
+        # reaches the old LR within the steps both logged (1.5e-06 to 0.0003 over 200 of 500
+        # steps, both medians 0.0003). The jobs did not run the same LR: no comparison.
+        k, m, new_lrs, old_lrs = lr_apart
+        ev.run.note(
+            f"{CHECK}: the loss ran {abs(whole):.1f}% {way} the earlier job's on the {n:,} steps "
+            f"both logged after the resume at step {seam:,} ({steps}), but the resumed job ran "
+            f"another LR on {k:,} of the {m:,} steps both logged the LR ({_span(new_lrs)} "
+            f"there, the earlier job {_span(old_lrs)}): the loss cannot be compared"
         )
         return None
     lr_text = (
@@ -291,19 +303,40 @@ def _finding(
     )
 
 
+_LR_APART_SHARE = 0.05  # steps with another LR (beyond 1%) from which two jobs' LRs differ
+
+
+def _span(v: np.ndarray) -> str:
+    """``0.0003`` or ``1.5e-06 to 0.0003``: the range of some LRs."""
+    lo, hi = float(v.min()), float(v.max())
+    return num(lo) if num(lo) == num(hi) else f"{num(lo)} to {num(hi)}"
+
+
 def _lrs(
     ev: Evidence, seg: int, first: int, last: int, rows_of: _TagRows
-) -> tuple[float | None, float | None]:
-    """The median LR of the earlier jobs and of the resumed job on ``first..last``."""
+) -> tuple[float | None, float | None, tuple[int, int, np.ndarray, np.ndarray] | None]:
+    """The median LR of the earlier jobs and of the resumed job on ``first..last``, and where
+    the two differ step by step on the steps both logged it, beyond 1%, on more than
+    :data:`_LR_APART_SHARE` of them: (those steps, the steps compared, the resumed job's and
+    the earlier jobs' LRs there); else None."""
     tag = ev.run.metrics().get(LR)
     if tag is None:
-        return None, None
+        return None, None, None
     old, new = _both(rows_of(tag), seg, first, last)
     if old is None or new is None:
-        return None, None
+        return None, None, None
+    both = old.join(new, on="step", how="inner", suffix="_new")
+    a = both.get_column("value").to_numpy().astype(float)
+    b = both.get_column("value_new").to_numpy().astype(float)
+    apart = ~np.isclose(b, a, rtol=0.01)
+    k = int(apart.sum())
+    differ = None
+    if len(a) and k > _LR_APART_SHARE * len(a):
+        differ = (k, len(a), b[apart], a[apart])
     return (
         float(np.median(old.get_column("value").to_numpy())),
         float(np.median(new.get_column("value").to_numpy())),
+        differ,
     )
 
 
