@@ -597,9 +597,14 @@ def analyze(
         jout = json_out
         if multi:
             # Each job's findings beside its report: in the folder --out names when --json
-            # names none (before, they went to reports/ under the current folder).
+            # names none (before, they went to reports/ under the current folder). With
+            # --no-report and no --json, no file at all: --all --no-report had written every
+            # job's findings into reports/ under the current folder.
             report_dir = out if json_out is None and out is not None and out.is_dir() else None
-            jout = _place(json_out or report_dir, f"{name}.json", Path(run.path))
+            if json_out is None and no_report:
+                jout = None
+            else:
+                jout = _place(json_out or report_dir, f"{name}.json", Path(run.path))
             _err(f"== {job}")
         docs.append(
             _emit(

@@ -95,6 +95,27 @@ def test_analyze_all_findings_go_beside_the_reports(
     assert list(cwd.iterdir()) == []
 
 
+def test_analyze_all_without_a_report_writes_nothing(
+    runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--all --no-report and no --json: the verdicts on stdout, no file anywhere (each job's
+    findings had gone to reports/<job>.json under the current folder); with --json FOLDER the
+    findings go there, still no report."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    res = runner.invoke(app, ["analyze", str(runs), "--all", "--no-report"])
+    assert res.exit_code == 0, res.output
+    assert "== a" in res.output and "== b" in res.output
+    assert list(cwd.iterdir()) == []
+    out = tmp_path / "json"
+    out.mkdir()
+    res = runner.invoke(app, ["analyze", str(runs), "--all", "--no-report", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["a.json", "b.json"]
+    assert list(cwd.iterdir()) == []
+
+
 def test_sweep_into_a_folder(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
