@@ -199,7 +199,8 @@ class Finding:
     onset_range: tuple[int, int] | None = None
     # A finding that stands for many like events (grad_norm_outliers: every absorbed
     # single-batch outlier of a run, one note instead of thousands; periodic_spikes: the
-    # onset of each spike that recurs): the step of each, in order. None for a finding of
+    # onset of each spike that recurs; stall: each of three or more hangs inside single
+    # steps): the step of each, in order. None for a finding of
     # one event, whose steps are start_step .. end_step.
     events_at: tuple[int, ...] | None = None
 

@@ -90,6 +90,7 @@ UNFROZEN = "unfrozen"
 RECURRING = "recurring"
 PAUSES = "pauses"  # the stall variant for repeated short pauses that add up (time lost)
 HOUSEKEEPING = "housekeeping"  # the stall variant for slow steps at the log's evals or saves
+HANGS = "hangs"  # the stall variant for recurring hangs inside single steps (events_at)
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
 # fell in its steps) and no bad batch the log shows: the overflow is the cause shown.
 OVERFLOW_SPIKE = "numeric_overflow"
@@ -564,6 +565,10 @@ TABLE: dict[FindingKind, Prescription] = {
             HOUSEKEEPING: "No action for the run's health: the job's own evaluation or "
             "checkpoint pauses. If the time they cost matters, evaluate on fewer batches or "
             "save checkpoints asynchronously or less often.",
+            HANGS: "Match the hangs' steps against the cluster's and scheduler's logs: "
+            "hangs that recur inside single steps usually share one cause (a collective that "
+            "times out and retries, a data worker that dies and is restarted, a node that is "
+            "pre-empted); look for communication timeouts and data-loader deadlocks.",
             PAUSES: "Profile a few steps around one of the pauses: a data loader that cannot "
             "keep up (more workers, prefetching), synchronous checkpoint or logging writes "
             "(make them asynchronous) and waits on the network or storage are the usual "
@@ -902,6 +907,8 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[PAUSES]
     elif finding.measures.get("housekeeping") is not None and HOUSEKEEPING in p.variants:
         text = p.variants[HOUSEKEEPING]
+    elif finding.events_at is not None and HANGS in p.variants:
+        text = p.variants[HANGS]
     elif finding.measures.get("judged_by") == "level" and LEVEL_STEP in p.variants:
         text = p.variants[LEVEL_STEP]
     elif isinstance(cls, str) and cls in p.variants:

@@ -13,8 +13,9 @@ Slow steps in the step-time (or throughput) series the log records are read too:
 throughput drop's ``min_points``) is the job's housekeeping when it sits at the eval or
 checkpoint interval the log reveals (``Evidence.revealed_periods``): one ``info`` finding
 names them all. An isolated step ``factor`` x slower than usual (and at least ``min_seconds``
-long, when its time is known in seconds) is a stall wherever it sits. Step times are read in
-the unit their name states (``step_time (ms)``: milliseconds).
+long, when its time is known in seconds) is a stall wherever it sits; three or more such
+hangs are one stall finding with each one's step (``events_at``). Step times are read in the
+unit their name states (``step_time (ms)``: milliseconds).
 
 Pauses too short to be stalls can still cost the run: intervals ``slow_factor`` x the usual
 pace that together take the throughput detector's ``drop`` share (30%) of the wall time or
@@ -341,6 +342,7 @@ class StallDetector:
         house: dict[str, list[int]] = {}
         out: list[Finding] = []
         paused: list[int] = []  # the isolated slow points no stall names, no housekeeping
+        hangs: list[int] = []  # the isolated steps slow enough to be stalls
         for g in groups:
             # the throughput detector's rule: a short dip at the housekeeping grid is no drop
             at = housekeeping_at(ev.revealed_periods, float(x[g[0]]), every)
@@ -358,8 +360,17 @@ class StallDetector:
                 continue
             if any(f.start_step <= x[k] <= (f.end_step or f.start_step) for f in wall):
                 continue  # the wall clock already shows this silence
-            usual_s = secs / float(slower[k]) if secs is not None else None
-            out.append(self._slow_finding(metric, x, [k], slower, seconds, None, usual_s, every))
+            hangs.append(k)
+        if len(hangs) >= _MIN_PAUSES:
+            # Recurring hangs are one finding with each one's step (events_at): a log of a
+            # job that hung inside 12 of its steps read as 12 warnings and 12 incidents.
+            out.append(self._hangs_finding(metric, x, hangs, slower, seconds, every))
+        else:
+            for k in hangs:
+                usual_s = float(seconds[k] / slower[k]) if seconds is not None else None
+                out.append(
+                    self._slow_finding(metric, x, [k], slower, seconds, None, usual_s, every)
+                )
         for at, ks in house.items():
             usual_s = float(np.median(seconds[ks] / slower[ks])) if seconds is not None else None
             out.append(self._slow_finding(metric, x, ks, slower, seconds, at, usual_s, every))
@@ -517,6 +528,60 @@ class StallDetector:
                 "isolated_below_points": self.params.min_points,
             },
             summary=summary,
+        )
+
+    def _hangs_finding(
+        self,
+        metric: str,
+        x: np.ndarray,
+        ks: list[int],
+        slower: np.ndarray,
+        seconds: np.ndarray | None,
+        every: float,
+    ) -> Finding:
+        """One warning for three or more isolated steps each slow enough to be a stall."""
+        k = np.asarray(ks, dtype=np.intp)
+        ratios = slower[k]
+        ratio = float(np.median(ratios))
+        worst = int(k[np.argmax(ratios)])
+        first, last = int(x[k[0]]), int(x[k[-1]])
+        lo, hi = float(ratios.min()), float(ratios.max())
+        each = f"{lo:,.0f}x" if f"{lo:,.0f}" == f"{hi:,.0f}" else f"{lo:,.0f}x-{hi:,.0f}x"
+        secs: float | None = None
+        usual: float | None = None
+        took = ""
+        if seconds is not None:
+            secs, usual = float(np.median(seconds[k])), float(np.median(seconds[k] / ratios))
+            took = f", typically {_human(secs)} where the usual step takes {_human(usual)}"
+        return Finding(
+            kind=FindingKind.STALL,
+            severity=Severity.WARNING,
+            metric=metric,
+            start_step=first,
+            peak_step=int(x[worst]),
+            end_step=last,
+            measures=_measures(
+                metric,
+                slow_steps=len(k),
+                gap=secs,
+                expected=usual,
+                usual_step=usual,
+                ratio=ratio,
+                steps_between=int(round(every)),
+            ),
+            judged_against={
+                "factor": self.params.factor,
+                "slow_factor": self.params.slow_factor,
+                "min_seconds": self.params.min_seconds,
+                "isolated_below_points": self.params.min_points,
+            },
+            summary=(
+                f"{len(k):,} isolated steps from step {first:,} to {last:,} each took {each} "
+                f"the usual pace (median {ratio:,.0f}x{took}; the slowest at step "
+                f"{int(x[worst]):,}), the steps around each running normally: hangs or "
+                "pre-emptions inside single steps, recurring."
+            ),
+            events_at=tuple(int(x[i]) for i in k),
         )
 
     @staticmethod
