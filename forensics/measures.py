@@ -1243,10 +1243,19 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
             null=True,
         ),
         _m(
+            "stalls",
+            int,
+            "recurring stalls (silences between logged steps, or hangs inside single steps) "
+            "the finding sums up, each at its step in `events_at` (their gap, expected, ratio "
+            "and steps_between are medians); null: one stall, or pauses",
+            null=True,
+        ),
+        _m(
             "time_lost_pct",
             float,
             "the share of the run's wall time (without a wall clock: of the logged steps' "
-            "time) those pauses cost beyond the usual pace, in %; null: one silence",
+            "time) those pauses or recurring stalls cost beyond the usual pace, in %; null: "
+            "one silence",
             null=True,
         ),
     ),

@@ -90,7 +90,7 @@ UNFROZEN = "unfrozen"
 RECURRING = "recurring"
 PAUSES = "pauses"  # the stall variant for repeated short pauses that add up (time lost)
 HOUSEKEEPING = "housekeeping"  # the stall variant for slow steps at the log's evals or saves
-HANGS = "hangs"  # the stall variant for recurring hangs inside single steps (events_at)
+HANGS = "hangs"  # the stall variant for recurring stalls or hangs (measures' stalls, events_at)
 # The spike variant for one that came back and came with an fp16 overflow (the loss scale
 # fell in its steps) and no bad batch the log shows: the overflow is the cause shown.
 OVERFLOW_SPIKE = "numeric_overflow"
@@ -566,9 +566,9 @@ TABLE: dict[FindingKind, Prescription] = {
             "checkpoint pauses. If the time they cost matters, evaluate on fewer batches or "
             "save checkpoints asynchronously or less often.",
             HANGS: "Match the hangs' steps against the cluster's and scheduler's logs: "
-            "hangs that recur inside single steps usually share one cause (a collective that "
-            "times out and retries, a data worker that dies and is restarted, a node that is "
-            "pre-empted); look for communication timeouts and data-loader deadlocks.",
+            "hangs that recur usually share one cause (a collective that times out and "
+            "retries, a data worker that dies and is restarted, a node that is pre-empted); "
+            "look for communication timeouts and data-loader deadlocks.",
             PAUSES: "Profile a few steps around one of the pauses: a data loader that cannot "
             "keep up (more workers, prefetching), synchronous checkpoint or logging writes "
             "(make them asynchronous) and waits on the network or storage are the usual "
@@ -903,12 +903,12 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[UNFROZEN]
     elif finding.measures.get("recurs_every") is not None and RECURRING in p.variants:
         text = p.variants[RECURRING]
+    elif finding.measures.get("stalls") is not None and HANGS in p.variants:
+        text = p.variants[HANGS]
     elif finding.measures.get("pauses") is not None and PAUSES in p.variants:
         text = p.variants[PAUSES]
     elif finding.measures.get("housekeeping") is not None and HOUSEKEEPING in p.variants:
         text = p.variants[HOUSEKEEPING]
-    elif finding.events_at is not None and HANGS in p.variants:
-        text = p.variants[HANGS]
     elif finding.measures.get("judged_by") == "level" and LEVEL_STEP in p.variants:
         text = p.variants[LEVEL_STEP]
     elif isinstance(cls, str) and cls in p.variants:

@@ -1,9 +1,11 @@
-"""Recurring hangs inside single steps are one stall finding with each one's step.
+"""Recurring stalls are one stall finding with each one's step.
 
 Found in a review pass: a log without a wall clock whose tokens/s fell 240x at 12 isolated
 steps read as 12 stall warnings and 12 incidents, each "a hang or a pre-emption inside the
-step". Three or more such steps are now one warning listing them (``events_at``), with the
-prescription for hangs that recur; one or two stay findings of their own.
+step"; a log with eight ten-minute silences of its wall clock read as eight, and nothing said
+they took 62% of its time. Three or more stalls are now one warning listing them
+(``events_at``), with their count, the share of the time they took, and the prescription for
+hangs that recur; one or two stay findings of their own.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from forensics.findings import FindingKind, Severity
 from forensics.pipeline import analyze
@@ -54,6 +57,11 @@ def test_twelve_hangs_are_one_warning_with_their_steps(tmp_path: Path) -> None:
     assert (f.start_step, f.end_step) == (slow[0], slow[-1])
     m = f.measures
     assert m["slow_steps"] == 12 and 200 < m["ratio"] < 280 and m["gap_seconds"] is None
+    assert m["stalls"] == 12 and m["pauses"] is None
+    # each hang's time beyond the usual pace over the logged steps' time (time ~ 1 / rate)
+    lost = 12 * (m["ratio"] - 1) / (10_000 - 12 + 12 * m["ratio"])
+    assert m["time_lost_pct"] == pytest.approx(100 * lost, rel=0.03)
+    assert f"together {m['time_lost_pct']:.0f}% of the logged steps' time" in f.summary
     assert f.summary.startswith(f"12 isolated steps from step {slow[0]:,} to {slow[-1]:,} each ")
     assert "hangs or pre-emptions inside single steps, recurring" in f.summary
     assert len(d.incidents) == 1
@@ -74,3 +82,42 @@ def test_two_hangs_stay_two_findings(tmp_path: Path) -> None:
     found = _stalls(analyze(run))
     assert [f.start_step for f in found] == slow
     assert all(f.events_at is None and f.summary.startswith("Step ") for f in found)
+
+
+def _write_wall(folder: Path, silences: int) -> tuple[Path, list[int]]:
+    """6,000 steps of half a second with a wall clock; ``silences`` ten-minute silences
+    before as many steps at random (pre-emptions)."""
+    rng = np.random.default_rng(13)
+    n = 6000
+    at = sorted(int(s) for s in rng.choice(np.arange(100, n - 100), silences, replace=False))
+    folder.mkdir()
+    t = 1.7e9
+    with open(folder / "metrics.jsonl", "w") as fh:
+        for s in range(n):
+            t += 0.5 + (600 if s in at else 0)
+            loss = 2 * np.exp(-s / 3000) + 1.5 + 0.01 * rng.normal()
+            fh.write(json.dumps({"step": s, "loss": loss, "lr": 3e-4, "_timestamp": t}) + "\n")
+    return folder, at
+
+
+def test_eight_silences_are_one_warning_with_the_time_they_took(tmp_path: Path) -> None:
+    run, at = _write_wall(tmp_path / "run", 8)
+    d = analyze(run)
+    (f,) = _stalls(d)
+    # (each silence lies between the step before the added time and that step)
+    assert f.events_at == tuple(s - 1 for s in at) and f.end_step == at[-1]
+    m = f.measures
+    assert m["stalls"] == 8 and m["gap_seconds"] == pytest.approx(600.5)
+    assert m["time_lost_pct"] == pytest.approx(100 * 8 * 600 / (6000 * 0.5 + 8 * 600), abs=0.1)
+    assert f.summary.startswith(
+        f"Nothing was logged for 10 min at 8 points from step {at[0] - 1:,}"
+    )
+    assert "together 1.3 h, 62% of the wall time: hangs or pre-emptions, recurring" in f.summary
+    assert len(d.incidents) == 1
+
+
+def test_two_silences_stay_two_findings(tmp_path: Path) -> None:
+    run, at = _write_wall(tmp_path / "run", 2)
+    found = _stalls(analyze(run))
+    assert [f.end_step for f in found] == at
+    assert all(f.events_at is None and f.measures["stalls"] is None for f in found)

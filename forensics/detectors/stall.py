@@ -13,9 +13,11 @@ Slow steps in the step-time (or throughput) series the log records are read too:
 throughput drop's ``min_points``) is the job's housekeeping when it sits at the eval or
 checkpoint interval the log reveals (``Evidence.revealed_periods``): one ``info`` finding
 names them all. An isolated step ``factor`` x slower than usual (and at least ``min_seconds``
-long, when its time is known in seconds) is a stall wherever it sits; three or more such
-hangs are one stall finding with each one's step (``events_at``). Step times are read in the
-unit their name states (``step_time (ms)``: milliseconds).
+long, when its time is known in seconds) is a stall wherever it sits. Three or more stalls
+(silences of the wall clock, or such hangs) are one finding with each one's step
+(``events_at``), their count (``stalls``) and the share of the time they took
+(``time_lost_pct``). Step times are read in the unit their name states (``step_time (ms)``:
+milliseconds).
 
 Pauses too short to be stalls can still cost the run: intervals ``slow_factor`` x the usual
 pace that together take the throughput detector's ``drop`` share (30%) of the wall time or
@@ -180,8 +182,14 @@ class StallDetector:
             k_cand = np.flatnonzero(cand)
             line = self.params.pause_factor * usual_pause
             cand[k_cand] = (wall[k_cand + 1] - wall[k_cand]) > line  # dt > line
+        ks = np.flatnonzero(cand)
+        if len(ks) >= _MIN_PAUSES:
+            # Recurring silences are one finding with each one's step (events_at): eight
+            # ten-minute pre-emptions had read as eight warnings and eight incidents, and
+            # nothing said they took 62% of the run's wall time.
+            return [self._wall_group(steps, wall, ks, per_step, usual_pause, total)] + lost
         out = []
-        for k in np.flatnonzero(cand):
+        for k in ks:
             dt_k = wall[k + 1] - wall[k]  # (np.diff's numbers at k)
             ds_k = float(steps[k + 1] - steps[k])
             expected = float(ds_k * per_step)
@@ -222,6 +230,69 @@ class StallDetector:
                 )
             )
         return out + lost
+
+    def _wall_group(
+        self,
+        steps: np.ndarray,
+        wall: np.ndarray,
+        ks: np.ndarray,
+        per_step: float,
+        usual_pause: float | None,
+        total: float,
+    ) -> Finding:
+        """One warning for three or more silences of the wall clock (``ks``: the interval
+        before each), with the share of the wall time (``total``, the ordered intervals')
+        they took beyond the usual pace."""
+        gaps = wall[ks + 1] - wall[ks]
+        ds = (steps[ks + 1] - steps[ks]).astype(float)
+        expected = ds * per_step
+        ratios = gaps / expected
+        share = float((gaps - expected).sum() / total) if total > 0 else None
+        longest = int(np.argmax(gaps))
+        first, last = int(steps[ks[0]]), int(steps[ks[-1] + 1])
+        lo, hi = _human(float(gaps.min())), _human(float(gaps.max()))
+        each = lo if lo == hi else f"{lo} to {hi}"
+        k_long = int(ks[longest])
+        if lo == hi:
+            which = f"each about {float(np.median(ratios)):,.0f}x the usual pace"
+        else:
+            which = (
+                f"the longest between steps {int(steps[k_long]):,} and "
+                f"{int(steps[k_long + 1]):,}, about {float(ratios[longest]):,.0f}x the usual pace"
+            )
+        lost = f"; together {_human(float(gaps.sum()))}" + (
+            f", {_pct(share)} of the wall time" if share is not None else ""
+        )
+        return Finding(
+            kind=FindingKind.STALL,
+            severity=Severity.WARNING,
+            metric=None,
+            start_step=first,
+            peak_step=int(steps[k_long]),
+            end_step=last,
+            measures=_measures(
+                "wall_time",
+                gap=float(np.median(gaps)),
+                expected=float(np.median(expected)),
+                usual_step=per_step,
+                ratio=float(np.median(ratios)),
+                steps_between=int(np.median(ds)),
+                usual_pause=usual_pause,
+                stalls=len(ks),
+                time_lost=100.0 * share if share is not None else None,
+            ),
+            judged_against={
+                "factor": self.params.factor,
+                "min_seconds": self.params.min_seconds,
+                "pause_factor": self.params.pause_factor,
+                "usual_pause_seconds": usual_pause,
+            },
+            summary=(
+                f"Nothing was logged for {each} at {len(ks):,} points from step {first:,} to "
+                f"{last:,} ({which}){lost}: hangs or pre-emptions, recurring."
+            ),
+            events_at=tuple(int(steps[k]) for k in ks),
+        )
 
     def _time_lost(
         self,
@@ -364,7 +435,7 @@ class StallDetector:
         if len(hangs) >= _MIN_PAUSES:
             # Recurring hangs are one finding with each one's step (events_at): a log of a
             # job that hung inside 12 of its steps read as 12 warnings and 12 incidents.
-            out.append(self._hangs_finding(metric, x, hangs, slower, seconds, every))
+            out.append(self._hangs_finding(metric, x, rate, hangs, slower, seconds, every))
         else:
             for k in hangs:
                 usual_s = float(seconds[k] / slower[k]) if seconds is not None else None
@@ -534,14 +605,19 @@ class StallDetector:
         self,
         metric: str,
         x: np.ndarray,
+        rate: np.ndarray,
         ks: list[int],
         slower: np.ndarray,
         seconds: np.ndarray | None,
         every: float,
     ) -> Finding:
-        """One warning for three or more isolated steps each slow enough to be a stall."""
+        """One warning for three or more isolated steps each slow enough to be a stall, with
+        the share of the logged steps' time they cost beyond the usual pace (each step's time
+        the inverse of its rate, as :meth:`_slow_time_lost` counts it)."""
         k = np.asarray(ks, dtype=np.intp)
         ratios = slower[k]
+        t = 1.0 / rate  # (positive rates: _slow_steps keeps those only)
+        share = float((t[k] * (1.0 - 1.0 / ratios)).sum() / t.sum())
         ratio = float(np.median(ratios))
         worst = int(k[np.argmax(ratios)])
         first, last = int(x[k[0]]), int(x[k[-1]])
@@ -568,6 +644,8 @@ class StallDetector:
                 usual_step=usual,
                 ratio=ratio,
                 steps_between=int(round(every)),
+                stalls=len(k),
+                time_lost=100.0 * share,
             ),
             judged_against={
                 "factor": self.params.factor,
@@ -579,7 +657,8 @@ class StallDetector:
                 f"{len(k):,} isolated steps from step {first:,} to {last:,} each took {each} "
                 f"the usual pace (median {ratio:,.0f}x{took}; the slowest at step "
                 f"{int(x[worst]):,}), the steps around each running normally: hangs or "
-                "pre-emptions inside single steps, recurring."
+                f"pre-emptions inside single steps, recurring; together {_pct(share)} of the "
+                "logged steps' time, lost beyond the usual pace."
             ),
             events_at=tuple(int(x[i]) for i in k),
         )
@@ -609,6 +688,7 @@ def _measures(
     usual_step: float | None = None,
     usual_pause: float | None = None,
     pauses: int | None = None,
+    stalls: int | None = None,
     time_lost: float | None = None,
 ) -> dict[str, MeasureValue]:
     """A stall finding's measures (every key its kind declares, in one order)."""
@@ -623,6 +703,7 @@ def _measures(
         "steps_between": steps_between,
         "usual_pause_seconds": usual_pause,
         "pauses": pauses,
+        "stalls": stalls,
         "time_lost_pct": time_lost,
     }
 
@@ -640,6 +721,11 @@ def _intervals(
     intervals a piece at a time."""
     for lo, hi, _, _ in pieces(len(steps) - 1, _CHUNK):
         yield lo, hi, np.diff(wall[lo : hi + 1]), np.diff(steps[lo : hi + 1]).astype(float)
+
+
+def _pct(share: float) -> str:
+    """A share as a percentage, "0.4%" under 1%, else whole ("22%")."""
+    return f"{share:.1%}" if share < 0.01 else f"{share:.0%}"
 
 
 def _human(seconds: float) -> str:
