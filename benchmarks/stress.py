@@ -18,7 +18,8 @@ Kinds:
 * ``loss_spikes``: the loss spikes every 200 steps and comes back
 * ``resumes``: the job resumes 100 steps back every 1,000 steps (steps are logged again)
 * ``overflows``: the loss scale halves every 100 steps and grows back
-* ``stalls``: nothing is logged for 10 minutes every 300 steps (half a second a step)
+* ``stalls``: nothing is logged for 10 minutes every 300 steps (half a second a step; one
+  finding of recurring stalls names each)
 * ``pauses``: the same with pauses of 2 minutes, each short of a stall (one finding sums them)
 """
 

@@ -103,7 +103,8 @@ def test_the_readme_block_holds_only_what_write_readme_writes():
 def test_stress_runs_hold_the_events_they_are_named_for(tmp_path):
     """Each event-dense kind of ``python -m benchmarks.stress`` is found as that event, once
     per interval: 3,000 steps hold 9 LR restarts, 10 dips, 17 coupled spikes, 10 loss spikes,
-    2 resumes, 9 stalls; the 9 shorter pauses are one finding of the time they cost."""
+    2 resumes; the 9 stalls are one finding of recurring stalls with each one's step, and the
+    9 shorter pauses one finding of the time they cost."""
     from collections import Counter
 
     from benchmarks.stress import KINDS, write
@@ -116,13 +117,17 @@ def test_stress_runs_hold_the_events_they_are_named_for(tmp_path):
         "loss_spikes": ("loss_spike", 10),
         "resumes": ("restart", 2),
         "overflows": ("loss_scale_drop", 1),
-        "stalls": ("stall", 9),
+        "stalls": ("stall", 1),
         "pauses": ("stall", 1),
     }
     assert set(want) == set(KINDS)
     for kind, (finding, count) in want.items():
         d = analyze(write(tmp_path / kind, kind, 3000))
         assert Counter(f.kind.value for f in d.findings)[finding] == count, kind
+        if kind == "stalls":
+            (f,) = [f for f in d.findings if f.kind.value == "stall"]
+            assert f.measures["stalls"] == 9 and f.events_at is not None
+            assert len(f.events_at) == 9
 
 
 def test_stress_smoke(tmp_path, capsys):

@@ -230,7 +230,8 @@ def test_lightning_no_stitch_keeps_the_versions_apart() -> None:
 
 def test_lightning_cli_names_the_seam(tmp_path: Path) -> None:
     root = shared_path("real_runs", LIGHTNING)
-    r = _cli("analyze", str(root), "--all", "--no-report", cwd=tmp_path)
+    (tmp_path / "reports").mkdir()  # (--all --no-report writes findings where --json says)
+    r = _cli("analyze", str(root), "--all", "--no-report", "--json", "reports", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "== lightning_logs/version_0+version_5" in r.stderr
     assert "version_0+version_5  steps 49-197,035" in r.stdout

@@ -9,6 +9,7 @@ checked on hand-made findings, one rule each.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -17,6 +18,7 @@ from conftest import alerts_poll_by_poll
 
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.pipeline import analyze_run, read_run
+from forensics.watch.actions import message
 from forensics.watch.alerts import AlertBook, Event, worst
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +57,29 @@ def test_new_once_then_escalated_then_ended() -> None:
     assert [x.event for x in a] == [Event.ENDED]
     assert worst(a) is None  # an end is no level to act on
     assert book.update([_f(severity="critical", end=180)], last_step=300) == []
+
+
+def test_a_finding_of_many_events_alerts_again_as_it_counts_more() -> None:
+    """Recurring hangs: two alerted one by one, then one stall of three (the detector groups
+    them from three on), then four: each new hang is announced again, at its level, and
+    claims no second hook."""
+    book = AlertBook()
+    one = _f("stall", start=737, end=737, metric="throughput")
+    two = _f("stall", start=1_874, end=1_874, metric="throughput")
+    a = book.update([one, two], last_step=2_000)
+    assert [x.event for x in a] == [Event.NEW, Event.NEW]
+    assert all(book.claim_action(x) for x in a)
+
+    def grouped(*steps: int) -> Finding:
+        return replace(_f("stall", start=737, end=steps[-1], metric="throughput"), events_at=steps)
+
+    a = book.update([grouped(737, 1_874, 1_973)], last_step=2_100)
+    assert [(x.event, x.previous) for x in a] == [(Event.RECURRED, Severity.WARNING)]
+    assert not book.claim_action(a[0])  # (the event ran its yellow hook at the first hang)
+    assert "(yellow light, again, 3 times now)" in message(a[0], "run", None)
+    assert book.update([grouped(737, 1_874, 1_973)], last_step=2_200) == []
+    a = book.update([grouped(737, 1_874, 1_973, 2_073)], last_step=2_300)
+    assert [x.event for x in a] == [Event.RECURRED]
 
 
 def test_identity_is_kind_metric_layer_and_onset() -> None:

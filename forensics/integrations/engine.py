@@ -69,8 +69,8 @@ class LiveJudge:
             to never stop).
         save_on: levels that save a checkpoint (default: critical, the orange light).
         plan_on: levels that write the rollback plan (default: fatal, the red light).
-        on_alert: called with each :class:`~forensics.watch.alerts.Alert` (new, escalated
-            or ended); an exception in it is logged and the callback goes on.
+        on_alert: called with each :class:`~forensics.watch.alerts.Alert` (new, escalated,
+            recurred or ended); an exception in it is logged and the callback goes on.
         config: detector parameters, ignored kinds, aliases (as ``forensics.toml``).
         max_overhead: at most this fraction of the wall time spent judging (e.g. 0.05): a
             judgement due sooner after the last one than its cost allows is put off to a
@@ -170,7 +170,7 @@ class LiveJudge:
         if a.event is Event.ENDED:
             log.info("forensics: ended: %s", f.summary)
         else:
-            what = "escalated to " if a.event is Event.ESCALATED else ""
+            what = {Event.ESCALATED: "escalated to ", Event.RECURRED: "again: "}.get(a.event, "")
             level = logging.WARNING if a.severity is Severity.WARNING else logging.ERROR
             log.log(
                 level,

@@ -11,7 +11,7 @@ own environment:
 
 ==========================  ===================================================================
 ``FORENSICS_SEVERITY``      ``warning``, ``critical`` or ``fatal`` (``info`` for a note)
-``FORENSICS_EVENT``         ``new``, ``escalated`` or ``ended``
+``FORENSICS_EVENT``         ``new``, ``escalated``, ``recurred`` or ``ended``
 ``FORENSICS_KIND``          the finding kind (``nan_inf``, ``grad_norm_spike`` ...)
 ``FORENSICS_METRIC``        the vital sign (``grad_norm``); empty for run-level findings
 ``FORENSICS_STEP``          the onset step of the finding
@@ -81,7 +81,8 @@ def message(alert: Alert, run_name: str, report: Path | None) -> str:
     """The one-line human text of an alert, for the terminal, the webhook and the log.
 
     ``<light> <SEVERITY> (<light> light) run <name>: <kind> on <sign>, step <steps>: <summary>``
-    with ``was <light>`` for an escalation, ``ENDED`` for a finding that recovered, and the
+    with ``was <light>`` for an escalation, ``again, <n> times now`` for a finding of many
+    like events that counts more of them, ``ENDED`` for a finding that recovered, and the
     report's path at the end when there is one.
     """
     f = alert.finding
@@ -91,6 +92,9 @@ def message(alert: Alert, run_name: str, report: Path | None) -> str:
         head = f"{ENDED_EMOJI} ENDED ({light} light)"
     elif alert.event is Event.ESCALATED and prev is not None:
         head = f"{LIGHT_EMOJI[light]} {f.severity.value.upper()} ({light} light, was {prev})"
+    elif alert.event is Event.RECURRED:
+        times = f", {len(f.events_at):,} times now" if f.events_at else ""
+        head = f"{LIGHT_EMOJI[light]} {f.severity.value.upper()} ({light} light, again{times})"
     else:
         head = f"{LIGHT_EMOJI[light]} {f.severity.value.upper()} ({light} light)"
     where = f"{f.kind.value} on {f.metric}" if f.metric else f.kind.value

@@ -1,4 +1,4 @@
-"""Alert once per finding, again only when it escalates, and note when it ends.
+"""Alert once per finding, again when it escalates or recurs, and note when it ends.
 
 A finding seen on one poll is seen again on the next, often with a slightly different onset
 (the adaptive baseline grows with the run). Its identity is therefore its kind, metric and
@@ -36,6 +36,9 @@ WATCH = "watch"
 class Event(StrEnum):
     NEW = "new"
     ESCALATED = "escalated"
+    # A finding that stands for many like events (``events_at``: recurring stalls, periodic
+    # spikes) counts more of them than when last alerted: the same event, at its level, again.
+    RECURRED = "recurred"
     ENDED = "ended"
 
 
@@ -57,11 +60,14 @@ class Tracked:
     # The furthest step the finding covered when last seen (its end, or its peak while it
     # goes on): a later report of the event whose onset moved overlaps it.
     reach: int | None = None
+    # How many like events the finding stood for when last alerted (len(events_at)); None
+    # for a finding of one event (a state file from before it reads as None too).
+    events: int | None = None
 
 
 @dataclass(frozen=True)
 class Alert:
-    """One thing to act on: a finding that is new, escalated, or ended."""
+    """One thing to act on: a finding that is new, escalated, recurred, or ended."""
 
     event: Event
     finding: Finding
@@ -219,6 +225,7 @@ class AlertBook:
                     ended=over(f),
                     summary=f.summary,
                     reach=_reach(f),
+                    events=len(f.events_at) if f.events_at is not None else None,
                 )
                 self.tracked[key] = t
                 matched.add(key)
@@ -231,6 +238,12 @@ class AlertBook:
                 t.ended = False
                 t.summary = f.summary
                 alerts.append(Alert(Event.ESCALATED, f, t.key, previous=before))
+            elif f.events_at is not None and len(f.events_at) > (t.events or 1):
+                # (a third hang: the two alerted one by one are now one finding of three)
+                t.summary = f.summary
+                alerts.append(Alert(Event.RECURRED, f, t.key, previous=before))
+            if f.events_at is not None:
+                t.events = max(t.events or 1, len(f.events_at))
             if over(f) and not t.ended:
                 t.end_step, t.ended = f.end_step, True
                 alerts.append(Alert(Event.ENDED, f, t.key, previous=before))
