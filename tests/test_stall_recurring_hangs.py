@@ -121,3 +121,32 @@ def test_two_silences_stay_two_findings(tmp_path: Path) -> None:
     found = _stalls(analyze(run))
     assert [f.end_step for f in found] == at
     assert all(f.events_at is None and f.measures["stalls"] is None for f in found)
+
+
+def test_a_hang_between_the_silences_is_still_found(tmp_path: Path) -> None:
+    """The wall clock is logged every 50 steps: three 20-minute silences (one finding of
+    three) and, between them, a 400-second hang inside step 2,000 that only the step time
+    shows (its 50-step interval is 17x the usual, under the 20x stall line). The hang lies
+    within the silences' finding's steps but at none of its silences: still a stall of its
+    own (the finding's whole span had hidden it)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    rng = np.random.default_rng(14)
+    t = 1.7e9
+    silent, hang = {1000, 3000, 5000}, 2000
+    with open(folder / "metrics.jsonl", "w") as fh:
+        for s in range(6000):
+            took = 0.5 * np.exp(rng.normal(0, 0.03)) + (1200 if s in silent else 0)
+            took += 400 if s == hang else 0
+            t += took
+            row: dict[str, float | int] = {"step": s, "loss": 2 * np.exp(-s / 3000) + 1.5}
+            row["step_time"] = took
+            if s % 50 == 0:
+                row["_timestamp"] = t
+            fh.write(json.dumps(row) + "\n")
+    found = _stalls(analyze(folder))
+    grouped = [f for f in found if f.events_at is not None]
+    (g,) = grouped
+    assert g.events_at == (950, 2950, 4950) and g.measures["stalls"] == 3
+    (h,) = [f for f in found if f.events_at is None]
+    assert h.start_step == hang and h.summary.startswith("Step 2,000 took "), h.summary

@@ -124,14 +124,16 @@ class StallDetector:
         c = c.drop("wall_time")
         seg = c.get_column("segment").to_numpy()
         del c
-        out = self._wall_stalls(ev, steps, wall, seg)
+        out, silences = self._wall_stalls(ev, steps, wall, seg)
         del steps, wall, seg
-        return out + self._slow_steps(ev, out)
+        return out + self._slow_steps(ev, silences)
 
     def _wall_stalls(
         self, ev: Evidence, steps: np.ndarray, wall: np.ndarray, seg: np.ndarray
-    ) -> list[Finding]:
-        """Silences of the wall clock: the steps, wall times and segments of the clock."""
+    ) -> tuple[list[Finding], list[tuple[int, int]]]:
+        """Silences of the wall clock (the steps, wall times and segments of the clock): the
+        findings, and the steps each stall lies between (a slow step there is that silence:
+        not the whole span of a finding of many, nor the pauses' time-lost finding)."""
         run = ev.run
         # The intervals' seconds (dt) and steps (ds) are made a piece at a time, never whole
         # (two whole-length floats, with their gathers, were most of this detector's memory).
@@ -140,7 +142,7 @@ class StallDetector:
             ok[lo:hi] &= (ds > 0) & (dt >= 0)
         if ok.sum() < self.params.min_points - 1:
             run.note(f"{CHECK}: not run, too few ordered wall-clock points")
-            return []
+            return [], []
         rates = np.empty(int(np.count_nonzero(ok)))  # dt[ok] / ds[ok]
         at = 0
         for lo, hi, dt, ds in _intervals(wall, steps):
@@ -152,7 +154,7 @@ class StallDetector:
         del rates
         if not per_step > 0:
             run.note(f"{CHECK}: not run, wall times do not advance")
-            return []
+            return [], []
         # over: dt > factor * expected, with expected = ds * per_step; in the same pass the
         # pauses (dt > slow_factor * expected) and the wall time of the ordered intervals
         over = np.empty(len(ok), dtype=bool)
@@ -170,7 +172,7 @@ class StallDetector:
         lost = self._time_lost(ev, steps, wall, per_step, np.flatnonzero(pause), total)
         del pause
         if not cand.any():
-            return lost
+            return lost, []
         # Pauses at val/eval steps are expected; their typical length raises the bar.
         eval_steps = self._eval_steps(run)
         evals = np.fromiter(eval_steps, dtype=np.int64) if eval_steps else np.array([], np.int64)
@@ -183,11 +185,13 @@ class StallDetector:
             line = self.params.pause_factor * usual_pause
             cand[k_cand] = (wall[k_cand + 1] - wall[k_cand]) > line  # dt > line
         ks = np.flatnonzero(cand)
+        silences = [(int(steps[k]), int(steps[k + 1])) for k in ks]
         if len(ks) >= _MIN_PAUSES:
             # Recurring silences are one finding with each one's step (events_at): eight
             # ten-minute pre-emptions had read as eight warnings and eight incidents, and
             # nothing said they took 62% of the run's wall time.
-            return [self._wall_group(steps, wall, ks, per_step, usual_pause, total)] + lost
+            group = self._wall_group(steps, wall, ks, per_step, usual_pause, total)
+            return [group, *lost], silences
         out = []
         for k in ks:
             dt_k = wall[k + 1] - wall[k]  # (np.diff's numbers at k)
@@ -229,7 +233,7 @@ class StallDetector:
                     ),
                 )
             )
-        return out + lost
+        return out + lost, silences
 
     def _wall_group(
         self,
@@ -383,11 +387,12 @@ class StallDetector:
         ]
 
     def _slow_steps(
-        self, ev: Evidence, wall: list[Finding], time_lost: bool = False
+        self, ev: Evidence, silences: list[tuple[int, int]], time_lost: bool = False
     ) -> list[Finding]:
-        """Isolated slow steps of the step-time / throughput series (see the module text);
-        ``time_lost`` (a log without a wall clock): also what they cost together
-        (:meth:`_slow_time_lost`)."""
+        """Isolated slow steps of the step-time / throughput series (see the module text),
+        but for those at a silence the wall clock's stalls already name (``silences``: the
+        steps each lies between); ``time_lost`` (a log without a wall clock): also what they
+        cost together (:meth:`_slow_time_lost`)."""
         from forensics.detectors.throughput import work_rate
 
         metric, x, rate = work_rate(ev)
@@ -429,7 +434,7 @@ class StallDetector:
             ):
                 paused.extend(int(i) for i in g)
                 continue
-            if any(f.start_step <= x[k] <= (f.end_step or f.start_step) for f in wall):
+            if any(a <= x[k] <= b for a, b in silences):
                 continue  # the wall clock already shows this silence
             hangs.append(k)
         if len(hangs) >= _MIN_PAUSES:
