@@ -44,7 +44,7 @@ from forensics.evidence.spike_context import (
     event_near,
     near_steps,
 )
-from forensics.evidence.trend_utils import num, parse_layers, sig, times
+from forensics.evidence.trend_utils import num, ordinal, parse_layers, sig, times
 from forensics.findings import (
     DYNAMICS,
     Finding,
@@ -1456,7 +1456,7 @@ def _repeated_data(x: _Facts, f: Finding) -> Cause:
         return Cause(
             "repeated_data",
             SUPPORTED,
-            f"at step {lo:,} the run was in its {_ordinal(at_onset)} epoch{frm}: each training "
+            f"at step {lo:,} the run was in its {ordinal(at_onset)} epoch{frm}: each training "
             f"example had been seen at least {at_onset - 1:,} time{'s' if at_onset > 2 else ''}",
             (lo,),
             anchor=since,
@@ -1496,11 +1496,6 @@ def _epoch_start(epochs: Any, b: int) -> str:
     if i == 0 or int(steps[i - 1]) >= b - 1:
         return f"at step {b:,}"
     return f"between steps {int(steps[i - 1]):,} and {b:,}"
-
-
-def _ordinal(n: int) -> str:
-    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{tail}"
 
 
 def _lr_decay(x: _Facts, f: Finding) -> Cause:

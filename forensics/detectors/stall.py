@@ -472,9 +472,7 @@ class StallDetector:
         if len(ks) < _MIN_PAUSES:
             return []
         k = np.asarray(ks, dtype=np.intp)
-        t = 1.0 / rate  # (positive rates: _slow_steps keeps those only)
-        excess = t[k] * (1.0 - 1.0 / slower[k])
-        share = float(excess.sum() / t.sum())
+        share = _steps_lost(rate, slower, k)
         if share < ev.params.throughput.drop:
             return []
         if (
@@ -485,10 +483,8 @@ class StallDetector:
         worst = int(k[np.argmax(slower[k])])
         ratio = float(np.median(slower[k]))
         first, last = int(x[k[0]]), int(x[k[-1]])
-        secs: float | None = None
-        usual: float | None = None
-        if seconds is not None:
-            secs, usual = float(np.median(seconds[k])), float(np.median(seconds[k] / slower[k]))
+        secs, usual = _typical_seconds(seconds, slower, k)
+        if secs is not None and usual is not None:
             typical = f"typically {_human(secs)} where the usual pace takes {_human(usual)}"
         else:
             typical = f"typically {ratio:.1f}x slower than the steps around them"
@@ -621,18 +617,15 @@ class StallDetector:
         the inverse of its rate, as :meth:`_slow_time_lost` counts it)."""
         k = np.asarray(ks, dtype=np.intp)
         ratios = slower[k]
-        t = 1.0 / rate  # (positive rates: _slow_steps keeps those only)
-        share = float((t[k] * (1.0 - 1.0 / ratios)).sum() / t.sum())
+        share = _steps_lost(rate, slower, k)
         ratio = float(np.median(ratios))
         worst = int(k[np.argmax(ratios)])
         first, last = int(x[k[0]]), int(x[k[-1]])
         lo, hi = float(ratios.min()), float(ratios.max())
         each = f"{lo:,.0f}x" if f"{lo:,.0f}" == f"{hi:,.0f}" else f"{lo:,.0f}x-{hi:,.0f}x"
-        secs: float | None = None
-        usual: float | None = None
+        secs, usual = _typical_seconds(seconds, slower, k)
         took = ""
-        if seconds is not None:
-            secs, usual = float(np.median(seconds[k])), float(np.median(seconds[k] / ratios))
+        if secs is not None and usual is not None:
             took = f", typically {_human(secs)} where the usual step takes {_human(usual)}"
         return Finding(
             kind=FindingKind.STALL,
@@ -726,6 +719,24 @@ def _intervals(
     intervals a piece at a time."""
     for lo, hi, _, _ in pieces(len(steps) - 1, _CHUNK):
         yield lo, hi, np.diff(wall[lo : hi + 1]), np.diff(steps[lo : hi + 1]).astype(float)
+
+
+def _steps_lost(rate: np.ndarray, slower: np.ndarray, k: np.ndarray) -> float:
+    """The share of the logged steps' time that the slow steps ``k`` took beyond the usual
+    pace: each step's time the inverse of its (positive) rate, a slow step's excess
+    ``1 - 1 / slower`` of its own."""
+    t = 1.0 / rate
+    return float((t[k] * (1.0 - 1.0 / slower[k])).sum() / t.sum())
+
+
+def _typical_seconds(
+    seconds: np.ndarray | None, slower: np.ndarray, k: np.ndarray
+) -> tuple[float | None, float | None]:
+    """The slow steps' median seconds and the usual step's (their seconds over how many times
+    slower each ran), or (None, None) where the log gives no seconds."""
+    if seconds is None:
+        return None, None
+    return float(np.median(seconds[k])), float(np.median(seconds[k] / slower[k]))
 
 
 def _pct(share: float) -> str:

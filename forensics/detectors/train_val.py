@@ -61,7 +61,14 @@ from forensics.evidence import Evidence
 from forensics.evidence.checkpoints import measured_best
 from forensics.evidence.gap import Gap, held_out_losses
 from forensics.evidence.spike_context import epoch_at
-from forensics.evidence.trend_utils import bend_range, hinge_onset, num, rolling_median, theil_sen
+from forensics.evidence.trend_utils import (
+    bend_range,
+    hinge_onset,
+    num,
+    ordinal,
+    rolling_median,
+    theil_sen,
+)
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.params import TrainValParams
 from forensics.schema import EPOCH, LOSS, VAL_LOSS
@@ -405,7 +412,7 @@ class TrainValDetector:
             + "."
         )
         # (1-based, the epoch running: "epoch 2" beside an HF log's epoch 1.25 read as a slip)
-        ep_txt = f" (in the {_ordinal(epoch)} epoch)" if epoch is not None else ""
+        ep_txt = f" (in the {ordinal(epoch)} epoch)" if epoch is not None else ""
         rise_pct = 100.0 * (val_now - float(vy[m])) / abs(float(vy[m])) if vy[m] else None
         pct_txt = f", {rise_pct:+.1f}%" if rise_pct is not None else ""
         train_txt = (
@@ -769,12 +776,6 @@ def _label(g: Gap, cap: bool = False) -> str:
     if g.metric == VAL_LOSS:
         return "Val loss" if cap else "val loss"
     return g.metric
-
-
-def _ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th ... 21st."""
-    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{tail}"
 
 
 def _pin_ramp(x: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:

@@ -698,6 +698,12 @@ def sig(x: float, digits: int = 3) -> str:
     return num(x, digits)
 
 
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th ... 21st."""
+    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{tail}"
+
+
 def num(x: float, digits: int = 4) -> str:
     """A value for text: ``digits`` significant digits, whole and grouped from 1,000 up (a
     diverged loss of 1,492, where ``.4g`` writes 1492 and 12,345 as 1.234e+04); "n/a" for
