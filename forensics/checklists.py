@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from forensics.evidence import Evidence
+from forensics.evidence.order_stats import median_value
 from forensics.evidence.robust import median_interval
 from forensics.evidence.trend_utils import steps_within, unit_for
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
@@ -108,7 +109,7 @@ def _thirds(v: np.ndarray) -> tuple[float, float]:
     """Median of the first and last third of the finite values."""
     v = v[np.isfinite(v)]
     k = max(1, len(v) // 3)
-    return float(np.median(v[:k])), float(np.median(v[-k:]))
+    return median_value(v[:k]), median_value(v[-k:])
 
 
 class _Answers(list[Item]):
@@ -706,7 +707,7 @@ def _interval(ev: Evidence, metric: str, unit: str) -> float | None:
     d = np.diff(x if len(x) < 2 or bool(np.all(x[1:] >= x[:-1])) else np.sort(x))
     d = d[d > 0]
     # (d is this call's own: partitioned in place, the same median as on a copy)
-    return float(np.median(d, overwrite_input=True)) if len(d) else None
+    return median_value(d) if len(d) else None
 
 
 def _every(iv: float, unit: str) -> str:

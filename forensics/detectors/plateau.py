@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from forensics.evidence import Evidence
+from forensics.evidence.order_stats import median_value
 from forensics.evidence.schedule import Schedule
 from forensics.evidence.trend_utils import (
     bin_bounds,
@@ -94,7 +95,7 @@ class PlateauDetector:
                 if tail is not None and not tail.falling:
                     a, sel, ts, span = int(first[k]), cut, tail, float(b - int(first[k]))
                     break
-        lvl = float(np.median(y[sel]))
+        lvl = median_value(y[sel])
         change = 100.0 * ts.slope * span / abs(lvl) if ts is not None and lvl else 0.0
         if abs(change) > 200.0 * p.flat_rel or (ts is not None and ts.falling):
             return []  # still falling measurably (slowly but surely): a healthy late phase
@@ -187,7 +188,7 @@ class PlateauDetector:
         if after.sum() < 3:
             return out
         k = max(3, int(after.sum()) // 10)
-        end_lvl = float(np.median(y[after][-k:]))
+        end_lvl = median_value(y[after][-k:])
         out["loss_after"] = end_lvl
         if lvl - end_lvl > band:
             out.update(lr_context="stable_before_decay", expected=True, decay_kind=d.kind)

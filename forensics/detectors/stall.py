@@ -42,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from forensics.evidence import Evidence
+from forensics.evidence.order_stats import median_value
 from forensics.evidence.robust import median_interval
 from forensics.evidence.rolling import centered_median_at, pieces, window_max
 from forensics.evidence.trend_utils import (
@@ -150,7 +151,7 @@ class StallDetector:
             r = dt[m] / ds[m]
             rates[at : at + len(r)] = r
             at += len(r)
-        per_step = float(np.median(rates, overwrite_input=True))
+        per_step = median_value(rates)
         del rates
         if not per_step > 0:
             run.note(f"{CHECK}: not run, wall times do not advance")

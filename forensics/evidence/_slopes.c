@@ -188,12 +188,21 @@ typedef struct {
     double *bin_vals;   /* the values of the bins wanted */
 } Scratch;
 
-/* The values of ranks ks (sorted, distinct, < n) of a[0, n), into out; a is reordered. */
-static void select_ranks(double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, double *out,
-                         Scratch *s) {
+/* nth_many on a[0, n), in spare (a copy of a is made there first unless spare is a). */
+static void nth_whole(const double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, double *out,
+                      double *spare) {
+    if (spare != a) memcpy(spare, a, sizeof(double) * (size_t)n);
+    nth_many(spare, n, ks, nk, out);
+}
+
+/* The values of ranks ks (sorted, distinct, < n) of a[0, n), into out. Where the bracket
+ * misses, the ranks are selected from all n values in ``spare`` (room for n): a copy of a,
+ * or a itself (then a is reordered). */
+static void select_ranks(const double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, double *out,
+                         Scratch *s, double *spare) {
     if (nk == 0) return;
     if (n < PICK_MIN) {
-        nth_many(a, n, ks, nk, out);
+        nth_whole(a, n, ks, nk, out, spare);
         return;
     }
     /* The sample: every PICK_EVERY-th value from a fixed offset pattern. Which values are
@@ -204,7 +213,7 @@ static void select_ranks(double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, 
     Py_ssize_t ra = ks[0] * ms / n - margin;
     Py_ssize_t rb = (ks[nk - 1] * ms + n - 1) / n + margin;
     if (ra < 0 || rb >= ms) {
-        nth_many(a, n, ks, nk, out);
+        nth_whole(a, n, ks, nk, out, spare);
         return;
     }
     double high = nth(s->sample, 0, ms, rb);
@@ -214,7 +223,7 @@ static void select_ranks(double *a, Py_ssize_t n, const Py_ssize_t *ks, int nk, 
     double *in = s->inside;
     Py_ssize_t m = gather(a, n, low, high, in, &below);
     if (ks[0] < below || ks[nk - 1] - below >= m) {
-        nth_many(a, n, ks, nk, out);
+        nth_whole(a, n, ks, nk, out, spare);
         return;
     }
     Py_ssize_t local[MAX_KS];
@@ -364,8 +373,8 @@ static PyObject *stats_rows(PyObject *self, PyObject *args) {
     double *G = gb.buf, *GH = ghb.buf;
     for (Py_ssize_t r = r0; r < r1; r++) {
         form_slopes(X + r * n, Y + r * n, n, buf, half);
-        select_ranks(buf, nt, ks, nk, G + r * nk, &s);
-        select_ranks(half, nth_, ksh, nkh, GH + r * nkh, &s);
+        select_ranks(buf, nt, ks, nk, G + r * nk, &s, buf);
+        select_ranks(half, nth_, ksh, nkh, GH + r * nkh, &s, half);
     }
     Py_END_ALLOW_THREADS
     result = Py_None;
@@ -380,6 +389,107 @@ done:
     PyBuffer_Release(&yb);
     PyBuffer_Release(&gb);
     PyBuffer_Release(&ghb);
+    return result;
+}
+
+/* medians(a, edges, out, b0, b1): for each bin b in [b0, b1), out[b] = np.median of
+ * a[edges[b], edges[b + 1]) (a float64, edges int64 increasing, every bin non-empty): NaN
+ * where the bin holds a NaN, else the middle order statistic as ``0.0 + v`` or the two as
+ * ``(0.0 + u + v) / 2.0``, numpy's arithmetic. Starting the sum from +0.0 (numpy's sum starts
+ * from its identity) makes the result independent of which zero a selection picks, so the
+ * bracketed selection of select_ranks gives numpy's number. The GIL is released. */
+static PyObject *medians(PyObject *self, PyObject *args) {
+    PyObject *ao, *eo, *oo;
+    Py_ssize_t b0, b1;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOnn", &ao, &eo, &oo, &b0, &b1)) return NULL;
+    Py_buffer ab, eb, ob;
+    if (PyObject_GetBuffer(ao, &ab, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(eo, &eb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&ab);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&ab);
+        PyBuffer_Release(&eb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    double *work = NULL, *spare = NULL, *inside = NULL, *bin_vals = NULL;
+    Py_ssize_t *counts = NULL;
+    int *bins = NULL;
+    signed char *slot = NULL;
+    Py_ssize_t n = ab.len / 8, nb = ob.len / 8;
+    const double *A = ab.buf;
+    const int64_t *E = eb.buf;
+    double *O = ob.buf;
+    if (ab.itemsize != 8 || strcmp(ab.format, "d") != 0 || ob.itemsize != 8 ||
+        strcmp(ob.format, "d") != 0 || eb.itemsize != 8 ||
+        (strcmp(eb.format, "l") != 0 && strcmp(eb.format, "q") != 0) ||
+        eb.len / 8 != nb + 1 || b0 < 0 || b1 > nb || b0 > b1) {
+        PyErr_SetString(PyExc_ValueError, "medians: bad arrays or bin range");
+        goto done;
+    }
+    Py_ssize_t most = 0;
+    for (Py_ssize_t b = b0; b < b1; b++) {
+        Py_ssize_t lo = (Py_ssize_t)E[b], hi = (Py_ssize_t)E[b + 1];
+        if (lo < 0 || hi > n || hi <= lo) {
+            PyErr_SetString(PyExc_ValueError, "medians: a bin out of range or empty");
+            goto done;
+        }
+        if (hi - lo > most) most = hi - lo;
+    }
+    if (b1 == b0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    work = malloc(sizeof(double) * (size_t)(most / PICK_EVERY + 2));
+    spare = malloc(sizeof(double) * (size_t)(most + 1));
+    inside = malloc(sizeof(double) * (size_t)(most + 8));
+    bin_vals = malloc(sizeof(double) * (size_t)(most + 1));
+    counts = malloc(sizeof(Py_ssize_t) * (size_t)(most / PER_BIN + 8));
+    bins = malloc(sizeof(int) * (size_t)(most + 1));
+    slot = malloc((size_t)(most / PER_BIN + 8));
+    if (!work || !spare || !inside || !bin_vals || !counts || !bins || !slot) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Scratch sc = {work, inside, counts, bins, slot, bin_vals};
+    for (Py_ssize_t b = b0; b < b1; b++) {
+        const double *v = A + E[b];
+        Py_ssize_t m = (Py_ssize_t)(E[b + 1] - E[b]), h = m / 2;
+        int nan = 0;
+        for (Py_ssize_t i = 0; i < m; i++) nan |= v[i] != v[i];
+        if (nan) {
+            O[b] = NAN;
+            continue;
+        }
+        Py_ssize_t ks[2] = {h - 1, h};
+        double got[2];
+        if (m % 2) {
+            select_ranks(v, m, ks + 1, 1, got + 1, &sc, spare);
+            O[b] = 0.0 + got[1];
+        } else {
+            select_ranks(v, m, ks, 2, got, &sc, spare);
+            O[b] = (0.0 + got[0] + got[1]) / 2.0;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    free(work);
+    free(spare);
+    free(inside);
+    free(bin_vals);
+    free(counts);
+    free(bins);
+    free(slot);
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&eb);
+    PyBuffer_Release(&ob);
     return result;
 }
 
@@ -408,6 +518,9 @@ static PyMethodDef methods[] = {
      "stats_rows(x, y, k, n, ks, ks_h, got, got_h, row0, row1): order_stats.slope_stats_rows "
      "for rows row0..row1 of (k, n) float64 arrays, into got (k, len(ks)) and got_h "
      "(k, len(ks_h)); the GIL is released."},
+    {"medians", medians, METH_VARARGS,
+     "medians(a, edges, out, b0, b1): np.median of each bin a[edges[b]:edges[b + 1]] for b in "
+     "[b0, b1), into out (float64 a and out, int64 edges); the GIL is released."},
     {NULL, NULL, 0, NULL},
 };
 

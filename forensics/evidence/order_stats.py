@@ -63,6 +63,10 @@ def median(a: np.ndarray) -> np.float64:
     """``np.median(a)`` for a 1-D float64 array, bit for bit (NaN and empty arrays go
     through ``np.median`` itself)."""
     n = len(a)
+    if n >= _KERNEL_MEDIAN_MIN:
+        got = bin_medians(a, np.array([0, n]))
+        if got is not None:
+            return got[0]
     if n == 0 or np.isnan(a).any():
         return np.float64(np.median(a))
     h = n // 2
@@ -70,6 +74,39 @@ def median(a: np.ndarray) -> np.float64:
         return np.float64(0.0) + np.partition(a, h)[h]
     part = np.partition(a, [h - 1, h])
     return (np.float64(0.0) + part[h - 1] + part[h]) / 2.0
+
+
+_KERNEL_MEDIAN_MIN = 4096  # values from which median() selects with the compiled kernel
+
+
+def median_value(a: np.ndarray) -> float:
+    """``float(np.median(a))`` of any 1-D array, bit for bit: a long float64 array's from the
+    compiled kernel (one pass and a small selection instead of a copy and a partition of
+    every value), anything else from numpy."""
+    if len(a) >= _KERNEL_MEDIAN_MIN:
+        got = bin_medians(a, np.array([0, len(a)]))
+        if got is not None:
+            return float(got[0])
+    return float(np.median(a))
+
+
+def bin_medians(a: np.ndarray, edges: np.ndarray, split_from: int = 1 << 18) -> np.ndarray | None:
+    """``np.median`` of each bin ``a[edges[b] : edges[b + 1]]`` of a 1-D float64 array (bins
+    non-empty, ``edges`` increasing), bit for bit, from the compiled kernel: one pass over
+    each bin gathers the values between two bounds from a sample, and only those are
+    selected from (``np.median`` copies and partitions every bin). A bin holding a NaN gives
+    NaN, as in numpy. The bins are split between the cores from ``split_from`` values on.
+    None without the kernel, or for an array of another type or layout (the caller's own
+    path then)."""
+    if _slopes is None or a.ndim != 1 or a.dtype != np.float64 or not a.flags.c_contiguous:
+        return None
+    e = np.ascontiguousarray(edges, dtype=np.int64)
+    nb = len(e) - 1
+    out = np.empty(nb)
+    if nb > 0:
+        each = 1 if int(e[-1] - e[0]) >= split_from else nb
+        in_parts(nb, each, lambda b0, b1: _slopes.medians(a, e, out, b0, b1))
+    return out
 
 
 def median_of_ints(a: np.ndarray) -> float:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.evidence.order_stats import median_value
 from forensics.evidence.robust import resolution
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def lr_schedule(
     if n == 0:
         return Schedule((), (), x, v, warmup_end, None)
     pos = v[v > 0]  # (this call's own copy: partitioned in place, the same median)
-    floor = 1e-3 * float(np.median(pos, overwrite_input=True)) if len(pos) else 1.0
+    floor = 1e-3 * median_value(pos) if len(pos) else 1.0
     del pos
 
     w = -1  # last index of the warm-up

@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import polars as pl
 
-from forensics.evidence.order_stats import in_parts
+from forensics.evidence.order_stats import bin_medians, in_parts, median_value
 from forensics.evidence.reuse import _ACTIVE as _ACTIVE_MEMO
 from forensics.evidence.reuse import local_reusing
 from forensics.evidence.robust import MAD_TO_SIGMA
@@ -208,7 +208,7 @@ def robust_sigma(values: np.ndarray) -> float:
             return float(np.std(v))
         return 0.0
     d2 = np.diff(v, 2)
-    return float(MAD_SCALE * np.median(np.abs(d2 - np.median(d2))) / np.sqrt(6.0))
+    return float(MAD_SCALE * median_value(np.abs(d2 - median_value(d2))) / np.sqrt(6.0))
 
 
 def despike(values: np.ndarray, *, window: int = 25, k: float = 5.0) -> np.ndarray:
@@ -364,6 +364,11 @@ def bin_median(
     ys = np.empty(max_bins)
     # Steps in order (as every series' are): each bin's median step is its middle one or two.
     xs = _middle_of_bins(steps, edges) if _in_plain_order(steps) else None
+    if xs is not None:
+        # float64 values: each bin's median from the compiled kernel (the same numbers)
+        fast = bin_medians(values, edges, _BIN_SPLIT_MIN)
+        if fast is not None:
+            return xs, fast
     bin_xs = xs is None
     if xs is None:
         xs = np.empty(max_bins)
@@ -624,7 +629,7 @@ def bend_range(xb: np.ndarray, onset: float) -> tuple[int, int]:
 
 def level(values: np.ndarray) -> float:
     v = values[np.isfinite(values)]
-    return float(np.median(v)) if len(v) else float("nan")
+    return median_value(v) if len(v) else float("nan")
 
 
 def window_median(steps: np.ndarray, values: np.ndarray, lo: float, hi: float) -> float:
