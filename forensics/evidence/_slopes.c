@@ -17,6 +17,10 @@
  * slopes; one pass counts the values below the lower bound and gathers those between; the
  * gathered values are binned by value, and only the bins holding a rank are selected from.
  * Where the bounds miss a rank, the whole array is selected from (still exact, slower).
+ * medians() applies the same selection to the bins of one long array (np.median of each,
+ * bin_median's bins and the medians of whole series): one pass over a bin instead of numpy's
+ * copy and partition of it.
+ *
  * The module is optional: without a C compiler forensics uses the numpy path.
  */
 #define PY_SSIZE_T_CLEAN

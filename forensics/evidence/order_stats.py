@@ -24,6 +24,9 @@ Python overhead held most of the spike detector's time.
   slopes and its first half's order statistics, one window after another while its slopes are
   in the processor's cache (forming and selecting eight windows' slopes at once went to main
   memory on every pass and was slower), picked from bins of the values between two bounds.
+* :func:`bin_medians` (and :func:`median_value`, :func:`median` on a long array) is
+  ``np.median`` of each bin of a long float64 array, by the compiled kernel's bracketed
+  selection (one pass over the bin, no copy of it).
 * :func:`median_rows` sorts rows rather than partitioning them (numpy's row sort is
   vectorized, several times faster).
 * :func:`median_of_ints` is ``np.median`` of step differences through a sort (numpy's int64
