@@ -78,21 +78,22 @@ def test_checkpoints_without_an_eval_at_their_step_are_not_compared() -> None:
 
 def test_the_report_says_keep_not_roll_back() -> None:
     """The report's finding card and rollback table: "Stop early: keep the checkpoint at step
-    400 (lowest validation loss at step 360; ...)", not "Roll back ... (last healthy step
-    360 ...)" for a model that was never damaged."""
+    400. Lowest validation loss at step 360; ...", not "Roll back ... Last healthy step
+    360 ..." for a model that was never damaged."""
     from forensics.report import render_html
 
     page = " ".join(
         render_html(analyze(ROOT / "sample_runs" / "late_overfit"), plotlyjs="cdn").split()
     )
     assert (
-        "<strong>Stop early</strong>: keep the checkpoint at step 400 (lowest validation loss "
+        "<strong>Stop early</strong>: keep the checkpoint at step 400. Lowest validation loss "
         "at step 360; checkpoints found beside the log"
     ) in page
     table = page[page.index('id="rollback"') : page.index('id="vitals"')]
     assert "keep the checkpoint at step 400" in table
     assert "lowest val loss" in table
     assert "<strong>Roll back</strong>" not in page
+    assert "step 360))" not in page  # (no parenthesis around the source's own)
     # (the roll-back note on the data loader's position is for damaged weights only)
     assert "When you roll back" not in table
 
