@@ -307,7 +307,12 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
     ),
     "grad_norm_spike": (
         *_SPIKE,
-        _m("transient", bool, "back inside the band within `transient_steps`"),
+        _m(
+            "transient",
+            bool,
+            "back inside the band within `transient_steps`, above the alarm line for at most "
+            "`transient_points` logged points",
+        ),
         _m("loss_response", bool, "a loss spike began within the lead window around it"),
         _m(
             "leads_loss_by_steps",
@@ -346,7 +351,8 @@ MEASURES: dict[str, tuple[Measure, ...]] = {
         _m(
             "count",
             int,
-            "grad-norm spikes back within `transient_steps` with the loss unmoved and no "
+            "grad-norm spikes back within `transient_steps`, at most `transient_points` "
+            "logged points above the alarm line, with the loss unmoved and no "
             "overflow or schedule event at them (each one's step in `events_at`)",
             required=True,
         ),

@@ -47,6 +47,9 @@ class SpikesParams:
     plateau_tol: float = 0.05
     trend_window: int = BASELINE_STEPS
     transient_steps: int = 20
+    # A transient (one batch) also stands above its alarm line for at most this many logged
+    # points: a wider excursion moves the grad norm's level, which the 2x / 3x lines judge.
+    transient_points: int = 3
     lead_window: int = 100
     schedule_lag: int = 50
     # "info": the grad-norm outliers the optimizer absorbed are one grad_norm_outliers note;

@@ -376,12 +376,14 @@ def test_an_incident_card_without_a_rollback_says_what_to_do() -> None:
     from forensics.summary import print_summary
 
     d = diag("loss_scale_collapse")
-    (inc,) = [i for i in d.incidents if i.severity is Severity.WARNING]
+    # (critical since its grad norm's ten steps at 27x the baseline are judged by the 2x / 3x
+    # lines, not as one batch: the advice is the grad-norm spike's)
+    (inc,) = [i for i in d.incidents if i.severity is Severity.CRITICAL]
     assert inc.rollback is None
     advice = d.what_to_do(inc.findings)
     assert advice is not None
-    assert advice.where == "loss_scale_drop from step 601"
-    assert advice.text.startswith("Yellow light: check the loss scale history")
+    assert advice.where == "grad_norm_spike from step 603"
+    assert advice.text.startswith("Orange light: over 3x the baseline")
     page = render_html(d, plotlyjs="cdn")
     start = page.index(f'id="{inc.id}"')
     card = re.sub(r"<[^>]+>", "", page[start : page.index("</article>", start)])

@@ -10,9 +10,10 @@ One rule per severity; the severity a finding's text announces is the severity i
   (``unresolved``: still up, fewer than ``recover_steps`` logged after the peak; a spike at the
   last logged step has none) is at most a warning: alone it never makes a verdict critical.
 * Loss spikes (article 4.3): physiological or beneficial = info; pathological = critical.
-* Grad-norm spikes back within ``transient_steps`` are single-batch outliers: the article's
-  2x / 3x lines (6.1, 6.3) judge the grad norm's level, a rolling mean, which one step does not
-  move; such a spike is judged by its recovery: info when the loss did not move (absorbed,
+* Grad-norm spikes back within ``transient_steps``, above their alarm line for at most
+  ``transient_points`` logged points, are single-batch outliers: the article's 2x / 3x lines
+  (6.1, 6.3) judge the grad norm's level, a rolling mean, which one step does not move; such
+  a spike is judged by its recovery: info when the loss did not move (absorbed,
   ``absorbed_gn_severity``), warning when the loss moved with it ("check that batch"). The
   text says so and does not print the 2x / 3x lines as if they applied. The absorbed ones
   with no overflow or schedule event at them are one ``grad_norm_outliers`` note per run
@@ -154,6 +155,16 @@ class SpikeDetector:
     def _transient_limit(self, s: Spike) -> float:
         return max(self.params.transient_steps, 2 * s.log_interval)
 
+    def _transient(self, s: Spike, m: dict[str, Any]) -> bool:
+        """Back within its transient limit, and above its alarm line for at most
+        ``transient_points`` logged points: one batch. Twenty steps at 4x the baseline came
+        back within the limit too, and read "a batch the optimizer absorbed"; a grad norm
+        held that long has moved the level the 2x / 3x lines judge."""
+        rec = m["recovery_steps"]
+        if not m["recovered"] or rec is None or rec > self._transient_limit(s):
+            return False
+        return _points_above(s, m) <= self.params.transient_points
+
     def _absorbed(self, j: _Judged) -> bool:
         """A grad-norm spike that is one batch the optimizer absorbed: back within its
         transient limit, outside a divergence, the loss unmoved, no overflow or schedule event
@@ -164,10 +175,7 @@ class SpikeDetector:
         if self.params.absorbed_gn_severity != Severity.INFO.value or j.diverged is not None:
             return False
         s, m = j.spike, j.m
-        rec = m["recovery_steps"]
-        if not m["recovered"] or rec is None or rec > self._transient_limit(s):
-            return False
-        if m["loss_response"]:
+        if not self._transient(s, m) or m["loss_response"]:
             return False
         m["transient"] = True  # (as _gn_finding sets it: the reach of a schedule event reads it)
         _unless_absorbed(m, s.start_step, self.params.schedule_lag)
@@ -226,6 +234,7 @@ class SpikeDetector:
             "gross_ratio": search.gross_ratio,
             "z_gross": search.z_gross,
             "transient_limit_steps": max(self._transient_limit(j.spike) for j in js),
+            "transient_limit_points": self.params.transient_points,
         }
         return Finding(
             FindingKind.GRAD_NORM_OUTLIERS,
@@ -385,7 +394,7 @@ class SpikeDetector:
         s, m = j.spike, j.m
         rec = m["recovery_steps"]
         transient_limit = self._transient_limit(s)
-        transient = bool(m["recovered"]) and rec is not None and rec <= transient_limit
+        transient = self._transient(s, m)
         run_base = band.baseline.value if band else None
         m["transient"] = transient
         m["run_baseline"] = run_base
@@ -458,6 +467,12 @@ class SpikeDetector:
                 # Its band widened with the distance until it took in the new level: that is
                 # no return (a step up read "back only after 1,536 steps").
                 back = f"settled {m['plateau_shift_rel'] or 0:.0%} above its earlier trend"
+            elif m["recovered"] and rec is not None and rec <= transient_limit:
+                # (back within the transient limit, but too wide for one batch)
+                back = (
+                    f"back after {steps_text(rec)}, above its alarm line for "
+                    f"{_points_above(s, m):,} logged points: longer than one batch"
+                )
             elif m["recovered"]:
                 back = f"back only after {steps_text(rec)}"
             else:
@@ -491,6 +506,7 @@ class SpikeDetector:
         judged: dict[str, Any] = dict(band_judged)
         judged.update(self._judged(s))
         judged["transient_limit_steps"] = transient_limit
+        judged["transient_limit_points"] = self.params.transient_points
         if m["judged_by"] == "level":
             judged["held_at"] = m["held_level"]  # (the level judged, drawn on the chart)
         return Finding(
@@ -504,6 +520,12 @@ class SpikeDetector:
             m,
             judged_against=judged,
         )
+
+
+def _points_above(s: Spike, m: dict[str, Any]) -> int:
+    """The logged points a spike stood above its alarm line around its peak (its width in
+    logging intervals, at least one)."""
+    return max(1, round(m["width_steps"] / s.log_interval)) if s.log_interval > 0 else 1
 
 
 def _on_lines(ratio: float, warn: float, crit: float) -> Severity | None:
