@@ -37,6 +37,7 @@ The measures of its finding kinds are declared in :mod:`forensics.measures`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -489,40 +490,21 @@ class StallDetector:
             typical = f"typically {_human(secs)} where the usual pace takes {_human(usual)}"
         else:
             typical = f"typically {ratio:.1f}x slower than the steps around them"
-        return [
-            Finding(
-                kind=FindingKind.STALL,
-                severity=Severity.WARNING,
-                metric=metric,
-                start_step=first,
-                peak_step=int(x[worst]),
-                end_step=last,
-                measures=_measures(
-                    metric,
-                    slow_steps=len(k),
-                    gap=secs,
-                    expected=usual,
-                    usual_step=usual,
-                    ratio=ratio,
-                    steps_between=int(round(every)),
-                    pauses=len(k),
-                    time_lost=100.0 * share,
-                ),
-                judged_against={
-                    "slow_factor": self.params.slow_factor,
-                    "time_lost_share": ev.params.throughput.drop,
-                },
-                summary=(
-                    f"{len(k):,} isolated slow steps in the {metric.replace('_', ' ')} from "
-                    f"step {first:,} to {last:,}, {typical} (the slowest at step "
-                    f"{int(x[worst]):,}), at no evaluation or save interval the log shows: "
-                    f"together {share:.0%} of the logged steps' time, lost beyond the usual "
-                    "pace. Each is too short to be a stall and too brief to be a throughput "
-                    f"drop: over the run the job made {share:.0%} less progress an hour than "
-                    "its usual pace gives (the log has no wall clock to confirm it)."
-                ),
-            )
-        ]
+        judged = {
+            "slow_factor": self.params.slow_factor,
+            "time_lost_share": ev.params.throughput.drop,
+        }
+        summary = (
+            f"{len(k):,} isolated slow steps in the {metric.replace('_', ' ')} from "
+            f"step {first:,} to {last:,}, {typical} (the slowest at step "
+            f"{int(x[worst]):,}), at no evaluation or save interval the log shows: "
+            f"together {share:.0%} of the logged steps' time, lost beyond the usual "
+            "pace. Each is too short to be a stall and too brief to be a throughput "
+            f"drop: over the run the job made {share:.0%} less progress an hour than "
+            "its usual pace gives (the log has no wall clock to confirm it)."
+        )
+        counted = _SlowSteps(metric, x, k, worst, secs, usual, ratio, every, share)
+        return [counted.finding(judged, summary, pauses=len(k))]
 
     def _slower(self, rate: np.ndarray, window: int) -> np.ndarray:
         """How many times slower than the usual pace (``rolling_median(rate, window)``) each
@@ -628,39 +610,22 @@ class StallDetector:
         took = ""
         if secs is not None and usual is not None:
             took = f", typically {_human(secs)} where the usual step takes {_human(usual)}"
-        return Finding(
-            kind=FindingKind.STALL,
-            severity=Severity.WARNING,
-            metric=metric,
-            start_step=first,
-            peak_step=int(x[worst]),
-            end_step=last,
-            measures=_measures(
-                metric,
-                slow_steps=len(k),
-                gap=secs,
-                expected=usual,
-                usual_step=usual,
-                ratio=ratio,
-                steps_between=int(round(every)),
-                stalls=len(k),
-                time_lost=100.0 * share,
-            ),
-            judged_against={
-                "factor": self.params.factor,
-                "slow_factor": self.params.slow_factor,
-                "min_seconds": self.params.min_seconds,
-                "isolated_below_points": self.params.min_points,
-            },
-            summary=(
-                f"{len(k):,} isolated steps from step {first:,} to {last:,} each took {each} "
-                f"the usual pace (median {ratio:,.0f}x{took}; the slowest at step "
-                f"{int(x[worst]):,}), the steps around each running normally: hangs or "
-                f"pre-emptions inside single steps, recurring; together {_pct(share)} of the "
-                "logged steps' time, lost beyond the usual pace."
-            ),
-            events_at=tuple(int(x[i]) for i in k),
+        judged = {
+            "factor": self.params.factor,
+            "slow_factor": self.params.slow_factor,
+            "min_seconds": self.params.min_seconds,
+            "isolated_below_points": self.params.min_points,
+        }
+        summary = (
+            f"{len(k):,} isolated steps from step {first:,} to {last:,} each took {each} "
+            f"the usual pace (median {ratio:,.0f}x{took}; the slowest at step "
+            f"{int(x[worst]):,}), the steps around each running normally: hangs or "
+            f"pre-emptions inside single steps, recurring; together {_pct(share)} of the "
+            "logged steps' time, lost beyond the usual pace."
         )
+        counted = _SlowSteps(metric, x, k, worst, secs, usual, ratio, every, share)
+        at = tuple(int(x[i]) for i in k)
+        return counted.finding(judged, summary, stalls=len(k), events_at=at)
 
     @staticmethod
     def _eval_steps(run: Run) -> set[int]:
@@ -673,6 +638,56 @@ class StallDetector:
 
 
 _CHUNK = 1 << 16
+
+
+class _SlowSteps(NamedTuple):
+    """Isolated slow steps ``k`` (indices into the steps ``x``) as one stall finding: the
+    time-lost warning and the recurring hangs share everything but their counts, what they
+    were judged against and their sentence."""
+
+    metric: str
+    x: np.ndarray
+    k: np.ndarray
+    worst: int
+    secs: float | None
+    usual: float | None
+    ratio: float
+    every: float
+    share: float
+
+    def finding(
+        self,
+        judged: dict[str, Any],
+        summary: str,
+        *,
+        pauses: int | None = None,
+        stalls: int | None = None,
+        events_at: tuple[int, ...] | None = None,
+    ) -> Finding:
+        x, k = self.x, self.k
+        return Finding(
+            kind=FindingKind.STALL,
+            severity=Severity.WARNING,
+            metric=self.metric,
+            start_step=int(x[k[0]]),
+            peak_step=int(x[self.worst]),
+            end_step=int(x[k[-1]]),
+            measures=_measures(
+                self.metric,
+                slow_steps=len(k),
+                gap=self.secs,
+                expected=self.usual,
+                usual_step=self.usual,
+                ratio=self.ratio,
+                steps_between=int(round(self.every)),
+                pauses=pauses,
+                stalls=stalls,
+                time_lost=100.0 * self.share,
+            ),
+            judged_against=judged,
+            summary=summary,
+            events_at=events_at,
+        )
 
 
 def _measures(

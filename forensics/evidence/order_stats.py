@@ -66,10 +66,9 @@ def median(a: np.ndarray) -> np.float64:
     """``np.median(a)`` for a 1-D float64 array, bit for bit (NaN and empty arrays go
     through ``np.median`` itself)."""
     n = len(a)
-    if n >= _KERNEL_MEDIAN_MIN:
-        got = bin_medians(a, np.array([0, n]))
-        if got is not None:
-            return got[0]
+    got = _kernel_median(a)
+    if got is not None:
+        return got
     if n == 0 or np.isnan(a).any():
         return np.float64(np.median(a))
     h = n // 2
@@ -86,11 +85,17 @@ def median_value(a: np.ndarray) -> float:
     """``float(np.median(a))`` of any 1-D array, bit for bit: a long float64 array's from the
     compiled kernel (one pass and a small selection instead of a copy and a partition of
     every value), anything else from numpy."""
-    if len(a) >= _KERNEL_MEDIAN_MIN:
-        got = bin_medians(a, np.array([0, len(a)]))
-        if got is not None:
-            return float(got[0])
-    return float(np.median(a))
+    got = _kernel_median(a)
+    return float(got) if got is not None else float(np.median(a))
+
+
+def _kernel_median(a: np.ndarray) -> np.float64 | None:
+    """The compiled kernel's median of a long float64 array; None for a short one or one
+    it does not take."""
+    if len(a) < _KERNEL_MEDIAN_MIN:
+        return None
+    got = bin_medians(a, np.array([0, len(a)]))
+    return got[0] if got is not None else None
 
 
 def bin_medians(a: np.ndarray, edges: np.ndarray, split_from: int = 1 << 18) -> np.ndarray | None:

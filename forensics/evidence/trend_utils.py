@@ -361,7 +361,6 @@ def bin_median(
     if n <= max_bins:
         return steps.astype(float), values.astype(float)
     edges = np.linspace(0, n, max_bins + 1).astype(int)
-    ys = np.empty(max_bins)
     # Steps in order (as every series' are): each bin's median step is its middle one or two.
     xs = _middle_of_bins(steps, edges) if _in_plain_order(steps) else None
     if xs is not None:
@@ -369,6 +368,7 @@ def bin_median(
         fast = bin_medians(values, edges, _BIN_SPLIT_MIN)
         if fast is not None:
             return xs, fast
+    ys = np.empty(max_bins)
     bin_xs = xs is None
     if xs is None:
         xs = np.empty(max_bins)
