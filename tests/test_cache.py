@@ -525,3 +525,25 @@ def test_a_link_to_the_same_folder_has_its_own_memo(tmp_path, cache_dir):
     assert all(str(f).startswith(str(link) + "/") for s in sources for f in s.files)
     (sources,) = importers._discovered(run_dir, None).values()
     assert all(str(f).startswith(str(run_dir) + "/") for s in sources for f in s.files)
+
+
+@pytest.mark.parametrize("const_rows", [0, 1 << 20])
+def test_constant_columns_read_back_as_literals_or_whole(
+    tmp_path, cache_dir, monkeypatch, const_rows
+):
+    """Constant columns come back as polars literals for a long run and made whole for a
+    short one (`_CONST_ROWS`): either way the frame and its schema are the stored ones,
+    a column null on every row included."""
+    import polars as pl
+
+    run_dir = _write_run(tmp_path / "run")
+    run = read_run(run_dir, options=ReadOptions(cache=False))
+    run.frame = run.frame.with_columns(pl.lit(None, dtype=pl.Int16).alias("layer"))
+    monkeypatch.setattr(cache, "_CONST_ROWS", const_rows)
+    cache.store("k" * 40, run, run_dir)
+    layout = cache._layout(run.frame, cache.max_bytes())
+    assert {c for c, (kind, _) in layout.items() if kind == "const"} >= {"source", "layer"}
+    back = cache.load("k" * 40, run_dir)
+    assert back is not None
+    assert back.frame.schema == run.frame.schema
+    assert_frame_equal(back.frame, run.frame)
