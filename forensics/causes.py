@@ -59,6 +59,7 @@ from forensics.schema import GRAD_NORM, LOSS, LOSS_SCALE, OVERFLOW, VAL_LOSS
 
 if TYPE_CHECKING:
     from forensics.evidence import Evidence
+    from forensics.evidence.schedule import Schedule
 
 SUPPORTED, CONTRADICTED, UNTESTED = "supported", "contradicted", "untested"
 STATUSES = (SUPPORTED, CONTRADICTED, UNTESTED)
@@ -663,6 +664,9 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
                 "with the loss unmoved is not what a schedule change does",
                 (s,),
             )
+    rewarm = _rewarming(x.ev.schedule, onset)
+    if rewarm is not None:
+        return rewarm
     unlogged = _lr_unlogged(x, onset)
     if unlogged is not None:
         return Cause("lr_schedule", UNTESTED, unlogged, (onset,))
@@ -673,6 +677,26 @@ def _lr_schedule(x: _Facts, f: Finding) -> Cause:
         f"no warm-up end, restart or step drop within {steps_text(reach)} before step "
         f"{onset:,} (the LR is in its {phase or 'unlogged'} phase there)",
         (onset,),
+    )
+
+
+def _rewarming(sched: Schedule, onset: int) -> Cause | None:
+    """``lr_schedule`` supported when ``onset`` lies in a warm-up that is not the run's
+    first: the LR climbing back to its peak after a restart or drop, further back than the
+    schedule events' reach (a grad norm surging as a re-warm nears its peak); None else."""
+    seg = sched.segment_at(onset)
+    if seg is None or seg.kind != "warmup" or seg is sched.segments[0]:
+        return None
+    if not any(s.kind == "warmup" for s in sched.segments[: sched.segments.index(seg)]):
+        return None  # (the run's first warm-up, after a log that began mid-schedule)
+    return Cause(
+        "lr_schedule",
+        SUPPORTED,
+        f"the LR was warming up again at the onset (step {onset:,}): from "
+        f"{seg.lr_start:.4g} at step {seg.start_step:,} back to {seg.lr_end:.4g} by step "
+        f"{seg.end_step:,}",
+        (seg.start_step,),
+        anchor=seg.start_step,
     )
 
 

@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from forensics.findings import FindingKind, Severity
 from forensics.pipeline import analyze
@@ -92,13 +91,30 @@ def _ramp(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known miss (2026-12-06): a grad norm that ramps to 4x its baseline and drops back "
-    "within 60 steps is no spike (the local baseline follows the ramp) and too short for "
-    "grad_norm_drift; only the chart's caption names its points above the 3x line",
-)
 def test_a_ramp_to_4x_and_back_is_found(tmp_path: Path) -> None:
     diag = analyze(_ramp(tmp_path / "run"))
     gn = [f for f in diag.findings if f.metric == "grad_norm" and f.severity != Severity.INFO]
     assert gn and max(f.severity.rank for f in gn) >= Severity.CRITICAL.rank
+    # Its onset lies in the LR's second warm-up, 60 steps after the restart and 40 before the
+    # warm-up's end (the schedule events' reach is 50 steps before an onset): the causes name
+    # the re-warm, not "no warm-up end, restart or step drop".
+    (surge,) = gn
+    assert 1_560 <= surge.start_step < 1_600
+    cause = {c.cause: c for c in diag.causes_for(surge)}["lr_schedule"]
+    assert cause.status == "supported"
+    assert "the LR was warming up again at the onset" in cause.evidence
+    assert "from 0 at step 1,500 back to 0.0003 by step 1,600" in cause.evidence
+
+
+def test_a_spike_in_the_first_warm_up_is_no_re_warm(tmp_path: Path) -> None:
+    """Only a warm-up after another one is a re-warm: in the run's first warm-up the LR is
+    not climbing back from a restart."""
+    from forensics.causes import _rewarming
+    from forensics.evidence import Evidence
+    from forensics.importers import read_run
+
+    ev = Evidence(read_run(_ramp(tmp_path / "run")))
+    assert _rewarming(ev.schedule, 50) is None  # (the first warm-up, steps 1-100)
+    assert _rewarming(ev.schedule, 1_000) is None  # (the decay)
+    cause = _rewarming(ev.schedule, 1_550)
+    assert cause is not None and cause.anchor == 1_500

@@ -52,6 +52,7 @@ from forensics.evidence import Band, Evidence
 from forensics.evidence.spike_context import Overlaps, absorbed_reach, event_near, near_steps
 from forensics.evidence.spike_shape import SpikeClass
 from forensics.evidence.spikes import Spike, SpikeSearch
+from forensics.evidence.surges import band_surges
 from forensics.evidence.trend_utils import num, robust_sigma, steps_within, times
 from forensics.findings import Finding, FindingKind, Severity, step_range, steps_text
 from forensics.params import (
@@ -133,7 +134,7 @@ class SpikeDetector:
             # spikes this detector judges are found with its own.
             ev = ev.using(self.name, self.params)
         loss = [_Judged(s) for s in ev.spikes(LOSS)] if LOSS in metrics else []
-        gn = [_Judged(s) for s in ev.spikes(GRAD_NORM)] if GRAD_NORM in metrics else []
+        gn = [_Judged(s) for s in _grad_norm_spikes(ev)] if GRAD_NORM in metrics else []
         self._context(ev, loss + gn)
         self._link(loss, gn)
         _rose_after(ev, loss)
@@ -161,6 +162,8 @@ class SpikeDetector:
         back within the limit too, and read "a batch the optimizer absorbed"; a grad norm
         held that long has moved the level the 2x / 3x lines judge."""
         rec = m["recovery_steps"]
+        if s.found_by == "band":  # (more than transient_points points above the line)
+            return False
         if not m["recovered"] or rec is None or rec > self._transient_limit(s):
             return False
         return _points_above(s, m) <= self.params.transient_points
@@ -520,6 +523,13 @@ class SpikeDetector:
             m,
             judged_against=judged,
         )
+
+
+def _grad_norm_spikes(ev: Evidence) -> list[Spike]:
+    """The grad norm's spikes, and its surges above the band that the spike search's local
+    baseline followed (:func:`~forensics.evidence.surges.band_surges`)."""
+    found = ev.spikes(GRAD_NORM)
+    return sorted([*found, *band_surges(ev, GRAD_NORM, found)], key=lambda s: s.start_step)
 
 
 def _points_above(s: Spike, m: dict[str, Any]) -> int:

@@ -81,7 +81,8 @@ class Spike:
         measures: height, shape and recovery measures (a read-only mapping).
         alarm_at: the level the series had to pass at the peak to be flagged (the local
             baseline times the larger of the height ratio and the z threshold's noise band,
-            or the gross rule's line where that is lower: :func:`alarm_line`).
+            or the gross rule's line where that is lower: :func:`alarm_line`); for a surge
+            found by the band (``found_by``), the band's warning line at its peak.
     """
 
     metric: str
@@ -90,6 +91,9 @@ class Spike:
     end_step: int
     measures: Mapping[str, Any] = field(compare=False)
     alarm_at: float = float("nan")
+    # "score": flagged by the robust score against its local baseline; "band": a surge
+    # above the grad-norm band's warning line for several points (forensics.evidence.surges)
+    found_by: str = "score"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "measures", MappingProxyType(dict(self.measures)))
