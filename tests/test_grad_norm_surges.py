@@ -68,7 +68,11 @@ def test_a_ramp_to_4x_is_critical_with_its_numbers(tmp_path: Path) -> None:
     above = [r["step"] for r in rows if r["train/grad_norm"] > warn_at and r["step"] > 1_000]
     assert m["points"] == len(above) and 30 <= len(above) <= 45
     ratio = m["ratio_to_run_baseline"]
-    assert "longer than one batch" in f.summary and f"{ratio:.1f}x the run's baseline" in f.summary
+    assert f.summary.startswith(f"Grad-norm surge from step {f.start_step:,}: up to ")
+    assert f"above the warning line for {m['points']} logged points: longer than one batch" in (
+        f.summary
+    )
+    assert f"{ratio:.1f}x the run's baseline" in f.summary
 
 
 def test_a_ramp_to_2_5x_is_a_warning(tmp_path: Path) -> None:

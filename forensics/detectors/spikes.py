@@ -476,6 +476,11 @@ class SpikeDetector:
                     f"back after {steps_text(rec)}, above its alarm line for "
                     f"{_points_above(s, m):,} logged points: longer than one batch"
                 )
+                if s.found_by == "band":  # (its points above the line, counted)
+                    back = (
+                        f"back after {steps_text(rec)}, above the warning line for "
+                        f"{m['points']:,} logged points: longer than one batch"
+                    )
             elif m["recovered"]:
                 back = f"back only after {steps_text(rec)}"
             else:
@@ -490,6 +495,12 @@ class SpikeDetector:
             f"Grad-norm spike at step {s.peak_step:,}: {num(m['peak_value'])} against a local "
             f"baseline of {num(m['baseline'])} ({_height(m)}), {how}{lead}{_cause_text(m)}."
         )
+        if s.found_by == "band":  # a climb its local baseline followed: named as one
+            summary = (
+                f"Grad-norm surge from step {s.start_step:,}: up to {num(m['peak_value'])} at "
+                f"step {s.peak_step:,} from a level of {num(m['baseline'])} ({_height(m)}), "
+                f"{how}{lead}{_cause_text(m)}."
+            )
         return self._gn_made(j, sev, summary, band, band_judged, transient_limit)
 
     def _gn_made(
