@@ -7,17 +7,20 @@ neighbours, and is too short for ``grad_norm_drift``'s smoothed level. The artic
 (6.1, 6.3: 2x a 500-step baseline a warning, 3x critical) judge the level itself, and a level
 above them for more than ``transient_points`` logged points is more than one batch.
 
-:func:`band_surges` finds those stretches: after the baseline window, outside every spike the
-search found, the grad norm above the warning line (the band's, moved with the LR schedule's
-expected rise as the drift detector moves it) on at least two of every three consecutive
-points, for more than ``transient_points`` points. Each is measured as a spike (the same shape
-measures, :func:`~forensics.evidence.shape_batch.measure_many`), from where it left the level
-before it: the spike detector judges it by the band, as any spike too wide to be one batch.
+:func:`band_surges` finds those stretches: after the baseline window, the grad norm above the
+warning line (the band's, moved with the LR schedule's expected rise as the drift detector
+moves it) on at least two of every three consecutive points, with more than
+``transient_points`` points above it. A stretch that overlaps a spike the search found, the
+drift detector's climb or a divergence is theirs. Each other one is measured as a spike (the
+same shape measures, :func:`~forensics.evidence.shape_batch.measure_many`) from where it
+left the level before it, and kept when its peak stands at least ``grad_norm_min_ratio``
+(2x) above that level: a grad norm that rose over thousands of steps and crosses the line
+back and forth has no such level to surge from. The spike detector judges it by the band,
+as any spike too wide to be one batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -166,8 +169,8 @@ def _measured(
             "log_interval": interval,
             **m,
         }
-        spike = Spike(metric, int(steps[onset]), int(steps[peak]), end_step, measures, at_peak)
-        out.append(replace(spike, found_by="band"))
+        start, top = int(steps[onset]), int(steps[peak])
+        out.append(Spike(metric, start, top, end_step, measures, at_peak, found_by="band"))
     return out
 
 
