@@ -139,3 +139,31 @@ def test_stress_smoke(tmp_path, capsys):
     stages = {r["stage"] for r in rows}
     assert {"import", "detector:spikes", "detector:resume_regression", "diagnose"} <= stages
     assert "resumes: 10,000 / 20,000 points" in capsys.readouterr().out  # (5 signs a step)
+
+
+def test_tbparse_targets_apply_from_100k_steps():
+    """The issue asks 30x tbparse of the 100k- and 1M-step runs: a 10k-step row, where
+    starting Python is most of the import, shows its ratio without the target; JSONL's and
+    Megatron's targets apply at every size."""
+
+    def row(fmt: str, steps: int, ref: str) -> dict:
+        return {
+            "format": fmt,
+            "steps": steps,
+            "points": steps * 7,
+            "import_wall": 0.3,
+            "import_cpu": 0.3,
+            f"ref_{ref}_wall": 2.0,
+            f"ref_{ref}_cpu": 2.0,
+            f"ratio_{ref}_wall": 0.15,
+            f"ratio_{ref}_cpu": 0.15,
+        }
+
+    rows = [row("tfevents", 10_000, "tbparse"), row("tfevents", 100_000, "tbparse")]
+    rows += [row("jsonl", 10_000, "polars")]
+    text = table(rows, {}, "here", "now")
+    cells = [ln.split("|") for ln in text.splitlines() if ln.startswith("| ")]
+    target = {(c[1].strip(), c[2].strip()): c[8].strip() for c in cells}
+    assert target[("tfevents", "10k")] == ""
+    assert target[("tfevents", "100k")] == ">= 30"
+    assert target[("jsonl", "10k")] == "<= 1.5"
