@@ -81,6 +81,9 @@ AFTER_CLIMB = "after_climb"
 # The spike variant for one that follows an LR-schedule event (a restart, the warm-up's end)
 # and came back: the schedule's doing, not a batch's (article 4.4).
 SCHEDULE_SPIKE = "schedule_induced"
+# the grad-norm spike variant for one the schedule set off that is more than a note (its
+# lr_schedule cause supported: a warm-up's end or a restart's warm-up at its onset)
+SCHEDULE_SURGE = "schedule_surge"
 # The grad-norm spike variant for a step to a level it held (judged by that level): a lasting
 # change to find, not a batch.
 LEVEL_STEP = "level_step"
@@ -445,6 +448,10 @@ TABLE: dict[FindingKind, Prescription] = {
             SCHEDULE_SPIKE: "It follows the LR schedule (a restart or the warm-up's end), not "
             "a batch, and came back: no action for one. If one comes with every restart, the "
             "LR climbs too fast there: lengthen the warm-up at each restart.",
+            SCHEDULE_SURGE: "The LR schedule set it off (see its causes): the gradient norm "
+            "rose past the lines as the LR got back to its peak, not one batch. Lengthen the "
+            "warm-up at each restart, or restart to a lower peak LR, and check the clip "
+            "threshold against the baseline gradient norm before the next restart.",
             LEVEL_STEP: "A lasting step, not one batch: find what changed at that step (the "
             "data mix or sequence length, a resumed job's optimizer state, the LR, the clip "
             "threshold, a frozen or unfrozen layer). At 2x the baseline or more, watch the loss "
@@ -889,6 +896,15 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[reason]
     elif finding.kind is FindingKind.OVERFITTING and _early_epoch(finding):
         text = p.variants[EARLY_EPOCHS]
+    elif (
+        SCHEDULE_SURGE in p.variants
+        and finding.severity.value in ("warning", "critical")
+        and finding.measures.get("judged_by") == "band"
+        and _supported(causes, "lr_schedule") is not None
+    ):
+        text = p.variants[SCHEDULE_SURGE]
+        if finding.severity.value == "critical":  # (the orange light's pause, first)
+            text = "Over 3x the baseline: pause before going on. " + text
     elif _after_schedule(finding) and SCHEDULE_SPIKE in p.variants:
         text = p.variants[SCHEDULE_SPIKE]
     elif (

@@ -59,6 +59,7 @@ def test_twenty_steps_at_4x_are_judged_by_the_lines(tmp_path: Path) -> None:
     assert causes["lr_schedule"].status == "supported"
     assert "the warm-up ended at step 1,600" in causes["lr_schedule"].evidence
     assert "the LR warm-up's end at step 1,600" in spike.summary
+    assert "The LR schedule set it off" in diag.prescription_for(spike)
     # The single step at 4x later on is still one batch the optimizer absorbed.
     (outliers,) = [f for f in diag.findings if f.kind == FindingKind.GRAD_NORM_OUTLIERS]
     assert outliers.measures["count"] == 1
@@ -104,6 +105,10 @@ def test_a_ramp_to_4x_and_back_is_found(tmp_path: Path) -> None:
     assert cause.status == "supported"
     assert "the LR was warming up again at the onset" in cause.evidence
     assert "from 0 at step 1,500 back to 0.0003 by step 1,600" in cause.evidence
+    # ... and the treatment is the schedule's, after the orange light's pause
+    text = diag.prescription_for(surge)
+    assert text.startswith("Orange light: over 3x the baseline: pause before going on. ")
+    assert "The LR schedule set it off" in text and "lengthen the warm-up" in text.lower()
 
 
 def test_a_spike_in_the_first_warm_up_is_no_re_warm(tmp_path: Path) -> None:
