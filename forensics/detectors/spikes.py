@@ -24,6 +24,11 @@ One rule per severity; the severity a finding's text announces is the severity i
   critical line, warning at or above the warning line, info below it. The text states the
   ratio and the lines.
 
+* A grad-norm surge, a stretch above the band's warning line that the search's local
+  baseline followed (a ramp of a few dozen steps, :mod:`forensics.evidence.surges`), is one
+  of these spikes too (``Spike.found_by == "band"``): never one batch, judged by the lines,
+  its text a "surge" with its points above the line counted.
+
 ``judged_by`` in the measures names which of these rules gave the severity.
 
 Steps: ``start_step`` is the onset (where the series left its noise), ``peak_step`` the
