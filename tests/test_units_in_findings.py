@@ -185,6 +185,28 @@ def test_names_without_a_unit_fall_back_and_say_so(tmp_path: Path) -> None:
     )
 
 
+def test_an_assumed_unit_inside_a_parenthesis_does_not_nest_one(tmp_path: Path) -> None:
+    """A throughput named without a unit (tokens/s assumed) that fell 35%: the assumption
+    joins the sentence's own parenthesis after a semicolon ("... -> 6,500 tokens/s; tokens/s
+    assumed: the log states no unit)"), not a parenthesis inside it ("...))")."""
+    low = (STEPS >= 1500) & (STEPS < 1700)
+    run = read_run(
+        _jsonl(
+            tmp_path / "metrics.jsonl",
+            {
+                "train/loss": _series(_loss(STEPS)),
+                "throughput": _series(np.where(low, 6_500.0, 10_000.0)),
+            },
+        )
+    )
+    drop = _only(analyze_run(run), FindingKind.THROUGHPUT_DROP)
+    assert drop.measures["unit"] is None
+    assert "(10,000 tokens/s -> 6,500 tokens/s; tokens/s assumed: the log states no unit)" in (
+        drop.summary
+    )
+    assert "))" not in drop.summary
+
+
 def test_slow_eval_steps_in_ms_are_shown_in_ms_and_seconds(tmp_path: Path) -> None:
     """perf/step_time_ms: 850 ms, 3,000 ms at every 200-step evaluation (eval/loss logged
     there): one info stall naming the evaluation pauses, each 3.0 s against the usual 850 ms;

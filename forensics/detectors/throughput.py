@@ -197,7 +197,7 @@ class ThroughputDetector:
             what = (
                 f"Throughput declined slowly to {drop_pct:.0f}% below its early level "
                 f"({unit.show(early)} over steps {a0:,}-{a1:,} -> {unit.show(late)} over the "
-                f"last {w:,} points, steps {b0:,}-{end:,}{assumed}),"
+                f"last {w:,} points, steps {b0:,}-{end:,}{_inside(assumed)}),"
             )
         low = int(round(xb[int(np.argmin(yb))]))
         return Finding(
@@ -303,10 +303,10 @@ class ThroughputDetector:
                 f"Step time rose from {unit.show(frozen**-1)} to {unit.show(lvl**-1)}"
                 f"{assumed}, throughput {drop_pct:.0f}% below its recent level,"
             )
-        else:
+        else:  # (inside the parenthesis, the assumption after a semicolon: not nested)
             what = (
                 f"Throughput fell {drop_pct:.0f}% below its recent level "
-                f"({unit.show(frozen)} -> {unit.show(lvl)}{assumed})"
+                f"({unit.show(frozen)} -> {unit.show(lvl)}{_inside(assumed)})"
             )
         return Finding(
             kind=FindingKind.THROUGHPUT_DROP,
@@ -549,3 +549,10 @@ def _slowdown(m: Mapping[str, MeasureValue], source: str) -> float:
     if source == STEP_TIME:  # (seconds a step: longer is slower)
         return max(0.0, level / base - 1.0) if base > 0 else 0.0
     return max(0.0, base / level - 1.0) if level > 0 else 0.0
+
+
+def _inside(assumed: str) -> str:
+    """The unit's assumption (" (tokens/s assumed: ...)") for a sentence's own parenthesis:
+    after a semicolon, so the parentheses do not nest ("... tokens/s; tokens/s assumed: the
+    log states no unit)")."""
+    return f"; {assumed[2:-1]}" if assumed else ""
