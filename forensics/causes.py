@@ -574,9 +574,9 @@ def _lr_change(x: _Facts, f: Finding) -> Cause:
                         ]
                     )
                 )
-                size = (
-                    f"from {_g(before)} at step {seg.start_step - 1:,} the LR rose to {_g(top)} "
-                    f"(x{times(top / before)})"
+                size = (  # (inside the sentence's parenthesis: the factor after a comma)
+                    f"from {_g(before)} at step {seg.start_step - 1:,} the LR rose to {_g(top)}, "
+                    f"x{times(top / before)}"
                 )
             else:
                 size = f"{_g(seg.lr_start)} -> {_g(seg.lr_end)}"

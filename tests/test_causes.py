@@ -218,7 +218,8 @@ def test_the_lr_factor_reads_as_the_rollback_advice_writes_it() -> None:
     d = diag("divergence")
     c = _by(d, _first(d, "divergence"))["lr_change"]
     assert "e+0" not in c.evidence, c.evidence
-    assert "the LR rose to 3.944 (x1,634)" in c.evidence, c.evidence
+    # (inside the evidence's own parenthesis: the factor after a comma, no nested one)
+    assert "(from 0.002414 at step 400 the LR rose to 3.944, x1,634);" in c.evidence, c.evidence
     (advice,) = [p for p in d.rollbacks if p.finding.kind.value == "divergence"]
     assert advice.lr_change is not None and "(x1,634 at step" in advice.lr_change, advice
 

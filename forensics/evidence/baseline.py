@@ -125,14 +125,14 @@ def grad_norm_baseline(ev: Evidence, *, window: int = 500) -> Baseline | None:
     # baseline (the drift detector and the report's 2x/3x bands both read this one value).
     window = min(window, max(10, int(steps[-1] - steps[0]) // 5))
     values = g.values
-    how = " (after the LR warm-up)"
+    how = ", after the LR warm-up"  # (the chart's caption puts it inside a parenthesis)
     if start is None and int(steps[0]) <= window:
         # No warm-up in the log (LR not logged, or constant) but the log starts with training:
         # the grad norm's start-up decay must not inflate the baseline, so it begins where the
         # series has settled.
         start = settle_step(steps, values)
         how = (
-            f" (after the start-up transient, settled at step {start:,})"
+            f", after the start-up transient settled at step {start:,}"
             if start is not None
             else ""
         )
