@@ -132,9 +132,7 @@ def grad_norm_baseline(ev: Evidence, *, window: int = 500) -> Baseline | None:
         # series has settled.
         start = settle_step(steps, values)
         how = (
-            f", after the start-up transient settled at step {start:,}"
-            if start is not None
-            else ""
+            f", after the start-up transient settled at step {start:,}" if start is not None else ""
         )
     b = series_baseline(steps, values, start=start, window=window)
     if b is not None and start is not None:
