@@ -47,6 +47,7 @@ CHECKS = [
     "grad_norm_drift",
     "loss_spike",
     "grad_norm_spike",
+    "grad_norm_surge",
     "gap_acceleration",
     "throughput_drop",
     "throughput_decline",
@@ -77,6 +78,19 @@ def spike_score(ev: Any, metric: str) -> tuple[float | None, float]:
     z = ok.get_column("z").drop_nulls()
     top = z.max()
     return (float(top) if isinstance(top, (int, float)) else 0.0), thr
+
+
+def surge_score(ev: Any) -> tuple[float | None, float]:
+    """The highest peak over the level it left among the grad norm's stretches above the
+    band's moving warning line (``forensics.evidence.surges``), 0 without one; threshold
+    ``grad_norm_min_ratio`` (a surge also stays clear of the spikes, drift and divergence)."""
+    from forensics.evidence.surges import heights
+
+    thr = float(ev.params.spikes.grad_norm_min_ratio)
+    if not ev.has("grad_norm") or ev.grad_norm_band is None:
+        return None, thr
+    hs = [h for h in heights(ev, "grad_norm") if h == h]
+    return (max(hs) if hs else 0.0), thr
 
 
 def gap_score(ev: Any) -> tuple[float | None, float]:
@@ -148,6 +162,7 @@ def scores(run: Any) -> dict[str, tuple[float | None, float]]:
         "grad_norm_drift": drift_score(ev),
         "loss_spike": spike_score(ev, "loss"),
         "grad_norm_spike": spike_score(ev, "grad_norm"),
+        "grad_norm_surge": surge_score(ev),
         "gap_acceleration": gap_score(ev),
         "throughput_drop": throughput_score(ev),
         "throughput_decline": decline_score(ev),

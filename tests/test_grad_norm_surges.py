@@ -20,7 +20,7 @@ from conftest import shared_path
 
 from forensics.config import Config
 from forensics.evidence import Evidence
-from forensics.evidence.surges import _runs, band_surges
+from forensics.evidence.surges import _runs, band_surges, heights
 from forensics.findings import FindingKind, Severity
 from forensics.importers import read_run
 from forensics.measures import problems
@@ -108,3 +108,7 @@ def test_a_level_risen_over_thousands_of_steps_is_not_a_surge_per_crossing() -> 
     values = ev.series("grad_norm").values
     assert (values > band.warn_at).sum() > 1_000  # (the line is crossed, many times)
     assert band_surges(ev, "grad_norm", ev.spikes("grad_norm")) == []
+    # Its stretches' heights over the levels they left (the calibration's surge row): under
+    # the 2x a surge needs, whatever covers them
+    tops = [h for h in heights(ev, "grad_norm") if h == h]
+    assert tops and max(tops) < 2.0

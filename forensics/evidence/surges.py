@@ -13,14 +13,16 @@ moves it) on at least two of every three consecutive points, with more than
 ``transient_points`` points above it. A stretch that overlaps a spike the search found, the
 drift detector's climb or a divergence is theirs. Each other one is measured as a spike (the
 same shape measures, :func:`~forensics.evidence.shape_batch.measure_many`) from where it
-left the level before it, and kept when its peak stands at least ``grad_norm_min_ratio``
-(2x) above that level: a grad norm that rose over thousands of steps and crosses the line
-back and forth has no such level to surge from. The spike detector judges it by the band,
-as any spike too wide to be one batch.
+left the level before it (the median of the baseline window's length before it), and kept
+when its height (its highest median of three consecutive points) stands at least
+``grad_norm_min_ratio`` (2x) above that level: a grad norm that rose over thousands of
+steps and crosses the line back and forth has no such level to surge from. The spike
+detector judges it by the band, as any spike too wide to be one batch.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +40,26 @@ if TYPE_CHECKING:
 def band_surges(ev: Evidence, metric: str, found: list[Spike]) -> list[Spike]:
     """The stretches of ``metric`` (the grad norm) above its band's warning line that no spike
     in ``found`` covers, each measured as a spike (see the module text)."""
+    s = ev.series(metric)
+    steps, values = s.steps, s.values
+    runs = stretches(ev, metric)
+    if not runs:
+        return []
+    covered = [(sp.start_step, sp.end_step) for sp in found]
+    drift = ev.drift
+    if drift is not None and drift.flagged:  # (a climb it judges: its stretch is its own)
+        covered.append((drift.onset_step, drift.end_step))
+    covered += ev.diverged  # (the divergence finding reports the grad norm over its rise)
+    runs = [r for r in runs if not _overlaps(covered, int(steps[r[0]]), int(steps[r[1]]))]
+    if not runs:
+        return []
+    return _measured(ev, metric, steps, values, runs)
+
+
+def stretches(ev: Evidence, metric: str) -> list[tuple[int, int, float, int]]:
+    """Every stretch of ``metric`` above the band's (moving) warning line with more than
+    ``transient_points`` points above it, after the baseline window: its first and last
+    index, the line at its peak and its points above the line (none without a band)."""
     band = ev.grad_norm_band
     if band is None or not band.baseline.value > 0:
         return []
@@ -63,17 +85,41 @@ def band_surges(ev: Evidence, metric: str, found: list[Spike]) -> list[Spike]:
             peak = r0 + int(np.argmax(values[lo + r0 : lo + r1 + 1]))
             n_above = int(np.count_nonzero(above[r0 : r1 + 1]))
             runs.append((lo + r0, lo + r1, float(line[peak]), n_above))
-    if not runs:
-        return []
-    covered = [(sp.start_step, sp.end_step) for sp in found]
-    drift = ev.drift
-    if drift is not None and drift.flagged:  # (a climb it judges: its stretch is its own)
-        covered.append((drift.onset_step, drift.end_step))
-    covered += ev.diverged  # (the divergence finding reports the grad norm over its rise)
-    runs = [r for r in runs if not _overlaps(covered, int(steps[r[0]]), int(steps[r[1]]))]
-    if not runs:
-        return []
-    return _measured(ev, metric, steps, values, runs)
+    return runs
+
+
+def heights(ev: Evidence, metric: str) -> list[float]:
+    """Each stretch's peak over the level it left (NaN where no level precedes it), overlaps
+    included: how close a run comes to a surge (``benchmarks/calibration.py``; a surge needs
+    ``grad_norm_min_ratio``)."""
+    p = SpikeSearch.of(ev.params.spikes, metric)
+    series = ev.series(metric)
+    values = series.values
+    log_scale = robust.use_log(values)
+    ys = robust.transform(values, log_scale)
+    reach = _reach(ev, p, step_intervals(series.steps)[0])
+    out = []
+    for first, last, _, _ in stretches(ev, metric):
+        onset, base, _ = _left_level(ys, first, p.window, reach, p.sigma_floor)
+        level = (float(np.exp(base)) if log_scale else base) if onset is not None else math.nan
+        out.append(_top(values, first, last) / level)
+    return out
+
+
+def _top(values: np.ndarray, first: int, last: int) -> float:
+    """The level a stretch reached: the highest median of three consecutive points in it
+    (one outlier among hundreds of points above the line is not the stretch's height)."""
+    seg = values[max(0, first - 1) : last + 2]
+    if len(seg) < 3:
+        return float(seg.max())
+    a, b, c = seg[:-2], seg[1:-1], seg[2:]
+    return float(np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c)).max())
+
+
+def _reach(ev: Evidence, p: SpikeSearch, interval: float) -> int:
+    """The points the level before a surge is read from: the baseline window's steps, at
+    the series' logging ``interval``."""
+    return max(p.window, int(ev.params.spikes.trend_window / max(interval, 1e-12)))
 
 
 def _expected_rise(ev: Evidence, band: Any, at: np.ndarray) -> np.ndarray:
@@ -122,8 +168,7 @@ def _measured(
     log_scale = robust.use_log(values)
     ys = robust.transform(values, log_scale)
     interval, shape_interval = step_intervals(steps)
-    # (the points the level before a surge is read from: the baseline window's steps)
-    reach = max(p.window, int(ev.params.spikes.trend_window / max(interval, 1e-12)))
+    reach = _reach(ev, p, interval)
     inputs, rows = [], []
     for first, last, at_peak, n_above in runs:
         peak = first + int(np.argmax(values[first : last + 1]))
@@ -131,7 +176,7 @@ def _measured(
         if onset is None:
             continue  # (no level before it to measure from: the start of the log)
         baseline = float(np.exp(base)) if log_scale else base
-        if not values[peak] >= p.min_ratio * baseline:
+        if not _top(values, first, last) >= p.min_ratio * baseline:
             # Not a surge out of the level before it but that level itself high: a grad
             # norm that rose over hundreds of steps and crosses the line back and forth is
             # the drift detector's to judge, not a spike each crossing.
@@ -177,20 +222,20 @@ def _measured(
 def _left_level(
     ys: np.ndarray, first: int, window: int, reach: int, sigma_floor: float
 ) -> tuple[int | None, float, float]:
-    """Where a surge left the level before it, that level (the median of the ``window``
-    points before then) and its noise (robust sigma, at least ``sigma_floor``), in the
-    score's units. The points just before the first one above the line may be the surge's
-    own climb: the onset is the point after the last one, among the ``reach`` before it,
-    within three sigma of their median (a climb of a few dozen points does not move it)."""
+    """Where a surge left the level before it, that level and its noise (robust sigma, at
+    least ``sigma_floor``), in the score's units: the median of the ``reach`` points before
+    the first one above the line (the baseline window's length: a climb of a few dozen
+    points does not move it, and a noisy grad norm's dip of a few dozen does not lower it),
+    and the onset the point after the last of them within three sigma of it. None when fewer
+    than ``window`` points precede the onset."""
     if first < window:
         return None, float("nan"), float("nan")
     lo = max(0, first - reach)
-    ref, ref_sigma = _level(ys[lo:first], sigma_floor)
-    within = np.flatnonzero(ys[lo:first] <= ref + _K * ref_sigma)
+    base, sigma = _level(ys[lo:first], sigma_floor)
+    within = np.flatnonzero(ys[lo:first] <= base + _K * sigma)
     onset = lo + int(within[-1]) + 1 if len(within) else lo
     if onset < window:
         return None, float("nan"), float("nan")
-    base, sigma = _level(ys[onset - window : onset], sigma_floor)
     return onset, base, sigma
 
 
