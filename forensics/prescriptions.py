@@ -896,17 +896,13 @@ def prescribe(finding: Finding, causes: Sequence[Cause] = ()) -> str:
         text = p.variants[reason]
     elif finding.kind is FindingKind.OVERFITTING and _early_epoch(finding):
         text = p.variants[EARLY_EPOCHS]
-    elif (
-        SCHEDULE_SURGE in p.variants
-        and finding.severity.value in ("warning", "critical")
-        and finding.measures.get("judged_by") == "band"
-        and _supported(causes, "lr_schedule") is not None
-    ):
-        text = p.variants[SCHEDULE_SURGE]
-        if finding.severity.value == "critical":  # (the orange light's pause, first)
-            text = "Over 3x the baseline: pause before going on. " + text
+    elif _schedule_surge(p, finding, causes) and finding.severity.value == "critical":
+        # (the orange light's pause first: "no action for one" under it read as a contradiction)
+        text = "Over 3x the baseline: pause before going on. " + p.variants[SCHEDULE_SURGE]
     elif _after_schedule(finding) and SCHEDULE_SPIKE in p.variants:
         text = p.variants[SCHEDULE_SPIKE]
+    elif _schedule_surge(p, finding, causes):
+        text = p.variants[SCHEDULE_SURGE]
     elif (
         _after_overflow(finding)
         and OVERFLOW_SPIKE in p.variants
@@ -981,6 +977,17 @@ def _after_overflow(finding: Finding) -> bool:
     """A spike that came with a loss-scale overflow (its measured cause) and came back."""
     m = finding.measures
     return m.get("cause") == "numeric_overflow" and m.get("classification") == "physiological"
+
+
+def _schedule_surge(p: Prescription, finding: Finding, causes: Sequence[Cause]) -> bool:
+    """A grad-norm spike judged by the lines (a warning or worse) whose LR-schedule cause the
+    log supports: the schedule set it off, not one batch."""
+    return (
+        SCHEDULE_SURGE in p.variants
+        and finding.severity.value in ("warning", "critical")
+        and finding.measures.get("judged_by") == "band"
+        and _supported(causes, "lr_schedule") is not None
+    )
 
 
 def _after_schedule(finding: Finding) -> bool:
