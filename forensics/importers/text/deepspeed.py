@@ -153,6 +153,26 @@ def dedupe_events(rows: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([rows.filter(~pl.col("tag").is_in(EVENT_TAGS)), ev])
 
 
+def _skipped_in_interval() -> pl.Expr:
+    """The steps skipped since the engine's previous step line, from its running count
+    (``skipped=N`` counts every step skipped since the start, a checkpoint's count carried
+    over on resume), as Megatron's per-interval "number of skipped iterations". Null where
+    the interval is unknown: a first line with steps already skipped (a resumed job's count
+    covers steps before the log), or a count that went down (a job restarted without its
+    state); a step printed again (another rank, or a resume) counts nothing twice."""
+    skipped, step = pl.col("skipped"), pl.col("step")
+    prev = skipped.shift(1)
+    first = prev.is_null()
+    return (
+        pl.when(first & (skipped == 0))
+        .then(0.0)
+        .when(first | (skipped < prev) | (step <= step.shift(1)))
+        .then(None)
+        .otherwise(skipped - prev)
+        .alias("skipped_iters")
+    )
+
+
 def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
     line = pl.col("line")
     parts = []
@@ -162,7 +182,9 @@ def _metrics(lines: pl.DataFrame) -> pl.DataFrame:
         num(line.str.extract(r"skipped=(\d+)", 1)).alias("skipped"),
         num(line.str.extract(r"lr=\[?\s*(" + NUM + ")", 1)).alias("lr"),
     )
-    parts.append(wide_to_rows(st, {"skipped": "skipped_steps", "lr": "lr"}))
+    st = st.with_columns(_skipped_in_interval())
+    tags = {"skipped": "skipped_steps", "skipped_iters": "skipped_iters", "lr": "lr"}
+    parts.append(wide_to_rows(st, tags))
     # Timer: "epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=...,
     # CurrSamplesPerSec=..., MemAllocated=4.34GB, MaxMemAllocated=12.81GB"
     tm = lines.filter(line.str.contains(r"global_step=\d+,")).with_columns(
