@@ -438,8 +438,11 @@ def test_the_document_says_what_the_verdict_does_not_cover() -> None:
 
     doc = analyze(shared_path("real_runs", "deepspeed-chat-logs", "step2_reward")).to_document()
     assert doc["run"]["unjudged"].startswith("No training loss in the log: its checks")
-    # (memory and throughput: DeepSpeed's timer line, MemAllocated and CurrSamplesPerSec)
-    assert "(loss_scale, lr, memory, overflow, throughput)" in doc["run"]["unjudged"]
+    # (memory and throughput: DeepSpeed's timer line, MemAllocated and CurrSamplesPerSec;
+    # skipped_iters: its step lines' running count of skipped steps, per interval)
+    assert (
+        "(loss_scale, lr, memory, overflow, skipped_iters, throughput)" in (doc["run"]["unjudged"])
+    )
     import jsonschema
 
     jsonschema.validate(json.loads(json.dumps(doc)), json.loads(SCHEMA.read_text()))
