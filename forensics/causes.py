@@ -685,10 +685,8 @@ def _rewarming(sched: Schedule, onset: int) -> Cause | None:
     first: the LR climbing back to its peak after a restart or drop, further back than the
     schedule events' reach (a grad norm surging as a re-warm nears its peak); None else."""
     seg = sched.segment_at(onset)
-    if seg is None or seg.kind != "warmup":
-        return None
-    if not any(s.kind == "warmup" for s in sched.segments[: sched.segments.index(seg)]):
-        return None  # (the run's first warm-up, also after a log that began mid-schedule)
+    if seg is None or not any(seg is r for r in sched.rewarms):
+        return None  # (not a warm-up, or the run's first, also in a log begun mid-schedule)
     return Cause(
         "lr_schedule",
         SUPPORTED,

@@ -316,7 +316,7 @@ def _startup(ev: Evidence, fs: list[Finding], lo: int, hi: int) -> list[Item]:
         if not level > 0:  # a job that trained did not do so at 0 tokens a second
             return Item(q, NA, f"throughput logged as {_g(level)} (a placeholder, not a rate)")
         unit = unit_for(ev.run, THROUGHPUT)
-        assumed = "" if unit.stated else f" ({unit.label} assumed: the log states no unit)"
+        assumed = f" ({unit.assumed})" if unit.assumed else ""
         return Item(
             q,
             PASS,

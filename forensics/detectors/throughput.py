@@ -184,7 +184,7 @@ class ThroughputDetector:
         drop_pct = 100.0 * (1.0 - late / early)
         step_time = metric == STEP_TIME
         as_units = (lambda v: 1.0 / v) if step_time else (lambda v: v)
-        assumed = "" if unit.stated else f" ({unit.label} assumed: the log states no unit)"
+        assumed = f" ({unit.assumed})" if unit.assumed else ""
         a0, a1 = int(x[skip]), int(x[skip + w - 1])
         b0, end = int(x[n - w]), int(x[-1])
         if step_time:
@@ -197,7 +197,7 @@ class ThroughputDetector:
             what = (
                 f"Throughput declined slowly to {drop_pct:.0f}% below its early level "
                 f"({unit.show(early)} over steps {a0:,}-{a1:,} -> {unit.show(late)} over the "
-                f"last {w:,} points, steps {b0:,}-{end:,}{_inside(assumed)}),"
+                f"last {w:,} points, steps {b0:,}-{end:,}{_inside(unit)}),"
             )
         low = int(round(xb[int(np.argmin(yb))]))
         return Finding(
@@ -297,7 +297,7 @@ class ThroughputDetector:
         as_units = (lambda v: 1.0 / v) if step_time else (lambda v: v)
         peak = i + int(np.argmin(y[i:j]))
         limit = 1.0 - self.params.drop
-        assumed = "" if unit.stated else f" ({unit.label} assumed: the log states no unit)"
+        assumed = f" ({unit.assumed})" if unit.assumed else ""
         if step_time:
             what = (
                 f"Step time rose from {unit.show(frozen**-1)} to {unit.show(lvl**-1)}"
@@ -306,7 +306,7 @@ class ThroughputDetector:
         else:  # (inside the parenthesis, the assumption after a semicolon: not nested)
             what = (
                 f"Throughput fell {drop_pct:.0f}% below its recent level "
-                f"({unit.show(frozen)} -> {unit.show(lvl)}{_inside(assumed)})"
+                f"({unit.show(frozen)} -> {unit.show(lvl)}{_inside(unit)})"
             )
         return Finding(
             kind=FindingKind.THROUGHPUT_DROP,
@@ -551,8 +551,7 @@ def _slowdown(m: Mapping[str, MeasureValue], source: str) -> float:
     return max(0.0, base / level - 1.0) if level > 0 else 0.0
 
 
-def _inside(assumed: str) -> str:
-    """The unit's assumption (" (tokens/s assumed: ...)") for a sentence's own parenthesis:
-    after a semicolon, so the parentheses do not nest ("... tokens/s; tokens/s assumed: the
-    log states no unit)")."""
-    return f"; {assumed[2:-1]}" if assumed else ""
+def _inside(unit: Unit) -> str:
+    """The unit's assumption for a sentence's own parenthesis: after a semicolon, so the
+    parentheses do not nest ("... tokens/s; tokens/s assumed: the log states no unit)")."""
+    return f"; {unit.assumed}" if unit.assumed else ""

@@ -104,6 +104,12 @@ class Schedule:
         """The stretches no smooth schedule explains."""
         return [s for s in self.segments if s.kind == "unexplained"]
 
+    @property
+    def rewarms(self) -> list[Segment]:
+        """The warm-ups after the first one: the LR climbing back to its peak after a
+        restart or a drop."""
+        return [seg for seg in self.segments if seg.kind == "warmup"][1:]
+
     def segment_at(self, step: float) -> Segment | None:
         """The segment holding ``step``; between two segments' logged points, the later one
         (the LR changed somewhere in between); None outside the log."""

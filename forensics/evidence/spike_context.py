@@ -60,8 +60,7 @@ def schedule_events(schedule: Schedule, warmup_end: int | None) -> list[Schedule
     # A warm-up after the first (the LR warmed up again after a restart or a drop to zero):
     # its end is where the LR is back at its peak. A grad-norm surge as it got there was
     # read as "no warm-up end, restart or step drop" before it (the restart 100 steps back).
-    warmups = [seg for seg in schedule.segments if seg.kind == "warmup"]
-    for seg in warmups[1:]:
+    for seg in schedule.rewarms:
         if warmup_end is None or seg.end_step > warmup_end:
             out.append(ScheduleEvent(seg.end_step, "warmup_end"))
     for c in schedule.changes:

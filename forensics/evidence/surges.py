@@ -92,18 +92,38 @@ def heights(ev: Evidence, metric: str) -> list[float]:
     """Each stretch's peak over the level it left (NaN where no level precedes it), overlaps
     included: how close a run comes to a surge (``benchmarks/calibration.py``; a surge needs
     ``grad_norm_min_ratio``)."""
-    p = SpikeSearch.of(ev.params.spikes, metric)
-    series = ev.series(metric)
-    values = series.values
-    log_scale = robust.use_log(values)
-    ys = robust.transform(values, log_scale)
-    reach = _reach(ev, p, step_intervals(series.steps)[0])
+    lv = _Levels(ev, metric)
     out = []
     for first, last, _, _ in stretches(ev, metric):
-        onset, base, _ = _left_level(ys, first, p.window, reach, p.sigma_floor)
-        level = (float(np.exp(base)) if log_scale else base) if onset is not None else math.nan
-        out.append(_top(values, first, last) / level)
+        left = lv.left(first)
+        out.append(_top(lv.values, first, last) / left[3] if left is not None else math.nan)
     return out
+
+
+class _Levels:
+    """What the levels a series' stretches left are read from: its values in the score's
+    units (log for a positive series), and how far back a level is read (the baseline
+    window's steps at its logging interval)."""
+
+    def __init__(self, ev: Evidence, metric: str) -> None:
+        self.p = p = SpikeSearch.of(ev.params.spikes, metric)
+        series = ev.series(metric)
+        self.values = series.values
+        self.log_scale = robust.use_log(self.values)
+        self.ys = robust.transform(self.values, self.log_scale)
+        self.interval, self.shape_interval = step_intervals(series.steps)
+        trend = ev.params.spikes.trend_window
+        self.reach = max(p.window, int(trend / max(self.interval, 1e-12)))
+
+    def left(self, first: int) -> tuple[int, float, float, float] | None:
+        """For a stretch from index ``first``: its onset, the level it left and that level's
+        noise in the score's units, and the level in the series' own (None at the start of
+        the log, with no level before it)."""
+        p = self.p
+        onset, base, sigma = _left_level(self.ys, first, p.window, self.reach, p.sigma_floor)
+        if onset is None:
+            return None
+        return onset, base, sigma, (float(np.exp(base)) if self.log_scale else base)
 
 
 def _top(values: np.ndarray, first: int, last: int) -> float:
@@ -114,12 +134,6 @@ def _top(values: np.ndarray, first: int, last: int) -> float:
         return float(seg.max())
     a, b, c = seg[:-2], seg[1:-1], seg[2:]
     return float(np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c)).max())
-
-
-def _reach(ev: Evidence, p: SpikeSearch, interval: float) -> int:
-    """The points the level before a surge is read from: the baseline window's steps, at
-    the series' logging ``interval``."""
-    return max(p.window, int(ev.params.spikes.trend_window / max(interval, 1e-12)))
 
 
 def _expected_rise(ev: Evidence, band: Any, at: np.ndarray) -> np.ndarray:
@@ -164,18 +178,15 @@ def _measured(
 ) -> list[Spike]:
     """Each stretch (first and last index, the line at its peak, its points above the line)
     measured as a spike."""
-    p = SpikeSearch.of(ev.params.spikes, metric)
-    log_scale = robust.use_log(values)
-    ys = robust.transform(values, log_scale)
-    interval, shape_interval = step_intervals(steps)
-    reach = _reach(ev, p, interval)
+    lv = _Levels(ev, metric)
+    p, log_scale, ys = lv.p, lv.log_scale, lv.ys
     inputs, rows = [], []
     for first, last, at_peak, n_above in runs:
         peak = first + int(np.argmax(values[first : last + 1]))
-        onset, base, sigma = _left_level(ys, first, p.window, reach, p.sigma_floor)
-        if onset is None:
+        left = lv.left(first)
+        if left is None:
             continue  # (no level before it to measure from: the start of the log)
-        baseline = float(np.exp(base)) if log_scale else base
+        onset, base, sigma, baseline = left
         if not _top(values, first, last) >= p.min_ratio * baseline:
             # Not a surge out of the level before it but that level itself high: a grad
             # norm that rose over hundreds of steps and crosses the line back and forth is
@@ -193,7 +204,7 @@ def _measured(
         log_scale=log_scale,
         p=p.shape,
         barriers=ev.level_barriers,
-        interval=shape_interval,
+        interval=lv.shape_interval,
         xs=log_steps(steps),
         ys=ys,
     )
@@ -211,7 +222,7 @@ def _measured(
             "z": z,
             "two_sided": False,
             "points": n_above,
-            "log_interval": interval,
+            "log_interval": lv.interval,
             **m,
         }
         start, top = int(steps[onset]), int(steps[peak])

@@ -750,6 +750,12 @@ class Unit:
             return None
         return self.raw or self.label
 
+    @property
+    def assumed(self) -> str:
+        """The words that say the label is assumed ("tokens/s assumed: the log states no
+        unit"), empty when the name states the unit."""
+        return "" if self.stated else f"{self.label} assumed: the log states no unit"
+
     def show(self, value: float | None, digits: int = 4) -> str:
         if value is None or not np.isfinite(value):
             return "n/a"
